@@ -1,0 +1,35 @@
+"""`python -m cosmos_emulator --host 127.0.0.1 --port 8081 [--https] [--data FILE]`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+
+from .auth import WELL_KNOWN_KEY
+from .server import serve_forever
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m cosmos_emulator",
+                                     description="Pure-Python Cosmos DB for NoSQL emulator.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8081, help="0 picks a free port")
+    parser.add_argument("--https", action="store_true", help="serve TLS (self-signed)")
+    parser.add_argument("--data", default=None, help="JSON file the state survives in")
+    parser.add_argument("--key", default=os.environ.get("COSMOS_EMULATOR_KEY", WELL_KNOWN_KEY))
+    args = parser.parse_args(argv)
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await serve_forever(args.host, args.port, args.https, args.data, args.key, stop)
+
+    asyncio.run(run())
+
+
+if __name__ == "__main__":
+    main()

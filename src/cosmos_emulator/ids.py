@@ -1,0 +1,70 @@
+"""Resource ids (`_rid`), ETags and the validation rules Cosmos applies to names and ids."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import threading
+import uuid
+
+from .errors import CosmosError, bad_request
+
+MAX_ID_LENGTH = 255
+MAX_ITEM_BYTES = 2 * 1024 * 1024
+_FORBIDDEN_ID_CHARS = frozenset("/\\?#")
+
+
+class RidAllocator:
+    """Cosmos-shaped resource ids: a container rid extends its database rid, and so on."""
+
+    def __init__(self, start: int = 1) -> None:
+        self._counter = itertools.count(start)
+        self._lock = threading.Lock()
+
+    def next_value(self) -> int:
+        with self._lock:
+            return next(self._counter)
+
+    def database(self) -> str:
+        return _encode(self.next_value().to_bytes(4, "little"))
+
+    def child(self, parent_rid: str, width: int) -> str:
+        raw = _decode(parent_rid) + self.next_value().to_bytes(width, "big")
+        return _encode(raw)
+
+
+def _encode(raw: bytes) -> str:
+    # Cosmos rids use '-' where base64 has '/', so a rid fits in a URL path segment.
+    return base64.b64encode(raw, altchars=b"+-").decode("ascii")
+
+
+def _decode(rid: str) -> bytes:
+    return base64.b64decode(rid, altchars=b"+-")
+
+
+def new_etag() -> str:
+    return f'"{uuid.uuid4()}"'
+
+
+def validate_id(value: object, what: str = "id") -> str:
+    if not isinstance(value, str):
+        raise bad_request(f"The input {what} is invalid: 'id' must be a string.")
+    if not value:
+        raise bad_request(f"The input {what} is invalid: 'id' must not be empty.")
+    if len(value) > MAX_ID_LENGTH:
+        raise bad_request(f"The input {what} is invalid: 'id' is longer than 255 characters.")
+    bad = sorted(set(value) & _FORBIDDEN_ID_CHARS)
+    if bad:
+        raise bad_request(
+            f"The input {what} is invalid: 'id' contains the forbidden character(s) {bad}."
+        )
+    if value.endswith(" "):
+        raise bad_request(f"The input {what} is invalid: 'id' ends with a space.")
+    return value
+
+
+def too_large(size: int, limit: int = MAX_ITEM_BYTES) -> CosmosError:
+    return CosmosError(
+        413, "RequestEntityTooLarge",
+        f"Request size is too large: {size} bytes exceeds the {limit}-byte limit.",
+    )

@@ -1,0 +1,1 @@
+"""The documented subset of Cosmos DB SQL: parse, plan and evaluate."""

@@ -1,0 +1,413 @@
+"""Evaluate a parsed query over an iterable of JSON documents."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from ..errors import bad_request, unsupported
+from .ast import (
+    AGGREGATES,
+    ArrayLit,
+    Between,
+    Binary,
+    Call,
+    Expr,
+    In,
+    Literal,
+    Member,
+    ObjectLit,
+    Param,
+    Query,
+    Ref,
+    SelectList,
+    SelectStar,
+    SelectValue,
+    Unary,
+)
+from .values import UNDEFINED, compare, equals, is_number, order_key, type_rank
+
+Params = Mapping[str, Any]
+
+
+def bind_params(raw: object) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, list):
+        raise bad_request("'parameters' must be a list of {name, value}.")
+    bound: dict[str, Any] = {}
+    for entry in raw:
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise bad_request("Each query parameter needs a 'name' starting with '@'.")
+        bound[entry["name"]] = entry.get("value", UNDEFINED)
+    return bound
+
+
+def resolve_count(expr: Expr | None, params: Params, clause: str) -> int | None:
+    if expr is None:
+        return None
+    value = expr.value if isinstance(expr, Literal) else params.get(
+        expr.name if isinstance(expr, Param) else "", UNDEFINED)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise bad_request(f"{clause} requires a non-negative integer.")
+    return value
+
+
+def aggregate_calls(expr: Expr) -> list[Call]:
+    """Aggregate calls in an expression (outermost only)."""
+    found: list[Call] = []
+
+    def walk(node: Expr) -> None:
+        if isinstance(node, Call) and node.name in AGGREGATES:
+            found.append(node)
+            return
+        for child in _children(node):
+            walk(child)
+
+    walk(expr)
+    return found
+
+
+def _children(node: Expr) -> tuple[Expr, ...]:
+    if isinstance(node, Member):
+        return (node.obj,)
+    if isinstance(node, Unary):
+        return (node.operand,)
+    if isinstance(node, Binary):
+        return (node.left, node.right)
+    if isinstance(node, In):
+        return (node.expr, *node.items)
+    if isinstance(node, Between):
+        return (node.expr, node.low, node.high)
+    if isinstance(node, Call | ArrayLit):
+        return node.args if isinstance(node, Call) else node.items
+    if isinstance(node, ObjectLit):
+        return tuple(v for _, v in node.pairs)
+    return ()
+
+
+def selection_exprs(query: Query) -> list[Expr]:
+    if isinstance(query.select, SelectValue):
+        return [query.select.expr]
+    if isinstance(query.select, SelectList):
+        return [item.expr for item in query.select.items]
+    return []
+
+
+def has_aggregates(query: Query) -> bool:
+    return any(aggregate_calls(e) for e in selection_exprs(query))
+
+
+def validate(query: Query) -> None:
+    """Reject what Cosmos rejects before running anything (names, misplaced aggregates)."""
+    exprs: list[Expr] = list(selection_exprs(query))
+    if query.where is not None:
+        exprs.append(query.where)
+        if aggregate_calls(query.where):
+            raise bad_request("Aggregates are not allowed in the WHERE clause.")
+    exprs.extend(item.expr for item in query.order_by)
+    for expr in exprs:
+        _check_names(expr, query.alias)
+    if has_aggregates(query):
+        if query.order_by:
+            raise unsupported("ORDER BY together with aggregates")
+        if query.distinct:
+            raise unsupported("DISTINCT together with aggregates")
+        for expr in selection_exprs(query):
+            _check_no_bare_refs(expr)
+
+
+def _check_names(expr: Expr, alias: str) -> None:
+    if isinstance(expr, Ref) and expr.name != alias:
+        raise bad_request(f"Identifier '{expr.name}' could not be resolved.")
+    if isinstance(expr, Call) and expr.name not in AGGREGATES and expr.name not in _FUNCTIONS:
+        raise unsupported(f"the function {expr.name}")
+    for child in _children(expr):
+        _check_names(child, alias)
+
+
+def _check_no_bare_refs(expr: Expr) -> None:
+    if isinstance(expr, Call) and expr.name in AGGREGATES:
+        return
+    if isinstance(expr, Ref):
+        raise bad_request(
+            f"Property reference '{expr.name}' is invalid in the select list: "
+            "it is neither aggregated nor in a GROUP BY clause.")
+    for child in _children(expr):
+        _check_no_bare_refs(child)
+
+
+class Evaluator:
+    def __init__(self, query: Query, params: Params) -> None:
+        self.query = query
+        self.params = params
+        self.aggregate_values: dict[int, Any] = {}
+
+    def eval(self, expr: Expr, doc: Any) -> Any:  # noqa: C901 - one dispatch on node type
+        if isinstance(expr, Literal):
+            return expr.value
+        if isinstance(expr, Ref):
+            return doc
+        if isinstance(expr, Member):
+            return _member(self.eval(expr.obj, doc), expr.key)
+        if isinstance(expr, Param):
+            if expr.name not in self.params:
+                raise bad_request(f"Parameter {expr.name} is not defined.")
+            return self.params[expr.name]
+        if isinstance(expr, Binary):
+            return self._binary(expr, doc)
+        if isinstance(expr, Unary):
+            value = self.eval(expr.operand, doc)
+            if expr.op == "NOT":
+                return (not value) if isinstance(value, bool) else UNDEFINED
+            return -value if is_number(value) else UNDEFINED
+        if isinstance(expr, In):
+            value = self.eval(expr.expr, doc)
+            if value is UNDEFINED:
+                return UNDEFINED
+            found = any(equals(value, self.eval(item, doc)) is True for item in expr.items)
+            return found != expr.negated
+        if isinstance(expr, Between):
+            value = self.eval(expr.expr, doc)
+            low, high = compare(value, self.eval(expr.low, doc)), compare(
+                value, self.eval(expr.high, doc))
+            if low is None or high is None:
+                return UNDEFINED
+            return (low >= 0 and high <= 0) != expr.negated
+        if isinstance(expr, ArrayLit):
+            return [v for v in (self.eval(i, doc) for i in expr.items) if v is not UNDEFINED]
+        if isinstance(expr, ObjectLit):
+            return {k: v for k, v in ((k, self.eval(e, doc)) for k, e in expr.pairs)
+                    if v is not UNDEFINED}
+        if expr.name in AGGREGATES:
+            if id(expr) not in self.aggregate_values:
+                raise bad_request(f"Aggregate {expr.name} is not allowed here.")
+            return self.aggregate_values[id(expr)]
+        args = [self.eval(a, doc) for a in expr.args]
+        return _FUNCTIONS[expr.name](args)
+
+    def _binary(self, expr: Binary, doc: Any) -> Any:
+        op = expr.op
+        left = self.eval(expr.left, doc)
+        if op == "AND":
+            if left is False:
+                return False
+            right = self.eval(expr.right, doc)
+            if right is False:
+                return False
+            return True if left is True and right is True else UNDEFINED
+        if op == "OR":
+            if left is True:
+                return True
+            right = self.eval(expr.right, doc)
+            if right is True:
+                return True
+            return False if left is False and right is False else UNDEFINED
+        right = self.eval(expr.right, doc)
+        if op == "=":
+            return equals(left, right)
+        if op == "!=":
+            result = equals(left, right)
+            return UNDEFINED if result is UNDEFINED else not result
+        if op in ("<", "<=", ">", ">="):
+            cmp = compare(left, right)
+            if cmp is None:
+                return UNDEFINED
+            return {"<": cmp < 0, "<=": cmp <= 0, ">": cmp > 0, ">=": cmp >= 0}[op]
+        if op == "||":
+            if isinstance(left, str) and isinstance(right, str):
+                return left + right
+            return UNDEFINED
+        if not (is_number(left) and is_number(right)):
+            return UNDEFINED
+        if op == "+":
+            return left + right
+        if op == "-":
+            return left - right
+        if op == "*":
+            return left * right
+        if right == 0:
+            return UNDEFINED
+        if op == "/":
+            return _tidy(left / right)
+        return _tidy(math.fmod(left, right))
+
+    def compute_aggregates(self, rows: list[Any]) -> None:
+        for expr in selection_exprs(self.query):
+            for call in aggregate_calls(expr):
+                self.aggregate_values[id(call)] = self._aggregate(call, rows)
+
+    def _aggregate(self, call: Call, rows: list[Any]) -> Any:
+        if len(call.args) != 1:
+            raise bad_request(f"{call.name} takes exactly one argument.")
+        values = [v for v in (self.eval(call.args[0], row) for row in rows) if v is not UNDEFINED]
+        if call.name == "COUNT":
+            return len(values)
+        if call.name in ("SUM", "AVG"):
+            if any(not is_number(v) for v in values):
+                return UNDEFINED
+            if call.name == "SUM":
+                return _tidy(sum(values)) if values else 0
+            return _tidy(sum(values) / len(values)) if values else UNDEFINED
+        if not values:
+            return UNDEFINED
+        key: Callable[[Any], tuple[int, Any]] = order_key
+        return min(values, key=key) if call.name == "MIN" else max(values, key=key)
+
+
+def run(query: Query, docs: Iterable[Any], params: Params) -> list[Any]:
+    """All results of `query` over `docs`, in order, before paging."""
+    ev = Evaluator(query, params)
+    rows = [d for d in docs if query.where is None or ev.eval(query.where, d) is True]
+    top = resolve_count(query.top, params, "TOP")
+    offset = resolve_count(query.offset, params, "OFFSET")
+    limit = resolve_count(query.limit, params, "LIMIT")
+    if has_aggregates(query):
+        ev.compute_aggregates(rows)
+        rows = [None]
+    elif query.order_by:
+        for item in reversed(query.order_by):
+            rows.sort(key=lambda d, e=item.expr: order_key(ev.eval(e, d)),
+                      reverse=item.descending)
+    results = [r for r in (_project(ev, query, row) for row in rows) if r is not UNDEFINED]
+    if query.distinct:
+        seen: set[str] = set()
+        unique = []
+        for r in results:
+            key = json.dumps(r, sort_keys=True)
+            if key not in seen:
+                seen.add(key)
+                unique.append(r)
+        results = unique
+    if offset is not None:
+        results = results[offset:]
+    if limit is not None:
+        results = results[:limit]
+    if top is not None:
+        results = results[:top]
+    return results
+
+
+def _project(ev: Evaluator, query: Query, doc: Any) -> Any:
+    select = query.select
+    if isinstance(select, SelectStar):
+        return doc
+    if isinstance(select, SelectValue):
+        return ev.eval(select.expr, doc)
+    out: dict[str, Any] = {}
+    unnamed = 0
+    for item in select.items:
+        name = item.alias
+        if name is None:
+            if isinstance(item.expr, Member) and isinstance(item.expr.key, str):
+                name = item.expr.key
+            elif isinstance(item.expr, Ref):
+                name = item.expr.name
+            else:
+                unnamed += 1
+                name = f"${unnamed}"
+        value = ev.eval(item.expr, doc)
+        if value is not UNDEFINED:
+            out[name] = value
+    return out
+
+
+def _member(obj: Any, key: str | int) -> Any:
+    if isinstance(key, int):
+        if isinstance(obj, list) and 0 <= key < len(obj):
+            return obj[key]
+        return UNDEFINED
+    if isinstance(obj, dict):
+        return obj.get(key, UNDEFINED)
+    return UNDEFINED
+
+
+def _tidy(value: float | int) -> float | int:
+    """Cosmos numbers are doubles printed without a trailing `.0` when integral."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    return value
+
+
+def _args(name: str, args: list[Any], low: int, high: int | None = None) -> None:
+    high = low if high is None else high
+    if not low <= len(args) <= high:
+        raise bad_request(f"{name} expects {low}..{high} arguments, got {len(args)}.")
+
+
+def _str_fn(name: str, test: Callable[[str, str], bool]) -> Callable[[list[Any]], Any]:
+    def fn(args: list[Any]) -> Any:
+        _args(name, args, 2, 3)
+        text, other = args[0], args[1]
+        if not isinstance(text, str) or not isinstance(other, str):
+            return UNDEFINED
+        if len(args) == 3 and args[2] is True:
+            text, other = text.lower(), other.lower()
+        return test(text, other)
+
+    return fn
+
+
+def _type_fn(name: str, test: Callable[[Any], bool]) -> Callable[[list[Any]], Any]:
+    def fn(args: list[Any]) -> Any:
+        _args(name, args, 1)
+        return test(args[0])
+
+    return fn
+
+
+def _array_length(args: list[Any]) -> Any:
+    _args("ARRAY_LENGTH", args, 1)
+    return len(args[0]) if isinstance(args[0], list) else UNDEFINED
+
+
+def _array_contains(args: list[Any]) -> Any:
+    _args("ARRAY_CONTAINS", args, 2, 3)
+    arr, needle = args[0], args[1]
+    if not isinstance(arr, list):
+        return UNDEFINED
+    partial = len(args) == 3 and args[2] is True
+    for item in arr:
+        if partial and isinstance(item, dict) and isinstance(needle, dict):
+            if all(k in item and equals(item[k], v) is True for k, v in needle.items()):
+                return True
+        elif equals(item, needle) is True:
+            return True
+    return False
+
+
+def _case(name: str, upper: bool) -> Callable[[list[Any]], Any]:
+    def fn(args: list[Any]) -> Any:
+        _args(name, args, 1)
+        if not isinstance(args[0], str):
+            return UNDEFINED
+        return args[0].upper() if upper else args[0].lower()
+
+    return fn
+
+
+def _length(args: list[Any]) -> Any:
+    _args("LENGTH", args, 1)
+    return len(args[0]) if isinstance(args[0], str) else UNDEFINED
+
+
+_FUNCTIONS: dict[str, Callable[[list[Any]], Any]] = {
+    "IS_DEFINED": _type_fn("IS_DEFINED", lambda v: v is not UNDEFINED),
+    "IS_NULL": _type_fn("IS_NULL", lambda v: v is None),
+    "IS_STRING": _type_fn("IS_STRING", lambda v: isinstance(v, str)),
+    "IS_NUMBER": _type_fn("IS_NUMBER", is_number),
+    "IS_BOOL": _type_fn("IS_BOOL", lambda v: isinstance(v, bool)),
+    "IS_ARRAY": _type_fn("IS_ARRAY", lambda v: isinstance(v, list)),
+    "IS_OBJECT": _type_fn("IS_OBJECT", lambda v: isinstance(v, dict)),
+    "IS_PRIMITIVE": _type_fn("IS_PRIMITIVE", lambda v: type_rank(v) in (1, 2, 4, 5)),
+    "STARTSWITH": _str_fn("STARTSWITH", lambda s, p: s.startswith(p)),
+    "ENDSWITH": _str_fn("ENDSWITH", lambda s, p: s.endswith(p)),
+    "CONTAINS": _str_fn("CONTAINS", lambda s, p: p in s),
+    "ARRAY_LENGTH": _array_length,
+    "ARRAY_CONTAINS": _array_contains,
+    "LOWER": _case("LOWER", upper=False),
+    "UPPER": _case("UPPER", upper=True),
+    "LENGTH": _length,
+}

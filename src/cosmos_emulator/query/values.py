@@ -1,0 +1,78 @@
+"""JSON values as Cosmos SQL sees them: `undefined`, type ordering and comparison."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+
+class _Undefined:
+    """A missing property: distinct from JSON null and dropped from projections."""
+
+    _instance: _Undefined | None = None
+
+    def __new__(cls) -> _Undefined:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "undefined"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+UNDEFINED: Final = _Undefined()
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def type_rank(value: Any) -> int:
+    """Cross-type sort order of ORDER BY, the same ranks the SDK merges with."""
+    if value is UNDEFINED:
+        return 0
+    if value is None:
+        return 1
+    if isinstance(value, bool):
+        return 2
+    if is_number(value):
+        return 4
+    if isinstance(value, str):
+        return 5
+    if isinstance(value, list):
+        return 6
+    return 7
+
+
+def same_kind(a: Any, b: Any) -> bool:
+    return type_rank(a) == type_rank(b)
+
+
+def equals(a: Any, b: Any) -> Any:
+    """`=`: undefined when either side is undefined, false across types."""
+    if a is UNDEFINED or b is UNDEFINED:
+        return UNDEFINED
+    if not same_kind(a, b):
+        return False
+    return bool(a == b)
+
+
+def compare(a: Any, b: Any) -> int | None:
+    """`<`, `>` ...: only numbers, strings and booleans of one kind compare (else undefined)."""
+    if a is UNDEFINED or b is UNDEFINED or not same_kind(a, b):
+        return None
+    if a is None:
+        return 0
+    if isinstance(a, bool | str) or is_number(a):
+        return (a > b) - (a < b)
+    return None
+
+
+def order_key(value: Any) -> tuple[int, Any]:
+    """A total order for ORDER BY: by type rank, then by value within scalar types."""
+    rank = type_rank(value)
+    if rank in (2, 4, 5):
+        return (rank, value)
+    return (rank, 0)

@@ -1,0 +1,206 @@
+"""Run the emulator: in a background thread (tests, demo) or in the foreground (CLI)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import tempfile
+import threading
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from .auth import WELL_KNOWN_KEY
+from .faults import FaultInjector, FaultRule
+from .gateway import Gateway
+from .http11 import HttpServer
+from .store import Store
+
+PURGE_INTERVAL_S = 0.5
+FLUSH_INTERVAL_S = 1.0
+
+
+class EmulatorCore:
+    """Everything that runs on the emulator's event loop."""
+
+    def __init__(self, host: str, port: int, https: bool, data_file: str | None,
+                 key: str) -> None:
+        self.host = host
+        self.requested_port = port
+        self.https = https
+        self.data_file = Path(data_file) if data_file else None
+        self.key = key
+        self.store = Store()
+        self.faults = FaultInjector()
+        self.gateway = Gateway(self.store, key, self.faults, "https" if https else "http")
+        self.port = 0
+        self._http: HttpServer | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._flushed_changes = 0
+
+    @property
+    def url(self) -> str:
+        host = self.host if self.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{'https' if self.https else 'http'}://{host}:{self.port}/"
+
+    async def start(self) -> None:
+        if self.data_file is not None and self.data_file.exists():
+            self.store.restore(json.loads(self.data_file.read_text()))
+            self._flushed_changes = self.store.changes
+        ssl_context = None
+        if self.https:
+            from .tls import self_signed_context
+
+            ssl_context = self_signed_context(self.host)
+        self._http = HttpServer(self.gateway.handle, ssl_context)
+        self.port = await self._http.start(self.host, self.requested_port)
+        self.gateway.fallback_host = self.url.split("://", 1)[1].rstrip("/")
+        self._tasks.append(asyncio.create_task(self._purge_loop()))
+        if self.data_file is not None:
+            self._tasks.append(asyncio.create_task(self._flush_loop()))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._http is not None:
+            await self._http.close()
+        self.flush()
+
+    async def _purge_loop(self) -> None:
+        while True:
+            await asyncio.sleep(PURGE_INTERVAL_S)
+            self.store.purge_expired()
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_INTERVAL_S)
+            if self.store.changes != self._flushed_changes:
+                self.flush()
+
+    def flush(self) -> None:
+        if self.data_file is None:
+            return
+        changes = self.store.changes
+        snapshot = self.store.snapshot()
+        self.data_file.parent.mkdir(parents=True, exist_ok=True)
+        # Write-then-rename, so a crash mid-write never leaves a truncated state file.
+        fd, tmp = tempfile.mkstemp(prefix=".cosmos-emulator-", dir=self.data_file.parent)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(snapshot, fh, separators=(",", ":"))
+        os.replace(tmp, self.data_file)
+        self._flushed_changes = changes
+
+
+class RunningCosmosEmulator:
+    """A started emulator on its own thread and event loop; `stop()` (or `with`) ends it."""
+
+    def __init__(self, core: EmulatorCore, loop: asyncio.AbstractEventLoop,
+                 thread: threading.Thread) -> None:
+        self._core = core
+        self._loop = loop
+        self._thread = thread
+        self._stopped = False
+
+    @property
+    def url(self) -> str:
+        return self._core.url
+
+    @property
+    def key(self) -> str:
+        return self._core.key
+
+    @property
+    def port(self) -> int:
+        return self._core.port
+
+    def inject_fault(
+        self,
+        status: int | None = 429,
+        count: int = 1,
+        delay_ms: int = 0,
+        retry_after_ms: int = 10,
+        method: str | None = None,
+        path_contains: str | None = None,
+        operation: str | None = None,
+    ) -> dict[str, Any]:
+        """Make the next `count` matching requests answer `status` (None: only delay)."""
+        rule = self._core.faults.add(FaultRule(
+            status=status, count=count, delay_ms=delay_ms, retry_after_ms=retry_after_ms,
+            method=method, path_contains=path_contains, operation=operation))
+        return rule.describe()
+
+    def clear_faults(self) -> None:
+        self._core.faults.clear()
+
+    def pending_faults(self) -> list[dict[str, Any]]:
+        return self._core.faults.describe()
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        future = asyncio.run_coroutine_threadsafe(self._core.stop(), self._loop)
+        future.result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+    def __enter__(self) -> RunningCosmosEmulator:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+def start_in_background(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    https: bool = False,
+    data_file: str | os.PathLike[str] | None = None,
+    key: str = WELL_KNOWN_KEY,
+) -> RunningCosmosEmulator:
+    core = EmulatorCore(host, port, https, os.fspath(data_file) if data_file else None, key)
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(core.start())
+        except BaseException as exc:  # handed to the caller's thread below
+            failure.append(exc)
+            started.set()
+            loop.close()
+            return
+        started.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.close()
+
+    thread = threading.Thread(target=run, name=f"cosmos-emulator-{port}", daemon=True)
+    thread.start()
+    started.wait(timeout=30)
+    if failure:
+        raise failure[0]
+    return RunningCosmosEmulator(core, loop, thread)
+
+
+async def serve_forever(host: str, port: int, https: bool, data_file: str | None,
+                        key: str, stop: asyncio.Event) -> None:
+    core = EmulatorCore(host, port, https, data_file, key)
+    await core.start()
+    print(f"cosmos-emulator listening on {core.url}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await core.stop()
