@@ -1,0 +1,49 @@
+"""`python -m servicebus_emulator --host 127.0.0.1 --port 5672 --config FILE`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from .config import ConfigError
+from .server import EmulatorServer
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    server = await EmulatorServer.start(args.config, host=args.host, port=args.port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"servicebus-emulator listening on {server.host}:{server.port}", flush=True)
+    await stop.wait()
+    await server.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m servicebus_emulator",
+                                     description="Pure-Python Azure Service Bus emulator")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=5672, help="0 picks a free port")
+    parser.add_argument("--config", default=None,
+                        help="official emulator Config.json (default: one 'orders' queue)")
+    parser.add_argument("--log-level", default="WARNING")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(_serve(args))
+    except ConfigError as exc:
+        print(f"servicebus-emulator: configuration error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except OSError as exc:
+        print(f"servicebus-emulator: cannot listen: {exc}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""The broker: the queues of the namespace and one timer wheel for locks, TTLs and schedules."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlparse
+
+from .config import QueueSettings
+from .queue import Queue
+
+_LOG = logging.getLogger("servicebus_emulator")
+
+DEAD_LETTER_SUFFIX = "/$deadletterqueue"
+MANAGEMENT_SUFFIX = "/$management"
+
+
+def node_path(address: str) -> str:
+    """Entity-relative path of a link address: `amqps://host:port/orders` -> `orders`."""
+    if "://" in address:
+        address = urlparse(address).path
+    return address.strip("/")
+
+
+class Broker:
+    def __init__(self, queues: list[QueueSettings], loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.queues: dict[str, Queue] = {q.name.lower(): Queue(q, self) for q in queues}
+        self._timers: list[tuple[int, int, Callable[..., None], tuple[Any, ...]]] = []
+        self._counter = itertools.count()
+        self._handle: asyncio.TimerHandle | None = None
+        self._handle_when = 0
+
+    @staticmethod
+    def now_ms() -> int:
+        return int(time.time() * 1000)
+
+    def call_at_ms(self, when_ms: int, callback: Callable[..., None], *args: Any) -> None:
+        heapq.heappush(self._timers, (when_ms, next(self._counter), callback, args))
+        if self._handle is None or when_ms < self._handle_when:
+            self._arm(when_ms)
+
+    def _arm(self, when_ms: int) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        self._handle_when = when_ms
+        delay = max(when_ms - self.now_ms(), 0) / 1000.0
+        self._handle = self.loop.call_later(delay, self._fire)
+
+    def _fire(self) -> None:
+        self._handle = None
+        timers = self._timers
+        now = self.now_ms()
+        while timers and timers[0][0] <= now:
+            _, _, callback, args = heapq.heappop(timers)
+            try:
+                callback(*args)
+            except Exception:  # a bug in one timer must not stop the others
+                _LOG.exception("timer callback failed")
+        if timers:
+            self._arm(timers[0][0])
+
+    def resolve(self, path: str) -> Queue | None:
+        """The queue or dead-letter sub-queue a path names (case-insensitive like Service Bus)."""
+        lowered = path.lower()
+        if lowered.endswith(DEAD_LETTER_SUFFIX):
+            queue = self.queues.get(lowered[: -len(DEAD_LETTER_SUFFIX)])
+            return queue.dead_letter if queue else None
+        return self.queues.get(lowered)
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None

@@ -1,0 +1,728 @@
+"""One client connection: SASL, AMQP framing, sessions and links, on an asyncio Protocol.
+
+Frames are parsed and handled synchronously in `data_received`; replies are buffered and
+written once per event-loop turn, so a burst of frames costs one socket write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import struct
+import uuid
+from collections import deque
+from typing import Any
+
+from . import frames as F
+from .broker import MANAGEMENT_SUFFIX, Broker, node_path
+from .codec import Array, DecodeError, Described, Symbol, UByte, UInt, ULong, UShort, encode_value
+from .management import Request, cbs_reply, encode_reply, execute, normalise, \
+    reply_application_properties  # fmt: skip
+from .message import BATCH_FORMAT, DATA, ParsedMessage, StoredMessage, parse_message
+from .queue import LockLostError, Queue
+
+_LOG = logging.getLogger("servicebus_emulator")
+
+MAX_FRAME_SIZE = 65536  # what Service Bus advertises; larger messages arrive in several frames
+MAX_MESSAGE_SIZE = 262144  # Standard tier and the official emulator: 256 KB
+CHANNEL_MAX = 4999
+INBOUND_CREDIT = 1000
+_WINDOW = 2**31 - 1
+_frame_head = struct.Struct(">IBBH")
+_u32 = struct.Struct(">I").unpack_from
+
+_ACCEPTED = F.outcome(F.ACCEPTED)
+_RELEASED = F.outcome(F.RELEASED)
+_ACCEPTED_DISPOSITION_TAIL = bytes()  # filled lazily per channel
+
+
+class ProtocolError(Exception):
+    def __init__(self, condition: str, description: str) -> None:
+        super().__init__(description)
+        self.condition = condition
+        self.description = description
+
+
+def _address(terminus: Any) -> str | None:
+    if isinstance(terminus, Described) and isinstance(terminus.value, list) and terminus.value:
+        address = terminus.value[0]
+        if isinstance(address, bytes):
+            return address.decode("utf-8", "replace")
+        return address if isinstance(address, str) else None
+    return None
+
+
+class Link:
+    __slots__ = ("address", "handle", "kind", "name", "path", "queue", "rcv_settle_mode",
+                 "session", "snd_settle_mode")  # fmt: skip
+
+    def __init__(self, session: Session, name: str, handle: int, address: str) -> None:
+        self.session = session
+        self.name = name
+        self.handle = handle
+        self.address = address
+        self.path = node_path(address)
+        self.queue: Queue | None = None
+        self.kind = "entity"
+        self.snd_settle_mode = 0
+        self.rcv_settle_mode = 0
+
+
+class InboundLink(Link):
+    """The client sends on it: messages for a queue, CBS or management requests."""
+
+    __slots__ = ("credit", "delivery_count", "oversize", "partial", "partial_format",
+                 "partial_id", "partial_settled")  # fmt: skip
+
+    def __init__(self, session: Session, name: str, handle: int, address: str) -> None:
+        super().__init__(session, name, handle, address)
+        self.credit = 0
+        self.delivery_count = 0
+        self.partial: bytearray | None = None
+        self.partial_id = 0
+        self.partial_settled = False
+        self.partial_format = 0
+        self.oversize = False
+
+
+class OutboundLink(Link):
+    """The client receives on it: queue deliveries, or CBS / management replies."""
+
+    __slots__ = ("credit", "delivery_count", "drain", "pending", "waiting")
+
+    def __init__(self, session: Session, name: str, handle: int, address: str) -> None:
+        super().__init__(session, name, handle, address)
+        self.credit = 0
+        self.delivery_count = 0
+        self.waiting = False
+        self.drain = False
+        self.pending: deque[bytes] = deque()
+
+    # Consumer protocol used by Queue.pump
+    def can_take(self) -> bool:
+        session = self.session
+        return self.credit > 0 and session.remote_incoming_window > 0 and session.alive
+
+    def take(self, queue: Queue, msg: StoredMessage) -> None:
+        session = self.session
+        delivery_id = session.next_delivery_id
+        session.next_delivery_id = (delivery_id + 1) & 0xFFFFFFFF
+        if self.snd_settle_mode == 1:  # ReceiveAndDelete: the message is gone once sent
+            queue.take_deleting(msg)
+            payload = msg.encode(lock=False)
+            tag = uuid.uuid4().bytes_le
+            settled = True
+        else:
+            token = queue.lock(msg, self)
+            payload = msg.encode(lock=True)
+            tag = token.bytes_le
+            settled = False
+            session.unsettled[delivery_id] = (queue, token)
+        self.credit -= 1
+        self.delivery_count = (self.delivery_count + 1) & 0xFFFFFFFF
+        session.send_transfer(self.handle, delivery_id, tag, settled, payload)
+
+    def send_reply(self, payload: bytes) -> None:
+        self.pending.append(payload)
+        self.flush_replies()
+
+    def flush_replies(self) -> None:
+        session = self.session
+        while self.pending and self.credit > 0 and session.alive:
+            payload = self.pending.popleft()
+            delivery_id = session.next_delivery_id
+            session.next_delivery_id = (delivery_id + 1) & 0xFFFFFFFF
+            self.credit -= 1
+            self.delivery_count = (self.delivery_count + 1) & 0xFFFFFFFF
+            session.send_transfer(self.handle, delivery_id, struct.pack(">I", delivery_id),
+                                  True, payload)  # fmt: skip
+
+
+class Session:
+    __slots__ = ("alive", "channel", "connection", "inbound", "next_delivery_id",
+                 "next_incoming_id", "next_outgoing_id", "outbound", "remote_channel",
+                 "remote_incoming_window", "unsettled")  # fmt: skip
+
+    def __init__(self, connection: AmqpConnection, channel: int, remote_channel: int,
+                 next_incoming_id: int, remote_incoming_window: int) -> None:  # fmt: skip
+        self.connection = connection
+        self.channel = channel
+        self.remote_channel = remote_channel
+        self.alive = True
+        self.next_incoming_id = next_incoming_id
+        self.next_outgoing_id = 1
+        self.next_delivery_id = 0
+        self.remote_incoming_window = remote_incoming_window
+        self.inbound: dict[int, InboundLink] = {}
+        self.outbound: dict[int, OutboundLink] = {}
+        # delivery id -> (queue, lock token) for PeekLock deliveries not yet settled
+        self.unsettled: dict[int, tuple[Queue, uuid.UUID]] = {}
+
+    def send_transfer(self, handle: int, delivery_id: int, tag: bytes, settled: bool,
+                      payload: bytes) -> None:  # fmt: skip
+        conn = self.connection
+        fields = [UInt(handle), UInt(delivery_id), tag, UInt(0), settled]
+        body = F.described_list(F.TRANSFER, fields)
+        room = conn.remote_max_frame_size - 8 - len(body) - 2  # 2: the `more` flag
+        if len(payload) <= room + 2:
+            conn.write(_frame_head.pack(8 + len(body) + len(payload), 2, 0, self.channel)
+                       + body + payload)  # fmt: skip
+            self.next_outgoing_id += 1
+            self.remote_incoming_window -= 1
+            return
+        more_body = F.described_list(F.TRANSFER, [*fields, True])
+        last_body = F.described_list(F.TRANSFER, [*fields, False])
+        room = max(conn.remote_max_frame_size - 8 - len(more_body), 1)
+        for start in range(0, len(payload), room):
+            chunk = payload[start : start + room]
+            head = last_body if start + room >= len(payload) else more_body
+            conn.write(_frame_head.pack(8 + len(head) + len(chunk), 2, 0, self.channel)
+                       + head + chunk)  # fmt: skip
+            self.next_outgoing_id += 1
+            self.remote_incoming_window -= 1
+
+    def flow(self, link: InboundLink | OutboundLink | None = None, *, echo: bool = False
+             ) -> None:  # fmt: skip
+        fields: list[Any] = [UInt(self.next_incoming_id), UInt(_WINDOW),
+                             UInt(self.next_outgoing_id), UInt(_WINDOW)]  # fmt: skip
+        if link is not None:
+            fields += [UInt(link.handle), UInt(link.delivery_count), UInt(max(link.credit, 0))]
+            if isinstance(link, OutboundLink):
+                fields += [None, link.drain, echo]
+        self.connection.send(self.channel, F.FLOW, fields)
+
+
+class AmqpConnection(asyncio.Protocol):
+    def __init__(self, broker: Broker, connections: set[AmqpConnection]) -> None:
+        self.broker = broker
+        self._connections = connections
+        self.transport: asyncio.Transport | None = None
+        self._buf = bytearray()
+        self._wbuf: list[bytes] = []
+        self._phase = "header"  # header -> sasl -> header -> open -> amqp -> closed
+        self._sasl_done = False
+        self.remote_max_frame_size = 512
+        self.sessions: dict[int, Session] = {}
+        self._reply_links: dict[str, OutboundLink] = {}
+        self._idle_handle: asyncio.TimerHandle | None = None
+        self._heartbeat_interval = 0.0
+        self._wrote_since_beat = False
+        self.peer = "?"
+
+    # ------------------------------------------------------------------ transport
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self._connections.add(self)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        self.peer = str(transport.get_extra_info("peername"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._phase = "closed"
+        self._connections.discard(self)
+        if self._idle_handle is not None:
+            self._idle_handle.cancel()
+        for session in list(self.sessions.values()):
+            self._drop_session(session)
+        self.sessions.clear()
+        # Unsettled PeekLock deliveries keep their locks until they expire, as in Service Bus;
+        # a half-received transfer was never accepted, so dropping it loses nothing.
+
+    def write(self, data: bytes) -> None:
+        if not self._wbuf:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._wbuf.append(data)
+
+    def _flush(self) -> None:
+        if self._wbuf and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(self._wbuf))
+            self._wrote_since_beat = True
+        self._wbuf.clear()
+
+    def send(self, channel: int, code: int, fields: list[Any], frame_type: int = F.FRAME_AMQP
+             ) -> None:  # fmt: skip
+        body = F.described_list(code, fields)
+        self.write(_frame_head.pack(8 + len(body), 2, frame_type, channel) + body)
+
+    def close_with_error(self, condition: str, description: str) -> None:
+        if self._phase == "closed" or self.transport is None:
+            return
+        _LOG.info("closing connection %s: %s %s", self.peer, condition, description)
+        if self._phase == "amqp":
+            self.send(0, F.CLOSE, [F.error_value(condition, description)])
+        self._phase = "closed"
+        self._flush()
+        self.transport.close()
+
+    # ------------------------------------------------------------------ input
+
+    def data_received(self, data: bytes) -> None:
+        if self._phase == "closed":
+            return
+        self._buf += data
+        try:
+            self._process()
+        except ProtocolError as exc:
+            self.close_with_error(exc.condition, exc.description)
+        except DecodeError as exc:
+            self.close_with_error("amqp:decode-error", str(exc))
+        except Exception as exc:  # a bug must cost one connection, never the broker
+            _LOG.exception("internal error on connection %s", self.peer)
+            self.close_with_error("amqp:internal-error", f"emulator error: {exc!r}")
+
+    def _process(self) -> None:
+        buf = self._buf
+        pos = 0
+        try:
+            while self._phase != "closed":
+                available = len(buf) - pos
+                if self._phase == "header":
+                    if available < 8:
+                        break
+                    self._on_protocol_header(bytes(buf[pos : pos + 8]))
+                    pos += 8
+                    continue
+                if available < 8:
+                    break
+                size = _u32(buf, pos)[0]
+                if size < 8 or size > MAX_FRAME_SIZE:
+                    raise ProtocolError("amqp:connection:framing-error", f"bad frame size {size}")
+                if available < size:
+                    break
+                doff = buf[pos + 4]
+                frame_type = buf[pos + 5]
+                channel = (buf[pos + 6] << 8) | buf[pos + 7]
+                if doff < 2 or doff * 4 > size:
+                    raise ProtocolError("amqp:connection:framing-error", "bad data offset")
+                body = bytes(buf[pos + doff * 4 : pos + size])
+                pos += size
+                if not body:
+                    continue  # heartbeat
+                self._on_frame(frame_type, channel, body)
+        finally:
+            del buf[:pos]
+
+    def _on_protocol_header(self, header: bytes) -> None:
+        if header == F.SASL_HEADER and not self._sasl_done:
+            self.write(F.SASL_HEADER)
+            self.send(0, F.SASL_MECHANISMS,
+                      [Array("symbol", ["ANONYMOUS", "PLAIN", "MSSBCBS"])], F.FRAME_SASL)  # fmt: skip
+            self._phase = "sasl"
+        elif header == F.AMQP_HEADER:
+            self.write(F.AMQP_HEADER)
+            self._phase = "open"
+        else:
+            # The spec's answer to an unsupported header: ours, then close.
+            self.write(F.AMQP_HEADER)
+            self._phase = "closed"
+            self._flush()
+            if self.transport is not None:
+                self.transport.close()
+
+    def _on_frame(self, frame_type: int, channel: int, body: bytes) -> None:
+        code, fields, end = F.decode_performative(body)
+        if self._phase == "sasl":
+            if frame_type != F.FRAME_SASL:
+                raise ProtocolError("amqp:connection:framing-error", "expected a SASL frame")
+            if code == F.SASL_INIT:
+                # Any mechanism and credentials are accepted, like the official emulator.
+                self.send(0, F.SASL_OUTCOME, [UInt(0)], F.FRAME_SASL)
+                self._sasl_done = True
+                self._phase = "header"
+                return
+            raise ProtocolError("amqp:not-allowed", f"unexpected SASL frame 0x{code:02x}")
+        if frame_type != F.FRAME_AMQP:
+            raise ProtocolError("amqp:connection:framing-error", "unexpected frame type")
+        if self._phase == "open":
+            if code != F.OPEN:
+                raise ProtocolError("amqp:not-allowed", "the first frame must be open")
+            self._on_open(fields)
+            return
+        handler = _HANDLERS.get(code)
+        if handler is None:
+            raise ProtocolError("amqp:not-implemented", f"unknown performative 0x{code:02x}")
+        if code == F.BEGIN or code == F.CLOSE:
+            handler(self, channel, fields, body, end)
+            return
+        session = self.sessions.get(channel)
+        if session is None:
+            raise ProtocolError("amqp:session:unattached-handle" if code != F.END else
+                                "amqp:not-allowed", f"channel {channel} has no session")  # fmt: skip
+        handler(self, session, fields, body, end)
+
+    # ------------------------------------------------------------------ connection level
+
+    def _on_open(self, fields: list[Any]) -> None:
+        self.remote_max_frame_size = max(min(F.field(fields, 2, 2**32 - 1), 2**32 - 1), 512)
+        idle_ms = F.field(fields, 4, 0)
+        hostname = F.field(fields, 1)
+        self.send(0, F.OPEN, ["servicebus-emulator", hostname, UInt(MAX_FRAME_SIZE),
+                              UShort(CHANNEL_MAX)])  # fmt: skip
+        self._phase = "amqp"
+        if isinstance(idle_ms, int) and idle_ms > 0:
+            # The peer closes after idle_ms of silence: keep it alive at half that period.
+            self._heartbeat_interval = max(idle_ms / 2000.0, 0.05)
+            self._schedule_heartbeat()
+
+    def _schedule_heartbeat(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._idle_handle = loop.call_later(self._heartbeat_interval, self._heartbeat)
+
+    def _heartbeat(self) -> None:
+        if self._phase == "closed":
+            return
+        if not self._wrote_since_beat:
+            self.write(F.EMPTY_FRAME)
+        self._wrote_since_beat = False
+        self._schedule_heartbeat()
+
+    def _on_close(self, channel: int, fields: list[Any], body: bytes, end: int) -> None:
+        self.send(0, F.CLOSE, [])
+        self._phase = "closed"
+        self._flush()
+        if self.transport is not None:
+            self.transport.close()
+
+    def _on_begin(self, channel: int, fields: list[Any], body: bytes, end: int) -> None:
+        if channel in self.sessions:
+            raise ProtocolError("amqp:not-allowed", f"channel {channel} already has a session")
+        if channel > CHANNEL_MAX:
+            raise ProtocolError("amqp:not-allowed", "channel-max exceeded")
+        session = Session(self, channel, channel, F.field(fields, 1, 0), F.field(fields, 2, 0))
+        self.sessions[channel] = session
+        self.send(channel, F.BEGIN, [UShort(channel), UInt(session.next_outgoing_id),
+                                     UInt(_WINDOW), UInt(_WINDOW), UInt(2**32 - 1)])  # fmt: skip
+
+    def _on_end(self, session: Session, fields: list[Any], body: bytes, end: int) -> None:
+        self._drop_session(session)
+        del self.sessions[session.channel]
+        self.send(session.channel, F.END, [])
+
+    def _drop_session(self, session: Session) -> None:
+        session.alive = False
+        for link in session.outbound.values():
+            self._forget_outbound(link)
+        session.inbound.clear()
+        session.outbound.clear()
+
+    def _forget_outbound(self, link: OutboundLink) -> None:
+        if link.queue is not None:
+            link.queue.remove_consumer(link)
+        if self._reply_links.get(link.path.lower()) is link:
+            del self._reply_links[link.path.lower()]
+
+    # ------------------------------------------------------------------ links
+
+    def _on_attach(self, session: Session, fields: list[Any], body: bytes, end: int) -> None:
+        name = F.field(fields, 0, "")
+        handle = F.field(fields, 1)
+        client_is_receiver = bool(F.field(fields, 2, False))
+        source = F.field(fields, 5)
+        target = F.field(fields, 6)
+        if not isinstance(handle, int):
+            raise ProtocolError("amqp:invalid-field", "attach without a handle")
+        if handle in session.inbound or handle in session.outbound:
+            raise ProtocolError("amqp:session:handle-in-use", f"handle {handle} is in use")
+        address = _address(source if client_is_receiver else target) or ""
+        link: InboundLink | OutboundLink
+        if client_is_receiver:
+            link = OutboundLink(session, str(name), handle, address)
+        else:
+            link = InboundLink(session, str(name), handle, address)
+        link.snd_settle_mode = F.field(fields, 3, 2)
+        link.rcv_settle_mode = F.field(fields, 4, 0)
+        error = self._bind(link)
+        reply: list[Any] = [name, UInt(handle), not client_is_receiver, UByte(
+            link.snd_settle_mode), UByte(link.rcv_settle_mode), source, target]
+        if client_is_receiver:
+            reply += [None, None, UInt(0), ULong(MAX_MESSAGE_SIZE)]
+        else:
+            reply += [None, None, None, ULong(MAX_MESSAGE_SIZE)]
+        self.send(session.channel, F.ATTACH, reply)
+        if error is not None:
+            self.send(session.channel, F.DETACH, [UInt(handle), True,
+                                                   F.error_value(*error)])  # fmt: skip
+            return
+        if isinstance(link, OutboundLink):
+            session.outbound[handle] = link
+            if link.kind == "reply":
+                self._reply_links[link.path.lower()] = link
+        else:
+            session.inbound[handle] = link
+            link.credit = INBOUND_CREDIT
+            session.flow(link)
+
+    def _bind(self, link: InboundLink | OutboundLink) -> tuple[str, str] | None:
+        """Resolve the link's node; an (condition, description) error when it cannot exist."""
+        path = link.path
+        lowered = path.lower()
+        if lowered == "$cbs":
+            link.kind = "cbs" if isinstance(link, InboundLink) else "reply"
+            return None
+        if lowered.endswith(MANAGEMENT_SUFFIX):
+            link.queue = self.broker.resolve(path[: -len(MANAGEMENT_SUFFIX)])
+            link.kind = "mgmt" if isinstance(link, InboundLink) else "reply"
+            if link.queue is None:
+                return ("amqp:not-found", f"The messaging entity '{path}' could not be found.")
+            return None
+        if "$" in lowered.replace("/$deadletterqueue", ""):
+            return ("amqp:not-implemented", f"The node '{path}' is not supported by this "
+                    "emulator (sessions, topics and transfer queues are not).")  # fmt: skip
+        link.queue = self.broker.resolve(path)
+        if link.queue is None:
+            return ("amqp:not-found", f"The messaging entity '{path}' could not be found.")
+        if isinstance(link, InboundLink) and link.queue.parent is not None:
+            return ("amqp:not-allowed", "Cannot send to a dead-letter queue.")
+        return None
+
+    def _on_detach(self, session: Session, fields: list[Any], body: bytes, end: int) -> None:
+        handle = F.field(fields, 0)
+        closed = F.field(fields, 1, False)
+        inbound = session.inbound.pop(handle, None)
+        outbound = session.outbound.pop(handle, None)
+        if outbound is not None:
+            self._forget_outbound(outbound)
+        if inbound is None and outbound is None:
+            return  # already detached by us (e.g. entity not found)
+        self.send(session.channel, F.DETACH, [UInt(handle), closed])
+
+    def _on_flow(self, session: Session, fields: list[Any], body: bytes, end: int) -> None:
+        next_incoming = F.field(fields, 0)
+        window = F.field(fields, 1, 0)
+        base = next_incoming if next_incoming is not None else 1
+        session.remote_incoming_window = base + window - session.next_outgoing_id
+        handle = F.field(fields, 4)
+        if handle is None:
+            for link in list(session.outbound.values()):
+                self._kick(link)
+            return
+        outbound = session.outbound.get(handle)
+        if outbound is None:
+            if handle in session.inbound:
+                if F.field(fields, 9, False):
+                    session.flow(session.inbound[handle])
+                return
+            raise ProtocolError("amqp:session:unattached-handle", f"unknown handle {handle}")
+        delivery_count = F.field(fields, 5, 0)
+        credit = F.field(fields, 6, 0)
+        outbound.credit = (delivery_count + credit - outbound.delivery_count) & 0xFFFFFFFF
+        if outbound.credit > 0x7FFFFFFF:  # peer's delivery count ahead of ours: treat as none
+            outbound.credit = 0
+        outbound.drain = bool(F.field(fields, 8, False))
+        self._kick(outbound)
+        if outbound.drain and outbound.credit > 0:
+            # Nothing more to send: drain consumes the remaining credit.
+            outbound.delivery_count = (outbound.delivery_count + outbound.credit) & 0xFFFFFFFF
+            outbound.credit = 0
+            session.flow(outbound)
+        elif F.field(fields, 9, False) or outbound.drain:
+            session.flow(outbound, echo=False)
+
+    def _kick(self, link: OutboundLink) -> None:
+        if link.kind == "reply":
+            link.flush_replies()
+        elif link.queue is not None and link.can_take():
+            link.queue.add_consumer(link)
+
+    # ------------------------------------------------------------------ transfers
+
+    def _on_transfer(self, session: Session, fields: list[Any], body: bytes, end: int) -> None:
+        session.next_incoming_id = (session.next_incoming_id + 1) & 0xFFFFFFFF
+        handle = F.field(fields, 0)
+        link = session.inbound.get(handle)
+        if link is None:
+            raise ProtocolError("amqp:session:unattached-handle",
+                                f"transfer on unattached handle {handle}")  # fmt: skip
+        more = bool(F.field(fields, 5, False))
+        aborted = bool(F.field(fields, 9, False))
+        if link.partial is None:
+            delivery_id = F.field(fields, 1)
+            if delivery_id is None:
+                raise ProtocolError("amqp:invalid-field", "first transfer frame needs delivery-id")
+            link.partial_id = delivery_id
+            link.partial_settled = bool(F.field(fields, 4, False))
+            link.partial_format = F.field(fields, 3, 0)
+            link.oversize = False
+            if not more and not aborted:
+                self._complete_transfer(link, body[end:])
+                return
+            link.partial = bytearray()
+        if aborted:
+            link.partial = None
+            return
+        if not link.oversize:
+            link.partial += memoryview(body)[end:]
+            if len(link.partial) > MAX_MESSAGE_SIZE:
+                link.oversize = True  # keep reading the frames, refuse at the end
+                link.partial = bytearray()
+        if not more:
+            payload = bytes(link.partial)
+            link.partial = None
+            self._complete_transfer(link, payload)
+
+    def _complete_transfer(self, link: InboundLink, payload: bytes) -> None:
+        link.delivery_count = (link.delivery_count + 1) & 0xFFFFFFFF
+        link.credit -= 1
+        session = link.session
+        if link.credit < INBOUND_CREDIT // 2:
+            link.credit = INBOUND_CREDIT
+            session.flow(link)
+        if link.oversize or len(payload) > MAX_MESSAGE_SIZE:
+            state = F.outcome(F.REJECTED, [F.error_value(
+                "amqp:link:message-size-exceeded",
+                f"The received message exceeds the limit of {MAX_MESSAGE_SIZE} bytes.")])
+        elif link.kind == "entity":
+            state = self._enqueue(link, payload)
+        else:
+            state = self._request(link, payload)
+        if not link.partial_settled:
+            self.send(session.channel, F.DISPOSITION,
+                      [True, UInt(link.partial_id), None, True, state])  # fmt: skip
+
+    def _enqueue(self, link: InboundLink, payload: bytes) -> Described:
+        queue = link.queue
+        assert queue is not None
+        try:
+            if link.partial_format == BATCH_FORMAT:
+                parsed_all = [parse_message(inner) for inner in _batch_parts(payload)]
+            else:
+                parsed_all = [parse_message(payload)]
+        except DecodeError as exc:
+            return F.outcome(F.REJECTED, [F.error_value("amqp:decode-error",
+                                                        f"malformed message: {exc}")])  # fmt: skip
+        for parsed in parsed_all:
+            queue.send(parsed)  # duplicates are acknowledged and dropped, as in Service Bus
+        return _ACCEPTED
+
+    def _request(self, link: InboundLink, payload: bytes) -> Described:
+        try:
+            request = Request(payload)
+        except DecodeError as exc:
+            return F.outcome(F.REJECTED, [F.error_value("amqp:decode-error", str(exc))])
+        if link.kind == "cbs":
+            app = cbs_reply()
+            body: Any = None
+        else:
+            reply = execute(link.queue, request)
+            app = reply_application_properties(reply)
+            body = reply.body
+        reply_link = self._reply_links.get((request.reply_to and node_path(request.reply_to)
+                                            or link.path).lower())  # fmt: skip
+        if reply_link is None:
+            reply_link = self._reply_links.get(link.path.lower())
+        if reply_link is None:
+            return F.outcome(F.REJECTED, [F.error_value("amqp:precondition-failed",
+                                                        "no reply link is attached")])  # fmt: skip
+        reply_link.send_reply(encode_reply(request.message_id, app, body))
+        return _ACCEPTED
+
+    # ------------------------------------------------------------------ settlement
+
+    def _on_disposition(self, session: Session, fields: list[Any], body: bytes, end: int
+                        ) -> None:  # fmt: skip
+        if not F.field(fields, 0, False):
+            return  # from a sender: our dispositions for its transfers are already settled
+        first = F.field(fields, 1)
+        if not isinstance(first, int):
+            raise ProtocolError("amqp:invalid-field", "disposition without first")
+        last = F.field(fields, 2, first)
+        settled = bool(F.field(fields, 3, False))
+        state = F.field(fields, 4)
+        code = F.described_code(state)
+        if code in (-1, F.RECEIVED):
+            return  # not a terminal outcome
+        unsettled = session.unsettled
+        if last - first < len(unsettled):
+            ids = [i for i in range(first, last + 1) if i in unsettled]
+        else:
+            ids = [i for i in unsettled if first <= i <= last]
+        missing = [] if settled else [i for i in range(first, min(last, first + 64) + 1)
+                                      if i not in unsettled]  # fmt: skip
+        for delivery_id in ids:
+            queue, token = unsettled.pop(delivery_id)
+            reply = self._settle(queue, token, code, state)
+            if not settled:
+                self.send(session.channel, F.DISPOSITION,
+                          [False, UInt(delivery_id), None, True, reply])  # fmt: skip
+        for delivery_id in missing:
+            self.send(session.channel, F.DISPOSITION, [False, UInt(delivery_id), None, True,
+                                                       _lock_lost("The lock supplied is invalid.")])
+
+    def _settle(self, queue: Queue, token: uuid.UUID, code: int, state: Any) -> Described:
+        values = state.value if isinstance(state.value, list) else []
+        try:
+            if code == F.ACCEPTED:
+                queue.complete(token)
+                return _ACCEPTED
+            if code == F.RELEASED:
+                queue.release(token)
+                return _RELEASED
+            if code == F.MODIFIED:
+                failed = bool(F.field(values, 0, False))
+                undeliverable = bool(F.field(values, 1, False))
+                props = normalise(F.field(values, 2)) or None
+                if undeliverable:
+                    queue.defer(token, props)
+                elif failed:
+                    queue.abandon(token, props)
+                else:
+                    queue.release(token)
+                return F.outcome(F.MODIFIED, [failed, undeliverable])
+            if code == F.REJECTED:
+                error = F.field(values, 0)
+                error_fields = error.value if isinstance(error, Described) else []
+                info = normalise(F.field(error_fields, 2))
+                reason = info.pop("DeadLetterReason", None)
+                description = info.pop("DeadLetterErrorDescription", None)
+                queue.dead_letter_locked(
+                    token,
+                    None if reason is None else str(reason),
+                    None if description is None else str(description),
+                    info or None,
+                )
+                return F.outcome(F.REJECTED, [])
+        except LockLostError as exc:
+            return _lock_lost(str(exc))
+        return _lock_lost("unsupported outcome")
+
+
+def _lock_lost(description: str) -> Described:
+    return F.outcome(F.REJECTED, [F.error_value("com.microsoft:message-lock-lost", description)])
+
+
+def _batch_parts(payload: bytes) -> list[bytes]:
+    """The inner messages of a batch: one encoded message per data section."""
+    parsed: ParsedMessage = parse_message(payload)
+    out: list[bytes] = []
+    pos = 0
+    raw = parsed.body_raw
+    from .codec import decode_value
+
+    while pos < len(raw):
+        section, pos = decode_value(raw, pos)
+        if isinstance(section, Described) and section.descriptor == DATA:
+            if not isinstance(section.value, bytes):
+                raise DecodeError("batch data section is not binary")
+            out.append(section.value)
+    return out
+
+
+_HANDLERS: dict[int, Any] = {
+    F.BEGIN: AmqpConnection._on_begin,
+    F.CLOSE: AmqpConnection._on_close,
+    F.END: AmqpConnection._on_end,
+    F.ATTACH: AmqpConnection._on_attach,
+    F.DETACH: AmqpConnection._on_detach,
+    F.FLOW: AmqpConnection._on_flow,
+    F.TRANSFER: AmqpConnection._on_transfer,
+    F.DISPOSITION: AmqpConnection._on_disposition,
+}
+
+__all__ = ["AmqpConnection", "Symbol", "encode_value"]

@@ -1,0 +1,115 @@
+"""AMQP 1.0 framing: performative codes, frame headers and performative encoding."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from .codec import (
+    DecodeError,
+    Described,
+    Symbol,
+    ULong,
+    compound_span,
+    decode_value,
+    encode_value,
+)
+
+AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
+SASL_HEADER = b"AMQP\x03\x01\x00\x00"
+
+FRAME_AMQP = 0
+FRAME_SASL = 1
+
+OPEN, BEGIN, ATTACH, FLOW, TRANSFER, DISPOSITION, DETACH, END, CLOSE = range(0x10, 0x19)
+ERROR = 0x1D
+RECEIVED, ACCEPTED, REJECTED, RELEASED, MODIFIED = range(0x23, 0x28)
+SOURCE, TARGET = 0x28, 0x29
+SASL_MECHANISMS, SASL_INIT, SASL_CHALLENGE, SASL_RESPONSE, SASL_OUTCOME = range(0x40, 0x45)
+
+# Peers may describe a type by symbol instead of by code; normalise to the code.
+_SYMBOLIC = {
+    "amqp:open:list": OPEN, "amqp:begin:list": BEGIN, "amqp:attach:list": ATTACH,
+    "amqp:flow:list": FLOW, "amqp:transfer:list": TRANSFER,
+    "amqp:disposition:list": DISPOSITION, "amqp:detach:list": DETACH, "amqp:end:list": END,
+    "amqp:close:list": CLOSE, "amqp:error:list": ERROR, "amqp:received:list": RECEIVED,
+    "amqp:accepted:list": ACCEPTED, "amqp:rejected:list": REJECTED,
+    "amqp:released:list": RELEASED, "amqp:modified:list": MODIFIED,
+    "amqp:source:list": SOURCE, "amqp:target:list": TARGET,
+    "amqp:sasl-mechanisms:list": SASL_MECHANISMS, "amqp:sasl-init:list": SASL_INIT,
+    "amqp:sasl-response:list": SASL_RESPONSE, "amqp:sasl-outcome:list": SASL_OUTCOME,
+}  # fmt: skip
+
+_frame_head = struct.Struct(">IBBH")
+EMPTY_FRAME = _frame_head.pack(8, 2, FRAME_AMQP, 0)
+
+
+def descriptor_code(descriptor: Any) -> int:
+    if isinstance(descriptor, int):
+        return descriptor
+    if isinstance(descriptor, str):
+        return _SYMBOLIC.get(descriptor, -1)
+    return -1
+
+
+def described_code(value: Any) -> int:
+    """The numeric code of a described list (outcome, source, error), or -1."""
+    if isinstance(value, Described):
+        return descriptor_code(value.descriptor)
+    return -1
+
+
+def decode_performative(body: bytes) -> tuple[int, list[Any], int]:
+    """Decode the performative at the start of a frame body.
+
+    Returns (code, fields, end position); the bytes after `end` are a transfer's payload.
+    """
+    if not body or body[0] != 0x00:
+        raise DecodeError("frame body is not a described performative")
+    descriptor, pos = decode_value(body, 1)
+    code = descriptor_code(descriptor)
+    compound_span(body, pos)  # must be a list (or list0)
+    fields, end = decode_value(body, pos)
+    if not isinstance(fields, list):
+        raise DecodeError("performative body is not a list")
+    return code, fields, end
+
+
+def field(fields: list[Any], index: int, default: Any = None) -> Any:
+    """Field `index` of a performative list; absent trailing fields read as `default`."""
+    if index < len(fields):
+        value = fields[index]
+        return default if value is None else value
+    return default
+
+
+def described_list(code: int, fields: list[Any]) -> bytes:
+    """Encode `fields` as a described list with a small-ulong descriptor, trailing nulls dropped."""
+    end = len(fields)
+    while end and fields[end - 1] is None:
+        end -= 1
+    out = bytearray((0x00, 0x53, code))
+    encode_value(out, list(fields[:end]))
+    return bytes(out)
+
+
+def frame(channel: int, body: bytes, frame_type: int = FRAME_AMQP) -> bytes:
+    return _frame_head.pack(8 + len(body), 2, frame_type, channel) + body
+
+
+def performative_frame(channel: int, code: int, fields: list[Any], payload: bytes = b"") -> bytes:
+    body = described_list(code, fields)
+    return _frame_head.pack(8 + len(body) + len(payload), 2, FRAME_AMQP, channel) + body + payload
+
+
+def error_value(condition: str, description: str | None = None, info: Any = None) -> Described:
+    """An AMQP `error` (condition, description, info), trailing nulls dropped."""
+    fields: list[Any] = [Symbol(condition), description, info]
+    while fields[-1] is None:
+        fields.pop()
+    return Described(ULong(ERROR), fields)
+
+
+def outcome(code: int, fields: list[Any] | None = None) -> Described:
+    """A delivery state such as accepted or rejected."""
+    return Described(ULong(code), fields or [])

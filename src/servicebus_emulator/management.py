@@ -1,0 +1,235 @@
+"""`$management` request/response operations, answered the way Service Bus answers them."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from .codec import Array, DecodeError, Described, Int, Symbol, Timestamp, UInt, encode_value
+from .message import VALUE, parse_message
+from .queue import LockLostError, MessageNotFoundError, Queue
+
+_LOG = logging.getLogger("servicebus_emulator")
+
+LOCK_LOST = "com.microsoft:message-lock-lost"
+NOT_FOUND = "com.microsoft:message-not-found"
+ARGUMENT_ERROR = "com.microsoft:argument-error"
+NOT_IMPLEMENTED = "amqp:not-implemented"
+ENTITY_NOT_FOUND = "amqp:not-found"
+
+
+class Reply:
+    """A management response: status, optional error condition and an amqp-value body."""
+
+    __slots__ = ("body", "condition", "description", "status")
+
+    def __init__(self, status: int, body: Any = None, condition: str | None = None,
+                 description: str | None = None) -> None:  # fmt: skip
+        self.status = status
+        self.body = body
+        self.condition = condition
+        self.description = description
+
+
+def text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def normalise(mapping: Any) -> dict[str, Any]:
+    """Map keys as text: the SDK sends some keys as strings, some as symbols or binary."""
+    if not isinstance(mapping, dict):
+        return {}
+    return {text(k): v for k, v in mapping.items()}
+
+
+class Request:
+    """The parts of a decoded request message that operations read."""
+
+    __slots__ = ("app", "body", "message_id", "reply_to")
+
+    def __init__(self, payload: bytes) -> None:
+        parsed = parse_message(payload)
+        props = parsed.properties
+        self.message_id = props[0] if props else None
+        self.reply_to = text(props[4]) if len(props) > 4 and props[4] is not None else None
+        self.app = normalise(_decode_map(parsed.app_raw, parsed.app_count))
+        self.body = _decode_body(parsed.body_raw)
+
+
+def _decode_map(raw: bytes, count: int) -> dict[Any, Any]:
+    from .codec import decode_value
+
+    out: dict[Any, Any] = {}
+    pos = 0
+    for _ in range(count // 2):
+        key, pos = decode_value(raw, pos)
+        value, pos = decode_value(raw, pos)
+        out[key] = value
+    return out
+
+
+def _decode_body(raw: bytes) -> Any:
+    from .codec import decode_value
+
+    if not raw:
+        return None
+    section, _ = decode_value(raw, 0)
+    if isinstance(section, Described) and section.descriptor in (VALUE, "amqp:amqp-value:*"):
+        return section.value
+    return None
+
+
+def encode_reply(correlation_id: Any, app: dict[str, Any], body: Any) -> bytes:
+    """A response message: properties.correlation-id, application-properties, amqp-value."""
+    out = bytearray(b"\x00\x53\x73")
+    encode_value(out, [None, None, None, None, None, correlation_id])
+    out += b"\x00\x53\x74"
+    encode_value(out, app)
+    out += b"\x00\x53\x77"
+    encode_value(out, body)
+    return bytes(out)
+
+
+def reply_application_properties(reply: Reply) -> dict[str, Any]:
+    app: dict[str, Any] = {"statusCode": Int(reply.status)}
+    if reply.description is not None:
+        app["statusDescription"] = reply.description
+    if reply.condition is not None:
+        app["errorCondition"] = Symbol(reply.condition)
+    return app
+
+
+def _tokens(body: dict[str, Any]) -> list[uuid.UUID]:
+    tokens = body.get("lock-tokens")
+    if not isinstance(tokens, list) or not all(isinstance(t, uuid.UUID) for t in tokens):
+        raise ValueError("lock-tokens must be an array of uuid")
+    return tokens
+
+
+def _sequence_numbers(body: dict[str, Any]) -> list[int]:
+    numbers = body.get("sequence-numbers")
+    if not isinstance(numbers, list) or not all(isinstance(n, int) for n in numbers):
+        raise ValueError("sequence-numbers must be an array of long")
+    return numbers
+
+
+def _renew_lock(queue: Queue, body: dict[str, Any]) -> Reply:
+    expirations = [Timestamp(queue.renew(token)) for token in _tokens(body)]
+    return Reply(200, {"expirations": Array("timestamp", expirations)})
+
+
+def _peek(queue: Queue, body: dict[str, Any]) -> Reply:
+    start = body.get("from-sequence-number", 1)
+    count = body.get("message-count", 1)
+    if not isinstance(start, int) or not isinstance(count, int) or count < 1:
+        raise ValueError("from-sequence-number and message-count must be integers")
+    found = queue.peek(start, count)
+    if not found:
+        return Reply(204, None, description="No messages to peek")
+    return Reply(200, {"messages": [{"message": m.encode(lock=False)} for m in found]})
+
+
+def _schedule(queue: Queue, body: dict[str, Any]) -> Reply:
+    if queue.parent is not None:
+        raise ValueError("cannot schedule messages on a dead-letter queue")
+    entries = body.get("messages")
+    if not isinstance(entries, list):
+        raise ValueError("messages must be a list")
+    numbers: list[int] = []
+    for entry in entries:
+        raw = normalise(entry).get("message")
+        if not isinstance(raw, bytes):
+            raise ValueError("each scheduled message needs an encoded 'message'")
+        stored = queue.send(parse_message(raw))
+        # A duplicate is dropped as Service Bus does; it still gets no new sequence number.
+        numbers.append(stored.seq if stored else 0)
+    return Reply(200, {"sequence-numbers": Array("long", numbers)})
+
+
+def _cancel_scheduled(queue: Queue, body: dict[str, Any]) -> Reply:
+    for seq in _sequence_numbers(body):
+        queue.cancel_scheduled(seq)
+    return Reply(200, {})
+
+
+_DISPOSITIONS = {"completed", "abandoned", "suspended", "defered", "deferred"}
+
+
+def _update_disposition(queue: Queue, body: dict[str, Any]) -> Reply:
+    status = text(body.get("disposition-status", ""))
+    if status not in _DISPOSITIONS:
+        raise ValueError(f"unknown disposition-status {status!r}")
+    modify = normalise(body.get("properties-to-modify")) or None
+    for token in _tokens(body):
+        if status == "completed":
+            queue.complete(token)
+        elif status == "abandoned":
+            queue.abandon(token, modify)
+        elif status == "suspended":
+            reason = body.get("deadletter-reason")
+            description = body.get("deadletter-description")
+            queue.dead_letter_locked(
+                token,
+                text(reason) if reason is not None else None,
+                text(description) if description is not None else None,
+                modify,
+            )
+        else:
+            queue.defer(token, modify)
+    return Reply(200, {})
+
+
+def _receive_by_sequence_number(queue: Queue, body: dict[str, Any]) -> Reply:
+    numbers = _sequence_numbers(body)
+    peek_lock = body.get("receiver-settle-mode", 1) != 0
+    out: list[dict[str, Any]] = []
+    for seq in numbers:
+        if peek_lock:
+            msg = queue.lock_deferred(seq)
+            out.append({"lock-token": msg.lock_token, "message": msg.encode(lock=True)})
+        else:
+            msg = queue.delete_deferred(seq)
+            out.append({"message": msg.encode(lock=False)})
+    return Reply(200, {"messages": out})
+
+
+_OPERATIONS: dict[str, Callable[[Queue, dict[str, Any]], Reply]] = {
+    "com.microsoft:renew-lock": _renew_lock,
+    "com.microsoft:peek-message": _peek,
+    "com.microsoft:schedule-message": _schedule,
+    "com.microsoft:cancel-scheduled-message": _cancel_scheduled,
+    "com.microsoft:update-disposition": _update_disposition,
+    "com.microsoft:receive-by-sequence-number": _receive_by_sequence_number,
+}
+
+
+def execute(queue: Queue | None, request: Request) -> Reply:
+    """Run one operation; every failure becomes an error reply, never an exception."""
+    operation = text(request.app.get("operation", ""))
+    if queue is None:
+        return Reply(404, None, ENTITY_NOT_FOUND, "The messaging entity could not be found.")
+    handler = _OPERATIONS.get(operation)
+    if handler is None:
+        return Reply(501, None, NOT_IMPLEMENTED,
+                     f"The operation {operation!r} is not supported by this emulator.")  # fmt: skip
+    body = normalise(request.body)
+    try:
+        return handler(queue, body)
+    except LockLostError as exc:
+        return Reply(410, None, LOCK_LOST, str(exc))
+    except MessageNotFoundError as exc:
+        return Reply(404, None, NOT_FOUND, str(exc))
+    except (ValueError, TypeError, DecodeError) as exc:
+        return Reply(400, None, ARGUMENT_ERROR, str(exc))
+
+
+def cbs_reply() -> dict[str, Any]:
+    # The emulator accepts any token, as the official emulator does with its fixed SAS key.
+    return {"status-code": Int(202), "status-description": "Accepted"}
+
+
+__all__ = ["Reply", "Request", "UInt", "cbs_reply", "encode_reply", "execute"]

@@ -1,0 +1,301 @@
+"""Messages as the broker stores them: encoded sections kept as received, broker state beside.
+
+The bare message (properties, application properties, body, footer) is forwarded byte for byte;
+only the header and the message annotations are rebuilt for each delivery, so a delivery costs
+a few small encodes however large the body is.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from typing import Any
+
+from .codec import (
+    DecodeError,
+    Symbol,
+    Timestamp,
+    UInt,
+    compound_span,
+    decode_value,
+    encode_value,
+    skip_value,
+)
+from .frames import descriptor_code
+
+HEADER, DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS, PROPERTIES = 0x70, 0x71, 0x72, 0x73
+APPLICATION_PROPERTIES, DATA, SEQUENCE, VALUE, FOOTER = 0x74, 0x75, 0x76, 0x77, 0x78
+_SECTION_SYMBOLS = {
+    "amqp:header:list": HEADER, "amqp:delivery-annotations:map": DELIVERY_ANNOTATIONS,
+    "amqp:message-annotations:map": MESSAGE_ANNOTATIONS, "amqp:properties:list": PROPERTIES,
+    "amqp:application-properties:map": APPLICATION_PROPERTIES, "amqp:data:binary": DATA,
+    "amqp:amqp-sequence:list": SEQUENCE, "amqp:amqp-value:*": VALUE, "amqp:footer:map": FOOTER,
+}  # fmt: skip
+
+BATCH_FORMAT = 0x80013700
+
+AVAILABLE, LOCKED, DEFERRED, SCHEDULED, GONE = range(5)
+STATE_ANNOTATION = {AVAILABLE: 0, LOCKED: 0, DEFERRED: 1, SCHEDULED: 2, GONE: 0}
+
+# Annotations the broker owns: a sender's values for them are dropped.
+_BROKER_ANNOTATIONS = frozenset(
+    {
+        "x-opt-sequence-number",
+        "x-opt-enqueued-time",
+        "x-opt-locked-until",
+        "x-opt-lock-token",
+        "x-opt-message-state",
+        "x-opt-enqueue-sequence-number",
+        "x-opt-deadletter-source",
+    }
+)
+
+
+def _key(name: str) -> bytes:
+    out = bytearray()
+    encode_value(out, Symbol(name))
+    return bytes(out)
+
+
+_K_SEQ = _key("x-opt-sequence-number")
+_K_ENQ = _key("x-opt-enqueued-time")
+_K_LOCKED = _key("x-opt-locked-until")
+_K_TOKEN = _key("x-opt-lock-token")
+_K_STATE = _key("x-opt-message-state")
+_K_DLSOURCE = _key("x-opt-deadletter-source")
+_long = struct.Struct(">q").pack
+_map8_head = struct.Struct(">BBB").pack
+_map32_head = struct.Struct(">BII").pack
+_SECTION_MA = b"\x00\x53\x72"
+_SECTION_AP = b"\x00\x53\x74"
+
+
+def _ts(value: int) -> bytes:
+    return b"\x83" + _long(value)
+
+
+def _map(body: bytes | bytearray, count: int) -> bytes:
+    if len(body) + 1 < 256 and count < 256:
+        return _map8_head(0xC1, len(body) + 1, count) + body
+    return _map32_head(0xD1, len(body) + 4, count) + body
+
+
+class ParsedMessage:
+    """The sections of an incoming message that the broker needs."""
+
+    __slots__ = (
+        "annotation_count",
+        "annotations_raw",
+        "app_count",
+        "app_raw",
+        "body_raw",
+        "header",
+        "message_id",
+        "properties",
+        "properties_raw",
+        "scheduled_ms",
+        "size",
+    )
+
+    def __init__(self) -> None:
+        self.header: list[Any] = []
+        self.annotations_raw = b""
+        self.annotation_count = 0
+        self.properties: list[Any] = []
+        self.properties_raw = b""
+        self.app_raw = b""
+        self.app_count = 0
+        self.body_raw = b""
+        self.message_id: str | None = None
+        self.scheduled_ms: int | None = None
+        self.size = 0
+
+
+def _filtered_pairs(buf: bytes, start: int) -> tuple[bytes, int, dict[str, Any]]:
+    """Raw key/value pairs of the map at `start` without broker-owned keys, plus decoded keys
+    of interest (only x-opt-scheduled-enqueue-time today)."""
+    count, pos, end = compound_span(buf, start)
+    if count % 2:
+        raise DecodeError("map with odd element count")
+    kept = bytearray()
+    kept_count = 0
+    seen: dict[str, Any] = {}
+    for _ in range(count // 2):
+        key, value_pos = decode_value(buf, pos)
+        value_end = skip_value(buf, value_pos)
+        name = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
+        if name == "x-opt-scheduled-enqueue-time":
+            seen[name], _ = decode_value(buf, value_pos)
+        if name not in _BROKER_ANNOTATIONS:
+            kept += buf[pos:value_end]
+            kept_count += 2
+        pos = value_end
+    if pos != end:
+        raise DecodeError("map size mismatch")
+    return bytes(kept), kept_count, seen
+
+
+def parse_message(payload: bytes) -> ParsedMessage:
+    """Split an encoded message into sections; raises DecodeError when malformed."""
+    msg = ParsedMessage()
+    msg.size = len(payload)
+    pos = 0
+    n = len(payload)
+    body_start = -1
+    last_code = 0
+    while pos < n:
+        if payload[pos] != 0x00:
+            raise DecodeError("message section is not described")
+        descriptor, value_pos = decode_value(payload, pos + 1)
+        code = descriptor_code(descriptor)
+        if isinstance(descriptor, str):
+            code = _SECTION_SYMBOLS.get(descriptor, -1)
+        if code < HEADER or code > FOOTER or (code < last_code and code not in (DATA, SEQUENCE)):
+            raise DecodeError(f"unexpected message section {descriptor!r}")
+        last_code = code
+        end = skip_value(payload, value_pos)
+        if code == HEADER:
+            value, _ = decode_value(payload, value_pos)
+            msg.header = value if isinstance(value, list) else []
+        elif code == MESSAGE_ANNOTATIONS:
+            msg.annotations_raw, msg.annotation_count, seen = _filtered_pairs(payload, value_pos)
+            scheduled = seen.get("x-opt-scheduled-enqueue-time")
+            if isinstance(scheduled, int) and scheduled > 0:
+                msg.scheduled_ms = int(scheduled)
+        elif code == PROPERTIES:
+            value, _ = decode_value(payload, value_pos)
+            msg.properties = value if isinstance(value, list) else []
+            msg.properties_raw = payload[pos:end]
+            mid = msg.properties[0] if msg.properties else None
+            if mid is not None:
+                msg.message_id = mid if isinstance(mid, str) else str(mid)
+        elif code == APPLICATION_PROPERTIES:
+            msg.app_raw, msg.app_count, _ = _filtered_pairs(payload, value_pos)
+        elif code >= DATA and body_start < 0:
+            body_start = pos
+        pos = end
+    if body_start >= 0:
+        msg.body_raw = payload[body_start:]
+    return msg
+
+
+def header_ttl_ms(header: list[Any]) -> int | None:
+    ttl = header[2] if len(header) > 2 else None
+    return ttl if isinstance(ttl, int) and ttl > 0 else None
+
+
+class StoredMessage:
+    """A message in a queue (or its dead-letter sub-queue) with its broker state."""
+
+    __slots__ = (
+        "annotation_count",
+        "annotations_raw",
+        "app_count",
+        "app_raw",
+        "bare",
+        "body_raw",
+        "dead_letter_source",
+        "delivery_count",
+        "durable",
+        "enqueued_ms",
+        "expires_ms",
+        "lock_owner",
+        "lock_token",
+        "locked_until_ms",
+        "message_id",
+        "priority",
+        "properties_raw",
+        "scheduled_ms",
+        "seq",
+        "size",
+        "state",
+        "ttl_ms",
+    )
+
+    def __init__(self, parsed: ParsedMessage, seq: int, now_ms: int, ttl_ms: int) -> None:
+        self.seq = seq
+        self.enqueued_ms = now_ms
+        self.message_id = parsed.message_id
+        self.size = parsed.size
+        header = parsed.header
+        self.durable = header[0] if header and isinstance(header[0], bool) else None
+        self.priority = header[1] if len(header) > 1 and isinstance(header[1], int) else None
+        self.ttl_ms = ttl_ms
+        self.scheduled_ms = parsed.scheduled_ms
+        self.expires_ms = (parsed.scheduled_ms or now_ms) + ttl_ms
+        self.annotations_raw = parsed.annotations_raw
+        self.annotation_count = parsed.annotation_count
+        self.properties_raw = parsed.properties_raw
+        self.app_raw = parsed.app_raw
+        self.app_count = parsed.app_count
+        self.body_raw = parsed.body_raw
+        self.bare = b""
+        self._rebuild_bare()
+        self.delivery_count = 0
+        self.state = AVAILABLE
+        self.lock_token: uuid.UUID | None = None
+        self.locked_until_ms = 0
+        self.lock_owner: Any = None
+        self.dead_letter_source: str | None = None
+
+    def _rebuild_bare(self) -> None:
+        app = _SECTION_AP + _map(self.app_raw, self.app_count) if self.app_count else b""
+        self.bare = self.properties_raw + app + self.body_raw
+
+    def add_application_properties(self, values: dict[str, Any]) -> None:
+        """Set application properties (replacing same-named ones), e.g. DeadLetterReason."""
+        buf = _map(self.app_raw, self.app_count)
+        count, pos, end = compound_span(buf, 0)
+        kept = bytearray()
+        kept_count = 0
+        for _ in range(count // 2):
+            key, value_pos = decode_value(buf, pos)
+            value_end = skip_value(buf, value_pos)
+            if key not in values:
+                kept += buf[pos:value_end]
+                kept_count += 2
+            pos = value_end
+        for key, value in values.items():
+            encode_value(kept, key)
+            encode_value(kept, value)
+            kept_count += 2
+        self.app_raw = bytes(kept)
+        self.app_count = kept_count
+        self._rebuild_bare()
+
+    def _header(self, out: bytearray) -> None:
+        fields: list[Any] = [self.durable, self.priority, UInt(self.ttl_ms) if self.ttl_ms <
+                             2**32 else None, None, UInt(self.delivery_count)]  # fmt: skip
+        out += b"\x00\x53\x70"
+        encode_value(out, fields)
+
+    def _annotations(self, out: bytearray, lock: bool) -> None:
+        body = bytearray(self.annotations_raw)
+        count = self.annotation_count + 6
+        body += _K_SEQ + b"\x81" + _long(self.seq)
+        body += _K_ENQ + _ts(self.enqueued_ms)
+        body += _K_STATE + b"\x81" + _long(STATE_ANNOTATION[self.state])
+        if lock and self.lock_token is not None:
+            body += _K_LOCKED + _ts(self.locked_until_ms)
+            body += _K_TOKEN + b"\x98" + self.lock_token.bytes
+            count += 4
+        if self.dead_letter_source:
+            body += _K_DLSOURCE
+            encode_value(body, self.dead_letter_source)
+            count += 2
+        out += _SECTION_MA
+        out += _map(body, count)
+
+    def encode(self, lock: bool) -> bytes:
+        """The message as delivered: header and annotations rebuilt, the bare message as sent."""
+        out = bytearray()
+        self._header(out)
+        self._annotations(out, lock)
+        out += self.bare
+        return bytes(out)
+
+
+def encode_annotation_value(value: Any) -> bytes:
+    out = bytearray()
+    encode_value(out, Timestamp(value) if isinstance(value, int) else value)
+    return bytes(out)
