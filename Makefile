@@ -1,0 +1,45 @@
+# Two commands for a fresh machine (Python 3.11+; Node 20+ only for the optional cross-check):
+#   make demo   - the main job on the embedded local stack (our Service Bus + Cosmos emulators)
+#   make test   - the whole test suite (what CI runs)
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+CHECKOV_VENV := .venv-checkov
+NODE_SERVER := emulators/cosmos/node_modules/.bin/cosmosdb-server
+
+.PHONY: setup demo test lint clean node-crosscheck
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+# checkov pins old versions of common packages, so it lives in a venv of its own.
+$(CHECKOV_VENV)/.installed:
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet 'checkov>=3.2,<4'
+	touch $@
+
+# The third-party Cosmos wire server (cross-check only); skipped where Node is missing.
+node-crosscheck:
+	@if command -v npm >/dev/null 2>&1; then \
+		cd emulators/cosmos && npm ci --no-audit --no-fund --loglevel=error; \
+	else echo "npm not found: the @vercel/cosmosdb-server cross-check will be skipped"; fi
+
+setup: $(BIN)/.installed
+
+demo: $(BIN)/.installed
+	$(BIN)/orders demo
+
+test: $(BIN)/.installed $(CHECKOV_VENV)/.installed node-crosscheck
+	$(BIN)/python -m pytest -n 2 --dist loadgroup
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) $(CHECKOV_VENV) emulators/cosmos/node_modules

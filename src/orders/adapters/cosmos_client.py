@@ -1,0 +1,53 @@
+"""Building the async Cosmos client from settings: a key for emulators, Entra ID otherwise."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from azure.cosmos import PartitionKey
+from azure.cosmos.aio import ContainerProxy, CosmosClient
+from azure.identity.aio import DefaultAzureCredential
+
+from orders.settings import Settings
+
+
+def create_cosmos_client(settings: Settings, **client_options: Any) -> CosmosClient:
+    credential: Any
+    if settings.cosmos_key:
+        credential = settings.cosmos_key
+    else:
+        credential = DefaultAzureCredential(managed_identity_client_id=settings.azure_client_id)
+    return CosmosClient(settings.cosmos_endpoint, credential=credential, **client_options)
+
+
+def orders_container(client: CosmosClient, settings: Settings) -> ContainerProxy:
+    return client.get_database_client(settings.cosmos_database).get_container_client(
+        settings.cosmos_container
+    )
+
+
+def idempotency_container(client: CosmosClient, settings: Settings) -> ContainerProxy:
+    return client.get_database_client(settings.cosmos_database).get_container_client(
+        settings.cosmos_idempotency_container
+    )
+
+
+async def ensure_local_resources(client: CosmosClient, settings: Settings) -> None:
+    """Create the database and containers on an emulator.
+
+    In Azure they come from Bicep: creating them is a control-plane operation that the
+    data-plane role of the app's identity cannot do, so this runs only with emulator keys.
+    """
+    if not settings.uses_emulator_keys:
+        raise RuntimeError("containers are created by infra/ in Azure, not by the app")
+    database = await client.create_database_if_not_exists(settings.cosmos_database)
+    await database.create_container_if_not_exists(
+        id=settings.cosmos_container,
+        partition_key=PartitionKey(path="/orderId"),
+        default_ttl=-1,
+    )
+    await database.create_container_if_not_exists(
+        id=settings.cosmos_idempotency_container,
+        partition_key=PartitionKey(path="/id"),
+        default_ttl=-1,
+    )

@@ -1,0 +1,100 @@
+"""Order store on Cosmos DB for NoSQL (async SDK): one transactional batch per new order."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+from azure.core.exceptions import ServiceRequestError, ServiceResponseError
+from azure.cosmos import exceptions as cosmos_errors
+from azure.cosmos.aio import ContainerProxy
+
+from orders.domain.documents import OrderRecord, OrderWrite
+from orders.exceptions import (
+    OrderAlreadyExistsError,
+    StoreError,
+    TransientStoreError,
+)
+
+# Throttling, timeouts, "retry with" and every server-side failure may succeed on redelivery.
+TRANSIENT_STATUS_CODES = frozenset({408, 410, 429, 449})
+NETWORK_ERRORS: tuple[type[BaseException], ...] = (
+    ServiceRequestError,
+    ServiceResponseError,
+    cosmos_errors.CosmosClientTimeoutError,
+    aiohttp.ClientError,
+    asyncio.TimeoutError,
+    ConnectionError,
+)
+
+
+def is_transient_status(status: int | None) -> bool:
+    return status is not None and (status in TRANSIENT_STATUS_CODES or status >= 500)
+
+
+def store_error_for(status: int | None, message: str) -> StoreError:
+    if is_transient_status(status):
+        return TransientStoreError(f"Cosmos DB answered {status}: {message}")
+    return StoreError(f"Cosmos DB answered {status}: {message}")
+
+
+class CosmosOrderStore:
+    """`OrderStore` over one container partitioned by `/orderId`."""
+
+    def __init__(self, container: ContainerProxy) -> None:
+        self._container = container
+
+    async def create_order(self, write: OrderWrite) -> None:
+        operations: list[tuple[str, tuple[Any, ...]]] = [
+            ("create", (document,)) for document in write.documents
+        ]
+        try:
+            await self._container.execute_item_batch(
+                batch_operations=operations, partition_key=write.order_id
+            )
+        except cosmos_errors.CosmosBatchOperationError as exc:
+            failed_status = _failed_operation_status(exc)
+            if exc.error_index == 0 and failed_status == 409:
+                raise await self._conflict(write.order_id) from exc
+            raise store_error_for(
+                failed_status, f"batch operation {exc.error_index} failed"
+            ) from exc
+        except cosmos_errors.CosmosHttpResponseError as exc:
+            # A gateway may answer a failed batch with the failing status on the response.
+            if exc.status_code == 409:
+                raise await self._conflict(write.order_id) from exc
+            raise store_error_for(exc.status_code, str(exc.message)) from exc
+        except NETWORK_ERRORS as exc:
+            raise TransientStoreError(f"Cosmos DB unreachable: {exc!r}") from exc
+
+    async def read_order(self, order_id: str) -> OrderRecord | None:
+        try:
+            document = await self._container.read_item(item=order_id, partition_key=order_id)
+        except cosmos_errors.CosmosResourceNotFoundError:
+            return None
+        except cosmos_errors.CosmosHttpResponseError as exc:
+            raise store_error_for(exc.status_code, str(exc.message)) from exc
+        except NETWORK_ERRORS as exc:
+            raise TransientStoreError(f"Cosmos DB unreachable: {exc!r}") from exc
+        return OrderRecord(
+            order_id=document["orderId"],
+            request_hash=document["requestHash"],
+            message_id=document.get("messageId"),
+        )
+
+    async def _conflict(self, order_id: str) -> StoreError:
+        existing = await self.read_order(order_id)
+        if existing is None:
+            # 409 then 404: the order vanished in between (deleted or expired); let the
+            # broker redeliver and the create decide again.
+            return TransientStoreError(f"order {order_id!r} conflicted but could not be read")
+        return OrderAlreadyExistsError(existing)
+
+
+def _failed_operation_status(exc: cosmos_errors.CosmosBatchOperationError) -> int | None:
+    responses = exc.operation_responses or []
+    if exc.error_index is not None and exc.error_index < len(responses):
+        status = responses[exc.error_index].get("statusCode")
+        return int(status) if status is not None else exc.status_code
+    return exc.status_code

@@ -1,0 +1,106 @@
+"""Service Bus: turning received messages into the core's view, and settling them.
+
+Two hosts settle through the same `MessageSettler` port: the Functions SDK-type binding's
+`ServiceBusMessageActions` and the SDK's own `ServiceBusReceiver` (the standalone worker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from azure.identity.aio import DefaultAzureCredential
+from azure.servicebus import ServiceBusReceivedMessage
+from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
+
+from orders.domain.received import ReceivedOrderMessage
+from orders.settings import Settings
+
+
+def message_body_bytes(message: ServiceBusReceivedMessage) -> bytes:
+    body: Any = message.body
+    if isinstance(body, bytes | bytearray):
+        return bytes(body)
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    if isinstance(body, Iterable):
+        # A data body arrives as one bytes chunk per AMQP data section.
+        chunks = list(body)
+        if all(isinstance(chunk, bytes | bytearray) for chunk in chunks):
+            return b"".join(bytes(chunk) for chunk in chunks)
+        return repr(chunks).encode("utf-8")
+    return repr(body).encode("utf-8")
+
+
+def to_received_order_message(message: ServiceBusReceivedMessage) -> ReceivedOrderMessage:
+    message_id = message.message_id
+    return ReceivedOrderMessage(
+        body=message_body_bytes(message),
+        message_id=str(message_id) if message_id is not None else None,
+        delivery_count=message.delivery_count or 0,
+        correlation_id=message.correlation_id,
+    )
+
+
+class FunctionsMessageActions(Protocol):
+    """What we use of `azurefunctions.extensions.bindings.servicebus.ServiceBusMessageActions`."""
+
+    def complete(self, message: Any) -> None: ...
+
+    def abandon(self, message: Any) -> None: ...
+
+    def deadletter(
+        self, message: Any, *, deadletter_reason: str, deadletter_error_description: str
+    ) -> None: ...
+
+
+class FunctionsSettler:
+    """Settles through the Functions host (synchronous gRPC calls, run off the event loop)."""
+
+    def __init__(self, actions: FunctionsMessageActions, message: ServiceBusReceivedMessage):
+        self._actions = actions
+        self._message = message
+
+    async def complete(self) -> None:
+        await asyncio.to_thread(self._actions.complete, self._message)
+
+    async def abandon(self) -> None:
+        await asyncio.to_thread(self._actions.abandon, self._message)
+
+    async def dead_letter(self, *, reason: str, description: str) -> None:
+        await asyncio.to_thread(
+            lambda: self._actions.deadletter(
+                self._message,
+                deadletter_reason=reason,
+                deadletter_error_description=description,
+            )
+        )
+
+
+class ReceiverSettler:
+    """Settles through an SDK receiver in PeekLock mode (the standalone worker)."""
+
+    def __init__(self, receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage):
+        self._receiver = receiver
+        self._message = message
+
+    async def complete(self) -> None:
+        await self._receiver.complete_message(self._message)
+
+    async def abandon(self) -> None:
+        await self._receiver.abandon_message(self._message)
+
+    async def dead_letter(self, *, reason: str, description: str) -> None:
+        await self._receiver.dead_letter_message(
+            self._message, reason=reason, error_description=description
+        )
+
+
+def create_servicebus_client(settings: Settings) -> ServiceBusClient:
+    settings.require_servicebus()
+    if settings.servicebus_connection_string:
+        return ServiceBusClient.from_connection_string(settings.servicebus_connection_string)
+    assert settings.servicebus_namespace is not None
+    credential = DefaultAzureCredential(managed_identity_client_id=settings.azure_client_id)
+    return ServiceBusClient(settings.servicebus_namespace, credential)

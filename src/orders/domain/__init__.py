@@ -1,0 +1,1 @@
+"""Plain data and rules: no infrastructure imports live here."""

@@ -1,0 +1,76 @@
+"""The Cosmos documents an order becomes: one order document, then one per line.
+
+All share the partition key `/orderId`, which is what lets them go in one transactional batch.
+Amounts are stored as decimal strings: JSON numbers are doubles and money must stay exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from orders.domain.model import OrderPlaced
+
+ORDER_DOCUMENT_TYPE = "order"
+LINE_DOCUMENT_TYPE = "orderLine"
+ORDER_STATUS_PLACED = "placed"
+
+
+def line_document_id(order_id: str, line_number: int) -> str:
+    return f"{order_id}:line:{line_number:03d}"
+
+
+@dataclass(frozen=True)
+class OrderRecord:
+    """What the store tells us about an order that already exists."""
+
+    order_id: str
+    request_hash: str
+    message_id: str | None
+
+
+@dataclass(frozen=True)
+class OrderWrite:
+    """Everything one new order writes, order document first."""
+
+    order_id: str
+    request_hash: str
+    documents: tuple[dict[str, Any], ...]
+
+
+def build_order_write(
+    order: OrderPlaced, *, request_hash: str, message_id: str, processed_at: datetime
+) -> OrderWrite:
+    order_document: dict[str, Any] = {
+        "id": order.orderId,
+        "orderId": order.orderId,
+        "type": ORDER_DOCUMENT_TYPE,
+        "customerId": order.customerId,
+        "currency": str(order.currency),
+        "status": ORDER_STATUS_PLACED,
+        "lineCount": len(order.lines),
+        "totalQuantity": sum(line.quantity for line in order.lines),
+        "totalAmount": str(order.total_amount),
+        "requestHash": request_hash,
+        "messageId": message_id,
+        "processedAt": processed_at.isoformat(),
+    }
+    line_documents = [
+        {
+            "id": line_document_id(order.orderId, number),
+            "orderId": order.orderId,
+            "type": LINE_DOCUMENT_TYPE,
+            "lineNumber": number,
+            "sku": line.sku,
+            "quantity": line.quantity,
+            "unitPrice": str(line.unitPrice),
+            "lineTotal": str(line.line_total),
+        }
+        for number, line in enumerate(order.lines, start=1)
+    ]
+    return OrderWrite(
+        order_id=order.orderId,
+        request_hash=request_hash,
+        documents=(order_document, *line_documents),
+    )

@@ -1,0 +1,32 @@
+"""What the consumer decided for one message: the outcome table of the README, as data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Outcome(StrEnum):
+    PROCESSED = "processed"  # new order written
+    DUPLICATE = "duplicate"  # same order seen before, same request hash: no write
+    MISMATCH = "mismatch"  # same orderId, different payload: dead-lettered + alert
+    REJECTED = "rejected"  # malformed / contract violation: dead-lettered
+    TRANSIENT_FAILURE = "transient_failure"  # store unavailable: abandoned, redelivered
+    UNEXPECTED_FAILURE = "unexpected_failure"  # bug or unknown error: abandoned, logged
+
+
+class Settlement(StrEnum):
+    COMPLETE = "complete"
+    ABANDON = "abandon"
+    DEAD_LETTER = "dead_letter"
+
+
+@dataclass(frozen=True)
+class Decision:
+    outcome: Outcome
+    settlement: Settlement
+    order_id: str | None = None
+    request_hash: str | None = None
+    dead_letter_reason: str | None = None
+    dead_letter_description: str | None = None
+    error: str | None = None

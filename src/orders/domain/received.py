@@ -1,0 +1,13 @@
+"""The broker-independent view of a received message that the core needs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ReceivedOrderMessage:
+    body: bytes
+    message_id: str | None
+    delivery_count: int = 0  # as the SDK reports it: prior delivery attempts
+    correlation_id: str | None = None

@@ -1,0 +1,1 @@
+"""Thin hosts: decode input, call the core, map the result."""

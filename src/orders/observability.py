@@ -1,0 +1,113 @@
+"""Spans, counters and one structured log line per message outcome.
+
+Providers are injectable so tests read counters with an in-memory reader; production uses the
+global providers, which `configure_azure_monitor` fills when App Insights is configured.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from opentelemetry import metrics, trace
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
+
+from orders.domain.outcomes import Decision, Outcome
+from orders.domain.received import ReceivedOrderMessage
+
+INSTRUMENTATION_NAME = "orders.consumer"
+
+logger = logging.getLogger("orders.consumer")
+
+
+class ConsumerTelemetry:
+    def __init__(
+        self,
+        meter_provider: MeterProvider | None = None,
+        tracer_provider: TracerProvider | None = None,
+    ) -> None:
+        meter = metrics.get_meter(INSTRUMENTATION_NAME, meter_provider=meter_provider)
+        self._tracer = trace.get_tracer(INSTRUMENTATION_NAME, tracer_provider=tracer_provider)
+        self._processed = meter.create_counter(
+            "orders.processed", unit="{message}", description="New orders written"
+        )
+        self._duplicates = meter.create_counter(
+            "orders.duplicates", unit="{message}", description="Redeliveries recognised"
+        )
+        self._mismatches = meter.create_counter(
+            "orders.mismatches", unit="{message}", description="orderId reused with new payload"
+        )
+        self._dead_lettered = meter.create_counter(
+            "orders.dead_lettered", unit="{message}", description="Messages dead-lettered"
+        )
+        self._abandoned = meter.create_counter(
+            "orders.abandoned", unit="{message}", description="Messages abandoned for retry"
+        )
+
+    @contextmanager
+    def message_span(self, message: ReceivedOrderMessage) -> Iterator[Span]:
+        with self._tracer.start_as_current_span(
+            "orders.process_message",
+            kind=trace.SpanKind.CONSUMER,
+            attributes={
+                "messaging.system": "servicebus",
+                "messaging.message.id": message.message_id or "",
+                "messaging.servicebus.message.delivery_count": message.delivery_count,
+            },
+        ) as span:
+            yield span
+
+    def record(self, span: Span, message: ReceivedOrderMessage, decision: Decision) -> None:
+        dedup_key = decision.order_id or message.message_id or ""
+        span.set_attribute("orders.dedup_key", dedup_key)
+        span.set_attribute("orders.outcome", decision.outcome.value)
+        attributes = {"outcome": decision.outcome.value}
+        if decision.dead_letter_reason:
+            attributes["reason"] = decision.dead_letter_reason
+            span.set_attribute("orders.dead_letter_reason", decision.dead_letter_reason)
+
+        match decision.outcome:
+            case Outcome.PROCESSED:
+                self._processed.add(1, attributes)
+            case Outcome.DUPLICATE:
+                self._duplicates.add(1, attributes)
+            case Outcome.MISMATCH:
+                self._mismatches.add(1, attributes)
+                self._dead_lettered.add(1, attributes)
+            case Outcome.REJECTED:
+                self._dead_lettered.add(1, attributes)
+            case Outcome.TRANSIENT_FAILURE | Outcome.UNEXPECTED_FAILURE:
+                self._abandoned.add(1, attributes)
+                span.set_status(Status(StatusCode.ERROR, decision.error or decision.outcome))
+
+        log_fields = {
+            "outcome": decision.outcome.value,
+            "settlement": decision.settlement.value,
+            "dedup_key": dedup_key,
+            "message_id": message.message_id,
+            "correlation_id": message.correlation_id,
+            "delivery_count": message.delivery_count,
+            "dead_letter_reason": decision.dead_letter_reason,
+        }
+        text = " ".join(f"{key}={value}" for key, value in log_fields.items() if value is not None)
+        if decision.outcome is Outcome.MISMATCH:
+            # The alert: a producer reused an orderId for a different order.
+            logger.error(
+                "ALERT orderId reused with a different payload: %s; %s",
+                text,
+                decision.dead_letter_description,
+                extra=log_fields,
+            )
+        elif decision.outcome is Outcome.UNEXPECTED_FAILURE:
+            logger.error(
+                "order message failed unexpectedly: %s error=%s",
+                text,
+                decision.error,
+                extra=log_fields,
+            )
+        elif decision.outcome in (Outcome.REJECTED, Outcome.TRANSIENT_FAILURE):
+            logger.warning("order message %s: %s", decision.outcome.value, text, extra=log_fields)
+        else:
+            logger.info("order message %s: %s", decision.outcome.value, text, extra=log_fields)

@@ -1,0 +1,1 @@
+"""Orchestration over the ports: the one code path every host (Function, worker) runs."""

@@ -1,0 +1,124 @@
+"""The Idempotent Consumer: one received message -> exactly one decision.
+
+Write first, read only on conflict: the atomic create of the order document (id = orderId) IS
+the duplicate check, so a new order costs one store request and a duplicate at most two.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from orders.domain.documents import OrderRecord, build_order_write
+from orders.domain.hashing import request_hash
+from orders.domain.messages import DeadLetterReason, MessageRejected, parse_order_message
+from orders.domain.outcomes import Decision, Outcome, Settlement
+from orders.domain.received import ReceivedOrderMessage
+from orders.exceptions import OrderAlreadyExistsError, TransientStoreError
+from orders.observability import ConsumerTelemetry
+from orders.service.ports import MessageSettler, OrderStore
+
+logger = logging.getLogger("orders.consumer")
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def duplicate_or_mismatch(existing: OrderRecord, incoming_hash: str) -> Decision:
+    if existing.request_hash == incoming_hash:
+        return Decision(Outcome.DUPLICATE, Settlement.COMPLETE, existing.order_id, incoming_hash)
+    return Decision(
+        Outcome.MISMATCH,
+        Settlement.DEAD_LETTER,
+        existing.order_id,
+        incoming_hash,
+        dead_letter_reason=DeadLetterReason.REQUEST_HASH_MISMATCH.value,
+        dead_letter_description=(
+            f"orderId {existing.order_id!r} was first stored with requestHash "
+            f"{existing.request_hash}; this message has requestHash {incoming_hash}"
+        ),
+    )
+
+
+class OrderConsumer:
+    def __init__(
+        self,
+        store: OrderStore,
+        telemetry: ConsumerTelemetry | None = None,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self._store = store
+        self._telemetry = telemetry or ConsumerTelemetry()
+        self._clock = clock
+
+    async def handle(self, message: ReceivedOrderMessage) -> Decision:
+        """Decide and perform the store effect for one message (settlement is the host's)."""
+        with self._telemetry.message_span(message) as span:
+            decision = await self._decide(message)
+            self._telemetry.record(span, message, decision)
+            return decision
+
+    async def handle_and_settle(
+        self, message: ReceivedOrderMessage, settler: MessageSettler
+    ) -> Decision:
+        decision = await self.handle(message)
+        await settle(decision, settler)
+        return decision
+
+    async def _decide(self, message: ReceivedOrderMessage) -> Decision:
+        try:
+            order = parse_order_message(message.body, message.message_id)
+        except MessageRejected as rejection:
+            return Decision(
+                Outcome.REJECTED,
+                Settlement.DEAD_LETTER,
+                order_id=None,
+                dead_letter_reason=rejection.reason.value,
+                dead_letter_description=rejection.description,
+            )
+
+        incoming_hash = request_hash(order.canonical_payload())
+        write = build_order_write(
+            order,
+            request_hash=incoming_hash,
+            message_id=order.orderId,
+            processed_at=self._clock(),
+        )
+        try:
+            await self._store.create_order(write)
+        except OrderAlreadyExistsError as conflict:
+            return duplicate_or_mismatch(conflict.existing, incoming_hash)
+        except TransientStoreError as exc:
+            return Decision(
+                Outcome.TRANSIENT_FAILURE,
+                Settlement.ABANDON,
+                order.orderId,
+                incoming_hash,
+                error=str(exc),
+            )
+        except Exception as exc:
+            logger.exception("unexpected failure storing order %s", order.orderId)
+            return Decision(
+                Outcome.UNEXPECTED_FAILURE,
+                Settlement.ABANDON,
+                order.orderId,
+                incoming_hash,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+        return Decision(Outcome.PROCESSED, Settlement.COMPLETE, order.orderId, incoming_hash)
+
+
+async def settle(decision: Decision, settler: MessageSettler) -> None:
+    """The one mapping from a decision to a broker settlement, shared by every host."""
+    match decision.settlement:
+        case Settlement.COMPLETE:
+            await settler.complete()
+        case Settlement.ABANDON:
+            await settler.abandon()
+        case Settlement.DEAD_LETTER:
+            await settler.dead_letter(
+                reason=decision.dead_letter_reason or "Unspecified",
+                description=decision.dead_letter_description or "",
+            )

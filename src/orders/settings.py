@@ -1,0 +1,104 @@
+"""One frozen settings object built from the environment (app settings in Azure).
+
+Emulators differ from Azure in settings only, never in code paths: a connection string and
+`COSMOS_KEY` locally, a namespace and Entra ID (managed identity) in Azure.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+# Every setting the Azure deployment (infra/) sets: tests/infra checks the Bicep sets exactly these.
+# The `ServiceBusConnection__*` trio is read by the Functions host for the trigger, and by our
+# own Service Bus client factory (worker, HTTP API) through the namespace name.
+APP_SETTING_NAMES = frozenset(
+    {
+        "ServiceBusConnection__fullyQualifiedNamespace",
+        "ServiceBusConnection__credential",
+        "ServiceBusConnection__clientId",
+        "ORDERS_QUEUE",
+        "COSMOS_ENDPOINT",
+        "COSMOS_DATABASE",
+        "COSMOS_CONTAINER",
+        "COSMOS_IDEMPOTENCY_CONTAINER",
+        "AZURE_CLIENT_ID",
+        "APPLICATIONINSIGHTS_CONNECTION_STRING",
+        "APPLICATIONINSIGHTS_AUTHENTICATION_STRING",
+    }
+)
+# Only for the emulators: keys and connection strings never appear in the Azure deployment.
+EMULATOR_ONLY_SETTING_NAMES = frozenset({"ServiceBusConnection", "COSMOS_KEY"})
+# Optional tuning with defaults in code.
+OPTIONAL_SETTING_NAMES = frozenset({"IDEMPOTENCY_SCOPE", "IDEMPOTENCY_TTL_SECONDS"})
+
+DEFAULT_IDEMPOTENCY_TTL_SECONDS = 24 * 60 * 60
+
+
+class SettingsError(ValueError):
+    """A required setting is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    cosmos_endpoint: str
+    cosmos_key: str | None = None
+    cosmos_database: str = "orders"
+    cosmos_container: str = "orders"
+    cosmos_idempotency_container: str = "idempotency"
+    orders_queue: str = "orders"
+    servicebus_connection_string: str | None = None
+    servicebus_namespace: str | None = None
+    azure_client_id: str | None = None
+    appinsights_connection_string: str | None = None
+    appinsights_authentication_string: str | None = None
+    idempotency_scope: str = "default"
+    idempotency_ttl_seconds: int = DEFAULT_IDEMPOTENCY_TTL_SECONDS
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+
+        def optional(name: str) -> str | None:
+            value = env.get(name, "").strip()
+            return value or None
+
+        endpoint = optional("COSMOS_ENDPOINT")
+        if endpoint is None:
+            raise SettingsError("COSMOS_ENDPOINT is not set (the Cosmos DB account endpoint)")
+        ttl_text = optional("IDEMPOTENCY_TTL_SECONDS") or str(DEFAULT_IDEMPOTENCY_TTL_SECONDS)
+        try:
+            ttl = int(ttl_text)
+        except ValueError as exc:
+            raise SettingsError(
+                f"IDEMPOTENCY_TTL_SECONDS must be an integer: {ttl_text!r}"
+            ) from exc
+        if ttl <= 0:
+            raise SettingsError("IDEMPOTENCY_TTL_SECONDS must be positive")
+        return cls(
+            cosmos_endpoint=endpoint,
+            cosmos_key=optional("COSMOS_KEY"),
+            cosmos_database=optional("COSMOS_DATABASE") or "orders",
+            cosmos_container=optional("COSMOS_CONTAINER") or "orders",
+            cosmos_idempotency_container=optional("COSMOS_IDEMPOTENCY_CONTAINER") or "idempotency",
+            orders_queue=optional("ORDERS_QUEUE") or "orders",
+            servicebus_connection_string=optional("ServiceBusConnection"),
+            servicebus_namespace=optional("ServiceBusConnection__fullyQualifiedNamespace"),
+            azure_client_id=optional("AZURE_CLIENT_ID"),
+            appinsights_connection_string=optional("APPLICATIONINSIGHTS_CONNECTION_STRING"),
+            appinsights_authentication_string=optional("APPLICATIONINSIGHTS_AUTHENTICATION_STRING"),
+            idempotency_scope=optional("IDEMPOTENCY_SCOPE") or "default",
+            idempotency_ttl_seconds=ttl,
+        )
+
+    @property
+    def uses_emulator_keys(self) -> bool:
+        return self.cosmos_key is not None
+
+    def require_servicebus(self) -> None:
+        if not (self.servicebus_connection_string or self.servicebus_namespace):
+            raise SettingsError(
+                "set ServiceBusConnection (emulator connection string) or "
+                "ServiceBusConnection__fullyQualifiedNamespace (Azure, managed identity)"
+            )

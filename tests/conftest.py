@@ -1,0 +1,51 @@
+"""Fixtures shared by every test area: local Cosmos wire servers."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from servers import (
+    WELL_KNOWN_COSMOS_KEY,
+    vercel_cosmos_server,
+    vercel_server_unavailable_reason,
+)
+
+
+@dataclass(frozen=True)
+class CosmosServer:
+    name: str
+    endpoint: str
+    key: str
+
+
+def skip_or_fail(reason: str) -> None:
+    """Optional servers skip on developer machines, but CI must really run them."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"required in CI: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def vercel_cosmos() -> Iterator[CosmosServer]:
+    reason = vercel_server_unavailable_reason()
+    if reason:
+        skip_or_fail(reason)
+    with vercel_cosmos_server() as endpoint:
+        yield CosmosServer("vercel", endpoint, WELL_KNOWN_COSMOS_KEY)
+
+
+@pytest.fixture(scope="session")
+def python_cosmos() -> Iterator[CosmosServer]:
+    try:
+        from cosmos_emulator import start_in_background
+    except ImportError:
+        skip_or_fail("cosmos_emulator is not available yet")
+        raise
+    emulator = start_in_background(host="127.0.0.1", port=0)
+    try:
+        yield CosmosServer("python-emulator", emulator.url, emulator.key)
+    finally:
+        emulator.stop()

@@ -1,0 +1,149 @@
+"""One contract, three stores: the fake, our Cosmos emulator, and @vercel/cosmosdb-server.
+
+The same cases run against the fake of the store port and against the real adapter over real
+Cosmos wire servers, so the fake cannot drift from what the adapter really does. Gaps of the
+third-party server are declared here (strict xfail: if it gets fixed, the test says so).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from azure.cosmos import PartitionKey
+from azure.cosmos.aio import ContainerProxy, CosmosClient
+from conftest import CosmosServer
+from fakes import FakeOrderStore, new_write
+
+from orders.adapters.cosmos_store import CosmosOrderStore
+from orders.domain.messages import MAX_LINES_PER_ORDER
+from orders.exceptions import OrderAlreadyExistsError, StoreError, TransientStoreError
+from orders.service.ports import OrderStore
+
+# (server, test) -> (the gap, the exception it shows up as)
+KNOWN_GAPS: dict[tuple[str, str], tuple[str, type[BaseException]]] = {
+    ("vercel", "test_a_failed_batch_writes_nothing"): (
+        "@vercel/cosmosdb-server batches are not atomic: operations before the failing one stay",
+        AssertionError,
+    ),
+    ("vercel", "test_reading_a_missing_order_returns_none"): (
+        "@vercel/cosmosdb-server answers a point read of a missing item with 500, not 404",
+        TransientStoreError,
+    ),
+}
+
+
+@dataclass
+class StoreUnderTest:
+    store: OrderStore
+    seed: Callable[[str, dict[str, Any]], Any]
+    read_document: Callable[[str, str], Any]
+
+
+async def cosmos_container(client: CosmosClient) -> ContainerProxy:
+    database = await client.create_database_if_not_exists("contract")
+    return await database.create_container_if_not_exists(
+        id="orders", partition_key=PartitionKey(path="/orderId"), default_ttl=-1
+    )
+
+
+@pytest.fixture(params=["fake", "python-emulator", "vercel"])
+async def subject(request: pytest.FixtureRequest) -> AsyncIterator[StoreUnderTest]:
+    gap = KNOWN_GAPS.get((request.param, request.node.originalname))
+    if gap:
+        reason, shows_as = gap
+        request.applymarker(pytest.mark.xfail(reason=reason, raises=shows_as, strict=True))
+    if request.param == "fake":
+        fake = FakeOrderStore()
+
+        async def fake_read(pk: str, item_id: str) -> Any:
+            return next((d for d in fake.documents(pk) if d["id"] == item_id), None)
+
+        async def fake_seed(pk: str, document: dict[str, Any]) -> None:
+            fake.seed_document(pk, document)
+
+        yield StoreUnderTest(fake, fake_seed, fake_read)
+        return
+
+    fixture = "vercel_cosmos" if request.param == "vercel" else "python_cosmos"
+    server: CosmosServer = request.getfixturevalue(fixture)
+    async with CosmosClient(server.endpoint, credential=server.key) as client:
+        container = await cosmos_container(client)
+
+        async def cosmos_read(pk: str, item_id: str) -> Any:
+            # Cross-partition on purpose: @vercel/cosmosdb-server fails partition-scoped queries
+            # ("missing partition keys") and 500s point reads of missing items.
+            query = "SELECT * FROM c WHERE c.orderId = @pk AND c.id = @id"
+            items = container.query_items(
+                query,
+                parameters=[{"name": "@pk", "value": pk}, {"name": "@id", "value": item_id}],
+            )
+            found = [item async for item in items]
+            return found[0] if found else None
+
+        async def cosmos_seed(pk: str, document: dict[str, Any]) -> None:
+            await container.create_item(document)
+
+        yield StoreUnderTest(CosmosOrderStore(container), cosmos_seed, cosmos_read)
+
+
+def unique_id() -> str:
+    return f"contract-{uuid.uuid4().hex[:12]}"
+
+
+async def test_a_new_order_is_written_with_all_its_lines(subject: StoreUnderTest) -> None:
+    order_id = unique_id()
+    write = new_write(order_id)
+
+    await subject.store.create_order(write)
+
+    record = await subject.store.read_order(order_id)
+    assert record is not None and record.request_hash == write.request_hash
+    for document in write.documents:
+        stored = await subject.read_document(order_id, document["id"])
+        assert stored is not None and stored["orderId"] == order_id
+
+
+async def test_creating_an_existing_order_raises_with_the_stored_record(
+    subject: StoreUnderTest,
+) -> None:
+    order_id = unique_id()
+    first = new_write(order_id)
+    await subject.store.create_order(first)
+
+    with pytest.raises(OrderAlreadyExistsError) as raised:
+        await subject.store.create_order(new_write(order_id, customerId="other"))
+
+    assert raised.value.existing.order_id == order_id
+    assert raised.value.existing.request_hash == first.request_hash
+
+
+async def test_a_failed_batch_writes_nothing(subject: StoreUnderTest) -> None:
+    order_id = unique_id()
+    write = new_write(order_id)
+    await subject.seed(order_id, {"id": write.documents[2]["id"], "orderId": order_id})
+
+    with pytest.raises(StoreError) as raised:
+        await subject.store.create_order(write)
+
+    assert not isinstance(raised.value, OrderAlreadyExistsError)
+    assert await subject.read_document(order_id, order_id) is None
+    assert await subject.read_document(order_id, write.documents[1]["id"]) is None
+
+
+async def test_reading_a_missing_order_returns_none(subject: StoreUnderTest) -> None:
+    assert await subject.store.read_order(unique_id()) is None
+
+
+async def test_the_largest_order_fits_one_batch(subject: StoreUnderTest) -> None:
+    order_id = unique_id()
+    lines = [{"sku": f"s{i}", "quantity": 1, "unitPrice": 1} for i in range(MAX_LINES_PER_ORDER)]
+    write = new_write(order_id, lines=lines)
+
+    await subject.store.create_order(write)
+
+    last = await subject.read_document(order_id, write.documents[-1]["id"])
+    assert last is not None and last["lineNumber"] == MAX_LINES_PER_ORDER

@@ -1,0 +1,72 @@
+"""Starting local servers for tests: free ports on 127.0.0.1, stopped by their own pid."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+WELL_KNOWN_COSMOS_KEY = (
+    "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw=="
+)
+VERCEL_COSMOS_SERVER = REPO / "emulators" / "cosmos" / "node_modules" / ".bin" / "cosmosdb-server"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited early with code {process.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)  # polling a port that is not yet bound; bounded by the deadline
+    raise TimeoutError(f"nothing listened on 127.0.0.1:{port} within {timeout} s")
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        os.kill(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+
+
+def vercel_server_unavailable_reason() -> str | None:
+    if shutil.which("node") is None:
+        return "node is not installed (the @vercel/cosmosdb-server cross-check needs Node 20+)"
+    if not VERCEL_COSMOS_SERVER.exists():
+        return "run `make test` (npm ci in emulators/cosmos) to install @vercel/cosmosdb-server"
+    return None
+
+
+@contextmanager
+def vercel_cosmos_server() -> Iterator[str]:
+    """The third-party Cosmos wire server over HTTPS (self-signed); yields its endpoint."""
+    port = free_port()
+    process = subprocess.Popen(
+        [str(VERCEL_COSMOS_SERVER), "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port, process)
+        yield f"https://127.0.0.1:{port}/"
+    finally:
+        stop_process(process)

@@ -1,0 +1,130 @@
+"""The Functions trigger, called directly with a real ServiceBusReceivedMessage.
+
+The host (and its gRPC MessageActions) cannot run here, so settlement goes to a fake actions
+object; the message is the SDK's own type, built as the SDK-type binding builds it.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from azure.servicebus import ServiceBusReceivedMessage
+from azure.servicebus._pyamqp.message import Header, Message, Properties
+from fakes import FakeMessageActions, FakeOrderStore, order_payload
+
+import function_app
+from orders.bootstrap import use_function_consumer
+from orders.exceptions import TransientStoreError
+from orders.service.consumer import OrderConsumer
+
+
+def received(body: bytes, message_id: str, delivery_count: int = 0) -> ServiceBusReceivedMessage:
+    amqp_message = Message(
+        data=[body],
+        properties=Properties(message_id=message_id, correlation_id="corr-42"),
+        header=Header(delivery_count=delivery_count),
+        message_annotations={b"x-opt-sequence-number": 7},
+    )
+    return ServiceBusReceivedMessage(amqp_message, receiver=None)
+
+
+@pytest.fixture
+def store() -> Iterator[FakeOrderStore]:
+    fake = FakeOrderStore()
+    use_function_consumer(OrderConsumer(fake))
+    yield fake
+    use_function_consumer(None)
+
+
+async def invoke(message: ServiceBusReceivedMessage) -> list[tuple[str, Any, dict[str, Any]]]:
+    actions = FakeMessageActions()
+    await function_app.process_order(received_message=message, message_actions=actions)
+    return actions.calls
+
+
+def test_binding_is_a_peeklock_trigger_that_settles_explicitly() -> None:
+    [function] = function_app.app.get_functions()
+    [binding] = json.loads(function.get_function_json())["bindings"]
+
+    assert binding["type"] == "serviceBusTrigger"
+    assert binding["queueName"] == "%ORDERS_QUEUE%"
+    assert binding["connection"] == "ServiceBusConnection"
+    assert binding["autoCompleteMessages"] is False
+
+
+async def test_new_order_is_completed(store: FakeOrderStore) -> None:
+    order_id = f"o-{uuid.uuid4().hex[:8]}"
+    message = received(json.dumps(order_payload(order_id)).encode(), order_id)
+
+    calls = await invoke(message)
+
+    assert [(name, kwargs) for name, _, kwargs in calls] == [("complete", {})]
+    assert calls[0][1] is message
+    assert store.order_ids() == [order_id]
+
+
+async def test_duplicate_is_completed_without_a_second_write(store: FakeOrderStore) -> None:
+    order_id = f"o-{uuid.uuid4().hex[:8]}"
+    body = json.dumps(order_payload(order_id)).encode()
+    await invoke(received(body, order_id))
+
+    calls = await invoke(received(body, order_id, delivery_count=1))
+
+    assert [name for name, _, _ in calls] == ["complete"]
+    assert store.create_calls == 2 and len(store.documents(order_id)) == 3
+
+
+async def test_mismatch_is_dead_lettered_with_both_hashes(store: FakeOrderStore) -> None:
+    order_id = f"o-{uuid.uuid4().hex[:8]}"
+    await invoke(received(json.dumps(order_payload(order_id)).encode(), order_id))
+
+    calls = await invoke(
+        received(json.dumps(order_payload(order_id, currency="USD")).encode(), order_id)
+    )
+
+    [(name, _, kwargs)] = calls
+    assert name == "deadletter"
+    assert kwargs["deadletter_reason"] == "RequestHashMismatch"
+    assert kwargs["deadletter_error_description"].count("requestHash") == 2
+
+
+@pytest.mark.parametrize(
+    ("body", "message_id", "reason"),
+    [
+        (b"<xml/>", "o-1", "InvalidJson"),
+        (json.dumps({"orderId": "o-1"}).encode(), "o-1", "SchemaViolation"),
+        (json.dumps(order_payload("o-1")).encode(), "o-9", "MessageIdMismatch"),
+        (b"{" + b" " * 300_000 + b"}", "o-1", "OrderTooLarge"),
+    ],
+)
+async def test_bad_messages_are_dead_lettered_with_their_reason(
+    store: FakeOrderStore, body: bytes, message_id: str, reason: str
+) -> None:
+    [(name, _, kwargs)] = await invoke(received(body, message_id))
+
+    assert name == "deadletter"
+    assert kwargs["deadletter_reason"] == reason
+    assert kwargs["deadletter_error_description"]
+
+
+async def test_transient_store_failure_is_abandoned(store: FakeOrderStore) -> None:
+    order_id = f"o-{uuid.uuid4().hex[:8]}"
+    store.fail_next(TransientStoreError("429"))
+
+    calls = await invoke(received(json.dumps(order_payload(order_id)).encode(), order_id))
+
+    assert [name for name, _, _ in calls] == ["abandon"]
+    assert store.order_ids() == []
+
+
+async def test_unexpected_failure_is_abandoned(store: FakeOrderStore) -> None:
+    order_id = f"o-{uuid.uuid4().hex[:8]}"
+    store.fail_next(KeyError("surprise"))
+
+    calls = await invoke(received(json.dumps(order_payload(order_id)).encode(), order_id))
+
+    assert [name for name, _, _ in calls] == ["abandon"]

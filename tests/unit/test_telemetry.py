@@ -1,0 +1,69 @@
+"""Counters and spans per outcome, read through the OpenTelemetry SDK's in-memory readers."""
+
+from __future__ import annotations
+
+import json
+
+from fakes import FakeOrderStore, order_payload
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from orders.domain.received import ReceivedOrderMessage
+from orders.exceptions import TransientStoreError
+from orders.observability import ConsumerTelemetry
+from orders.service.consumer import OrderConsumer
+
+
+def counter_totals(reader: InMemoryMetricReader) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    data = reader.get_metrics_data()
+    assert data is not None
+    for resource_metrics in data.resource_metrics:
+        for scope_metrics in resource_metrics.scope_metrics:
+            for metric in scope_metrics.metrics:
+                totals[metric.name] = sum(int(p.value) for p in metric.data.data_points)
+    return totals
+
+
+async def test_each_outcome_counts_and_spans_carry_the_dedup_key() -> None:
+    reader = InMemoryMetricReader()
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    telemetry = ConsumerTelemetry(MeterProvider(metric_readers=[reader]), tracer_provider)
+    store = FakeOrderStore()
+    consumer = OrderConsumer(store, telemetry)
+
+    def message(payload: dict[str, object], delivery_count: int = 1) -> ReceivedOrderMessage:
+        return ReceivedOrderMessage(
+            json.dumps(payload).encode(), str(payload["orderId"]), delivery_count, "corr"
+        )
+
+    await consumer.handle(message(order_payload("t-1")))
+    await consumer.handle(message(order_payload("t-1"), delivery_count=2))
+    await consumer.handle(message(order_payload("t-1", customerId="x")))
+    await consumer.handle(ReceivedOrderMessage(b"nope", "t-2"))
+    store.fail_next(TransientStoreError("503"))
+    await consumer.handle(message(order_payload("t-3")))
+
+    assert counter_totals(reader) == {
+        "orders.processed": 1,
+        "orders.duplicates": 1,
+        "orders.mismatches": 1,
+        "orders.dead_lettered": 2,
+        "orders.abandoned": 1,
+    }
+    spans = exporter.get_finished_spans()
+    assert [s.attributes["orders.outcome"] for s in spans] == [
+        "processed",
+        "duplicate",
+        "mismatch",
+        "rejected",
+        "transient_failure",
+    ]
+    assert spans[1].attributes["orders.dedup_key"] == "t-1"
+    assert spans[1].attributes["messaging.servicebus.message.delivery_count"] == 2
+    assert spans[1].attributes["messaging.message.id"] == "t-1"
