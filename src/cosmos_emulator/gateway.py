@@ -9,12 +9,13 @@ import json
 import time
 import urllib.parse
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 from . import items
 from .auth import verify
-from .errors import CosmosError, bad_request, not_found, unsupported
+from .errors import CosmosError, bad_request, unsupported
 from .faults import FaultInjector, FaultRule
 from .http11 import Request, Response
 from .ids import MAX_ITEM_BYTES, too_large
@@ -61,6 +62,7 @@ class Gateway:
         self.faults = faults
         self.scheme = scheme
         self.fallback_host = "127.0.0.1"
+        self.operation_counts: Counter[str] = Counter()
 
     # -- entry point -----------------------------------------------------------------------
     async def handle(self, request: Request) -> Response:
@@ -73,7 +75,9 @@ class Gateway:
         try:
             verify(self.key, request.method, segments, request.headers)
             if segments:
-                rule = self.faults.take(request.method, path, self._operation(request, segments))
+                operation = self._operation(request, segments)
+                self.operation_counts[operation] += 1
+                rule = self.faults.take(request.method, path, operation)
                 if rule is not None:
                     if rule.delay_ms:
                         await asyncio.sleep(rule.delay_ms / 1000)
@@ -130,7 +134,7 @@ class Gateway:
         return _json(404, {"code": "NotFound", "message": f"no admin endpoint {path}"})
 
     # -- routing ---------------------------------------------------------------------------
-    def _route(self, request: Request, seg: list[str]) -> Response:  # noqa: C901
+    def _route(self, request: Request, seg: list[str]) -> Response:
         method = request.method
         n = len(seg)
         if n == 0:

@@ -235,7 +235,7 @@ def run_batch(ctx: ItemContext, operations: object) -> tuple[int, list[dict[str,
         try:
             outcome = _batch_operation(staged, ctx, op)
         except CosmosError as err:
-            failed = {"statusCode": err.status, "requestCharge": 1.0,
+            failed: dict[str, Any] = {"statusCode": err.status, "requestCharge": 1.0,
                       "message": err.message}
             if err.substatus is not None:
                 failed["subStatusCode"] = err.substatus

@@ -142,6 +142,21 @@ class RunningCosmosEmulator:
     def pending_faults(self) -> list[dict[str, Any]]:
         return self._core.faults.describe()
 
+    def stats(self) -> dict[str, int]:
+        """Counts of what is stored, including expired items not yet purged."""
+        store = self._core.store
+        with store.lock:
+            containers = [c for d in store.databases.values() for c in d.containers.values()]
+            return {
+                "databases": len(store.databases),
+                "containers": len(containers),
+                "stored_items": sum(len(p) for c in containers for p in c.partitions.values()),
+            }
+
+    def operation_counts(self) -> dict[str, int]:
+        """Requests served per operation (Create, Read, Query, QueryPlan, Batch, ...)."""
+        return dict(self._core.gateway.operation_counts)
+
     def stop(self) -> None:
         if self._stopped:
             return

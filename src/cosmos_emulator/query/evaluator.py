@@ -145,7 +145,7 @@ class Evaluator:
         self.params = params
         self.aggregate_values: dict[int, Any] = {}
 
-    def eval(self, expr: Expr, doc: Any) -> Any:  # noqa: C901 - one dispatch on node type
+    def eval(self, expr: Expr, doc: Any) -> Any:
         if isinstance(expr, Literal):
             return expr.value
         if isinstance(expr, Ref):
@@ -269,8 +269,8 @@ def run(query: Query, docs: Iterable[Any], params: Params) -> list[Any]:
         rows = [None]
     elif query.order_by:
         for item in reversed(query.order_by):
-            rows.sort(key=lambda d, e=item.expr: order_key(ev.eval(e, d)),
-                      reverse=item.descending)
+            expr = item.expr
+            rows.sort(key=lambda d: order_key(ev.eval(expr, d)), reverse=item.descending)
     results = [r for r in (_project(ev, query, row) for row in rows) if r is not UNDEFINED]
     if query.distinct:
         seen: set[str] = set()

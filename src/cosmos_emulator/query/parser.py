@@ -17,10 +17,10 @@ from .ast import (
     Param,
     Query,
     Ref,
+    Selection,
     SelectItem,
     SelectList,
     SelectStar,
-    Selection,
     SelectValue,
     Unary,
 )
@@ -307,6 +307,8 @@ class _Parser:
             self._error("unexpected keyword")
         if tok.kind == "IDENT":
             self._advance()
+            if tok.text.lower() == "udf" and self._punct("."):
+                raise unsupported("user-defined functions (udf.*)")
             if self._punct("("):
                 return self._call(tok.text)
             return Ref(tok.text)
@@ -332,10 +334,7 @@ class _Parser:
             pairs: list[tuple[str, Expr]] = []
             if not self._punct("}"):
                 while True:
-                    if self._is("STR"):
-                        key = str(self._advance().value)
-                    else:
-                        key = self._identifier()
+                    key = str(self._advance().value) if self._is("STR") else self._identifier()
                     self._expect_punct(":")
                     pairs.append((key, self.expr()))
                     if not self._punct(","):

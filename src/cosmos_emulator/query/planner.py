@@ -90,7 +90,8 @@ def _rewrite_aggregate(query: Query) -> tuple[str, list[str]]:
     if not (isinstance(expr, Call) and expr.name in _AGGREGATE_NAMES):
         raise unsupported("cross-partition aggregates other than SELECT VALUE <aggregate>(...)")
     if expr.name == "AVG":
-        item: Expr = ObjectLit((("sum", Call("SUM", expr.args)), ("count", Call("COUNT", expr.args))))
+        item: Expr = ObjectLit(
+            (("sum", Call("SUM", expr.args)), ("count", Call("COUNT", expr.args))))
     else:
         item = expr
     wrapped = ArrayLit((ObjectLit((("item", item),)),))
@@ -167,7 +168,7 @@ def print_query(
     return " ".join(parts)
 
 
-def print_expr(expr: Expr) -> str:  # noqa: C901 - one case per node type
+def print_expr(expr: Expr) -> str:
     if isinstance(expr, Literal):
         if expr.value is UNDEFINED:
             return "undefined"

@@ -66,7 +66,7 @@ def compare(a: Any, b: Any) -> int | None:
     if a is None:
         return 0
     if isinstance(a, bool | str) or is_number(a):
-        return (a > b) - (a < b)
+        return int((a > b) - (a < b))
     return None
 
 
