@@ -1,0 +1,220 @@
+// Entry point for `azd up`: creates the resource group and wires one module per concern.
+// Every name comes from abbreviations.json plus a token that is stable for one azd environment
+// in one subscription and region, so re-running `azd up` updates instead of duplicating.
+targetScope = 'subscription'
+
+@minLength(1)
+@maxLength(64)
+@description('azd environment name; part of every resource name and the azd-env-name tag.')
+param environmentName string
+
+@minLength(1)
+@description('Azure region for every resource.')
+param location string
+
+@description('Object id of the deploying user or service principal (azd sets AZURE_PRINCIPAL_ID). Gets data-plane access so `orders load` and `orders verify` run from a laptop. Empty: no user access.')
+param principalId string = ''
+
+@allowed(['User', 'ServicePrincipal'])
+@description('Kind of principalId: User for a person, ServicePrincipal for a CI pipeline.')
+param principalType string = 'User'
+
+@description('Resource group name; empty: rg-<environmentName>.')
+param resourceGroupName string = ''
+
+// Basic is not offered: it has no duplicate detection, which this design relies on.
+@allowed(['Standard', 'Premium'])
+@description('Service Bus tier. Premium adds isolation and predictable latency.')
+param serviceBusSku string = 'Standard'
+
+@description('How long the broker remembers a MessageId (ISO 8601, PT20S..P7D). A producer retry inside this window is dropped by the broker; one after it reaches the idempotent consumer.')
+param duplicateDetectionHistoryTimeWindow string = 'PT10M'
+
+@minValue(1)
+@maxValue(2000)
+@description('Deliveries before the broker dead-letters a message with MaxDeliveryCountExceeded.')
+param maxDeliveryCount int = 10
+
+@description('Time a message may wait in the queue before it expires into the dead-letter queue (ISO 8601).')
+param messageTimeToLive string = 'P14D'
+
+@allowed(['Serverless', 'Provisioned'])
+@description('Cosmos DB capacity mode. Provisioned uses shared autoscale throughput on the database.')
+param cosmosCapacityMode string = 'Serverless'
+
+@minValue(1000)
+@description('Autoscale maximum RU/s shared by both containers (Provisioned mode only).')
+param cosmosAutoscaleMaxThroughput int = 1000
+
+@allowed(['3.11', '3.12'])
+@description('Python version of the Flex Consumption runtime.')
+param pythonVersion string = '3.11'
+
+@minValue(40)
+@maxValue(1000)
+@description('Flex Consumption scale-out limit.')
+param maximumInstanceCount int = 100
+
+@allowed([512, 2048, 4096])
+@description('Memory per Flex Consumption instance.')
+param instanceMemoryMB int = 2048
+
+@description('E-mail address for the dead-letter alert; empty: the alert fires in the portal only.')
+param alertEmailAddress string = ''
+
+var abbrs = loadJsonContent('abbreviations.json')
+var resourceToken = toLower(uniqueString(subscription().id, environmentName, location))
+var tags = { 'azd-env-name': environmentName }
+
+// Names the app reads through its settings; they are fixed by the code's defaults, so they are
+// variables, not parameters.
+var queueName = 'orders'
+var cosmosDatabaseName = 'orders'
+var cosmosOrdersContainerName = 'orders'
+var cosmosIdempotencyContainerName = 'idempotency'
+var deploymentContainerName = 'app-package-${resourceToken}'
+
+resource rg 'Microsoft.Resources/resourceGroups@2024-03-01' = {
+  name: !empty(resourceGroupName) ? resourceGroupName : '${abbrs.resourcesResourceGroups}${environmentName}'
+  location: location
+  tags: tags
+}
+
+module identity 'modules/identity.bicep' = {
+  name: 'identity'
+  scope: rg
+  params: {
+    name: '${abbrs.managedIdentityUserAssignedIdentities}api-${resourceToken}'
+    location: location
+    tags: tags
+  }
+}
+
+module monitoring 'modules/monitoring.bicep' = {
+  name: 'monitoring'
+  scope: rg
+  params: {
+    logAnalyticsName: '${abbrs.operationalInsightsWorkspaces}${resourceToken}'
+    applicationInsightsName: '${abbrs.insightsComponents}${resourceToken}'
+    location: location
+    tags: tags
+  }
+}
+
+module messaging 'modules/messaging.bicep' = {
+  name: 'messaging'
+  scope: rg
+  params: {
+    namespaceName: '${abbrs.serviceBusNamespaces}${resourceToken}'
+    location: location
+    tags: tags
+    skuName: serviceBusSku
+    queueName: queueName
+    duplicateDetectionHistoryTimeWindow: duplicateDetectionHistoryTimeWindow
+    maxDeliveryCount: maxDeliveryCount
+    messageTimeToLive: messageTimeToLive
+  }
+}
+
+module database 'modules/database.bicep' = {
+  name: 'database'
+  scope: rg
+  params: {
+    accountName: '${abbrs.documentDBDatabaseAccounts}${resourceToken}'
+    location: location
+    tags: tags
+    capacityMode: cosmosCapacityMode
+    autoscaleMaxThroughput: cosmosAutoscaleMaxThroughput
+    databaseName: cosmosDatabaseName
+    ordersContainerName: cosmosOrdersContainerName
+    idempotencyContainerName: cosmosIdempotencyContainerName
+  }
+}
+
+module storage 'modules/storage.bicep' = {
+  name: 'storage'
+  scope: rg
+  params: {
+    name: '${abbrs.storageStorageAccounts}${resourceToken}'
+    location: location
+    tags: tags
+    deploymentContainerName: deploymentContainerName
+  }
+}
+
+module roles 'modules/roles.bicep' = {
+  name: 'roles'
+  scope: rg
+  params: {
+    appPrincipalId: identity.outputs.principalId
+    userPrincipalId: principalId
+    userPrincipalType: principalType
+    serviceBusNamespaceName: messaging.outputs.namespaceName
+    queueName: messaging.outputs.queueName
+    cosmosAccountName: database.outputs.accountName
+    cosmosDatabaseName: database.outputs.databaseName
+    storageAccountName: storage.outputs.name
+    applicationInsightsName: monitoring.outputs.applicationInsightsName
+  }
+}
+
+module functionApp 'modules/functionapp.bicep' = {
+  name: 'functionapp'
+  scope: rg
+  // The host starts as soon as the site exists; granting its roles first spares it a burst of
+  // 403s on storage, Service Bus and Cosmos right after the first deployment.
+  dependsOn: [roles]
+  params: {
+    name: '${abbrs.webSitesFunctions}api-${resourceToken}'
+    planName: '${abbrs.webServerFarms}${resourceToken}'
+    location: location
+    tags: tags
+    identityId: identity.outputs.id
+    identityClientId: identity.outputs.clientId
+    storageBlobEndpoint: storage.outputs.blobEndpoint
+    deploymentContainerName: storage.outputs.deploymentContainerName
+    applicationInsightsConnectionString: monitoring.outputs.applicationInsightsConnectionString
+    serviceBusFullyQualifiedNamespace: messaging.outputs.fullyQualifiedNamespace
+    queueName: messaging.outputs.queueName
+    cosmosEndpoint: database.outputs.endpoint
+    cosmosDatabaseName: database.outputs.databaseName
+    cosmosOrdersContainerName: database.outputs.ordersContainerName
+    cosmosIdempotencyContainerName: database.outputs.idempotencyContainerName
+    pythonVersion: pythonVersion
+    maximumInstanceCount: maximumInstanceCount
+    instanceMemoryMB: instanceMemoryMB
+  }
+}
+
+module alerts 'modules/alerts.bicep' = {
+  name: 'alerts'
+  scope: rg
+  params: {
+    alertName: '${abbrs.insightsMetricAlerts}dead-letters-${resourceToken}'
+    actionGroupName: '${abbrs.insightsActionGroups}${resourceToken}'
+    tags: tags
+    serviceBusNamespaceName: messaging.outputs.namespaceName
+    queueName: messaging.outputs.queueName
+    alertEmailAddress: alertEmailAddress
+  }
+}
+
+// azd stores every output in the environment (`azd env get-values`). The names are the settings
+// the app reads wherever they are plain upper-case names; the Service Bus namespace gets the
+// conventional AZURE_ name because `ServiceBusConnection__fullyQualifiedNamespace` is
+// mixed-case, which azd does not keep reliably. AZURE_CLIENT_ID is deliberately NOT an output:
+// on a laptop it would point DefaultAzureCredential at the function's managed identity.
+output AZURE_LOCATION string = location
+output AZURE_TENANT_ID string = tenant().tenantId
+output AZURE_RESOURCE_GROUP string = rg.name
+output AZURE_SERVICEBUS_NAMESPACE string = messaging.outputs.namespaceName
+output AZURE_SERVICEBUS_FULLY_QUALIFIED_NAMESPACE string = messaging.outputs.fullyQualifiedNamespace
+output ORDERS_QUEUE string = messaging.outputs.queueName
+output COSMOS_ENDPOINT string = database.outputs.endpoint
+output COSMOS_DATABASE string = database.outputs.databaseName
+output COSMOS_CONTAINER string = database.outputs.ordersContainerName
+output COSMOS_IDEMPOTENCY_CONTAINER string = database.outputs.idempotencyContainerName
+output AZURE_FUNCTION_APP_NAME string = functionApp.outputs.name
+output AZURE_FUNCTION_APP_URL string = functionApp.outputs.url
+output AZURE_FUNCTION_IDENTITY_CLIENT_ID string = identity.outputs.clientId
+output APPLICATIONINSIGHTS_CONNECTION_STRING string = monitoring.outputs.applicationInsightsConnectionString

@@ -1,0 +1,130 @@
+// Cosmos DB for NoSQL: the account, database `orders` and its two containers. With local auth
+// off the data-plane role cannot create databases or containers, so they exist only because
+// this template creates them; the app never creates them in Azure.
+param accountName string
+param location string
+param tags object = {}
+
+@allowed(['Serverless', 'Provisioned'])
+param capacityMode string = 'Serverless'
+
+@minValue(1000)
+@description('Autoscale maximum RU/s shared by the containers (Provisioned only).')
+param autoscaleMaxThroughput int = 1000
+
+param databaseName string = 'orders'
+param ordersContainerName string = 'orders'
+param idempotencyContainerName string = 'idempotency'
+
+var serverless = capacityMode == 'Serverless'
+
+resource account 'Microsoft.DocumentDB/databaseAccounts@2024-11-15' = {
+  // checkov:skip=CKV_AZURE_101: The Flex Consumption app and the laptop tooling (orders load / verify) reach Cosmos DB over its public endpoint; access is Entra-only (disableLocalAuth) instead of network-restricted.
+  // checkov:skip=CKV_AZURE_99: Same as CKV_AZURE_101: no IP or VNet rules because Flex Consumption outbound addresses are not fixed without VNet integration, which this template leaves out.
+  name: accountName
+  location: location
+  tags: tags
+  kind: 'GlobalDocumentDB'
+  properties: {
+    databaseAccountOfferType: 'Standard'
+    locations: [
+      {
+        locationName: location
+        failoverPriority: 0
+        isZoneRedundant: false
+      }
+    ]
+    // Session gives read-your-writes for the 409 -> point-read path within one client.
+    consistencyPolicy: {
+      defaultConsistencyLevel: 'Session'
+    }
+    capabilities: serverless ? [{ name: 'EnableServerless' }] : []
+    // Entra ID only: account keys are refused, so COSMOS_KEY is never set in Azure.
+    disableLocalAuth: true
+    // Keys could otherwise still change databases and containers through the data plane.
+    disableKeyBasedMetadataWriteAccess: true
+    minimalTlsVersion: 'Tls12'
+    publicNetworkAccess: 'Enabled'
+    enableAutomaticFailover: false
+    enableFreeTier: false
+  }
+}
+
+resource database 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases@2024-11-15' = {
+  parent: account
+  name: databaseName
+  properties: {
+    resource: {
+      id: databaseName
+    }
+    // Shared throughput keeps the provisioned minimum at one autoscale budget for both containers.
+    options: serverless ? {} : { autoscaleSettings: { maxThroughput: autoscaleMaxThroughput } }
+  }
+}
+
+// One logical partition per order: the order document and its line documents share
+// partition key /orderId so they are written in ONE transactional batch.
+resource ordersContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2024-11-15' = {
+  parent: database
+  name: ordersContainerName
+  properties: {
+    resource: {
+      id: ordersContainerName
+      partitionKey: {
+        paths: ['/orderId']
+        kind: 'Hash'
+        version: 2
+      }
+      // TTL on, no default expiry: orders live forever unless an item sets its own ttl.
+      defaultTtl: -1
+      // The consumer uses point reads and batch creates only, which need no index. Queries
+      // (the verifier, reading an order's lines) filter on orderId or the document type; other
+      // paths are left out to keep every write cheap. A filter on an unindexed path still
+      // works (it scans); an ORDER BY needs its path listed here.
+      indexingPolicy: {
+        indexingMode: 'consistent'
+        automatic: true
+        includedPaths: [
+          { path: '/orderId/?' }
+          { path: '/type/?' }
+        ]
+        excludedPaths: [
+          { path: '/*' }
+        ]
+      }
+    }
+  }
+}
+
+// Idempotency-Key records of the HTTP API: id = caller scope + key, read and written by id only,
+// each with its own ttl (24 h by default), so nothing is indexed beyond the id.
+resource idempotencyContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2024-11-15' = {
+  parent: database
+  name: idempotencyContainerName
+  properties: {
+    resource: {
+      id: idempotencyContainerName
+      partitionKey: {
+        paths: ['/id']
+        kind: 'Hash'
+        version: 2
+      }
+      // Must be set (-1) for the per-item ttl of the records to take effect.
+      defaultTtl: -1
+      indexingPolicy: {
+        indexingMode: 'consistent'
+        automatic: true
+        includedPaths: []
+        excludedPaths: [
+          { path: '/*' }
+        ]
+      }
+    }
+  }
+}
+
+output accountName string = account.name
+output endpoint string = account.properties.documentEndpoint
+output databaseName string = database.name
+output ordersContainerName string = ordersContainer.name
+output idempotencyContainerName string = idempotencyContainer.name

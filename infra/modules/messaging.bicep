@@ -1,0 +1,82 @@
+// Service Bus namespace and the `orders` queue. The broker's duplicate detection is the first
+// line of defence (producer retries inside the window never reach a consumer); the idempotent
+// consumer is the second (late duplicates, redeliveries). Both are needed.
+param namespaceName string
+param location string
+param tags object = {}
+
+// Basic has no duplicate detection, so it is not allowed.
+@allowed(['Standard', 'Premium'])
+param skuName string = 'Standard'
+
+param queueName string = 'orders'
+
+@description('ISO 8601, PT20S..P7D. Fixed at queue creation together with requiresDuplicateDetection.')
+param duplicateDetectionHistoryTimeWindow string = 'PT10M'
+
+@minValue(1)
+@maxValue(2000)
+param maxDeliveryCount int = 10
+
+param messageTimeToLive string = 'P14D'
+
+// lockDuration is sized against the worst case of ONE invocation of the order function
+// (see the consumer design in the README):
+//   - validation + RFC 8785 hash: milliseconds;
+//   - a new order is ONE Cosmos request, a transactional batch, which Cosmos executes in at most
+//     5 s; a duplicate adds one point read after the 409;
+//   - under throttling the Cosmos SDK retries 429s for at most 30 s per request (azure-cosmos
+//     RetryOptions.MaxWaitTimeInSeconds default) and then raises, and the function abandons;
+//   - settlement is one call to the host, well under a second.
+// Worst case that still ends in a settlement: 5 s + 30 s (batch) + 30 s (point read) + ~1 s,
+// about 66 s. PT2M holds that with margin even if the host's automatic renewal
+// (host.json maxAutoLockRenewalDuration) is late or fails once, and it also covers prefetched
+// messages, whose locks run while they wait in the host's buffer and are not renewed. Longer
+// tails (a TCP connection stalled until the SDK's 65 s read timeout) are left to that renewal.
+// The cost of a longer lock is recovery latency only: a message held by a crashed instance
+// reappears after at most 2 minutes and is then processed idempotently. The service maximum is
+// PT5M. The local emulator config uses PT1M so local crash tests redeliver sooner.
+var lockDuration = 'PT2M'
+
+resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' = {
+  name: namespaceName
+  location: location
+  tags: tags
+  // Premium is sold in messaging units; Standard takes no capacity.
+  sku: skuName == 'Premium' ? { name: 'Premium', tier: 'Premium', capacity: 1 } : { name: 'Standard', tier: 'Standard' }
+  properties: {
+    // Entra ID only: SAS keys and connection strings are refused.
+    disableLocalAuth: true
+    minimumTlsVersion: '1.2'
+    publicNetworkAccess: 'Enabled'
+  }
+
+  resource queue 'queues' = {
+    name: queueName
+    properties: {
+      // Cannot be switched on or off once the queue exists (see infra/README.md).
+      requiresDuplicateDetection: true
+      duplicateDetectionHistoryTimeWindow: duplicateDetectionHistoryTimeWindow
+      maxDeliveryCount: maxDeliveryCount
+      lockDuration: lockDuration
+      // An order that nobody processed in time must land in the dead-letter queue (and fire the
+      // dead-letter alert) instead of vanishing.
+      deadLetteringOnMessageExpiration: true
+      defaultMessageTimeToLive: messageTimeToLive
+      requiresSession: false
+      // Express entities may keep messages in memory only; an accepted order must be durable.
+      enableExpress: false
+      enablePartitioning: false
+      enableBatchedOperations: true
+      maxSizeInMegabytes: 1024
+    }
+  }
+}
+
+output namespaceName string = namespace.name
+output namespaceId string = namespace.id
+// serviceBusEndpoint is https://<name>.servicebus.windows.net:443/ (or the sovereign-cloud
+// equivalent); the SDKs and the trigger want the bare host name.
+output fullyQualifiedNamespace string = split(replace(namespace.properties.serviceBusEndpoint, 'https://', ''), ':')[0]
+output queueName string = namespace::queue.name
+output queueId string = namespace::queue.id

@@ -1,0 +1,154 @@
+// Every data-plane grant of the deployment, in one place so least privilege can be reviewed at a
+// glance. There are no keys anywhere: Service Bus, Cosmos DB, Application Insights and the
+// storage account all refuse local auth, so these assignments are the only way in.
+//
+//   principal        | Service Bus (queue)  | Cosmos DB (account)   | Storage (account) | App Insights
+//   function (app)   | Receiver + Sender    | Data Contributor      | Blob Data Owner   | Metrics Publisher
+//   deploying user   | Receiver + Sender    | Data Contributor      | -                 | Metrics Publisher
+//
+// The function sends as well as receives because the HTTP API publishes orders. The user's grants
+// let `orders load` / `orders verify` (and their telemetry) run from a laptop after `azd up`.
+param appPrincipalId string
+
+@description('Deploying user or CI principal; empty: no user grants.')
+param userPrincipalId string = ''
+
+@allowed(['User', 'ServicePrincipal'])
+param userPrincipalType string = 'User'
+
+param serviceBusNamespaceName string
+param queueName string
+param cosmosAccountName string
+param cosmosDatabaseName string
+param storageAccountName string
+param applicationInsightsName string
+
+// Built-in role definition ids (Azure RBAC).
+var serviceBusDataReceiver = '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0'
+var serviceBusDataSender = '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39'
+var storageBlobDataOwner = 'b7e6dc6d-f1e8-4753-8033-0f276bb0955b'
+var monitoringMetricsPublisher = '3913510d-42f4-4e42-8a64-420c390055eb'
+// Cosmos DB data plane has its own RBAC: Cosmos DB Built-in Data Contributor.
+var cosmosDataContributor = '00000000-0000-0000-0000-000000000002'
+
+var grantUser = !empty(userPrincipalId)
+
+resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' existing = {
+  name: serviceBusNamespaceName
+
+  resource queue 'queues' existing = {
+    name: queueName
+  }
+}
+
+resource cosmosAccount 'Microsoft.DocumentDB/databaseAccounts@2024-11-15' existing = {
+  name: cosmosAccountName
+}
+
+resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
+  name: storageAccountName
+}
+
+resource applicationInsights 'Microsoft.Insights/components@2020-02-02' existing = {
+  name: applicationInsightsName
+}
+
+// --- the function app's managed identity -------------------------------------------------------
+
+// Scoped to the queue, not the namespace: the identity can touch nothing else on the broker.
+// The queue scope includes its dead-letter sub-queue.
+resource appQueueReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(namespace::queue.id, appPrincipalId, serviceBusDataReceiver)
+  scope: namespace::queue
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataReceiver)
+    principalId: appPrincipalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+resource appQueueSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(namespace::queue.id, appPrincipalId, serviceBusDataSender)
+  scope: namespace::queue
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataSender)
+    principalId: appPrincipalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+// Account scope: it is the scope Microsoft's samples use (the SDK reads account metadata when it
+// starts), and the account holds nothing but this template's database.
+resource appCosmosDataContributor 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments@2024-11-15' = {
+  parent: cosmosAccount
+  name: guid(cosmosAccount.id, appPrincipalId, cosmosDataContributor)
+  properties: {
+    roleDefinitionId: '${cosmosAccount.id}/sqlRoleDefinitions/${cosmosDataContributor}'
+    principalId: appPrincipalId
+    scope: cosmosAccount.id
+  }
+}
+
+// Flex Consumption reads the deployment package and the host keeps its leases and keys here.
+resource appStorageBlobOwner 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(storage.id, appPrincipalId, storageBlobDataOwner)
+  scope: storage
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', storageBlobDataOwner)
+    principalId: appPrincipalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+// Application Insights with local auth off accepts telemetry only with this role.
+resource appMetricsPublisher 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(applicationInsights.id, appPrincipalId, monitoringMetricsPublisher)
+  scope: applicationInsights
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', monitoringMetricsPublisher)
+    principalId: appPrincipalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+// --- the deploying user (laptop tooling) ----------------------------------------------------
+
+resource userQueueReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (grantUser) {
+  name: guid(namespace::queue.id, userPrincipalId, serviceBusDataReceiver)
+  scope: namespace::queue
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataReceiver)
+    principalId: userPrincipalId
+    principalType: userPrincipalType
+  }
+}
+
+resource userQueueSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (grantUser) {
+  name: guid(namespace::queue.id, userPrincipalId, serviceBusDataSender)
+  scope: namespace::queue
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataSender)
+    principalId: userPrincipalId
+    principalType: userPrincipalType
+  }
+}
+
+resource userCosmosDataContributor 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments@2024-11-15' = if (grantUser) {
+  parent: cosmosAccount
+  name: guid(cosmosAccount.id, userPrincipalId, cosmosDataContributor)
+  properties: {
+    roleDefinitionId: '${cosmosAccount.id}/sqlRoleDefinitions/${cosmosDataContributor}'
+    principalId: userPrincipalId
+    scope: cosmosAccount.id
+  }
+}
+
+resource userMetricsPublisher 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (grantUser) {
+  name: guid(applicationInsights.id, userPrincipalId, monitoringMetricsPublisher)
+  scope: applicationInsights
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', monitoringMetricsPublisher)
+    principalId: userPrincipalId
+    principalType: userPrincipalType
+  }
+}

@@ -1,0 +1,162 @@
+"""The official emulators for Docker users: compose file and the Service Bus emulator config.
+
+Nothing here starts a container; the files are checked for shape and against the limits the
+official emulators enforce.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from .bicep_model import REPO_ROOT, one_resource, parse, resolve
+
+EMULATORS = REPO_ROOT / "emulators"
+CONFIG = EMULATORS / "servicebus" / "config.json"
+
+
+def _compose() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((EMULATORS / "docker-compose.yml").read_text("utf-8"))
+    return loaded
+
+
+def _config() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(CONFIG.read_text(encoding="utf-8"))
+    return loaded
+
+
+def _orders_queue() -> dict[str, Any]:
+    (namespace,) = _config()["UserConfig"]["Namespaces"]
+    (queue,) = [q for q in namespace["Queues"] if q["Name"] == "orders"]
+    properties: dict[str, Any] = queue["Properties"]
+    return properties
+
+
+def _iso_seconds(duration: str) -> int:
+    match = re.fullmatch(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?)?", duration)
+    assert match and duration not in ("P", "PT"), duration
+    days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+# service -> (image, published ports "host:container")
+EXPECTED_SERVICES = {
+    "servicebus": (
+        "mcr.microsoft.com/azure-messaging/servicebus-emulator:latest",
+        {"5672:5672", "5300:5300"},
+    ),
+    "sqlserver": ("mcr.microsoft.com/mssql/server:2022-latest", set()),
+    "cosmos": (
+        "mcr.microsoft.com/cosmosdb/linux/azure-cosmos-emulator:vnext-latest",
+        {"8081:8081", "1234:1234"},
+    ),
+}
+
+
+@pytest.mark.parametrize("service", sorted(EXPECTED_SERVICES))
+def test_compose_service_image_and_ports(service: str) -> None:
+    image, ports = EXPECTED_SERVICES[service]
+    spec = _compose()["services"][service]
+    assert spec["image"] == image
+    assert set(spec.get("ports", [])) == ports
+
+
+def test_compose_has_exactly_the_expected_services() -> None:
+    assert set(_compose()["services"]) == set(EXPECTED_SERVICES)
+
+
+def test_servicebus_emulator_is_wired_to_sql_server_and_our_config() -> None:
+    services = _compose()["services"]
+    emulator = services["servicebus"]
+    assert emulator["environment"]["SQL_SERVER"] == "sqlserver"
+    assert "sqlserver" in emulator["depends_on"]
+    (mount,) = emulator["volumes"]
+    source, target = mount.split(":")[:2]
+    assert target == "/ServiceBus_Emulator/ConfigFiles/Config.json"
+    assert (EMULATORS / source).resolve() == CONFIG.resolve()
+    # Both containers read the same password, from emulators/.env, never from the compose file.
+    for name in ("servicebus", "sqlserver"):
+        assert services[name]["environment"]["MSSQL_SA_PASSWORD"].startswith("${MSSQL_SA_PASSWORD")
+
+
+def test_env_sample_names_every_variable_the_compose_file_needs() -> None:
+    compose_text = (EMULATORS / "docker-compose.yml").read_text(encoding="utf-8")
+    needed = set(re.findall(r"\$\{([A-Z_][A-Z0-9_]*)", compose_text))
+    sample = (EMULATORS / ".env.sample").read_text(encoding="utf-8")
+    defined = dict(
+        line.split("=", 1) for line in sample.splitlines() if line and not line.startswith("#")
+    )
+    assert needed == set(defined)
+    assert defined["MSSQL_SA_PASSWORD"] == "", "the sample must not ship a usable password"
+    assert defined["ACCEPT_EULA"] == "Y"
+
+
+def _python_compatible(schema: Any) -> Any:
+    """The official schema's patterns are ECMA-262: `[\\w-\\.]` there means word chars, `-` and
+    `.`, while Python's re rejects it as a bad range. Escape such hyphens; the meaning is kept."""
+    if isinstance(schema, dict):
+        return {
+            key: re.sub(r"(\\[wdsWDS])-", r"\1\\-", value)
+            if key == "pattern" and isinstance(value, str)
+            else _python_compatible(value)
+            for key, value in schema.items()
+        }
+    if isinstance(schema, list):
+        return [_python_compatible(item) for item in schema]
+    return schema
+
+
+@pytest.fixture(scope="module")
+def config_validator(shared_reference: Path) -> jsonschema.Draft7Validator:
+    path = shared_reference / "servicebus-emulator" / "Config-schema.json"
+    schema = _python_compatible(json.loads(path.read_text(encoding="utf-8")))
+    jsonschema.Draft7Validator.check_schema(schema)
+    return jsonschema.Draft7Validator(schema)
+
+
+def test_config_validates_against_the_official_schema(
+    config_validator: jsonschema.Draft7Validator,
+) -> None:
+    assert [e.message for e in config_validator.iter_errors(_config())] == []
+
+
+def test_the_schema_check_rejects_a_config_out_of_limits(
+    config_validator: jsonschema.Draft7Validator,
+) -> None:
+    broken = _config()
+    broken["UserConfig"]["Namespaces"][0]["Queues"][0]["Properties"]["MaxDeliveryCount"] = 11
+    assert not config_validator.is_valid(broken)
+    broken = _config()
+    broken["UserConfig"]["Namespaces"][0]["Name"] = "orders-ns"
+    assert not config_validator.is_valid(broken)
+
+
+def test_config_is_within_the_emulator_limits_the_schema_only_documents() -> None:
+    queue = _orders_queue()
+    assert 5 <= _iso_seconds(queue["DuplicateDetectionHistoryTimeWindow"]) <= 5 * 60
+    assert 5 <= _iso_seconds(queue["LockDuration"]) <= 5 * 60
+    assert 5 * 60 <= _iso_seconds(queue["DefaultMessageTimeToLive"]) <= 60 * 60
+    assert 1 <= queue["MaxDeliveryCount"] <= 10
+
+
+def test_config_keeps_the_behaviour_the_azure_queue_has() -> None:
+    """Same semantics as Azure where the emulator allows it (its window is capped at PT5M)."""
+    queue = _orders_queue()
+    module = "modules/messaging.bicep"
+    azure = one_resource(parse(module), "Microsoft.ServiceBus/namespaces/queues")
+    azure_props = azure.body["properties"]
+    assert resolve(module, azure.body["name"]) == "orders"
+    assert queue["RequiresDuplicateDetection"] is resolve(
+        module, azure_props["requiresDuplicateDetection"]
+    )
+    assert queue["DeadLetteringOnMessageExpiration"] is resolve(
+        module, azure_props["deadLetteringOnMessageExpiration"]
+    )
+    assert queue["MaxDeliveryCount"] == resolve(module, azure_props["maxDeliveryCount"])
+    assert queue["RequiresSession"] is resolve(module, azure_props["requiresSession"])

@@ -1,0 +1,221 @@
+"""One source of truth for setting names: what the code reads is what the Bicep sets.
+
+The code declares the names in `orders.settings.APP_SETTING_NAMES` (a frozenset of the settings
+the Azure deployment sets). The function app's app settings in infra/modules/functionapp.bicep
+must be exactly those, plus the settings the Functions host itself reads for its storage.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+from .bicep_model import REPO_ROOT, one_resource, parse, resolve
+
+FUNCTION_MODULE = "modules/functionapp.bicep"
+
+# What issue 4 lists; kept here too so the Bicep is checked even before the code declares it.
+ISSUE_SETTINGS = frozenset(
+    {
+        "ServiceBusConnection__fullyQualifiedNamespace",
+        "ServiceBusConnection__credential",
+        "ServiceBusConnection__clientId",
+        "ORDERS_QUEUE",
+        "COSMOS_ENDPOINT",
+        "COSMOS_DATABASE",
+        "COSMOS_CONTAINER",
+        "COSMOS_IDEMPOTENCY_CONTAINER",
+        "AZURE_CLIENT_ID",
+        "APPLICATIONINSIGHTS_CONNECTION_STRING",
+        "APPLICATIONINSIGHTS_AUTHENTICATION_STRING",
+    }
+)
+# Local only: keys and connection strings exist for the emulators, never in Azure.
+EMULATOR_ONLY = frozenset({"COSMOS_KEY", "ServiceBusConnection"})
+# Read with defaults by the HTTP API; Azure may leave them unset.
+OPTIONAL = frozenset({"IDEMPOTENCY_SCOPE", "IDEMPOTENCY_TTL_SECONDS"})
+# Read by the Functions host (its own storage through the identity), not by our code.
+HOST_ONLY = frozenset(
+    {
+        "AzureWebJobsStorage__blobServiceUri",
+        "AzureWebJobsStorage__credential",
+        "AzureWebJobsStorage__clientId",
+    }
+)
+# Set by the Functions platform itself; the code may read them without declaring them.
+PLATFORM_PREFIXES = ("WEBSITE_", "FUNCTIONS_", "AZURE_FUNCTIONS_")
+# Flex Consumption rejects these: the runtime comes from functionAppConfig.
+FORBIDDEN_ON_FLEX = frozenset({"FUNCTIONS_WORKER_RUNTIME", "FUNCTIONS_EXTENSION_VERSION"})
+
+
+def bicep_app_settings() -> dict[str, object]:
+    site = one_resource(parse(FUNCTION_MODULE), "Microsoft.Web/sites")
+    entries = site.body["properties"]["siteConfig"]["appSettings"]
+    names = [entry["name"] for entry in entries]
+    assert len(names) == len(set(names)), f"duplicate app settings: {sorted(names)}"
+    return {entry["name"]: entry["value"] for entry in entries}
+
+
+def code_setting_names() -> frozenset[str]:
+    try:
+        settings = importlib.import_module("orders.settings")
+        names = settings.APP_SETTING_NAMES
+    except (ImportError, AttributeError) as exc:
+        pytest.fail(
+            "orders.settings.APP_SETTING_NAMES is missing: src/orders/settings.py must declare the "
+            "frozenset of app setting names the Azure deployment sets, so this test can hold the "
+            f"Bicep to it ({type(exc).__name__}: {exc})"
+        )
+    assert isinstance(names, frozenset), "APP_SETTING_NAMES must be a frozenset of str"
+    assert all(isinstance(n, str) for n in names)
+    return names
+
+
+def test_bicep_sets_the_settings_issue_4_lists() -> None:
+    assert set(bicep_app_settings()) - HOST_ONLY == ISSUE_SETTINGS
+
+
+def test_bicep_sets_exactly_what_the_code_reads_in_azure() -> None:
+    declared = code_setting_names() - HOST_ONLY
+    in_bicep = set(bicep_app_settings()) - HOST_ONLY
+    required = declared - EMULATOR_ONLY - OPTIONAL
+    assert required - in_bicep == set(), "the code reads these but the Bicep does not set them"
+    assert in_bicep - (declared - EMULATOR_ONLY) == set(), (
+        "the Bicep sets these but no code reads them"
+    )
+
+
+def test_no_emulator_setting_or_flex_forbidden_setting_in_azure() -> None:
+    names = set(bicep_app_settings())
+    assert names & EMULATOR_ONLY == set()
+    assert names & FORBIDDEN_ON_FLEX == set()
+
+
+def test_identity_based_values() -> None:
+    settings = bicep_app_settings()
+    assert settings["ServiceBusConnection__credential"] == "managedidentity"
+    assert settings["AzureWebJobsStorage__credential"] == "managedidentity"
+    for name in (
+        "ServiceBusConnection__clientId",
+        "AzureWebJobsStorage__clientId",
+        "AZURE_CLIENT_ID",
+    ):
+        assert settings[name] == "identityClientId", name
+    assert settings["APPLICATIONINSIGHTS_AUTHENTICATION_STRING"] == (
+        "ClientId=${identityClientId};Authorization=AAD"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "deployed"),
+    [
+        ("ORDERS_QUEUE", "orders"),
+        ("COSMOS_DATABASE", "orders"),
+        ("COSMOS_CONTAINER", "orders"),
+        ("COSMOS_IDEMPOTENCY_CONTAINER", "idempotency"),
+    ],
+)
+def test_entity_names_reach_the_app(name: str, deployed: str) -> None:
+    assert resolve(FUNCTION_MODULE, bicep_app_settings()[name]) == deployed
+
+
+# --- what the source reads --------------------------------------------------------------------
+
+
+def _source_files() -> list[Path]:
+    files = sorted((REPO_ROOT / "src" / "orders").rglob("*.py"))
+    function_app = REPO_ROOT / "function_app.py"
+    return [*files, function_app] if function_app.is_file() else files
+
+
+# A setting name: UPPER_SNAKE with at least one underscore, or a Functions connection prefix.
+SETTING_NAME = re.compile(r"^(?:[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[A-Za-z]+Connection(?:__\w+)?)$")
+# Callees that read one setting by name: os.environ.get / os.getenv / env.get and the small
+# accessor helpers settings modules define (settings.py's `optional`).
+READER_CALLEES = frozenset(
+    {"get", "getenv", "optional", "required", "require", "_optional", "_required"}
+)
+
+
+def _environ_reads(tree: ast.AST) -> tuple[set[str], set[str]]:
+    """Setting names the code reads, and the trigger `connection=` names it binds."""
+    names: set[str] = set()
+    connections: set[str] = set()
+
+    def literal(node: ast.AST | None) -> str | None:
+        return (
+            node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+        )
+
+    def callee_name(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Attribute):
+            return node.attr
+        return node.id if isinstance(node, ast.Name) else None
+
+    def is_environ(node: ast.AST) -> bool:
+        return callee_name(node) in ("environ", "env")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and is_environ(node.value):
+            name = literal(node.slice)
+            if name and SETTING_NAME.match(name):
+                names.add(name)
+        elif isinstance(node, ast.Call):
+            if callee_name(node.func) in READER_CALLEES and node.args:
+                name = literal(node.args[0])
+                if name and SETTING_NAME.match(name):
+                    names.add(name)
+            for keyword in node.keywords:
+                if keyword.arg == "connection":
+                    name = literal(keyword.value)
+                    if name:
+                        connections.add(name)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            # Binding expressions such as queue_name="%ORDERS_QUEUE%" resolve from app settings.
+            names.update(re.findall(r"^%([A-Za-z_][A-Za-z0-9_]*)%$", node.value))
+    return names, connections
+
+
+def test_emulator_only_and_optional_names_agree_with_the_code() -> None:
+    code_setting_names()
+    settings = importlib.import_module("orders.settings")
+    for constant, ours in (
+        ("EMULATOR_ONLY_SETTING_NAMES", EMULATOR_ONLY),
+        ("OPTIONAL_SETTING_NAMES", OPTIONAL),
+    ):
+        theirs = getattr(settings, constant, None)
+        if theirs is not None:
+            assert frozenset(theirs) == ours, constant
+
+
+def test_every_setting_the_source_reads_is_declared() -> None:
+    files = _source_files()
+    if not files:
+        pytest.fail("no source to scan: src/orders/ and function_app.py are missing")
+    declared = code_setting_names()
+    # Names only local tooling reads (emulator switches, test hooks), if the code declares any.
+    local_only = frozenset(
+        getattr(importlib.import_module("orders.settings"), "LOCAL_SETTING_NAMES", ())
+    )
+    read: dict[str, set[str]] = {}
+    connections: set[str] = set()
+    for path in files:
+        names, conns = _environ_reads(ast.parse(path.read_text(encoding="utf-8"), str(path)))
+        for name in names:
+            read.setdefault(name, set()).add(str(path.relative_to(REPO_ROOT)))
+        connections |= conns
+    undeclared = {
+        name: sorted(where)
+        for name, where in read.items()
+        if name not in declared | local_only | EMULATOR_ONLY | OPTIONAL
+        and not name.startswith(PLATFORM_PREFIXES)
+    }
+    assert read, "the scan found no setting reads at all: it no longer understands the code"
+    assert undeclared == {}, "read by the code but not in orders.settings.APP_SETTING_NAMES"
+    in_bicep = set(bicep_app_settings())
+    for connection in connections:
+        assert f"{connection}__fullyQualifiedNamespace" in in_bicep, connection
