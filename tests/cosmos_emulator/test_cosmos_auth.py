@@ -6,11 +6,11 @@ import base64
 
 import pytest
 from azure.cosmos import CosmosClient, exceptions
-
-from cosmos_emulator import WELL_KNOWN_KEY, RunningCosmosEmulator, start_in_background
 from cosmos_rest import call
 
-OTHER_KEY = base64.b64encode(b"not-the-emulator-key-but-64-bytes-long-for-hmac-purposes!!!!!!").decode()
+from cosmos_emulator import WELL_KNOWN_KEY, RunningCosmosEmulator, start_in_background
+
+OTHER_KEY = base64.b64encode(b"not-the-emulator-key-" * 3).decode()
 
 
 def test_wrong_key_is_401_through_the_sdk(cosmos_emulator: RunningCosmosEmulator) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from azure.cosmos import ContainerProxy, exceptions
+from cosmos_rest import call
 
 from cosmos_emulator import RunningCosmosEmulator
-from cosmos_rest import call
 
 
 def test_every_operation_type_succeeds_in_one_batch(container: ContainerProxy) -> None:

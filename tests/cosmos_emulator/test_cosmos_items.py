@@ -7,9 +7,9 @@ import time
 import pytest
 from azure.core import MatchConditions
 from azure.cosmos import ContainerProxy, exceptions
+from cosmos_rest import call
 
 from cosmos_emulator import RunningCosmosEmulator
-from cosmos_rest import call
 
 
 def test_create_then_read_returns_the_item_with_system_properties(

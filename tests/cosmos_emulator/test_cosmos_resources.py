@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from azure.cosmos import CosmosClient, DatabaseProxy, PartitionKey, exceptions
-
 from conftest import unique
 
 
@@ -15,9 +14,10 @@ def test_database_lifecycle(client: CosmosClient) -> None:
     with pytest.raises(exceptions.CosmosResourceExistsError):
         client.create_database(name)
     assert name in [d["id"] for d in client.list_databases()]
-    found = list(client.query_databases(
-        {"query": "SELECT * FROM r WHERE r.id = @id", "parameters": [{"name": "@id", "value": name}]}
-    ))
+    found = list(client.query_databases({
+        "query": "SELECT * FROM r WHERE r.id = @id",
+        "parameters": [{"name": "@id", "value": name}],
+    }))
     assert [d["id"] for d in found] == [name]
     again = client.create_database_if_not_exists(name)
     assert again.read()["_rid"] == created.read()["_rid"]
@@ -96,6 +96,6 @@ def test_hierarchical_partition_key(database: DatabaseProxy) -> None:
 def test_account_metadata_advertises_the_served_url(client: CosmosClient,
                                                      cosmos_emulator: object) -> None:
     account = client.get_database_account()
-    url = getattr(cosmos_emulator, "url")
+    url = cosmos_emulator.url
     assert account.WritableLocations[0]["databaseAccountEndpoint"] == url
     assert account.ConsistencyPolicy["defaultConsistencyLevel"] == "Session"
