@@ -103,11 +103,8 @@ def performative_frame(channel: int, code: int, fields: list[Any], payload: byte
 
 
 def error_value(condition: str, description: str | None = None, info: Any = None) -> Described:
-    """An AMQP `error` (condition, description, info), trailing nulls dropped."""
-    fields: list[Any] = [Symbol(condition), description, info]
-    while fields[-1] is None:
-        fields.pop()
-    return Described(ULong(ERROR), fields)
+    """An AMQP `error`; all three fields are always written (the SDK indexes info)."""
+    return Described(ULong(ERROR), [Symbol(condition), description, info])
 
 
 def outcome(code: int, fields: list[Any] | None = None) -> Described:

@@ -113,6 +113,7 @@ class Queue:
 
     def _on_scheduled(self, msg: StoredMessage) -> None:
         if msg.state == SCHEDULED and self.messages.get(msg.seq) is msg:
+            msg.enqueued_ms = self.timers.now_ms()  # Service Bus: enqueued when it activates
             self._make_available(msg)
 
     # ------------------------------------------------------------------ dispatch
