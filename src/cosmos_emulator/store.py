@@ -68,6 +68,8 @@ class Container:
         return [i.doc for p in parts for i in p.values() if self.is_live(i, now)]
 
     def purge_expired(self, now: float) -> int:
+        if self.default_ttl is None:
+            return 0  # nothing in this container can expire
         removed = 0
         for key in list(self.partitions):
             part = self.partitions[key]
