@@ -7,20 +7,37 @@ with fakes by passing their own store.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from azure.cosmos.aio import CosmosClient
 
+from orders.adapters.cosmos_audit import documents_of_run
 from orders.adapters.cosmos_client import (
     create_cosmos_client,
     ensure_local_resources,
+    idempotency_container,
     orders_container,
 )
+from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
+from orders.adapters.cosmos_order_reader import CosmosOrderReader
 from orders.adapters.cosmos_store import CosmosOrderStore
 from orders.adapters.monitoring import configure_monitoring
+from orders.adapters.servicebus import create_servicebus_client
+from orders.adapters.servicebus_load import ServiceBusLoadSender, peek_dead_letters
+from orders.adapters.servicebus_publisher import ServiceBusOrderPublisher
+from orders.domain.load_plan import LoadPlan
 from orders.observability import ConsumerTelemetry
 from orders.service.consumer import OrderConsumer
+from orders.service.idempotency import (
+    DEFAULT_LEASE_SECONDS,
+    IdempotentOrderIntake,
+    OrderPublisher,
+)
+from orders.service.load import LoadResult, run_load
+from orders.service.order_lookup import OrderLookup
+from orders.service.verify import VerifyReport, audit
 from orders.settings import Settings
 
 
@@ -80,3 +97,93 @@ def use_function_consumer(consumer: OrderConsumer | None) -> None:
     """Let tests (or another host) supply the consumer the Function uses."""
     _function_host.consumer = consumer
     _function_host.runtime = None
+
+
+@dataclass
+class HttpRuntime:
+    """What the HTTP API needs; tests build one over fakes."""
+
+    intake: IdempotentOrderIntake
+    lookup: OrderLookup
+    default_scope: str
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    async def close(self) -> None:
+        for close in reversed(self.closers):
+            await close()
+
+
+async def build_http_runtime(
+    settings: Settings,
+    *,
+    publisher: OrderPublisher | None = None,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    create_local_resources: bool | None = None,
+    **cosmos_client_options: Any,
+) -> HttpRuntime:
+    """The HTTP API over Cosmos (idempotency records, order reads) and a Service Bus sender."""
+    if publisher is None:
+        settings.require_servicebus()
+    configure_monitoring(settings)
+    client = create_cosmos_client(settings, **cosmos_client_options)
+    closers: list[Callable[[], Awaitable[None]]] = [client.close]
+    try:
+        if create_local_resources is None:
+            create_local_resources = settings.uses_emulator_keys
+        if create_local_resources:
+            await ensure_local_resources(client, settings)
+        if publisher is None:
+            servicebus_client = create_servicebus_client(settings)
+            servicebus_publisher = ServiceBusOrderPublisher(
+                servicebus_client, settings.orders_queue
+            )
+            closers += [servicebus_client.close, servicebus_publisher.close]
+            publisher = servicebus_publisher
+    except BaseException:
+        for close in reversed(closers):
+            await close()
+        raise
+    store = CosmosIdempotencyStore(idempotency_container(client, settings))
+    intake = IdempotentOrderIntake(
+        store,
+        publisher,
+        ttl_seconds=settings.idempotency_ttl_seconds,
+        lease_seconds=lease_seconds,
+    )
+    lookup = OrderLookup(CosmosOrderReader(orders_container(client, settings)), store)
+    return HttpRuntime(intake, lookup, settings.idempotency_scope, closers)
+
+
+async def http_runtime_from_env() -> HttpRuntime:
+    """The HTTP API's runtime from app settings (Functions host, `orders serve`)."""
+    return await build_http_runtime(Settings.from_env())
+
+
+async def prepare_local_cosmos(settings: Settings) -> None:
+    """Create the database and containers on an emulator (Azure gets them from Bicep)."""
+    async with create_cosmos_client(settings) as client:
+        await ensure_local_resources(client, settings)
+
+
+async def send_load(
+    settings: Settings,
+    plan: LoadPlan,
+    *,
+    duplicate_window_seconds: float,
+    on_sent: Callable[[int], None] = lambda count: None,
+) -> LoadResult:
+    async with (
+        create_servicebus_client(settings) as client,
+        ServiceBusLoadSender(client, settings.orders_queue) as sender,
+    ):
+        return await run_load(
+            plan, sender, duplicate_window_seconds=duplicate_window_seconds, on_sent=on_sent
+        )
+
+
+async def verify_run(settings: Settings, plan: LoadPlan) -> VerifyReport:
+    """Audit Cosmos and the dead-letter queue against what a load run sent."""
+    async with create_cosmos_client(settings) as cosmos, create_servicebus_client(settings) as bus:
+        documents = await documents_of_run(orders_container(cosmos, settings), plan.run_id)
+        dead_letters = await peek_dead_letters(bus, settings.orders_queue)
+    return audit(plan, documents, dead_letters)

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from orders.domain.documents import OrderRecord
+
+if TYPE_CHECKING:
+    # Only for annotations: the domain module imports this one at run time.
+    from orders.domain.idempotency import IdempotencyRecord
 
 
 class OrdersError(Exception):
@@ -23,3 +29,50 @@ class OrderAlreadyExistsError(StoreError):
     def __init__(self, existing: OrderRecord) -> None:
         super().__init__(f"order {existing.order_id!r} already exists")
         self.existing = existing
+
+
+# --- HTTP API: idempotency keys, claims and publishing ---------------------------------------
+
+
+class IdempotencyError(OrdersError):
+    """Root of the errors of the idempotent HTTP intake."""
+
+
+class InvalidIdempotencyKeyError(IdempotencyError):
+    """The Idempotency-Key header is missing or not 1..255 printable ASCII characters."""
+
+    def __init__(self, message: str, *, missing: bool = False) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
+class IdempotencyKeyReusedError(IdempotencyError):
+    """The key was first used with a different request body (a different fingerprint)."""
+
+
+class RequestInProgressError(IdempotencyError):
+    """Another request with the same key holds a live claim; retry after `retry_after` s."""
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(f"a request with this key is in progress; retry in {retry_after} s")
+        self.retry_after = retry_after
+
+
+class IdempotencyRecordExistsError(IdempotencyError):
+    """A claim found the key already recorded; carries the existing record (with its ETag)."""
+
+    def __init__(self, existing: IdempotencyRecord) -> None:
+        super().__init__(f"idempotency record {existing.record_id!r} already exists")
+        self.existing = existing
+
+
+class LeaseLostError(IdempotencyError):
+    """A fenced write failed its ETag condition: another attempt owns the record now."""
+
+
+class PublishError(OrdersError):
+    """Sending the order to the queue failed in a way retrying will not fix."""
+
+
+class TransientPublishError(PublishError):
+    """The broker is throttling, busy or unreachable: retrying later may succeed."""

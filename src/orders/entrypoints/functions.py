@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from azure.servicebus import ServiceBusReceivedMessage
+from typing import TYPE_CHECKING, Any
 
 from orders.adapters.servicebus import (
     FunctionsMessageActions,
@@ -13,6 +11,9 @@ from orders.adapters.servicebus import (
 )
 from orders.bootstrap import function_consumer
 from orders.domain.outcomes import Decision
+
+if TYPE_CHECKING:
+    from azure.servicebus import ServiceBusReceivedMessage
 
 
 async def process_order_message(

@@ -1,0 +1,3 @@
+from orders.cli import main
+
+main()

@@ -1,0 +1,124 @@
+"""Idempotency records on Cosmos DB (container partitioned by /id, per-item ttl).
+
+The create is the claim (409 = the key is taken), and every later write is conditioned on the
+ETag the claimant got (If-Match), so a stale attempt can never overwrite a newer owner.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from azure.core import MatchConditions
+from azure.cosmos import exceptions as cosmos_errors
+from azure.cosmos.aio import ContainerProxy
+
+from orders.adapters.cosmos_store import NETWORK_ERRORS, store_error_for
+from orders.domain.idempotency import RECORD_DOCUMENT_TYPE, IdempotencyRecord, RecordStatus
+from orders.exceptions import (
+    IdempotencyRecordExistsError,
+    LeaseLostError,
+    TransientStoreError,
+)
+
+# A record can vanish between the 409 and the read (released after a failed send, or expired):
+# then the create is simply tried again, a few times at most.
+CLAIM_ATTEMPTS = 3
+
+
+class CosmosIdempotencyStore:
+    """`IdempotencyStore` over one container partitioned by `/id` (so every record is a point)."""
+
+    def __init__(self, container: ContainerProxy) -> None:
+        self._container = container
+
+    async def claim(self, record: IdempotencyRecord) -> IdempotencyRecord:
+        for _ in range(CLAIM_ATTEMPTS):
+            try:
+                stored = await self._container.create_item(body=record.to_document())
+            except cosmos_errors.CosmosResourceExistsError:
+                existing = await self._read(record.record_id)
+                if existing is not None:
+                    raise IdempotencyRecordExistsError(existing) from None
+                continue
+            except cosmos_errors.CosmosHttpResponseError as exc:
+                raise store_error_for(exc.status_code, str(exc.message)) from exc
+            except NETWORK_ERRORS as exc:
+                raise TransientStoreError(f"Cosmos DB unreachable: {exc!r}") from exc
+            return IdempotencyRecord.from_document(stored)
+        raise TransientStoreError(
+            f"idempotency record {record.record_id!r} kept conflicting and vanishing"
+        )
+
+    async def take_over(self, record: IdempotencyRecord, *, etag: str) -> IdempotencyRecord:
+        return await self._replace(record, etag)
+
+    async def complete(self, record: IdempotencyRecord, *, etag: str) -> IdempotencyRecord:
+        return await self._replace(record, etag)
+
+    async def release(self, record_id: str, *, etag: str) -> None:
+        try:
+            await self._container.delete_item(
+                item=record_id,
+                partition_key=record_id,
+                etag=etag,
+                match_condition=MatchConditions.IfNotModified,
+            )
+        except cosmos_errors.CosmosResourceNotFoundError:
+            return
+        except cosmos_errors.CosmosAccessConditionFailedError as exc:
+            raise LeaseLostError(f"record {record_id!r} changed owner") from exc
+        except cosmos_errors.CosmosHttpResponseError as exc:
+            raise store_error_for(exc.status_code, str(exc.message)) from exc
+        except NETWORK_ERRORS as exc:
+            raise TransientStoreError(f"Cosmos DB unreachable: {exc!r}") from exc
+
+    async def find_order(self, scope: str, order_id: str) -> IdempotencyRecord | None:
+        # Cross-partition, but only GET of an order that is not stored yet pays for it.
+        query = (
+            "SELECT * FROM c WHERE c.type = @type AND c.orderId = @orderId "
+            "AND c.scope = @scope AND c.status = @status"
+        )
+        parameters: list[dict[str, Any]] = [
+            {"name": "@type", "value": RECORD_DOCUMENT_TYPE},
+            {"name": "@orderId", "value": order_id},
+            {"name": "@scope", "value": scope},
+            {"name": "@status", "value": RecordStatus.COMPLETED.value},
+        ]
+        try:
+            async for document in self._container.query_items(query, parameters=parameters):
+                return IdempotencyRecord.from_document(document)
+        except cosmos_errors.CosmosHttpResponseError as exc:
+            raise store_error_for(exc.status_code, str(exc.message)) from exc
+        except NETWORK_ERRORS as exc:
+            raise TransientStoreError(f"Cosmos DB unreachable: {exc!r}") from exc
+        return None
+
+    async def _replace(self, record: IdempotencyRecord, etag: str) -> IdempotencyRecord:
+        try:
+            stored = await self._container.replace_item(
+                item=record.record_id,
+                body=record.to_document(),
+                etag=etag,
+                match_condition=MatchConditions.IfNotModified,
+            )
+        except (
+            cosmos_errors.CosmosAccessConditionFailedError,
+            cosmos_errors.CosmosResourceNotFoundError,
+        ) as exc:
+            raise LeaseLostError(f"record {record.record_id!r} changed owner") from exc
+        except cosmos_errors.CosmosHttpResponseError as exc:
+            raise store_error_for(exc.status_code, str(exc.message)) from exc
+        except NETWORK_ERRORS as exc:
+            raise TransientStoreError(f"Cosmos DB unreachable: {exc!r}") from exc
+        return IdempotencyRecord.from_document(stored)
+
+    async def _read(self, item_id: str) -> IdempotencyRecord | None:
+        try:
+            document = await self._container.read_item(item=item_id, partition_key=item_id)
+        except cosmos_errors.CosmosResourceNotFoundError:
+            return None
+        except cosmos_errors.CosmosHttpResponseError as exc:
+            raise store_error_for(exc.status_code, str(exc.message)) from exc
+        except NETWORK_ERRORS as exc:
+            raise TransientStoreError(f"Cosmos DB unreachable: {exc!r}") from exc
+        return IdempotencyRecord.from_document(document)

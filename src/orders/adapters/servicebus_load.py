@@ -1,0 +1,105 @@
+"""Service Bus side of the load tool and the verifier: sending plans, peeking the DLQ."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from types import TracebackType
+
+from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
+from azure.servicebus.aio import ServiceBusClient, ServiceBusSender
+
+from orders.domain.load_plan import PlannedSend
+from orders.service.verify import DeadLetteredMessage
+
+PEEK_PAGE = 250
+
+
+def to_message(send: PlannedSend) -> ServiceBusMessage:
+    return ServiceBusMessage(
+        send.body,
+        message_id=send.message_id,
+        content_type="application/json",
+        subject="OrderPlaced",
+        application_properties={"loadKind": send.kind.value},
+    )
+
+
+class ServiceBusLoadSender:
+    """`LoadSender` over one queue sender (batched sends; scheduled sends for bursts)."""
+
+    def __init__(self, client: ServiceBusClient, queue: str) -> None:
+        self._sender: ServiceBusSender = client.get_queue_sender(queue)
+
+    async def __aenter__(self) -> ServiceBusLoadSender:
+        await self._sender.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self._sender.__aexit__(exc_type, exc, traceback)
+
+    async def send(self, sends: Sequence[PlannedSend]) -> None:
+        batch = await self._sender.create_message_batch()
+        for send in sends:
+            message = to_message(send)
+            try:
+                batch.add_message(message)
+            except ValueError:  # batch full: ship it and start another
+                await self._sender.send_messages(batch)
+                batch = await self._sender.create_message_batch()
+                batch.add_message(message)
+        if len(batch):
+            await self._sender.send_messages(batch)
+
+    async def schedule(self, sends: Sequence[PlannedSend], at: datetime) -> None:
+        await self._sender.schedule_messages([to_message(s) for s in sends], at)
+
+
+def _body_bytes(body: object) -> bytes:
+    if isinstance(body, bytes | bytearray):
+        return bytes(body)
+    if isinstance(body, str):
+        return body.encode()
+    try:
+        return b"".join(bytes(chunk) for chunk in body)  # type: ignore[attr-defined]
+    except TypeError:
+        return repr(body).encode()
+
+
+async def peek_dead_letters(client: ServiceBusClient, queue: str) -> list[DeadLetteredMessage]:
+    """Browse the whole dead-letter queue without locking or removing anything."""
+    found: list[DeadLetteredMessage] = []
+    receiver = client.get_queue_receiver(queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER)
+    async with receiver:
+        next_sequence = 1
+        while True:
+            page = await receiver.peek_messages(
+                max_message_count=PEEK_PAGE, sequence_number=next_sequence
+            )
+            if not page:
+                return found
+            for message in page:
+                found.append(
+                    DeadLetteredMessage(
+                        message_id=message.message_id,
+                        reason=message.dead_letter_reason,
+                        description=message.dead_letter_error_description,
+                        body=_body_bytes(message.body),
+                    )
+                )
+            last = page[-1].sequence_number
+            if last is None:
+                return found
+            next_sequence = last + 1
+
+
+async def count_active_messages(client: ServiceBusClient, queue: str, limit: int = 1) -> int:
+    """How many messages (up to `limit`) still wait in the queue, locked or not."""
+    receiver = client.get_queue_receiver(queue)
+    async with receiver:
+        return len(await receiver.peek_messages(max_message_count=limit, sequence_number=1))

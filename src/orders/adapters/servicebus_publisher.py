@@ -1,0 +1,74 @@
+"""Publishing an accepted order to the queue with MessageId = orderId.
+
+The MessageId is what makes a second publish harmless: the queue's duplicate detection drops it
+inside its window, and the idempotent consumer recognises it after that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from azure.servicebus import ServiceBusMessage
+from azure.servicebus.aio import ServiceBusClient, ServiceBusSender
+from azure.servicebus.exceptions import (
+    OperationTimeoutError,
+    ServiceBusCommunicationError,
+    ServiceBusConnectionError,
+    ServiceBusError,
+    ServiceBusQuotaExceededError,
+    ServiceBusServerBusyError,
+)
+
+from orders.domain.model import OrderPlaced
+from orders.exceptions import PublishError, TransientPublishError
+
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    OperationTimeoutError,
+    ServiceBusCommunicationError,
+    ServiceBusConnectionError,
+    ServiceBusQuotaExceededError,
+    ServiceBusServerBusyError,
+    ConnectionError,
+    asyncio.TimeoutError,
+)
+
+
+def order_message_body(order: OrderPlaced) -> bytes:
+    """The validated order as JSON numbers (what producers send and the consumer parses)."""
+    return json.dumps(order.canonical_payload(), separators=(",", ":")).encode("utf-8")
+
+
+class ServiceBusOrderPublisher:
+    """`OrderPublisher` over one long-lived sender of the process's client."""
+
+    def __init__(self, client: ServiceBusClient, queue_name: str) -> None:
+        self._client = client
+        self._queue_name = queue_name
+        self._sender: ServiceBusSender | None = None
+        # One send at a time: the SDK's sender (re)opens its link without a lock of its own,
+        # and concurrent opens race. A send takes milliseconds, so the wait is short.
+        self._lock = asyncio.Lock()
+
+    async def publish(self, order: OrderPlaced) -> None:
+        message = ServiceBusMessage(
+            order_message_body(order),
+            message_id=order.orderId,
+            content_type="application/json",
+            subject="OrderPlaced",
+        )
+        async with self._lock:
+            try:
+                if self._sender is None:
+                    self._sender = self._client.get_queue_sender(self._queue_name)
+                await self._sender.send_messages(message)
+            except TRANSIENT_ERRORS as exc:
+                raise TransientPublishError(f"Service Bus send failed: {exc!r}") from exc
+            except ServiceBusError as exc:
+                raise PublishError(f"Service Bus rejected the send: {exc!r}") from exc
+
+    async def close(self) -> None:
+        async with self._lock:
+            if self._sender is not None:
+                await self._sender.close()
+                self._sender = None

@@ -1,0 +1,168 @@
+"""Idempotency-Key rules: key syntax, record ids, the stored record and what a retry gets.
+
+The record is the lock: creating it claims the key, its ETag fences every later write, and its
+lease lets a retry take over a claim whose owner crashed. Nothing here talks to a store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any
+from urllib.parse import quote
+
+from orders.exceptions import InvalidIdempotencyKeyError
+
+IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
+REPLAYED_HEADER = "Idempotent-Replayed"
+MAX_KEY_LENGTH = 255
+RECORD_DOCUMENT_TYPE = "idempotencyRecord"
+# Where a caller polls for the order; the Functions host's routePrefix is `api` too.
+ORDER_PATH_TEMPLATE = "/api/orders/{order_id}"
+ORDER_STATUS_ACCEPTED = "accepted"
+
+
+def validate_idempotency_key(value: str | None) -> str:
+    """The key as sent, if it is 1..255 printable ASCII characters (space to tilde)."""
+    if value is None or value == "":
+        raise InvalidIdempotencyKeyError(
+            f"the {IDEMPOTENCY_KEY_HEADER} header is required", missing=True
+        )
+    if len(value) > MAX_KEY_LENGTH:
+        raise InvalidIdempotencyKeyError(
+            f"the {IDEMPOTENCY_KEY_HEADER} header is {len(value)} characters long; "
+            f"at most {MAX_KEY_LENGTH} are allowed"
+        )
+    if any(not " " <= char <= "~" for char in value):
+        raise InvalidIdempotencyKeyError(
+            f"the {IDEMPOTENCY_KEY_HEADER} header may hold only printable ASCII characters"
+        )
+    return value
+
+
+def record_id(scope: str, key: str) -> str:
+    """A Cosmos-safe id for (scope, key).
+
+    Hashed because keys may hold characters Cosmos ids forbid (`/ \\ ? #`) and scope + key may
+    exceed the 255-character id limit; the JSON array keeps ("a", "bc") apart from ("ab", "c").
+    """
+    return hashlib.sha256(json.dumps([scope, key]).encode("utf-8")).hexdigest()
+
+
+def order_location(order_id: str) -> str:
+    return ORDER_PATH_TEMPLATE.format(order_id=quote(order_id, safe=""))
+
+
+class RecordStatus(StrEnum):
+    IN_PROGRESS = "inProgress"
+    COMPLETED = "completed"
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    """The response of the first request, replayed verbatim to every retry."""
+
+    status_code: int
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+    def to_document(self) -> dict[str, Any]:
+        return {"statusCode": self.status_code, "body": self.body, "headers": self.headers}
+
+    @classmethod
+    def from_document(cls, document: dict[str, Any]) -> StoredResponse:
+        return cls(
+            status_code=int(document["statusCode"]),
+            body=dict(document["body"]),
+            headers={str(k): str(v) for k, v in document.get("headers", {}).items()},
+        )
+
+
+def accepted_response(order_id: str) -> StoredResponse:
+    location = order_location(order_id)
+    return StoredResponse(
+        status_code=202,
+        body={"orderId": order_id, "status": ORDER_STATUS_ACCEPTED, "location": location},
+        headers={"Location": location},
+    )
+
+
+@dataclass(frozen=True)
+class IdempotencyRecord:
+    """One key's record; `etag` is the store's version, absent until the record is written."""
+
+    record_id: str
+    scope: str
+    key: str
+    request_hash: str
+    order_id: str
+    status: RecordStatus
+    lease_expires_at: float  # epoch seconds; meaningful while in progress
+    ttl_seconds: int
+    response: StoredResponse | None = None
+    etag: str | None = None
+
+    def completed(self, response: StoredResponse) -> IdempotencyRecord:
+        return replace(self, status=RecordStatus.COMPLETED, response=response, etag=None)
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "id": self.record_id,
+            "type": RECORD_DOCUMENT_TYPE,
+            "scope": self.scope,
+            "key": self.key,
+            "requestHash": self.request_hash,
+            "orderId": self.order_id,
+            "status": self.status.value,
+            "leaseExpiresAt": self.lease_expires_at,
+            "response": self.response.to_document() if self.response else None,
+            # Per-item TTL: the container has defaultTtl -1, so this is what expires the key.
+            "ttl": self.ttl_seconds,
+        }
+
+    @classmethod
+    def from_document(cls, document: dict[str, Any]) -> IdempotencyRecord:
+        response = document.get("response")
+        return cls(
+            record_id=document["id"],
+            scope=document["scope"],
+            key=document["key"],
+            request_hash=document["requestHash"],
+            order_id=document["orderId"],
+            status=RecordStatus(document["status"]),
+            lease_expires_at=float(document["leaseExpiresAt"]),
+            ttl_seconds=int(document.get("ttl", 0)),
+            response=StoredResponse.from_document(response) if response else None,
+            etag=document.get("_etag"),
+        )
+
+
+class Verdict(StrEnum):
+    REPLAY = "replay"  # completed with the same fingerprint: answer the stored response
+    IN_PROGRESS = "in_progress"  # live claim with the same fingerprint: 409, retry later
+    MISMATCH = "mismatch"  # different fingerprint: 422, whatever the record's state
+    TAKE_OVER = "take_over"  # the claimant's lease expired: claim it with If-Match
+
+
+def judge(existing: IdempotencyRecord, request_hash: str, now: float) -> Verdict:
+    """What a request that found `existing` under its key must do."""
+    if existing.request_hash != request_hash:
+        return Verdict.MISMATCH
+    if existing.status is RecordStatus.COMPLETED and existing.response is not None:
+        return Verdict.REPLAY
+    if existing.lease_expires_at > now:
+        return Verdict.IN_PROGRESS
+    return Verdict.TAKE_OVER
+
+
+def retry_after_seconds(existing: IdempotencyRecord, now: float, cap: int) -> int:
+    """Seconds until the claim finishes or its lease ends, at least 1 and at most `cap`.
+
+    A claim normally completes in milliseconds, so a short cap lets the retry replay soon
+    rather than wait for the whole lease.
+    """
+    remaining = math.ceil(existing.lease_expires_at - now)
+    return max(1, min(cap, remaining))

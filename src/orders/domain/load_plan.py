@@ -1,0 +1,256 @@
+"""What a load run sends, decided up front from a seed: pure data, no broker.
+
+Kinds of send (the manifest records each with what it must lead to):
+- original: the first send of an order -> stored once;
+- producer_retry: the same message again at once, inside the broker's duplicate-detection
+  window -> dropped by the broker;
+- late_duplicate: the same message again after the window -> reaches a consumer -> duplicate;
+- concurrent_duplicate: two copies sent a window apart but *scheduled to appear at the same
+  instant*, so competing consumers process them at the same time -> one stored, one duplicate;
+- conflict: the same orderId with a different payload after the window -> RequestHashMismatch;
+- poison: invalid messages of several kinds -> dead-lettered with their reason.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass, field
+from decimal import Decimal
+from enum import StrEnum
+from typing import Any
+
+from orders.domain.hashing import request_hash
+from orders.domain.messages import MAX_LINES_PER_ORDER, DeadLetterReason, parse_order
+
+
+class SendKind(StrEnum):
+    ORIGINAL = "original"
+    PRODUCER_RETRY = "producer_retry"
+    LATE_DUPLICATE = "late_duplicate"
+    CONCURRENT_DUPLICATE = "concurrent_duplicate"
+    CONFLICT = "conflict"
+    POISON = "poison"
+
+
+class Phase(StrEnum):
+    """When a send goes out relative to the broker's duplicate-detection window."""
+
+    FIRST = "first"  # at once
+    AFTER_WINDOW = "after_window"  # once the window of every first-phase send has passed
+
+
+@dataclass(frozen=True)
+class LoadMix:
+    """Fractions of the order count; the default is about 30% duplicates of all kinds."""
+
+    producer_retries: float = 0.10
+    late_duplicates: float = 0.10
+    concurrent_duplicates: float = 0.10
+    conflicts: float = 0.03
+    poison: float = 0.04
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if not 0 <= value <= 1:
+                raise ValueError(f"{name} must be a fraction between 0 and 1, not {value}")
+
+
+@dataclass(frozen=True)
+class PlannedSend:
+    kind: SendKind
+    phase: Phase
+    message_id: str
+    body: str
+    order_id: str | None  # the orderId in the body, when it has one
+    request_hash: str | None  # of the body, when it is a valid order
+    expected_reason: str | None = None  # dead-letter reason, for poison
+    scheduled_together: bool = False  # concurrent duplicates appear at one instant
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PlannedSend:
+        return cls(**{**data, "kind": SendKind(data["kind"]), "phase": Phase(data["phase"])})
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    run_id: str
+    seed: int
+    orders: int
+    sends: tuple[PlannedSend, ...] = field(default=())
+
+    def in_phase(self, phase: Phase) -> list[PlannedSend]:
+        return [send for send in self.sends if send.phase is phase]
+
+
+def order_body(order_id: str, rng: random.Random, *, line_count: int | None = None) -> str:
+    count = line_count if line_count is not None else rng.randint(1, 5)
+    lines = [
+        {
+            "sku": f"sku-{rng.randint(1, 500):04d}",
+            "quantity": rng.randint(1, 9),
+            "unitPrice": float(Decimal(rng.randint(0, 99_999)) / 100),
+        }
+        for _ in range(count)
+    ]
+    payload = {
+        "orderId": order_id,
+        "customerId": f"customer-{rng.randint(1, 200):04d}",
+        "currency": rng.choice(["EUR", "USD", "GBP", "JPY", "CHF"]),
+        "lines": lines,
+    }
+    return json.dumps(payload)
+
+
+def hash_of(body: str) -> str:
+    return request_hash(parse_order(body.encode()).canonical_payload())
+
+
+def _count(fraction: float, orders: int) -> int:
+    return round(fraction * orders)
+
+
+def poison_sends(run_id: str, count: int, rng: random.Random) -> list[PlannedSend]:
+    kinds = [
+        DeadLetterReason.INVALID_JSON,
+        DeadLetterReason.SCHEMA_VIOLATION,
+        DeadLetterReason.MESSAGE_ID_MISMATCH,
+        DeadLetterReason.ORDER_TOO_LARGE,
+    ]
+    sends = []
+    for number in range(count):
+        reason = kinds[number % len(kinds)]
+        message_id = f"{run_id}-poison-{number:05d}"
+        if reason is DeadLetterReason.INVALID_JSON:
+            body = '{"orderId": "' + message_id + '", "lines": [ oops'
+        elif reason is DeadLetterReason.SCHEMA_VIOLATION:
+            bad = json.loads(order_body(message_id, rng))
+            bad["lines"][0]["quantity"] = -1
+            body = json.dumps(bad)
+        elif reason is DeadLetterReason.MESSAGE_ID_MISMATCH:
+            body = order_body(f"{run_id}-unsent-{number:05d}", rng)
+        else:
+            body = order_body(message_id, rng, line_count=MAX_LINES_PER_ORDER + 1)
+        sends.append(
+            PlannedSend(
+                SendKind.POISON,
+                Phase.FIRST,
+                message_id,
+                body,
+                order_id=None,
+                request_hash=None,
+                expected_reason=reason.value,
+            )
+        )
+    return sends
+
+
+def plan_load(orders: int, mix: LoadMix, *, seed: int, run_id: str) -> LoadPlan:
+    if orders < 1:
+        raise ValueError("orders must be at least 1")
+    rng = random.Random(seed)
+    order_ids = [f"{run_id}-{number:06d}" for number in range(orders)]
+    bodies = {order_id: order_body(order_id, rng) for order_id in order_ids}
+    hashes = {order_id: hash_of(body) for order_id, body in bodies.items()}
+
+    def pick(fraction: float, exclude: frozenset[str] = frozenset()) -> list[str]:
+        candidates = [order_id for order_id in order_ids if order_id not in exclude]
+        return rng.sample(candidates, min(len(candidates), _count(fraction, orders)))
+
+    concurrent = pick(mix.concurrent_duplicates)
+    # Conflicts, late and concurrent duplicates never share an order: each proves one thing.
+    conflicts = pick(mix.conflicts, exclude=frozenset(concurrent))
+    late = pick(mix.late_duplicates, exclude=frozenset(concurrent + conflicts))
+    retries = set(pick(mix.producer_retries, exclude=frozenset(concurrent)))
+
+    first: list[PlannedSend] = []
+    for order_id in order_ids:
+        if order_id in concurrent:
+            continue
+        original = PlannedSend(
+            SendKind.ORIGINAL, Phase.FIRST, order_id, bodies[order_id], order_id, hashes[order_id]
+        )
+        first.append(original)
+        if order_id in retries:
+            first.append(
+                PlannedSend(
+                    SendKind.PRODUCER_RETRY,
+                    Phase.FIRST,
+                    order_id,
+                    bodies[order_id],
+                    order_id,
+                    hashes[order_id],
+                )
+            )
+    first.extend(poison_sends(run_id, _count(mix.poison, orders), rng))
+    rng.shuffle(first)
+    # The first copies of concurrent duplicates go last in the first phase, scheduled for the
+    # instant their second copies will also appear.
+    first.extend(
+        PlannedSend(
+            SendKind.ORIGINAL,
+            Phase.FIRST,
+            order_id,
+            bodies[order_id],
+            order_id,
+            hashes[order_id],
+            scheduled_together=True,
+        )
+        for order_id in concurrent
+    )
+
+    after: list[PlannedSend] = [
+        PlannedSend(
+            SendKind.CONCURRENT_DUPLICATE,
+            Phase.AFTER_WINDOW,
+            order_id,
+            bodies[order_id],
+            order_id,
+            hashes[order_id],
+            scheduled_together=True,
+        )
+        for order_id in concurrent
+    ]
+    after.extend(
+        PlannedSend(
+            SendKind.LATE_DUPLICATE,
+            Phase.AFTER_WINDOW,
+            order_id,
+            bodies[order_id],
+            order_id,
+            hashes[order_id],
+        )
+        for order_id in late
+    )
+    for order_id in conflicts:
+        changed = json.loads(bodies[order_id])
+        changed["customerId"] = changed["customerId"] + "-reused"
+        body = json.dumps(changed)
+        after.append(
+            PlannedSend(
+                SendKind.CONFLICT, Phase.AFTER_WINDOW, order_id, body, order_id, hash_of(body)
+            )
+        )
+    return LoadPlan(run_id, seed, orders, tuple(first + after))
+
+
+def plan_to_json(plan: LoadPlan, **extra: Any) -> dict[str, Any]:
+    return {
+        "run_id": plan.run_id,
+        "seed": plan.seed,
+        "orders": plan.orders,
+        **extra,
+        "sends": [send.to_json() for send in plan.sends],
+    }
+
+
+def plan_from_json(data: dict[str, Any]) -> LoadPlan:
+    return LoadPlan(
+        run_id=data["run_id"],
+        seed=data["seed"],
+        orders=data["orders"],
+        sends=tuple(PlannedSend.from_json(send) for send in data["sends"]),
+    )

@@ -1,0 +1,406 @@
+"""The HTTP API (FastAPI): decode the request, call the intake or the lookup, map the result.
+
+Served by uvicorn (`orders serve`) and by the Functions host (`func.AsgiFunctionApp` in
+function_app.py). The host's routePrefix is `api` and it hands the app the full path, so the
+routes carry `/api` themselves and the paths agree in both hosts. Clients are built on the first
+request, never at import: importing function_app.py must not need settings or a network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, Field, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from orders import __version__
+from orders.bootstrap import HttpRuntime, http_runtime_from_env
+from orders.domain.idempotency import (
+    IDEMPOTENCY_KEY_HEADER,
+    MAX_KEY_LENGTH,
+    REPLAYED_HEADER,
+    StoredResponse,
+    validate_idempotency_key,
+)
+from orders.domain.messages import DeadLetterReason, MessageRejected, parse_order
+from orders.domain.model import EntityId, OrderPlaced
+from orders.exceptions import (
+    IdempotencyKeyReusedError,
+    InvalidIdempotencyKeyError,
+    PublishError,
+    RequestInProgressError,
+    StoreError,
+    TransientPublishError,
+    TransientStoreError,
+)
+from orders.service.order_lookup import OrderState
+
+logger = logging.getLogger("orders.http")
+
+PROBLEM_JSON = "application/problem+json"
+PROBLEM_TYPE_PREFIX = "urn:orders:problem:"
+PRINCIPAL_HEADER = "X-MS-CLIENT-PRINCIPAL-ID"
+# While a dependency is unavailable or an order is still queued: poll again soon.
+UNAVAILABLE_RETRY_AFTER = 5
+ACCEPTED_RETRY_AFTER = 1
+
+RuntimeFactory = Callable[[], Awaitable[HttpRuntime]]
+
+
+# --- Response shapes (for the OpenAPI document; the handlers build plain dicts) -------------
+
+
+class Problem(BaseModel):
+    """RFC 7807 problem details."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    errors: list[dict[str, str]] | None = Field(
+        default=None, description="Per-field messages of a rejected body"
+    )
+
+
+class AcceptedOrder(BaseModel):
+    orderId: str
+    status: str = Field(description="`accepted`: queued, not yet stored by the consumer")
+    location: str = Field(description="Where to GET the order")
+
+
+class StoredOrderLine(BaseModel):
+    lineNumber: int
+    sku: str
+    quantity: int
+    unitPrice: str = Field(description="Decimal string")
+    lineTotal: str = Field(description="Decimal string")
+
+
+class StoredOrder(BaseModel):
+    orderId: str
+    status: str = Field(description="`placed`: stored by the consumer")
+    customerId: str
+    currency: str
+    totalAmount: str = Field(description="Decimal string")
+    totalQuantity: int
+    processedAt: str
+    lines: list[StoredOrderLine]
+
+
+PROBLEM_RESPONSE = {"model": Problem, "content": {PROBLEM_JSON: {}}}
+
+
+# --- Problems -------------------------------------------------------------------------------
+
+
+def problem(
+    status: int,
+    slug: str,
+    title: str,
+    detail: str,
+    *,
+    headers: dict[str, str] | None = None,
+    errors: list[dict[str, str]] | None = None,
+) -> JSONResponse:
+    body: dict[str, Any] = {
+        "type": PROBLEM_TYPE_PREFIX + slug,
+        "title": title,
+        "status": status,
+        "detail": detail,
+    }
+    if errors is not None:
+        body["errors"] = errors
+    return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
+
+
+def field_errors(error: ValidationError | RequestValidationError) -> list[dict[str, str]]:
+    return [
+        {
+            "location": ".".join(str(part) for part in item["loc"]) or "body",
+            "message": str(item["msg"]),
+        }
+        for item in error.errors()
+    ]
+
+
+def rejected_body_problem(rejection: MessageRejected) -> JSONResponse:
+    match rejection.reason:
+        case DeadLetterReason.ORDER_TOO_LARGE:
+            return problem(413, "order-too-large", "Order too large", rejection.description)
+        case DeadLetterReason.INVALID_JSON:
+            return problem(400, "invalid-json", "Body is not JSON", rejection.description)
+        case _:
+            cause = rejection.__cause__
+            errors = field_errors(cause) if isinstance(cause, ValidationError) else None
+            return problem(
+                400,
+                "invalid-order",
+                "Order does not match the OrderPlaced schema",
+                rejection.description,
+                errors=errors,
+            )
+
+
+def key_problem(error: InvalidIdempotencyKeyError) -> JSONResponse:
+    if error.missing:
+        return problem(400, "missing-idempotency-key", "Idempotency-Key required", str(error))
+    return problem(400, "invalid-idempotency-key", "Invalid Idempotency-Key", str(error))
+
+
+def failure_problem(error: Exception) -> JSONResponse:
+    """Server-side failures: 503 when a retry may succeed, 500 otherwise (never a client 4xx)."""
+    if isinstance(error, TransientStoreError | TransientPublishError):
+        logger.warning("dependency unavailable: %s", error)
+        return problem(
+            503,
+            "service-unavailable",
+            "Service temporarily unavailable",
+            "a dependency is unavailable; retry with the same Idempotency-Key",
+            headers={"Retry-After": str(UNAVAILABLE_RETRY_AFTER)},
+        )
+    logger.error("request failed: %s", error, exc_info=error)
+    return problem(500, "internal-error", "Internal error", "the request could not be completed")
+
+
+def replay(response: StoredResponse, *, replayed: bool) -> JSONResponse:
+    headers = dict(response.headers)
+    if replayed:
+        headers[REPLAYED_HEADER] = "true"
+    return JSONResponse(response.body, status_code=response.status_code, headers=headers)
+
+
+# --- The runtime, built lazily ---------------------------------------------------------------
+
+
+class LazyRuntime:
+    """Builds the runtime on the first request that needs it; a failed build is retried."""
+
+    def __init__(self, factory: RuntimeFactory) -> None:
+        self._factory = factory
+        self._runtime: HttpRuntime | None = None
+        self._lock = asyncio.Lock()
+
+    async def get(self) -> HttpRuntime:
+        if self._runtime is None:
+            async with self._lock:
+                if self._runtime is None:
+                    self._runtime = await self._factory()
+        return self._runtime
+
+    async def close(self) -> None:
+        if self._runtime is not None:
+            runtime, self._runtime = self._runtime, None
+            await runtime.close()
+
+
+def caller_scope(request: Request, default_scope: str) -> str:
+    """App Service authentication sets the principal id (and strips any a client sent)."""
+    principal = request.headers.get(PRINCIPAL_HEADER, "").strip()
+    if principal:
+        return f"principal:{principal}"
+    return f"app:{default_scope}"
+
+
+# --- The app --------------------------------------------------------------------------------
+
+
+def create_app(runtime_factory: RuntimeFactory | None = None) -> FastAPI:
+    """The ASGI app; `runtime_factory` defaults to building real clients from the environment."""
+    runtime = LazyRuntime(runtime_factory or http_runtime_from_env)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await runtime.close()
+
+    app = FastAPI(
+        title="Orders API",
+        version=__version__,
+        description=(
+            "Idempotent order intake: POST with an `Idempotency-Key`, poll GET for the result."
+        ),
+        lifespan=lifespan,
+        openapi_url="/api/openapi.json",
+        docs_url="/api/docs",
+        redoc_url=None,
+    )
+    app.state.runtime = runtime
+    install_problem_handlers(app)
+
+    @app.post(
+        "/api/orders",
+        status_code=202,
+        summary="Place an order (idempotent)",
+        response_model=AcceptedOrder,
+        responses={
+            202: {
+                "description": "Accepted and queued; a replay also carries "
+                "`Idempotent-Replayed: true`",
+                "headers": {
+                    "Location": {"schema": {"type": "string"}},
+                    REPLAYED_HEADER: {"schema": {"type": "string", "enum": ["true"]}},
+                },
+            },
+            400: PROBLEM_RESPONSE | {"description": "Missing/invalid key, invalid body"},
+            409: PROBLEM_RESPONSE | {"description": "Same key still in progress (Retry-After)"},
+            413: PROBLEM_RESPONSE | {"description": "Order too large"},
+            422: PROBLEM_RESPONSE | {"description": "Same key, different body"},
+            503: PROBLEM_RESPONSE | {"description": "Dependency unavailable (Retry-After)"},
+        },
+        openapi_extra={
+            "parameters": [
+                {
+                    "name": IDEMPOTENCY_KEY_HEADER,
+                    "in": "header",
+                    "required": True,
+                    "description": "Unique per order attempt; retries resend the same key",
+                    "schema": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": MAX_KEY_LENGTH,
+                        "pattern": "^[ -~]+$",
+                    },
+                }
+            ],
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {"schema": {"$ref": "#/components/schemas/OrderPlaced"}}
+                },
+            },
+        },
+    )
+    async def place_order(request: Request) -> Response:
+        try:
+            key = validate_idempotency_key(request.headers.get(IDEMPOTENCY_KEY_HEADER))
+        except InvalidIdempotencyKeyError as error:
+            return key_problem(error)
+        try:
+            order = parse_order(await request.body())
+        except MessageRejected as rejection:
+            return rejected_body_problem(rejection)
+        try:
+            services = await runtime.get()
+            result = await services.intake.submit(
+                caller_scope(request, services.default_scope), key, order
+            )
+        except IdempotencyKeyReusedError as error:
+            return problem(422, "idempotency-key-reused", "Idempotency-Key reused", str(error))
+        except RequestInProgressError as error:
+            return problem(
+                409,
+                "request-in-progress",
+                "A request with this Idempotency-Key is in progress",
+                str(error),
+                headers={"Retry-After": str(error.retry_after)},
+            )
+        except (StoreError, PublishError) as error:
+            return failure_problem(error)
+        return replay(result.response, replayed=result.replayed)
+
+    @app.get(
+        "/api/orders/{orderId}",
+        summary="The order: stored, accepted (queued) or unknown",
+        response_model=StoredOrder,
+        responses={
+            202: {"model": AcceptedOrder, "description": "Accepted, not yet stored (Retry-After)"},
+            404: PROBLEM_RESPONSE | {"description": "Unknown order"},
+            503: PROBLEM_RESPONSE | {"description": "Dependency unavailable (Retry-After)"},
+        },
+    )
+    async def get_order(request: Request, orderId: str) -> Response:
+        try:
+            EntityIdCheck.model_validate({"value": orderId})
+        except ValidationError:
+            return unknown_order(orderId)
+        try:
+            services = await runtime.get()
+            found = await services.lookup.find(
+                caller_scope(request, services.default_scope), orderId
+            )
+        except StoreError as error:
+            return failure_problem(error)
+        match found.state:
+            case OrderState.STORED:
+                return JSONResponse(found.body)
+            case OrderState.ACCEPTED:
+                return JSONResponse(
+                    found.body,
+                    status_code=202,
+                    headers={"Retry-After": str(ACCEPTED_RETRY_AFTER)},
+                )
+            case _:
+                return unknown_order(orderId)
+
+    app.openapi = lambda: openapi_document(app)  # type: ignore[method-assign]
+    return app
+
+
+class EntityIdCheck(BaseModel):
+    value: EntityId
+
+
+def unknown_order(order_id: str) -> JSONResponse:
+    return problem(404, "order-not-found", "Order not found", f"no order {order_id!r} is known")
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    """FastAPI's own errors as problem+json too: 404/405 routes, validation, and the rest."""
+
+    async def http_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        slug = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
+        return problem(
+            exc.status_code,
+            slug,
+            str(exc.detail) if exc.status_code in (404, 405) else "HTTP error",
+            str(exc.detail),
+            headers=dict(exc.headers) if exc.headers else None,
+        )
+
+    async def validation_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        return problem(
+            400,
+            "invalid-request",
+            "Invalid request",
+            "the request does not match the API description",
+            errors=field_errors(exc),
+        )
+
+    async def unexpected_error(_: Request, exc: Exception) -> Response:
+        return failure_problem(exc)
+
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(Exception, unexpected_error)
+
+
+def openapi_document(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document plus the `OrderPlaced` schema the POST body is validated against.
+
+    The body is parsed by the domain's `parse_order` (decimals stay exact, the same checks as
+    the consumer), not by FastAPI, so its schema is added here by hand.
+    """
+    if app.openapi_schema:
+        return app.openapi_schema
+    document = get_openapi(
+        title=app.title,
+        version=app.version,
+        description=app.description,
+        routes=app.routes,
+    )
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    order_schema = OrderPlaced.model_json_schema(ref_template="#/components/schemas/{model}")
+    schemas.update(order_schema.pop("$defs", {}))
+    schemas["OrderPlaced"] = order_schema
+    app.openapi_schema = document
+    return document

@@ -1,0 +1,205 @@
+"""The embedded local stack: our two emulators and worker processes, on free ports.
+
+Used by `orders demo`, the end-to-end tests and the benchmark. Every process it starts runs in
+its own process group and is stopped by its own pid, so nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orders.settings import Settings
+
+WELL_KNOWN_COSMOS_KEY = (
+    "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw=="
+)
+SERVICEBUS_READY = re.compile(r"servicebus-emulator listening on (\S+):(\d+)")
+COSMOS_READY = re.compile(r"cosmos-emulator listening on (\S+)")
+STARTUP_TIMEOUT_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class QueueOptions:
+    """The demo queue: the official emulator's shortest legal window keeps the demo quick."""
+
+    name: str = "orders"
+    duplicate_window_seconds: int = 5
+    lock_seconds: int = 30
+    max_delivery_count: int = 10
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "UserConfig": {
+                "Namespaces": [
+                    {
+                        "Name": "sbemulatorns",
+                        "Queues": [
+                            {
+                                "Name": self.name,
+                                "Properties": {
+                                    "DeadLetteringOnMessageExpiration": True,
+                                    "DefaultMessageTimeToLive": "PT1H",
+                                    "DuplicateDetectionHistoryTimeWindow": (
+                                        f"PT{self.duplicate_window_seconds}S"
+                                    ),
+                                    "LockDuration": f"PT{self.lock_seconds}S",
+                                    "MaxDeliveryCount": self.max_delivery_count,
+                                    "RequiresDuplicateDetection": True,
+                                    "RequiresSession": False,
+                                },
+                            }
+                        ],
+                        "Topics": [],
+                    }
+                ],
+                "Logging": {"Type": "Console"},
+            }
+        }
+
+
+@dataclass
+class ManagedProcess:
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    @property
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def signal(self, signum: int) -> None:
+        if self.running:
+            os.kill(self.process.pid, signum)
+
+    def stop(self, timeout: float = 30.0) -> int:
+        self.signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.signal(signal.SIGKILL)
+            return self.process.wait(timeout=10)
+
+
+def _wait_for_line(managed: ManagedProcess, pattern: re.Pattern[str]) -> re.Match[str]:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        match = pattern.search(managed.log())
+        if match:
+            return match
+        if not managed.running:
+            raise RuntimeError(f"{managed.name} exited early:\n{managed.log()[-2000:]}")
+        time.sleep(0.05)  # polling the child's log file for its ready line, bounded above
+    raise TimeoutError(f"{managed.name} did not report ready in {STARTUP_TIMEOUT_SECONDS} s")
+
+
+@dataclass
+class LocalStack:
+    workdir: Path
+    queue: QueueOptions = field(default_factory=QueueOptions)
+    processes: list[ManagedProcess] = field(default_factory=list)
+    servicebus_connection_string: str = ""
+    cosmos_endpoint: str = ""
+    _worker_count: int = 0
+
+    def _spawn(
+        self, name: str, args: list[str], env: Mapping[str, str] | None = None
+    ) -> ManagedProcess:
+        log_path = self.workdir / f"{name}.log"
+        with log_path.open("wb") as log_file:
+            process = subprocess.Popen(
+                [sys.executable, *args],
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
+                start_new_session=True,  # Ctrl-C in the terminal reaches us, we stop them
+            )
+        managed = ManagedProcess(name, process, log_path)
+        self.processes.append(managed)
+        return managed
+
+    def start_emulators(self) -> None:
+        config_path = self.workdir / "servicebus-config.json"
+        config_path.write_text(json.dumps(self.queue.config(), indent=2))
+        servicebus = self._spawn(
+            "servicebus-emulator",
+            ["-m", "servicebus_emulator", "--host", "127.0.0.1", "--port", "0",
+             "--config", str(config_path)],
+        )  # fmt: skip
+        cosmos = self._spawn(
+            "cosmos-emulator", ["-m", "cosmos_emulator", "--host", "127.0.0.1", "--port", "0"]
+        )
+        host, port = _wait_for_line(servicebus, SERVICEBUS_READY).groups()
+        self.servicebus_connection_string = (
+            f"Endpoint=sb://{host}:{port};SharedAccessKeyName=RootManageSharedAccessKey;"
+            "SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;"
+        )
+        self.cosmos_endpoint = _wait_for_line(cosmos, COSMOS_READY).group(1)
+
+    def environment(self) -> dict[str, str]:
+        return {
+            "ServiceBusConnection": self.servicebus_connection_string,
+            "ORDERS_QUEUE": self.queue.name,
+            "COSMOS_ENDPOINT": self.cosmos_endpoint,
+            "COSMOS_KEY": WELL_KNOWN_COSMOS_KEY,
+            "COSMOS_DATABASE": "orders",
+            "COSMOS_CONTAINER": "orders",
+            "COSMOS_IDEMPOTENCY_CONTAINER": "idempotency",
+        }
+
+    def settings(self) -> Settings:
+        return Settings.from_env(self.environment())
+
+    def start_worker(
+        self,
+        *,
+        concurrency: int = 8,
+        prefetch: int = 16,
+        extra_env: Mapping[str, str] | None = None,
+    ) -> ManagedProcess:
+        self._worker_count += 1
+        return self._spawn(
+            f"worker-{self._worker_count}",
+            ["-m", "orders", "worker", "--concurrency", str(concurrency),
+             "--prefetch", str(prefetch)],
+            env={**self.environment(), **(extra_env or {})},
+        )  # fmt: skip
+
+    def workers(self) -> list[ManagedProcess]:
+        return [p for p in self.processes if p.name.startswith("worker-")]
+
+    def stop_workers(self) -> list[int]:
+        return [worker.stop() for worker in self.workers() if worker.process.returncode is None]
+
+    def stop(self) -> None:
+        # Workers first (they drain through the emulators), then the emulators.
+        for managed in sorted(self.processes, key=lambda p: not p.name.startswith("worker-")):
+            managed.stop()
+
+
+@contextmanager
+def local_stack(
+    queue: QueueOptions | None = None, workdir: Path | None = None
+) -> Iterator[LocalStack]:
+    with tempfile.TemporaryDirectory(prefix="orders-stack-") as scratch:
+        stack = LocalStack(Path(workdir or scratch), queue or QueueOptions())
+        try:
+            stack.start_emulators()
+            yield stack
+        finally:
+            stack.stop()

@@ -1,0 +1,52 @@
+"""`orders worker`: a standalone competing consumer process.
+
+Runs until SIGTERM or SIGINT, then stops receiving, finishes (or abandons) what is in flight and
+exits 0. Several processes compete on one queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Callable
+
+from orders.adapters.servicebus_worker import WorkerOptions, WorkerStats, run_worker
+from orders.domain.outcomes import Decision, Outcome
+from orders.settings import Settings
+
+logger = logging.getLogger("orders.worker")
+
+# Fault injection for crash tests: comma-separated orderIds whose first successful write is
+# followed by an immediate process exit, before the message is settled.
+CRASH_AFTER_WRITE_ENV = "ORDERS_FAULT_CRASH_AFTER_WRITE"
+CRASH_EXIT_CODE = 86
+
+
+def crash_hook_from_env(env: dict[str, str] | None = None) -> Callable[[Decision], None] | None:
+    env = dict(os.environ) if env is None else env
+    targets = {t for t in env.get(CRASH_AFTER_WRITE_ENV, "").split(",") if t}
+    if not targets:
+        return None
+
+    def crash_after_write(decision: Decision) -> None:
+        if decision.outcome is Outcome.PROCESSED and decision.order_id in targets:
+            logger.warning("fault injection: exiting after writing %s", decision.order_id)
+            logging.shutdown()
+            os._exit(CRASH_EXIT_CODE)
+
+    return crash_after_write
+
+
+def run_worker_process(settings: Settings, options: WorkerOptions) -> WorkerStats:
+    """Run until SIGTERM or SIGINT; returns after a graceful stop."""
+
+    async def main() -> WorkerStats:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        return await run_worker(settings, options, stop, after_decision=crash_hook_from_env())
+
+    return asyncio.run(main())

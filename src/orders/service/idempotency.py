@@ -1,0 +1,187 @@
+"""The idempotent order intake: claim the key, publish once, store the answer, replay it.
+
+Write first, read only on conflict (as the consumer does): creating the record IS the claim, and
+the conflict carries the existing record, so a first request costs one create, one send and one
+fenced replace, and a replay costs one failed create plus the read the store does for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from orders.domain.hashing import request_hash
+from orders.domain.idempotency import (
+    IdempotencyRecord,
+    RecordStatus,
+    StoredResponse,
+    Verdict,
+    accepted_response,
+    judge,
+    record_id,
+    retry_after_seconds,
+)
+from orders.domain.model import OrderPlaced
+from orders.exceptions import (
+    IdempotencyKeyReusedError,
+    IdempotencyRecordExistsError,
+    LeaseLostError,
+    RequestInProgressError,
+)
+
+logger = logging.getLogger("orders.http")
+
+# Long enough for a send through the SDK's own retries; a crashed claimant blocks its key's
+# retries (409) for at most this long before a retry takes the claim over.
+DEFAULT_LEASE_SECONDS = 30.0
+# An in-progress claim normally completes within milliseconds: ask for a quick retry.
+DEFAULT_RETRY_AFTER_CAP = 1
+
+
+class IdempotencyStore(Protocol):
+    """Four fenced primitives over idempotency records, plus the lookup GET needs.
+
+    Every write returns the record as stored, with its new ETag. `TransientStoreError` means a
+    retry may succeed, `StoreError` anything else.
+    """
+
+    async def claim(self, record: IdempotencyRecord) -> IdempotencyRecord:
+        """Create the record; if its id exists raise `IdempotencyRecordExistsError(existing)`."""
+        ...
+
+    async def take_over(self, record: IdempotencyRecord, *, etag: str) -> IdempotencyRecord:
+        """Replace the record if its ETag is still `etag`, else raise `LeaseLostError`."""
+        ...
+
+    async def complete(self, record: IdempotencyRecord, *, etag: str) -> IdempotencyRecord:
+        """Replace the record if its ETag is still `etag`, else raise `LeaseLostError`."""
+        ...
+
+    async def release(self, record_id: str, *, etag: str) -> None:
+        """Delete the record if its ETag is still `etag` (`LeaseLostError` if not); a missing
+        record is already released."""
+        ...
+
+    async def find_order(self, scope: str, order_id: str) -> IdempotencyRecord | None:
+        """A completed record of this scope that accepted `order_id`, if any."""
+        ...
+
+
+class OrderPublisher(Protocol):
+    async def publish(self, order: OrderPlaced) -> None:
+        """Send the order to the queue with MessageId = orderId.
+
+        Raises `TransientPublishError` when a retry may succeed, `PublishError` otherwise.
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    response: StoredResponse
+    replayed: bool
+
+
+class IdempotentOrderIntake:
+    def __init__(
+        self,
+        store: IdempotencyStore,
+        publisher: OrderPublisher,
+        *,
+        ttl_seconds: int,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        retry_after_cap: int = DEFAULT_RETRY_AFTER_CAP,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._publisher = publisher
+        self._ttl_seconds = ttl_seconds
+        self._lease_seconds = lease_seconds
+        self._retry_after_cap = retry_after_cap
+        self._clock = clock
+
+    async def submit(self, scope: str, key: str, order: OrderPlaced) -> SubmitResult:
+        """Accept `order` once per (scope, key); raise the `IdempotencyError` a retry earns."""
+        fingerprint = request_hash(order.canonical_payload())
+        claim = IdempotencyRecord(
+            record_id=record_id(scope, key),
+            scope=scope,
+            key=key,
+            request_hash=fingerprint,
+            order_id=order.orderId,
+            status=RecordStatus.IN_PROGRESS,
+            lease_expires_at=self._clock() + self._lease_seconds,
+            ttl_seconds=self._ttl_seconds,
+        )
+        try:
+            owned = await self._store.claim(claim)
+        except IdempotencyRecordExistsError as conflict:
+            existing = conflict.existing
+            now = self._clock()
+            match judge(existing, fingerprint, now):
+                case Verdict.REPLAY:
+                    assert existing.response is not None
+                    return SubmitResult(existing.response, replayed=True)
+                case Verdict.MISMATCH:
+                    raise IdempotencyKeyReusedError(
+                        "this Idempotency-Key was first used with a different request body"
+                    ) from None
+                case Verdict.IN_PROGRESS:
+                    raise RequestInProgressError(
+                        retry_after_seconds(existing, now, self._retry_after_cap)
+                    ) from None
+                case Verdict.TAKE_OVER:
+                    owned = await self._take_over(claim, existing)
+        return await self._publish_and_complete(order, owned)
+
+    async def _take_over(
+        self, claim: IdempotencyRecord, expired: IdempotencyRecord
+    ) -> IdempotencyRecord:
+        assert expired.etag is not None
+        try:
+            owned = await self._store.take_over(claim, etag=expired.etag)
+        except LeaseLostError:
+            # Another retry took it over first and is now the one in progress.
+            raise RequestInProgressError(self._retry_after_cap) from None
+        logger.warning(
+            "took over the expired claim of order %s (key record %s): publishing again",
+            claim.order_id,
+            claim.record_id,
+        )
+        return owned
+
+    async def _publish_and_complete(
+        self, order: OrderPlaced, owned: IdempotencyRecord
+    ) -> SubmitResult:
+        assert owned.etag is not None
+        try:
+            await self._publisher.publish(order)
+        except Exception:
+            await self._release(owned)
+            raise
+        response = accepted_response(order.orderId)
+        try:
+            await self._store.complete(owned.completed(response), etag=owned.etag)
+        except LeaseLostError:
+            # Our lease ran out during the send and a retry owns the key now; it publishes the
+            # same order again (deduplicated downstream) and records the same response.
+            logger.warning(
+                "claim of order %s was taken over before completion; answering anyway",
+                order.orderId,
+            )
+        return SubmitResult(response, replayed=False)
+
+    async def _release(self, owned: IdempotencyRecord) -> None:
+        """Free the key after a failed send so the client's retry need not wait out the lease."""
+        assert owned.etag is not None
+        try:
+            await self._store.release(owned.record_id, etag=owned.etag)
+        except Exception:
+            logger.warning(
+                "could not release the claim of order %s; it frees itself when its lease ends",
+                owned.order_id,
+                exc_info=True,
+            )
