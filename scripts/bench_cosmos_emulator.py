@@ -27,16 +27,27 @@ def _create(container: ContainerProxy, worker: int, i: int) -> None:
 
 def _batch(container: ContainerProxy, worker: int, i: int) -> None:
     pk = f"b{worker}-{i}"
-    container.execute_item_batch([
-        ("create", ({"id": "dedup", "pk": pk},)),
-        ("create", ({"id": "effect", "pk": pk, "n": i},)),
-    ], partition_key=pk)
+    container.execute_item_batch(
+        [
+            ("create", ({"id": "dedup", "pk": pk},)),
+            ("create", ({"id": "effect", "pk": pk, "n": i},)),
+        ],
+        partition_key=pk,
+    )
 
 
-def run_sync(url: str, key: str, db: str, clients: int, seconds: float,
-             op: Callable[[ContainerProxy, int, int], None]) -> float:
-    proxies = [CosmosClient(url, key).get_database_client(db).get_container_client("bench")
-               for _ in range(clients)]
+def run_sync(
+    url: str,
+    key: str,
+    db: str,
+    clients: int,
+    seconds: float,
+    op: Callable[[ContainerProxy, int, int], None],
+) -> float:
+    proxies = [
+        CosmosClient(url, key).get_database_client(db).get_container_client("bench")
+        for _ in range(clients)
+    ]
     counts = [0] * clients
     start = threading.Barrier(clients + 1)
     deadline = 0.0
@@ -62,8 +73,7 @@ def run_sync(url: str, key: str, db: str, clients: int, seconds: float,
     return sum(counts) / (time.monotonic() - began)
 
 
-async def run_aio(url: str, key: str, db: str, clients: int, seconds: float,
-                  batch: bool) -> float:
+async def run_aio(url: str, key: str, db: str, clients: int, seconds: float, batch: bool) -> float:
     async with AioCosmosClient(url, key) as client:
         container = client.get_database_client(db).get_container_client("bench")
         deadline = time.monotonic() + seconds
@@ -74,10 +84,13 @@ async def run_aio(url: str, key: str, db: str, clients: int, seconds: float,
             while time.monotonic() < deadline:
                 if batch:
                     pk = f"ab{tag}{worker}-{i}"
-                    await container.execute_item_batch([
-                        ("create", ({"id": "dedup", "pk": pk},)),
-                        ("create", ({"id": "effect", "pk": pk},)),
-                    ], partition_key=pk)
+                    await container.execute_item_batch(
+                        [
+                            ("create", ({"id": "dedup", "pk": pk},)),
+                            ("create", ({"id": "effect", "pk": pk},)),
+                        ],
+                        partition_key=pk,
+                    )
                 else:
                     await container.create_item({"id": f"a{tag}{worker}-{i}", "pk": f"p{i % 50}"})
                 i += 1

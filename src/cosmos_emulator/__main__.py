@@ -12,8 +12,9 @@ from .server import serve_forever
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m cosmos_emulator",
-                                     description="Pure-Python Cosmos DB for NoSQL emulator.")
+    parser = argparse.ArgumentParser(
+        prog="python -m cosmos_emulator", description="Pure-Python Cosmos DB for NoSQL emulator."
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8081, help="0 picks a free port")
     parser.add_argument("--https", action="store_true", help="serve TLS (self-signed)")

@@ -31,10 +31,15 @@ class FaultRule:
 
     def describe(self) -> dict[str, Any]:
         return {
-            "id": self.rule_id, "status": self.status, "remaining": self.count,
-            "delay_ms": self.delay_ms, "retry_after_ms": self.retry_after_ms,
-            "method": self.method, "path_contains": self.path_contains,
-            "operation": self.operation, "hits": self.hits,
+            "id": self.rule_id,
+            "status": self.status,
+            "remaining": self.count,
+            "delay_ms": self.delay_ms,
+            "retry_after_ms": self.retry_after_ms,
+            "method": self.method,
+            "path_contains": self.path_contains,
+            "operation": self.operation,
+            "hits": self.hits,
         }
 
 

@@ -27,10 +27,15 @@ from .store import Container, Store, pk_key
 ADMIN_PREFIX = "/_emulator/"
 DEFAULT_PAGE_SIZE = 100
 _UNSUPPORTED_TYPES = {
-    "sprocs": "stored procedures", "udfs": "user-defined functions", "triggers": "triggers",
-    "users": "users and permissions", "permissions": "users and permissions",
-    "conflicts": "the conflicts feed", "attachments": "attachments",
-    "operations": "partition key delete", "clientencryptionkeys": "client encryption keys",
+    "sprocs": "stored procedures",
+    "udfs": "user-defined functions",
+    "triggers": "triggers",
+    "users": "users and permissions",
+    "permissions": "users and permissions",
+    "conflicts": "the conflicts feed",
+    "attachments": "attachments",
+    "operations": "partition key delete",
+    "clientencryptionkeys": "client encryption keys",
     "schemas": "schemas",
 }
 
@@ -112,11 +117,12 @@ class Gateway:
                 return "Query"
             return "Upsert" if _true(h, "x-ms-documentdb-is-upsert") else "Create"
         return {"GET": "Read", "PUT": "Replace", "PATCH": "Patch", "DELETE": "Delete"}.get(
-            method, method)
+            method, method
+        )
 
     # -- admin -----------------------------------------------------------------------------
     def _admin(self, request: Request, path: str) -> Response:
-        name = path[len(ADMIN_PREFIX):].strip("/")
+        name = path[len(ADMIN_PREFIX) :].strip("/")
         try:
             if name == "health":
                 return _json(200, {"status": "ok"})
@@ -175,7 +181,8 @@ class Gateway:
                 return self._feed(request, "DocumentCollections", db.props["_rid"], colls)
             if method == "POST" and self._is_query(request):
                 return self._query_resources(
-                    request, "DocumentCollections", db.props["_rid"], colls)
+                    request, "DocumentCollections", db.props["_rid"], colls
+                )
             if method == "POST":
                 props = store.create_container(seg[1], self._body(request))
                 return _json(201, props, {"etag": props["_etag"]})
@@ -211,26 +218,47 @@ class Gateway:
         url = f"{self.scheme}://{host}/"
         location = [{"name": "South Central US", "databaseAccountEndpoint": url}]
         return {
-            "_self": "", "id": "localhost", "_rid": "localhost", "media": "//media/",
-            "addresses": "//addresses/", "_dbs": "//dbs/",
-            "writableLocations": location, "readableLocations": location,
+            "_self": "",
+            "id": "localhost",
+            "_rid": "localhost",
+            "media": "//media/",
+            "addresses": "//addresses/",
+            "_dbs": "//dbs/",
+            "writableLocations": location,
+            "readableLocations": location,
             "enableMultipleWriteLocations": False,
-            "userReplicationPolicy": {"asyncReplication": False, "minReplicaSetSize": 1,
-                                      "maxReplicasetSize": 4},
+            "userReplicationPolicy": {
+                "asyncReplication": False,
+                "minReplicaSetSize": 1,
+                "maxReplicasetSize": 4,
+            },
             "userConsistencyPolicy": {"defaultConsistencyLevel": "Session"},
             "systemReplicationPolicy": {"minReplicaSetSize": 1, "maxReplicasetSize": 4},
             "readPolicy": {"primaryReadCoefficient": 1, "secondaryReadCoefficient": 1},
-            "queryEngineConfiguration": json.dumps({
-                "maxSqlQueryInputLength": 262144, "maxJoinsPerSqlQuery": 5,
-                "maxLogicalAndPerSqlQuery": 500, "maxLogicalOrPerSqlQuery": 500,
-                "maxUdfRefPerSqlQuery": 10, "maxInExpressionItemsCount": 16000,
-                "queryMaxInMemorySortDocumentCount": 500, "maxQueryRequestTimeoutFraction": 0.9,
-                "sqlAllowNonFiniteNumbers": False, "sqlAllowAggregateFunctions": True,
-                "sqlAllowSubQuery": False, "sqlAllowScalarSubQuery": False,
-                "allowNewKeywords": True, "sqlAllowLike": False,
-                "sqlAllowGroupByClause": False, "maxSpatialQueryCells": 12,
-                "spatialMaxGeometryPointCount": 256, "sqlDisableOptimizationFlags": 0,
-                "sqlAllowTop": True, "enableSpatialIndexing": True}),
+            "queryEngineConfiguration": json.dumps(
+                {
+                    "maxSqlQueryInputLength": 262144,
+                    "maxJoinsPerSqlQuery": 5,
+                    "maxLogicalAndPerSqlQuery": 500,
+                    "maxLogicalOrPerSqlQuery": 500,
+                    "maxUdfRefPerSqlQuery": 10,
+                    "maxInExpressionItemsCount": 16000,
+                    "queryMaxInMemorySortDocumentCount": 500,
+                    "maxQueryRequestTimeoutFraction": 0.9,
+                    "sqlAllowNonFiniteNumbers": False,
+                    "sqlAllowAggregateFunctions": True,
+                    "sqlAllowSubQuery": False,
+                    "sqlAllowScalarSubQuery": False,
+                    "allowNewKeywords": True,
+                    "sqlAllowLike": False,
+                    "sqlAllowGroupByClause": False,
+                    "maxSpatialQueryCells": 12,
+                    "spatialMaxGeometryPointCount": 256,
+                    "sqlDisableOptimizationFlags": 0,
+                    "sqlAllowTop": True,
+                    "enableSpatialIndexing": True,
+                }
+            ),
         }
 
     @staticmethod
@@ -242,8 +270,11 @@ class Gateway:
     @staticmethod
     def _is_query(request: Request) -> bool:
         h = request.headers
-        return _true(h, "x-ms-documentdb-isquery") or _true(
-            h, "x-ms-cosmos-is-query-plan-request") or "query" in h.get("content-type", "")
+        return (
+            _true(h, "x-ms-documentdb-isquery")
+            or _true(h, "x-ms-cosmos-is-query-plan-request")
+            or "query" in h.get("content-type", "")
+        )
 
     # -- feeds and paging ------------------------------------------------------------------
     def _page(
@@ -271,7 +302,8 @@ class Gateway:
         if start + size < len(results):
             state = {"offset": start + size, "fp": fingerprint}
             headers["x-ms-continuation"] = base64.urlsafe_b64encode(
-                json.dumps(state).encode()).decode()
+                json.dumps(state).encode()
+            ).decode()
         return page, headers
 
     def _feed(self, request: Request, kind: str, rid: str, resources: list[Any]) -> Response:
@@ -301,22 +333,37 @@ class Gateway:
         etag = f'"{coll.rid}-ranges-1"'
         if request.headers.get("if-none-match") == etag:
             return Response(304, b"", {"etag": etag})
-        ranges = [{
-            "_rid": coll.rid + "AgAAAAAAAA==", "id": "0", "_etag": etag,
-            "minInclusive": FULL_RANGE["min"], "maxExclusive": FULL_RANGE["max"],
-            "ridPrefix": 0, "_self": f"{coll.props['_self']}pkranges/0/", "throughputFraction": 1,
-            "status": "online", "parents": [], "_ts": coll.props["_ts"], "lsn": self.store.lsn,
-        }]
-        return _json(200, {"_rid": coll.rid, "PartitionKeyRanges": ranges, "_count": 1},
-                     {"etag": etag, "x-ms-item-count": "1"})
+        ranges = [
+            {
+                "_rid": coll.rid + "AgAAAAAAAA==",
+                "id": "0",
+                "_etag": etag,
+                "minInclusive": FULL_RANGE["min"],
+                "maxExclusive": FULL_RANGE["max"],
+                "ridPrefix": 0,
+                "_self": f"{coll.props['_self']}pkranges/0/",
+                "throughputFraction": 1,
+                "status": "online",
+                "parents": [],
+                "_ts": coll.props["_ts"],
+                "lsn": self.store.lsn,
+            }
+        ]
+        return _json(
+            200,
+            {"_rid": coll.rid, "PartitionKeyRanges": ranges, "_count": 1},
+            {"etag": etag, "x-ms-item-count": "1"},
+        )
 
     # -- documents -------------------------------------------------------------------------
     def _pk_values(self, request: Request, coll: Container, *, required: bool) -> list[Any] | None:
         raw = request.headers.get("x-ms-documentdb-partitionkey")
         if raw is None:
             if required:
-                raise bad_request("PartitionKey value must be supplied for this operation "
-                                  "(header x-ms-documentdb-partitionkey).")
+                raise bad_request(
+                    "PartitionKey value must be supplied for this operation "
+                    "(header x-ms-documentdb-partitionkey)."
+                )
             return None
         try:
             values = json.loads(raw)
@@ -325,8 +372,10 @@ class Gateway:
         if not isinstance(values, list):
             raise bad_request("The partition key header must be a JSON array.")
         if required and len(values) != len(coll.pk_paths):
-            raise bad_request("The partition key supplied has a different number of components "
-                              "than the container's partition key definition.")
+            raise bad_request(
+                "The partition key supplied has a different number of components "
+                "than the container's partition key definition."
+            )
         return values
 
     def _ctx(self, request: Request, coll: Container) -> items.ItemContext:
@@ -380,8 +429,10 @@ class Gateway:
         headers: dict[str, str] = {}
         if outcome.doc is not None:
             headers["etag"] = outcome.doc["_etag"]
-        minimal = request.method != "GET" and request.headers.get(
-            "prefer", "").lower() == "return=minimal"
+        minimal = (
+            request.method != "GET"
+            and request.headers.get("prefer", "").lower() == "return=minimal"
+        )
         if outcome.doc is None or minimal:
             return Response(outcome.status, b"", headers)
         return _json(outcome.status, outcome.doc, headers)
@@ -398,15 +449,15 @@ class Gateway:
             return coll.live_items(pk_key(values), now)
         # A prefix of a hierarchical key: every partition that starts with it.
         prefix_len = len(values)
-        return [d for d in coll.live_items(None, now)
-                if coll.pk_from_doc(d)[:prefix_len] == values]
+        return [d for d in coll.live_items(None, now) if coll.pk_from_doc(d)[:prefix_len] == values]
 
     def _read_feed(self, request: Request, coll: Container) -> Response:
         if request.headers.get("a-im"):
             raise unsupported("the change feed")
         docs = self._candidates(request, coll)
-        fingerprint = _fingerprint("readfeed", {}, request.headers.get(
-            "x-ms-documentdb-partitionkey", ""))
+        fingerprint = _fingerprint(
+            "readfeed", {}, request.headers.get("x-ms-documentdb-partitionkey", "")
+        )
         page, headers = self._page(request, docs, fingerprint)
         return _json(200, {"_rid": coll.rid, "Documents": page, "_count": len(page)}, headers)
 
@@ -422,10 +473,12 @@ class Gateway:
         if not scoped and not per_range and needs_plan(query):
             plan = query_plan(query, params)
             raise CosmosError(
-                400, "BadRequest",
+                400,
+                "BadRequest",
                 "Cross-partition query with ORDER BY, aggregates, TOP, OFFSET/LIMIT or DISTINCT "
                 "needs a query plan.",
-                substatus=1004, extra={"additionalErrorInfo": json.dumps(plan)},
+                substatus=1004,
+                extra={"additionalErrorInfo": json.dumps(plan)},
             )
         results = run(query, self._candidates(request, coll), params)
         fingerprint = _fingerprint(text, params, h.get("x-ms-documentdb-partitionkey", ""))
@@ -441,27 +494,44 @@ def _fingerprint(text: str, params: dict[str, Any], scope: str) -> str:
 def _fault_error(rule: FaultRule) -> CosmosError:
     if rule.status == 429:
         return CosmosError(
-            429, "TooManyRequests",
-            "Request rate is large (injected by cosmos-emulator).", substatus=3200,
+            429,
+            "TooManyRequests",
+            "Request rate is large (injected by cosmos-emulator).",
+            substatus=3200,
             headers={"x-ms-retry-after-ms": str(rule.retry_after_ms)},
         )
-    names: dict[int, str] = {503: "ServiceUnavailable", 500: "InternalServerError",
-                             408: "RequestTimeout", 410: "Gone"}
+    names: dict[int, str] = {
+        503: "ServiceUnavailable",
+        500: "InternalServerError",
+        408: "RequestTimeout",
+        410: "Gone",
+    }
     status = int(rule.status or 503)
-    return CosmosError(status, names.get(status, "Error"),
-                       f"Injected fault {status} (cosmos-emulator).")
+    return CosmosError(
+        status, names.get(status, "Error"), f"Injected fault {status} (cosmos-emulator)."
+    )
 
 
 def fault_rule_from(spec: dict[str, Any]) -> FaultRule:
-    allowed = {"status", "count", "delay_ms", "retry_after_ms", "method", "path_contains",
-               "operation"}
+    allowed = {
+        "status",
+        "count",
+        "delay_ms",
+        "retry_after_ms",
+        "method",
+        "path_contains",
+        "operation",
+    }
     unknown = set(spec) - allowed
     if unknown:
         raise ValueError(f"unknown fault fields: {sorted(unknown)}")
     return FaultRule(
-        status=spec.get("status"), count=int(spec.get("count", 1)),
-        delay_ms=int(spec.get("delay_ms", 0)), retry_after_ms=int(spec.get("retry_after_ms", 10)),
-        method=spec.get("method"), path_contains=spec.get("path_contains"),
+        status=spec.get("status"),
+        count=int(spec.get("count", 1)),
+        delay_ms=int(spec.get("delay_ms", 0)),
+        retry_after_ms=int(spec.get("retry_after_ms", 10)),
+        method=spec.get("method"),
+        path_contains=spec.get("path_contains"),
         operation=spec.get("operation"),
     )
 

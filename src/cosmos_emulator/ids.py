@@ -65,6 +65,7 @@ def validate_id(value: object, what: str = "id") -> str:
 
 def too_large(size: int, limit: int = MAX_ITEM_BYTES) -> CosmosError:
     return CosmosError(
-        413, "RequestEntityTooLarge",
+        413,
+        "RequestEntityTooLarge",
         f"Request size is too large: {size} bytes exceeds the {limit}-byte limit.",
     )

@@ -106,11 +106,13 @@ def _check_body(ctx: ItemContext, body: object, expected_id: str | None = None) 
         raise bad_request("The item must be a JSON object.")
     item_id = validate_id(body.get("id"))
     if expected_id is not None and item_id != expected_id:
-        raise bad_request(f"The id '{item_id}' in the body does not match the id "
-                          f"'{expected_id}' in the request.")
+        raise bad_request(
+            f"The id '{item_id}' in the body does not match the id '{expected_id}' in the request."
+        )
     if ctx.container.pk_from_doc(body) != ctx.pk_values:
-        raise bad_request("PartitionKey extracted from document doesn't match the one "
-                          "specified in the header.")
+        raise bad_request(
+            "PartitionKey extracted from document doesn't match the one specified in the header."
+        )
     if "ttl" in body and body["ttl"] is not None:
         ttl = body["ttl"]
         if not isinstance(ttl, int) or isinstance(ttl, bool) or ttl == 0 or ttl < -1:
@@ -209,8 +211,10 @@ def patch(
             raise bad_request("The patch 'condition' must be a string like 'FROM c WHERE ...'.")
         query = parse_query("SELECT * " + condition)
         validate(query)
-        if query.where is not None and Evaluator(query, {}).eval(
-                query.where, existing.doc) is not True:
+        if (
+            query.where is not None
+            and Evaluator(query, {}).eval(query.where, existing.doc) is not True
+        ):
             raise precondition_failed("The patch filter predicate did not match the item.")
     patched = apply_patch(existing.doc, body.get("operations"), ctx.container.pk_paths)
     doc = _check_body(ctx, patched, item_id)
@@ -227,20 +231,24 @@ def run_batch(ctx: ItemContext, operations: object) -> tuple[int, list[dict[str,
     if not isinstance(operations, list) or not operations:
         raise bad_request("A batch needs a non-empty list of operations.")
     if len(operations) > MAX_BATCH_OPERATIONS:
-        raise bad_request(f"Batch request has {len(operations)} operations; at most "
-                          f"{MAX_BATCH_OPERATIONS} are allowed.")
+        raise bad_request(
+            f"Batch request has {len(operations)} operations; at most "
+            f"{MAX_BATCH_OPERATIONS} are allowed."
+        )
     staged = StagedPartition(LivePartition(ctx.container, ctx.key, ctx.now))
     results: list[dict[str, Any]] = []
     for index, op in enumerate(operations):
         try:
             outcome = _batch_operation(staged, ctx, op)
         except CosmosError as err:
-            failed: dict[str, Any] = {"statusCode": err.status, "requestCharge": 1.0,
-                      "message": err.message}
+            failed: dict[str, Any] = {
+                "statusCode": err.status,
+                "requestCharge": 1.0,
+                "message": err.message,
+            }
             if err.substatus is not None:
                 failed["subStatusCode"] = err.substatus
-            responses = [{"statusCode": 424, "requestCharge": 0.0}
-                         for _ in operations]
+            responses = [{"statusCode": 424, "requestCharge": 0.0} for _ in operations]
             responses[index] = failed
             return 207, responses
         entry: dict[str, Any] = {"statusCode": outcome.status, "requestCharge": 1.0}

@@ -19,7 +19,8 @@ def apply_patch(doc: dict[str, Any], operations: object, pk_paths: list[str]) ->
     if len(operations) > MAX_PATCH_OPERATIONS:
         raise bad_request(
             f"Patch request has {len(operations)} operations; at most "
-            f"{MAX_PATCH_OPERATIONS} are allowed.")
+            f"{MAX_PATCH_OPERATIONS} are allowed."
+        )
     result = copy.deepcopy(doc)
     for op in operations:
         if not isinstance(op, dict):
@@ -36,8 +37,10 @@ def _segments(path: object) -> list[str]:
 
 def _check_target(path: str, pk_paths: list[str]) -> None:
     if path in _SYSTEM or path in pk_paths:
-        raise bad_request(f"Patch cannot modify {path}: the id, the partition key and "
-                          "system properties are immutable.")
+        raise bad_request(
+            f"Patch cannot modify {path}: the id, the partition key and "
+            "system properties are immutable."
+        )
 
 
 def _parent(doc: dict[str, Any], segments: list[str], path: str) -> Any:

@@ -25,8 +25,7 @@ FLUSH_INTERVAL_S = 1.0
 class EmulatorCore:
     """Everything that runs on the emulator's event loop."""
 
-    def __init__(self, host: str, port: int, https: bool, data_file: str | None,
-                 key: str) -> None:
+    def __init__(self, host: str, port: int, https: bool, data_file: str | None, key: str) -> None:
         self.host = host
         self.requested_port = port
         self.https = https
@@ -101,8 +100,9 @@ class EmulatorCore:
 class RunningCosmosEmulator:
     """A started emulator on its own thread and event loop; `stop()` (or `with`) ends it."""
 
-    def __init__(self, core: EmulatorCore, loop: asyncio.AbstractEventLoop,
-                 thread: threading.Thread) -> None:
+    def __init__(
+        self, core: EmulatorCore, loop: asyncio.AbstractEventLoop, thread: threading.Thread
+    ) -> None:
         self._core = core
         self._loop = loop
         self._thread = thread
@@ -131,9 +131,17 @@ class RunningCosmosEmulator:
         operation: str | None = None,
     ) -> dict[str, Any]:
         """Make the next `count` matching requests answer `status` (None: only delay)."""
-        rule = self._core.faults.add(FaultRule(
-            status=status, count=count, delay_ms=delay_ms, retry_after_ms=retry_after_ms,
-            method=method, path_contains=path_contains, operation=operation))
+        rule = self._core.faults.add(
+            FaultRule(
+                status=status,
+                count=count,
+                delay_ms=delay_ms,
+                retry_after_ms=retry_after_ms,
+                method=method,
+                path_contains=path_contains,
+                operation=operation,
+            )
+        )
         return rule.describe()
 
     def clear_faults(self) -> None:
@@ -169,8 +177,12 @@ class RunningCosmosEmulator:
     def __enter__(self) -> RunningCosmosEmulator:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()
 
 
@@ -210,8 +222,9 @@ def start_in_background(
     return RunningCosmosEmulator(core, loop, thread)
 
 
-async def serve_forever(host: str, port: int, https: bool, data_file: str | None,
-                        key: str, stop: asyncio.Event) -> None:
+async def serve_forever(
+    host: str, port: int, https: bool, data_file: str | None, key: str, stop: asyncio.Event
+) -> None:
     core = EmulatorCore(host, port, https, data_file, key)
     await core.start()
     print(f"cosmos-emulator listening on {core.url}", flush=True)

@@ -131,8 +131,13 @@ class Store:
             raise conflict(f"Database '{name}' already exists.")
         rid = self.rids.database()
         props = {
-            "id": name, "_rid": rid, "_self": f"dbs/{rid}/", "_etag": new_etag(),
-            "_colls": "colls/", "_users": "users/", "_ts": int(time.time()),
+            "id": name,
+            "_rid": rid,
+            "_self": f"dbs/{rid}/",
+            "_etag": new_etag(),
+            "_colls": "colls/",
+            "_users": "users/",
+            "_ts": int(time.time()),
         }
         self.databases[name] = Database(props)
         self.touch()
@@ -165,13 +170,22 @@ class Store:
             "id": name,
             "indexingPolicy": body.get("indexingPolicy") or dict(DEFAULT_INDEXING_POLICY),
             "partitionKey": _partition_key_definition(body.get("partitionKey")),
-            "conflictResolutionPolicy": body.get("conflictResolutionPolicy") or {
-                "mode": "LastWriterWins", "conflictResolutionPath": "/_ts",
-                "conflictResolutionProcedure": ""},
+            "conflictResolutionPolicy": body.get("conflictResolutionPolicy")
+            or {
+                "mode": "LastWriterWins",
+                "conflictResolutionPath": "/_ts",
+                "conflictResolutionProcedure": "",
+            },
             "geospatialConfig": {"type": "Geography"},
-            "_rid": rid, "_ts": int(time.time()), "_self": f"{db.props['_self']}colls/{rid}/",
-            "_etag": new_etag(), "_docs": "docs/", "_sprocs": "sprocs/",
-            "_triggers": "triggers/", "_udfs": "udfs/", "_conflicts": "conflicts/",
+            "_rid": rid,
+            "_ts": int(time.time()),
+            "_self": f"{db.props['_self']}colls/{rid}/",
+            "_etag": new_etag(),
+            "_docs": "docs/",
+            "_sprocs": "sprocs/",
+            "_triggers": "triggers/",
+            "_udfs": "udfs/",
+            "_conflicts": "conflicts/",
         }
         _apply_mutable_container_props(props, body)
         db.containers[name] = Container(props)
@@ -184,8 +198,11 @@ class Store:
             raise bad_request("Container body must be a JSON object.")
         if body.get("id") != coll.props["id"]:
             raise bad_request("The container id in the body does not match the URL.")
-        if "partitionKey" in body and _partition_key_definition(body["partitionKey"])[
-                "paths"] != coll.props["partitionKey"]["paths"]:
+        if (
+            "partitionKey" in body
+            and _partition_key_definition(body["partitionKey"])["paths"]
+            != coll.props["partitionKey"]["paths"]
+        ):
             raise bad_request("The partition key of a container cannot be changed.")
         props = dict(coll.props)
         if body.get("indexingPolicy"):
@@ -251,7 +268,8 @@ class Store:
                     coll = Container(c_data["props"])
                     for it in c_data.get("items", []):
                         coll.partitions.setdefault(it["pk"], {})[it["doc"]["id"]] = Item(
-                            it["doc"], float(it["written_at"]))
+                            it["doc"], float(it["written_at"])
+                        )
                     db.containers[coll.props["id"]] = coll
                 self.databases[db.props["id"]] = db
 

@@ -18,7 +18,9 @@ def self_signed_context(host: str) -> ssl.SSLContext:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "cosmos-emulator")])
     alt_names: list[x509.GeneralName] = [
-        x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+        x509.DNSName("localhost"),
+        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+    ]
     try:
         alt_names.append(x509.IPAddress(ipaddress.ip_address(host)))
     except ValueError:
@@ -38,9 +40,13 @@ def self_signed_context(host: str) -> ssl.SSLContext:
     with tempfile.TemporaryDirectory(prefix="cosmos-emulator-tls-") as tmp:
         cert_path, key_path = Path(tmp, "cert.pem"), Path(tmp, "key.pem")
         cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        key_path.write_bytes(key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption()))
+        key_path.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(cert_path, key_path)
     return context

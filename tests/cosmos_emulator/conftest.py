@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import socket
+import subprocess
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 from azure.cosmos import ContainerProxy, CosmosClient, DatabaseProxy, PartitionKey
@@ -63,3 +69,49 @@ async def aio_container(
             yield await db.create_container(unique("ac"), PartitionKey("/pk"), default_ttl=-1)
         finally:
             await aio_client.delete_database(db)
+
+
+REPO = Path(__file__).resolve().parents[2]
+VERCEL_BIN = REPO / "emulators" / "cosmos" / "node_modules" / ".bin" / "cosmosdb-server"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"cosmosdb-server exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(f"cosmosdb-server did not listen on {port} within {timeout}s")
+
+
+@pytest.fixture(scope="session")
+def vercel_url() -> Iterator[str]:
+    """@vercel/cosmosdb-server over HTTPS on a free port (cross-check only)."""
+    if shutil.which("node") is None and os.environ.get("CI") != "true":
+        pytest.skip("node is not installed (the cross-check runs wherever Node is present)")
+    if not VERCEL_BIN.exists():
+        pytest.fail(f"{VERCEL_BIN} is missing: run `make node-crosscheck` (npm ci)")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [str(VERCEL_BIN), "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        _wait_for_port(port, proc)
+        yield f"https://127.0.0.1:{port}/"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)

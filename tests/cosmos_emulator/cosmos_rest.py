@@ -25,16 +25,21 @@ def call(
     segments = [urllib.parse.unquote(s) for s in path.split("/") if s]
     resource_type, link = resource_of(segments)
     date = formatdate(usegmt=True)
-    all_headers = {"x-ms-date": date, "x-ms-version": "2020-07-15",
-                   "Content-Type": "application/json"}
+    all_headers = {
+        "x-ms-date": date,
+        "x-ms-version": "2020-07-15",
+        "Content-Type": "application/json",
+    }
     if sign:
-        all_headers["authorization"] = authorization_header(
-            key, method, resource_type, link, date)
+        all_headers["authorization"] = authorization_header(key, method, resource_type, link, date)
     all_headers.update(headers or {})
     conn = http.client.HTTPConnection(parsed.hostname or "127.0.0.1", parsed.port, timeout=10)
     try:
-        payload = body if isinstance(body, bytes) else (
-            None if body is None else json.dumps(body).encode())
+        payload = (
+            body
+            if isinstance(body, bytes)
+            else (None if body is None else json.dumps(body).encode())
+        )
         conn.request(method, path, body=payload, headers=all_headers)
         resp = conn.getresponse()
         raw = resp.read()

@@ -14,15 +14,18 @@ def test_every_operation_type_succeeds_in_one_batch(container: ContainerProxy) -
     container.create_item({"id": "r", "pk": "a", "v": 1})
     container.create_item({"id": "d", "pk": "a"})
     container.create_item({"id": "p", "pk": "a", "n": 1})
-    results = container.execute_item_batch([
-        ("create", ({"id": "c", "pk": "a"},)),
-        ("upsert", ({"id": "u", "pk": "a", "v": 1},)),
-        ("upsert", ({"id": "r", "pk": "a", "v": 2},)),
-        ("read", ("r",)),
-        ("replace", ("c", {"id": "c", "pk": "a", "replaced": True})),
-        ("delete", ("d",)),
-        ("patch", ("p", [{"op": "incr", "path": "/n", "value": 1}])),
-    ], partition_key="a")
+    results = container.execute_item_batch(
+        [
+            ("create", ({"id": "c", "pk": "a"},)),
+            ("upsert", ({"id": "u", "pk": "a", "v": 1},)),
+            ("upsert", ({"id": "r", "pk": "a", "v": 2},)),
+            ("read", ("r",)),
+            ("replace", ("c", {"id": "c", "pk": "a", "replaced": True})),
+            ("delete", ("d",)),
+            ("patch", ("p", [{"op": "incr", "path": "/n", "value": 1}])),
+        ],
+        partition_key="a",
+    )
     assert [r["statusCode"] for r in results] == [201, 201, 200, 200, 200, 204, 200]
     assert results[3]["resourceBody"]["v"] == 2
     assert results[0]["eTag"] == results[0]["resourceBody"]["_etag"]
@@ -34,12 +37,15 @@ def test_every_operation_type_succeeds_in_one_batch(container: ContainerProxy) -
 
 
 def test_later_operations_see_earlier_ones(container: ContainerProxy) -> None:
-    results = container.execute_item_batch([
-        ("create", ({"id": "x", "pk": "a", "v": 1},)),
-        ("patch", ("x", [{"op": "set", "path": "/v", "value": 2}])),
-        ("read", ("x",)),
-        ("delete", ("x",)),
-    ], partition_key="a")
+    results = container.execute_item_batch(
+        [
+            ("create", ({"id": "x", "pk": "a", "v": 1},)),
+            ("patch", ("x", [{"op": "set", "path": "/v", "value": 2}])),
+            ("read", ("x",)),
+            ("delete", ("x",)),
+        ],
+        partition_key="a",
+    )
     assert results[2]["resourceBody"]["v"] == 2
     with pytest.raises(exceptions.CosmosResourceNotFoundError):
         container.read_item("x", "a")
@@ -66,8 +72,7 @@ def test_batch_is_atomic(container: ContainerProxy, failing: int) -> None:
             container.read_item(item_id, "a")
 
 
-def test_failing_read_replace_and_etag_condition_fail_the_batch(
-        container: ContainerProxy) -> None:
+def test_failing_read_replace_and_etag_condition_fail_the_batch(container: ContainerProxy) -> None:
     item = container.create_item({"id": "x", "pk": "a", "v": 1})
     container.replace_item("x", {"id": "x", "pk": "a", "v": 2})
     cases = [
@@ -79,7 +84,8 @@ def test_failing_read_replace_and_etag_condition_fail_the_batch(
     for op, status in cases:
         with pytest.raises(exceptions.CosmosBatchOperationError) as err:
             container.execute_item_batch(
-                [("create", ({"id": "new", "pk": "a"},)), op], partition_key="a")  # type: ignore[list-item]
+                [("create", ({"id": "new", "pk": "a"},)), op], partition_key="a"
+            )  # type: ignore[list-item]
         assert err.value.error_index == 1
         assert [r["statusCode"] for r in err.value.operation_responses] == [424, status]
     with pytest.raises(exceptions.CosmosResourceNotFoundError):
@@ -91,28 +97,42 @@ def test_etag_condition_that_holds_succeeds(container: ContainerProxy) -> None:
     item = container.create_item({"id": "x", "pk": "a", "v": 1})
     results = container.execute_item_batch(
         [("replace", ("x", {"id": "x", "pk": "a", "v": 2}), {"if_match_etag": item["_etag"]})],
-        partition_key="a")
+        partition_key="a",
+    )
     assert results[0]["statusCode"] == 200
 
 
 def test_operation_for_another_partition_fails_the_batch(container: ContainerProxy) -> None:
     with pytest.raises(exceptions.CosmosBatchOperationError) as err:
-        container.execute_item_batch([
-            ("create", ({"id": "1", "pk": "a"},)),
-            ("create", ({"id": "2", "pk": "b"},)),
-        ], partition_key="a")
+        container.execute_item_batch(
+            [
+                ("create", ({"id": "1", "pk": "a"},)),
+                ("create", ({"id": "2", "pk": "b"},)),
+            ],
+            partition_key="a",
+        )
     assert err.value.error_index == 1
     assert [r["statusCode"] for r in err.value.operation_responses] == [424, 400]
 
 
-def test_more_than_100_operations_is_400(cosmos_emulator: RunningCosmosEmulator,
-                                         container: ContainerProxy) -> None:
-    ops = [{"operationType": "Create", "resourceBody": {"id": str(i), "pk": "a"}}
-           for i in range(101)]
+def test_more_than_100_operations_is_400(
+    cosmos_emulator: RunningCosmosEmulator, container: ContainerProxy
+) -> None:
+    ops = [
+        {"operationType": "Create", "resourceBody": {"id": str(i), "pk": "a"}} for i in range(101)
+    ]
     status, _, body = call(
-        cosmos_emulator.url, cosmos_emulator.key, "POST", f"/{container.container_link}/docs/",
-        ops, {"x-ms-documentdb-partitionkey": '["a"]', "x-ms-cosmos-is-batch-request": "True",
-              "x-ms-cosmos-batch-atomic": "True"})
+        cosmos_emulator.url,
+        cosmos_emulator.key,
+        "POST",
+        f"/{container.container_link}/docs/",
+        ops,
+        {
+            "x-ms-documentdb-partitionkey": '["a"]',
+            "x-ms-cosmos-is-batch-request": "True",
+            "x-ms-cosmos-batch-atomic": "True",
+        },
+    )
     assert status == 400, body
     assert "100" in body["message"]
     hundred = [("create", ({"id": str(i), "pk": "a"},)) for i in range(100)]
@@ -124,6 +144,7 @@ def test_batch_over_the_request_size_limit_is_413(container: ContainerProxy) -> 
     with pytest.raises(exceptions.CosmosHttpResponseError) as err:
         container.execute_item_batch(
             [("create", ({"id": str(i), "pk": "a", "blob": blob},)) for i in range(3)],
-            partition_key="a")
+            partition_key="a",
+        )
     assert err.value.status_code == 413
     assert list(container.query_items("SELECT * FROM c", partition_key="a")) == []

@@ -12,8 +12,9 @@ from azure.cosmos.aio import CosmosClient as AioCosmosClient
 from cosmos_emulator import RunningCosmosEmulator
 
 
-def test_racing_sync_creates_of_one_id(cosmos_emulator: RunningCosmosEmulator,
-                                       container: ContainerProxy) -> None:
+def test_racing_sync_creates_of_one_id(
+    cosmos_emulator: RunningCosmosEmulator, container: ContainerProxy
+) -> None:
     clients = [CosmosClient(cosmos_emulator.url, cosmos_emulator.key) for _ in range(8)]
     link = container.container_link.split("/")
     barrier = threading.Barrier(len(clients))
@@ -51,10 +52,13 @@ async def test_racing_aio_creates_and_batches(cosmos_emulator: RunningCosmosEmul
 
         async def batch(i: int) -> bool:
             try:
-                await container.execute_item_batch([
-                    ("create", ({"id": "claim", "pk": "b", "by": i},)),
-                    ("create", ({"id": f"effect-{i}", "pk": "b"},)),
-                ], partition_key="b")
+                await container.execute_item_batch(
+                    [
+                        ("create", ({"id": "claim", "pk": "b", "by": i},)),
+                        ("create", ({"id": f"effect-{i}", "pk": "b"},)),
+                    ],
+                    partition_key="b",
+                )
                 return True
             except exceptions.CosmosBatchOperationError:
                 return False
@@ -62,7 +66,11 @@ async def test_racing_aio_creates_and_batches(cosmos_emulator: RunningCosmosEmul
         won = await asyncio.gather(*(batch(i) for i in range(20)))
         assert sum(won) == 1
         winner = won.index(True)
-        effects = [d async for d in container.query_items(
-            "SELECT VALUE c.id FROM c WHERE STARTSWITH(c.id, 'effect-')", partition_key="b")]
+        effects = [
+            d
+            async for d in container.query_items(
+                "SELECT VALUE c.id FROM c WHERE STARTSWITH(c.id, 'effect-')", partition_key="b"
+            )
+        ]
         assert effects == [f"effect-{winner}"]
         await client.delete_database("race")

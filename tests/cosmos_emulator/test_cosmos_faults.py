@@ -19,8 +19,9 @@ def emu_container(fresh_emulator: RunningCosmosEmulator) -> ContainerProxy:
     return client.create_database("d").create_container("c", PartitionKey("/pk"))
 
 
-def test_sdk_retries_429_and_then_succeeds(fresh_emulator: RunningCosmosEmulator,
-                                           emu_container: ContainerProxy) -> None:
+def test_sdk_retries_429_and_then_succeeds(
+    fresh_emulator: RunningCosmosEmulator, emu_container: ContainerProxy
+) -> None:
     before = fresh_emulator.operation_counts().get("Create", 0)
     fresh_emulator.inject_fault(status=429, count=3, retry_after_ms=5, operation="Create")
     emu_container.create_item({"id": "1", "pk": "a"})
@@ -29,8 +30,9 @@ def test_sdk_retries_429_and_then_succeeds(fresh_emulator: RunningCosmosEmulator
     assert emu_container.read_item("1", "a")["id"] == "1"
 
 
-def test_429_beyond_the_sdk_retry_budget_surfaces(fresh_emulator: RunningCosmosEmulator,
-                                                  emu_container: ContainerProxy) -> None:
+def test_429_beyond_the_sdk_retry_budget_surfaces(
+    fresh_emulator: RunningCosmosEmulator, emu_container: ContainerProxy
+) -> None:
     fresh_emulator.inject_fault(status=429, count=100, retry_after_ms=1, operation="Create")
     with pytest.raises(exceptions.CosmosHttpResponseError) as err:
         emu_container.create_item({"id": "1", "pk": "a"})
@@ -41,8 +43,9 @@ def test_429_beyond_the_sdk_retry_budget_surfaces(fresh_emulator: RunningCosmosE
         emu_container.read_item("1", "a")
 
 
-def test_503_is_answered_and_filters_apply(fresh_emulator: RunningCosmosEmulator,
-                                           emu_container: ContainerProxy) -> None:
+def test_503_is_answered_and_filters_apply(
+    fresh_emulator: RunningCosmosEmulator, emu_container: ContainerProxy
+) -> None:
     emu_container.create_item({"id": "1", "pk": "a"})
     fresh_emulator.inject_fault(status=503, count=20, method="GET", path_contains="/docs/1/")
     emu_container.create_item({"id": "2", "pk": "a"})  # not matched: a POST
@@ -53,8 +56,9 @@ def test_503_is_answered_and_filters_apply(fresh_emulator: RunningCosmosEmulator
     assert fresh_emulator.pending_faults()[0]["hits"] >= 1
 
 
-def test_delay_only_fault(fresh_emulator: RunningCosmosEmulator,
-                          emu_container: ContainerProxy) -> None:
+def test_delay_only_fault(
+    fresh_emulator: RunningCosmosEmulator, emu_container: ContainerProxy
+) -> None:
     emu_container.create_item({"id": "1", "pk": "a"})
     fresh_emulator.inject_fault(status=None, count=1, delay_ms=300, operation="Read")
     started = time.monotonic()
@@ -62,19 +66,25 @@ def test_delay_only_fault(fresh_emulator: RunningCosmosEmulator,
     assert time.monotonic() - started >= 0.3
 
 
-def test_admin_endpoint_over_http(fresh_emulator: RunningCosmosEmulator,
-                                  emu_container: ContainerProxy) -> None:
+def test_admin_endpoint_over_http(
+    fresh_emulator: RunningCosmosEmulator, emu_container: ContainerProxy
+) -> None:
     url = fresh_emulator.url + "_emulator/faults"
     spec = {"status": 429, "count": 2, "retry_after_ms": 5, "operation": "Batch"}
-    request = urllib.request.Request(url, data=json.dumps(spec).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(spec).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=5) as resp:
         assert resp.status == 201
         assert json.load(resp)["remaining"] == 2
     with urllib.request.urlopen(url, timeout=5) as resp:
         assert len(json.load(resp)["faults"]) == 1
-    results = emu_container.execute_item_batch([("create", ({"id": "b", "pk": "a"},))],
-                                               partition_key="a")
+    results = emu_container.execute_item_batch(
+        [("create", ({"id": "b", "pk": "a"},))], partition_key="a"
+    )
     assert results[0]["statusCode"] == 201
     assert fresh_emulator.operation_counts()["Batch"] == 3
     bad = urllib.request.Request(url, data=b'{"bogus": 1}', method="POST")

@@ -13,7 +13,8 @@ from cosmos_emulator import RunningCosmosEmulator
 
 
 def test_create_then_read_returns_the_item_with_system_properties(
-        container: ContainerProxy) -> None:
+    container: ContainerProxy,
+) -> None:
     before = int(time.time())
     created = container.create_item({"id": "o1", "pk": "a", "n": 1})
     assert created["n"] == 1
@@ -27,7 +28,8 @@ def test_create_then_read_returns_the_item_with_system_properties(
 
 
 def test_duplicate_id_in_one_partition_conflicts_but_not_across_partitions(
-        container: ContainerProxy) -> None:
+    container: ContainerProxy,
+) -> None:
     container.create_item({"id": "o1", "pk": "a"})
     with pytest.raises(exceptions.CosmosResourceExistsError) as err:
         container.create_item({"id": "o1", "pk": "a"})
@@ -65,15 +67,23 @@ def test_replace_upsert_delete_and_etags(container: ContainerProxy) -> None:
         container.replace_item("o1", {"id": "o1", "pk": "a"})
 
 
-def test_upsert_status_codes(cosmos_emulator: RunningCosmosEmulator,
-                             container: ContainerProxy) -> None:
+def test_upsert_status_codes(
+    cosmos_emulator: RunningCosmosEmulator, container: ContainerProxy
+) -> None:
     path = f"/{container.container_link}/docs/"
     headers = {"x-ms-documentdb-partitionkey": '["a"]', "x-ms-documentdb-is-upsert": "True"}
-    status, _, _ = call(cosmos_emulator.url, cosmos_emulator.key, "POST", path,
-                        {"id": "u", "pk": "a"}, headers)
+    status, _, _ = call(
+        cosmos_emulator.url, cosmos_emulator.key, "POST", path, {"id": "u", "pk": "a"}, headers
+    )
     assert status == 201
-    status, _, body = call(cosmos_emulator.url, cosmos_emulator.key, "POST", path,
-                           {"id": "u", "pk": "a", "v": 2}, headers)
+    status, _, body = call(
+        cosmos_emulator.url,
+        cosmos_emulator.key,
+        "POST",
+        path,
+        {"id": "u", "pk": "a", "v": 2},
+        headers,
+    )
     assert status == 200 and body["v"] == 2
 
 
@@ -81,39 +91,71 @@ def test_if_match_with_a_stale_etag_is_412(container: ContainerProxy) -> None:
     first = container.create_item({"id": "o1", "pk": "a", "v": 1})
     current = container.replace_item("o1", {"id": "o1", "pk": "a", "v": 2})
     with pytest.raises(exceptions.CosmosAccessConditionFailedError) as err:
-        container.replace_item("o1", {"id": "o1", "pk": "a", "v": 3}, etag=first["_etag"],
-                               match_condition=MatchConditions.IfNotModified)
+        container.replace_item(
+            "o1",
+            {"id": "o1", "pk": "a", "v": 3},
+            etag=first["_etag"],
+            match_condition=MatchConditions.IfNotModified,
+        )
     assert err.value.status_code == 412
     with pytest.raises(exceptions.CosmosAccessConditionFailedError):
-        container.delete_item("o1", partition_key="a", etag=first["_etag"],
-                              match_condition=MatchConditions.IfNotModified)
+        container.delete_item(
+            "o1",
+            partition_key="a",
+            etag=first["_etag"],
+            match_condition=MatchConditions.IfNotModified,
+        )
     with pytest.raises(exceptions.CosmosAccessConditionFailedError):
-        container.upsert_item({"id": "o1", "pk": "a"}, etag=first["_etag"],
-                              match_condition=MatchConditions.IfNotModified)
-    ok = container.replace_item("o1", {"id": "o1", "pk": "a", "v": 4}, etag=current["_etag"],
-                                match_condition=MatchConditions.IfNotModified)
+        container.upsert_item(
+            {"id": "o1", "pk": "a"},
+            etag=first["_etag"],
+            match_condition=MatchConditions.IfNotModified,
+        )
+    ok = container.replace_item(
+        "o1",
+        {"id": "o1", "pk": "a", "v": 4},
+        etag=current["_etag"],
+        match_condition=MatchConditions.IfNotModified,
+    )
     assert ok["v"] == 4
 
 
-def test_if_none_match_on_read_is_304(cosmos_emulator: RunningCosmosEmulator,
-                                      container: ContainerProxy) -> None:
+def test_if_none_match_on_read_is_304(
+    cosmos_emulator: RunningCosmosEmulator, container: ContainerProxy
+) -> None:
     item = container.create_item({"id": "o1", "pk": "a"})
     path = f"/{container.container_link}/docs/o1/"
     pk = {"x-ms-documentdb-partitionkey": '["a"]'}
-    status, _, body = call(cosmos_emulator.url, cosmos_emulator.key, "GET", path,
-                           headers={**pk, "If-None-Match": item["_etag"]})
+    status, _, body = call(
+        cosmos_emulator.url,
+        cosmos_emulator.key,
+        "GET",
+        path,
+        headers={**pk, "If-None-Match": item["_etag"]},
+    )
     assert status == 304 and body is None
-    status, _, body = call(cosmos_emulator.url, cosmos_emulator.key, "GET", path,
-                           headers={**pk, "If-None-Match": '"stale"'})
+    status, _, body = call(
+        cosmos_emulator.url,
+        cosmos_emulator.key,
+        "GET",
+        path,
+        headers={**pk, "If-None-Match": '"stale"'},
+    )
     assert status == 200 and body["id"] == "o1"
 
 
 @pytest.mark.parametrize("bad_id", ["a/b", "a\\b", "a?b", "a#b", "x" * 256, ""])
-def test_invalid_ids_are_400(cosmos_emulator: RunningCosmosEmulator, container: ContainerProxy,
-                             bad_id: str) -> None:
-    status, _, body = call(cosmos_emulator.url, cosmos_emulator.key, "POST",
-                           f"/{container.container_link}/docs/", {"id": bad_id, "pk": "a"},
-                           {"x-ms-documentdb-partitionkey": '["a"]'})
+def test_invalid_ids_are_400(
+    cosmos_emulator: RunningCosmosEmulator, container: ContainerProxy, bad_id: str
+) -> None:
+    status, _, body = call(
+        cosmos_emulator.url,
+        cosmos_emulator.key,
+        "POST",
+        f"/{container.container_link}/docs/",
+        {"id": bad_id, "pk": "a"},
+        {"x-ms-documentdb-partitionkey": '["a"]'},
+    )
     assert status == 400, body
     assert body["code"] == "BadRequest"
 
@@ -132,16 +174,23 @@ def test_items_over_2_mb_are_413(container: ContainerProxy) -> None:
         container.read_item("big", partition_key="a")
 
 
-def test_partition_key_mismatch_is_400(cosmos_emulator: RunningCosmosEmulator,
-                                       container: ContainerProxy) -> None:
-    status, _, _ = call(cosmos_emulator.url, cosmos_emulator.key, "POST",
-                        f"/{container.container_link}/docs/", {"id": "1", "pk": "a"},
-                        {"x-ms-documentdb-partitionkey": '["b"]'})
+def test_partition_key_mismatch_is_400(
+    cosmos_emulator: RunningCosmosEmulator, container: ContainerProxy
+) -> None:
+    status, _, _ = call(
+        cosmos_emulator.url,
+        cosmos_emulator.key,
+        "POST",
+        f"/{container.container_link}/docs/",
+        {"id": "1", "pk": "a"},
+        {"x-ms-documentdb-partitionkey": '["b"]'},
+    )
     assert status == 400
 
 
 def test_item_without_the_partition_key_property_lives_in_the_undefined_partition(
-        container: ContainerProxy) -> None:
+    container: ContainerProxy,
+) -> None:
     container.create_item({"id": "nopk"})
     with pytest.raises(exceptions.CosmosResourceNotFoundError):
         container.read_item("nopk", partition_key="a")

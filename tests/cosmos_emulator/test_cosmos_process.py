@@ -20,12 +20,16 @@ def launch(*args: str) -> tuple[subprocess.Popen[str], str]:
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "cosmos_emulator", "--host", "127.0.0.1", "--port", "0", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
     prefix = "cosmos-emulator listening on "
     assert line.startswith(prefix), (line, proc.stderr.read() if proc.poll() is not None else "")
-    return proc, line[len(prefix):]
+    return proc, line[len(prefix) :]
 
 
 def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> None:
@@ -43,7 +47,8 @@ def test_cli_serves_and_persists_across_restarts(tmp_path: Path, sig: int) -> No
         assert url.startswith("http://127.0.0.1:") and url.endswith("/")
         client = CosmosClient(url, WELL_KNOWN_KEY)
         container = client.create_database("d").create_container(
-            "c", PartitionKey("/pk"), default_ttl=-1)
+            "c", PartitionKey("/pk"), default_ttl=-1
+        )
         written = container.create_item({"id": "kept", "pk": "a", "v": 1})
     finally:
         stop(proc, sig)

@@ -29,12 +29,12 @@ def ids(rows: list[Any]) -> list[str]:
     return [r["id"] for r in rows]
 
 
-def q(container: ContainerProxy, text: str, pk: str | None = None,
-      **params: Any) -> list[Any]:
+def q(container: ContainerProxy, text: str, pk: str | None = None, **params: Any) -> list[Any]:
     parameters = [{"name": f"@{k}", "value": v} for k, v in params.items()]
     if pk is None:
-        return list(container.query_items(text, parameters=parameters,
-                                          enable_cross_partition_query=True))
+        return list(
+            container.query_items(text, parameters=parameters, enable_cross_partition_query=True)
+        )
     return list(container.query_items(text, parameters=parameters, partition_key=pk))
 
 
@@ -75,7 +75,8 @@ def test_projections_and_value(filled: ContainerProxy) -> None:
 
 
 def test_count_in_a_partition_and_across_partitions(
-        filled: ContainerProxy, cosmos_emulator: RunningCosmosEmulator) -> None:
+    filled: ContainerProxy, cosmos_emulator: RunningCosmosEmulator
+) -> None:
     assert q(filled, "SELECT VALUE COUNT(1) FROM c", pk="a") == [2]
     before = cosmos_emulator.operation_counts().get("QueryPlan", 0)
     assert q(filled, "SELECT VALUE COUNT(1) FROM c WHERE c.status = 'open'") == [3]
@@ -92,55 +93,67 @@ def test_order_by_across_partitions(filled: ContainerProxy) -> None:
     rows = q(filled, "SELECT c.id FROM c WHERE IS_DEFINED(c.n) ORDER BY c.n DESC")
     assert rows == [{"id": "5"}, {"id": "1"}, {"id": "3"}, {"id": "2"}]
     assert q(filled, "SELECT VALUE c.name FROM c ORDER BY c.name DESC", pk="b") == [
-        "blueberry", "banana"]
+        "blueberry",
+        "banana",
+    ]
 
 
 def test_top_and_offset_limit(filled: ContainerProxy) -> None:
     assert len(q(filled, "SELECT TOP 2 * FROM c")) == 2
-    assert ids(q(filled, "SELECT TOP 2 * FROM c WHERE IS_DEFINED(c.n) ORDER BY c.n")) == [
-        "2", "3"]
+    assert ids(q(filled, "SELECT TOP 2 * FROM c WHERE IS_DEFINED(c.n) ORDER BY c.n")) == ["2", "3"]
     rows = q(filled, "SELECT * FROM c WHERE IS_DEFINED(c.n) ORDER BY c.n OFFSET 1 LIMIT 2")
     assert ids(rows) == ["3", "1"]
     assert ids(q(filled, "SELECT * FROM c ORDER BY c.id OFFSET @o LIMIT @l", o=3, l=5)) == [
-        "4", "5"]
+        "4",
+        "5",
+    ]
     assert ids(q(filled, "SELECT TOP @t * FROM c ORDER BY c.id", t=1)) == ["1"]
 
 
 def test_distinct(filled: ContainerProxy) -> None:
-    assert sorted(q(filled, "SELECT DISTINCT VALUE c.status FROM c WHERE IS_STRING(c.status)")
-                  ) == ["done", "open"]
+    assert sorted(q(filled, "SELECT DISTINCT VALUE c.status FROM c WHERE IS_STRING(c.status)")) == [
+        "done",
+        "open",
+    ]
 
 
 def test_paging_with_continuation_tokens(container: ContainerProxy) -> None:
     for i in range(25):
         container.create_item({"id": f"{i:02d}", "pk": "a" if i % 3 else "b", "i": i})
-    pager = container.query_items("SELECT * FROM c WHERE c.pk = 'a'", partition_key="a",
-                                  max_item_count=4).by_page()
+    pager = container.query_items(
+        "SELECT * FROM c WHERE c.pk = 'a'", partition_key="a", max_item_count=4
+    ).by_page()
     first = list(next(pager))
     token = pager.continuation_token
     assert len(first) == 4 and token
-    resumed = container.query_items("SELECT * FROM c WHERE c.pk = 'a'", partition_key="a",
-                                    max_item_count=4).by_page(token)
+    resumed = container.query_items(
+        "SELECT * FROM c WHERE c.pk = 'a'", partition_key="a", max_item_count=4
+    ).by_page(token)
     rest = [d for page in resumed for d in page]
     all_ids = ids(first) + ids(rest)
     assert all_ids == [f"{i:02d}" for i in range(25) if i % 3]
-    cross_pages = list(container.query_items(
-        "SELECT * FROM c", enable_cross_partition_query=True, max_item_count=10).by_page())
+    cross_pages = list(
+        container.query_items(
+            "SELECT * FROM c", enable_cross_partition_query=True, max_item_count=10
+        ).by_page()
+    )
     assert [len(list(p)) for p in cross_pages] == [10, 10, 5]
     ordered = q(container, "SELECT VALUE c.i FROM c ORDER BY c.i DESC")
     assert ordered == list(range(24, -1, -1))
 
 
-@pytest.mark.parametrize(("text", "named"), [
-    ("SELECT * FROM c JOIN t IN c.tags", "JOIN"),
-    ("SELECT c.status, COUNT(1) FROM c GROUP BY c.status", "GROUP BY"),
-    ("SELECT * FROM c WHERE c.name LIKE 'a%'", "LIKE"),
-    ("SELECT * FROM c WHERE EXISTS(SELECT VALUE t FROM t IN c.tags)", "EXISTS"),
-    ("SELECT * FROM c WHERE REGEXMATCH(c.name, 'a')", "REGEXMATCH"),
-    ("SELECT * FROM c WHERE udf.f(c.n)", "user-defined"),
-])
-def test_unsupported_sql_is_a_400_naming_it(filled: ContainerProxy, text: str,
-                                            named: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("SELECT * FROM c JOIN t IN c.tags", "JOIN"),
+        ("SELECT c.status, COUNT(1) FROM c GROUP BY c.status", "GROUP BY"),
+        ("SELECT * FROM c WHERE c.name LIKE 'a%'", "LIKE"),
+        ("SELECT * FROM c WHERE EXISTS(SELECT VALUE t FROM t IN c.tags)", "EXISTS"),
+        ("SELECT * FROM c WHERE REGEXMATCH(c.name, 'a')", "REGEXMATCH"),
+        ("SELECT * FROM c WHERE udf.f(c.n)", "user-defined"),
+    ],
+)
+def test_unsupported_sql_is_a_400_naming_it(filled: ContainerProxy, text: str, named: str) -> None:
     with pytest.raises(exceptions.CosmosHttpResponseError) as err:
         q(filled, text, pk="a")
     assert err.value.status_code == 400
@@ -155,6 +168,9 @@ def test_syntax_errors_are_400(filled: ContainerProxy) -> None:
 
 
 def test_query_with_a_sql_text_only(filled: ContainerProxy) -> None:
-    rows = list(filled.query_items("SELECT * FROM root r WHERE r.pk = 'c'",
-                                   enable_cross_partition_query=True))
+    rows = list(
+        filled.query_items(
+            "SELECT * FROM root r WHERE r.pk = 'c'", enable_cross_partition_query=True
+        )
+    )
     assert ids(rows) == ["5"]

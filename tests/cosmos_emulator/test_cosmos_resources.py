@@ -14,10 +14,14 @@ def test_database_lifecycle(client: CosmosClient) -> None:
     with pytest.raises(exceptions.CosmosResourceExistsError):
         client.create_database(name)
     assert name in [d["id"] for d in client.list_databases()]
-    found = list(client.query_databases({
-        "query": "SELECT * FROM r WHERE r.id = @id",
-        "parameters": [{"name": "@id", "value": name}],
-    }))
+    found = list(
+        client.query_databases(
+            {
+                "query": "SELECT * FROM r WHERE r.id = @id",
+                "parameters": [{"name": "@id", "value": name}],
+            }
+        )
+    )
     assert [d["id"] for d in found] == [name]
     again = client.create_database_if_not_exists(name)
     assert again.read()["_rid"] == created.read()["_rid"]
@@ -30,8 +34,9 @@ def test_database_lifecycle(client: CosmosClient) -> None:
 
 def test_container_lifecycle(database: DatabaseProxy) -> None:
     name = unique("c")
-    container = database.create_container_if_not_exists(name, PartitionKey("/orderId"),
-                                                          default_ttl=-1)
+    container = database.create_container_if_not_exists(
+        name, PartitionKey("/orderId"), default_ttl=-1
+    )
     props = container.read()
     assert props["partitionKey"]["paths"] == ["/orderId"]
     assert props["partitionKey"]["kind"] == "Hash"
@@ -42,8 +47,12 @@ def test_container_lifecycle(database: DatabaseProxy) -> None:
     with pytest.raises(exceptions.CosmosResourceExistsError):
         database.create_container(name, PartitionKey("/orderId"))
     assert [c["id"] for c in database.list_containers()] == [name]
-    assert [c["id"] for c in database.query_containers(
-        "SELECT * FROM r WHERE r.id = @id", parameters=[{"name": "@id", "value": name}])] == [name]
+    assert [
+        c["id"]
+        for c in database.query_containers(
+            "SELECT * FROM r WHERE r.id = @id", parameters=[{"name": "@id", "value": name}]
+        )
+    ] == [name]
 
     replaced = database.replace_container(container, PartitionKey("/orderId"), default_ttl=30)
     assert replaced.read()["defaultTtl"] == 30
@@ -82,7 +91,8 @@ def test_invalid_default_ttl_is_rejected(database: DatabaseProxy) -> None:
 
 def test_hierarchical_partition_key(database: DatabaseProxy) -> None:
     container = database.create_container(
-        unique("h"), PartitionKey(path=["/tenant", "/user"], kind="MultiHash"))
+        unique("h"), PartitionKey(path=["/tenant", "/user"], kind="MultiHash")
+    )
     assert container.read()["partitionKey"]["kind"] == "MultiHash"
     container.create_item({"id": "1", "tenant": "t", "user": "u1"})
     container.create_item({"id": "1", "tenant": "t", "user": "u2"})
@@ -93,8 +103,9 @@ def test_hierarchical_partition_key(database: DatabaseProxy) -> None:
     assert rows == ["u1"]
 
 
-def test_account_metadata_advertises_the_served_url(client: CosmosClient,
-                                                     cosmos_emulator: object) -> None:
+def test_account_metadata_advertises_the_served_url(
+    client: CosmosClient, cosmos_emulator: object
+) -> None:
     account = client.get_database_account()
     url = cosmos_emulator.url
     assert account.WritableLocations[0]["databaseAccountEndpoint"] == url

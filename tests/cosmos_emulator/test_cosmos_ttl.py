@@ -39,8 +39,9 @@ def test_item_ttl_expires_the_item_for_reads_and_queries(ttl_container: Containe
     assert time.monotonic() - written >= 0.9
     ids = [d["id"] for d in ttl_container.query_items("SELECT * FROM c", partition_key="a")]
     assert ids == ["forever"]
-    cross = list(ttl_container.query_items("SELECT VALUE COUNT(1) FROM c",
-                                           enable_cross_partition_query=True))
+    cross = list(
+        ttl_container.query_items("SELECT VALUE COUNT(1) FROM c", enable_cross_partition_query=True)
+    )
     assert cross == [1]
     # An expired id is free again.
     ttl_container.create_item({"id": "short", "pk": "a"})
@@ -71,13 +72,13 @@ def test_rewriting_an_item_restarts_its_ttl(ttl_container: ContainerProxy) -> No
     assert wait_until(lambda: is_gone(ttl_container, "x", "a"))
 
 
-def test_expired_items_are_purged_in_the_background(fresh_emulator: RunningCosmosEmulator
-                                                    ) -> None:
+def test_expired_items_are_purged_in_the_background(fresh_emulator: RunningCosmosEmulator) -> None:
     from azure.cosmos import CosmosClient
 
     client = CosmosClient(fresh_emulator.url, fresh_emulator.key)
-    container = client.create_database("d").create_container("c", PartitionKey("/pk"),
-                                                             default_ttl=-1)
+    container = client.create_database("d").create_container(
+        "c", PartitionKey("/pk"), default_ttl=-1
+    )
     for i in range(5):
         container.create_item({"id": str(i), "pk": "a", "ttl": 1})
     assert fresh_emulator.stats()["stored_items"] == 5

@@ -14,15 +14,15 @@ import pytest
 from azure.cosmos import ContainerProxy, CosmosClient, PartitionKey, exceptions
 
 from cosmos_emulator import WELL_KNOWN_KEY, RunningCosmosEmulator
-from test_crosscheck import vercel_url  # noqa: F401 - the fixture is shared
 
 pytestmark = pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
 
 VERCEL_FAILS = pytest.mark.xfail(strict=True, reason="known @vercel/cosmosdb-server gap")
 
 
-@pytest.fixture(params=["ours", pytest.param("vercel", marks=[VERCEL_FAILS,
-                                                            pytest.mark.crosscheck])])
+@pytest.fixture(
+    params=["ours", pytest.param("vercel", marks=[VERCEL_FAILS, pytest.mark.crosscheck])]
+)
 def gap_container(request: pytest.FixtureRequest) -> Iterator[ContainerProxy]:
     if request.param == "ours":
         emu: RunningCosmosEmulator = request.getfixturevalue("cosmos_emulator")
@@ -40,10 +40,13 @@ def gap_container(request: pytest.FixtureRequest) -> Iterator[ContainerProxy]:
 def test_gap1_batch_is_atomic(gap_container: ContainerProxy) -> None:
     gap_container.create_item({"id": "taken", "pk": "a"})
     with pytest.raises(exceptions.CosmosBatchOperationError) as err:
-        gap_container.execute_item_batch([
-            ("create", ({"id": "first", "pk": "a"},)),
-            ("create", ({"id": "taken", "pk": "a"},)),
-        ], partition_key="a")
+        gap_container.execute_item_batch(
+            [
+                ("create", ({"id": "first", "pk": "a"},)),
+                ("create", ({"id": "taken", "pk": "a"},)),
+            ],
+            partition_key="a",
+        )
     assert err.value.error_index == 1
     with pytest.raises(exceptions.CosmosResourceNotFoundError):
         gap_container.read_item("first", "a")
@@ -51,12 +54,15 @@ def test_gap1_batch_is_atomic(gap_container: ContainerProxy) -> None:
 
 def test_gap2_upsert_replace_read_delete_inside_a_batch(gap_container: ContainerProxy) -> None:
     gap_container.create_item({"id": "x", "pk": "a", "v": 1})
-    results = gap_container.execute_item_batch([
-        ("upsert", ({"id": "u", "pk": "a"},)),
-        ("replace", ("x", {"id": "x", "pk": "a", "v": 2})),
-        ("read", ("x",)),
-        ("delete", ("u",)),
-    ], partition_key="a")
+    results = gap_container.execute_item_batch(
+        [
+            ("upsert", ({"id": "u", "pk": "a"},)),
+            ("replace", ("x", {"id": "x", "pk": "a", "v": 2})),
+            ("read", ("x",)),
+            ("delete", ("u",)),
+        ],
+        partition_key="a",
+    )
     assert [r["statusCode"] for r in results] == [201, 200, 200, 204]
 
 
@@ -69,8 +75,9 @@ def test_gap4_query_on_an_empty_partition(gap_container: ContainerProxy) -> None
     # Checked here: the third-party server answers "missing partition keys" to any
     # partition-scoped query whose WHERE does not itself filter on the partition key.
     assert list(gap_container.query_items("SELECT * FROM c", partition_key="empty")) == []
-    assert list(gap_container.query_items(
-        "SELECT VALUE COUNT(1) FROM c", partition_key="empty")) == [0]
+    assert list(
+        gap_container.query_items("SELECT VALUE COUNT(1) FROM c", partition_key="empty")
+    ) == [0]
 
 
 def test_gap5_item_ttl(gap_container: ContainerProxy) -> None:

@@ -7,14 +7,8 @@ Node is missing outside CI; in CI (`CI=true`) it must run.
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
-import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from azure.core import MatchConditions
@@ -26,49 +20,6 @@ pytestmark = [
     pytest.mark.crosscheck,
     pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning"),
 ]
-
-REPO = Path(__file__).resolve().parents[2]
-VERCEL_BIN = REPO / "emulators" / "cosmos" / "node_modules" / ".bin" / "cosmosdb-server"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"cosmosdb-server exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise TimeoutError(f"cosmosdb-server did not listen on {port} within {timeout}s")
-
-
-@pytest.fixture(scope="module")
-def vercel_url() -> Iterator[str]:
-    if shutil.which("node") is None and os.environ.get("CI") != "true":
-        pytest.skip("node is not installed (the cross-check runs wherever Node is present)")
-    if not VERCEL_BIN.exists():
-        pytest.fail(f"{VERCEL_BIN} is missing: run `make node-crosscheck` (npm ci)")
-    port = _free_port()
-    proc = subprocess.Popen([str(VERCEL_BIN), "-p", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    try:
-        _wait_for_port(port, proc)
-        yield f"https://127.0.0.1:{port}/"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 @pytest.fixture(params=["ours", "vercel"])
@@ -106,19 +57,26 @@ def test_parameterised_query_in_a_partition(server_container: ContainerProxy) ->
     for i, pk in enumerate(["a", "a", "b"]):
         server_container.create_item({"id": f"o{i}", "pk": pk, "status": "open" if i else "done"})
     # @vercel/cosmosdb-server needs the partition key in the WHERE of a partition-scoped query.
-    rows = list(server_container.query_items(
-        "SELECT * FROM c WHERE c.pk = @pk AND c.status = @s",
-        parameters=[{"name": "@pk", "value": "a"}, {"name": "@s", "value": "open"}],
-        partition_key="a"))
+    rows = list(
+        server_container.query_items(
+            "SELECT * FROM c WHERE c.pk = @pk AND c.status = @s",
+            parameters=[{"name": "@pk", "value": "a"}, {"name": "@s", "value": "open"}],
+            partition_key="a",
+        )
+    )
     assert [r["id"] for r in rows] == ["o1"]
 
 
 def test_cross_partition_query(server_container: ContainerProxy) -> None:
     for i, pk in enumerate(["a", "b", "c"]):
         server_container.create_item({"id": f"o{i}", "pk": pk, "n": i})
-    rows = list(server_container.query_items(
-        "SELECT * FROM c WHERE c.n >= @n", parameters=[{"name": "@n", "value": 1}],
-        enable_cross_partition_query=True))
+    rows = list(
+        server_container.query_items(
+            "SELECT * FROM c WHERE c.n >= @n",
+            parameters=[{"name": "@n", "value": 1}],
+            enable_cross_partition_query=True,
+        )
+    )
     assert sorted(r["id"] for r in rows) == ["o1", "o2"]
 
 
@@ -127,22 +85,27 @@ def test_replace_with_a_stale_etag_is_412(server_container: ContainerProxy) -> N
     second = server_container.replace_item("o1", {"id": "o1", "pk": "a", "v": 2})
     assert second["_etag"] != first["_etag"]
     with pytest.raises(exceptions.CosmosAccessConditionFailedError):
-        server_container.replace_item("o1", {"id": "o1", "pk": "a", "v": 3},
-                                      etag=first["_etag"],
-                                      match_condition=MatchConditions.IfNotModified)
+        server_container.replace_item(
+            "o1",
+            {"id": "o1", "pk": "a", "v": 3},
+            etag=first["_etag"],
+            match_condition=MatchConditions.IfNotModified,
+        )
     assert server_container.read_item("o1", "a")["v"] == 2
 
 
 def test_patch_set(server_container: ContainerProxy) -> None:
     server_container.create_item({"id": "o1", "pk": "a", "v": 1})
-    patched = server_container.patch_item("o1", "a", [
-        {"op": "set", "path": "/status", "value": "done"}])
+    patched = server_container.patch_item(
+        "o1", "a", [{"op": "set", "path": "/status", "value": "done"}]
+    )
     assert patched["status"] == "done" and patched["v"] == 1
     assert server_container.read_item("o1", "a")["status"] == "done"
 
 
 def test_single_create_batch(server_container: ContainerProxy) -> None:
     results = server_container.execute_item_batch(
-        [("create", ({"id": "b1", "pk": "a"},))], partition_key="a")
+        [("create", ({"id": "b1", "pk": "a"},))], partition_key="a"
+    )
     assert results[0]["statusCode"] == 201
     assert server_container.read_item("b1", "a")["id"] == "b1"

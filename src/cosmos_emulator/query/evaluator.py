@@ -48,8 +48,11 @@ def bind_params(raw: object) -> dict[str, Any]:
 def resolve_count(expr: Expr | None, params: Params, clause: str) -> int | None:
     if expr is None:
         return None
-    value = expr.value if isinstance(expr, Literal) else params.get(
-        expr.name if isinstance(expr, Param) else "", UNDEFINED)
+    value = (
+        expr.value
+        if isinstance(expr, Literal)
+        else params.get(expr.name if isinstance(expr, Param) else "", UNDEFINED)
+    )
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise bad_request(f"{clause} requires a non-negative integer.")
     return value
@@ -134,7 +137,8 @@ def _check_no_bare_refs(expr: Expr) -> None:
     if isinstance(expr, Ref):
         raise bad_request(
             f"Property reference '{expr.name}' is invalid in the select list: "
-            "it is neither aggregated nor in a GROUP BY clause.")
+            "it is neither aggregated nor in a GROUP BY clause."
+        )
     for child in _children(expr):
         _check_no_bare_refs(child)
 
@@ -171,16 +175,21 @@ class Evaluator:
             return found != expr.negated
         if isinstance(expr, Between):
             value = self.eval(expr.expr, doc)
-            low, high = compare(value, self.eval(expr.low, doc)), compare(
-                value, self.eval(expr.high, doc))
+            low, high = (
+                compare(value, self.eval(expr.low, doc)),
+                compare(value, self.eval(expr.high, doc)),
+            )
             if low is None or high is None:
                 return UNDEFINED
             return (low >= 0 and high <= 0) != expr.negated
         if isinstance(expr, ArrayLit):
             return [v for v in (self.eval(i, doc) for i in expr.items) if v is not UNDEFINED]
         if isinstance(expr, ObjectLit):
-            return {k: v for k, v in ((k, self.eval(e, doc)) for k, e in expr.pairs)
-                    if v is not UNDEFINED}
+            return {
+                k: v
+                for k, v in ((k, self.eval(e, doc)) for k, e in expr.pairs)
+                if v is not UNDEFINED
+            }
         if expr.name in AGGREGATES:
             if id(expr) not in self.aggregate_values:
                 raise bad_request(f"Aggregate {expr.name} is not allowed here.")

@@ -9,13 +9,63 @@ from ..errors import bad_request
 
 KEYWORDS = frozenset(
     {
-        "SELECT", "DISTINCT", "TOP", "VALUE", "AS", "FROM", "WHERE", "AND", "OR", "NOT",
-        "IN", "BETWEEN", "ORDER", "BY", "ASC", "DESC", "OFFSET", "LIMIT", "TRUE", "FALSE",
-        "NULL", "UNDEFINED", "JOIN", "GROUP", "EXISTS", "ARRAY", "LIKE", "ESCAPE", "HAVING",
+        "SELECT",
+        "DISTINCT",
+        "TOP",
+        "VALUE",
+        "AS",
+        "FROM",
+        "WHERE",
+        "AND",
+        "OR",
+        "NOT",
+        "IN",
+        "BETWEEN",
+        "ORDER",
+        "BY",
+        "ASC",
+        "DESC",
+        "OFFSET",
+        "LIMIT",
+        "TRUE",
+        "FALSE",
+        "NULL",
+        "UNDEFINED",
+        "JOIN",
+        "GROUP",
+        "EXISTS",
+        "ARRAY",
+        "LIKE",
+        "ESCAPE",
+        "HAVING",
     }
 )
-_PUNCT = ("!=", "<>", "<=", ">=", "||", "??", "(", ")", "[", "]", "{", "}", ",", ".", ":",
-          "*", "+", "-", "/", "%", "=", "<", ">", "?")
+_PUNCT = (
+    "!=",
+    "<>",
+    "<=",
+    ">=",
+    "||",
+    "??",
+    "(",
+    ")",
+    "[",
+    "]",
+    "{",
+    "}",
+    ",",
+    ".",
+    ":",
+    "*",
+    "+",
+    "-",
+    "/",
+    "%",
+    "=",
+    "<",
+    ">",
+    "?",
+)
 
 
 @dataclass(frozen=True)
@@ -58,8 +108,9 @@ def tokenize(text: str) -> list[Token]:
             continue
         if ch.isdigit():
             j = i
-            while j < n and (text[j].isdigit() or text[j] in ".eE" or (
-                text[j] in "+-" and text[j - 1] in "eE")):
+            while j < n and (
+                text[j].isdigit() or text[j] in ".eE" or (text[j] in "+-" and text[j - 1] in "eE")
+            ):
                 j += 1
             raw = text[i:j]
             try:

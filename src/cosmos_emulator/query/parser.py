@@ -76,8 +76,14 @@ class _Parser:
     def _refuse_unsupported_keyword(self) -> None:
         if self.tok.kind != "KW":
             return
-        names = {"JOIN": "JOIN", "GROUP": "GROUP BY", "EXISTS": "EXISTS subqueries",
-                 "ARRAY": "ARRAY subqueries", "LIKE": "LIKE", "HAVING": "HAVING"}
+        names = {
+            "JOIN": "JOIN",
+            "GROUP": "GROUP BY",
+            "EXISTS": "EXISTS subqueries",
+            "ARRAY": "ARRAY subqueries",
+            "LIKE": "LIKE",
+            "HAVING": "HAVING",
+        }
         word = str(self.tok.value)
         if word in names:
             raise unsupported(names[word])

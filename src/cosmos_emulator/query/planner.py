@@ -39,8 +39,13 @@ _AGGREGATE_NAMES = {"COUNT": "Count", "SUM": "Sum", "MIN": "Min", "MAX": "Max", 
 
 
 def needs_plan(query: Query) -> bool:
-    return bool(query.order_by or query.top is not None or query.offset is not None
-                or query.distinct or has_aggregates(query))
+    return bool(
+        query.order_by
+        or query.top is not None
+        or query.offset is not None
+        or query.distinct
+        or has_aggregates(query)
+    )
 
 
 def query_plan(query: Query, params: Params) -> dict[str, Any]:
@@ -83,15 +88,19 @@ def query_plan(query: Query, params: Params) -> dict[str, Any]:
 def _rewrite_aggregate(query: Query) -> tuple[str, list[str]]:
     if not isinstance(query.select, SelectValue):
         # Cosmos answers with a plan here too; the SDK itself then refuses non-VALUE aggregates.
-        calls = [c for item in query.select.items for c in aggregate_calls(item.expr)] if (
-            isinstance(query.select, SelectList)) else []
+        calls = (
+            [c for item in query.select.items for c in aggregate_calls(item.expr)]
+            if (isinstance(query.select, SelectList))
+            else []
+        )
         return print_query(query), [_AGGREGATE_NAMES[c.name] for c in calls]
     expr = query.select.expr
     if not (isinstance(expr, Call) and expr.name in _AGGREGATE_NAMES):
         raise unsupported("cross-partition aggregates other than SELECT VALUE <aggregate>(...)")
     if expr.name == "AVG":
         item: Expr = ObjectLit(
-            (("sum", Call("SUM", expr.args)), ("count", Call("COUNT", expr.args))))
+            (("sum", Call("SUM", expr.args)), ("count", Call("COUNT", expr.args)))
+        )
     else:
         item = expr
     wrapped = ArrayLit((ObjectLit((("item", item),)),))
@@ -118,14 +127,17 @@ def _rewrite_order_by(query: Query, offset: int | None, limit: int | None) -> st
             pairs.append((name, item.expr))
         payload = ObjectLit(tuple(pairs))
     items = ArrayLit(tuple(ObjectLit((("item", o.expr),)) for o in query.order_by))
-    select = (f"SELECT {'DISTINCT ' if query.distinct else ''}"
-              f"{_print_top(query)}{alias}._rid, {print_expr(items)} AS orderByItems, "
-              f"{print_expr(payload)} AS payload")
+    select = (
+        f"SELECT {'DISTINCT ' if query.distinct else ''}"
+        f"{_print_top(query)}{alias}._rid, {print_expr(items)} AS orderByItems, "
+        f"{print_expr(payload)} AS payload"
+    )
     where = "({documentdb-formattableorderbyquery-filter})"
     if query.where is not None:
         where += f" AND ({print_expr(query.where)})"
-    order = ", ".join(f"{print_expr(o.expr)} {'DESC' if o.descending else 'ASC'}"
-                      for o in query.order_by)
+    order = ", ".join(
+        f"{print_expr(o.expr)} {'DESC' if o.descending else 'ASC'}" for o in query.order_by
+    )
     text = f"{select} FROM {alias} WHERE {where} ORDER BY {order}"
     if offset is not None:
         text += f" OFFSET 0 LIMIT {offset + (limit or 0)}"
@@ -153,14 +165,21 @@ def print_query(
     elif isinstance(select, SelectValue):
         parts.append(f"VALUE {print_expr(select.expr)}")
     else:
-        parts.append(", ".join(
-            print_expr(i.expr) + (f" AS {i.alias}" if i.alias else "") for i in select.items))
+        parts.append(
+            ", ".join(
+                print_expr(i.expr) + (f" AS {i.alias}" if i.alias else "") for i in select.items
+            )
+        )
     parts.append(f"FROM {query.alias}")
     if query.where is not None:
         parts.append(f"WHERE {print_expr(query.where)}")
     if query.order_by:
-        parts.append("ORDER BY " + ", ".join(
-            f"{print_expr(o.expr)} {'DESC' if o.descending else 'ASC'}" for o in query.order_by))
+        parts.append(
+            "ORDER BY "
+            + ", ".join(
+                f"{print_expr(o.expr)} {'DESC' if o.descending else 'ASC'}" for o in query.order_by
+            )
+        )
     if offset_limit is not None:
         parts.append(f"OFFSET {offset_limit[0]} LIMIT {offset_limit[1]}")
     elif query.offset is not None and query.limit is not None:
@@ -192,8 +211,10 @@ def print_expr(expr: Expr) -> str:
         items = ", ".join(print_expr(i) for i in expr.items)
         return f"({print_expr(expr.expr)} {'NOT ' if expr.negated else ''}IN ({items}))"
     if isinstance(expr, Between):
-        return (f"({print_expr(expr.expr)} {'NOT ' if expr.negated else ''}BETWEEN "
-                f"{print_expr(expr.low)} AND {print_expr(expr.high)})")
+        return (
+            f"({print_expr(expr.expr)} {'NOT ' if expr.negated else ''}BETWEEN "
+            f"{print_expr(expr.low)} AND {print_expr(expr.high)})"
+        )
     if isinstance(expr, Call):
         return f"{expr.name}({', '.join(print_expr(a) for a in expr.args)})"
     if isinstance(expr, ArrayLit):
