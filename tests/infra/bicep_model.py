@@ -145,7 +145,7 @@ def resolve(relative: str, value: Json, _depth: int = 0) -> Json:
         left = resolve(relative, operands["operand_1"], _depth + 1)
         right = resolve(relative, operands["operand_2"], _depth + 1)
         return left == right if _is_literal(left) and _is_literal(right) else value
-    chain = _accessor_chain(value)
+    chain = accessor_chain(value)
     if chain is not None and len(chain) > 1:
         return _resolve_chain(relative, chain, value, _depth)
     if not isinstance(value, str):
@@ -164,7 +164,7 @@ def resolve(relative: str, value: Json, _depth: int = 0) -> Json:
     return value
 
 
-def _accessor_chain(value: Json) -> list[str] | None:
+def accessor_chain(value: Json) -> list[str] | None:
     """`a.b.c` -> ["a", "b", "c"]; `parent::child.name` -> ["parent__child", "name"]."""
     if isinstance(value, str):
         return [value]
@@ -174,8 +174,8 @@ def _accessor_chain(value: Json) -> list[str] | None:
     kind = operator.get("type")
     if kind not in ("property_accessor", "nested_resource_accessor"):
         return None
-    left = _accessor_chain(operator["operands"]["operand_1"])
-    right = _accessor_chain(operator["operands"]["operand_2"])
+    left = accessor_chain(operator["operands"]["operand_1"])
+    right = accessor_chain(operator["operands"]["operand_2"])
     if left is None or right is None:
         return None
     if kind == "nested_resource_accessor":

@@ -1,0 +1,148 @@
+"""Least privilege: the exact set of data-plane grants, with the built-in role ids of FACTS.md."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from .bicep_model import (
+    INFRA,
+    MAIN,
+    Resource,
+    accessor_chain,
+    module_calls,
+    parse,
+    resolve,
+    resources,
+)
+
+ROLES = "modules/roles.bicep"
+
+# Built-in role definition ids (FACTS.md).
+ROLE_IDS = {
+    "4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0": "Service Bus Data Receiver",
+    "69a216fc-b8fb-44d8-bc22-1f3c2cd27a39": "Service Bus Data Sender",
+    "b7e6dc6d-f1e8-4753-8033-0f276bb0955b": "Storage Blob Data Owner",
+    "3913510d-42f4-4e42-8a64-420c390055eb": "Monitoring Metrics Publisher",
+}
+SERVICE_BUS_DATA_OWNER = "090c5cfd-751d-490a-894a-3ce6f1109419"
+COSMOS_DATA_CONTRIBUTOR = "00000000-0000-0000-0000-000000000002"
+
+QUEUE = "Microsoft.ServiceBus/namespaces/queues"
+STORAGE = "Microsoft.Storage/storageAccounts"
+APP_INSIGHTS = "Microsoft.Insights/components"
+COSMOS = "Microsoft.DocumentDB/databaseAccounts"
+
+# (principal, role, scope resource type): everything granted, nothing more.
+EXPECTED_RBAC = {
+    ("app", "Service Bus Data Receiver", QUEUE),
+    ("app", "Service Bus Data Sender", QUEUE),
+    ("app", "Storage Blob Data Owner", STORAGE),
+    ("app", "Monitoring Metrics Publisher", APP_INSIGHTS),
+    ("user", "Service Bus Data Receiver", QUEUE),
+    ("user", "Service Bus Data Sender", QUEUE),
+    ("user", "Monitoring Metrics Publisher", APP_INSIGHTS),
+}
+PRINCIPALS = {"appPrincipalId": "app", "userPrincipalId": "user"}
+
+
+def _existing_types() -> dict[str, str]:
+    return {r.symbol: r.type for r in resources(parse(ROLES)) if r.existing}
+
+
+def _rbac_assignments() -> list[tuple[str, str, str, Resource, Any]]:
+    found: list[tuple[str, str, str, Resource, Any]] = []
+    for res in resources(parse(ROLES)):
+        if res.type != "Microsoft.Authorization/roleAssignments":
+            continue
+        props = res.body["properties"]
+        definition = props["roleDefinitionId"]["function"]
+        assert definition["type"] == "subscription_resource_id", res.symbol
+        assert (
+            definition["parameters"]["resource_type"] == "Microsoft.Authorization/roleDefinitions"
+        )
+        role_id = resolve(ROLES, definition["parameters"]["resource_name_1"])
+        scope_chain = accessor_chain(res.body["scope"])
+        assert scope_chain is not None and len(scope_chain) == 1, res.symbol
+        scope_type = _existing_types()[scope_chain[0]]
+        principal = PRINCIPALS[props["principalId"]]
+        role = ROLE_IDS.get(role_id, str(role_id))
+        found.append((principal, role, scope_type, res, props))
+    return found
+
+
+def test_rbac_grants_are_exactly_the_least_privilege_set() -> None:
+    granted = [(p, role, scope) for p, role, scope, _, _ in _rbac_assignments()]
+    assert len(granted) == len(set(granted)), "a grant is declared twice"
+    assert set(granted) == EXPECTED_RBAC
+
+
+def test_no_owner_or_namespace_wide_service_bus_role() -> None:
+    text = (INFRA / ROLES).read_text(encoding="utf-8")
+    assert SERVICE_BUS_DATA_OWNER not in text
+    for _, _, scope, _, _ in _rbac_assignments():
+        assert scope != "Microsoft.ServiceBus/namespaces"
+
+
+@pytest.mark.parametrize("principal", ["app", "user"])
+def test_assignment_names_are_deterministic_per_scope_principal_and_role(principal: str) -> None:
+    for who, _, _, res, _ in _rbac_assignments():
+        if who != principal:
+            continue
+        guid = res.body["name"]["function"]
+        assert guid["type"] == "guid"
+        args = list(guid["parameters"].values())
+        assert f"{principal}PrincipalId" in args, res.symbol
+        assert resolve(ROLES, args[-1]) in ROLE_IDS, res.symbol
+
+
+def test_user_grants_are_conditional_and_app_grants_are_not() -> None:
+    for who, _, _, res, props in _rbac_assignments():
+        if who == "user":
+            assert res.condition == "grantUser", res.symbol
+            assert props["principalType"] == "userPrincipalType"
+        else:
+            assert res.condition is None, res.symbol
+            assert props["principalType"] == "ServicePrincipal"
+    # grantUser = !empty(userPrincipalId): no principal id, no user grants.
+    assert parse(ROLES)["variables"]["grantUser"]["value"] == {
+        "operator": {
+            "type": "not",
+            "operands": {
+                "bool_value": {
+                    "function": {"type": "empty", "parameters": {"item_to_test": "userPrincipalId"}}
+                }
+            },
+        }
+    }
+
+
+def test_cosmos_data_plane_grants_use_the_built_in_data_contributor() -> None:
+    assignments = [r for r in resources(parse(ROLES)) if r.type == f"{COSMOS}/sqlRoleAssignments"]
+    principals = {}
+    for res in assignments:
+        props = res.body["properties"]
+        assert resolve(ROLES, "cosmosDataContributor") == COSMOS_DATA_CONTRIBUTOR
+        assert props["roleDefinitionId"] == (
+            "${cosmosAccount.id}/sqlRoleDefinitions/${cosmosDataContributor}"
+        )
+        assert res.body["parent"] == "cosmosAccount"
+        assert _existing_types()["cosmosAccount"] == COSMOS
+        principals[PRINCIPALS[props["principalId"]]] = res.condition
+    assert principals == {"app": None, "user": "grantUser"}
+
+
+def test_main_passes_the_function_identity_and_the_deploying_user() -> None:
+    (roles_call,) = [c for c in module_calls(parse(MAIN)).values() if c["detail"]["path"] == ROLES]
+    params = roles_call["config"]["params"]
+    assert accessor_chain(params["appPrincipalId"]) == ["identity", "outputs", "principalId"]
+    assert params["userPrincipalId"] == "principalId"
+    assert params["userPrincipalType"] == "principalType"
+    # The function app waits for its grants so its first start does not meet 403s.
+    (function_call,) = [
+        c
+        for c in module_calls(parse(MAIN)).values()
+        if c["detail"]["path"] == "modules/functionapp.bicep"
+    ]
+    assert "roles" in function_call["config"]["dependsOn"]
