@@ -17,8 +17,11 @@ import azure.functions as func  # noqa: E402
 import azurefunctions.extensions.bindings.servicebus as servicebus  # noqa: E402
 
 from orders.entrypoints.functions import process_order_message  # noqa: E402
+from orders.entrypoints.http_api import create_app  # noqa: E402
 
-app = func.FunctionApp()
+# The HTTP API (FastAPI) and the Service Bus trigger share one app. The host's routePrefix `api`
+# matches the app's own `/api/...` routes, so paths are the same here and under `orders serve`.
+app = func.AsgiFunctionApp(app=create_app(), http_auth_level=func.AuthLevel.FUNCTION)
 
 
 @app.service_bus_queue_trigger(

@@ -9,14 +9,22 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from orders.domain.documents import OrderRecord, OrderWrite, build_order_write
 from orders.domain.hashing import request_hash
+from orders.domain.idempotency import IdempotencyRecord, RecordStatus
 from orders.domain.messages import parse_order
-from orders.exceptions import OrderAlreadyExistsError, StoreError
+from orders.domain.model import OrderPlaced
+from orders.exceptions import (
+    IdempotencyRecordExistsError,
+    LeaseLostError,
+    OrderAlreadyExistsError,
+    StoreError,
+)
 
 
 class FakeOrderStore:
@@ -132,3 +140,126 @@ def new_write(order_id: str, **overrides: Any) -> OrderWrite:
         message_id=order_id,
         processed_at=datetime.now(UTC),
     )
+
+
+# --- HTTP API: idempotency records, publishing, reading orders back --------------------------
+
+
+class FakeIdempotencyStore:
+    """`IdempotencyStore` in memory, with the Cosmos adapter's contract: a create conflicts
+    with the stored record (and its ETag) attached, fenced writes fail with `LeaseLostError`
+    when the ETag moved on."""
+
+    def __init__(self) -> None:
+        self.documents: dict[str, dict[str, Any]] = {}
+        self.calls: list[str] = []
+        self._failures: dict[str, list[BaseException]] = {}
+
+    def fail_next(self, operation: str, error: BaseException) -> None:
+        self._failures.setdefault(operation, []).append(error)
+
+    def record(self, record_id: str) -> IdempotencyRecord | None:
+        document = self.documents.get(record_id)
+        return IdempotencyRecord.from_document(document) if document else None
+
+    def _enter(self, operation: str) -> None:
+        self.calls.append(operation)
+        failures = self._failures.get(operation)
+        if failures:
+            raise failures.pop(0)
+
+    def _write(self, record: IdempotencyRecord) -> IdempotencyRecord:
+        document = record.to_document() | {"_etag": f'"{uuid.uuid4()}"'}
+        self.documents[record.record_id] = document
+        return IdempotencyRecord.from_document(copy.deepcopy(document))
+
+    async def claim(self, record: IdempotencyRecord) -> IdempotencyRecord:
+        await asyncio.sleep(0)  # let concurrent requests interleave before the atomic step
+        self._enter("claim")
+        existing = self.record(record.record_id)
+        if existing is not None:
+            raise IdempotencyRecordExistsError(existing)
+        return self._write(record)
+
+    async def take_over(self, record: IdempotencyRecord, *, etag: str) -> IdempotencyRecord:
+        return await self._replace("take_over", record, etag)
+
+    async def complete(self, record: IdempotencyRecord, *, etag: str) -> IdempotencyRecord:
+        return await self._replace("complete", record, etag)
+
+    async def _replace(
+        self, operation: str, record: IdempotencyRecord, etag: str
+    ) -> IdempotencyRecord:
+        await asyncio.sleep(0)
+        self._enter(operation)
+        current = self.documents.get(record.record_id)
+        if current is None or current["_etag"] != etag:
+            raise LeaseLostError(f"record {record.record_id!r} changed owner")
+        return self._write(record)
+
+    async def release(self, record_id: str, *, etag: str) -> None:
+        await asyncio.sleep(0)
+        self._enter("release")
+        current = self.documents.get(record_id)
+        if current is None:
+            return
+        if current["_etag"] != etag:
+            raise LeaseLostError(f"record {record_id!r} changed owner")
+        del self.documents[record_id]
+
+    async def find_order(self, scope: str, order_id: str) -> IdempotencyRecord | None:
+        self._enter("find_order")
+        for document in self.documents.values():
+            if (
+                document["orderId"] == order_id
+                and document["scope"] == scope
+                and document["status"] == RecordStatus.COMPLETED.value
+            ):
+                return IdempotencyRecord.from_document(document)
+        return None
+
+
+class RecordingPublisher:
+    """`OrderPublisher` that remembers what it sent; `hold()` keeps sends waiting."""
+
+    def __init__(self) -> None:
+        self.published: list[OrderPlaced] = []
+        self._failures: list[BaseException] = []
+        self._released = asyncio.Event()
+        self._released.set()
+        self.started = asyncio.Event()
+        self.calls = 0
+        self._called = asyncio.Condition()
+
+    def fail_next(self, error: BaseException) -> None:
+        self._failures.append(error)
+
+    def hold(self) -> None:
+        self._released.clear()
+
+    def release(self) -> None:
+        self._released.set()
+
+    async def wait_for_calls(self, count: int) -> None:
+        async with self._called:
+            await self._called.wait_for(lambda: self.calls >= count)
+
+    async def publish(self, order: OrderPlaced) -> None:
+        self.started.set()
+        async with self._called:
+            self.calls += 1
+            self._called.notify_all()
+        await self._released.wait()
+        if self._failures:
+            raise self._failures.pop(0)
+        self.published.append(order)
+
+
+class FakeOrderReader:
+    """`OrderReader` over a `FakeOrderStore`, so a fake consumer's writes can be read back."""
+
+    def __init__(self, store: FakeOrderStore) -> None:
+        self._store = store
+
+    async def read_order_documents(self, order_id: str) -> list[dict[str, Any]]:
+        return copy.deepcopy(self._store.documents(order_id))

@@ -6,6 +6,7 @@ object; the message is the SDK's own type, built as the SDK-type binding builds 
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections.abc import Iterator
@@ -46,14 +47,36 @@ async def invoke(message: ServiceBusReceivedMessage) -> list[tuple[str, Any, dic
     return actions.calls
 
 
+@functools.cache
+def indexed_functions() -> list[Any]:
+    # Like the host, index once: a second get_functions() on one app raises "not unique".
+    return list(function_app.app.get_functions())
+
+
+def function_bindings(name: str) -> list[dict[str, Any]]:
+    [function] = [f for f in indexed_functions() if f.get_function_name() == name]
+    bindings: list[dict[str, Any]] = json.loads(function.get_function_json())["bindings"]
+    return bindings
+
+
 def test_binding_is_a_peeklock_trigger_that_settles_explicitly() -> None:
-    [function] = function_app.app.get_functions()
-    [binding] = json.loads(function.get_function_json())["bindings"]
+    [binding] = function_bindings("process_order")
 
     assert binding["type"] == "serviceBusTrigger"
     assert binding["queueName"] == "%ORDERS_QUEUE%"
     assert binding["connection"] == "ServiceBusConnection"
     assert binding["autoCompleteMessages"] is False
+
+
+def test_http_api_is_hosted_behind_function_keys_on_every_path() -> None:
+    # The ASGI app gets every path under the host's routePrefix (`api`), keys required.
+    trigger, output = function_bindings("http_app_func")
+
+    assert trigger["type"] == "httpTrigger"
+    assert trigger["route"] == "/{*route}"
+    assert trigger["authLevel"] == "FUNCTION"
+    assert {"GET", "POST"} <= set(trigger["methods"])
+    assert output["type"] == "http"
 
 
 async def test_new_order_is_completed(store: FakeOrderStore) -> None:

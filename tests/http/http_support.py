@@ -1,0 +1,88 @@
+"""Helpers of the HTTP API tests: the real app over fakes of its ports.
+
+A module of its own rather than conftest.py: several test areas have a conftest.py, so
+`from conftest import ...` would pick whichever was collected last.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from fakes import FakeOrderReader, FakeOrderStore, RecordingPublisher
+
+from orders.bootstrap import HttpRuntime
+from orders.entrypoints.http_api import create_app
+from orders.service.idempotency import IdempotencyStore, IdempotentOrderIntake, OrderPublisher
+from orders.service.order_lookup import OrderLookup, OrderReader
+
+LEASE_SECONDS = 30.0
+TTL_SECONDS = 600
+
+
+@dataclass
+class FakeClock:
+    now: float = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass
+class Api:
+    """An httpx client on the app, plus the fakes behind it to assert on."""
+
+    client: httpx.AsyncClient
+    store: IdempotencyStore
+    publisher: RecordingPublisher
+    order_store: FakeOrderStore
+    clock: FakeClock
+    builds: list[HttpRuntime] = field(default_factory=list)
+
+    async def post(self, body: Any, key: str | None = "key-1", **headers: str) -> httpx.Response:
+        all_headers = dict(headers)
+        if key is not None:
+            all_headers["Idempotency-Key"] = key
+        if isinstance(body, bytes):
+            return await self.client.post("/api/orders", content=body, headers=all_headers)
+        return await self.client.post("/api/orders", json=body, headers=all_headers)
+
+
+def runtime_over(
+    store: IdempotencyStore,
+    publisher: OrderPublisher,
+    reader: OrderReader,
+    clock: FakeClock,
+    *,
+    lease_seconds: float = LEASE_SECONDS,
+) -> HttpRuntime:
+    intake = IdempotentOrderIntake(
+        store, publisher, ttl_seconds=TTL_SECONDS, lease_seconds=lease_seconds, clock=clock
+    )
+    return HttpRuntime(intake, OrderLookup(reader, store), default_scope="tests")
+
+
+async def api_over(store: IdempotencyStore) -> AsyncIterator[Api]:
+    publisher = RecordingPublisher()
+    order_store = FakeOrderStore()
+    clock = FakeClock()
+    builds: list[HttpRuntime] = []
+
+    async def factory() -> HttpRuntime:
+        runtime = runtime_over(store, publisher, FakeOrderReader(order_store), clock)
+        builds.append(runtime)
+        return runtime
+
+    transport = httpx.ASGITransport(app=create_app(factory))
+    async with httpx.AsyncClient(transport=transport, base_url="http://orders.test") as client:
+        yield Api(client, store, publisher, order_store, clock, builds)
+
+
+def new_order_id() -> str:
+    return f"o-{uuid.uuid4().hex[:12]}"

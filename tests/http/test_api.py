@@ -1,0 +1,449 @@
+"""Every branch of the HTTP API against fakes of its ports (the store and the publisher)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+import httpx
+import pytest
+from fakes import FakeIdempotencyStore, order_payload
+from http_support import LEASE_SECONDS, TTL_SECONDS, Api, new_order_id
+
+from orders.adapters.servicebus_publisher import order_message_body
+from orders.domain.idempotency import IdempotencyRecord, RecordStatus, record_id
+from orders.domain.received import ReceivedOrderMessage
+from orders.exceptions import (
+    LeaseLostError,
+    PublishError,
+    StoreError,
+    TransientPublishError,
+    TransientStoreError,
+)
+from orders.service.consumer import OrderConsumer
+
+PROBLEM = "application/problem+json"
+
+
+def fake_store(api: Api) -> FakeIdempotencyStore:
+    return cast(FakeIdempotencyStore, api.store)
+
+
+def assert_problem(response: httpx.Response, status: int, slug: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == PROBLEM
+    body: dict[str, Any] = response.json()
+    assert body["status"] == status
+    assert body["type"] == f"urn:orders:problem:{slug}"
+    assert body["title"] and body["detail"]
+    return body
+
+
+# --- first request, replay, mismatch ---------------------------------------------------------
+
+
+async def test_first_request_publishes_once_and_answers_202_with_a_link(api: Api) -> None:
+    order_id = new_order_id()
+
+    response = await api.post(order_payload(order_id), key="k-first")
+
+    assert response.status_code == 202
+    location = f"/api/orders/{order_id}"
+    assert response.json() == {"orderId": order_id, "status": "accepted", "location": location}
+    assert response.headers["location"] == location
+    assert "idempotent-replayed" not in response.headers
+    assert [order.orderId for order in api.publisher.published] == [order_id]
+    record = fake_store(api).record(record_id("app:tests", "k-first"))
+    assert record is not None and record.status is RecordStatus.COMPLETED
+    assert record.ttl_seconds == TTL_SECONDS
+    assert record.response is not None and record.response.body == response.json()
+
+
+async def test_retry_with_the_same_body_replays_without_publishing(api: Api) -> None:
+    order_id = new_order_id()
+    first = await api.post(order_payload(order_id))
+    # Same order, spelled differently: key order, whitespace and 3 vs 3.0 do not matter.
+    respelled = (
+        '{"lines":[{"unitPrice":1.250,"quantity":2,"sku":"sku-apple"},'
+        '{"sku":"sku-pear","quantity":1,"unitPrice":3.0}],'
+        f'"currency":"EUR","customerId":"customer-1","orderId":"{order_id}"}}'
+    ).encode()
+
+    replay = await api.post(respelled, headers_content_type="x")
+
+    assert replay.status_code == first.status_code == 202
+    assert replay.json() == first.json()
+    assert replay.headers["idempotent-replayed"] == "true"
+    assert replay.headers["location"] == first.headers["location"]
+    assert len(api.publisher.published) == 1
+
+
+async def test_same_key_with_a_different_body_is_422(api: Api) -> None:
+    order_id = new_order_id()
+    await api.post(order_payload(order_id))
+
+    response = await api.post(order_payload(order_id, currency="USD"))
+
+    assert_problem(response, 422, "idempotency-key-reused")
+    assert len(api.publisher.published) == 1
+
+
+async def test_in_progress_claim_answers_409_with_retry_after_then_replays(api: Api) -> None:
+    order_id = new_order_id()
+    api.publisher.hold()
+    first = asyncio.create_task(api.post(order_payload(order_id)))
+    await api.publisher.started.wait()
+
+    concurrent = await api.post(order_payload(order_id))
+
+    assert_problem(concurrent, 409, "request-in-progress")
+    assert concurrent.headers["retry-after"] == "1"
+    api.publisher.release()
+    assert (await first).status_code == 202
+    retried = await api.post(order_payload(order_id))
+    assert retried.status_code == 202 and retried.headers["idempotent-replayed"] == "true"
+    assert len(api.publisher.published) == 1
+
+
+async def test_a_different_body_is_422_even_while_the_first_is_in_progress(api: Api) -> None:
+    api.publisher.hold()
+    first = asyncio.create_task(api.post(order_payload(new_order_id())))
+    await api.publisher.started.wait()
+
+    response = await api.post(order_payload(new_order_id()))
+
+    assert_problem(response, 422, "idempotency-key-reused")
+    api.publisher.release()
+    assert (await first).status_code == 202
+
+
+# --- keys and scopes -------------------------------------------------------------------------
+
+
+async def test_missing_key_is_400_before_the_body_is_looked_at(api: Api) -> None:
+    response = await api.post(b"not json", key=None)
+
+    assert_problem(response, 400, "missing-idempotency-key")
+    assert api.publisher.published == []
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["x" * 256, "tab\there", "del\x7f", "caf\u00e9"],
+    ids=["256-chars", "tab", "del", "non-ascii"],
+)
+async def test_malformed_key_is_400(api: Api, key: str) -> None:
+    headers = [("Idempotency-Key", key.encode("utf-8"))]
+
+    response = await api.client.post(
+        "/api/orders", json=order_payload(new_order_id()), headers=headers
+    )
+
+    assert_problem(response, 400, "invalid-idempotency-key")
+    assert api.publisher.published == []
+
+
+@pytest.mark.parametrize("key", ["x" * 255, "a key with spaces and ~!@#$%^&*()/\\?"])
+async def test_any_printable_ascii_key_up_to_255_is_accepted(api: Api, key: str) -> None:
+    response = await api.post(order_payload(new_order_id()), key=key)
+
+    assert response.status_code == 202
+
+
+async def test_keys_are_scoped_by_the_caller_principal(api: Api) -> None:
+    order_id = new_order_id()
+    alice = await api.post(order_payload(order_id), **{"X-MS-CLIENT-PRINCIPAL-ID": "alice"})
+    # The default scope's name, sent as a principal, must not reach the default scope's keys.
+    spoof = await api.post(order_payload(order_id), **{"X-MS-CLIENT-PRINCIPAL-ID": "tests"})
+    anonymous = await api.post(order_payload(order_id))
+    bob_other_body = await api.post(
+        order_payload(order_id, currency="USD"), **{"X-MS-CLIENT-PRINCIPAL-ID": "bob"}
+    )
+
+    for response in (alice, spoof, anonymous, bob_other_body):
+        assert response.status_code == 202
+        assert "idempotent-replayed" not in response.headers
+    assert len(api.publisher.published) == 4
+
+
+# --- bodies ----------------------------------------------------------------------------------
+
+
+async def test_body_that_is_not_json_is_400(api: Api) -> None:
+    assert_problem(await api.post(b"{oops"), 400, "invalid-json")
+
+
+async def test_schema_violation_is_400_with_field_messages(api: Api) -> None:
+    payload = order_payload(new_order_id(), currency="EURO", extra="field")
+    payload["lines"][0]["quantity"] = 0
+
+    body = assert_problem(await api.post(payload), 400, "invalid-order")
+
+    locations = {error["location"] for error in body["errors"]}
+    assert {"currency", "extra", "lines.0.quantity"} <= locations
+    assert all(error["message"] for error in body["errors"])
+    assert api.publisher.published == []
+
+
+async def test_too_many_lines_is_413(api: Api) -> None:
+    lines = [{"sku": f"s{n}", "quantity": 1, "unitPrice": 1} for n in range(100)]
+
+    assert_problem(
+        await api.post(order_payload(new_order_id(), lines=lines)), 413, "order-too-large"
+    )
+
+
+async def test_body_over_256_kb_is_413(api: Api) -> None:
+    assert_problem(await api.post(b"{" + b" " * 300_000 + b"}"), 413, "order-too-large")
+
+
+# --- crash safety ----------------------------------------------------------------------------
+
+
+def crashed_claim(api: Api, order_id: str, key: str) -> IdempotencyRecord:
+    """The record a claimant leaves behind when it dies before publishing."""
+    from orders.domain.hashing import request_hash
+    from orders.domain.messages import parse_order
+
+    order = parse_order(httpx.Request("POST", "/", json=order_payload(order_id)).content)
+    return IdempotencyRecord(
+        record_id=record_id("app:tests", key),
+        scope="app:tests",
+        key=key,
+        request_hash=request_hash(order.canonical_payload()),
+        order_id=order_id,
+        status=RecordStatus.IN_PROGRESS,
+        lease_expires_at=api.clock() + LEASE_SECONDS,
+        ttl_seconds=TTL_SECONDS,
+    )
+
+
+async def test_a_crashed_claim_blocks_until_its_lease_ends_then_is_taken_over(api: Api) -> None:
+    order_id = new_order_id()
+    abandoned = await api.store.claim(crashed_claim(api, order_id, "k-crash"))
+
+    blocked = await api.post(order_payload(order_id), key="k-crash")
+    api.clock.advance(LEASE_SECONDS + 0.001)
+    taken_over = await api.post(order_payload(order_id), key="k-crash")
+
+    assert_problem(blocked, 409, "request-in-progress")
+    assert taken_over.status_code == 202 and "idempotent-replayed" not in taken_over.headers
+    assert [order.orderId for order in api.publisher.published] == [order_id]
+    record = fake_store(api).record(abandoned.record_id)
+    assert record is not None and record.status is RecordStatus.COMPLETED
+    assert record.etag != abandoned.etag
+    assert fake_store(api).calls.count("take_over") == 1
+
+
+async def test_a_stale_claimant_cannot_overwrite_the_new_owner(api: Api) -> None:
+    # Given a claimant whose send outlives its lease, and a retry that takes over meanwhile
+    order_id = new_order_id()
+    api.publisher.hold()
+    stale = asyncio.create_task(api.post(order_payload(order_id), key="k-slow"))
+    await api.publisher.started.wait()
+    api.clock.advance(LEASE_SECONDS + 1)
+    takeover = asyncio.create_task(api.post(order_payload(order_id), key="k-slow"))
+    await api.publisher.wait_for_calls(2)  # the takeover reached its own send
+    store = fake_store(api)
+    owner_etag_before = store.documents[record_id("app:tests", "k-slow")]["_etag"]
+
+    # When both sends finish
+    api.publisher.release()
+    stale_response, takeover_response = await asyncio.gather(stale, takeover)
+
+    # Then both answer the same 202, and the record is the new owner's completion
+    assert stale_response.status_code == takeover_response.status_code == 202
+    assert stale_response.json() == takeover_response.json()
+    assert [order.orderId for order in api.publisher.published] == [order_id, order_id]
+    assert store.calls.count("complete") == 2  # one succeeded, the stale one was fenced off
+    document = store.documents[record_id("app:tests", "k-slow")]
+    assert document["status"] == "completed" and document["_etag"] != owner_etag_before
+
+
+async def test_losing_the_race_for_an_expired_claim_is_409(api: Api) -> None:
+    # Another retry replaced the expired record between our read and our If-Match replace.
+    order_id = new_order_id()
+    await api.store.claim(crashed_claim(api, order_id, "k-race"))
+    api.clock.advance(LEASE_SECONDS + 1)
+    fake_store(api).fail_next("take_over", LeaseLostError("412"))
+
+    response = await api.post(order_payload(order_id), key="k-race")
+
+    assert_problem(response, 409, "request-in-progress")
+    assert api.publisher.published == []
+
+
+# --- failures of the dependencies ------------------------------------------------------------
+
+
+async def test_transient_publish_failure_is_503_and_frees_the_key(api: Api) -> None:
+    order_id = new_order_id()
+    api.publisher.fail_next(TransientPublishError("server busy"))
+
+    failed = await api.post(order_payload(order_id))
+    retried = await api.post(order_payload(order_id))
+
+    assert_problem(failed, 503, "service-unavailable")
+    assert failed.headers["retry-after"] == "5"
+    assert retried.status_code == 202 and "idempotent-replayed" not in retried.headers
+    assert [order.orderId for order in api.publisher.published] == [order_id]
+    assert fake_store(api).calls.count("release") == 1
+
+
+async def test_permanent_publish_failure_is_500_problem_and_frees_the_key(api: Api) -> None:
+    api.publisher.fail_next(PublishError("entity disabled"))
+
+    assert_problem(await api.post(order_payload(new_order_id())), 500, "internal-error")
+    assert fake_store(api).documents == {}
+
+
+async def test_a_failed_release_leaves_the_claim_to_its_lease(api: Api) -> None:
+    order_id = new_order_id()
+    api.publisher.fail_next(TransientPublishError("timeout"))
+    fake_store(api).fail_next("release", TransientStoreError("503"))
+
+    assert (await api.post(order_payload(order_id))).status_code == 503
+    assert (await api.post(order_payload(order_id))).status_code == 409
+    api.clock.advance(LEASE_SECONDS + 1)
+    assert (await api.post(order_payload(order_id))).status_code == 202
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "slug"),
+    [
+        (TransientStoreError("429"), 503, "service-unavailable"),
+        (StoreError("403 forbidden"), 500, "internal-error"),
+    ],
+)
+async def test_store_failures_are_problems_not_crashes(
+    api: Api, error: Exception, status: int, slug: str
+) -> None:
+    fake_store(api).fail_next("claim", error)
+
+    assert_problem(await api.post(order_payload(new_order_id())), status, slug)
+    assert api.publisher.published == []
+
+
+async def test_completion_failure_after_publish_is_503_and_the_retry_recovers(api: Api) -> None:
+    order_id = new_order_id()
+    fake_store(api).fail_next("complete", TransientStoreError("timeout"))
+
+    failed = await api.post(order_payload(order_id))
+    api.clock.advance(LEASE_SECONDS + 1)
+    retried = await api.post(order_payload(order_id))
+
+    assert failed.status_code == 503
+    assert retried.status_code == 202
+    # Published twice with one MessageId: the broker and the consumer deduplicate it.
+    assert [order.orderId for order in api.publisher.published] == [order_id, order_id]
+
+
+async def test_a_runtime_that_cannot_be_built_is_500_problem_and_retried(api: Api) -> None:
+    from orders.entrypoints.http_api import create_app
+
+    attempts = 0
+
+    async def broken_factory() -> Any:
+        nonlocal attempts
+        attempts += 1
+        raise RuntimeError("COSMOS_ENDPOINT unreachable")
+
+    transport = httpx.ASGITransport(app=create_app(broken_factory))
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        first = await client.post(
+            "/api/orders", json=order_payload("o-1"), headers={"Idempotency-Key": "k"}
+        )
+        second = await client.get("/api/orders/o-1")
+
+    assert_problem(first, 500, "internal-error")
+    assert_problem(second, 500, "internal-error")
+    assert attempts == 2
+
+
+# --- GET -------------------------------------------------------------------------------------
+
+
+async def consume_published(api: Api) -> None:
+    consumer = OrderConsumer(api.order_store)
+    for order in api.publisher.published:
+        await consumer.handle(ReceivedOrderMessage(order_message_body(order), order.orderId))
+
+
+async def test_get_follows_an_order_from_accepted_to_stored(api: Api) -> None:
+    order_id = new_order_id()
+    placed = await api.post(order_payload(order_id))
+
+    queued = await api.client.get(placed.headers["location"])
+    await consume_published(api)
+    stored = await api.client.get(placed.headers["location"])
+
+    assert queued.status_code == 202
+    assert queued.headers["retry-after"] == "1"
+    assert queued.json()["status"] == "accepted"
+    assert stored.status_code == 200
+    body = stored.json()
+    assert body["orderId"] == order_id and body["status"] == "placed"
+    assert body["totalAmount"] == "5.50" and body["totalQuantity"] == 3
+    assert [(line["lineNumber"], line["sku"], line["lineTotal"]) for line in body["lines"]] == [
+        (1, "sku-apple", "2.50"),
+        (2, "sku-pear", "3"),
+    ]
+
+
+async def test_get_of_an_unknown_order_is_404(api: Api) -> None:
+    assert_problem(await api.client.get("/api/orders/nope"), 404, "order-not-found")
+
+
+async def test_get_of_an_id_that_can_never_exist_is_404(api: Api) -> None:
+    assert_problem(await api.client.get("/api/orders/has%23hash"), 404, "order-not-found")
+    assert_problem(await api.client.get("/api/orders/" + "x" * 65), 404, "order-not-found")
+
+
+async def test_a_queued_order_is_visible_only_to_the_caller_that_placed_it(api: Api) -> None:
+    order_id = new_order_id()
+    await api.post(order_payload(order_id), **{"X-MS-CLIENT-PRINCIPAL-ID": "alice"})
+
+    as_alice = await api.client.get(
+        f"/api/orders/{order_id}", headers={"X-MS-CLIENT-PRINCIPAL-ID": "alice"}
+    )
+    as_bob = await api.client.get(
+        f"/api/orders/{order_id}", headers={"X-MS-CLIENT-PRINCIPAL-ID": "bob"}
+    )
+
+    assert as_alice.status_code == 202
+    assert_problem(as_bob, 404, "order-not-found")
+
+
+async def test_get_store_failure_is_503(api: Api) -> None:
+    fake_store(api).fail_next("find_order", TransientStoreError("throttled"))
+
+    assert_problem(await api.client.get("/api/orders/o-1"), 503, "service-unavailable")
+
+
+# --- FastAPI's own errors --------------------------------------------------------------------
+
+
+async def test_unknown_path_and_wrong_method_are_problems(api: Api) -> None:
+    assert_problem(await api.client.get("/api/nothing-here"), 404, "not-found")
+    wrong_method = await api.client.delete("/api/orders")
+    assert_problem(wrong_method, 405, "method-not-allowed")
+    assert "POST" in wrong_method.headers["allow"]
+
+
+async def test_runtime_is_built_once_and_only_when_needed(api: Api) -> None:
+    assert api.builds == []
+    await asyncio.gather(*(api.post(order_payload(new_order_id()), key=f"k{n}") for n in range(5)))
+    assert len(api.builds) == 1
+
+
+async def test_openapi_document_describes_the_key_header_and_the_body(api: Api) -> None:
+    document = (await api.client.get("/api/openapi.json")).json()
+
+    post = document["paths"]["/api/orders"]["post"]
+    [key] = [p for p in post["parameters"] if p["name"] == "Idempotency-Key"]
+    assert key["required"] is True and key["schema"]["maxLength"] == 255
+    assert post["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/OrderPlaced"
+    )
+    assert {"OrderPlaced", "OrderLine", "Problem"} <= set(document["components"]["schemas"])
+    assert {"202", "400", "409", "413", "422", "503"} <= set(post["responses"])
