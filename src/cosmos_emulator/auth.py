@@ -18,6 +18,9 @@ def resource_of(segments: list[str]) -> tuple[str, str]:
     """(resource type, resource link) as the SDK signs them for a request path."""
     if not segments:
         return "", ""
+    if len(segments) >= 6 and segments[4] == "operations":
+        # Partition-key delete is signed as an operation on its container.
+        return "colls", "/".join(segments[:4])
     if len(segments) % 2 == 1:
         return segments[-1], "/".join(segments[:-1])
     return segments[-2], "/".join(segments)
@@ -52,8 +55,15 @@ def verify(key: str, verb: str, segments: list[str], headers: dict[str, str]) ->
         raise _unauthorized("Required Header x-ms-date is missing.")
     resource_type, link = resource_of(segments)
     given = fields.get("sig", "")
-    # The SDK lower-cases links it takes for rid-based ones (8-char base64 database names).
-    for candidate in {link, link.lower()}:
+    candidates = {link}
+    if segments:
+        # Rid-based links (offers, or database names that look like an 8-char rid) are signed
+        # by the SDK as the last resource id alone, lower-cased.
+        last_id = (
+            segments[-1] if len(segments) % 2 == 0 else segments[-2] if len(segments) > 1 else ""
+        )
+        candidates |= {link.lower(), last_id.lower()}
+    for candidate in candidates:
         expected = sign(key, verb, resource_type, candidate, date)
         if hmac.compare_digest(expected, given):
             return

@@ -15,7 +15,7 @@ from typing import Any
 
 from . import items
 from .auth import verify
-from .errors import CosmosError, bad_request, unsupported
+from .errors import CosmosError, bad_request, not_found, unsupported
 from .faults import FaultInjector, FaultRule
 from .http11 import Request, Response
 from .ids import MAX_ITEM_BYTES, too_large
@@ -26,6 +26,7 @@ from .store import Container, Store, pk_key
 
 ADMIN_PREFIX = "/_emulator/"
 DEFAULT_PAGE_SIZE = 100
+DEFAULT_THROUGHPUT = 400
 _UNSUPPORTED_TYPES = {
     "sprocs": "stored procedures",
     "udfs": "user-defined functions",
@@ -147,8 +148,8 @@ class Gateway:
             if method != "GET":
                 raise bad_request("Only GET is supported on the account.")
             return _json(200, self._account(request))
-        if seg[0] == "offers" and n == 1:
-            return _json(200, {"_rid": "", "Offers": [], "_count": 0})
+        if seg[0] == "offers":
+            return self._offers(request, seg)
         if seg[0] != "dbs":
             raise unsupported(f"the resource path /{'/'.join(seg)}")
         if n >= 3 and seg[2] != "colls":
@@ -166,7 +167,9 @@ class Gateway:
                 dbs = [d.props for d in store.databases.values()]
                 return self._query_resources(request, "Databases", "", dbs)
             if method == "POST":
-                return _json(201, store.create_database(self._body(request)), {})
+                props = store.create_database(self._body(request))
+                store.databases[props["id"]].throughput = _requested_throughput(request)
+                return _json(201, props, {"etag": props["_etag"]})
         if n == 2:
             if method == "GET":
                 props = store.find_database(seg[1]).props
@@ -185,6 +188,10 @@ class Gateway:
                 )
             if method == "POST":
                 props = store.create_container(seg[1], self._body(request))
+                throughput = _requested_throughput(request)
+                if throughput is None and db.throughput is None:
+                    throughput = DEFAULT_THROUGHPUT
+                db.containers[props["id"]].throughput = throughput
                 return _json(201, props, {"etag": props["_etag"]})
         if n == 4:
             if method == "GET":
@@ -328,6 +335,64 @@ class Gateway:
         fingerprint = _fingerprint(text, params, kind)
         page, headers = self._page(request, results, fingerprint)
         return _json(200, {"_rid": rid, kind: page, "_count": len(page)}, headers)
+
+    def _offer_list(self) -> list[dict[str, Any]]:
+        offers = []
+        for db in self.store.databases.values():
+            owners: list[tuple[dict[str, Any], int | None]] = [(db.props, db.throughput)]
+            owners += [(c.props, c.throughput) for c in db.containers.values()]
+            for props, throughput in owners:
+                if throughput is None:
+                    continue
+                rid = props["_rid"]
+                offers.append(
+                    {
+                        "id": rid,
+                        "_rid": rid,
+                        "_self": f"offers/{rid}/",
+                        "_etag": props["_etag"],
+                        "_ts": props["_ts"],
+                        "offerType": "Invalid",
+                        "offerVersion": "V2",
+                        "resource": props["_self"],
+                        "offerResourceId": rid,
+                        "content": {
+                            "offerThroughput": throughput,
+                            "offerIsRUPerMinuteThroughputEnabled": False,
+                        },
+                    }
+                )
+        return offers
+
+    def _offers(self, request: Request, seg: list[str]) -> Response:
+        offers = self._offer_list()
+        if len(seg) == 1 and request.method == "GET":
+            return self._feed(request, "Offers", "", offers)
+        if len(seg) == 1 and request.method == "POST" and self._is_query(request):
+            return self._query_resources(request, "Offers", "", offers)
+        offer = next((o for o in offers if len(seg) == 2 and o["id"] == seg[1]), None)
+        if offer is None:
+            raise not_found("Offer not found.")
+        if request.method == "GET":
+            return _json(200, offer)
+        if request.method == "PUT":
+            body = self._body(request)
+            throughput = (
+                body.get("content", {}).get("offerThroughput") if isinstance(body, dict) else None
+            )
+            if not isinstance(throughput, int) or throughput < 400:
+                raise bad_request("content.offerThroughput must be an integer >= 400.")
+            for db in self.store.databases.values():
+                if db.props["_rid"] == offer["id"]:
+                    db.throughput = throughput
+                for coll in db.containers.values():
+                    if coll.rid == offer["id"]:
+                        coll.throughput = throughput
+            self.store.touch()
+            return _json(
+                200, {**offer, "content": {**offer["content"], "offerThroughput": throughput}}
+            )
+        raise CosmosError(405, "MethodNotAllowed", "Offers can only be read and replaced.")
 
     def _pkranges(self, request: Request, coll: Container) -> Response:
         etag = f'"{coll.rid}-ranges-1"'
@@ -484,6 +549,19 @@ class Gateway:
         fingerprint = _fingerprint(text, params, h.get("x-ms-documentdb-partitionkey", ""))
         page, headers = self._page(request, results, fingerprint)
         return _json(200, {"_rid": coll.rid, "Documents": page, "_count": len(page)}, headers)
+
+
+def _requested_throughput(request: Request) -> int | None:
+    raw = request.headers.get("x-ms-offer-throughput")
+    autoscale = request.headers.get("x-ms-cosmos-offer-autopilot-settings")
+    try:
+        if raw:
+            return int(raw)
+        if autoscale:
+            return int(json.loads(autoscale)["maxThroughput"])
+    except (ValueError, KeyError, TypeError):
+        raise bad_request("Invalid throughput header.") from None
+    return None
 
 
 def _fingerprint(text: str, params: dict[str, Any], scope: str) -> str:

@@ -29,8 +29,11 @@ class RidAllocator:
         return _encode(self.next_value().to_bytes(4, "little"))
 
     def child(self, parent_rid: str, width: int) -> str:
-        raw = _decode(parent_rid) + self.next_value().to_bytes(width, "big")
-        return _encode(raw)
+        return self.child_with(parent_rid, self.next_value(), width)
+
+    @staticmethod
+    def child_with(parent_rid: str, value: int, width: int) -> str:
+        return _encode(_decode(parent_rid) + value.to_bytes(width, "big"))
 
 
 def _encode(raw: bytes) -> str:

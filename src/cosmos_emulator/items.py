@@ -123,9 +123,13 @@ def _check_body(ctx: ItemContext, body: object, expected_id: str | None = None) 
     return body
 
 
-def _stamp(ctx: ItemContext, body: dict[str, Any], rid: str | None) -> Item:
+def _stamp(ctx: ItemContext, body: dict[str, Any], previous: Item | None) -> Item:
     doc = {k: v for k, v in body.items() if k not in _SYSTEM_PROPS}
-    rid = rid or ctx.store.rids.child(ctx.container.rid, 8)
+    if previous is not None:
+        rid, seq = previous.doc["_rid"], previous.seq
+    else:
+        seq = ctx.store.rids.next_value()
+        rid = ctx.store.rids.child_with(ctx.container.rid, seq, 8)
     doc["_rid"] = rid
     doc["_self"] = f"{ctx.container.props['_self']}docs/{rid}/"
     doc["_etag"] = new_etag()
@@ -133,7 +137,7 @@ def _stamp(ctx: ItemContext, body: dict[str, Any], rid: str | None) -> Item:
     now = time.time()
     doc["_ts"] = int(now)
     ctx.store.touch()
-    return Item(doc, now)
+    return Item(doc, now, seq)
 
 
 def _check_if_match(item: Item, if_match: str | None) -> None:
@@ -160,7 +164,7 @@ def upsert(view: PartitionView, ctx: ItemContext, body: object, if_match: str | 
         view.put(doc["id"], item)
         return Outcome(201, item.doc)
     _check_if_match(existing, if_match)
-    item = _stamp(ctx, doc, existing.doc["_rid"])
+    item = _stamp(ctx, doc, existing)
     view.put(doc["id"], item)
     return Outcome(200, item.doc)
 
@@ -173,7 +177,7 @@ def replace(
     if existing is None:
         raise not_found(f"Entity with the specified id '{item_id}' does not exist.")
     _check_if_match(existing, if_match)
-    item = _stamp(ctx, doc, existing.doc["_rid"])
+    item = _stamp(ctx, doc, existing)
     view.put(item_id, item)
     return Outcome(200, item.doc)
 
@@ -218,7 +222,7 @@ def patch(
             raise precondition_failed("The patch filter predicate did not match the item.")
     patched = apply_patch(existing.doc, body.get("operations"), ctx.container.pk_paths)
     doc = _check_body(ctx, patched, item_id)
-    item = _stamp(ctx, doc, existing.doc["_rid"])
+    item = _stamp(ctx, doc, existing)
     view.put(item_id, item)
     return Outcome(200, item.doc)
 

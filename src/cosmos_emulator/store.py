@@ -25,12 +25,16 @@ class Item:
     doc: dict[str, Any]
     # Float write time: `_ts` is whole seconds, but expiry is timed from the exact write.
     written_at: float
+    # Creation order across the container, kept by replaces: cross-partition feeds and
+    # queries without ORDER BY list items in it, like one physical partition does.
+    seq: int = 0
 
 
 @dataclass
 class Container:
     props: dict[str, Any]
     partitions: dict[str, dict[str, Item]] = field(default_factory=dict)
+    throughput: int | None = None  # None: shares its database's throughput
 
     @property
     def rid(self) -> str:
@@ -62,10 +66,11 @@ class Container:
 
     def live_items(self, pk_key: str | None, now: float) -> list[dict[str, Any]]:
         if pk_key is not None:
-            parts = [self.partitions.get(pk_key, {})]
-        else:
-            parts = list(self.partitions.values())
-        return [i.doc for p in parts for i in p.values() if self.is_live(i, now)]
+            part = self.partitions.get(pk_key, {})
+            return [i.doc for i in part.values() if self.is_live(i, now)]
+        live = [i for p in self.partitions.values() for i in p.values() if self.is_live(i, now)]
+        live.sort(key=lambda i: i.seq)
+        return [i.doc for i in live]
 
     def purge_expired(self, now: float) -> int:
         if self.default_ttl is None:
@@ -98,6 +103,7 @@ def pk_key(values: list[Any]) -> str:
 class Database:
     props: dict[str, Any]
     containers: dict[str, Container] = field(default_factory=dict)
+    throughput: int | None = None  # shared throughput, when provisioned on the database
 
 
 class Store:
@@ -241,11 +247,18 @@ class Store:
                 "databases": [
                     {
                         "props": db.props,
+                        "throughput": db.throughput,
                         "containers": [
                             {
                                 "props": c.props,
+                                "throughput": c.throughput,
                                 "items": [
-                                    {"pk": key, "doc": it.doc, "written_at": it.written_at}
+                                    {
+                                        "pk": key,
+                                        "doc": it.doc,
+                                        "written_at": it.written_at,
+                                        "seq": it.seq,
+                                    }
                                     for key, part in c.partitions.items()
                                     for it in part.values()
                                 ],
@@ -268,9 +281,11 @@ class Store:
                     coll = Container(c_data["props"])
                     for it in c_data.get("items", []):
                         coll.partitions.setdefault(it["pk"], {})[it["doc"]["id"]] = Item(
-                            it["doc"], float(it["written_at"])
+                            it["doc"], float(it["written_at"]), int(it.get("seq", 0))
                         )
+                    coll.throughput = c_data.get("throughput")
                     db.containers[coll.props["id"]] = coll
+                db.throughput = db_data.get("throughput")
                 self.databases[db.props["id"]] = db
 
 

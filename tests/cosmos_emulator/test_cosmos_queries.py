@@ -174,3 +174,17 @@ def test_query_with_a_sql_text_only(filled: ContainerProxy) -> None:
         )
     )
     assert ids(rows) == ["5"]
+
+
+def test_cross_partition_results_follow_creation_order(container: ContainerProxy) -> None:
+    for i in range(6):
+        container.create_item({"id": str(i), "pk": f"p{i % 3}", "n": i})
+    container.replace_item("0", {"id": "0", "pk": "p0", "n": 0, "touched": True})
+    assert q(container, "SELECT VALUE c.n FROM c") == [0, 1, 2, 3, 4, 5]
+    assert q(container, "SELECT VALUE c.n FROM c OFFSET 1 LIMIT 2") == [1, 2]
+    assert [d["id"] for d in container.read_all_items()] == ["0", "1", "2", "3", "4", "5"]
+
+
+def test_read_items_by_id_and_partition(filled: ContainerProxy) -> None:
+    found = filled.read_items([("1", "a"), ("3", "b"), ("missing", "a"), ("1", "b")])
+    assert sorted(d["id"] for d in found) == ["1", "3"]
