@@ -77,10 +77,10 @@ resource ordersContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/con
       }
       // TTL on, no default expiry: orders live forever unless an item sets its own ttl.
       defaultTtl: -1
-      // The consumer uses point reads and batch creates only, which need no index. Queries
-      // (the verifier, reading an order's lines) filter on orderId or the document type; other
-      // paths are left out to keep every write cheap. A filter on an unindexed path still
-      // works (it scans); an ORDER BY needs its path listed here.
+      // Batch creates and point reads need no index. The queries (an order's documents, the
+      // verifier's STARTSWITH(c.orderId, ...)) filter on orderId; `type` tells order and line
+      // documents apart. Nothing else is indexed, so writes stay cheap: a query that filters or
+      // sorts on another path needs it added here.
       indexingPolicy: {
         indexingMode: 'consistent'
         automatic: true
@@ -96,8 +96,10 @@ resource ordersContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/con
   }
 }
 
-// Idempotency-Key records of the HTTP API: id = caller scope + key, read and written by id only,
-// each with its own ttl (24 h by default), so nothing is indexed beyond the id.
+// Idempotency-Key records of the HTTP API: id = caller scope + key, each with its own ttl (24 h by
+// default). Claims, replays and completions are point operations by id; the one query (GET of an
+// order that is not stored yet, src/orders/adapters/cosmos_idempotency.py) filters on type,
+// orderId, scope and status, so exactly those paths are indexed.
 resource idempotencyContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2024-11-15' = {
   parent: database
   name: idempotencyContainerName
@@ -114,7 +116,12 @@ resource idempotencyContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabase
       indexingPolicy: {
         indexingMode: 'consistent'
         automatic: true
-        includedPaths: []
+        includedPaths: [
+          { path: '/type/?' }
+          { path: '/orderId/?' }
+          { path: '/scope/?' }
+          { path: '/status/?' }
+        ]
         excludedPaths: [
           { path: '/*' }
         ]

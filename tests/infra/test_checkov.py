@@ -80,3 +80,27 @@ def test_every_checkov_skip_is_a_justified_bicep_comment(relative: str) -> None:
                 f"{relative}:{number}: write skips as `// checkov:skip=CKV_AZURE_N: <why>` "
                 f"with a real reason: {line.strip()}"
             )
+
+
+STRING_LITERAL = re.compile(r"'(?:[^'\\]|\\.)*'")
+# checkov bundles an older pycep whose grammar allows at most five newline tokens between two
+# entries of an object or array (the entry's own line end + 4 comment or blank lines). A longer
+# comment block makes checkov drop the whole file as a parsing error, silently unscanned.
+MAX_COMMENT_RUN_IN_BLOCK = 4
+
+
+@pytest.mark.parametrize("relative", bicep_files())
+def test_comment_blocks_inside_objects_stay_parseable_by_checkov(relative: str) -> None:
+    depth = 0
+    run = 0
+    for number, line in enumerate((INFRA / relative).read_text(encoding="utf-8").splitlines(), 1):
+        code = STRING_LITERAL.sub("''", line).split("//", 1)[0]
+        if depth > 0 and not code.strip():
+            run += 1
+            assert run <= MAX_COMMENT_RUN_IN_BLOCK, (
+                f"{relative}:{number}: more than {MAX_COMMENT_RUN_IN_BLOCK} comment/blank lines "
+                "in a row inside an object; move the comment above the resource"
+            )
+        else:
+            run = 0
+        depth += code.count("{") + code.count("[") - code.count("}") - code.count("]")
