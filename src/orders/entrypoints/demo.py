@@ -8,8 +8,10 @@ verifier until everything is accounted for (or a deadline passes); stops all it 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +22,7 @@ from orders.entrypoints.localstack import LocalStack, QueueOptions, local_stack
 from orders.service.verify import VerifyReport
 
 VERIFY_POLL_SECONDS = 1.0
+OUTCOME_IN_LOG = re.compile(r" outcome=(\w+) ")
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,15 @@ class DemoResult:
     seconds: float
     worker_exit_codes: list[int]
     processes_left_running: list[str]
+    consumer_outcomes: dict[str, int]
+
+
+def consumer_outcomes(stack: LocalStack) -> dict[str, int]:
+    """What the workers decided, from their one structured log line per message."""
+    counts: Counter[str] = Counter()
+    for worker in stack.workers():
+        counts.update(OUTCOME_IN_LOG.findall(worker.log()))
+    return dict(counts)
 
 
 async def wait_for_audit(stack: LocalStack, plan: LoadPlan, within: float) -> VerifyReport:
@@ -80,5 +92,6 @@ def run_demo(
         report = asyncio.run(wait_for_audit(stack, plan, options.settle_timeout_seconds))
         exit_codes = stack.stop_workers()
         on_stage("workers stopped")
+        outcomes = consumer_outcomes(stack)
     left = [p.name for p in stack.processes if p.running]
-    return DemoResult(report, plan, time.monotonic() - started, exit_codes, left)
+    return DemoResult(report, plan, time.monotonic() - started, exit_codes, left, outcomes)

@@ -1,0 +1,78 @@
+"""The README's run command: `orders demo` proves the mission and leaves nothing running."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import poll_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+def processes_tagged(tag: str) -> list[int]:
+    """Pids whose environment carries the tag (children inherit it; /proc tells the truth)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if f"ORDERS_TEST_TAG={tag}".encode() in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_demo_prints_an_ok_verify_report_and_leaves_no_process_behind() -> None:
+    tag = uuid.uuid4().hex
+    result = subprocess.run(
+        [sys.executable, "-m", "orders", "demo", "--orders", "80", "--workers", "2", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        env={**os.environ, "ORDERS_TEST_TAG": tag},
+    )
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["ok"] is True and report["violations"] == []
+    assert report["unique_orders"] == report["orders_in_store"] == 80
+    assert report["duplicate_orders"] == report["missing_orders"] == 0
+    assert report["dead_lettered"] == report["expected_dead_letters"] > 0
+    outcomes = report["consumer_outcomes"]
+    assert outcomes["processed"] == 80
+    assert outcomes["duplicate"] >= report["sends_by_kind"]["late_duplicate"]
+    assert processes_tagged(tag) == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_demo_stops_everything_it_started(tmp_path: Path, signum: int) -> None:
+    tag = uuid.uuid4().hex
+    stderr_path = tmp_path / "demo.err"
+    with stderr_path.open("wb") as stderr:
+        demo = subprocess.Popen(
+            [sys.executable, "-m", "orders", "demo", "--orders", "2000", "--workers", "2"],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env={**os.environ, "ORDERS_TEST_TAG": tag},
+        )
+    try:
+        poll_until(
+            lambda: b"workers started" in stderr_path.read_bytes(), 60, "the workers to start"
+        )
+        assert len(processes_tagged(tag)) >= 5  # the demo, two emulators, two workers
+
+        demo.send_signal(signum)
+        demo.wait(timeout=60)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+
+    poll_until(lambda: processes_tagged(tag) == [], 30, "every started process to exit")

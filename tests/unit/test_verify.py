@@ -1,0 +1,125 @@
+"""The audit, against a plan replayed through the real core and the fake store."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+from fakes import FakeOrderStore
+
+from orders.domain.load_plan import LoadMix, LoadPlan, SendKind, plan_load
+from orders.domain.outcomes import Settlement
+from orders.domain.received import ReceivedOrderMessage
+from orders.service.consumer import OrderConsumer
+from orders.service.verify import DeadLetteredMessage, audit
+
+
+def replay(
+    plan: LoadPlan, *, conflicts_first: bool = False
+) -> tuple[list[dict[str, Any]], list[DeadLetteredMessage]]:
+    """What an honest pipeline leaves behind: the broker drops producer retries."""
+    store = FakeOrderStore()
+    consumer = OrderConsumer(store)
+    dead: list[DeadLetteredMessage] = []
+    sends = [s for s in plan.sends if s.kind is not SendKind.PRODUCER_RETRY]
+    if conflicts_first:
+        sends.sort(key=lambda s: s.kind is not SendKind.CONFLICT)
+
+    async def run() -> None:
+        for send in sends:
+            decision = await consumer.handle(
+                ReceivedOrderMessage(send.body.encode(), send.message_id)
+            )
+            if decision.settlement is Settlement.DEAD_LETTER:
+                dead.append(
+                    DeadLetteredMessage(
+                        send.message_id,
+                        decision.dead_letter_reason,
+                        decision.dead_letter_description,
+                        send.body.encode(),
+                    )
+                )
+
+    asyncio.run(run())
+    documents = [doc for pk in store.partitions for doc in store.documents(pk)]
+    return documents, dead
+
+
+PLAN = plan_load(60, LoadMix(), seed=11, run_id="audit")
+
+
+def test_an_honest_run_passes() -> None:
+    documents, dead = replay(PLAN)
+
+    report = audit(PLAN, documents, dead)
+
+    assert report.violations == []
+    assert report.ok and report.unique_orders == 60 and report.orders_in_store == 60
+    assert report.dead_lettered == report.expected_dead_letters > 0
+    assert report.stored_first_payload == 60
+
+
+def test_a_conflicting_payload_that_won_the_race_is_accepted_when_the_first_is_dead_lettered() -> (
+    None
+):
+    documents, dead = replay(PLAN, conflicts_first=True)
+
+    report = audit(PLAN, documents, dead)
+
+    assert report.ok, report.violations
+    assert report.stored_conflicting_payload == sum(
+        1 for s in PLAN.sends if s.kind is SendKind.CONFLICT
+    )
+
+
+def test_a_lost_order_is_reported() -> None:
+    documents, dead = replay(PLAN)
+    lost = next(d["orderId"] for d in documents if d["type"] == "order")
+    documents = [d for d in documents if d["orderId"] != lost]
+
+    report = audit(PLAN, documents, dead)
+
+    assert not report.ok and report.missing_orders == 1
+    assert f"order {lost} was sent but is not stored" in report.violations
+
+
+def test_a_doubled_order_and_an_orphan_line_are_reported() -> None:
+    documents, dead = replay(PLAN)
+    order = next(d for d in documents if d["type"] == "order")
+    doubled = copy.deepcopy(order)
+    orphan = {"id": "audit-999999:line:001", "orderId": "audit-999999", "type": "orderLine"}
+
+    report = audit(PLAN, [*documents, doubled, orphan], dead)
+
+    assert report.duplicate_orders == 1
+    assert any("stored 2 times" in v for v in report.violations)
+    assert any("without their order" in v for v in report.violations)
+
+
+def test_an_extra_line_is_a_doubled_effect() -> None:
+    documents, dead = replay(PLAN)
+    line = next(d for d in documents if d["type"] == "orderLine")
+    extra = {**line, "id": line["id"] + "-again", "lineNumber": 99}
+
+    report = audit(PLAN, [*documents, extra], dead)
+
+    assert not report.ok and report.duplicate_orders == 1
+
+
+def test_missing_and_unexplained_dead_letters_are_reported() -> None:
+    documents, dead = replay(PLAN)
+    stranger = DeadLetteredMessage("audit-000001", "MaxDeliveryCountExceeded", "", b"{}")
+
+    report = audit(PLAN, documents, [*dead[1:], stranger])
+
+    assert report.unexpected_dead_letters == 1
+    assert any("is missing" in v for v in report.violations)
+    assert any("MaxDeliveryCountExceeded" in v for v in report.violations)
+
+
+def test_dead_letters_of_other_runs_are_ignored() -> None:
+    documents, dead = replay(PLAN)
+    other = DeadLetteredMessage("otherrun-000001", "InvalidJson", "", b"x")
+
+    assert audit(PLAN, documents, [*dead, other]).ok
