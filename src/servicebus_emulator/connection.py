@@ -140,7 +140,7 @@ class OutboundLink(Link):
 
 
 class Session:
-    __slots__ = ("alive", "channel", "connection", "inbound", "next_delivery_id",
+    __slots__ = ("alive", "channel", "connection", "detaching", "inbound", "next_delivery_id",
                  "next_incoming_id", "next_outgoing_id", "outbound", "remote_channel",
                  "remote_incoming_window", "unsettled")  # fmt: skip
 
@@ -158,6 +158,9 @@ class Session:
         self.outbound: dict[int, OutboundLink] = {}
         # delivery id -> (queue, lock token) for PeekLock deliveries not yet settled
         self.unsettled: dict[int, tuple[Queue, uuid.UUID]] = {}
+        # Handles we detached (refused links) whose detach the peer has not answered yet:
+        # frames the peer sent on them before seeing our detach are ignored.
+        self.detaching: set[int] = set()
 
     def send_transfer(self, handle: int, delivery_id: int, tag: bytes, settled: bool,
                       payload: bytes) -> None:  # fmt: skip
@@ -328,6 +331,8 @@ class AmqpConnection(asyncio.Protocol):
 
     def _on_frame(self, frame_type: int, channel: int, body: bytes) -> None:
         code, fields, end = F.decode_performative(body)
+        if end != len(body) and code != F.TRANSFER:
+            raise DecodeError("bytes after a performative that carries no payload")
         if self._phase == "sasl":
             if frame_type != F.FRAME_SASL:
                 raise ProtocolError("amqp:connection:framing-error", "expected a SASL frame")
@@ -428,6 +433,7 @@ class AmqpConnection(asyncio.Protocol):
         target = F.field(fields, 6)
         if not isinstance(handle, int):
             raise ProtocolError("amqp:invalid-field", "attach without a handle")
+        session.detaching.discard(handle)  # a peer may reuse a handle we refused
         if handle in session.inbound or handle in session.outbound:
             raise ProtocolError("amqp:session:handle-in-use", f"handle {handle} is in use")
         address = _address(source if client_is_receiver else target) or ""
@@ -439,6 +445,13 @@ class AmqpConnection(asyncio.Protocol):
         link.snd_settle_mode = F.field(fields, 3, 2)
         link.rcv_settle_mode = F.field(fields, 4, 0)
         error = self._bind(link)
+        if error is None and client_is_receiver and _has_session_filter(source):
+            error = ("amqp:not-implemented",
+                     "Sessions are not supported by this emulator (RequiresSession is refused).")
+        if error is not None:
+            # A refused link: the spec's way is an attach without the terminus, then a detach
+            # carrying the error.
+            source, target = (None, target) if client_is_receiver else (source, None)
         reply: list[Any] = [name, UInt(handle), not client_is_receiver, UByte(
             link.snd_settle_mode), UByte(link.rcv_settle_mode), source, target]
         if client_is_receiver:
@@ -449,6 +462,7 @@ class AmqpConnection(asyncio.Protocol):
         if error is not None:
             self.send(session.channel, F.DETACH, [UInt(handle), True,
                                                    F.error_value(*error)])  # fmt: skip
+            session.detaching.add(handle)
             return
         if isinstance(link, OutboundLink):
             session.outbound[handle] = link
@@ -490,7 +504,8 @@ class AmqpConnection(asyncio.Protocol):
         if outbound is not None:
             self._forget_outbound(outbound)
         if inbound is None and outbound is None:
-            return  # already detached by us (e.g. entity not found)
+            session.detaching.discard(handle)  # the peer answers the detach we sent
+            return
         self.send(session.channel, F.DETACH, [UInt(handle), closed])
 
     def _on_flow(self, session: Session, fields: list[Any], body: bytes, end: int) -> None:
@@ -508,6 +523,8 @@ class AmqpConnection(asyncio.Protocol):
             if handle in session.inbound:
                 if F.field(fields, 9, False):
                     session.flow(session.inbound[handle])
+                return
+            if handle in session.detaching:
                 return
             raise ProtocolError("amqp:session:unattached-handle", f"unknown handle {handle}")
         delivery_count = F.field(fields, 5, 0)
@@ -538,6 +555,8 @@ class AmqpConnection(asyncio.Protocol):
         handle = F.field(fields, 0)
         link = session.inbound.get(handle)
         if link is None:
+            if handle in session.detaching:
+                return  # never accepted: the peer learns from our detach
             raise ProtocolError("amqp:session:unattached-handle",
                                 f"transfer on unattached handle {handle}")  # fmt: skip
         more = bool(F.field(fields, 5, False))
@@ -691,6 +710,16 @@ class AmqpConnection(asyncio.Protocol):
         except LockLostError as exc:
             return _lock_lost(str(exc))
         return _lock_lost("unsupported outcome")
+
+
+def _has_session_filter(source: Any) -> bool:
+    if not isinstance(source, Described) or not isinstance(source.value, list):
+        return False
+    filters = F.field(source.value, 7)
+    return isinstance(filters, dict) and any(
+        str(k) == "com.microsoft:session-filter" or k == b"com.microsoft:session-filter"
+        for k in filters
+    )
 
 
 def _lock_lost(description: str) -> Described:

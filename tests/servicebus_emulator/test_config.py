@@ -1,0 +1,115 @@
+"""The official Config.json format: our file validates, unsupported features are refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import queue_config, queue_entry
+
+from servicebus_emulator import ConfigError, load_config, start_in_background
+from servicebus_emulator.config import parse_duration_ms
+
+REPO = Path(__file__).resolve().parents[2]
+PROJECT_CONFIG = REPO / "emulators" / "servicebus" / "config.json"
+SCHEMA = REPO / ".." / "shared" / "reference" / "servicebus-emulator" / "Config-schema.json"
+
+
+def test_project_config_matches_the_official_schema() -> None:
+    if not SCHEMA.exists():
+        pytest.skip("the official Config schema (../shared/reference) is not available here")
+    import jsonschema
+
+    # The official name patterns use `[\w-\.]`, valid in .NET (a literal '-') but a bad range
+    # for Python's `re`: escape the hyphen so both engines read the same character class.
+    text = SCHEMA.read_text(encoding="utf-8").replace(r"[\\w-\\.", r"[\\w\\-\\.")
+    schema = json.loads(text)
+    validator = jsonschema.Draft7Validator(schema)
+    validator.validate(json.loads(PROJECT_CONFIG.read_text(encoding="utf-8")))
+    bad = json.loads(PROJECT_CONFIG.read_text(encoding="utf-8"))
+    bad["UserConfig"]["Namespaces"][0]["Name"] = "not-the-emulator-namespace"
+    assert not validator.is_valid(bad)  # the validator really checks
+
+
+def test_project_config_loads_with_its_settings() -> None:
+    (orders,) = load_config(PROJECT_CONFIG)
+    assert orders.name == "orders"
+    assert orders.requires_duplicate_detection
+    assert orders.duplicate_window_ms == 60_000
+    assert orders.lock_duration_ms == 60_000
+    assert orders.max_delivery_count == 10
+    assert orders.default_ttl_ms == 3_600_000
+    assert orders.dead_lettering_on_expiration
+
+
+def test_defaults_follow_the_official_schema() -> None:
+    (queue,) = load_config(config=queue_config({"Name": "plain"}))
+    assert (queue.lock_duration_ms, queue.max_delivery_count, queue.duplicate_window_ms,
+            queue.default_ttl_ms) == (60_000, 3, 20_000, 3_600_000)  # fmt: skip
+    assert not queue.requires_duplicate_detection
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [("PT1M", 60_000), ("PT5S", 5_000), ("PT1H", 3_600_000), ("P1DT1S", 86_401_000),
+     ("PT0.5S", 500), ("PT1H30M", 5_400_000)],  # fmt: skip
+)
+def test_durations(text: str, ms: int) -> None:
+    assert parse_duration_ms(text, "x") == ms
+
+
+def _topic() -> dict[str, Any]:
+    return {"Name": "t", "Subscriptions": [{"Name": "s"}]}
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda c: c["UserConfig"]["Namespaces"][0]["Topics"].append(_topic()), "Topics"),
+        (lambda c: c["UserConfig"]["Namespaces"][0]["Queues"][0]["Properties"].update(
+            RequiresSession=True), "RequiresSession"),
+        (lambda c: c["UserConfig"]["Namespaces"][0]["Queues"][0]["Properties"].update(
+            ForwardTo="other"), "ForwardTo"),
+        (lambda c: c["UserConfig"]["Namespaces"][0]["Queues"][0]["Properties"].update(
+            ForwardDeadLetteredMessagesTo="other"), "ForwardDeadLetteredMessagesTo"),
+        (lambda c: c["UserConfig"]["Namespaces"][0]["Queues"][0]["Properties"].update(
+            EnablePartitioning=True), "EnablePartitioning"),
+        (lambda c: c["UserConfig"]["Namespaces"][0]["Queues"][0]["Properties"].update(
+            LockDuration="soon"), "LockDuration"),
+        (lambda c: c["UserConfig"]["Namespaces"][0]["Queues"][0]["Properties"].update(
+            MaxDeliveryCount=0), "MaxDeliveryCount"),
+        (lambda c: c["UserConfig"]["Namespaces"][0].update(Name="other"), "sbemulatorns"),
+        (lambda c: c["UserConfig"]["Namespaces"][0]["Queues"].append(queue_entry("Q1")),
+         "defined twice"),
+        (lambda c: c["UserConfig"].pop("Logging"), "Logging"),
+        (lambda c: c["UserConfig"]["Namespaces"][0]["Queues"][0].update(Name="bad name!"),
+         "invalid queue name"),
+    ],
+    ids=["topics", "sessions", "forward-to", "forward-dlq", "unknown-property",
+         "bad-duration", "max-delivery-0", "namespace-name", "duplicate-queue", "no-logging",
+         "bad-name"],  # fmt: skip
+)
+def test_unsupported_or_invalid_config_is_refused(mutate: Any, message: str) -> None:
+    config = queue_config(queue_entry("q1"))
+    mutate(config)
+    with pytest.raises(ConfigError, match=message):
+        load_config(config=config)
+    with pytest.raises(ConfigError, match=message):
+        start_in_background(config=config)
+
+
+def test_short_durations_are_accepted_for_tests() -> None:
+    (queue,) = load_config(config=queue_config(queue_entry("q", LockDuration="PT1S",
+                                                           DuplicateDetectionHistoryTimeWindow="PT1S")))
+    assert queue.lock_duration_ms == 1000 and queue.duplicate_window_ms == 1000
+
+
+def test_unreadable_config_file(tmp_path: Path) -> None:
+    broken = tmp_path / "config.json"
+    broken.write_text("{not json", encoding="utf-8")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        load_config(broken)
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.json")
