@@ -37,6 +37,7 @@ resource deadLetterAlert 'Microsoft.Insights/metricAlerts@2018-03-01' = {
   name: alertName
   location: 'global'
   tags: tags
+  dependsOn: [actionGroup]
   properties: {
     description: 'Messages in the dead-letter queue of ${queueName}: read their DeadLetterReason (e.g. RequestHashMismatch) with `orders verify` or Service Bus Explorer.'
     severity: 2
@@ -68,7 +69,8 @@ resource deadLetterAlert 'Microsoft.Insights/metricAlerts@2018-03-01' = {
         }
       ]
     }
-    actions: notify ? [{ actionGroupId: actionGroup.id }] : []
+    // By id rather than actionGroup.id: the action group exists only when notify is true.
+    actions: notify ? [{ actionGroupId: resourceId('Microsoft.Insights/actionGroups', actionGroupName) }] : []
   }
 }
 
