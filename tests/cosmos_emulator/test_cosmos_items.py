@@ -120,6 +120,14 @@ def test_if_match_with_a_stale_etag_is_412(container: ContainerProxy) -> None:
     assert ok["v"] == 4
 
 
+def test_upsert_if_match_creates_a_missing_item(container: ContainerProxy) -> None:
+    """If-Match guards only the replace path of an upsert (as in Cosmos)."""
+    created = container.upsert_item(
+        {"id": "new", "pk": "a"}, etag='"whatever"', match_condition=MatchConditions.IfNotModified
+    )
+    assert created["id"] == "new"
+
+
 def test_if_none_match_on_read_is_304(
     cosmos_emulator: RunningCosmosEmulator, container: ContainerProxy
 ) -> None:
