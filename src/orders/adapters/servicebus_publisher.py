@@ -35,8 +35,20 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
 
 
 def order_message_body(order: OrderPlaced) -> bytes:
-    """The validated order as JSON numbers (what producers send and the consumer parses)."""
-    return json.dumps(order.canonical_payload(), separators=(",", ":")).encode("utf-8")
+    """The validated order as JSON with prices as exact decimal numbers.
+
+    Not `json.dumps` of floats (3 would arrive as 3.0) nor pydantic's JSON (decimals become
+    strings): the consumer stores the amounts exactly as they are written here.
+    """
+    lines = ",".join(
+        f'{{"sku":{json.dumps(line.sku)},"quantity":{line.quantity},'
+        f'"unitPrice":{format(line.unitPrice, "f")}}}'
+        for line in order.lines
+    )
+    return (
+        f'{{"orderId":{json.dumps(order.orderId)},"customerId":{json.dumps(order.customerId)},'
+        f'"currency":{json.dumps(str(order.currency))},"lines":[{lines}]}}'
+    ).encode()
 
 
 class ServiceBusOrderPublisher:

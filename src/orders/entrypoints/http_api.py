@@ -376,12 +376,19 @@ def install_problem_handlers(app: FastAPI) -> None:
             errors=field_errors(exc),
         )
 
-    async def unexpected_error(_: Request, exc: Exception) -> Response:
-        return failure_problem(exc)
+    async def unexpected_error(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        # A middleware, not an exception handler: Starlette re-raises after running a handler
+        # for `Exception`, which would log every answered failure twice.
+        try:
+            return await call_next(request)
+        except Exception as exc:
+            return failure_problem(exc)
 
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(RequestValidationError, validation_error)
-    app.add_exception_handler(Exception, unexpected_error)
+    app.middleware("http")(unexpected_error)
 
 
 def openapi_document(app: FastAPI) -> dict[str, Any]:
@@ -402,5 +409,16 @@ def openapi_document(app: FastAPI) -> dict[str, Any]:
     order_schema = OrderPlaced.model_json_schema(ref_template="#/components/schemas/{model}")
     schemas.update(order_schema.pop("$defs", {}))
     schemas["OrderPlaced"] = order_schema
+    # pydantic describes a Decimal as "number or any string"; the contract is a JSON number.
+    # JSON Schema cannot say "at most 15 digits, 4 after the point" of a number, so the limit
+    # is stated in words (a float `multipleOf` would be wrong: 3 * 0.0001 is not 0.0003).
+    schemas["OrderLine"]["properties"]["unitPrice"] = {
+        "type": "number",
+        "minimum": 0,
+        "maximum": 99999999999.9999,
+        "title": "Unit price",
+        "description": "Decimal >= 0, at most 15 significant digits and 4 after the point",
+        "examples": [1.25],
+    }
     app.openapi_schema = document
     return document

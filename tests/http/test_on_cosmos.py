@@ -1,0 +1,123 @@
+"""The API over the real Cosmos adapter on our emulator: the atomic create is the real lock.
+
+50 simultaneous requests with one key must publish exactly once; a crashed claim is taken over
+after its lease, and the stale claimant's completion is fenced off by the real ETag check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from azure.cosmos import PartitionKey
+from azure.cosmos.aio import ContainerProxy, CosmosClient
+from fakes import order_payload
+from http_support import LEASE_SECONDS, Api, api_over, new_order_id
+
+from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
+from orders.domain.idempotency import record_id
+
+CONCURRENT_REQUESTS = 50
+
+
+@pytest.fixture
+async def container(python_cosmos: Any) -> AsyncIterator[ContainerProxy]:
+    async with CosmosClient(python_cosmos.endpoint, credential=python_cosmos.key) as client:
+        database = await client.create_database_if_not_exists("http-api")
+        yield await database.create_container_if_not_exists(
+            id=f"idempotency-{uuid.uuid4().hex[:8]}",
+            partition_key=PartitionKey(path="/id"),
+            default_ttl=-1,
+        )
+
+
+@pytest.fixture
+async def api(container: ContainerProxy) -> AsyncIterator[Api]:
+    async for value in api_over(CosmosIdempotencyStore(container)):
+        yield value
+
+
+def classify(response: httpx.Response) -> str:
+    if response.status_code == 202:
+        return "replay" if response.headers.get("idempotent-replayed") == "true" else "first"
+    return str(response.status_code)
+
+
+async def test_fifty_simultaneous_requests_with_one_key_publish_once(api: Api) -> None:
+    order_id = new_order_id()
+    start = asyncio.Event()
+
+    async def one_request() -> httpx.Response:
+        await start.wait()
+        return await api.post(order_payload(order_id), key="same-key")
+
+    requests = [asyncio.create_task(one_request()) for _ in range(CONCURRENT_REQUESTS)]
+    start.set()
+    responses = await asyncio.gather(*requests)
+
+    kinds = [classify(response) for response in responses]
+    assert kinds.count("first") == 1
+    assert set(kinds) <= {"first", "replay", "409"}, kinds
+    assert [order.orderId for order in api.publisher.published] == [order_id]
+    for response in responses:
+        if response.status_code == 409:
+            assert response.headers["retry-after"] == "1"
+        else:
+            assert response.json()["orderId"] == order_id
+
+
+async def test_while_the_first_send_is_in_flight_every_other_request_gets_409(api: Api) -> None:
+    order_id = new_order_id()
+    api.publisher.hold()
+    first = asyncio.create_task(api.post(order_payload(order_id), key="held-key"))
+    await api.publisher.started.wait()
+
+    others = await asyncio.gather(
+        *(api.post(order_payload(order_id), key="held-key") for _ in range(CONCURRENT_REQUESTS - 1))
+    )
+    api.publisher.release()
+    replay = await api.post(order_payload(order_id), key="held-key")
+
+    assert [response.status_code for response in others] == [409] * (CONCURRENT_REQUESTS - 1)
+    assert classify(await first) == "first"
+    assert classify(replay) == "replay"
+    assert len(api.publisher.published) == 1
+
+
+async def test_crashed_claim_is_taken_over_and_the_stale_completion_is_fenced(
+    api: Api, container: ContainerProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a claimant stuck in its send past the lease (as good as crashed)
+    order_id = new_order_id()
+    api.publisher.hold()
+    stale = asyncio.create_task(api.post(order_payload(order_id), key="crash-key"))
+    await api.publisher.started.wait()
+    item_id = record_id("app:tests", "crash-key")
+    claimed = await container.read_item(item_id, partition_key=item_id)
+
+    # When a retry arrives after the lease ended, it takes over and publishes again
+    api.clock.advance(LEASE_SECONDS + 1)
+    takeover = asyncio.create_task(api.post(order_payload(order_id), key="crash-key"))
+    await api.publisher.wait_for_calls(2)
+    taken = await container.read_item(item_id, partition_key=item_id)
+    api.publisher.release()
+    stale_response, takeover_response = await asyncio.gather(stale, takeover)
+
+    # Then both answer 202; the record was completed once, by the new owner (If-Match fenced
+    # the stale claimant's replace: its ETag was the claim's, replaced by the takeover)
+    assert claimed["status"] == taken["status"] == "inProgress"
+    assert taken["_etag"] != claimed["_etag"]
+    assert taken["leaseExpiresAt"] > claimed["leaseExpiresAt"]
+    assert stale_response.status_code == takeover_response.status_code == 202
+    fenced = [r for r in caplog.records if "taken over before completion" in r.getMessage()]
+    assert len(fenced) == 1  # the stale replace got 412 from Cosmos
+    final = await container.read_item(item_id, partition_key=item_id)
+    assert final["status"] == "completed" and final["ttl"] > 0
+    assert final["response"]["body"]["orderId"] == order_id
+    assert [order.orderId for order in api.publisher.published] == [order_id, order_id]
+    replay = await api.post(order_payload(order_id), key="crash-key")
+    assert classify(replay) == "replay"
