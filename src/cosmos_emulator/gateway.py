@@ -15,6 +15,7 @@ from typing import Any
 
 from . import items
 from .auth import verify
+from .epk import effective_partition_key, in_range
 from .errors import CosmosError, bad_request, not_found, unsupported
 from .faults import FaultInjector, FaultRule
 from .http11 import Request, Response
@@ -504,9 +505,11 @@ class Gateway:
 
     def _candidates(self, request: Request, coll: Container) -> list[dict[str, Any]]:
         h = request.headers
-        if "x-ms-start-epk" in h or "x-ms-end-epk" in h:
-            raise unsupported("feed-range / effective-partition-key scoped requests")
         now = time.time()
+        if "x-ms-start-epk" in h or "x-ms-end-epk" in h:
+            return self._epk_candidates(
+                coll, h.get("x-ms-start-epk", ""), h.get("x-ms-end-epk", "FF"), now
+            )
         values = self._pk_values(request, coll, required=False)
         if values is None:
             return coll.live_items(None, now)
@@ -515,6 +518,18 @@ class Gateway:
         # A prefix of a hierarchical key: every partition that starts with it.
         prefix_len = len(values)
         return [d for d in coll.live_items(None, now) if coll.pk_from_doc(d)[:prefix_len] == values]
+
+    @staticmethod
+    def _epk_candidates(coll: Container, start: str, end: str, now: float) -> list[dict[str, Any]]:
+        definition = coll.props["partitionKey"]
+        if definition.get("version", 1) != 2:
+            raise unsupported("effective-partition-key ranges on hash V1 containers")
+        kind = definition.get("kind", "Hash")
+        return [
+            d
+            for d in coll.live_items(None, now)
+            if in_range(effective_partition_key(coll.pk_from_doc(d), kind), start, end)
+        ]
 
     def _read_feed(self, request: Request, coll: Container) -> Response:
         if request.headers.get("a-im"):
