@@ -43,7 +43,7 @@ resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
     tier: 'FlexConsumption'
   }
   properties: {
-    // Linux.
+    // Flex Consumption runs on Linux only.
     reserved: true
   }
 }
