@@ -4,10 +4,10 @@
 //
 //   principal        | Service Bus (queue)  | Cosmos DB (account)   | Storage (account) | App Insights
 //   function (app)   | Receiver + Sender    | Data Contributor      | Blob Data Owner   | Metrics Publisher
-//   deploying user   | Receiver + Sender    | Data Contributor      | -                 | Metrics Publisher
+//   deploying user   | Receiver + Sender    | Data Contributor      | -                 | -
 //
 // The function sends as well as receives because the HTTP API publishes orders. The user's grants
-// let `orders load` / `orders verify` (and their telemetry) run from a laptop after `azd up`.
+// let `orders load` / `orders verify` run from a laptop after `azd up`.
 param appPrincipalId string
 
 @description('Deploying user or CI principal; empty: no user grants.')
@@ -140,15 +140,5 @@ resource userCosmosDataContributor 'Microsoft.DocumentDB/databaseAccounts/sqlRol
     roleDefinitionId: '${cosmosAccount.id}/sqlRoleDefinitions/${cosmosDataContributor}'
     principalId: userPrincipalId
     scope: cosmosAccount.id
-  }
-}
-
-resource userMetricsPublisher 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (grantUser) {
-  name: guid(applicationInsights.id, userPrincipalId, monitoringMetricsPublisher)
-  scope: applicationInsights
-  properties: {
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', monitoringMetricsPublisher)
-    principalId: userPrincipalId
-    principalType: userPrincipalType
   }
 }

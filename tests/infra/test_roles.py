@@ -42,7 +42,6 @@ EXPECTED_RBAC = {
     ("app", "Monitoring Metrics Publisher", APP_INSIGHTS),
     ("user", "Service Bus Data Receiver", QUEUE),
     ("user", "Service Bus Data Sender", QUEUE),
-    ("user", "Monitoring Metrics Publisher", APP_INSIGHTS),
 }
 PRINCIPALS = {"appPrincipalId": "app", "userPrincipalId": "user"}
 
