@@ -6,7 +6,9 @@ import asyncio
 import base64
 import hashlib
 import json
+import sys
 import time
+import traceback
 import urllib.parse
 import uuid
 from collections import Counter
@@ -96,6 +98,11 @@ class Gateway:
             response = _error(err)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             response = _error(bad_request(f"The request body is not valid JSON: {exc}"))
+        except Exception as exc:  # an emulator bug: say so loudly rather than drop the socket
+            traceback.print_exc(file=sys.stderr)
+            response = _error(
+                CosmosError(500, "InternalServerError", f"cosmos-emulator bug: {exc!r}")
+            )
         headers = response.headers
         headers.setdefault("x-ms-activity-id", activity)
         headers.setdefault("x-ms-request-charge", "1")

@@ -98,3 +98,14 @@ def test_https_in_process() -> None:
         assert emu.url.startswith("https://")
         client = CosmosClient(emu.url, emu.key)
         assert client.create_database("d").read()["id"] == "d"
+
+
+async def test_https_with_the_aio_sdk() -> None:
+    from azure.cosmos.aio import CosmosClient as AioCosmosClient
+
+    with start_in_background(https=True) as emu:
+        async with AioCosmosClient(emu.url, emu.key) as client:
+            db = await client.create_database("d")
+            container = await db.create_container("c", PartitionKey("/pk"))
+            await container.create_item({"id": "1", "pk": "a"})
+            assert (await container.read_item("1", "a"))["id"] == "1"
