@@ -7,10 +7,11 @@ from typing import Any, cast
 
 import httpx
 import pytest
-from fakes import FakeIdempotencyStore, order_payload
-from http_support import LEASE_SECONDS, TTL_SECONDS, Api, new_order_id
+from fakes import FakeIdempotencyStore, FakeOrderReader, order_payload
+from http_support import LEASE_SECONDS, TTL_SECONDS, Api, new_order_id, runtime_over
 
 from orders.adapters.servicebus_publisher import order_message_body
+from orders.bootstrap import HttpRuntime
 from orders.domain.idempotency import IdempotencyRecord, RecordStatus, record_id
 from orders.domain.received import ReceivedOrderMessage
 from orders.exceptions import (
@@ -447,3 +448,37 @@ async def test_openapi_document_describes_the_key_header_and_the_body(api: Api) 
     )
     assert {"OrderPlaced", "OrderLine", "Problem"} <= set(document["components"]["schemas"])
     assert {"202", "400", "409", "413", "422", "503"} <= set(post["responses"])
+
+
+# --- hosted by the Functions worker ----------------------------------------------------------
+
+
+async def test_functions_host_hands_the_full_api_path_to_the_same_routes(api: Api) -> None:
+    # The host's routePrefix is `api` and AsgiMiddleware passes the whole URL path through.
+    import json
+
+    import azure.functions as func
+
+    from orders.entrypoints.http_api import create_app
+
+    async def factory() -> HttpRuntime:
+        return runtime_over(api.store, api.publisher, FakeOrderReader(api.order_store), api.clock)
+
+    host = func.AsgiFunctionApp(app=create_app(factory), http_auth_level=func.AuthLevel.FUNCTION)
+    [function] = [f for f in host.get_functions() if f.get_function_name() == "http_app_func"]
+    handler = function.get_user_function()
+    order_id = new_order_id()
+    request = func.HttpRequest(
+        method="POST",
+        url="https://orders.azurewebsites.net/api/orders?code=function-key",
+        headers={"Idempotency-Key": "hosted", "Content-Type": "application/json"},
+        body=json.dumps(order_payload(order_id)).encode(),
+    )
+
+    first = await handler(request, None)
+    replay = await handler(request, None)
+
+    assert first.status_code == 202
+    assert json.loads(first.get_body())["location"] == f"/api/orders/{order_id}"
+    assert replay.status_code == 202 and replay.headers["Idempotent-Replayed"] == "true"
+    assert [order.orderId for order in api.publisher.published] == [order_id]

@@ -1,0 +1,164 @@
+"""End to end: `orders serve` (a real uvicorn process) -> our Service Bus emulator -> the worker
+-> our Cosmos emulator, driven over HTTP like a client would.
+
+POST is accepted (202), GET says "accepted" while the order waits in the queue, the worker
+stores it, GET shows it; the client's retry is a replay and publishes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fakes import order_payload
+from servers import free_port, stop_process, wait_for_port
+
+from orders.adapters.servicebus_worker import WorkerOptions, WorkerStats, run_worker
+from orders.settings import Settings
+
+pytestmark = pytest.mark.slow
+
+
+def queue_config(queue: str) -> dict[str, Any]:
+    properties = {
+        "DeadLetteringOnMessageExpiration": False,
+        "DefaultMessageTimeToLive": "PT1H",
+        "DuplicateDetectionHistoryTimeWindow": "PT5S",
+        "LockDuration": "PT5S",
+        "MaxDeliveryCount": 3,
+        "RequiresDuplicateDetection": True,
+        "RequiresSession": False,
+    }
+    return {
+        "UserConfig": {
+            "Namespaces": [
+                {
+                    "Name": "sbemulatorns",
+                    "Queues": [{"Name": queue, "Properties": properties}],
+                    "Topics": [],
+                }
+            ],
+            "Logging": {"Type": "Console"},
+        }
+    }
+
+
+@pytest.fixture
+def environment(python_cosmos: Any) -> Iterator[dict[str, str]]:
+    from servicebus_emulator import start_in_background
+
+    queue = f"orders-{uuid.uuid4().hex[:8]}"
+    servicebus = start_in_background(config=queue_config(queue))
+    try:
+        yield {
+            "COSMOS_ENDPOINT": python_cosmos.endpoint,
+            "COSMOS_KEY": python_cosmos.key,
+            "COSMOS_DATABASE": f"e2e-{uuid.uuid4().hex[:8]}",
+            "ORDERS_QUEUE": queue,
+            "ServiceBusConnection": servicebus.connection_string,
+            "IDEMPOTENCY_TTL_SECONDS": "600",
+        }
+    finally:
+        servicebus.stop()
+
+
+@pytest.fixture
+def served_url(environment: dict[str, str], tmp_path: Path) -> Iterator[str]:
+    """`orders serve` on a free port, as a user starts it; its log goes to a file."""
+    port = free_port()
+    with (tmp_path / "serve.log").open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "orders.cli", "serve", "--port", str(port)],
+            env={**os.environ, **environment},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_for_port(port, process)
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            stop_process(process)
+
+
+@pytest.fixture
+async def api(served_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=served_url, timeout=30) as client:
+        yield client
+
+
+class RunningWorker:
+    def __init__(self, settings: Settings) -> None:
+        self.stop = asyncio.Event()
+        options = WorkerOptions(concurrency=2, prefetch=0, receive_wait_seconds=0.5)
+        self.task: asyncio.Task[WorkerStats] = asyncio.create_task(
+            run_worker(settings, options, self.stop)
+        )
+
+    async def stopped(self) -> WorkerStats:
+        self.stop.set()
+        return await asyncio.wait_for(self.task, timeout=30)
+
+
+async def poll_until_stored(client: httpx.AsyncClient, location: str) -> httpx.Response:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        response = await client.get(location)
+        if response.status_code != 202:
+            return response
+        await asyncio.sleep(0.1)  # polling a queue we do not control, bounded by the deadline
+    raise TimeoutError(f"{location} still 'accepted' after 30 s")
+
+
+async def test_post_is_queued_stored_by_the_worker_and_replayed_on_retry(
+    api: httpx.AsyncClient, environment: dict[str, str]
+) -> None:
+    order_id = f"o-{uuid.uuid4().hex[:10]}"
+    headers = {"Idempotency-Key": f"client-{uuid.uuid4()}"}
+
+    placed = await api.post("/api/orders", json=order_payload(order_id), headers=headers)
+    location = placed.headers["location"]
+    queued = await api.get(location)
+    worker = RunningWorker(Settings.from_env(environment))
+    try:
+        stored = await poll_until_stored(api, location)
+        retried = await api.post("/api/orders", json=order_payload(order_id), headers=headers)
+        reused = await api.post(
+            "/api/orders", json=order_payload(order_id, currency="USD"), headers=headers
+        )
+    finally:
+        stats = await worker.stopped()
+
+    assert placed.status_code == 202 and placed.json()["orderId"] == order_id
+    assert queued.status_code == 202 and queued.json()["status"] == "accepted"
+    assert stored.status_code == 200, stored.text
+    assert stored.json()["status"] == "placed"
+    assert stored.json()["totalAmount"] == "5.50"
+    assert [line["sku"] for line in stored.json()["lines"]] == ["sku-apple", "sku-pear"]
+    assert retried.status_code == 202
+    assert retried.headers["idempotent-replayed"] == "true"
+    assert retried.json() == placed.json()
+    assert reused.status_code == 422
+    assert reused.headers["content-type"] == "application/problem+json"
+    # One message reached the queue: the replay and the 422 published nothing.
+    assert stats.received == 1 and stats.settled == 1
+
+
+async def test_the_served_openapi_document_and_problem_answers(api: httpx.AsyncClient) -> None:
+    document = await api.get("/api/openapi.json")
+    missing_key = await api.post("/api/orders", json=order_payload("o-x"))
+    unknown = await api.get(f"/api/orders/o-{uuid.uuid4().hex}")
+
+    assert document.status_code == 200 and "/api/orders" in document.json()["paths"]
+    assert missing_key.status_code == 400
+    assert missing_key.json()["type"] == "urn:orders:problem:missing-idempotency-key"
+    assert unknown.status_code == 404
+    assert unknown.headers["content-type"] == "application/problem+json"
