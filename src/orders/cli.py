@@ -54,14 +54,14 @@ def worker(
 ) -> None:
     """Competing consumer: process the orders queue until SIGTERM / SIGINT."""
     from orders.adapters.servicebus_worker import WorkerOptions
-    from orders.entrypoints.worker import run_worker_process
+    from orders.entrypoints.worker import run_until_signalled
 
     configure_logging()
     settings = settings_or_exit()
     options = WorkerOptions(
         concurrency=concurrency, prefetch=prefetch, shutdown_grace_seconds=grace
     )
-    run_worker_process(settings, options)
+    run_until_signalled(settings, options)
 
 
 def progress_bar(total: int) -> Progress:

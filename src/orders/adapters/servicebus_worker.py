@@ -22,9 +22,10 @@ from orders.adapters.servicebus import (
     create_servicebus_client,
     to_received_order_message,
 )
-from orders.bootstrap import build_consumer_runtime
+from orders.bootstrap import ConsumerRuntime, build_consumer_runtime
 from orders.domain.outcomes import Decision
-from orders.service.consumer import OrderConsumer, settle
+from orders.service.consumer import settle
+from orders.service.ports import MessageHandler
 from orders.settings import Settings
 
 logger = logging.getLogger("orders.worker")
@@ -49,7 +50,7 @@ class WorkerStats:
 class Worker:
     def __init__(
         self,
-        consumer: OrderConsumer,
+        consumer: MessageHandler,
         receiver: ServiceBusReceiver,
         renewer: AutoLockRenewer,
         options: WorkerOptions,
@@ -137,6 +138,7 @@ async def run_worker(
     stop: asyncio.Event,
     *,
     after_decision: Callable[[Decision], None] | None = None,
+    handler: Callable[[ConsumerRuntime], MessageHandler] = lambda runtime: runtime.consumer,
 ) -> WorkerStats:
     settings.require_servicebus()
     runtime = await build_consumer_runtime(settings)
@@ -149,7 +151,7 @@ async def run_worker(
                 prefetch_count=options.prefetch,
             )
             async with receiver:
-                worker = Worker(runtime.consumer, receiver, renewer, options, after_decision)
+                worker = Worker(handler(runtime), receiver, renewer, options, after_decision)
                 logger.info(
                     "worker receiving from %s (concurrency %d, prefetch %d)",
                     settings.orders_queue,

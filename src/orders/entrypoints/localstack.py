@@ -116,7 +116,7 @@ class LocalStack:
     cosmos_endpoint: str = ""
     _worker_count: int = 0
 
-    def _spawn(
+    def spawn(
         self, name: str, args: list[str], env: Mapping[str, str] | None = None
     ) -> ManagedProcess:
         log_path = self.workdir / f"{name}.log"
@@ -136,12 +136,12 @@ class LocalStack:
     def start_emulators(self) -> None:
         config_path = self.workdir / "servicebus-config.json"
         config_path.write_text(json.dumps(self.queue.config(), indent=2))
-        servicebus = self._spawn(
+        servicebus = self.spawn(
             "servicebus-emulator",
             ["-m", "servicebus_emulator", "--host", "127.0.0.1", "--port", "0",
              "--config", str(config_path)],
         )  # fmt: skip
-        cosmos = self._spawn(
+        cosmos = self.spawn(
             "cosmos-emulator", ["-m", "cosmos_emulator", "--host", "127.0.0.1", "--port", "0"]
         )
         host, port = _wait_for_line(servicebus, SERVICEBUS_READY).groups()
@@ -173,7 +173,7 @@ class LocalStack:
         extra_env: Mapping[str, str] | None = None,
     ) -> ManagedProcess:
         self._worker_count += 1
-        return self._spawn(
+        return self.spawn(
             f"worker-{self._worker_count}",
             ["-m", "orders", "worker", "--concurrency", str(concurrency),
              "--prefetch", str(prefetch)],

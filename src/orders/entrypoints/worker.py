@@ -13,7 +13,9 @@ import signal
 from collections.abc import Callable
 
 from orders.adapters.servicebus_worker import WorkerOptions, WorkerStats, run_worker
+from orders.bootstrap import ConsumerRuntime
 from orders.domain.outcomes import Decision, Outcome
+from orders.service.ports import MessageHandler
 from orders.settings import Settings
 
 logger = logging.getLogger("orders.worker")
@@ -39,7 +41,12 @@ def crash_hook_from_env(env: dict[str, str] | None = None) -> Callable[[Decision
     return crash_after_write
 
 
-def run_worker_process(settings: Settings, options: WorkerOptions) -> WorkerStats:
+def run_until_signalled(
+    settings: Settings,
+    options: WorkerOptions,
+    *,
+    handler: Callable[[ConsumerRuntime], MessageHandler] | None = None,
+) -> WorkerStats:
     """Run until SIGTERM or SIGINT; returns after a graceful stop."""
 
     async def main() -> WorkerStats:
@@ -47,6 +54,9 @@ def run_worker_process(settings: Settings, options: WorkerOptions) -> WorkerStat
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
-        return await run_worker(settings, options, stop, after_decision=crash_hook_from_env())
+        crash_hook = crash_hook_from_env()
+        if handler is None:
+            return await run_worker(settings, options, stop, after_decision=crash_hook)
+        return await run_worker(settings, options, stop, after_decision=crash_hook, handler=handler)
 
     return asyncio.run(main())

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from orders.domain.documents import OrderRecord, OrderWrite
+from orders.domain.outcomes import Decision
+from orders.domain.received import ReceivedOrderMessage
 
 
 class OrderStore(Protocol):
@@ -30,3 +32,9 @@ class MessageSettler(Protocol):
     async def abandon(self) -> None: ...
 
     async def dead_letter(self, *, reason: str, description: str) -> None: ...
+
+
+class MessageHandler(Protocol):
+    """Decides (and performs the store effect) for one message; `OrderConsumer` is the one."""
+
+    async def handle(self, message: ReceivedOrderMessage) -> Decision: ...

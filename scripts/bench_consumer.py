@@ -1,0 +1,136 @@
+"""End-to-end consumer throughput on the embedded local stack (prints numbers, asserts nothing).
+
+For 1, 2 and 4 worker processes, with 0% and ~30% duplicates, a backlog of orders is sent
+first, then the workers drain it; orders/s = messages settled / time from the first worker
+ready to an empty queue. The same runs with a naive consumer (upsert the documents, complete,
+no validation of duplicates) give the idempotency overhead as a ratio from one run.
+
+    python scripts/bench_consumer.py [--orders 400] [--workers 1 2 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import re
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from orders.adapters.servicebus import create_servicebus_client
+from orders.adapters.servicebus_load import count_active_messages
+from orders.bootstrap import ConsumerRuntime, prepare_local_cosmos, send_load
+from orders.domain.documents import build_order_write
+from orders.domain.load_plan import LoadMix, SendKind, plan_load
+from orders.domain.messages import parse_order
+from orders.domain.outcomes import Decision, Outcome, Settlement
+from orders.domain.received import ReceivedOrderMessage
+from orders.entrypoints.localstack import LocalStack, QueueOptions, local_stack
+
+DUPLICATE_MIX = LoadMix(
+    producer_retries=0.0, late_duplicates=0.15, concurrent_duplicates=0.15, conflicts=0, poison=0
+)
+NO_DUPLICATES = LoadMix(0, 0, 0, 0, 0)
+READY = re.compile(r"worker receiving from")
+
+
+class NaiveConsumer:
+    """The baseline: plain writes, no duplicate check, every message completed."""
+
+    def __init__(self, runtime: ConsumerRuntime) -> None:
+        from orders.adapters.cosmos_client import orders_container
+
+        self._container = orders_container(runtime.cosmos_client, runtime.settings)
+
+    async def handle(self, message: ReceivedOrderMessage) -> Decision:
+        from datetime import UTC, datetime
+
+        order = parse_order(message.body)
+        write = build_order_write(
+            order, request_hash="", message_id=order.orderId, processed_at=datetime.now(UTC)
+        )
+        operations: list[tuple[str, tuple[Any, ...]]] = [
+            ("upsert", (doc,)) for doc in write.documents
+        ]
+        await self._container.execute_item_batch(operations, partition_key=order.orderId)
+        return Decision(Outcome.PROCESSED, Settlement.COMPLETE, order.orderId)
+
+
+def naive_worker() -> None:
+    from orders.adapters.servicebus_worker import WorkerOptions
+    from orders.entrypoints.worker import run_until_signalled
+    from orders.settings import Settings
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    logging.getLogger("azure").setLevel(logging.WARNING)
+    run_until_signalled(Settings.from_env(), WorkerOptions(), handler=NaiveConsumer)
+
+
+def queue_empty(stack: LocalStack) -> bool:
+    async def count() -> int:
+        async with create_servicebus_client(stack.settings()) as client:
+            return await count_active_messages(client, stack.queue.name)
+
+    return asyncio.run(count()) == 0
+
+
+def one_run(orders: int, workers: int, mix: LoadMix, naive: bool) -> tuple[float, int]:
+    queue = QueueOptions(duplicate_window_seconds=2)
+    with local_stack(queue) as stack:
+        asyncio.run(prepare_local_cosmos(stack.settings()))
+        plan = plan_load(orders, mix, seed=1, run_id=f"bench{uuid.uuid4().hex[:6]}")
+        asyncio.run(send_load(stack.settings(), plan, duplicate_window_seconds=2))
+        delivered = sum(1 for s in plan.sends if s.kind is not SendKind.PRODUCER_RETRY)
+        started = []
+        for _ in range(workers):
+            if naive:
+                started.append(
+                    stack.spawn(
+                        f"worker-naive-{len(started)}",
+                        [str(Path(__file__).resolve()), "naive-worker"],
+                        env=stack.environment(),
+                    )
+                )
+            else:
+                started.append(stack.start_worker())
+        while not any(READY.search(w.log()) for w in started):
+            time.sleep(0.01)
+        began = time.perf_counter()
+        while not queue_empty(stack):
+            time.sleep(0.05)
+        elapsed = time.perf_counter() - began
+        stack.stop_workers()
+        for worker in started:
+            worker.stop()
+    return delivered / elapsed, delivered
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("mode", nargs="?", default="bench", choices=["bench", "naive-worker"])
+    parser.add_argument("--orders", type=int, default=400)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    args = parser.parse_args()
+    if args.mode == "naive-worker":
+        naive_worker()
+        return
+    header = ("workers", "duplicates", "idempotent msg/s", "naive msg/s", "ratio")
+    print("{:>7} {:>10} {:>17} {:>12} {:>6}".format(*header))
+    for workers in args.workers:
+        for label, mix in (("0%", NO_DUPLICATES), ("30%", DUPLICATE_MIX)):
+            idempotent, _ = one_run(args.orders, workers, mix, naive=False)
+            naive, _ = one_run(args.orders, workers, mix, naive=True)
+            print(
+                f"{workers:>7} {label:>10} {idempotent:>17.0f} {naive:>12.0f} "
+                f"{idempotent / naive:>6.2f}",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()

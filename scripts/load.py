@@ -1,0 +1,10 @@
+"""Thin wrapper: `python scripts/load.py ...` is `orders load ...` (sends orders with duplicates)."""
+
+from __future__ import annotations
+
+import sys
+
+from orders.cli import app
+
+if __name__ == "__main__":
+    sys.exit(app(["load", *sys.argv[1:]]))
