@@ -165,23 +165,20 @@ class Session:
     def send_transfer(self, handle: int, delivery_id: int, tag: bytes, settled: bool,
                       payload: bytes) -> None:  # fmt: skip
         conn = self.connection
-        fields = [UInt(handle), UInt(delivery_id), tag, UInt(0), settled]
-        body = F.described_list(F.TRANSFER, fields)
-        room = conn.remote_max_frame_size - 8 - len(body) - 2  # 2: the `more` flag
-        if len(payload) <= room + 2:
-            conn.write(_frame_head.pack(8 + len(body) + len(payload), 2, 0, self.channel)
-                       + body + payload)  # fmt: skip
+        head = F.transfer_head(self.channel, handle, delivery_id, tag, settled, None,
+                               len(payload))  # fmt: skip
+        if len(head) + len(payload) <= conn.remote_max_frame_size:
+            conn.write(head + payload)
             self.next_outgoing_id += 1
             self.remote_incoming_window -= 1
             return
-        more_body = F.described_list(F.TRANSFER, [*fields, True])
-        last_body = F.described_list(F.TRANSFER, [*fields, False])
-        room = max(conn.remote_max_frame_size - 8 - len(more_body), 1)
+        # Larger than the peer's frame size: split, `more` set on all but the last frame.
+        room = max(conn.remote_max_frame_size - len(head) - 1, 1)
         for start in range(0, len(payload), room):
             chunk = payload[start : start + room]
-            head = last_body if start + room >= len(payload) else more_body
-            conn.write(_frame_head.pack(8 + len(head) + len(chunk), 2, 0, self.channel)
-                       + head + chunk)  # fmt: skip
+            more = start + room < len(payload)
+            conn.write(F.transfer_head(self.channel, handle, delivery_id, tag, settled, more,
+                                       len(chunk)) + chunk)  # fmt: skip
             self.next_outgoing_id += 1
             self.remote_incoming_window -= 1
 
@@ -203,6 +200,7 @@ class AmqpConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._buf = bytearray()
         self._wbuf: list[bytes] = []
+        self._handling = False
         self._phase = "header"  # header -> sasl -> header -> open -> amqp -> closed
         self._sasl_done = False
         self.remote_max_frame_size = 512
@@ -239,7 +237,9 @@ class AmqpConnection(asyncio.Protocol):
         # a half-received transfer was never accepted, so dropping it loses nothing.
 
     def write(self, data: bytes) -> None:
-        if not self._wbuf:
+        # Frames written while handling input are flushed when that input is done; writes
+        # triggered from elsewhere (another connection's send, a timer) flush on the next turn.
+        if not self._wbuf and not self._handling:
             asyncio.get_running_loop().call_soon(self._flush)
         self._wbuf.append(data)
 
@@ -270,6 +270,7 @@ class AmqpConnection(asyncio.Protocol):
         if self._phase == "closed":
             return
         self._buf += data
+        self._handling = True
         try:
             self._process()
         except ProtocolError as exc:
@@ -279,6 +280,9 @@ class AmqpConnection(asyncio.Protocol):
         except Exception as exc:  # a bug must cost one connection, never the broker
             _LOG.exception("internal error on connection %s", self.peer)
             self.close_with_error("amqp:internal-error", f"emulator error: {exc!r}")
+        finally:
+            self._handling = False
+            self._flush()
 
     def _process(self) -> None:
         buf = self._buf

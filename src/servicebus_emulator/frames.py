@@ -93,6 +93,35 @@ def described_list(code: int, fields: list[Any]) -> bytes:
     return bytes(out)
 
 
+def uint_bytes(value: int) -> bytes:
+    """Compact AMQP uint encoding (the hot-path twin of codec's UInt encoder)."""
+    if value == 0:
+        return b"\x43"
+    if value < 256:
+        return bytes((0x52, value))
+    return b"\x70" + value.to_bytes(4, "big")
+
+
+_SETTLED = {True: b"\x41", False: b"\x42"}
+
+
+def transfer_head(channel: int, handle: int, delivery_id: int, tag: bytes, settled: bool,
+                  more: bool | None, payload_size: int) -> bytes:  # fmt: skip
+    """Frame header and transfer performative for a payload of `payload_size` bytes.
+
+    Built by hand because it runs once per delivered message; equivalent to
+    performative_frame(channel, TRANSFER, [handle, delivery_id, tag, 0, settled, more]).
+    """
+    items = (uint_bytes(handle) + uint_bytes(delivery_id) + bytes((0xA0, len(tag))) + tag
+             + b"\x43" + _SETTLED[settled])  # fmt: skip
+    count = 5
+    if more is not None:
+        items += _SETTLED[more]
+        count = 6
+    body = b"\x00\x53\x14\xc0" + bytes((len(items) + 1, count)) + items
+    return _frame_head.pack(8 + len(body) + payload_size, 2, FRAME_AMQP, channel) + body
+
+
 def frame(channel: int, body: bytes, frame_type: int = FRAME_AMQP) -> bytes:
     return _frame_head.pack(8 + len(body), 2, frame_type, channel) + body
 

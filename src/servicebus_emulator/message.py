@@ -21,7 +21,7 @@ from .codec import (
     encode_value,
     skip_value,
 )
-from .frames import descriptor_code
+from .frames import descriptor_code, uint_bytes
 
 HEADER, DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS, PROPERTIES = 0x70, 0x71, 0x72, 0x73
 APPLICATION_PROPERTIES, DATA, SEQUENCE, VALUE, FOOTER = 0x74, 0x75, 0x76, 0x77, 0x78
@@ -264,10 +264,16 @@ class StoredMessage:
         self._rebuild_bare()
 
     def _header(self, out: bytearray) -> None:
-        fields: list[Any] = [self.durable, self.priority, UInt(self.ttl_ms) if self.ttl_ms <
-                             2**32 else None, None, UInt(self.delivery_count)]  # fmt: skip
-        out += b"\x00\x53\x70"
-        encode_value(out, fields)
+        # [durable, priority, ttl, first-acquirer, delivery-count], built by hand (hot path).
+        items = bytearray(b"\x40" if self.durable is None else b"\x41" if self.durable else b"\x42")
+        items += b"\x40" if self.priority is None else bytes((0x50, self.priority & 0xFF))
+        items += uint_bytes(self.ttl_ms) if self.ttl_ms < 2**32 else b"\x40"
+        items += b"\x40"
+        items += uint_bytes(self.delivery_count)
+        out += b"\x00\x53\x70\xc0"
+        out.append(len(items) + 1)
+        out.append(5)
+        out += items
 
     def _annotations(self, out: bytearray, lock: bool) -> None:
         body = bytearray(self.annotations_raw)
@@ -293,9 +299,3 @@ class StoredMessage:
         self._annotations(out, lock)
         out += self.bare
         return bytes(out)
-
-
-def encode_annotation_value(value: Any) -> bytes:
-    out = bytearray()
-    encode_value(out, Timestamp(value) if isinstance(value, int) else value)
-    return bytes(out)

@@ -7,6 +7,7 @@ from the broker's clock in milliseconds since the epoch (the unit of AMQP timest
 from __future__ import annotations
 
 import heapq
+import random
 import uuid
 from collections import deque
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from .message import (
 MAX_DELIVERY_REASON = "MaxDeliveryCountExceeded"
 TTL_REASON = "TTLExpiredException"
 _NEVER = 2**62
+_random_bits = random.Random().getrandbits
 
 
 class LockLostError(Exception):
@@ -170,7 +172,8 @@ class Queue:
             self._pumping = False
 
     def lock(self, msg: StoredMessage, owner: Any) -> uuid.UUID:
-        token = uuid.uuid4()
+        # A version-4 UUID without uuid4()'s urandom syscall: tokens only need to be unique.
+        token = uuid.UUID(int=_random_bits(128), version=4)
         msg.state = LOCKED
         msg.lock_token = token
         msg.lock_owner = owner
