@@ -131,6 +131,8 @@ class _Parser:
         self._refuse_unsupported_keyword()
         if not self._is("EOF"):
             self._error("unexpected token")
+        if top is not None and offset is not None:
+            raise bad_request("TOP and OFFSET LIMIT cannot be used in the same query.")
         return Query(select, alias, distinct, top, where, tuple(order_by), offset, limit)
 
     def _count_operand(self, clause: str) -> Expr:

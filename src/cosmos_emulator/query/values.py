@@ -54,8 +54,17 @@ def equals(a: Any, b: Any) -> Any:
     """`=`: undefined when either side is undefined, false across types."""
     if a is UNDEFINED or b is UNDEFINED:
         return UNDEFINED
+    return deep_equal(a, b)
+
+
+def deep_equal(a: Any, b: Any) -> bool:
+    """JSON equality without Python's `1 == True` (Cosmos never equates a bool and a number)."""
     if not same_kind(a, b):
         return False
+    if isinstance(a, list):
+        return len(a) == len(b) and all(deep_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(deep_equal(a[k], b[k]) for k in a)
     return bool(a == b)
 
 
