@@ -4,21 +4,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 from servers import (
     WELL_KNOWN_COSMOS_KEY,
+    CosmosServer,
     vercel_cosmos_server,
     vercel_server_unavailable_reason,
 )
-
-
-@dataclass(frozen=True)
-class CosmosServer:
-    name: str
-    endpoint: str
-    key: str
 
 
 def skip_or_fail(reason: str) -> None:

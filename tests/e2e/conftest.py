@@ -3,21 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import re
-import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from e2e_support import FAST_QUEUE
 
-from orders.bootstrap import prepare_local_cosmos, send_load
-from orders.domain.load_plan import LoadMix, LoadPlan, plan_load
-from orders.entrypoints.localstack import LocalStack, ManagedProcess, QueueOptions, local_stack
-
-# Short locks and window so crashes and late duplicates play out in seconds.
-FAST_QUEUE = QueueOptions(duplicate_window_seconds=2, lock_seconds=3, max_delivery_count=10)
-NO_DUPLICATES = LoadMix(0, 0, 0, 0, 0)
+from orders.bootstrap import prepare_local_cosmos
+from orders.entrypoints.localstack import LocalStack, local_stack
 
 
 @pytest.fixture
@@ -26,38 +19,3 @@ def stack(tmp_path: Path) -> Iterator[LocalStack]:
         asyncio.run(prepare_local_cosmos(running.settings()))
         yield running
     assert not [p.name for p in running.processes if p.running], "processes left running"
-
-
-def new_plan(orders: int, mix: LoadMix = NO_DUPLICATES, seed: int = 1) -> LoadPlan:
-    return plan_load(orders, mix, seed=seed, run_id=f"e2e{uuid.uuid4().hex[:8]}")
-
-
-def send(stack: LocalStack, plan: LoadPlan) -> None:
-    asyncio.run(
-        send_load(
-            stack.settings(),
-            plan,
-            duplicate_window_seconds=stack.queue.duplicate_window_seconds,
-        )
-    )
-
-
-def wait_for_log(process: ManagedProcess, pattern: str, within: float = 60.0) -> re.Match[str]:
-    """Poll a worker's log for a line, with a deadline."""
-    compiled = re.compile(pattern)
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        match = compiled.search(process.log())
-        if match:
-            return match
-        time.sleep(0.1)
-    raise AssertionError(f"{process.name} never logged {pattern!r}:\n{process.log()[-3000:]}")
-
-
-def poll_until(condition: Callable[[], bool], within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")

@@ -13,7 +13,7 @@ import threading
 
 import httpx
 import pytest
-from conftest import new_plan, poll_until, send, wait_for_log
+from e2e_support import new_plan, poll_until, send, wait_for_log
 
 from orders.adapters.servicebus import create_servicebus_client
 from orders.adapters.servicebus_load import count_active_messages

@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import poll_until
+from e2e_support import poll_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

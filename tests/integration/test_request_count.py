@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from azure.cosmos import PartitionKey
 from azure.cosmos.aio import CosmosClient
-from conftest import CosmosServer
 from fakes import new_write
+from servers import CosmosServer
 
 from orders.adapters.cosmos_store import CosmosOrderStore
 from orders.exceptions import OrderAlreadyExistsError

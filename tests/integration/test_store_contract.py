@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from azure.cosmos import PartitionKey
 from azure.cosmos.aio import ContainerProxy, CosmosClient
-from conftest import CosmosServer
 from fakes import FakeOrderStore, new_write
+from servers import CosmosServer
 
 from orders.adapters.cosmos_store import CosmosOrderStore
 from orders.domain.messages import MAX_LINES_PER_ORDER
