@@ -220,7 +220,12 @@ def demo(
     if result.processes_left_running:
         err.print(f"[red]left running:[/red] {result.processes_left_running}")
     if as_json:
-        summary = {**report.to_json(), "consumer_outcomes": outcomes, "seconds": result.seconds}
+        summary = {
+            **report.to_json(),
+            "consumer_outcomes": outcomes,
+            "worker_exit_codes": result.worker_exit_codes,
+            "seconds": round(result.seconds, 1),
+        }
         print(json.dumps(summary))
     raise typer.Exit(0 if report.ok and not result.processes_left_running else 1)
 

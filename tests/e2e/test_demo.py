@@ -49,6 +49,7 @@ def test_demo_prints_an_ok_verify_report_and_leaves_no_process_behind() -> None:
     outcomes = report["consumer_outcomes"]
     assert outcomes["processed"] == 80
     assert outcomes["duplicate"] >= report["sends_by_kind"]["late_duplicate"]
+    assert report["worker_exit_codes"] == [0, 0]  # SIGTERM: drained and exited cleanly
     assert processes_tagged(tag) == []
 
 
