@@ -29,22 +29,29 @@ REPO = Path(__file__).resolve().parents[1]
 QUEUE = "bench"
 CONFIG = {
     "UserConfig": {
-        "Namespaces": [{
-            "Name": "sbemulatorns",
-            "Queues": [{"Name": QUEUE, "Properties": {
-                "DeadLetteringOnMessageExpiration": True,
-                "DefaultMessageTimeToLive": "PT1H",
-                "DuplicateDetectionHistoryTimeWindow": "PT1M",
-                "LockDuration": "PT1M",
-                "MaxDeliveryCount": 10,
-                "RequiresDuplicateDetection": True,
-                "RequiresSession": False,
-            }}],
-            "Topics": [],
-        }],
+        "Namespaces": [
+            {
+                "Name": "sbemulatorns",
+                "Queues": [
+                    {
+                        "Name": QUEUE,
+                        "Properties": {
+                            "DeadLetteringOnMessageExpiration": True,
+                            "DefaultMessageTimeToLive": "PT1H",
+                            "DuplicateDetectionHistoryTimeWindow": "PT1M",
+                            "LockDuration": "PT1M",
+                            "MaxDeliveryCount": 10,
+                            "RequiresDuplicateDetection": True,
+                            "RequiresSession": False,
+                        },
+                    }
+                ],
+                "Topics": [],
+            }
+        ],
         "Logging": {"Type": "Console"},
     }
-}  # fmt: skip
+}
 
 
 def _cpu_seconds_of(pid: int) -> tuple[float, float]:
@@ -62,8 +69,10 @@ def _self_cpu() -> float:
 def _sender(conn_str: str, count: int, prefix: str, barrier: Barrier, out: Any) -> None:
     from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
-    with ServiceBusClient.from_connection_string(conn_str) as client, \
-            client.get_queue_sender(QUEUE) as sender:  # fmt: skip
+    with (
+        ServiceBusClient.from_connection_string(conn_str) as client,
+        client.get_queue_sender(QUEUE) as sender,
+    ):
         sender.send_messages(ServiceBusMessage("warm-up", message_id=f"{prefix}-warm"))
         barrier.wait()
         cpu = _self_cpu()
@@ -76,8 +85,10 @@ def _sender(conn_str: str, count: int, prefix: str, barrier: Barrier, out: Any) 
 def _receiver(conn_str: str, barrier: Barrier, out: Any) -> None:
     from azure.servicebus import ServiceBusClient
 
-    with ServiceBusClient.from_connection_string(conn_str) as client, \
-            client.get_queue_receiver(QUEUE, prefetch_count=20) as receiver:  # fmt: skip
+    with (
+        ServiceBusClient.from_connection_string(conn_str) as client,
+        client.get_queue_receiver(QUEUE, prefetch_count=20) as receiver,
+    ):
         barrier.wait()
         cpu = _self_cpu()
         done = 0
@@ -93,16 +104,22 @@ def _receiver(conn_str: str, barrier: Barrier, out: Any) -> None:
         out.put(("receive", done, _self_cpu() - cpu))
 
 
-def _phase(kind: str, conn_str: str, clients: int, total: int, emulator_pid: int
-           ) -> dict[str, float]:  # fmt: skip
+def _phase(
+    kind: str, conn_str: str, clients: int, total: int, emulator_pid: int
+) -> dict[str, float]:
     ctx = mp.get_context("fork")
     barrier = ctx.Barrier(clients + 1)
     out = ctx.Queue()
     procs = []
     for n in range(clients):
         if kind == "send":
-            args: tuple[Any, ...] = (conn_str, total // clients, f"c{n}-{time.time_ns()}",
-                                     barrier, out)  # fmt: skip
+            args: tuple[Any, ...] = (
+                conn_str,
+                total // clients,
+                f"c{n}-{time.time_ns()}",
+                barrier,
+                out,
+            )
             procs.append(ctx.Process(target=_sender, args=args))
         else:
             procs.append(ctx.Process(target=_receiver, args=(conn_str, barrier, out)))
@@ -144,8 +161,10 @@ def main() -> int:
         env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
         emulator = subprocess.Popen(
             [sys.executable, "-m", "servicebus_emulator", "--port", "0", "--config", str(config)],
-            stdout=subprocess.PIPE, text=True, env=env,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         try:
             assert emulator.stdout is not None
             line = emulator.stdout.readline()

@@ -24,16 +24,21 @@ async def _serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m servicebus_emulator",
-                                     description="Pure-Python Azure Service Bus emulator")
+    parser = argparse.ArgumentParser(
+        prog="python -m servicebus_emulator", description="Pure-Python Azure Service Bus emulator"
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=5672, help="0 picks a free port")
-    parser.add_argument("--config", default=None,
-                        help="official emulator Config.json (default: one 'orders' queue)")
+    parser.add_argument(
+        "--config", default=None, help="official emulator Config.json (default: one 'orders' queue)"
+    )
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     try:
         asyncio.run(_serve(args))
     except ConfigError as exc:

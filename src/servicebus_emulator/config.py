@@ -89,8 +89,9 @@ def parse_duration_ms(text: str, what: str) -> int:
     return ms
 
 
-def load_config(config_path: str | Path | None = None, config: dict[str, Any] | None = None
-                ) -> list[QueueSettings]:  # fmt: skip
+def load_config(
+    config_path: str | Path | None = None, config: dict[str, Any] | None = None
+) -> list[QueueSettings]:
     """Read the configuration and return the queues it defines.
 
     Exactly one of `config_path` and `config` may be given; with neither, DEFAULT_CONFIG.
@@ -130,8 +131,10 @@ def parse_config(data: Any) -> list[QueueSettings]:
     if not isinstance(topics, list):
         raise ConfigError("Namespaces[0].Topics is required (use [] for none)")
     if topics:
-        raise ConfigError("Topics and subscriptions are not supported by this emulator; "
-                          "remove them or use the official emulator")  # fmt: skip
+        raise ConfigError(
+            "Topics and subscriptions are not supported by this emulator; "
+            "remove them or use the official emulator"
+        )
     queues = namespace.get("Queues")
     if not isinstance(queues, list):
         raise ConfigError("Namespaces[0].Queues is required")
@@ -173,11 +176,13 @@ def _parse_queue(raw: dict[str, Any]) -> QueueSettings:
         raise ConfigError(f"{what}: MaxDeliveryCount must be an integer >= 1")
     return QueueSettings(
         name=name,
-        lock_duration_ms=parse_duration_ms(props.get("LockDuration", "PT1M"),
-                                           f"{what} LockDuration"),  # fmt: skip
+        lock_duration_ms=parse_duration_ms(
+            props.get("LockDuration", "PT1M"), f"{what} LockDuration"
+        ),
         max_delivery_count=max_delivery,
-        default_ttl_ms=parse_duration_ms(props.get("DefaultMessageTimeToLive", "PT1H"),
-                                         f"{what} DefaultMessageTimeToLive"),  # fmt: skip
+        default_ttl_ms=parse_duration_ms(
+            props.get("DefaultMessageTimeToLive", "PT1H"), f"{what} DefaultMessageTimeToLive"
+        ),
         dead_lettering_on_expiration=props.get("DeadLetteringOnMessageExpiration", False),
         requires_duplicate_detection=props.get("RequiresDuplicateDetection", False),
         duplicate_window_ms=parse_duration_ms(

@@ -7,6 +7,7 @@ written once per event-loop turn, so a burst of frames costs one socket write.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import struct
@@ -16,9 +17,15 @@ from typing import Any
 
 from . import frames as F
 from .broker import MANAGEMENT_SUFFIX, Broker, node_path
-from .codec import Array, DecodeError, Described, Symbol, UByte, UInt, ULong, UShort, encode_value
-from .management import Request, cbs_reply, encode_reply, execute, normalise, \
-    reply_application_properties  # fmt: skip
+from .codec import Array, DecodeError, Described, UByte, UInt, ULong, UShort, decode_value
+from .management import (
+    Request,
+    cbs_reply,
+    encode_reply,
+    execute,
+    normalise,
+    reply_application_properties,
+)
 from .message import BATCH_FORMAT, DATA, ParsedMessage, StoredMessage, parse_message
 from .queue import LockLostError, Queue
 
@@ -34,7 +41,6 @@ _u32 = struct.Struct(">I").unpack_from
 
 _ACCEPTED = F.outcome(F.ACCEPTED)
 _RELEASED = F.outcome(F.RELEASED)
-_ACCEPTED_DISPOSITION_TAIL = bytes()  # filled lazily per channel
 
 
 class ProtocolError(Exception):
@@ -54,8 +60,17 @@ def _address(terminus: Any) -> str | None:
 
 
 class Link:
-    __slots__ = ("address", "handle", "kind", "name", "path", "queue", "rcv_settle_mode",
-                 "session", "snd_settle_mode")  # fmt: skip
+    __slots__ = (
+        "address",
+        "handle",
+        "kind",
+        "name",
+        "path",
+        "queue",
+        "rcv_settle_mode",
+        "session",
+        "snd_settle_mode",
+    )
 
     def __init__(self, session: Session, name: str, handle: int, address: str) -> None:
         self.session = session
@@ -72,8 +87,15 @@ class Link:
 class InboundLink(Link):
     """The client sends on it: messages for a queue, CBS or management requests."""
 
-    __slots__ = ("credit", "delivery_count", "oversize", "partial", "partial_format",
-                 "partial_id", "partial_settled")  # fmt: skip
+    __slots__ = (
+        "credit",
+        "delivery_count",
+        "oversize",
+        "partial",
+        "partial_format",
+        "partial_id",
+        "partial_settled",
+    )
 
     def __init__(self, session: Session, name: str, handle: int, address: str) -> None:
         super().__init__(session, name, handle, address)
@@ -135,17 +157,35 @@ class OutboundLink(Link):
             session.next_delivery_id = (delivery_id + 1) & 0xFFFFFFFF
             self.credit -= 1
             self.delivery_count = (self.delivery_count + 1) & 0xFFFFFFFF
-            session.send_transfer(self.handle, delivery_id, struct.pack(">I", delivery_id),
-                                  True, payload)  # fmt: skip
+            session.send_transfer(
+                self.handle, delivery_id, struct.pack(">I", delivery_id), True, payload
+            )
 
 
 class Session:
-    __slots__ = ("alive", "channel", "connection", "detaching", "inbound", "next_delivery_id",
-                 "next_incoming_id", "next_outgoing_id", "outbound", "remote_channel",
-                 "remote_incoming_window", "unsettled")  # fmt: skip
+    __slots__ = (
+        "alive",
+        "channel",
+        "connection",
+        "detaching",
+        "inbound",
+        "next_delivery_id",
+        "next_incoming_id",
+        "next_outgoing_id",
+        "outbound",
+        "remote_channel",
+        "remote_incoming_window",
+        "unsettled",
+    )
 
-    def __init__(self, connection: AmqpConnection, channel: int, remote_channel: int,
-                 next_incoming_id: int, remote_incoming_window: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        connection: AmqpConnection,
+        channel: int,
+        remote_channel: int,
+        next_incoming_id: int,
+        remote_incoming_window: int,
+    ) -> None:
         self.connection = connection
         self.channel = channel
         self.remote_channel = remote_channel
@@ -162,11 +202,11 @@ class Session:
         # frames the peer sent on them before seeing our detach are ignored.
         self.detaching: set[int] = set()
 
-    def send_transfer(self, handle: int, delivery_id: int, tag: bytes, settled: bool,
-                      payload: bytes) -> None:  # fmt: skip
+    def send_transfer(
+        self, handle: int, delivery_id: int, tag: bytes, settled: bool, payload: bytes
+    ) -> None:
         conn = self.connection
-        head = F.transfer_head(self.channel, handle, delivery_id, tag, settled, None,
-                               len(payload))  # fmt: skip
+        head = F.transfer_head(self.channel, handle, delivery_id, tag, settled, None, len(payload))
         if len(head) + len(payload) <= conn.remote_max_frame_size:
             conn.write(head + payload)
             self.next_outgoing_id += 1
@@ -177,15 +217,20 @@ class Session:
         for start in range(0, len(payload), room):
             chunk = payload[start : start + room]
             more = start + room < len(payload)
-            conn.write(F.transfer_head(self.channel, handle, delivery_id, tag, settled, more,
-                                       len(chunk)) + chunk)  # fmt: skip
+            conn.write(
+                F.transfer_head(self.channel, handle, delivery_id, tag, settled, more, len(chunk))
+                + chunk
+            )
             self.next_outgoing_id += 1
             self.remote_incoming_window -= 1
 
-    def flow(self, link: InboundLink | OutboundLink | None = None, *, echo: bool = False
-             ) -> None:  # fmt: skip
-        fields: list[Any] = [UInt(self.next_incoming_id), UInt(_WINDOW),
-                             UInt(self.next_outgoing_id), UInt(_WINDOW)]  # fmt: skip
+    def flow(self, link: InboundLink | OutboundLink | None = None, *, echo: bool = False) -> None:
+        fields: list[Any] = [
+            UInt(self.next_incoming_id),
+            UInt(_WINDOW),
+            UInt(self.next_outgoing_id),
+            UInt(_WINDOW),
+        ]
         if link is not None:
             fields += [UInt(link.handle), UInt(link.delivery_count), UInt(max(link.credit, 0))]
             if isinstance(link, OutboundLink):
@@ -219,10 +264,8 @@ class AmqpConnection(asyncio.Protocol):
         self._connections.add(self)
         sock = transport.get_extra_info("socket")
         if sock is not None:
-            try:
+            with contextlib.suppress(OSError):  # replies are small and latency-bound
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:
-                pass
         self.peer = str(transport.get_extra_info("peername"))
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -249,8 +292,9 @@ class AmqpConnection(asyncio.Protocol):
             self._wrote_since_beat = True
         self._wbuf.clear()
 
-    def send(self, channel: int, code: int, fields: list[Any], frame_type: int = F.FRAME_AMQP
-             ) -> None:  # fmt: skip
+    def send(
+        self, channel: int, code: int, fields: list[Any], frame_type: int = F.FRAME_AMQP
+    ) -> None:
         body = F.described_list(code, fields)
         self.write(_frame_head.pack(8 + len(body), 2, frame_type, channel) + body)
 
@@ -319,8 +363,12 @@ class AmqpConnection(asyncio.Protocol):
     def _on_protocol_header(self, header: bytes) -> None:
         if header == F.SASL_HEADER and not self._sasl_done:
             self.write(F.SASL_HEADER)
-            self.send(0, F.SASL_MECHANISMS,
-                      [Array("symbol", ["ANONYMOUS", "PLAIN", "MSSBCBS"])], F.FRAME_SASL)  # fmt: skip
+            self.send(
+                0,
+                F.SASL_MECHANISMS,
+                [Array("symbol", ["ANONYMOUS", "PLAIN", "MSSBCBS"])],
+                F.FRAME_SASL,
+            )
             self._phase = "sasl"
         elif header == F.AMQP_HEADER:
             self.write(F.AMQP_HEADER)
@@ -362,8 +410,10 @@ class AmqpConnection(asyncio.Protocol):
             return
         session = self.sessions.get(channel)
         if session is None:
-            raise ProtocolError("amqp:session:unattached-handle" if code != F.END else
-                                "amqp:not-allowed", f"channel {channel} has no session")  # fmt: skip
+            raise ProtocolError(
+                "amqp:session:unattached-handle" if code != F.END else "amqp:not-allowed",
+                f"channel {channel} has no session",
+            )
         handler(self, session, fields, body, end)
 
     # ------------------------------------------------------------------ connection level
@@ -372,8 +422,9 @@ class AmqpConnection(asyncio.Protocol):
         self.remote_max_frame_size = max(min(F.field(fields, 2, 2**32 - 1), 2**32 - 1), 512)
         idle_ms = F.field(fields, 4, 0)
         hostname = F.field(fields, 1)
-        self.send(0, F.OPEN, ["servicebus-emulator", hostname, UInt(MAX_FRAME_SIZE),
-                              UShort(CHANNEL_MAX)])  # fmt: skip
+        self.send(
+            0, F.OPEN, ["servicebus-emulator", hostname, UInt(MAX_FRAME_SIZE), UShort(CHANNEL_MAX)]
+        )
         self._phase = "amqp"
         if isinstance(idle_ms, int) and idle_ms > 0:
             # The peer closes after idle_ms of silence: keep it alive at half that period.
@@ -406,8 +457,17 @@ class AmqpConnection(asyncio.Protocol):
             raise ProtocolError("amqp:not-allowed", "channel-max exceeded")
         session = Session(self, channel, channel, F.field(fields, 1, 0), F.field(fields, 2, 0))
         self.sessions[channel] = session
-        self.send(channel, F.BEGIN, [UShort(channel), UInt(session.next_outgoing_id),
-                                     UInt(_WINDOW), UInt(_WINDOW), UInt(2**32 - 1)])  # fmt: skip
+        self.send(
+            channel,
+            F.BEGIN,
+            [
+                UShort(channel),
+                UInt(session.next_outgoing_id),
+                UInt(_WINDOW),
+                UInt(_WINDOW),
+                UInt(2**32 - 1),
+            ],
+        )
 
     def _on_end(self, session: Session, fields: list[Any], body: bytes, end: int) -> None:
         self._drop_session(session)
@@ -450,22 +510,30 @@ class AmqpConnection(asyncio.Protocol):
         link.rcv_settle_mode = F.field(fields, 4, 0)
         error = self._bind(link)
         if error is None and client_is_receiver and _has_session_filter(source):
-            error = ("amqp:not-implemented",
-                     "Sessions are not supported by this emulator (RequiresSession is refused).")
+            error = (
+                "amqp:not-implemented",
+                "Sessions are not supported by this emulator (RequiresSession is refused).",
+            )
         if error is not None:
             # A refused link: the spec's way is an attach without the terminus, then a detach
             # carrying the error.
             source, target = (None, target) if client_is_receiver else (source, None)
-        reply: list[Any] = [name, UInt(handle), not client_is_receiver, UByte(
-            link.snd_settle_mode), UByte(link.rcv_settle_mode), source, target]
+        reply: list[Any] = [
+            name,
+            UInt(handle),
+            not client_is_receiver,
+            UByte(link.snd_settle_mode),
+            UByte(link.rcv_settle_mode),
+            source,
+            target,
+        ]
         if client_is_receiver:
             reply += [None, None, UInt(0), ULong(MAX_MESSAGE_SIZE)]
         else:
             reply += [None, None, None, ULong(MAX_MESSAGE_SIZE)]
         self.send(session.channel, F.ATTACH, reply)
         if error is not None:
-            self.send(session.channel, F.DETACH, [UInt(handle), True,
-                                                   F.error_value(*error)])  # fmt: skip
+            self.send(session.channel, F.DETACH, [UInt(handle), True, F.error_value(*error)])
             session.detaching.add(handle)
             return
         if isinstance(link, OutboundLink):
@@ -491,8 +559,11 @@ class AmqpConnection(asyncio.Protocol):
                 return ("amqp:not-found", f"The messaging entity '{path}' could not be found.")
             return None
         if "$" in lowered.replace("/$deadletterqueue", ""):
-            return ("amqp:not-implemented", f"The node '{path}' is not supported by this "
-                    "emulator (sessions, topics and transfer queues are not).")  # fmt: skip
+            return (
+                "amqp:not-implemented",
+                f"The node '{path}' is not supported by this "
+                "emulator (sessions, topics and transfer queues are not).",
+            )
         link.queue = self.broker.resolve(path)
         if link.queue is None:
             return ("amqp:not-found", f"The messaging entity '{path}' could not be found.")
@@ -561,8 +632,9 @@ class AmqpConnection(asyncio.Protocol):
         if link is None:
             if handle in session.detaching:
                 return  # never accepted: the peer learns from our detach
-            raise ProtocolError("amqp:session:unattached-handle",
-                                f"transfer on unattached handle {handle}")  # fmt: skip
+            raise ProtocolError(
+                "amqp:session:unattached-handle", f"transfer on unattached handle {handle}"
+            )
         more = bool(F.field(fields, 5, False))
         aborted = bool(F.field(fields, 9, False))
         if link.partial is None:
@@ -598,16 +670,23 @@ class AmqpConnection(asyncio.Protocol):
             link.credit = INBOUND_CREDIT
             session.flow(link)
         if link.oversize or len(payload) > MAX_MESSAGE_SIZE:
-            state = F.outcome(F.REJECTED, [F.error_value(
-                "amqp:link:message-size-exceeded",
-                f"The received message exceeds the limit of {MAX_MESSAGE_SIZE} bytes.")])
+            state = F.outcome(
+                F.REJECTED,
+                [
+                    F.error_value(
+                        "amqp:link:message-size-exceeded",
+                        f"The received message exceeds the limit of {MAX_MESSAGE_SIZE} bytes.",
+                    )
+                ],
+            )
         elif link.kind == "entity":
             state = self._enqueue(link, payload)
         else:
             state = self._request(link, payload)
         if not link.partial_settled:
-            self.send(session.channel, F.DISPOSITION,
-                      [True, UInt(link.partial_id), None, True, state])  # fmt: skip
+            self.send(
+                session.channel, F.DISPOSITION, [True, UInt(link.partial_id), None, True, state]
+            )
 
     def _enqueue(self, link: InboundLink, payload: bytes) -> Described:
         queue = link.queue
@@ -618,8 +697,9 @@ class AmqpConnection(asyncio.Protocol):
             else:
                 parsed_all = [parse_message(payload)]
         except DecodeError as exc:
-            return F.outcome(F.REJECTED, [F.error_value("amqp:decode-error",
-                                                        f"malformed message: {exc}")])  # fmt: skip
+            return F.outcome(
+                F.REJECTED, [F.error_value("amqp:decode-error", f"malformed message: {exc}")]
+            )
         for parsed in parsed_all:
             queue.send(parsed)  # duplicates are acknowledged and dropped, as in Service Bus
         return _ACCEPTED
@@ -636,20 +716,21 @@ class AmqpConnection(asyncio.Protocol):
             reply = execute(link.queue, request)
             app = reply_application_properties(reply)
             body = reply.body
-        reply_link = self._reply_links.get((request.reply_to and node_path(request.reply_to)
-                                            or link.path).lower())  # fmt: skip
+        reply_link = self._reply_links.get(
+            ((request.reply_to and node_path(request.reply_to)) or link.path).lower()
+        )
         if reply_link is None:
             reply_link = self._reply_links.get(link.path.lower())
         if reply_link is None:
-            return F.outcome(F.REJECTED, [F.error_value("amqp:precondition-failed",
-                                                        "no reply link is attached")])  # fmt: skip
+            return F.outcome(
+                F.REJECTED, [F.error_value("amqp:precondition-failed", "no reply link is attached")]
+            )
         reply_link.send_reply(encode_reply(request.message_id, app, body))
         return _ACCEPTED
 
     # ------------------------------------------------------------------ settlement
 
-    def _on_disposition(self, session: Session, fields: list[Any], body: bytes, end: int
-                        ) -> None:  # fmt: skip
+    def _on_disposition(self, session: Session, fields: list[Any], body: bytes, end: int) -> None:
         if not F.field(fields, 0, False):
             return  # from a sender: our dispositions for its transfers are already settled
         first = F.field(fields, 1)
@@ -666,17 +747,24 @@ class AmqpConnection(asyncio.Protocol):
             ids = [i for i in range(first, last + 1) if i in unsettled]
         else:
             ids = [i for i in unsettled if first <= i <= last]
-        missing = [] if settled else [i for i in range(first, min(last, first + 64) + 1)
-                                      if i not in unsettled]  # fmt: skip
+        missing = (
+            []
+            if settled
+            else [i for i in range(first, min(last, first + 64) + 1) if i not in unsettled]
+        )
         for delivery_id in ids:
             queue, token = unsettled.pop(delivery_id)
             reply = self._settle(queue, token, code, state)
             if not settled:
-                self.send(session.channel, F.DISPOSITION,
-                          [False, UInt(delivery_id), None, True, reply])  # fmt: skip
+                self.send(
+                    session.channel, F.DISPOSITION, [False, UInt(delivery_id), None, True, reply]
+                )
         for delivery_id in missing:
-            self.send(session.channel, F.DISPOSITION, [False, UInt(delivery_id), None, True,
-                                                       _lock_lost("The lock supplied is invalid.")])
+            self.send(
+                session.channel,
+                F.DISPOSITION,
+                [False, UInt(delivery_id), None, True, _lock_lost("The lock supplied is invalid.")],
+            )
 
     def _settle(self, queue: Queue, token: uuid.UUID, code: int, state: Any) -> Described:
         values = state.value if isinstance(state.value, list) else []
@@ -736,8 +824,6 @@ def _batch_parts(payload: bytes) -> list[bytes]:
     out: list[bytes] = []
     pos = 0
     raw = parsed.body_raw
-    from .codec import decode_value
-
     while pos < len(raw):
         section, pos = decode_value(raw, pos)
         if isinstance(section, Described) and section.descriptor == DATA:
@@ -758,4 +844,4 @@ _HANDLERS: dict[int, Any] = {
     F.DISPOSITION: AmqpConnection._on_disposition,
 }
 
-__all__ = ["AmqpConnection", "Symbol", "encode_value"]
+__all__ = ["AmqpConnection"]

@@ -29,16 +29,28 @@ SASL_MECHANISMS, SASL_INIT, SASL_CHALLENGE, SASL_RESPONSE, SASL_OUTCOME = range(
 
 # Peers may describe a type by symbol instead of by code; normalise to the code.
 _SYMBOLIC = {
-    "amqp:open:list": OPEN, "amqp:begin:list": BEGIN, "amqp:attach:list": ATTACH,
-    "amqp:flow:list": FLOW, "amqp:transfer:list": TRANSFER,
-    "amqp:disposition:list": DISPOSITION, "amqp:detach:list": DETACH, "amqp:end:list": END,
-    "amqp:close:list": CLOSE, "amqp:error:list": ERROR, "amqp:received:list": RECEIVED,
-    "amqp:accepted:list": ACCEPTED, "amqp:rejected:list": REJECTED,
-    "amqp:released:list": RELEASED, "amqp:modified:list": MODIFIED,
-    "amqp:source:list": SOURCE, "amqp:target:list": TARGET,
-    "amqp:sasl-mechanisms:list": SASL_MECHANISMS, "amqp:sasl-init:list": SASL_INIT,
-    "amqp:sasl-response:list": SASL_RESPONSE, "amqp:sasl-outcome:list": SASL_OUTCOME,
-}  # fmt: skip
+    "amqp:open:list": OPEN,
+    "amqp:begin:list": BEGIN,
+    "amqp:attach:list": ATTACH,
+    "amqp:flow:list": FLOW,
+    "amqp:transfer:list": TRANSFER,
+    "amqp:disposition:list": DISPOSITION,
+    "amqp:detach:list": DETACH,
+    "amqp:end:list": END,
+    "amqp:close:list": CLOSE,
+    "amqp:error:list": ERROR,
+    "amqp:received:list": RECEIVED,
+    "amqp:accepted:list": ACCEPTED,
+    "amqp:rejected:list": REJECTED,
+    "amqp:released:list": RELEASED,
+    "amqp:modified:list": MODIFIED,
+    "amqp:source:list": SOURCE,
+    "amqp:target:list": TARGET,
+    "amqp:sasl-mechanisms:list": SASL_MECHANISMS,
+    "amqp:sasl-init:list": SASL_INIT,
+    "amqp:sasl-response:list": SASL_RESPONSE,
+    "amqp:sasl-outcome:list": SASL_OUTCOME,
+}
 
 _frame_head = struct.Struct(">IBBH")
 EMPTY_FRAME = _frame_head.pack(8, 2, FRAME_AMQP, 0)
@@ -105,15 +117,28 @@ def uint_bytes(value: int) -> bytes:
 _SETTLED = {True: b"\x41", False: b"\x42"}
 
 
-def transfer_head(channel: int, handle: int, delivery_id: int, tag: bytes, settled: bool,
-                  more: bool | None, payload_size: int) -> bytes:  # fmt: skip
+def transfer_head(
+    channel: int,
+    handle: int,
+    delivery_id: int,
+    tag: bytes,
+    settled: bool,
+    more: bool | None,
+    payload_size: int,
+) -> bytes:
     """Frame header and transfer performative for a payload of `payload_size` bytes.
 
     Built by hand because it runs once per delivered message; equivalent to
     performative_frame(channel, TRANSFER, [handle, delivery_id, tag, 0, settled, more]).
     """
-    items = (uint_bytes(handle) + uint_bytes(delivery_id) + bytes((0xA0, len(tag))) + tag
-             + b"\x43" + _SETTLED[settled])  # fmt: skip
+    items = (
+        uint_bytes(handle)
+        + uint_bytes(delivery_id)
+        + bytes((0xA0, len(tag)))
+        + tag
+        + b"\x43"
+        + _SETTLED[settled]
+    )
     count = 5
     if more is not None:
         items += _SETTLED[more]

@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from .codec import Array, DecodeError, Described, Int, Symbol, Timestamp, UInt, encode_value
+from .codec import Array, DecodeError, Described, Int, Symbol, Timestamp, decode_value, encode_value
 from .message import VALUE, parse_message
 from .queue import LockLostError, MessageNotFoundError, Queue
 
@@ -25,8 +25,13 @@ class Reply:
 
     __slots__ = ("body", "condition", "description", "status")
 
-    def __init__(self, status: int, body: Any = None, condition: str | None = None,
-                 description: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        status: int,
+        body: Any = None,
+        condition: str | None = None,
+        description: str | None = None,
+    ) -> None:
         self.status = status
         self.body = body
         self.condition = condition
@@ -61,8 +66,6 @@ class Request:
 
 
 def _decode_map(raw: bytes, count: int) -> dict[Any, Any]:
-    from .codec import decode_value
-
     out: dict[Any, Any] = {}
     pos = 0
     for _ in range(count // 2):
@@ -73,8 +76,6 @@ def _decode_map(raw: bytes, count: int) -> dict[Any, Any]:
 
 
 def _decode_body(raw: bytes) -> Any:
-    from .codec import decode_value
-
     if not raw:
         return None
     section, _ = decode_value(raw, 0)
@@ -214,8 +215,12 @@ def execute(queue: Queue | None, request: Request) -> Reply:
         return Reply(404, None, ENTITY_NOT_FOUND, "The messaging entity could not be found.")
     handler = _OPERATIONS.get(operation)
     if handler is None:
-        return Reply(501, None, NOT_IMPLEMENTED,
-                     f"The operation {operation!r} is not supported by this emulator.")  # fmt: skip
+        return Reply(
+            501,
+            None,
+            NOT_IMPLEMENTED,
+            f"The operation {operation!r} is not supported by this emulator.",
+        )
     body = normalise(request.body)
     try:
         return handler(queue, body)
@@ -232,4 +237,4 @@ def cbs_reply() -> dict[str, Any]:
     return {"status-code": Int(202), "status-description": "Accepted"}
 
 
-__all__ = ["Reply", "Request", "UInt", "cbs_reply", "encode_reply", "execute"]
+__all__ = ["Reply", "Request", "cbs_reply", "encode_reply", "execute"]

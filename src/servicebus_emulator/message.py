@@ -14,8 +14,6 @@ from typing import Any
 from .codec import (
     DecodeError,
     Symbol,
-    Timestamp,
-    UInt,
     compound_span,
     decode_value,
     encode_value,
@@ -26,11 +24,16 @@ from .frames import descriptor_code, uint_bytes
 HEADER, DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS, PROPERTIES = 0x70, 0x71, 0x72, 0x73
 APPLICATION_PROPERTIES, DATA, SEQUENCE, VALUE, FOOTER = 0x74, 0x75, 0x76, 0x77, 0x78
 _SECTION_SYMBOLS = {
-    "amqp:header:list": HEADER, "amqp:delivery-annotations:map": DELIVERY_ANNOTATIONS,
-    "amqp:message-annotations:map": MESSAGE_ANNOTATIONS, "amqp:properties:list": PROPERTIES,
-    "amqp:application-properties:map": APPLICATION_PROPERTIES, "amqp:data:binary": DATA,
-    "amqp:amqp-sequence:list": SEQUENCE, "amqp:amqp-value:*": VALUE, "amqp:footer:map": FOOTER,
-}  # fmt: skip
+    "amqp:header:list": HEADER,
+    "amqp:delivery-annotations:map": DELIVERY_ANNOTATIONS,
+    "amqp:message-annotations:map": MESSAGE_ANNOTATIONS,
+    "amqp:properties:list": PROPERTIES,
+    "amqp:application-properties:map": APPLICATION_PROPERTIES,
+    "amqp:data:binary": DATA,
+    "amqp:amqp-sequence:list": SEQUENCE,
+    "amqp:amqp-value:*": VALUE,
+    "amqp:footer:map": FOOTER,
+}
 
 BATCH_FORMAT = 0x80013700
 
@@ -245,7 +248,7 @@ class StoredMessage:
     def add_application_properties(self, values: dict[str, Any]) -> None:
         """Set application properties (replacing same-named ones), e.g. DeadLetterReason."""
         buf = _map(self.app_raw, self.app_count)
-        count, pos, end = compound_span(buf, 0)
+        count, pos, _ = compound_span(buf, 0)
         kept = bytearray()
         kept_count = 0
         for _ in range(count // 2):

@@ -6,6 +6,7 @@ from the broker's clock in milliseconds since the epoch (the unit of AMQP timest
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import random
 import uuid
@@ -58,8 +59,9 @@ class Timers(Protocol):
 class Queue:
     """A queue or the dead-letter sub-queue of one (`parent` set)."""
 
-    def __init__(self, settings: QueueSettings, timers: Timers, parent: Queue | None = None
-                 ) -> None:  # fmt: skip
+    def __init__(
+        self, settings: QueueSettings, timers: Timers, parent: Queue | None = None
+    ) -> None:
         self.settings = settings
         self.timers = timers
         self.parent = parent
@@ -93,10 +95,12 @@ class Queue:
         self.messages[msg.seq] = msg
         if msg.scheduled_ms is not None and msg.scheduled_ms > now:
             msg.state = SCHEDULED
-            self.timers.call_at_ms(msg.scheduled_ms, self._on_scheduled, msg)
+            self.timers.call_at_ms(msg.scheduled_ms, self._on_scheduled, msg.seq)
         else:
             self._make_available(msg)
-        self.timers.call_at_ms(msg.expires_ms, self._on_ttl, msg)
+        # Timers hold the sequence number, not the message, so a consumed message is freed
+        # at once rather than when its time-to-live would have run out.
+        self.timers.call_at_ms(msg.expires_ms, self._on_ttl, msg.seq)
         return msg
 
     def _prune_dedup(self, now: int) -> None:
@@ -113,8 +117,9 @@ class Queue:
             raise MessageNotFoundError(f"no scheduled message with sequence number {seq}")
         self._remove(msg)
 
-    def _on_scheduled(self, msg: StoredMessage) -> None:
-        if msg.state == SCHEDULED and self.messages.get(msg.seq) is msg:
+    def _on_scheduled(self, seq: int) -> None:
+        msg = self.messages.get(seq)
+        if msg is not None and msg.state == SCHEDULED:
             msg.enqueued_ms = self.timers.now_ms()  # Service Bus: enqueued when it activates
             self._make_available(msg)
 
@@ -137,10 +142,8 @@ class Queue:
     def remove_consumer(self, consumer: Consumer) -> None:
         if consumer.waiting:
             consumer.waiting = False
-            try:
+            with contextlib.suppress(ValueError):
                 self._consumers.remove(consumer)
-            except ValueError:
-                pass
 
     def pump(self) -> None:
         """Hand available messages to consumers with credit, round robin, lowest seq first."""
@@ -191,8 +194,10 @@ class Queue:
     def _locked(self, token: uuid.UUID) -> StoredMessage:
         msg = self.locks.get(token)
         if msg is None or msg.lock_token != token:
-            raise LockLostError("The lock supplied is invalid. Either the lock expired, "
-                                "or the message has already been removed from the queue.")  # fmt: skip
+            raise LockLostError(
+                "The lock supplied is invalid. Either the lock expired, "
+                "or the message has already been removed from the queue."
+            )
         if msg.locked_until_ms <= self.timers.now_ms():
             self._lock_expired(msg)
             raise LockLostError("The lock on the message has expired.")
@@ -222,8 +227,10 @@ class Queue:
                 and not was_deferred
                 and msg.delivery_count >= self.settings.max_delivery_count
             ):
-                description = (f"Message could not be consumed after "
-                               f"{self.settings.max_delivery_count} delivery attempts.")  # fmt: skip
+                description = (
+                    f"Message could not be consumed after "
+                    f"{self.settings.max_delivery_count} delivery attempts."
+                )
                 self._dead_letter(msg, MAX_DELIVERY_REASON, description)
                 return
         if was_deferred:
@@ -262,16 +269,20 @@ class Queue:
         self._release_lock(msg)
         msg.state = DEFERRED
 
-    def dead_letter_locked(self, token: uuid.UUID, reason: str | None, description: str | None,
-                           properties: dict[str, Any] | None = None) -> None:  # fmt: skip
+    def dead_letter_locked(
+        self,
+        token: uuid.UUID,
+        reason: str | None,
+        description: str | None,
+        properties: dict[str, Any] | None = None,
+    ) -> None:
         msg = self._locked(token)
         if properties:
             msg.add_application_properties(properties)
         self._release_lock(msg)
         self._dead_letter(msg, reason, description)
 
-    def _dead_letter(self, msg: StoredMessage, reason: str | None, description: str | None
-                     ) -> None:  # fmt: skip
+    def _dead_letter(self, msg: StoredMessage, reason: str | None, description: str | None) -> None:
         if self.dead_letter is None:  # already in a dead-letter queue: Service Bus keeps it
             self._make_available(msg)
             return
@@ -298,9 +309,14 @@ class Queue:
 
     # ------------------------------------------------------------------ expiry
 
-    def _on_ttl(self, msg: StoredMessage) -> None:
+    def _on_ttl(self, seq: int) -> None:
         # A locked message expires when its lock ends (see _unlock), as in Service Bus.
-        if self.messages.get(msg.seq) is msg and msg.state in (AVAILABLE, DEFERRED):
+        msg = self.messages.get(seq)
+        if (
+            msg is not None
+            and msg.state in (AVAILABLE, DEFERRED)
+            and msg.expires_ms <= (self.timers.now_ms())
+        ):
             self._expire(msg)
 
     def _expire(self, msg: StoredMessage) -> None:

@@ -20,15 +20,18 @@ SAS_KEY_VALUE = "SAS_KEY_VALUE"
 
 
 def connection_string(host: str, port: int) -> str:
-    return (f"Endpoint=sb://{host}:{port};SharedAccessKeyName={SAS_KEY_NAME};"
-            f"SharedAccessKey={SAS_KEY_VALUE};UseDevelopmentEmulator=true;")  # fmt: skip
+    return (
+        f"Endpoint=sb://{host}:{port};SharedAccessKeyName={SAS_KEY_NAME};"
+        f"SharedAccessKey={SAS_KEY_VALUE};UseDevelopmentEmulator=true;"
+    )
 
 
 class EmulatorServer:
     """The listening socket, the broker and the open connections, on one event loop."""
 
-    def __init__(self, broker: Broker, server: asyncio.Server,
-                 connections: set[AmqpConnection]) -> None:  # fmt: skip
+    def __init__(
+        self, broker: Broker, server: asyncio.Server, connections: set[AmqpConnection]
+    ) -> None:
         self.broker = broker
         self._server = server
         self._connections = connections
@@ -37,15 +40,21 @@ class EmulatorServer:
         self.port: int = sockname[1]
 
     @classmethod
-    async def start(cls, config_path: str | Path | None = None, *,
-                    config: dict[str, Any] | None = None, host: str = "127.0.0.1",
-                    port: int = 0) -> EmulatorServer:  # fmt: skip
+    async def start(
+        cls,
+        config_path: str | Path | None = None,
+        *,
+        config: dict[str, Any] | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> EmulatorServer:
         queues = load_config(config_path, config)
         loop = asyncio.get_running_loop()
         broker = Broker(queues, loop)
         connections: set[AmqpConnection] = set()
-        server = await loop.create_server(lambda: AmqpConnection(broker, connections),
-                                          host, port, reuse_address=True)  # fmt: skip
+        server = await loop.create_server(
+            lambda: AmqpConnection(broker, connections), host, port, reuse_address=True
+        )
         return cls(broker, server, connections)
 
     async def close(self) -> None:
@@ -59,16 +68,21 @@ class EmulatorServer:
 class RunningEmulator:
     """An emulator serving from a daemon thread; `stop()` (or leaving `with`) shuts it down."""
 
-    def __init__(self, config_path: str | Path | None, config: dict[str, Any] | None,
-                 host: str, port: int) -> None:  # fmt: skip
+    def __init__(
+        self, config_path: str | Path | None, config: dict[str, Any] | None, host: str, port: int
+    ) -> None:
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._stopped = threading.Event()
         self._error: BaseException | None = None
         self._server: EmulatorServer | None = None
         self._stop_event: asyncio.Event | None = None
-        self._thread = threading.Thread(target=self._run, args=(config_path, config, host, port),
-                                        name="servicebus-emulator", daemon=True)  # fmt: skip
+        self._thread = threading.Thread(
+            target=self._run,
+            args=(config_path, config, host, port),
+            name="servicebus-emulator",
+            daemon=True,
+        )
         self._thread.start()
         self._ready.wait()
         if self._error is not None:
@@ -87,13 +101,15 @@ class RunningEmulator:
 
     def call(self, fn: Any, *args: Any) -> Any:
         """Run `fn(*args)` on the emulator's loop and return its result (thread-safe)."""
+
         async def run() -> Any:
             return fn(*args)
 
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout=10)
 
-    def _run(self, config_path: str | Path | None, config: dict[str, Any] | None, host: str,
-             port: int) -> None:  # fmt: skip
+    def _run(
+        self, config_path: str | Path | None, config: dict[str, Any] | None, host: str, port: int
+    ) -> None:
         asyncio.set_event_loop(self._loop)
         try:
             self._loop.run_until_complete(self._main(config_path, config, host, port))
@@ -107,11 +123,11 @@ class RunningEmulator:
             self._loop.close()
             self._stopped.set()
 
-    async def _main(self, config_path: str | Path | None, config: dict[str, Any] | None,
-                    host: str, port: int) -> None:  # fmt: skip
+    async def _main(
+        self, config_path: str | Path | None, config: dict[str, Any] | None, host: str, port: int
+    ) -> None:
         self._stop_event = asyncio.Event()
-        self._server = await EmulatorServer.start(config_path, config=config, host=host,
-                                                  port=port)  # fmt: skip
+        self._server = await EmulatorServer.start(config_path, config=config, host=host, port=port)
         self._ready.set()
         await self._stop_event.wait()
         await self._server.close()
@@ -128,13 +144,21 @@ class RunningEmulator:
     def __enter__(self) -> RunningEmulator:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:  # fmt: skip
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()
 
 
-def start_in_background(config_path: str | Path | None = None, *,
-                        config: dict[str, Any] | None = None, host: str = "127.0.0.1",
-                        port: int = 0) -> RunningEmulator:  # fmt: skip
+def start_in_background(
+    config_path: str | Path | None = None,
+    *,
+    config: dict[str, Any] | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+) -> RunningEmulator:
     """Start the emulator on a daemon thread; returns once it accepts connections."""
     return RunningEmulator(config_path, config, host, port)

@@ -64,8 +64,9 @@ class RawClient:
         self.send(F.SASL_HEADER)
         assert self.recv_exact(8) == F.SASL_HEADER
         self.read_frame()  # sasl-mechanisms
-        self.send(F.frame(0, F.described_list(F.SASL_INIT, [Symbol("ANONYMOUS"), b"", "h"]),
-                          F.FRAME_SASL))  # fmt: skip
+        self.send(
+            F.frame(0, F.described_list(F.SASL_INIT, [Symbol("ANONYMOUS"), b"", "h"]), F.FRAME_SASL)
+        )
         code, fields, _ = self.read_frame()
         assert code == F.SASL_OUTCOME and fields[0] == 0
         self.send(F.AMQP_HEADER)
@@ -82,11 +83,23 @@ class RawClient:
         assert self.read_until(F.ATTACH)[1] == handle
         self.read_until(F.FLOW)
 
-    def transfer(self, handle: int, delivery_id: int, payload: bytes, *, more: bool = False,
-                 first: bool = True) -> None:  # fmt: skip
-        fields: list[Any] = [UInt(handle), UInt(delivery_id) if first else None,
-                             struct.pack(">I", delivery_id) if first else None, UInt(0), False,
-                             more]  # fmt: skip
+    def transfer(
+        self,
+        handle: int,
+        delivery_id: int,
+        payload: bytes,
+        *,
+        more: bool = False,
+        first: bool = True,
+    ) -> None:
+        fields: list[Any] = [
+            UInt(handle),
+            UInt(delivery_id) if first else None,
+            struct.pack(">I", delivery_id) if first else None,
+            UInt(0),
+            False,
+            more,
+        ]
         self.frame(F.TRANSFER, fields, payload)
 
 

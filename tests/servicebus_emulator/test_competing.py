@@ -13,21 +13,27 @@ from servicebus_emulator import RunningEmulator
 
 
 def test_many_connections_each_message_processed_once(
-        make_emulator: Callable[..., RunningEmulator], queue_name: str) -> None:
+    make_emulator: Callable[..., RunningEmulator], queue_name: str
+) -> None:
     emulator = make_emulator(queue_name, LockDuration="PT30S")
     total = 60
-    with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
-        with client.get_queue_sender(queue_name) as sender:
-            sender.send_messages([ServiceBusMessage(f"job-{i}", message_id=f"job-{i}")
-                                  for i in range(total)])  # fmt: skip
+    with (
+        ServiceBusClient.from_connection_string(emulator.connection_string) as client,
+        client.get_queue_sender(queue_name) as sender,
+    ):
+        sender.send_messages(
+            [ServiceBusMessage(f"job-{i}", message_id=f"job-{i}") for i in range(total)]
+        )
     seen: dict[str, list[str]] = {}
     lock = threading.Lock()
     errors: list[BaseException] = []
 
     def worker(name: str, prefetch: int) -> None:
         try:
-            with ServiceBusClient.from_connection_string(emulator.connection_string) as client, \
-                    client.get_queue_receiver(queue_name, prefetch_count=prefetch) as receiver:
+            with (
+                ServiceBusClient.from_connection_string(emulator.connection_string) as client,
+                client.get_queue_receiver(queue_name, prefetch_count=prefetch) as receiver,
+            ):
                 deadline = time.monotonic() + 20
                 while time.monotonic() < deadline:
                     with lock:
@@ -51,14 +57,17 @@ def test_many_connections_each_message_processed_once(
     assert len({h[0] for h in seen.values()}) > 1, "the work was not shared"
 
 
-def test_credit_limits_what_one_receiver_locks(make_emulator: Callable[..., RunningEmulator],
-                                               queue_name: str) -> None:
+def test_credit_limits_what_one_receiver_locks(
+    make_emulator: Callable[..., RunningEmulator], queue_name: str
+) -> None:
     emulator = make_emulator(queue_name, LockDuration="PT30S")
     with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
         with client.get_queue_sender(queue_name) as sender:
             sender.send_messages([ServiceBusMessage(f"m{i}") for i in range(5)])
-        with client.get_queue_receiver(queue_name) as first, \
-                client.get_queue_receiver(queue_name) as second:  # fmt: skip
+        with (
+            client.get_queue_receiver(queue_name) as first,
+            client.get_queue_receiver(queue_name) as second,
+        ):
             (one,) = first.receive_messages(max_message_count=1, max_wait_time=5)
             queue = emulator.broker.resolve(queue_name)
             assert queue is not None
@@ -76,10 +85,12 @@ def test_credit_limits_what_one_receiver_locks(make_emulator: Callable[..., Runn
         assert emulator.call(lambda: len(queue.messages)) == 0
 
 
-def test_unknown_entity_and_sessions_are_refused(emulator: RunningEmulator,
-                                                 queue_name: str) -> None:
-    with ServiceBusClient.from_connection_string(emulator.connection_string,
-                                                 retry_total=0) as client:  # fmt: skip
+def test_unknown_entity_and_sessions_are_refused(
+    emulator: RunningEmulator, queue_name: str
+) -> None:
+    with ServiceBusClient.from_connection_string(
+        emulator.connection_string, retry_total=0
+    ) as client:
         try:
             with client.get_queue_sender("no-such-queue") as sender:
                 sender.send_messages(ServiceBusMessage("x"))
@@ -94,16 +105,20 @@ def test_unknown_entity_and_sessions_are_refused(emulator: RunningEmulator,
             assert "Sessions are not supported" in str(exc)
 
 
-def test_unsupported_management_operation_gets_an_error_reply(emulator: RunningEmulator,
-                                                              queue_name: str) -> None:
+def test_unsupported_management_operation_gets_an_error_reply(
+    emulator: RunningEmulator, queue_name: str
+) -> None:
     from azure.servicebus._common import mgmt_handlers
 
-    with ServiceBusClient.from_connection_string(emulator.connection_string) as client, \
-            client.get_queue_receiver(queue_name) as receiver:  # fmt: skip
+    with (
+        ServiceBusClient.from_connection_string(emulator.connection_string) as client,
+        client.get_queue_receiver(queue_name) as receiver,
+    ):
         started = time.monotonic()
         try:
-            receiver._mgmt_request_response(b"com.microsoft:get-message-sessions", {},
-                                            mgmt_handlers.default, timeout=10)  # fmt: skip
+            receiver._mgmt_request_response(
+                b"com.microsoft:get-message-sessions", {}, mgmt_handlers.default, timeout=10
+            )
             raise AssertionError("unsupported operation succeeded")
         except ServiceBusError as exc:
             assert "not supported" in str(exc)

@@ -46,15 +46,25 @@ def test_project_config_loads_with_its_settings() -> None:
 
 def test_defaults_follow_the_official_schema() -> None:
     (queue,) = load_config(config=queue_config({"Name": "plain"}))
-    assert (queue.lock_duration_ms, queue.max_delivery_count, queue.duplicate_window_ms,
-            queue.default_ttl_ms) == (60_000, 3, 20_000, 3_600_000)  # fmt: skip
+    assert (
+        queue.lock_duration_ms,
+        queue.max_delivery_count,
+        queue.duplicate_window_ms,
+        queue.default_ttl_ms,
+    ) == (60_000, 3, 20_000, 3_600_000)
     assert not queue.requires_duplicate_detection
 
 
 @pytest.mark.parametrize(
     ("text", "ms"),
-    [("PT1M", 60_000), ("PT5S", 5_000), ("PT1H", 3_600_000), ("P1DT1S", 86_401_000),
-     ("PT0.5S", 500), ("PT1H30M", 5_400_000)],  # fmt: skip
+    [
+        ("PT1M", 60_000),
+        ("PT5S", 5_000),
+        ("PT1H", 3_600_000),
+        ("P1DT1S", 86_401_000),
+        ("PT0.5S", 500),
+        ("PT1H30M", 5_400_000),
+    ],
 )
 def test_durations(text: str, ms: int) -> None:
     assert parse_duration_ms(text, "x") == ms
@@ -68,28 +78,66 @@ def _topic() -> dict[str, Any]:
     ("mutate", "message"),
     [
         (lambda c: c["UserConfig"]["Namespaces"][0]["Topics"].append(_topic()), "Topics"),
-        (lambda c: c["UserConfig"]["Namespaces"][0]["Queues"][0]["Properties"].update(
-            RequiresSession=True), "RequiresSession"),
-        (lambda c: c["UserConfig"]["Namespaces"][0]["Queues"][0]["Properties"].update(
-            ForwardTo="other"), "ForwardTo"),
-        (lambda c: c["UserConfig"]["Namespaces"][0]["Queues"][0]["Properties"].update(
-            ForwardDeadLetteredMessagesTo="other"), "ForwardDeadLetteredMessagesTo"),
-        (lambda c: c["UserConfig"]["Namespaces"][0]["Queues"][0]["Properties"].update(
-            EnablePartitioning=True), "EnablePartitioning"),
-        (lambda c: c["UserConfig"]["Namespaces"][0]["Queues"][0]["Properties"].update(
-            LockDuration="soon"), "LockDuration"),
-        (lambda c: c["UserConfig"]["Namespaces"][0]["Queues"][0]["Properties"].update(
-            MaxDeliveryCount=0), "MaxDeliveryCount"),
+        (
+            lambda c: c["UserConfig"]["Namespaces"][0]["Queues"][0]["Properties"].update(
+                RequiresSession=True
+            ),
+            "RequiresSession",
+        ),
+        (
+            lambda c: c["UserConfig"]["Namespaces"][0]["Queues"][0]["Properties"].update(
+                ForwardTo="other"
+            ),
+            "ForwardTo",
+        ),
+        (
+            lambda c: c["UserConfig"]["Namespaces"][0]["Queues"][0]["Properties"].update(
+                ForwardDeadLetteredMessagesTo="other"
+            ),
+            "ForwardDeadLetteredMessagesTo",
+        ),
+        (
+            lambda c: c["UserConfig"]["Namespaces"][0]["Queues"][0]["Properties"].update(
+                EnablePartitioning=True
+            ),
+            "EnablePartitioning",
+        ),
+        (
+            lambda c: c["UserConfig"]["Namespaces"][0]["Queues"][0]["Properties"].update(
+                LockDuration="soon"
+            ),
+            "LockDuration",
+        ),
+        (
+            lambda c: c["UserConfig"]["Namespaces"][0]["Queues"][0]["Properties"].update(
+                MaxDeliveryCount=0
+            ),
+            "MaxDeliveryCount",
+        ),
         (lambda c: c["UserConfig"]["Namespaces"][0].update(Name="other"), "sbemulatorns"),
-        (lambda c: c["UserConfig"]["Namespaces"][0]["Queues"].append(queue_entry("Q1")),
-         "defined twice"),
+        (
+            lambda c: c["UserConfig"]["Namespaces"][0]["Queues"].append(queue_entry("Q1")),
+            "defined twice",
+        ),
         (lambda c: c["UserConfig"].pop("Logging"), "Logging"),
-        (lambda c: c["UserConfig"]["Namespaces"][0]["Queues"][0].update(Name="bad name!"),
-         "invalid queue name"),
+        (
+            lambda c: c["UserConfig"]["Namespaces"][0]["Queues"][0].update(Name="bad name!"),
+            "invalid queue name",
+        ),
     ],
-    ids=["topics", "sessions", "forward-to", "forward-dlq", "unknown-property",
-         "bad-duration", "max-delivery-0", "namespace-name", "duplicate-queue", "no-logging",
-         "bad-name"],  # fmt: skip
+    ids=[
+        "topics",
+        "sessions",
+        "forward-to",
+        "forward-dlq",
+        "unknown-property",
+        "bad-duration",
+        "max-delivery-0",
+        "namespace-name",
+        "duplicate-queue",
+        "no-logging",
+        "bad-name",
+    ],
 )
 def test_unsupported_or_invalid_config_is_refused(mutate: Any, message: str) -> None:
     config = queue_config(queue_entry("q1"))
@@ -101,8 +149,11 @@ def test_unsupported_or_invalid_config_is_refused(mutate: Any, message: str) -> 
 
 
 def test_short_durations_are_accepted_for_tests() -> None:
-    (queue,) = load_config(config=queue_config(queue_entry("q", LockDuration="PT1S",
-                                                           DuplicateDetectionHistoryTimeWindow="PT1S")))
+    (queue,) = load_config(
+        config=queue_config(
+            queue_entry("q", LockDuration="PT1S", DuplicateDetectionHistoryTimeWindow="PT1S")
+        )
+    )
     assert queue.lock_duration_ms == 1000 and queue.duplicate_window_ms == 1000
 
 

@@ -32,8 +32,7 @@ def _round_trip_still_works(emulator: RunningEmulator, queue: str, expected: lis
         assert sorted(got) == sorted([*expected, "after-the-storm"])
 
 
-def test_garbage_header_is_answered_and_closed(emulator: RunningEmulator, queue_name: str
-                                               ) -> None:  # fmt: skip
+def test_garbage_header_is_answered_and_closed(emulator: RunningEmulator, queue_name: str) -> None:
     raw = RawClient(emulator.host, emulator.port)
     raw.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
     assert raw.recv_exact(8) == F.AMQP_HEADER  # the spec's answer to a bad header
@@ -43,26 +42,38 @@ def test_garbage_header_is_answered_and_closed(emulator: RunningEmulator, queue_
 
 
 MALFORMED = {
-    "bad-constructor": (struct.pack(">IBBH", 8 + 3, 2, 0, 0) + b"\x00\x53\x99",
-                        "amqp:decode-error"),
-    "trailing-junk": (struct.pack(">IBBH", 8 + 5, 2, 0, 0) + b"\x00\x53\x13\x45\x00",
-                      "amqp:decode-error"),
+    "bad-constructor": (
+        struct.pack(">IBBH", 8 + 3, 2, 0, 0) + b"\x00\x53\x99",
+        "amqp:decode-error",
+    ),
+    "trailing-junk": (
+        struct.pack(">IBBH", 8 + 5, 2, 0, 0) + b"\x00\x53\x13\x45\x00",
+        "amqp:decode-error",
+    ),
     "unknown-performative": (F.performative_frame(0, 0x7F, []), "amqp:not-implemented"),
-    "oversize-frame": (struct.pack(">IBBH", 10_000_000, 2, 0, 0),
-                       "amqp:connection:framing-error"),
-    "truncated-list": (struct.pack(">IBBH", 8 + 4, 2, 0, 0) + b"\x00\x53\x12\xc0",
-                       "amqp:decode-error"),
-    "lying-list-size": (struct.pack(">IBBH", 8 + 6, 2, 0, 0) + b"\x00\x53\x12\xc0\x09\x01",
-                        "amqp:decode-error"),
-    "transfer-on-unattached-handle": (F.performative_frame(0, F.TRANSFER, [UInt(42), UInt(0),
-                                      b"t", UInt(0)], b"x"), "amqp:session:unattached-handle"),
-    "bad-data-offset": (struct.pack(">IBBH", 12, 1, 0, 0) + b"\x00\x00\x00\x00",
-                        "amqp:connection:framing-error"),
-}  # fmt: skip
+    "oversize-frame": (struct.pack(">IBBH", 10_000_000, 2, 0, 0), "amqp:connection:framing-error"),
+    "truncated-list": (
+        struct.pack(">IBBH", 8 + 4, 2, 0, 0) + b"\x00\x53\x12\xc0",
+        "amqp:decode-error",
+    ),
+    "lying-list-size": (
+        struct.pack(">IBBH", 8 + 6, 2, 0, 0) + b"\x00\x53\x12\xc0\x09\x01",
+        "amqp:decode-error",
+    ),
+    "transfer-on-unattached-handle": (
+        F.performative_frame(0, F.TRANSFER, [UInt(42), UInt(0), b"t", UInt(0)], b"x"),
+        "amqp:session:unattached-handle",
+    ),
+    "bad-data-offset": (
+        struct.pack(">IBBH", 12, 1, 0, 0) + b"\x00\x00\x00\x00",
+        "amqp:connection:framing-error",
+    ),
+}
 
 
 def test_malformed_frames_close_that_connection_with_an_error(
-        emulator: RunningEmulator, queue_name: str) -> None:
+    emulator: RunningEmulator, queue_name: str
+) -> None:
     bystander = RawClient(emulator.host, emulator.port)
     bystander.handshake()
     bystander.attach_sender(queue_name)
@@ -83,7 +94,8 @@ def test_malformed_frames_close_that_connection_with_an_error(
 
 
 def test_oversize_message_is_rejected_and_the_link_keeps_working(
-        emulator: RunningEmulator, queue_name: str) -> None:
+    emulator: RunningEmulator, queue_name: str
+) -> None:
     raw = RawClient(emulator.host, emulator.port)
     raw.handshake()
     raw.attach_sender(queue_name)
@@ -101,7 +113,8 @@ def test_oversize_message_is_rejected_and_the_link_keeps_working(
 
 
 def test_client_vanishing_mid_transfer_loses_nothing_accepted(
-        emulator: RunningEmulator, queue_name: str) -> None:
+    emulator: RunningEmulator, queue_name: str
+) -> None:
     raw = RawClient(emulator.host, emulator.port)
     raw.handshake()
     raw.attach_sender(queue_name)
@@ -118,11 +131,13 @@ def test_client_vanishing_mid_transfer_loses_nothing_accepted(
     _round_trip_still_works(emulator, queue_name, ["accepted"])
 
 
-@settings(max_examples=25, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(junk=st.binary(min_size=1, max_size=300))
 def test_fuzzed_bytes_after_handshake_never_hurt_the_broker(
-        emulator: RunningEmulator, junk: bytes) -> None:
+    emulator: RunningEmulator, junk: bytes
+) -> None:
     raw = RawClient(emulator.host, emulator.port, timeout=2)
     raw.handshake()
     raw.send(junk)

@@ -26,14 +26,18 @@ def _drain(client: ServiceBusClient, queue: str, expected: int, **kwargs: object
     return bodies
 
 
-def test_batch_send_keeps_order_and_sequence_numbers(emulator: RunningEmulator,
-                                                     queue_name: str) -> None:
+def test_batch_send_keeps_order_and_sequence_numbers(
+    emulator: RunningEmulator, queue_name: str
+) -> None:
     with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
         with client.get_queue_sender(queue_name) as sender:
             batch = sender.create_message_batch()
             for i in range(50):
-                batch.add_message(ServiceBusMessage(f"m{i}", message_id=f"id-{i}",
-                                                    application_properties={"i": i}))
+                batch.add_message(
+                    ServiceBusMessage(
+                        f"m{i}", message_id=f"id-{i}", application_properties={"i": i}
+                    )
+                )
             sender.send_messages(batch)
             sender.send_messages([ServiceBusMessage("list-1"), ServiceBusMessage("list-2")])
         with client.get_queue_receiver(queue_name, prefetch_count=100) as receiver:
@@ -63,8 +67,9 @@ def test_large_message_spans_several_frames(emulator: RunningEmulator, queue_nam
             receiver.complete_message(msg)
 
 
-def test_duplicate_message_id_dropped_within_window(emulator: RunningEmulator,
-                                                     queue_name: str) -> None:
+def test_duplicate_message_id_dropped_within_window(
+    emulator: RunningEmulator, queue_name: str
+) -> None:
     with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
         with client.get_queue_sender(queue_name) as sender:
             sender.send_messages(ServiceBusMessage("first", message_id="order-1"))
@@ -76,26 +81,35 @@ def test_duplicate_message_id_dropped_within_window(emulator: RunningEmulator,
 
 
 def test_duplicate_detection_off_keeps_duplicates(
-        make_emulator: Callable[..., RunningEmulator], queue_name: str) -> None:
+    make_emulator: Callable[..., RunningEmulator], queue_name: str
+) -> None:
     emulator = make_emulator(queue_name, RequiresDuplicateDetection=False)
     with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
         with client.get_queue_sender(queue_name) as sender:
-            sender.send_messages([ServiceBusMessage("a", message_id="same"),
-                                  ServiceBusMessage("b", message_id="same")])  # fmt: skip
+            sender.send_messages(
+                [
+                    ServiceBusMessage("a", message_id="same"),
+                    ServiceBusMessage("b", message_id="same"),
+                ]
+            )
         assert _drain(client, queue_name, 2) == ["a", "b"]
 
 
 def test_ttl_expiry_dead_letters_when_configured(
-        make_emulator: Callable[..., RunningEmulator], queue_name: str) -> None:
+    make_emulator: Callable[..., RunningEmulator], queue_name: str
+) -> None:
     emulator = make_emulator(queue_name, DeadLetteringOnMessageExpiration=True)
     with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
         with client.get_queue_sender(queue_name) as sender:
-            sender.send_messages([
-                ServiceBusMessage("short", time_to_live=timedelta(seconds=1)),
-                ServiceBusMessage("long"),
-            ])
-        with client.get_queue_receiver(queue_name, sub_queue=ServiceBusSubQueue.DEAD_LETTER,
-                                       max_wait_time=3) as dlq:  # fmt: skip
+            sender.send_messages(
+                [
+                    ServiceBusMessage("short", time_to_live=timedelta(seconds=1)),
+                    ServiceBusMessage("long"),
+                ]
+            )
+        with client.get_queue_receiver(
+            queue_name, sub_queue=ServiceBusSubQueue.DEAD_LETTER, max_wait_time=3
+        ) as dlq:
             (dead,) = dlq.receive_messages(max_message_count=1, max_wait_time=3)
             assert str(dead) == "short"
             assert dead.dead_letter_reason == "TTLExpiredException"
@@ -103,8 +117,9 @@ def test_ttl_expiry_dead_letters_when_configured(
         assert _drain(client, queue_name, 1) == ["long"]
 
 
-def test_ttl_expiry_drops_without_dead_lettering(emulator: RunningEmulator,
-                                                 queue_name: str) -> None:
+def test_ttl_expiry_drops_without_dead_lettering(
+    emulator: RunningEmulator, queue_name: str
+) -> None:
     with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
         with client.get_queue_sender(queue_name) as sender:
             msg = ServiceBusMessage("gone", time_to_live=timedelta(seconds=1))
@@ -117,8 +132,9 @@ def test_ttl_expiry_drops_without_dead_lettering(emulator: RunningEmulator,
             assert dlq.peek_messages(max_message_count=5, sequence_number=1) == []
 
 
-def test_peek_browses_from_the_start_without_locking(emulator: RunningEmulator,
-                                                     queue_name: str) -> None:
+def test_peek_browses_from_the_start_without_locking(
+    emulator: RunningEmulator, queue_name: str
+) -> None:
     with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
         with client.get_queue_sender(queue_name) as sender:
             sender.send_messages([ServiceBusMessage(f"p{i}") for i in range(5)])
@@ -149,6 +165,8 @@ def test_schedule_and_cancel(emulator: RunningEmulator, queue_name: str) -> None
             assert receiver.receive_messages(max_message_count=1, max_wait_time=0.2) == []
             (msg,) = receiver.receive_messages(max_message_count=1, max_wait_time=8)
             assert str(msg) == "scheduled"
-            assert msg.enqueued_time_utc is not None and msg.enqueued_time_utc >= when - timedelta(milliseconds=1)
+            assert msg.enqueued_time_utc is not None and msg.enqueued_time_utc >= when - timedelta(
+                milliseconds=1
+            )
             assert msg.sequence_number == keep
             receiver.complete_message(msg)

@@ -1,4 +1,4 @@
-"""PeekLock settlement through the real SDK: abandon, dead-letter, defer, locks, MaxDeliveryCount."""
+"""PeekLock settlement through the real SDK: abandon, dead-letter, defer, locks, redelivery."""
 
 from __future__ import annotations
 
@@ -30,8 +30,9 @@ def _receive_one(receiver: ServiceBusReceiver, wait: float = 5) -> ServiceBusRec
     return msgs[0]
 
 
-def test_abandon_redelivers_with_delivery_count_plus_one(emulator: RunningEmulator,
-                                                         queue_name: str) -> None:
+def test_abandon_redelivers_with_delivery_count_plus_one(
+    emulator: RunningEmulator, queue_name: str
+) -> None:
     with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
         _send(client, queue_name, "a")
         with client.get_queue_receiver(queue_name) as receiver:
@@ -50,11 +51,11 @@ def test_dead_letter_with_reason_lands_in_dlq(emulator: RunningEmulator, queue_n
         _send(client, queue_name, "poison")
         with client.get_queue_receiver(queue_name) as receiver:
             msg = _receive_one(receiver)
-            receiver.dead_letter_message(msg, reason="BadOrder",
-                                         error_description="amount is negative")
+            receiver.dead_letter_message(
+                msg, reason="BadOrder", error_description="amount is negative"
+            )
             assert receiver.receive_messages(max_message_count=1, max_wait_time=0.5) == []
-        with client.get_queue_receiver(queue_name,
-                                       sub_queue=ServiceBusSubQueue.DEAD_LETTER) as dlq:
+        with client.get_queue_receiver(queue_name, sub_queue=ServiceBusSubQueue.DEAD_LETTER) as dlq:
             dead = _receive_one(dlq)
             assert str(dead) == "poison"
             assert dead.message_id == "poison"
@@ -66,8 +67,9 @@ def test_dead_letter_with_reason_lands_in_dlq(emulator: RunningEmulator, queue_n
             assert dlq.receive_messages(max_message_count=1, max_wait_time=0.5) == []
 
 
-def test_max_delivery_count_moves_to_dlq(make_emulator: Callable[..., RunningEmulator],
-                                         queue_name: str) -> None:
+def test_max_delivery_count_moves_to_dlq(
+    make_emulator: Callable[..., RunningEmulator], queue_name: str
+) -> None:
     emulator = make_emulator(queue_name, MaxDeliveryCount=2)
     with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
         _send(client, queue_name, "flaky")
@@ -75,8 +77,7 @@ def test_max_delivery_count_moves_to_dlq(make_emulator: Callable[..., RunningEmu
             receiver.abandon_message(_receive_one(receiver))
             receiver.abandon_message(_receive_one(receiver))
             assert receiver.receive_messages(max_message_count=1, max_wait_time=0.5) == []
-        with client.get_queue_receiver(queue_name, sub_queue=ServiceBusSubQueue.DEAD_LETTER
-                                       ) as dlq:  # fmt: skip
+        with client.get_queue_receiver(queue_name, sub_queue=ServiceBusSubQueue.DEAD_LETTER) as dlq:
             dead = _receive_one(dlq)
             assert dead.dead_letter_reason == "MaxDeliveryCountExceeded"
             assert dead.dead_letter_error_description is not None
@@ -84,8 +85,9 @@ def test_max_delivery_count_moves_to_dlq(make_emulator: Callable[..., RunningEmu
             dlq.complete_message(dead)
 
 
-def test_lock_expiry_redelivers_and_old_lock_is_lost(emulator: RunningEmulator,
-                                                     queue_name: str) -> None:
+def test_lock_expiry_redelivers_and_old_lock_is_lost(
+    emulator: RunningEmulator, queue_name: str
+) -> None:
     with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
         _send(client, queue_name, "slow")
         with client.get_queue_receiver(queue_name) as receiver:
@@ -101,7 +103,8 @@ def test_lock_expiry_redelivers_and_old_lock_is_lost(emulator: RunningEmulator,
 
 
 def test_settling_a_lock_the_broker_expired_raises_lock_lost(
-        make_emulator: Callable[..., RunningEmulator], queue_name: str) -> None:
+    make_emulator: Callable[..., RunningEmulator], queue_name: str
+) -> None:
     # The client still believes the lock is valid (its clock says so); the broker decides.
     emulator = make_emulator(queue_name, LockDuration="PT1S")
     with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
@@ -112,7 +115,8 @@ def test_settling_a_lock_the_broker_expired_raises_lock_lost(
             msg._expiry = msg.locked_until_utc.replace(year=msg.locked_until_utc.year + 1)
             deadline = time.monotonic() + 5
             while emulator.call(lambda: len(emulator.broker.resolve(queue_name).locks)) and (
-                    time.monotonic() < deadline):  # fmt: skip
+                time.monotonic() < deadline
+            ):
                 time.sleep(0.05)
             with pytest.raises(MessageLockLostError):
                 receiver.complete_message(msg)
@@ -121,8 +125,10 @@ def test_settling_a_lock_the_broker_expired_raises_lock_lost(
 def test_renew_lock_keeps_the_message_locked(emulator: RunningEmulator, queue_name: str) -> None:
     with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
         _send(client, queue_name, "long-job")
-        with client.get_queue_receiver(queue_name) as receiver, \
-                client.get_queue_receiver(queue_name) as competitor:  # fmt: skip
+        with (
+            client.get_queue_receiver(queue_name) as receiver,
+            client.get_queue_receiver(queue_name) as competitor,
+        ):
             msg = _receive_one(receiver)
             before = msg.locked_until_utc
             assert before is not None
