@@ -7,7 +7,6 @@ import shutil
 import socket
 import subprocess
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -15,12 +14,9 @@ import pytest
 from azure.cosmos import ContainerProxy, CosmosClient, DatabaseProxy, PartitionKey
 from azure.cosmos.aio import ContainerProxy as AioContainerProxy
 from azure.cosmos.aio import CosmosClient as AioCosmosClient
+from cosmos_rest import unique
 
 from cosmos_emulator import RunningCosmosEmulator, start_in_background
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
 @pytest.fixture(scope="module")

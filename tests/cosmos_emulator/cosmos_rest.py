@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import urllib.parse
+import uuid
 from email.utils import formatdate
 from typing import Any
 
@@ -47,3 +48,8 @@ def call(
         return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
     finally:
         conn.close()
+
+
+def unique(prefix: str) -> str:
+    """A random resource name, so tests never collide (xdist-safe)."""
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from azure.cosmos import DatabaseProxy, PartitionKey
 from azure.cosmos.partition_key import PartitionKey as SdkPartitionKey
-from conftest import unique
+from cosmos_rest import unique
 
 from cosmos_emulator.epk import effective_partition_key
 

@@ -6,8 +6,7 @@ import socket
 
 import pytest
 from azure.cosmos import ContainerProxy, CosmosClient, DatabaseProxy, PartitionKey, exceptions
-from conftest import unique
-from cosmos_rest import call
+from cosmos_rest import call, unique
 
 from cosmos_emulator import RunningCosmosEmulator, start_in_background
 

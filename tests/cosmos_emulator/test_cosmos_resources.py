@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from azure.cosmos import CosmosClient, DatabaseProxy, PartitionKey, exceptions
-from conftest import unique
+from cosmos_rest import unique
 
 
 def test_database_lifecycle(client: CosmosClient) -> None:

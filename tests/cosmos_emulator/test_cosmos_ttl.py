@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 from azure.cosmos import ContainerProxy, DatabaseProxy, PartitionKey, exceptions
-from conftest import unique
+from cosmos_rest import unique
 
 from cosmos_emulator import RunningCosmosEmulator
 
