@@ -1,0 +1,56 @@
+"""Settings come from the environment; a missing or malformed one fails at start, clearly."""
+
+from __future__ import annotations
+
+import pytest
+
+from orders.adapters.monitoring import configure_monitoring
+from orders.settings import Settings, SettingsError
+
+
+def test_defaults_and_emulator_mode() -> None:
+    settings = Settings.from_env({"COSMOS_ENDPOINT": "http://127.0.0.1:1/", "COSMOS_KEY": "k"})
+
+    assert settings.cosmos_database == "orders" and settings.cosmos_container == "orders"
+    assert settings.cosmos_idempotency_container == "idempotency"
+    assert settings.orders_queue == "orders"
+    assert settings.uses_emulator_keys
+    assert settings.idempotency_ttl_seconds == 24 * 60 * 60
+
+
+def test_azure_mode_has_no_keys() -> None:
+    settings = Settings.from_env(
+        {
+            "COSMOS_ENDPOINT": "https://acct.documents.azure.com:443/",
+            "ServiceBusConnection__fullyQualifiedNamespace": "ns.servicebus.windows.net",
+            "AZURE_CLIENT_ID": "client",
+        }
+    )
+
+    assert not settings.uses_emulator_keys
+    settings.require_servicebus()
+    assert settings.servicebus_namespace == "ns.servicebus.windows.net"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({}, "COSMOS_ENDPOINT is not set"),
+        ({"COSMOS_ENDPOINT": "x", "IDEMPOTENCY_TTL_SECONDS": "soon"}, "must be an integer"),
+        ({"COSMOS_ENDPOINT": "x", "IDEMPOTENCY_TTL_SECONDS": "0"}, "must be positive"),
+    ],
+)
+def test_bad_settings_fail_with_a_clear_message(env: dict[str, str], message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        Settings.from_env(env)
+
+
+def test_servicebus_is_required_where_used() -> None:
+    settings = Settings.from_env({"COSMOS_ENDPOINT": "x"})
+
+    with pytest.raises(SettingsError, match="ServiceBusConnection"):
+        settings.require_servicebus()
+
+
+def test_monitoring_is_off_without_a_connection_string() -> None:
+    assert configure_monitoring(Settings.from_env({"COSMOS_ENDPOINT": "x"})) is False
