@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import httpx
@@ -134,7 +135,7 @@ async def test_missing_key_is_400_before_the_body_is_looked_at(api: Api) -> None
     ids=["256-chars", "tab", "del", "non-ascii"],
 )
 async def test_malformed_key_is_400(api: Api, key: str) -> None:
-    headers = [("Idempotency-Key", key.encode("utf-8"))]
+    headers = [(b"Idempotency-Key", key.encode("utf-8"))]
 
     response = await api.client.post(
         "/api/orders", json=order_payload(new_order_id()), headers=headers
@@ -196,6 +197,24 @@ async def test_too_many_lines_is_413(api: Api) -> None:
 
 async def test_body_over_256_kb_is_413(api: Api) -> None:
     assert_problem(await api.post(b"{" + b" " * 300_000 + b"}"), 413, "order-too-large")
+
+
+async def test_an_endless_body_is_413_without_being_read_to_its_end(api: Api) -> None:
+    sent = 0
+
+    async def endless() -> AsyncIterator[bytes]:
+        nonlocal sent
+        yield b"{"
+        while sent < 1000:  # 64 MB if it were all read
+            sent += 1
+            yield b" " * 65536
+
+    response = await api.client.post(
+        "/api/orders", content=endless(), headers={"Idempotency-Key": "k"}
+    )
+
+    assert_problem(response, 413, "order-too-large")
+    assert sent < 10
 
 
 # --- crash safety ----------------------------------------------------------------------------

@@ -6,6 +6,8 @@ The app runs over fakes, so any 5xx is the API's fault, not a dependency's. Boun
 
 from __future__ import annotations
 
+from typing import Any
+
 import schemathesis
 from fakes import FakeIdempotencyStore, FakeOrderReader, FakeOrderStore, RecordingPublisher
 from http_support import FakeClock, runtime_over
@@ -31,7 +33,7 @@ schema.config.generation.update(modes=[GenerationMode.POSITIVE, GenerationMode.N
 
 @schema.parametrize()
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
-def test_api_never_answers_5xx_and_matches_its_description(case: schemathesis.Case) -> None:
+def test_api_never_answers_5xx_and_matches_its_description(case: schemathesis.Case[Any]) -> None:
     # Every default check but one: a schema-valid price such as 0.123456 is still refused
     # (at most 4 decimals), a limit JSON Schema cannot express for numbers.
     case.call_and_validate(excluded_checks=[positive_data_acceptance])

@@ -30,7 +30,12 @@ from orders.domain.idempotency import (
     StoredResponse,
     validate_idempotency_key,
 )
-from orders.domain.messages import DeadLetterReason, MessageRejected, parse_order
+from orders.domain.messages import (
+    MAX_BODY_BYTES,
+    DeadLetterReason,
+    MessageRejected,
+    parse_order,
+)
 from orders.domain.model import EntityId, OrderPlaced
 from orders.exceptions import (
     IdempotencyKeyReusedError,
@@ -284,7 +289,7 @@ def create_app(runtime_factory: RuntimeFactory | None = None) -> FastAPI:
         except InvalidIdempotencyKeyError as error:
             return key_problem(error)
         try:
-            order = parse_order(await request.body())
+            order = parse_order(await capped_body(request))
         except MessageRejected as rejection:
             return rejected_body_problem(rejection)
         try:
@@ -342,6 +347,22 @@ def create_app(runtime_factory: RuntimeFactory | None = None) -> FastAPI:
 
     app.openapi = lambda: openapi_document(app)  # type: ignore[method-assign]
     return app
+
+
+async def capped_body(request: Request) -> bytes:
+    """The body, read no further than one byte past the limit (`parse_order` rejects it then).
+
+    A client must not make the API buffer an arbitrarily large body just to be told it is
+    too large.
+    """
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            break
+    return b"".join(chunks)[: MAX_BODY_BYTES + 1]
 
 
 class EntityIdCheck(BaseModel):
