@@ -20,6 +20,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--https", action="store_true", help="serve TLS (self-signed)")
     parser.add_argument("--data", default=None, help="JSON file the state survives in")
     parser.add_argument("--key", default=os.environ.get("COSMOS_EMULATOR_KEY", WELL_KNOWN_KEY))
+    parser.add_argument(
+        "--log-requests", action="store_true", help="one line per request on stderr"
+    )
     args = parser.parse_args(argv)
 
     async def run() -> None:
@@ -27,7 +30,9 @@ def main(argv: list[str] | None = None) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await serve_forever(args.host, args.port, args.https, args.data, args.key, stop)
+        await serve_forever(
+            args.host, args.port, args.https, args.data, args.key, stop, args.log_requests
+        )
 
     asyncio.run(run())
 

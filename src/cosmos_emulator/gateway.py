@@ -72,6 +72,7 @@ class Gateway:
         self.scheme = scheme
         self.fallback_host = "127.0.0.1"
         self.operation_counts: Counter[str] = Counter()
+        self.log_requests = False
 
     # -- entry point -----------------------------------------------------------------------
     async def handle(self, request: Request) -> Response:
@@ -109,6 +110,12 @@ class Gateway:
         headers.setdefault("x-ms-session-token", f"0:-1#{self.store.lsn}")
         headers.setdefault("x-ms-schemaversion", "1.19")
         headers.setdefault("x-ms-gatewayversion", "cosmos-emulator")
+        if self.log_requests:
+            print(
+                f"cosmos-emulator: {request.method} {path} -> {response.status}",
+                file=sys.stderr,
+                flush=True,
+            )
         return response
 
     @staticmethod

@@ -25,7 +25,15 @@ FLUSH_INTERVAL_S = 1.0
 class EmulatorCore:
     """Everything that runs on the emulator's event loop."""
 
-    def __init__(self, host: str, port: int, https: bool, data_file: str | None, key: str) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        https: bool,
+        data_file: str | None,
+        key: str,
+        log_requests: bool = False,
+    ) -> None:
         self.host = host
         self.requested_port = port
         self.https = https
@@ -34,10 +42,12 @@ class EmulatorCore:
         self.store = Store()
         self.faults = FaultInjector()
         self.gateway = Gateway(self.store, key, self.faults, "https" if https else "http")
+        self.gateway.log_requests = log_requests
         self.port = 0
         self._http: HttpServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._flushed_changes = 0
+        self._write_lock = threading.Lock()
 
     @property
     def url(self) -> str:
@@ -81,20 +91,27 @@ class EmulatorCore:
         while True:
             await asyncio.sleep(FLUSH_INTERVAL_S)
             if self.store.changes != self._flushed_changes:
-                self.flush()
+                changes, snapshot = self.store.changes, self.store.snapshot()
+                # Documents are never mutated in place (every write stores a new dict), so
+                # the snapshot can be serialised off the event loop.
+                await asyncio.to_thread(self._write, changes, snapshot)
 
     def flush(self) -> None:
-        if self.data_file is None:
-            return
-        changes = self.store.changes
-        snapshot = self.store.snapshot()
-        self.data_file.parent.mkdir(parents=True, exist_ok=True)
-        # Write-then-rename, so a crash mid-write never leaves a truncated state file.
-        fd, tmp = tempfile.mkstemp(prefix=".cosmos-emulator-", dir=self.data_file.parent)
-        with os.fdopen(fd, "w") as fh:
-            json.dump(snapshot, fh, separators=(",", ":"))
-        os.replace(tmp, self.data_file)
-        self._flushed_changes = changes
+        if self.data_file is not None:
+            self._write(self.store.changes, self.store.snapshot())
+
+    def _write(self, changes: int, snapshot: dict[str, Any]) -> None:
+        assert self.data_file is not None
+        with self._write_lock:
+            if changes < self._flushed_changes:
+                return  # a newer snapshot is already on disk
+            self.data_file.parent.mkdir(parents=True, exist_ok=True)
+            # Write-then-rename, so a crash mid-write never leaves a truncated state file.
+            fd, tmp = tempfile.mkstemp(prefix=".cosmos-emulator-", dir=self.data_file.parent)
+            with os.fdopen(fd, "w") as fh:
+                json.dump(snapshot, fh, separators=(",", ":"))
+            os.replace(tmp, self.data_file)
+            self._flushed_changes = changes
 
 
 class RunningCosmosEmulator:
@@ -193,8 +210,11 @@ def start_in_background(
     https: bool = False,
     data_file: str | os.PathLike[str] | None = None,
     key: str = WELL_KNOWN_KEY,
+    log_requests: bool = False,
 ) -> RunningCosmosEmulator:
-    core = EmulatorCore(host, port, https, os.fspath(data_file) if data_file else None, key)
+    """Start an emulator on its own thread; `port=0` picks a free port (see `.url`)."""
+    path = os.fspath(data_file) if data_file else None
+    core = EmulatorCore(host, port, https, path, key, log_requests)
     loop = asyncio.new_event_loop()
     started = threading.Event()
     failure: list[BaseException] = []
@@ -223,9 +243,15 @@ def start_in_background(
 
 
 async def serve_forever(
-    host: str, port: int, https: bool, data_file: str | None, key: str, stop: asyncio.Event
+    host: str,
+    port: int,
+    https: bool,
+    data_file: str | None,
+    key: str,
+    stop: asyncio.Event,
+    log_requests: bool = False,
 ) -> None:
-    core = EmulatorCore(host, port, https, data_file, key)
+    core = EmulatorCore(host, port, https, data_file, key, log_requests)
     await core.start()
     print(f"cosmos-emulator listening on {core.url}", flush=True)
     try:

@@ -96,7 +96,9 @@ class Container:
 
 
 def pk_key(values: list[Any]) -> str:
-    return json.dumps(values, sort_keys=True, separators=(",", ":"))
+    # Cosmos numbers are doubles: 5 and 5.0 are one partition key value.
+    normal = [int(v) if isinstance(v, float) and v.is_integer() else v for v in values]
+    return json.dumps(normal, sort_keys=True, separators=(",", ":"))
 
 
 @dataclass

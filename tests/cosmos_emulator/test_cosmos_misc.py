@@ -67,3 +67,20 @@ def test_fixed_port_cli_style_start() -> None:
         assert emu.url == f"http://127.0.0.1:{port}/"
         with pytest.raises(OSError):
             start_in_background(port=port)
+
+
+def test_request_log_goes_to_stderr(capfd: pytest.CaptureFixture[str]) -> None:
+    with start_in_background(log_requests=True) as emu:
+        CosmosClient(emu.url, emu.key).create_database("logged")
+    err = capfd.readouterr().err
+    assert "cosmos-emulator: POST /dbs -> 201" in err
+
+
+def test_integral_floats_and_ints_are_one_partition_key(
+    cosmos_emulator: RunningCosmosEmulator, database: DatabaseProxy
+) -> None:
+    container = database.create_container(unique("n"), PartitionKey("/k"))
+    container.create_item({"id": "1", "k": 5})
+    assert container.read_item("1", partition_key=5.0)["k"] == 5
+    with pytest.raises(exceptions.CosmosResourceExistsError):
+        container.create_item({"id": "1", "k": 5.0})

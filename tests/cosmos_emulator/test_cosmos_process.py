@@ -109,3 +109,21 @@ async def test_https_with_the_aio_sdk() -> None:
             container = await db.create_container("c", PartitionKey("/pk"))
             await container.create_item({"id": "1", "pk": "a"})
             assert (await container.read_item("1", "a"))["id"] == "1"
+
+
+def test_state_written_while_serving_is_complete_after_stop(tmp_path: Path) -> None:
+    data = tmp_path / "state.json"
+    with start_in_background(data_file=data) as emu:
+        container = (
+            CosmosClient(emu.url, emu.key)
+            .create_database("d")
+            .create_container("c", PartitionKey("/pk"))
+        )
+        for i in range(60):
+            container.upsert_item({"id": str(i % 20), "pk": "a", "i": i})
+    with start_in_background(data_file=data) as emu:
+        container = (
+            CosmosClient(emu.url, emu.key).get_database_client("d").get_container_client("c")
+        )
+        values = sorted(d["i"] for d in container.query_items("SELECT * FROM c", partition_key="a"))
+        assert values == list(range(40, 60))
