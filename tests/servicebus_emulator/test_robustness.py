@@ -160,3 +160,19 @@ def test_broker_serves_sdk_after_fuzzing(emulator: RunningEmulator, queue_name: 
         raw.closed_by_peer()
         raw.close()
     _round_trip_still_works(emulator, queue_name, [])
+
+
+def test_heartbeats_keep_an_idle_connection_alive(emulator: RunningEmulator) -> None:
+    raw = RawClient(emulator.host, emulator.port, timeout=3)
+    raw.send(F.AMQP_HEADER)
+    assert raw.recv_exact(8) == F.AMQP_HEADER
+    raw.frame(F.OPEN, ["raw-client", "127.0.0.1", UInt(65536), None, UInt(200)])
+    assert raw.read_frame()[0] == F.OPEN
+    # Idle-timeout 200 ms: the emulator must send empty frames at least every 200 ms.
+    beats = 0
+    for _ in range(3):
+        header = raw.recv_exact(8)
+        assert header == F.EMPTY_FRAME
+        beats += 1
+    assert beats == 3
+    raw.close()
