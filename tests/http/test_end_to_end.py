@@ -8,6 +8,7 @@ stores it, GET shows it; the client's retry is a replay and publishes nothing.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -22,7 +23,16 @@ import pytest
 from fakes import order_payload
 from servers import free_port, stop_process, wait_for_port
 
+from orders.adapters.cosmos_client import create_cosmos_client, idempotency_container
+from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
+from orders.adapters.servicebus import create_servicebus_client
+from orders.adapters.servicebus_publisher import ServiceBusOrderPublisher
 from orders.adapters.servicebus_worker import WorkerOptions, WorkerStats, run_worker
+from orders.bootstrap import HttpRuntime, build_http_runtime
+from orders.domain.hashing import request_hash
+from orders.domain.idempotency import IdempotencyRecord, RecordStatus, record_id
+from orders.domain.messages import parse_order
+from orders.entrypoints.http_api import create_app
 from orders.settings import Settings
 
 pytestmark = pytest.mark.slow
@@ -162,3 +172,68 @@ async def test_the_served_openapi_document_and_problem_answers(api: httpx.AsyncC
     assert missing_key.json()["type"] == "urn:orders:problem:missing-idempotency-key"
     assert unknown.status_code == 404
     assert unknown.headers["content-type"] == "application/problem+json"
+
+
+async def test_a_crashed_claim_is_taken_over_and_the_broker_drops_the_second_send(
+    environment: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given an API instance that published the order and died before recording the response
+    settings = Settings.from_env(environment)
+    order_id = f"o-{uuid.uuid4().hex[:10]}"
+    key = f"client-{uuid.uuid4()}"
+    runtime = await build_http_runtime(settings)
+    try:
+        async with create_servicebus_client(settings) as servicebus:
+            crashed = ServiceBusOrderPublisher(servicebus, settings.orders_queue)
+            await crashed.publish(parse_order(json.dumps(order_payload(order_id)).encode()))
+            await crashed.close()
+        async with create_cosmos_client(settings) as cosmos:
+            store = CosmosIdempotencyStore(idempotency_container(cosmos, settings))
+            await store.claim(abandoned_claim(order_id, key, settings))
+
+            # When the client retries
+            async def factory() -> HttpRuntime:
+                return runtime
+
+            transport = httpx.ASGITransport(app=create_app(factory))
+            async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+                retried = await client.post(
+                    "/api/orders", json=order_payload(order_id), headers={"Idempotency-Key": key}
+                )
+                worker = RunningWorker(settings)
+                try:
+                    stored = await poll_until_stored(client, retried.headers["location"])
+                finally:
+                    stats = await worker.stopped()
+            record = await idempotency_container(cosmos, settings).read_item(
+                record_id("app:default", key), partition_key=record_id("app:default", key)
+            )
+        async with (
+            create_servicebus_client(settings) as servicebus,
+            servicebus.get_queue_receiver(settings.orders_queue) as receiver,
+        ):
+            left_in_queue = await receiver.peek_messages(max_message_count=10, sequence_number=1)
+    finally:
+        await runtime.close()
+
+    # Then the retry took the claim over and published again; the queue's duplicate detection
+    # dropped that second send, so the worker saw one message and stored one order
+    assert retried.status_code == 202 and "idempotent-replayed" not in retried.headers
+    assert record["status"] == "completed"
+    assert stored.status_code == 200 and stored.json()["orderId"] == order_id
+    assert any("took over the expired claim" in r.getMessage() for r in caplog.records)
+    assert stats.received == 1 and left_in_queue == []
+
+
+def abandoned_claim(order_id: str, key: str, settings: Settings) -> IdempotencyRecord:
+    order = parse_order(json.dumps(order_payload(order_id)).encode())
+    return IdempotencyRecord(
+        record_id=record_id("app:default", key),
+        scope="app:default",
+        key=key,
+        request_hash=request_hash(order.canonical_payload()),
+        order_id=order_id,
+        status=RecordStatus.IN_PROGRESS,
+        lease_expires_at=time.time() - 1,  # its owner is gone and its lease has ended
+        ttl_seconds=settings.idempotency_ttl_seconds,
+    )
