@@ -22,7 +22,7 @@ from .errors import CosmosError, bad_request, not_found, unsupported
 from .faults import FaultInjector, FaultRule
 from .http11 import Request, Response
 from .ids import MAX_ITEM_BYTES, too_large
-from .query.evaluator import bind_params, run, validate
+from .query.evaluator import bind_params, check_order_by_index, run, validate
 from .query.parser import parse_query
 from .query.planner import FULL_RANGE, needs_plan, query_plan
 from .store import Container, Store, pk_key
@@ -560,6 +560,7 @@ class Gateway:
         text, params = self._query_text(request)
         query = parse_query(text)
         validate(query)
+        check_order_by_index(query, coll.props.get("indexingPolicy") or {})
         if _true(h, "x-ms-cosmos-is-query-plan-request"):
             return _json(200, query_plan(query, params))
         scoped = "x-ms-documentdb-partitionkey" in h

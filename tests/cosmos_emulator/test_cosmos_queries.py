@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from azure.cosmos import ContainerProxy, exceptions
+from azure.cosmos import ContainerProxy, DatabaseProxy, PartitionKey, exceptions
+from cosmos_rest import unique
 
 from cosmos_emulator import RunningCosmosEmulator
 
@@ -188,3 +189,32 @@ def test_cross_partition_results_follow_creation_order(container: ContainerProxy
 def test_read_items_by_id_and_partition(filled: ContainerProxy) -> None:
     found = filled.read_items([("1", "a"), ("3", "b"), ("missing", "a"), ("1", "b")])
     assert sorted(d["id"] for d in found) == ["1", "3"]
+
+
+def test_multiple_order_by_needs_a_composite_index(database: DatabaseProxy) -> None:
+    plain = database.create_container(unique("p"), PartitionKey("/pk"))
+    plain.create_item({"id": "1", "pk": "a", "x": 1, "y": 2})
+    with pytest.raises(exceptions.CosmosHttpResponseError) as err:
+        q(plain, "SELECT * FROM c ORDER BY c.x, c.y")
+    assert err.value.status_code == 400 and "composite index" in str(err.value.message)
+
+    policy = {
+        "indexingMode": "consistent",
+        "includedPaths": [{"path": "/*"}],
+        "compositeIndexes": [
+            [{"path": "/x", "order": "ascending"}, {"path": "/y", "order": "descending"}]
+        ],
+    }
+    indexed = database.create_container(unique("i"), PartitionKey("/pk"), indexing_policy=policy)
+    for i, (x, y) in enumerate([(1, 1), (0, 5), (1, 3), (0, 2)]):
+        indexed.create_item({"id": str(i), "pk": f"p{i}", "x": x, "y": y})
+    rows = q(indexed, "SELECT VALUE [c.x, c.y] FROM c ORDER BY c.x, c.y DESC")
+    assert rows == [[0, 5], [0, 2], [1, 3], [1, 1]]
+    reverse = q(indexed, "SELECT VALUE [c.x, c.y] FROM c ORDER BY c.x DESC, c.y ASC")
+    assert reverse == [[1, 1], [1, 3], [0, 2], [0, 5]]
+
+
+def test_order_by_must_be_a_property_path(filled: ContainerProxy) -> None:
+    with pytest.raises(exceptions.CosmosHttpResponseError) as err:
+        q(filled, "SELECT * FROM c ORDER BY LOWER(c.name)", pk="a")
+    assert err.value.status_code == 400

@@ -111,6 +111,12 @@ def validate(query: Query) -> None:
         if aggregate_calls(query.where):
             raise bad_request("Aggregates are not allowed in the WHERE clause.")
     exprs.extend(item.expr for item in query.order_by)
+    for item in query.order_by:
+        if property_path(item.expr, query.alias) is None:
+            raise bad_request(
+                "Unsupported ORDER BY clause: ORDER BY item expression could not be mapped to "
+                "a document path."
+            )
     for expr in exprs:
         _check_names(expr, query.alias)
     if has_aggregates(query):
@@ -120,6 +126,37 @@ def validate(query: Query) -> None:
             raise unsupported("DISTINCT together with aggregates")
         for expr in selection_exprs(query):
             _check_no_bare_refs(expr)
+
+
+def property_path(expr: Expr, alias: str) -> str | None:
+    """`c.a.b` -> "/a/b" (the index path an ORDER BY needs), or None for other expressions."""
+    parts: list[str] = []
+    node = expr
+    while isinstance(node, Member):
+        parts.append(str(node.key))
+        node = node.obj
+    if not (isinstance(node, Ref) and node.name == alias) or not parts:
+        return None
+    return "/" + "/".join(reversed(parts))
+
+
+def check_order_by_index(query: Query, indexing_policy: dict[str, Any]) -> None:
+    """Several ORDER BY items need a matching composite index, as in Cosmos."""
+    if len(query.order_by) < 2:
+        return
+    wanted = [
+        (property_path(o.expr, query.alias), "descending" if o.descending else "ascending")
+        for o in query.order_by
+    ]
+    flipped = [(p, "ascending" if d == "descending" else "descending") for p, d in wanted]
+    for composite in indexing_policy.get("compositeIndexes") or []:
+        have = [(c.get("path"), str(c.get("order", "ascending")).lower()) for c in composite]
+        if have in (wanted, flipped):
+            return
+    raise bad_request(
+        "The order by query does not have a corresponding composite index that it can be "
+        "served from (add one to the container's indexingPolicy.compositeIndexes)."
+    )
 
 
 def _check_names(expr: Expr, alias: str) -> None:
