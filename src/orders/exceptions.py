@@ -76,3 +76,7 @@ class PublishError(OrdersError):
 
 class TransientPublishError(PublishError):
     """The broker is throttling, busy or unreachable: retrying later may succeed."""
+
+
+class ServiceNotReadyError(OrdersError):
+    """The HTTP API could not build its clients (settings, network): nothing was done."""

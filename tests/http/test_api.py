@@ -358,7 +358,7 @@ async def test_completion_failure_after_publish_is_503_and_the_retry_recovers(ap
     assert [order.orderId for order in api.publisher.published] == [order_id, order_id]
 
 
-async def test_a_runtime_that_cannot_be_built_is_500_problem_and_retried(api: Api) -> None:
+async def test_a_runtime_that_cannot_be_built_is_503_problem_and_retried(api: Api) -> None:
     from orders.entrypoints.http_api import create_app
 
     attempts = 0
@@ -375,8 +375,9 @@ async def test_a_runtime_that_cannot_be_built_is_500_problem_and_retried(api: Ap
         )
         second = await client.get("/api/orders/o-1")
 
-    assert_problem(first, 500, "internal-error")
-    assert_problem(second, 500, "internal-error")
+    assert_problem(first, 503, "service-unavailable")
+    assert_problem(second, 503, "service-unavailable")
+    assert first.headers["retry-after"] == "5"
     assert attempts == 2
 
 

@@ -42,6 +42,7 @@ from orders.exceptions import (
     InvalidIdempotencyKeyError,
     PublishError,
     RequestInProgressError,
+    ServiceNotReadyError,
     StoreError,
     TransientPublishError,
     TransientStoreError,
@@ -162,7 +163,7 @@ def key_problem(error: InvalidIdempotencyKeyError) -> JSONResponse:
 
 def failure_problem(error: Exception) -> JSONResponse:
     """Server-side failures: 503 when a retry may succeed, 500 otherwise (never a client 4xx)."""
-    if isinstance(error, TransientStoreError | TransientPublishError):
+    if isinstance(error, TransientStoreError | TransientPublishError | ServiceNotReadyError):
         logger.warning("dependency unavailable: %s", error)
         return problem(
             503,
@@ -197,7 +198,11 @@ class LazyRuntime:
         if self._runtime is None:
             async with self._lock:
                 if self._runtime is None:
-                    self._runtime = await self._factory()
+                    try:
+                        self._runtime = await self._factory()
+                    except Exception as exc:
+                        logger.error("cannot build the HTTP API's clients", exc_info=exc)
+                        raise ServiceNotReadyError(f"clients unavailable: {exc!r}") from exc
         return self._runtime
 
     async def close(self) -> None:
@@ -307,7 +312,7 @@ def create_app(runtime_factory: RuntimeFactory | None = None) -> FastAPI:
                 str(error),
                 headers={"Retry-After": str(error.retry_after)},
             )
-        except (StoreError, PublishError) as error:
+        except (StoreError, PublishError, ServiceNotReadyError) as error:
             return failure_problem(error)
         return replay(result.response, replayed=result.replayed)
 
@@ -331,7 +336,7 @@ def create_app(runtime_factory: RuntimeFactory | None = None) -> FastAPI:
             found = await services.lookup.find(
                 caller_scope(request, services.default_scope), orderId
             )
-        except StoreError as error:
+        except (StoreError, ServiceNotReadyError) as error:
             return failure_problem(error)
         match found.state:
             case OrderState.STORED:
