@@ -42,7 +42,8 @@ DEFAULT_RETRY_AFTER_CAP = 1
 
 
 class IdempotencyStore(Protocol):
-    """Four fenced primitives over idempotency records, plus the lookup GET needs.
+    """Four primitives over idempotency records (the create is the lock, the other writes are
+    fenced by the ETag), plus the lookup GET needs.
 
     Every write returns the record as stored, with its new ETag. `TransientStoreError` means a
     retry may succeed, `StoreError` anything else.
