@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import os
 import signal
+import sys
 
 from .auth import WELL_KNOWN_KEY
 from .server import serve_forever
@@ -34,7 +35,11 @@ def main(argv: list[str] | None = None) -> None:
             args.host, args.port, args.https, args.data, args.key, stop, args.log_requests
         )
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    except (OSError, ValueError) as exc:  # busy port, unreadable state file
+        print(f"cosmos-emulator: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from exc
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ class FaultInjector:
         self._rules: list[FaultRule] = []
 
     def add(self, rule: FaultRule) -> FaultRule:
-        if rule.status not in (None, 429, 503, 500, 408, 410):
+        if rule.status not in (None, 429, 503, 500, 408):
             raise ValueError(f"unsupported fault status {rule.status}")
         if rule.count < 1:
             raise ValueError("count must be at least 1")

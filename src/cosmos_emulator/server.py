@@ -58,7 +58,12 @@ class EmulatorCore:
 
     async def start(self) -> None:
         if self.data_file is not None and self.data_file.exists():
-            self.store.restore(json.loads(self.data_file.read_text()))
+            try:
+                self.store.restore(json.loads(self.data_file.read_text()))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ValueError(
+                    f"{self.data_file} is not a cosmos-emulator state file: {exc}"
+                ) from exc
             self._flushed_changes = self.store.changes
         ssl_context = None
         if self.https:

@@ -127,3 +127,19 @@ def test_state_written_while_serving_is_complete_after_stop(tmp_path: Path) -> N
         )
         values = sorted(d["i"] for d in container.query_items("SELECT * FROM c", partition_key="a"))
         assert values == list(range(40, 60))
+
+
+def test_cli_refuses_a_corrupt_state_file(tmp_path: Path) -> None:
+    data = tmp_path / "state.json"
+    data.write_text("{not json")
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    result = subprocess.run(
+        [sys.executable, "-m", "cosmos_emulator", "--port", "0", "--data", str(data)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+    )
+    assert result.returncode == 2
+    assert "not a cosmos-emulator state file" in result.stderr
+    assert result.stdout == ""
