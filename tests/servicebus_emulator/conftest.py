@@ -4,35 +4,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from sb_support import queue_config, queue_entry
 
 from servicebus_emulator import RunningEmulator, start_in_background
-
-
-def queue_config(*queues: dict[str, Any]) -> dict[str, Any]:
-    """An official-format config holding the given queue entries."""
-    return {
-        "UserConfig": {
-            "Namespaces": [{"Name": "sbemulatorns", "Queues": list(queues), "Topics": []}],
-            "Logging": {"Type": "Console"},
-        }
-    }
-
-
-def queue_entry(name: str, **properties: Any) -> dict[str, Any]:
-    defaults: dict[str, Any] = {
-        "DeadLetteringOnMessageExpiration": False,
-        "DefaultMessageTimeToLive": "PT1H",
-        "DuplicateDetectionHistoryTimeWindow": "PT2S",
-        "LockDuration": "PT2S",
-        "MaxDeliveryCount": 3,
-        "RequiresDuplicateDetection": True,
-        "RequiresSession": False,
-    }
-    defaults.update(properties)
-    return {"Name": name, "Properties": defaults}
 
 
 @pytest.fixture
@@ -59,3 +37,11 @@ def make_emulator() -> Iterator[Callable[..., RunningEmulator]]:
 def emulator(make_emulator: Callable[..., RunningEmulator], queue_name: str) -> RunningEmulator:
     """An emulator with one queue (`queue_name`): lock 2 s, dedup window 2 s, 3 deliveries."""
     return make_emulator(queue_name)
+
+
+@pytest.fixture
+def project_emulator() -> Iterator[RunningEmulator]:
+    """An emulator serving the project's own `emulators/servicebus/config.json` (queue `orders`)."""
+    config = Path(__file__).resolve().parents[2] / "emulators" / "servicebus" / "config.json"
+    with start_in_background(config) as emu:
+        yield emu

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import queue_config, queue_entry
+from sb_support import queue_config, queue_entry
 
 from servicebus_emulator import ConfigError, load_config, start_in_background
 from servicebus_emulator.config import parse_duration_ms

@@ -9,7 +9,7 @@ import struct
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from raw_amqp import RawClient, message_bytes
+from sb_raw_amqp import RawClient, message_bytes
 
 from servicebus_emulator import RunningEmulator
 from servicebus_emulator import frames as F

@@ -35,3 +35,17 @@ async def test_send_receive_complete_aio(emulator: RunningEmulator, queue_name: 
             assert [str(m) for m in msgs] == ["x"]
             await receiver.complete_message(msgs[0])
             assert await receiver.receive_messages(max_message_count=1, max_wait_time=1) == []
+
+
+def test_project_config_round_trip(project_emulator: RunningEmulator) -> None:
+    with (
+        ServiceBusClient.from_connection_string(project_emulator.connection_string) as client,
+        client.get_queue_sender("orders") as sender,
+        client.get_queue_receiver("orders") as receiver,
+    ):
+        sender.send_messages(ServiceBusMessage("order", message_id="o-1"))
+        sender.send_messages(ServiceBusMessage("order again", message_id="o-1"))  # dropped
+        (msg,) = receiver.receive_messages(max_message_count=5, max_wait_time=5)
+        assert str(msg) == "order"
+        receiver.complete_message(msg)
+        assert receiver.receive_messages(max_message_count=1, max_wait_time=0.5) == []
