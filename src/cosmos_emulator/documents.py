@@ -1,0 +1,201 @@
+"""Requests on a container's documents: point operations, batches, feeds, queries, ranges."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from . import items
+from .epk import effective_partition_key, in_range
+from .errors import CosmosError, bad_request, unsupported
+from .http11 import Request, Response
+from .ids import MAX_ITEM_BYTES, too_large
+from .protocol import fingerprint, is_query, is_true, json_body, json_response, page, query_text
+from .query.evaluator import check_order_by_index, run, validate
+from .query.parser import parse_query
+from .query.planner import FULL_RANGE, needs_plan, query_plan
+from .store import Container, Store, pk_key
+
+QUERY_PLAN_NEEDED = 1004  # substatus: the SDK then asks for a query plan
+
+
+class Documents:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    # -- partition keys ------------------------------------------------------------------
+    @staticmethod
+    def _pk_values(request: Request, coll: Container, *, required: bool) -> list[Any] | None:
+        raw = request.headers.get("x-ms-documentdb-partitionkey")
+        if raw is None:
+            if required:
+                raise bad_request(
+                    "PartitionKey value must be supplied for this operation "
+                    "(header x-ms-documentdb-partitionkey)."
+                )
+            return None
+        try:
+            values = json.loads(raw)
+        except json.JSONDecodeError:
+            raise bad_request(f"Invalid partition key header {raw!r}.") from None
+        if not isinstance(values, list):
+            raise bad_request("The partition key header must be a JSON array.")
+        if required and len(values) != len(coll.pk_paths):
+            raise bad_request(
+                "The partition key supplied has a different number of components "
+                "than the container's partition key definition."
+            )
+        return values
+
+    def _ctx(self, request: Request, coll: Container) -> items.ItemContext:
+        values = self._pk_values(request, coll, required=True)
+        assert values is not None
+        return items.ItemContext(self.store, coll, values, time.time())
+
+    # -- writes and point reads ----------------------------------------------------------
+    def post(self, request: Request, coll: Container) -> Response:
+        h = request.headers
+        if is_true(h, "x-ms-cosmos-is-batch-request"):
+            if len(request.body) > MAX_ITEM_BYTES:
+                raise too_large(len(request.body))
+            ctx = self._ctx(request, coll)
+            status, results = items.run_batch(ctx, json_body(request))
+            return json_response(status, results)
+        if is_query(request):
+            return self.query(request, coll)
+        if len(request.body) > MAX_ITEM_BYTES:
+            raise too_large(len(request.body))
+        ctx = self._ctx(request, coll)
+        live = items.LivePartition(coll, ctx.key, ctx.now)
+        body = json_body(request)
+        if is_true(h, "x-ms-documentdb-is-upsert"):
+            outcome = items.upsert(live, ctx, body, h.get("if-match"))
+        else:
+            outcome = items.create(live, ctx, body)
+        return _item_response(request, outcome)
+
+    def item(self, request: Request, coll: Container, item_id: str) -> Response:
+        ctx = self._ctx(request, coll)
+        live = items.LivePartition(coll, ctx.key, ctx.now)
+        h = request.headers
+        method = request.method
+        if method in ("PUT", "PATCH") and len(request.body) > MAX_ITEM_BYTES:
+            raise too_large(len(request.body))
+        outcome: items.Outcome
+        if method == "GET":
+            outcome = items.read(live, item_id, h.get("if-none-match"))
+        elif method == "PUT":
+            outcome = items.replace(live, ctx, item_id, json_body(request), h.get("if-match"))
+        elif method == "PATCH":
+            outcome = items.patch(live, ctx, item_id, json_body(request), h.get("if-match"))
+        elif method == "DELETE":
+            outcome = items.delete(live, item_id, h.get("if-match"))
+        else:
+            raise CosmosError(405, "MethodNotAllowed", f"{method} is not allowed on an item.")
+        return _item_response(request, outcome)
+
+    # -- feeds and queries ---------------------------------------------------------------
+    def _candidates(self, request: Request, coll: Container) -> list[dict[str, Any]]:
+        h = request.headers
+        now = time.time()
+        if "x-ms-start-epk" in h or "x-ms-end-epk" in h:
+            return _epk_candidates(
+                coll, h.get("x-ms-start-epk", ""), h.get("x-ms-end-epk", "FF"), now
+            )
+        values = self._pk_values(request, coll, required=False)
+        if values is None:
+            return coll.live_items(None, now)
+        if len(values) == len(coll.pk_paths):
+            return coll.live_items(pk_key(values), now)
+        # A prefix of a hierarchical key: every partition that starts with it.
+        prefix_len = len(values)
+        return [d for d in coll.live_items(None, now) if coll.pk_from_doc(d)[:prefix_len] == values]
+
+    def read_feed(self, request: Request, coll: Container) -> Response:
+        if request.headers.get("a-im"):
+            raise unsupported("the change feed")
+        docs = self._candidates(request, coll)
+        scope = request.headers.get("x-ms-documentdb-partitionkey", "")
+        chunk, headers = page(request, docs, fingerprint("readfeed", {}, scope))
+        return json_response(
+            200, {"_rid": coll.rid, "Documents": chunk, "_count": len(chunk)}, headers
+        )
+
+    def query(self, request: Request, coll: Container) -> Response:
+        h = request.headers
+        text, params = query_text(request)
+        query = parse_query(text)
+        validate(query)
+        check_order_by_index(query, coll.props.get("indexingPolicy") or {})
+        if is_true(h, "x-ms-cosmos-is-query-plan-request"):
+            return json_response(200, query_plan(query, params))
+        scoped = "x-ms-documentdb-partitionkey" in h
+        per_range = "x-ms-documentdb-partitionkeyrangeid" in h
+        if not scoped and not per_range and needs_plan(query):
+            # What a Cosmos gateway answers: the SDK fetches the plan and merges itself.
+            raise CosmosError(
+                400,
+                "BadRequest",
+                "Cross-partition query with ORDER BY, aggregates, TOP, OFFSET/LIMIT or DISTINCT "
+                "needs a query plan.",
+                substatus=QUERY_PLAN_NEEDED,
+                extra={"additionalErrorInfo": json.dumps(query_plan(query, params))},
+            )
+        results = run(query, self._candidates(request, coll), params)
+        scope = h.get("x-ms-documentdb-partitionkey", "")
+        chunk, headers = page(request, results, fingerprint(text, params, scope))
+        return json_response(
+            200, {"_rid": coll.rid, "Documents": chunk, "_count": len(chunk)}, headers
+        )
+
+    def partition_key_ranges(self, request: Request, coll: Container) -> Response:
+        """One range; a repeat request with its ETag gets 304, which ends the SDK's drain."""
+        etag = f'"{coll.rid}-ranges-1"'
+        if request.headers.get("if-none-match") == etag:
+            return Response(304, b"", {"etag": etag})
+        ranges = [
+            {
+                "_rid": coll.rid + "AgAAAAAAAA==",
+                "id": "0",
+                "_etag": etag,
+                "minInclusive": FULL_RANGE["min"],
+                "maxExclusive": FULL_RANGE["max"],
+                "ridPrefix": 0,
+                "_self": f"{coll.props['_self']}pkranges/0/",
+                "throughputFraction": 1,
+                "status": "online",
+                "parents": [],
+                "_ts": coll.props["_ts"],
+                "lsn": self.store.lsn,
+            }
+        ]
+        return json_response(
+            200,
+            {"_rid": coll.rid, "PartitionKeyRanges": ranges, "_count": 1},
+            {"etag": etag, "x-ms-item-count": "1"},
+        )
+
+
+def _item_response(request: Request, outcome: items.Outcome) -> Response:
+    headers: dict[str, str] = {}
+    if outcome.doc is not None:
+        headers["etag"] = outcome.doc["_etag"]
+    minimal = (
+        request.method != "GET" and request.headers.get("prefer", "").lower() == "return=minimal"
+    )
+    if outcome.doc is None or minimal:
+        return Response(outcome.status, b"", headers)
+    return json_response(outcome.status, outcome.doc, headers)
+
+
+def _epk_candidates(coll: Container, start: str, end: str, now: float) -> list[dict[str, Any]]:
+    definition = coll.props["partitionKey"]
+    if definition.get("version", 1) != 2:
+        raise unsupported("effective-partition-key ranges on hash V1 containers")
+    kind = definition.get("kind", "Hash")
+    return [
+        d
+        for d in coll.live_items(None, now)
+        if in_range(effective_partition_key(coll.pk_from_doc(d), kind), start, end)
+    ]

@@ -1,0 +1,107 @@
+"""Shared pieces of the REST protocol: JSON responses, errors, query bodies and paging."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from typing import Any
+
+from .errors import CosmosError, bad_request
+from .http11 import Request, Response
+from .query.evaluator import bind_params, run, validate
+from .query.parser import parse_query
+
+DEFAULT_PAGE_SIZE = 100
+
+
+def is_true(headers: dict[str, str], name: str) -> bool:
+    return headers.get(name, "").lower() == "true"
+
+
+def json_response(status: int, payload: Any, headers: dict[str, str] | None = None) -> Response:
+    body = b"" if payload is None else json.dumps(payload, separators=(",", ":")).encode()
+    out = {"Content-Type": "application/json"}
+    out.update(headers or {})
+    return Response(status, body, out)
+
+
+def error_response(err: CosmosError) -> Response:
+    payload: dict[str, Any] = {"code": err.code, "message": err.message}
+    payload.update(err.extra)
+    headers = dict(err.headers)
+    if err.substatus is not None:
+        headers["x-ms-substatus"] = str(err.substatus)
+    return json_response(err.status, payload, headers)
+
+
+def json_body(request: Request) -> Any:
+    if not request.body:
+        raise bad_request("The request body is empty.")
+    return json.loads(request.body)
+
+
+def is_query(request: Request) -> bool:
+    h = request.headers
+    return (
+        is_true(h, "x-ms-documentdb-isquery")
+        or is_true(h, "x-ms-cosmos-is-query-plan-request")
+        or "query" in h.get("content-type", "")
+    )
+
+
+def query_text(request: Request) -> tuple[str, dict[str, Any]]:
+    if "application/sql" in request.headers.get("content-type", ""):
+        return request.body.decode(), {}
+    body = json_body(request)
+    if not isinstance(body, dict) or not isinstance(body.get("query"), str):
+        raise bad_request("A query body needs a 'query' string.")
+    return body["query"], bind_params(body.get("parameters"))
+
+
+def fingerprint(text: str, params: dict[str, Any], scope: str) -> str:
+    """Binds a continuation token to the query it came from."""
+    raw = json.dumps([text, params, scope], sort_keys=True, default=repr)
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+def page(request: Request, results: list[Any], bound_to: str) -> tuple[list[Any], dict[str, str]]:
+    """One page of `results` by `x-ms-max-item-count` and `x-ms-continuation`."""
+    raw_size = request.headers.get("x-ms-max-item-count", "")
+    try:
+        size = int(raw_size) if raw_size else -1
+    except ValueError:
+        raise bad_request("x-ms-max-item-count must be an integer.") from None
+    if size <= 0:
+        size = DEFAULT_PAGE_SIZE
+    start = 0
+    token = request.headers.get("x-ms-continuation")
+    if token:
+        try:
+            state = json.loads(base64.urlsafe_b64decode(token.encode()))
+            start = int(state["offset"])
+            if state["fp"] != bound_to:
+                raise ValueError
+        except (ValueError, KeyError, TypeError):
+            raise bad_request("Invalid continuation token for this query.") from None
+    chunk = results[start : start + size]
+    headers = {"x-ms-item-count": str(len(chunk))}
+    if start + size < len(results):
+        state = {"offset": start + size, "fp": bound_to}
+        headers["x-ms-continuation"] = base64.urlsafe_b64encode(json.dumps(state).encode()).decode()
+    return chunk, headers
+
+
+def feed_response(request: Request, kind: str, rid: str, resources: list[Any]) -> Response:
+    chunk, headers = page(request, resources, kind)
+    return json_response(200, {"_rid": rid, kind: chunk, "_count": len(chunk)}, headers)
+
+
+def query_response(request: Request, kind: str, rid: str, resources: list[Any]) -> Response:
+    """A query over a list of resources (databases, containers, offers)."""
+    text, params = query_text(request)
+    query = parse_query(text)
+    validate(query)
+    results = run(query, resources, params)
+    chunk, headers = page(request, results, fingerprint(text, params, kind))
+    return json_response(200, {"_rid": rid, kind: chunk, "_count": len(chunk)}, headers)
