@@ -48,8 +48,10 @@ def settings_or_exit() -> Settings:
 
 @app.command()
 def worker(
-    concurrency: Annotated[int, typer.Option(min=1, help="Messages in flight per process")] = 8,
-    prefetch: Annotated[int, typer.Option(min=0, help="Messages prefetched per receiver")] = 16,
+    concurrency: Annotated[int, typer.Option(min=1, help="Messages in flight per process")] = 4,
+    prefetch: Annotated[
+        int, typer.Option(min=0, help="Prefetch per receiver (0: exactly what is asked)")
+    ] = 0,
     grace: Annotated[float, typer.Option(help="Seconds to finish in-flight work on stop")] = 20.0,
 ) -> None:
     """Competing consumer: process the orders queue until SIGTERM / SIGINT."""

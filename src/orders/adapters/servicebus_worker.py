@@ -1,9 +1,18 @@
 """The standalone worker's receive loop over an SDK receiver (PeekLock, lock renewal).
 
-N messages in flight, prefetch, lock renewal while processing; every message goes through the
-same core and settlement mapping as the Functions trigger. On stop it receives no more, lets
-in-flight messages finish and cancels those that outlive the grace period (their locks lapse
-and the broker redelivers them).
+Every message goes through the same core and settlement mapping as the Functions trigger.
+
+Shape of the loop, chosen for how azure-servicebus behaves: the SDK *releases* any message that
+reaches the client while no `receive_messages` call is active, so a "receive one when a slot
+frees" loop (or a large prefetch) makes messages bounce between broker and client. Instead the
+worker receives up to `concurrency` messages, processes them concurrently and, while it does,
+already has the next receive call open (pipelining): messages are always received into an
+active call, and at most two batches are locked at once (both under lock renewal).
+
+Why 4 in flight by default: the SDK's async AMQP layer serialises socket reads behind one lock
+with a 0.1 s read timeout, so concurrent settlements on one receiver wait on each other; on the
+local stack 2-4 per process measured best (scripts/bench_consumer.py) and 8 was slower. Scale
+out with more processes (competing consumers) rather than more in flight per receiver.
 """
 
 from __future__ import annotations
@@ -33,8 +42,9 @@ logger = logging.getLogger("orders.worker")
 
 @dataclass(frozen=True)
 class WorkerOptions:
-    concurrency: int = 8
-    prefetch: int = 16
+    concurrency: int = 4
+    # 0: the SDK asks the broker for exactly what each receive call wants (see module doc).
+    prefetch: int = 0
     max_lock_renewal_seconds: float = 300.0
     receive_wait_seconds: float = 1.0
     shutdown_grace_seconds: float = 20.0
@@ -61,45 +71,34 @@ class Worker:
         self._renewer = renewer
         self._options = options
         self._after_decision = after_decision
-        self._in_flight: set[asyncio.Task[None]] = set()
-        self._slot_freed = asyncio.Event()
         self.stats = WorkerStats()
 
     async def run(self, stop: asyncio.Event) -> WorkerStats:
-        while not stop.is_set():
-            free = self._options.concurrency - len(self._in_flight)
-            if free <= 0:
-                await self._wait_for_slot_or(stop)
-                continue
-            messages = await self._receiver.receive_messages(
-                max_message_count=free, max_wait_time=self._options.receive_wait_seconds
+        next_batch = asyncio.create_task(self._receive())
+        while True:
+            batch = await next_batch
+            if stop.is_set():
+                # Received and locked to us: finish these (within the grace period), then stop.
+                await self._process_within_grace(batch)
+                return self.stats
+            next_batch = asyncio.create_task(self._receive())
+            await asyncio.gather(*(self._process(message) for message in batch))
+
+    async def _receive(self) -> list[ServiceBusReceivedMessage]:
+        batch = await self._receiver.receive_messages(
+            max_message_count=self._options.concurrency,
+            max_wait_time=self._options.receive_wait_seconds,
+        )
+        for message in batch:
+            self.stats.received += 1
+            self._renewer.register(
+                self._receiver,
+                message,
+                max_lock_renewal_duration=self._options.max_lock_renewal_seconds,
             )
-            for message in messages:
-                self.stats.received += 1
-                task = asyncio.create_task(self._process(message))
-                self._in_flight.add(task)
-                task.add_done_callback(self._finished)
-        await self._drain()
-        return self.stats
-
-    async def _wait_for_slot_or(self, stop: asyncio.Event) -> None:
-        self._slot_freed.clear()
-        stop_wait = asyncio.create_task(stop.wait())
-        slot_wait = asyncio.create_task(self._slot_freed.wait())
-        await asyncio.wait({stop_wait, slot_wait}, return_when=asyncio.FIRST_COMPLETED)
-        for task in (stop_wait, slot_wait):
-            task.cancel()
-
-    def _finished(self, task: asyncio.Task[None]) -> None:
-        self._in_flight.discard(task)
-        self._slot_freed.set()
+        return batch
 
     async def _process(self, message: ServiceBusReceivedMessage) -> None:
-        self._renewer.register(
-            self._receiver,
-            message,
-            max_lock_renewal_duration=self._options.max_lock_renewal_seconds,
-        )
         decision = await self._consumer.handle(to_received_order_message(message))
         if self._after_decision is not None:
             self._after_decision(decision)
@@ -117,13 +116,12 @@ class Worker:
                 exc,
             )
 
-    async def _drain(self) -> None:
-        if not self._in_flight:
+    async def _process_within_grace(self, batch: list[ServiceBusReceivedMessage]) -> None:
+        if not batch:
             return
-        logger.info("stopping: %d message(s) in flight", len(self._in_flight))
-        _, pending = await asyncio.wait(
-            set(self._in_flight), timeout=self._options.shutdown_grace_seconds
-        )
+        logger.info("stopping: finishing %d received message(s)", len(batch))
+        tasks = {asyncio.create_task(self._process(message)) for message in batch}
+        _, pending = await asyncio.wait(tasks, timeout=self._options.shutdown_grace_seconds)
         for task in pending:
             task.cancel()
         if pending:

@@ -29,7 +29,7 @@ OUTCOME_IN_LOG = re.compile(r" outcome=(\w+) ")
 class DemoOptions:
     orders: int = 300
     workers: int = 3
-    concurrency: int = 8
+    concurrency: int = 4
     seed: int = 7
     mix: LoadMix = field(default_factory=LoadMix)
     settle_timeout_seconds: float = 120.0

@@ -168,8 +168,8 @@ class LocalStack:
     def start_worker(
         self,
         *,
-        concurrency: int = 8,
-        prefetch: int = 16,
+        concurrency: int = 4,
+        prefetch: int = 0,
         extra_env: Mapping[str, str] | None = None,
     ) -> ManagedProcess:
         self._worker_count += 1
