@@ -196,7 +196,7 @@ def _d_char(b: bytes, p: int, d: int) -> tuple[Any, int]:
     _need(b, p + 4)
     try:
         return chr(_u32(b, p)[0]), p + 4
-    except ValueError as exc:
+    except (ValueError, OverflowError) as exc:
         raise DecodeError("invalid char") from exc
 
 
