@@ -11,7 +11,16 @@ from .epk import effective_partition_key, in_range
 from .errors import CosmosError, bad_request, unsupported
 from .http11 import Request, Response
 from .ids import MAX_ITEM_BYTES, too_large
-from .protocol import fingerprint, is_query, is_true, json_body, json_response, page, query_text
+from .protocol import (
+    fingerprint,
+    is_query,
+    is_true,
+    json_body,
+    json_response,
+    page,
+    page_window,
+    query_text,
+)
 from .query.evaluator import check_order_by_index, run, validate
 from .query.parser import parse_query
 from .query.planner import FULL_RANGE, needs_plan, query_plan
@@ -142,9 +151,12 @@ class Documents:
                 substatus=QUERY_PLAN_NEEDED,
                 extra={"additionalErrorInfo": json.dumps(query_plan(query, params))},
             )
-        results = run(query, self._candidates(request, coll), params)
         scope = h.get("x-ms-documentdb-partitionkey", "")
-        chunk, headers = page(request, results, fingerprint(text, params, scope))
+        bound_to = fingerprint(text, params, scope)
+        start, size = page_window(request, bound_to)
+        # One past the page tells whether a continuation token is due.
+        results = run(query, self._candidates(request, coll), params, needed=start + size + 1)
+        chunk, headers = page(request, results, bound_to)
         return json_response(
             200, {"_rid": coll.rid, "Documents": chunk, "_count": len(chunk)}, headers
         )

@@ -65,8 +65,8 @@ def fingerprint(text: str, params: dict[str, Any], scope: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
-def page(request: Request, results: list[Any], bound_to: str) -> tuple[list[Any], dict[str, str]]:
-    """One page of `results` by `x-ms-max-item-count` and `x-ms-continuation`."""
+def page_window(request: Request, bound_to: str) -> tuple[int, int]:
+    """(first result index, page size) asked for by `x-ms-continuation` and max item count."""
     raw_size = request.headers.get("x-ms-max-item-count", "")
     try:
         size = int(raw_size) if raw_size else -1
@@ -84,6 +84,12 @@ def page(request: Request, results: list[Any], bound_to: str) -> tuple[list[Any]
                 raise ValueError
         except (ValueError, KeyError, TypeError):
             raise bad_request("Invalid continuation token for this query.") from None
+    return start, size
+
+
+def page(request: Request, results: list[Any], bound_to: str) -> tuple[list[Any], dict[str, str]]:
+    """One page of `results`; `results` must hold at least one past the page when more exist."""
+    start, size = page_window(request, bound_to)
     chunk = results[start : start + size]
     headers = {"x-ms-item-count": str(len(chunk))}
     if start + size < len(results):

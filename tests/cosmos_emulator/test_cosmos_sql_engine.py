@@ -119,3 +119,24 @@ def test_rewritten_queries_of_the_plan_parse_and_run(text: str) -> None:
 
 def test_plain_queries_need_no_plan() -> None:
     assert not needs_plan(parse_query("SELECT c.id FROM c WHERE c.n = 1"))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "SELECT VALUE c.id FROM c",
+        "SELECT VALUE c.id FROM c WHERE IS_DEFINED(c.n)",
+        "SELECT c.s FROM c",
+        "SELECT VALUE c.id FROM c OFFSET 1 LIMIT 2",
+        "SELECT TOP 3 VALUE c.id FROM c",
+        "SELECT VALUE c.id FROM c ORDER BY c.id DESC",
+    ],
+)
+@pytest.mark.parametrize("needed", [0, 1, 2, 3, 10])
+def test_early_stop_returns_a_prefix_of_the_full_result(text: str, needed: int) -> None:
+    query = parse_query(text)
+    validate(query)
+    full = run(query, DOCS, {})
+    partial = run(query, DOCS, {}, needed=needed)
+    assert partial[: min(needed, len(full))] == full[:needed]
+    assert len(partial) >= min(needed, len(full))

@@ -303,13 +303,16 @@ class Evaluator:
         return min(values, key=key) if call.name == "MIN" else max(values, key=key)
 
 
-def run(query: Query, docs: Iterable[Any], params: Params) -> list[Any]:
-    """All results of `query` over `docs`, in order, before paging."""
+def run(query: Query, docs: Iterable[Any], params: Params, needed: int | None = None) -> list[Any]:
+    """Results of `query` over `docs`, in order; at least the first `needed` when given."""
     ev = Evaluator(query, params)
-    rows = [d for d in docs if query.where is None or ev.eval(query.where, d) is True]
     top = resolve_count(query.top, params, "TOP")
     offset = resolve_count(query.offset, params, "OFFSET")
     limit = resolve_count(query.limit, params, "LIMIT")
+    streaming = not (query.order_by or query.distinct or has_aggregates(query))
+    if streaming and needed is not None:
+        return _run_streaming(ev, query, docs, offset or 0, _cap(needed, limit, top))
+    rows = [d for d in docs if query.where is None or ev.eval(query.where, d) is True]
     if has_aggregates(query):
         ev.compute_aggregates(rows)
         rows = [None]
@@ -333,6 +336,30 @@ def run(query: Query, docs: Iterable[Any], params: Params) -> list[Any]:
         results = results[:limit]
     if top is not None:
         results = results[:top]
+    return results
+
+
+def _cap(*bounds: int | None) -> int:
+    return min(b for b in bounds if b is not None)
+
+
+def _run_streaming(
+    ev: Evaluator, query: Query, docs: Iterable[Any], skip: int, cap: int
+) -> list[Any]:
+    """Stops evaluating once enough results exist: each page no longer costs the whole scan."""
+    results: list[Any] = []
+    for doc in docs:
+        if len(results) >= cap:
+            break
+        if query.where is not None and ev.eval(query.where, doc) is not True:
+            continue
+        value = _project(ev, query, doc)
+        if value is UNDEFINED:
+            continue
+        if skip:
+            skip -= 1
+            continue
+        results.append(value)
     return results
 
 
