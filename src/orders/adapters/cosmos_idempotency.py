@@ -12,7 +12,7 @@ from azure.core import MatchConditions
 from azure.cosmos import exceptions as cosmos_errors
 from azure.cosmos.aio import ContainerProxy
 
-from orders.adapters.cosmos_store import NETWORK_ERRORS, store_error_for
+from orders.adapters.cosmos_errors import read_document, store_errors
 from orders.domain.idempotency import RECORD_DOCUMENT_TYPE, IdempotencyRecord, RecordStatus
 from orders.exceptions import (
     IdempotencyRecordExistsError,
@@ -33,18 +33,16 @@ class CosmosIdempotencyStore:
 
     async def claim(self, record: IdempotencyRecord) -> IdempotencyRecord:
         for _ in range(CLAIM_ATTEMPTS):
-            try:
-                stored = await self._container.create_item(body=record.to_document())
-            except cosmos_errors.CosmosResourceExistsError:
-                existing = await self._read(record.record_id)
-                if existing is not None:
-                    raise IdempotencyRecordExistsError(existing) from None
-                continue
-            except cosmos_errors.CosmosHttpResponseError as exc:
-                raise store_error_for(exc.status_code, str(exc.message)) from exc
-            except NETWORK_ERRORS as exc:
-                raise TransientStoreError(f"Cosmos DB unreachable: {exc!r}") from exc
-            return IdempotencyRecord.from_document(stored)
+            with store_errors():
+                try:
+                    stored = await self._container.create_item(body=record.to_document())
+                except cosmos_errors.CosmosResourceExistsError:
+                    stored = None
+            if stored is not None:
+                return IdempotencyRecord.from_document(stored)
+            existing = await self._read(record.record_id)
+            if existing is not None:
+                raise IdempotencyRecordExistsError(existing)
         raise TransientStoreError(
             f"idempotency record {record.record_id!r} kept conflicting and vanishing"
         )
@@ -56,21 +54,18 @@ class CosmosIdempotencyStore:
         return await self._replace(record, etag)
 
     async def release(self, record_id: str, *, etag: str) -> None:
-        try:
-            await self._container.delete_item(
-                item=record_id,
-                partition_key=record_id,
-                etag=etag,
-                match_condition=MatchConditions.IfNotModified,
-            )
-        except cosmos_errors.CosmosResourceNotFoundError:
-            return
-        except cosmos_errors.CosmosAccessConditionFailedError as exc:
-            raise LeaseLostError(f"record {record_id!r} changed owner") from exc
-        except cosmos_errors.CosmosHttpResponseError as exc:
-            raise store_error_for(exc.status_code, str(exc.message)) from exc
-        except NETWORK_ERRORS as exc:
-            raise TransientStoreError(f"Cosmos DB unreachable: {exc!r}") from exc
+        with store_errors():
+            try:
+                await self._container.delete_item(
+                    item=record_id,
+                    partition_key=record_id,
+                    etag=etag,
+                    match_condition=MatchConditions.IfNotModified,
+                )
+            except cosmos_errors.CosmosResourceNotFoundError:
+                return
+            except cosmos_errors.CosmosAccessConditionFailedError as exc:
+                raise LeaseLostError(f"record {record_id!r} changed owner") from exc
 
     async def find_order(self, scope: str, order_id: str) -> IdempotencyRecord | None:
         # Cross-partition, but only GET of an order that is not stored yet pays for it.
@@ -84,41 +79,27 @@ class CosmosIdempotencyStore:
             {"name": "@scope", "value": scope},
             {"name": "@status", "value": RecordStatus.COMPLETED.value},
         ]
-        try:
+        with store_errors():
             async for document in self._container.query_items(query, parameters=parameters):
                 return IdempotencyRecord.from_document(document)
-        except cosmos_errors.CosmosHttpResponseError as exc:
-            raise store_error_for(exc.status_code, str(exc.message)) from exc
-        except NETWORK_ERRORS as exc:
-            raise TransientStoreError(f"Cosmos DB unreachable: {exc!r}") from exc
         return None
 
     async def _replace(self, record: IdempotencyRecord, etag: str) -> IdempotencyRecord:
-        try:
-            stored = await self._container.replace_item(
-                item=record.record_id,
-                body=record.to_document(),
-                etag=etag,
-                match_condition=MatchConditions.IfNotModified,
-            )
-        except (
-            cosmos_errors.CosmosAccessConditionFailedError,
-            cosmos_errors.CosmosResourceNotFoundError,
-        ) as exc:
-            raise LeaseLostError(f"record {record.record_id!r} changed owner") from exc
-        except cosmos_errors.CosmosHttpResponseError as exc:
-            raise store_error_for(exc.status_code, str(exc.message)) from exc
-        except NETWORK_ERRORS as exc:
-            raise TransientStoreError(f"Cosmos DB unreachable: {exc!r}") from exc
+        with store_errors():
+            try:
+                stored = await self._container.replace_item(
+                    item=record.record_id,
+                    body=record.to_document(),
+                    etag=etag,
+                    match_condition=MatchConditions.IfNotModified,
+                )
+            except (
+                cosmos_errors.CosmosAccessConditionFailedError,
+                cosmos_errors.CosmosResourceNotFoundError,
+            ) as exc:
+                raise LeaseLostError(f"record {record.record_id!r} changed owner") from exc
         return IdempotencyRecord.from_document(stored)
 
     async def _read(self, item_id: str) -> IdempotencyRecord | None:
-        try:
-            document = await self._container.read_item(item=item_id, partition_key=item_id)
-        except cosmos_errors.CosmosResourceNotFoundError:
-            return None
-        except cosmos_errors.CosmosHttpResponseError as exc:
-            raise store_error_for(exc.status_code, str(exc.message)) from exc
-        except NETWORK_ERRORS as exc:
-            raise TransientStoreError(f"Cosmos DB unreachable: {exc!r}") from exc
-        return IdempotencyRecord.from_document(document)
+        document = await read_document(self._container, item_id, item_id)
+        return IdempotencyRecord.from_document(document) if document is not None else None

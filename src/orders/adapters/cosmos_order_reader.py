@@ -7,8 +7,7 @@ from typing import Any
 from azure.cosmos import exceptions as cosmos_errors
 from azure.cosmos.aio import ContainerProxy
 
-from orders.adapters.cosmos_store import NETWORK_ERRORS, store_error_for
-from orders.exceptions import TransientStoreError
+from orders.adapters.cosmos_errors import store_errors
 
 
 class CosmosOrderReader:
@@ -18,17 +17,14 @@ class CosmosOrderReader:
         self._container = container
 
     async def read_order_documents(self, order_id: str) -> list[dict[str, Any]]:
-        try:
-            # One request for the order and its lines: they share the partition.
-            return [
-                document
-                async for document in self._container.query_items(
-                    "SELECT * FROM c", partition_key=order_id
-                )
-            ]
-        except cosmos_errors.CosmosResourceNotFoundError:
-            return []
-        except cosmos_errors.CosmosHttpResponseError as exc:
-            raise store_error_for(exc.status_code, str(exc.message)) from exc
-        except NETWORK_ERRORS as exc:
-            raise TransientStoreError(f"Cosmos DB unreachable: {exc!r}") from exc
+        with store_errors():
+            try:
+                # One request for the order and its lines: they share the partition.
+                return [
+                    document
+                    async for document in self._container.query_items(
+                        "SELECT * FROM c", partition_key=order_id
+                    )
+                ]
+            except cosmos_errors.CosmosResourceNotFoundError:
+                return []

@@ -2,41 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-import aiohttp
-from azure.core.exceptions import ServiceRequestError, ServiceResponseError
 from azure.cosmos import exceptions as cosmos_errors
 from azure.cosmos.aio import ContainerProxy
 
+from orders.adapters.cosmos_errors import (
+    NETWORK_ERRORS,
+    read_document,
+    store_error_for,
+)
 from orders.domain.documents import OrderRecord, OrderWrite
-from orders.exceptions import (
-    OrderAlreadyExistsError,
-    StoreError,
-    TransientStoreError,
-)
-
-# Throttling, timeouts, "retry with" and every server-side failure may succeed on redelivery.
-TRANSIENT_STATUS_CODES = frozenset({408, 410, 429, 449})
-NETWORK_ERRORS: tuple[type[BaseException], ...] = (
-    ServiceRequestError,
-    ServiceResponseError,
-    cosmos_errors.CosmosClientTimeoutError,
-    aiohttp.ClientError,
-    asyncio.TimeoutError,
-    ConnectionError,
-)
-
-
-def is_transient_status(status: int | None) -> bool:
-    return status is not None and (status in TRANSIENT_STATUS_CODES or status >= 500)
-
-
-def store_error_for(status: int | None, message: str) -> StoreError:
-    if is_transient_status(status):
-        return TransientStoreError(f"Cosmos DB answered {status}: {message}")
-    return StoreError(f"Cosmos DB answered {status}: {message}")
+from orders.exceptions import OrderAlreadyExistsError, StoreError, TransientStoreError
 
 
 class CosmosOrderStore:
@@ -69,14 +46,9 @@ class CosmosOrderStore:
             raise TransientStoreError(f"Cosmos DB unreachable: {exc!r}") from exc
 
     async def read_order(self, order_id: str) -> OrderRecord | None:
-        try:
-            document = await self._container.read_item(item=order_id, partition_key=order_id)
-        except cosmos_errors.CosmosResourceNotFoundError:
+        document = await read_document(self._container, order_id, order_id)
+        if document is None:
             return None
-        except cosmos_errors.CosmosHttpResponseError as exc:
-            raise store_error_for(exc.status_code, str(exc.message)) from exc
-        except NETWORK_ERRORS as exc:
-            raise TransientStoreError(f"Cosmos DB unreachable: {exc!r}") from exc
         return OrderRecord(
             order_id=document["orderId"],
             request_hash=document["requestHash"],
