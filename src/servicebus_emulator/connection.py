@@ -321,6 +321,8 @@ class AmqpConnection(asyncio.Protocol):
             self.close_with_error(exc.condition, exc.description)
         except DecodeError as exc:
             self.close_with_error("amqp:decode-error", str(exc))
+        except F.InvalidField as exc:
+            self.close_with_error("amqp:invalid-field", str(exc))
         except Exception as exc:  # a bug must cost one connection, never the broker
             _LOG.exception("internal error on connection %s", self.peer)
             self.close_with_error("amqp:internal-error", f"emulator error: {exc!r}")
@@ -419,8 +421,8 @@ class AmqpConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ connection level
 
     def _on_open(self, fields: list[Any]) -> None:
-        self.remote_max_frame_size = max(min(F.field(fields, 2, 2**32 - 1), 2**32 - 1), 512)
-        idle_ms = F.field(fields, 4, 0)
+        self.remote_max_frame_size = max(min(F.uint(fields, 2, 2**32 - 1), 2**32 - 1), 512)
+        idle_ms = F.uint(fields, 4, 0)
         hostname = F.field(fields, 1)
         self.send(
             0, F.OPEN, ["servicebus-emulator", hostname, UInt(MAX_FRAME_SIZE), UShort(CHANNEL_MAX)]
@@ -455,7 +457,7 @@ class AmqpConnection(asyncio.Protocol):
             raise ProtocolError("amqp:not-allowed", f"channel {channel} already has a session")
         if channel > CHANNEL_MAX:
             raise ProtocolError("amqp:not-allowed", "channel-max exceeded")
-        session = Session(self, channel, channel, F.field(fields, 1, 0), F.field(fields, 2, 0))
+        session = Session(self, channel, channel, F.uint(fields, 1), F.uint(fields, 2))
         self.sessions[channel] = session
         self.send(
             channel,
@@ -491,12 +493,10 @@ class AmqpConnection(asyncio.Protocol):
 
     def _on_attach(self, session: Session, fields: list[Any], body: bytes, end: int) -> None:
         name = F.field(fields, 0, "")
-        handle = F.field(fields, 1)
+        handle = F.uint(fields, 1)
         client_is_receiver = bool(F.field(fields, 2, False))
         source = F.field(fields, 5)
         target = F.field(fields, 6)
-        if not isinstance(handle, int):
-            raise ProtocolError("amqp:invalid-field", "attach without a handle")
         session.detaching.discard(handle)  # a peer may reuse a handle we refused
         if handle in session.inbound or handle in session.outbound:
             raise ProtocolError("amqp:session:handle-in-use", f"handle {handle} is in use")
@@ -506,8 +506,8 @@ class AmqpConnection(asyncio.Protocol):
             link = OutboundLink(session, str(name), handle, address)
         else:
             link = InboundLink(session, str(name), handle, address)
-        link.snd_settle_mode = F.field(fields, 3, 2)
-        link.rcv_settle_mode = F.field(fields, 4, 0)
+        link.snd_settle_mode = F.uint(fields, 3, 2) & 0xFF
+        link.rcv_settle_mode = F.uint(fields, 4, 0) & 0xFF
         error = self._bind(link)
         if error is None and client_is_receiver and _has_session_filter(source):
             error = (
@@ -572,7 +572,7 @@ class AmqpConnection(asyncio.Protocol):
         return None
 
     def _on_detach(self, session: Session, fields: list[Any], body: bytes, end: int) -> None:
-        handle = F.field(fields, 0)
+        handle = F.uint(fields, 0)
         closed = F.field(fields, 1, False)
         inbound = session.inbound.pop(handle, None)
         outbound = session.outbound.pop(handle, None)
@@ -584,11 +584,12 @@ class AmqpConnection(asyncio.Protocol):
         self.send(session.channel, F.DETACH, [UInt(handle), closed])
 
     def _on_flow(self, session: Session, fields: list[Any], body: bytes, end: int) -> None:
-        next_incoming = F.field(fields, 0)
-        window = F.field(fields, 1, 0)
-        base = next_incoming if next_incoming is not None else 1
-        session.remote_incoming_window = base + window - session.next_outgoing_id
+        next_incoming = F.uint(fields, 0, 1)
+        window = F.uint(fields, 1)
+        session.remote_incoming_window = next_incoming + window - session.next_outgoing_id
         handle = F.field(fields, 4)
+        if handle is not None:
+            handle = F.uint(fields, 4)
         if handle is None:
             for link in list(session.outbound.values()):
                 self._kick(link)
@@ -602,8 +603,8 @@ class AmqpConnection(asyncio.Protocol):
             if handle in session.detaching:
                 return
             raise ProtocolError("amqp:session:unattached-handle", f"unknown handle {handle}")
-        delivery_count = F.field(fields, 5, 0)
-        credit = F.field(fields, 6, 0)
+        delivery_count = F.uint(fields, 5, outbound.delivery_count)
+        credit = F.uint(fields, 6, 0)
         outbound.credit = (delivery_count + credit - outbound.delivery_count) & 0xFFFFFFFF
         if outbound.credit > 0x7FFFFFFF:  # peer's delivery count ahead of ours: treat as none
             outbound.credit = 0
@@ -627,7 +628,7 @@ class AmqpConnection(asyncio.Protocol):
 
     def _on_transfer(self, session: Session, fields: list[Any], body: bytes, end: int) -> None:
         session.next_incoming_id = (session.next_incoming_id + 1) & 0xFFFFFFFF
-        handle = F.field(fields, 0)
+        handle = F.uint(fields, 0)
         link = session.inbound.get(handle)
         if link is None:
             if handle in session.detaching:
@@ -638,12 +639,10 @@ class AmqpConnection(asyncio.Protocol):
         more = bool(F.field(fields, 5, False))
         aborted = bool(F.field(fields, 9, False))
         if link.partial is None:
-            delivery_id = F.field(fields, 1)
-            if delivery_id is None:
-                raise ProtocolError("amqp:invalid-field", "first transfer frame needs delivery-id")
+            delivery_id = F.uint(fields, 1)
             link.partial_id = delivery_id
             link.partial_settled = bool(F.field(fields, 4, False))
-            link.partial_format = F.field(fields, 3, 0)
+            link.partial_format = F.uint(fields, 3, 0)
             link.oversize = False
             if not more and not aborted:
                 self._complete_transfer(link, body[end:])
@@ -733,10 +732,8 @@ class AmqpConnection(asyncio.Protocol):
     def _on_disposition(self, session: Session, fields: list[Any], body: bytes, end: int) -> None:
         if not F.field(fields, 0, False):
             return  # from a sender: our dispositions for its transfers are already settled
-        first = F.field(fields, 1)
-        if not isinstance(first, int):
-            raise ProtocolError("amqp:invalid-field", "disposition without first")
-        last = F.field(fields, 2, first)
+        first = F.uint(fields, 1)
+        last = F.uint(fields, 2, first)
         settled = bool(F.field(fields, 3, False))
         state = F.field(fields, 4)
         code = F.described_code(state)

@@ -95,6 +95,22 @@ def field(fields: list[Any], index: int, default: Any = None) -> Any:
     return default
 
 
+class InvalidField(ValueError):
+    """A performative field has the wrong type (AMQP `amqp:invalid-field`)."""
+
+
+def uint(fields: list[Any], index: int, default: int | None = None) -> int:
+    """An unsigned integer field; a missing one is `default` (None: the field is mandatory)."""
+    value = field(fields, index)
+    if value is None:
+        if default is None:
+            raise InvalidField(f"mandatory field {index} is missing")
+        return default
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**64:
+        raise InvalidField(f"field {index} must be an unsigned integer, not {value!r}")
+    return value
+
+
 def described_list(code: int, fields: list[Any]) -> bytes:
     """Encode `fields` as a described list with a small-ulong descriptor, trailing nulls dropped."""
     end = len(fields)
