@@ -30,13 +30,10 @@ from orders.adapters.servicebus_publisher import ServiceBusOrderPublisher
 from orders.domain.load_plan import LoadPlan
 from orders.observability import ConsumerTelemetry
 from orders.service.consumer import OrderConsumer
-from orders.service.idempotency import (
-    DEFAULT_LEASE_SECONDS,
-    IdempotentOrderIntake,
-    OrderPublisher,
-)
+from orders.service.idempotency import DEFAULT_LEASE_SECONDS, IdempotentOrderIntake
 from orders.service.load import LoadResult, run_load
 from orders.service.order_lookup import OrderLookup
+from orders.service.ports import OrderPublisher
 from orders.service.verify import VerifyReport, audit
 from orders.settings import Settings
 

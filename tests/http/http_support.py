@@ -16,8 +16,9 @@ from fakes import FakeOrderReader, FakeOrderStore, RecordingPublisher
 
 from orders.bootstrap import HttpRuntime
 from orders.entrypoints.http_api import create_app
-from orders.service.idempotency import IdempotencyStore, IdempotentOrderIntake, OrderPublisher
-from orders.service.order_lookup import OrderLookup, OrderReader
+from orders.service.idempotency import IdempotentOrderIntake
+from orders.service.order_lookup import OrderLookup
+from orders.service.ports import IdempotencyStore, OrderPublisher, OrderReader
 
 LEASE_SECONDS = 30.0
 TTL_SECONDS = 600

@@ -24,7 +24,7 @@ from orders.domain.idempotency import (
     record_id,
 )
 from orders.exceptions import IdempotencyRecordExistsError, LeaseLostError
-from orders.service.idempotency import IdempotencyStore
+from orders.service.ports import IdempotencyStore
 
 
 @pytest.fixture(params=["fake", "python-emulator"])

@@ -11,7 +11,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 from orders.domain.hashing import request_hash
 from orders.domain.idempotency import (
@@ -31,6 +30,7 @@ from orders.exceptions import (
     LeaseLostError,
     RequestInProgressError,
 )
+from orders.service.ports import IdempotencyStore, OrderPublisher
 
 logger = logging.getLogger("orders.http")
 
@@ -39,45 +39,6 @@ logger = logging.getLogger("orders.http")
 DEFAULT_LEASE_SECONDS = 30.0
 # An in-progress claim normally completes within milliseconds: ask for a quick retry.
 DEFAULT_RETRY_AFTER_CAP = 1
-
-
-class IdempotencyStore(Protocol):
-    """Four primitives over idempotency records (the create is the lock, the other writes are
-    fenced by the ETag), plus the lookup GET needs.
-
-    Every write returns the record as stored, with its new ETag. `TransientStoreError` means a
-    retry may succeed, `StoreError` anything else.
-    """
-
-    async def claim(self, record: IdempotencyRecord) -> IdempotencyRecord:
-        """Create the record; if its id exists raise `IdempotencyRecordExistsError(existing)`."""
-        ...
-
-    async def take_over(self, record: IdempotencyRecord, *, etag: str) -> IdempotencyRecord:
-        """Replace the record if its ETag is still `etag`, else raise `LeaseLostError`."""
-        ...
-
-    async def complete(self, record: IdempotencyRecord, *, etag: str) -> IdempotencyRecord:
-        """Replace the record if its ETag is still `etag`, else raise `LeaseLostError`."""
-        ...
-
-    async def release(self, record_id: str, *, etag: str) -> None:
-        """Delete the record if its ETag is still `etag` (`LeaseLostError` if not); a missing
-        record is already released."""
-        ...
-
-    async def find_order(self, scope: str, order_id: str) -> IdempotencyRecord | None:
-        """A completed record of this scope that accepted `order_id`, if any."""
-        ...
-
-
-class OrderPublisher(Protocol):
-    async def publish(self, order: OrderPlaced) -> None:
-        """Send the order to the queue with MessageId = orderId.
-
-        Raises `TransientPublishError` when a retry may succeed, `PublishError` otherwise.
-        """
-        ...
 
 
 @dataclass(frozen=True)

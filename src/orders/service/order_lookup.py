@@ -4,17 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any
 
 from orders.domain.documents import LINE_DOCUMENT_TYPE, ORDER_DOCUMENT_TYPE
 from orders.domain.idempotency import ORDER_STATUS_ACCEPTED, order_location
-from orders.service.idempotency import IdempotencyStore
-
-
-class OrderReader(Protocol):
-    async def read_order_documents(self, order_id: str) -> list[dict[str, Any]]:
-        """Every document the consumer stored for the order; empty when it is not stored."""
-        ...
+from orders.service.ports import IdempotencyStore, OrderReader
 
 
 class OrderState(StrEnum):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from orders.domain.documents import OrderRecord, OrderWrite
+from orders.domain.idempotency import IdempotencyRecord
+from orders.domain.model import OrderPlaced
 from orders.domain.outcomes import Decision
 from orders.domain.received import ReceivedOrderMessage
 
@@ -38,3 +40,48 @@ class MessageHandler(Protocol):
     """Decides (and performs the store effect) for one message; `OrderConsumer` is the one."""
 
     async def handle(self, message: ReceivedOrderMessage) -> Decision: ...
+
+
+class IdempotencyStore(Protocol):
+    """Four primitives over idempotency records (the create is the lock, the other writes are
+    fenced by the ETag), plus the lookup GET needs.
+
+    Every write returns the record as stored, with its new ETag. `TransientStoreError` means a
+    retry may succeed, `StoreError` anything else.
+    """
+
+    async def claim(self, record: IdempotencyRecord) -> IdempotencyRecord:
+        """Create the record; if its id exists raise `IdempotencyRecordExistsError(existing)`."""
+        ...
+
+    async def take_over(self, record: IdempotencyRecord, *, etag: str) -> IdempotencyRecord:
+        """Replace the record if its ETag is still `etag`, else raise `LeaseLostError`."""
+        ...
+
+    async def complete(self, record: IdempotencyRecord, *, etag: str) -> IdempotencyRecord:
+        """Replace the record if its ETag is still `etag`, else raise `LeaseLostError`."""
+        ...
+
+    async def release(self, record_id: str, *, etag: str) -> None:
+        """Delete the record if its ETag is still `etag` (`LeaseLostError` if not); a missing
+        record is already released."""
+        ...
+
+    async def find_order(self, scope: str, order_id: str) -> IdempotencyRecord | None:
+        """A completed record of this scope that accepted `order_id`, if any."""
+        ...
+
+
+class OrderPublisher(Protocol):
+    async def publish(self, order: OrderPlaced) -> None:
+        """Send the order to the queue with MessageId = orderId.
+
+        Raises `TransientPublishError` when a retry may succeed, `PublishError` otherwise.
+        """
+        ...
+
+
+class OrderReader(Protocol):
+    async def read_order_documents(self, order_id: str) -> list[dict[str, Any]]:
+        """Every document the consumer stored for the order; empty when it is not stored."""
+        ...
