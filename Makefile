@@ -33,13 +33,15 @@ setup: $(BIN)/.installed
 demo: $(BIN)/.installed
 	$(BIN)/orders demo
 
-test: $(BIN)/.installed $(CHECKOV_VENV)/.installed node-crosscheck
+# Lint first (seconds), then the suite on both cores.
+test: lint $(CHECKOV_VENV)/.installed node-crosscheck
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/mypy function_app.py scripts
 
 clean:
 	rm -rf $(VENV) $(CHECKOV_VENV) emulators/cosmos/node_modules

@@ -28,7 +28,7 @@ from orders.domain.load_plan import LoadMix, SendKind, plan_load
 from orders.domain.messages import parse_order
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
-from orders.entrypoints.localstack import LocalStack, QueueOptions, local_stack
+from orders.entrypoints.localstack import LocalStack, ManagedProcess, QueueOptions, local_stack
 
 DUPLICATE_MIX = LoadMix(
     producer_retries=0.0, late_duplicates=0.15, concurrent_duplicates=0.15, conflicts=0, poison=0
@@ -84,7 +84,7 @@ def one_run(orders: int, workers: int, mix: LoadMix, naive: bool) -> tuple[float
         plan = plan_load(orders, mix, seed=1, run_id=f"bench{uuid.uuid4().hex[:6]}")
         asyncio.run(send_load(stack.settings(), plan, duplicate_window_seconds=2))
         delivered = sum(1 for s in plan.sends if s.kind is not SendKind.PRODUCER_RETRY)
-        started = []
+        started: list[ManagedProcess] = []
         for _ in range(workers):
             if naive:
                 started.append(

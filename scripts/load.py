@@ -1,4 +1,4 @@
-"""Thin wrapper: `python scripts/load.py ...` is `orders load ...` (sends orders with duplicates)."""
+"""Thin wrapper: `python scripts/load.py ...` is `orders load ...` (orders with duplicates)."""
 
 from __future__ import annotations
 
