@@ -6,6 +6,7 @@ from the broker's clock in milliseconds since the epoch (the unit of AMQP timest
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import heapq
 import random
@@ -330,7 +331,10 @@ class Queue:
     def peek(self, from_seq: int, count: int) -> list[StoredMessage]:
         now = self.timers.now_ms()
         result: list[StoredMessage] = []
-        for seq in sorted(s for s in self.messages if s >= from_seq):
+        # A queue inserts in sequence order, so its keys are already sorted; messages reach a
+        # dead-letter queue in any order.
+        keys = list(self.messages) if self.parent is None else sorted(self.messages)
+        for seq in keys[bisect.bisect_left(keys, from_seq) :]:
             msg = self.messages[seq]
             if msg.state != SCHEDULED and msg.expires_ms <= now and msg.state != LOCKED:
                 continue
