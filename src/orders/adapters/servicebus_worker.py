@@ -74,15 +74,32 @@ class Worker:
         self.stats = WorkerStats()
 
     async def run(self, stop: asyncio.Event) -> WorkerStats:
+        stopping = asyncio.create_task(stop.wait())
         next_batch = asyncio.create_task(self._receive())
-        while True:
-            batch = await next_batch
-            if stop.is_set():
-                # Received and locked to us: finish these (within the grace period), then stop.
-                await self._process_within_grace(batch)
-                return self.stats
-            next_batch = asyncio.create_task(self._receive())
-            await asyncio.gather(*(self._process(message) for message in batch))
+        in_flight: dict[asyncio.Task[None], ServiceBusReceivedMessage] = {}
+        try:
+            while not stop.is_set():
+                batch = await next_batch
+                if stop.is_set():
+                    next_batch = asyncio.create_task(asyncio.sleep(0, batch))
+                    break
+                next_batch = asyncio.create_task(self._receive())
+                in_flight = self._start(batch)
+                if in_flight:
+                    all_done = asyncio.ensure_future(asyncio.wait(in_flight))
+                    await asyncio.wait({all_done, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            # Stopping: what the last receive brought was never started, so it goes straight
+            # back to the broker; then what is in flight gets the grace period.
+            await self._abandon(await next_batch)
+            await self._finish(in_flight)
+            return self.stats
+        finally:
+            stopping.cancel()
+
+    def _start(
+        self, batch: list[ServiceBusReceivedMessage]
+    ) -> dict[asyncio.Task[None], ServiceBusReceivedMessage]:
+        return {asyncio.create_task(self._process(message)): message for message in batch}
 
     async def _receive(self) -> list[ServiceBusReceivedMessage]:
         batch = await self._receiver.receive_messages(
@@ -116,18 +133,26 @@ class Worker:
                 exc,
             )
 
-    async def _process_within_grace(self, batch: list[ServiceBusReceivedMessage]) -> None:
-        if not batch:
+    async def _finish(self, in_flight: dict[asyncio.Task[None], ServiceBusReceivedMessage]) -> None:
+        """Give in-flight messages the grace period; abandon those that outlive it."""
+        if not in_flight:
             return
-        logger.info("stopping: finishing %d received message(s)", len(batch))
-        tasks = {asyncio.create_task(self._process(message)) for message in batch}
-        _, pending = await asyncio.wait(tasks, timeout=self._options.shutdown_grace_seconds)
+        _, pending = await asyncio.wait(in_flight, timeout=self._options.shutdown_grace_seconds)
         for task in pending:
             task.cancel()
         if pending:
-            # Cancelled mid-processing: their locks lapse and the broker redelivers them.
-            logger.warning("abandoned %d message(s) that outlived the grace period", len(pending))
             await asyncio.wait(pending)
+            # Handing them back now beats waiting for their locks to lapse; a store write that
+            # already happened makes the redelivery a duplicate.
+            await self._abandon([in_flight[task] for task in pending])
+            logger.warning("abandoned %d message(s) that outlived the grace period", len(pending))
+
+    async def _abandon(self, messages: list[ServiceBusReceivedMessage]) -> None:
+        for message in messages:
+            try:
+                await self._receiver.abandon_message(message)
+            except ServiceBusError as exc:
+                logger.warning("could not abandon %s: %s", message.message_id, exc)
 
 
 async def run_worker(

@@ -1,0 +1,111 @@
+"""The worker's loop against our Service Bus emulator through the real SDK (store faked)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from azure.servicebus import ServiceBusMessage
+from azure.servicebus.aio import AutoLockRenewer, ServiceBusClient
+
+from orders.adapters.servicebus_worker import Worker, WorkerOptions
+from orders.domain.outcomes import Decision, Outcome, Settlement
+from orders.domain.received import ReceivedOrderMessage
+from servicebus_emulator import RunningEmulator, start_in_background
+
+QUEUE = "orders"
+
+
+@pytest.fixture
+def emulator() -> Iterator[RunningEmulator]:
+    config = {
+        "UserConfig": {
+            "Namespaces": [
+                {
+                    "Name": "sbemulatorns",
+                    "Queues": [
+                        {
+                            "Name": QUEUE,
+                            "Properties": {"LockDuration": "PT30S", "MaxDeliveryCount": 10},
+                        }
+                    ],
+                    "Topics": [],
+                }
+            ],
+            "Logging": {"Type": "Console"},
+        }
+    }
+    running = start_in_background(config=config)
+    yield running
+    running.stop()
+
+
+class GatedHandler:
+    """Completes every message, but only once `release` is set; records what it saw."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.started = asyncio.Event()
+        self.seen: list[str | None] = []
+
+    async def handle(self, message: ReceivedOrderMessage) -> Decision:
+        self.seen.append(message.message_id)
+        self.started.set()
+        await self.release.wait()
+        return Decision(Outcome.PROCESSED, Settlement.COMPLETE, message.message_id)
+
+
+async def send(client: ServiceBusClient, count: int) -> list[str]:
+    ids = [f"w-{uuid.uuid4().hex[:8]}" for _ in range(count)]
+    async with client.get_queue_sender(QUEUE) as sender:
+        await sender.send_messages([ServiceBusMessage("{}", message_id=i) for i in ids])
+    return ids
+
+
+async def remaining(client: ServiceBusClient) -> list[tuple[str | None, int | None]]:
+    async with client.get_queue_receiver(QUEUE) as peeker:
+        peeked = await peeker.peek_messages(max_message_count=50, sequence_number=1)
+    return [(m.message_id, m.delivery_count) for m in peeked]
+
+
+async def run_until_stopped(
+    client: ServiceBusClient, handler: GatedHandler, options: WorkerOptions, stop: asyncio.Event
+) -> None:
+    async with client.get_queue_receiver(QUEUE) as receiver, AutoLockRenewer() as renewer:
+        await Worker(handler, receiver, renewer, options).run(stop)
+
+
+async def test_stop_lets_in_flight_messages_finish(emulator: RunningEmulator) -> None:
+    async with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
+        ids = await send(client, 3)
+        handler, stop = GatedHandler(), asyncio.Event()
+        worker = asyncio.create_task(
+            run_until_stopped(client, handler, WorkerOptions(concurrency=3), stop)
+        )
+        await asyncio.wait_for(handler.started.wait(), 10)
+
+        stop.set()
+        handler.release.set()
+        await asyncio.wait_for(worker, 20)
+
+        assert sorted(m for m in handler.seen if m) == sorted(ids)
+        assert await remaining(client) == []
+
+
+async def test_messages_that_outlive_the_grace_period_are_abandoned(
+    emulator: RunningEmulator,
+) -> None:
+    async with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
+        [message_id] = await send(client, 1)
+        handler, stop = GatedHandler(), asyncio.Event()
+        options = WorkerOptions(concurrency=1, shutdown_grace_seconds=0.2)
+        worker = asyncio.create_task(run_until_stopped(client, handler, options, stop))
+        await asyncio.wait_for(handler.started.wait(), 10)
+
+        stop.set()  # the handler never finishes
+        await asyncio.wait_for(worker, 20)
+
+        # Handed back at once (not after the 30 s lock), one delivery attempt spent.
+        assert await remaining(client) == [(message_id, 1)]
