@@ -20,8 +20,10 @@ SAS_KEY_VALUE = "SAS_KEY_VALUE"
 
 
 def connection_string(host: str, port: int) -> str:
+    """The emulator connection string the SDK expects (`UseDevelopmentEmulator=true`: no TLS)."""
+    endpoint = f"[{host}]" if ":" in host else host  # an IPv6 literal needs brackets in a URL
     return (
-        f"Endpoint=sb://{host}:{port};SharedAccessKeyName={SAS_KEY_NAME};"
+        f"Endpoint=sb://{endpoint}:{port};SharedAccessKeyName={SAS_KEY_NAME};"
         f"SharedAccessKey={SAS_KEY_VALUE};UseDevelopmentEmulator=true;"
     )
 
