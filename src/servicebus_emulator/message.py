@@ -63,7 +63,6 @@ def _key(name: str) -> bytes:
 _K_SEQ = _key("x-opt-sequence-number")
 _K_ENQ = _key("x-opt-enqueued-time")
 _K_LOCKED = _key("x-opt-locked-until")
-_K_TOKEN = _key("x-opt-lock-token")
 _K_STATE = _key("x-opt-message-state")
 _K_DLSOURCE = _key("x-opt-deadletter-source")
 _long = struct.Struct(">q").pack
@@ -285,9 +284,10 @@ class StoredMessage:
         body += _K_ENQ + _ts(self.enqueued_ms)
         body += _K_STATE + b"\x81" + _long(STATE_ANNOTATION[self.state])
         if lock and self.lock_token is not None:
+            # The lock token itself travels as the delivery tag (or, for deferred messages, in
+            # the management reply), as Service Bus sends it.
             body += _K_LOCKED + _ts(self.locked_until_ms)
-            body += _K_TOKEN + b"\x98" + self.lock_token.bytes
-            count += 4
+            count += 2
         if self.dead_letter_source:
             body += _K_DLSOURCE
             encode_value(body, self.dead_letter_source)
