@@ -16,7 +16,7 @@ from typing import Any
 
 from . import frames as F
 from .broker import MANAGEMENT_SUFFIX, Broker, node_path
-from .codec import Array, DecodeError, Described, UByte, UInt, ULong, UShort, decode_value
+from .codec import Array, DecodeError, Described, UByte, UInt, ULong, UShort, decode_value, encode
 from .management import (
     Request,
     cbs_reply,
@@ -40,6 +40,13 @@ _u32 = struct.Struct(">I").unpack_from
 
 _ACCEPTED = F.outcome(F.ACCEPTED)
 _RELEASED = F.outcome(F.RELEASED)
+_ENCODED_STATES = {id(_ACCEPTED): encode(_ACCEPTED), id(_RELEASED): encode(_RELEASED)}
+
+
+def _encoded_state(state: Described) -> bytes:
+    """Encoded outcome; the two constant outcomes are encoded once."""
+    cached = _ENCODED_STATES.get(id(state))
+    return cached if cached is not None else encode(state)
 
 
 class ProtocolError(Exception):
@@ -494,8 +501,8 @@ class AmqpConnection(asyncio.Protocol):
         else:
             state = self._request(link, payload)
         if not link.partial_settled:
-            self.send(
-                session.channel, F.DISPOSITION, [True, UInt(link.partial_id), None, True, state]
+            self.write(
+                F.settled_disposition(session.channel, True, link.partial_id, _encoded_state(state))
             )
 
     def _enqueue(self, link: InboundLink, payload: bytes) -> Described:
@@ -564,8 +571,10 @@ class AmqpConnection(asyncio.Protocol):
             queue, token = unsettled.pop(delivery_id)
             reply = self._settle(queue, token, code, state)
             if not settled:
-                self.send(
-                    session.channel, F.DISPOSITION, [False, UInt(delivery_id), None, True, reply]
+                self.write(
+                    F.settled_disposition(
+                        session.channel, False, delivery_id, _encoded_state(reply)
+                    )
                 )
         for delivery_id in missing:
             self.send(

@@ -163,6 +163,20 @@ def transfer_head(
     return _frame_head.pack(8 + len(body) + payload_size, 2, FRAME_AMQP, channel) + body
 
 
+def settled_disposition(channel: int, from_receiver: bool, delivery_id: int, state: bytes) -> bytes:
+    """A settled disposition of one delivery; `state` is the encoded outcome.
+
+    Built by hand because one is written per sent and per settled message; equivalent to
+    performative_frame(channel, DISPOSITION, [from_receiver, delivery_id, None, True, state]).
+    """
+    items = _SETTLED[from_receiver] + uint_bytes(delivery_id) + b"\x40\x41" + state
+    if len(items) < 255:
+        body = b"\x00\x53\x15\xc0" + bytes((len(items) + 1, 5)) + items
+    else:  # a long error description: list32
+        body = b"\x00\x53\x15\xd0" + struct.pack(">II", len(items) + 4, 5) + items
+    return _frame_head.pack(8 + len(body), 2, FRAME_AMQP, channel) + body
+
+
 def frame(channel: int, body: bytes, frame_type: int = FRAME_AMQP) -> bytes:
     return _frame_head.pack(8 + len(body), 2, frame_type, channel) + body
 

@@ -14,7 +14,7 @@ from azure.servicebus._transport._pyamqp_transport import PyamqpTransport
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servicebus_emulator.codec import DecodeError, decode_value, encode_value, skip_value
+from servicebus_emulator.codec import DecodeError, decode_value, encode, encode_value, skip_value
 from servicebus_emulator.message import StoredMessage, parse_message
 
 
@@ -81,8 +81,11 @@ def test_the_sdk_decodes_what_we_encode(value: Any) -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=200))
 def test_random_bytes_only_ever_raise_decode_error(data: bytes) -> None:
-    for parse in (lambda: decode_value(data), lambda: skip_value(data, 0),
-                  lambda: parse_message(data)):  # fmt: skip
+    for parse in (
+        lambda: decode_value(data),
+        lambda: skip_value(data, 0),
+        lambda: parse_message(data),
+    ):
         with contextlib.suppress(DecodeError):
             parse()
 
@@ -152,3 +155,32 @@ def test_corrupted_encodings_only_ever_raise_decode_error(value: Any, data: st.D
             parse()
     with contextlib.suppress(DecodeError):
         parse_message(b"\x00\x53\x77" + raw)
+
+
+@given(
+    st.booleans(),
+    st.integers(min_value=0, max_value=2**32 - 1),
+    st.text(max_size=400),
+    st.integers(min_value=0, max_value=2**32 - 1),
+    st.binary(min_size=0, max_size=32),
+)
+def test_hand_built_frames_equal_generic_encoding(
+    flag: bool, number: int, description: str, handle: int, tag: bytes
+) -> None:
+    from servicebus_emulator import frames as F
+    from servicebus_emulator.codec import UInt
+
+    for state in (
+        F.outcome(F.ACCEPTED),
+        F.outcome(F.REJECTED, [F.error_value("a:b", description)]),
+    ):
+        assert F.settled_disposition(7, flag, number, encode(state)) == F.performative_frame(
+            7, F.DISPOSITION, [flag, UInt(number), None, True, state]
+        )
+    for more in (None, True, False):
+        fields = [UInt(handle), UInt(number), tag, UInt(0), flag]
+        if more is not None:
+            fields.append(more)
+        assert F.transfer_head(7, handle, number, tag, flag, more, 3) + b"abc" == (
+            F.performative_frame(7, F.TRANSFER, fields, b"abc")
+        )
