@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
-from azure.servicebus import ServiceBusMessage
+import pytest
+from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage
 from azure.servicebus.aio import AutoLockRenewer, ServiceBusClient
+from azure.servicebus.exceptions import MessageLockLostError
 
 from servicebus_emulator import RunningEmulator
 
@@ -57,3 +60,71 @@ async def test_async_peek_and_dead_letter_queue(emulator: RunningEmulator, queue
             peeked = await dlq.peek_messages(max_message_count=10, sequence_number=1)
             assert [m.dead_letter_reason for m in peeked] == ["test"] * 3
             assert [m.sequence_number for m in peeked] == [1, 2, 3]
+
+
+async def test_async_semantics_tour(
+    make_emulator: Callable[..., RunningEmulator], queue_name: str
+) -> None:
+    """Duplicate detection, MaxDeliveryCount, broker-side lock loss, deferral, schedules and
+    ReceiveAndDelete through the aio client (the sync tests cover each in depth)."""
+    emulator = make_emulator(queue_name, MaxDeliveryCount=2, LockDuration="PT1S")
+    queue = emulator.broker.resolve(queue_name)
+    assert queue is not None
+    async with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
+        async with client.get_queue_sender(queue_name) as sender:
+            await sender.send_messages(ServiceBusMessage("flaky", message_id="d1"))
+            await sender.send_messages(ServiceBusMessage("flaky again", message_id="d1"))
+            when = datetime.now(UTC) + timedelta(seconds=2)
+            (scheduled_seq,) = await sender.schedule_messages(ServiceBusMessage("later"), when)
+        async with client.get_queue_receiver(queue_name) as receiver:
+            for attempt in range(2):
+                (msg,) = await receiver.receive_messages(max_message_count=1, max_wait_time=5)
+                assert (str(msg), msg.delivery_count) == ("flaky", attempt)
+                await receiver.abandon_message(msg)
+            assert await receiver.receive_messages(max_message_count=1, max_wait_time=0.3) == []
+
+            async with client.get_queue_sender(queue_name) as sender:
+                await sender.send_messages([ServiceBusMessage("slow"), ServiceBusMessage("defer")])
+            (slow,) = await receiver.receive_messages(max_message_count=1, max_wait_time=5)
+            assert slow.locked_until_utc is not None
+            slow._expiry = slow.locked_until_utc + timedelta(days=1)  # the client trusts the lock
+            for _ in range(100):  # poll up to 5 s for the broker to expire the 1 s lock
+                if not emulator.call(
+                    lambda: any(m.seq == slow.sequence_number for m in queue.locks.values())
+                ):
+                    break
+                await asyncio.sleep(0.05)
+            with pytest.raises(MessageLockLostError):
+                await receiver.complete_message(slow)
+
+            by_body: dict[str, ServiceBusReceivedMessage] = {}
+            while not {"slow", "defer", "later"} <= set(by_body):  # "later" activates at 2 s
+                more = await receiver.receive_messages(max_message_count=3, max_wait_time=5)
+                assert more, f"missing messages, have {sorted(by_body)}"
+                by_body.update((str(m), m) for m in more)
+            assert by_body["slow"].delivery_count == 1  # redelivered after the lock expired
+            await receiver.complete_message(by_body["slow"])
+            later = by_body["later"]
+            assert later.sequence_number == scheduled_seq
+            assert later.enqueued_time_utc is not None
+            assert later.enqueued_time_utc >= when - timedelta(milliseconds=1)
+            await receiver.complete_message(later)
+            deferred_seq = by_body["defer"].sequence_number
+            assert deferred_seq is not None
+            await receiver.defer_message(by_body["defer"])
+            (deferred,) = await receiver.receive_deferred_messages([deferred_seq])
+            await receiver.complete_message(deferred)
+
+        async with client.get_queue_receiver(queue_name, sub_queue="deadletter") as dlq:
+            (dead,) = await dlq.receive_messages(max_message_count=1, max_wait_time=5)
+            assert dead.dead_letter_reason == "MaxDeliveryCountExceeded"
+            await dlq.complete_message(dead)
+
+        async with client.get_queue_sender(queue_name) as sender:
+            await sender.send_messages(ServiceBusMessage("once"))
+        async with client.get_queue_receiver(
+            queue_name, receive_mode="receiveanddelete"
+        ) as deleting:
+            (once,) = await deleting.receive_messages(max_message_count=1, max_wait_time=5)
+            assert str(once) == "once"
+        assert emulator.call(lambda: len(queue.messages)) == 0
