@@ -13,6 +13,7 @@ from azure.servicebus.aio import AutoLockRenewer, ServiceBusClient
 from orders.adapters.servicebus_worker import Worker, WorkerOptions
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
+from orders.entrypoints.localstack import QueueOptions
 from servicebus_emulator import RunningEmulator, start_in_background
 
 QUEUE = "orders"
@@ -20,26 +21,23 @@ QUEUE = "orders"
 
 @pytest.fixture
 def emulator() -> Iterator[RunningEmulator]:
-    config = {
-        "UserConfig": {
-            "Namespaces": [
-                {
-                    "Name": "sbemulatorns",
-                    "Queues": [
-                        {
-                            "Name": QUEUE,
-                            "Properties": {"LockDuration": "PT30S", "MaxDeliveryCount": 10},
-                        }
-                    ],
-                    "Topics": [],
-                }
-            ],
-            "Logging": {"Type": "Console"},
-        }
-    }
-    running = start_in_background(config=config)
+    running = start_in_background(config=QueueOptions(name=QUEUE, lock_seconds=30).config())
     yield running
     running.stop()
+
+
+class FailingHandler:
+    """A bug around the core: `handle` raises instead of deciding."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.retried = asyncio.Event()
+
+    async def handle(self, message: ReceivedOrderMessage) -> Decision:
+        self.calls += 1
+        if self.calls >= 2:
+            self.retried.set()
+        raise RuntimeError("boom")
 
 
 class GatedHandler:
@@ -79,19 +77,19 @@ async def run_until_stopped(
 
 async def test_stop_lets_in_flight_messages_finish(emulator: RunningEmulator) -> None:
     async with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
-        ids = await send(client, 3)
+        ids = await send(client, 1)
         handler, stop = GatedHandler(), asyncio.Event()
         worker = asyncio.create_task(
-            run_until_stopped(client, handler, WorkerOptions(concurrency=3), stop)
+            run_until_stopped(client, handler, WorkerOptions(concurrency=1), stop)
         )
         await asyncio.wait_for(handler.started.wait(), 10)
 
-        stop.set()
+        stop.set()  # while the message is in flight
         handler.release.set()
         await asyncio.wait_for(worker, 20)
 
-        assert sorted(m for m in handler.seen if m) == sorted(ids)
-        assert await remaining(client) == []
+        assert handler.seen == ids
+        assert await remaining(client) == []  # completed, not abandoned
 
 
 async def test_messages_that_outlive_the_grace_period_are_abandoned(
@@ -109,3 +107,21 @@ async def test_messages_that_outlive_the_grace_period_are_abandoned(
 
         # Handed back at once (not after the 30 s lock), one delivery attempt spent.
         assert await remaining(client) == [(message_id, 1)]
+
+
+async def test_a_handler_that_raises_gets_its_message_abandoned_at_once(
+    emulator: RunningEmulator,
+) -> None:
+    async with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
+        await send(client, 1)
+        handler, stop = FailingHandler(), asyncio.Event()
+        async with client.get_queue_receiver(QUEUE) as receiver, AutoLockRenewer() as renewer:
+            worker = Worker(handler, receiver, renewer, WorkerOptions(concurrency=1))
+            running = asyncio.create_task(worker.run(stop))
+
+            # Redelivered within seconds: abandoned, not left to its 30 s lock.
+            await asyncio.wait_for(handler.retried.wait(), 10)
+            stop.set()
+            await asyncio.wait_for(running, 20)
+
+        assert worker.stats.settled >= 2 and worker.stats.settlement_failures == 0

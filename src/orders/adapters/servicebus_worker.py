@@ -7,7 +7,10 @@ reaches the client while no `receive_messages` call is active, so a "receive one
 frees" loop (or a large prefetch) makes messages bounce between broker and client. Instead the
 worker receives up to `concurrency` messages, processes them concurrently and, while it does,
 already has the next receive call open (pipelining): messages are always received into an
-active call, and at most two batches are locked at once (both under lock renewal).
+active call, and at most two batches are locked at once (both under lock renewal; with
+`--prefetch` > 0 the SDK also holds prefetched messages, unrenewed). Each batch is a barrier: the
+next one starts when every message of this one is settled, so one slow message (say, Cosmos
+throttling retries) holds its batch-mates' slots until it is done.
 
 Why 4 in flight by default: the SDK's async AMQP layer serialises socket reads behind one lock
 with a 0.1 s read timeout, so concurrent settlements on one receiver wait on each other; on the
@@ -18,26 +21,22 @@ out with more processes (competing consumers) rather than more in flight per rec
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from azure.servicebus import ServiceBusReceivedMessage, ServiceBusReceiveMode
-from azure.servicebus.aio import AutoLockRenewer, ServiceBusReceiver
+from azure.servicebus.aio import AutoLockRenewer, ServiceBusClient, ServiceBusReceiver
 from azure.servicebus.exceptions import ServiceBusError
 
-from orders.adapters.servicebus import (
-    ReceiverSettler,
-    create_servicebus_client,
-    to_received_order_message,
-)
-from orders.bootstrap import ConsumerRuntime, build_consumer_runtime
+from orders.adapters.servicebus import ReceiverSettler, to_received_order_message
 from orders.domain.outcomes import Decision
 from orders.service.consumer import settle
 from orders.service.ports import MessageHandler
-from orders.settings import Settings
 
 logger = logging.getLogger("orders.worker")
+RECEIVE_BACKOFF_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -75,7 +74,7 @@ class Worker:
 
     async def run(self, stop: asyncio.Event) -> WorkerStats:
         stopping = asyncio.create_task(stop.wait())
-        next_batch = asyncio.create_task(self._receive())
+        next_batch = asyncio.create_task(self._receive(stop))
         in_flight: dict[asyncio.Task[None], ServiceBusReceivedMessage] = {}
         try:
             while not stop.is_set():
@@ -83,29 +82,38 @@ class Worker:
                 if stop.is_set():
                     next_batch = asyncio.create_task(asyncio.sleep(0, batch))
                     break
-                next_batch = asyncio.create_task(self._receive())
+                next_batch = asyncio.create_task(self._receive(stop))
                 in_flight = self._start(batch)
                 if in_flight:
                     all_done = asyncio.ensure_future(asyncio.wait(in_flight))
                     await asyncio.wait({all_done, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                    all_done.cancel()
             # Stopping: what the last receive brought was never started, so it goes straight
             # back to the broker; then what is in flight gets the grace period.
             await self._abandon(await next_batch)
-            await self._finish(in_flight)
-            return self.stats
         finally:
             stopping.cancel()
+            next_batch.cancel()
+            await self._finish(in_flight)
+        return self.stats
 
     def _start(
         self, batch: list[ServiceBusReceivedMessage]
     ) -> dict[asyncio.Task[None], ServiceBusReceivedMessage]:
         return {asyncio.create_task(self._process(message)): message for message in batch}
 
-    async def _receive(self) -> list[ServiceBusReceivedMessage]:
-        batch = await self._receiver.receive_messages(
-            max_message_count=self._options.concurrency,
-            max_wait_time=self._options.receive_wait_seconds,
-        )
+    async def _receive(self, stop: asyncio.Event) -> list[ServiceBusReceivedMessage]:
+        try:
+            batch = await self._receiver.receive_messages(
+                max_message_count=self._options.concurrency,
+                max_wait_time=self._options.receive_wait_seconds,
+            )
+        except ServiceBusError as exc:
+            # The SDK has spent its own retries: back off and keep serving (the loop asks again).
+            logger.warning("receive failed, retrying in %.0f s: %s", RECEIVE_BACKOFF_SECONDS, exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), RECEIVE_BACKOFF_SECONDS)
+            return []
         for message in batch:
             self.stats.received += 1
             self._renewer.register(
@@ -116,22 +124,27 @@ class Worker:
         return batch
 
     async def _process(self, message: ServiceBusReceivedMessage) -> None:
-        decision = await self._consumer.handle(to_received_order_message(message))
-        if self._after_decision is not None:
-            self._after_decision(decision)
+        settler = ReceiverSettler(self._receiver, message)
         try:
-            await settle(decision, ReceiverSettler(self._receiver, message))
+            decision = await self._consumer.handle(to_received_order_message(message))
+            if self._after_decision is not None:
+                self._after_decision(decision)
+        except Exception:
+            # The core decides every outcome itself; reaching here is a bug around it. Hand the
+            # message back at once rather than let its lock be renewed for minutes.
+            logger.exception("handling %s failed; abandoning it", message.message_id)
+            decision = None
+        try:
+            if decision is None:
+                await settler.abandon()
+            else:
+                await settle(decision, settler)
             self.stats.settled += 1
         except ServiceBusError as exc:
             # The lock was lost (or the link dropped): the broker redelivers and the store's
             # 409 makes the redelivery a duplicate, so nothing is lost or doubled.
             self.stats.settlement_failures += 1
-            logger.warning(
-                "settlement %s of %s failed: %s",
-                decision.settlement.value,
-                message.message_id,
-                exc,
-            )
+            logger.warning("settling %s failed: %s", message.message_id, exc)
 
     async def _finish(self, in_flight: dict[asyncio.Task[None], ServiceBusReceivedMessage]) -> None:
         """Give in-flight messages the grace period; abandon those that outlive it."""
@@ -155,35 +168,27 @@ class Worker:
                 logger.warning("could not abandon %s: %s", message.message_id, exc)
 
 
-async def run_worker(
-    settings: Settings,
+async def run_worker_on(
+    client: ServiceBusClient,
+    queue: str,
+    handler: MessageHandler,
     options: WorkerOptions,
     stop: asyncio.Event,
-    *,
     after_decision: Callable[[Decision], None] | None = None,
-    handler: Callable[[ConsumerRuntime], MessageHandler] = lambda runtime: runtime.consumer,
 ) -> WorkerStats:
-    settings.require_servicebus()
-    runtime = await build_consumer_runtime(settings)
-    client = create_servicebus_client(settings)
-    try:
-        async with client, AutoLockRenewer() as renewer:
-            receiver = client.get_queue_receiver(
-                settings.orders_queue,
-                receive_mode=ServiceBusReceiveMode.PEEK_LOCK,
-                prefetch_count=options.prefetch,
+    """Compete for `queue` in PeekLock until `stop` is set."""
+    async with AutoLockRenewer() as renewer:
+        receiver = client.get_queue_receiver(
+            queue, receive_mode=ServiceBusReceiveMode.PEEK_LOCK, prefetch_count=options.prefetch
+        )
+        async with receiver:
+            logger.info(
+                "worker receiving from %s (concurrency %d, prefetch %d)",
+                queue,
+                options.concurrency,
+                options.prefetch,
             )
-            async with receiver:
-                worker = Worker(handler(runtime), receiver, renewer, options, after_decision)
-                logger.info(
-                    "worker receiving from %s (concurrency %d, prefetch %d)",
-                    settings.orders_queue,
-                    options.concurrency,
-                    options.prefetch,
-                )
-                stats = await worker.run(stop)
-    finally:
-        await runtime.close()
+            stats = await Worker(handler, receiver, renewer, options, after_decision).run(stop)
     logger.info(
         "worker stopped: received=%d settled=%d settlement_failures=%d",
         stats.received,

@@ -12,8 +12,9 @@ import os
 import signal
 from collections.abc import Callable
 
-from orders.adapters.servicebus_worker import WorkerOptions, WorkerStats, run_worker
-from orders.bootstrap import ConsumerRuntime
+from orders.adapters.servicebus import create_servicebus_client
+from orders.adapters.servicebus_worker import WorkerOptions, WorkerStats, run_worker_on
+from orders.bootstrap import ConsumerRuntime, build_consumer_runtime
 from orders.domain.outcomes import Decision, Outcome
 from orders.service.ports import MessageHandler
 from orders.settings import Settings
@@ -26,9 +27,8 @@ CRASH_AFTER_WRITE_ENV = "ORDERS_FAULT_CRASH_AFTER_WRITE"
 CRASH_EXIT_CODE = 86
 
 
-def crash_hook_from_env(env: dict[str, str] | None = None) -> Callable[[Decision], None] | None:
-    env = dict(os.environ) if env is None else env
-    targets = {t for t in env.get(CRASH_AFTER_WRITE_ENV, "").split(",") if t}
+def crash_hook_from_env() -> Callable[[Decision], None] | None:
+    targets = {t for t in os.environ.get(CRASH_AFTER_WRITE_ENV, "").split(",") if t}
     if not targets:
         return None
 
@@ -41,11 +41,31 @@ def crash_hook_from_env(env: dict[str, str] | None = None) -> Callable[[Decision
     return crash_after_write
 
 
+async def run_worker(
+    settings: Settings,
+    options: WorkerOptions,
+    stop: asyncio.Event,
+    *,
+    after_decision: Callable[[Decision], None] | None = None,
+    handler: Callable[[ConsumerRuntime], MessageHandler] = lambda runtime: runtime.consumer,
+) -> WorkerStats:
+    """Wire the consumer (Cosmos) and a Service Bus client, then compete until `stop`."""
+    settings.require_servicebus()
+    runtime = await build_consumer_runtime(settings)
+    try:
+        async with create_servicebus_client(settings) as client:
+            return await run_worker_on(
+                client, settings.orders_queue, handler(runtime), options, stop, after_decision
+            )
+    finally:
+        await runtime.close()
+
+
 def run_until_signalled(
     settings: Settings,
     options: WorkerOptions,
     *,
-    handler: Callable[[ConsumerRuntime], MessageHandler] | None = None,
+    handler: Callable[[ConsumerRuntime], MessageHandler] = lambda runtime: runtime.consumer,
 ) -> WorkerStats:
     """Run until SIGTERM or SIGINT; returns after a graceful stop."""
 
@@ -54,9 +74,8 @@ def run_until_signalled(
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
-        crash_hook = crash_hook_from_env()
-        if handler is None:
-            return await run_worker(settings, options, stop, after_decision=crash_hook)
-        return await run_worker(settings, options, stop, after_decision=crash_hook, handler=handler)
+        return await run_worker(
+            settings, options, stop, after_decision=crash_hook_from_env(), handler=handler
+        )
 
     return asyncio.run(main())
