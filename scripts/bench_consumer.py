@@ -41,9 +41,7 @@ class NaiveConsumer:
     """The baseline: plain writes, no duplicate check, every message completed."""
 
     def __init__(self, runtime: ConsumerRuntime) -> None:
-        from orders.adapters.cosmos_client import orders_container
-
-        self._container = orders_container(runtime.cosmos_client, runtime.settings)
+        self._container = runtime.orders_container
 
     async def handle(self, message: ReceivedOrderMessage) -> Decision:
         from datetime import UTC, datetime

@@ -1,7 +1,7 @@
 """The composition root: the one place that wires real adapters into the core.
 
-Every host (Function, worker, CLI, HTTP API) builds its graph here; tests build the same graph
-with fakes by passing their own store.
+Every host (Function, worker, CLI, HTTP API) builds its graph here; tests build the same core
+(`OrderConsumer`, `IdempotentOrderIntake`) over fakes of the ports.
 """
 
 from __future__ import annotations
@@ -10,8 +10,6 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-from azure.cosmos.aio import CosmosClient
 
 from orders.adapters.cosmos_audit import documents_of_run
 from orders.adapters.cosmos_client import (
@@ -23,6 +21,7 @@ from orders.adapters.cosmos_client import (
 from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
 from orders.adapters.cosmos_order_reader import CosmosOrderReader
 from orders.adapters.cosmos_store import CosmosOrderStore
+from orders.adapters.identity import ProcessCredential
 from orders.adapters.monitoring import configure_monitoring
 from orders.adapters.servicebus import create_servicebus_client
 from orders.adapters.servicebus_load import ServiceBusLoadSender, peek_dead_letters
@@ -41,12 +40,25 @@ from orders.settings import Settings
 @dataclass
 class ConsumerRuntime:
     consumer: OrderConsumer
-    cosmos_client: CosmosClient
     settings: Settings
-    extras: dict[str, Any] = field(default_factory=dict)
+    identity: ProcessCredential
+    orders_container: Any  # the Cosmos container proxy, for hosts that need a second handler
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     async def close(self) -> None:
-        await self.cosmos_client.close()
+        for close in reversed(self.closers):
+            await close()
+
+
+async def _closing_on_failure(
+    closers: list[Callable[[], Awaitable[None]]], build: Awaitable[None]
+) -> None:
+    try:
+        await build
+    except BaseException:
+        for close in reversed(closers):
+            await close()
+        raise
 
 
 async def build_consumer_runtime(
@@ -58,13 +70,16 @@ async def build_consumer_runtime(
 ) -> ConsumerRuntime:
     """Build the consumer over Cosmos; with emulator keys also create the containers."""
     configure_monitoring(settings)
-    client = create_cosmos_client(settings, **cosmos_client_options)
+    identity = ProcessCredential(settings)
+    client = create_cosmos_client(settings, identity, **cosmos_client_options)
+    closers: list[Callable[[], Awaitable[None]]] = [identity.close, client.close]
     if create_local_resources is None:
         create_local_resources = settings.uses_emulator_keys
     if create_local_resources:
-        await ensure_local_resources(client, settings)
-    store = CosmosOrderStore(orders_container(client, settings))
-    return ConsumerRuntime(OrderConsumer(store, telemetry), client, settings)
+        await _closing_on_failure(closers, ensure_local_resources(client, settings))
+    container = orders_container(client, settings)
+    consumer = OrderConsumer(CosmosOrderStore(container), telemetry)
+    return ConsumerRuntime(consumer, settings, identity, container, closers)
 
 
 class _FunctionHostState:
@@ -91,7 +106,11 @@ async def function_consumer() -> OrderConsumer:
 
 
 def use_function_consumer(consumer: OrderConsumer | None) -> None:
-    """Let tests (or another host) supply the consumer the Function uses."""
+    """Let tests supply the consumer the Function uses.
+
+    The Functions host gives no shutdown hook, so a built runtime lives as long as the worker
+    process; replacing it here is for tests, which never build a real one.
+    """
     _function_host.consumer = consumer
     _function_host.runtime = None
 
@@ -122,15 +141,16 @@ async def build_http_runtime(
     if publisher is None:
         settings.require_servicebus()
     configure_monitoring(settings)
-    client = create_cosmos_client(settings, **cosmos_client_options)
-    closers: list[Callable[[], Awaitable[None]]] = [client.close]
+    identity = ProcessCredential(settings)
+    client = create_cosmos_client(settings, identity, **cosmos_client_options)
+    closers: list[Callable[[], Awaitable[None]]] = [identity.close, client.close]
     try:
         if create_local_resources is None:
             create_local_resources = settings.uses_emulator_keys
         if create_local_resources:
             await ensure_local_resources(client, settings)
         if publisher is None:
-            servicebus_client = create_servicebus_client(settings)
+            servicebus_client = create_servicebus_client(settings, identity)
             servicebus_publisher = ServiceBusOrderPublisher(
                 servicebus_client, settings.orders_queue
             )
@@ -158,7 +178,7 @@ async def http_runtime_from_env() -> HttpRuntime:
 
 async def prepare_local_cosmos(settings: Settings) -> None:
     """Create the database and containers on an emulator (Azure gets them from Bicep)."""
-    async with create_cosmos_client(settings) as client:
+    async with create_cosmos_client(settings) as client:  # emulator keys only
         await ensure_local_resources(client, settings)
 
 
@@ -169,18 +189,29 @@ async def send_load(
     duplicate_window_seconds: float,
     on_sent: Callable[[int], None] = lambda count: None,
 ) -> LoadResult:
-    async with (
-        create_servicebus_client(settings) as client,
-        ServiceBusLoadSender(client, settings.orders_queue) as sender,
-    ):
-        return await run_load(
-            plan, sender, duplicate_window_seconds=duplicate_window_seconds, on_sent=on_sent
-        )
+    identity = ProcessCredential(settings)
+    try:
+        async with (
+            create_servicebus_client(settings, identity) as client,
+            ServiceBusLoadSender(client, settings.orders_queue) as sender,
+        ):
+            return await run_load(
+                plan, sender, duplicate_window_seconds=duplicate_window_seconds, on_sent=on_sent
+            )
+    finally:
+        await identity.close()
 
 
 async def verify_run(settings: Settings, plan: LoadPlan) -> VerifyReport:
     """Audit Cosmos and the dead-letter queue against what a load run sent."""
-    async with create_cosmos_client(settings) as cosmos, create_servicebus_client(settings) as bus:
-        documents = await documents_of_run(orders_container(cosmos, settings), plan.run_id)
-        dead_letters = await peek_dead_letters(bus, settings.orders_queue)
+    identity = ProcessCredential(settings)
+    try:
+        async with (
+            create_cosmos_client(settings, identity) as cosmos,
+            create_servicebus_client(settings, identity) as bus,
+        ):
+            documents = await documents_of_run(orders_container(cosmos, settings), plan.run_id)
+            dead_letters = await peek_dead_letters(bus, settings.orders_queue)
+    finally:
+        await identity.close()
     return audit(plan, documents, dead_letters)

@@ -54,3 +54,24 @@ def test_servicebus_is_required_where_used() -> None:
 
 def test_monitoring_is_off_without_a_connection_string() -> None:
     assert configure_monitoring(Settings.from_env({"COSMOS_ENDPOINT": "x"})) is False
+
+
+async def test_azure_mode_clients_share_the_process_credential_and_close_it() -> None:
+    from orders.adapters.cosmos_client import create_cosmos_client
+    from orders.adapters.identity import ProcessCredential
+    from orders.adapters.servicebus import create_servicebus_client
+
+    settings = Settings.from_env(
+        {
+            "COSMOS_ENDPOINT": "https://acct.documents.azure.com:443/",
+            "ServiceBusConnection__fullyQualifiedNamespace": "ns.servicebus.windows.net",
+        }
+    )
+    with pytest.raises(ValueError, match="ProcessCredential"):
+        create_cosmos_client(settings)
+    identity = ProcessCredential(settings)
+
+    servicebus = create_servicebus_client(settings, identity)
+    assert identity.get() is identity.get()  # one credential per process
+    await servicebus.close()
+    await identity.close()

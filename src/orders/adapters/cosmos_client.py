@@ -6,17 +6,22 @@ from typing import Any
 
 from azure.cosmos import PartitionKey
 from azure.cosmos.aio import ContainerProxy, CosmosClient
-from azure.identity.aio import DefaultAzureCredential
 
+from orders.adapters.identity import ProcessCredential
 from orders.settings import Settings
 
 
-def create_cosmos_client(settings: Settings, **client_options: Any) -> CosmosClient:
+def create_cosmos_client(
+    settings: Settings, identity: ProcessCredential | None = None, **client_options: Any
+) -> CosmosClient:
+    """A key for emulators; otherwise Entra ID through the process's credential."""
     credential: Any
     if settings.cosmos_key:
         credential = settings.cosmos_key
+    elif identity is not None:
+        credential = identity.get()
     else:
-        credential = DefaultAzureCredential(managed_identity_client_id=settings.azure_client_id)
+        raise ValueError("without COSMOS_KEY the client needs the process's ProcessCredential")
     return CosmosClient(settings.cosmos_endpoint, credential=credential, **client_options)
 
 

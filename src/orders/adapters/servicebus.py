@@ -10,10 +10,10 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from azure.identity.aio import DefaultAzureCredential
 from azure.servicebus import ServiceBusReceivedMessage
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
 
+from orders.adapters.identity import ProcessCredential
 from orders.domain.received import ReceivedOrderMessage
 from orders.settings import Settings
 
@@ -97,10 +97,14 @@ class ReceiverSettler:
         )
 
 
-def create_servicebus_client(settings: Settings) -> ServiceBusClient:
+def create_servicebus_client(
+    settings: Settings, identity: ProcessCredential | None = None
+) -> ServiceBusClient:
+    """A connection string for emulators; otherwise Entra ID through the process's credential."""
     settings.require_servicebus()
     if settings.servicebus_connection_string:
         return ServiceBusClient.from_connection_string(settings.servicebus_connection_string)
+    if identity is None:
+        raise ValueError("without a connection string the client needs the ProcessCredential")
     assert settings.servicebus_namespace is not None
-    credential = DefaultAzureCredential(managed_identity_client_id=settings.azure_client_id)
-    return ServiceBusClient(settings.servicebus_namespace, credential)
+    return ServiceBusClient(settings.servicebus_namespace, identity.get())

@@ -53,7 +53,7 @@ async def run_worker(
     settings.require_servicebus()
     runtime = await build_consumer_runtime(settings)
     try:
-        async with create_servicebus_client(settings) as client:
+        async with create_servicebus_client(settings, runtime.identity) as client:
             return await run_worker_on(
                 client, settings.orders_queue, handler(runtime), options, stop, after_decision
             )
