@@ -404,9 +404,9 @@ async def test_get_follows_an_order_from_accepted_to_stored(api: Api) -> None:
     assert stored.status_code == 200
     body = stored.json()
     assert body["orderId"] == order_id and body["status"] == "placed"
-    assert body["totalAmount"] == "5.50" and body["totalQuantity"] == 3
+    assert body["totalAmount"] == "5.5" and body["totalQuantity"] == 3
     assert [(line["lineNumber"], line["sku"], line["lineTotal"]) for line in body["lines"]] == [
-        (1, "sku-apple", "2.50"),
+        (1, "sku-apple", "2.5"),
         (2, "sku-pear", "3"),
     ]
 

@@ -57,7 +57,7 @@ async def test_new_order_writes_order_then_lines_and_completes(
     assert order["orderId"] == order_id and order["status"] == "placed"
     assert order["requestHash"] == decision.request_hash
     assert order["messageId"] == order_id
-    assert order["totalAmount"] == "5.50" and order["lineCount"] == 2
+    assert order["totalAmount"] == "5.5" and order["lineCount"] == 2
     assert all(d["orderId"] == order_id for d in documents)
 
 
@@ -236,3 +236,23 @@ async def test_line_conflict_without_order_is_not_completed(
 
     assert decision.settlement is Settlement.ABANDON
     assert order_id not in {d["id"] for d in store.documents(order_id)}
+
+
+async def test_amounts_are_stored_alike_whatever_the_number_spelling(
+    store: FakeOrderStore, consumer: OrderConsumer
+) -> None:
+    order_id = new_id()
+    lines = (
+        '[{"sku": "a", "quantity": 3, "unitPrice": 1e2}, '
+        '{"sku": "b", "quantity": 1, "unitPrice": 1.250}]'
+    )
+    body = (
+        f'{{"orderId": "{order_id}", "customerId": "c", "currency": "EUR", "lines": {lines}}}'
+    ).encode()
+
+    await consumer.handle(ReceivedOrderMessage(body=body, message_id=order_id))
+
+    order, first, second = store.documents(order_id)
+    assert (first["unitPrice"], first["lineTotal"]) == ("100", "300")
+    assert (second["unitPrice"], second["lineTotal"]) == ("1.25", "1.25")
+    assert order["totalAmount"] == "301.25"

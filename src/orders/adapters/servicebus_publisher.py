@@ -35,20 +35,12 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
 
 
 def order_message_body(order: OrderPlaced) -> bytes:
-    """The validated order as JSON with prices as exact decimal numbers.
+    """The validated order as the consumer's contract expects it (prices as JSON numbers).
 
-    Not `json.dumps` of floats (3 would arrive as 3.0) nor pydantic's JSON (decimals become
-    strings): the consumer stores the amounts exactly as they are written here.
+    Prices have at most 15 significant digits, so a double carries them exactly and the
+    consumer, which parses numbers as decimals, reads back the same amounts.
     """
-    lines = ",".join(
-        f'{{"sku":{json.dumps(line.sku)},"quantity":{line.quantity},'
-        f'"unitPrice":{format(line.unitPrice, "f")}}}'
-        for line in order.lines
-    )
-    return (
-        f'{{"orderId":{json.dumps(order.orderId)},"customerId":{json.dumps(order.customerId)},'
-        f'"currency":{json.dumps(str(order.currency))},"lines":[{lines}]}}'
-    ).encode()
+    return json.dumps(order.canonical_payload()).encode()
 
 
 class ServiceBusOrderPublisher:

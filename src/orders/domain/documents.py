@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from orders.domain.model import OrderPlaced
@@ -15,6 +16,15 @@ from orders.domain.model import OrderPlaced
 ORDER_DOCUMENT_TYPE = "order"
 LINE_DOCUMENT_TYPE = "orderLine"
 ORDER_STATUS_PLACED = "placed"
+
+
+def decimal_text(value: Decimal) -> str:
+    """Plain notation without trailing zeros (`1E+2` -> "100", `3.750` -> "3.75").
+
+    Every spelling of one amount hashes alike, so it must be stored alike too: otherwise
+    whichever copy of a message arrived first would decide how the amounts read.
+    """
+    return format(value.normalize(), "f")
 
 
 def line_document_id(order_id: str, line_number: int) -> str:
@@ -51,7 +61,7 @@ def build_order_write(
         "status": ORDER_STATUS_PLACED,
         "lineCount": len(order.lines),
         "totalQuantity": sum(line.quantity for line in order.lines),
-        "totalAmount": str(order.total_amount),
+        "totalAmount": decimal_text(order.total_amount),
         "requestHash": request_hash,
         "messageId": message_id,
         "processedAt": processed_at.isoformat(),
@@ -64,8 +74,8 @@ def build_order_write(
             "lineNumber": number,
             "sku": line.sku,
             "quantity": line.quantity,
-            "unitPrice": str(line.unitPrice),
-            "lineTotal": str(line.line_total),
+            "unitPrice": decimal_text(line.unitPrice),
+            "lineTotal": decimal_text(line.line_total),
         }
         for number, line in enumerate(order.lines, start=1)
     ]
