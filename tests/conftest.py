@@ -7,11 +7,12 @@ from collections.abc import Iterator
 
 import pytest
 from servers import (
-    WELL_KNOWN_COSMOS_KEY,
     CosmosServer,
     vercel_cosmos_server,
     vercel_server_unavailable_reason,
 )
+
+from cosmos_emulator import WELL_KNOWN_KEY as WELL_KNOWN_COSMOS_KEY
 
 
 def skip_or_fail(reason: str) -> None:

@@ -14,9 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-WELL_KNOWN_COSMOS_KEY = (
-    "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw=="
-)
 VERCEL_COSMOS_SERVER = REPO / "emulators" / "cosmos" / "node_modules" / ".bin" / "cosmosdb-server"
 
 

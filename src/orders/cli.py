@@ -38,9 +38,12 @@ def configure_logging(level: int = logging.INFO) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def settings_or_exit() -> Settings:
+def settings_or_exit(*, needs_servicebus: bool = True) -> Settings:
     try:
-        return Settings.from_env()
+        settings = Settings.from_env()
+        if needs_servicebus:
+            settings.require_servicebus()
+        return settings
     except SettingsError as exc:
         err.print(f"[red]configuration error:[/red] {exc}")
         raise typer.Exit(2) from exc
@@ -66,7 +69,7 @@ def worker(
     run_until_signalled(settings, options)
 
 
-def progress_bar(total: int) -> Progress:
+def progress_bar() -> Progress:
     return Progress(
         TextColumn("[bold]sending"),
         BarColumn(),
@@ -102,7 +105,6 @@ def load(
 
     configure_logging(logging.WARNING)
     settings = settings_or_exit()
-    settings.require_servicebus()
     mix = LoadMix(producer_retries, late_duplicates, concurrent_duplicates, conflicts, poison)
     plan = plan_load(orders, mix, seed=seed, run_id=run_id or f"run{uuid.uuid4().hex[:8]}")
     manifest.write_text(
@@ -113,7 +115,7 @@ def load(
             indent=1,
         )
     )
-    with progress_bar(len(plan.sends)) as progress:
+    with progress_bar() as progress:
         task = progress.add_task("send", total=len(plan.sends))
         result = asyncio.run(
             send_load(
@@ -189,7 +191,7 @@ def demo(
     # SIGTERM unwinds like Ctrl-C, so the stack's cleanup stops every process it started.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     options = DemoOptions(orders=orders, workers=workers, seed=seed)
-    with progress_bar(0) as progress:
+    with progress_bar() as progress:
         task = progress.add_task("send", total=None)
         result = run_demo(
             options,
@@ -198,7 +200,8 @@ def demo(
         )
     report = result.report
     outcomes = result.consumer_outcomes
-    settled = sum(outcomes.get(k, 0) for k in ("processed", "duplicate", "mismatch", "rejected"))
+    handled = sum(outcomes.get(k, 0) for k in ("processed", "duplicate", "mismatch", "rejected"))
+    retries = report.sends_by_kind.get("producer_retry", 0)
     if not as_json:
         table = report_table(report)
         for outcome, count in sorted(outcomes.items()):
@@ -208,9 +211,14 @@ def demo(
             out.print(f"[red]violation:[/red] {violation}")
         out.print(
             f"{report.sent} messages for {report.unique_orders} orders through {workers} "
-            f"competing workers in {result.seconds:.0f} s; the consumers settled {settled}, so "
-            f"the broker dropped {report.sent - settled} duplicate sends inside its window."
+            f"competing workers in {result.seconds:.0f} s; the consumers decided {handled} "
+            "deliveries."
         )
+        if handled == report.sent - retries:
+            out.print(
+                f"The {retries} producer retries never reached a consumer: the broker's "
+                "duplicate detection dropped them inside its window."
+            )
         if report.ok:
             out.print(
                 "[green]Proven:[/green] every order stored exactly once, with its first "
@@ -245,11 +253,6 @@ def serve(
 
     configure_logging()
     settings = settings_or_exit()  # fail at start, not on the first request
-    try:
-        settings.require_servicebus()
-    except SettingsError as exc:
-        err.print(f"[red]configuration error:[/red] {exc}")
-        raise typer.Exit(2) from exc
     uvicorn.run(
         create_app(lambda: build_http_runtime(settings)),
         host=host,

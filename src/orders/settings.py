@@ -10,6 +10,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from orders.exceptions import OrdersError
+
 # Every setting the Azure deployment (infra/) sets: tests/infra checks the Bicep sets exactly these.
 # The `ServiceBusConnection__*` trio is read by the Functions host for the trigger, and by our
 # own Service Bus client factory (worker, HTTP API) through the namespace name.
@@ -36,7 +38,7 @@ OPTIONAL_SETTING_NAMES = frozenset({"IDEMPOTENCY_SCOPE", "IDEMPOTENCY_TTL_SECOND
 DEFAULT_IDEMPOTENCY_TTL_SECONDS = 24 * 60 * 60
 
 
-class SettingsError(ValueError):
+class SettingsError(OrdersError, ValueError):
     """A required setting is missing or malformed."""
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import venv
 from pathlib import Path
 
@@ -94,4 +93,3 @@ def test_function_app_imports_from_the_deployment_file_set(tmp_path: Path) -> No
 
     assert result.returncode == 0, result.stderr
     assert "process_order" in result.stdout
-    assert sys.executable != str(python)

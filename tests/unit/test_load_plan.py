@@ -74,3 +74,12 @@ def test_each_poison_message_is_rejected_with_the_reason_the_manifest_expects() 
 def test_fractions_outside_zero_to_one_are_refused() -> None:
     with pytest.raises(ValueError, match="late_duplicates"):
         LoadMix(late_duplicates=1.5)
+
+
+def test_a_producer_retry_follows_its_original_at_once() -> None:
+    plan = plan_load(100, LoadMix(), seed=4, run_id="r")
+
+    for index, send in enumerate(plan.sends):
+        if send.kind is SendKind.PRODUCER_RETRY:
+            before = plan.sends[index - 1]
+            assert (before.kind, before.message_id) == (SendKind.ORIGINAL, send.message_id)

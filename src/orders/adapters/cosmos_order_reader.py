@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from azure.cosmos import exceptions as cosmos_errors
 from azure.cosmos.aio import ContainerProxy
 
 from orders.adapters.cosmos_errors import store_errors
@@ -17,14 +16,12 @@ class CosmosOrderReader:
         self._container = container
 
     async def read_order_documents(self, order_id: str) -> list[dict[str, Any]]:
+        # One request for the order and its lines: they share the partition. An unknown order
+        # is an empty partition; a 404 here means a wrong database or container name.
         with store_errors():
-            try:
-                # One request for the order and its lines: they share the partition.
-                return [
-                    document
-                    async for document in self._container.query_items(
-                        "SELECT * FROM c", partition_key=order_id
-                    )
-                ]
-            except cosmos_errors.CosmosResourceNotFoundError:
-                return []
+            return [
+                document
+                async for document in self._container.query_items(
+                    "SELECT * FROM c", partition_key=order_id
+                )
+            ]

@@ -7,11 +7,7 @@ from typing import Any
 from azure.cosmos import exceptions as cosmos_errors
 from azure.cosmos.aio import ContainerProxy
 
-from orders.adapters.cosmos_errors import (
-    NETWORK_ERRORS,
-    read_document,
-    store_error_for,
-)
+from orders.adapters.cosmos_errors import read_document, store_error_for, store_errors
 from orders.domain.documents import OrderRecord, OrderWrite
 from orders.exceptions import OrderAlreadyExistsError, StoreError, TransientStoreError
 
@@ -26,24 +22,24 @@ class CosmosOrderStore:
         operations: list[tuple[str, tuple[Any, ...]]] = [
             ("create", (document,)) for document in write.documents
         ]
-        try:
-            await self._container.execute_item_batch(
-                batch_operations=operations, partition_key=write.order_id
-            )
-        except cosmos_errors.CosmosBatchOperationError as exc:
-            failed_status = _failed_operation_status(exc)
-            if exc.error_index == 0 and failed_status == 409:
-                raise await self._conflict(write.order_id) from exc
-            raise store_error_for(
-                failed_status, f"batch operation {exc.error_index} failed"
-            ) from exc
-        except cosmos_errors.CosmosHttpResponseError as exc:
-            # A gateway may answer a failed batch with the failing status on the response.
-            if exc.status_code == 409:
-                raise await self._conflict(write.order_id) from exc
-            raise store_error_for(exc.status_code, str(exc.message)) from exc
-        except NETWORK_ERRORS as exc:
-            raise TransientStoreError(f"Cosmos DB unreachable: {exc!r}") from exc
+        with store_errors():
+            try:
+                await self._container.execute_item_batch(
+                    batch_operations=operations, partition_key=write.order_id
+                )
+                return
+            except cosmos_errors.CosmosBatchOperationError as exc:
+                failed_status = _failed_operation_status(exc)
+                if exc.error_index != 0 or failed_status != 409:
+                    raise store_error_for(
+                        failed_status, f"batch operation {exc.error_index} failed"
+                    ) from exc
+            except cosmos_errors.CosmosHttpResponseError as exc:
+                # A gateway may answer a failed batch with the failing status on the response.
+                if exc.status_code != 409:
+                    raise
+        # The order document exists: the one case that reads, to return the stored record.
+        raise await self._conflict(write.order_id)
 
     async def read_order(self, order_id: str) -> OrderRecord | None:
         document = await read_document(self._container, order_id, order_id)

@@ -9,6 +9,7 @@ from types import TracebackType
 from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient, ServiceBusSender
 
+from orders.adapters.servicebus import message_body_bytes
 from orders.domain.load_plan import PlannedSend
 from orders.service.verify import DeadLetteredMessage
 
@@ -60,17 +61,6 @@ class ServiceBusLoadSender:
         await self._sender.schedule_messages([to_message(s) for s in sends], at)
 
 
-def _body_bytes(body: object) -> bytes:
-    if isinstance(body, bytes | bytearray):
-        return bytes(body)
-    if isinstance(body, str):
-        return body.encode()
-    try:
-        return b"".join(bytes(chunk) for chunk in body)  # type: ignore[attr-defined]
-    except TypeError:
-        return repr(body).encode()
-
-
 async def peek_dead_letters(client: ServiceBusClient, queue: str) -> list[DeadLetteredMessage]:
     """Browse the whole dead-letter queue without locking or removing anything."""
     found: list[DeadLetteredMessage] = []
@@ -89,7 +79,7 @@ async def peek_dead_letters(client: ServiceBusClient, queue: str) -> list[DeadLe
                         message_id=message.message_id,
                         reason=message.dead_letter_reason,
                         description=message.dead_letter_error_description,
-                        body=_body_bytes(message.body),
+                        body=message_body_bytes(message),
                     )
                 )
             last = page[-1].sequence_number

@@ -166,16 +166,18 @@ def plan_load(orders: int, mix: LoadMix, *, seed: int, run_id: str) -> LoadPlan:
     late = pick(mix.late_duplicates, exclude=frozenset(concurrent + conflicts))
     retries = set(pick(mix.producer_retries, exclude=frozenset(concurrent)))
 
-    first: list[PlannedSend] = []
+    # Units keep a producer retry right behind its original (a retry comes at once), while
+    # the units themselves are shuffled.
+    units: list[list[PlannedSend]] = []
     for order_id in order_ids:
         if order_id in concurrent:
             continue
         original = PlannedSend(
             SendKind.ORIGINAL, Phase.FIRST, order_id, bodies[order_id], order_id, hashes[order_id]
         )
-        first.append(original)
+        unit = [original]
         if order_id in retries:
-            first.append(
+            unit.append(
                 PlannedSend(
                     SendKind.PRODUCER_RETRY,
                     Phase.FIRST,
@@ -185,8 +187,10 @@ def plan_load(orders: int, mix: LoadMix, *, seed: int, run_id: str) -> LoadPlan:
                     hashes[order_id],
                 )
             )
-    first.extend(poison_sends(run_id, _count(mix.poison, orders), rng))
-    rng.shuffle(first)
+        units.append(unit)
+    units.extend([poison] for poison in poison_sends(run_id, _count(mix.poison, orders), rng))
+    rng.shuffle(units)
+    first = [send for unit in units for send in unit]
     # The first copies of concurrent duplicates go last in the first phase, scheduled for the
     # instant their second copies will also appear.
     first.extend(

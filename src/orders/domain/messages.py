@@ -9,6 +9,7 @@ from enum import StrEnum
 from pydantic import ValidationError
 
 from orders.domain.model import OrderPlaced
+from orders.exceptions import OrdersError
 
 # Service Bus Standard caps a message at 256 KB; a larger body cannot be a real producer's.
 MAX_BODY_BYTES = 256 * 1024
@@ -27,7 +28,7 @@ class DeadLetterReason(StrEnum):
     REQUEST_HASH_MISMATCH = "RequestHashMismatch"
 
 
-class MessageRejected(Exception):
+class MessageRejected(OrdersError):
     """The message can never be processed; it belongs in the dead-letter queue."""
 
     def __init__(self, reason: DeadLetterReason, description: str) -> None:
@@ -57,7 +58,7 @@ def parse_order(body: bytes) -> OrderPlaced:
         )
     try:
         # Decimal keeps prices exact until validation; floats would round before we look.
-        document = json.loads(body, parse_float=Decimal)
+        document = json.loads(body.decode("utf-8"), parse_float=Decimal)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise MessageRejected(DeadLetterReason.INVALID_JSON, f"body is not JSON: {exc}") from exc
     try:

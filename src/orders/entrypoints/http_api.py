@@ -212,7 +212,12 @@ class LazyRuntime:
 
 
 def caller_scope(request: Request, default_scope: str) -> str:
-    """App Service authentication sets the principal id (and strips any a client sent)."""
+    """The caller's key scope.
+
+    With App Service authentication (Easy Auth) enabled, the platform sets the principal id and
+    strips any a client sent. `infra/` does not enable it (callers use function keys), so there
+    the header is whatever the caller sends: it only partitions the caller's own keys.
+    """
     principal = request.headers.get(PRINCIPAL_HEADER, "").strip()
     if principal:
         return f"principal:{principal}"
@@ -242,7 +247,6 @@ def create_app(runtime_factory: RuntimeFactory | None = None) -> FastAPI:
         docs_url="/api/docs",
         redoc_url=None,
     )
-    app.state.runtime = runtime
     install_problem_handlers(app)
 
     @app.post(

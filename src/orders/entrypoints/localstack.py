@@ -20,11 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cosmos_emulator import WELL_KNOWN_KEY as WELL_KNOWN_COSMOS_KEY
 from orders.settings import Settings
 
-WELL_KNOWN_COSMOS_KEY = (
-    "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw=="
-)
 SERVICEBUS_READY = re.compile(r"servicebus-emulator listening on (\S+):(\d+)")
 COSMOS_READY = re.compile(r"cosmos-emulator listening on (\S+)")
 STARTUP_TIMEOUT_SECONDS = 60.0

@@ -27,7 +27,6 @@ class LoadSender(Protocol):
 class LoadResult:
     sent: int
     waited_seconds: float
-    scheduled_at: datetime | None
 
 
 async def run_load(
@@ -70,4 +69,4 @@ async def run_load(
             await sender.schedule(together_after, scheduled_at)
             on_sent(len(together_after))
         await send_in_batches([s for s in after if not s.scheduled_together])
-    return LoadResult(sent=len(plan.sends), waited_seconds=waited, scheduled_at=scheduled_at)
+    return LoadResult(sent=len(plan.sends), waited_seconds=waited)

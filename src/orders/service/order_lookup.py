@@ -60,6 +60,8 @@ class OrderLookup:
 
     async def find(self, scope: str, order_id: str) -> OrderLookupResult:
         view = order_view(await self._reader.read_order_documents(order_id))
+        # A stored order is shown to every authorised caller (function key or Entra ID): the
+        # orders container holds no owner. Scope it here if your callers must not see others'.
         if view is not None:
             return OrderLookupResult(OrderState.STORED, view)
         # Only the caller that submitted it learns that an unprocessed order exists.

@@ -125,7 +125,7 @@ def audit(
         (order_id, DeadLetterReason.REQUEST_HASH_MISMATCH.value) for order_id in conflicts
     )
     run_dead_letters = [
-        d for d in dead_letters if d.message_id and d.message_id.startswith(plan.run_id)
+        d for d in dead_letters if d.message_id and d.message_id.startswith(f"{plan.run_id}-")
     ]
     remaining = expected.copy()
     unexpected = 0
