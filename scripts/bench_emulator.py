@@ -12,6 +12,7 @@ its own process so its CPU time can be read from /proc.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import multiprocessing as mp
 import os
@@ -25,33 +26,13 @@ from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
 
+from servicebus_emulator.config import DEFAULT_CONFIG
+
 REPO = Path(__file__).resolve().parents[1]
 QUEUE = "bench"
-CONFIG = {
-    "UserConfig": {
-        "Namespaces": [
-            {
-                "Name": "sbemulatorns",
-                "Queues": [
-                    {
-                        "Name": QUEUE,
-                        "Properties": {
-                            "DeadLetteringOnMessageExpiration": True,
-                            "DefaultMessageTimeToLive": "PT1H",
-                            "DuplicateDetectionHistoryTimeWindow": "PT1M",
-                            "LockDuration": "PT1M",
-                            "MaxDeliveryCount": 10,
-                            "RequiresDuplicateDetection": True,
-                            "RequiresSession": False,
-                        },
-                    }
-                ],
-                "Topics": [],
-            }
-        ],
-        "Logging": {"Type": "Console"},
-    }
-}
+# The project's queue settings (the emulator's default config), under the bench's own name.
+CONFIG = copy.deepcopy(DEFAULT_CONFIG)
+CONFIG["UserConfig"]["Namespaces"][0]["Queues"][0]["Name"] = QUEUE
 
 
 def _cpu_seconds_of(pid: int) -> tuple[float, float]:
