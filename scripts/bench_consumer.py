@@ -31,9 +31,14 @@ from orders.domain.received import ReceivedOrderMessage
 from orders.entrypoints.localstack import LocalStack, ManagedProcess, QueueOptions, local_stack
 
 DUPLICATE_MIX = LoadMix(
-    producer_retries=0.0, late_duplicates=0.15, concurrent_duplicates=0.15, conflicts=0, poison=0
+    producer_retries=0.0,
+    late_duplicates=0.15,
+    concurrent_duplicates=0.15,
+    conflicts=0,
+    poison=0,
+    conflicts_in_window=0,
 )
-NO_DUPLICATES = LoadMix(0, 0, 0, 0, 0)
+NO_DUPLICATES = LoadMix(0, 0, 0, 0, 0, 0)
 READY = re.compile(r"worker receiving from")
 
 

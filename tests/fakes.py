@@ -16,9 +16,15 @@ from typing import Any
 
 from orders.domain.documents import OrderRecord, OrderWrite, build_order_write
 from orders.domain.hashing import request_hash
-from orders.domain.idempotency import IdempotencyRecord, RecordStatus
+from orders.domain.idempotency import (
+    RECORD_DOCUMENT_TYPE,
+    IdempotencyRecord,
+    OrderIdClaim,
+    RecordStatus,
+)
 from orders.domain.messages import parse_order
 from orders.domain.model import OrderPlaced
+from orders.domain.rejections import OrderRejection
 from orders.exceptions import (
     IdempotencyRecordExistsError,
     LeaseLostError,
@@ -32,6 +38,7 @@ class FakeOrderStore:
         self.partitions: dict[str, dict[str, dict[str, Any]]] = {}
         self.create_calls = 0
         self.read_calls = 0
+        self.rejection_calls = 0
         self._failures: list[BaseException] = []
 
     def fail_next(self, error: BaseException, times: int = 1) -> None:
@@ -61,6 +68,13 @@ class FakeOrderStore:
                 raise StoreError(f"batch operation {index} conflicted: nothing was written")
         for document in write.documents:  # no await in between: the batch is atomic
             partition[document["id"]] = copy.deepcopy(document)
+
+    async def record_rejection(self, rejection: OrderRejection) -> None:
+        self.rejection_calls += 1
+        await asyncio.sleep(0)
+        if self._failures:
+            raise self._failures.pop(0)
+        self.seed_document(rejection.order_id, rejection.to_document())
 
     async def read_order(self, order_id: str) -> OrderRecord | None:
         self.read_calls += 1
@@ -207,11 +221,18 @@ class FakeIdempotencyStore:
             raise LeaseLostError(f"record {record_id!r} changed owner")
         del self.documents[record_id]
 
+    async def claim_order_id(self, claim: OrderIdClaim) -> OrderIdClaim:
+        await asyncio.sleep(0)
+        self._enter("claim_order_id")
+        existing = self.documents.setdefault(claim.document_id, claim.to_document())
+        return OrderIdClaim.from_document(existing)
+
     async def find_order(self, scope: str, order_id: str) -> IdempotencyRecord | None:
         self._enter("find_order")
         for document in self.documents.values():
             if (
-                document["orderId"] == order_id
+                document.get("type") == RECORD_DOCUMENT_TYPE
+                and document["orderId"] == order_id
                 and document["scope"] == scope
                 and document["status"] == RecordStatus.COMPLETED.value
             ):

@@ -94,6 +94,10 @@ def load(
     ] = 0.10,
     conflicts: Annotated[float, typer.Option(help="Fraction reused with a new payload")] = 0.03,
     poison: Annotated[float, typer.Option(help="Invalid messages, as a fraction")] = 0.04,
+    conflicts_in_window: Annotated[
+        float,
+        typer.Option(help="Fraction reused with a new payload inside the window (broker drops it)"),
+    ] = 0.02,
     duplicate_window: Annotated[
         float, typer.Option(help="The queue's duplicate-detection window in seconds")
     ] = 5.0,
@@ -105,7 +109,14 @@ def load(
 
     configure_logging(logging.WARNING)
     settings = settings_or_exit()
-    mix = LoadMix(producer_retries, late_duplicates, concurrent_duplicates, conflicts, poison)
+    mix = LoadMix(
+        producer_retries,
+        late_duplicates,
+        concurrent_duplicates,
+        conflicts,
+        poison,
+        conflicts_in_window,
+    )
     plan = plan_load(orders, mix, seed=seed, run_id=run_id or f"run{uuid.uuid4().hex[:8]}")
     manifest.write_text(
         json.dumps(

@@ -58,6 +58,10 @@ class RequestInProgressError(IdempotencyError):
         self.retry_after = retry_after
 
 
+class OrderIdConflictError(IdempotencyError):
+    """The orderId was first accepted with a different payload (under any key or caller)."""
+
+
 class IdempotencyRecordExistsError(IdempotencyError):
     """A claim found the key already recorded; carries the existing record (with its ETag)."""
 

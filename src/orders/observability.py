@@ -6,6 +6,7 @@ global providers, which `configure_azure_monitor` fills when App Insights is con
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +21,19 @@ from orders.domain.received import ReceivedOrderMessage
 INSTRUMENTATION_NAME = "orders.consumer"
 
 logger = logging.getLogger("orders.consumer")
+
+
+def log_value(value: object) -> str:
+    """A value for a `key=value` log line that cannot forge lines or fields.
+
+    Message ids, correlation ids and the like are the producer's bytes: anything beyond plain
+    printable text without spaces, quotes or `=` is written as a JSON string, so a newline
+    arrives as `\\n` and a reader can always split the line back into its fields.
+    """
+    text = str(value)
+    if text and text.isprintable() and not any(char in text for char in ' "=\\'):
+        return text
+    return json.dumps(text)
 
 
 class ConsumerTelemetry:
@@ -91,20 +105,22 @@ class ConsumerTelemetry:
             "delivery_count": message.delivery_count,
             "dead_letter_reason": decision.dead_letter_reason,
         }
-        text = " ".join(f"{key}={value}" for key, value in log_fields.items() if value is not None)
+        text = " ".join(
+            f"{key}={log_value(value)}" for key, value in log_fields.items() if value is not None
+        )
         if decision.outcome is Outcome.MISMATCH:
             # The alert: a producer reused an orderId for a different order.
             logger.error(
                 "ALERT orderId reused with a different payload: %s; %s",
                 text,
-                decision.dead_letter_description,
+                log_value(decision.dead_letter_description),
                 extra=log_fields,
             )
         elif decision.outcome is Outcome.UNEXPECTED_FAILURE:
             logger.error(
                 "order message failed unexpectedly: %s error=%s",
                 text,
-                decision.error,
+                log_value(decision.error),
                 extra=log_fields,
             )
         elif decision.outcome in (Outcome.REJECTED, Outcome.TRANSIENT_FAILURE):

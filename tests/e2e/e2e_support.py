@@ -14,7 +14,7 @@ from orders.entrypoints.localstack import LocalStack, ManagedProcess, QueueOptio
 
 # Short locks and window so crashes and late duplicates play out in seconds.
 FAST_QUEUE = QueueOptions(duplicate_window_seconds=2, lock_seconds=3, max_delivery_count=10)
-NO_DUPLICATES = LoadMix(0, 0, 0, 0, 0)
+NO_DUPLICATES = LoadMix(0, 0, 0, 0, 0, 0)
 
 
 def new_plan(orders: int, mix: LoadMix = NO_DUPLICATES, seed: int = 1) -> LoadPlan:

@@ -158,14 +158,34 @@ async def test_keys_are_scoped_by_the_caller_principal(api: Api) -> None:
     # The default scope's name, sent as a principal, must not reach the default scope's keys.
     spoof = await api.post(order_payload(order_id), **{"X-MS-CLIENT-PRINCIPAL-ID": "tests"})
     anonymous = await api.post(order_payload(order_id))
-    bob_other_body = await api.post(
-        order_payload(order_id, currency="USD"), **{"X-MS-CLIENT-PRINCIPAL-ID": "bob"}
-    )
 
-    for response in (alice, spoof, anonymous, bob_other_body):
+    # Each scope has its own key-1; the same order under each is the same order, accepted.
+    for response in (alice, spoof, anonymous):
         assert response.status_code == 202
         assert "idempotent-replayed" not in response.headers
-    assert len(api.publisher.published) == 4
+    assert len(api.publisher.published) == 3
+
+
+async def test_a_different_payload_for_a_taken_order_id_is_refused_before_publishing(
+    api: Api,
+) -> None:
+    order_id = new_order_id()
+    first = await api.post(order_payload(order_id), key="k1")
+    same_order_new_key = await api.post(order_payload(order_id), key="k2")
+    other_key = await api.post(order_payload(order_id, currency="USD"), key="k3")
+    other_caller = await api.post(
+        order_payload(order_id, currency="USD"), key="k1", **{"X-MS-CLIENT-PRINCIPAL-ID": "bob"}
+    )
+
+    assert first.status_code == same_order_new_key.status_code == 202
+    assert_problem(other_key, 409, "order-id-conflict")
+    body = assert_problem(other_caller, 409, "order-id-conflict")
+    assert "retry-after" not in other_caller.headers
+    assert order_id in body["detail"]
+    assert [order.currency for order in api.publisher.published] == ["EUR", "EUR"]
+    # The refused key is free again: its retry gets the same answer at once, not "in progress".
+    assert_problem(await api.post(order_payload(order_id, currency="USD"), key="k3"), 409,
+                   "order-id-conflict")  # fmt: skip
 
 
 # --- bodies ----------------------------------------------------------------------------------
@@ -314,7 +334,8 @@ async def test_permanent_publish_failure_is_500_problem_and_frees_the_key(api: A
     api.publisher.fail_next(PublishError("entity disabled"))
 
     assert_problem(await api.post(order_payload(new_order_id())), 500, "internal-error")
-    assert fake_store(api).documents == {}
+    # The key is freed; the orderId stays claimed for this payload (the send may have landed).
+    assert [d["type"] for d in fake_store(api).documents.values()] == ["orderIdClaim"]
 
 
 async def test_a_failed_release_leaves_the_claim_to_its_lease(api: Api) -> None:

@@ -69,11 +69,12 @@ async def test_redelivery_with_same_payload_is_completed_as_duplicate_without_wr
     before = store.documents(order_id)
     settler = RecordingSettler()
 
-    # Same order, different key order and number spelling: still the same request.
+    # Same order, different key order and price spelling: still the same request (quantities
+    # are JSON integers by contract, so only prices have several spellings).
     respelled = json.dumps(
         {
             "lines": [
-                {"unitPrice": 1.250, "quantity": 2.0, "sku": "sku-apple"},
+                {"unitPrice": 1.250, "quantity": 2, "sku": "sku-apple"},
                 {"unitPrice": 3.0, "sku": "sku-pear", "quantity": 1},
             ],
             "currency": "EUR",

@@ -14,15 +14,18 @@ from orders.domain.received import ReceivedOrderMessage
 from orders.service.consumer import OrderConsumer
 from orders.service.verify import DeadLetteredMessage, audit
 
+BROKER_DROPS = {SendKind.PRODUCER_RETRY, SendKind.CONFLICT_IN_WINDOW}
+
 
 def replay(
-    plan: LoadPlan, *, conflicts_first: bool = False
+    plan: LoadPlan, *, conflicts_first: bool = False, broker_drops: set[SendKind] = BROKER_DROPS
 ) -> tuple[list[dict[str, Any]], list[DeadLetteredMessage]]:
-    """What an honest pipeline leaves behind: the broker drops producer retries."""
+    """What an honest pipeline leaves behind: the broker drops what arrives inside its window
+    with a MessageId it has seen (producer retries, and conflicts sent inside the window)."""
     store = FakeOrderStore()
     consumer = OrderConsumer(store)
     dead: list[DeadLetteredMessage] = []
-    sends = [s for s in plan.sends if s.kind is not SendKind.PRODUCER_RETRY]
+    sends = [s for s in plan.sends if s.kind not in broker_drops]
     if conflicts_first:
         sends.sort(key=lambda s: s.kind is not SendKind.CONFLICT)
 
@@ -58,6 +61,48 @@ def test_an_honest_run_passes() -> None:
     assert report.ok and report.unique_orders == 60 and report.orders_in_store == 60
     assert report.dead_lettered == report.expected_dead_letters > 0
     assert report.stored_first_payload == 60
+    # Every consumer-decided rejection left its note for GET.
+    assert report.rejections_recorded == report.expected_dead_letters
+
+
+def test_conflicts_inside_the_window_are_reported_apart_as_dropped_by_the_broker() -> None:
+    in_window = sum(1 for s in PLAN.sends if s.kind is SendKind.CONFLICT_IN_WINDOW)
+    documents, dead = replay(PLAN)
+
+    report = audit(PLAN, documents, dead)
+
+    assert in_window > 0
+    assert report.conflicts_in_window == {
+        "sent": in_window,
+        "dropped_by_broker": in_window,
+        "dead_lettered": 0,
+    }
+
+
+def test_a_conflict_inside_the_window_that_got_through_is_an_allowed_mismatch() -> None:
+    documents, dead = replay(PLAN, broker_drops={SendKind.PRODUCER_RETRY})
+
+    report = audit(PLAN, documents, dead)
+
+    assert report.ok, report.violations
+    assert report.conflicts_in_window["dead_lettered"] == report.conflicts_in_window["sent"] > 0
+    assert report.conflicts_in_window["dropped_by_broker"] == 0
+
+
+def test_a_rejection_record_nobody_expected_is_reported() -> None:
+    documents, dead = replay(PLAN)
+    stray = {
+        "id": "audit-000001:rejection:abc",
+        "orderId": "audit-000001",
+        "type": "orderRejection",
+        "messageId": "audit-000001",
+        "reason": "SchemaViolation",
+    }
+
+    report = audit(PLAN, [*documents, stray], dead)
+
+    assert not report.ok
+    assert "unexpected rejection record 'audit-000001:rejection:abc'" in report.violations
 
 
 def test_a_conflicting_payload_that_won_the_race_is_accepted_when_the_first_is_dead_lettered() -> (

@@ -13,7 +13,12 @@ from azure.cosmos import exceptions as cosmos_errors
 from azure.cosmos.aio import ContainerProxy
 
 from orders.adapters.cosmos_errors import read_document, store_errors
-from orders.domain.idempotency import RECORD_DOCUMENT_TYPE, IdempotencyRecord, RecordStatus
+from orders.domain.idempotency import (
+    RECORD_DOCUMENT_TYPE,
+    IdempotencyRecord,
+    OrderIdClaim,
+    RecordStatus,
+)
 from orders.exceptions import (
     IdempotencyRecordExistsError,
     LeaseLostError,
@@ -66,6 +71,21 @@ class CosmosIdempotencyStore:
                 return
             except cosmos_errors.CosmosAccessConditionFailedError as exc:
                 raise LeaseLostError(f"record {record_id!r} changed owner") from exc
+
+    async def claim_order_id(self, claim: OrderIdClaim) -> OrderIdClaim:
+        for _ in range(CLAIM_ATTEMPTS):
+            with store_errors():
+                try:
+                    await self._container.create_item(body=claim.to_document())
+                    return claim
+                except cosmos_errors.CosmosResourceExistsError:
+                    pass
+            document = await read_document(self._container, claim.document_id, claim.document_id)
+            if document is not None:
+                return OrderIdClaim.from_document(document)
+        raise TransientStoreError(
+            f"order claim {claim.document_id!r} kept conflicting and vanishing"
+        )
 
     async def find_order(self, scope: str, order_id: str) -> IdempotencyRecord | None:
         # Cross-partition, but only GET of an order that is not stored yet pays for it.

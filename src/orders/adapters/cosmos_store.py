@@ -9,6 +9,7 @@ from azure.cosmos.aio import ContainerProxy
 
 from orders.adapters.cosmos_errors import read_document, store_error_for, store_errors
 from orders.domain.documents import OrderRecord, OrderWrite
+from orders.domain.rejections import OrderRejection
 from orders.exceptions import OrderAlreadyExistsError, StoreError, TransientStoreError
 
 
@@ -50,6 +51,10 @@ class CosmosOrderStore:
             request_hash=document["requestHash"],
             message_id=document.get("messageId"),
         )
+
+    async def record_rejection(self, rejection: OrderRejection) -> None:
+        with store_errors():
+            await self._container.upsert_item(body=rejection.to_document())
 
     async def _conflict(self, order_id: str) -> StoreError:
         existing = await self.read_order(order_id)

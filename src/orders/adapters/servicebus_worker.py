@@ -32,6 +32,7 @@ from azure.servicebus.exceptions import ServiceBusError
 
 from orders.adapters.servicebus import ReceiverSettler, to_received_order_message
 from orders.domain.outcomes import Decision
+from orders.observability import log_value
 from orders.service.consumer import settle
 from orders.service.ports import MessageHandler
 
@@ -132,7 +133,7 @@ class Worker:
         except Exception:
             # The core decides every outcome itself; reaching here is a bug around it. Hand the
             # message back at once rather than let its lock be renewed for minutes.
-            logger.exception("handling %s failed; abandoning it", message.message_id)
+            logger.exception("handling %s failed; abandoning it", log_value(message.message_id))
             decision = None
         try:
             if decision is None:
@@ -144,7 +145,7 @@ class Worker:
             # The lock was lost (or the link dropped): the broker redelivers and the store's
             # 409 makes the redelivery a duplicate, so nothing is lost or doubled.
             self.stats.settlement_failures += 1
-            logger.warning("settling %s failed: %s", message.message_id, exc)
+            logger.warning("settling %s failed: %s", log_value(message.message_id), exc)
 
     async def _finish(self, in_flight: dict[asyncio.Task[None], ServiceBusReceivedMessage]) -> None:
         """Give in-flight messages the grace period; abandon those that outlive it."""
@@ -165,7 +166,7 @@ class Worker:
             try:
                 await self._receiver.abandon_message(message)
             except ServiceBusError as exc:
-                logger.warning("could not abandon %s: %s", message.message_id, exc)
+                logger.warning("could not abandon %s: %s", log_value(message.message_id), exc)
 
 
 async def run_worker_on(

@@ -24,6 +24,8 @@ def decimal_text(value: Decimal) -> str:
     Every spelling of one amount hashes alike, so it must be stored alike too: otherwise
     whichever copy of a message arrived first would decide how the amounts read.
     """
+    if value.is_zero():
+        return "0"  # not "-0": one amount, one spelling
     return format(value.normalize(), "f")
 
 

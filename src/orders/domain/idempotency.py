@@ -140,6 +140,40 @@ class IdempotencyRecord:
         )
 
 
+ORDER_CLAIM_DOCUMENT_TYPE = "orderIdClaim"
+
+
+@dataclass(frozen=True)
+class OrderIdClaim:
+    """Which payload an orderId was first accepted with, across every key and caller.
+
+    Keys are per caller, orders are global: without this claim a second caller (or the same
+    caller under a new key) could place a different order under a taken orderId, be answered
+    202, and have it dropped silently by the broker's duplicate detection (which compares
+    MessageId only). Claims never expire, as the orders they guard do not.
+    """
+
+    order_id: str
+    request_hash: str
+
+    @property
+    def document_id(self) -> str:
+        # Record ids are SHA-256 hex, so the prefix keeps the two kinds of id apart.
+        return f"order:{self.order_id}"
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "id": self.document_id,
+            "type": ORDER_CLAIM_DOCUMENT_TYPE,
+            "orderId": self.order_id,
+            "requestHash": self.request_hash,
+        }
+
+    @classmethod
+    def from_document(cls, document: dict[str, Any]) -> OrderIdClaim:
+        return cls(order_id=document["orderId"], request_hash=document["requestHash"])
+
+
 class Verdict(StrEnum):
     REPLAY = "replay"  # completed with the same fingerprint: answer the stored response
     IN_PROGRESS = "in_progress"  # live claim with the same fingerprint: 409, retry later

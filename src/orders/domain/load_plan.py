@@ -8,6 +8,9 @@ Kinds of send (the manifest records each with what it must lead to):
 - concurrent_duplicate: two copies sent a window apart but *scheduled to appear at the same
   instant*, so competing consumers process them at the same time -> one stored, one duplicate;
 - conflict: the same orderId with a different payload after the window -> RequestHashMismatch;
+- conflict_in_window: the same orderId with a different payload right behind the original,
+  inside the window -> dropped by the broker, which compares MessageId only (the silent case the
+  README's outcome table warns about); reported on its own by the verifier;
 - poison: invalid messages of several kinds -> dead-lettered with their reason.
 """
 
@@ -30,6 +33,7 @@ class SendKind(StrEnum):
     LATE_DUPLICATE = "late_duplicate"
     CONCURRENT_DUPLICATE = "concurrent_duplicate"
     CONFLICT = "conflict"
+    CONFLICT_IN_WINDOW = "conflict_in_window"
     POISON = "poison"
 
 
@@ -49,6 +53,7 @@ class LoadMix:
     concurrent_duplicates: float = 0.10
     conflicts: float = 0.03
     poison: float = 0.04
+    conflicts_in_window: float = 0.02
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -148,6 +153,13 @@ def poison_sends(run_id: str, count: int, rng: random.Random) -> list[PlannedSen
     return sends
 
 
+def reused_body(body: str, customer_suffix: str) -> str:
+    """The same orderId with a different payload (another customer)."""
+    changed = json.loads(body)
+    changed["customerId"] = changed["customerId"] + customer_suffix
+    return json.dumps(changed)
+
+
 def plan_load(orders: int, mix: LoadMix, *, seed: int, run_id: str) -> LoadPlan:
     if orders < 1:
         raise ValueError("orders must be at least 1")
@@ -165,6 +177,9 @@ def plan_load(orders: int, mix: LoadMix, *, seed: int, run_id: str) -> LoadPlan:
     conflicts = pick(mix.conflicts, exclude=frozenset(concurrent))
     late = pick(mix.late_duplicates, exclude=frozenset(concurrent + conflicts))
     retries = set(pick(mix.producer_retries, exclude=frozenset(concurrent)))
+    in_window = set(
+        pick(mix.conflicts_in_window, exclude=frozenset(concurrent + conflicts + late) | retries)
+    )
 
     # Units keep a producer retry right behind its original (a retry comes at once), while
     # the units themselves are shuffled.
@@ -185,6 +200,18 @@ def plan_load(orders: int, mix: LoadMix, *, seed: int, run_id: str) -> LoadPlan:
                     bodies[order_id],
                     order_id,
                     hashes[order_id],
+                )
+            )
+        if order_id in in_window:
+            body = reused_body(bodies[order_id], "-in-window")
+            unit.append(
+                PlannedSend(
+                    SendKind.CONFLICT_IN_WINDOW,
+                    Phase.FIRST,
+                    order_id,
+                    body,
+                    order_id,
+                    hash_of(body),
                 )
             )
         units.append(unit)
@@ -230,9 +257,7 @@ def plan_load(orders: int, mix: LoadMix, *, seed: int, run_id: str) -> LoadPlan:
         for order_id in late
     )
     for order_id in conflicts:
-        changed = json.loads(bodies[order_id])
-        changed["customerId"] = changed["customerId"] + "-reused"
-        body = json.dumps(changed)
+        body = reused_body(bodies[order_id], "-reused")
         after.append(
             PlannedSend(
                 SendKind.CONFLICT, Phase.AFTER_WINDOW, order_id, body, order_id, hash_of(body)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
-from decimal import Decimal
 from enum import StrEnum
+from typing import Any
 
 from pydantic import ValidationError
 
 from orders.domain.model import OrderPlaced
+from orders.domain.untrusted_json import UntrustedJsonError, decode_untrusted_json
 from orders.exceptions import OrdersError
 
 # Service Bus Standard caps a message at 256 KB; a larger body cannot be a real producer's.
@@ -18,6 +18,8 @@ MAX_BATCH_OPERATIONS = 100
 MAX_LINES_PER_ORDER = MAX_BATCH_OPERATIONS - 1
 # Service Bus limits the dead-letter description; keep ours well inside it.
 MAX_DESCRIPTION_CHARS = 1024
+# A rejection names this many validation errors and counts the rest.
+MAX_REPORTED_ERRORS = 10
 
 
 class DeadLetterReason(StrEnum):
@@ -31,49 +33,80 @@ class DeadLetterReason(StrEnum):
 class MessageRejected(OrdersError):
     """The message can never be processed; it belongs in the dead-letter queue."""
 
-    def __init__(self, reason: DeadLetterReason, description: str) -> None:
+    def __init__(
+        self, reason: DeadLetterReason, description: str, *, order_id: str | None = None
+    ) -> None:
         super().__init__(f"{reason}: {description}")
         self.reason = reason
         self.description = truncate(description)
+        self.order_id = order_id  # the body's valid orderId, when the body got that far
 
 
 def truncate(text: str, limit: int = MAX_DESCRIPTION_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def validation_messages(error: ValidationError) -> list[tuple[str, str]]:
+    """(location, message) per error, at most `MAX_REPORTED_ERRORS` of them.
+
+    Bounded because one hostile body can hold tens of thousands of errors; the message never
+    repeats the input, so no rejected value is echoed into logs or responses.
+    """
+    return [
+        (".".join(str(part) for part in item["loc"]) or "body", str(item["msg"])[:200])
+        for item in error.errors(include_url=False, include_input=False, include_context=False)[
+            :MAX_REPORTED_ERRORS
+        ]
+    ]
+
+
 def describe_validation_error(error: ValidationError) -> str:
-    parts = []
-    for item in error.errors(include_url=False):
-        location = ".".join(str(part) for part in item["loc"]) or "body"
-        parts.append(f"{location}: {item['msg']}")
-    return "; ".join(parts)
+    listed = validation_messages(error)
+    text = "; ".join(f"{location}: {message}" for location, message in listed)
+    if error.error_count() > len(listed):
+        text += f"; and {error.error_count() - len(listed)} more error(s)"
+    return text
+
+
+def check_line_count(document: Any) -> None:
+    """Refuse too many lines before validating them: validation costs per line, counting doesn't."""
+    lines = document.get("lines") if isinstance(document, dict) else None
+    if isinstance(lines, list) and len(lines) > MAX_LINES_PER_ORDER:
+        raise MessageRejected(
+            DeadLetterReason.ORDER_TOO_LARGE,
+            f"order has {len(lines)} lines; one transactional batch holds the order "
+            f"and at most {MAX_LINES_PER_ORDER} lines",
+        )
 
 
 def parse_order(body: bytes) -> OrderPlaced:
-    """Validate an `OrderPlaced` body; raise `MessageRejected` with the specific reason."""
+    """Validate an `OrderPlaced` body; raise `MessageRejected` with the specific reason.
+
+    Total and bounded: every failure on untrusted bytes is a `MessageRejected`, and the cheap
+    checks (size, line count) run before the costly ones.
+    """
     if len(body) > MAX_BODY_BYTES:
         raise MessageRejected(
             DeadLetterReason.ORDER_TOO_LARGE,
             f"body is {len(body)} bytes; the limit is {MAX_BODY_BYTES}",
         )
     try:
-        # Decimal keeps prices exact until validation; floats would round before we look.
-        document = json.loads(body.decode("utf-8"), parse_float=Decimal)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise MessageRejected(DeadLetterReason.INVALID_JSON, f"body is not JSON: {exc}") from exc
+        document = decode_untrusted_json(body)
+    except UntrustedJsonError as exc:
+        raise MessageRejected(DeadLetterReason.INVALID_JSON, str(exc)) from exc
+    check_line_count(document)
     try:
-        order = OrderPlaced.model_validate(document)
+        return OrderPlaced.model_validate(document)
     except ValidationError as exc:
         raise MessageRejected(
             DeadLetterReason.SCHEMA_VIOLATION, describe_validation_error(exc)
         ) from exc
-    if len(order.lines) > MAX_LINES_PER_ORDER:
+    except Exception as exc:
+        # Total by rule: a validator failing in an unforeseen way on hostile input is still a
+        # rejection with a reason, never the abandon-and-retry path.
         raise MessageRejected(
-            DeadLetterReason.ORDER_TOO_LARGE,
-            f"order has {len(order.lines)} lines; one transactional batch holds the order "
-            f"and at most {MAX_LINES_PER_ORDER} lines",
-        )
-    return order
+            DeadLetterReason.SCHEMA_VIOLATION, f"body could not be validated: {type(exc).__name__}"
+        ) from exc
 
 
 def parse_order_message(body: bytes, message_id: str | None) -> OrderPlaced:
@@ -84,5 +117,6 @@ def parse_order_message(body: bytes, message_id: str | None) -> OrderPlaced:
             DeadLetterReason.MESSAGE_ID_MISMATCH,
             f"MessageId {message_id!r} differs from orderId {order.orderId!r}; "
             "producers must set MessageId to the orderId",
+            order_id=order.orderId,
         )
     return order

@@ -1,37 +1,132 @@
 """The `OrderPlaced` message contract.
 
-Ids become Cosmos DB item ids, so they must not contain the characters Cosmos forbids in ids
-(`/ \\ ? #`); they are capped at 64 characters to leave room for line-document ids.
+Ids become Cosmos DB item ids, so the id rules are exactly the ones Cosmos enforces (plus a
+64-character cap that leaves room for line-document ids): a message Cosmos would refuse is a
+schema violation at once, never a store error retried until the broker gives up.
+
+Unicode policy for ids: compared and stored code point for code point, never normalised. Two
+spellings of one visible id (NFC "é" and NFD "e" + combining acute) would otherwise be two
+orders, so an id that is not in NFC is refused: the producer normalises, we never rewrite an id
+it chose (MessageId must equal it, and a changed id would break that contract).
+
+Types are strict, as the OpenAPI document says: `quantity` is a JSON integer (not `2.0`, `"2"`
+or `true`), `unitPrice` a JSON number (not `"1.25"`).
 """
 
 from __future__ import annotations
 
+import unicodedata
 from decimal import Decimal
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StringConstraints,
+)
 from pydantic_extra_types.currency_code import ISO4217
 
 MAX_ID_LENGTH = 64
+MAX_QUANTITY = 1_000_000
 
-# Forbidden: Cosmos id separators and control characters (they break REST paths and logs).
-_ID_PATTERN = r"^[^/\\?#\x00-\x1f\x7f]+$"
+# Cosmos refuses these in ids (they are URL path separators in its REST API).
+FORBIDDEN_ID_CHARACTERS = frozenset("/\\?#")
+
+
+def is_control_character(char: str) -> bool:
+    """C0, DEL and C1 controls: Cosmos refuses them, and they forge log lines and paths."""
+    return char <= "\x1f" or "\x7f" <= char <= "\x9f"
+
+
+def check_cosmos_id(value: str) -> str:
+    if any(char in FORBIDDEN_ID_CHARACTERS for char in value):
+        raise ValueError("must not contain '/', '\\', '?' or '#' (Cosmos DB refuses them in ids)")
+    if any(is_control_character(char) for char in value):
+        raise ValueError("must not contain control characters")
+    if any("\ud800" <= char <= "\udfff" for char in value):
+        raise ValueError("must not contain unpaired surrogates (not encodable as UTF-8)")
+    if value.endswith(" "):
+        raise ValueError("must not end with a space (Cosmos DB refuses such ids)")
+    if not value.strip():
+        raise ValueError("must not be only whitespace")
+    if not unicodedata.is_normalized("NFC", value):
+        raise ValueError("must be in Unicode normalisation form NFC")
+    return value
+
+
+def is_entity_id(value: object) -> bool:
+    """Whether `value` passes the id rules (e.g. a MessageId that may name an order)."""
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_ID_LENGTH:
+        return False
+    try:
+        check_cosmos_id(value)
+    except ValueError:
+        return False
+    return True
+
+
+# The same rules for OpenAPI readers and generators (JSON Schema cannot say "NFC").
+ID_JSON_SCHEMA_PATTERN = r"^(?=.*\S)[^/\\?#\x00-\x1f\x7f-\x9f]*[^/\\?#\x00-\x1f\x7f-\x9f ]$"
 
 EntityId = Annotated[
     str,
-    StringConstraints(min_length=1, max_length=MAX_ID_LENGTH, pattern=_ID_PATTERN),
+    StringConstraints(min_length=1, max_length=MAX_ID_LENGTH),
+    AfterValidator(check_cosmos_id),
+    Field(
+        json_schema_extra={
+            "pattern": ID_JSON_SCHEMA_PATTERN,
+            "description": "A Cosmos DB id: none of / \\ ? # or control characters, no "
+            "trailing space, not only whitespace, Unicode NFC",
+        }
+    ),
 ]
+
+
+def require_currency_code(value: object) -> object:
+    # ISO4217 alone would accept "eur" and upper-case it: the contract is the code as listed.
+    if (
+        not isinstance(value, str)
+        or len(value) != 3
+        or not ("A" <= min(value) <= max(value) <= "Z")
+    ):
+        raise ValueError("must be an ISO 4217 code in capital letters")
+    return value
+
+
+CurrencyCode = Annotated[ISO4217, BeforeValidator(require_currency_code)]
+
+
+def require_json_number(value: object) -> object:
+    """Only what `json.loads(..., parse_float=Decimal)` makes of a JSON number passes."""
+    if isinstance(value, bool) or not isinstance(value, int | Decimal):
+        raise ValueError("must be a JSON number")
+    return Decimal(value) if isinstance(value, int) else value
+
+
+def without_negative_zero(value: Decimal) -> Decimal:
+    # -0 and 0 are one amount; they must be stored alike (they already hash alike).
+    return Decimal(0) if value.is_zero() else value
+
 
 # 15 significant digits round-trip exactly through an IEEE double, which is how RFC 8785
 # canonicalises numbers: two different prices can therefore never share a request hash.
-Money = Annotated[Decimal, Field(ge=0, max_digits=15, decimal_places=4, allow_inf_nan=False)]
+Money = Annotated[
+    Decimal,
+    BeforeValidator(require_json_number),
+    Field(ge=0, max_digits=15, decimal_places=4, allow_inf_nan=False),
+    AfterValidator(without_negative_zero),
+]
 
 
 class OrderLine(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     sku: EntityId
-    quantity: Annotated[int, Field(gt=0, le=1_000_000)]
+    quantity: Annotated[StrictInt, Field(gt=0, le=MAX_QUANTITY)]
     unitPrice: Money
 
     @property
@@ -42,11 +137,11 @@ class OrderLine(BaseModel):
 class OrderPlaced(BaseModel):
     """An order as the producer publishes it (MessageId = orderId)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     orderId: EntityId
     customerId: EntityId
-    currency: ISO4217
+    currency: CurrencyCode
     lines: Annotated[list[OrderLine], Field(min_length=1)]
 
     @property

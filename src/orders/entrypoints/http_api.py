@@ -32,6 +32,7 @@ from orders.domain.idempotency import (
 )
 from orders.domain.messages import (
     MAX_BODY_BYTES,
+    MAX_REPORTED_ERRORS,
     DeadLetterReason,
     MessageRejected,
     parse_order,
@@ -40,6 +41,7 @@ from orders.domain.model import EntityId, OrderPlaced
 from orders.exceptions import (
     IdempotencyKeyReusedError,
     InvalidIdempotencyKeyError,
+    OrderIdConflictError,
     PublishError,
     RequestInProgressError,
     ServiceNotReadyError,
@@ -72,14 +74,24 @@ class Problem(BaseModel):
     status: int
     detail: str
     errors: list[dict[str, str]] | None = Field(
-        default=None, description="Per-field messages of a rejected body"
+        default=None,
+        description=f"Per-field messages of a rejected body (at most {MAX_REPORTED_ERRORS})",
     )
+    errorCount: int | None = Field(default=None, description="How many errors the body has")
 
 
 class AcceptedOrder(BaseModel):
     orderId: str
     status: str = Field(description="`accepted`: queued, not yet stored by the consumer")
     location: str = Field(description="Where to GET the order")
+
+
+class RejectedOrder(BaseModel):
+    orderId: str
+    status: str = Field(description="`rejected`: the consumer dead-lettered it")
+    reason: str = Field(description="The dead-letter reason, e.g. `RequestHashMismatch`")
+    description: str
+    rejectedAt: str
 
 
 class StoredOrderLine(BaseModel):
@@ -115,6 +127,7 @@ def problem(
     *,
     headers: dict[str, str] | None = None,
     errors: list[dict[str, str]] | None = None,
+    error_count: int | None = None,
 ) -> JSONResponse:
     body: dict[str, Any] = {
         "type": PROBLEM_TYPE_PREFIX + slug,
@@ -124,16 +137,18 @@ def problem(
     }
     if errors is not None:
         body["errors"] = errors
+        body["errorCount"] = error_count if error_count is not None else len(errors)
     return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
 
 
 def field_errors(error: ValidationError | RequestValidationError) -> list[dict[str, str]]:
+    """The first `MAX_REPORTED_ERRORS` errors: a hostile body can have tens of thousands."""
     return [
         {
             "location": ".".join(str(part) for part in item["loc"]) or "body",
-            "message": str(item["msg"]),
+            "message": str(item["msg"])[:200],
         }
-        for item in error.errors()
+        for item in list(error.errors())[:MAX_REPORTED_ERRORS]
     ]
 
 
@@ -145,13 +160,20 @@ def rejected_body_problem(rejection: MessageRejected) -> JSONResponse:
             return problem(400, "invalid-json", "Body is not JSON", rejection.description)
         case _:
             cause = rejection.__cause__
-            errors = field_errors(cause) if isinstance(cause, ValidationError) else None
+            if not isinstance(cause, ValidationError):
+                return problem(
+                    400,
+                    "invalid-order",
+                    "Order does not match the OrderPlaced schema",
+                    rejection.description,
+                )
             return problem(
                 400,
                 "invalid-order",
                 "Order does not match the OrderPlaced schema",
                 rejection.description,
-                errors=errors,
+                errors=field_errors(cause),
+                error_count=cause.error_count(),
             )
 
 
@@ -161,7 +183,11 @@ def key_problem(error: InvalidIdempotencyKeyError) -> JSONResponse:
     return problem(400, "invalid-idempotency-key", "Invalid Idempotency-Key", str(error))
 
 
-def failure_problem(error: Exception) -> JSONResponse:
+RETRY_WITH_SAME_KEY = "a dependency is unavailable; retry with the same Idempotency-Key"
+RETRY_LATER = "a dependency is unavailable; retry later"
+
+
+def failure_problem(error: Exception, retry_advice: str = RETRY_LATER) -> JSONResponse:
     """Server-side failures: 503 when a retry may succeed, 500 otherwise (never a client 4xx)."""
     if isinstance(error, TransientStoreError | TransientPublishError | ServiceNotReadyError):
         logger.warning("dependency unavailable: %s", error)
@@ -169,7 +195,7 @@ def failure_problem(error: Exception) -> JSONResponse:
             503,
             "service-unavailable",
             "Service temporarily unavailable",
-            "a dependency is unavailable; retry with the same Idempotency-Key",
+            retry_advice,
             headers={"Retry-After": str(UNAVAILABLE_RETRY_AFTER)},
         )
     logger.error("request failed: %s", error, exc_info=error)
@@ -264,7 +290,11 @@ def create_app(runtime_factory: RuntimeFactory | None = None) -> FastAPI:
                 },
             },
             400: PROBLEM_RESPONSE | {"description": "Missing/invalid key, invalid body"},
-            409: PROBLEM_RESPONSE | {"description": "Same key still in progress (Retry-After)"},
+            409: PROBLEM_RESPONSE
+            | {
+                "description": "Same key still in progress (`request-in-progress`, Retry-After), "
+                "or the orderId was accepted with a different payload (`order-id-conflict`)"
+            },
             413: PROBLEM_RESPONSE | {"description": "Order too large"},
             422: PROBLEM_RESPONSE | {"description": "Same key, different body"},
             503: PROBLEM_RESPONSE | {"description": "Dependency unavailable (Retry-After)"},
@@ -294,7 +324,7 @@ def create_app(runtime_factory: RuntimeFactory | None = None) -> FastAPI:
     )
     async def place_order(request: Request) -> Response:
         try:
-            key = validate_idempotency_key(request.headers.get(IDEMPOTENCY_KEY_HEADER))
+            key = validate_idempotency_key(single_header(request, IDEMPOTENCY_KEY_HEADER))
         except InvalidIdempotencyKeyError as error:
             return key_problem(error)
         try:
@@ -308,6 +338,10 @@ def create_app(runtime_factory: RuntimeFactory | None = None) -> FastAPI:
             )
         except IdempotencyKeyReusedError as error:
             return problem(422, "idempotency-key-reused", "Idempotency-Key reused", str(error))
+        except OrderIdConflictError as error:
+            return problem(
+                409, "order-id-conflict", "orderId taken by a different order", str(error)
+            )
         except RequestInProgressError as error:
             return problem(
                 409,
@@ -317,14 +351,15 @@ def create_app(runtime_factory: RuntimeFactory | None = None) -> FastAPI:
                 headers={"Retry-After": str(error.retry_after)},
             )
         except (StoreError, PublishError, ServiceNotReadyError) as error:
-            return failure_problem(error)
+            return failure_problem(error, RETRY_WITH_SAME_KEY)
         return replay(result.response, replayed=result.replayed)
 
     @app.get(
         "/api/orders/{orderId}",
-        summary="The order: stored, accepted (queued) or unknown",
-        response_model=StoredOrder,
+        summary="The order: stored, accepted (queued), rejected or unknown",
+        response_model=StoredOrder | RejectedOrder,
         responses={
+            200: {"description": "Stored (`placed`), or rejected by the consumer (`rejected`)"},
             202: {"model": AcceptedOrder, "description": "Accepted, not yet stored (Retry-After)"},
             404: PROBLEM_RESPONSE | {"description": "Unknown order"},
             503: PROBLEM_RESPONSE | {"description": "Dependency unavailable (Retry-After)"},
@@ -343,7 +378,7 @@ def create_app(runtime_factory: RuntimeFactory | None = None) -> FastAPI:
         except (StoreError, ServiceNotReadyError) as error:
             return failure_problem(error)
         match found.state:
-            case OrderState.STORED:
+            case OrderState.STORED | OrderState.REJECTED:
                 return JSONResponse(found.body)
             case OrderState.ACCEPTED:
                 return JSONResponse(
@@ -356,6 +391,14 @@ def create_app(runtime_factory: RuntimeFactory | None = None) -> FastAPI:
 
     app.openapi = lambda: openapi_document(app)  # type: ignore[method-assign]
     return app
+
+
+def single_header(request: Request, name: str) -> str | None:
+    """The header's one value; sent twice it is ambiguous, so it is refused, never guessed."""
+    values = request.headers.getlist(name)
+    if len(values) > 1:
+        raise InvalidIdempotencyKeyError(f"the {name} header was sent {len(values)} times")
+    return values[0] if values else None
 
 
 async def capped_body(request: Request) -> bytes:

@@ -13,10 +13,12 @@ from datetime import UTC, datetime
 from orders.domain.documents import OrderRecord, build_order_write
 from orders.domain.hashing import request_hash
 from orders.domain.messages import DeadLetterReason, MessageRejected, parse_order_message
+from orders.domain.model import is_entity_id
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
+from orders.domain.rejections import OrderRejection, body_digest
 from orders.exceptions import OrderAlreadyExistsError, TransientStoreError
-from orders.observability import ConsumerTelemetry
+from orders.observability import ConsumerTelemetry, log_value
 from orders.service.ports import MessageSettler, OrderStore
 
 logger = logging.getLogger("orders.consumer")
@@ -71,13 +73,20 @@ class OrderConsumer:
         try:
             order = parse_order_message(message.body, message.message_id)
         except MessageRejected as rejection:
-            return Decision(
+            # Filed under the order the producer meant: the body's orderId, else the MessageId
+            # (the producer's contract makes them equal); neither when neither is a valid id.
+            order_id = rejection.order_id
+            if order_id is None and is_entity_id(message.message_id):
+                order_id = message.message_id
+            decision = Decision(
                 Outcome.REJECTED,
                 Settlement.DEAD_LETTER,
-                order_id=None,
+                order_id=order_id,
                 dead_letter_reason=rejection.reason.value,
                 dead_letter_description=rejection.description,
             )
+            await self._remember_rejection(message, decision)
+            return decision
 
         incoming_hash = request_hash(order.canonical_payload())
         write = build_order_write(
@@ -89,7 +98,10 @@ class OrderConsumer:
         try:
             await self._store.create_order(write)
         except OrderAlreadyExistsError as conflict:
-            return duplicate_or_mismatch(conflict.existing, incoming_hash)
+            decision = duplicate_or_mismatch(conflict.existing, incoming_hash)
+            if decision.outcome is Outcome.MISMATCH:
+                await self._remember_rejection(message, decision)
+            return decision
         except TransientStoreError as exc:
             return Decision(
                 Outcome.TRANSIENT_FAILURE,
@@ -99,7 +111,7 @@ class OrderConsumer:
                 error=str(exc),
             )
         except Exception as exc:
-            logger.exception("unexpected failure storing order %s", order.orderId)
+            logger.exception("unexpected failure storing order %s", log_value(order.orderId))
             return Decision(
                 Outcome.UNEXPECTED_FAILURE,
                 Settlement.ABANDON,
@@ -108,6 +120,32 @@ class OrderConsumer:
                 error=f"{type(exc).__name__}: {exc}",
             )
         return Decision(Outcome.PROCESSED, Settlement.COMPLETE, order.orderId, incoming_hash)
+
+    async def _remember_rejection(self, message: ReceivedOrderMessage, decision: Decision) -> None:
+        """File the rejection in the order's partition, for GET to report; best effort.
+
+        The dead letter is the record that counts: a store that cannot take the note must not
+        turn a certain rejection into retries, so a failure here is logged and passed over.
+        """
+        if decision.order_id is None:
+            return
+        rejection = OrderRejection(
+            order_id=decision.order_id,
+            reason=decision.dead_letter_reason or "Unspecified",
+            description=decision.dead_letter_description or "",
+            message_id=message.message_id,
+            request_hash=decision.request_hash,
+            body_digest=body_digest(message.body),
+            rejected_at=self._clock(),
+        )
+        try:
+            await self._store.record_rejection(rejection)
+        except Exception:
+            logger.warning(
+                "could not record the rejection of order %s; dead-lettering it all the same",
+                log_value(decision.order_id),
+                exc_info=True,
+            )
 
 
 async def settle(decision: Decision, settler: MessageSettler) -> None:

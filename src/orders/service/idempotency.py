@@ -1,8 +1,9 @@
 """The idempotent order intake: claim the key, publish once, store the answer, replay it.
 
 Write first, read only on conflict (as the consumer does): creating the record IS the claim, and
-the conflict carries the existing record, so a first request costs one create, one send and one
-fenced replace, and a replay costs one failed create plus the read the store does for it.
+the conflict carries the existing record, so a first request costs two creates (the key's record
+and the orderId's claim), one send and one fenced replace, and a replay costs one failed create
+plus the read the store does for it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from orders.domain.hashing import request_hash
 from orders.domain.idempotency import (
     IdempotencyRecord,
+    OrderIdClaim,
     RecordStatus,
     StoredResponse,
     Verdict,
@@ -28,8 +30,10 @@ from orders.exceptions import (
     IdempotencyKeyReusedError,
     IdempotencyRecordExistsError,
     LeaseLostError,
+    OrderIdConflictError,
     RequestInProgressError,
 )
+from orders.observability import log_value
 from orders.service.ports import IdempotencyStore, OrderPublisher
 
 logger = logging.getLogger("orders.http")
@@ -67,12 +71,12 @@ class IdempotentOrderIntake:
 
     async def submit(self, scope: str, key: str, order: OrderPlaced) -> SubmitResult:
         """Accept `order` once per (scope, key); raise the `IdempotencyError` a retry earns."""
-        fingerprint = request_hash(order.canonical_payload())
+        incoming_hash = request_hash(order.canonical_payload())
         claim = IdempotencyRecord(
             record_id=record_id(scope, key),
             scope=scope,
             key=key,
-            request_hash=fingerprint,
+            request_hash=incoming_hash,
             order_id=order.orderId,
             status=RecordStatus.IN_PROGRESS,
             lease_expires_at=self._clock() + self._lease_seconds,
@@ -83,7 +87,7 @@ class IdempotentOrderIntake:
         except IdempotencyRecordExistsError as conflict:
             existing = conflict.existing
             now = self._clock()
-            match judge(existing, fingerprint, now):
+            match judge(existing, incoming_hash, now):
                 case Verdict.REPLAY:
                     assert existing.response is not None
                     return SubmitResult(existing.response, replayed=True)
@@ -97,7 +101,29 @@ class IdempotentOrderIntake:
                     ) from None
                 case Verdict.TAKE_OVER:
                     owned = await self._take_over(claim, existing)
+        await self._claim_order_id(order, incoming_hash, owned)
         return await self._publish_and_complete(order, owned)
+
+    async def _claim_order_id(
+        self, order: OrderPlaced, incoming_hash: str, owned: IdempotencyRecord
+    ) -> None:
+        """Refuse an orderId taken by a different payload, before anything is published.
+
+        The same payload under another key (or from another caller) passes: it is the same
+        order, published again and deduplicated downstream. The key is released on refusal
+        so the caller's retry is answered at once rather than after the lease.
+        """
+        try:
+            first = await self._store.claim_order_id(OrderIdClaim(order.orderId, incoming_hash))
+        except Exception:
+            await self._release(owned)
+            raise
+        if first.request_hash != incoming_hash:
+            await self._release(owned)
+            raise OrderIdConflictError(
+                f"orderId {order.orderId!r} was already accepted with a different payload; "
+                "choose a new orderId for a different order"
+            )
 
     async def _take_over(
         self, claim: IdempotencyRecord, expired: IdempotencyRecord
@@ -110,7 +136,7 @@ class IdempotentOrderIntake:
             raise RequestInProgressError(self._retry_after_cap) from None
         logger.warning(
             "took over the expired claim of order %s (key record %s): publishing again",
-            claim.order_id,
+            log_value(claim.order_id),
             claim.record_id,
         )
         return owned
@@ -132,7 +158,7 @@ class IdempotentOrderIntake:
             # same order again (deduplicated downstream) and records the same response.
             logger.warning(
                 "claim of order %s was taken over before completion; answering anyway",
-                order.orderId,
+                log_value(order.orderId),
             )
         return SubmitResult(response, replayed=False)
 
@@ -144,6 +170,6 @@ class IdempotentOrderIntake:
         except Exception:
             logger.warning(
                 "could not release the claim of order %s; it frees itself when its lease ends",
-                owned.order_id,
+                log_value(owned.order_id),
                 exc_info=True,
             )

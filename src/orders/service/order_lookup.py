@@ -1,4 +1,4 @@
-"""What GET /api/orders/{orderId} answers: the stored order, "accepted" while queued, or unknown."""
+"""What GET /api/orders/{orderId} answers: stored, accepted (queued), rejected, or unknown."""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ from typing import Any
 
 from orders.domain.documents import LINE_DOCUMENT_TYPE, ORDER_DOCUMENT_TYPE
 from orders.domain.idempotency import ORDER_STATUS_ACCEPTED, order_location
+from orders.domain.rejections import REJECTION_DOCUMENT_TYPE, rejection_view
 from orders.service.ports import IdempotencyStore, OrderReader
 
 
 class OrderState(StrEnum):
     STORED = "stored"
     ACCEPTED = "accepted"
+    REJECTED = "rejected"
     UNKNOWN = "unknown"
 
 
@@ -53,25 +55,51 @@ def order_view(documents: list[dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
+def latest_rejection(
+    documents: list[dict[str, Any]], request_hash: str | None = None
+) -> dict[str, Any] | None:
+    """The newest rejection filed for the order (for one payload when `request_hash` is set)."""
+    rejections = [
+        d
+        for d in documents
+        if d.get("type") == REJECTION_DOCUMENT_TYPE
+        and (request_hash is None or d.get("requestHash") == request_hash)
+    ]
+    return max(rejections, key=lambda d: str(d.get("rejectedAt")), default=None)
+
+
+def accepted_view(order_id: str) -> dict[str, Any]:
+    return {
+        "orderId": order_id,
+        "status": ORDER_STATUS_ACCEPTED,
+        "location": order_location(order_id),
+    }
+
+
 class OrderLookup:
     def __init__(self, reader: OrderReader, idempotency_store: IdempotencyStore) -> None:
         self._reader = reader
         self._idempotency_store = idempotency_store
 
     async def find(self, scope: str, order_id: str) -> OrderLookupResult:
-        view = order_view(await self._reader.read_order_documents(order_id))
+        documents = await self._reader.read_order_documents(order_id)
+        accepted = await self._idempotency_store.find_order(scope, order_id)
+        stored = next((d for d in documents if d.get("type") == ORDER_DOCUMENT_TYPE), None)
+        if accepted is not None:
+            # The caller's own submission decides: rejected, stored as sent, or still queued
+            # (an order stored from another payload is not the caller's order).
+            rejection = latest_rejection(documents, accepted.request_hash)
+            if rejection is not None:
+                return OrderLookupResult(OrderState.REJECTED, rejection_view(rejection))
+            if stored is None or stored.get("requestHash") != accepted.request_hash:
+                return OrderLookupResult(OrderState.ACCEPTED, accepted_view(order_id))
         # A stored order is shown to every authorised caller (function key or Entra ID): the
         # orders container holds no owner. Scope it here if your callers must not see others'.
+        view = order_view(documents)
         if view is not None:
             return OrderLookupResult(OrderState.STORED, view)
-        # Only the caller that submitted it learns that an unprocessed order exists.
-        if await self._idempotency_store.find_order(scope, order_id) is not None:
-            return OrderLookupResult(
-                OrderState.ACCEPTED,
-                {
-                    "orderId": order_id,
-                    "status": ORDER_STATUS_ACCEPTED,
-                    "location": order_location(order_id),
-                },
-            )
+        # So is a rejection of a message sent straight to the queue (no key record).
+        rejection = latest_rejection(documents)
+        if rejection is not None:
+            return OrderLookupResult(OrderState.REJECTED, rejection_view(rejection))
         return OrderLookupResult(OrderState.UNKNOWN)

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from orders.domain.documents import OrderRecord, OrderWrite
-from orders.domain.idempotency import IdempotencyRecord
+from orders.domain.idempotency import IdempotencyRecord, OrderIdClaim
 from orders.domain.model import OrderPlaced
 from orders.domain.outcomes import Decision
 from orders.domain.received import ReceivedOrderMessage
+from orders.domain.rejections import OrderRejection
 
 
 class OrderStore(Protocol):
@@ -23,6 +24,10 @@ class OrderStore(Protocol):
 
     async def read_order(self, order_id: str) -> OrderRecord | None:
         """Point-read an order's record, or None when it does not exist."""
+        ...
+
+    async def record_rejection(self, rejection: OrderRejection) -> None:
+        """Write (upsert) the rejection document in the order's partition."""
         ...
 
 
@@ -65,6 +70,10 @@ class IdempotencyStore(Protocol):
     async def release(self, record_id: str, *, etag: str) -> None:
         """Delete the record if its ETag is still `etag` (`LeaseLostError` if not); a missing
         record is already released."""
+        ...
+
+    async def claim_order_id(self, claim: OrderIdClaim) -> OrderIdClaim:
+        """Create the claim, or return the claim stored first for that orderId (unchanged)."""
         ...
 
     async def find_order(self, scope: str, order_id: str) -> IdempotencyRecord | None:

@@ -14,7 +14,7 @@ from orders.domain.documents import LINE_DOCUMENT_TYPE, ORDER_DOCUMENT_TYPE
 from orders.domain.hashing import request_hash
 from orders.domain.load_plan import LoadPlan, SendKind
 from orders.domain.messages import DeadLetterReason, MessageRejected, parse_order
-from orders.domain.model import OrderPlaced
+from orders.domain.rejections import REJECTION_DOCUMENT_TYPE
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,8 @@ class VerifyReport:
     unexpected_dead_letters: int
     stored_first_payload: int
     stored_conflicting_payload: int
+    rejections_recorded: int
+    conflicts_in_window: dict[str, int]
     sends_by_kind: dict[str, int]
     violations: list[str] = field(default_factory=list)
 
@@ -54,7 +56,7 @@ def _body_hash(body: bytes) -> str | None:
 
 
 def _lines_of(body: str) -> list[tuple[str, int]]:
-    order = OrderPlaced.model_validate_json(body)
+    order = parse_order(body.encode("utf-8"))
     return [(line.sku, line.quantity) for line in order.lines]
 
 
@@ -66,14 +68,18 @@ def audit(
     violations: list[str] = []
     originals = {s.message_id: s for s in plan.sends if s.kind is SendKind.ORIGINAL}
     conflicts = {s.message_id: s for s in plan.sends if s.kind is SendKind.CONFLICT}
+    in_window = {s.message_id: s for s in plan.sends if s.kind is SendKind.CONFLICT_IN_WINDOW}
 
     order_docs: dict[str, list[dict[str, Any]]] = defaultdict(list)
     line_docs: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    rejection_docs: list[dict[str, Any]] = []
     for document in documents:
         if document.get("type") == ORDER_DOCUMENT_TYPE:
             order_docs[document["orderId"]].append(document)
         elif document.get("type") == LINE_DOCUMENT_TYPE:
             line_docs[document["orderId"]].append(document)
+        elif document.get("type") == REJECTION_DOCUMENT_TYPE:
+            rejection_docs.append(document)
         else:
             violations.append(f"unexpected document {document.get('id')!r} in the store")
 
@@ -88,7 +94,7 @@ def audit(
             continue
         stored_hash = docs[0].get("requestHash")
         original = originals[order_id]
-        conflict = conflicts.get(order_id)
+        conflict = conflicts.get(order_id) or in_window.get(order_id)
         if stored_hash == original.request_hash:
             stored_first += 1
             stored_body = original.body
@@ -124,15 +130,21 @@ def audit(
     expected.update(
         (order_id, DeadLetterReason.REQUEST_HASH_MISMATCH.value) for order_id in conflicts
     )
+    # An in-window conflict is normally dropped by the broker; if one does get through (say a
+    # crash made the original late), it is a mismatch like any other. Either is fine.
+    allowed = {(order_id, DeadLetterReason.REQUEST_HASH_MISMATCH.value) for order_id in in_window}
     run_dead_letters = [
         d for d in dead_letters if d.message_id and d.message_id.startswith(f"{plan.run_id}-")
     ]
     remaining = expected.copy()
-    unexpected = 0
+    unexpected = in_window_dead_lettered = 0
     for dead in run_dead_letters:
         key = (dead.message_id, dead.reason)
-        if remaining[key] > 0:
-            remaining[key] -= 1
+        if remaining[key] > 0 or key in allowed:
+            if remaining[key] > 0:
+                remaining[key] -= 1
+            else:
+                in_window_dead_lettered += 1
             if dead.reason == DeadLetterReason.REQUEST_HASH_MISMATCH.value:
                 _check_mismatch(dead, order_docs, violations)
         else:
@@ -143,6 +155,11 @@ def audit(
     for (message_id, reason), count in remaining.items():
         if count > 0:
             violations.append(f"expected dead letter {message_id} reason={reason} is missing")
+    # Every rejection the consumer filed must be one it was expected to dead-letter.
+    for rejection in rejection_docs:
+        key = (rejection.get("messageId"), rejection.get("reason"))
+        if key not in expected and key not in allowed:
+            violations.append(f"unexpected rejection record {rejection.get('id')!r}")
 
     return VerifyReport(
         ok=not violations,
@@ -157,6 +174,12 @@ def audit(
         unexpected_dead_letters=unexpected,
         stored_first_payload=stored_first,
         stored_conflicting_payload=stored_conflicting,
+        rejections_recorded=len(rejection_docs),
+        conflicts_in_window={
+            "sent": len(in_window),
+            "dropped_by_broker": len(in_window) - in_window_dead_lettered,
+            "dead_lettered": in_window_dead_lettered,
+        },
         sends_by_kind=dict(Counter(s.kind.value for s in plan.sends)),
         violations=violations,
     )

@@ -1,0 +1,60 @@
+"""What the consumer remembers of an order it refused, so the caller can learn why.
+
+A dead letter is visible to operators only; the rejection document puts the reason where the
+order would have been (the order's own partition), so `GET /api/orders/{orderId}` can answer
+"rejected, because ..." instead of "accepted" forever. One document per distinct payload: a
+redelivery of the same rejected message rewrites the same document (upsert).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+REJECTION_DOCUMENT_TYPE = "orderRejection"
+ORDER_STATUS_REJECTED = "rejected"
+
+
+@dataclass(frozen=True)
+class OrderRejection:
+    order_id: str  # the partition it is filed under: the body's orderId, else the MessageId
+    reason: str
+    description: str
+    message_id: str | None
+    request_hash: str | None  # only for a valid order (a reused orderId)
+    body_digest: str  # SHA-256 of the raw body: names the payload when there is no hash
+    rejected_at: datetime
+
+    @property
+    def document_id(self) -> str:
+        return f"{self.order_id}:rejection:{self.request_hash or self.body_digest}"
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "id": self.document_id,
+            "orderId": self.order_id,
+            "type": REJECTION_DOCUMENT_TYPE,
+            "reason": self.reason,
+            "description": self.description,
+            "messageId": self.message_id,
+            "requestHash": self.request_hash,
+            "bodyDigest": self.body_digest,
+            "rejectedAt": self.rejected_at.isoformat(),
+        }
+
+
+def body_digest(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()
+
+
+def rejection_view(document: dict[str, Any]) -> dict[str, Any]:
+    """The public view of a rejection (what GET answers)."""
+    return {
+        "orderId": document["orderId"],
+        "status": ORDER_STATUS_REJECTED,
+        "reason": document["reason"],
+        "description": document["description"],
+        "rejectedAt": document["rejectedAt"],
+    }
