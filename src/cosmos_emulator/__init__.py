@@ -6,6 +6,7 @@ with start_in_background() as emu:
 """
 
 from .auth import WELL_KNOWN_KEY
+from .http_limits import HttpLimits
 from .server import RunningCosmosEmulator, start_in_background
 
-__all__ = ["WELL_KNOWN_KEY", "RunningCosmosEmulator", "start_in_background"]
+__all__ = ["WELL_KNOWN_KEY", "HttpLimits", "RunningCosmosEmulator", "start_in_background"]

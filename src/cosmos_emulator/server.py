@@ -16,6 +16,7 @@ from .auth import WELL_KNOWN_KEY
 from .faults import FaultInjector, FaultRule
 from .gateway import Gateway
 from .http11 import HttpServer
+from .http_limits import HttpLimits
 from .store import Store
 
 PURGE_INTERVAL_S = 0.5
@@ -33,8 +34,10 @@ class EmulatorCore:
         data_file: str | None,
         key: str,
         log_requests: bool = False,
+        limits: HttpLimits | None = None,
     ) -> None:
         self.host = host
+        self.limits = limits or HttpLimits()
         self.requested_port = port
         self.https = https
         self.data_file = Path(data_file) if data_file else None
@@ -70,7 +73,7 @@ class EmulatorCore:
             from .tls import self_signed_context
 
             ssl_context = self_signed_context(self.host)
-        self._http = HttpServer(self.gateway.handle, ssl_context)
+        self._http = HttpServer(self.gateway.handle, ssl_context, self.limits)
         self.port = await self._http.start(self.host, self.requested_port)
         self.gateway.fallback_host = self.url.split("://", 1)[1].rstrip("/")
         self._tasks.append(asyncio.create_task(self._purge_loop()))
@@ -216,10 +219,14 @@ def start_in_background(
     data_file: str | os.PathLike[str] | None = None,
     key: str = WELL_KNOWN_KEY,
     log_requests: bool = False,
+    limits: HttpLimits | None = None,
 ) -> RunningCosmosEmulator:
-    """Start an emulator on its own thread; `port=0` picks a free port (see `.url`)."""
+    """Start an emulator on its own thread; `port=0` picks a free port (see `.url`).
+
+    `limits` replaces the HTTP limits (sizes, connections, timeouts): tests shorten them.
+    """
     path = os.fspath(data_file) if data_file else None
-    core = EmulatorCore(host, port, https, path, key, log_requests)
+    core = EmulatorCore(host, port, https, path, key, log_requests, limits)
     loop = asyncio.new_event_loop()
     started = threading.Event()
     failure: list[BaseException] = []

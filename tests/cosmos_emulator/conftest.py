@@ -6,8 +6,10 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,39 @@ def fresh_emulator() -> Iterator[RunningCosmosEmulator]:
     """An emulator of the test's own, for tests that inject faults or restart."""
     with start_in_background("127.0.0.1", 0) as emu:
         yield emu
+
+
+@dataclass
+class EmulatorProcess:
+    pid: int
+    port: int
+    url: str
+
+
+@pytest.fixture
+def emulator_process() -> Iterator[EmulatorProcess]:
+    """`python -m cosmos_emulator` as a process of its own, so its memory can be measured."""
+    src = Path(__file__).resolve().parents[2] / "src"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cosmos_emulator", "--host", "127.0.0.1", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(src)},
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        url = line.removeprefix("cosmos-emulator listening on ")
+        assert url != line, line
+        yield EmulatorProcess(proc.pid, int(url.rstrip("/").rsplit(":", 1)[1]), url)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
