@@ -90,7 +90,9 @@ _i64 = struct.Struct(">q").unpack_from
 _f32 = struct.Struct(">f").unpack_from
 _f64 = struct.Struct(">d").unpack_from
 
-_MAX_DEPTH = 32
+# Nesting limit for lists, maps, arrays and described values: a peer's bytes decide how deep
+# the decoder recurses, and a bound keeps that far below Python's recursion limit.
+MAX_DEPTH = 32
 # Fixed-width constructors: code -> payload width (used by `skip_value`).
 _FIXED_WIDTH: dict[int, int] = {
     0x40: 0,
@@ -282,7 +284,7 @@ def _d_sym32(b: bytes, p: int, d: int) -> tuple[Any, int]:
 
 
 def _items(b: bytes, p: int, end: int, count: int, d: int) -> list[Any]:
-    if d > _MAX_DEPTH:
+    if d >= MAX_DEPTH:
         raise DecodeError("nesting too deep")
     if count > end - p:  # every element takes at least one byte
         raise DecodeError("element count exceeds size")
@@ -315,8 +317,13 @@ def _d_list32(b: bytes, p: int, d: int) -> tuple[Any, int]:
 def _pairs(items: list[Any]) -> dict[Any, Any]:
     if len(items) % 2:
         raise DecodeError("map with odd element count")
+    keys = items[0::2]
+    # A uuid hashes as its 128-bit integer, so a peer can pick thousands of keys with one hash
+    # and make building the dict quadratic; Service Bus maps are keyed by strings and symbols.
+    if any(type(key) is uuid.UUID for key in keys):
+        raise DecodeError("uuid map keys are not supported")
     try:
-        return dict(zip(items[0::2], items[1::2], strict=True))
+        return dict(zip(keys, items[1::2], strict=True))
     except TypeError as exc:
         raise DecodeError("unhashable map key") from exc
 
@@ -332,8 +339,10 @@ def _d_map32(b: bytes, p: int, d: int) -> tuple[Any, int]:
 
 
 def _array_items(b: bytes, p: int, end: int, count: int, d: int) -> list[Any]:
-    if d > _MAX_DEPTH:
+    if d >= MAX_DEPTH:
         raise DecodeError("nesting too deep")
+    if count == 0 and p == end:
+        return []  # the SDK writes an empty array without an element constructor
     _need(b, p + 1)
     code = b[p]
     p += 1
@@ -344,7 +353,10 @@ def _array_items(b: bytes, p: int, end: int, count: int, d: int) -> list[Any]:
         code = b[p]
         p += 1
     dec = _DECODERS[code]
-    if count > max(end - p, 0) and _FIXED_WIDTH.get(code, 1) > 0:
+    # Every element is charged at least one byte, zero-width ones (null, true, false, uint0,
+    # ulong0, list0) included: otherwise a 4-byte count makes the loop below run 2**32 times
+    # without consuming input. No AMQP client sends non-empty arrays of a zero-width type.
+    if count > end - p:
         raise DecodeError("array count exceeds size")
     out: list[Any] = []
     for _ in range(count):
@@ -370,7 +382,7 @@ def _d_array32(b: bytes, p: int, d: int) -> tuple[Any, int]:
 
 
 def _d_described(b: bytes, p: int, d: int) -> tuple[Any, int]:
-    if d > _MAX_DEPTH:
+    if d >= MAX_DEPTH:
         raise DecodeError("nesting too deep")
     descriptor, p = decode_value(b, p, d + 1)
     value, p = decode_value(b, p, d + 1)
@@ -428,19 +440,29 @@ for _code, _fn in {
 
 
 def decode_value(buf: bytes, pos: int = 0, depth: int = 0) -> tuple[Any, int]:
-    """Decode one value at `pos`; returns it and the position after it."""
+    """Decode one value at `pos`; returns it and the position after it.
+
+    Whatever the bytes, the only exception is `DecodeError`: input comes from the network.
+    """
     if pos >= len(buf):
         raise DecodeError("truncated value")
-    return _DECODERS[buf[pos]](buf, pos + 1, depth)
+    try:
+        return _DECODERS[buf[pos]](buf, pos + 1, depth)
+    except DecodeError:
+        raise
+    except Exception as exc:  # e.g. a struct or index error a check above failed to foresee
+        raise DecodeError(f"malformed value: {exc!r}") from exc
 
 
-def skip_value(buf: bytes, pos: int) -> int:
+def skip_value(buf: bytes, pos: int, depth: int = 0) -> int:
     """Return the position after the value at `pos` without building Python objects."""
     if pos >= len(buf):
         raise DecodeError("truncated value")
     code = buf[pos]
     if code == 0x00:
-        return skip_value(buf, skip_value(buf, pos + 1))
+        if depth >= MAX_DEPTH:
+            raise DecodeError("nesting too deep")
+        return skip_value(buf, skip_value(buf, pos + 1, depth + 1), depth + 1)
     width = _FIXED_WIDTH.get(code)
     if width is not None:
         end = pos + 1 + width
@@ -464,14 +486,17 @@ def compound_span(buf: bytes, pos: int) -> tuple[int, int, int]:
     if code in (0xC0, 0xC1):
         _need(buf, pos + 3)
         end = pos + 2 + buf[pos + 1]
-        _need(buf, end)
-        return buf[pos + 2], pos + 3, end
-    if code in (0xD0, 0xD1):
+        count, first = buf[pos + 2], pos + 3
+    elif code in (0xD0, 0xD1):
         _need(buf, pos + 9)
         end = pos + 5 + _u32(buf, pos + 1)[0]
-        _need(buf, end)
-        return _u32(buf, pos + 5)[0], pos + 9, end
-    raise DecodeError("expected a list or map")
+        count, first = _u32(buf, pos + 5)[0], pos + 9
+    else:
+        raise DecodeError("expected a list or map")
+    _need(buf, end)
+    if count > end - first:  # callers loop `count` times: each element takes a byte at least
+        raise DecodeError("element count exceeds size")
+    return count, first, end
 
 
 # --------------------------------------------------------------------------- encoding
@@ -502,7 +527,8 @@ def _e_str(out: bytearray, v: str) -> None:
 
 
 def _e_symbol(out: bytearray, v: str) -> None:
-    _e_bytes(out, v.encode("ascii"), 0xA3, 0xB3)
+    # Symbols are ASCII; the decoder reads them as UTF-8, so whatever it read can be echoed.
+    _e_bytes(out, v.encode("utf-8"), 0xA3, 0xB3)
 
 
 def _e_binary(out: bytearray, v: Any) -> None:
@@ -513,9 +539,12 @@ def _e_long(out: bytearray, v: int) -> None:
     if -128 <= v <= 127:
         out.append(0x55)
         out += v.to_bytes(1, "big", signed=True)
-    else:
+    elif -(2**63) <= v < 2**63:
         out.append(0x81)
         out += _pi64(v)
+    else:  # a decoded ulong above the long range, echoed back (an attach's terminus)
+        out.append(0x80)
+        out += _p64(v)
 
 
 def _e_int(out: bytearray, v: int) -> None:

@@ -128,6 +128,8 @@ def _filtered_pairs(buf: bytes, start: int) -> tuple[bytes, int, dict[str, Any]]
         name = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
         if name == "x-opt-scheduled-enqueue-time":
             seen[name], _ = decode_value(buf, value_pos)
+        if value_end > end:
+            raise DecodeError("map entry runs past the map")
         if name not in _BROKER_ANNOTATIONS:
             kept += buf[pos:value_end]
             kept_count += 2
