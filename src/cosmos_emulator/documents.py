@@ -25,8 +25,36 @@ from .query.evaluator import check_order_by_index, run, validate
 from .query.parser import parse_query
 from .query.planner import FULL_RANGE, needs_plan, query_plan
 from .store import Container, Store, pk_key
+from .untrusted_json import parse_json
 
 QUERY_PLAN_NEEDED = 1004  # substatus: the SDK then asks for a query plan
+MAX_PK_COMPONENTS = 3  # hierarchical keys have at most three paths
+MAX_PK_VALUE_BYTES = 2048  # Cosmos: "maximum length of partition key value"
+
+
+def parse_partition_key_header(raw: str) -> list[Any]:
+    """`x-ms-documentdb-partitionkey`: a JSON array of up to three key values.
+
+    A value is a string, number, boolean or null, or `{}` (the SDK's spelling of "no value").
+    """
+    if len(raw) > MAX_PK_COMPONENTS * (MAX_PK_VALUE_BYTES + 8) + 2:
+        raise bad_request("The partition key header is too long.")
+    values = parse_json(raw, "The partition key header")
+    if not isinstance(values, list) or len(values) > MAX_PK_COMPONENTS:
+        raise bad_request(
+            'The partition key header must be a JSON array of at most three values, like ["o1"].'
+        )
+    for value in values:
+        if isinstance(value, dict | list) and value not in ({},):
+            raise bad_request(
+                "A partition key value must be a string, number, boolean, null or {} (undefined)."
+            )
+        if (
+            isinstance(value, str)
+            and len(value.encode("utf-8", "surrogatepass")) > MAX_PK_VALUE_BYTES
+        ):
+            raise bad_request(f"A partition key value is longer than {MAX_PK_VALUE_BYTES} bytes.")
+    return values
 
 
 class Documents:
@@ -44,12 +72,7 @@ class Documents:
                     "(header x-ms-documentdb-partitionkey)."
                 )
             return None
-        try:
-            values = json.loads(raw)
-        except json.JSONDecodeError:
-            raise bad_request(f"Invalid partition key header {raw!r}.") from None
-        if not isinstance(values, list):
-            raise bad_request("The partition key header must be a JSON array.")
+        values = parse_partition_key_header(raw)
         if required and len(values) != len(coll.pk_paths):
             raise bad_request(
                 "The partition key supplied has a different number of components "

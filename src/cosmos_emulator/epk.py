@@ -70,7 +70,8 @@ def _encode_component(value: Any) -> bytes:
     if isinstance(value, int | float):
         return b"\x05" + struct.pack("<d", float(value))
     if isinstance(value, str):
-        return b"\x08" + value.encode("utf-8") + b"\xff"
+        # surrogatepass: JSON may carry lone surrogates, which strict UTF-8 cannot encode
+        return b"\x08" + value.encode("utf-8", "surrogatepass") + b"\xff"
     raise ValueError(f"unsupported partition key component {value!r}")
 
 

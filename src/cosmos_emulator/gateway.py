@@ -28,6 +28,7 @@ from .protocol import (
     query_response,
 )
 from .store import Store
+from .untrusted_json import parse_json
 
 ADMIN_PREFIX = "/_emulator/"
 _UNSUPPORTED_TYPES = {
@@ -57,8 +58,10 @@ class Gateway:
 
     # -- entry point -----------------------------------------------------------------------
     async def handle(self, request: Request) -> Response:
-        parsed = urllib.parse.urlsplit(request.target)
-        path = parsed.path or "/"
+        try:
+            path = urllib.parse.urlsplit(request.target).path or "/"
+        except ValueError as exc:  # e.g. an absolute-form target with a broken IPv6 host
+            return error_response(bad_request(f"Malformed request target: {exc}."))
         if path.startswith(ADMIN_PREFIX):
             return self._admin(request, path)
         segments = [urllib.parse.unquote(s) for s in path.split("/") if s]
@@ -124,7 +127,7 @@ class Gateway:
             if name == "health":
                 return json_response(200, {"status": "ok"})
             if name == "faults" and request.method == "POST":
-                spec = json.loads(request.body or b"{}")
+                spec = parse_json(request.body or b"{}", "The fault rule")
                 rule = self.faults.add(fault_rule_from(spec))
                 return json_response(201, rule.describe())
             if name == "faults" and request.method == "DELETE":
@@ -132,8 +135,10 @@ class Gateway:
                 return json_response(204, None)
             if name == "faults" and request.method == "GET":
                 return json_response(200, {"faults": self.faults.describe()})
-        except (ValueError, TypeError) as exc:
-            return json_response(400, {"code": "BadRequest", "message": str(exc)})
+        except CosmosError as err:
+            return error_response(err)
+        except ValueError as exc:
+            return error_response(bad_request(str(exc)))
         return json_response(404, {"code": "NotFound", "message": f"no admin endpoint {path}"})
 
     # -- routing ---------------------------------------------------------------------------
@@ -241,7 +246,10 @@ def _fault_error(rule: FaultRule) -> CosmosError:
     )
 
 
-def fault_rule_from(spec: dict[str, Any]) -> FaultRule:
+def fault_rule_from(spec: object) -> FaultRule:
+    """A rule from the admin endpoint's JSON; a wrong field is a ValueError naming it."""
+    if not isinstance(spec, dict):
+        raise ValueError("A fault rule must be a JSON object.")
     allowed = {
         "status",
         "count",
@@ -254,12 +262,32 @@ def fault_rule_from(spec: dict[str, Any]) -> FaultRule:
     unknown = set(spec) - allowed
     if unknown:
         raise ValueError(f"unknown fault fields: {sorted(unknown)}")
+    status = spec.get("status")
+    if status is not None:
+        status = _int_field(spec, "status", 100, 599)
     return FaultRule(
-        status=spec.get("status"),
-        count=int(spec.get("count", 1)),
-        delay_ms=int(spec.get("delay_ms", 0)),
-        retry_after_ms=int(spec.get("retry_after_ms", 10)),
-        method=spec.get("method"),
-        path_contains=spec.get("path_contains"),
-        operation=spec.get("operation"),
+        status=status,
+        count=_int_field(spec, "count", 1, 1_000_000, default=1),
+        delay_ms=_int_field(spec, "delay_ms", 0, MAX_FAULT_DELAY_MS, default=0),
+        retry_after_ms=_int_field(spec, "retry_after_ms", 0, MAX_FAULT_DELAY_MS, default=10),
+        method=_text_field(spec, "method"),
+        path_contains=_text_field(spec, "path_contains"),
+        operation=_text_field(spec, "operation"),
     )
+
+
+MAX_FAULT_DELAY_MS = 60_000  # a longer delay would look like a hung emulator
+
+
+def _int_field(spec: dict[str, Any], name: str, low: int, high: int, default: int = 0) -> int:
+    value = spec.get(name, default)
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ValueError(f"fault field {name!r} must be an integer from {low} to {high}")
+    return value
+
+
+def _text_field(spec: dict[str, Any], name: str) -> str | None:
+    value = spec.get(name)
+    if value is not None and (not isinstance(value, str) or len(value) > 1024):
+        raise ValueError(f"fault field {name!r} must be a string of at most 1024 characters")
+    return value

@@ -6,7 +6,6 @@ the code a single request runs and commits only when every operation succeeded.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -17,6 +16,7 @@ from .patch import apply_patch
 from .query.evaluator import Evaluator, validate
 from .query.parser import parse_query
 from .store import Container, Item, Store, pk_key
+from .untrusted_json import check_document, parse_json
 
 _SYSTEM_PROPS = ("_rid", "_self", "_etag", "_ts", "_attachments")
 
@@ -117,7 +117,7 @@ def _check_body(ctx: ItemContext, body: object, expected_id: str | None = None) 
         ttl = body["ttl"]
         if not isinstance(ttl, int) or isinstance(ttl, bool) or ttl == 0 or ttl < -1:
             raise bad_request("The item 'ttl' must be -1 or a positive number of seconds.")
-    size = len(json.dumps(body, separators=(",", ":")).encode())
+    size = len(check_document(body, "The item"))
     if size > MAX_ITEM_BYTES:
         raise too_large(size)
     return body
@@ -264,13 +264,19 @@ def run_batch(ctx: ItemContext, operations: object) -> tuple[int, list[dict[str,
     return 200, results
 
 
+def parse_batch_partition_key(raw: object) -> Any:
+    if not isinstance(raw, str):
+        raise bad_request("A batch operation's 'partitionKey' must be a JSON array in a string.")
+    return parse_json(raw, "The batch operation's partitionKey")
+
+
 def _batch_operation(view: StagedPartition, ctx: ItemContext, op: object) -> Outcome:
     if not isinstance(op, dict):
         raise bad_request("Each batch operation must be an object.")
     kind = str(op.get("operationType", ""))
     if_match = op.get("ifMatch")
     if_none_match = op.get("ifNoneMatch")
-    if "partitionKey" in op and json.loads(str(op["partitionKey"])) != ctx.pk_values:
+    if "partitionKey" in op and parse_batch_partition_key(op["partitionKey"]) != ctx.pk_values:
         raise bad_request("Every operation of a batch must target the batch's partition key.")
     body = op.get("resourceBody")
     item_id = op.get("id")

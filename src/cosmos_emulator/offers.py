@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from .errors import CosmosError, bad_request, not_found
 from .http11 import Request, Response
 from .protocol import feed_response, is_query, json_body, json_response, query_response
 from .store import Store
+from .untrusted_json import parse_json
 
 DEFAULT_THROUGHPUT = 400
 MIN_THROUGHPUT = 400
@@ -21,8 +21,8 @@ def requested_throughput(request: Request) -> int | None:
         if raw:
             return int(raw)
         if autoscale:
-            return int(json.loads(autoscale)["maxThroughput"])
-    except (ValueError, KeyError, TypeError):
+            return int(parse_json(autoscale, "The autoscale header")["maxThroughput"])
+    except (CosmosError, ValueError, KeyError, TypeError):
         raise bad_request("Invalid throughput header.") from None
     return None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 from .errors import bad_request
@@ -48,7 +49,7 @@ def _parent(doc: dict[str, Any], segments: list[str], path: str) -> Any:
     for seg in segments[:-1]:
         if isinstance(node, dict) and seg in node:
             node = node[seg]
-        elif isinstance(node, list) and seg.isdigit() and int(seg) < len(node):
+        elif isinstance(node, list) and _is_index(seg) and int(seg) < len(node):
             node = node[int(seg)]
         else:
             raise bad_request(f"Patch path {path} does not exist in the document.")
@@ -57,10 +58,15 @@ def _parent(doc: dict[str, Any], segments: list[str], path: str) -> Any:
     return node
 
 
+def _is_index(segment: str) -> bool:
+    # str.isdigit() also accepts digits like '²' that int() refuses.
+    return segment.isascii() and segment.isdigit() and len(segment) <= 9
+
+
 def _index(parent: list[Any], key: str, path: str, *, allow_end: bool) -> int:
     if key == "-" and allow_end:
         return len(parent)
-    if not key.isdigit():
+    if not _is_index(key):
         raise bad_request(f"Patch path {path} needs an array index.")
     index = int(key)
     if index > len(parent) or (index == len(parent) and not allow_end):
@@ -116,12 +122,25 @@ def _apply_one(doc: dict[str, Any], op: dict[str, Any], pk_paths: list[str]) -> 
             current = parent.get(key, 0)
         if not is_number(current):
             raise bad_request(f"Patch 'incr': {path} is not a number.")
+        total = _double_sum(current, value, path)
         if isinstance(parent, list):
-            parent[index] = current + value
+            parent[index] = total
         else:
-            parent[key] = current + value
+            parent[key] = total
     else:
         raise bad_request(f"Unknown patch operation {kind!r}.")
+
+
+def _double_sum(current: Any, value: Any, path: str) -> int | float:
+    """`current + value`, refused when it leaves the range of a double (Cosmos numbers)."""
+    total: int | float = current + value
+    try:
+        finite = math.isfinite(total)  # an int too large for a double raises OverflowError
+    except OverflowError:
+        finite = False
+    if not finite:
+        raise bad_request(f"Patch 'incr' on {path} would overflow a double.")
+    return total
 
 
 def _set(doc: dict[str, Any], segments: list[str], path: str, value: Any) -> None:

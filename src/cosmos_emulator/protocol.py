@@ -11,6 +11,7 @@ from .errors import CosmosError, bad_request
 from .http11 import Request, Response
 from .query.evaluator import bind_params, run, validate
 from .query.parser import parse_query
+from .untrusted_json import dump_json, parse_json
 
 DEFAULT_PAGE_SIZE = 100
 
@@ -20,7 +21,7 @@ def is_true(headers: dict[str, str], name: str) -> bool:
 
 
 def json_response(status: int, payload: Any, headers: dict[str, str] | None = None) -> Response:
-    body = b"" if payload is None else json.dumps(payload, separators=(",", ":")).encode()
+    body = b"" if payload is None else dump_json(payload)
     out = {"Content-Type": "application/json"}
     out.update(headers or {})
     return Response(status, body, out)
@@ -38,7 +39,7 @@ def error_response(err: CosmosError) -> Response:
 def json_body(request: Request) -> Any:
     if not request.body:
         raise bad_request("The request body is empty.")
-    return json.loads(request.body)
+    return parse_json(request.body, "The request body")
 
 
 def is_query(request: Request) -> bool:
@@ -52,7 +53,10 @@ def is_query(request: Request) -> bool:
 
 def query_text(request: Request) -> tuple[str, dict[str, Any]]:
     if "application/sql" in request.headers.get("content-type", ""):
-        return request.body.decode(), {}
+        try:
+            return request.body.decode("utf-8"), {}
+        except UnicodeDecodeError:
+            raise bad_request("The query text is not UTF-8.") from None
     body = json_body(request)
     if not isinstance(body, dict) or not isinstance(body.get("query"), str):
         raise bad_request("A query body needs a 'query' string.")
@@ -78,11 +82,11 @@ def page_window(request: Request, bound_to: str) -> tuple[int, int]:
     token = request.headers.get("x-ms-continuation")
     if token:
         try:
-            state = json.loads(base64.urlsafe_b64decode(token.encode()))
-            start = int(state["offset"])
-            if state["fp"] != bound_to:
+            state = parse_json(base64.urlsafe_b64decode(token.encode()), "token")
+            start = state["offset"]
+            if not isinstance(start, int) or start < 0 or state["fp"] != bound_to:
                 raise ValueError
-        except (ValueError, KeyError, TypeError):
+        except (CosmosError, ValueError, KeyError, TypeError):
             raise bad_request("Invalid continuation token for this query.") from None
     return start, size
 

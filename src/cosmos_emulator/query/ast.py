@@ -121,3 +121,22 @@ class Query:
 
 
 AGGREGATES = frozenset({"COUNT", "SUM", "MIN", "MAX", "AVG"})
+
+
+def children(node: Expr) -> tuple[Expr, ...]:
+    """The direct subexpressions of `node`."""
+    if isinstance(node, Member):
+        return (node.obj,)
+    if isinstance(node, Unary):
+        return (node.operand,)
+    if isinstance(node, Binary):
+        return (node.left, node.right)
+    if isinstance(node, In):
+        return (node.expr, *node.items)
+    if isinstance(node, Between):
+        return (node.expr, node.low, node.high)
+    if isinstance(node, Call | ArrayLit):
+        return node.args if isinstance(node, Call) else node.items
+    if isinstance(node, ObjectLit):
+        return tuple(v for _, v in node.pairs)
+    return ()

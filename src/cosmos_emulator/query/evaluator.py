@@ -26,6 +26,7 @@ from .ast import (
     SelectStar,
     SelectValue,
     Unary,
+    children,
 )
 from .values import UNDEFINED, compare, equals, is_number, order_key, type_rank
 
@@ -66,29 +67,11 @@ def aggregate_calls(expr: Expr) -> list[Call]:
         if isinstance(node, Call) and node.name in AGGREGATES:
             found.append(node)
             return
-        for child in _children(node):
+        for child in children(node):
             walk(child)
 
     walk(expr)
     return found
-
-
-def _children(node: Expr) -> tuple[Expr, ...]:
-    if isinstance(node, Member):
-        return (node.obj,)
-    if isinstance(node, Unary):
-        return (node.operand,)
-    if isinstance(node, Binary):
-        return (node.left, node.right)
-    if isinstance(node, In):
-        return (node.expr, *node.items)
-    if isinstance(node, Between):
-        return (node.expr, node.low, node.high)
-    if isinstance(node, Call | ArrayLit):
-        return node.args if isinstance(node, Call) else node.items
-    if isinstance(node, ObjectLit):
-        return tuple(v for _, v in node.pairs)
-    return ()
 
 
 def selection_exprs(query: Query) -> list[Expr]:
@@ -164,7 +147,7 @@ def _check_names(expr: Expr, alias: str) -> None:
         raise bad_request(f"Identifier '{expr.name}' could not be resolved.")
     if isinstance(expr, Call) and expr.name not in AGGREGATES and expr.name not in _FUNCTIONS:
         raise unsupported(f"the function {expr.name}")
-    for child in _children(expr):
+    for child in children(expr):
         _check_names(child, alias)
 
 
@@ -176,7 +159,7 @@ def _check_no_bare_refs(expr: Expr) -> None:
             f"Property reference '{expr.name}' is invalid in the select list: "
             "it is neither aggregated nor in a GROUP BY clause."
         )
-    for child in _children(expr):
+    for child in children(expr):
         _check_no_bare_refs(child)
 
 
@@ -264,21 +247,15 @@ class Evaluator:
             return {"<": cmp < 0, "<=": cmp <= 0, ">": cmp > 0, ">=": cmp >= 0}[op]
         if op == "||":
             if isinstance(left, str) and isinstance(right, str):
+                if len(left) + len(right) > MAX_STRING_CHARS:
+                    raise bad_request(
+                        f"A string built by the query exceeds {MAX_STRING_CHARS} characters."
+                    )
                 return left + right
             return UNDEFINED
         if not (is_number(left) and is_number(right)):
             return UNDEFINED
-        if op == "+":
-            return left + right
-        if op == "-":
-            return left - right
-        if op == "*":
-            return left * right
-        if right == 0:
-            return UNDEFINED
-        if op == "/":
-            return _tidy(left / right)
-        return _tidy(math.fmod(left, right))
+        return _arithmetic(op, left, right)
 
     def compute_aggregates(self, rows: list[Any]) -> None:
         for expr in selection_exprs(self.query):
@@ -294,9 +271,12 @@ class Evaluator:
         if call.name in ("SUM", "AVG"):
             if any(not is_number(v) for v in values):
                 return UNDEFINED
-            if call.name == "SUM":
-                return _tidy(sum(values)) if values else 0
-            return _tidy(sum(values) / len(values)) if values else UNDEFINED
+            try:
+                if call.name == "SUM":
+                    return _double(sum(values)) if values else 0
+                return _double(sum(values) / len(values)) if values else UNDEFINED
+            except OverflowError:
+                return UNDEFINED
         if not values:
             return UNDEFINED
         key: Callable[[Any], tuple[int, Any]] = order_key
@@ -395,6 +375,40 @@ def _member(obj: Any, key: str | int) -> Any:
     if isinstance(obj, dict):
         return obj.get(key, UNDEFINED)
     return UNDEFINED
+
+
+MAX_STRING_CHARS = 2 * 1024 * 1024  # no stored item holds a longer string (2 MB limit)
+
+
+def _arithmetic(op: str, left: int | float, right: int | float) -> Any:
+    """Cosmos arithmetic on doubles: a result no double can hold is undefined, like `x / 0`."""
+    try:
+        if op == "+":
+            result: int | float = left + right
+        elif op == "-":
+            result = left - right
+        elif op == "*":
+            result = left * right
+        elif right == 0:
+            return UNDEFINED
+        elif op == "/":
+            result = left / right
+        else:
+            result = math.fmod(left, right)
+        return _double(result)
+    except OverflowError:
+        return UNDEFINED
+
+
+def _double(value: int | float) -> Any:
+    """`value` as Cosmos holds it: integers beyond 2**53 become doubles; inf is undefined."""
+    if isinstance(value, int):
+        if abs(value) <= 2**53:
+            return value
+        value = float(value)  # OverflowError past the largest double
+    if not math.isfinite(value):
+        return UNDEFINED
+    return _tidy(value)
 
 
 def _tidy(value: float | int) -> float | int:

@@ -23,21 +23,77 @@ from .ast import (
     SelectStar,
     SelectValue,
     Unary,
+    children,
 )
 from .lexer import Token, tokenize
 from .values import UNDEFINED
 
 _COMPARISONS = ("=", "!=", "<>", "<", "<=", ">", ">=")
+# Cosmos: "maximum length of SQL query: 512 KB".
+MAX_QUERY_BYTES = 512 * 1024
+# Parentheses, calls, constructors and unary operators nest the parser's recursion (about ten
+# Python frames a level): bounded well inside the interpreter's recursion limit.
+MAX_NESTING = 40
+# The evaluator, validator and planner recurse once or twice per level of the tree.
+MAX_EXPRESSION_DEPTH = 128
 
 
 def parse_query(text: str) -> Query:
-    return _Parser(tokenize(text)).query()
+    if len(text) > MAX_QUERY_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_QUERY_BYTES:
+        raise bad_request(
+            f"The query text is longer than {MAX_QUERY_BYTES // 1024} KB (the Cosmos limit)."
+        )
+    query = _Parser(tokenize(text)).query()
+    for expr in _expressions(query):
+        _check_depth(expr)
+    return query
+
+
+def _expressions(query: Query) -> list[Expr]:
+    found: list[Expr] = [o.expr for o in query.order_by]
+    select = query.select
+    if isinstance(select, SelectValue):
+        found.append(select.expr)
+    elif isinstance(select, SelectList):
+        found.extend(item.expr for item in select.items)
+    found.extend(e for e in (query.where, query.top, query.offset, query.limit) if e is not None)
+    return found
+
+
+def _check_depth(root: Expr) -> None:
+    """Without recursion: a chain like `c.a.b.c...` or `1-1-1...` is deep but loops to parse."""
+    stack = [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_EXPRESSION_DEPTH:
+            raise bad_request(
+                f"The query's expressions nest more than {MAX_EXPRESSION_DEPTH} levels deep."
+            )
+        stack.extend((child, depth + 1) for child in children(node))
+
+
+def _balanced(op: str, operands: list[Expr]) -> Expr:
+    """`a op b op c ...` as a balanced tree: its depth grows with log2 of the chain's length.
+
+    Only for operators that are associative under Cosmos's rules (AND, OR, ||), so long
+    generated chains like `c.id = 1 OR c.id = 2 OR ...` stay shallow for the evaluator.
+    """
+    if len(operands) == 1:
+        return operands[0]
+    middle = len(operands) // 2
+    return Binary(op, _balanced(op, operands[:middle]), _balanced(op, operands[middle:]))
 
 
 class _Parser:
     def __init__(self, tokens: list[Token]) -> None:
         self.tokens = tokens
         self.i = 0
+        self.nesting = 0
+
+    def _enter(self) -> None:
+        self.nesting += 1
+        if self.nesting > MAX_NESTING:
+            raise bad_request(f"The query nests more than {MAX_NESTING} levels deep.")
 
     # -- token helpers -------------------------------------------------------------------
     @property
@@ -193,31 +249,36 @@ class _Parser:
 
     # -- expressions ---------------------------------------------------------------------
     def expr(self) -> Expr:
+        self._enter()
         if self._punct("?") or self._punct("??"):
             self._error("unexpected operator")
         left = self._or()
         if self._punct("?") or self._punct("??"):
             raise unsupported(f"the '{self.tok.text}' operator")
+        self.nesting -= 1
         return left
 
     def _or(self) -> Expr:
-        left = self._and()
+        operands = [self._and()]
         while self._kw("OR"):
             self._advance()
-            left = Binary("OR", left, self._and())
-        return left
+            operands.append(self._and())
+        return _balanced("OR", operands)
 
     def _and(self) -> Expr:
-        left = self._not()
+        operands = [self._not()]
         while self._kw("AND"):
             self._advance()
-            left = Binary("AND", left, self._not())
-        return left
+            operands.append(self._not())
+        return _balanced("AND", operands)
 
     def _not(self) -> Expr:
         if self._kw("NOT"):
             self._advance()
-            return Unary("NOT", self._not())
+            self._enter()
+            operand = self._not()
+            self.nesting -= 1
+            return Unary("NOT", operand)
         return self._comparison()
 
     def _comparison(self) -> Expr:
@@ -252,11 +313,18 @@ class _Parser:
             return left
 
     def _additive(self) -> Expr:
-        left = self._multiplicative()
-        while self.tok.kind == "PUNCT" and self.tok.value in ("+", "-", "||"):
+        left = self._concatenation()
+        while self.tok.kind == "PUNCT" and self.tok.value in ("+", "-"):
             op = str(self._advance().value)
-            left = Binary(op, left, self._multiplicative())
+            left = Binary(op, left, self._concatenation())
         return left
+
+    def _concatenation(self) -> Expr:
+        operands = [self._multiplicative()]
+        while self._punct("||"):
+            self._advance()
+            operands.append(self._multiplicative())
+        return _balanced("||", operands)
 
     def _multiplicative(self) -> Expr:
         left = self._unary()
@@ -266,15 +334,16 @@ class _Parser:
         return left
 
     def _unary(self) -> Expr:
-        if self._punct("-"):
-            self._advance()
+        if self._punct("-") or self._punct("+"):
+            negate = self._advance().value == "-"
+            self._enter()
             operand = self._unary()
+            self.nesting -= 1
+            if not negate:
+                return operand
             if isinstance(operand, Literal) and isinstance(operand.value, int | float):
                 return Literal(-operand.value)
             return Unary("-", operand)
-        if self._punct("+"):
-            self._advance()
-            return self._unary()
         return self._postfix(self._primary())
 
     def _postfix(self, expr: Expr) -> Expr:
