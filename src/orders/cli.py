@@ -155,6 +155,10 @@ def report_table(report: VerifyReport) -> Table:
         ("dead-lettered (this run)", report.dead_lettered),
         ("dead letters expected", report.expected_dead_letters),
         ("dead letters unexplained", report.unexpected_dead_letters),
+        ("rejection notes filed", report.rejections_recorded),
+        ("conflicts in window sent", report.conflicts_in_window["sent"]),
+        ("  dropped by the broker (silent)", report.conflicts_in_window["dropped_by_broker"]),
+        ("  dead-lettered", report.conflicts_in_window["dead_lettered"]),
     ]
     for name, value in rows:
         table.add_row(name, str(value))
@@ -212,7 +216,9 @@ def demo(
     report = result.report
     outcomes = result.consumer_outcomes
     handled = sum(outcomes.get(k, 0) for k in ("processed", "duplicate", "mismatch", "rejected"))
+    # Producer retries and conflicts inside the window never reach a consumer.
     retries = report.sends_by_kind.get("producer_retry", 0)
+    dropped = retries + report.conflicts_in_window["dropped_by_broker"]
     if not as_json:
         table = report_table(report)
         for outcome, count in sorted(outcomes.items()):
@@ -225,10 +231,17 @@ def demo(
             f"competing workers in {result.seconds:.0f} s; the consumers decided {handled} "
             "deliveries."
         )
-        if handled == report.sent - retries:
+        if handled == report.sent - dropped:
             out.print(
                 f"The {retries} producer retries never reached a consumer: the broker's "
                 "duplicate detection dropped them inside its window."
+            )
+        if report.conflicts_in_window["dropped_by_broker"]:
+            out.print(
+                f"[yellow]Silent:[/yellow] {report.conflicts_in_window['dropped_by_broker']} "
+                "different orders sent under a reused orderId inside the window were dropped "
+                "by the broker too (it compares MessageId only): no consumer, dead letter or "
+                "alert can see them. The HTTP API refuses such reuse (409); see the README."
             )
         if report.ok:
             out.print(

@@ -87,3 +87,16 @@ async def api_over(store: IdempotencyStore) -> AsyncIterator[Api]:
 
 def new_order_id() -> str:
     return f"o-{uuid.uuid4().hex[:12]}"
+
+
+PROBLEM = "application/problem+json"
+
+
+def assert_problem(response: httpx.Response, status: int, slug: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == PROBLEM
+    body: dict[str, Any] = response.json()
+    assert body["status"] == status
+    assert body["type"] == f"urn:orders:problem:{slug}"
+    assert body["title"] and body["detail"]
+    return body

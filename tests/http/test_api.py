@@ -9,7 +9,14 @@ from typing import Any, cast
 import httpx
 import pytest
 from fakes import FakeIdempotencyStore, FakeOrderReader, order_payload
-from http_support import LEASE_SECONDS, TTL_SECONDS, Api, new_order_id, runtime_over
+from http_support import (
+    LEASE_SECONDS,
+    TTL_SECONDS,
+    Api,
+    assert_problem,
+    new_order_id,
+    runtime_over,
+)
 
 from orders.adapters.servicebus_publisher import order_message_body
 from orders.bootstrap import HttpRuntime
@@ -24,21 +31,9 @@ from orders.exceptions import (
 )
 from orders.service.consumer import OrderConsumer
 
-PROBLEM = "application/problem+json"
-
 
 def fake_store(api: Api) -> FakeIdempotencyStore:
     return cast(FakeIdempotencyStore, api.store)
-
-
-def assert_problem(response: httpx.Response, status: int, slug: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"] == PROBLEM
-    body: dict[str, Any] = response.json()
-    assert body["status"] == status
-    assert body["type"] == f"urn:orders:problem:{slug}"
-    assert body["title"] and body["detail"]
-    return body
 
 
 # --- first request, replay, mismatch ---------------------------------------------------------

@@ -19,6 +19,7 @@ from fakes import FakeIdempotencyStore
 from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
 from orders.domain.idempotency import (
     IdempotencyRecord,
+    OrderIdClaim,
     RecordStatus,
     accepted_response,
     record_id,
@@ -135,3 +136,15 @@ async def test_find_order_sees_only_completed_records_of_the_scope(
 
     assert before is None and theirs is None
     assert mine is not None and mine.order_id == order_id
+
+
+async def test_an_order_id_claim_keeps_the_first_payload(store: IdempotencyStore) -> None:
+    order_id = f"o-{uuid.uuid4().hex[:8]}"
+
+    first = await store.claim_order_id(OrderIdClaim(order_id, "hash-1"))
+    again = await store.claim_order_id(OrderIdClaim(order_id, "hash-1"))
+    other = await store.claim_order_id(OrderIdClaim(order_id, "hash-2"))
+
+    assert first == again == other == OrderIdClaim(order_id, "hash-1")
+    # A claim is not a key record: GET's lookup of accepted orders never returns it.
+    assert await store.find_order("app:t", order_id) is None

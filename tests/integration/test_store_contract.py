@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from servers import CosmosServer
 
 from orders.adapters.cosmos_store import CosmosOrderStore
 from orders.domain.messages import MAX_LINES_PER_ORDER
+from orders.domain.rejections import OrderRejection
 from orders.exceptions import OrderAlreadyExistsError, StoreError, TransientStoreError
 from orders.service.ports import OrderStore
 
@@ -147,3 +149,25 @@ async def test_the_largest_order_fits_one_batch(subject: StoreUnderTest) -> None
 
     last = await subject.read_document(order_id, write.documents[-1]["id"])
     assert last is not None and last["lineNumber"] == MAX_LINES_PER_ORDER
+
+
+async def test_recording_a_rejection_twice_keeps_one_document(subject: StoreUnderTest) -> None:
+    order_id = unique_id()
+    rejection = OrderRejection(
+        order_id=order_id,
+        reason="RequestHashMismatch",
+        description="orderId reused",
+        message_id=order_id,
+        request_hash="h" * 64,
+        body_digest="d" * 64,
+        rejected_at=datetime(2026, 11, 30, tzinfo=UTC),
+    )
+
+    await subject.store.record_rejection(rejection)
+    await subject.store.record_rejection(rejection)
+
+    stored = await subject.read_document(order_id, rejection.document_id)
+    assert stored is not None
+    assert stored["reason"] == "RequestHashMismatch" and stored["requestHash"] == "h" * 64
+    # Beside, not instead of, an order: the order's own id stays free.
+    assert await subject.read_document(order_id, order_id) is None

@@ -258,3 +258,64 @@ async def test_amounts_are_stored_alike_whatever_the_number_spelling(
     assert (first["unitPrice"], first["lineTotal"]) == ("100", "300")
     assert (second["unitPrice"], second["lineTotal"]) == ("1.25", "1.25")
     assert order["totalAmount"] == "301.25"
+
+
+# --- rejections filed for GET, amounts stored alike --------------------------------------------
+
+
+async def test_a_mismatch_files_its_rejection_in_the_order_partition(
+    store: FakeOrderStore, consumer: OrderConsumer
+) -> None:
+    order_id = new_id()
+    await consumer.handle(message_for(order_payload(order_id)))
+
+    decision = await consumer.handle(message_for(order_payload(order_id, currency="USD")))
+    again = await consumer.handle(message_for(order_payload(order_id, currency="USD")))
+
+    rejections = [d for d in store.documents(order_id) if d["type"] == "orderRejection"]
+    assert decision.outcome is again.outcome is Outcome.MISMATCH
+    # A redelivery of the same rejected payload rewrites the same document.
+    [rejection] = rejections
+    assert rejection["reason"] == "RequestHashMismatch"
+    assert rejection["requestHash"] == decision.request_hash
+    assert rejection["messageId"] == order_id
+
+
+async def test_a_store_that_cannot_file_the_rejection_does_not_delay_the_dead_letter(
+    store: FakeOrderStore, consumer: OrderConsumer
+) -> None:
+    order_id = new_id()
+    store.fail_next(TransientStoreError("503"))
+    settler = RecordingSettler()
+
+    decision = await consumer.handle_and_settle(
+        ReceivedOrderMessage(b"{oops", message_id=order_id), settler
+    )
+
+    assert decision.outcome is Outcome.REJECTED
+    assert settler.calls[0][0] == "dead_letter"
+    assert store.rejection_calls == 1 and store.documents(order_id) == []
+
+
+async def test_a_rejection_without_a_usable_id_is_not_filed(
+    store: FakeOrderStore, consumer: OrderConsumer
+) -> None:
+    decision = await consumer.handle(ReceivedOrderMessage(b"{oops", message_id="bad/id"))
+
+    assert decision.outcome is Outcome.REJECTED and decision.order_id is None
+    assert store.rejection_calls == 0
+
+
+async def test_negative_zero_is_stored_as_zero(
+    store: FakeOrderStore, consumer: OrderConsumer
+) -> None:
+    order_id = new_id()
+    payload = order_payload(order_id)
+    body = json.dumps(payload).replace('"unitPrice": 1.25', '"unitPrice": -0.0').encode()
+    assert b"-0.0" in body
+
+    decision = await consumer.handle(ReceivedOrderMessage(body, message_id=order_id))
+
+    line = next(d for d in store.documents(order_id) if d.get("lineNumber") == 1)
+    assert decision.outcome is Outcome.PROCESSED
+    assert line["unitPrice"] == "0" and line["lineTotal"] == "0"

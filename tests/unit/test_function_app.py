@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 from azure.servicebus import ServiceBusReceivedMessage
-from azure.servicebus._pyamqp.message import Header, Message, Properties
 from fakes import FakeMessageActions, FakeOrderStore, order_payload
+from sdk_messages import received_message
 
 import function_app
 from orders.bootstrap import use_function_consumer
@@ -24,13 +24,9 @@ from orders.service.consumer import OrderConsumer
 
 
 def received(body: bytes, message_id: str, delivery_count: int = 0) -> ServiceBusReceivedMessage:
-    amqp_message = Message(
-        data=[body],
-        properties=Properties(message_id=message_id, correlation_id="corr-42"),
-        header=Header(delivery_count=delivery_count),
-        message_annotations={b"x-opt-sequence-number": 7},
+    return received_message(
+        message_id, data=body, delivery_count=delivery_count, correlation_id="corr-42"
     )
-    return ServiceBusReceivedMessage(amqp_message, receiver=None)
 
 
 @pytest.fixture

@@ -12,34 +12,41 @@ from typing import Any, Protocol
 
 from azure.servicebus import ServiceBusReceivedMessage
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
+from azure.servicebus.amqp import AmqpMessageBodyType
 
 from orders.adapters.identity import ProcessCredential
-from orders.domain.received import ReceivedOrderMessage
+from orders.domain.received import BodyKind, ReceivedOrderMessage
 from orders.settings import Settings
+
+BODY_KINDS = {
+    AmqpMessageBodyType.DATA: BodyKind.DATA,
+    AmqpMessageBodyType.VALUE: BodyKind.VALUE,
+    AmqpMessageBodyType.SEQUENCE: BodyKind.SEQUENCE,
+}
 
 
 def message_body_bytes(message: ServiceBusReceivedMessage) -> bytes:
+    """A data body's bytes (one chunk per AMQP data section, joined); b"" for any other kind,
+    which the core refuses by its kind alone."""
     body: Any = message.body
     if isinstance(body, bytes | bytearray):
         return bytes(body)
-    if isinstance(body, str):
-        return body.encode("utf-8")
-    if isinstance(body, Iterable):
-        # A data body arrives as one bytes chunk per AMQP data section.
+    if isinstance(body, Iterable) and not isinstance(body, str | dict):
         chunks = list(body)
         if all(isinstance(chunk, bytes | bytearray) for chunk in chunks):
             return b"".join(bytes(chunk) for chunk in chunks)
-        return repr(chunks).encode("utf-8")
-    return repr(body).encode("utf-8")
+    return b""
 
 
 def to_received_order_message(message: ServiceBusReceivedMessage) -> ReceivedOrderMessage:
     message_id = message.message_id
+    correlation_id = message.correlation_id
     return ReceivedOrderMessage(
         body=message_body_bytes(message),
         message_id=str(message_id) if message_id is not None else None,
         delivery_count=message.delivery_count or 0,
-        correlation_id=message.correlation_id,
+        correlation_id=str(correlation_id) if correlation_id is not None else None,
+        body_kind=BODY_KINDS.get(message.body_type, BodyKind.VALUE),
     )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from orders.domain.model import OrderPlaced
+from orders.domain.received import BodyKind, ReceivedOrderMessage
 from orders.domain.untrusted_json import UntrustedJsonError, decode_untrusted_json
 from orders.exceptions import OrdersError
 
@@ -18,6 +19,10 @@ MAX_BATCH_OPERATIONS = 100
 MAX_LINES_PER_ORDER = MAX_BATCH_OPERATIONS - 1
 # Service Bus limits the dead-letter description; keep ours well inside it.
 MAX_DESCRIPTION_CHARS = 1024
+# Commas, `{` and `[` a valid order can hold: its ~800 structural ones, plus every character
+# of its at most 102 ids of 64 characters. Decoding costs per element, counting bytes does not,
+# so a body past this budget is refused before it is decoded.
+MAX_STRUCTURAL_BYTES = 8192
 # A rejection names this many validation errors and counts the rest.
 MAX_REPORTED_ERRORS = 10
 
@@ -83,12 +88,19 @@ def parse_order(body: bytes) -> OrderPlaced:
     """Validate an `OrderPlaced` body; raise `MessageRejected` with the specific reason.
 
     Total and bounded: every failure on untrusted bytes is a `MessageRejected`, and the cheap
-    checks (size, line count) run before the costly ones.
+    checks (size, element count, line count) run before the costly ones.
     """
     if len(body) > MAX_BODY_BYTES:
         raise MessageRejected(
             DeadLetterReason.ORDER_TOO_LARGE,
             f"body is {len(body)} bytes; the limit is {MAX_BODY_BYTES}",
+        )
+    structural = body.count(b",") + body.count(b"{") + body.count(b"[")
+    if structural > MAX_STRUCTURAL_BYTES:
+        raise MessageRejected(
+            DeadLetterReason.ORDER_TOO_LARGE,
+            f"body holds {structural} commas and brackets; no order of at most "
+            f"{MAX_LINES_PER_ORDER} lines needs more than {MAX_STRUCTURAL_BYTES}",
         )
     try:
         document = decode_untrusted_json(body)
@@ -107,6 +119,18 @@ def parse_order(body: bytes) -> OrderPlaced:
         raise MessageRejected(
             DeadLetterReason.SCHEMA_VIOLATION, f"body could not be validated: {type(exc).__name__}"
         ) from exc
+
+
+def parse_received_order(message: ReceivedOrderMessage) -> OrderPlaced:
+    """The whole contract of a received message: a data body holding a valid order whose
+    orderId is the MessageId."""
+    if message.body_kind is not BodyKind.DATA:
+        raise MessageRejected(
+            DeadLetterReason.INVALID_JSON,
+            f"the body is an AMQP {message.body_kind.value} section; an order is sent as data "
+            "(UTF-8 JSON bytes)",
+        )
+    return parse_order_message(message.body, message.message_id)
 
 
 def parse_order_message(body: bytes, message_id: str | None) -> OrderPlaced:

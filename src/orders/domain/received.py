@@ -3,6 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
+
+
+class BodyKind(StrEnum):
+    """The AMQP body section a message arrived with; orders travel as data (bytes)."""
+
+    DATA = "data"
+    VALUE = "value"
+    SEQUENCE = "sequence"
 
 
 @dataclass(frozen=True)
@@ -11,3 +20,4 @@ class ReceivedOrderMessage:
     message_id: str | None
     delivery_count: int = 0  # as the SDK reports it: prior delivery attempts
     correlation_id: str | None = None
+    body_kind: BodyKind = BodyKind.DATA

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 from orders.domain.documents import OrderRecord, build_order_write
 from orders.domain.hashing import request_hash
-from orders.domain.messages import DeadLetterReason, MessageRejected, parse_order_message
+from orders.domain.messages import DeadLetterReason, MessageRejected, parse_received_order
 from orders.domain.model import is_entity_id
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
@@ -71,7 +71,7 @@ class OrderConsumer:
 
     async def _decide(self, message: ReceivedOrderMessage) -> Decision:
         try:
-            order = parse_order_message(message.body, message.message_id)
+            order = parse_received_order(message)
         except MessageRejected as rejection:
             # Filed under the order the producer meant: the body's orderId, else the MessageId
             # (the producer's contract makes them equal); neither when neither is a valid id.

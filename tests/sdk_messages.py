@@ -1,0 +1,36 @@
+"""Received messages built as the Functions SDK-type binding builds them, without a broker.
+
+`azure.servicebus._pyamqp` is the SDK's private AMQP layer (checked with azure-servicebus
+7.15): if an SDK upgrade moves it, this one helper is what changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from azure.servicebus import ServiceBusReceivedMessage
+from azure.servicebus._pyamqp.message import Header, Message, Properties
+
+
+def received_message(
+    message_id: str | None,
+    *,
+    data: bytes | None = None,
+    value: Any = None,
+    sequence: list[Any] | None = None,
+    delivery_count: int = 0,
+    correlation_id: str | None = None,
+) -> ServiceBusReceivedMessage:
+    """One body section: `data` bytes, else an AMQP `sequence`, else an AMQP `value`."""
+    body: dict[str, Any] = {"value": value}
+    if data is not None:
+        body = {"data": [data]}
+    elif sequence is not None:
+        body = {"sequence": sequence}
+    amqp_message = Message(
+        properties=Properties(message_id=message_id, correlation_id=correlation_id),
+        header=Header(delivery_count=delivery_count),
+        message_annotations={b"x-opt-sequence-number": 7},
+        **body,
+    )
+    return ServiceBusReceivedMessage(amqp_message, receiver=None)
