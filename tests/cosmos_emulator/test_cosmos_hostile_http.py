@@ -198,7 +198,7 @@ def test_connections_over_the_cap_are_503_and_closed(
 
 def test_an_idle_connection_is_closed_silently(strict_emulator: RunningCosmosEmulator) -> None:
     with socket.create_connection(("127.0.0.1", strict_emulator.port), timeout=5) as sock:
-        assert read_until_closed(sock, deadline_s=5) == b""
+        assert sock.recv(1) == b""  # closed well within the 5 s socket timeout (else it raises)
 
 
 @pytest.mark.parametrize(
