@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 
+import pytest
 from fakes import FakeOrderStore, order_payload
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -13,7 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from orders.domain.received import ReceivedOrderMessage
 from orders.exceptions import TransientStoreError
-from orders.observability import ConsumerTelemetry
+from orders.observability import ConsumerTelemetry, log_value
 from orders.service.consumer import OrderConsumer
 
 
@@ -67,3 +69,36 @@ async def test_each_outcome_counts_and_spans_carry_the_dedup_key() -> None:
     assert spans[1].attributes["orders.dedup_key"] == "t-1"
     assert spans[1].attributes["messaging.servicebus.message.delivery_count"] == 2
     assert spans[1].attributes["messaging.message.id"] == "t-1"
+
+
+async def test_untrusted_values_cannot_forge_log_lines(caplog: pytest.LogCaptureFixture) -> None:
+    consumer = OrderConsumer(FakeOrderStore(), ConsumerTelemetry(MeterProvider(), TracerProvider()))
+    forged = 't-9\nERROR ALERT outcome=processed dedup_key="x"'
+
+    with caplog.at_level(logging.INFO, logger="orders.consumer"):
+        await consumer.handle(
+            ReceivedOrderMessage(json.dumps(order_payload("t-9")).encode(), forged, 0, "c\r\nx")
+        )
+
+    [record] = [r for r in caplog.records if "outcome=" in r.getMessage()]
+    line = record.getMessage()
+    assert "\n" not in line and "\r" not in line
+    assert f"message_id={json.dumps(forged)}" in line
+    assert 'correlation_id="c\\r\\nx"' in line
+    assert " outcome=rejected " in line  # the real outcome, once
+    assert record.message_id == forged  # type: ignore[attr-defined]  # the structured field
+
+
+@pytest.mark.parametrize(
+    ("value", "written"),
+    [
+        ("o-1", "o-1"),
+        ("a b", '"a b"'),
+        ("x=1", '"x=1"'),
+        ("", '""'),
+        ("line\u2028break", '"line\\u2028break"'),
+        ('quote"', '"quote\\""'),
+    ],
+)
+def test_log_values_are_plain_only_when_they_cannot_split_a_field(value: str, written: str) -> None:
+    assert log_value(value) == written
