@@ -42,6 +42,7 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/mypy function_app.py scripts
+	$(BIN)/lint-imports --no-cache
 
 clean:
 	rm -rf $(VENV) $(CHECKOV_VENV) emulators/cosmos/node_modules

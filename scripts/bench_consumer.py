@@ -63,8 +63,8 @@ class NaiveConsumer:
 
 
 def naive_worker() -> None:
-    from orders.adapters.servicebus_worker import WorkerOptions
     from orders.entrypoints.worker import run_until_signalled
+    from orders.service.worker_options import WorkerOptions
     from orders.settings import Settings
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)

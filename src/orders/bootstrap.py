@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orders.adapters.cosmos_audit import documents_of_run
 from orders.adapters.cosmos_client import (
@@ -23,18 +23,29 @@ from orders.adapters.cosmos_order_reader import CosmosOrderReader
 from orders.adapters.cosmos_store import CosmosOrderStore
 from orders.adapters.identity import ProcessCredential
 from orders.adapters.monitoring import configure_monitoring
-from orders.adapters.servicebus import create_servicebus_client
+from orders.adapters.servicebus import (
+    FunctionsMessageActions,
+    FunctionsSettler,
+    create_servicebus_client,
+    to_received_order_message,
+)
 from orders.adapters.servicebus_load import ServiceBusLoadSender, peek_dead_letters
 from orders.adapters.servicebus_publisher import ServiceBusOrderPublisher
+from orders.adapters.servicebus_worker import run_worker_on
 from orders.domain.load_plan import LoadPlan
+from orders.domain.outcomes import Decision
 from orders.observability import ConsumerTelemetry
 from orders.service.consumer import OrderConsumer
 from orders.service.idempotency import DEFAULT_LEASE_SECONDS, IdempotentOrderIntake
 from orders.service.load import LoadResult, run_load
 from orders.service.order_lookup import OrderLookup
-from orders.service.ports import OrderPublisher
+from orders.service.ports import MessageHandler, OrderPublisher
 from orders.service.verify import VerifyReport, audit
+from orders.service.worker_options import WorkerOptions, WorkerStats
 from orders.settings import Settings
+
+if TYPE_CHECKING:
+    from azure.servicebus import ServiceBusReceivedMessage
 
 
 @dataclass
@@ -169,6 +180,37 @@ async def build_http_runtime(
     )
     lookup = OrderLookup(CosmosOrderReader(orders_container(client, settings)), store)
     return HttpRuntime(intake, lookup, settings.idempotency_scope, closers)
+
+
+async def run_worker(
+    settings: Settings,
+    options: WorkerOptions,
+    stop: asyncio.Event,
+    *,
+    after_decision: Callable[[Decision], None] | None = None,
+    handler: Callable[[ConsumerRuntime], MessageHandler] = lambda runtime: runtime.consumer,
+) -> WorkerStats:
+    """Wire the consumer (Cosmos) and a Service Bus client, then compete until `stop`."""
+    settings.require_servicebus()
+    runtime = await build_consumer_runtime(settings)
+    try:
+        async with create_servicebus_client(settings, runtime.identity) as client:
+            return await run_worker_on(
+                client, settings.orders_queue, handler(runtime), options, stop, after_decision
+            )
+    finally:
+        await runtime.close()
+
+
+async def process_function_message(
+    received_message: ServiceBusReceivedMessage | Any, message_actions: FunctionsMessageActions
+) -> Decision:
+    """The Functions trigger's body: the host's message and actions through the one core."""
+    consumer = await function_consumer()
+    return await consumer.handle_and_settle(
+        to_received_order_message(received_message),
+        FunctionsSettler(message_actions, received_message),
+    )
 
 
 async def http_runtime_from_env() -> HttpRuntime:

@@ -58,8 +58,8 @@ def worker(
     grace: Annotated[float, typer.Option(help="Seconds to finish in-flight work on stop")] = 20.0,
 ) -> None:
     """Competing consumer: process the orders queue until SIGTERM / SIGINT."""
-    from orders.adapters.servicebus_worker import WorkerOptions
     from orders.entrypoints.worker import run_until_signalled
+    from orders.service.worker_options import WorkerOptions
 
     configure_logging()
     settings = settings_or_exit()

@@ -1,13 +1,18 @@
-"""The project's own exceptions; adapters translate SDK errors into these."""
+"""The project's own exceptions; adapters translate SDK errors into these.
+
+A leaf module: it imports nothing of the package at run time, so every layer may raise these.
+Two families sit under the root: failures (`StoreError`, `PublishError`, ...), and conflict
+signals (`ConflictSignal`), which are normal outcomes a write reports (the order exists, the
+key is taken, the lease moved on). They never share a base below the root, so an
+`except StoreError` can never swallow an outcome the caller must decide on.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from orders.domain.documents import OrderRecord
-
 if TYPE_CHECKING:
-    # Only for annotations: the domain module imports this one at run time.
+    from orders.domain.documents import OrderRecord
     from orders.domain.idempotency import IdempotencyRecord
 
 
@@ -16,14 +21,19 @@ class OrdersError(Exception):
 
 
 class StoreError(OrdersError):
-    """The store failed in a way retrying will not fix (a bug, bad configuration, 4xx)."""
+    """The store failed: a bug, bad configuration or a 4xx; see `TransientStoreError`."""
 
 
 class TransientStoreError(StoreError):
-    """The store is throttled, timed out or unreachable: retrying later may succeed."""
+    """The store is throttled, timed out or unreachable: worth retrying (the broker
+    redelivers, a client retries with the same key)."""
 
 
-class OrderAlreadyExistsError(StoreError):
+class ConflictSignal(OrdersError):
+    """A conditional write found the state it guards against; carries what it found."""
+
+
+class OrderAlreadyExistsError(ConflictSignal):
     """An order with this id is already stored; carries the existing record."""
 
     def __init__(self, existing: OrderRecord) -> None:
@@ -62,7 +72,7 @@ class OrderIdConflictError(IdempotencyError):
     """The orderId was first accepted with a different payload (under any key or caller)."""
 
 
-class IdempotencyRecordExistsError(IdempotencyError):
+class IdempotencyRecordExistsError(ConflictSignal):
     """A claim found the key already recorded; carries the existing record (with its ETag)."""
 
     def __init__(self, existing: IdempotencyRecord) -> None:
@@ -70,7 +80,7 @@ class IdempotencyRecordExistsError(IdempotencyError):
         self.existing = existing
 
 
-class LeaseLostError(IdempotencyError):
+class LeaseLostError(ConflictSignal):
     """A fenced write failed its ETag condition: another attempt owns the record now."""
 
 

@@ -31,6 +31,10 @@ APP_SETTING_NAMES = frozenset(
     }
 )
 # Only for the emulators: keys and connection strings never appear in the Azure deployment.
+# The Cosmos DB emulators' published, well-known key (the official ones and ours accept it).
+EMULATOR_COSMOS_KEY = (
+    "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw=="
+)
 EMULATOR_ONLY_SETTING_NAMES = frozenset({"ServiceBusConnection", "COSMOS_KEY"})
 # Optional tuning with defaults in code.
 OPTIONAL_SETTING_NAMES = frozenset({"IDEMPOTENCY_SCOPE", "IDEMPOTENCY_TTL_SECONDS"})

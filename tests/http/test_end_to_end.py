@@ -27,14 +27,13 @@ from orders.adapters.cosmos_client import create_cosmos_client, idempotency_cont
 from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
 from orders.adapters.servicebus import create_servicebus_client
 from orders.adapters.servicebus_publisher import ServiceBusOrderPublisher
-from orders.adapters.servicebus_worker import WorkerOptions, WorkerStats
-from orders.bootstrap import HttpRuntime, build_http_runtime
+from orders.bootstrap import HttpRuntime, build_http_runtime, run_worker
 from orders.domain.hashing import request_hash
 from orders.domain.idempotency import IdempotencyRecord, RecordStatus, record_id
 from orders.domain.messages import parse_order
 from orders.entrypoints.http_api import create_app
 from orders.entrypoints.localstack import QueueOptions
-from orders.entrypoints.worker import run_worker
+from orders.service.worker_options import WorkerOptions, WorkerStats
 from orders.settings import Settings
 
 pytestmark = pytest.mark.slow

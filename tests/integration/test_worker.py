@@ -10,10 +10,11 @@ import pytest
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import AutoLockRenewer, ServiceBusClient
 
-from orders.adapters.servicebus_worker import Worker, WorkerOptions
+from orders.adapters.servicebus_worker import Worker
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
 from orders.entrypoints.localstack import QueueOptions
+from orders.service.worker_options import WorkerOptions
 from servicebus_emulator import RunningEmulator, start_in_background
 
 QUEUE = "orders"

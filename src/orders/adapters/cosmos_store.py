@@ -56,7 +56,7 @@ class CosmosOrderStore:
         with store_errors():
             await self._container.upsert_item(body=rejection.to_document())
 
-    async def _conflict(self, order_id: str) -> StoreError:
+    async def _conflict(self, order_id: str) -> StoreError | OrderAlreadyExistsError:
         existing = await self.read_order(order_id)
         if existing is None:
             # 409 then 404: the order vanished in between (deleted or expired); let the

@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from azure.servicebus import ServiceBusReceivedMessage, ServiceBusReceiveMode
 from azure.servicebus.aio import AutoLockRenewer, ServiceBusClient, ServiceBusReceiver
@@ -35,26 +34,10 @@ from orders.domain.outcomes import Decision
 from orders.observability import log_value
 from orders.service.consumer import settle
 from orders.service.ports import MessageHandler
+from orders.service.worker_options import WorkerOptions, WorkerStats
 
 logger = logging.getLogger("orders.worker")
 RECEIVE_BACKOFF_SECONDS = 5.0
-
-
-@dataclass(frozen=True)
-class WorkerOptions:
-    concurrency: int = 4
-    # 0: the SDK asks the broker for exactly what each receive call wants (see module doc).
-    prefetch: int = 0
-    max_lock_renewal_seconds: float = 300.0
-    receive_wait_seconds: float = 1.0
-    shutdown_grace_seconds: float = 20.0
-
-
-@dataclass
-class WorkerStats:
-    received: int = 0
-    settled: int = 0
-    settlement_failures: int = 0
 
 
 class Worker:

@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cosmos_emulator import WELL_KNOWN_KEY as WELL_KNOWN_COSMOS_KEY
-from orders.settings import Settings
+from orders.settings import EMULATOR_COSMOS_KEY, Settings
 
 SERVICEBUS_READY = re.compile(r"servicebus-emulator listening on (\S+):(\d+)")
 COSMOS_READY = re.compile(r"cosmos-emulator listening on (\S+)")
@@ -154,7 +153,7 @@ class LocalStack:
             "ServiceBusConnection": self.servicebus_connection_string,
             "ORDERS_QUEUE": self.queue.name,
             "COSMOS_ENDPOINT": self.cosmos_endpoint,
-            "COSMOS_KEY": WELL_KNOWN_COSMOS_KEY,
+            "COSMOS_KEY": EMULATOR_COSMOS_KEY,
             "COSMOS_DATABASE": "orders",
             "COSMOS_CONTAINER": "orders",
             "COSMOS_IDEMPOTENCY_CONTAINER": "idempotency",

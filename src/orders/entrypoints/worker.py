@@ -12,11 +12,10 @@ import os
 import signal
 from collections.abc import Callable
 
-from orders.adapters.servicebus import create_servicebus_client
-from orders.adapters.servicebus_worker import WorkerOptions, WorkerStats, run_worker_on
-from orders.bootstrap import ConsumerRuntime, build_consumer_runtime
+from orders.bootstrap import ConsumerRuntime, run_worker
 from orders.domain.outcomes import Decision, Outcome
 from orders.service.ports import MessageHandler
+from orders.service.worker_options import WorkerOptions, WorkerStats
 from orders.settings import Settings
 
 logger = logging.getLogger("orders.worker")
@@ -39,26 +38,6 @@ def crash_hook_from_env() -> Callable[[Decision], None] | None:
             os._exit(CRASH_EXIT_CODE)
 
     return crash_after_write
-
-
-async def run_worker(
-    settings: Settings,
-    options: WorkerOptions,
-    stop: asyncio.Event,
-    *,
-    after_decision: Callable[[Decision], None] | None = None,
-    handler: Callable[[ConsumerRuntime], MessageHandler] = lambda runtime: runtime.consumer,
-) -> WorkerStats:
-    """Wire the consumer (Cosmos) and a Service Bus client, then compete until `stop`."""
-    settings.require_servicebus()
-    runtime = await build_consumer_runtime(settings)
-    try:
-        async with create_servicebus_client(settings, runtime.identity) as client:
-            return await run_worker_on(
-                client, settings.orders_queue, handler(runtime), options, stop, after_decision
-            )
-    finally:
-        await runtime.close()
 
 
 def run_until_signalled(
