@@ -56,6 +56,9 @@ def worker(
         int, typer.Option(min=0, help="Prefetch per receiver (0: exactly what is asked)")
     ] = 0,
     grace: Annotated[float, typer.Option(help="Seconds to finish in-flight work on stop")] = 20.0,
+    decisions: Annotated[
+        Path | None, typer.Option(help="Append one JSON line per decision to this file")
+    ] = None,
 ) -> None:
     """Competing consumer: process the orders queue until SIGTERM / SIGINT."""
     from orders.entrypoints.worker import run_until_signalled
@@ -66,7 +69,7 @@ def worker(
     options = WorkerOptions(
         concurrency=concurrency, prefetch=prefetch, shutdown_grace_seconds=grace
     )
-    run_until_signalled(settings, options)
+    run_until_signalled(settings, options, decisions=decisions)
 
 
 def progress_bar() -> Progress:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from orders.bootstrap import send_load
 from orders.domain.load_plan import LoadMix, LoadPlan, plan_load
@@ -31,16 +31,17 @@ def send(stack: LocalStack, plan: LoadPlan) -> None:
     )
 
 
-def wait_for_log(process: ManagedProcess, pattern: str, within: float = 60.0) -> re.Match[str]:
-    """Poll a worker's log for a line, with a deadline."""
-    compiled = re.compile(pattern)
+def wait_for_decision(
+    process: ManagedProcess, within: float = 60.0, **fields: str | None
+) -> dict[str, Any]:
+    """Poll a worker's decision journal for an entry with these fields, with a deadline."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        match = compiled.search(process.log())
-        if match:
-            return match
+        for decision in process.decisions():
+            if all(decision.get(key) == value for key, value in fields.items()):
+                return decision
         time.sleep(0.1)
-    raise AssertionError(f"{process.name} never logged {pattern!r}:\n{process.log()[-3000:]}")
+    raise AssertionError(f"{process.name} never decided {fields}: {process.decisions()[-20:]}")
 
 
 def poll_until(condition: Callable[[], bool], within: float, what: str) -> None:

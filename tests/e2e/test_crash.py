@@ -13,7 +13,7 @@ import threading
 
 import httpx
 import pytest
-from e2e_support import new_plan, poll_until, send, wait_for_log
+from e2e_support import new_plan, poll_until, send, wait_for_decision
 
 from orders.adapters.servicebus import create_servicebus_client
 from orders.adapters.servicebus_load import count_active_messages
@@ -73,12 +73,17 @@ def test_crash_between_write_and_settlement_is_completed_as_a_duplicate(
     assert not queue_is_empty(stack)
 
     survivor = stack.start_worker()
-    wait_for_log(survivor, rf"outcome=duplicate settlement=complete dedup_key={order_id}")
+    wait_for_decision(survivor, outcome="duplicate", settlement="complete", order_id=order_id)
     poll_until(lambda: queue_is_empty(stack), within=30, what="the redelivery to be completed")
     report = asyncio.run(wait_for_audit(stack, plan, within=10))
 
     assert report.ok and report.orders_in_store == 1 and report.dead_lettered == 0
-    assert "outcome=processed" not in survivor.log()
+    # Checked after the positive sync point above: the survivor decided, and never to write.
+    assert [d["outcome"] for d in survivor.decisions()] == ["duplicate"]
+    assert crashing.decisions() == [
+        {"outcome": "processed", "settlement": "complete", "order_id": order_id,
+         "dead_letter_reason": None}
+    ]  # fmt: skip
 
 
 def test_store_throttling_and_outage_abandon_then_store_exactly_once(stack: LocalStack) -> None:
@@ -98,4 +103,6 @@ def test_store_throttling_and_outage_abandon_then_store_exactly_once(stack: Loca
     assert report.ok, report.violations
     assert report.orders_in_store == 10 and report.dead_lettered == 0
     assert httpx.get(faults).json()["faults"] == []  # exhausted rules are removed: all hit
-    assert "outcome=transient_failure settlement=abandon" in worker.log()
+    outcomes = [(d["outcome"], d["settlement"]) for d in worker.decisions()]
+    assert ("transient_failure", "abandon") in outcomes
+    assert outcomes.count(("processed", "complete")) == 10

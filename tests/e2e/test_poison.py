@@ -96,9 +96,11 @@ def test_every_poison_message_is_dead_lettered_on_first_delivery_and_valid_order
         assert by_case[case.name].dead_letter_reason == case.reason, case.name
     assert len(by_case) == len(cases) >= 40
     # One decision per message sent: nothing was abandoned, redelivered or handled twice.
+    decided = [(d["outcome"], d["settlement"]) for d in worker.decisions()]
+    assert len(decided) == 2 * len(cases)
+    assert decided.count(("processed", "complete")) == len(cases)
+    assert decided.count(("rejected", "dead_letter")) == len(cases)
     log = worker.log()
-    assert len(re.findall(r" outcome=\w+ ", log)) == 2 * len(cases)
-    assert "outcome=transient_failure" not in log and "outcome=unexpected_failure" not in log
     # Untrusted ids are escaped: a MessageId with a newline forges no log line.
     assert not re.search(r"^INFO forged", log, re.MULTILINE)
     assert '"' + f"{run}-m00\\nINFO forged outcome=processed" + '"' in log

@@ -8,7 +8,6 @@ verifier until everything is accounted for (or a deadline passes); stops all it 
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 import uuid
 from collections import Counter
@@ -22,7 +21,6 @@ from orders.entrypoints.localstack import LocalStack, QueueOptions, local_stack
 from orders.service.verify import VerifyReport
 
 VERIFY_POLL_SECONDS = 1.0
-OUTCOME_IN_LOG = re.compile(r" outcome=(\w+) ")
 
 
 @dataclass(frozen=True)
@@ -47,10 +45,10 @@ class DemoResult:
 
 
 def consumer_outcomes(stack: LocalStack) -> dict[str, int]:
-    """What the workers decided, from their one structured log line per message."""
+    """What the workers decided, from their decision journals (one JSON line per message)."""
     counts: Counter[str] = Counter()
     for worker in stack.workers():
-        counts.update(OUTCOME_IN_LOG.findall(worker.log()))
+        counts.update(decision["outcome"] for decision in worker.decisions())
     return dict(counts)
 
 

@@ -76,6 +76,18 @@ class ManagedProcess:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     @property
+    def decisions_path(self) -> Path:
+        return self.log_path.with_suffix(".decisions.jsonl")
+
+    def decisions(self) -> list[dict[str, Any]]:
+        """What a worker decided, one entry per message handled (`--decisions`)."""
+        if not self.decisions_path.exists():
+            return []
+        lines = self.decisions_path.read_text(encoding="utf-8").splitlines()
+        # A line being written when a worker was killed is incomplete: it never counted.
+        return [json.loads(line) for line in lines if line.endswith("}")]
+
+    @property
     def running(self) -> bool:
         return self.process.poll() is None
 
@@ -170,10 +182,12 @@ class LocalStack:
         extra_env: Mapping[str, str] | None = None,
     ) -> ManagedProcess:
         self._worker_count += 1
+        name = f"worker-{self._worker_count}"
         return self.spawn(
-            f"worker-{self._worker_count}",
+            name,
             ["-m", "orders", "worker", "--concurrency", str(concurrency),
-             "--prefetch", str(prefetch)],
+             "--prefetch", str(prefetch),
+             "--decisions", str(self.workdir / f"{name}.decisions.jsonl")],
             env={**self.environment(), **(extra_env or {})},
         )  # fmt: skip
 

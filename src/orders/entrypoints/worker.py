@@ -7,10 +7,13 @@ exits 0. Several processes compete on one queue.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from orders.bootstrap import ConsumerRuntime, run_worker
 from orders.domain.outcomes import Decision, Outcome
@@ -24,6 +27,43 @@ logger = logging.getLogger("orders.worker")
 # followed by an immediate process exit, before the message is settled.
 CRASH_AFTER_WRITE_ENV = "ORDERS_FAULT_CRASH_AFTER_WRITE"
 CRASH_EXIT_CODE = 86
+
+
+DecisionHook = Callable[[Decision], None]
+
+
+@contextlib.contextmanager
+def decision_journal(path: Path | None) -> Iterator[DecisionHook | None]:
+    """One JSON line per decision, flushed as it is made: outcomes as data for the demo and
+    the tests, so the log's wording stays free to change."""
+    if path is None:
+        yield None
+        return
+    with path.open("a", encoding="utf-8") as journal:
+
+        def record(decision: Decision) -> None:
+            entry = {
+                "outcome": decision.outcome.value,
+                "settlement": decision.settlement.value,
+                "order_id": decision.order_id,
+                "dead_letter_reason": decision.dead_letter_reason,
+            }
+            journal.write(json.dumps(entry) + "\n")
+            journal.flush()
+
+        yield record
+
+
+def chain(*hooks: DecisionHook | None) -> DecisionHook | None:
+    present = [hook for hook in hooks if hook is not None]
+    if not present:
+        return None
+
+    def run_all(decision: Decision) -> None:
+        for hook in present:
+            hook(decision)
+
+    return run_all
 
 
 def crash_hook_from_env() -> Callable[[Decision], None] | None:
@@ -44,17 +84,21 @@ def run_until_signalled(
     settings: Settings,
     options: WorkerOptions,
     *,
+    decisions: Path | None = None,
     handler: Callable[[ConsumerRuntime], MessageHandler] = lambda runtime: runtime.consumer,
 ) -> WorkerStats:
     """Run until SIGTERM or SIGINT; returns after a graceful stop."""
 
-    async def main() -> WorkerStats:
+    async def main(journal: DecisionHook | None) -> WorkerStats:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
+        # The journal first: a crash hook that exits must find the decision already recorded.
+        after_decision = chain(journal, crash_hook_from_env())
         return await run_worker(
-            settings, options, stop, after_decision=crash_hook_from_env(), handler=handler
+            settings, options, stop, after_decision=after_decision, handler=handler
         )
 
-    return asyncio.run(main())
+    with decision_journal(decisions) as journal:
+        return asyncio.run(main(journal))
