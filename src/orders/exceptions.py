@@ -49,7 +49,7 @@ class IdempotencyError(OrdersError):
 
 
 class InvalidIdempotencyKeyError(IdempotencyError):
-    """The Idempotency-Key header is missing or not 1..255 printable ASCII characters."""
+    """The idempotency key is missing, or not 1..255 printable ASCII characters."""
 
     def __init__(self, message: str, *, missing: bool = False) -> None:
         super().__init__(message)

@@ -21,9 +21,9 @@ from orders.domain.idempotency import (
     IdempotencyRecord,
     OrderIdClaim,
     RecordStatus,
-    accepted_response,
     record_id,
 )
+from orders.entrypoints.http_contract import accepted_response
 from orders.exceptions import IdempotencyRecordExistsError, LeaseLostError
 from orders.service.ports import IdempotencyStore
 

@@ -14,14 +14,13 @@ from orders.domain.idempotency import (
     IdempotencyRecord,
     RecordStatus,
     Verdict,
-    accepted_response,
     judge,
-    order_location,
     record_id,
     retry_after_seconds,
     validate_idempotency_key,
 )
 from orders.domain.messages import parse_order, parse_order_message
+from orders.entrypoints.http_contract import accepted_response, order_location
 from orders.exceptions import InvalidIdempotencyKeyError
 
 NOW = 1_000.0

@@ -12,33 +12,25 @@ import math
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
-from urllib.parse import quote
 
 from orders.exceptions import InvalidIdempotencyKeyError
 
-IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
-REPLAYED_HEADER = "Idempotent-Replayed"
 MAX_KEY_LENGTH = 255
 RECORD_DOCUMENT_TYPE = "idempotencyRecord"
-# Where a caller polls for the order; the Functions host's routePrefix is `api` too.
-ORDER_PATH_TEMPLATE = "/api/orders/{order_id}"
-ORDER_STATUS_ACCEPTED = "accepted"
 
 
 def validate_idempotency_key(value: str | None) -> str:
     """The key as sent, if it is 1..255 printable ASCII characters (space to tilde)."""
     if value is None or value == "":
-        raise InvalidIdempotencyKeyError(
-            f"the {IDEMPOTENCY_KEY_HEADER} header is required", missing=True
-        )
+        raise InvalidIdempotencyKeyError("an idempotency key is required", missing=True)
     if len(value) > MAX_KEY_LENGTH:
         raise InvalidIdempotencyKeyError(
-            f"the {IDEMPOTENCY_KEY_HEADER} header is {len(value)} characters long; "
+            f"the idempotency key is {len(value)} characters long; "
             f"at most {MAX_KEY_LENGTH} are allowed"
         )
     if any(not " " <= char <= "~" for char in value):
         raise InvalidIdempotencyKeyError(
-            f"the {IDEMPOTENCY_KEY_HEADER} header may hold only printable ASCII characters"
+            "the idempotency key may hold only printable ASCII characters"
         )
     return value
 
@@ -52,10 +44,6 @@ def record_id(scope: str, key: str) -> str:
     return hashlib.sha256(json.dumps([scope, key]).encode("utf-8")).hexdigest()
 
 
-def order_location(order_id: str) -> str:
-    return ORDER_PATH_TEMPLATE.format(order_id=quote(order_id, safe=""))
-
-
 class RecordStatus(StrEnum):
     IN_PROGRESS = "inProgress"
     COMPLETED = "completed"
@@ -63,7 +51,8 @@ class RecordStatus(StrEnum):
 
 @dataclass(frozen=True)
 class StoredResponse:
-    """The response of the first request, replayed verbatim to every retry."""
+    """The response of the first request, replayed verbatim to every retry (opaque here:
+    the host decides what it holds)."""
 
     status_code: int
     body: dict[str, Any]
@@ -79,15 +68,6 @@ class StoredResponse:
             body=dict(document["body"]),
             headers={str(k): str(v) for k, v in document.get("headers", {}).items()},
         )
-
-
-def accepted_response(order_id: str) -> StoredResponse:
-    location = order_location(order_id)
-    return StoredResponse(
-        status_code=202,
-        body={"orderId": order_id, "status": ORDER_STATUS_ACCEPTED, "location": location},
-        headers={"Location": location},
-    )
 
 
 @dataclass(frozen=True)

@@ -23,13 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from orders import __version__
 from orders.bootstrap import HttpRuntime, http_runtime_from_env
-from orders.domain.idempotency import (
-    IDEMPOTENCY_KEY_HEADER,
-    MAX_KEY_LENGTH,
-    REPLAYED_HEADER,
-    StoredResponse,
-    validate_idempotency_key,
-)
+from orders.domain.idempotency import MAX_KEY_LENGTH, StoredResponse, validate_idempotency_key
 from orders.domain.messages import (
     MAX_BODY_BYTES,
     MAX_REPORTED_ERRORS,
@@ -38,6 +32,14 @@ from orders.domain.messages import (
     parse_order,
 )
 from orders.domain.model import EntityId, OrderPlaced
+from orders.entrypoints.http_contract import (
+    ACCEPTED_RETRY_AFTER,
+    IDEMPOTENCY_KEY_HEADER,
+    PRINCIPAL_HEADER,
+    REPLAYED_HEADER,
+    accepted_body,
+    accepted_response,
+)
 from orders.exceptions import (
     IdempotencyKeyReusedError,
     InvalidIdempotencyKeyError,
@@ -55,10 +57,8 @@ logger = logging.getLogger("orders.http")
 
 PROBLEM_JSON = "application/problem+json"
 PROBLEM_TYPE_PREFIX = "urn:orders:problem:"
-PRINCIPAL_HEADER = "X-MS-CLIENT-PRINCIPAL-ID"
 # While a dependency is unavailable or an order is still queued: poll again soon.
 UNAVAILABLE_RETRY_AFTER = 5
-ACCEPTED_RETRY_AFTER = 1
 
 RuntimeFactory = Callable[[], Awaitable[HttpRuntime]]
 
@@ -334,7 +334,10 @@ def create_app(runtime_factory: RuntimeFactory | None = None) -> FastAPI:
         try:
             services = await runtime.get()
             result = await services.intake.submit(
-                caller_scope(request, services.default_scope), key, order
+                caller_scope(request, services.default_scope),
+                key,
+                order,
+                first_response=lambda accepted: accepted_response(accepted.orderId),
             )
         except IdempotencyKeyReusedError as error:
             return problem(422, "idempotency-key-reused", "Idempotency-Key reused", str(error))
@@ -382,7 +385,7 @@ def create_app(runtime_factory: RuntimeFactory | None = None) -> FastAPI:
                 return JSONResponse(found.body)
             case OrderState.ACCEPTED:
                 return JSONResponse(
-                    found.body,
+                    accepted_body(orderId),
                     status_code=202,
                     headers={"Retry-After": str(ACCEPTED_RETRY_AFTER)},
                 )

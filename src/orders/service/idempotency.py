@@ -20,7 +20,6 @@ from orders.domain.idempotency import (
     RecordStatus,
     StoredResponse,
     Verdict,
-    accepted_response,
     judge,
     record_id,
     retry_after_seconds,
@@ -69,8 +68,18 @@ class IdempotentOrderIntake:
         self._retry_after_cap = retry_after_cap
         self._clock = clock
 
-    async def submit(self, scope: str, key: str, order: OrderPlaced) -> SubmitResult:
-        """Accept `order` once per (scope, key); raise the `IdempotencyError` a retry earns."""
+    async def submit(
+        self,
+        scope: str,
+        key: str,
+        order: OrderPlaced,
+        first_response: Callable[[OrderPlaced], StoredResponse],
+    ) -> SubmitResult:
+        """Accept `order` once per (scope, key); raise the error a retry earns.
+
+        `first_response` is the host's answer to a newly accepted order; it is stored and
+        replayed verbatim to every retry with the same key.
+        """
         incoming_hash = request_hash(order.canonical_payload())
         claim = IdempotencyRecord(
             record_id=record_id(scope, key),
@@ -102,7 +111,7 @@ class IdempotentOrderIntake:
                 case Verdict.TAKE_OVER:
                     owned = await self._take_over(claim, existing)
         await self._claim_order_id(order, incoming_hash, owned)
-        return await self._publish_and_complete(order, owned)
+        return await self._publish_and_complete(order, owned, first_response)
 
     async def _claim_order_id(
         self, order: OrderPlaced, incoming_hash: str, owned: IdempotencyRecord
@@ -142,7 +151,10 @@ class IdempotentOrderIntake:
         return owned
 
     async def _publish_and_complete(
-        self, order: OrderPlaced, owned: IdempotencyRecord
+        self,
+        order: OrderPlaced,
+        owned: IdempotencyRecord,
+        first_response: Callable[[OrderPlaced], StoredResponse],
     ) -> SubmitResult:
         assert owned.etag is not None
         try:
@@ -150,7 +162,7 @@ class IdempotentOrderIntake:
         except Exception:
             await self._release(owned)
             raise
-        response = accepted_response(order.orderId)
+        response = first_response(order)
         try:
             await self._store.complete(owned.completed(response), etag=owned.etag)
         except LeaseLostError:

@@ -7,7 +7,6 @@ from enum import StrEnum
 from typing import Any
 
 from orders.domain.documents import LINE_DOCUMENT_TYPE, ORDER_DOCUMENT_TYPE
-from orders.domain.idempotency import ORDER_STATUS_ACCEPTED, order_location
 from orders.domain.rejections import REJECTION_DOCUMENT_TYPE, rejection_view
 from orders.service.ports import IdempotencyStore, OrderReader
 
@@ -68,14 +67,6 @@ def latest_rejection(
     return max(rejections, key=lambda d: str(d.get("rejectedAt")), default=None)
 
 
-def accepted_view(order_id: str) -> dict[str, Any]:
-    return {
-        "orderId": order_id,
-        "status": ORDER_STATUS_ACCEPTED,
-        "location": order_location(order_id),
-    }
-
-
 class OrderLookup:
     def __init__(self, reader: OrderReader, idempotency_store: IdempotencyStore) -> None:
         self._reader = reader
@@ -92,7 +83,7 @@ class OrderLookup:
             if rejection is not None:
                 return OrderLookupResult(OrderState.REJECTED, rejection_view(rejection))
             if stored is None or stored.get("requestHash") != accepted.request_hash:
-                return OrderLookupResult(OrderState.ACCEPTED, accepted_view(order_id))
+                return OrderLookupResult(OrderState.ACCEPTED)
         # A stored order is shown to every authorised caller (function key or Entra ID): the
         # orders container holds no owner. Scope it here if your callers must not see others'.
         view = order_view(documents)
