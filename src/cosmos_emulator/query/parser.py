@@ -358,7 +358,7 @@ class _Parser:
                 if self._is("STR"):
                     key: str | int = str(self._advance().value)
                 elif self._is("NUM") and isinstance(self.tok.value, int):
-                    key = int(self.tok.value)  # type: ignore[arg-type]
+                    key = int(self.tok.value)
                     self._advance()
                 else:
                     raise unsupported("computed property access (only literal keys)")
