@@ -1,4 +1,8 @@
-"""Faults on purpose: the next N matching requests answer 429 / 503 or are delayed."""
+"""Faults on purpose: the next N matching requests answer an error status or are delayed.
+
+404 is there for races: "the item vanished between my 409 and my read" (deleted, or expired
+by its TTL) is rare in real life and impossible to time by hand.
+"""
 
 from __future__ import annotations
 
@@ -49,7 +53,7 @@ class FaultInjector:
         self._rules: list[FaultRule] = []
 
     def add(self, rule: FaultRule) -> FaultRule:
-        if rule.status not in (None, 429, 503, 500, 408):
+        if rule.status not in (None, 429, 503, 500, 408, 404):
             raise ValueError(f"unsupported fault status {rule.status}")
         if rule.count < 1:
             raise ValueError("count must be at least 1")

@@ -239,6 +239,7 @@ def _fault_error(rule: FaultRule) -> CosmosError:
         503: "ServiceUnavailable",
         500: "InternalServerError",
         408: "RequestTimeout",
+        404: "NotFound",
     }
     status = int(rule.status or 503)
     return CosmosError(

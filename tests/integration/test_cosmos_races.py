@@ -1,0 +1,99 @@
+"""Races no test can time by hand, staged with the Cosmos emulator's fault endpoint: the item
+that conflicted (409) is gone when the adapter reads it (404), as after a delete or a TTL
+expiry in between. The adapters must answer "retry" (transient), never crash or loop."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from azure.cosmos import PartitionKey
+from azure.cosmos.aio import ContainerProxy, CosmosClient
+from fakes import new_write
+from servers import CosmosServer
+
+from orders.adapters.cosmos_idempotency import CLAIM_ATTEMPTS, CosmosIdempotencyStore
+from orders.adapters.cosmos_store import CosmosOrderStore
+from orders.domain.idempotency import IdempotencyRecord, OrderIdClaim, RecordStatus, record_id
+from orders.exceptions import TransientStoreError
+
+
+@pytest.fixture
+async def containers(python_cosmos: CosmosServer) -> AsyncIterator[dict[str, ContainerProxy]]:
+    async with CosmosClient(python_cosmos.endpoint, credential=python_cosmos.key) as client:
+        database = await client.create_database_if_not_exists("races")
+        yield {
+            "orders": await database.create_container_if_not_exists(
+                id="orders", partition_key=PartitionKey(path="/orderId"), default_ttl=-1
+            ),
+            "idempotency": await database.create_container_if_not_exists(
+                id="idempotency", partition_key=PartitionKey(path="/id"), default_ttl=-1
+            ),
+        }
+
+
+def vanish_on_read(server: CosmosServer, item_id: str, times: int) -> dict[str, Any]:
+    """The next `times` point reads of `item_id` answer 404."""
+    rule = {"status": 404, "count": times, "operation": "Read", "path_contains": item_id}
+    response = httpx.post(f"{server.endpoint}_emulator/faults", json=rule)
+    response.raise_for_status()
+    return dict(response.json())
+
+
+def remaining_hits(server: CosmosServer, rule_id: int) -> int:
+    rules = httpx.get(f"{server.endpoint}_emulator/faults").json()["faults"]
+    return next((rule["remaining"] for rule in rules if rule["id"] == rule_id), 0)
+
+
+async def test_an_order_that_conflicts_then_vanishes_is_a_transient_failure(
+    python_cosmos: CosmosServer, containers: dict[str, ContainerProxy]
+) -> None:
+    store = CosmosOrderStore(containers["orders"])
+    order_id = f"race-{uuid.uuid4().hex[:10]}"
+    await store.create_order(new_write(order_id))
+    rule = vanish_on_read(python_cosmos, f"/docs/{order_id}", times=1)
+
+    with pytest.raises(TransientStoreError, match="conflicted but could not be read"):
+        await store.create_order(new_write(order_id))
+
+    assert remaining_hits(python_cosmos, rule["id"]) == 0  # the 404 was really served
+
+
+async def test_a_key_record_that_keeps_vanishing_is_transient_after_bounded_attempts(
+    python_cosmos: CosmosServer, containers: dict[str, ContainerProxy]
+) -> None:
+    store = CosmosIdempotencyStore(containers["idempotency"])
+    key = uuid.uuid4().hex
+    record = IdempotencyRecord(
+        record_id=record_id("app:t", key),
+        scope="app:t",
+        key=key,
+        request_hash="h",
+        order_id="o-1",
+        status=RecordStatus.IN_PROGRESS,
+        lease_expires_at=1.0,
+        ttl_seconds=600,
+    )
+    await store.claim(record)
+    rule = vanish_on_read(python_cosmos, record.record_id, times=CLAIM_ATTEMPTS)
+
+    with pytest.raises(TransientStoreError, match="kept conflicting and vanishing"):
+        await store.claim(record)
+
+    assert remaining_hits(python_cosmos, rule["id"]) == 0
+
+
+async def test_an_order_id_claim_that_vanishes_once_is_read_on_the_next_attempt(
+    python_cosmos: CosmosServer, containers: dict[str, ContainerProxy]
+) -> None:
+    store = CosmosIdempotencyStore(containers["idempotency"])
+    claim = OrderIdClaim(f"race-{uuid.uuid4().hex[:10]}", "hash-1")
+    await store.claim_order_id(claim)
+    vanish_on_read(python_cosmos, claim.document_id, times=1)
+
+    first = await store.claim_order_id(OrderIdClaim(claim.order_id, "hash-2"))
+
+    assert first == claim  # the retry inside the adapter found the stored claim
