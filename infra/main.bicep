@@ -12,8 +12,11 @@ param environmentName string
 @description('Azure region for every resource.')
 param location string
 
-@description('Object id of the deploying user or service principal (azd sets AZURE_PRINCIPAL_ID). Gets data-plane access so `orders load` and `orders verify` run from a laptop. Empty: no user access.')
+@description('Object id of the deploying user or service principal (azd sets AZURE_PRINCIPAL_ID). Gets data-plane access only with allowUserIdentityPrincipal.')
 param principalId string = ''
+
+@description('Grant principalId data-plane access (Service Bus queue, Cosmos DB, telemetry) so `orders load` / `orders verify` run from a laptop. Off by default, as in the official azd templates.')
+param allowUserIdentityPrincipal bool = false
 
 @allowed(['User', 'ServicePrincipal'])
 @description('Kind of principalId: User for a person, ServicePrincipal for a CI pipeline.')
@@ -24,7 +27,7 @@ param resourceGroupName string = ''
 
 // Basic is not offered: it has no duplicate detection, which this design relies on.
 @allowed(['Standard', 'Premium'])
-@description('Service Bus tier. Premium adds isolation and predictable latency.')
+@description('Service Bus tier; choose it before the first `azd up` (changing tiers later is a namespace migration). Premium adds isolation, predictable latency and private endpoints.')
 param serviceBusSku string = 'Standard'
 
 @description('How long the broker remembers a MessageId (ISO 8601, PT20S..P7D). A producer retry inside this window is dropped by the broker; one after it reaches the idempotent consumer.')
@@ -52,8 +55,8 @@ param pythonVersion string = '3.11'
 
 @minValue(40)
 @maxValue(1000)
-@description('Flex Consumption scale-out limit.')
-param maximumInstanceCount int = 100
+@description('Flex Consumption scale-out limit; size it with host.json maxConcurrentCalls against the Cosmos DB RU budget (infra/README.md, "Sizing").')
+param maximumInstanceCount int = 40
 
 @allowed([512, 2048, 4096])
 @description('Memory per Flex Consumption instance.')
@@ -61,6 +64,15 @@ param instanceMemoryMB int = 2048
 
 @description('E-mail address for the dead-letter alert; empty: the alert fires in the portal only.')
 param alertEmailAddress string = ''
+
+@description('Private networking: VNet integration and private endpoints for storage, Cosmos DB and (Premium only) Service Bus; public access to them is then off. Off by default.')
+param vnetEnabled bool = false
+
+@description('Client id of an Entra app registration for App Service authentication of the HTTP API; empty: function keys only.')
+param authClientId string = ''
+
+@description('Token audience the HTTP API accepts; empty: api://<authClientId>.')
+param authAudience string = ''
 
 var abbrs = loadJsonContent('abbreviations.json')
 var resourceToken = toLower(uniqueString(subscription().id, environmentName, location))
@@ -73,6 +85,11 @@ var cosmosDatabaseName = 'orders'
 var cosmosOrdersContainerName = 'orders'
 var cosmosIdempotencyContainerName = 'idempotency'
 var deploymentContainerName = 'app-package-${resourceToken}'
+
+// With vnetEnabled the services behind private endpoints refuse public traffic. Standard Service
+// Bus has no private endpoints, so it stays public (still Entra-only) unless the tier is Premium.
+var privateServiceBus = vnetEnabled && serviceBusSku == 'Premium'
+var dataPublicNetworkAccess = vnetEnabled ? 'Disabled' : 'Enabled'
 
 resource rg 'Microsoft.Resources/resourceGroups@2024-03-01' = {
   name: !empty(resourceGroupName) ? resourceGroupName : '${abbrs.resourcesResourceGroups}${environmentName}'
@@ -113,6 +130,7 @@ module messaging 'modules/messaging.bicep' = {
     duplicateDetectionHistoryTimeWindow: duplicateDetectionHistoryTimeWindow
     maxDeliveryCount: maxDeliveryCount
     messageTimeToLive: messageTimeToLive
+    publicNetworkAccess: privateServiceBus ? 'Disabled' : 'Enabled'
   }
 }
 
@@ -128,6 +146,7 @@ module database 'modules/database.bicep' = {
     databaseName: cosmosDatabaseName
     ordersContainerName: cosmosOrdersContainerName
     idempotencyContainerName: cosmosIdempotencyContainerName
+    publicNetworkAccess: dataPublicNetworkAccess
   }
 }
 
@@ -139,6 +158,21 @@ module storage 'modules/storage.bicep' = {
     location: location
     tags: tags
     deploymentContainerName: deploymentContainerName
+    publicNetworkAccess: dataPublicNetworkAccess
+  }
+}
+
+module network 'modules/network.bicep' = if (vnetEnabled) {
+  name: 'network'
+  scope: rg
+  params: {
+    vnetName: '${abbrs.networkVirtualNetworks}${resourceToken}'
+    location: location
+    tags: tags
+    storageAccountName: storage.outputs.name
+    cosmosAccountName: database.outputs.accountName
+    serviceBusNamespaceName: messaging.outputs.namespaceName
+    serviceBusPrivateEndpoint: privateServiceBus
   }
 }
 
@@ -149,6 +183,7 @@ module roles 'modules/roles.bicep' = {
     appPrincipalId: identity.outputs.principalId
     userPrincipalId: principalId
     userPrincipalType: principalType
+    allowUserIdentityPrincipal: allowUserIdentityPrincipal
     serviceBusNamespaceName: messaging.outputs.namespaceName
     queueName: messaging.outputs.queueName
     cosmosAccountName: database.outputs.accountName
@@ -183,6 +218,9 @@ module functionApp 'modules/functionapp.bicep' = {
     pythonVersion: pythonVersion
     maximumInstanceCount: maximumInstanceCount
     instanceMemoryMB: instanceMemoryMB
+    virtualNetworkSubnetId: vnetEnabled ? network.outputs.appSubnetId : ''
+    authClientId: authClientId
+    authAudience: authAudience
   }
 }
 
@@ -218,3 +256,5 @@ output AZURE_FUNCTION_APP_NAME string = functionApp.outputs.name
 output AZURE_FUNCTION_APP_URL string = functionApp.outputs.url
 output AZURE_FUNCTION_IDENTITY_CLIENT_ID string = identity.outputs.clientId
 output APPLICATIONINSIGHTS_CONNECTION_STRING string = monitoring.outputs.applicationInsightsConnectionString
+// The audience a caller asks Entra ID for when App Service authentication is on; empty when off.
+output AZURE_FUNCTION_AUTH_AUDIENCE string = functionApp.outputs.authAudience

@@ -12,6 +12,10 @@ param capacityMode string = 'Serverless'
 @description('Autoscale maximum RU/s shared by the containers (Provisioned only).')
 param autoscaleMaxThroughput int = 1000
 
+@allowed(['Enabled', 'Disabled'])
+@description('Disabled when vnetEnabled puts a private endpoint in front of the account.')
+param publicNetworkAccess string = 'Enabled'
+
 param databaseName string = 'orders'
 param ordersContainerName string = 'orders'
 param idempotencyContainerName string = 'idempotency'
@@ -19,8 +23,8 @@ param idempotencyContainerName string = 'idempotency'
 var serverless = capacityMode == 'Serverless'
 
 resource account 'Microsoft.DocumentDB/databaseAccounts@2024-11-15' = {
-  // checkov:skip=CKV_AZURE_101: The Flex Consumption app and the laptop tooling (orders load / verify) reach Cosmos DB over its public endpoint; access is Entra-only (disableLocalAuth) instead of network-restricted.
-  // checkov:skip=CKV_AZURE_99: Same as CKV_AZURE_101: no IP or VNet rules because Flex Consumption outbound addresses are not fixed without VNet integration, which this template leaves out.
+  // checkov:skip=CKV_AZURE_101: By default (vnetEnabled false) the app and the laptop tooling reach Cosmos DB over its public endpoint, Entra-only (disableLocalAuth); vnetEnabled turns public access off behind a private endpoint.
+  // checkov:skip=CKV_AZURE_99: No IP rules: Flex Consumption outbound addresses are not fixed without VNet integration; vnetEnabled replaces them with a private endpoint and no public access.
   name: accountName
   location: location
   tags: tags
@@ -44,7 +48,7 @@ resource account 'Microsoft.DocumentDB/databaseAccounts@2024-11-15' = {
     // Keys could otherwise still change databases and containers through the data plane.
     disableKeyBasedMetadataWriteAccess: true
     minimalTlsVersion: 'Tls12'
-    publicNetworkAccess: 'Enabled'
+    publicNetworkAccess: publicNetworkAccess
     enableAutomaticFailover: false
     enableFreeTier: false
   }

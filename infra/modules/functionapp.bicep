@@ -25,12 +25,28 @@ param cosmosIdempotencyContainerName string
 @allowed(['3.11', '3.12'])
 param pythonVersion string = '3.11'
 
+// Sizing rule (infra/README.md): instances x host.json maxConcurrentCalls messages are in flight;
+// Cosmos DB serves budget / RU-per-order of them per second and makes the rest wait in 429
+// retries, which the SDK gives up after 30 s (then the message is abandoned, and after
+// maxDeliveryCount dead-lettered). 40 x 16 = 640 in flight wait about 5 s on a 5,000 RU/s
+// serverless container at ~40 RU an order: far inside 30 s. 40 is Flex Consumption's lowest cap.
 @minValue(40)
 @maxValue(1000)
-param maximumInstanceCount int = 100
+param maximumInstanceCount int = 40
 
 @allowed([512, 2048, 4096])
 param instanceMemoryMB int = 2048
+
+@description('Subnet (delegated to Microsoft.App/environments) for VNet integration; empty: none.')
+param virtualNetworkSubnetId string = ''
+
+@description('Client id of the Entra app registration that protects the HTTP API; empty: no App Service authentication.')
+param authClientId string = ''
+
+@description('Token audience the API accepts; empty: api://<authClientId>.')
+param authAudience string = ''
+
+var authEnabled = !empty(authClientId)
 
 resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
   // checkov:skip=CKV_AZURE_225: Zone redundancy on Flex Consumption is region-dependent and bills always-ready instances; a reference deployment scales to zero instead. Enable it per region for production.
@@ -49,9 +65,9 @@ resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
 }
 
 resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
-  // checkov:skip=CKV_AZURE_222: The order HTTP API is the public entry point of this reference; requests are authenticated (function keys / App Service Authentication), not network-restricted.
+  // checkov:skip=CKV_AZURE_222: The order HTTP API is the public entry point of this reference; callers are authenticated (function key, plus an Entra token when AZURE_AUTH_CLIENT_ID turns on App Service authentication), not network-restricted.
   // checkov:skip=CKV_AZURE_212: Flex Consumption scales from zero on queue length and HTTP load; a minimum instance count would be always-ready billing the reference does not need.
-  // checkov:skip=CKV_AZURE_213: App Service health check does not apply to Flex Consumption instances, which the platform recycles itself; readiness is visible in Application Insights.
+  // checkov:skip=CKV_AZURE_213: No health-check route: one that proves the HTTP worker up would not prove the queue consumer healthy, and pinging it keeps scale-to-zero instances billed; failures show in Application Insights.
   name: name
   location: location
   // azd finds the deployment target of service `api` (azure.yaml) by this tag.
@@ -66,8 +82,10 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
   properties: {
     serverFarmId: plan.id
     httpsOnly: true
+    // Outbound traffic through the VNet (private endpoints) when vnetEnabled; null leaves it off.
+    virtualNetworkSubnetId: empty(virtualNetworkSubnetId) ? null : virtualNetworkSubnetId
     publicNetworkAccess: 'Enabled'
-    // checkov:skip=CKV_AZURE_17: Client certificates would lock out ordinary HTTPS clients of the order API; callers authenticate with function keys or App Service Authentication instead.
+    // checkov:skip=CKV_AZURE_17: Client certificates would lock out ordinary HTTPS clients of the order API; callers authenticate with a function key and, when configured, an Entra token instead.
     clientCertEnabled: false
     siteConfig: {
       minTlsVersion: '1.2'
@@ -95,6 +113,8 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
         { name: 'APPLICATIONINSIGHTS_CONNECTION_STRING', value: applicationInsightsConnectionString }
         // Application Insights refuses instrumentation-key ingestion; the host sends Entra tokens.
         { name: 'APPLICATIONINSIGHTS_AUTHENTICATION_STRING', value: 'ClientId=${identityClientId};Authorization=AAD' }
+        // host.json telemetryMode OpenTelemetry: the Python worker joins the host's trace per call.
+        { name: 'PYTHON_ENABLE_OPENTELEMETRY', value: 'true' }
       ]
     }
     functionAppConfig: {
@@ -120,6 +140,52 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
   }
 }
 
+// App Service authentication (Easy Auth) with Microsoft Entra ID, when an app registration is
+// given (azd env set AZURE_AUTH_CLIENT_ID ...). Every HTTP request then needs a bearer token for
+// authAudience; the platform validates it, strips client-sent X-MS-CLIENT-PRINCIPAL-* headers and
+// sets them itself, and sets WEBSITE_AUTH_ENABLED=True in the app's environment. Without it the
+// function key is the only gate. See infra/README.md "Who is calling".
+resource authSettings 'Microsoft.Web/sites/config@2024-04-01' = if (authEnabled) {
+  // checkov:skip=CKV_AZURE_13: This resource IS the App Service authentication; checkov reads the sites/config child as a web app and looks for the older authsettings shape.
+  // checkov:skip=CKV_AZURE_222: Site-level check misapplied to a sites/config child; public access of the site is decided (and justified) on the function app resource.
+  // checkov:skip=CKV_AZURE_88: Site-level check misapplied to a sites/config child; Flex Consumption has no Azure Files content share at all.
+  // checkov:skip=CKV_AZURE_80: Site-level check misapplied to a sites/config child; the app runs Python, not .NET Framework.
+  parent: functionApp
+  // checkov:skip=CKV_AZURE_63: Site-level check misapplied to a sites/config child; request telemetry goes to Application Insights through OpenTelemetry.
+  // checkov:skip=CKV_AZURE_65: Site-level check misapplied to a sites/config child; errors are logged to Application Insights, never shown to callers.
+  // checkov:skip=CKV_AZURE_66: Site-level check misapplied to a sites/config child; failed requests are traced in Application Insights.
+  name: 'authsettingsV2'
+  properties: {
+    platform: {
+      enabled: true
+    }
+    globalValidation: {
+      requireAuthentication: true
+      unauthenticatedClientAction: 'Return401'
+    }
+    httpSettings: {
+      requireHttps: true
+    }
+    identityProviders: {
+      azureActiveDirectory: {
+        enabled: true
+        registration: {
+          clientId: authClientId
+          openIdIssuer: '${environment().authentication.loginEndpoint}${tenant().tenantId}/v2.0'
+        }
+        validation: {
+          allowedAudiences: [empty(authAudience) ? 'api://${authClientId}' : authAudience]
+        }
+      }
+    }
+    login: {
+      tokenStore: {
+        enabled: false
+      }
+    }
+  }
+}
+
 // azd deploys with an Entra token, so neither FTP nor SCM basic-auth publishing is needed.
 resource ftpPublishing 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-04-01' = {
   parent: functionApp
@@ -139,3 +205,4 @@ resource scmPublishing 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2
 
 output name string = functionApp.name
 output url string = 'https://${functionApp.properties.defaultHostName}'
+output authAudience string = authEnabled ? (empty(authAudience) ? 'api://${authClientId}' : authAudience) : ''

@@ -5,9 +5,14 @@ param namespaceName string
 param location string
 param tags object = {}
 
-// Basic has no duplicate detection, so it is not allowed.
+// Basic has no duplicate detection, so it is not allowed. Choose before the first `azd up`:
+// moving a namespace between tiers is a migration, not a property change.
 @allowed(['Standard', 'Premium'])
 param skuName string = 'Standard'
+
+@allowed(['Enabled', 'Disabled'])
+@description('Disabled only with a private endpoint (vnetEnabled on Premium).')
+param publicNetworkAccess string = 'Enabled'
 
 param queueName string = 'orders'
 
@@ -35,7 +40,9 @@ param messageTimeToLive string = 'P14D'
 // tails (a TCP connection stalled until the SDK's 65 s read timeout) are left to that renewal.
 // The cost of a longer lock is recovery latency only: a message held by a crashed instance
 // reappears after at most 2 minutes and is then processed idempotently. The service maximum is
-// PT5M. The local emulator config uses PT1M so local crash tests redeliver sooner.
+// PT5M. emulators/servicebus/config.json (the official emulator, for Docker users) uses PT1M,
+// inside that emulator's PT5S..PT5M range; the demo and the tests build their own queues with
+// shorter locks (the demo PT30S) so their crash drills redeliver sooner.
 var lockDuration = 'PT2M'
 
 resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' = {
@@ -48,7 +55,7 @@ resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' = {
     // Entra ID only: SAS keys and connection strings are refused.
     disableLocalAuth: true
     minimumTlsVersion: '1.2'
-    publicNetworkAccess: 'Enabled'
+    publicNetworkAccess: publicNetworkAccess
   }
 
   resource queue 'queues' = {

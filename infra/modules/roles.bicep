@@ -3,11 +3,17 @@
 // storage account all refuse local auth, so these assignments are the only way in.
 //
 //   principal        | Service Bus (queue)  | Cosmos DB (account)   | Storage (account) | App Insights
-//   function (app)   | Receiver + Sender    | Data Contributor      | Blob Data Owner   | Metrics Publisher
-//   deploying user   | Receiver + Sender    | Data Contributor      | -                 | -
+//   function (app)   | Data Owner           | Data Contributor      | Blob Data Owner   | Metrics Publisher
+//   deploying user   | Receiver + Sender    | Data Contributor      | -                 | Metrics Publisher
 //
-// The function sends as well as receives because the HTTP API publishes orders. The user's grants
-// let `orders load` / `orders verify` run from a laptop after `azd up`.
+// The function needs Data Owner, not Receiver + Sender (which Owner includes), because the
+// Service Bus trigger's target-based scaler reads the queue's message count, a Manage operation;
+// with Listen rights only it falls back to a less accurate estimate (azure-functions-host#8892,
+// and the official functions-quickstart-python-azd-service-bus template grants Data Owner). It is
+// scoped to the one queue, so the identity can manage nothing else on the namespace.
+//
+// The deploying user's grants are opt-in (allowUserIdentityPrincipal, as in the official azd
+// templates): they let `orders load` / `orders verify` and telemetry export run from a laptop.
 param appPrincipalId string
 
 @description('Deploying user or CI principal; empty: no user grants.')
@@ -15,6 +21,9 @@ param userPrincipalId string = ''
 
 @allowed(['User', 'ServicePrincipal'])
 param userPrincipalType string = 'User'
+
+@description('Grant userPrincipalId data-plane access (laptop tooling). Off by default.')
+param allowUserIdentityPrincipal bool = false
 
 param serviceBusNamespaceName string
 param queueName string
@@ -24,6 +33,7 @@ param storageAccountName string
 param applicationInsightsName string
 
 // Built-in role definition ids (Azure RBAC).
+var serviceBusDataOwner = '090c5cfd-751d-490a-894a-3ce6f1109419'
 var serviceBusDataReceiver = '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0'
 var serviceBusDataSender = '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39'
 var storageBlobDataOwner = 'b7e6dc6d-f1e8-4753-8033-0f276bb0955b'
@@ -31,7 +41,7 @@ var monitoringMetricsPublisher = '3913510d-42f4-4e42-8a64-420c390055eb'
 // Cosmos DB data plane has its own RBAC: Cosmos DB Built-in Data Contributor.
 var cosmosDataContributor = '00000000-0000-0000-0000-000000000002'
 
-var grantUser = !empty(userPrincipalId)
+var grantUser = allowUserIdentityPrincipal && !empty(userPrincipalId)
 
 resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' existing = {
   name: serviceBusNamespaceName
@@ -56,22 +66,13 @@ resource applicationInsights 'Microsoft.Insights/components@2020-02-02' existing
 // --- the function app's managed identity -------------------------------------------------------
 
 // Scoped to the queue, not the namespace: the identity can touch nothing else on the broker.
-// The queue scope includes its dead-letter sub-queue.
-resource appQueueReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
-  name: guid(namespace::queue.id, appPrincipalId, serviceBusDataReceiver)
+// The queue scope includes its dead-letter sub-queue. Owner = send + receive + manage (the
+// scaler's message count); see the header.
+resource appQueueOwner 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(namespace::queue.id, appPrincipalId, serviceBusDataOwner)
   scope: namespace::queue
   properties: {
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataReceiver)
-    principalId: appPrincipalId
-    principalType: 'ServicePrincipal'
-  }
-}
-
-resource appQueueSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
-  name: guid(namespace::queue.id, appPrincipalId, serviceBusDataSender)
-  scope: namespace::queue
-  properties: {
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataSender)
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataOwner)
     principalId: appPrincipalId
     principalType: 'ServicePrincipal'
   }
@@ -133,12 +134,25 @@ resource userQueueSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = 
   }
 }
 
+// Cosmos DB refuses concurrent changes to one account's role assignments ("another operation in
+// progress"), so the second assignment waits for the first instead of racing it.
 resource userCosmosDataContributor 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments@2024-11-15' = if (grantUser) {
   parent: cosmosAccount
+  dependsOn: [appCosmosDataContributor]
   name: guid(cosmosAccount.id, userPrincipalId, cosmosDataContributor)
   properties: {
     roleDefinitionId: '${cosmosAccount.id}/sqlRoleDefinitions/${cosmosDataContributor}'
     principalId: userPrincipalId
     scope: cosmosAccount.id
+  }
+}
+
+resource userMetricsPublisher 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (grantUser) {
+  name: guid(applicationInsights.id, userPrincipalId, monitoringMetricsPublisher)
+  scope: applicationInsights
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', monitoringMetricsPublisher)
+    principalId: userPrincipalId
+    principalType: userPrincipalType
   }
 }

@@ -6,9 +6,13 @@ param location string
 param tags object = {}
 param deploymentContainerName string
 
+@allowed(['Enabled', 'Disabled'])
+@description('Disabled when vnetEnabled puts a private endpoint in front of the blob service.')
+param publicNetworkAccess string = 'Enabled'
+
 resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' = {
-  // checkov:skip=CKV_AZURE_35: Flex Consumption without VNet integration reaches its deployment storage over the public endpoint; access is Entra-only (allowSharedKeyAccess false) instead of network-restricted.
-  // checkov:skip=CKV_AZURE_59: Same as CKV_AZURE_35: this template has no private endpoints, so the public endpoint stays on and every request needs an Entra token with a role on this account.
+  // checkov:skip=CKV_AZURE_35: By default (vnetEnabled false) the app reaches its deployment storage over the public endpoint, Entra-only (allowSharedKeyAccess false); vnetEnabled denies public traffic and adds a private endpoint.
+  // checkov:skip=CKV_AZURE_59: Same as CKV_AZURE_35: public access is on only while vnetEnabled is false, and then every request needs an Entra token with a role on this account.
   // checkov:skip=CKV_AZURE_206: Holds only the re-deployable app package and host leases; LRS is enough and geo-replication would double the cost for nothing that cannot be rebuilt by azd deploy.
   name: name
   location: location
@@ -25,9 +29,9 @@ resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' = {
     allowCrossTenantReplication: false
     minimumTlsVersion: 'TLS1_2'
     supportsHttpsTrafficOnly: true
-    publicNetworkAccess: 'Enabled'
+    publicNetworkAccess: publicNetworkAccess
     networkAcls: {
-      defaultAction: 'Allow'
+      defaultAction: publicNetworkAccess == 'Enabled' ? 'Allow' : 'Deny'
       bypass: 'AzureServices'
     }
   }

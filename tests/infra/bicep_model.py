@@ -2,7 +2,8 @@
 
 Bicep cannot be compiled here, so these helpers evaluate just enough of the language for the
 tests: literals, references to parameters and variables (followed to their defaults), the
-values main.bicep passes to a module, and unary minus. Anything else stays as pycep's JSON.
+values main.bicep passes to a module, unary minus, `==`, `&&` and `cond ? a : b` once their
+operands are known. Anything else stays as pycep's JSON.
 
 pycep drops the quotes of string literals, so a bare string is a reference when it names a
 parameter or variable of the file, and a literal otherwise.
@@ -95,8 +96,19 @@ def strip_quotes(key: str) -> str:
 
 
 def module_calls(main: dict[str, Json]) -> dict[str, Json]:
-    """Symbolic module name -> pycep module entry, from main.bicep."""
-    calls: dict[str, Json] = main.get("modules", {})
+    """Symbolic module name -> pycep module entry, from main.bicep.
+
+    A conditional module (`module x '...' = if (cond) { ... }`) parses with its body one level
+    down; here every entry has its body under "config" and its condition (or None) under
+    "condition", so callers need not care.
+    """
+    calls: dict[str, Json] = {}
+    for symbol, entry in main.get("modules", {}).items():
+        config = entry["config"]
+        condition = None
+        if set(config) == {"condition", "config"}:
+            condition, config = config["condition"], config["config"]
+        calls[symbol] = {**entry, "config": config, "condition": condition}
     return calls
 
 
@@ -125,6 +137,14 @@ def _is_equals(value: Json) -> bool:
     )
 
 
+def _is_operator(value: Json, kind: str) -> bool:
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("operator"), dict)
+        and value["operator"].get("type") == kind
+    )
+
+
 def _is_literal(value: Json) -> bool:
     return isinstance(value, (str, int, float, bool))
 
@@ -145,6 +165,18 @@ def resolve(relative: str, value: Json, _depth: int = 0) -> Json:
         left = resolve(relative, operands["operand_1"], _depth + 1)
         right = resolve(relative, operands["operand_2"], _depth + 1)
         return left == right if _is_literal(left) and _is_literal(right) else value
+    if _is_operator(value, "and"):
+        operands = value["operator"]["operands"]
+        left = resolve(relative, operands["operand_1"], _depth + 1)
+        right = resolve(relative, operands["operand_2"], _depth + 1)
+        return left and right if isinstance(left, bool) and isinstance(right, bool) else value
+    if _is_operator(value, "conditional"):
+        operands = value["operator"]["operands"]
+        condition = resolve(relative, operands["condition"], _depth + 1)
+        if isinstance(condition, bool):
+            chosen = operands["true_value"] if condition else operands["false_value"]
+            return resolve(relative, chosen, _depth + 1)
+        return value
     chain = accessor_chain(value)
     if chain is not None and len(chain) > 1:
         return _resolve_chain(relative, chain, value, _depth)

@@ -21,6 +21,7 @@ ROLES = "modules/roles.bicep"
 
 # Built-in role definition ids (FACTS.md).
 ROLE_IDS = {
+    "090c5cfd-751d-490a-894a-3ce6f1109419": "Service Bus Data Owner",
     "4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0": "Service Bus Data Receiver",
     "69a216fc-b8fb-44d8-bc22-1f3c2cd27a39": "Service Bus Data Sender",
     "b7e6dc6d-f1e8-4753-8033-0f276bb0955b": "Storage Blob Data Owner",
@@ -35,13 +36,15 @@ APP_INSIGHTS = "Microsoft.Insights/components"
 COSMOS = "Microsoft.DocumentDB/databaseAccounts"
 
 # (principal, role, scope resource type): everything granted, nothing more.
+# The app's Data Owner (send + receive + manage) is what the trigger's target-based scaler needs to
+# read the queue's message count (azure-functions-host#8892); it stays scoped to the queue.
 EXPECTED_RBAC = {
-    ("app", "Service Bus Data Receiver", QUEUE),
-    ("app", "Service Bus Data Sender", QUEUE),
+    ("app", "Service Bus Data Owner", QUEUE),
     ("app", "Storage Blob Data Owner", STORAGE),
     ("app", "Monitoring Metrics Publisher", APP_INSIGHTS),
     ("user", "Service Bus Data Receiver", QUEUE),
     ("user", "Service Bus Data Sender", QUEUE),
+    ("user", "Monitoring Metrics Publisher", APP_INSIGHTS),
 }
 PRINCIPALS = {"appPrincipalId": "app", "userPrincipalId": "user"}
 
@@ -77,11 +80,16 @@ def test_rbac_grants_are_exactly_the_least_privilege_set() -> None:
     assert set(granted) == EXPECTED_RBAC
 
 
-def test_no_owner_or_namespace_wide_service_bus_role() -> None:
-    text = (INFRA / ROLES).read_text(encoding="utf-8")
-    assert SERVICE_BUS_DATA_OWNER not in text
+def test_service_bus_owner_is_the_apps_alone_and_never_namespace_wide() -> None:
+    owners = [
+        (who, scope)
+        for who, role, scope, _, _ in _rbac_assignments()
+        if role == "Service Bus Data Owner"
+    ]
+    assert owners == [("app", QUEUE)]
     for _, _, scope, _, _ in _rbac_assignments():
         assert scope != "Microsoft.ServiceBus/namespaces"
+    assert resolve(ROLES, "serviceBusDataOwner") == SERVICE_BUS_DATA_OWNER
 
 
 @pytest.mark.parametrize("principal", ["app", "user"])
@@ -104,17 +112,54 @@ def test_user_grants_are_conditional_and_app_grants_are_not() -> None:
         else:
             assert res.condition is None, res.symbol
             assert props["principalType"] == "ServicePrincipal"
-    # grantUser = !empty(userPrincipalId): no principal id, no user grants.
+    # grantUser = allowUserIdentityPrincipal && !empty(userPrincipalId): opt-in, as the official
+    # azd templates' allowUserIdentityPrincipal, and never for an empty principal id.
     assert parse(ROLES)["variables"]["grantUser"]["value"] == {
         "operator": {
-            "type": "not",
+            "type": "and",
             "operands": {
-                "bool_value": {
-                    "function": {"type": "empty", "parameters": {"item_to_test": "userPrincipalId"}}
-                }
+                "operand_1": "allowUserIdentityPrincipal",
+                "operand_2": {
+                    "operator": {
+                        "type": "not",
+                        "operands": {
+                            "bool_value": {
+                                "function": {
+                                    "type": "empty",
+                                    "parameters": {"item_to_test": "userPrincipalId"},
+                                }
+                            }
+                        },
+                    }
+                },
             },
         }
     }
+
+
+def test_user_grants_are_off_unless_the_deployment_opts_in() -> None:
+    roles = parse(ROLES)["parameters"]["allowUserIdentityPrincipal"]
+    assert roles["type"] == "bool" and roles["default"] is False
+    main = parse(MAIN)["parameters"]["allowUserIdentityPrincipal"]
+    assert main["type"] == "bool" and main["default"] is False
+    (roles_call,) = [c for c in module_calls(parse(MAIN)).values() if c["detail"]["path"] == ROLES]
+    assert roles_call["config"]["params"]["allowUserIdentityPrincipal"] == (
+        "allowUserIdentityPrincipal"
+    )
+    import json
+
+    mapped = json.loads((INFRA / "main.parameters.json").read_text(encoding="utf-8"))
+    value = mapped["parameters"]["allowUserIdentityPrincipal"]["value"]
+    assert value == "${ALLOW_USER_IDENTITY_PRINCIPAL=false}"
+
+
+def test_the_two_cosmos_assignments_are_serialised() -> None:
+    """Cosmos DB refuses concurrent role-assignment writes on one account ("another operation in
+    progress"): the user's assignment waits for the app's instead of racing it."""
+    by_symbol = {r.symbol: r for r in resources(parse(ROLES))}
+    user = by_symbol["userCosmosDataContributor"]
+    assert user.body["dependsOn"] == ["appCosmosDataContributor"]
+    assert by_symbol["appCosmosDataContributor"].type == f"{COSMOS}/sqlRoleAssignments"
 
 
 def test_cosmos_data_plane_grants_use_the_built_in_data_contributor() -> None:

@@ -38,16 +38,20 @@ ISSUE_SETTINGS = frozenset(
 EMULATOR_ONLY = frozenset({"COSMOS_KEY", "ServiceBusConnection"})
 # Read with defaults by the HTTP API; Azure may leave them unset.
 OPTIONAL = frozenset({"IDEMPOTENCY_SCOPE", "IDEMPOTENCY_TTL_SECONDS"})
-# Read by the Functions host (its own storage through the identity), not by our code.
+# Read by the Functions host (its own storage through the identity) and by the Python worker
+# (PYTHON_ENABLE_OPENTELEMETRY: join the host's trace under telemetryMode OpenTelemetry), not by
+# our code.
 HOST_ONLY = frozenset(
     {
         "AzureWebJobsStorage__blobServiceUri",
         "AzureWebJobsStorage__credential",
         "AzureWebJobsStorage__clientId",
+        "PYTHON_ENABLE_OPENTELEMETRY",
     }
 )
-# Set by the Functions platform itself; the code may read them without declaring them.
-PLATFORM_PREFIXES = ("WEBSITE_", "FUNCTIONS_", "AZURE_FUNCTIONS_")
+# Set by the Functions platform itself (WEBSITE_AUTH_ENABLED by App Service authentication, for
+# one); the code may read them without declaring them.
+PLATFORM_PREFIXES = ("WEBSITE_", "FUNCTIONS_", "AZURE_FUNCTIONS_", "PYTHON_")
 # Flex Consumption rejects these: the runtime comes from functionAppConfig.
 FORBIDDEN_ON_FLEX = frozenset({"FUNCTIONS_WORKER_RUNTIME", "FUNCTIONS_EXTENSION_VERSION"})
 
@@ -108,6 +112,10 @@ def test_identity_based_values() -> None:
     assert settings["APPLICATIONINSIGHTS_AUTHENTICATION_STRING"] == (
         "ClientId=${identityClientId};Authorization=AAD"
     )
+    # The worker joins the host's OpenTelemetry trace (host.json telemetryMode) instead of
+    # configuring a second exporter: our own configure_monitoring() is the only exporter.
+    assert settings["PYTHON_ENABLE_OPENTELEMETRY"] == "true"
+    assert "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY" not in settings
 
 
 @pytest.mark.parametrize(
