@@ -1,0 +1,112 @@
+"""azd postprovision hook: write local.settings.json from the azd environment's outputs.
+
+`func start` then runs the function app on this machine against the deployed Service Bus queue,
+Cosmos DB account and Application Insights, as you (`az login` / `azd auth login`) through
+DefaultAzureCredential: no keys, no copying. An existing local.settings.json is kept (it may be
+the emulator one from local.settings.sample.json); pass --force to replace it.
+
+Only the standard library: azd runs this with the machine's Python, before any venv exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# app setting -> azd output (infra/main.bicep). The Service Bus namespace is exported under an
+# upper-case name because azd does not keep mixed-case names reliably.
+FROM_OUTPUTS = {
+    "ServiceBusConnection__fullyQualifiedNamespace": "AZURE_SERVICEBUS_FULLY_QUALIFIED_NAMESPACE",
+    "ORDERS_QUEUE": "ORDERS_QUEUE",
+    "COSMOS_ENDPOINT": "COSMOS_ENDPOINT",
+    "COSMOS_DATABASE": "COSMOS_DATABASE",
+    "COSMOS_CONTAINER": "COSMOS_CONTAINER",
+    "COSMOS_IDEMPOTENCY_CONTAINER": "COSMOS_IDEMPOTENCY_CONTAINER",
+}
+OPTIONAL_OUTPUTS = {
+    "APPLICATIONINSIGHTS_CONNECTION_STRING": "APPLICATIONINSIGHTS_CONNECTION_STRING"
+}
+
+
+class HookError(Exception):
+    """The azd environment cannot produce the settings."""
+
+
+def azd_values(azd: str | None = None) -> dict[str, str]:
+    """`azd env get-values --output json` of the current environment."""
+    executable = azd or shutil.which("azd")
+    if executable is None:
+        raise HookError("azd is not on PATH")
+    result = subprocess.run(
+        [executable, "env", "get-values", "--output", "json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    if result.returncode != 0:
+        raise HookError(f"azd env get-values failed: {result.stderr.strip()}")
+    values = json.loads(result.stdout)
+    if not isinstance(values, dict):
+        raise HookError("azd env get-values did not print a JSON object")
+    return {str(k): str(v) for k, v in values.items()}
+
+
+def local_settings(values: Mapping[str, str]) -> dict[str, object]:
+    """The local.settings.json document for the deployed resources."""
+    missing = sorted(output for output in FROM_OUTPUTS.values() if not values.get(output))
+    if missing:
+        raise HookError(f"outputs missing from the azd environment: {', '.join(missing)}")
+    settings: dict[str, str] = {
+        # The host's own storage: Azurite locally, as in the official azd Functions templates.
+        "AzureWebJobsStorage": "UseDevelopmentStorage=true",
+        "FUNCTIONS_WORKER_RUNTIME": "python",
+    }
+    settings.update({name: values[output] for name, output in FROM_OUTPUTS.items()})
+    # No __credential / __clientId and no AZURE_CLIENT_ID: locally DefaultAzureCredential must
+    # pick your login, not the function's managed identity. No COSMOS_KEY or connection string:
+    # those switch the app to emulator mode.
+    for name, output in OPTIONAL_OUTPUTS.items():
+        if values.get(output):
+            settings[name] = values[output]
+    if "APPLICATIONINSIGHTS_CONNECTION_STRING" in settings:
+        # The resource refuses key ingestion; export with your Entra login.
+        settings["APPLICATIONINSIGHTS_AUTHENTICATION_STRING"] = "Authorization=AAD"
+    return {"IsEncrypted": False, "Values": settings}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", type=Path, default=REPO_ROOT / "local.settings.json")
+    parser.add_argument("--force", action="store_true", help="replace an existing file")
+    parser.add_argument("--azd", help="path of the azd executable (default: from PATH)")
+    args = parser.parse_args(argv)
+
+    if args.output.exists() and not args.force:
+        print(f"{args.output} exists: kept (run with --force to write the Azure settings)")
+        return 0
+    try:
+        values = azd_values(args.azd)
+        document = local_settings(values)
+    except (HookError, json.JSONDecodeError, subprocess.TimeoutExpired) as exc:
+        print(f"local.settings.json not written: {exc}", file=sys.stderr)
+        return 1
+    args.output.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {args.output} for the deployed resources")
+    if values.get("ALLOW_USER_IDENTITY_PRINCIPAL", "").lower() != "true":
+        print(
+            "note: your login has no data-plane roles unless ALLOW_USER_IDENTITY_PRINCIPAL=true "
+            "was set before `azd provision` (infra/README.md)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
