@@ -1,15 +1,20 @@
 """The composition root: the one place that wires real adapters into the core.
 
-Every host (Function, worker, CLI, HTTP API) builds its graph here; tests build the same core
-(`OrderConsumer`, `IdempotentOrderIntake`) over fakes of the ports.
+Every runtime is built here, by one mechanism: an `AsyncExitStack` that registers each
+resource's cleanup the moment the resource exists (the process credential first, created
+lazily on first use), is unwound if any later step fails, and is handed over to the runtime
+with `pop_all()` when the build succeeds. Hosts (Functions, worker, HTTP API, load, verify,
+benchmarks) get a runtime and close it; tests build the same core over fakes of the ports.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from orders.adapters.cosmos_audit import documents_of_run
 from orders.adapters.cosmos_client import (
@@ -34,42 +39,63 @@ from orders.adapters.servicebus_publisher import ServiceBusOrderPublisher
 from orders.adapters.servicebus_worker import run_worker_on
 from orders.domain.load_plan import LoadPlan
 from orders.domain.outcomes import Decision
+from orders.exceptions import ServiceNotReadyError
 from orders.observability import ConsumerTelemetry
 from orders.service.consumer import OrderConsumer
 from orders.service.idempotency import DEFAULT_LEASE_SECONDS, IdempotentOrderIntake
 from orders.service.load import LoadResult, run_load
 from orders.service.order_lookup import OrderLookup
-from orders.service.ports import MessageHandler, OrderPublisher
+from orders.service.ports import OrderPublisher, OrderStore
 from orders.service.verify import VerifyReport, audit
 from orders.service.worker_options import WorkerOptions, WorkerStats
 from orders.settings import Settings
 
 if TYPE_CHECKING:
+    from azure.cosmos.aio import ContainerProxy, CosmosClient
     from azure.servicebus import ServiceBusReceivedMessage
+
+logger = logging.getLogger("orders")
+
+# How the consumer's store is made from the orders container (a benchmark swaps in its own).
+StoreFactory = Callable[["ContainerProxy"], OrderStore]
+
+
+# --- Building blocks: each registers its cleanup before it can fail ---------------------------
+
+
+def _process_credential(stack: AsyncExitStack, settings: Settings) -> ProcessCredential:
+    """The process's one Entra ID credential; it is created on first use, closed with the stack."""
+    identity = ProcessCredential(settings)
+    stack.push_async_callback(identity.close)
+    return identity
+
+
+async def _cosmos_client(
+    stack: AsyncExitStack,
+    settings: Settings,
+    identity: ProcessCredential,
+    create_local_resources: bool | None,
+    **client_options: Any,
+) -> CosmosClient:
+    client = create_cosmos_client(settings, identity, **client_options)
+    stack.push_async_callback(client.close)
+    if settings.uses_emulator_keys if create_local_resources is None else create_local_resources:
+        await ensure_local_resources(client, settings)
+    return client
+
+
+# --- Runtimes ---------------------------------------------------------------------------------
 
 
 @dataclass
 class ConsumerRuntime:
+    """The consumer and everything it holds open (closed with `close()`)."""
+
     consumer: OrderConsumer
-    settings: Settings
-    identity: ProcessCredential
-    orders_container: Any  # the Cosmos container proxy, for hosts that need a second handler
-    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    resources: AsyncExitStack = field(default_factory=AsyncExitStack)
 
     async def close(self) -> None:
-        for close in reversed(self.closers):
-            await close()
-
-
-async def _closing_on_failure(
-    closers: list[Callable[[], Awaitable[None]]], build: Awaitable[None]
-) -> None:
-    try:
-        await build
-    except BaseException:
-        for close in reversed(closers):
-            await close()
-        raise
+        await self.resources.aclose()
 
 
 async def build_consumer_runtime(
@@ -77,53 +103,19 @@ async def build_consumer_runtime(
     *,
     telemetry: ConsumerTelemetry | None = None,
     create_local_resources: bool | None = None,
+    store_factory: StoreFactory | None = None,
     **cosmos_client_options: Any,
 ) -> ConsumerRuntime:
-    """Build the consumer over Cosmos; with emulator keys also create the containers."""
+    """The consumer over Cosmos; with emulator keys the containers are created too."""
     configure_monitoring(settings)
-    identity = ProcessCredential(settings)
-    client = create_cosmos_client(settings, identity, **cosmos_client_options)
-    closers: list[Callable[[], Awaitable[None]]] = [identity.close, client.close]
-    if create_local_resources is None:
-        create_local_resources = settings.uses_emulator_keys
-    if create_local_resources:
-        await _closing_on_failure(closers, ensure_local_resources(client, settings))
-    container = orders_container(client, settings)
-    consumer = OrderConsumer(CosmosOrderStore(container), telemetry)
-    return ConsumerRuntime(consumer, settings, identity, container, closers)
-
-
-class _FunctionHostState:
-    """One consumer per Functions worker process, built on the first message (not at import)."""
-
-    def __init__(self) -> None:
-        self.consumer: OrderConsumer | None = None
-        self.runtime: ConsumerRuntime | None = None
-        self.lock = asyncio.Lock()
-
-
-_function_host = _FunctionHostState()
-
-
-async def function_consumer() -> OrderConsumer:
-    if _function_host.consumer is not None:
-        return _function_host.consumer
-    async with _function_host.lock:
-        if _function_host.consumer is None:
-            runtime = await build_consumer_runtime(Settings.from_env())
-            _function_host.runtime = runtime
-            _function_host.consumer = runtime.consumer
-        return _function_host.consumer
-
-
-def use_function_consumer(consumer: OrderConsumer | None) -> None:
-    """Let tests supply the consumer the Function uses.
-
-    The Functions host gives no shutdown hook, so a built runtime lives as long as the worker
-    process; replacing it here is for tests, which never build a real one.
-    """
-    _function_host.consumer = consumer
-    _function_host.runtime = None
+    async with AsyncExitStack() as stack:
+        identity = _process_credential(stack, settings)
+        client = await _cosmos_client(
+            stack, settings, identity, create_local_resources, **cosmos_client_options
+        )
+        make_store = store_factory or CosmosOrderStore
+        consumer = OrderConsumer(make_store(orders_container(client, settings)), telemetry)
+        return ConsumerRuntime(consumer, stack.pop_all())
 
 
 @dataclass
@@ -133,11 +125,10 @@ class HttpRuntime:
     intake: IdempotentOrderIntake
     lookup: OrderLookup
     default_scope: str
-    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    resources: AsyncExitStack = field(default_factory=AsyncExitStack)
 
     async def close(self) -> None:
-        for close in reversed(self.closers):
-            await close()
+        await self.resources.aclose()
 
 
 async def build_http_runtime(
@@ -152,34 +143,101 @@ async def build_http_runtime(
     if publisher is None:
         settings.require_servicebus()
     configure_monitoring(settings)
-    identity = ProcessCredential(settings)
-    client = create_cosmos_client(settings, identity, **cosmos_client_options)
-    closers: list[Callable[[], Awaitable[None]]] = [identity.close, client.close]
-    try:
-        if create_local_resources is None:
-            create_local_resources = settings.uses_emulator_keys
-        if create_local_resources:
-            await ensure_local_resources(client, settings)
+    async with AsyncExitStack() as stack:
+        identity = _process_credential(stack, settings)
+        client = await _cosmos_client(
+            stack, settings, identity, create_local_resources, **cosmos_client_options
+        )
         if publisher is None:
-            servicebus_client = create_servicebus_client(settings, identity)
-            servicebus_publisher = ServiceBusOrderPublisher(
-                servicebus_client, settings.orders_queue
-            )
-            closers += [servicebus_client.close, servicebus_publisher.close]
-            publisher = servicebus_publisher
-    except BaseException:
-        for close in reversed(closers):
-            await close()
-        raise
-    store = CosmosIdempotencyStore(idempotency_container(client, settings))
-    intake = IdempotentOrderIntake(
-        store,
-        publisher,
-        ttl_seconds=settings.idempotency_ttl_seconds,
-        lease_seconds=lease_seconds,
+            servicebus = create_servicebus_client(settings, identity)
+            stack.push_async_callback(servicebus.close)
+            sender = ServiceBusOrderPublisher(servicebus, settings.orders_queue)
+            stack.push_async_callback(sender.close)
+            publisher = sender
+        store = CosmosIdempotencyStore(idempotency_container(client, settings))
+        intake = IdempotentOrderIntake(
+            store,
+            publisher,
+            ttl_seconds=settings.idempotency_ttl_seconds,
+            lease_seconds=lease_seconds,
+        )
+        lookup = OrderLookup(CosmosOrderReader(orders_container(client, settings)), store)
+        return HttpRuntime(intake, lookup, settings.idempotency_scope, stack.pop_all())
+
+
+async def http_runtime_from_env() -> HttpRuntime:
+    """The HTTP API's runtime from app settings (Functions host, `orders serve`)."""
+    return await build_http_runtime(Settings.from_env())
+
+
+# --- Lazily built runtimes (the two the Functions host runs) ----------------------------------
+
+
+class Runtime(Protocol):
+    async def close(self) -> None: ...
+
+
+R = TypeVar("R", bound=Runtime)
+
+
+class Lazy(Generic[R]):
+    """A runtime built on first use, never at import: the Functions host imports
+    function_app.py before any setting or network is needed. A failed build raises
+    `ServiceNotReadyError` and is tried again on the next use."""
+
+    def __init__(self, build: Callable[[], Awaitable[R]], what: str) -> None:
+        self._build = build
+        self._what = what
+        self._value: R | None = None
+        self._lock = asyncio.Lock()
+
+    async def get(self) -> R:
+        if self._value is None:
+            async with self._lock:
+                if self._value is None:
+                    try:
+                        self._value = await self._build()
+                    except Exception as exc:
+                        logger.error("cannot build the %s", self._what, exc_info=exc)
+                        raise ServiceNotReadyError(f"{self._what} unavailable: {exc!r}") from exc
+        return self._value
+
+    def use(self, value: R | None) -> None:
+        """Put a runtime in place (tests); None makes the next use build again."""
+        self._value = value
+
+    async def close(self) -> None:
+        value, self._value = self._value, None
+        if value is not None:
+            await value.close()
+
+
+async def _consumer_from_env() -> ConsumerRuntime:
+    return await build_consumer_runtime(Settings.from_env())
+
+
+# One consumer per Functions worker process. The host gives no shutdown hook, so it lives as
+# long as the process.
+function_consumer_runtime: Lazy[ConsumerRuntime] = Lazy(_consumer_from_env, "order consumer")
+
+
+def use_function_consumer(consumer: OrderConsumer | None) -> None:
+    """Let tests supply the consumer the Function uses (None: build from settings again)."""
+    function_consumer_runtime.use(ConsumerRuntime(consumer) if consumer is not None else None)
+
+
+async def process_function_message(
+    received_message: ServiceBusReceivedMessage | Any, message_actions: FunctionsMessageActions
+) -> Decision:
+    """The Functions trigger's body: the host's message and actions through the one core."""
+    runtime = await function_consumer_runtime.get()
+    return await runtime.consumer.handle_and_settle(
+        to_received_order_message(received_message),
+        FunctionsSettler(message_actions, received_message),
     )
-    lookup = OrderLookup(CosmosOrderReader(orders_container(client, settings)), store)
-    return HttpRuntime(intake, lookup, settings.idempotency_scope, closers)
+
+
+# --- Processes that run to an end -------------------------------------------------------------
 
 
 async def run_worker(
@@ -188,34 +246,21 @@ async def run_worker(
     stop: asyncio.Event,
     *,
     after_decision: Callable[[Decision], None] | None = None,
-    handler: Callable[[ConsumerRuntime], MessageHandler] = lambda runtime: runtime.consumer,
+    store_factory: StoreFactory | None = None,
 ) -> WorkerStats:
-    """Wire the consumer (Cosmos) and a Service Bus client, then compete until `stop`."""
+    """The consumer (Cosmos) and one Service Bus client on one credential; compete until `stop`."""
     settings.require_servicebus()
-    runtime = await build_consumer_runtime(settings)
-    try:
-        async with create_servicebus_client(settings, runtime.identity) as client:
-            return await run_worker_on(
-                client, settings.orders_queue, handler(runtime), options, stop, after_decision
-            )
-    finally:
-        await runtime.close()
-
-
-async def process_function_message(
-    received_message: ServiceBusReceivedMessage | Any, message_actions: FunctionsMessageActions
-) -> Decision:
-    """The Functions trigger's body: the host's message and actions through the one core."""
-    consumer = await function_consumer()
-    return await consumer.handle_and_settle(
-        to_received_order_message(received_message),
-        FunctionsSettler(message_actions, received_message),
-    )
-
-
-async def http_runtime_from_env() -> HttpRuntime:
-    """The HTTP API's runtime from app settings (Functions host, `orders serve`)."""
-    return await build_http_runtime(Settings.from_env())
+    configure_monitoring(settings)
+    async with AsyncExitStack() as stack:
+        identity = _process_credential(stack, settings)
+        cosmos = await _cosmos_client(stack, settings, identity, None)
+        make_store = store_factory or CosmosOrderStore
+        consumer = OrderConsumer(make_store(orders_container(cosmos, settings)))
+        servicebus = create_servicebus_client(settings, identity)
+        await stack.enter_async_context(servicebus)
+        return await run_worker_on(
+            servicebus, settings.orders_queue, consumer, options, stop, after_decision
+        )
 
 
 async def prepare_local_cosmos(settings: Settings) -> None:
@@ -231,29 +276,23 @@ async def send_load(
     duplicate_window_seconds: float,
     on_sent: Callable[[int], None] = lambda count: None,
 ) -> LoadResult:
-    identity = ProcessCredential(settings)
-    try:
-        async with (
-            create_servicebus_client(settings, identity) as client,
-            ServiceBusLoadSender(client, settings.orders_queue) as sender,
-        ):
-            return await run_load(
-                plan, sender, duplicate_window_seconds=duplicate_window_seconds, on_sent=on_sent
-            )
-    finally:
-        await identity.close()
+    async with AsyncExitStack() as stack:
+        identity = _process_credential(stack, settings)
+        client = await stack.enter_async_context(create_servicebus_client(settings, identity))
+        sender = await stack.enter_async_context(
+            ServiceBusLoadSender(client, settings.orders_queue)
+        )
+        return await run_load(
+            plan, sender, duplicate_window_seconds=duplicate_window_seconds, on_sent=on_sent
+        )
 
 
 async def verify_run(settings: Settings, plan: LoadPlan) -> VerifyReport:
     """Audit Cosmos and the dead-letter queue against what a load run sent."""
-    identity = ProcessCredential(settings)
-    try:
-        async with (
-            create_cosmos_client(settings, identity) as cosmos,
-            create_servicebus_client(settings, identity) as bus,
-        ):
-            documents = await documents_of_run(orders_container(cosmos, settings), plan.run_id)
-            dead_letters = await peek_dead_letters(bus, settings.orders_queue)
-    finally:
-        await identity.close()
+    async with AsyncExitStack() as stack:
+        identity = _process_credential(stack, settings)
+        cosmos = await _cosmos_client(stack, settings, identity, create_local_resources=False)
+        bus = await stack.enter_async_context(create_servicebus_client(settings, identity))
+        documents = await documents_of_run(orders_container(cosmos, settings), plan.run_id)
+        dead_letters = await peek_dead_letters(bus, settings.orders_queue)
     return audit(plan, documents, dead_letters)

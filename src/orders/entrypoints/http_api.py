@@ -8,7 +8,6 @@ request, never at import: importing function_app.py must not need settings or a 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -22,7 +21,7 @@ from pydantic import BaseModel, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from orders import __version__
-from orders.bootstrap import HttpRuntime, http_runtime_from_env
+from orders.bootstrap import HttpRuntime, Lazy, http_runtime_from_env
 from orders.domain.idempotency import MAX_KEY_LENGTH, StoredResponse, validate_idempotency_key
 from orders.domain.messages import (
     MAX_BODY_BYTES,
@@ -209,34 +208,6 @@ def replay(response: StoredResponse, *, replayed: bool) -> JSONResponse:
     return JSONResponse(response.body, status_code=response.status_code, headers=headers)
 
 
-# --- The runtime, built lazily ---------------------------------------------------------------
-
-
-class LazyRuntime:
-    """Builds the runtime on the first request that needs it; a failed build is retried."""
-
-    def __init__(self, factory: RuntimeFactory) -> None:
-        self._factory = factory
-        self._runtime: HttpRuntime | None = None
-        self._lock = asyncio.Lock()
-
-    async def get(self) -> HttpRuntime:
-        if self._runtime is None:
-            async with self._lock:
-                if self._runtime is None:
-                    try:
-                        self._runtime = await self._factory()
-                    except Exception as exc:
-                        logger.error("cannot build the HTTP API's clients", exc_info=exc)
-                        raise ServiceNotReadyError(f"clients unavailable: {exc!r}") from exc
-        return self._runtime
-
-    async def close(self) -> None:
-        if self._runtime is not None:
-            runtime, self._runtime = self._runtime, None
-            await runtime.close()
-
-
 def caller_scope(request: Request, default_scope: str) -> str:
     """The caller's key scope.
 
@@ -255,7 +226,7 @@ def caller_scope(request: Request, default_scope: str) -> str:
 
 def create_app(runtime_factory: RuntimeFactory | None = None) -> FastAPI:
     """The ASGI app; `runtime_factory` defaults to building real clients from the environment."""
-    runtime = LazyRuntime(runtime_factory or http_runtime_from_env)
+    runtime = Lazy(runtime_factory or http_runtime_from_env, "HTTP API's clients")
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -15,9 +15,8 @@ import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from orders.bootstrap import ConsumerRuntime, run_worker
+from orders.bootstrap import StoreFactory, run_worker
 from orders.domain.outcomes import Decision, Outcome
-from orders.service.ports import MessageHandler
 from orders.service.worker_options import WorkerOptions, WorkerStats
 from orders.settings import Settings
 
@@ -85,7 +84,7 @@ def run_until_signalled(
     options: WorkerOptions,
     *,
     decisions: Path | None = None,
-    handler: Callable[[ConsumerRuntime], MessageHandler] = lambda runtime: runtime.consumer,
+    store_factory: StoreFactory | None = None,
 ) -> WorkerStats:
     """Run until SIGTERM or SIGINT; returns after a graceful stop."""
 
@@ -97,7 +96,7 @@ def run_until_signalled(
         # The journal first: a crash hook that exits must find the decision already recorded.
         after_decision = chain(journal, crash_hook_from_env())
         return await run_worker(
-            settings, options, stop, after_decision=after_decision, handler=handler
+            settings, options, stop, after_decision=after_decision, store_factory=store_factory
         )
 
     with decision_journal(decisions) as journal:
