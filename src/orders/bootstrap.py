@@ -125,6 +125,8 @@ class HttpRuntime:
     intake: IdempotentOrderIntake
     lookup: OrderLookup
     default_scope: str
+    # Trust X-MS-CLIENT-PRINCIPAL-ID only where the platform sets it (App Service auth on).
+    trust_principal_header: bool = False
     resources: AsyncExitStack = field(default_factory=AsyncExitStack)
 
     async def close(self) -> None:
@@ -162,7 +164,13 @@ async def build_http_runtime(
             lease_seconds=lease_seconds,
         )
         lookup = OrderLookup(CosmosOrderReader(orders_container(client, settings)), store)
-        return HttpRuntime(intake, lookup, settings.idempotency_scope, stack.pop_all())
+        return HttpRuntime(
+            intake,
+            lookup,
+            settings.idempotency_scope,
+            trust_principal_header=settings.platform_auth_enabled,
+            resources=stack.pop_all(),
+        )
 
 
 async def http_runtime_from_env() -> HttpRuntime:

@@ -61,6 +61,9 @@ class Settings:
     appinsights_authentication_string: str | None = None
     idempotency_scope: str = "default"
     idempotency_ttl_seconds: int = DEFAULT_IDEMPOTENCY_TTL_SECONDS
+    # App Service sets WEBSITE_AUTH_ENABLED when its authentication is on; only then does the
+    # platform own X-MS-CLIENT-PRINCIPAL-ID (it strips what a client sends and sets its own).
+    platform_auth_enabled: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -85,6 +88,7 @@ class Settings:
         return cls(
             cosmos_endpoint=endpoint,
             cosmos_key=optional("COSMOS_KEY"),
+            platform_auth_enabled=(optional("WEBSITE_AUTH_ENABLED") or "").lower() == "true",
             cosmos_database=optional("COSMOS_DATABASE") or "orders",
             cosmos_container=optional("COSMOS_CONTAINER") or "orders",
             cosmos_idempotency_container=optional("COSMOS_IDEMPOTENCY_CONTAINER") or "idempotency",

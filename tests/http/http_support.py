@@ -66,7 +66,10 @@ def runtime_over(
     intake = IdempotentOrderIntake(
         store, publisher, ttl_seconds=TTL_SECONDS, lease_seconds=lease_seconds, clock=clock
     )
-    return HttpRuntime(intake, OrderLookup(reader, store), default_scope="tests")
+    # As behind App Service authentication: the platform sets the principal header.
+    return HttpRuntime(
+        intake, OrderLookup(reader, store), default_scope="tests", trust_principal_header=True
+    )
 
 
 async def api_over(store: IdempotencyStore) -> AsyncIterator[Api]:

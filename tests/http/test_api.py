@@ -8,11 +8,18 @@ from typing import Any, cast
 
 import httpx
 import pytest
-from fakes import FakeIdempotencyStore, FakeOrderReader, order_payload
+from fakes import (
+    FakeIdempotencyStore,
+    FakeOrderReader,
+    FakeOrderStore,
+    RecordingPublisher,
+    order_payload,
+)
 from http_support import (
     LEASE_SECONDS,
     TTL_SECONDS,
     Api,
+    FakeClock,
     assert_problem,
     new_order_id,
     runtime_over,
@@ -22,6 +29,7 @@ from orders.adapters.servicebus_publisher import order_message_body
 from orders.bootstrap import HttpRuntime
 from orders.domain.idempotency import IdempotencyRecord, RecordStatus, record_id
 from orders.domain.received import ReceivedOrderMessage
+from orders.entrypoints.http_api import create_app
 from orders.exceptions import (
     LeaseLostError,
     PublishError,
@@ -145,6 +153,39 @@ async def test_any_printable_ascii_key_up_to_255_is_accepted(api: Api, key: str)
     response = await api.post(order_payload(new_order_id()), key=key)
 
     assert response.status_code == 202
+
+
+async def test_a_principal_header_the_platform_did_not_set_is_ignored() -> None:
+    """Without App Service authentication the header is caller-typed: it must not pick a
+    scope, so the same key from "alice" and "bob" is one key (the second is a replay)."""
+    store = FakeIdempotencyStore()
+    runtime = runtime_over(
+        store, RecordingPublisher(), FakeOrderReader(FakeOrderStore()), FakeClock()
+    )
+    runtime.trust_principal_header = False
+
+    async def factory() -> HttpRuntime:
+        return runtime
+
+    transport = httpx.ASGITransport(app=create_app(factory))
+    async with httpx.AsyncClient(transport=transport, base_url="http://orders.test") as client:
+        payload = order_payload(new_order_id())
+        alice = await client.post(
+            "/api/orders",
+            json=payload,
+            headers={"Idempotency-Key": "k", "X-MS-CLIENT-PRINCIPAL-ID": "alice"},
+        )
+        bob = await client.post(
+            "/api/orders",
+            json=payload,
+            headers={"Idempotency-Key": "k", "X-MS-CLIENT-PRINCIPAL-ID": "bob"},
+        )
+
+    assert alice.status_code == bob.status_code == 202
+    assert bob.headers["idempotent-replayed"] == "true"
+    assert {record["scope"] for record in store.documents.values() if "scope" in record} == {
+        "app:tests"
+    }
 
 
 async def test_keys_are_scoped_by_the_caller_principal(api: Api) -> None:

@@ -75,3 +75,14 @@ async def test_azure_mode_clients_share_the_process_credential_and_close_it() ->
     assert identity.get() is identity.get()  # one credential per process
     await servicebus.close()
     await identity.close()
+
+
+@pytest.mark.parametrize(
+    ("value", "trusted"), [("true", True), ("True", True), ("false", False), ("", False)]
+)
+def test_the_principal_header_is_trusted_only_with_platform_authentication(
+    value: str, trusted: bool
+) -> None:
+    env = {"COSMOS_ENDPOINT": "http://127.0.0.1:1/", "WEBSITE_AUTH_ENABLED": value}
+
+    assert Settings.from_env(env).platform_auth_enabled is trusted

@@ -208,17 +208,19 @@ def replay(response: StoredResponse, *, replayed: bool) -> JSONResponse:
     return JSONResponse(response.body, status_code=response.status_code, headers=headers)
 
 
-def caller_scope(request: Request, default_scope: str) -> str:
-    """The caller's key scope.
+def caller_scope(request: Request, services: HttpRuntime) -> str:
+    """The caller's key scope: its Entra principal where the platform vouches for it.
 
-    With App Service authentication (Easy Auth) enabled, the platform sets the principal id and
-    strips any a client sent. `infra/` does not enable it (callers use function keys), so there
-    the header is whatever the caller sends: it only partitions the caller's own keys.
+    With App Service authentication on (`WEBSITE_AUTH_ENABLED`, set by `infra/` when
+    `AZURE_AUTH_CLIENT_ID` is given), the platform validates the caller's token, strips any
+    principal header a client sent and sets its own. Anywhere else the header is whatever the
+    caller typed, so it is ignored: every caller shares the configured scope, and a function
+    key holder cannot pick someone else's.
     """
     principal = request.headers.get(PRINCIPAL_HEADER, "").strip()
-    if principal:
+    if principal and services.trust_principal_header:
         return f"principal:{principal}"
-    return f"app:{default_scope}"
+    return f"app:{services.default_scope}"
 
 
 # --- The app --------------------------------------------------------------------------------
@@ -305,7 +307,7 @@ def create_app(runtime_factory: RuntimeFactory | None = None) -> FastAPI:
         try:
             services = await runtime.get()
             result = await services.intake.submit(
-                caller_scope(request, services.default_scope),
+                caller_scope(request, services),
                 key,
                 order,
                 first_response=lambda accepted: accepted_response(accepted.orderId),
@@ -346,9 +348,7 @@ def create_app(runtime_factory: RuntimeFactory | None = None) -> FastAPI:
             return unknown_order(orderId)
         try:
             services = await runtime.get()
-            found = await services.lookup.find(
-                caller_scope(request, services.default_scope), orderId
-            )
+            found = await services.lookup.find(caller_scope(request, services), orderId)
         except (StoreError, ServiceNotReadyError) as error:
             return failure_problem(error)
         match found.state:
