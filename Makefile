@@ -42,7 +42,7 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/mypy function_app.py scripts
+	$(BIN)/mypy function_app.py scripts infra/scripts
 	@if [ -x $(BIN)/actionlint ]; then $(BIN)/actionlint -no-color .github/workflows/*.yml; \
 	elif command -v actionlint >/dev/null 2>&1; then actionlint -no-color .github/workflows/*.yml; \
 	else echo "actionlint not found (no wheel for this platform): workflows not linted"; fi
