@@ -2,6 +2,10 @@
 
 Frames are parsed and handled synchronously in `data_received`; replies are buffered and
 written once per event-loop turn, so a burst of frames costs one socket write.
+
+Everything a peer can make the broker hold for its connection is bounded (see the limits
+below): a peer that stops reading has its input left unread until its output drains, and a
+peer that sends hostile bytes loses its own connection, never the broker.
 """
 
 from __future__ import annotations
@@ -34,6 +38,22 @@ _LOG = logging.getLogger("servicebus_emulator")
 MAX_FRAME_SIZE = 65536  # what Service Bus advertises; larger messages arrive in several frames
 MAX_MESSAGE_SIZE = 262144  # Standard tier and the official emulator: 256 KB
 CHANNEL_MAX = 4999
+HANDLE_MAX = 1023  # per session; the SDK takes the lowest free handle, about five per connection
+# Links (including refused ones awaiting the peer's detach) per connection: a link holds its
+# name and address, so without a bound one connection could hold sessions x handles of them.
+MAX_LINKS_PER_CONNECTION = 256
+# Bytes of incomplete multi-frame messages per connection: room for four maximum-size
+# messages arriving at once.
+MAX_PARTIAL_BYTES = 4 * MAX_MESSAGE_SIZE
+# Output backpressure: above the high mark the transport calls `pause_writing` and the
+# connection stops reading, delivering and answering until it drains below the low mark.
+OUTPUT_HIGH_WATER = 1024 * 1024
+OUTPUT_LOW_WATER = 256 * 1024
+# Management / CBS replies waiting for credit on their reply link, per connection; requests
+# beyond it are refused rather than answered into an unbounded queue.
+MAX_REPLY_BACKLOG = 1024 * 1024
+# A connection we closed whose peer does not read our close frame is dropped after this long.
+CLOSE_GRACE_SECONDS = 5.0
 INBOUND_CREDIT = 1000
 _frame_head = struct.Struct(">IBBH")
 _u32 = struct.Struct(">I").unpack_from
@@ -63,7 +83,13 @@ class AmqpConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._buf = bytearray()
         self._wbuf: list[bytes] = []
+        self._wbuf_size = 0
         self._handling = False
+        self._write_paused = False
+        self._reading_paused = False
+        self._link_count = 0
+        self._partial_bytes = 0
+        self.reply_backlog = 0
         self._phase = "header"  # header -> sasl -> header -> open -> amqp -> closed
         self._sasl_done = False
         self.remote_max_frame_size = 512
@@ -79,6 +105,7 @@ class AmqpConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        transport.set_write_buffer_limits(high=OUTPUT_HIGH_WATER, low=OUTPUT_LOW_WATER)
         self._connections.add(self)
         sock = transport.get_extra_info("socket")
         if sock is not None:
@@ -97,18 +124,49 @@ class AmqpConnection(asyncio.Protocol):
         # Unsettled PeekLock deliveries keep their locks until they expire, as in Service Bus;
         # a half-received transfer was never accepted, so dropping it loses nothing.
 
+    def pause_writing(self) -> None:
+        # The transport holds more than OUTPUT_HIGH_WATER bytes: the peer is not reading.
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        # Not from inside the transport's write callback: writing there re-enters it, and a
+        # write that fails on a reset connection then reports the loss twice (asyncio 3.11).
+        asyncio.get_running_loop().call_soon(self._resume)
+
+    def _resume(self) -> None:
+        if self._phase == "closed" or self.transport is None or self._write_paused:
+            return
+        if self._reading_paused:
+            self._reading_paused = False
+            self.transport.resume_reading()
+        self._handle_input()  # frames left unprocessed while the output was backed up
+        if not self._write_paused:
+            for session in list(self.sessions.values()):
+                for link in list(session.outbound.values()):
+                    self._kick(link)
+
+    @property
+    def backed_up(self) -> bool:
+        """True while the peer does not take our output: produce nothing more for it."""
+        return self._write_paused
+
     def write(self, data: bytes) -> None:
         # Frames written while handling input are flushed when that input is done; writes
         # triggered from elsewhere (another connection's send, a timer) flush on the next turn.
         if not self._wbuf and not self._handling:
             asyncio.get_running_loop().call_soon(self._flush)
         self._wbuf.append(data)
+        self._wbuf_size += len(data)
+        if self._wbuf_size >= OUTPUT_HIGH_WATER:
+            self._flush()  # hand it to the transport now, so its backpressure can start
 
     def _flush(self) -> None:
         if self._wbuf and self.transport is not None and not self.transport.is_closing():
             self.transport.write(b"".join(self._wbuf))
             self._wrote_since_beat = True
         self._wbuf.clear()
+        self._wbuf_size = 0
 
     def send(
         self, channel: int, code: int, fields: list[Any], frame_type: int = F.FRAME_AMQP
@@ -124,7 +182,15 @@ class AmqpConnection(asyncio.Protocol):
             self.send(0, F.CLOSE, [F.error_value(condition, description)])
         self._phase = "closed"
         self._flush()
-        self.transport.close()
+        self._close_transport()
+
+    def _close_transport(self) -> None:
+        """Close after the buffered output is written; drop it if the peer never reads it."""
+        transport = self.transport
+        if transport is None:
+            return
+        transport.close()
+        asyncio.get_running_loop().call_later(CLOSE_GRACE_SECONDS, transport.abort)
 
     # ------------------------------------------------------------------ input
 
@@ -132,6 +198,11 @@ class AmqpConnection(asyncio.Protocol):
         if self._phase == "closed":
             return
         self._buf += data
+        self._handle_input()
+
+    def _handle_input(self) -> None:
+        if self._phase == "closed":
+            return
         self._handling = True
         try:
             self._process()
@@ -153,6 +224,13 @@ class AmqpConnection(asyncio.Protocol):
         pos = 0
         try:
             while self._phase != "closed":
+                if self._write_paused:
+                    # Leave the rest unread until the peer takes our output (resume_writing);
+                    # the kernel's socket buffers then push back on the peer.
+                    if not self._reading_paused and self.transport is not None:
+                        self._reading_paused = True
+                        self.transport.pause_reading()
+                    break
                 available = len(buf) - pos
                 if self._phase == "header":
                     if available < 8:
@@ -198,8 +276,7 @@ class AmqpConnection(asyncio.Protocol):
             self.write(F.AMQP_HEADER)
             self._phase = "closed"
             self._flush()
-            if self.transport is not None:
-                self.transport.close()
+            self._close_transport()
 
     def _on_frame(self, frame_type: int, channel: int, body: bytes) -> None:
         code, fields, end = F.decode_performative(body)
@@ -258,7 +335,7 @@ class AmqpConnection(asyncio.Protocol):
     def _heartbeat(self) -> None:
         if self._phase == "closed":
             return
-        if not self._wrote_since_beat:
+        if not self._wrote_since_beat and not self._write_paused:
             self.write(F.EMPTY_FRAME)
         self._wrote_since_beat = False
         self._schedule_heartbeat()
@@ -267,8 +344,7 @@ class AmqpConnection(asyncio.Protocol):
         self.send(0, F.CLOSE, [])
         self._phase = "closed"
         self._flush()
-        if self.transport is not None:
-            self.transport.close()
+        self._close_transport()
 
     def _on_begin(self, channel: int, fields: list[Any], body: bytes, end: int) -> None:
         if channel in self.sessions:
@@ -285,7 +361,7 @@ class AmqpConnection(asyncio.Protocol):
                 UInt(session.next_outgoing_id),
                 UInt(WINDOW),
                 UInt(WINDOW),
-                UInt(2**32 - 1),
+                UInt(HANDLE_MAX),
             ],
         )
 
@@ -298,10 +374,14 @@ class AmqpConnection(asyncio.Protocol):
         session.alive = False
         for link in session.outbound.values():
             self._forget_outbound(link)
+        for inbound in session.inbound.values():
+            self._drop_partial(inbound)
+        self._link_count -= session.link_slots()
         session.inbound.clear()
         session.outbound.clear()
 
     def _forget_outbound(self, link: OutboundLink) -> None:
+        self.reply_backlog -= link.drop_pending()
         if link.queue is not None:
             link.queue.remove_consumer(link)
         if self._reply_links.get(link.path.lower()) is link:
@@ -310,8 +390,23 @@ class AmqpConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ links
 
     def _on_attach(self, session: Session, fields: list[Any], body: bytes, end: int) -> None:
+        before = session.link_slots()
+        try:
+            self._attach(session, fields)
+        finally:
+            self._link_count += session.link_slots() - before
+
+    def _attach(self, session: Session, fields: list[Any]) -> None:
         name = F.field(fields, 0, "")
         handle = F.uint(fields, 1)
+        if handle > HANDLE_MAX:
+            # The spec's answer to a handle beyond the handle-max we announced.
+            raise ProtocolError("amqp:connection:framing-error", f"handle {handle} > handle-max")
+        if self._link_count >= MAX_LINKS_PER_CONNECTION:
+            raise ProtocolError(
+                "amqp:resource-limit-exceeded",
+                f"more than {MAX_LINKS_PER_CONNECTION} links on one connection",
+            )
         client_is_receiver = bool(F.field(fields, 2, False))
         source = F.field(fields, 5)
         target = F.field(fields, 6)
@@ -390,12 +485,21 @@ class AmqpConnection(asyncio.Protocol):
         return None
 
     def _on_detach(self, session: Session, fields: list[Any], body: bytes, end: int) -> None:
+        before = session.link_slots()
+        try:
+            self._detach(session, fields)
+        finally:
+            self._link_count += session.link_slots() - before
+
+    def _detach(self, session: Session, fields: list[Any]) -> None:
         handle = F.uint(fields, 0)
         closed = F.field(fields, 1, False)
         inbound = session.inbound.pop(handle, None)
         outbound = session.outbound.pop(handle, None)
         if outbound is not None:
             self._forget_outbound(outbound)
+        if inbound is not None:
+            self._drop_partial(inbound)
         if inbound is None and outbound is None:
             session.detaching.discard(handle)  # the peer answers the detach we sent
             return
@@ -467,17 +571,29 @@ class AmqpConnection(asyncio.Protocol):
                 return
             link.partial = bytearray()
         if aborted:
-            link.partial = None
+            self._drop_partial(link)
             return
         if not link.oversize:
             link.partial += memoryview(body)[end:]
+            self._partial_bytes += len(body) - end
             if len(link.partial) > MAX_MESSAGE_SIZE:
+                self._partial_bytes -= len(link.partial)
                 link.oversize = True  # keep reading the frames, refuse at the end
                 link.partial = bytearray()
+            elif self._partial_bytes > MAX_PARTIAL_BYTES:
+                raise ProtocolError(
+                    "amqp:resource-limit-exceeded",
+                    f"more than {MAX_PARTIAL_BYTES} bytes of incomplete messages",
+                )
         if not more:
             payload = bytes(link.partial)
-            link.partial = None
+            self._drop_partial(link)
             self._complete_transfer(link, payload)
+
+    def _drop_partial(self, link: InboundLink) -> None:
+        if link.partial is not None:
+            self._partial_bytes -= len(link.partial)
+            link.partial = None
 
     def _complete_transfer(self, link: InboundLink, payload: bytes) -> None:
         link.delivery_count = (link.delivery_count + 1) & 0xFFFFFFFF
@@ -522,6 +638,17 @@ class AmqpConnection(asyncio.Protocol):
         return _ACCEPTED
 
     def _request(self, link: InboundLink, payload: bytes) -> Described:
+        if self.reply_backlog >= MAX_REPLY_BACKLOG:
+            # The peer asks without giving its reply link credit to take the answers.
+            return F.outcome(
+                F.REJECTED,
+                [
+                    F.error_value(
+                        "amqp:resource-limit-exceeded",
+                        "too many replies are waiting for link credit",
+                    )
+                ],
+            )
         try:
             request = Request(payload)
         except DecodeError as exc:

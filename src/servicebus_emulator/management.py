@@ -18,6 +18,9 @@ NOT_FOUND = "com.microsoft:message-not-found"
 ARGUMENT_ERROR = "com.microsoft:argument-error"
 NOT_IMPLEMENTED = "amqp:not-implemented"
 ENTITY_NOT_FOUND = "amqp:not-found"
+# A peek reply carries whole messages in one AMQP message: past this size it stops adding
+# them (it always carries one), so one request cannot make a reply of queue size.
+MAX_PEEK_REPLY_BYTES = 1024 * 1024
 
 
 class Reply:
@@ -131,7 +134,15 @@ def _peek(queue: Queue, body: dict[str, Any]) -> Reply:
     found = queue.peek(start, count)
     if not found:
         return Reply(204, None, description="No messages to peek")
-    return Reply(200, {"messages": [{"message": m.encode(lock=False)} for m in found]})
+    messages: list[dict[str, Any]] = []
+    size = 0
+    for msg in found:
+        encoded = msg.encode(lock=False)
+        size += len(encoded)
+        if messages and size > MAX_PEEK_REPLY_BYTES:
+            break  # fewer than asked, as Service Bus may answer; the caller peeks on from there
+        messages.append({"message": encoded})
+    return Reply(200, {"messages": messages})
 
 
 def _schedule(queue: Queue, body: dict[str, Any]) -> Reply:

@@ -25,6 +25,13 @@ class FrameWriter(Protocol):
     """What a session needs from its connection."""
 
     remote_max_frame_size: int
+    # Bytes of replies waiting for credit on reply links (the connection bounds it).
+    reply_backlog: int
+
+    @property
+    def backed_up(self) -> bool:
+        """True while the peer does not read: nothing more should be written for it."""
+        ...
 
     def write(self, data: bytes) -> None: ...
 
@@ -105,7 +112,12 @@ class OutboundLink(Link):
     # Consumer protocol used by Queue.pump
     def can_take(self) -> bool:
         session = self.session
-        return self.credit > 0 and session.remote_incoming_window > 0 and session.alive
+        return (
+            self.credit > 0
+            and session.remote_incoming_window > 0
+            and session.alive
+            and not session.connection.backed_up
+        )
 
     def take(self, queue: Queue, msg: StoredMessage) -> None:
         session = self.session
@@ -128,12 +140,21 @@ class OutboundLink(Link):
 
     def send_reply(self, payload: bytes) -> None:
         self.pending.append(payload)
+        self.session.connection.reply_backlog += len(payload)
         self.flush_replies()
+
+    def drop_pending(self) -> int:
+        """Forget replies never sent; returns their size in bytes."""
+        size = sum(map(len, self.pending))
+        self.pending.clear()
+        return size
 
     def flush_replies(self) -> None:
         session = self.session
-        while self.pending and self.credit > 0 and session.alive:
+        conn = session.connection
+        while self.pending and self.credit > 0 and session.alive and not conn.backed_up:
             payload = self.pending.popleft()
+            conn.reply_backlog -= len(payload)
             delivery_id = session.next_delivery_id
             session.next_delivery_id = (delivery_id + 1) & 0xFFFFFFFF
             self.credit -= 1
@@ -182,6 +203,10 @@ class Session:
         # Handles we detached (refused links) whose detach the peer has not answered yet:
         # frames the peer sent on them before seeing our detach are ignored.
         self.detaching: set[int] = set()
+
+    def link_slots(self) -> int:
+        """Links the session holds state for, refused ones awaiting the peer's detach included."""
+        return len(self.inbound) + len(self.outbound) + len(self.detaching)
 
     def send_transfer(
         self, handle: int, delivery_id: int, tag: bytes, settled: bool, payload: bytes

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sb_process import PROCESS_PEEK_QUEUE, PROCESS_QUEUE, EmulatorProcess
 from sb_support import queue_config, queue_entry
 
 from servicebus_emulator import RunningEmulator, start_in_background
@@ -45,3 +46,15 @@ def project_emulator() -> Iterator[RunningEmulator]:
     config = Path(__file__).resolve().parents[2] / "emulators" / "servicebus" / "config.json"
     with start_in_background(config) as emu:
         yield emu
+
+
+@pytest.fixture(scope="module")
+def emulator_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorProcess]:
+    """The emulator in its own process (queues `PROCESS_QUEUE`, `PROCESS_PEEK_QUEUE`), shared
+    by one test module, so tests can read its memory from /proc; stopped by its own pid."""
+    proc = EmulatorProcess(
+        queue_config(queue_entry(PROCESS_QUEUE), queue_entry(PROCESS_PEEK_QUEUE)),
+        tmp_path_factory.mktemp("sb-process"),
+    )
+    yield proc
+    proc.stop()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
+from collections.abc import Callable
 from typing import Any
 
 from servicebus_emulator import frames as F
@@ -57,10 +59,35 @@ class RawClient:
         except TimeoutError:
             return False
 
+    def collect_until_closed(
+        self, timeout: float, while_waiting: Callable[[], None] = lambda: None
+    ) -> bytes:
+        """Everything the emulator sends until it closes the socket, within `timeout` seconds.
+
+        `while_waiting` runs between short reads (e.g. to fail fast on the emulator's memory).
+        """
+        deadline = time.monotonic() + timeout
+        self.sock.settimeout(0.05)
+        received = bytearray(self._buf)
+        self._buf = b""
+        while True:
+            while_waiting()
+            try:
+                chunk = self.sock.recv(65536)
+            except TimeoutError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"not closed within {timeout} s") from None
+                continue
+            except (ConnectionResetError, BrokenPipeError):
+                return bytes(received)
+            if not chunk:
+                return bytes(received)
+            received += chunk
+
     def frame(self, code: int, fields: list[Any], payload: bytes = b"", channel: int = 0) -> None:
         self.send(F.performative_frame(channel, code, fields, payload))
 
-    def handshake(self) -> None:
+    def handshake(self, *, begin: bool = True) -> None:
         self.send(F.SASL_HEADER)
         assert self.recv_exact(8) == F.SASL_HEADER
         self.read_frame()  # sasl-mechanisms
@@ -73,8 +100,9 @@ class RawClient:
         assert self.recv_exact(8) == F.AMQP_HEADER
         self.frame(F.OPEN, ["raw-client", "127.0.0.1", UInt(65536)])
         assert self.read_frame()[0] == F.OPEN
-        self.frame(F.BEGIN, [None, UInt(0), UInt(5000), UInt(5000)])
-        assert self.read_frame()[0] == F.BEGIN
+        if begin:
+            self.frame(F.BEGIN, [None, UInt(0), UInt(5000), UInt(5000)])
+            assert self.read_frame()[0] == F.BEGIN
 
     def attach_sender(self, queue: str, handle: int = 0) -> None:
         target = Described(ULong(F.TARGET), [queue])
@@ -82,6 +110,16 @@ class RawClient:
         self.frame(F.ATTACH, [f"raw-{handle}", UInt(handle), False, None, None, source, target])
         assert self.read_until(F.ATTACH)[1] == handle
         self.read_until(F.FLOW)
+
+    def attach_receiver(self, address: str, handle: int, credit: int) -> None:
+        """A link the emulator sends on (deliveries or replies), with `credit` granted."""
+        source = Described(ULong(F.SOURCE), [address])
+        target = Described(ULong(F.TARGET), ["raw-target"])
+        self.frame(F.ATTACH, [f"raw-{handle}", UInt(handle), True, None, None, source, target])
+        assert self.read_until(F.ATTACH)[1] == handle
+        if credit:
+            flow = [UInt(0), UInt(5000), UInt(1), UInt(5000), UInt(handle), UInt(0), UInt(credit)]
+            self.frame(F.FLOW, flow)
 
     def transfer(
         self,
@@ -113,3 +151,31 @@ def message_bytes(body: bytes, message_id: str | None = None) -> bytes:
 
     encode_value(data, body)
     return out + bytes(data)
+
+
+def frames_in(data: bytes) -> list[tuple[int, list[Any]]]:
+    """The performatives in a byte stream from the emulator (protocol headers skipped)."""
+    out: list[tuple[int, list[Any]]] = []
+    pos = 0
+    while pos + 8 <= len(data):
+        if data[pos : pos + 4] == b"AMQP":
+            pos += 8
+            continue
+        size = struct.unpack_from(">I", data, pos)[0]
+        if size < 8 or pos + size > len(data):
+            break
+        body = data[pos + data[pos + 4] * 4 : pos + size]
+        pos += size
+        if body:
+            code, fields, _ = F.decode_performative(body)
+            out.append((code, fields))
+    return out
+
+
+def close_condition(data: bytes) -> str | None:
+    """The error condition of the close frame in `data` (None: no close, or one without error)."""
+    for code, fields in frames_in(data):
+        if code == F.CLOSE:
+            error = fields[0] if fields else None
+            return str(error.value[0]) if isinstance(error, Described) else None
+    return None
