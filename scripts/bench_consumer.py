@@ -4,7 +4,9 @@ For 1, 2 and 4 worker processes, with 0% and ~30% duplicates, a backlog of order
 first, then the workers drain it; orders/s = messages settled / time from the first worker
 ready to an empty queue. The same runs with a naive consumer (the same core over a store that
 upserts the documents: no conflict, no read, every message completed) give the idempotency
-overhead as a ratio from one run.
+overhead as a ratio from one run. For 0% duplicates a bare SDK loop (sync receiver with
+prefetch, one transactional batch per message, complete, nothing else) drains the same backlog
+too: worker/bare is what our pipeline costs on top of the SDKs.
 
     python scripts/bench_consumer.py [--orders 400] [--workers 1 2 4]
 """
@@ -41,6 +43,8 @@ DUPLICATE_MIX = LoadMix(
 )
 NO_DUPLICATES = LoadMix(0, 0, 0, 0, 0, 0)
 READY = re.compile(r"worker receiving from")
+# The bare loop's prefetch: what a plain SDK consumer would configure.
+BARE_PREFETCH = 20
 
 
 class NaiveOrderStore:
@@ -81,7 +85,52 @@ def queue_empty(stack: LocalStack) -> bool:
     return asyncio.run(count()) == 0
 
 
-def one_run(orders: int, workers: int, mix: LoadMix, naive: bool) -> tuple[float, int]:
+def bare_worker() -> None:
+    """The yardstick: the SDKs and nothing else (sync receiver with prefetch, one transactional
+    batch per message, complete). No validation, hashing, logging, spans or duplicate check."""
+    import json
+    import os
+    import signal
+    import threading
+
+    from azure.cosmos import CosmosClient
+    from azure.servicebus import ServiceBusClient
+
+    env = os.environ
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    cosmos = CosmosClient(env["COSMOS_ENDPOINT"], credential=env["COSMOS_KEY"])
+    container = cosmos.get_database_client(env["COSMOS_DATABASE"]).get_container_client(
+        env["COSMOS_CONTAINER"]
+    )
+    with (
+        ServiceBusClient.from_connection_string(env["ServiceBusConnection"]) as client,
+        client.get_queue_receiver(env["ORDERS_QUEUE"], prefetch_count=BARE_PREFETCH) as receiver,
+    ):
+        print("worker receiving from (bare SDK loop)", flush=True)
+        while not stop.is_set():
+            for message in receiver.receive_messages(
+                max_message_count=BARE_PREFETCH, max_wait_time=1
+            ):
+                order = json.loads(b"".join(message.body))
+                order_id = order["orderId"]
+                documents = [{"id": order_id, **{k: v for k, v in order.items() if k != "lines"}}]
+                documents += [
+                    {"id": f"{order_id}:line:{number:03d}", "orderId": order_id, **line}
+                    for number, line in enumerate(order["lines"], start=1)
+                ]
+                container.execute_item_batch(
+                    [("upsert", (document,)) for document in documents], partition_key=order_id
+                )
+                receiver.complete_message(message)
+    cosmos.close()
+
+
+WORKER_KINDS = {"naive": "naive-worker", "bare": "bare-worker"}
+
+
+def one_run(orders: int, workers: int, mix: LoadMix, kind: str) -> float:
+    """Messages settled per second by `workers` processes of `kind` draining a backlog."""
     queue = QueueOptions(duplicate_window_seconds=2)
     with local_stack(queue) as stack:
         asyncio.run(prepare_local_cosmos(stack.settings()))
@@ -90,11 +139,11 @@ def one_run(orders: int, workers: int, mix: LoadMix, naive: bool) -> tuple[float
         delivered = sum(1 for s in plan.sends if s.kind is not SendKind.PRODUCER_RETRY)
         started: list[ManagedProcess] = []
         for _ in range(workers):
-            if naive:
+            if kind in WORKER_KINDS:
                 started.append(
                     stack.spawn(
-                        f"worker-naive-{len(started)}",
-                        [str(Path(__file__).resolve()), "naive-worker"],
+                        f"worker-{kind}-{len(started)}",
+                        [str(Path(__file__).resolve()), WORKER_KINDS[kind]],
                         env=stack.environment(),
                     )
                 )
@@ -109,31 +158,47 @@ def one_run(orders: int, workers: int, mix: LoadMix, naive: bool) -> tuple[float
         stack.stop_workers()
         for worker in started:
             worker.stop()
-    return delivered / elapsed, delivered
+    return delivered / elapsed
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("mode", nargs="?", default="bench", choices=["bench", "naive-worker"])
+    parser.add_argument(
+        "mode", nargs="?", default="bench", choices=["bench", "naive-worker", "bare-worker"]
+    )
     parser.add_argument("--orders", type=int, default=400)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
     args = parser.parse_args()
     if args.mode == "naive-worker":
         naive_worker()
         return
-    header = ("workers", "duplicates", "idempotent msg/s", "naive msg/s", "ratio")
-    print("{:>7} {:>10} {:>17} {:>12} {:>6}".format(*header))
+    if args.mode == "bare-worker":
+        bare_worker()
+        return
+    rows = []
+    print("{:>7} {:>10} {:>17} {:>12} {:>6}".format(
+        "workers", "duplicates", "idempotent msg/s", "naive msg/s", "ratio"))  # fmt: skip
     for workers in args.workers:
         for label, mix in (("0%", NO_DUPLICATES), ("30%", DUPLICATE_MIX)):
-            idempotent, _ = one_run(args.orders, workers, mix, naive=False)
-            naive, _ = one_run(args.orders, workers, mix, naive=True)
+            idempotent = one_run(args.orders, workers, mix, "idempotent")
+            naive = one_run(args.orders, workers, mix, "naive")
             print(
                 f"{workers:>7} {label:>10} {idempotent:>17.0f} {naive:>12.0f} "
                 f"{idempotent / naive:>6.2f}",
                 flush=True,
             )
+            if label == "0%":
+                rows.append((workers, idempotent, one_run(args.orders, workers, mix, "bare")))
+    print()
+    print(
+        "{:>7} {:>13} {:>13} {:>12}".format("workers", "worker msg/s", "bare msg/s", "worker/bare")
+    )
+    for workers, worker_rate, bare_rate in rows:
+        print(
+            f"{workers:>7} {worker_rate:>13.0f} {bare_rate:>13.0f} {worker_rate / bare_rate:>12.2f}"
+        )
 
 
 if __name__ == "__main__":
