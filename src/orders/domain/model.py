@@ -15,6 +15,7 @@ or `true`), `unitPrice` a JSON number (not `"1.25"`).
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from decimal import Decimal
 from typing import Annotated, Any
@@ -37,17 +38,22 @@ MAX_QUANTITY = 1_000_000
 FORBIDDEN_ID_CHARACTERS = frozenset("/\\?#")
 
 
-def is_control_character(char: str) -> bool:
-    """C0, DEL and C1 controls: Cosmos refuses them, and they forge log lines and paths."""
-    return char <= "\x1f" or "\x7f" <= char <= "\x9f"
+# One scan for every refused character (this runs for each id of every message); which rule
+# failed is worked out only for the message of a rejection.
+_REFUSED_ID_CHARACTER = re.compile("[/\\\\?#\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 def check_cosmos_id(value: str) -> str:
-    if any(char in FORBIDDEN_ID_CHARACTERS for char in value):
-        raise ValueError("must not contain '/', '\\', '?' or '#' (Cosmos DB refuses them in ids)")
-    if any(is_control_character(char) for char in value):
-        raise ValueError("must not contain control characters")
-    if any("\ud800" <= char <= "\udfff" for char in value):
+    refused = _REFUSED_ID_CHARACTER.search(value)
+    if refused is not None:
+        if any(char in FORBIDDEN_ID_CHARACTERS for char in value):
+            raise ValueError(
+                "must not contain '/', '\\', '?' or '#' (Cosmos DB refuses them in ids)"
+            )
+        if _CONTROL_CHARACTER.search(value):
+            # C0, DEL and C1 controls: Cosmos refuses them, and they forge log lines and paths.
+            raise ValueError("must not contain control characters")
         raise ValueError("must not contain unpaired surrogates (not encodable as UTF-8)")
     if value.endswith(" "):
         raise ValueError("must not end with a space (Cosmos DB refuses such ids)")
