@@ -62,7 +62,7 @@ class FakeOrderStore:
         for index, document in enumerate(write.documents):
             if document["id"] in partition:
                 if index == 0:
-                    existing = await self.read_order(write.order_id)
+                    existing = await self._read_record(write.order_id)
                     assert existing is not None
                     raise OrderAlreadyExistsError(existing)
                 raise StoreError(f"batch operation {index} conflicted: nothing was written")
@@ -76,16 +76,12 @@ class FakeOrderStore:
             raise self._failures.pop(0)
         self.seed_document(rejection.order_id, rejection.to_document())
 
-    async def read_order(self, order_id: str) -> OrderRecord | None:
+    async def _read_record(self, order_id: str) -> OrderRecord | None:
         self.read_calls += 1
         document = self.partitions.get(order_id, {}).get(order_id)
         if document is None:
             return None
-        return OrderRecord(
-            order_id=document["orderId"],
-            request_hash=document["requestHash"],
-            message_id=document.get("messageId"),
-        )
+        return OrderRecord(order_id=document["orderId"], request_hash=document["requestHash"])
 
 
 @dataclass

@@ -39,7 +39,6 @@ class OrderRecord:
 
     order_id: str
     request_hash: str
-    message_id: str | None
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from orders.domain.documents import OrderRecord, OrderWrite
+from orders.domain.documents import OrderWrite
 from orders.domain.idempotency import IdempotencyRecord, OrderIdClaim
 from orders.domain.model import OrderPlaced
 from orders.domain.outcomes import Decision
@@ -20,10 +20,6 @@ class OrderStore(Protocol):
         `TransientStoreError` when a retry may succeed, `StoreError` otherwise. Returns only
         once the write is durable.
         """
-        ...
-
-    async def read_order(self, order_id: str) -> OrderRecord | None:
-        """Point-read an order's record, or None when it does not exist."""
         ...
 
     async def record_rejection(self, rejection: OrderRejection) -> None:
