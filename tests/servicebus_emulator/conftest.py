@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sb_process import PROCESS_PEEK_QUEUE, PROCESS_QUEUE, EmulatorProcess
+from sb_process import PROCESS_OTHER_QUEUE, PROCESS_QUEUE, EmulatorProcess
 from sb_support import queue_config, queue_entry
 
 from servicebus_emulator import RunningEmulator, start_in_background
@@ -50,10 +50,10 @@ def project_emulator() -> Iterator[RunningEmulator]:
 
 @pytest.fixture(scope="module")
 def emulator_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorProcess]:
-    """The emulator in its own process (queues `PROCESS_QUEUE`, `PROCESS_PEEK_QUEUE`), shared
+    """The emulator in its own process (queues `PROCESS_QUEUE`, `PROCESS_OTHER_QUEUE`), shared
     by one test module, so tests can read its memory from /proc; stopped by its own pid."""
     proc = EmulatorProcess(
-        queue_config(queue_entry(PROCESS_QUEUE), queue_entry(PROCESS_PEEK_QUEUE)),
+        queue_config(queue_entry(PROCESS_QUEUE), queue_entry(PROCESS_OTHER_QUEUE)),
         tmp_path_factory.mktemp("sb-process"),
     )
     yield proc

@@ -15,7 +15,8 @@ from servicebus_emulator import connection_string
 
 REPO = Path(__file__).resolve().parents[2]
 PROCESS_QUEUE = "robust"
-PROCESS_PEEK_QUEUE = "robust-peek"  # large messages only peeked, never received
+# A second queue for traffic that round-trip probes on PROCESS_QUEUE should not wade through.
+PROCESS_OTHER_QUEUE = "robust-other"
 # How much the emulator's resident memory may grow while a test attacks it. Generous: the
 # failures it catches grow by gigabytes (an unbounded loop, an unread output buffer).
 RSS_MARGIN = 96 * 1024 * 1024

@@ -12,7 +12,7 @@ import uuid
 
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from sb_process import (
-    PROCESS_PEEK_QUEUE,
+    PROCESS_OTHER_QUEUE,
     PROCESS_QUEUE,
     RSS_MARGIN,
     EmulatorProcess,
@@ -24,7 +24,7 @@ from servicebus_emulator import frames as F
 from servicebus_emulator.codec import encode
 from servicebus_emulator.connection import MAX_REPLY_BACKLOG
 
-MANAGEMENT = f"{PROCESS_PEEK_QUEUE}/$management"
+MANAGEMENT = f"{PROCESS_OTHER_QUEUE}/$management"
 LARGE_BODY = 250 * 1024
 PEEK_REQUESTS = 1000  # answered in full, ~250 MB of replies
 
@@ -39,7 +39,7 @@ def peek_request(message_id: str) -> bytes:
 def _send_large_messages(conn_str: str, count: int) -> None:
     with (
         ServiceBusClient.from_connection_string(conn_str) as client,
-        client.get_queue_sender(PROCESS_PEEK_QUEUE) as sender,
+        client.get_queue_sender(PROCESS_OTHER_QUEUE) as sender,
     ):
         for i in range(count):
             body = bytes([65 + i]) * LARGE_BODY
@@ -56,7 +56,7 @@ def _sdk_client_is_served_and_peeks(conn_str: str) -> None:
     assert_serves_sdk_client(conn_str, PROCESS_QUEUE)
     with (
         ServiceBusClient.from_connection_string(conn_str) as client,
-        client.get_queue_receiver(PROCESS_PEEK_QUEUE) as receiver,
+        client.get_queue_receiver(PROCESS_OTHER_QUEUE) as receiver,
     ):
         (peeked,) = receiver.peek_messages(max_message_count=1, sequence_number=1)
         assert len(b"".join(peeked.body)) == LARGE_BODY
