@@ -81,7 +81,7 @@ class FakeOrderStore:
         document = self.partitions.get(order_id, {}).get(order_id)
         if document is None:
             return None
-        return OrderRecord(order_id=document["orderId"], request_hash=document["requestHash"])
+        return OrderRecord.from_document(document)
 
 
 @dataclass

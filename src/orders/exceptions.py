@@ -57,7 +57,7 @@ class InvalidIdempotencyKeyError(IdempotencyError):
 
 
 class IdempotencyKeyReusedError(IdempotencyError):
-    """The key was first used with a different request body (a different fingerprint)."""
+    """The key was first used with a different request body (a different request hash)."""
 
 
 class RequestInProgressError(IdempotencyError):

@@ -57,7 +57,7 @@ async def test_first_request_publishes_once_and_answers_202_with_a_link(api: Api
     assert response.json() == {"orderId": order_id, "status": "accepted", "location": location}
     assert response.headers["location"] == location
     assert "idempotent-replayed" not in response.headers
-    assert [order.orderId for order in api.publisher.published] == [order_id]
+    assert [order.order_id for order in api.publisher.published] == [order_id]
     record = fake_store(api).record(record_id("app:tests", "k-first"))
     assert record is not None and record.status is RecordStatus.COMPLETED
     assert record.ttl_seconds == TTL_SECONDS
@@ -304,7 +304,7 @@ async def test_a_crashed_claim_blocks_until_its_lease_ends_then_is_taken_over(ap
 
     assert_problem(blocked, 409, "request-in-progress")
     assert taken_over.status_code == 202 and "idempotent-replayed" not in taken_over.headers
-    assert [order.orderId for order in api.publisher.published] == [order_id]
+    assert [order.order_id for order in api.publisher.published] == [order_id]
     record = fake_store(api).record(abandoned.record_id)
     assert record is not None and record.status is RecordStatus.COMPLETED
     assert record.etag != abandoned.etag
@@ -330,7 +330,7 @@ async def test_a_stale_claimant_cannot_overwrite_the_new_owner(api: Api) -> None
     # Then both answer the same 202, and the record is the new owner's completion
     assert stale_response.status_code == takeover_response.status_code == 202
     assert stale_response.json() == takeover_response.json()
-    assert [order.orderId for order in api.publisher.published] == [order_id, order_id]
+    assert [order.order_id for order in api.publisher.published] == [order_id, order_id]
     assert store.calls.count("complete") == 2  # one succeeded, the stale one was fenced off
     document = store.documents[record_id("app:tests", "k-slow")]
     assert document["status"] == "completed" and document["_etag"] != owner_etag_before
@@ -362,7 +362,7 @@ async def test_transient_publish_failure_is_503_and_frees_the_key(api: Api) -> N
     assert_problem(failed, 503, "service-unavailable")
     assert failed.headers["retry-after"] == "5"
     assert retried.status_code == 202 and "idempotent-replayed" not in retried.headers
-    assert [order.orderId for order in api.publisher.published] == [order_id]
+    assert [order.order_id for order in api.publisher.published] == [order_id]
     assert fake_store(api).calls.count("release") == 1
 
 
@@ -412,7 +412,7 @@ async def test_completion_failure_after_publish_is_503_and_the_retry_recovers(ap
     assert failed.status_code == 503
     assert retried.status_code == 202
     # Published twice with one MessageId: the broker and the consumer deduplicate it.
-    assert [order.orderId for order in api.publisher.published] == [order_id, order_id]
+    assert [order.order_id for order in api.publisher.published] == [order_id, order_id]
 
 
 async def test_a_runtime_that_cannot_be_built_is_503_problem_and_retried(api: Api) -> None:
@@ -444,7 +444,7 @@ async def test_a_runtime_that_cannot_be_built_is_503_problem_and_retried(api: Ap
 async def consume_published(api: Api) -> None:
     consumer = OrderConsumer(api.order_store)
     for order in api.publisher.published:
-        await consumer.handle(ReceivedOrderMessage(order_message_body(order), order.orderId))
+        await consumer.handle(ReceivedOrderMessage(order_message_body(order), order.order_id))
 
 
 async def test_get_follows_an_order_from_accepted_to_stored(api: Api) -> None:
@@ -558,4 +558,4 @@ async def test_functions_host_hands_the_full_api_path_to_the_same_routes(api: Ap
     assert first.status_code == 202
     assert json.loads(first.get_body())["location"] == f"/api/orders/{order_id}"
     assert replay.status_code == 202 and replay.headers["Idempotent-Replayed"] == "true"
-    assert [order.orderId for order in api.publisher.published] == [order_id]
+    assert [order.order_id for order in api.publisher.published] == [order_id]

@@ -62,7 +62,7 @@ async def test_fifty_simultaneous_requests_with_one_key_publish_once(api: Api) -
     kinds = [classify(response) for response in responses]
     assert kinds.count("first") == 1
     assert set(kinds) <= {"first", "replay", "409"}, kinds
-    assert [order.orderId for order in api.publisher.published] == [order_id]
+    assert [order.order_id for order in api.publisher.published] == [order_id]
     for response in responses:
         if response.status_code == 409:
             assert response.headers["retry-after"] == "1"
@@ -118,6 +118,6 @@ async def test_crashed_claim_is_taken_over_and_the_stale_completion_is_fenced(
     final = await container.read_item(item_id, partition_key=item_id)
     assert final["status"] == "completed" and final["ttl"] > 0
     assert final["response"]["body"]["orderId"] == order_id
-    assert [order.orderId for order in api.publisher.published] == [order_id, order_id]
+    assert [order.order_id for order in api.publisher.published] == [order_id, order_id]
     replay = await api.post(order_payload(order_id), key="crash-key")
     assert classify(replay) == "replay"

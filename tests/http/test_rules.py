@@ -112,7 +112,7 @@ def test_published_body_is_what_the_consumer_accepts_with_exact_amounts(price: s
 
     body = order_message_body(order)
 
-    parsed = parse_order_message(body, message_id=order.orderId)
+    parsed = parse_order_message(body, message_id=order.order_id)
     assert parsed == order
     assert request_hash(parsed.canonical_payload()) == request_hash(order.canonical_payload())
     assert json.loads(body, parse_float=Decimal)["lines"][0]["unitPrice"] == Decimal(price)

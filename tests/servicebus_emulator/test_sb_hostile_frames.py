@@ -333,3 +333,36 @@ def test_deeply_nested_message_is_rejected_and_the_link_keeps_working(
     assert F.described_code(raw.read_until(F.DISPOSITION)[4]) == F.ACCEPTED
     raw.close()
     _no_internal_errors(emulator_process)
+
+
+def test_management_requests_with_colliding_uuid_property_keys_stall_nobody(
+    emulator_process: EmulatorProcess,
+) -> None:
+    management = f"{PROCESS_QUEUE}/$management"
+    raw = RawClient(emulator_process.host, emulator_process.port)
+    raw.handshake()
+    raw.attach_sender(management, 0)
+    raw.attach_receiver(management, 1, credit=100)
+    # Application properties keyed by 13 900 uuids with one hash: quadratic to put in a dict.
+    request = (
+        F.described_list(0x73, ["collide", None, None, None, management])
+        + b"\x00\x53\x74"
+        + colliding_uuid_map(13_900)
+        + b"\x00\x53\x77"
+        + encode({"from-sequence-number": 1, "message-count": 1})
+    )
+    assert len(request) <= MAX_MESSAGE_SIZE
+    requests = 4
+    for delivery_id in range(requests):
+        chunks = [request[i : i + 60_000] for i in range(0, len(request), 60_000)]
+        for i, chunk in enumerate(chunks):
+            raw.transfer(0, delivery_id, chunk, more=i < len(chunks) - 1, first=i == 0)
+    # A client arriving meanwhile is served within its socket timeout (5 s).
+    bystander = RawClient(emulator_process.host, emulator_process.port)
+    bystander.handshake()
+    bystander.close()
+    settled = 0
+    while settled < requests:
+        settled += raw.read_frame()[0] == F.DISPOSITION
+    raw.close()
+    _no_internal_errors(emulator_process)

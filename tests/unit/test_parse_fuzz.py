@@ -71,11 +71,11 @@ def check(body: bytes) -> None:
         return
     # What passes must be storable: valid ids, a hash, documents with bounded amount texts.
     assert isinstance(parsed, OrderPlaced)
-    assert all(is_entity_id(v) for v in (parsed.orderId, parsed.customerId))
+    assert all(is_entity_id(v) for v in (parsed.order_id, parsed.customer_id))
     write = build_order_write(
         parsed,
         request_hash=request_hash(parsed.canonical_payload()),
-        message_id=parsed.orderId,
+        message_id=parsed.order_id,
         processed_at=datetime(2026, 1, 1, tzinfo=UTC),
     )
     assert all(len(json.dumps(d)) < 4096 for d in write.documents)

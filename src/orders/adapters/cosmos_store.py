@@ -46,7 +46,7 @@ class CosmosOrderStore:
         document = await read_document(self._container, order_id, order_id)
         if document is None:
             return None
-        return OrderRecord(order_id=document["orderId"], request_hash=document["requestHash"])
+        return OrderRecord.from_document(document)
 
     async def record_rejection(self, rejection: OrderRejection) -> None:
         with store_errors():

@@ -57,7 +57,7 @@ class ServiceBusOrderPublisher:
     async def publish(self, order: OrderPlaced) -> None:
         message = ServiceBusMessage(
             order_message_body(order),
-            message_id=order.orderId,
+            message_id=order.order_id,
             content_type="application/json",
             subject="OrderPlaced",
         )

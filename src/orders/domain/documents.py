@@ -40,6 +40,10 @@ class OrderRecord:
     order_id: str
     request_hash: str
 
+    @classmethod
+    def from_document(cls, document: dict[str, Any]) -> OrderRecord:
+        return cls(order_id=document["orderId"], request_hash=document["requestHash"])
+
 
 @dataclass(frozen=True)
 class OrderWrite:
@@ -47,6 +51,10 @@ class OrderWrite:
 
     order_id: str
     request_hash: str
+
+    @classmethod
+    def from_document(cls, document: dict[str, Any]) -> OrderRecord:
+        return cls(order_id=document["orderId"], request_hash=document["requestHash"])
     documents: tuple[dict[str, Any], ...]
 
 
@@ -54,10 +62,10 @@ def build_order_write(
     order: OrderPlaced, *, request_hash: str, message_id: str, processed_at: datetime
 ) -> OrderWrite:
     order_document: dict[str, Any] = {
-        "id": order.orderId,
-        "orderId": order.orderId,
+        "id": order.order_id,
+        "orderId": order.order_id,
         "type": ORDER_DOCUMENT_TYPE,
-        "customerId": order.customerId,
+        "customerId": order.customer_id,
         "currency": str(order.currency),
         "status": ORDER_STATUS_PLACED,
         "lineCount": len(order.lines),
@@ -69,19 +77,19 @@ def build_order_write(
     }
     line_documents = [
         {
-            "id": line_document_id(order.orderId, number),
-            "orderId": order.orderId,
+            "id": line_document_id(order.order_id, number),
+            "orderId": order.order_id,
             "type": LINE_DOCUMENT_TYPE,
             "lineNumber": number,
             "sku": line.sku,
             "quantity": line.quantity,
-            "unitPrice": decimal_text(line.unitPrice),
+            "unitPrice": decimal_text(line.unit_price),
             "lineTotal": decimal_text(line.line_total),
         }
         for number, line in enumerate(order.lines, start=1)
     ]
     return OrderWrite(
-        order_id=order.orderId,
+        order_id=order.order_id,
         request_hash=request_hash,
         documents=(order_document, *line_documents),
     )

@@ -155,9 +155,9 @@ class OrderIdClaim:
 
 
 class Verdict(StrEnum):
-    REPLAY = "replay"  # completed with the same fingerprint: answer the stored response
-    IN_PROGRESS = "in_progress"  # live claim with the same fingerprint: 409, retry later
-    MISMATCH = "mismatch"  # different fingerprint: 422, whatever the record's state
+    REPLAY = "replay"  # completed with the same request hash: answer the stored response
+    IN_PROGRESS = "in_progress"  # live claim with the same request hash: 409, retry later
+    MISMATCH = "mismatch"  # different request hash: 422, whatever the record's state
     TAKE_OVER = "take_over"  # the claimant's lease expired: claim it with If-Match
 
 

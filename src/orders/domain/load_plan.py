@@ -110,7 +110,7 @@ def order_body(order_id: str, rng: random.Random, *, line_count: int | None = No
     return json.dumps(payload)
 
 
-def hash_of(body: str) -> str:
+def request_hash_of(body: str) -> str:
     return request_hash(parse_order(body.encode()).canonical_payload())
 
 
@@ -166,7 +166,7 @@ def plan_load(orders: int, mix: LoadMix, *, seed: int, run_id: str) -> LoadPlan:
     rng = random.Random(seed)
     order_ids = [f"{run_id}-{number:06d}" for number in range(orders)]
     bodies = {order_id: order_body(order_id, rng) for order_id in order_ids}
-    hashes = {order_id: hash_of(body) for order_id, body in bodies.items()}
+    hashes = {order_id: request_hash_of(body) for order_id, body in bodies.items()}
 
     def pick(fraction: float, exclude: frozenset[str] = frozenset()) -> list[str]:
         candidates = [order_id for order_id in order_ids if order_id not in exclude]
@@ -211,7 +211,7 @@ def plan_load(orders: int, mix: LoadMix, *, seed: int, run_id: str) -> LoadPlan:
                     order_id,
                     body,
                     order_id,
-                    hash_of(body),
+                    request_hash_of(body),
                 )
             )
         units.append(unit)
@@ -260,7 +260,12 @@ def plan_load(orders: int, mix: LoadMix, *, seed: int, run_id: str) -> LoadPlan:
         body = reused_body(bodies[order_id], "-reused")
         after.append(
             PlannedSend(
-                SendKind.CONFLICT, Phase.AFTER_WINDOW, order_id, body, order_id, hash_of(body)
+                SendKind.CONFLICT,
+                Phase.AFTER_WINDOW,
+                order_id,
+                body,
+                order_id,
+                request_hash_of(body),
             )
         )
     return LoadPlan(run_id, seed, orders, tuple(first + after))

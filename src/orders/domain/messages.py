@@ -136,11 +136,11 @@ def parse_received_order(message: ReceivedOrderMessage) -> OrderPlaced:
 def parse_order_message(body: bytes, message_id: str | None) -> OrderPlaced:
     """Validate the body and the producer's contract that MessageId equals orderId."""
     order = parse_order(body)
-    if message_id != order.orderId:
+    if message_id != order.order_id:
         raise MessageRejected(
             DeadLetterReason.MESSAGE_ID_MISMATCH,
-            f"MessageId {message_id!r} differs from orderId {order.orderId!r}; "
+            f"MessageId {message_id!r} differs from orderId {order.order_id!r}; "
             "producers must set MessageId to the orderId",
-            order_id=order.orderId,
+            order_id=order.order_id,
         )
     return order

@@ -29,6 +29,7 @@ from pydantic import (
     StrictInt,
     StringConstraints,
 )
+from pydantic.alias_generators import to_camel
 from pydantic_extra_types.currency_code import ISO4217
 
 MAX_ID_LENGTH = 64
@@ -128,25 +129,38 @@ Money = Annotated[
 ]
 
 
+# snake_case in Python, camelCase on the wire (and only camelCase: an input spelled
+# `order_id` is an unknown field, like any other).
+WIRE_NAMES = ConfigDict(
+    extra="forbid",
+    frozen=True,
+    strict=True,
+    alias_generator=to_camel,
+    validate_by_alias=True,
+    validate_by_name=False,
+    serialize_by_alias=True,
+)
+
+
 class OrderLine(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = WIRE_NAMES
 
     sku: EntityId
     quantity: Annotated[StrictInt, Field(gt=0, le=MAX_QUANTITY)]
-    unitPrice: Money
+    unit_price: Money
 
     @property
     def line_total(self) -> Decimal:
-        return self.unitPrice * self.quantity
+        return self.unit_price * self.quantity
 
 
 class OrderPlaced(BaseModel):
     """An order as the producer publishes it (MessageId = orderId)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = WIRE_NAMES
 
-    orderId: EntityId
-    customerId: EntityId
+    order_id: EntityId
+    customer_id: EntityId
     currency: CurrencyCode
     lines: Annotated[list[OrderLine], Field(min_length=1)]
 
@@ -161,11 +175,11 @@ class OrderPlaced(BaseModel):
         IEEE doubles, so `1`, `1.0` and `1.00` all hash alike.
         """
         return {
-            "orderId": self.orderId,
-            "customerId": self.customerId,
+            "orderId": self.order_id,
+            "customerId": self.customer_id,
             "currency": str(self.currency),
             "lines": [
-                {"sku": line.sku, "quantity": line.quantity, "unitPrice": float(line.unitPrice)}
+                {"sku": line.sku, "quantity": line.quantity, "unitPrice": float(line.unit_price)}
                 for line in self.lines
             ],
         }

@@ -17,7 +17,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from orders import __version__
@@ -65,7 +66,13 @@ RuntimeFactory = Callable[[], Awaitable[HttpRuntime]]
 # --- Response shapes (for the OpenAPI document; the handlers build plain dicts) -------------
 
 
-class Problem(BaseModel):
+class WireModel(BaseModel):
+    """Response shapes for the OpenAPI document: snake_case here, camelCase on the wire."""
+
+    model_config = ConfigDict(alias_generator=to_camel, serialize_by_alias=True)
+
+
+class Problem(WireModel):
     """RFC 7807 problem details."""
 
     type: str
@@ -76,39 +83,39 @@ class Problem(BaseModel):
         default=None,
         description=f"Per-field messages of a rejected body (at most {MAX_REPORTED_ERRORS})",
     )
-    errorCount: int | None = Field(default=None, description="How many errors the body has")
+    error_count: int | None = Field(default=None, description="How many errors the body has")
 
 
-class AcceptedOrder(BaseModel):
-    orderId: str
+class AcceptedOrder(WireModel):
+    order_id: str
     status: str = Field(description="`accepted`: queued, not yet stored by the consumer")
     location: str = Field(description="Where to GET the order")
 
 
-class RejectedOrder(BaseModel):
-    orderId: str
+class RejectedOrder(WireModel):
+    order_id: str
     status: str = Field(description="`rejected`: the consumer dead-lettered it")
     reason: str = Field(description="The dead-letter reason, e.g. `RequestHashMismatch`")
     description: str
-    rejectedAt: str
+    rejected_at: str
 
 
-class StoredOrderLine(BaseModel):
-    lineNumber: int
+class StoredOrderLine(WireModel):
+    line_number: int
     sku: str
     quantity: int
-    unitPrice: str = Field(description="Decimal string")
-    lineTotal: str = Field(description="Decimal string")
+    unit_price: str = Field(description="Decimal string")
+    line_total: str = Field(description="Decimal string")
 
 
-class StoredOrder(BaseModel):
-    orderId: str
+class StoredOrder(WireModel):
+    order_id: str
     status: str = Field(description="`placed`: stored by the consumer")
-    customerId: str
+    customer_id: str
     currency: str
-    totalAmount: str = Field(description="Decimal string")
-    totalQuantity: int
-    processedAt: str
+    total_amount: str = Field(description="Decimal string")
+    total_quantity: int
+    processed_at: str
     lines: list[StoredOrderLine]
 
 
@@ -310,7 +317,7 @@ def create_app(runtime_factory: RuntimeFactory | None = None) -> FastAPI:
                 caller_scope(request, services),
                 key,
                 order,
-                first_response=lambda accepted: accepted_response(accepted.orderId),
+                first_response=lambda accepted: accepted_response(accepted.order_id),
             )
         except IdempotencyKeyReusedError as error:
             return problem(422, "idempotency-key-reused", "Idempotency-Key reused", str(error))

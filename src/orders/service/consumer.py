@@ -92,7 +92,7 @@ class OrderConsumer:
         write = build_order_write(
             order,
             request_hash=incoming_hash,
-            message_id=order.orderId,
+            message_id=order.order_id,
             processed_at=self._clock(),
         )
         try:
@@ -106,20 +106,20 @@ class OrderConsumer:
             return Decision(
                 Outcome.TRANSIENT_FAILURE,
                 Settlement.ABANDON,
-                order.orderId,
+                order.order_id,
                 incoming_hash,
                 error=str(exc),
             )
         except Exception as exc:
-            logger.exception("unexpected failure storing order %s", log_value(order.orderId))
+            logger.exception("unexpected failure storing order %s", log_value(order.order_id))
             return Decision(
                 Outcome.UNEXPECTED_FAILURE,
                 Settlement.ABANDON,
-                order.orderId,
+                order.order_id,
                 incoming_hash,
                 error=f"{type(exc).__name__}: {exc}",
             )
-        return Decision(Outcome.PROCESSED, Settlement.COMPLETE, order.orderId, incoming_hash)
+        return Decision(Outcome.PROCESSED, Settlement.COMPLETE, order.order_id, incoming_hash)
 
     async def _remember_rejection(self, message: ReceivedOrderMessage, decision: Decision) -> None:
         """File the rejection in the order's partition, for GET to report; best effort.

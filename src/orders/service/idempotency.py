@@ -86,7 +86,7 @@ class IdempotentOrderIntake:
             scope=scope,
             key=key,
             request_hash=incoming_hash,
-            order_id=order.orderId,
+            order_id=order.order_id,
             status=RecordStatus.IN_PROGRESS,
             lease_expires_at=self._clock() + self._lease_seconds,
             ttl_seconds=self._ttl_seconds,
@@ -123,14 +123,14 @@ class IdempotentOrderIntake:
         so the caller's retry is answered at once rather than after the lease.
         """
         try:
-            first = await self._store.claim_order_id(OrderIdClaim(order.orderId, incoming_hash))
+            first = await self._store.claim_order_id(OrderIdClaim(order.order_id, incoming_hash))
         except Exception:
             await self._release(owned)
             raise
         if first.request_hash != incoming_hash:
             await self._release(owned)
             raise OrderIdConflictError(
-                f"orderId {order.orderId!r} was already accepted with a different payload; "
+                f"orderId {order.order_id!r} was already accepted with a different payload; "
                 "choose a new orderId for a different order"
             )
 
@@ -170,7 +170,7 @@ class IdempotentOrderIntake:
             # same order again (deduplicated downstream) and records the same response.
             logger.warning(
                 "claim of order %s was taken over before completion; answering anyway",
-                log_value(order.orderId),
+                log_value(order.order_id),
             )
         return SubmitResult(response, replayed=False)
 

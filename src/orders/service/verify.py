@@ -48,7 +48,7 @@ class VerifyReport:
         return asdict(self)
 
 
-def _body_hash(body: bytes) -> str | None:
+def _request_hash_of(body: bytes) -> str | None:
     try:
         return request_hash(parse_order(body).canonical_payload())
     except MessageRejected:
@@ -194,7 +194,7 @@ def _check_mismatch(
     stored = order_docs.get(dead.message_id or "")
     if not stored:
         return  # reported as missing already
-    if _body_hash(dead.body) == stored[0].get("requestHash"):
+    if _request_hash_of(dead.body) == stored[0].get("requestHash"):
         violations.append(
             f"{dead.message_id} was dead-lettered as a mismatch with the stored payload itself"
         )
