@@ -51,10 +51,6 @@ class OrderWrite:
 
     order_id: str
     request_hash: str
-
-    @classmethod
-    def from_document(cls, document: dict[str, Any]) -> OrderRecord:
-        return cls(order_id=document["orderId"], request_hash=document["requestHash"])
     documents: tuple[dict[str, Any], ...]
 
 
