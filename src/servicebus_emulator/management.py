@@ -64,17 +64,19 @@ class Request:
         props = parsed.properties
         self.message_id = props[0] if props else None
         self.reply_to = text(props[4]) if len(props) > 4 and props[4] is not None else None
-        self.app = normalise(_decode_map(parsed.app_raw, parsed.app_count))
+        self.app = _decode_text_keyed_map(parsed.app_raw, parsed.app_count)
         self.body = _decode_body(parsed.body_raw)
 
 
-def _decode_map(raw: bytes, count: int) -> dict[Any, Any]:
-    out: dict[Any, Any] = {}
+def _decode_text_keyed_map(raw: bytes, count: int) -> dict[str, Any]:
+    # Keys become text before they are hashed: a peer picks uuid or integer keys whose hashes
+    # collide, never string hashes (randomised per process).
+    out: dict[str, Any] = {}
     pos = 0
     for _ in range(count // 2):
         key, pos = decode_value(raw, pos)
         value, pos = decode_value(raw, pos)
-        out[key] = value
+        out[text(key)] = value
     return out
 
 
