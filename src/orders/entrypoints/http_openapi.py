@@ -1,0 +1,158 @@
+"""The OpenAPI document: response shapes, route metadata, and the `OrderPlaced` schema.
+
+Constants here, routes in http_api.py: the handlers build plain dicts, these describe them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from orders.domain.idempotency import MAX_KEY_LENGTH
+from orders.domain.messages import MAX_REPORTED_ERRORS
+from orders.domain.model import OrderPlaced
+from orders.entrypoints.http_contract import IDEMPOTENCY_KEY_HEADER, REPLAYED_HEADER
+from orders.entrypoints.http_problems import PROBLEM_JSON
+
+TITLE = "Orders API"
+DESCRIPTION = "Idempotent order intake: POST with an `Idempotency-Key`, poll GET for the result."
+
+
+class WireModel(BaseModel):
+    """Response shapes for the OpenAPI document: snake_case here, camelCase on the wire."""
+
+    model_config = ConfigDict(alias_generator=to_camel, serialize_by_alias=True)
+
+
+class Problem(WireModel):
+    """RFC 7807 problem details."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    errors: list[dict[str, str]] | None = Field(
+        default=None,
+        description=f"Per-field messages of a rejected body (at most {MAX_REPORTED_ERRORS})",
+    )
+    error_count: int | None = Field(default=None, description="How many errors the body has")
+
+
+class AcceptedOrder(WireModel):
+    order_id: str
+    status: str = Field(description="`accepted`: queued, not yet stored by the consumer")
+    location: str = Field(description="Where to GET the order")
+
+
+class RejectedOrder(WireModel):
+    order_id: str
+    status: str = Field(description="`rejected`: the consumer dead-lettered it")
+    reason: str = Field(description="The dead-letter reason, e.g. `RequestHashMismatch`")
+    description: str
+    rejected_at: str
+
+
+class StoredOrderLine(WireModel):
+    line_number: int
+    sku: str
+    quantity: int
+    unit_price: str = Field(description="Decimal string")
+    line_total: str = Field(description="Decimal string")
+
+
+class StoredOrder(WireModel):
+    order_id: str
+    status: str = Field(description="`placed`: stored by the consumer")
+    customer_id: str
+    currency: str
+    total_amount: str = Field(description="Decimal string")
+    total_quantity: int
+    processed_at: str
+    lines: list[StoredOrderLine]
+
+
+PROBLEM_RESPONSE = {"model": Problem, "content": {PROBLEM_JSON: {}}}
+
+PLACE_ORDER_RESPONSES: dict[int | str, dict[str, Any]] = {
+    202: {
+        "description": "Accepted and queued; a replay also carries `Idempotent-Replayed: true`",
+        "headers": {
+            "Location": {"schema": {"type": "string"}},
+            REPLAYED_HEADER: {"schema": {"type": "string", "enum": ["true"]}},
+        },
+    },
+    400: PROBLEM_RESPONSE | {"description": "Missing/invalid key, invalid body"},
+    409: PROBLEM_RESPONSE
+    | {
+        "description": "Same key still in progress (`request-in-progress`, Retry-After), "
+        "or the orderId was accepted with a different payload (`order-id-conflict`)"
+    },
+    413: PROBLEM_RESPONSE | {"description": "Order too large"},
+    422: PROBLEM_RESPONSE | {"description": "Same key, different body"},
+    503: PROBLEM_RESPONSE | {"description": "Dependency unavailable (Retry-After)"},
+}
+
+PLACE_ORDER_EXTRA: dict[str, Any] = {
+    "parameters": [
+        {
+            "name": IDEMPOTENCY_KEY_HEADER,
+            "in": "header",
+            "required": True,
+            "description": "Unique per order attempt; retries resend the same key",
+            "schema": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_KEY_LENGTH,
+                "pattern": "^[ -~]+$",
+            },
+        }
+    ],
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/OrderPlaced"}}},
+    },
+}
+
+GET_ORDER_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"description": "Stored (`placed`), or rejected by the consumer (`rejected`)"},
+    202: {"model": AcceptedOrder, "description": "Accepted, not yet stored (Retry-After)"},
+    404: PROBLEM_RESPONSE | {"description": "Unknown order"},
+    503: PROBLEM_RESPONSE | {"description": "Dependency unavailable (Retry-After)"},
+}
+
+
+def openapi_document(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document plus the `OrderPlaced` schema the POST body is validated against.
+
+    The body is parsed by the domain's `parse_order` (decimals stay exact, the same checks as
+    the consumer), not by FastAPI, so its schema is added here by hand.
+    """
+    if app.openapi_schema:
+        return app.openapi_schema
+    document = get_openapi(
+        title=app.title,
+        version=app.version,
+        description=app.description,
+        routes=app.routes,
+    )
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    order_schema = OrderPlaced.model_json_schema(ref_template="#/components/schemas/{model}")
+    schemas.update(order_schema.pop("$defs", {}))
+    schemas["OrderPlaced"] = order_schema
+    # pydantic describes a Decimal as "number or any string"; the contract is a JSON number.
+    # JSON Schema cannot say "at most 15 digits, 4 after the point" of a number, so the limit
+    # is stated in words (a float `multipleOf` would be wrong: 3 * 0.0001 is not 0.0003).
+    schemas["OrderLine"]["properties"]["unitPrice"] = {
+        "type": "number",
+        "minimum": 0,
+        "maximum": 99999999999.9999,
+        "title": "Unit price",
+        "description": "Decimal >= 0, at most 15 significant digits and 4 after the point",
+        "examples": [1.25],
+    }
+    app.openapi_schema = document
+    return document
