@@ -12,7 +12,7 @@ from typing import Any
 
 from orders.domain.documents import LINE_DOCUMENT_TYPE, ORDER_DOCUMENT_TYPE
 from orders.domain.hashing import request_hash
-from orders.domain.load_plan import LoadPlan, SendKind
+from orders.domain.load_plan import LoadPlan, PlannedSend, SendKind
 from orders.domain.messages import DeadLetterReason, MessageRejected, parse_order
 from orders.domain.rejections import REJECTION_DOCUMENT_TYPE
 
@@ -60,125 +60,183 @@ def _lines_of(body: str) -> list[tuple[str, int]]:
     return [(line.sku, line.quantity) for line in order.lines]
 
 
-def audit(
-    plan: LoadPlan,
-    documents: list[dict[str, Any]],
-    dead_letters: list[DeadLetteredMessage],
-) -> VerifyReport:
-    violations: list[str] = []
-    originals = {s.message_id: s for s in plan.sends if s.kind is SendKind.ORIGINAL}
-    conflicts = {s.message_id: s for s in plan.sends if s.kind is SendKind.CONFLICT}
-    in_window = {s.message_id: s for s in plan.sends if s.kind is SendKind.CONFLICT_IN_WINDOW}
+@dataclass
+class _StoredDocuments:
+    """The run's documents by kind (order and line documents by orderId)."""
 
-    order_docs: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    line_docs: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    rejection_docs: list[dict[str, Any]] = []
-    for document in documents:
-        if document.get("type") == ORDER_DOCUMENT_TYPE:
-            order_docs[document["orderId"]].append(document)
-        elif document.get("type") == LINE_DOCUMENT_TYPE:
-            line_docs[document["orderId"]].append(document)
-        elif document.get("type") == REJECTION_DOCUMENT_TYPE:
-            rejection_docs.append(document)
-        else:
-            violations.append(f"unexpected document {document.get('id')!r} in the store")
+    orders: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
+    lines: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
+    rejections: list[dict[str, Any]] = field(default_factory=list)
 
-    duplicate_orders = 0
-    stored_first = stored_conflicting = 0
-    for order_id, docs in order_docs.items():
+    @classmethod
+    def sort(cls, documents: list[dict[str, Any]], violations: list[str]) -> _StoredDocuments:
+        stored = cls()
+        for document in documents:
+            kind = document.get("type")
+            if kind == ORDER_DOCUMENT_TYPE:
+                stored.orders[document["orderId"]].append(document)
+            elif kind == LINE_DOCUMENT_TYPE:
+                stored.lines[document["orderId"]].append(document)
+            elif kind == REJECTION_DOCUMENT_TYPE:
+                stored.rejections.append(document)
+            else:
+                violations.append(f"unexpected document {document.get('id')!r} in the store")
+        return stored
+
+
+@dataclass
+class _OrderFindings:
+    duplicate_orders: int = 0
+    stored_first: int = 0
+    stored_conflicting: int = 0
+    missing: list[str] = field(default_factory=list)
+
+
+def _audit_orders(sends: _Sends, stored: _StoredDocuments, violations: list[str]) -> _OrderFindings:
+    """Every order stored once, with a payload that was sent for it and all its lines."""
+    found = _OrderFindings()
+    for order_id, docs in stored.orders.items():
         if len(docs) > 1:
-            duplicate_orders += 1
+            found.duplicate_orders += 1
             violations.append(f"order {order_id} is stored {len(docs)} times")
-        if order_id not in originals:
+        if order_id not in sends.originals:
             violations.append(f"order {order_id} is in the store but was never sent as an order")
             continue
         stored_hash = docs[0].get("requestHash")
-        original = originals[order_id]
-        conflict = conflicts.get(order_id) or in_window.get(order_id)
+        original = sends.originals[order_id]
+        conflict = sends.conflicts.get(order_id) or sends.in_window.get(order_id)
         if stored_hash == original.request_hash:
-            stored_first += 1
+            found.stored_first += 1
             stored_body = original.body
         elif conflict is not None and stored_hash == conflict.request_hash:
             # Competing consumers (or a lost lock) let the later payload win the race; the
             # other one must then be the dead-lettered mismatch.
-            stored_conflicting += 1
+            found.stored_conflicting += 1
             stored_body = conflict.body
         else:
             violations.append(f"order {order_id} has requestHash {stored_hash} matching no send")
             continue
         expected_lines = _lines_of(stored_body)
         stored_lines = sorted(
-            line_docs.get(order_id, []), key=lambda d: int(d.get("lineNumber", 0))
+            stored.lines.get(order_id, []), key=lambda d: int(d.get("lineNumber", 0))
         )
         actual_lines = [(d.get("sku"), d.get("quantity")) for d in stored_lines]
         if actual_lines != expected_lines:
             if len(actual_lines) > len(expected_lines):
-                duplicate_orders += 1
+                found.duplicate_orders += 1
             violations.append(
                 f"order {order_id} has lines {actual_lines}, expected {expected_lines}"
             )
-    for order_id in line_docs.keys() - order_docs.keys():
-        violations.append(f"{len(line_docs[order_id])} line(s) of {order_id} without their order")
+    for order_id in stored.lines.keys() - stored.orders.keys():
+        violations.append(
+            f"{len(stored.lines[order_id])} line(s) of {order_id} without their order"
+        )
+    found.missing = sorted(sends.originals.keys() - stored.orders.keys())
+    violations.extend(f"order {order_id} was sent but is not stored" for order_id in found.missing)
+    return found
 
-    missing = sorted(originals.keys() - order_docs.keys())
-    violations.extend(f"order {order_id} was sent but is not stored" for order_id in missing)
 
-    # Dead letters: a multiset of (message id, reason) expected, matched one for one.
-    expected: Counter[tuple[str | None, str | None]] = Counter(
+DeadLetterKey = tuple[str | None, str | None]  # (message id, reason)
+
+
+@dataclass
+class _DeadLetterFindings:
+    expected: Counter[DeadLetterKey]
+    allowed: set[DeadLetterKey]
+    of_this_run: int = 0
+    unexpected: int = 0
+    in_window_dead_lettered: int = 0
+
+
+def _audit_dead_letters(
+    plan: LoadPlan,
+    sends: _Sends,
+    dead_letters: list[DeadLetteredMessage],
+    stored: _StoredDocuments,
+    violations: list[str],
+) -> _DeadLetterFindings:
+    """Dead letters as a multiset of (message id, reason) expected, matched one for one."""
+    mismatch = DeadLetterReason.REQUEST_HASH_MISMATCH.value
+    expected: Counter[DeadLetterKey] = Counter(
         (s.message_id, s.expected_reason) for s in plan.sends if s.kind is SendKind.POISON
     )
-    expected.update(
-        (order_id, DeadLetterReason.REQUEST_HASH_MISMATCH.value) for order_id in conflicts
-    )
+    expected.update((order_id, mismatch) for order_id in sends.conflicts)
     # An in-window conflict is normally dropped by the broker; if one does get through (say a
     # crash made the original late), it is a mismatch like any other. Either is fine.
-    allowed = {(order_id, DeadLetterReason.REQUEST_HASH_MISMATCH.value) for order_id in in_window}
-    run_dead_letters = [
-        d for d in dead_letters if d.message_id and d.message_id.startswith(f"{plan.run_id}-")
-    ]
+    found = _DeadLetterFindings(expected, {(order_id, mismatch) for order_id in sends.in_window})
     remaining = expected.copy()
-    unexpected = in_window_dead_lettered = 0
-    for dead in run_dead_letters:
-        key = (dead.message_id, dead.reason)
-        if remaining[key] > 0 or key in allowed:
-            if remaining[key] > 0:
-                remaining[key] -= 1
-            else:
-                in_window_dead_lettered += 1
-            if dead.reason == DeadLetterReason.REQUEST_HASH_MISMATCH.value:
-                _check_mismatch(dead, order_docs, violations)
+    for dead in dead_letters:
+        if not (dead.message_id and dead.message_id.startswith(f"{plan.run_id}-")):
+            continue  # another run's
+        found.of_this_run += 1
+        key: DeadLetterKey = (dead.message_id, dead.reason)
+        if remaining[key] > 0:
+            remaining[key] -= 1
+        elif key in found.allowed:
+            found.in_window_dead_lettered += 1
         else:
-            unexpected += 1
+            found.unexpected += 1
             violations.append(
                 f"unexpected dead letter {dead.message_id} reason={dead.reason}: {dead.description}"
             )
+            continue
+        if dead.reason == mismatch:
+            _check_mismatch(dead, stored.orders, violations)
     for (message_id, reason), count in remaining.items():
         if count > 0:
             violations.append(f"expected dead letter {message_id} reason={reason} is missing")
     # Every rejection the consumer filed must be one it was expected to dead-letter.
-    for rejection in rejection_docs:
-        key = (rejection.get("messageId"), rejection.get("reason"))
-        if key not in expected and key not in allowed:
+    for rejection in stored.rejections:
+        filed: DeadLetterKey = (rejection.get("messageId"), rejection.get("reason"))
+        if filed not in expected and filed not in found.allowed:
             violations.append(f"unexpected rejection record {rejection.get('id')!r}")
+    return found
 
+
+@dataclass(frozen=True)
+class _Sends:
+    originals: dict[str, PlannedSend]
+    conflicts: dict[str, PlannedSend]
+    in_window: dict[str, PlannedSend]
+
+    @classmethod
+    def of(cls, plan: LoadPlan) -> _Sends:
+        def by_id(kind: SendKind) -> dict[str, PlannedSend]:
+            return {s.message_id: s for s in plan.sends if s.kind is kind}
+
+        return cls(
+            by_id(SendKind.ORIGINAL), by_id(SendKind.CONFLICT), by_id(SendKind.CONFLICT_IN_WINDOW)
+        )
+
+
+def audit(
+    plan: LoadPlan,
+    documents: list[dict[str, Any]],
+    dead_letters: list[DeadLetteredMessage],
+) -> VerifyReport:
+    violations: list[str] = []
+    sends = _Sends.of(plan)
+    stored = _StoredDocuments.sort(documents, violations)
+    orders = _audit_orders(sends, stored, violations)
+    letters = _audit_dead_letters(plan, sends, dead_letters, stored, violations)
     return VerifyReport(
         ok=not violations,
         run_id=plan.run_id,
         sent=len(plan.sends),
-        unique_orders=len(originals),
-        orders_in_store=sum(len(docs) for docs in order_docs.values()),
-        duplicate_orders=duplicate_orders,
-        missing_orders=len(missing),
-        dead_lettered=len(run_dead_letters),
-        expected_dead_letters=sum(expected.values()),
-        unexpected_dead_letters=unexpected,
-        stored_first_payload=stored_first,
-        stored_conflicting_payload=stored_conflicting,
-        rejections_recorded=len(rejection_docs),
+        unique_orders=len(sends.originals),
+        orders_in_store=sum(len(docs) for docs in stored.orders.values()),
+        duplicate_orders=orders.duplicate_orders,
+        missing_orders=len(orders.missing),
+        dead_lettered=letters.of_this_run,
+        expected_dead_letters=sum(letters.expected.values()),
+        unexpected_dead_letters=letters.unexpected,
+        stored_first_payload=orders.stored_first,
+        stored_conflicting_payload=orders.stored_conflicting,
+        rejections_recorded=len(stored.rejections),
         conflicts_in_window={
-            "sent": len(in_window),
-            "dropped_by_broker": len(in_window) - in_window_dead_lettered,
-            "dead_lettered": in_window_dead_lettered,
+            "sent": len(sends.in_window),
+            "dropped_by_broker": len(sends.in_window) - letters.in_window_dead_lettered,
+            "dead_lettered": letters.in_window_dead_lettered,
         },
         sends_by_kind=dict(Counter(s.kind.value for s in plan.sends)),
         violations=violations,
