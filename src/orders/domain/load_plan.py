@@ -160,115 +160,120 @@ def reused_body(body: str, customer_suffix: str) -> str:
     return json.dumps(changed)
 
 
+@dataclass(frozen=True)
+class _Picks:
+    """Which orders get which extra sends; no order proves two things at once."""
+
+    concurrent: list[str]
+    conflicts: list[str]
+    late: list[str]
+    retries: set[str]
+    in_window: set[str]
+
+    @classmethod
+    def draw(cls, order_ids: list[str], mix: LoadMix, rng: random.Random) -> _Picks:
+        def pick(fraction: float, exclude: frozenset[str] = frozenset()) -> list[str]:
+            candidates = [order_id for order_id in order_ids if order_id not in exclude]
+            return rng.sample(candidates, min(len(candidates), _count(fraction, len(order_ids))))
+
+        concurrent = pick(mix.concurrent_duplicates)
+        conflicts = pick(mix.conflicts, exclude=frozenset(concurrent))
+        late = pick(mix.late_duplicates, exclude=frozenset(concurrent + conflicts))
+        retries = set(pick(mix.producer_retries, exclude=frozenset(concurrent)))
+        in_window = set(
+            pick(
+                mix.conflicts_in_window, exclude=frozenset(concurrent + conflicts + late) | retries
+            )
+        )
+        return cls(concurrent, conflicts, late, retries, in_window)
+
+
+@dataclass(frozen=True)
+class _Orders:
+    bodies: dict[str, str]
+    hashes: dict[str, str]
+
+    def send(
+        self, kind: SendKind, phase: Phase, order_id: str, *, scheduled_together: bool = False
+    ) -> PlannedSend:
+        """A send of the order's own payload."""
+        body, request_hash = self.bodies[order_id], self.hashes[order_id]
+        return PlannedSend(
+            kind,
+            phase,
+            order_id,
+            body,
+            order_id,
+            request_hash,
+            scheduled_together=scheduled_together,
+        )
+
+    def reuse(self, kind: SendKind, phase: Phase, order_id: str, suffix: str) -> PlannedSend:
+        """A send of a different payload under the order's id."""
+        body = reused_body(self.bodies[order_id], suffix)
+        return PlannedSend(kind, phase, order_id, body, order_id, request_hash_of(body))
+
+
+def _first_phase(
+    orders: _Orders, picks: _Picks, poison: list[PlannedSend], rng: random.Random
+) -> list[PlannedSend]:
+    # Units keep a producer retry (and an in-window conflict) right behind its original, as
+    # they come at once, while the units themselves are shuffled.
+    units: list[list[PlannedSend]] = []
+    for order_id in orders.bodies:
+        if order_id in picks.concurrent:
+            continue
+        unit = [orders.send(SendKind.ORIGINAL, Phase.FIRST, order_id)]
+        if order_id in picks.retries:
+            unit.append(orders.send(SendKind.PRODUCER_RETRY, Phase.FIRST, order_id))
+        if order_id in picks.in_window:
+            unit.append(
+                orders.reuse(SendKind.CONFLICT_IN_WINDOW, Phase.FIRST, order_id, "-in-window")
+            )
+        units.append(unit)
+    units.extend([send] for send in poison)
+    rng.shuffle(units)
+    first = [send for unit in units for send in unit]
+    # The first copies of concurrent duplicates go last in the first phase, scheduled for the
+    # instant their second copies will also appear.
+    first.extend(
+        orders.send(SendKind.ORIGINAL, Phase.FIRST, order_id, scheduled_together=True)
+        for order_id in picks.concurrent
+    )
+    return first
+
+
+def _after_window(orders: _Orders, picks: _Picks) -> list[PlannedSend]:
+    after = [
+        orders.send(
+            SendKind.CONCURRENT_DUPLICATE, Phase.AFTER_WINDOW, order_id, scheduled_together=True
+        )
+        for order_id in picks.concurrent
+    ]
+    after += [
+        orders.send(SendKind.LATE_DUPLICATE, Phase.AFTER_WINDOW, order_id)
+        for order_id in picks.late
+    ]
+    after += [
+        orders.reuse(SendKind.CONFLICT, Phase.AFTER_WINDOW, order_id, "-reused")
+        for order_id in picks.conflicts
+    ]
+    return after
+
+
 def plan_load(orders: int, mix: LoadMix, *, seed: int, run_id: str) -> LoadPlan:
     if orders < 1:
         raise ValueError("orders must be at least 1")
     rng = random.Random(seed)
     order_ids = [f"{run_id}-{number:06d}" for number in range(orders)]
     bodies = {order_id: order_body(order_id, rng) for order_id in order_ids}
-    hashes = {order_id: request_hash_of(body) for order_id, body in bodies.items()}
-
-    def pick(fraction: float, exclude: frozenset[str] = frozenset()) -> list[str]:
-        candidates = [order_id for order_id in order_ids if order_id not in exclude]
-        return rng.sample(candidates, min(len(candidates), _count(fraction, orders)))
-
-    concurrent = pick(mix.concurrent_duplicates)
-    # Conflicts, late and concurrent duplicates never share an order: each proves one thing.
-    conflicts = pick(mix.conflicts, exclude=frozenset(concurrent))
-    late = pick(mix.late_duplicates, exclude=frozenset(concurrent + conflicts))
-    retries = set(pick(mix.producer_retries, exclude=frozenset(concurrent)))
-    in_window = set(
-        pick(mix.conflicts_in_window, exclude=frozenset(concurrent + conflicts + late) | retries)
+    planned = _Orders(
+        bodies, {order_id: request_hash_of(body) for order_id, body in bodies.items()}
     )
-
-    # Units keep a producer retry right behind its original (a retry comes at once), while
-    # the units themselves are shuffled.
-    units: list[list[PlannedSend]] = []
-    for order_id in order_ids:
-        if order_id in concurrent:
-            continue
-        original = PlannedSend(
-            SendKind.ORIGINAL, Phase.FIRST, order_id, bodies[order_id], order_id, hashes[order_id]
-        )
-        unit = [original]
-        if order_id in retries:
-            unit.append(
-                PlannedSend(
-                    SendKind.PRODUCER_RETRY,
-                    Phase.FIRST,
-                    order_id,
-                    bodies[order_id],
-                    order_id,
-                    hashes[order_id],
-                )
-            )
-        if order_id in in_window:
-            body = reused_body(bodies[order_id], "-in-window")
-            unit.append(
-                PlannedSend(
-                    SendKind.CONFLICT_IN_WINDOW,
-                    Phase.FIRST,
-                    order_id,
-                    body,
-                    order_id,
-                    request_hash_of(body),
-                )
-            )
-        units.append(unit)
-    units.extend([poison] for poison in poison_sends(run_id, _count(mix.poison, orders), rng))
-    rng.shuffle(units)
-    first = [send for unit in units for send in unit]
-    # The first copies of concurrent duplicates go last in the first phase, scheduled for the
-    # instant their second copies will also appear.
-    first.extend(
-        PlannedSend(
-            SendKind.ORIGINAL,
-            Phase.FIRST,
-            order_id,
-            bodies[order_id],
-            order_id,
-            hashes[order_id],
-            scheduled_together=True,
-        )
-        for order_id in concurrent
-    )
-
-    after: list[PlannedSend] = [
-        PlannedSend(
-            SendKind.CONCURRENT_DUPLICATE,
-            Phase.AFTER_WINDOW,
-            order_id,
-            bodies[order_id],
-            order_id,
-            hashes[order_id],
-            scheduled_together=True,
-        )
-        for order_id in concurrent
-    ]
-    after.extend(
-        PlannedSend(
-            SendKind.LATE_DUPLICATE,
-            Phase.AFTER_WINDOW,
-            order_id,
-            bodies[order_id],
-            order_id,
-            hashes[order_id],
-        )
-        for order_id in late
-    )
-    for order_id in conflicts:
-        body = reused_body(bodies[order_id], "-reused")
-        after.append(
-            PlannedSend(
-                SendKind.CONFLICT,
-                Phase.AFTER_WINDOW,
-                order_id,
-                body,
-                order_id,
-                request_hash_of(body),
-            )
-        )
-    return LoadPlan(run_id, seed, orders, tuple(first + after))
+    picks = _Picks.draw(order_ids, mix, rng)
+    poison = poison_sends(run_id, _count(mix.poison, orders), rng)
+    sends = _first_phase(planned, picks, poison, rng) + _after_window(planned, picks)
+    return LoadPlan(run_id, seed, orders, tuple(sends))
 
 
 def plan_to_json(plan: LoadPlan, **extra: Any) -> dict[str, Any]:
