@@ -9,7 +9,7 @@ import signal
 import sys
 import uuid
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -19,6 +19,9 @@ from rich.table import Table
 from orders.domain.load_plan import LoadMix, plan_from_json, plan_load, plan_to_json
 from orders.service.verify import VerifyReport
 from orders.settings import Settings, SettingsError
+
+if TYPE_CHECKING:
+    from orders.entrypoints.demo import DemoResult
 
 app = typer.Typer(
     name="orders",
@@ -195,6 +198,47 @@ def verify(
     raise typer.Exit(0 if report.ok else 1)
 
 
+def print_demo_story(result: DemoResult, workers: int) -> None:
+    """The verify table, the consumers' outcomes, and what the run proved, in words."""
+    report = result.report
+    outcomes = result.consumer_outcomes
+    handled = sum(outcomes.get(k, 0) for k in ("processed", "duplicate", "mismatch", "rejected"))
+    # Producer retries and conflicts inside the window never reach a consumer.
+    retries = report.sends_by_kind.get("producer_retry", 0)
+    dropped = retries + report.conflicts_in_window["dropped_by_broker"]
+    table = report_table(report)
+    for outcome, count in sorted(outcomes.items()):
+        table.add_row(f"  consumer: {outcome}", str(count))
+    out.print(table)
+    for violation in report.violations[:50]:
+        out.print(f"[red]violation:[/red] {violation}")
+    out.print(
+        f"{report.sent} messages for {report.unique_orders} orders through {workers} "
+        f"competing workers in {result.seconds:.0f} s; the consumers decided {handled} "
+        "deliveries."
+    )
+    if handled == report.sent - dropped:
+        out.print(
+            f"The {retries} producer retries never reached a consumer: the broker's "
+            "duplicate detection dropped them inside its window."
+        )
+    if report.conflicts_in_window["dropped_by_broker"]:
+        out.print(
+            f"[yellow]Silent:[/yellow] {report.conflicts_in_window['dropped_by_broker']} "
+            "different orders sent under a reused orderId inside the window were dropped "
+            "by the broker too (it compares MessageId only): no consumer, dead letter or "
+            "alert can see them. The HTTP API refuses such reuse (409); see the README."
+        )
+    if report.ok:
+        out.print(
+            "[green]Proven:[/green] every order stored exactly once, with its first "
+            "payload's hash and all its lines; redeliveries, late and concurrent duplicates "
+            f"({outcomes.get('duplicate', 0)}) completed without a second write; every "
+            "conflicting reuse and poison message in the dead-letter queue with its reason; "
+            "nothing lost, nothing unexplained."
+        )
+
+
 @app.command()
 def demo(
     orders: Annotated[int, typer.Option(min=1, help="Distinct orders")] = 300,
@@ -216,50 +260,15 @@ def demo(
             on_sent=lambda count: progress.advance(task, count),
             on_stage=lambda stage: progress.console.print(f"[dim]{stage}[/dim]"),
         )
-    report = result.report
-    outcomes = result.consumer_outcomes
-    handled = sum(outcomes.get(k, 0) for k in ("processed", "duplicate", "mismatch", "rejected"))
-    # Producer retries and conflicts inside the window never reach a consumer.
-    retries = report.sends_by_kind.get("producer_retry", 0)
-    dropped = retries + report.conflicts_in_window["dropped_by_broker"]
     if not as_json:
-        table = report_table(report)
-        for outcome, count in sorted(outcomes.items()):
-            table.add_row(f"  consumer: {outcome}", str(count))
-        out.print(table)
-        for violation in report.violations[:50]:
-            out.print(f"[red]violation:[/red] {violation}")
-        out.print(
-            f"{report.sent} messages for {report.unique_orders} orders through {workers} "
-            f"competing workers in {result.seconds:.0f} s; the consumers decided {handled} "
-            "deliveries."
-        )
-        if handled == report.sent - dropped:
-            out.print(
-                f"The {retries} producer retries never reached a consumer: the broker's "
-                "duplicate detection dropped them inside its window."
-            )
-        if report.conflicts_in_window["dropped_by_broker"]:
-            out.print(
-                f"[yellow]Silent:[/yellow] {report.conflicts_in_window['dropped_by_broker']} "
-                "different orders sent under a reused orderId inside the window were dropped "
-                "by the broker too (it compares MessageId only): no consumer, dead letter or "
-                "alert can see them. The HTTP API refuses such reuse (409); see the README."
-            )
-        if report.ok:
-            out.print(
-                "[green]Proven:[/green] every order stored exactly once, with its first "
-                "payload's hash and all its lines; redeliveries, late and concurrent duplicates "
-                f"({outcomes.get('duplicate', 0)}) completed without a second write; every "
-                "conflicting reuse and poison message in the dead-letter queue with its reason; "
-                "nothing lost, nothing unexplained."
-            )
+        print_demo_story(result, workers)
     if result.processes_left_running:
         err.print(f"[red]left running:[/red] {result.processes_left_running}")
+    report = result.report
     if as_json:
         summary = {
             **report.to_json(),
-            "consumer_outcomes": outcomes,
+            "consumer_outcomes": result.consumer_outcomes,
             "worker_exit_codes": result.worker_exit_codes,
             "seconds": round(result.seconds, 1),
         }

@@ -85,21 +85,29 @@ class Settings:
             ) from exc
         if ttl <= 0:
             raise SettingsError("IDEMPOTENCY_TTL_SECONDS must be positive")
+        # The field defaults above are the one source of defaults: unset names are left out.
+        named = {
+            field: value
+            for field, value in (
+                ("cosmos_database", optional("COSMOS_DATABASE")),
+                ("cosmos_container", optional("COSMOS_CONTAINER")),
+                ("cosmos_idempotency_container", optional("COSMOS_IDEMPOTENCY_CONTAINER")),
+                ("orders_queue", optional("ORDERS_QUEUE")),
+                ("idempotency_scope", optional("IDEMPOTENCY_SCOPE")),
+            )
+            if value is not None
+        }
         return cls(
             cosmos_endpoint=endpoint,
             cosmos_key=optional("COSMOS_KEY"),
             platform_auth_enabled=(optional("WEBSITE_AUTH_ENABLED") or "").lower() == "true",
-            cosmos_database=optional("COSMOS_DATABASE") or "orders",
-            cosmos_container=optional("COSMOS_CONTAINER") or "orders",
-            cosmos_idempotency_container=optional("COSMOS_IDEMPOTENCY_CONTAINER") or "idempotency",
-            orders_queue=optional("ORDERS_QUEUE") or "orders",
             servicebus_connection_string=optional("ServiceBusConnection"),
             servicebus_namespace=optional("ServiceBusConnection__fullyQualifiedNamespace"),
             azure_client_id=optional("AZURE_CLIENT_ID"),
             appinsights_connection_string=optional("APPLICATIONINSIGHTS_CONNECTION_STRING"),
             appinsights_authentication_string=optional("APPLICATIONINSIGHTS_AUTHENTICATION_STRING"),
-            idempotency_scope=optional("IDEMPOTENCY_SCOPE") or "default",
             idempotency_ttl_seconds=ttl,
+            **named,
         )
 
     @property

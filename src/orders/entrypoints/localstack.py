@@ -22,6 +22,8 @@ from typing import Any
 
 from orders.settings import EMULATOR_COSMOS_KEY, Settings
 
+DEFAULTS = Settings(cosmos_endpoint="")  # the settings' own defaults, for the child processes
+
 SERVICEBUS_READY = re.compile(r"servicebus-emulator listening on (\S+):(\d+)")
 COSMOS_READY = re.compile(r"cosmos-emulator listening on (\S+)")
 STARTUP_TIMEOUT_SECONDS = 60.0
@@ -166,9 +168,9 @@ class LocalStack:
             "ORDERS_QUEUE": self.queue.name,
             "COSMOS_ENDPOINT": self.cosmos_endpoint,
             "COSMOS_KEY": EMULATOR_COSMOS_KEY,
-            "COSMOS_DATABASE": "orders",
-            "COSMOS_CONTAINER": "orders",
-            "COSMOS_IDEMPOTENCY_CONTAINER": "idempotency",
+            "COSMOS_DATABASE": DEFAULTS.cosmos_database,
+            "COSMOS_CONTAINER": DEFAULTS.cosmos_container,
+            "COSMOS_IDEMPOTENCY_CONTAINER": DEFAULTS.cosmos_idempotency_container,
         }
 
     def settings(self) -> Settings:
