@@ -43,6 +43,12 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/mypy function_app.py scripts infra/scripts
+	# The tests too, one folder at a time: each has its own conftest and helpers on the path.
+	MYPYPATH=src:tests $(BIN)/mypy --explicit-package-bases tests/infra tests/*.py
+	@for dir in unit http e2e integration cosmos_emulator; do \
+		echo "mypy tests/$$dir"; \
+		MYPYPATH=src:tests:tests/$$dir $(BIN)/mypy --explicit-package-bases tests/$$dir || exit 1; \
+	done
 	@if [ -x $(BIN)/actionlint ]; then $(BIN)/actionlint -no-color .github/workflows/*.yml; \
 	elif command -v actionlint >/dev/null 2>&1; then actionlint -no-color .github/workflows/*.yml; \
 	else echo "actionlint not found (no wheel for this platform): workflows not linted"; fi

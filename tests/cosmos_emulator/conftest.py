@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from azure.cosmos import ContainerProxy, CosmosClient, DatabaseProxy, PartitionK
 from azure.cosmos.aio import ContainerProxy as AioContainerProxy
 from azure.cosmos.aio import CosmosClient as AioCosmosClient
 from cosmos_rest import unique
+from raw_http import EmulatorProcess
 
 from cosmos_emulator import RunningCosmosEmulator, start_in_background
 
@@ -33,13 +33,6 @@ def fresh_emulator() -> Iterator[RunningCosmosEmulator]:
     """An emulator of the test's own, for tests that inject faults or restart."""
     with start_in_background("127.0.0.1", 0) as emu:
         yield emu
-
-
-@dataclass
-class EmulatorProcess:
-    pid: int
-    port: int
-    url: str
 
 
 @pytest.fixture

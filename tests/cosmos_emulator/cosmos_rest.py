@@ -6,6 +6,7 @@ import http.client
 import json
 import urllib.parse
 import uuid
+from collections.abc import Iterable
 from email.utils import formatdate
 from typing import Any
 
@@ -53,3 +54,9 @@ def call(
 def unique(prefix: str) -> str:
     """A random resource name, so tests never collide (xdist-safe)."""
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def values(results: Iterable[Any]) -> list[Any]:
+    """Query results as plain values: the SDK types every row as a dict, even for
+    `SELECT VALUE` (numbers, strings)."""
+    return list(results)

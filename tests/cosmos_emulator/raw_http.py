@@ -103,3 +103,13 @@ def wait_until(condition: Any, deadline_s: float = 5.0, what: str = "condition")
             return
         time.sleep(0.02)
     raise AssertionError(f"{what} not reached within {deadline_s}s")
+
+
+@dataclass
+class EmulatorProcess:
+    """`python -m cosmos_emulator` running as a process of its own (the `emulator_process`
+    fixture): its pid, for memory readings, and where it listens."""
+
+    pid: int
+    port: int
+    url: str

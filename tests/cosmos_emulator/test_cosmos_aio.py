@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 from azure.core import MatchConditions
@@ -98,7 +99,7 @@ async def test_queries(aio_container: ContainerProxy) -> None:
     ] == []
     for i in range(12):
         await aio_container.create_item({"id": f"{i:02d}", "pk": f"p{i % 3}", "n": i})
-    ordered = [
+    ordered: list[Any] = [
         d
         async for d in aio_container.query_items(
             "SELECT VALUE c.n FROM c WHERE c.n >= @min ORDER BY c.n DESC",
@@ -106,11 +107,15 @@ async def test_queries(aio_container: ContainerProxy) -> None:
         )
     ]
     assert ordered == list(range(11, 4, -1))
-    assert [d async for d in aio_container.query_items("SELECT VALUE COUNT(1) FROM c")] == [12]
-    assert [
+    counted: list[Any] = [
+        d async for d in aio_container.query_items("SELECT VALUE COUNT(1) FROM c")
+    ]
+    assert counted == [12]
+    in_p1: list[Any] = [
         d
         async for d in aio_container.query_items("SELECT VALUE COUNT(1) FROM c", partition_key="p1")
-    ] == [4]
+    ]
+    assert in_p1 == [4]
     pages = aio_container.query_items("SELECT * FROM c", max_item_count=5).by_page()
     sizes = [len([d async for d in page]) async for page in pages]
     assert sizes == [5, 5, 2]

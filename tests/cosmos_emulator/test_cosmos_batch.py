@@ -84,8 +84,9 @@ def test_failing_read_replace_and_etag_condition_fail_the_batch(container: Conta
     for op, status in cases:
         with pytest.raises(exceptions.CosmosBatchOperationError) as err:
             container.execute_item_batch(
-                [("create", ({"id": "new", "pk": "a"},)), op], partition_key="a"
-            )  # type: ignore[list-item]
+                [("create", ({"id": "new", "pk": "a"},)), op],  # type: ignore[list-item]
+                partition_key="a",
+            )
         assert err.value.error_index == 1
         assert [r["statusCode"] for r in err.value.operation_responses] == [424, status]
     with pytest.raises(exceptions.CosmosResourceNotFoundError):

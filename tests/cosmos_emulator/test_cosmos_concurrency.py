@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from azure.cosmos import ContainerProxy, CosmosClient, PartitionKey, exceptions
 from azure.cosmos.aio import CosmosClient as AioCosmosClient
@@ -66,7 +67,7 @@ async def test_racing_aio_creates_and_batches(cosmos_emulator: RunningCosmosEmul
         won = await asyncio.gather(*(batch(i) for i in range(20)))
         assert sum(won) == 1
         winner = won.index(True)
-        effects = [
+        effects: list[Any] = [
             d
             async for d in container.query_items(
                 "SELECT VALUE c.id FROM c WHERE STARTSWITH(c.id, 'effect-')", partition_key="b"

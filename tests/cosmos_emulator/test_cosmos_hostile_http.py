@@ -5,11 +5,12 @@ from __future__ import annotations
 import contextlib
 import socket
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from azure.cosmos import CosmosClient, PartitionKey
-from conftest import EmulatorProcess
 from raw_http import (
+    EmulatorProcess,
     exchange,
     one_response,
     read_until_closed,
@@ -226,11 +227,11 @@ def test_bodies_over_the_shared_budget_are_503() -> None:
         socket.create_connection(("127.0.0.1", emu.port), timeout=5) as holder,
     ):
         holder.sendall(b"POST /dbs HTTP/1.1\r\nContent-Length: 900\r\n\r\n{")
-        busy = []
+        busy: list[Any] = []
 
         def refused() -> bool:
             busy[:] = [one_response(exchange(emu.port, small))]
-            return busy[0].status == 503
+            return bool(busy[0].status == 503)
 
         wait_until(refused, what="the holder's reservation")
         assert busy[0].headers["x-ms-retry-after-ms"] == "1000"

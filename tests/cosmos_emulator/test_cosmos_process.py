@@ -28,7 +28,8 @@ def launch(*args: str) -> tuple[subprocess.Popen[str], str]:
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
     prefix = "cosmos-emulator listening on "
-    assert line.startswith(prefix), (line, proc.stderr.read() if proc.poll() is not None else "")
+    stderr = proc.stderr.read() if proc.stderr and proc.poll() is not None else ""
+    assert line.startswith(prefix), (line, stderr)
     return proc, line[len(prefix) :]
 
 

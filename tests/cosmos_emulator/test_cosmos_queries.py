@@ -125,7 +125,7 @@ def test_paging_with_continuation_tokens(container: ContainerProxy) -> None:
         "SELECT * FROM c WHERE c.pk = 'a'", partition_key="a", max_item_count=4
     ).by_page()
     first = list(next(pager))
-    token = pager.continuation_token
+    token = pager.continuation_token  # type: ignore[attr-defined]  # typed as a plain iterator
     assert len(first) == 4 and token
     resumed = container.query_items(
         "SELECT * FROM c WHERE c.pk = 'a'", partition_key="a", max_item_count=4

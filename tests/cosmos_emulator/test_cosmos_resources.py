@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 from azure.cosmos import CosmosClient, DatabaseProxy, PartitionKey, exceptions
-from cosmos_rest import unique
+from cosmos_rest import unique, values
+
+from cosmos_emulator import RunningCosmosEmulator
 
 
 def test_database_lifecycle(client: CosmosClient) -> None:
@@ -16,7 +18,7 @@ def test_database_lifecycle(client: CosmosClient) -> None:
     assert name in [d["id"] for d in client.list_databases()]
     found = list(
         client.query_databases(
-            {
+            {  # type: ignore[arg-type]  # the SDK accepts a query spec too
                 "query": "SELECT * FROM r WHERE r.id = @id",
                 "parameters": [{"name": "@id", "value": name}],
             }
@@ -99,14 +101,15 @@ def test_hierarchical_partition_key(database: DatabaseProxy) -> None:
     assert container.read_item("1", ["t", "u2"])["user"] == "u2"
     with pytest.raises(exceptions.CosmosResourceExistsError):
         container.create_item({"id": "1", "tenant": "t", "user": "u1"})
-    rows = list(container.query_items("SELECT VALUE c.user FROM c", partition_key=["t", "u1"]))
+    rows = values(container.query_items("SELECT VALUE c.user FROM c", partition_key=["t", "u1"]))
     assert rows == ["u1"]
 
 
 def test_account_metadata_advertises_the_served_url(
-    client: CosmosClient, cosmos_emulator: object
+    client: CosmosClient, cosmos_emulator: RunningCosmosEmulator
 ) -> None:
     account = client.get_database_account()
     url = cosmos_emulator.url
     assert account.WritableLocations[0]["databaseAccountEndpoint"] == url
+    assert account.ConsistencyPolicy is not None
     assert account.ConsistencyPolicy["defaultConsistencyLevel"] == "Session"

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 from azure.cosmos import ContainerProxy, DatabaseProxy, PartitionKey, exceptions
-from cosmos_rest import unique
+from cosmos_rest import unique, values
 
 from cosmos_emulator import RunningCosmosEmulator
 
@@ -39,7 +39,7 @@ def test_item_ttl_expires_the_item_for_reads_and_queries(ttl_container: Containe
     assert time.monotonic() - written >= 0.9
     ids = [d["id"] for d in ttl_container.query_items("SELECT * FROM c", partition_key="a")]
     assert ids == ["forever"]
-    cross = list(
+    cross = values(
         ttl_container.query_items("SELECT VALUE COUNT(1) FROM c", enable_cross_partition_query=True)
     )
     assert cross == [1]

@@ -29,7 +29,8 @@ SENDER_LIMIT_BYTES = 250 * 1024
 
 
 def to_sdk_message(case: PoisonCase) -> ServiceBusMessage | AmqpAnnotatedMessage:
-    properties = {"poisonCase": case.name}
+    # The two message types annotate their application properties differently.
+    properties: dict[Any, Any] = {"poisonCase": case.name}
     if case.body_kind is BodyKind.VALUE:
         return AmqpAnnotatedMessage(
             value_body=case.value,
@@ -58,6 +59,7 @@ def dead_letters(stack: LocalStack) -> list[Any]:
 
 def stored_order_ids(stack: LocalStack, prefix: str) -> set[str]:
     settings = stack.settings()
+    assert settings.cosmos_key is not None  # the local stack runs on emulator keys
     with CosmosClient(stack.cosmos_endpoint, credential=settings.cosmos_key) as client:
         container = client.get_database_client("orders").get_container_client("orders")
         return {

@@ -34,7 +34,7 @@ def _decorator(param: dict[str, Any], kind: str) -> Any:
 
 def _call(path: str) -> dict[str, Any]:
     (call,) = [c for c in module_calls(parse(MAIN)).values() if c["detail"]["path"] == path]
-    return call
+    return dict(call)
 
 
 def _mapped(name: str) -> str:

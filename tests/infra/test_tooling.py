@@ -162,7 +162,7 @@ def test_hook_writes_the_settings_the_app_reads_for_the_deployed_resources(
     # The names it reads are outputs of main.bicep.
     sys.path.insert(0, str(HOOK.parent))
     try:
-        import write_local_settings
+        import write_local_settings  # type: ignore[import-not-found]  # a script, not a module
     finally:
         sys.path.remove(str(HOOK.parent))
     outputs = parse(MAIN)["outputs"]
@@ -212,7 +212,8 @@ def _workflow(name: str) -> dict[Any, Any]:
 
 def _on(workflow: dict[Any, Any]) -> dict[str, Any]:
     # YAML 1.1 reads the key `on` as True.
-    triggers: dict[str, Any] = workflow.get("on", workflow.get(True))
+    triggers = workflow.get("on", workflow.get(True))
+    assert isinstance(triggers, dict)
     return triggers
 
 
