@@ -2,7 +2,8 @@
 
 The bare message (properties, application properties, body, footer) is forwarded byte for byte;
 only the header and the message annotations are rebuilt for each delivery, so a delivery costs
-a few small encodes however large the body is.
+a few small encodes however large the body is. The sender's delivery annotations (broker-owned
+keys dropped) are delivered in the specification's place, wherever the sender wrote them.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ _K_DLSOURCE = _key("x-opt-deadletter-source")
 _long = struct.Struct(">q").pack
 _map8_head = struct.Struct(">BBB").pack
 _map32_head = struct.Struct(">BII").pack
+_SECTION_DA = b"\x00\x53\x71"
 _SECTION_MA = b"\x00\x53\x72"
 _SECTION_AP = b"\x00\x53\x74"
 
@@ -91,6 +93,8 @@ class ParsedMessage:
         "app_count",
         "app_raw",
         "body_raw",
+        "delivery_annotation_count",
+        "delivery_annotations_raw",
         "header",
         "message_id",
         "properties",
@@ -101,6 +105,8 @@ class ParsedMessage:
 
     def __init__(self) -> None:
         self.header: list[Any] = []
+        self.delivery_annotations_raw = b""
+        self.delivery_annotation_count = 0
         self.annotations_raw = b""
         self.annotation_count = 0
         self.properties: list[Any] = []
@@ -147,20 +153,45 @@ def parse_message(payload: bytes) -> ParsedMessage:
     n = len(payload)
     body_start = -1
     last_code = 0
+    bare_end = 0
+    seen_codes: set[int] = set()
+    body_kind = 0
+    trailing_delivery_annotations = False
     while pos < n:
         if payload[pos] != 0x00:
             raise DecodeError("message section is not described")
+        if trailing_delivery_annotations:
+            raise DecodeError("a message section after out-of-place delivery annotations")
         descriptor, value_pos = decode_value(payload, pos + 1)
         code = descriptor_code(descriptor)
         if isinstance(descriptor, str):
             code = _SECTION_SYMBOLS.get(descriptor, -1)
-        if code < HEADER or code > FOOTER or (code < last_code and code not in (DATA, SEQUENCE)):
+        if code < HEADER or code > FOOTER:
             raise DecodeError(f"unexpected message section {descriptor!r}")
-        last_code = code
+        if code in seen_codes and code not in (DATA, SEQUENCE):
+            raise DecodeError(f"message section {descriptor!r} appears twice")
+        if code in (DATA, SEQUENCE, VALUE):
+            if body_kind and body_kind != code:
+                raise DecodeError("a message body mixes data, sequence and value sections")
+            body_kind = code
+        if code == DELIVERY_ANNOTATIONS and code < last_code:
+            # The SDK writes delivery annotations after the body and footer (a choice of its
+            # encoder that Service Bus accepts): out of the specification's place, only last.
+            trailing_delivery_annotations = True
+        elif code < last_code:
+            raise DecodeError(f"message section {descriptor!r} out of order")
+        else:
+            last_code = code
+        seen_codes.add(code)
         end = skip_value(payload, value_pos)
+        if code != DELIVERY_ANNOTATIONS:
+            bare_end = end
         if code == HEADER:
             value, _ = decode_value(payload, value_pos)
             msg.header = value if isinstance(value, list) else []
+        elif code == DELIVERY_ANNOTATIONS:
+            raw, count, _ = _filtered_pairs(payload, value_pos)
+            msg.delivery_annotations_raw, msg.delivery_annotation_count = raw, count
         elif code == MESSAGE_ANNOTATIONS:
             msg.annotations_raw, msg.annotation_count, seen = _filtered_pairs(payload, value_pos)
             scheduled = seen.get("x-opt-scheduled-enqueue-time")
@@ -178,8 +209,8 @@ def parse_message(payload: bytes) -> ParsedMessage:
         elif code >= DATA and body_start < 0:
             body_start = pos
         pos = end
-    if body_start >= 0:
-        msg.body_raw = payload[body_start:]
+    if body_start >= 0:  # the body sections and the footer, without trailing delivery annotations
+        msg.body_raw = payload[body_start:bare_end]
     return msg
 
 
@@ -199,6 +230,8 @@ class StoredMessage:
         "bare",
         "body_raw",
         "dead_letter_source",
+        "delivery_annotation_count",
+        "delivery_annotations_raw",
         "delivery_count",
         "durable",
         "enqueued_ms",
@@ -227,6 +260,8 @@ class StoredMessage:
         self.ttl_ms = ttl_ms
         self.scheduled_ms = parsed.scheduled_ms
         self.expires_ms = (parsed.scheduled_ms or now_ms) + ttl_ms
+        self.delivery_annotations_raw = parsed.delivery_annotations_raw
+        self.delivery_annotation_count = parsed.delivery_annotation_count
         self.annotations_raw = parsed.annotations_raw
         self.annotation_count = parsed.annotation_count
         self.properties_raw = parsed.properties_raw
@@ -301,6 +336,9 @@ class StoredMessage:
         """The message as delivered: header and annotations rebuilt, the bare message as sent."""
         out = bytearray()
         self._header(out)
+        if self.delivery_annotation_count:  # the sender's, in the specification's place
+            out += _SECTION_DA
+            out += _map(self.delivery_annotations_raw, self.delivery_annotation_count)
         self._annotations(out, lock)
         out += self.bare
         return bytes(out)
