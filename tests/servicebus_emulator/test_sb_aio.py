@@ -25,7 +25,7 @@ async def test_async_iteration_with_auto_lock_renewal(
                 batch.add_message(ServiceBusMessage(f"a{i}", message_id=f"a{i}"))
             await sender.send_messages(batch)
         renewer = AutoLockRenewer(max_lock_renewal_duration=10)
-        seen = []
+        seen: list[tuple[str, int | None]] = []
         async with client.get_queue_receiver(
             queue_name, max_wait_time=10, auto_lock_renewer=renewer
         ) as receiver:

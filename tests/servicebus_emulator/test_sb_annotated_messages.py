@@ -115,6 +115,7 @@ def _check(received: ServiceBusReceivedMessage, body: str, shape: str) -> None:
     else:
         assert amqp.body == _plain(sent)
     if "header" in sections:
+        assert amqp.header is not None
         assert (amqp.header.priority, amqp.header.durable) == (7, True)
         assert amqp.header.time_to_live == 120_000
     # The sender's delivery annotations come back; the broker's own keys are the broker's.
@@ -124,6 +125,7 @@ def _check(received: ServiceBusReceivedMessage, body: str, shape: str) -> None:
         assert not amqp.delivery_annotations
     assert received.lock_token is not None and str(received.lock_token) != "forged"
     annotations = amqp.annotations
+    assert annotations is not None
     assert annotations[b"x-opt-sequence-number"] == received.sequence_number != 999
     assert received.enqueued_time_utc is not None and received.locked_until_utc is not None
     if "annotations" in sections:

@@ -94,6 +94,7 @@ def _sdk_encoded(message: ServiceBusMessage) -> bytes:
     outgoing = transform_outbound_messages(
         message, ServiceBusMessage, PyamqpTransport.to_outgoing_amqp_message
     )
+    assert isinstance(outgoing, ServiceBusMessage)
     return bytes(PyamqpTransport.encode_message(outgoing))
 
 

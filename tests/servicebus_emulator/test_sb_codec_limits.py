@@ -58,13 +58,11 @@ def nested_lists(depth: int) -> bytes:
 
 def _refused_quickly(raw: bytes) -> None:
     started = time.monotonic()
-    for parse in (lambda: decode_value(raw), lambda: skip_value(raw, 0)):
-        try:
-            parse()
-        except DecodeError:
-            continue
-        # skip_value walks sizes only; a well-sized encoding is allowed through it.
-        assert parse is not decode_value, "decoded without error"
+    with pytest.raises(DecodeError):
+        decode_value(raw)
+    # skip_value walks sizes only, so a well-sized encoding may pass it; it must not loop.
+    with contextlib.suppress(DecodeError):
+        skip_value(raw, 0)
     assert time.monotonic() - started < 1.0  # generous: the point is "no 2**31-step loop"
 
 

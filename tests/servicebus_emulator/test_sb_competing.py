@@ -6,7 +6,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceivedMessage
 from azure.servicebus.exceptions import ServiceBusError
 
 from servicebus_emulator import RunningEmulator
@@ -72,7 +72,7 @@ def test_credit_limits_what_one_receiver_locks(
             queue = emulator.broker.resolve(queue_name)
             assert queue is not None
             assert emulator.call(lambda: len(queue.locks)) == 1  # credit 1: one message locked
-            rest = []
+            rest: list[ServiceBusReceivedMessage] = []
             while len(rest) < 4:
                 batch = second.receive_messages(max_message_count=4, max_wait_time=5)
                 assert batch, "the second receiver starved"

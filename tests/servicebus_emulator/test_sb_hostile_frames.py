@@ -21,7 +21,7 @@ from sb_process import (
 from sb_raw_amqp import RawClient, close_condition, frames_in, message_bytes
 
 from servicebus_emulator import frames as F
-from servicebus_emulator.codec import MAX_DEPTH, Described, UInt, ULong, encode
+from servicebus_emulator.codec import MAX_DEPTH, Described, Symbol, UInt, ULong, encode
 from servicebus_emulator.connection import (
     HANDLE_MAX,
     MAX_FRAME_SIZE,
@@ -181,7 +181,7 @@ HOSTILE: dict[str, tuple[bool, bytes, str]] = {
     ),
     "descriptor-unknown-symbol": (
         False,
-        amqp_frame(b"\x00" + encode(F.Symbol("amqp:nonsense:list")) + b"\x45"),
+        amqp_frame(b"\x00" + encode(Symbol("amqp:nonsense:list")) + b"\x45"),
         "amqp:not-implemented",
     ),
     "descriptor-described": (
@@ -307,7 +307,7 @@ def test_attach_echoing_values_outside_the_long_range_is_answered(
     raw = RawClient(emulator_process.host, emulator_process.port)
     raw.handshake()
     # A ulong above 2**63 and a non-ASCII symbol inside the source the emulator echoes.
-    source = Described(ULong(F.SOURCE), ["raw-source", ULong(2**64 - 1), F.Symbol("säure")])
+    source = Described(ULong(F.SOURCE), ["raw-source", ULong(2**64 - 1), Symbol("säure")])
     target = Described(ULong(F.TARGET), [PROCESS_QUEUE])
     raw.frame(F.ATTACH, ["echo", UInt(0), False, None, None, source, target])
     reply = raw.read_until(F.ATTACH)

@@ -7,7 +7,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
+from azure.servicebus import (
+    ServiceBusClient,
+    ServiceBusMessage,
+    ServiceBusReceivedMessage,
+    ServiceBusSubQueue,
+)
 from azure.servicebus.exceptions import MessageSizeExceededError
 
 from servicebus_emulator import RunningEmulator
@@ -41,7 +46,7 @@ def test_batch_send_keeps_order_and_sequence_numbers(
             sender.send_messages(batch)
             sender.send_messages([ServiceBusMessage("list-1"), ServiceBusMessage("list-2")])
         with client.get_queue_receiver(queue_name, prefetch_count=100) as receiver:
-            got = []
+            got: list[ServiceBusReceivedMessage] = []
             while len(got) < 52:
                 chunk = receiver.receive_messages(max_message_count=52, max_wait_time=5)
                 assert chunk, "batch messages missing"

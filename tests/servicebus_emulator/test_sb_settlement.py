@@ -114,9 +114,9 @@ def test_settling_a_lock_the_broker_expired_raises_lock_lost(
             assert msg.locked_until_utc is not None
             msg._expiry = msg.locked_until_utc.replace(year=msg.locked_until_utc.year + 1)
             deadline = time.monotonic() + 5
-            while emulator.call(lambda: len(emulator.broker.resolve(queue_name).locks)) and (
-                time.monotonic() < deadline
-            ):
+            queue = emulator.broker.resolve(queue_name)
+            assert queue is not None
+            while emulator.call(lambda: len(queue.locks)) and (time.monotonic() < deadline):
                 time.sleep(0.05)
             with pytest.raises(MessageLockLostError):
                 receiver.complete_message(msg)
