@@ -2,13 +2,23 @@
 
 Every message goes through the same core and settlement mapping as the Functions trigger.
 
-Shape of the loop: `concurrency` slots, refilled as they free. Whenever a slot is free and no
-receive is open, one `receive_messages` call asks for exactly the free slots' worth; each
-message starts the moment it arrives and frees its slot the moment it is settled, so one slow
-message (say, Cosmos throttling retries) holds only its own slot, never its neighbours'. With
-prefetch 0 the SDK gives the broker credit only inside a receive call, which matters because it
-*releases* any message that reaches the client while no call is active: credit is never
-outstanding for more messages than there are free slots.
+Shape of the loop, chosen for how azure-servicebus behaves: the SDK *releases* any message that
+reaches the client while no `receive_messages` call is active, so a "receive one when a slot
+frees" loop (or a large prefetch) makes messages bounce between broker and client. Instead the
+worker receives up to `concurrency` messages, processes them concurrently and, while it does,
+already has the next receive call open (pipelining): messages are always received into an
+active call, and at most two batches are locked at once (both under lock renewal; with
+`--prefetch` > 0 the SDK also holds prefetched messages, unrenewed). Each batch is a barrier: the
+next one starts when every message of this one is settled, so one slow message (say, Cosmos
+throttling retries) holds its batch-mates' slots until it is done.
+
+Why the barrier stays (measured, scripts/bench_consumer.py and a traced worker): with the async
+SDK a settlement waits for the broker's confirmation, and only an open receive call pumps the
+connection promptly; a settlement made while no receive is open waits out the SDK's 0.1 s read
+timeout, twice. Loops that refill each slot as it frees let the look-ahead receive return early
+and leave settlements unpumped: 31-38 msg/s against 94-190 for this loop in one process. A
+barrier-free loop needs a pump that does not take messages (the SDK offers none publicly) or
+the sync SDK on a thread.
 
 Why 4 in flight by default: the SDK's async AMQP layer serialises socket reads behind one lock
 with a 0.1 s read timeout, so concurrent settlements on one receiver wait on each other; on the
@@ -22,7 +32,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from azure.servicebus import ServiceBusReceivedMessage, ServiceBusReceiveMode
 from azure.servicebus.aio import AutoLockRenewer, ServiceBusClient, ServiceBusReceiver
@@ -57,33 +66,26 @@ class Worker:
 
     async def run(self, stop: asyncio.Event) -> WorkerStats:
         stopping = asyncio.create_task(stop.wait())
+        next_batch = asyncio.create_task(self._receive(stop))
         in_flight: dict[asyncio.Task[None], ServiceBusReceivedMessage] = {}
-        receiving: asyncio.Task[list[ServiceBusReceivedMessage]] | None = None
         try:
             while not stop.is_set():
-                free = self._options.concurrency - len(in_flight)
-                if receiving is None and free > 0:
-                    receiving = asyncio.create_task(self._receive(stop, free))
-                watched: set[asyncio.Future[Any]] = {stopping, *in_flight}
-                if receiving is not None:
-                    watched.add(receiving)
-                await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
-                for task in [task for task in in_flight if task.done()]:
-                    del in_flight[task]
-                if receiving is not None and receiving.done():
-                    batch, receiving = receiving.result(), None
-                    if stop.is_set():
-                        await self._abandon(batch)  # received after the stop: straight back
-                        break
-                    in_flight.update(self._start(batch))
-            if receiving is not None:
-                # The receive open at the stop may still bring messages: they go straight back.
-                batch, receiving = await receiving, None
-                await self._abandon(batch)
+                batch = await next_batch
+                if stop.is_set():
+                    next_batch = asyncio.create_task(asyncio.sleep(0, batch))
+                    break
+                next_batch = asyncio.create_task(self._receive(stop))
+                in_flight = self._start(batch)
+                if in_flight:
+                    all_done = asyncio.ensure_future(asyncio.wait(in_flight))
+                    await asyncio.wait({all_done, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                    all_done.cancel()
+            # Stopping: what the last receive brought was never started, so it goes straight
+            # back to the broker; then what is in flight gets the grace period.
+            await self._abandon(await next_batch)
         finally:
             stopping.cancel()
-            if receiving is not None:
-                receiving.cancel()
+            next_batch.cancel()
             await self._finish(in_flight)
         return self.stats
 
@@ -92,10 +94,11 @@ class Worker:
     ) -> dict[asyncio.Task[None], ServiceBusReceivedMessage]:
         return {asyncio.create_task(self._process(message)): message for message in batch}
 
-    async def _receive(self, stop: asyncio.Event, count: int) -> list[ServiceBusReceivedMessage]:
+    async def _receive(self, stop: asyncio.Event) -> list[ServiceBusReceivedMessage]:
         try:
             batch = await self._receiver.receive_messages(
-                max_message_count=count, max_wait_time=self._options.receive_wait_seconds
+                max_message_count=self._options.concurrency,
+                max_wait_time=self._options.receive_wait_seconds,
             )
         except ServiceBusError as exc:
             # The SDK has spent its own retries: back off and keep serving (the loop asks again).
