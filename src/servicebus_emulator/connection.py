@@ -324,8 +324,9 @@ class AmqpConnection(asyncio.Protocol):
         )
         self._phase = "amqp"
         if isinstance(idle_ms, int) and idle_ms > 0:
-            # The peer closes after idle_ms of silence: keep it alive at half that period.
-            self._heartbeat_interval = max(idle_ms / 2000.0, 0.05)
+            # The peer closes after idle_ms of silence. Ticking at a quarter of it and writing
+            # when a whole tick passed in silence keeps every silence under half of it.
+            self._heartbeat_interval = max(idle_ms / 4000.0, 0.025)
             self._schedule_heartbeat()
 
     def _schedule_heartbeat(self) -> None:
@@ -337,6 +338,9 @@ class AmqpConnection(asyncio.Protocol):
             return
         if not self._wrote_since_beat and not self._write_paused:
             self.write(F.EMPTY_FRAME)
+            # Now, not on the next turn: a flush after the reset below would count this beat
+            # as traffic and skip the next one, doubling the silence the peer sees.
+            self._flush()
         self._wrote_since_beat = False
         self._schedule_heartbeat()
 

@@ -195,9 +195,9 @@ def test_emulator_only_and_optional_names_agree_with_the_code() -> None:
         ("EMULATOR_ONLY_SETTING_NAMES", EMULATOR_ONLY),
         ("OPTIONAL_SETTING_NAMES", OPTIONAL),
     ):
-        theirs = getattr(settings, constant, None)
-        if theirs is not None:
-            assert frozenset(theirs) == ours, constant
+        # Both lists must exist in the code: a renamed or deleted constant fails here.
+        assert hasattr(settings, constant), f"orders.settings.{constant} is missing"
+        assert frozenset(getattr(settings, constant)) == ours, constant
 
 
 def test_every_setting_the_source_reads_is_declared() -> None:
