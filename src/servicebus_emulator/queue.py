@@ -356,6 +356,3 @@ class Queue:
             raise MessageNotFoundError(f"no deferred message with sequence number {seq}")
         self._remove(msg)
         return msg
-
-    def active_count(self) -> int:
-        return sum(1 for m in self.messages.values() if m.state in (AVAILABLE, LOCKED))
