@@ -47,7 +47,7 @@ from orders.service.load import LoadResult, run_load
 from orders.service.order_lookup import OrderLookup
 from orders.service.ports import OrderPublisher, OrderStore
 from orders.service.verify import VerifyReport, audit
-from orders.service.worker_options import WorkerOptions, WorkerStats
+from orders.service.worker_options import Source, WorkerOptions, WorkerStats
 from orders.settings import Settings
 
 if TYPE_CHECKING:
@@ -267,7 +267,7 @@ async def run_worker(
         servicebus = create_servicebus_client(settings, identity)
         await stack.enter_async_context(servicebus)
         return await run_worker_on(
-            servicebus, settings.orders_queue, consumer, options, stop, after_decision
+            servicebus, Source(queue=settings.orders_queue), consumer, options, stop, after_decision
         )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orders.adapters.monitoring import configure_monitoring
+from orders.service.worker_options import Source
 from orders.settings import Settings, SettingsError
 
 
@@ -86,3 +87,11 @@ def test_the_principal_header_is_trusted_only_with_platform_authentication(
     env = {"COSMOS_ENDPOINT": "http://127.0.0.1:1/", "WEBSITE_AUTH_ENABLED": value}
 
     assert Settings.from_env(env).platform_auth_enabled is trusted
+
+
+def test_a_worker_source_is_a_queue_or_a_subscription_of_a_topic() -> None:
+    assert str(Source(queue="orders")) == "orders"
+    assert str(Source(topic="events", subscription="billing")) == "events/Subscriptions/billing"
+    for half_done in ({}, {"topic": "events"}, {"queue": "q", "topic": "t", "subscription": "s"}):
+        with pytest.raises(ValueError, match="a source is a queue"):
+            Source(**half_done)

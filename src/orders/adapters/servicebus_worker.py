@@ -42,7 +42,7 @@ from orders.domain.outcomes import Decision
 from orders.observability import log_value
 from orders.service.consumer import settle
 from orders.service.ports import MessageHandler
-from orders.service.worker_options import WorkerOptions, WorkerStats
+from orders.service.worker_options import Source, WorkerOptions, WorkerStats
 
 logger = logging.getLogger("orders.worker")
 RECEIVE_BACKOFF_SECONDS = 5.0
@@ -160,27 +160,40 @@ class Worker:
                 logger.warning("could not abandon %s: %s", log_value(message.message_id), exc)
 
 
+def peek_lock_receiver(
+    client: ServiceBusClient, source: Source, options: WorkerOptions
+) -> ServiceBusReceiver:
+    mode = ServiceBusReceiveMode.PEEK_LOCK
+    if source.queue is not None:
+        return client.get_queue_receiver(
+            source.queue, receive_mode=mode, prefetch_count=options.prefetch
+        )
+    assert source.topic is not None and source.subscription is not None
+    return client.get_subscription_receiver(
+        source.topic, source.subscription, receive_mode=mode, prefetch_count=options.prefetch
+    )
+
+
 async def run_worker_on(
     client: ServiceBusClient,
-    queue: str,
+    source: Source,
     handler: MessageHandler,
     options: WorkerOptions,
     stop: asyncio.Event,
     after_decision: Callable[[Decision], None] | None = None,
 ) -> WorkerStats:
-    """Compete for `queue` in PeekLock until `stop` is set."""
-    async with AutoLockRenewer() as renewer:
-        receiver = client.get_queue_receiver(
-            queue, receive_mode=ServiceBusReceiveMode.PEEK_LOCK, prefetch_count=options.prefetch
+    """Compete for `source` (a queue or a subscription) in PeekLock until `stop` is set."""
+    async with (
+        AutoLockRenewer() as renewer,
+        peek_lock_receiver(client, source, options) as receiver,
+    ):
+        logger.info(
+            "worker receiving from %s (concurrency %d, prefetch %d)",
+            source,
+            options.concurrency,
+            options.prefetch,
         )
-        async with receiver:
-            logger.info(
-                "worker receiving from %s (concurrency %d, prefetch %d)",
-                queue,
-                options.concurrency,
-                options.prefetch,
-            )
-            stats = await Worker(handler, receiver, renewer, options, after_decision).run(stop)
+        stats = await Worker(handler, receiver, renewer, options, after_decision).run(stop)
     logger.info(
         "worker stopped: received=%d settled=%d settlement_failures=%d",
         stats.received,

@@ -6,6 +6,22 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
+class Source:
+    """Where a worker competes: a queue, or a subscription of a topic (one pipeline for both)."""
+
+    queue: str | None = None
+    topic: str | None = None
+    subscription: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.queue is None) == (self.topic is None or self.subscription is None):
+            raise ValueError("a source is a queue, or a topic with one of its subscriptions")
+
+    def __str__(self) -> str:
+        return self.queue or f"{self.topic}/Subscriptions/{self.subscription}"
+
+
+@dataclass(frozen=True)
 class WorkerOptions:
     concurrency: int = 4
     # 0: the SDK asks the broker for exactly what each receive call wants (see the adapter).
