@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import json
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,23 +17,13 @@ from fakes import FakeMessageActions, FakeOrderStore, order_payload
 from sdk_messages import received_message
 
 import function_app
-from orders.bootstrap import use_function_consumer
 from orders.exceptions import TransientStoreError
-from orders.service.consumer import OrderConsumer
 
 
 def received(body: bytes, message_id: str, delivery_count: int = 0) -> ServiceBusReceivedMessage:
     return received_message(
         message_id, data=body, delivery_count=delivery_count, correlation_id="corr-42"
     )
-
-
-@pytest.fixture
-def store() -> Iterator[FakeOrderStore]:
-    fake = FakeOrderStore()
-    use_function_consumer(OrderConsumer(fake))
-    yield fake
-    use_function_consumer(None)
 
 
 async def invoke(message: ServiceBusReceivedMessage) -> list[tuple[str, Any, dict[str, Any]]]:
@@ -75,7 +64,7 @@ def test_http_api_is_hosted_behind_function_keys_on_every_path() -> None:
     assert output["type"] == "http"
 
 
-async def test_new_order_is_completed(store: FakeOrderStore) -> None:
+async def test_new_order_is_completed(function_store: FakeOrderStore) -> None:
     order_id = f"o-{uuid.uuid4().hex[:8]}"
     message = received(json.dumps(order_payload(order_id)).encode(), order_id)
 
@@ -83,10 +72,12 @@ async def test_new_order_is_completed(store: FakeOrderStore) -> None:
 
     assert [(name, kwargs) for name, _, kwargs in calls] == [("complete", {})]
     assert calls[0][1] is message
-    assert store.order_ids() == [order_id]
+    assert function_store.order_ids() == [order_id]
 
 
-async def test_duplicate_is_completed_without_a_second_write(store: FakeOrderStore) -> None:
+async def test_duplicate_is_completed_without_a_second_write(
+    function_store: FakeOrderStore,
+) -> None:
     order_id = f"o-{uuid.uuid4().hex[:8]}"
     body = json.dumps(order_payload(order_id)).encode()
     await invoke(received(body, order_id))
@@ -94,10 +85,10 @@ async def test_duplicate_is_completed_without_a_second_write(store: FakeOrderSto
     calls = await invoke(received(body, order_id, delivery_count=1))
 
     assert [name for name, _, _ in calls] == ["complete"]
-    assert store.create_calls == 2 and len(store.documents(order_id)) == 3
+    assert function_store.create_calls == 2 and len(function_store.documents(order_id)) == 3
 
 
-async def test_mismatch_is_dead_lettered_with_both_hashes(store: FakeOrderStore) -> None:
+async def test_mismatch_is_dead_lettered_with_both_hashes(function_store: FakeOrderStore) -> None:
     order_id = f"o-{uuid.uuid4().hex[:8]}"
     await invoke(received(json.dumps(order_payload(order_id)).encode(), order_id))
 
@@ -121,7 +112,7 @@ async def test_mismatch_is_dead_lettered_with_both_hashes(store: FakeOrderStore)
     ],
 )
 async def test_bad_messages_are_dead_lettered_with_their_reason(
-    store: FakeOrderStore, body: bytes, message_id: str, reason: str
+    function_store: FakeOrderStore, body: bytes, message_id: str, reason: str
 ) -> None:
     [(name, _, kwargs)] = await invoke(received(body, message_id))
 
@@ -130,19 +121,19 @@ async def test_bad_messages_are_dead_lettered_with_their_reason(
     assert kwargs["deadletter_error_description"]
 
 
-async def test_transient_store_failure_is_abandoned(store: FakeOrderStore) -> None:
+async def test_transient_store_failure_is_abandoned(function_store: FakeOrderStore) -> None:
     order_id = f"o-{uuid.uuid4().hex[:8]}"
-    store.fail_next(TransientStoreError("429"))
+    function_store.fail_next(TransientStoreError("429"))
 
     calls = await invoke(received(json.dumps(order_payload(order_id)).encode(), order_id))
 
     assert [name for name, _, _ in calls] == ["abandon"]
-    assert store.order_ids() == []
+    assert function_store.order_ids() == []
 
 
-async def test_unexpected_failure_is_abandoned(store: FakeOrderStore) -> None:
+async def test_unexpected_failure_is_abandoned(function_store: FakeOrderStore) -> None:
     order_id = f"o-{uuid.uuid4().hex[:8]}"
-    store.fail_next(KeyError("surprise"))
+    function_store.fail_next(KeyError("surprise"))
 
     calls = await invoke(received(json.dumps(order_payload(order_id)).encode(), order_id))
 

@@ -8,7 +8,6 @@ it (data, value or sequence body); settlement goes to a fake of the host's messa
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from azure.servicebus import ServiceBusReceivedMessage
@@ -17,11 +16,9 @@ from poison_corpus import PoisonCase, poison_cases, valid_order_body
 from sdk_messages import received_message
 
 import function_app
-from orders.bootstrap import use_function_consumer
 from orders.domain.model import is_entity_id
 from orders.domain.received import BodyKind
 from orders.domain.rejections import REJECTION_DOCUMENT_TYPE
-from orders.service.consumer import OrderConsumer
 
 RUN = f"fn{uuid.uuid4().hex[:6]}"
 CASES = poison_cases(RUN)
@@ -35,21 +32,13 @@ def sdk_message(case: PoisonCase) -> ServiceBusReceivedMessage:
     return received_message(case.message_id, data=case.body)
 
 
-@pytest.fixture
-def store() -> Iterator[FakeOrderStore]:
-    fake = FakeOrderStore()
-    use_function_consumer(OrderConsumer(fake))
-    yield fake
-    use_function_consumer(None)
-
-
 def test_the_corpus_is_at_least_forty_kinds() -> None:
     assert len({case.name for case in CASES}) == len(CASES) >= 40
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 async def test_poison_is_dead_lettered_at_once_and_the_next_order_is_stored(
-    store: FakeOrderStore, case: PoisonCase
+    function_store: FakeOrderStore, case: PoisonCase
 ) -> None:
     actions = FakeMessageActions()
     valid_id = f"{RUN}-ok-{uuid.uuid4().hex[:6]}"
@@ -62,11 +51,11 @@ async def test_poison_is_dead_lettered_at_once_and_the_next_order_is_stored(
     assert name == "deadletter"
     assert kwargs["deadletter_reason"] == case.reason
     assert 0 < len(kwargs["deadletter_error_description"]) <= 1024
-    assert next_name == "complete" and valid_id in store.order_ids()
+    assert next_name == "complete" and valid_id in function_store.order_ids()
     # Filed where GET looks: under the MessageId when it is a usable id (or the body's orderId).
     rejections = [
         document
-        for partition in store.partitions.values()
+        for partition in function_store.partitions.values()
         for document in partition.values()
         if document["type"] == REJECTION_DOCUMENT_TYPE
     ]
