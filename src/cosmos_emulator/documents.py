@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 from . import items
@@ -12,6 +14,7 @@ from .errors import CosmosError, bad_request, unsupported
 from .http11 import Request, Response
 from .ids import MAX_ITEM_BYTES, too_large
 from .protocol import (
+    DEFAULT_PAGE_SIZE,
     fingerprint,
     is_query,
     is_true,
@@ -145,11 +148,49 @@ class Documents:
         return [d for d in coll.live_items(None, now) if coll.pk_from_doc(d)[:prefix_len] == values]
 
     def read_feed(self, request: Request, coll: Container) -> Response:
-        if request.headers.get("a-im"):
-            raise unsupported("the change feed")
+        a_im = request.headers.get("a-im")
+        if a_im:
+            if a_im.strip().lower() != "incremental feed":
+                raise unsupported(f"the change feed mode A-IM: {a_im[:40]!r}")
+            return self.change_feed(request, coll)
         docs = self._candidates(request, coll)
         scope = request.headers.get("x-ms-documentdb-partitionkey", "")
         chunk, headers = page(request, docs, fingerprint("readfeed", {}, scope))
+        return json_response(
+            200, {"_rid": coll.rid, "Documents": chunk, "_count": len(chunk)}, headers
+        )
+
+    def change_feed(self, request: Request, coll: Container) -> Response:
+        """Latest-version change feed: each live item once, at its last write, in LSN order.
+
+        The continuation is the response's ETag (the LSN of the last item listed, or the
+        current LSN when nothing is new), sent back as `If-None-Match`; `*` means "from now".
+        `If-Modified-Since` (start from a point in time) keeps items written at or after it.
+        """
+        h = request.headers
+        range_id = h.get("x-ms-documentdb-partitionkeyrangeid")
+        if range_id is not None and range_id != "0":
+            raise bad_request(f"Partition key range {range_id[:40]!r} does not exist (only '0').")
+        after = _change_feed_position(h.get("if-none-match"), self.store.lsn)
+        since = _http_date(h.get("if-modified-since"))
+        raw_size = h.get("x-ms-max-item-count", "")
+        try:
+            size = int(raw_size) if raw_size else -1
+        except ValueError:
+            raise bad_request("x-ms-max-item-count must be an integer.") from None
+        if size <= 0:
+            size = DEFAULT_PAGE_SIZE
+        changed = [
+            d
+            for d in self._candidates(request, coll)
+            if d.get("_lsn", 0) > after and (since is None or d["_ts"] >= since)
+        ]
+        changed.sort(key=lambda d: d.get("_lsn", 0))
+        chunk = changed[:size]
+        if not chunk:
+            # Nothing new: the continuation moves to now, so later polls skip what was seen.
+            return Response(304, b"", {"etag": f'"{max(after, self.store.lsn)}"'})
+        headers = {"etag": f'"{chunk[-1]["_lsn"]}"', "x-ms-item-count": str(len(chunk))}
         return json_response(
             200, {"_rid": coll.rid, "Documents": chunk, "_count": len(chunk)}, headers
         )
@@ -222,6 +263,31 @@ def _item_response(request: Request, outcome: items.Outcome) -> Response:
     if outcome.doc is None or minimal:
         return Response(outcome.status, b"", headers)
     return json_response(outcome.status, outcome.doc, headers)
+
+
+def _change_feed_position(if_none_match: str | None, now_lsn: int) -> int:
+    """The LSN after which changes are wanted: 0 from the beginning, now for `*`."""
+    if if_none_match is None:
+        return 0
+    token = if_none_match.strip()
+    if token == "*":
+        return now_lsn
+    token = token.removeprefix("W/").strip('"')
+    if not token.isascii() or not token.isdigit() or len(token) > 19:
+        raise bad_request("The change feed continuation (If-None-Match) is not a valid LSN.")
+    return int(token)
+
+
+def _http_date(raw: str | None) -> float | None:
+    if raw is None:
+        return None
+    try:
+        when = parsedate_to_datetime(raw)
+    except (TypeError, ValueError, IndexError):
+        raise bad_request("If-Modified-Since must be an HTTP date (RFC 1123).") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
 
 
 def _epk_candidates(coll: Container, start: str, end: str, now: float) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from .query.parser import parse_query
 from .store import Container, Item, Store, pk_key
 from .untrusted_json import check_document, parse_json
 
-_SYSTEM_PROPS = ("_rid", "_self", "_etag", "_ts", "_attachments")
+_SYSTEM_PROPS = ("_rid", "_self", "_etag", "_ts", "_attachments", "_lsn")
 
 
 class PartitionView(Protocol):
@@ -137,6 +137,8 @@ def _stamp(ctx: ItemContext, body: dict[str, Any], previous: Item | None) -> Ite
     now = time.time()
     doc["_ts"] = int(now)
     ctx.store.touch()
+    # The write's log sequence number: the change feed lists items in its order.
+    doc["_lsn"] = ctx.store.lsn
     return Item(doc, now, seq)
 
 

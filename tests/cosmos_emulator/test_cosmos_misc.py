@@ -23,8 +23,8 @@ def test_container_throughput_can_be_read_and_replaced(database: DatabaseProxy) 
 def test_unsupported_features_are_400_naming_them(container: ContainerProxy) -> None:
     container.create_item({"id": "1", "pk": "a"})
     with pytest.raises(exceptions.CosmosHttpResponseError) as err:
-        list(container.query_items_change_feed(start_time="Beginning"))
-    assert err.value.status_code == 400 and "change feed" in str(err.value.message)
+        list(container.query_items_change_feed(start_time="Now", mode="AllVersionsAndDeletes"))
+    assert err.value.status_code == 400 and "change feed mode" in str(err.value.message)
     with pytest.raises(exceptions.CosmosHttpResponseError) as err:
         container.delete_all_items_by_partition_key("a")
     assert err.value.status_code == 400 and "partition key delete" in str(err.value.message)
