@@ -39,7 +39,7 @@ resource deadLetterAlert 'Microsoft.Insights/metricAlerts@2018-03-01' = {
   tags: tags
   dependsOn: [actionGroup]
   properties: {
-    description: 'Messages in the dead-letter queue of ${queueName}: read their DeadLetterReason (e.g. RequestHashMismatch) with `orders verify` or Service Bus Explorer.'
+    description: 'Messages in the dead-letter queue of ${queueName}: list them with `orders dlq list`, then follow the runbook for their DeadLetterReason in docs/operations.md (`orders dlq show`, `orders dlq resubmit`, `orders dlq purge`).'
     severity: 2
     enabled: true
     scopes: [namespace.id]

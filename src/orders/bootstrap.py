@@ -34,6 +34,7 @@ from orders.adapters.servicebus import (
     create_servicebus_client,
     to_received_order_message,
 )
+from orders.adapters.servicebus_dead_letters import ServiceBusDeadLetters
 from orders.adapters.servicebus_load import ServiceBusLoadSender, peek_dead_letters
 from orders.adapters.servicebus_publisher import ServiceBusOrderPublisher
 from orders.adapters.servicebus_worker import run_worker_on
@@ -176,6 +177,33 @@ async def build_http_runtime(
 async def http_runtime_from_env() -> HttpRuntime:
     """The HTTP API's runtime from app settings (Functions host, `orders serve`)."""
     return await build_http_runtime(Settings.from_env())
+
+
+@dataclass
+class OperatorTools:
+    """What `orders dlq` and `orders keys` work with (emulators, official emulators, Azure)."""
+
+    dead_letters: ServiceBusDeadLetters
+    keys: CosmosIdempotencyStore
+    default_scope: str
+    resources: AsyncExitStack = field(default_factory=AsyncExitStack)
+
+    async def close(self) -> None:
+        await self.resources.aclose()
+
+
+async def build_operator_tools(settings: Settings) -> OperatorTools:
+    settings.require_servicebus()
+    async with AsyncExitStack() as stack:
+        identity = _process_credential(stack, settings)
+        cosmos = await _cosmos_client(stack, settings, identity, create_local_resources=False)
+        servicebus = await stack.enter_async_context(create_servicebus_client(settings, identity))
+        return OperatorTools(
+            ServiceBusDeadLetters(servicebus, settings.orders_queue),
+            CosmosIdempotencyStore(idempotency_container(cosmos, settings)),
+            settings.idempotency_scope,
+            stack.pop_all(),
+        )
 
 
 # --- Lazily built runtimes (the two the Functions host runs) ----------------------------------

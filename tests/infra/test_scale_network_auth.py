@@ -198,3 +198,9 @@ def test_app_service_authentication_is_opt_in_by_app_registration() -> None:
     assert audience["operator"]["operands"]["true_value"] == "api://${authClientId}"
     # Callers learn the audience to ask Entra ID for from the azd environment.
     assert "AZURE_FUNCTION_AUTH_AUDIENCE" in parse(MAIN)["outputs"]
+
+
+def test_the_dead_letter_alert_points_at_the_dead_letter_tools_and_the_runbook() -> None:
+    alerts = (REPO_ROOT / "infra" / "modules" / "alerts.bicep").read_text(encoding="utf-8")
+    assert "`orders dlq list`" in alerts and "docs/operations.md" in alerts
+    assert (REPO_ROOT / "docs" / "operations.md").is_file()

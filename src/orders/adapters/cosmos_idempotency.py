@@ -120,6 +120,19 @@ class CosmosIdempotencyStore:
                 raise LeaseLostError(f"record {record.record_id!r} changed owner") from exc
         return IdempotencyRecord.from_document(stored)
 
+    async def read(self, record_id: str) -> IdempotencyRecord | None:
+        """A key's record as stored (operators' `orders keys show`)."""
+        return await self._read(record_id)
+
+    async def evict(self, record_id: str) -> bool:
+        """Delete a key's record whatever its state; False when there was none."""
+        with store_errors():
+            try:
+                await self._container.delete_item(item=record_id, partition_key=record_id)
+            except cosmos_errors.CosmosResourceNotFoundError:
+                return False
+        return True
+
     async def _read(self, item_id: str) -> IdempotencyRecord | None:
         document = await read_document(self._container, item_id, item_id)
         return IdempotencyRecord.from_document(document) if document is not None else None

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
+from orders.cli.operations import dead_letters_app, keys_app
+from orders.cli.shared import configure_logging, err, out, settings_or_exit
 from orders.domain.load_plan import LoadMix, plan_from_json, plan_load, plan_to_json
 from orders.service.verify import VerifyReport
-from orders.settings import Settings, SettingsError
 
 if TYPE_CHECKING:
     from orders.entrypoints.demo import DemoResult
@@ -29,27 +29,6 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-err = Console(stderr=True)
-out = Console()
-
-
-def configure_logging(level: int = logging.INFO) -> None:
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr
-    )
-    for noisy in ("azure", "uamqp", "urllib3"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
-def settings_or_exit(*, needs_servicebus: bool = True) -> Settings:
-    try:
-        settings = Settings.from_env()
-        if needs_servicebus:
-            settings.require_servicebus()
-        return settings
-    except SettingsError as exc:
-        err.print(f"[red]configuration error:[/red] {exc}")
-        raise typer.Exit(2) from exc
 
 
 @app.command()
@@ -297,9 +276,13 @@ def serve(
     )
 
 
+app.add_typer(dead_letters_app, name="dlq")
+app.add_typer(keys_app, name="keys")
+
+
 @app.callback()
 def _root() -> None:
-    """Commands: worker, load, verify, demo, serve."""
+    """Commands: worker, load, verify, demo, serve, dlq, keys."""
 
 
 def main() -> None:

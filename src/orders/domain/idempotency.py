@@ -172,6 +172,23 @@ def judge(existing: IdempotencyRecord, request_hash: str, now: float) -> Verdict
     return Verdict.TAKE_OVER
 
 
+def eviction_refusal(record: IdempotencyRecord, now: float, *, force: bool) -> str | None:
+    """Why evicting a key's record now would do harm, or None.
+
+    Evicting a completed key makes its next retry a new request: it is accepted and published
+    again, and the orderId claim, the broker and the consumer keep that harmless (the same
+    order). Evicting a live claim lets a retry publish while the first request still runs, so
+    it takes `force`.
+    """
+    if record.status is RecordStatus.IN_PROGRESS and record.lease_expires_at > now and not force:
+        remaining = math.ceil(record.lease_expires_at - now)
+        return (
+            f"a request with this key is in progress (its lease ends in {remaining} s); "
+            "wait for it, or use --force"
+        )
+    return None
+
+
 def retry_after_seconds(existing: IdempotencyRecord, now: float, cap: int) -> int:
     """Seconds until the claim finishes or its lease ends, at least 1 and at most `cap`.
 

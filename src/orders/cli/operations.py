@@ -1,0 +1,213 @@
+"""`orders dlq` and `orders keys`: what an operator does when the dead-letter alert fires.
+
+Against our emulators, the official ones and Azure alike (Entra ID when no key or connection
+string is set). The runbook per dead-letter reason is docs/operations.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import json
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Annotated, TypeVar
+
+import typer
+from rich.table import Table
+
+from orders.cli.shared import configure_logging, err, out, settings_or_exit
+from orders.domain.dead_letters import DeadLetter, Selection, resubmit_refusal
+from orders.domain.idempotency import eviction_refusal, record_id
+
+if TYPE_CHECKING:
+    from orders.bootstrap import OperatorTools
+
+T = TypeVar("T")
+
+dead_letters_app = typer.Typer(
+    help="Inspect, resubmit and purge the orders queue's dead letters.", no_args_is_help=True
+)
+keys_app = typer.Typer(help="Inspect and evict HTTP Idempotency-Key records.", no_args_is_help=True)
+
+Numbers = Annotated[list[int] | None, typer.Argument(help="Sequence numbers", show_default=False)]
+Reason = Annotated[str | None, typer.Option(help="Only dead letters with this reason")]
+All = Annotated[bool, typer.Option("--all", help="Every dead letter")]
+AsJson = Annotated[bool, typer.Option("--json", help="One JSON document on stdout")]
+Scope = Annotated[
+    str | None,
+    typer.Option(help="The key's scope: app:<IDEMPOTENCY_SCOPE> (default) or principal:<id>"),
+]
+
+
+def with_tools(action: Callable[[OperatorTools], Awaitable[T]]) -> T:
+    from orders.bootstrap import build_operator_tools
+
+    configure_logging()
+    settings = settings_or_exit()
+
+    async def run() -> T:
+        tools = await build_operator_tools(settings)
+        try:
+            return await action(tools)
+        finally:
+            await tools.close()
+
+    return asyncio.run(run())
+
+
+def selection_or_exit(numbers: list[int] | None, reason: str | None, everything: bool) -> Selection:
+    try:
+        return Selection(frozenset(numbers or ()), reason, everything)
+    except ValueError as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from exc
+
+
+def dead_letter_table(dead_letters: list[DeadLetter]) -> Table:
+    table = Table(title=f"{len(dead_letters)} dead letter(s)")
+    for column in ("seq", "reason", "description", "deliveries", "enqueued", "MessageId", "body"):
+        table.add_column(column, overflow="fold")
+    for dead in dead_letters:
+        table.add_row(
+            str(dead.sequence_number),
+            dead.reason or "",
+            (dead.description or "")[:80],
+            str(dead.delivery_count),
+            dead.enqueued_at.isoformat(timespec="seconds") if dead.enqueued_at else "",
+            json.dumps(dead.message_id),  # quoted: ids are the producer's bytes
+            dead.preview[:60],
+        )
+    return table
+
+
+@dead_letters_app.command("list")
+def list_dead_letters(
+    limit: Annotated[int, typer.Option(min=1, help="At most this many, oldest first")] = 100,
+    as_json: AsJson = False,
+) -> None:
+    """Reason, description, delivery count, enqueued time, MessageId and a body preview."""
+    found = with_tools(lambda tools: tools.dead_letters.browse(limit))
+    if as_json:
+        out.print_json(json.dumps([dead.to_json() for dead in found]))
+    else:
+        out.print(dead_letter_table(found))
+
+
+@dead_letters_app.command("show")
+def show_dead_letter(sequence: int, as_json: AsJson = False) -> None:
+    """One dead letter with its whole body and application properties."""
+    found = with_tools(lambda tools: tools.dead_letters.browse(1, from_sequence=sequence))
+    if not found or found[0].sequence_number != sequence:
+        err.print(f"[red]no dead letter with sequence number {sequence}[/red]")
+        raise typer.Exit(1)
+    view = found[0].to_json(with_body=True)
+    if as_json:
+        out.print_json(json.dumps(view))
+    else:
+        for key, value in view.items():
+            out.print(f"[bold]{key}[/bold]: {value}", markup=True, highlight=False)
+
+
+@dead_letters_app.command("resubmit")
+def resubmit_dead_letters(
+    numbers: Numbers = None,
+    reason: Reason = None,
+    everything: All = False,
+    force: Annotated[
+        bool, typer.Option(help="Resubmit RequestHashMismatch dead letters too")
+    ] = False,
+    duplicate_window: Annotated[
+        float, typer.Option(help="The queue's duplicate-detection window in seconds")
+    ] = 600.0,
+    by: Annotated[str | None, typer.Option(help="Who resubmits (default: user@host)")] = None,
+) -> None:
+    """Send selected dead letters back to the queue with their original MessageId (so the
+    idempotent consumer still recognises them), recording when and by whom."""
+    selection = selection_or_exit(numbers, reason, everything)
+    now = datetime.now(UTC)
+    who = by or f"{getpass.getuser()}@{socket.gethostname()}"
+    window = timedelta(seconds=duplicate_window)
+    outcome = with_tools(
+        lambda tools: tools.dead_letters.resubmit(
+            selection,
+            lambda dead: resubmit_refusal(dead, force=force, now=now, duplicate_window=window),
+            by=who,
+            now=now,
+        )
+    )
+    out.print(f"resubmitted {len(outcome.done)}: {sorted(outcome.done)}")
+    for sequence, why in sorted(outcome.refused.items()):
+        out.print(f"[yellow]kept {sequence}:[/yellow] {why}", highlight=False)
+    raise typer.Exit(1 if outcome.refused else 0)
+
+
+@dead_letters_app.command("purge")
+def purge_dead_letters(
+    numbers: Numbers = None,
+    reason: Reason = None,
+    everything: All = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Confirm: they are gone for good")] = False,
+) -> None:
+    """Remove selected dead letters for good (after they were handled elsewhere)."""
+    selection = selection_or_exit(numbers, reason, everything)
+    if not yes:
+        err.print("[red]purge deletes dead letters for good: add --yes to confirm[/red]")
+        raise typer.Exit(2)
+    outcome = with_tools(lambda tools: tools.dead_letters.purge(selection))
+    out.print(f"purged {len(outcome.done)}: {sorted(outcome.done)}")
+
+
+def scope_of(scope: str | None, tools: OperatorTools) -> str:
+    return scope or f"app:{tools.default_scope}"
+
+
+@keys_app.command("show")
+def show_key(key: str, scope: Scope = None, as_json: AsJson = False) -> None:
+    """A key's record: state, request hash, orderId, lease and the stored response."""
+
+    async def read(tools: OperatorTools) -> dict[str, object] | None:
+        record = await tools.keys.read(record_id(scope_of(scope, tools), key))
+        return record.to_document() | {"_etag": record.etag} if record else None
+
+    found = with_tools(read)
+    if found is None:
+        err.print("[red]no record for this key in this scope[/red]")
+        raise typer.Exit(1)
+    if as_json:
+        out.print_json(json.dumps(found))
+    else:
+        for name, value in found.items():
+            out.print(f"[bold]{name}[/bold]: {value}", highlight=False)
+
+
+@keys_app.command("evict")
+def evict_key(
+    key: str,
+    scope: Scope = None,
+    force: Annotated[bool, typer.Option(help="Evict even a request still in progress")] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Confirm the eviction")] = False,
+) -> None:
+    """Forget a key: its next request is treated as new (see docs/operations.md first)."""
+    if not yes:
+        err.print("[red]a retry with an evicted key is accepted again: add --yes to confirm[/red]")
+        raise typer.Exit(2)
+
+    async def evict(tools: OperatorTools) -> str | None:
+        identifier = record_id(scope_of(scope, tools), key)
+        record = await tools.keys.read(identifier)
+        if record is None:
+            return "no record for this key in this scope"
+        refusal = eviction_refusal(record, time.time(), force=force)
+        if refusal is not None:
+            return refusal
+        await tools.keys.evict(identifier)
+        return None
+
+    refused = with_tools(evict)
+    if refused is not None:
+        err.print(f"[red]not evicted:[/red] {refused}")
+        raise typer.Exit(1)
+    out.print("evicted")

@@ -1,0 +1,115 @@
+"""Dead letters as operators handle them: what one holds, which ones a command means, and when
+resubmitting one would do harm. Nothing here talks to a broker."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from orders.domain.messages import DeadLetterReason
+
+RESUBMITTED_AT = "ResubmittedAt"
+RESUBMITTED_BY = "ResubmittedBy"
+RESUBMIT_COUNT = "ResubmitCount"
+# Set by the broker on a dead-lettered copy; a resubmitted message starts without them.
+DEAD_LETTER_PROPERTIES = frozenset({"DeadLetterReason", "DeadLetterErrorDescription"})
+PREVIEW_CHARS = 120
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    sequence_number: int
+    message_id: str | None
+    reason: str | None
+    description: str | None
+    delivery_count: int
+    enqueued_at: datetime | None
+    body: bytes
+    application_properties: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def preview(self) -> str:
+        """The start of the body, with anything unprintable escaped (bodies are untrusted)."""
+        text = self.body[:PREVIEW_CHARS].decode("utf-8", errors="replace")
+        shown = json.dumps(text)[1:-1]
+        return shown + ("..." if len(self.body) > PREVIEW_CHARS else "")
+
+    def to_json(self, *, with_body: bool = False) -> dict[str, Any]:
+        view: dict[str, Any] = {
+            "sequenceNumber": self.sequence_number,
+            "messageId": self.message_id,
+            "reason": self.reason,
+            "description": self.description,
+            "deliveryCount": self.delivery_count,
+            "enqueuedAt": self.enqueued_at.isoformat() if self.enqueued_at else None,
+            "bodyPreview": self.preview,
+        }
+        if with_body:
+            view["body"] = self.body.decode("utf-8", errors="replace")
+            view["applicationProperties"] = {
+                key: str(value) for key, value in self.application_properties.items()
+            }
+        return view
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which dead letters a command acts on: given sequence numbers, one reason, or all."""
+
+    sequence_numbers: frozenset[int] = frozenset()
+    reason: str | None = None
+    everything: bool = False
+
+    def __post_init__(self) -> None:
+        if not (self.sequence_numbers or self.reason or self.everything):
+            raise ValueError("say which dead letters: sequence numbers, --reason or --all")
+
+    def matches(self, dead: DeadLetter) -> bool:
+        if self.everything:
+            return True
+        if self.sequence_numbers and dead.sequence_number not in self.sequence_numbers:
+            return False
+        return self.reason is None or dead.reason == self.reason
+
+
+def resubmit_refusal(
+    dead: DeadLetter, *, force: bool, now: datetime, duplicate_window: timedelta
+) -> str | None:
+    """Why resubmitting `dead` would do harm, or None when it is safe.
+
+    Two cases: a reused orderId (the copy is the same different order: it would be refused
+    again, and the alert would fire again), and a copy inside the duplicate-detection window
+    (the broker compares MessageId only and would drop it silently while reporting success).
+    `force` overrides the first, never the second: a silent drop helps nobody.
+    """
+    if dead.reason == DeadLetterReason.REQUEST_HASH_MISMATCH and not force:
+        return (
+            "RequestHashMismatch: this is a different order under an orderId that is already "
+            "stored; resubmitting it dead-letters it again. Fix the producer (a new orderId) "
+            "or, if the stored order was removed on purpose, resubmit with --force"
+        )
+    if dead.enqueued_at is not None and now - dead.enqueued_at < duplicate_window:
+        wait = (dead.enqueued_at + duplicate_window - now).total_seconds()
+        return (
+            "first sent inside the queue's duplicate-detection window: the broker would drop "
+            f"the copy silently; resubmit in {wait:.0f} s"
+        )
+    return None
+
+
+def resubmitted_properties(dead: DeadLetter, *, by: str, at: datetime) -> dict[str, Any]:
+    """The original application properties, without the broker's dead-letter ones, plus when
+    and by whom it was resubmitted (and how often, so a loop shows)."""
+    properties = {
+        key: value
+        for key, value in dead.application_properties.items()
+        if key not in DEAD_LETTER_PROPERTIES
+    }
+    try:
+        count = int(str(properties.get(RESUBMIT_COUNT, 0))) + 1
+    except ValueError:  # the producer's properties are untrusted: count from here
+        count = 1
+    properties.update({RESUBMITTED_AT: at.isoformat(), RESUBMITTED_BY: by, RESUBMIT_COUNT: count})
+    return properties

@@ -1,0 +1,95 @@
+"""The operators' rules for dead letters and keys: which ones a command means, and when
+resubmitting or evicting would do harm."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from orders.domain.dead_letters import (
+    DeadLetter,
+    Selection,
+    resubmit_refusal,
+    resubmitted_properties,
+)
+from orders.domain.idempotency import IdempotencyRecord, RecordStatus, eviction_refusal
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+WINDOW = timedelta(minutes=10)
+
+
+def dead(
+    reason: str = "InvalidJson", *, age: timedelta = timedelta(hours=1), **props: object
+) -> DeadLetter:
+    return DeadLetter(
+        sequence_number=7,
+        message_id="o-1",
+        reason=reason,
+        description="why",
+        delivery_count=1,
+        enqueued_at=NOW - age,
+        body=b"{oops\n" + b"x" * 200,
+        application_properties=dict(props),
+    )
+
+
+def test_a_selection_must_say_what_it_means() -> None:
+    with pytest.raises(ValueError, match="say which dead letters"):
+        Selection()
+    assert Selection(everything=True).matches(dead())
+    assert Selection(frozenset({7})).matches(dead()) and not Selection(frozenset({8})).matches(
+        dead()
+    )
+    assert Selection(reason="InvalidJson").matches(dead())
+    assert not Selection(frozenset({7}), reason="SchemaViolation").matches(dead())
+
+
+def test_a_reused_order_id_is_resubmitted_only_with_force() -> None:
+    mismatch = dead("RequestHashMismatch")
+
+    refusal = resubmit_refusal(mismatch, force=False, now=NOW, duplicate_window=WINDOW)
+
+    assert refusal is not None and "RequestHashMismatch" in refusal
+    assert resubmit_refusal(mismatch, force=True, now=NOW, duplicate_window=WINDOW) is None
+
+
+def test_inside_the_duplicate_window_nothing_is_resubmitted_even_with_force() -> None:
+    fresh = dead(age=timedelta(minutes=9))
+
+    refusal = resubmit_refusal(fresh, force=True, now=NOW, duplicate_window=WINDOW)
+
+    assert refusal is not None and "resubmit in 60 s" in refusal
+    assert resubmit_refusal(dead(age=WINDOW), force=False, now=NOW, duplicate_window=WINDOW) is None
+
+
+def test_a_resubmitted_copy_keeps_its_properties_and_says_who_when_and_how_often() -> None:
+    original = dead(DeadLetterReason="InvalidJson", DeadLetterErrorDescription="x", k="v",
+                    ResubmitCount="2")  # fmt: skip
+
+    properties = resubmitted_properties(original, by="ops@host", at=NOW)
+
+    assert properties == {
+        "k": "v",
+        "ResubmitCount": 3,
+        "ResubmittedAt": NOW.isoformat(),
+        "ResubmittedBy": "ops@host",
+    }
+    assert resubmitted_properties(dead(ResubmitCount="junk"), by="a", at=NOW)["ResubmitCount"] == 1
+
+
+def test_previews_escape_untrusted_bodies_and_say_when_they_are_cut() -> None:
+    assert dead().preview.startswith("{oops\\n") and dead().preview.endswith("...")
+
+
+def record(status: RecordStatus, lease_expires_at: float) -> IdempotencyRecord:
+    return IdempotencyRecord("id", "app:t", "k", "h", "o-1", status, lease_expires_at, 60)
+
+
+def test_a_live_claim_is_evicted_only_with_force() -> None:
+    live = record(RecordStatus.IN_PROGRESS, lease_expires_at=130.0)
+
+    assert "in progress" in (eviction_refusal(live, 100.0, force=False) or "")
+    assert eviction_refusal(live, 100.0, force=True) is None
+    assert eviction_refusal(record(RecordStatus.IN_PROGRESS, 90.0), 100.0, force=False) is None
+    assert eviction_refusal(record(RecordStatus.COMPLETED, 130.0), 100.0, force=False) is None
