@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-from azure.cosmos import ContainerProxy, DatabaseProxy, PartitionKey
+from azure.cosmos import ContainerProxy, CosmosClient, DatabaseProxy, PartitionKey
 from azure.cosmos.aio import ContainerProxy as AioContainerProxy
 from cosmos_rest import call, unique
 
-from cosmos_emulator import RunningCosmosEmulator
+from cosmos_emulator import RunningCosmosEmulator, start_in_background
 
 
 def _token(container: ContainerProxy) -> str:
@@ -223,3 +224,22 @@ async def test_aio_change_feed(aio_container: AioContainerProxy) -> None:
     await aio_container.create_item({"id": "new", "pk": "a"})
     paged = aio_container.query_items_change_feed(continuation=token, max_item_count=1)
     assert _ids([d async for d in paged]) == ["new"]
+
+
+def test_a_continuation_survives_a_restart_with_a_data_file(tmp_path: Path) -> None:
+    data = tmp_path / "state.json"
+    with start_in_background(data_file=data) as emu:
+        client = CosmosClient(emu.url, emu.key)
+        container = client.create_database("d").create_container("c", PartitionKey("/pk"))
+        container.create_item({"id": "before", "pk": "a"})
+        assert _ids(_feed(container)) == ["before"]
+        token = _token(container)
+        last = container.read_item("before", "a")["_lsn"]
+    with start_in_background(data_file=data) as emu:
+        client = CosmosClient(emu.url, emu.key)
+        container = client.get_database_client("d").get_container_client("c")
+        assert container.read_item("before", "a")["_lsn"] == last
+        assert list(container.query_items_change_feed(continuation=token)) == []
+        created = container.create_item({"id": "after", "pk": "b"})
+        assert created["_lsn"] > last
+        assert _ids(container.query_items_change_feed(continuation=token)) == ["after"]
