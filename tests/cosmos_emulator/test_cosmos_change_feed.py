@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from azure.cosmos import ContainerProxy, CosmosClient, DatabaseProxy, PartitionKey
 from azure.cosmos.aio import ContainerProxy as AioContainerProxy
 from cosmos_rest import call, unique
@@ -154,6 +155,24 @@ def test_by_partition_key_and_by_feed_range(container: ContainerProxy) -> None:
     assert len(_feed(container, feed_range=ranges[0])) == 8
     only_b = container.feed_range_from_partition_key("b")
     assert _ids(_feed(container, feed_range=only_b)) == ["i0", "i2", "i4", "b-late"]
+
+
+@pytest.mark.filterwarnings("ignore:'partition_key_range_id' is deprecated:DeprecationWarning")
+def test_by_partition_key_range_id_with_the_plain_etag_as_continuation(
+    container: ContainerProxy,
+) -> None:
+    """The SDK's older form: a range id, and the server's own ETag as the continuation."""
+    for i in range(3):
+        container.create_item({"id": f"i{i}", "pk": "a"})
+    feed = container.query_items_change_feed(
+        partition_key_range_id="0", start_time="Beginning", max_item_count=2
+    )
+    assert _ids(feed) == ["i0", "i1", "i2"]
+    token = _token(container)
+    assert token == f'"{container.read_item("i2", "a")["_lsn"]}"'
+    container.create_item({"id": "new", "pk": "b"})
+    again = container.query_items_change_feed(partition_key_range_id="0", continuation=token)
+    assert _ids(again) == ["new"]
 
 
 def test_hierarchical_partition_key_prefix(database: DatabaseProxy) -> None:
