@@ -18,6 +18,7 @@ from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
 
 from orders.domain.outcomes import Decision, Outcome
 from orders.domain.received import ReceivedOrderMessage
+from orders.tracing import context_from
 
 INSTRUMENTATION_NAME = "orders.consumer"
 
@@ -66,8 +67,10 @@ class ConsumerTelemetry:
 
     @contextmanager
     def message_span(self, message: ReceivedOrderMessage) -> Iterator[Span]:
+        # A child of the producer's span when the message carries its context.
         with self._tracer.start_as_current_span(
             "orders.process_message",
+            context=context_from(message.trace_context),
             kind=trace.SpanKind.CONSUMER,
             attributes={
                 "messaging.system": "servicebus",

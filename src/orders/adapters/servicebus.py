@@ -17,6 +17,7 @@ from azure.servicebus.amqp import AmqpMessageBodyType
 from orders.adapters.identity import ProcessCredential
 from orders.domain.received import BodyKind, ReceivedOrderMessage
 from orders.settings import Settings
+from orders.tracing import CARRIED
 
 BODY_KINDS = {
     AmqpMessageBodyType.DATA: BodyKind.DATA,
@@ -41,12 +42,21 @@ def message_body_bytes(message: ServiceBusReceivedMessage) -> bytes:
 def to_received_order_message(message: ServiceBusReceivedMessage) -> ReceivedOrderMessage:
     message_id = message.message_id
     correlation_id = message.correlation_id
+    properties = message.application_properties or {}
+    trace_context: dict[str, str] = {}
+    for name in CARRIED:
+        value = properties.get(name.encode(), properties.get(name))
+        if isinstance(value, bytes):
+            value = value.decode(errors="replace")
+        if isinstance(value, str):
+            trace_context[name] = value
     return ReceivedOrderMessage(
         body=message_body_bytes(message),
         message_id=str(message_id) if message_id is not None else None,
         delivery_count=message.delivery_count or 0,
         correlation_id=str(correlation_id) if correlation_id is not None else None,
         body_kind=BODY_KINDS.get(message.body_type, BodyKind.VALUE),
+        trace_context=trace_context,
     )
 
 

@@ -5,24 +5,31 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from types import TracebackType
+from typing import Any
 
 from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient, ServiceBusSender
+from opentelemetry import trace
 
 from orders.adapters.servicebus import message_body_bytes
 from orders.domain.load_plan import PlannedSend
 from orders.service.verify import DeadLetteredMessage
+from orders.tracing import current_trace_id, current_trace_properties
 
 PEEK_PAGE = 250
+_tracer = trace.get_tracer("orders.load")
 
 
 def to_message(send: PlannedSend) -> ServiceBusMessage:
+    properties: dict[str | bytes, Any] = {"loadKind": send.kind.value}
+    properties.update(current_trace_properties())
     return ServiceBusMessage(
         send.body,
         message_id=send.message_id,
         content_type="application/json",
         subject="OrderPlaced",
-        application_properties={"loadKind": send.kind.value},
+        correlation_id=current_trace_id(),
+        application_properties=properties,
     )
 
 
@@ -45,6 +52,11 @@ class ServiceBusLoadSender:
         await self._sender.__aexit__(exc_type, exc, traceback)
 
     async def send(self, sends: Sequence[PlannedSend]) -> None:
+        # One producer span per batch: its context travels on each message it sends.
+        with _tracer.start_as_current_span("orders.load.send", kind=trace.SpanKind.PRODUCER):
+            await self._send(sends)
+
+    async def _send(self, sends: Sequence[PlannedSend]) -> None:
         batch = await self._sender.create_message_batch()
         for send in sends:
             message = to_message(send)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any, cast
 
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient, ServiceBusSender
@@ -19,9 +20,12 @@ from azure.servicebus.exceptions import (
     ServiceBusQuotaExceededError,
     ServiceBusServerBusyError,
 )
+from opentelemetry import trace
+from opentelemetry.trace import TracerProvider
 
 from orders.domain.model import OrderPlaced
 from orders.exceptions import PublishError, TransientPublishError
+from orders.tracing import current_trace_id, current_trace_properties
 
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     OperationTimeoutError,
@@ -46,8 +50,14 @@ def order_message_body(order: OrderPlaced) -> bytes:
 class ServiceBusOrderPublisher:
     """`OrderPublisher` over one long-lived sender of the process's client."""
 
-    def __init__(self, client: ServiceBusClient, queue_name: str) -> None:
+    def __init__(
+        self,
+        client: ServiceBusClient,
+        queue_name: str,
+        tracer_provider: TracerProvider | None = None,
+    ) -> None:
         self._client = client
+        self._tracer = trace.get_tracer("orders.publisher", tracer_provider=tracer_provider)
         self._queue_name = queue_name
         self._sender: ServiceBusSender | None = None
         # One send at a time: the SDK's sender (re)opens its link without a lock of its own,
@@ -55,12 +65,22 @@ class ServiceBusOrderPublisher:
         self._lock = asyncio.Lock()
 
     async def publish(self, order: OrderPlaced) -> None:
-        message = ServiceBusMessage(
-            order_message_body(order),
-            message_id=order.order_id,
-            content_type="application/json",
-            subject="OrderPlaced",
-        )
+        with self._tracer.start_as_current_span(
+            "orders.publish",
+            kind=trace.SpanKind.PRODUCER,
+            attributes={"messaging.system": "servicebus", "messaging.message.id": order.order_id},
+        ):
+            message = ServiceBusMessage(
+                order_message_body(order),
+                message_id=order.order_id,
+                content_type="application/json",
+                subject="OrderPlaced",
+                correlation_id=current_trace_id(),
+                application_properties=cast(dict[str | bytes, Any], current_trace_properties()),
+            )
+            await self._send(message)
+
+    async def _send(self, message: ServiceBusMessage) -> None:
         async with self._lock:
             try:
                 if self._sender is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 
@@ -21,3 +21,5 @@ class ReceivedOrderMessage:
     delivery_count: int = 0  # as the SDK reports it: prior delivery attempts
     correlation_id: str | None = None
     body_kind: BodyKind = BodyKind.DATA
+    # W3C trace context the producer put on the message (traceparent, tracestate, Diagnostic-Id)
+    trace_context: dict[str, str] = field(default_factory=dict)

@@ -13,6 +13,8 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from opentelemetry import propagate, trace
+from opentelemetry.trace import TracerProvider
 
 from orders import __version__
 from orders.bootstrap import HttpRuntime, Lazy, http_runtime_from_env
@@ -70,9 +72,12 @@ def caller_scope(request: Request, services: HttpRuntime) -> str:
 # --- The app --------------------------------------------------------------------------------
 
 
-def create_app(runtime_factory: RuntimeFactory | None = None) -> FastAPI:
+def create_app(
+    runtime_factory: RuntimeFactory | None = None, tracer_provider: TracerProvider | None = None
+) -> FastAPI:
     """The ASGI app; `runtime_factory` defaults to building real clients from the environment."""
     runtime = Lazy(runtime_factory or http_runtime_from_env, "HTTP API's clients")
+    tracer = trace.get_tracer("orders.http", tracer_provider=tracer_provider)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -99,17 +104,24 @@ def create_app(runtime_factory: RuntimeFactory | None = None) -> FastAPI:
         openapi_extra=PLACE_ORDER_EXTRA,
     )
     async def place_order(request: Request) -> Response:
-        # Every refusal is an exception that http_problems maps to its problem.
-        key = validate_idempotency_key(single_header(request, IDEMPOTENCY_KEY_HEADER))
-        order = parse_order(await capped_body(request))
-        services = await runtime.get()
-        result = await services.intake.submit(
-            caller_scope(request, services),
-            key,
-            order,
-            first_response=lambda accepted: accepted_response(accepted.order_id),
-        )
-        return replay(result.response, replayed=result.replayed)
+        # A caller's `traceparent` is continued: its trace then reaches the consumer through
+        # the message (see orders/tracing.py).
+        with tracer.start_as_current_span(
+            "POST /api/orders",
+            context=propagate.extract(dict(request.headers)),
+            kind=trace.SpanKind.SERVER,
+        ):
+            # Every refusal is an exception that http_problems maps to its problem.
+            key = validate_idempotency_key(single_header(request, IDEMPOTENCY_KEY_HEADER))
+            order = parse_order(await capped_body(request))
+            services = await runtime.get()
+            result = await services.intake.submit(
+                caller_scope(request, services),
+                key,
+                order,
+                first_response=lambda accepted: accepted_response(accepted.order_id),
+            )
+            return replay(result.response, replayed=result.replayed)
 
     @app.get(
         "/api/orders/{orderId}",

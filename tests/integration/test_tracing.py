@@ -1,0 +1,94 @@
+"""One trace id from the HTTP request to the stored order: W3C trace context travels on the
+message (traceparent, tracestate, Diagnostic-Id) and the consumer's span is a child of the
+publish span. Real broker (our emulator, through the SDK); the stores are fakes."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from azure.servicebus.aio import ServiceBusClient
+from fakes import FakeIdempotencyStore, FakeOrderReader, FakeOrderStore, order_payload
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+from orders.adapters.servicebus import to_received_order_message
+from orders.adapters.servicebus_publisher import ServiceBusOrderPublisher
+from orders.bootstrap import HttpRuntime
+from orders.entrypoints.http_api import create_app
+from orders.entrypoints.localstack import QueueOptions
+from orders.observability import ConsumerTelemetry
+from orders.service.consumer import OrderConsumer
+from orders.service.idempotency import IdempotentOrderIntake
+from orders.service.order_lookup import OrderLookup
+from servicebus_emulator import RunningEmulator, start_in_background
+
+QUEUE = "orders"
+CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+@pytest.fixture
+def emulator() -> Iterator[RunningEmulator]:
+    running = start_in_background(config=QueueOptions(name=QUEUE).config())
+    yield running
+    running.stop()
+
+
+def by_name(spans: tuple[ReadableSpan, ...], name: str) -> ReadableSpan:
+    [span] = [span for span in spans if span.name == name]
+    return span
+
+
+async def test_one_trace_links_post_publish_and_consume(emulator: RunningEmulator) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    order_id = f"o-{uuid.uuid4().hex[:10]}"
+    store = FakeOrderStore()
+
+    async with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
+        publisher = ServiceBusOrderPublisher(client, QUEUE, tracer_provider=provider)
+        keys = FakeIdempotencyStore()
+        intake = IdempotentOrderIntake(keys, publisher, ttl_seconds=600)
+
+        async def runtime() -> HttpRuntime:
+            return HttpRuntime(intake, OrderLookup(FakeOrderReader(store), keys), "tests")
+
+        app = create_app(runtime, tracer_provider=provider)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+            # The caller's own trace is continued, not replaced.
+            posted = await http.post(
+                "/api/orders",
+                json=order_payload(order_id),
+                headers={
+                    "Idempotency-Key": "k1",
+                    "traceparent": f"00-{CLIENT_TRACE}-00f067aa0ba902b7-01",
+                },
+            )
+        await publisher.close()
+        async with client.get_queue_receiver(QUEUE) as receiver:
+            [message] = await receiver.receive_messages(max_message_count=1, max_wait_time=10)
+            consumer = OrderConsumer(store, ConsumerTelemetry(tracer_provider=provider))
+            decision = await consumer.handle(to_received_order_message(message))
+            await receiver.complete_message(message)
+
+    spans = exporter.get_finished_spans()
+    server = by_name(spans, "POST /api/orders")
+    publish = by_name(spans, "orders.publish")
+    consume = by_name(spans, "orders.process_message")
+    assert posted.status_code == 202 and decision.outcome.value == "processed"
+    assert {format(s.context.trace_id, "032x") for s in (server, publish, consume)} == {
+        CLIENT_TRACE
+    }
+    assert publish.parent is not None and publish.parent.span_id == server.context.span_id
+    assert consume.parent is not None and consume.parent.span_id == publish.context.span_id
+    assert publish.kind is SpanKind.PRODUCER and consume.kind is SpanKind.CONSUMER
+    # The message carries it as the Azure SDKs do, and the CorrelationId is the trace id.
+    properties = message.application_properties or {}
+    assert properties[b"Diagnostic-Id"] == properties[b"traceparent"]
+    assert message.correlation_id == CLIENT_TRACE
