@@ -276,13 +276,50 @@ def serve(
     )
 
 
+@app.command()
+def up(
+    workers: Annotated[int, typer.Option(min=0, help="Competing worker processes")] = 2,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port of the HTTP API")] = 8000,
+    directory: Annotated[
+        Path, typer.Option("--dir", help="Where logs and the settings files go")
+    ] = Path(".orders-local"),
+) -> None:
+    """Run the whole local stack (emulators, workers, HTTP API) until Ctrl-C."""
+    from orders.entrypoints.up import RunningStack, UpOptions, run_up
+
+    def ready(running: RunningStack) -> None:
+        out.print(f"[green]ready[/green]: HTTP API {running.api_url}/api/docs")
+        out.print(f"settings: {running.directory / 'env.json'} (`orders env` prints them)")
+        out.print(f"local.settings.json for func start: {running.directory}/local.settings.json")
+        out.print("Ctrl-C stops everything.", highlight=False)
+
+    configure_logging(logging.WARNING)
+    run_up(UpOptions(workers=workers, api_port=port, directory=directory), ready)
+    err.print("stopped")
+
+
+@app.command()
+def env(
+    directory: Annotated[Path, typer.Option("--dir", help="Where `orders up` runs")] = Path(
+        ".orders-local"
+    ),
+) -> None:
+    """Print the running local stack's settings as `export` lines: eval "$(orders env)"."""
+    from orders.entrypoints.up import ENV_FILE, export_lines
+
+    if not (directory / ENV_FILE).is_file():
+        err.print(f"[red]no {ENV_FILE} in {directory}: is `orders up` running?[/red]")
+        raise typer.Exit(1)
+    print("\n".join(export_lines(directory)))
+
+
 app.add_typer(dead_letters_app, name="dlq")
 app.add_typer(keys_app, name="keys")
 
 
 @app.callback()
 def _root() -> None:
-    """Commands: worker, load, verify, demo, serve, dlq, keys."""
+    """Commands: up, env, worker, load, verify, demo, serve, dlq, keys."""
 
 
 def main() -> None:

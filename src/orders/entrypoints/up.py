@@ -1,0 +1,104 @@
+"""`orders up`: the whole local stack, kept running until Ctrl-C.
+
+Both emulators, competing workers and the HTTP API, on free ports (the API on the port asked
+for). The settings the other tools need are printed, written as `env.json` (read by
+`orders env`, which prints them as `export` lines for a second shell) and as
+`local.settings.json` for `func start` users. Ctrl-C or SIGTERM stops every process it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shlex
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from orders.bootstrap import prepare_local_cosmos
+from orders.entrypoints.localstack import LocalStack, QueueOptions, local_stack
+
+API_READY = re.compile(r"Uvicorn running on (http://\S+)")
+READY_TIMEOUT_SECONDS = 60.0
+ENV_FILE = "env.json"
+LOCAL_SETTINGS_FILE = "local.settings.json"
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    workers: int = 2
+    api_host: str = "127.0.0.1"
+    api_port: int = 8000
+    directory: Path = Path(".orders-local")
+
+
+@dataclass(frozen=True)
+class RunningStack:
+    api_url: str
+    environment: dict[str, str]
+    directory: Path
+
+
+def write_settings(directory: Path, environment: dict[str, str], api_url: str) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / ENV_FILE).write_text(
+        json.dumps({**environment, "ORDERS_API_URL": api_url}, indent=2) + "\n"
+    )
+    # What `func start` reads; the Functions host needs its own storage setting besides ours.
+    local_settings = {
+        "IsEncrypted": False,
+        "Values": {
+            "AzureWebJobsStorage": "UseDevelopmentStorage=true",
+            "FUNCTIONS_WORKER_RUNTIME": "python",
+            **environment,
+        },
+    }
+    (directory / LOCAL_SETTINGS_FILE).write_text(json.dumps(local_settings, indent=2) + "\n")
+
+
+def export_lines(directory: Path) -> list[str]:
+    """`export NAME=value` lines (shell-quoted) from a running stack's env.json."""
+    values: dict[str, str] = json.loads((directory / ENV_FILE).read_text())
+    return [f"export {name}={shlex.quote(value)}" for name, value in values.items()]
+
+
+def _wait_for_api(stack: LocalStack, name: str) -> str:
+    [api] = [p for p in stack.processes if p.name == name]
+    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        match = API_READY.search(api.log())
+        if match:
+            return match.group(1)
+        if not api.running:
+            raise RuntimeError(f"the HTTP API exited early:\n{api.log()[-2000:]}")
+        time.sleep(0.05)  # polling the child's log for its ready line, bounded above
+    raise TimeoutError("the HTTP API did not report ready")
+
+
+def run_up(options: UpOptions, on_ready: Callable[[RunningStack], None]) -> None:
+    """Start everything, report it, and block until SIGINT or SIGTERM; then stop it all."""
+    stopped = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stopped.set())
+    options.directory.mkdir(parents=True, exist_ok=True)
+    with local_stack(QueueOptions(), options.directory) as stack:
+        asyncio.run(prepare_local_cosmos(stack.settings()))
+        for _ in range(options.workers):
+            stack.start_worker()
+        environment = stack.environment()
+        stack.spawn(
+            "http-api",
+            ["-m", "orders", "serve", "--host", options.api_host, "--port", str(options.api_port)],
+            env=environment,
+        )
+        api_url = _wait_for_api(stack, "http-api")
+        write_settings(options.directory, environment, api_url)
+        on_ready(RunningStack(api_url, environment, options.directory))
+        while not stopped.wait(0.5):
+            if not all(process.running for process in stack.processes):
+                gone = [p.name for p in stack.processes if not p.running]
+                raise RuntimeError(f"stopped unexpectedly: {gone}")
