@@ -283,7 +283,7 @@ def _http_date(raw: str | None) -> float | None:
         return None
     try:
         when = parsedate_to_datetime(raw)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         raise bad_request("If-Modified-Since must be an HTTP date (RFC 1123).") from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)

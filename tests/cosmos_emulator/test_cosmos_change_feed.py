@@ -212,7 +212,12 @@ def test_the_wire_304_etag_and_bad_tokens(
     assert status == 304 and body is None and headers_304["etag"] >= headers["etag"]
     status, headers_now, _ = call(url, key, "GET", path, headers={**feed, "If-None-Match": "*"})
     assert status == 304 and headers_now["etag"].strip('"').isdigit()
-    for bad in ({"If-None-Match": '"abc"'}, {"If-Modified-Since": "yesterday"}):
+    for bad in (
+        {"If-None-Match": '"abc"'},
+        {"If-None-Match": '"' + "9" * 30 + '"'},
+        {"If-Modified-Since": "yesterday"},
+        {"If-Modified-Since": "Mon, 01 Jan 99999999999 00:00:00 GMT"},
+    ):
         status, _, body = call(url, key, "GET", path, headers={**feed, **bad})
         assert status == 400, bad
     status, _, body = call(
