@@ -58,6 +58,9 @@ HEADER_NAMES = [
     "x-ms-offer-throughput",
     "x-ms-cosmos-offer-autopilot-settings",
     "x-ms-start-epk",
+    "x-ms-documentdb-partitionkeyrangeid",
+    "A-IM",
+    "If-Modified-Since",
     "If-Match",
     "If-None-Match",
     "Content-Type",
@@ -157,7 +160,9 @@ def requests(draw: st.DrawFn) -> Fuzzed:
     for name in draw(st.lists(st.sampled_from(HEADER_NAMES), max_size=4)):
         headers[name] = draw(
             st.sampled_from(["true", "True", "application/query+json", "100-continue", "close",
-                             "chunked", "gzip", "-1", "5", "+5", "x" * 50, '"etag"', ""])
+                             "chunked", "gzip", "-1", "5", "+5", "x" * 50, '"etag"', "",
+                             "Incremental feed", "Full-Fidelity Feed", "*", '"3"', "0",
+                             "Mon, 01 Jan 99999999999 00:00:00 GMT"])
             | pk_header
             | st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=12)
         )  # fmt: skip
