@@ -286,9 +286,17 @@ class Store:
                             it["doc"], float(it["written_at"]), int(it.get("seq", 0))
                         )
                     coll.throughput = c_data.get("throughput")
+                    self._number_unnumbered(coll)
                     db.containers[coll.props["id"]] = coll
                 db.throughput = db_data.get("throughput")
                 self.databases[db.props["id"]] = db
+
+    def _number_unnumbered(self, coll: Container) -> None:
+        """Items saved before `_lsn` existed get one, in creation order, after every other."""
+        missing = [i for p in coll.partitions.values() for i in p.values() if "_lsn" not in i.doc]
+        for item in sorted(missing, key=lambda i: i.seq):
+            self.lsn += 1
+            item.doc["_lsn"] = self.lsn
 
 
 def _partition_key_definition(raw: object) -> dict[str, Any]:
