@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from opentelemetry import metrics, trace
-from opentelemetry.metrics import MeterProvider
+from opentelemetry.metrics import Counter, MeterProvider
 from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
 
 from orders.domain.outcomes import Decision, Outcome
@@ -39,6 +39,25 @@ def log_value(value: object) -> str:
     if text and text.isprintable() and _SPLITS_A_FIELD.search(text) is None:
         return text
     return json.dumps(text)
+
+
+class HttpTelemetry:
+    """The HTTP API's idempotency counters: how often retries are answered, and how."""
+
+    def __init__(self, meter_provider: MeterProvider | None = None) -> None:
+        meter = metrics.get_meter("orders.http", meter_provider=meter_provider)
+
+        def counter(name: str, description: str) -> Counter:
+            return meter.create_counter(name, unit="{request}", description=description)
+
+        self.replays = counter("orders.http.replays", "Retries answered with the first response")
+        self.in_progress = counter("orders.http.in_progress", "409: same key still in progress")
+        self.key_reused = counter("orders.http.key_reused", "422: a key reused for another body")
+        self.takeovers = counter("orders.http.takeovers", "Expired claims taken over")
+        self.order_id_conflicts = counter(
+            "orders.http.order_id_conflicts", "409: an orderId taken by a different payload"
+        )
+        self.server_errors = counter("orders.http.server_errors", "5xx answers")
 
 
 class ConsumerTelemetry:

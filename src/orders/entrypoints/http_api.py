@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from opentelemetry import propagate, trace
+from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
 from orders import __version__
@@ -42,6 +43,7 @@ from orders.entrypoints.http_openapi import (
 )
 from orders.entrypoints.http_problems import install_problem_handlers, unknown_order
 from orders.exceptions import InvalidIdempotencyKeyError
+from orders.observability import HttpTelemetry
 from orders.service.order_lookup import OrderState
 
 RuntimeFactory = Callable[[], Awaitable[HttpRuntime]]
@@ -73,11 +75,14 @@ def caller_scope(request: Request, services: HttpRuntime) -> str:
 
 
 def create_app(
-    runtime_factory: RuntimeFactory | None = None, tracer_provider: TracerProvider | None = None
+    runtime_factory: RuntimeFactory | None = None,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
 ) -> FastAPI:
     """The ASGI app; `runtime_factory` defaults to building real clients from the environment."""
     runtime = Lazy(runtime_factory or http_runtime_from_env, "HTTP API's clients")
     tracer = trace.get_tracer("orders.http", tracer_provider=tracer_provider)
+    telemetry = HttpTelemetry(meter_provider)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -93,7 +98,7 @@ def create_app(
         docs_url="/api/docs",
         redoc_url=None,
     )
-    install_problem_handlers(app)
+    install_problem_handlers(app, telemetry)
 
     @app.post(
         "/api/orders",
@@ -121,6 +126,10 @@ def create_app(
                 order,
                 first_response=lambda accepted: accepted_response(accepted.order_id),
             )
+            if result.replayed:
+                telemetry.replays.add(1)
+            if result.took_over:
+                telemetry.takeovers.add(1)
             return replay(result.response, replayed=result.replayed)
 
     @app.get(

@@ -7,6 +7,7 @@ plain-text page.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -29,6 +30,7 @@ from orders.exceptions import (
     TransientPublishError,
     TransientStoreError,
 )
+from orders.observability import HttpTelemetry
 
 logger = logging.getLogger("orders.http")
 
@@ -165,7 +167,22 @@ PROBLEMS: list[tuple[type[Exception], ProblemFor]] = [
 ]
 
 
-def install_problem_handlers(app: FastAPI) -> None:
+def count_problem(telemetry: HttpTelemetry, response: Response) -> None:
+    """One counter per answer that matters to an operator, by status and problem type."""
+    if response.status_code >= 500:
+        telemetry.server_errors.add(1)
+        return
+    kind = json.loads(bytes(response.body)).get("type", "").removeprefix(PROBLEM_TYPE_PREFIX)
+    counter = {
+        "request-in-progress": telemetry.in_progress,
+        "idempotency-key-reused": telemetry.key_reused,
+        "order-id-conflict": telemetry.order_id_conflicts,
+    }.get(kind)
+    if counter is not None:
+        counter.add(1)
+
+
+def install_problem_handlers(app: FastAPI, telemetry: HttpTelemetry) -> None:
     """The table above, plus FastAPI's own errors (404/405 routes, validation) and the rest."""
 
     async def http_error(_: Request, exc: Exception) -> Response:
@@ -197,11 +214,14 @@ def install_problem_handlers(app: FastAPI) -> None:
         try:
             return await call_next(request)
         except Exception as exc:
+            telemetry.server_errors.add(1)
             return failure_problem(exc)
 
     def answer_with(problem_for: ProblemFor) -> Callable[[Request, Exception], Awaitable[Response]]:
         async def handler(request: Request, exc: Exception) -> Response:
-            return problem_for(request, exc)
+            response = problem_for(request, exc)
+            count_problem(telemetry, response)
+            return response
 
         return handler
 

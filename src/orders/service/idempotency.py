@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from orders.domain.hashing import request_hash
 from orders.domain.idempotency import (
@@ -48,6 +48,7 @@ DEFAULT_RETRY_AFTER_CAP = 1
 class SubmitResult:
     response: StoredResponse
     replayed: bool
+    took_over: bool = False  # a crashed claimant's expired claim was taken over
 
 
 class IdempotentOrderIntake:
@@ -91,6 +92,7 @@ class IdempotentOrderIntake:
             lease_expires_at=self._clock() + self._lease_seconds,
             ttl_seconds=self._ttl_seconds,
         )
+        took_over = False
         try:
             owned = await self._store.claim(claim)
         except IdempotencyRecordExistsError as conflict:
@@ -110,8 +112,10 @@ class IdempotentOrderIntake:
                     ) from None
                 case Verdict.TAKE_OVER:
                     owned = await self._take_over(claim, existing)
+                    took_over = True
         await self._claim_order_id(order, incoming_hash, owned)
-        return await self._publish_and_complete(order, owned, first_response)
+        result = await self._publish_and_complete(order, owned, first_response)
+        return replace(result, took_over=took_over)
 
     async def _claim_order_id(
         self, order: OrderPlaced, incoming_hash: str, owned: IdempotencyRecord
