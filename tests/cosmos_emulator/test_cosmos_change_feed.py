@@ -239,6 +239,9 @@ async def test_aio_change_feed(aio_container: AioContainerProxy) -> None:
     assert _ids(feed) == ["i1", "i2", "i3", "i0"] and feed[-1]["v"] == 1
     token = str(aio_container.client_connection.last_response_headers["etag"])
     assert [d async for d in aio_container.query_items_change_feed(continuation=token)] == []
+    pages = aio_container.query_items_change_feed(start_time="Beginning", max_item_count=3)
+    sizes = [len([d async for d in page]) async for page in pages.by_page()]
+    assert sizes[:2] == [3, 1] and sum(sizes) == 4
 
     by_pk = aio_container.query_items_change_feed(start_time="Beginning", partition_key="a")
     assert _ids([d async for d in by_pk]) == ["i1", "i3"]
