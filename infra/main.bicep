@@ -224,6 +224,22 @@ module functionApp 'modules/functionapp.bicep' = {
   }
 }
 
+module dashboards 'modules/dashboards.bicep' = {
+  name: 'dashboards'
+  scope: rg
+  params: {
+    applicationInsightsName: monitoring.outputs.applicationInsightsName
+    location: location
+    tags: tags
+    mismatchAlertName: '${abbrs.insightsScheduledQueryRules}mismatches-${resourceToken}'
+    duplicateAlertName: '${abbrs.insightsScheduledQueryRules}duplicates-${resourceToken}'
+    actionGroupName: '${abbrs.insightsActionGroups}${resourceToken}'
+    notify: !empty(alertEmailAddress)
+  }
+  // The alerts point at the dead-letter alert's action group.
+  dependsOn: [alerts]
+}
+
 module alerts 'modules/alerts.bicep' = {
   name: 'alerts'
   scope: rg

@@ -21,6 +21,7 @@ from .bicep_model import (
     parse,
     resolve,
     resources,
+    resources_of_type,
 )
 
 FUNCTION = "modules/functionapp.bicep"
@@ -204,3 +205,43 @@ def test_the_dead_letter_alert_points_at_the_dead_letter_tools_and_the_runbook()
     alerts = (REPO_ROOT / "infra" / "modules" / "alerts.bicep").read_text(encoding="utf-8")
     assert "`orders dlq list`" in alerts and "docs/operations.md" in alerts
     assert (REPO_ROOT / "docs" / "operations.md").is_file()
+
+
+DASHBOARDS = "modules/dashboards.bicep"
+
+
+def test_a_reused_order_id_raises_an_alert_from_the_consumers_counter() -> None:
+    alerts = resources_of_type(parse(DASHBOARDS), "Microsoft.Insights/scheduledQueryRules")
+    by_measure = {
+        r.body["properties"]["criteria"]["allOf"][0]["metricMeasureColumn"]: r for r in alerts
+    }
+    mismatch = by_measure["mismatches"].body["properties"]
+    criterion = mismatch["criteria"]["allOf"][0]
+
+    assert 'name == "orders.mismatches"' in criterion["query"]
+    assert criterion["operator"] == "GreaterThan" and criterion["threshold"] == 0
+    assert mismatch["severity"] == 1 and "orders dlq list" in mismatch["description"]
+
+
+def test_a_high_duplicate_ratio_raises_an_alert_with_a_tunable_threshold() -> None:
+    alerts = resources_of_type(parse(DASHBOARDS), "Microsoft.Insights/scheduledQueryRules")
+    [duplicates] = [
+        r.body["properties"]
+        for r in alerts
+        if r.body["properties"]["criteria"]["allOf"][0]["metricMeasureColumn"] == "duplicatePercent"
+    ]
+    criterion = duplicates["criteria"]["allOf"][0]
+
+    assert (
+        '"orders.duplicates"' in criterion["query"] and '"orders.processed"' in criterion["query"]
+    )
+    assert resolve(DASHBOARDS, criterion["threshold"]) == 20
+
+
+def test_the_workbook_draws_the_consumer_and_http_counters() -> None:
+    workbook = one_resource(parse(DASHBOARDS), "Microsoft.Insights/workbooks").body["properties"]
+    text = json.dumps(parse(DASHBOARDS))
+
+    assert workbook["category"] == "workbook"
+    assert "orders.dead_lettered" in text and 'startswith \\"orders.http.\\"' in text
+    assert "dashboards.bicep" in (INFRA / "main.bicep").read_text(encoding="utf-8")
