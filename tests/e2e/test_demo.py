@@ -30,10 +30,23 @@ def processes_tagged(tag: str) -> list[int]:
     return found
 
 
-def test_demo_prints_an_ok_verify_report_and_leaves_no_process_behind() -> None:
+def test_demo_prints_an_ok_verify_report_and_leaves_no_process_behind(tmp_path: Path) -> None:
     tag = uuid.uuid4().hex
+    html_report = tmp_path / "report.html"
     result = subprocess.run(
-        [sys.executable, "-m", "orders", "demo", "--orders", "80", "--workers", "2", "--json"],
+        [
+            sys.executable,
+            "-m",
+            "orders",
+            "demo",
+            "--orders",
+            "80",
+            "--workers",
+            "2",
+            "--json",
+            "--report",
+            str(html_report),
+        ],
         capture_output=True,
         text=True,
         timeout=200,
@@ -50,6 +63,8 @@ def test_demo_prints_an_ok_verify_report_and_leaves_no_process_behind() -> None:
     assert outcomes["processed"] == 80
     assert outcomes["duplicate"] >= report["sends_by_kind"]["late_duplicate"]
     assert report["worker_exit_codes"] == [0, 0]  # SIGTERM: drained and exited cleanly
+    page = html_report.read_text(encoding="utf-8")
+    assert "orders demo: OK" in page and page.count("<polyline") >= 2
     assert processes_tagged(tag) == []
 
 

@@ -224,6 +224,9 @@ def demo(
     workers: Annotated[int, typer.Option(min=1, help="Competing worker processes")] = 3,
     seed: Annotated[int, typer.Option(help="Random seed of the load")] = 7,
     as_json: Annotated[bool, typer.Option("--json", help="Print the verify object last")] = False,
+    report: Annotated[Path, typer.Option(help="Where to write the HTML report of the run")] = Path(
+        "demo-report.html"
+    ),
 ) -> None:
     """Run everything on the embedded local stack and prove exactly-once effects."""
     from orders.entrypoints.demo import DemoOptions, run_demo
@@ -239,20 +242,26 @@ def demo(
             on_sent=lambda count: progress.advance(task, count),
             on_stage=lambda stage: progress.console.print(f"[dim]{stage}[/dim]"),
         )
+    from orders.entrypoints.demo_report import render_report
+
+    report.write_text(
+        render_report(result.report.to_json(), result.decisions, result.seconds), encoding="utf-8"
+    )
     if not as_json:
         print_demo_story(result, workers)
+        out.print(f"HTML report: {report}")
     if result.processes_left_running:
         err.print(f"[red]left running:[/red] {result.processes_left_running}")
-    report = result.report
+    verified = result.report
     if as_json:
         summary = {
-            **report.to_json(),
+            **verified.to_json(),
             "consumer_outcomes": result.consumer_outcomes,
             "worker_exit_codes": result.worker_exit_codes,
             "seconds": round(result.seconds, 1),
         }
         print(json.dumps(summary))
-    raise typer.Exit(0 if report.ok and not result.processes_left_running else 1)
+    raise typer.Exit(0 if verified.ok and not result.processes_left_running else 1)
 
 
 @app.command()

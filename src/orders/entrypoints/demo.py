@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from orders.bootstrap import prepare_local_cosmos, send_load, verify_run
 from orders.domain.load_plan import LoadMix, LoadPlan, plan_load
@@ -42,14 +43,16 @@ class DemoResult:
     worker_exit_codes: list[int]
     processes_left_running: list[str]
     consumer_outcomes: dict[str, int]
+    decisions: list[dict[str, Any]]
+
+
+def all_decisions(stack: LocalStack) -> list[dict[str, Any]]:
+    """What the workers decided, from their decision journals (one JSON line per message)."""
+    return [decision for worker in stack.workers() for decision in worker.decisions()]
 
 
 def consumer_outcomes(stack: LocalStack) -> dict[str, int]:
-    """What the workers decided, from their decision journals (one JSON line per message)."""
-    counts: Counter[str] = Counter()
-    for worker in stack.workers():
-        counts.update(decision["outcome"] for decision in worker.decisions())
-    return dict(counts)
+    return dict(Counter(decision["outcome"] for decision in all_decisions(stack)))
 
 
 async def wait_for_audit(stack: LocalStack, plan: LoadPlan, within: float) -> VerifyReport:
@@ -90,6 +93,8 @@ def run_demo(
         report = asyncio.run(wait_for_audit(stack, plan, options.settle_timeout_seconds))
         exit_codes = stack.stop_workers()
         on_stage("workers stopped")
-        outcomes = consumer_outcomes(stack)
+        decisions = all_decisions(stack)
+    outcomes = dict(Counter(decision["outcome"] for decision in decisions))
     left = [p.name for p in stack.processes if p.running]
-    return DemoResult(report, plan, time.monotonic() - started, exit_codes, left, outcomes)
+    seconds = time.monotonic() - started
+    return DemoResult(report, plan, seconds, exit_codes, left, outcomes, decisions)

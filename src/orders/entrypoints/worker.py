@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -46,6 +47,7 @@ def decision_journal(path: Path | None) -> Iterator[DecisionHook | None]:
                 "settlement": decision.settlement.value,
                 "order_id": decision.order_id,
                 "dead_letter_reason": decision.dead_letter_reason,
+                "at": time.time(),
             }
             journal.write(json.dumps(entry) + "\n")
             journal.flush()

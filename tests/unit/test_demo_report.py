@@ -1,0 +1,58 @@
+"""The demo's HTML report: the verify table, outcomes over time, and every value escaped."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+from typing import Any
+
+from orders.entrypoints.demo_report import outcome_series, render_report
+
+VERIFY = {
+    "ok": True,
+    "sent": 12,
+    "unique_orders": 10,
+    "orders_in_store": 10,
+    "conflicts_in_window": {"sent": 1, "dropped_by_broker": 1, "dead_lettered": 0},
+    "sends_by_kind": {"original": 10, "poison": 2},
+    "violations": [],
+}
+
+
+class Collector(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def test_decisions_are_counted_per_second_and_outcome() -> None:
+    decisions: list[dict[str, Any]] = [
+        {"outcome": "processed", "at": 100.2},
+        {"outcome": "processed", "at": 100.9},
+        {"outcome": "duplicate", "at": 102.5},
+        {"outcome": "processed"},  # no time: not charted
+    ]
+
+    assert outcome_series(decisions) == {"processed": [2, 0, 0], "duplicate": [0, 0, 1]}
+
+
+def test_the_report_shows_the_verdict_the_tables_and_a_chart_and_escapes_values() -> None:
+    hostile = {**VERIFY, "ok": False, "violations": ["order <script>alert(1)</script> missing"]}
+    decisions = [{"outcome": "processed", "at": 1.0}, {"outcome": "rejected", "at": 2.0}]
+
+    page = render_report(hostile, decisions, seconds=14.2)
+    parsed = Collector()
+    parsed.feed(page)
+    text = " ".join(parsed.text)
+
+    assert "orders demo: FAILED" in text and "12 messages for 10 orders in 14 s" in text
+    assert parsed.tags.count("polyline") == 2 and "svg" in parsed.tags
+    assert "script" not in parsed.tags  # the violation text was escaped, not run
+    assert "<script>alert(1)</script>" in text
+    assert "dropped_by_broker" in text and "processed: 1" in text
