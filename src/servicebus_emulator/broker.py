@@ -11,8 +11,9 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
 
-from .config import QueueSettings
+from .config import QueueSettings, TopicSettings
 from .queue import Queue
+from .topic import Topic
 
 _LOG = logging.getLogger("servicebus_emulator")
 
@@ -28,9 +29,21 @@ def node_path(address: str) -> str:
 
 
 class Broker:
-    def __init__(self, queues: list[QueueSettings], loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        queues: list[QueueSettings],
+        loop: asyncio.AbstractEventLoop,
+        topics: list[TopicSettings] | None = None,
+    ) -> None:
         self.loop = loop
         self.queues: dict[str, Queue] = {q.name.lower(): Queue(q, self) for q in queues}
+        self.topics: dict[str, Topic] = {t.name.lower(): Topic(t, self) for t in topics or []}
+        # A subscription is received from like a queue: `topic/Subscriptions/name`.
+        self._subscriptions: dict[str, Queue] = {
+            f"{topic_key}/subscriptions/{key}": sub.queue
+            for topic_key, topic in self.topics.items()
+            for key, sub in topic.subscriptions.items()
+        }
         self._timers: list[tuple[int, int, Callable[..., None], tuple[Any, ...]]] = []
         self._counter = itertools.count()
         self._handle: asyncio.TimerHandle | None = None
@@ -69,9 +82,19 @@ class Broker:
         """The queue or dead-letter sub-queue a path names (case-insensitive like Service Bus)."""
         lowered = path.lower()
         if lowered.endswith(DEAD_LETTER_SUFFIX):
-            queue = self.queues.get(lowered[: -len(DEAD_LETTER_SUFFIX)])
+            queue = self._queue(lowered[: -len(DEAD_LETTER_SUFFIX)])
             return queue.dead_letter if queue else None
-        return self.queues.get(lowered)
+        return self._queue(lowered)
+
+    def _queue(self, lowered: str) -> Queue | None:
+        return self.queues.get(lowered) or self._subscriptions.get(lowered)
+
+    def is_subscription(self, queue: Queue) -> bool:
+        return self._subscriptions.get(queue.name.lower()) is queue
+
+    def resolve_topic(self, path: str) -> Topic | None:
+        """The topic a path names (senders and the topic's `$management` node)."""
+        return self.topics.get(path.lower())
 
     def close(self) -> None:
         if self._handle is not None:

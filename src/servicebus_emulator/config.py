@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from .filters import (
+    Action,
+    FilterError,
+    MessageView,
+    compile_correlation_filter,
+    compile_sql_action,
+    compile_sql_filter,
+)
 
 NAMESPACE_NAME = "sbemulatorns"
 _NAME = re.compile(r"^[A-Za-z0-9]$|^[A-Za-z0-9][\w\-./]*[A-Za-z0-9]$")
@@ -24,6 +34,22 @@ _QUEUE_PROPERTIES = {
     "RequiresDuplicateDetection",
     "RequiresSession",
 }
+_TOPIC_PROPERTIES = {
+    "DefaultMessageTimeToLive",
+    "DuplicateDetectionHistoryTimeWindow",
+    "RequiresDuplicateDetection",
+}
+_SUBSCRIPTION_PROPERTIES = {
+    "DeadLetteringOnMessageExpiration",
+    "DefaultMessageTimeToLive",
+    "ForwardDeadLetteredMessagesTo",
+    "ForwardTo",
+    "LockDuration",
+    "MaxDeliveryCount",
+    "RequiresSession",
+}
+_RULE_PROPERTIES = {"FilterType", "CorrelationFilter", "SqlFilter", "Action"}
+DEFAULT_RULE_NAME = "$Default"
 _LOGGING_TYPES = {"File", "Console", "File,Console", "Console,File"}
 
 # Used when neither a file nor a dict is given: the project's single `orders` queue.
@@ -69,6 +95,40 @@ class QueueSettings:
     duplicate_window_ms: int = 20_000
 
 
+@dataclass(frozen=True, slots=True)
+class RuleSettings:
+    """A subscription rule: its filter and, optionally, its SQL action."""
+
+    name: str
+    matches: Callable[[MessageView], bool]
+    action: Action | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionSettings:
+    """A subscription: a queue fed by its topic (`queue.name` is `topic/Subscriptions/name`)."""
+
+    name: str
+    queue: QueueSettings
+    rules: tuple[RuleSettings, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSettings:
+    name: str
+    default_ttl_ms: int = 3_600_000
+    requires_duplicate_detection: bool = False
+    duplicate_window_ms: int = 20_000
+    subscriptions: tuple[SubscriptionSettings, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceSettings:
+    queues: list[QueueSettings]
+    topics: list[TopicSettings]
+
+
 def parse_duration_ms(text: str, what: str) -> int:
     """ISO 8601 duration (as the official schema allows it) in milliseconds."""
     match = _DURATION.match(text) if isinstance(text, str) else None
@@ -92,7 +152,14 @@ def parse_duration_ms(text: str, what: str) -> int:
 def load_config(
     config_path: str | Path | None = None, config: dict[str, Any] | None = None
 ) -> list[QueueSettings]:
-    """Read the configuration and return the queues it defines.
+    """Read the configuration and return the queues it defines (see `load_namespace`)."""
+    return load_namespace(config_path, config).queues
+
+
+def load_namespace(
+    config_path: str | Path | None = None, config: dict[str, Any] | None = None
+) -> NamespaceSettings:
+    """Read the configuration and return the queues and topics it defines.
 
     Exactly one of `config_path` and `config` may be given; with neither, DEFAULT_CONFIG.
     """
@@ -116,7 +183,7 @@ def _obj(value: Any, what: str) -> dict[str, Any]:
     return value
 
 
-def parse_config(data: Any) -> list[QueueSettings]:
+def parse_config(data: Any) -> NamespaceSettings:
     user = _obj(_obj(data, "the config").get("UserConfig"), "UserConfig")
     logging_cfg = _obj(user.get("Logging"), "UserConfig.Logging")
     if logging_cfg.get("Type") not in _LOGGING_TYPES:
@@ -130,11 +197,6 @@ def parse_config(data: Any) -> list[QueueSettings]:
     topics = namespace.get("Topics")
     if not isinstance(topics, list):
         raise ConfigError("Namespaces[0].Topics is required (use [] for none)")
-    if topics:
-        raise ConfigError(
-            "Topics and subscriptions are not supported by this emulator; "
-            "remove them or use the official emulator"
-        )
     queues = namespace.get("Queues")
     if not isinstance(queues, list):
         raise ConfigError("Namespaces[0].Queues is required")
@@ -148,7 +210,16 @@ def parse_config(data: Any) -> list[QueueSettings]:
             raise ConfigError(f"queue {queue.name!r} is defined twice")
         seen.add(queue.name.lower())
         result.append(queue)
-    return result
+    if len(queues) + len(topics) > 50:
+        raise ConfigError("at most 50 queues and topics per namespace")
+    parsed_topics: list[TopicSettings] = []
+    for raw in topics:
+        topic = _parse_topic(_obj(raw, "a topic"))
+        if topic.name.lower() in seen:
+            raise ConfigError(f"entity {topic.name!r} is defined twice")
+        seen.add(topic.name.lower())
+        parsed_topics.append(topic)
+    return NamespaceSettings(result, parsed_topics)
 
 
 def _parse_queue(raw: dict[str, Any]) -> QueueSettings:
@@ -190,3 +261,146 @@ def _parse_queue(raw: dict[str, Any]) -> QueueSettings:
             f"{what} DuplicateDetectionHistoryTimeWindow",
         ),
     )
+
+
+def _check_name(name: Any, what: str) -> str:
+    if not isinstance(name, str) or not _NAME.match(name) or "$" in name:
+        raise ConfigError(f"invalid {what} name {name!r}")
+    return name
+
+
+def _flag(props: dict[str, Any], key: str, what: str) -> bool:
+    value = props.get(key, False)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{what}: {key} must be true or false")
+    return value
+
+
+def _parse_topic(raw: dict[str, Any]) -> TopicSettings:
+    name = _check_name(raw.get("Name"), "topic")
+    what = f"topic {name!r}"
+    if "/" in name:
+        raise ConfigError(f"invalid topic name {name!r}: '/' is not supported in topic names")
+    unknown_keys = set(raw) - {"Name", "Properties", "Subscriptions"}
+    if unknown_keys:
+        raise ConfigError(f"{what}: unknown keys {sorted(unknown_keys)}")
+    props = _obj(raw.get("Properties", {}), f"{what} Properties")
+    unknown = set(props) - _TOPIC_PROPERTIES
+    if unknown:
+        raise ConfigError(f"{what}: unsupported properties {sorted(unknown)}")
+    default_ttl_ms = parse_duration_ms(
+        props.get("DefaultMessageTimeToLive", "PT1H"), f"{what} DefaultMessageTimeToLive"
+    )
+    subscriptions = raw.get("Subscriptions")
+    if not isinstance(subscriptions, list) or not subscriptions:
+        raise ConfigError(f"{what}: Subscriptions must list at least one subscription")
+    if len(subscriptions) > 50:
+        raise ConfigError(f"{what}: at most 50 subscriptions per topic")
+    parsed: list[SubscriptionSettings] = []
+    seen: set[str] = set()
+    for entry in subscriptions:
+        subscription = _parse_subscription(name, default_ttl_ms, _obj(entry, "a subscription"))
+        if subscription.name.lower() in seen:
+            raise ConfigError(f"{what}: subscription {subscription.name!r} is defined twice")
+        seen.add(subscription.name.lower())
+        parsed.append(subscription)
+    return TopicSettings(
+        name=name,
+        default_ttl_ms=default_ttl_ms,
+        requires_duplicate_detection=_flag(props, "RequiresDuplicateDetection", what),
+        duplicate_window_ms=parse_duration_ms(
+            props.get("DuplicateDetectionHistoryTimeWindow", "PT20S"),
+            f"{what} DuplicateDetectionHistoryTimeWindow",
+        ),
+        subscriptions=tuple(parsed),
+    )
+
+
+def _parse_subscription(topic: str, topic_ttl_ms: int, raw: dict[str, Any]) -> SubscriptionSettings:
+    name = _check_name(raw.get("Name"), "subscription")
+    what = f"subscription {topic}/{name}"
+    if "/" in name:
+        raise ConfigError(f"invalid subscription name {name!r}: '/' is not allowed")
+    unknown_keys = set(raw) - {"Name", "Properties", "Rules"}
+    if unknown_keys:
+        raise ConfigError(f"{what}: unknown keys {sorted(unknown_keys)}")
+    props = _obj(raw.get("Properties", {}), f"{what} Properties")
+    unknown = set(props) - _SUBSCRIPTION_PROPERTIES
+    if unknown:
+        raise ConfigError(f"{what}: unsupported properties {sorted(unknown)}")
+    if props.get("RequiresSession", False) is not False:
+        raise ConfigError(f"{what}: RequiresSession true (sessions) is not supported")
+    for key in ("ForwardTo", "ForwardDeadLetteredMessagesTo"):
+        if props.get(key, "") not in ("", None):
+            raise ConfigError(f"{what}: {key} (auto-forwarding) is not supported")
+    max_delivery = props.get("MaxDeliveryCount", 3)
+    if not isinstance(max_delivery, int) or isinstance(max_delivery, bool) or max_delivery < 1:
+        raise ConfigError(f"{what}: MaxDeliveryCount must be an integer >= 1")
+    own_ttl = parse_duration_ms(
+        props.get("DefaultMessageTimeToLive", "PT1H"), f"{what} DefaultMessageTimeToLive"
+    )
+    queue = QueueSettings(
+        name=f"{topic}/Subscriptions/{name}",
+        lock_duration_ms=parse_duration_ms(
+            props.get("LockDuration", "PT1M"), f"{what} LockDuration"
+        ),
+        max_delivery_count=max_delivery,
+        # A message lives no longer than its topic's and its subscription's default allow.
+        default_ttl_ms=min(own_ttl, topic_ttl_ms),
+        dead_lettering_on_expiration=_flag(props, "DeadLetteringOnMessageExpiration", what),
+        requires_duplicate_detection=False,  # the topic detects duplicates
+    )
+    raw_rules = raw.get("Rules", [])
+    if not isinstance(raw_rules, list):
+        raise ConfigError(f"{what}: Rules must be a list")
+    if len(raw_rules) > 1000:
+        raise ConfigError(f"{what}: at most 1000 rules")
+    rules: list[RuleSettings] = []
+    seen: set[str] = set()
+    for entry in raw_rules:
+        rule = _parse_rule(what, _obj(entry, f"{what}: a rule"))
+        if rule.name.lower() in seen:
+            raise ConfigError(f"{what}: rule {rule.name!r} is defined twice")
+        seen.add(rule.name.lower())
+        rules.append(rule)
+    if not rules:  # Service Bus gives every new subscription a TrueFilter named $Default
+        rules.append(RuleSettings(DEFAULT_RULE_NAME, lambda _message: True, None, "1=1"))
+    return SubscriptionSettings(name=name, queue=queue, rules=tuple(rules))
+
+
+def _parse_rule(where: str, raw: dict[str, Any]) -> RuleSettings:
+    name = _check_name(raw.get("Name"), f"{where}: rule")
+    what = f"{where} rule {name!r}"
+    unknown_keys = set(raw) - {"Name", "Properties"}
+    if unknown_keys:
+        raise ConfigError(f"{what}: unknown keys {sorted(unknown_keys)}")
+    if "Properties" not in raw:
+        raise ConfigError(f"{what}: Properties (with FilterType) is required")
+    props = _obj(raw["Properties"], f"{what} Properties")
+    unknown = set(props) - _RULE_PROPERTIES
+    if unknown:
+        raise ConfigError(f"{what}: unsupported properties {sorted(unknown)}")
+    filter_type = props.get("FilterType")
+    try:
+        if filter_type == "Sql":
+            sql = _obj(props.get("SqlFilter"), f"{what} SqlFilter")
+            if "CorrelationFilter" in props:
+                raise ConfigError(f"{what}: a Sql rule cannot also have a CorrelationFilter")
+            expression = sql.get("SqlExpression")
+            matches = compile_sql_filter(expression)
+            description = str(expression)
+        elif filter_type == "Correlation":
+            correlation = _obj(props.get("CorrelationFilter"), f"{what} CorrelationFilter")
+            if "SqlFilter" in props:
+                raise ConfigError(f"{what}: a Correlation rule cannot also have a SqlFilter")
+            matches = compile_correlation_filter(correlation)
+            description = json.dumps(correlation, sort_keys=True)
+        else:
+            raise ConfigError(f"{what}: FilterType must be 'Sql' or 'Correlation'")
+        action = None
+        if "Action" in props:
+            action_spec = _obj(props["Action"], f"{what} Action")
+            action = compile_sql_action(action_spec.get("SqlExpression"))
+    except FilterError as exc:
+        raise ConfigError(f"{what}: {exc}") from exc
+    return RuleSettings(name, matches, action, description)

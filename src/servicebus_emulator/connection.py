@@ -28,10 +28,12 @@ from .management import (
     execute,
     normalise,
     reply_application_properties,
+    topic_reply,
 )
 from .message import BATCH_FORMAT, DATA, ParsedMessage, parse_message
 from .queue import LockLostError, Queue
 from .session import WINDOW, InboundLink, OutboundLink, Session, address_of
+from .topic import Topic
 
 _LOG = logging.getLogger("servicebus_emulator")
 
@@ -470,10 +472,22 @@ class AmqpConnection(asyncio.Protocol):
             link.kind = "cbs" if isinstance(link, InboundLink) else "reply"
             return None
         if lowered.endswith(MANAGEMENT_SUFFIX):
-            link.queue = self.broker.resolve(path[: -len(MANAGEMENT_SUFFIX)])
+            entity = path[: -len(MANAGEMENT_SUFFIX)]
+            link.queue = self.broker.resolve(entity)
+            link.topic = self.broker.resolve_topic(entity)
             link.kind = "mgmt" if isinstance(link, InboundLink) else "reply"
-            if link.queue is None:
+            if link.queue is None and link.topic is None:
                 return ("amqp:not-found", f"The messaging entity '{path}' could not be found.")
+            return None
+        topic = self.broker.resolve_topic(path)
+        if topic is not None:
+            if isinstance(link, OutboundLink):
+                return (
+                    "amqp:not-allowed",
+                    f"Cannot receive from topic '{path}': receive from one of its subscriptions "
+                    f"('{path}/Subscriptions/<name>').",
+                )
+            link.topic = topic
             return None
         if "$" in lowered.replace("/$deadletterqueue", ""):
             return (
@@ -486,6 +500,8 @@ class AmqpConnection(asyncio.Protocol):
             return ("amqp:not-found", f"The messaging entity '{path}' could not be found.")
         if isinstance(link, InboundLink) and link.queue.parent is not None:
             return ("amqp:not-allowed", "Cannot send to a dead-letter queue.")
+        if isinstance(link, InboundLink) and self.broker.is_subscription(link.queue):
+            return ("amqp:not-allowed", "Cannot send to a subscription: send to its topic.")
         return None
 
     def _on_detach(self, session: Session, fields: list[Any], body: bytes, end: int) -> None:
@@ -626,7 +642,7 @@ class AmqpConnection(asyncio.Protocol):
             )
 
     def _enqueue(self, link: InboundLink, payload: bytes) -> Described:
-        queue = link.queue
+        queue: Queue | Topic | None = link.topic or link.queue
         assert queue is not None
         try:
             if link.partial_format == BATCH_FORMAT:
@@ -660,6 +676,10 @@ class AmqpConnection(asyncio.Protocol):
         if link.kind == "cbs":
             app = cbs_reply()
             body: Any = None
+        elif link.topic is not None:
+            reply = topic_reply(request)
+            app = reply_application_properties(reply)
+            body = reply.body
         else:
             reply = execute(link.queue, request)
             app = reply_application_properties(reply)

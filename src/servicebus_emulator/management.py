@@ -245,9 +245,21 @@ def execute(queue: Queue | None, request: Request) -> Reply:
         return Reply(400, None, ARGUMENT_ERROR, str(exc))
 
 
+def topic_reply(request: Request) -> Reply:
+    """A topic's `$management` node: no operation is implemented on topics (schedule-message
+    is sent to a topic by its sender; rule operations go to a subscription)."""
+    operation = text(request.app.get("operation", ""))
+    return Reply(
+        501,
+        None,
+        NOT_IMPLEMENTED,
+        f"The operation {operation!r} on a topic is not supported by this emulator.",
+    )
+
+
 def cbs_reply() -> dict[str, Any]:
     # The emulator accepts any token, as the official emulator does with its fixed SAS key.
     return {"status-code": Int(202), "status-description": "Accepted"}
 
 
-__all__ = ["Reply", "Request", "cbs_reply", "encode_reply", "execute"]
+__all__ = ["Reply", "Request", "cbs_reply", "encode_reply", "execute", "topic_reply"]

@@ -281,8 +281,11 @@ class StoredMessage:
         app = _SECTION_AP + _map(self.app_raw, self.app_count) if self.app_count else b""
         self.bare = self.properties_raw + app + self.body_raw
 
-    def add_application_properties(self, values: dict[str, Any]) -> None:
-        """Set application properties (replacing same-named ones), e.g. DeadLetterReason."""
+    def add_application_properties(
+        self, values: dict[str, Any], remove: list[str] | tuple[str, ...] = ()
+    ) -> None:
+        """Set application properties (replacing same-named ones), e.g. DeadLetterReason, and
+        drop the ones named in `remove`."""
         buf = _map(self.app_raw, self.app_count)
         count, pos, _ = compound_span(buf, 0)
         kept = bytearray()
@@ -290,7 +293,7 @@ class StoredMessage:
         for _ in range(count // 2):
             key, value_pos = decode_value(buf, pos)
             value_end = skip_value(buf, value_pos)
-            if key not in values:
+            if key not in values and key not in remove:
                 kept += buf[pos:value_end]
                 kept_count += 2
             pos = value_end

@@ -79,8 +79,15 @@ class Queue:
 
     # ------------------------------------------------------------------ sending
 
-    def send(self, parsed: ParsedMessage) -> StoredMessage | None:
-        """Enqueue a message; None when it is a duplicate within the detection window."""
+    def send(
+        self,
+        parsed: ParsedMessage,
+        properties: tuple[dict[str, Any], list[str]] | None = None,
+    ) -> StoredMessage | None:
+        """Enqueue a message; None when it is a duplicate within the detection window.
+
+        `properties` (application properties to set, names to remove) edits this copy before
+        anyone can receive it (a subscription rule's action)."""
         now = self.timers.now_ms()
         settings = self.settings
         if settings.requires_duplicate_detection and parsed.message_id is not None:
@@ -93,6 +100,8 @@ class Queue:
         ttl = settings.default_ttl_ms if ttl is None else min(ttl, settings.default_ttl_ms)
         msg = StoredMessage(parsed, self._next_seq, now, ttl)
         self._next_seq += 1
+        if properties is not None:
+            msg.add_application_properties(properties[0], properties[1])
         self.messages[msg.seq] = msg
         if msg.scheduled_ms is not None and msg.scheduled_ms > now:
             msg.state = SCHEDULED

@@ -10,7 +10,7 @@ from types import TracebackType
 from typing import Any
 
 from .broker import Broker
-from .config import load_config
+from .config import load_namespace
 from .connection import AmqpConnection
 
 _LOG = logging.getLogger("servicebus_emulator")
@@ -50,9 +50,9 @@ class EmulatorServer:
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> EmulatorServer:
-        queues = load_config(config_path, config)
+        namespace = load_namespace(config_path, config)
         loop = asyncio.get_running_loop()
-        broker = Broker(queues, loop)
+        broker = Broker(namespace.queues, loop, namespace.topics)
         connections: set[AmqpConnection] = set()
         server = await loop.create_server(
             lambda: AmqpConnection(broker, connections), host, port, reuse_address=True

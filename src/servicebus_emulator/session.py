@@ -17,6 +17,7 @@ from .broker import node_path
 from .codec import Described, UInt
 from .message import StoredMessage
 from .queue import Queue
+from .topic import Topic
 
 WINDOW = 2**31 - 1  # session windows: large enough that flow control is done by link credit
 
@@ -58,6 +59,7 @@ class Link:
         "rcv_settle_mode",
         "session",
         "snd_settle_mode",
+        "topic",
     )
 
     def __init__(self, session: Session, name: str, handle: int, address: str) -> None:
@@ -67,6 +69,7 @@ class Link:
         self.address = address
         self.path = node_path(address)
         self.queue: Queue | None = None
+        self.topic: Topic | None = None  # a sender's topic, or the topic of a `$management` node
         self.kind = "entity"
         self.snd_settle_mode = 0
         self.rcv_settle_mode = 0

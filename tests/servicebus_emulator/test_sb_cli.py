@@ -63,7 +63,9 @@ def test_cli_refuses_an_unsupported_config(tmp_path: Path) -> None:
     config = tmp_path / "config.json"
     config.write_text(
         '{"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Queues": [],'
-        '"Topics": [{"Name": "t", "Subscriptions": [{"Name": "s"}]}]}],'
+        '"Topics": [{"Name": "t", "Subscriptions": [{"Name": "s", "Rules": [{"Name": "r",'
+        '"Properties": {"FilterType": "Sql",'
+        '"SqlFilter": {"SqlExpression": "newid() = 1"}}}]}]}]}],'
         '"Logging": {"Type": "File"}}}',
         encoding="utf-8",
     )
@@ -76,5 +78,5 @@ def test_cli_refuses_an_unsupported_config(tmp_path: Path) -> None:
         timeout=30,
     )
     assert result.returncode == 2
-    assert "Topics and subscriptions are not supported" in result.stderr
+    assert "function newid() is not supported" in result.stderr
     assert result.stdout == ""

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from sb_support import queue_config, queue_entry
 
-from servicebus_emulator import ConfigError, load_config, start_in_background
-from servicebus_emulator.config import parse_duration_ms
+from servicebus_emulator import ConfigError, RunningEmulator, load_config, start_in_background
+from servicebus_emulator.config import load_namespace, parse_duration_ms
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT_CONFIG = REPO / "emulators" / "servicebus" / "config.json"
@@ -31,6 +31,20 @@ def test_project_config_matches_the_official_schema() -> None:
     bad = json.loads(PROJECT_CONFIG.read_text(encoding="utf-8"))
     bad["UserConfig"]["Namespaces"][0]["Name"] = "not-the-emulator-namespace"
     assert not validator.is_valid(bad)  # the validator really checks
+    (topic,) = json.loads(PROJECT_CONFIG.read_text(encoding="utf-8"))["UserConfig"]["Namespaces"][
+        0
+    ]["Topics"]
+    assert {
+        r["Properties"]["FilterType"] for s in topic["Subscriptions"] for r in s.get("Rules", [])
+    } == {
+        "Sql",
+        "Correlation",
+    }
+    bad = json.loads(PROJECT_CONFIG.read_text(encoding="utf-8"))
+    bad["UserConfig"]["Namespaces"][0]["Topics"][0]["Subscriptions"][1]["Rules"][0]["Properties"][
+        "FilterType"
+    ] = "Boolean"
+    assert not validator.is_valid(bad)  # rules are checked too
 
 
 def test_project_config_loads_with_its_settings() -> None:
@@ -42,6 +56,41 @@ def test_project_config_loads_with_its_settings() -> None:
     assert orders.max_delivery_count == 10
     assert orders.default_ttl_ms == 3_600_000
     assert orders.dead_lettering_on_expiration
+
+
+def test_project_config_declares_a_topic_with_rules() -> None:
+    namespace = load_namespace(PROJECT_CONFIG)
+    assert [q.name for q in namespace.queues] == ["orders"]  # the app's queue is unchanged
+    (topic,) = namespace.topics
+    assert topic.name == "order-events" and topic.requires_duplicate_detection
+    rules = {s.name: [r.name for r in s.rules] for s in topic.subscriptions}
+    assert rules == {"audit": ["$Default"], "large-orders": ["many-lines"], "eur-orders": ["eur"]}
+    (large,) = [s for s in topic.subscriptions if s.name == "large-orders"]
+    assert large.rules[0].action is not None
+    assert large.queue.name == "order-events/Subscriptions/large-orders"
+    assert large.queue.max_delivery_count == 10 and large.queue.lock_duration_ms == 60_000
+
+
+def test_project_topic_routes_through_its_rules(project_emulator: RunningEmulator) -> None:
+    from azure.servicebus import ServiceBusClient, ServiceBusMessage
+
+    big = ServiceBusMessage(
+        "{}", subject="OrderPlaced", application_properties={"lineCount": 12, "currency": "USD"}
+    )
+    eur = ServiceBusMessage(
+        "{}", subject="OrderPlaced", application_properties={"lineCount": 1, "currency": "EUR"}
+    )
+    with ServiceBusClient.from_connection_string(project_emulator.connection_string) as client:
+        with client.get_topic_sender("order-events") as sender:
+            sender.send_messages([big, eur])
+        got: dict[str, list[Any]] = {}
+        for name in ("audit", "large-orders", "eur-orders"):
+            with client.get_subscription_receiver("order-events", name) as receiver:
+                peeked = receiver.peek_messages(max_message_count=10, sequence_number=1)
+                got[name] = [(m.application_properties or {})[b"currency"] for m in peeked]
+                if name == "large-orders":
+                    assert (peeked[0].application_properties or {})[b"priority"] == b"high"
+    assert got == {"audit": [b"USD", b"EUR"], "large-orders": [b"USD"], "eur-orders": [b"EUR"]}
 
 
 def test_defaults_follow_the_official_schema() -> None:
@@ -71,13 +120,13 @@ def test_durations(text: str, ms: int) -> None:
 
 
 def _topic() -> dict[str, Any]:
-    return {"Name": "t", "Subscriptions": [{"Name": "s"}]}
+    return {"Name": "t", "Subscriptions": []}
 
 
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda c: c["UserConfig"]["Namespaces"][0]["Topics"].append(_topic()), "Topics"),
+        (lambda c: c["UserConfig"]["Namespaces"][0]["Topics"].append(_topic()), "Subscriptions"),
         (
             lambda c: c["UserConfig"]["Namespaces"][0]["Queues"][0]["Properties"].update(
                 RequiresSession=True
