@@ -26,9 +26,9 @@ from .management import (
     cbs_reply,
     encode_reply,
     execute,
+    execute_on_topic,
     normalise,
     reply_application_properties,
-    topic_reply,
 )
 from .message import BATCH_FORMAT, DATA, ParsedMessage, parse_message
 from .queue import LockLostError, Queue
@@ -677,7 +677,7 @@ class AmqpConnection(asyncio.Protocol):
             app = cbs_reply()
             body: Any = None
         elif link.topic is not None:
-            reply = topic_reply(request)
+            reply = execute_on_topic(link.topic, request)
             app = reply_application_properties(reply)
             body = reply.body
         else:

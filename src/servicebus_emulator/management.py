@@ -10,6 +10,7 @@ from typing import Any
 from .codec import Array, DecodeError, Described, Int, Symbol, Timestamp, decode_value, encode_value
 from .message import VALUE, parse_message
 from .queue import LockLostError, MessageNotFoundError, Queue
+from .topic import Topic
 
 _LOG = logging.getLogger("servicebus_emulator")
 
@@ -245,10 +246,31 @@ def execute(queue: Queue | None, request: Request) -> Reply:
         return Reply(400, None, ARGUMENT_ERROR, str(exc))
 
 
-def topic_reply(request: Request) -> Reply:
-    """A topic's `$management` node: no operation is implemented on topics (schedule-message
-    is sent to a topic by its sender; rule operations go to a subscription)."""
+def execute_on_topic(topic: Topic, request: Request) -> Reply:
+    """A topic's `$management` node: its sender schedules and cancels scheduled messages;
+    nothing else is implemented on a topic."""
     operation = text(request.app.get("operation", ""))
+    body = normalise(request.body)
+    try:
+        if operation == "com.microsoft:schedule-message":
+            entries = body.get("messages")
+            if not isinstance(entries, list):
+                raise ValueError("messages must be a list")
+            numbers: list[int] = []
+            for entry in entries:
+                raw = normalise(entry).get("message")
+                if not isinstance(raw, bytes):
+                    raise ValueError("each scheduled message needs an encoded 'message'")
+                numbers.append(topic.send(parse_message(raw)) or 0)
+            return Reply(200, {"sequence-numbers": Array("long", numbers)})
+        if operation == "com.microsoft:cancel-scheduled-message":
+            for seq in _sequence_numbers(body):
+                topic.cancel_scheduled(seq)
+            return Reply(200, {})
+    except MessageNotFoundError as exc:
+        return Reply(404, None, NOT_FOUND, str(exc))
+    except (ValueError, TypeError, DecodeError) as exc:
+        return Reply(400, None, ARGUMENT_ERROR, str(exc))
     return Reply(
         501,
         None,
@@ -262,4 +284,4 @@ def cbs_reply() -> dict[str, Any]:
     return {"status-code": Int(202), "status-description": "Accepted"}
 
 
-__all__ = ["Reply", "Request", "cbs_reply", "encode_reply", "execute", "topic_reply"]
+__all__ = ["Reply", "Request", "cbs_reply", "encode_reply", "execute", "execute_on_topic"]

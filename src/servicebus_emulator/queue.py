@@ -83,11 +83,13 @@ class Queue:
         self,
         parsed: ParsedMessage,
         properties: tuple[dict[str, Any], list[str]] | None = None,
+        seq: int | None = None,
     ) -> StoredMessage | None:
         """Enqueue a message; None when it is a duplicate within the detection window.
 
         `properties` (application properties to set, names to remove) edits this copy before
-        anyone can receive it (a subscription rule's action)."""
+        anyone can receive it (a subscription rule's action); `seq` is the sequence number a
+        topic assigned (higher than any this queue holds)."""
         now = self.timers.now_ms()
         settings = self.settings
         if settings.requires_duplicate_detection and parsed.message_id is not None:
@@ -98,6 +100,8 @@ class Queue:
             self._dedup_order.append((now, parsed.message_id))
         ttl = header_ttl_ms(parsed.header)
         ttl = settings.default_ttl_ms if ttl is None else min(ttl, settings.default_ttl_ms)
+        if seq is not None:
+            self._next_seq = max(self._next_seq, seq)
         msg = StoredMessage(parsed, self._next_seq, now, ttl)
         self._next_seq += 1
         if properties is not None:

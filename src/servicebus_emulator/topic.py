@@ -3,17 +3,22 @@
 A subscription is a `Queue` fed by its topic, so locks, delivery counts, TTL, MaxDeliveryCount,
 deferral, peeking and the dead-letter sub-queue are the queue's own. Rules follow Service Bus:
 all matching rules without an action together give one copy; each matching rule with an action
-gives its own copy, carrying the user property `RuleName` and the action's changes.
+gives its own copy, carrying the user property `RuleName` and the action's changes. The topic
+assigns sequence numbers: the copies of one message share its number in every subscription,
+and a copy made by a rule action takes a number of its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
+from collections.abc import Callable
+from typing import Any
 
 from .config import SubscriptionSettings, TopicSettings
 from .filters import MessageView
 from .message import ParsedMessage
-from .queue import Queue, Timers
+from .queue import MessageNotFoundError, Queue, Timers
 
 
 class Subscription:
@@ -21,18 +26,26 @@ class Subscription:
         self.settings = settings
         self.queue = Queue(settings.queue, timers)
         self.rules = settings.rules
-        self.filters_everything = all(r.action is None for r in self.rules) and any(
-            r.description == "1=1" and r.action is None for r in self.rules
+        self.takes_everything = all(r.action is None for r in self.rules) and any(
+            r.description == "1=1" for r in self.rules
         )
 
-    def deliver(self, parsed: ParsedMessage, view: MessageView | None) -> int:
-        """Enqueue this subscription's copies of a message; how many there were."""
-        if self.filters_everything:
-            self.queue.send(parsed)
-            return 1
+    def deliver(
+        self,
+        parsed: ParsedMessage,
+        view: MessageView | None,
+        seq: int,
+        next_seq: Callable[[], int],
+        made: list[tuple[Queue, int]],
+    ) -> None:
+        """Enqueue this subscription's copies of a message, recording (queue, seq) in `made`."""
+        if self.takes_everything:
+            if self.queue.send(parsed, seq=seq) is not None:
+                made.append((self.queue, seq))
+            return
         assert view is not None
         plain = False
-        copies = 0
+        actions: list[tuple[dict[str, Any], list[str]]] = []
         for rule in self.rules:
             if not rule.matches(view):
                 continue
@@ -41,11 +54,14 @@ class Subscription:
                 continue
             updates, removed = rule.action(view)
             updates["RuleName"] = rule.name
-            if self.queue.send(parsed, (updates, removed)) is not None:
-                copies += 1
-        if plain and self.queue.send(parsed) is not None:
-            copies += 1
-        return copies
+            actions.append((updates, removed))
+        # The plain copy first: a queue's sequence numbers grow in the order it stores them.
+        if plain and self.queue.send(parsed, seq=seq) is not None:
+            made.append((self.queue, seq))
+        for edit in actions:
+            number = next_seq()
+            if self.queue.send(parsed, edit, seq=number) is not None:
+                made.append((self.queue, number))
 
 
 class Topic:
@@ -58,15 +74,24 @@ class Topic:
         self.subscriptions: dict[str, Subscription] = {
             s.name.lower(): Subscription(s, timers) for s in settings.subscriptions
         }
-        self._needs_view = not all(s.filters_everything for s in self.subscriptions.values())
+        self._needs_view = not all(s.takes_everything for s in self.subscriptions.values())
         self._dedup: dict[str, int] = {}
         self._dedup_order: deque[tuple[int, str]] = deque()
+        self._next_seq = 1
+        # sequence number -> the subscription copies of a scheduled message (for cancelling)
+        self._scheduled: dict[int, list[tuple[Queue, int]]] = {}
+
+    def _take_seq(self) -> int:
+        seq = self._next_seq
+        self._next_seq += 1
+        return seq
 
     def send(self, parsed: ParsedMessage) -> int | None:
-        """Fan a message out; None when it is a duplicate within the detection window."""
+        """Fan a message out and return its sequence number; None for a duplicate within the
+        detection window (acknowledged and dropped, as in Service Bus)."""
         settings = self.settings
+        now = self.timers.now_ms()
         if settings.requires_duplicate_detection and parsed.message_id is not None:
-            now = self.timers.now_ms()
             horizon = now - settings.duplicate_window_ms
             order = self._dedup_order
             while order and order[0][0] <= horizon:
@@ -82,4 +107,23 @@ class Topic:
             if self._needs_view
             else None
         )
-        return sum(s.deliver(parsed, view) for s in self.subscriptions.values())
+        seq = self._take_seq()
+        made: list[tuple[Queue, int]] = []
+        for subscription in self.subscriptions.values():
+            subscription.deliver(parsed, view, seq, self._take_seq, made)
+        if parsed.scheduled_ms is not None and parsed.scheduled_ms > now:
+            self._scheduled[seq] = made
+            self.timers.call_at_ms(parsed.scheduled_ms, self._forget_scheduled, seq)
+        return seq
+
+    def _forget_scheduled(self, seq: int) -> None:
+        self._scheduled.pop(seq, None)
+
+    def cancel_scheduled(self, seq: int) -> None:
+        """Cancel a scheduled message in every subscription that holds a copy of it."""
+        copies = self._scheduled.pop(seq, None)
+        if copies is None:
+            raise MessageNotFoundError(f"no scheduled message with sequence number {seq}")
+        for queue, number in copies:
+            with contextlib.suppress(MessageNotFoundError):  # activated there already
+                queue.cancel_scheduled(number)

@@ -17,7 +17,7 @@ from azure.servicebus import (
     ServiceBusSubQueue,
 )
 from azure.servicebus.exceptions import ServiceBusError
-from sb_support import subscription_entry, topic_config, topic_entry
+from sb_support import sql_rule, subscription_entry, topic_config, topic_entry
 
 from servicebus_emulator import RunningEmulator, start_in_background
 
@@ -201,3 +201,45 @@ def test_scheduled_message_to_a_topic_activates_in_each_subscription(
                 received = receive_one(receiver, wait=10)
                 assert str(received) == "later"
                 receiver.complete_message(received)
+
+
+def test_topic_sequence_numbers_are_shared_by_the_subscriptions(
+    make_topic: Callable[..., RunningEmulator],
+) -> None:
+    emu = make_topic(
+        subscription_entry("all"),
+        subscription_entry("odd", sql_rule("odd", "n % 2 = 1")),
+    )
+    with ServiceBusClient.from_connection_string(emu.connection_string) as client:
+        with client.get_topic_sender(TOPIC) as sender:
+            sender.send_messages(
+                [ServiceBusMessage(str(n), application_properties={"n": n}) for n in range(4)]
+            )
+        assert [m.sequence_number for m in peek_all(client, "all")] == [1, 2, 3, 4]
+        assert [m.sequence_number for m in peek_all(client, "odd")] == [2, 4]  # gaps, as in SB
+
+
+def test_topic_sender_schedules_and_cancels_in_every_subscription(
+    make_topic: Callable[..., RunningEmulator],
+) -> None:
+    emu = make_topic(
+        subscription_entry("a"),
+        subscription_entry("b"),
+        DuplicateDetectionHistoryTimeWindow="PT1M",
+    )
+    later = datetime.now(UTC) + timedelta(minutes=5)
+    # No retries: the refused second cancel answers at once.
+    with ServiceBusClient.from_connection_string(emu.connection_string, retry_total=0) as client:
+        with client.get_topic_sender(TOPIC) as sender:
+            keep, drop = sender.schedule_messages(
+                [ServiceBusMessage("keep", message_id="k"), ServiceBusMessage("drop")], later
+            )
+            assert (keep, drop) == (1, 2)
+            sender.cancel_scheduled_messages(drop)
+            with pytest.raises(ServiceBusError):
+                sender.cancel_scheduled_messages(drop)  # gone from every subscription
+            assert sender.schedule_messages(ServiceBusMessage("dup", message_id="k"), later) == [0]
+        for subscription in ("a", "b"):
+            (peeked,) = peek_all(client, subscription)
+            assert (str(peeked), peeked.sequence_number) == ("keep", keep)
+            assert peeked.state.name == "SCHEDULED"
