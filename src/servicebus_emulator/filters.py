@@ -228,18 +228,41 @@ def _or(left: Any, right: Any) -> bool | None:
     return False
 
 
-def _like_regex(pattern: str, escape: str | None) -> re.Pattern[str]:
-    out = []
+def _like_tokens(pattern: str, escape: str | None) -> list[str | None]:
+    """The pattern as characters to match; None for `%`, "" for `_`."""
+    tokens: list[str | None] = []
     i = 0
     while i < len(pattern):
         ch = pattern[i]
         if escape is not None and ch == escape and i + 1 < len(pattern):
-            out.append(re.escape(pattern[i + 1]))
+            tokens.append(pattern[i + 1])
             i += 2
             continue
-        out.append(".*" if ch == "%" else "." if ch == "_" else re.escape(ch))
+        tokens.append(None if ch == "%" else "" if ch == "_" else ch)
         i += 1
-    return re.compile("".join(out), re.DOTALL)
+    return tokens
+
+
+def _like(value: str, tokens: list[str | None]) -> bool:
+    """Wildcard match in O(len(value) * len(tokens)) at worst: a regex could backtrack
+    exponentially on a hostile message value."""
+    v = t = 0
+    star_t, star_v = -1, 0
+    while v < len(value):
+        if t < len(tokens) and tokens[t] is not None and tokens[t] in ("", value[v]):
+            v += 1
+            t += 1
+        elif t < len(tokens) and tokens[t] is None:
+            star_t, star_v = t, v
+            t += 1
+        elif star_t >= 0:
+            star_v += 1
+            v, t = star_v, star_t + 1
+        else:
+            return False
+    while t < len(tokens) and tokens[t] is None:
+        t += 1
+    return t == len(tokens)
 
 
 class _Parser:
@@ -345,7 +368,7 @@ class _Parser:
                     return None
                 if esc is not None and (not isinstance(esc, str) or len(esc) != 1):
                     return None
-                return _like_regex(text, esc).fullmatch(value) is not None
+                return _like(value, _like_tokens(text, esc))
 
             return (lambda m: _not(like(m))) if negate else like
         if negate:
@@ -442,7 +465,10 @@ def compile_sql_filter(expression: Any) -> Callable[[MessageView], bool]:
     if not isinstance(expression, str) or not expression.strip():
         raise FilterError("a SQL filter needs a non-empty SqlExpression")
     parser = _Parser(expression)
-    predicate = parser.predicate()
+    try:
+        predicate = parser.predicate()
+    except RecursionError:
+        raise FilterError(f"the expression is nested too deeply: {expression[:80]!r}") from None
     parser.end()
     return lambda m: predicate(m) is True
 

@@ -4,6 +4,7 @@ actions and the $Default rule; what the emulator refuses in a rule, at start."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -234,6 +235,7 @@ async def test_filters_and_actions_aio(rules_emulator: RunningEmulator) -> None:
         ({"Name": "r", "Properties": {"FilterType": "Sql"}}, "SqlFilter"),
         (correlation_rule("r"), "at least one field"),
         (correlation_rule("r", Subject="x"), "unknown CorrelationFilter field"),
+        (sql_rule("r", "(" * 2000 + "1=1" + ")" * 2000), "nested too deeply"),
     ],
     ids=[
         "function",
@@ -249,6 +251,7 @@ async def test_filters_and_actions_aio(rules_emulator: RunningEmulator) -> None:
         "missing-sql-filter",
         "empty-correlation",
         "correlation-field",
+        "nesting",
     ],
 )
 def test_unsupported_rules_are_refused_at_start(rule: dict[str, Any], message: str) -> None:
@@ -274,3 +277,26 @@ def test_unsupported_topic_settings_are_refused(mutate: Any, message: str) -> No
     mutate(topic)
     with pytest.raises(ConfigError, match=message):
         start_in_background(config=topic_config(topic))
+
+
+def test_a_hostile_like_value_costs_linear_time() -> None:
+    """A pattern a backtracking regex would take hours over, against a 200 KB message value:
+    the send (which routes the message) is acknowledged promptly and nothing matches."""
+    rule = sql_rule("r", "v LIKE '%a%a%a%a%a%b'")
+    config = topic_config(
+        topic_entry("t", subscription_entry("s", rule), subscription_entry("all"))
+    )
+    with (
+        start_in_background(config=config) as emu,
+        ServiceBusClient.from_connection_string(emu.connection_string) as client,
+    ):
+        with client.get_topic_sender("t") as sender:
+            started = time.monotonic()
+            sender.send_messages(
+                ServiceBusMessage("x", application_properties={"v": "a" * 200_000})
+            )
+            assert time.monotonic() - started < 5
+        with client.get_subscription_receiver("t", "s") as receiver:
+            assert receiver.peek_messages(5, sequence_number=1) == []
+        with client.get_subscription_receiver("t", "all") as receiver:
+            assert len(receiver.peek_messages(5, sequence_number=1)) == 1
