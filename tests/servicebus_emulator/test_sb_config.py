@@ -7,7 +7,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sb_support import queue_config, queue_entry
+from sb_support import (
+    correlation_rule,
+    queue_config,
+    queue_entry,
+    sql_rule,
+    subscription_entry,
+    topic_config,
+    topic_entry,
+)
 
 from servicebus_emulator import ConfigError, RunningEmulator, load_config, start_in_background
 from servicebus_emulator.config import load_namespace, parse_duration_ms
@@ -45,6 +53,28 @@ def test_project_config_matches_the_official_schema() -> None:
         "FilterType"
     ] = "Boolean"
     assert not validator.is_valid(bad)  # rules are checked too
+
+
+def test_topic_configs_our_tests_build_match_the_official_schema() -> None:
+    if not SCHEMA.exists():
+        pytest.skip("the official Config schema (../shared/reference) is not available here")
+    import jsonschema
+
+    text = SCHEMA.read_text(encoding="utf-8").replace(r"[\\w-\\.", r"[\\w\\-\\.")
+    validator = jsonschema.Draft7Validator(json.loads(text))
+    action_on_correlation = correlation_rule("c", CorrelationId="x", Properties={"n": 1})
+    action_on_correlation["Properties"]["Action"] = {"SqlExpression": "SET tagged = 1"}
+    config = topic_config(
+        topic_entry(
+            "t",
+            subscription_entry("plain"),
+            subscription_entry("sql", sql_rule("s", "a = 1", "SET b = 2; REMOVE c")),
+            subscription_entry("corr", action_on_correlation),
+        ),
+        queues=(queue_entry("q"),),
+    )
+    validator.validate(config)
+    load_namespace(config=config)  # and this emulator accepts it
 
 
 def test_project_config_loads_with_its_settings() -> None:

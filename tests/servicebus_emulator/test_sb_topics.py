@@ -243,3 +243,23 @@ def test_topic_sender_schedules_and_cancels_in_every_subscription(
             (peeked,) = peek_all(client, subscription)
             assert (str(peeked), peeked.sequence_number) == ("keep", keep)
             assert peeked.state.name == "SCHEDULED"
+
+
+def test_defer_renew_and_receive_deferred_in_a_subscription(
+    make_topic: Callable[..., RunningEmulator],
+) -> None:
+    emu = make_topic(subscription_entry("a"), subscription_entry("b"))
+    with ServiceBusClient.from_connection_string(emu.connection_string) as client:
+        with client.get_topic_sender(TOPIC) as sender:
+            sender.send_messages(ServiceBusMessage("later", message_id="d1"))
+        with client.get_subscription_receiver(TOPIC, "a") as receiver:
+            msg = receive_one(receiver)
+            before = msg.locked_until_utc
+            assert receiver.renew_message_lock(msg) >= before  # type: ignore[operator]
+            receiver.defer_message(msg)
+            (deferred,) = receiver.receive_deferred_messages([msg.sequence_number or 0])
+            assert str(deferred) == "later"
+            receiver.complete_message(deferred)
+            assert receiver.peek_messages(5, sequence_number=1) == []
+        (untouched,) = peek_all(client, "b")  # b's copy was never deferred
+        assert untouched.state.name == "ACTIVE"
