@@ -93,6 +93,7 @@ class QueueSettings:
     dead_lettering_on_expiration: bool = False
     requires_duplicate_detection: bool = False
     duplicate_window_ms: int = 20_000
+    requires_session: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,8 +235,7 @@ def _parse_queue(raw: dict[str, Any]) -> QueueSettings:
     if unknown:
         raise ConfigError(f"queue {name!r}: unsupported properties {sorted(unknown)}")
     what = f"queue {name!r}"
-    if props.get("RequiresSession", False) is not False:
-        raise ConfigError(f"{what}: RequiresSession true (sessions) is not supported")
+    requires_session = _flag(props, "RequiresSession", what)
     for key in ("ForwardTo", "ForwardDeadLetteredMessagesTo"):
         if props.get(key, "") not in ("", None):
             raise ConfigError(f"{what}: {key} (auto-forwarding) is not supported")
@@ -260,6 +260,7 @@ def _parse_queue(raw: dict[str, Any]) -> QueueSettings:
             props.get("DuplicateDetectionHistoryTimeWindow", "PT20S"),
             f"{what} DuplicateDetectionHistoryTimeWindow",
         ),
+        requires_session=requires_session,
     )
 
 
@@ -328,8 +329,7 @@ def _parse_subscription(topic: str, topic_ttl_ms: int, raw: dict[str, Any]) -> S
     unknown = set(props) - _SUBSCRIPTION_PROPERTIES
     if unknown:
         raise ConfigError(f"{what}: unsupported properties {sorted(unknown)}")
-    if props.get("RequiresSession", False) is not False:
-        raise ConfigError(f"{what}: RequiresSession true (sessions) is not supported")
+    requires_session = _flag(props, "RequiresSession", what)
     for key in ("ForwardTo", "ForwardDeadLetteredMessagesTo"):
         if props.get(key, "") not in ("", None):
             raise ConfigError(f"{what}: {key} (auto-forwarding) is not supported")
@@ -349,6 +349,7 @@ def _parse_subscription(topic: str, topic_ttl_ms: int, raw: dict[str, Any]) -> S
         default_ttl_ms=min(own_ttl, topic_ttl_ms),
         dead_lettering_on_expiration=_flag(props, "DeadLetteringOnMessageExpiration", what),
         requires_duplicate_detection=False,  # the topic detects duplicates
+        requires_session=requires_session,
     )
     raw_rules = raw.get("Rules", [])
     if not isinstance(raw_rules, list):

@@ -20,7 +20,18 @@ from typing import Any
 
 from . import frames as F
 from .broker import MANAGEMENT_SUFFIX, Broker, node_path
-from .codec import Array, DecodeError, Described, UByte, UInt, ULong, UShort, decode_value, encode
+from .codec import (
+    Array,
+    DecodeError,
+    Described,
+    Symbol,
+    UByte,
+    UInt,
+    ULong,
+    UShort,
+    decode_value,
+    encode,
+)
 from .management import (
     Request,
     cbs_reply,
@@ -29,9 +40,16 @@ from .management import (
     execute_on_topic,
     normalise,
     reply_application_properties,
+    text,
 )
 from .message import BATCH_FORMAT, DATA, ParsedMessage, parse_message
-from .queue import LockLostError, Queue
+from .queue import (
+    LockLostError,
+    NoSessionAvailableError,
+    Queue,
+    SessionCannotBeLockedError,
+    SessionIdMissingError,
+)
 from .session import WINDOW, InboundLink, OutboundLink, Session, address_of
 from .topic import Topic
 
@@ -428,11 +446,9 @@ class AmqpConnection(asyncio.Protocol):
         link.snd_settle_mode = F.uint(fields, 3, 2) & 0xFF
         link.rcv_settle_mode = F.uint(fields, 4, 0) & 0xFF
         error = self._bind(link)
-        if error is None and client_is_receiver and _has_session_filter(source):
-            error = (
-                "amqp:not-implemented",
-                "Sessions are not supported by this emulator (RequiresSession is refused).",
-            )
+        properties: dict[Any, Any] | None = None
+        if error is None and isinstance(link, OutboundLink):
+            error, source, properties = self._accept_session(link, source)
         if error is not None:
             # A refused link: the spec's way is an attach without the terminus, then a detach
             # carrying the error.
@@ -448,6 +464,8 @@ class AmqpConnection(asyncio.Protocol):
         ]
         if client_is_receiver:
             reply += [None, None, UInt(0), ULong(MAX_MESSAGE_SIZE)]
+            if properties is not None:
+                reply += [None, None, properties]
         else:
             reply += [None, None, None, ULong(MAX_MESSAGE_SIZE)]
         self.send(session.channel, F.ATTACH, reply)
@@ -463,6 +481,64 @@ class AmqpConnection(asyncio.Protocol):
             session.inbound[handle] = link
             link.credit = INBOUND_CREDIT
             session.flow(link)
+
+    def _accept_session(
+        self, link: OutboundLink, source: Any
+    ) -> tuple[tuple[str, str] | None, Any, dict[Any, Any] | None]:
+        """A receiver on a queue or subscription: a session receiver (a session filter on its
+        source) locks a session; the attach echoes the session id and its locked-until."""
+        queue = link.queue
+        session_filter = _session_filter(source)
+        if queue is None or link.kind != "entity" or queue.parent is not None:
+            if session_filter is not None:
+                return (
+                    (
+                        "amqp:not-allowed",
+                        "It is not possible for an entity that does not require sessions to "
+                        "create a sessionful message receiver.",
+                    ),
+                    source,
+                    None,
+                )
+            return None, source, None
+        if queue.sessions is None and session_filter is None:
+            return None, source, None
+        if session_filter is None:
+            return (
+                (
+                    "amqp:not-allowed",
+                    "It is not possible for an entity that requires sessions to create a "
+                    "non-sessionful message receiver.",
+                ),
+                source,
+                None,
+            )
+        if queue.sessions is None:
+            return (
+                (
+                    "amqp:not-allowed",
+                    "It is not possible for an entity that does not require sessions to create "
+                    "a sessionful message receiver.",
+                ),
+                source,
+                None,
+            )
+        wanted = session_filter[0]
+        try:
+            message_session = queue.accept_session(link, wanted)
+        except SessionCannotBeLockedError as exc:
+            return ("com.microsoft:session-cannot-be-locked", str(exc)), source, None
+        except NoSessionAvailableError as exc:
+            return ("com.microsoft:timeout", str(exc)), source, None
+        fields = list(source.value)
+        while len(fields) < 8:
+            fields.append(None)
+        fields[7] = {Symbol(SESSION_FILTER): message_session.id}
+        properties = {
+            Symbol("com.microsoft:locked-until-utc"): _DOTNET_EPOCH_TICKS
+            + message_session.locked_until_ms * 10_000
+        }
+        return None, Described(source.descriptor, fields), properties
 
     def _bind(self, link: InboundLink | OutboundLink) -> tuple[str, str] | None:
         """Resolve the link's node; an (condition, description) error when it cannot exist."""
@@ -653,6 +729,11 @@ class AmqpConnection(asyncio.Protocol):
             return F.outcome(
                 F.REJECTED, [F.error_value("amqp:decode-error", f"malformed message: {exc}")]
             )
+        try:
+            for parsed in parsed_all:
+                queue.check_session(parsed)
+        except SessionIdMissingError as exc:
+            return F.outcome(F.REJECTED, [F.error_value("amqp:not-allowed", str(exc))])
         for parsed in parsed_all:
             queue.send(parsed)  # duplicates are acknowledged and dropped, as in Service Bus
         return _ACCEPTED
@@ -772,14 +853,26 @@ class AmqpConnection(asyncio.Protocol):
         return _lock_lost("unsupported outcome")
 
 
-def _has_session_filter(source: Any) -> bool:
+SESSION_FILTER = "com.microsoft:session-filter"
+_DOTNET_EPOCH_TICKS = 621355968000000000  # 1970-01-01 in .NET ticks (100 ns since year 1)
+
+
+def _session_filter(source: Any) -> tuple[str | None] | None:
+    """The session a receiver asks for: None without a session filter, (None,) for the next
+    available session, (id,) for a named one."""
     if not isinstance(source, Described) or not isinstance(source.value, list):
-        return False
+        return None
     filters = F.field(source.value, 7)
-    return isinstance(filters, dict) and any(
-        str(k) == "com.microsoft:session-filter" or k == b"com.microsoft:session-filter"
-        for k in filters
-    )
+    if not isinstance(filters, dict):
+        return None
+    for key, value in filters.items():
+        if text(key) == SESSION_FILTER:
+            if isinstance(value, Described):
+                value = value.value
+            if isinstance(value, bytes):
+                value = value.decode("utf-8", "replace")
+            return (value if isinstance(value, str) and value else None,)
+    return None
 
 
 def _lock_lost(description: str) -> Described:

@@ -9,7 +9,13 @@ from typing import Any
 
 from .codec import Array, DecodeError, Described, Int, Symbol, Timestamp, decode_value, encode_value
 from .message import VALUE, parse_message
-from .queue import LockLostError, MessageNotFoundError, Queue
+from .queue import (
+    LockLostError,
+    MessageNotFoundError,
+    Queue,
+    SessionIdMissingError,
+    SessionLockLostError,
+)
 from .topic import Topic
 
 _LOG = logging.getLogger("servicebus_emulator")
@@ -17,6 +23,8 @@ _LOG = logging.getLogger("servicebus_emulator")
 LOCK_LOST = "com.microsoft:message-lock-lost"
 NOT_FOUND = "com.microsoft:message-not-found"
 ARGUMENT_ERROR = "com.microsoft:argument-error"
+SESSION_LOCK_LOST = "com.microsoft:session-lock-lost"
+NOT_ALLOWED = "amqp:not-allowed"
 NOT_IMPLEMENTED = "amqp:not-implemented"
 ENTITY_NOT_FOUND = "amqp:not-found"
 # A peek reply carries whole messages in one AMQP message: past this size it stops adding
@@ -212,6 +220,37 @@ def _receive_by_sequence_number(queue: Queue, body: dict[str, Any]) -> Reply:
     return Reply(200, {"messages": out})
 
 
+def _session_id(body: dict[str, Any]) -> str:
+    session_id = body.get("session-id")
+    if not isinstance(session_id, str) or not session_id:
+        raise ValueError("session-id must be a non-empty string")
+    return session_id
+
+
+def _session_operation(queue: Queue, operation: str, request: Request) -> Reply:
+    """Session lock renewal and session state: only for the receiver holding the lock."""
+    body = normalise(request.body)
+    link = request.app.get("associated-link-name")
+    session = queue.locked_session(_session_id(body), None if link is None else text(link))
+    if operation == "com.microsoft:renew-session-lock":
+        return Reply(200, {"expiration": Timestamp(queue.renew_session(session))})
+    if operation == "com.microsoft:get-session-state":
+        return Reply(200, {"session-state": session.state})
+    state = body.get("session-state")
+    if state is not None and not isinstance(state, bytes):
+        raise ValueError("session-state must be binary or null")
+    session.state = state
+    return Reply(200, {})
+
+
+_SESSION_OPERATIONS = frozenset(
+    {
+        "com.microsoft:renew-session-lock",
+        "com.microsoft:get-session-state",
+        "com.microsoft:set-session-state",
+    }
+)
+
 _OPERATIONS: dict[str, Callable[[Queue, dict[str, Any]], Reply]] = {
     "com.microsoft:renew-lock": _renew_lock,
     "com.microsoft:peek-message": _peek,
@@ -228,6 +267,13 @@ def execute(queue: Queue | None, request: Request) -> Reply:
     if queue is None:
         return Reply(404, None, ENTITY_NOT_FOUND, "The messaging entity could not be found.")
     handler = _OPERATIONS.get(operation)
+    if operation in _SESSION_OPERATIONS and queue.sessions is not None:
+        try:
+            return _session_operation(queue, operation, request)
+        except SessionLockLostError as exc:
+            return Reply(410, None, SESSION_LOCK_LOST, str(exc))
+        except (ValueError, TypeError, DecodeError) as exc:
+            return Reply(400, None, ARGUMENT_ERROR, str(exc))
     if handler is None:
         return Reply(
             501,
@@ -242,6 +288,8 @@ def execute(queue: Queue | None, request: Request) -> Reply:
         return Reply(410, None, LOCK_LOST, str(exc))
     except MessageNotFoundError as exc:
         return Reply(404, None, NOT_FOUND, str(exc))
+    except SessionIdMissingError as exc:
+        return Reply(400, None, NOT_ALLOWED, str(exc))
     except (ValueError, TypeError, DecodeError) as exc:
         return Reply(400, None, ARGUMENT_ERROR, str(exc))
 
@@ -269,6 +317,8 @@ def execute_on_topic(topic: Topic, request: Request) -> Reply:
             return Reply(200, {})
     except MessageNotFoundError as exc:
         return Reply(404, None, NOT_FOUND, str(exc))
+    except SessionIdMissingError as exc:
+        return Reply(400, None, NOT_ALLOWED, str(exc))
     except (ValueError, TypeError, DecodeError) as exc:
         return Reply(400, None, ARGUMENT_ERROR, str(exc))
     return Reply(

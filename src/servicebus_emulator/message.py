@@ -100,6 +100,7 @@ class ParsedMessage:
         "properties",
         "properties_raw",
         "scheduled_ms",
+        "session_id",
         "size",
     )
 
@@ -116,6 +117,7 @@ class ParsedMessage:
         self.body_raw = b""
         self.message_id: str | None = None
         self.scheduled_ms: int | None = None
+        self.session_id: str | None = None  # properties.group-id
         self.size = 0
 
 
@@ -204,6 +206,9 @@ def parse_message(payload: bytes) -> ParsedMessage:
             mid = msg.properties[0] if msg.properties else None
             if mid is not None:
                 msg.message_id = mid if isinstance(mid, str) else str(mid)
+            group = msg.properties[10] if len(msg.properties) > 10 else None
+            if isinstance(group, str):
+                msg.session_id = group
         elif code == APPLICATION_PROPERTIES:
             msg.app_raw, msg.app_count, _ = _filtered_pairs(payload, value_pos)
         elif code >= DATA and body_start < 0:
@@ -244,6 +249,7 @@ class StoredMessage:
         "properties_raw",
         "scheduled_ms",
         "seq",
+        "session_id",
         "size",
         "state",
         "ttl_ms",
@@ -253,6 +259,7 @@ class StoredMessage:
         self.seq = seq
         self.enqueued_ms = now_ms
         self.message_id = parsed.message_id
+        self.session_id = parsed.session_id
         self.size = parsed.size
         header = parsed.header
         self.durable = header[0] if header and isinstance(header[0], bool) else None

@@ -30,6 +30,11 @@ from .message import (
 MAX_DELIVERY_REASON = "MaxDeliveryCountExceeded"
 TTL_REASON = "TTLExpiredException"
 _NEVER = 2**62
+SESSION_ID_MISSING = (
+    "The SessionId was not set on a message, and it cannot be sent to the entity. "
+    "Entities that have session support enabled can only receive messages that have the "
+    "SessionId set to a valid value."
+)
 _random_bits = random.Random().getrandbits
 
 
@@ -41,10 +46,27 @@ class MessageNotFoundError(Exception):
     """No message with that sequence number (Service Bus: message-not-found)."""
 
 
+class SessionLockLostError(Exception):
+    """The session is not locked by the caller, or its lock expired (session-lock-lost)."""
+
+
+class SessionCannotBeLockedError(Exception):
+    """Another receiver holds the session's lock (session-cannot-be-locked)."""
+
+
+class NoSessionAvailableError(Exception):
+    """No unlocked session has messages (a next-available session receiver times out)."""
+
+
+class SessionIdMissingError(Exception):
+    """A message without a SessionId sent to an entity that requires sessions."""
+
+
 class Consumer(Protocol):
     """A receiver link as the queue sees it."""
 
     waiting: bool
+    message_session: MessageSession | None
 
     def can_take(self) -> bool: ...
 
@@ -55,6 +77,20 @@ class Timers(Protocol):
     def now_ms(self) -> int: ...
 
     def call_at_ms(self, when_ms: int, callback: Callable[..., None], *args: Any) -> None: ...
+
+
+class MessageSession:
+    """A Service Bus message session of a queue that requires sessions: its messages (in
+    sequence order), its state and the receiver holding its lock."""
+
+    __slots__ = ("available", "id", "locked_until_ms", "owner", "state")
+
+    def __init__(self, session_id: str) -> None:
+        self.id = session_id
+        self.available: list[int] = []
+        self.state: bytes | None = None
+        self.owner: Consumer | None = None
+        self.locked_until_ms = 0
 
 
 class Queue:
@@ -76,6 +112,10 @@ class Queue:
         self._next_seq = 1
         self._pumping = False
         self.dead_letter: Queue | None = None if parent else Queue(settings, timers, self)
+        # Session id -> session, when the queue requires sessions (its dead-letter queue does not).
+        self.sessions: dict[str, MessageSession] | None = (
+            {} if settings.requires_session and parent is None else None
+        )
 
     # ------------------------------------------------------------------ sending
 
@@ -92,6 +132,7 @@ class Queue:
         topic assigned (higher than any this queue holds)."""
         now = self.timers.now_ms()
         settings = self.settings
+        self.check_session(parsed)
         if settings.requires_duplicate_detection and parsed.message_id is not None:
             self._prune_dedup(now)
             if parsed.message_id in self._dedup:
@@ -116,6 +157,11 @@ class Queue:
         # at once rather than when its time-to-live would have run out.
         self.timers.call_at_ms(msg.expires_ms, self._on_ttl, msg.seq)
         return msg
+
+    def check_session(self, parsed: ParsedMessage) -> None:
+        """Refuse a message without a SessionId when the queue requires sessions."""
+        if self.sessions is not None and not parsed.session_id:
+            raise SessionIdMissingError(SESSION_ID_MISSING)
 
     def _prune_dedup(self, now: int) -> None:
         horizon = now - self.settings.duplicate_window_ms
@@ -143,17 +189,32 @@ class Queue:
         msg.state = AVAILABLE
         msg.lock_token = None
         msg.lock_owner = None
+        if self.sessions is not None:
+            session = self._session(msg.session_id or "")
+            heapq.heappush(session.available, msg.seq)
+            if session.owner is not None:
+                self._pump_session(session)
+            return
         heapq.heappush(self._available, msg.seq)
         if self._consumers:
             self.pump()
 
     def add_consumer(self, consumer: Consumer) -> None:
+        if consumer.message_session is not None:
+            self._pump_session(consumer.message_session)
+            return
         if not consumer.waiting:
             consumer.waiting = True
             self._consumers.append(consumer)
         self.pump()
 
     def remove_consumer(self, consumer: Consumer) -> None:
+        session = consumer.message_session
+        if session is not None:
+            consumer.message_session = None
+            if session.owner is consumer:
+                self._end_session_lock(session)
+            return
         if consumer.waiting:
             consumer.waiting = False
             with contextlib.suppress(ValueError):
@@ -188,13 +249,139 @@ class Queue:
         finally:
             self._pumping = False
 
+    # ------------------------------------------------------------------ sessions
+
+    def _session(self, session_id: str) -> MessageSession:
+        assert self.sessions is not None
+        session = self.sessions.get(session_id)
+        if session is None:
+            session = self.sessions[session_id] = MessageSession(session_id)
+        return session
+
+    def _session_ready(self, session: MessageSession) -> bool:
+        """True when the session has a message to hand out now."""
+        available = session.available
+        messages = self.messages
+        while available:
+            msg = messages.get(available[0])
+            if msg is not None and msg.state == AVAILABLE:
+                return True
+            heapq.heappop(available)
+        return False
+
+    def accept_session(self, consumer: Consumer, session_id: str | None) -> MessageSession:
+        """Lock a session for a receiver: the one named, or (None) the unlocked session whose
+        next message is oldest."""
+        if self.sessions is None:
+            raise ValueError("the entity does not require sessions")
+        now = self.timers.now_ms()
+        if session_id is None:
+            best: MessageSession | None = None
+            for candidate in self.sessions.values():
+                if (candidate.owner is None or candidate.locked_until_ms <= now) and (
+                    self._session_ready(candidate)
+                    and (best is None or candidate.available[0] < best.available[0])
+                ):
+                    best = candidate
+            if best is None:
+                raise NoSessionAvailableError("No unlocked session with messages is available.")
+            session = best
+        else:
+            session = self._session(session_id)
+            if session.owner is not None and session.locked_until_ms > now:
+                raise SessionCannotBeLockedError(
+                    f"The requested session '{session_id}' cannot be accepted. "
+                    "It may be locked by another receiver."
+                )
+        if session.owner is not None:  # its lock ran out and its timer has not fired yet
+            self._end_session_lock(session)
+        session.owner = consumer
+        consumer.message_session = session
+        session.locked_until_ms = now + self.settings.lock_duration_ms
+        self.timers.call_at_ms(session.locked_until_ms, self._on_session_timer, session, consumer)
+        return session
+
+    def locked_session(self, session_id: str, owner_name: str | None) -> MessageSession:
+        """The session, when a receiver (the link named, if given) holds its lock."""
+        session = self.sessions.get(session_id) if self.sessions is not None else None
+        if (
+            session is None
+            or session.owner is None
+            or session.locked_until_ms <= self.timers.now_ms()
+            or (owner_name is not None and getattr(session.owner, "name", None) != owner_name)
+        ):
+            raise SessionLockLostError(
+                "The session lock has expired on the MessageSession. Accept a new MessageSession."
+            )
+        return session
+
+    def renew_session(self, session: MessageSession) -> int:
+        session.locked_until_ms = self.timers.now_ms() + self.settings.lock_duration_ms
+        owner = session.owner
+        for msg in list(self.locks.values()):
+            if msg.lock_owner is owner and owner is not None:
+                msg.locked_until_ms = session.locked_until_ms
+                self.timers.call_at_ms(
+                    msg.locked_until_ms, self._on_lock_timer, msg, msg.lock_token
+                )
+        self.timers.call_at_ms(session.locked_until_ms, self._on_session_timer, session, owner)
+        return session.locked_until_ms
+
+    def _on_session_timer(self, session: MessageSession, owner: Consumer) -> None:
+        if session.owner is owner and session.locked_until_ms <= self.timers.now_ms():
+            on_lost = getattr(owner, "session_lock_lost", None)
+            self._end_session_lock(session)
+            if on_lost is not None:
+                on_lost()
+
+    def _end_session_lock(self, session: MessageSession) -> None:
+        """Release the session: the messages locked under it return to it."""
+        owner = session.owner
+        session.owner = None
+        session.locked_until_ms = 0
+        if owner is not None:
+            owner.message_session = None
+            for msg in [m for m in self.locks.values() if m.lock_owner is owner]:
+                self._unlock(msg, count_delivery=True)
+
+    def _pump_session(self, session: MessageSession) -> None:
+        """Hand the session's messages, in sequence order, to the receiver holding its lock."""
+        consumer = session.owner
+        if consumer is None or self._pumping:
+            return
+        self._pumping = True
+        try:
+            available = session.available
+            messages = self.messages
+            now = self.timers.now_ms()
+            while (
+                available
+                and session.owner is consumer
+                and session.locked_until_ms > now
+                and consumer.can_take()
+            ):
+                seq = heapq.heappop(available)
+                msg = messages.get(seq)
+                if msg is None or msg.state != AVAILABLE:
+                    continue
+                if msg.expires_ms <= now:
+                    self._expire(msg)
+                    continue
+                consumer.take(self, msg)
+        finally:
+            self._pumping = False
+
     def lock(self, msg: StoredMessage, owner: Any) -> uuid.UUID:
         # A version-4 UUID without uuid4()'s urandom syscall: tokens only need to be unique.
         token = uuid.UUID(int=_random_bits(128), version=4)
         msg.state = LOCKED
         msg.lock_token = token
         msg.lock_owner = owner
-        msg.locked_until_ms = self.timers.now_ms() + self.settings.lock_duration_ms
+        session = getattr(owner, "message_session", None)
+        if session is not None:  # a message in a session is locked as long as its session
+            msg.locked_until_ms = session.locked_until_ms
+        else:
+            msg.locked_until_ms = self.timers.now_ms() + self.settings.lock_duration_ms
         self.locks[token] = msg
         self.timers.call_at_ms(msg.locked_until_ms, self._on_lock_timer, msg, token)
         return token

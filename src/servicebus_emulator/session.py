@@ -16,7 +16,7 @@ from . import frames as F
 from .broker import node_path
 from .codec import Described, UInt
 from .message import StoredMessage
-from .queue import Queue
+from .queue import MessageSession, Queue
 from .topic import Topic
 
 WINDOW = 2**31 - 1  # session windows: large enough that flow control is done by link credit
@@ -102,7 +102,7 @@ class InboundLink(Link):
 class OutboundLink(Link):
     """The client receives on it: queue deliveries, or CBS / management replies."""
 
-    __slots__ = ("credit", "delivery_count", "drain", "pending", "waiting")
+    __slots__ = ("credit", "delivery_count", "drain", "message_session", "pending", "waiting")
 
     def __init__(self, session: Session, name: str, handle: int, address: str) -> None:
         super().__init__(session, name, handle, address)
@@ -111,6 +111,29 @@ class OutboundLink(Link):
         self.waiting = False
         self.drain = False
         self.pending: deque[bytes] = deque()
+        # The Service Bus message session this receiver holds the lock of (session entities).
+        self.message_session: MessageSession | None = None
+
+    def session_lock_lost(self) -> None:
+        """The queue ended this receiver's session lock: detach it with session-lock-lost."""
+        session = self.session
+        if not session.alive or session.outbound.get(self.handle) is not self:
+            return
+        del session.outbound[self.handle]
+        session.detaching.add(self.handle)
+        session.connection.send(
+            session.channel,
+            F.DETACH,
+            [
+                UInt(self.handle),
+                True,
+                F.error_value(
+                    "com.microsoft:session-lock-lost",
+                    "The session lock has expired on the MessageSession. "
+                    "Accept a new MessageSession.",
+                ),
+            ],
+        )
 
     # Consumer protocol used by Queue.pump
     def can_take(self) -> bool:

@@ -18,7 +18,13 @@ from typing import Any
 from .config import SubscriptionSettings, TopicSettings
 from .filters import MessageView
 from .message import ParsedMessage
-from .queue import MessageNotFoundError, Queue, Timers
+from .queue import (
+    SESSION_ID_MISSING,
+    MessageNotFoundError,
+    Queue,
+    SessionIdMissingError,
+    Timers,
+)
 
 
 class Subscription:
@@ -86,9 +92,17 @@ class Topic:
         self._next_seq += 1
         return seq
 
+    def check_session(self, parsed: ParsedMessage) -> None:
+        """Refuse a message without a SessionId when a subscription requires sessions."""
+        if not parsed.session_id and any(
+            s.queue.sessions is not None for s in self.subscriptions.values()
+        ):
+            raise SessionIdMissingError(SESSION_ID_MISSING)
+
     def send(self, parsed: ParsedMessage) -> int | None:
         """Fan a message out and return its sequence number; None for a duplicate within the
         detection window (acknowledged and dropped, as in Service Bus)."""
+        self.check_session(parsed)
         settings = self.settings
         now = self.timers.now_ms()
         if settings.requires_duplicate_detection and parsed.message_id is not None:

@@ -85,7 +85,7 @@ def test_credit_limits_what_one_receiver_locks(
         assert emulator.call(lambda: len(queue.messages)) == 0
 
 
-def test_unknown_entity_and_sessions_are_refused(
+def test_unknown_entity_and_a_session_receiver_on_a_plain_queue_are_refused(
     emulator: RunningEmulator, queue_name: str
 ) -> None:
     with ServiceBusClient.from_connection_string(
@@ -102,7 +102,7 @@ def test_unknown_entity_and_sessions_are_refused(
                 receiver.receive_messages(max_message_count=1, max_wait_time=1)
             raise AssertionError("a session receiver attached")
         except ServiceBusError as exc:
-            assert "Sessions are not supported" in str(exc)
+            assert "does not require sessions" in str(exc)
 
 
 def test_unsupported_management_operation_gets_an_error_reply(

@@ -159,9 +159,9 @@ def _topic() -> dict[str, Any]:
         (lambda c: c["UserConfig"]["Namespaces"][0]["Topics"].append(_topic()), "Subscriptions"),
         (
             lambda c: c["UserConfig"]["Namespaces"][0]["Queues"][0]["Properties"].update(
-                RequiresSession=True
+                RequiresSession="yes"
             ),
-            "RequiresSession",
+            "RequiresSession must be true or false",
         ),
         (
             lambda c: c["UserConfig"]["Namespaces"][0]["Queues"][0]["Properties"].update(

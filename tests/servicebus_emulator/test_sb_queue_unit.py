@@ -17,7 +17,7 @@ from sb_raw_amqp import message_bytes
 
 from servicebus_emulator.config import QueueSettings
 from servicebus_emulator.message import StoredMessage, parse_message
-from servicebus_emulator.queue import Queue
+from servicebus_emulator.queue import MessageSession, Queue
 
 
 class FakeTimers:
@@ -48,6 +48,7 @@ class Receiver:
 
     def __init__(self, credit: int = 100) -> None:
         self.waiting = False
+        self.message_session: MessageSession | None = None
         self.credit = credit
         self.locked: list[tuple[StoredMessage, uuid.UUID]] = []
 

@@ -263,7 +263,10 @@ def test_unsupported_rules_are_refused_at_start(rule: dict[str, Any], message: s
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda t: t["Subscriptions"][0]["Properties"].update(RequiresSession=True), "Session"),
+        (
+            lambda t: t["Subscriptions"][0]["Properties"].update(RequiresSession=1),
+            "RequiresSession must be true or false",
+        ),
         (lambda t: t["Subscriptions"][0]["Properties"].update(ForwardTo="q"), "ForwardTo"),
         (lambda t: t["Properties"].update(EnablePartitioning=True), "EnablePartitioning"),
         (lambda t: t.update(Subscriptions=[]), "at least one subscription"),
