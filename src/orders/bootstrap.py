@@ -192,14 +192,19 @@ class OperatorTools:
         await self.resources.aclose()
 
 
-async def build_operator_tools(settings: Settings) -> OperatorTools:
+async def build_operator_tools(
+    settings: Settings, dead_letter_source: Source | None = None
+) -> OperatorTools:
+    """`dead_letter_source` defaults to the orders queue."""
     settings.require_servicebus()
     async with AsyncExitStack() as stack:
         identity = _process_credential(stack, settings)
         cosmos = await _cosmos_client(stack, settings, identity, create_local_resources=False)
         servicebus = await stack.enter_async_context(create_servicebus_client(settings, identity))
         return OperatorTools(
-            ServiceBusDeadLetters(servicebus, settings.orders_queue),
+            ServiceBusDeadLetters(
+                servicebus, dead_letter_source or Source(queue=settings.orders_queue)
+            ),
             CosmosIdempotencyStore(idempotency_container(cosmos, settings)),
             settings.idempotency_scope,
             stack.pop_all(),

@@ -92,5 +92,9 @@ class TransientPublishError(PublishError):
     """The broker is throttling, busy or unreachable: retrying later may succeed."""
 
 
+class ResubmitUnsupportedError(OrdersError):
+    """A subscription's dead letters cannot be resubmitted to that subscription alone."""
+
+
 class ServiceNotReadyError(OrdersError):
     """The HTTP API could not build its clients (settings, network): nothing was done."""

@@ -13,6 +13,8 @@ from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
 
 from orders.adapters.servicebus import message_body_bytes
 from orders.domain.dead_letters import DeadLetter, Selection, resubmitted_properties
+from orders.exceptions import ResubmitUnsupportedError
+from orders.service.worker_options import Source
 
 PAGE = 100
 # A command acts on at most this many dead letters, and holds their locks meanwhile.
@@ -50,13 +52,19 @@ class Outcome:
 
 
 class ServiceBusDeadLetters:
-    def __init__(self, client: ServiceBusClient, queue: str) -> None:
+    """The dead-letter sub-queue of a queue, or of a topic's subscription."""
+
+    def __init__(self, client: ServiceBusClient, source: Source) -> None:
         self._client = client
-        self._queue = queue
+        self._source = source
 
     def _dead_letter_receiver(self) -> ServiceBusReceiver:
-        return self._client.get_queue_receiver(
-            self._queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER
+        dead_letters = ServiceBusSubQueue.DEAD_LETTER
+        if self._source.queue is not None:
+            return self._client.get_queue_receiver(self._source.queue, sub_queue=dead_letters)
+        assert self._source.topic is not None and self._source.subscription is not None
+        return self._client.get_subscription_receiver(
+            self._source.topic, self._source.subscription, sub_queue=dead_letters
         )
 
     async def browse(self, limit: int, from_sequence: int = 1) -> list[DeadLetter]:
@@ -83,8 +91,18 @@ class ServiceBusDeadLetters:
         now: datetime,
     ) -> Outcome:
         """Send a copy of each selected dead letter to the queue (same MessageId, body and
-        properties, plus who and when), then remove it from the dead-letter queue."""
-        async with self._client.get_queue_sender(self._queue) as sender:
+        properties, plus who and when), then remove it from the dead-letter queue.
+
+        Not for a subscription: a copy sent to the topic would reach every subscription, and
+        Service Bus cannot address one. Re-publish the event at its source instead (same
+        MessageId, so the other subscribers' dedup absorbs it).
+        """
+        if self._source.queue is None:
+            raise ResubmitUnsupportedError(
+                f"{self._source}: a copy sent to the topic reaches every subscription; "
+                "re-publish the event at its source (same MessageId) instead"
+            )
+        async with self._client.get_queue_sender(self._source.queue) as sender:
 
             async def send_copy(dead: DeadLetter, message: ServiceBusReceivedMessage) -> None:
                 copy = ServiceBusMessage(

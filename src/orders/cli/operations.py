@@ -21,6 +21,8 @@ from rich.table import Table
 from orders.cli.shared import configure_logging, err, out, settings_or_exit
 from orders.domain.dead_letters import DeadLetter, Selection, resubmit_refusal
 from orders.domain.idempotency import eviction_refusal, record_id
+from orders.exceptions import ResubmitUnsupportedError
+from orders.service.worker_options import Source
 
 if TYPE_CHECKING:
     from orders.bootstrap import OperatorTools
@@ -42,14 +44,30 @@ Scope = Annotated[
 ]
 
 
-def with_tools(action: Callable[[OperatorTools], Awaitable[T]]) -> T:
+Queue = Annotated[str | None, typer.Option(help="The queue (default: ORDERS_QUEUE)")]
+Topic = Annotated[str | None, typer.Option(help="A topic, with --subscription")]
+Subscription = Annotated[str | None, typer.Option(help="A subscription of --topic")]
+
+
+def source_or_exit(queue: str | None, topic: str | None, subscription: str | None) -> Source | None:
+    """The dead-letter queue meant: a queue, a topic's subscription, or (None) the orders queue."""
+    if queue is None and topic is None and subscription is None:
+        return None
+    try:
+        return Source(queue=queue, topic=topic, subscription=subscription)
+    except ValueError as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from exc
+
+
+def with_tools(action: Callable[[OperatorTools], Awaitable[T]], source: Source | None = None) -> T:
     from orders.bootstrap import build_operator_tools
 
     configure_logging()
     settings = settings_or_exit()
 
     async def run() -> T:
-        tools = await build_operator_tools(settings)
+        tools = await build_operator_tools(settings, source)
         try:
             return await action(tools)
         finally:
@@ -87,9 +105,13 @@ def dead_letter_table(dead_letters: list[DeadLetter]) -> Table:
 def list_dead_letters(
     limit: Annotated[int, typer.Option(min=1, help="At most this many, oldest first")] = 100,
     as_json: AsJson = False,
+    queue: Queue = None,
+    topic: Topic = None,
+    subscription: Subscription = None,
 ) -> None:
     """Reason, description, delivery count, enqueued time, MessageId and a body preview."""
-    found = with_tools(lambda tools: tools.dead_letters.browse(limit))
+    source = source_or_exit(queue, topic, subscription)
+    found = with_tools(lambda tools: tools.dead_letters.browse(limit), source)
     if as_json:
         out.print_json(json.dumps([dead.to_json() for dead in found]))
     else:
@@ -97,9 +119,16 @@ def list_dead_letters(
 
 
 @dead_letters_app.command("show")
-def show_dead_letter(sequence: int, as_json: AsJson = False) -> None:
+def show_dead_letter(
+    sequence: int,
+    as_json: AsJson = False,
+    queue: Queue = None,
+    topic: Topic = None,
+    subscription: Subscription = None,
+) -> None:
     """One dead letter with its whole body and application properties."""
-    found = with_tools(lambda tools: tools.dead_letters.browse(1, from_sequence=sequence))
+    source = source_or_exit(queue, topic, subscription)
+    found = with_tools(lambda tools: tools.dead_letters.browse(1, from_sequence=sequence), source)
     if not found or found[0].sequence_number != sequence:
         err.print(f"[red]no dead letter with sequence number {sequence}[/red]")
         raise typer.Exit(1)
@@ -123,21 +152,30 @@ def resubmit_dead_letters(
         float, typer.Option(help="The queue's duplicate-detection window in seconds")
     ] = 600.0,
     by: Annotated[str | None, typer.Option(help="Who resubmits (default: user@host)")] = None,
+    queue: Queue = None,
+    topic: Topic = None,
+    subscription: Subscription = None,
 ) -> None:
     """Send selected dead letters back to the queue with their original MessageId (so the
     idempotent consumer still recognises them), recording when and by whom."""
     selection = selection_or_exit(numbers, reason, everything)
+    source = source_or_exit(queue, topic, subscription)
     now = datetime.now(UTC)
     who = by or f"{getpass.getuser()}@{socket.gethostname()}"
     window = timedelta(seconds=duplicate_window)
-    outcome = with_tools(
-        lambda tools: tools.dead_letters.resubmit(
-            selection,
-            lambda dead: resubmit_refusal(dead, force=force, now=now, duplicate_window=window),
-            by=who,
-            now=now,
+    try:
+        outcome = with_tools(
+            lambda tools: tools.dead_letters.resubmit(
+                selection,
+                lambda dead: resubmit_refusal(dead, force=force, now=now, duplicate_window=window),
+                by=who,
+                now=now,
+            ),
+            source,
         )
-    )
+    except ResubmitUnsupportedError as exc:
+        err.print(f"[red]not resubmitted:[/red] {exc}")
+        raise typer.Exit(2) from exc
     out.print(f"resubmitted {len(outcome.done)}: {sorted(outcome.done)}")
     for sequence, why in sorted(outcome.refused.items()):
         out.print(f"[yellow]kept {sequence}:[/yellow] {why}", highlight=False)
@@ -150,13 +188,17 @@ def purge_dead_letters(
     reason: Reason = None,
     everything: All = False,
     yes: Annotated[bool, typer.Option("--yes", help="Confirm: they are gone for good")] = False,
+    queue: Queue = None,
+    topic: Topic = None,
+    subscription: Subscription = None,
 ) -> None:
     """Remove selected dead letters for good (after they were handled elsewhere)."""
     selection = selection_or_exit(numbers, reason, everything)
+    source = source_or_exit(queue, topic, subscription)
     if not yes:
         err.print("[red]purge deletes dead letters for good: add --yes to confirm[/red]")
         raise typer.Exit(2)
-    outcome = with_tools(lambda tools: tools.dead_letters.purge(selection))
+    outcome = with_tools(lambda tools: tools.dead_letters.purge(selection), source)
     out.print(f"purged {len(outcome.done)}: {sorted(outcome.done)}")
 
 
