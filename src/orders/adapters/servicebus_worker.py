@@ -14,11 +14,11 @@ throttling retries) holds its batch-mates' slots until it is done.
 
 Why the barrier stays (measured, scripts/bench_consumer.py and a traced worker): with the async
 SDK a settlement waits for the broker's confirmation, and only an open receive call pumps the
-connection promptly; a settlement made while no receive is open waits out the SDK's 0.1 s read
-timeout, twice. Loops that refill each slot as it frees let the look-ahead receive return early
-and leave settlements unpumped: 31-38 msg/s against 94-190 for this loop in one process. A
-barrier-free loop needs a pump that does not take messages (the SDK offers none publicly) or
-the sync SDK on a thread.
+connection promptly; settlements made while no receive was open took about 200 ms each in a
+traced worker (the SDK's 0.1 s read timeout, twice, is the likely cause). Loops that refill
+each slot as it frees let the look-ahead receive return early and leave settlements unpumped:
+31-38 msg/s against 94-190 for this loop in one process. A barrier-free loop needs a pump that
+does not take messages (the SDK offers none publicly) or the sync SDK on a thread.
 
 Why 4 in flight by default: the SDK's async AMQP layer serialises socket reads behind one lock
 with a 0.1 s read timeout, so concurrent settlements on one receiver wait on each other; on the
