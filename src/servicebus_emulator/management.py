@@ -142,7 +142,8 @@ def _peek(queue: Queue, body: dict[str, Any]) -> Reply:
     count = body.get("message-count", 1)
     if not isinstance(start, int) or not isinstance(count, int) or count < 1:
         raise ValueError("from-sequence-number and message-count must be integers")
-    found = queue.peek(start, count)
+    session_id = body.get("session-id")  # a session receiver peeks its own session only
+    found = queue.peek(start, count, session_id if isinstance(session_id, str) else None)
     if not found:
         return Reply(204, None, description="No messages to peek")
     messages: list[dict[str, Any]] = []

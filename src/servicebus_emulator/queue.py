@@ -528,7 +528,7 @@ class Queue:
 
     # ------------------------------------------------------------------ management views
 
-    def peek(self, from_seq: int, count: int) -> list[StoredMessage]:
+    def peek(self, from_seq: int, count: int, session_id: str | None = None) -> list[StoredMessage]:
         now = self.timers.now_ms()
         result: list[StoredMessage] = []
         # A queue inserts in sequence order, so its keys are already sorted; messages reach a
@@ -537,6 +537,8 @@ class Queue:
         for seq in keys[bisect.bisect_left(keys, from_seq) :]:
             msg = self.messages[seq]
             if msg.state != SCHEDULED and msg.expires_ms <= now and msg.state != LOCKED:
+                continue
+            if session_id is not None and msg.session_id != session_id:
                 continue
             result.append(msg)
             if len(result) >= count:
