@@ -45,6 +45,7 @@ from .management import (
 from .message import BATCH_FORMAT, DATA, ParsedMessage, parse_message
 from .queue import (
     LockLostError,
+    MessageSession,
     NoSessionAvailableError,
     Queue,
     SessionCannotBeLockedError,
@@ -448,7 +449,11 @@ class AmqpConnection(asyncio.Protocol):
         error = self._bind(link)
         properties: dict[Any, Any] | None = None
         if error is None and isinstance(link, OutboundLink):
-            error, source, properties = self._accept_session(link, source)
+            try:
+                error, source, properties = self._accept_session(link, source)
+            except NoSessionAvailableError:
+                self._await_session(link, fields, source, target)
+                return
         if error is not None:
             # A refused link: the spec's way is an attach without the terminus, then a detach
             # carrying the error.
@@ -528,17 +533,79 @@ class AmqpConnection(asyncio.Protocol):
             message_session = queue.accept_session(link, wanted)
         except SessionCannotBeLockedError as exc:
             return ("com.microsoft:session-cannot-be-locked", str(exc)), source, None
-        except NoSessionAvailableError as exc:
-            return ("com.microsoft:timeout", str(exc)), source, None
-        fields = list(source.value)
-        while len(fields) < 8:
-            fields.append(None)
-        fields[7] = {Symbol(SESSION_FILTER): message_session.id}
-        properties = {
-            Symbol("com.microsoft:locked-until-utc"): _DOTNET_EPOCH_TICKS
-            + message_session.locked_until_ms * 10_000
-        }
-        return None, Described(source.descriptor, fields), properties
+        source, properties = _session_terminus(source, message_session)
+        return None, source, properties
+
+    def _await_session(
+        self, link: OutboundLink, fields: list[Any], source: Any, target: Any
+    ) -> None:
+        """A next-available session receiver when no session has messages: its attach is
+        answered when a session gets one, or refused with com.microsoft:timeout after the
+        link's `com.microsoft:timeout` property (milliseconds; Service Bus' 60 s without)."""
+        queue = link.queue
+        assert queue is not None
+        session = link.session
+        link_properties = F.field(fields, 13)
+        timeout_ms = 60_000
+        if isinstance(link_properties, dict):
+            for key, value in link_properties.items():
+                if text(key) == "com.microsoft:timeout" and isinstance(value, int) and value > 0:
+                    timeout_ms = value
+        session.outbound[link.handle] = link  # holds the handle; no attach sent yet
+
+        def done(message_session: MessageSession | None) -> None:
+            if not session.alive or session.outbound.get(link.handle) is not link:
+                return
+            if message_session is None:
+                del session.outbound[link.handle]
+                session.detaching.add(link.handle)
+                self.send(session.channel, F.ATTACH, self._attach_reply(fields, link, None, target))
+                self.send(
+                    session.channel,
+                    F.DETACH,
+                    [
+                        UInt(link.handle),
+                        True,
+                        F.error_value(
+                            "com.microsoft:timeout",
+                            "No session with messages became available in time.",
+                        ),
+                    ],
+                )
+            else:
+                reply_source, properties = _session_terminus(source, message_session)
+                self.send(
+                    session.channel,
+                    F.ATTACH,
+                    self._attach_reply(fields, link, reply_source, target, properties),
+                )
+
+        queue.wait_for_session(link, queue.timers.now_ms() + timeout_ms, done)
+
+    @staticmethod
+    def _attach_reply(
+        fields: list[Any],
+        link: OutboundLink,
+        source: Any,
+        target: Any,
+        properties: dict[Any, Any] | None = None,
+    ) -> list[Any]:
+        reply: list[Any] = [
+            F.field(fields, 0, ""),
+            UInt(link.handle),
+            False,
+            UByte(link.snd_settle_mode),
+            UByte(link.rcv_settle_mode),
+            source,
+            target,
+            None,
+            None,
+            UInt(0),
+            ULong(MAX_MESSAGE_SIZE),
+        ]
+        if properties is not None:
+            reply += [None, None, properties]
+        return reply
 
     def _bind(self, link: InboundLink | OutboundLink) -> tuple[str, str] | None:
         """Resolve the link's node; an (condition, description) error when it cannot exist."""
@@ -855,6 +922,22 @@ class AmqpConnection(asyncio.Protocol):
 
 SESSION_FILTER = "com.microsoft:session-filter"
 _DOTNET_EPOCH_TICKS = 621355968000000000  # 1970-01-01 in .NET ticks (100 ns since year 1)
+
+
+def _session_terminus(
+    source: Described, message_session: MessageSession
+) -> tuple[Described, dict[Any, Any]]:
+    """The source echoed to a session receiver (the session id in its session filter) and the
+    attach properties carrying the session's locked-until in .NET ticks."""
+    fields = list(source.value)
+    while len(fields) < 8:
+        fields.append(None)
+    fields[7] = {Symbol(SESSION_FILTER): message_session.id}
+    properties = {
+        Symbol("com.microsoft:locked-until-utc"): _DOTNET_EPOCH_TICKS
+        + message_session.locked_until_ms * 10_000
+    }
+    return Described(source.descriptor, fields), properties
 
 
 def _session_filter(source: Any) -> tuple[str | None] | None:

@@ -116,6 +116,11 @@ class Queue:
         self.sessions: dict[str, MessageSession] | None = (
             {} if settings.requires_session and parent is None else None
         )
+        # Next-available session receivers waiting for a session with messages, and the
+        # callback that completes each one's attach (None: it timed out).
+        self._session_waiters: deque[tuple[Consumer, Callable[[MessageSession | None], None]]] = (
+            deque()
+        )
 
     # ------------------------------------------------------------------ sending
 
@@ -194,6 +199,8 @@ class Queue:
             heapq.heappush(session.available, msg.seq)
             if session.owner is not None:
                 self._pump_session(session)
+            elif self._session_waiters:
+                self._offer_session(session)
             return
         heapq.heappush(self._available, msg.seq)
         if self._consumers:
@@ -203,6 +210,8 @@ class Queue:
         if consumer.message_session is not None:
             self._pump_session(consumer.message_session)
             return
+        if self.sessions is not None:
+            return  # a receiver still waiting for a session
         if not consumer.waiting:
             consumer.waiting = True
             self._consumers.append(consumer)
@@ -215,6 +224,10 @@ class Queue:
             if session.owner is consumer:
                 self._end_session_lock(session)
             return
+        for index, (waiter, _) in enumerate(self._session_waiters):
+            if waiter is consumer:
+                del self._session_waiters[index]
+                break
         if consumer.waiting:
             consumer.waiting = False
             with contextlib.suppress(ValueError):
@@ -301,6 +314,30 @@ class Queue:
         self.timers.call_at_ms(session.locked_until_ms, self._on_session_timer, session, consumer)
         return session
 
+    def wait_for_session(
+        self,
+        consumer: Consumer,
+        deadline_ms: int,
+        callback: Callable[[MessageSession | None], None],
+    ) -> None:
+        """A next-available receiver waits (until `deadline_ms`) for a session with messages."""
+        self._session_waiters.append((consumer, callback))
+        self.timers.call_at_ms(deadline_ms, self._on_wait_timeout, consumer)
+
+    def _on_wait_timeout(self, consumer: Consumer) -> None:
+        for index, (waiter, callback) in enumerate(self._session_waiters):
+            if waiter is consumer:
+                del self._session_waiters[index]
+                callback(None)
+                return
+
+    def _offer_session(self, session: MessageSession) -> None:
+        """An unlocked session with a message: the first waiting receiver locks it."""
+        if session.owner is None and self._session_waiters and self._session_ready(session):
+            consumer, callback = self._session_waiters.popleft()
+            self.accept_session(consumer, session.id)
+            callback(session)
+
     def locked_session(self, session_id: str, owner_name: str | None) -> MessageSession:
         """The session, when a receiver (the link named, if given) holds its lock."""
         session = self.sessions.get(session_id) if self.sessions is not None else None
@@ -343,6 +380,8 @@ class Queue:
             owner.message_session = None
             for msg in [m for m in self.locks.values() if m.lock_owner is owner]:
                 self._unlock(msg, count_delivery=True)
+        if self._session_waiters:
+            self._offer_session(session)
 
     def _pump_session(self, session: MessageSession) -> None:
         """Hand the session's messages, in sequence order, to the receiver holding its lock."""

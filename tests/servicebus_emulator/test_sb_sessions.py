@@ -4,6 +4,7 @@ session state, and the refusals Service Bus makes on session entities."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -144,6 +145,40 @@ def test_next_available_session_and_one_lock_holder(client: ServiceBusClient) ->
     # Closing the receiver released the session: another receiver locks it at once.
     with client.get_queue_receiver(QUEUE, session_id="s1") as again:
         assert again.receive_messages(max_message_count=1, max_wait_time=1) == []
+
+
+def test_a_next_available_receiver_waits_for_a_session(
+    client: ServiceBusClient, session_emulator: RunningEmulator
+) -> None:
+    queue = session_emulator.broker.resolve(QUEUE)
+    assert queue is not None
+    opened: list[str | None] = []
+    errors: list[BaseException] = []
+
+    def open_next_available() -> None:
+        try:
+            with client.get_queue_receiver(
+                QUEUE, session_id=NEXT_AVAILABLE_SESSION, max_wait_time=10
+            ) as receiver:
+                opened.append(receiver.session.session_id)
+                got = receive(receiver, 1)
+                opened.extend(str(m) for m in got)
+                for m in got:
+                    receiver.complete_message(m)
+        except BaseException as exc:  # reported to the test thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=open_next_available)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while not session_emulator.call(lambda: len(queue._session_waiters)):
+        assert time.monotonic() < deadline, "the receiver's attach never arrived"
+        time.sleep(0.02)
+    assert opened == []  # its attach is not answered while no session has a message
+    send(client, ("late", "hello"))
+    thread.join(15)
+    assert not errors, errors
+    assert opened == ["late", "hello"]
 
 
 def test_session_state_get_and_set(client: ServiceBusClient) -> None:

@@ -150,3 +150,30 @@ async def test_aio_session_queue_refusals(session_emulator: RunningEmulator) -> 
 
 def _in(seconds: float) -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=seconds)
+
+
+async def test_aio_next_available_receiver_waits_for_a_session(
+    session_emulator: RunningEmulator,
+) -> None:
+    queue = session_emulator.broker.resolve(QUEUE)
+    assert queue is not None
+    async with ServiceBusClient.from_connection_string(
+        session_emulator.connection_string, retry_total=0
+    ) as client:
+
+        async def first_message() -> tuple[str | None, str]:
+            async with client.get_queue_receiver(
+                QUEUE, session_id=NEXT_AVAILABLE_SESSION, max_wait_time=10
+            ) as receiver:
+                (msg,) = await receive(receiver, 1)
+                await receiver.complete_message(msg)
+                return receiver.session.session_id, str(msg)
+
+        task = asyncio.create_task(first_message())
+        deadline = time.monotonic() + 5
+        while not session_emulator.call(lambda: len(queue._session_waiters)):
+            assert time.monotonic() < deadline, "the receiver's attach never arrived"
+            await asyncio.sleep(0.02)
+        assert not task.done()  # its attach is not answered while no session has a message
+        await send(client, QUEUE, ("late", "hello"))
+        assert await asyncio.wait_for(task, 15) == ("late", "hello")
