@@ -636,7 +636,7 @@ class AmqpConnection(asyncio.Protocol):
             return (
                 "amqp:not-implemented",
                 f"The node '{path}' is not supported by this "
-                "emulator (sessions, topics and transfer queues are not).",
+                "emulator (transfer dead-letter queues are not).",
             )
         link.queue = self.broker.resolve(path)
         if link.queue is None:

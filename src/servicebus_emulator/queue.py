@@ -308,6 +308,12 @@ class Queue:
                 )
         if session.owner is not None:  # its lock ran out and its timer has not fired yet
             self._end_session_lock(session)
+            if session.owner is not None:  # handed to a waiting next-available receiver
+                raise SessionCannotBeLockedError(
+                    f"The requested session '{session.id}' cannot be accepted. "
+                    "It may be locked by another receiver."
+                )
+            self.sessions[session.id] = session  # kept, even if it was just pruned
         session.owner = consumer
         consumer.message_session = session
         session.locked_until_ms = now + self.settings.lock_duration_ms
@@ -382,6 +388,19 @@ class Queue:
                 self._unlock(msg, count_delivery=True)
         if self._session_waiters:
             self._offer_session(session)
+        self._prune_session(session)
+
+    def _prune_session(self, session: MessageSession) -> None:
+        """Forget an unlocked session without available messages or state: session ids are
+        the clients' choice, so the sessions kept are bounded by the messages and states held
+        (a deferred or scheduled message recreates its session when it becomes available)."""
+        if (
+            session.owner is None
+            and session.state is None
+            and self.sessions is not None
+            and not self._session_ready(session)
+        ):
+            self.sessions.pop(session.id, None)
 
     def _pump_session(self, session: MessageSession) -> None:
         """Hand the session's messages, in sequence order, to the receiver holding its lock."""

@@ -68,7 +68,7 @@ def _clear(emu: RunningEmulator) -> Callable[[], None]:
             for msg in list(queue.messages.values()):
                 queue._remove(msg)
             if queue.sessions is not None:
-                for session in queue.sessions.values():
+                for session in list(queue.sessions.values()):
                     queue._end_session_lock(session)
                 queue.sessions.clear()
 
@@ -181,7 +181,12 @@ def test_a_next_available_receiver_waits_for_a_session(
     assert opened == ["late", "hello"]
 
 
-def test_session_state_get_and_set(client: ServiceBusClient) -> None:
+def test_session_state_get_and_set(
+    client: ServiceBusClient, session_emulator: RunningEmulator
+) -> None:
+    queue = session_emulator.broker.resolve(QUEUE)
+    assert queue is not None and queue.sessions is not None
+    sessions = queue.sessions
     with client.get_queue_receiver(QUEUE, session_id="state") as receiver:
         assert receiver.session.get_state() is None
         receiver.session.set_state("step-1")
@@ -193,6 +198,12 @@ def test_session_state_get_and_set(client: ServiceBusClient) -> None:
         assert receiver.session.get_state() == b"\x00\xffbinary"
         receiver.session.set_state(None)
         assert receiver.session.get_state() is None
+    # Unlocked, without messages or state: the emulator forgets the session (ids are the
+    # clients' choice, so it must not keep every one it ever saw).
+    deadline = time.monotonic() + 5
+    while session_emulator.call(lambda: "state" in sessions):
+        assert time.monotonic() < deadline, "the empty session was never forgotten"
+        time.sleep(0.02)
 
 
 def test_session_lock_renewal_keeps_the_session(client: ServiceBusClient) -> None:
