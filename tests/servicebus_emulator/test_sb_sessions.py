@@ -247,10 +247,12 @@ def test_an_expired_session_lock_frees_the_session_and_its_messages(
             assert [(str(m), m.delivery_count) for m in got] == [("e1", 1), ("e2", 0)]
             for m in got:
                 other.complete_message(m)
+        # Hide the SDK's own expiry check so the emulator's answer is what is tested.
+        receiver.session._locked_until_utc = None  # type: ignore[assignment]
+        with pytest.raises(SessionLockLostError, match="Accept a new MessageSession"):
+            receiver.session.get_state()
         with pytest.raises(SessionLockLostError):
             receiver.complete_message(msg)
-        with pytest.raises(SessionLockLostError):
-            receiver.session.get_state()
 
 
 def test_session_entities_refuse_messages_without_session_id_and_plain_receivers(
@@ -304,3 +306,26 @@ def test_session_subscription(client: ServiceBusClient) -> None:
         assert sorted(str(m) for m in got) == ["m1", "m2", "m3"]
         for m in got:
             plain.complete_message(m)
+
+
+def test_a_receiver_whose_session_lock_expired_is_detached(
+    client: ServiceBusClient, session_emulator: RunningEmulator
+) -> None:
+    queue = session_emulator.broker.resolve(SHORT)
+    assert queue is not None and queue.sessions is not None
+    sessions = queue.sessions
+    send(client, ("d", "d1"), queue=SHORT)
+    with client.get_queue_receiver(SHORT, session_id="d", prefetch_count=0) as receiver:
+        assert len(receive(receiver, 1)) == 1
+        # Hide the SDK's own expiry check: the emulator's detach is what is tested.
+        receiver.session._locked_until_utc = None  # type: ignore[assignment]
+        deadline = time.monotonic() + SHORT_LOCK_S * 4
+        while session_emulator.call(lambda: sessions["d"].owner is not None):
+            assert time.monotonic() < deadline, "the session lock never expired"
+            time.sleep(0.05)
+        with pytest.raises(SessionLockLostError, match="Accept a new MessageSession"):
+            receiver.receive_messages(max_message_count=1, max_wait_time=1)
+    with client.get_queue_receiver(SHORT, session_id="d") as again:
+        (redelivered,) = receive(again, 1)
+        assert (str(redelivered), redelivered.delivery_count) == ("d1", 1)
+        again.complete_message(redelivered)
