@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -51,3 +54,14 @@ def poll_until(condition: Callable[[], bool], within: float, what: str) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def orders_cli(stack: LocalStack, *args: str) -> subprocess.CompletedProcess[str]:
+    """The `orders` command as a user runs it, with the stack's settings."""
+    return subprocess.run(
+        [sys.executable, "-m", "orders", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **stack.environment()},
+    )

@@ -10,22 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from e2e_support import orders_cli
 
 from orders.domain.load_plan import plan_from_json
 from orders.entrypoints.demo import wait_for_audit
 from orders.entrypoints.localstack import LocalStack
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
-
-
-def orders_cli(stack: LocalStack, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "orders", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **stack.environment()},
-    )
 
 
 def test_load_then_verify_proves_the_run_and_fails_an_unsent_manifest(

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import time
 from typing import Any
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
+from e2e_support import orders_cli
 
 from orders.adapters.cosmos_client import create_cosmos_client, idempotency_container
 from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
@@ -19,16 +17,6 @@ from orders.domain.idempotency import IdempotencyRecord, RecordStatus, record_id
 from orders.entrypoints.localstack import LocalStack
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
-
-
-def orders_cli(stack: LocalStack, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "orders", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **stack.environment()},
-    )
 
 
 def dead_letter(stack: LocalStack, message_id: str, body: bytes, reason: str) -> None:
