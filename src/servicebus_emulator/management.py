@@ -157,17 +157,25 @@ def _peek(queue: Queue, body: dict[str, Any]) -> Reply:
     return Reply(200, {"messages": messages})
 
 
-def _schedule(queue: Queue, body: dict[str, Any]) -> Reply:
-    if queue.parent is not None:
-        raise ValueError("cannot schedule messages on a dead-letter queue")
+def _scheduled_messages(body: dict[str, Any]) -> list[bytes]:
+    """The encoded messages of a schedule-message request."""
     entries = body.get("messages")
     if not isinstance(entries, list):
         raise ValueError("messages must be a list")
-    numbers: list[int] = []
+    encoded: list[bytes] = []
     for entry in entries:
         raw = normalise(entry).get("message")
         if not isinstance(raw, bytes):
             raise ValueError("each scheduled message needs an encoded 'message'")
+        encoded.append(raw)
+    return encoded
+
+
+def _schedule(queue: Queue, body: dict[str, Any]) -> Reply:
+    if queue.parent is not None:
+        raise ValueError("cannot schedule messages on a dead-letter queue")
+    numbers: list[int] = []
+    for raw in _scheduled_messages(body):
         stored = queue.send(parse_message(raw))
         # A duplicate is dropped as Service Bus does; it still gets no new sequence number.
         numbers.append(stored.seq if stored else 0)
@@ -302,15 +310,7 @@ def execute_on_topic(topic: Topic, request: Request) -> Reply:
     body = normalise(request.body)
     try:
         if operation == "com.microsoft:schedule-message":
-            entries = body.get("messages")
-            if not isinstance(entries, list):
-                raise ValueError("messages must be a list")
-            numbers: list[int] = []
-            for entry in entries:
-                raw = normalise(entry).get("message")
-                if not isinstance(raw, bytes):
-                    raise ValueError("each scheduled message needs an encoded 'message'")
-                numbers.append(topic.send(parse_message(raw)) or 0)
+            numbers = [topic.send(parse_message(raw)) or 0 for raw in _scheduled_messages(body)]
             return Reply(200, {"sequence-numbers": Array("long", numbers)})
         if operation == "com.microsoft:cancel-scheduled-message":
             for seq in _sequence_numbers(body):
