@@ -169,7 +169,9 @@ def _body_cases() -> list[tuple[str, str, Callable[[str], bytes]]]:
         (
             "many-errors",
             SCHEMA,
-            lambda oid: dumps(order(oid, lines=[{"sku": 1, "quantity": "x"}] * 99)),
+            lambda oid: dumps(
+                order(oid, lines=[{"sku": 1, "quantity": "x"}] * MAX_LINES_PER_ORDER)
+            ),
         ),
         # --- too large for one message or one transactional batch -> OrderTooLarge
         (

@@ -37,7 +37,7 @@ def consumer(store: FakeOrderStore) -> OrderConsumer:
     return OrderConsumer(store)
 
 
-async def test_new_order_writes_order_then_lines_and_completes(
+async def test_new_order_writes_order_its_outbox_event_and_lines_and_completes(
     store: FakeOrderStore, consumer: OrderConsumer
 ) -> None:
     order_id = new_id()
@@ -50,15 +50,27 @@ async def test_new_order_writes_order_then_lines_and_completes(
     documents = store.documents(order_id)
     assert [d["id"] for d in documents] == [
         order_id,
+        f"{order_id}:outbox:OrderAccepted",
         f"{order_id}:line:001",
         f"{order_id}:line:002",
     ]
-    order = documents[0]
+    order, outbox = documents[0], documents[1]
     assert order["orderId"] == order_id and order["status"] == "placed"
     assert order["requestHash"] == decision.request_hash
     assert order["messageId"] == order_id
     assert order["totalAmount"] == "5.5" and order["lineCount"] == 2
     assert all(d["orderId"] == order_id for d in documents)
+    assert outbox["type"] == "outbox" and outbox["dispatched"] is False
+    assert outbox["event"] == {
+        "eventType": "OrderAccepted",
+        "eventId": outbox["id"],
+        "orderId": order_id,
+        "customerId": order["customerId"],
+        "currency": order["currency"],
+        "totalAmount": "5.5",
+        "lineCount": 2,
+        "acceptedAt": order["processedAt"],
+    }
 
 
 async def test_redelivery_with_same_payload_is_completed_as_duplicate_without_write(
@@ -184,7 +196,7 @@ async def test_largest_allowed_order_fits_one_batch(
     decision = await consumer.handle(message_for(order_payload(order_id, lines=lines)))
 
     assert decision.outcome is Outcome.PROCESSED
-    assert len(store.documents(order_id)) == MAX_LINES_PER_ORDER + 1
+    assert len(store.documents(order_id)) == MAX_LINES_PER_ORDER + 2
 
 
 @pytest.mark.parametrize(
@@ -254,10 +266,10 @@ async def test_amounts_are_stored_alike_whatever_the_number_spelling(
 
     await consumer.handle(ReceivedOrderMessage(body=body, message_id=order_id))
 
-    order, first, second = store.documents(order_id)
+    order, outbox, first, second = store.documents(order_id)
     assert (first["unitPrice"], first["lineTotal"]) == ("100", "300")
     assert (second["unitPrice"], second["lineTotal"]) == ("1.25", "1.25")
-    assert order["totalAmount"] == "301.25"
+    assert order["totalAmount"] == outbox["event"]["totalAmount"] == "301.25"
 
 
 # --- rejections filed for GET, amounts stored alike --------------------------------------------

@@ -85,7 +85,7 @@ async def test_duplicate_is_completed_without_a_second_write(
     calls = await invoke(received(body, order_id, delivery_count=1))
 
     assert [name for name, _, _ in calls] == ["complete"]
-    assert function_store.create_calls == 2 and len(function_store.documents(order_id)) == 3
+    assert function_store.create_calls == 2 and len(function_store.documents(order_id)) == 4
 
 
 async def test_mismatch_is_dead_lettered_with_both_hashes(function_store: FakeOrderStore) -> None:

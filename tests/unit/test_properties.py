@@ -121,4 +121,4 @@ def test_any_interleaving_of_deliveries_yields_exactly_one_order(
     assert outcomes.count(Outcome.PROCESSED) == 1
     assert outcomes.count(Outcome.DUPLICATE) == copies - 1
     assert store.order_ids() == ["order-1"]
-    assert len(store.documents("order-1")) == 2
+    assert len(store.documents("order-1")) == 3  # order, outbox event, line

@@ -1,4 +1,4 @@
-"""The Cosmos documents an order becomes: one order document, then one per line.
+"""The Cosmos documents an order becomes: the order document, its outbox event, one per line.
 
 All share the partition key `/orderId`, which is what lets them go in one transactional batch.
 Amounts are stored as decimal strings: JSON numbers are doubles and money must stay exact.
@@ -11,6 +11,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from orders.domain.events import OrderAccepted, outbox_document
 from orders.domain.model import OrderPlaced
 
 ORDER_DOCUMENT_TYPE = "order"
@@ -47,7 +48,7 @@ class OrderRecord:
 
 @dataclass(frozen=True)
 class OrderWrite:
-    """Everything one new order writes, order document first."""
+    """Everything one new order writes, order document first, in one transactional batch."""
 
     order_id: str
     request_hash: str
@@ -57,6 +58,7 @@ class OrderWrite:
 def build_order_write(
     order: OrderPlaced, *, request_hash: str, message_id: str, processed_at: datetime
 ) -> OrderWrite:
+    total_amount = decimal_text(order.total_amount)
     order_document: dict[str, Any] = {
         "id": order.order_id,
         "orderId": order.order_id,
@@ -66,7 +68,7 @@ def build_order_write(
         "status": ORDER_STATUS_PLACED,
         "lineCount": len(order.lines),
         "totalQuantity": sum(line.quantity for line in order.lines),
-        "totalAmount": decimal_text(order.total_amount),
+        "totalAmount": total_amount,
         "requestHash": request_hash,
         "messageId": message_id,
         "processedAt": processed_at.isoformat(),
@@ -87,5 +89,12 @@ def build_order_write(
     return OrderWrite(
         order_id=order.order_id,
         request_hash=request_hash,
-        documents=(order_document, *line_documents),
+        # The outbox entry rides in the same batch: stored order <=> event to publish.
+        documents=(
+            order_document,
+            outbox_document(
+                OrderAccepted.of(order, total_amount=total_amount, accepted_at=processed_at)
+            ),
+            *line_documents,
+        ),
     )

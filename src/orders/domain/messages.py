@@ -14,9 +14,10 @@ from orders.exceptions import OrdersError
 
 # Service Bus Standard caps a message at 256 KB; a larger body cannot be a real producer's.
 MAX_BODY_BYTES = 256 * 1024
-# A transactional batch holds at most 100 operations: the order document plus its lines.
+# A transactional batch holds at most 100 operations: the order document, its outbox event
+# and its lines.
 MAX_BATCH_OPERATIONS = 100
-MAX_LINES_PER_ORDER = MAX_BATCH_OPERATIONS - 1
+MAX_LINES_PER_ORDER = MAX_BATCH_OPERATIONS - 2
 # Service Bus limits the dead-letter description; keep ours well inside it.
 MAX_DESCRIPTION_CHARS = 1024
 # Commas, `{` and `[` a valid order can hold: its ~800 structural ones, plus every character
@@ -79,8 +80,8 @@ def check_line_count(document: Any) -> None:
     if isinstance(lines, list) and len(lines) > MAX_LINES_PER_ORDER:
         raise MessageRejected(
             DeadLetterReason.ORDER_TOO_LARGE,
-            f"order has {len(lines)} lines; one transactional batch holds the order "
-            f"and at most {MAX_LINES_PER_ORDER} lines",
+            f"order has {len(lines)} lines; one transactional batch holds the order, "
+            f"its event and at most {MAX_LINES_PER_ORDER} lines",
         )
 
 

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from orders.domain.documents import LINE_DOCUMENT_TYPE, ORDER_DOCUMENT_TYPE
+from orders.domain.events import OUTBOX_DOCUMENT_TYPE
 from orders.domain.hashing import request_hash
 from orders.domain.load_plan import LoadPlan, PlannedSend, SendKind
 from orders.domain.messages import DeadLetterReason, MessageRejected, parse_order
@@ -67,6 +68,7 @@ class _StoredDocuments:
     orders: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
     lines: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
     rejections: list[dict[str, Any]] = field(default_factory=list)
+    outbox: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
 
     @classmethod
     def sort(cls, documents: list[dict[str, Any]], violations: list[str]) -> _StoredDocuments:
@@ -79,6 +81,8 @@ class _StoredDocuments:
                 stored.lines[document["orderId"]].append(document)
             elif kind == REJECTION_DOCUMENT_TYPE:
                 stored.rejections.append(document)
+            elif kind == OUTBOX_DOCUMENT_TYPE:
+                stored.outbox[document["orderId"]].append(document)
             else:
                 violations.append(f"unexpected document {document.get('id')!r} in the store")
         return stored
@@ -131,6 +135,11 @@ def _audit_orders(sends: _Sends, stored: _StoredDocuments, violations: list[str]
         violations.append(
             f"{len(stored.lines[order_id])} line(s) of {order_id} without their order"
         )
+    # The outbox event rides in the order's batch: exactly one per stored order, none without.
+    for order_id in stored.orders.keys() | stored.outbox.keys():
+        events = len(stored.outbox.get(order_id, []))
+        if events != 1 or order_id not in stored.orders:
+            violations.append(f"order {order_id} has {events} outbox event(s), expected 1")
     found.missing = sorted(sends.originals.keys() - stored.orders.keys())
     violations.extend(f"order {order_id} was sent but is not stored" for order_id in found.missing)
     return found

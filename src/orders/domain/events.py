@@ -1,0 +1,138 @@
+"""`OrderAccepted`: the event a stored order publishes, through the transactional outbox.
+
+The outbox document is written in the same transactional batch as the order, so an order is
+stored if and only if its event will be published. Its id is the event id and the MessageId the
+dispatcher publishes with: deterministic, so a re-publish after a crash is the same message to
+the broker's duplicate detection and to every subscriber's inbox.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from decimal import Decimal
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, Field, StrictInt, ValidationError
+
+from orders.domain.messages import (
+    DeadLetterReason,
+    MessageRejected,
+    describe_validation_error,
+)
+from orders.domain.model import MAX_ID_LENGTH, WIRE_NAMES, CurrencyCode, EntityId, OrderPlaced
+from orders.domain.received import BodyKind, ReceivedOrderMessage
+from orders.domain.untrusted_json import UntrustedJsonError, decode_untrusted_json
+
+OUTBOX_DOCUMENT_TYPE = "outbox"
+ORDER_ACCEPTED = "OrderAccepted"
+# An event is a few hundred bytes; anything near this is not one of ours.
+MAX_EVENT_BODY_BYTES = 4096
+# The largest total: 98 lines of 1,000,000 units at 11 integer digits, with 4 decimals.
+_AMOUNT_TEXT = re.compile(r"(0|[1-9][0-9]{0,23})(\.[0-9]{1,4})?")
+
+
+def outbox_document_id(order_id: str) -> str:
+    return f"{order_id}:outbox:{ORDER_ACCEPTED}"
+
+
+def require_amount_text(value: str) -> str:
+    if not _AMOUNT_TEXT.fullmatch(value):
+        raise ValueError("must be a non-negative decimal string such as '12.5'")
+    return value
+
+
+AmountText = Annotated[str, Field(max_length=30), AfterValidator(require_amount_text)]
+EventId = Annotated[str, Field(min_length=1, max_length=MAX_ID_LENGTH + 24)]
+
+
+class OrderAccepted(BaseModel):
+    """What billing, shipping and any later subscriber learn about a stored order."""
+
+    model_config = WIRE_NAMES
+
+    event_type: Literal["OrderAccepted"] = ORDER_ACCEPTED
+    event_id: EventId
+    order_id: EntityId
+    customer_id: EntityId
+    currency: CurrencyCode
+    total_amount: AmountText
+    line_count: Annotated[StrictInt, Field(ge=1, le=100)]
+    accepted_at: Annotated[str, Field(max_length=40)]
+
+    @property
+    def amount(self) -> Decimal:
+        return Decimal(self.total_amount)
+
+    @classmethod
+    def of(cls, order: OrderPlaced, *, total_amount: str, accepted_at: datetime) -> OrderAccepted:
+        return cls.model_validate(
+            {
+                "eventId": outbox_document_id(order.order_id),
+                "orderId": order.order_id,
+                "customerId": order.customer_id,
+                "currency": str(order.currency),
+                "totalAmount": total_amount,
+                "lineCount": len(order.lines),
+                "acceptedAt": accepted_at.isoformat(),
+            }
+        )
+
+    def body(self) -> bytes:
+        return self.model_dump_json().encode("utf-8")
+
+
+def outbox_document(event: OrderAccepted) -> dict[str, Any]:
+    """The outbox entry: the event as it will be published, and whether it has been."""
+    return {
+        "id": event.event_id,
+        "orderId": event.order_id,
+        "type": OUTBOX_DOCUMENT_TYPE,
+        "eventType": event.event_type,
+        "event": event.model_dump(mode="json"),
+        "dispatched": False,
+    }
+
+
+def is_undispatched_outbox(document: dict[str, Any]) -> bool:
+    return document.get("type") == OUTBOX_DOCUMENT_TYPE and document.get("dispatched") is False
+
+
+def event_of_outbox(document: dict[str, Any]) -> OrderAccepted:
+    """The event an outbox document holds (written by us, so a failure here is a bug)."""
+    return OrderAccepted.model_validate(document["event"])
+
+
+def parse_order_accepted(message: ReceivedOrderMessage) -> OrderAccepted:
+    """Validate a received `OrderAccepted`; total and bounded like `parse_order`."""
+    if message.body_kind is not BodyKind.DATA:
+        raise MessageRejected(
+            DeadLetterReason.INVALID_JSON,
+            f"the body is an AMQP {message.body_kind.value} section; events travel as data",
+        )
+    if len(message.body) > MAX_EVENT_BODY_BYTES:
+        raise MessageRejected(
+            DeadLetterReason.ORDER_TOO_LARGE,
+            f"body is {len(message.body)} bytes; an event is at most {MAX_EVENT_BODY_BYTES}",
+        )
+    try:
+        document = decode_untrusted_json(message.body)
+    except UntrustedJsonError as exc:
+        raise MessageRejected(DeadLetterReason.INVALID_JSON, str(exc)) from exc
+    try:
+        event = OrderAccepted.model_validate(document)
+    except ValidationError as exc:
+        raise MessageRejected(
+            DeadLetterReason.SCHEMA_VIOLATION, describe_validation_error(exc)
+        ) from exc
+    except Exception as exc:
+        raise MessageRejected(
+            DeadLetterReason.SCHEMA_VIOLATION, f"body could not be validated: {type(exc).__name__}"
+        ) from exc
+    if message.message_id != event.event_id:
+        raise MessageRejected(
+            DeadLetterReason.MESSAGE_ID_MISMATCH,
+            f"MessageId {message.message_id!r} differs from eventId {event.event_id!r}",
+            order_id=event.order_id,
+        )
+    return event
