@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from decimal import Decimal
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, StrictInt, ValidationError
 
@@ -25,7 +25,7 @@ from orders.domain.received import BodyKind, ReceivedOrderMessage
 from orders.domain.untrusted_json import UntrustedJsonError, decode_untrusted_json
 
 OUTBOX_DOCUMENT_TYPE = "outbox"
-ORDER_ACCEPTED = "OrderAccepted"
+ORDER_ACCEPTED: Final = "OrderAccepted"
 # An event is a few hundred bytes; anything near this is not one of ours.
 MAX_EVENT_BODY_BYTES = 4096
 # The largest total: 98 lines of 1,000,000 units at 11 integer digits, with 4 decimals.
