@@ -21,10 +21,14 @@ from orders.adapters.cosmos_client import (
     create_cosmos_client,
     ensure_local_resources,
     idempotency_container,
+    inbox_container,
+    leases_container,
     orders_container,
 )
+from orders.adapters.cosmos_fenced import CosmosFencedDocuments
 from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
 from orders.adapters.cosmos_order_reader import CosmosOrderReader
+from orders.adapters.cosmos_outbox import CosmosOutboxFeed
 from orders.adapters.cosmos_store import CosmosOrderStore
 from orders.adapters.identity import ProcessCredential
 from orders.adapters.monitoring import configure_monitoring
@@ -36,19 +40,28 @@ from orders.adapters.servicebus import (
 )
 from orders.adapters.servicebus_dead_letters import ServiceBusDeadLetters
 from orders.adapters.servicebus_load import ServiceBusLoadSender, peek_dead_letters
-from orders.adapters.servicebus_publisher import ServiceBusOrderPublisher
+from orders.adapters.servicebus_publisher import ServiceBusEventPublisher, ServiceBusOrderPublisher
 from orders.adapters.servicebus_worker import run_worker_on
 from orders.domain.load_plan import LoadPlan
 from orders.domain.outcomes import Decision
 from orders.exceptions import ServiceNotReadyError
 from orders.observability import ConsumerTelemetry
 from orders.service.consumer import OrderConsumer
+from orders.service.dispatcher import DEFAULT_LEASE_SECONDS as DEFAULT_DISPATCHER_LEASE_SECONDS
+from orders.service.dispatcher import (
+    DEFAULT_POLL_SECONDS,
+    AfterPublish,
+    DispatcherStats,
+    OutboxDispatcher,
+)
 from orders.service.idempotency import DEFAULT_LEASE_SECONDS, IdempotentOrderIntake
 from orders.service.load import LoadResult, run_load
 from orders.service.order_lookup import OrderLookup
-from orders.service.ports import OrderPublisher, OrderStore
+from orders.service.ports import MessageHandler, OrderPublisher, OrderStore
+from orders.service.shipping import ShippingConsumer
 from orders.service.verify import VerifyReport, audit
-from orders.service.worker_options import Source, WorkerOptions, WorkerStats
+from orders.service.verify_fanout import audit_shipping, stored_orders
+from orders.service.worker_options import Source, Subscriber, WorkerOptions, WorkerStats
 from orders.settings import Settings
 
 if TYPE_CHECKING:
@@ -304,6 +317,66 @@ async def run_worker(
         )
 
 
+def _subscriber_handler(
+    subscriber: Subscriber, settings: Settings, cosmos: CosmosClient, stack: AsyncExitStack
+) -> tuple[Source, MessageHandler]:
+    inbox = CosmosFencedDocuments(inbox_container(cosmos, settings))
+    topic = settings.order_events_topic
+    if subscriber is Subscriber.SHIPPING:
+        return Source(topic=topic, subscription=settings.shipping_subscription), ShippingConsumer(
+            inbox
+        )
+    raise NotImplementedError(subscriber)
+
+
+async def run_subscriber(
+    settings: Settings,
+    subscriber: Subscriber,
+    options: WorkerOptions,
+    stop: asyncio.Event,
+    *,
+    after_decision: Callable[[Decision], None] | None = None,
+) -> WorkerStats:
+    """One fan-out consumer competing on its subscription of the events topic until `stop`."""
+    settings.require_servicebus()
+    configure_monitoring(settings)
+    async with AsyncExitStack() as stack:
+        identity = _process_credential(stack, settings)
+        cosmos = await _cosmos_client(stack, settings, identity, None)
+        source, handler = _subscriber_handler(subscriber, settings, cosmos, stack)
+        servicebus = await stack.enter_async_context(create_servicebus_client(settings, identity))
+        return await run_worker_on(servicebus, source, handler, options, stop, after_decision)
+
+
+async def run_dispatcher(
+    settings: Settings,
+    stop: asyncio.Event,
+    *,
+    after_publish: AfterPublish | None = None,
+    poll_seconds: float = DEFAULT_POLL_SECONDS,
+    lease_seconds: float = DEFAULT_DISPATCHER_LEASE_SECONDS,
+) -> DispatcherStats:
+    """The outbox dispatcher (change feed pull model, checkpoints in the leases container)."""
+    settings.require_servicebus()
+    configure_monitoring(settings)
+    async with AsyncExitStack() as stack:
+        identity = _process_credential(stack, settings)
+        cosmos = await _cosmos_client(stack, settings, identity, None)
+        servicebus = await stack.enter_async_context(create_servicebus_client(settings, identity))
+        publisher = ServiceBusEventPublisher(servicebus, settings.order_events_topic)
+        stack.push_async_callback(publisher.close)
+        dispatcher = OutboxDispatcher(
+            CosmosOutboxFeed(orders_container(cosmos, settings)),
+            publisher,
+            CosmosFencedDocuments(leases_container(cosmos, settings)),
+            after_publish=after_publish,
+            poll_seconds=poll_seconds,
+            lease_seconds=lease_seconds,
+        )
+        stack.push_async_callback(dispatcher.release)
+        return await dispatcher.run(stop)
+
+
 async def prepare_local_cosmos(settings: Settings) -> None:
     """Create the database and containers on an emulator (Azure gets them from Bicep)."""
     async with create_cosmos_client(settings) as client:  # emulator keys only
@@ -328,12 +401,22 @@ async def send_load(
         )
 
 
-async def verify_run(settings: Settings, plan: LoadPlan) -> VerifyReport:
-    """Audit Cosmos and the dead-letter queue against what a load run sent."""
+async def verify_run(
+    settings: Settings, plan: LoadPlan, *, fanout: frozenset[Subscriber] = frozenset()
+) -> VerifyReport:
+    """Audit Cosmos and the dead-letter queue against what a load run sent; with `fanout`, also
+    those consumers' effects (shipments; charges at the payment service)."""
     async with AsyncExitStack() as stack:
         identity = _process_credential(stack, settings)
         cosmos = await _cosmos_client(stack, settings, identity, create_local_resources=False)
         bus = await stack.enter_async_context(create_servicebus_client(settings, identity))
         documents = await documents_of_run(orders_container(cosmos, settings), plan.run_id)
         dead_letters = await peek_dead_letters(bus, settings.orders_queue)
-    return audit(plan, documents, dead_letters)
+        report = audit(plan, documents, dead_letters)
+        if not fanout:
+            return report
+        inbox = await documents_of_run(inbox_container(cosmos, settings), plan.run_id)
+        orders = stored_orders(documents)
+        if Subscriber.SHIPPING in fanout:
+            report = report.with_consumer(Subscriber.SHIPPING, audit_shipping(orders, inbox))
+    return report

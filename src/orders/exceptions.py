@@ -84,6 +84,23 @@ class LeaseLostError(ConflictSignal):
     """A fenced write failed its ETag condition: another attempt owns the record now."""
 
 
+class DocumentExistsError(ConflictSignal):
+    """A create found the document (an inbox record, a lease) already there: seen before."""
+
+
+class PaymentRefusedError(OrdersError):
+    """The payment provider refused for good (a 4xx such as a key reused with another amount)."""
+
+    def __init__(self, reason: str, description: str) -> None:
+        super().__init__(f"{reason}: {description}")
+        self.reason = reason
+        self.description = description
+
+
+class PaymentUnavailableError(OrdersError):
+    """The payment provider failed, throttled or timed out: worth retrying with the same key."""
+
+
 class PublishError(OrdersError):
     """Sending the order to the queue failed in a way retrying will not fix."""
 

@@ -37,7 +37,17 @@ EMULATOR_COSMOS_KEY = (
 )
 EMULATOR_ONLY_SETTING_NAMES = frozenset({"ServiceBusConnection", "COSMOS_KEY"})
 # Optional tuning with defaults in code.
-OPTIONAL_SETTING_NAMES = frozenset({"IDEMPOTENCY_SCOPE", "IDEMPOTENCY_TTL_SECONDS"})
+OPTIONAL_SETTING_NAMES = frozenset(
+    {
+        "IDEMPOTENCY_SCOPE",
+        "IDEMPOTENCY_TTL_SECONDS",
+        "COSMOS_INBOX_CONTAINER",
+        "COSMOS_LEASES_CONTAINER",
+        "ORDER_EVENTS_TOPIC",
+        "BILLING_SUBSCRIPTION",
+        "SHIPPING_SUBSCRIPTION",
+    }
+)
 
 DEFAULT_IDEMPOTENCY_TTL_SECONDS = 24 * 60 * 60
 
@@ -53,6 +63,12 @@ class Settings:
     cosmos_database: str = "orders"
     cosmos_container: str = "orders"
     cosmos_idempotency_container: str = "idempotency"
+    # Fan-out: the consumers' inbox records and effects, and the dispatcher's checkpoints.
+    cosmos_inbox_container: str = "inbox"
+    cosmos_leases_container: str = "leases"
+    order_events_topic: str = "order-events"
+    billing_subscription: str = "billing"
+    shipping_subscription: str = "shipping"
     orders_queue: str = "orders"
     servicebus_connection_string: str | None = None
     servicebus_namespace: str | None = None
@@ -93,6 +109,11 @@ class Settings:
                 ("cosmos_container", optional("COSMOS_CONTAINER")),
                 ("cosmos_idempotency_container", optional("COSMOS_IDEMPOTENCY_CONTAINER")),
                 ("orders_queue", optional("ORDERS_QUEUE")),
+                ("cosmos_inbox_container", optional("COSMOS_INBOX_CONTAINER")),
+                ("cosmos_leases_container", optional("COSMOS_LEASES_CONTAINER")),
+                ("order_events_topic", optional("ORDER_EVENTS_TOPIC")),
+                ("billing_subscription", optional("BILLING_SUBSCRIPTION")),
+                ("shipping_subscription", optional("SHIPPING_SUBSCRIPTION")),
                 ("idempotency_scope", optional("IDEMPOTENCY_SCOPE")),
             )
             if value is not None

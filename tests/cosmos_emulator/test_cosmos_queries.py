@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -218,3 +219,17 @@ def test_order_by_must_be_a_property_path(filled: ContainerProxy) -> None:
     with pytest.raises(exceptions.CosmosHttpResponseError) as err:
         q(filled, "SELECT * FROM c ORDER BY LOWER(c.name)", pk="a")
     assert err.value.status_code == 400
+
+
+def test_current_timestamp_is_the_servers_clock_beside_the_item(container: ContainerProxy) -> None:
+    """One query returns an item and the database's time, the way a lease is judged."""
+    written = container.create_item({"id": "lease", "pk": "a"})
+    before_ms = int(time.time() * 1000)
+    [row] = q(
+        container,
+        "SELECT GetCurrentTimestamp() AS now, c._ts AS ts FROM c WHERE c.id = 'lease'",
+        pk="a",
+    )
+    after_ms = int(time.time() * 1000)
+    assert before_ms <= row["now"] <= after_ms
+    assert row["ts"] == written["_ts"] and row["ts"] * 1000 <= row["now"]

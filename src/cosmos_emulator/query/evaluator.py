@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -480,6 +481,13 @@ def _length(args: list[Any]) -> Any:
     return len(args[0]) if isinstance(args[0], str) else UNDEFINED
 
 
+def _current_timestamp(args: list[Any]) -> Any:
+    # The server's clock, in milliseconds since the epoch: what lets a client judge a lease by
+    # the database's time rather than its own.
+    _args("GETCURRENTTIMESTAMP", args, 0)
+    return int(time.time() * 1000)
+
+
 _FUNCTIONS: dict[str, Callable[[list[Any]], Any]] = {
     "IS_DEFINED": _type_fn("IS_DEFINED", lambda v: v is not UNDEFINED),
     "IS_NULL": _type_fn("IS_NULL", lambda v: v is None),
@@ -497,4 +505,6 @@ _FUNCTIONS: dict[str, Callable[[list[Any]], Any]] = {
     "LOWER": _case("LOWER", upper=False),
     "UPPER": _case("UPPER", upper=True),
     "LENGTH": _length,
+    "GETCURRENTTIMESTAMP": _current_timestamp,
+    "GETCURRENTTIMESTAMPSTATIC": _current_timestamp,
 }

@@ -37,6 +37,18 @@ def idempotency_container(client: CosmosClient, settings: Settings) -> Container
     )
 
 
+def inbox_container(client: CosmosClient, settings: Settings) -> ContainerProxy:
+    return client.get_database_client(settings.cosmos_database).get_container_client(
+        settings.cosmos_inbox_container
+    )
+
+
+def leases_container(client: CosmosClient, settings: Settings) -> ContainerProxy:
+    return client.get_database_client(settings.cosmos_database).get_container_client(
+        settings.cosmos_leases_container
+    )
+
+
 async def ensure_local_resources(client: CosmosClient, settings: Settings) -> None:
     """Create the database and containers on an emulator.
 
@@ -55,4 +67,11 @@ async def ensure_local_resources(client: CosmosClient, settings: Settings) -> No
         id=settings.cosmos_idempotency_container,
         partition_key=PartitionKey(path="/id"),
         default_ttl=-1,
+    )
+    await database.create_container_if_not_exists(
+        id=settings.cosmos_inbox_container, partition_key=PartitionKey(path="/orderId")
+    )
+    # Partitioned by /id, as the Functions Cosmos DB trigger requires of its lease container.
+    await database.create_container_if_not_exists(
+        id=settings.cosmos_leases_container, partition_key=PartitionKey(path="/id")
     )

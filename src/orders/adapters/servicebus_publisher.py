@@ -1,7 +1,8 @@
-"""Publishing an accepted order to the queue with MessageId = orderId.
+"""Publishing with a deterministic MessageId: an accepted order to the queue (orderId), an
+outbox event to the topic (eventId).
 
-The MessageId is what makes a second publish harmless: the queue's duplicate detection drops it
-inside its window, and the idempotent consumer recognises it after that.
+The MessageId is what makes a second publish harmless: the entity's duplicate detection drops it
+inside its window, and the idempotent consumers recognise it after that.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from azure.servicebus.exceptions import (
 from opentelemetry import trace
 from opentelemetry.trace import TracerProvider
 
+from orders.domain.events import OrderAccepted
 from orders.domain.model import OrderPlaced
 from orders.exceptions import PublishError, TransientPublishError
-from orders.tracing import current_trace_id, current_trace_properties
+from orders.tracing import context_from, current_trace_id, current_trace_properties
 
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     OperationTimeoutError,
@@ -47,8 +49,50 @@ def order_message_body(order: OrderPlaced) -> bytes:
     return json.dumps(order.canonical_payload()).encode()
 
 
-class ServiceBusOrderPublisher:
-    """`OrderPublisher` over one long-lived sender of the process's client."""
+class _OneSender:
+    """One long-lived sender of the process's client, for a queue or a topic."""
+
+    def __init__(
+        self,
+        client: ServiceBusClient,
+        entity: str,
+        *,
+        topic: bool = False,
+        tracer_provider: TracerProvider | None = None,
+    ) -> None:
+        self._client = client
+        self._tracer = trace.get_tracer("orders.publisher", tracer_provider=tracer_provider)
+        self._entity = entity
+        self._topic = topic
+        self._sender: ServiceBusSender | None = None
+        # One send at a time: the SDK's sender (re)opens its link without a lock of its own,
+        # and concurrent opens race. A send takes milliseconds, so the wait is short.
+        self._lock = asyncio.Lock()
+
+    async def _send(self, message: ServiceBusMessage) -> None:
+        async with self._lock:
+            try:
+                if self._sender is None:
+                    self._sender = (
+                        self._client.get_topic_sender(self._entity)
+                        if self._topic
+                        else self._client.get_queue_sender(self._entity)
+                    )
+                await self._sender.send_messages(message)
+            except TRANSIENT_ERRORS as exc:
+                raise TransientPublishError(f"Service Bus send failed: {exc!r}") from exc
+            except ServiceBusError as exc:
+                raise PublishError(f"Service Bus rejected the send: {exc!r}") from exc
+
+    async def close(self) -> None:
+        async with self._lock:
+            if self._sender is not None:
+                await self._sender.close()
+                self._sender = None
+
+
+class ServiceBusOrderPublisher(_OneSender):
+    """`OrderPublisher`: the order to the orders queue, MessageId = orderId."""
 
     def __init__(
         self,
@@ -56,13 +100,7 @@ class ServiceBusOrderPublisher:
         queue_name: str,
         tracer_provider: TracerProvider | None = None,
     ) -> None:
-        self._client = client
-        self._tracer = trace.get_tracer("orders.publisher", tracer_provider=tracer_provider)
-        self._queue_name = queue_name
-        self._sender: ServiceBusSender | None = None
-        # One send at a time: the SDK's sender (re)opens its link without a lock of its own,
-        # and concurrent opens race. A send takes milliseconds, so the wait is short.
-        self._lock = asyncio.Lock()
+        super().__init__(client, queue_name, tracer_provider=tracer_provider)
 
     async def publish(self, order: OrderPlaced) -> None:
         with self._tracer.start_as_current_span(
@@ -80,19 +118,35 @@ class ServiceBusOrderPublisher:
             )
             await self._send(message)
 
-    async def _send(self, message: ServiceBusMessage) -> None:
-        async with self._lock:
-            try:
-                if self._sender is None:
-                    self._sender = self._client.get_queue_sender(self._queue_name)
-                await self._sender.send_messages(message)
-            except TRANSIENT_ERRORS as exc:
-                raise TransientPublishError(f"Service Bus send failed: {exc!r}") from exc
-            except ServiceBusError as exc:
-                raise PublishError(f"Service Bus rejected the send: {exc!r}") from exc
 
-    async def close(self) -> None:
-        async with self._lock:
-            if self._sender is not None:
-                await self._sender.close()
-                self._sender = None
+class ServiceBusEventPublisher(_OneSender):
+    """`EventPublisher`: an outbox event to the events topic, MessageId = eventId.
+
+    The span continues the trace the consumer stored with the outbox entry, so one trace id
+    follows the order from the HTTP request through the dispatcher to every subscriber.
+    """
+
+    def __init__(
+        self,
+        client: ServiceBusClient,
+        topic_name: str,
+        tracer_provider: TracerProvider | None = None,
+    ) -> None:
+        super().__init__(client, topic_name, topic=True, tracer_provider=tracer_provider)
+
+    async def publish_event(self, event: OrderAccepted, trace_context: dict[str, str]) -> None:
+        with self._tracer.start_as_current_span(
+            "orders.dispatch",
+            context=context_from(trace_context),
+            kind=trace.SpanKind.PRODUCER,
+            attributes={"messaging.system": "servicebus", "messaging.message.id": event.event_id},
+        ):
+            message = ServiceBusMessage(
+                event.body(),
+                message_id=event.event_id,
+                content_type="application/json",
+                subject=event.event_type,
+                correlation_id=event.order_id,
+                application_properties=cast(dict[str | bytes, Any], current_trace_properties()),
+            )
+            await self._send(message)

@@ -19,6 +19,7 @@ from orders.cli.operations import dead_letters_app, keys_app
 from orders.cli.shared import configure_logging, err, out, settings_or_exit
 from orders.domain.load_plan import LoadMix, plan_from_json, plan_load, plan_to_json
 from orders.service.verify import VerifyReport
+from orders.service.worker_options import Subscriber
 
 if TYPE_CHECKING:
     from orders.entrypoints.demo import DemoResult
@@ -41,8 +42,12 @@ def worker(
     decisions: Annotated[
         Path | None, typer.Option(help="Append one JSON line per decision to this file")
     ] = None,
+    subscription: Annotated[
+        Subscriber | None,
+        typer.Option(help="Consume this subscription of the events topic instead of the queue"),
+    ] = None,
 ) -> None:
-    """Competing consumer: process the orders queue until SIGTERM / SIGINT."""
+    """Competing consumer: the orders queue (or an events subscription) until SIGTERM / SIGINT."""
     from orders.entrypoints.worker import run_until_signalled
     from orders.service.worker_options import WorkerOptions
 
@@ -51,7 +56,21 @@ def worker(
     options = WorkerOptions(
         concurrency=concurrency, prefetch=prefetch, shutdown_grace_seconds=grace
     )
-    run_until_signalled(settings, options, decisions=decisions)
+    run_until_signalled(settings, options, decisions=decisions, subscriber=subscription)
+
+
+@app.command()
+def dispatcher(
+    lease_seconds: Annotated[
+        float, typer.Option(min=3, help="How long a feed-range lease outlives its last renewal")
+    ] = 30.0,
+) -> None:
+    """Outbox dispatcher: publish stored orders' events to the topic until SIGTERM / SIGINT."""
+    from orders.entrypoints.dispatcher import run_dispatcher_until_signalled
+
+    configure_logging()
+    stats = run_dispatcher_until_signalled(settings_or_exit(), lease_seconds=lease_seconds)
+    err.print(f"dispatcher stopped: published {stats.published} event(s)")
 
 
 def progress_bar() -> Progress:
@@ -328,7 +347,7 @@ app.add_typer(keys_app, name="keys")
 
 @app.callback()
 def _root() -> None:
-    """Commands: up, env, worker, load, verify, demo, serve, dlq, keys."""
+    """Commands: up, env, worker, dispatcher, load, verify, demo, serve, dlq, keys."""
 
 
 def main() -> None:

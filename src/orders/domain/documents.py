@@ -56,7 +56,12 @@ class OrderWrite:
 
 
 def build_order_write(
-    order: OrderPlaced, *, request_hash: str, message_id: str, processed_at: datetime
+    order: OrderPlaced,
+    *,
+    request_hash: str,
+    message_id: str,
+    processed_at: datetime,
+    trace_context: dict[str, str] | None = None,
 ) -> OrderWrite:
     total_amount = decimal_text(order.total_amount)
     order_document: dict[str, Any] = {
@@ -93,7 +98,8 @@ def build_order_write(
         documents=(
             order_document,
             outbox_document(
-                OrderAccepted.of(order, total_amount=total_amount, accepted_at=processed_at)
+                OrderAccepted.of(order, total_amount=total_amount, accepted_at=processed_at),
+                trace_context,
             ),
             *line_documents,
         ),

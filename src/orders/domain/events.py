@@ -82,16 +82,27 @@ class OrderAccepted(BaseModel):
         return self.model_dump_json().encode("utf-8")
 
 
-def outbox_document(event: OrderAccepted) -> dict[str, Any]:
-    """The outbox entry: the event as it will be published, and whether it has been."""
+def outbox_document(
+    event: OrderAccepted, trace_context: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The outbox entry: the event as it will be published, whether it has been, and the trace
+    of the consumer that stored it (so the publish continues that trace)."""
     return {
         "id": event.event_id,
         "orderId": event.order_id,
         "type": OUTBOX_DOCUMENT_TYPE,
         "eventType": event.event_type,
         "event": event.model_dump(mode="json"),
+        "traceContext": dict(trace_context or {}),
         "dispatched": False,
     }
+
+
+def trace_context_of_outbox(document: dict[str, Any]) -> dict[str, str]:
+    stored = document.get("traceContext")
+    if not isinstance(stored, dict):
+        return {}
+    return {str(key): str(value) for key, value in stored.items() if isinstance(value, str)}
 
 
 def is_undispatched_outbox(document: dict[str, Any]) -> bool:

@@ -34,6 +34,7 @@ class DeadLetterReason(StrEnum):
     MESSAGE_ID_MISMATCH = "MessageIdMismatch"
     ORDER_TOO_LARGE = "OrderTooLarge"
     REQUEST_HASH_MISMATCH = "RequestHashMismatch"
+    PAYMENT_REFUSED = "PaymentRefused"
 
 
 class MessageRejected(OrdersError):

@@ -13,6 +13,10 @@ class Outcome(StrEnum):
     REJECTED = "rejected"  # malformed / contract violation: dead-lettered
     TRANSIENT_FAILURE = "transient_failure"  # store unavailable: abandoned, redelivered
     UNEXPECTED_FAILURE = "unexpected_failure"  # bug or unknown error: abandoned, logged
+    # Fan-out subscribers (billing): another delivery of the message holds a live lease on its
+    # record after we waited for it; abandoned so the broker offers it again later.
+    IN_PROGRESS_ELSEWHERE = "in_progress_elsewhere"
+    DOWNSTREAM_REFUSED = "downstream_refused"  # the payment service refuses for good: DLQ + alert
 
 
 class Settlement(StrEnum):

@@ -31,12 +31,30 @@ STARTUP_TIMEOUT_SECONDS = 60.0
 
 @dataclass(frozen=True)
 class QueueOptions:
-    """The demo queue: the official emulator's shortest legal window keeps the demo quick."""
+    """The demo queue and events topic: the official emulator's shortest legal window keeps the
+    demo quick."""
 
     name: str = "orders"
     duplicate_window_seconds: int = 5
     lock_seconds: int = 30
     max_delivery_count: int = 10
+    events_topic: str = DEFAULTS.order_events_topic
+    subscriptions: tuple[str, ...] = (
+        DEFAULTS.billing_subscription,
+        DEFAULTS.shipping_subscription,
+    )
+
+    def _subscription(self, name: str) -> dict[str, Any]:
+        return {
+            "Name": name,
+            "Properties": {
+                "DeadLetteringOnMessageExpiration": True,
+                "DefaultMessageTimeToLive": "PT1H",
+                "LockDuration": f"PT{self.lock_seconds}S",
+                "MaxDeliveryCount": self.max_delivery_count,
+                "RequiresSession": False,
+            },
+        }
 
     def config(self) -> dict[str, Any]:
         return {
@@ -60,7 +78,21 @@ class QueueOptions:
                                 },
                             }
                         ],
-                        "Topics": [],
+                        "Topics": [
+                            {
+                                "Name": self.events_topic,
+                                "Properties": {
+                                    "DefaultMessageTimeToLive": "PT1H",
+                                    "DuplicateDetectionHistoryTimeWindow": (
+                                        f"PT{self.duplicate_window_seconds}S"
+                                    ),
+                                    "RequiresDuplicateDetection": True,
+                                },
+                                "Subscriptions": [
+                                    self._subscription(name) for name in self.subscriptions
+                                ],
+                            }
+                        ],
                     }
                 ],
                 "Logging": {"Type": "Console"},
@@ -171,6 +203,7 @@ class LocalStack:
             "COSMOS_DATABASE": DEFAULTS.cosmos_database,
             "COSMOS_CONTAINER": DEFAULTS.cosmos_container,
             "COSMOS_IDEMPOTENCY_CONTAINER": DEFAULTS.cosmos_idempotency_container,
+            "ORDER_EVENTS_TOPIC": self.queue.events_topic,
         }
 
     def settings(self) -> Settings:
@@ -193,6 +226,28 @@ class LocalStack:
             env={**self.environment(), **(extra_env or {})},
         )  # fmt: skip
 
+    def start_subscriber(
+        self, subscriber: str, *, extra_env: Mapping[str, str] | None = None
+    ) -> ManagedProcess:
+        """A worker on one subscription of the events topic (`shipping`, `billing`)."""
+        name = f"{subscriber}-{sum(p.name.startswith(subscriber) for p in self.processes) + 1}"
+        return self.spawn(
+            name,
+            ["-m", "orders", "worker", "--subscription", subscriber,
+             "--decisions", str(self.workdir / f"{name}.decisions.jsonl")],
+            env={**self.environment(), **(extra_env or {})},
+        )  # fmt: skip
+
+    def start_dispatcher(
+        self, *, lease_seconds: float = 30.0, extra_env: Mapping[str, str] | None = None
+    ) -> ManagedProcess:
+        name = f"dispatcher-{sum(p.name.startswith('dispatcher') for p in self.processes) + 1}"
+        return self.spawn(
+            name,
+            ["-m", "orders", "dispatcher", "--lease-seconds", str(lease_seconds)],
+            env={**self.environment(), **(extra_env or {})},
+        )
+
     def workers(self) -> list[ManagedProcess]:
         return [p for p in self.processes if p.name.startswith("worker-")]
 
@@ -200,8 +255,9 @@ class LocalStack:
         return [worker.stop() for worker in self.workers() if worker.process.returncode is None]
 
     def stop(self) -> None:
-        # Workers first (they drain through the emulators), then the emulators.
-        for managed in sorted(self.processes, key=lambda p: not p.name.startswith("worker-")):
+        # Workers, dispatchers and services first (they drain through the emulators), then the
+        # emulators.
+        for managed in sorted(self.processes, key=lambda p: p.name.endswith("-emulator")):
             managed.stop()
 
 

@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from orders.bootstrap import StoreFactory, run_worker
+from orders.bootstrap import StoreFactory, run_subscriber, run_worker
 from orders.domain.outcomes import Decision, Outcome
-from orders.service.worker_options import WorkerOptions, WorkerStats
+from orders.service.worker_options import Subscriber, WorkerOptions, WorkerStats
 from orders.settings import Settings
 
 logger = logging.getLogger("orders.worker")
@@ -87,8 +87,13 @@ def run_until_signalled(
     *,
     decisions: Path | None = None,
     store_factory: StoreFactory | None = None,
+    subscriber: Subscriber | None = None,
 ) -> WorkerStats:
-    """Run until SIGTERM or SIGINT; returns after a graceful stop."""
+    """Run until SIGTERM or SIGINT; returns after a graceful stop.
+
+    Without `subscriber` it consumes the orders queue; with one, that consumer's subscription
+    of the events topic, through the same receive loop and settlement mapping.
+    """
 
     async def main(journal: DecisionHook | None) -> WorkerStats:
         stop = asyncio.Event()
@@ -97,6 +102,10 @@ def run_until_signalled(
             loop.add_signal_handler(signum, stop.set)
         # The journal first: a crash hook that exits must find the decision already recorded.
         after_decision = chain(journal, crash_hook_from_env())
+        if subscriber is not None:
+            return await run_subscriber(
+                settings, subscriber, options, stop, after_decision=after_decision
+            )
         return await run_worker(
             settings, options, stop, after_decision=after_decision, store_factory=store_factory
         )

@@ -20,6 +20,7 @@ from orders.domain.rejections import OrderRejection, body_digest
 from orders.exceptions import OrderAlreadyExistsError, TransientStoreError
 from orders.observability import ConsumerTelemetry, log_value
 from orders.service.ports import MessageSettler, OrderStore
+from orders.tracing import current_trace_properties
 
 logger = logging.getLogger("orders.consumer")
 
@@ -94,6 +95,7 @@ class OrderConsumer:
             request_hash=incoming_hash,
             message_id=order.order_id,
             processed_at=self._clock(),
+            trace_context=current_trace_properties(),
         )
         try:
             await self._store.create_order(write)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from orders.domain.documents import OrderWrite
+from orders.domain.events import OrderAccepted
 from orders.domain.idempotency import IdempotencyRecord, OrderIdClaim
+from orders.domain.leases import DatabaseRead
 from orders.domain.model import OrderPlaced
 from orders.domain.outcomes import Decision
 from orders.domain.received import ReceivedOrderMessage
@@ -89,4 +92,67 @@ class OrderPublisher(Protocol):
 class OrderReader(Protocol):
     async def read_order_documents(self, order_id: str) -> list[dict[str, Any]]:
         """Every document the consumer stored for the order; empty when it is not stored."""
+        ...
+
+
+# --- Fan-out: the outbox dispatcher and the subscribers ---------------------------------------
+
+
+@dataclass(frozen=True)
+class ChangePage:
+    """One page of a feed range's change feed and where the next page starts."""
+
+    documents: list[dict[str, Any]]
+    continuation: str | None
+
+
+class OutboxFeed(Protocol):
+    """The orders container's change feed (latest version) and the outbox's one write."""
+
+    async def feed_ranges(self) -> list[str]:
+        """The container's feed ranges, each as an opaque, stable string."""
+        ...
+
+    async def read_changes(
+        self, feed_range: str, continuation: str | None, max_items: int
+    ) -> ChangePage:
+        """Changes after `continuation` (from the beginning when None)."""
+        ...
+
+    async def mark_dispatched(self, document: dict[str, Any]) -> None:
+        """Set `dispatched` if the document is unchanged since read (If-Match its `_etag`);
+        a failed condition means another writer got there first and is not an error."""
+        ...
+
+
+class EventPublisher(Protocol):
+    async def publish_event(self, event: OrderAccepted, trace_context: dict[str, str]) -> None:
+        """Send the event to the topic with MessageId = eventId, CorrelationId = orderId, in
+        the trace `trace_context` (W3C properties stored with the outbox entry) names.
+
+        Raises `TransientPublishError` when a retry may succeed, `PublishError` otherwise.
+        """
+        ...
+
+
+class FencedDocuments(Protocol):
+    """Create, read-with-the-database's-time and If-Match replace over one container."""
+
+    async def create(self, document: dict[str, Any]) -> dict[str, Any]:
+        """Create; `DocumentExistsError` if the id exists. Returns the stored document."""
+        ...
+
+    async def read(self, document_id: str, partition_key: str) -> DatabaseRead:
+        """The document (None if absent) and the database's clock, in one request."""
+        ...
+
+    async def replace(self, document: dict[str, Any], *, etag: str) -> dict[str, Any]:
+        """Replace if the stored ETag is still `etag`, else `LeaseLostError`."""
+        ...
+
+
+class InboxStore(FencedDocuments, Protocol):
+    async def create_together(self, partition_key: str, documents: list[dict[str, Any]]) -> None:
+        """Create all documents in one transactional batch; `DocumentExistsError` if the
+        first one (the inbox record) exists, in which case nothing was written."""
         ...

@@ -7,7 +7,7 @@ and dead-lettered messages.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from orders.domain.documents import LINE_DOCUMENT_TYPE, ORDER_DOCUMENT_TYPE
@@ -16,6 +16,7 @@ from orders.domain.hashing import request_hash
 from orders.domain.load_plan import LoadPlan, PlannedSend, SendKind
 from orders.domain.messages import DeadLetterReason, MessageRejected, parse_order
 from orders.domain.rejections import REJECTION_DOCUMENT_TYPE
+from orders.service.verify_fanout import ConsumerAudit
 
 
 @dataclass(frozen=True)
@@ -44,9 +45,26 @@ class VerifyReport:
     conflicts_in_window: dict[str, int]
     sends_by_kind: dict[str, int]
     violations: list[str] = field(default_factory=list)
+    # Per fan-out consumer (`billing`, `shipping`) when the audit covers them.
+    fanout: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    def with_consumer(self, name: str, found: ConsumerAudit) -> VerifyReport:
+        """This report with one fan-out consumer's audit; `ok` covers it too."""
+        violations = list(self.violations)
+        if not found.ok:
+            violations.append(
+                f"{name}: {found.doubled} doubled, {found.missing} missing, "
+                f"{found.stuck_in_progress} stuck in progress"
+            )
+        return replace(
+            self,
+            ok=self.ok and found.ok,
+            violations=violations,
+            fanout={**self.fanout, name: found.to_json()},
+        )
 
 
 def _request_hash_of(body: bytes) -> str | None:

@@ -3,6 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Subscriber(StrEnum):
+    """The consumers of the events topic, each on its own subscription."""
+
+    SHIPPING = "shipping"
+    BILLING = "billing"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,81 @@
+"""Create, read-with-the-database's-clock and If-Match replace: leases and inbox records."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from azure.core import MatchConditions
+from azure.cosmos import exceptions as cosmos_errors
+from azure.cosmos.aio import ContainerProxy
+
+from orders.adapters.cosmos_errors import store_error_for, store_errors
+from orders.domain.leases import DatabaseRead
+from orders.exceptions import DocumentExistsError, LeaseLostError
+
+# One request answers both "what is stored" and "what time is it for the database".
+_READ_WITH_CLOCK = "SELECT c AS doc, GetCurrentTimestamp() AS now FROM c WHERE c.id = @id"
+
+
+class CosmosFencedDocuments:
+    """`FencedDocuments` (and `InboxStore`) over one container."""
+
+    def __init__(self, container: ContainerProxy) -> None:
+        self._container = container
+
+    async def create(self, document: dict[str, Any]) -> dict[str, Any]:
+        with store_errors():
+            try:
+                return await self._container.create_item(body=document)
+            except cosmos_errors.CosmosResourceExistsError as exc:
+                raise DocumentExistsError(f"{document['id']!r} exists") from exc
+
+    async def read(self, document_id: str, partition_key: str) -> DatabaseRead:
+        with store_errors():
+            rows = [
+                row
+                async for row in self._container.query_items(
+                    _READ_WITH_CLOCK,
+                    parameters=[{"name": "@id", "value": document_id}],
+                    partition_key=partition_key,
+                )
+            ]
+        if not rows:
+            return DatabaseRead(None, 0)
+        return DatabaseRead(rows[0]["doc"], int(rows[0]["now"]))
+
+    async def replace(self, document: dict[str, Any], *, etag: str) -> dict[str, Any]:
+        with store_errors():
+            try:
+                return await self._container.replace_item(
+                    item=document["id"],
+                    body=document,
+                    etag=etag,
+                    match_condition=MatchConditions.IfNotModified,
+                )
+            except (
+                cosmos_errors.CosmosAccessConditionFailedError,
+                cosmos_errors.CosmosResourceNotFoundError,
+            ) as exc:
+                raise LeaseLostError(f"{document['id']!r} changed since it was read") from exc
+
+    async def create_together(self, partition_key: str, documents: list[dict[str, Any]]) -> None:
+        operations: list[tuple[str, tuple[Any, ...]]] = [
+            ("create", (document,)) for document in documents
+        ]
+        with store_errors():
+            try:
+                await self._container.execute_item_batch(
+                    batch_operations=operations, partition_key=partition_key
+                )
+            except cosmos_errors.CosmosBatchOperationError as exc:
+                responses = exc.operation_responses or []
+                index = exc.error_index or 0
+                found = responses[index].get("statusCode") if index < len(responses) else None
+                status = int(found) if found is not None else exc.status_code
+                if status == 409:
+                    raise DocumentExistsError(f"{documents[index]['id']!r} exists") from exc
+                raise store_error_for(status, f"batch operation {index} failed") from exc
+            except cosmos_errors.CosmosHttpResponseError as exc:
+                if exc.status_code == 409:
+                    raise DocumentExistsError(f"{documents[0]['id']!r} exists") from exc
+                raise

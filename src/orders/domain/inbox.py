@@ -1,0 +1,122 @@
+"""What the fan-out consumers store: consumer-scoped inbox records and their effects.
+
+All of it lives in the inbox container, partitioned by `/orderId` like the orders container, so
+an inbox record and its effect share a partition and can be one transactional batch. Record ids
+are scoped by consumer (`shipping:<messageId>`, `billing:<messageId>`): one consumer's record
+never blocks another's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from orders.domain.events import OrderAccepted
+
+INBOX_DOCUMENT_TYPE = "inbox"
+SHIPMENT_DOCUMENT_TYPE = "shipment"
+BILLING_DOCUMENT_TYPE = "billing"
+SHIPPING = "shipping"
+BILLING = "billing"
+
+
+def inbox_record_id(consumer: str, message_id: str) -> str:
+    return f"{consumer}:{message_id}"
+
+
+def shipment_document_id(order_id: str) -> str:
+    return f"{order_id}:shipment"
+
+
+def shipping_documents(
+    event: OrderAccepted, *, message_id: str, processed_at: datetime
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The inbox record and the shipment: written together or not at all."""
+    at = processed_at.isoformat()
+    inbox = {
+        "id": inbox_record_id(SHIPPING, message_id),
+        "orderId": event.order_id,
+        "type": INBOX_DOCUMENT_TYPE,
+        "consumer": SHIPPING,
+        "messageId": message_id,
+        "processedAt": at,
+    }
+    shipment = {
+        "id": shipment_document_id(event.order_id),
+        "orderId": event.order_id,
+        "type": SHIPMENT_DOCUMENT_TYPE,
+        "customerId": event.customer_id,
+        "lineCount": event.line_count,
+        "status": "requested",
+        "requestedAt": at,
+    }
+    return inbox, shipment
+
+
+class BillingStatus(StrEnum):
+    IN_PROGRESS = "inProgress"
+    COMPLETED = "completed"
+    # The provider refused for good and the message was dead-lettered; a resubmitted copy
+    # takes the record over at once and asks again.
+    REFUSED = "refused"
+
+
+@dataclass(frozen=True)
+class BillingRecord:
+    """The billing consumer's two-phase record for one message (key `billing:<messageId>`)."""
+
+    record_id: str
+    order_id: str
+    message_id: str
+    status: BillingStatus
+    owner: str
+    lease_seconds: float
+    amount: str
+    currency: str
+    payment_key: str  # the Idempotency-Key sent downstream: billing:<orderId>
+    payment_id: str | None = None
+    attempts: int = 1
+    written_at_s: int = 0  # the stored `_ts` (database time of the last write)
+    etag: str = ""
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "id": self.record_id,
+            "orderId": self.order_id,
+            "type": BILLING_DOCUMENT_TYPE,
+            "consumer": BILLING,
+            "messageId": self.message_id,
+            "status": self.status.value,
+            "owner": self.owner,
+            "leaseSeconds": self.lease_seconds,
+            "amount": self.amount,
+            "currency": self.currency,
+            "paymentKey": self.payment_key,
+            "paymentId": self.payment_id,
+            "attempts": self.attempts,
+        }
+
+    @classmethod
+    def from_document(cls, document: dict[str, Any]) -> BillingRecord:
+        return cls(
+            record_id=document["id"],
+            order_id=document["orderId"],
+            message_id=document["messageId"],
+            status=BillingStatus(document["status"]),
+            owner=document["owner"],
+            lease_seconds=float(document["leaseSeconds"]),
+            amount=document["amount"],
+            currency=document["currency"],
+            payment_key=document["paymentKey"],
+            payment_id=document.get("paymentId"),
+            attempts=int(document.get("attempts", 1)),
+            written_at_s=int(document.get("_ts", 0)),
+            etag=str(document.get("_etag", "")),
+        )
+
+
+def payment_key(order_id: str) -> str:
+    """One charge per order, whichever message or worker asks: the key names the order."""
+    return f"{BILLING}:{order_id}"

@@ -1,0 +1,29 @@
+"""Leases judged by the database's clock, never a worker's.
+
+A lease is a document some owner wrote; it is live while the database's time is within
+`lease_seconds` of that write's `_ts`. Both sides of the judgement come from Cosmos (the record's
+`_ts` and `GetCurrentTimestamp()` read in one query), so a worker whose clock is wrong can
+neither steal a live lease nor keep a dead one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class DatabaseRead:
+    """A document as stored (or None) and the database's time when it was read."""
+
+    document: dict[str, Any] | None
+    database_now_ms: int
+
+
+def lease_is_live(written_at_s: int, lease_seconds: float, database_now_ms: int) -> bool:
+    # `_ts` has whole seconds: the lease counts from the end of that second, never earlier.
+    return database_now_ms < (written_at_s + 1 + lease_seconds) * 1000
+
+
+def seconds_left(written_at_s: int, lease_seconds: float, database_now_ms: int) -> float:
+    return max(0.0, (written_at_s + 1 + lease_seconds) - database_now_ms / 1000)

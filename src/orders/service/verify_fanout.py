@@ -1,0 +1,106 @@
+"""The fan-out audit: every stored order shipped once and charged once, with its amount.
+
+Pure logic over plain data, like the order audit: the adapters fetch the stored orders, the inbox
+container's documents and the payment provider's charges.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass
+from decimal import Decimal
+from typing import Any
+
+from orders.domain.documents import ORDER_DOCUMENT_TYPE
+from orders.domain.inbox import (
+    BILLING,
+    BILLING_DOCUMENT_TYPE,
+    SHIPMENT_DOCUMENT_TYPE,
+    BillingStatus,
+)
+from orders.domain.payments import Charge
+
+
+@dataclass(frozen=True)
+class ConsumerAudit:
+    """One subscriber's effects against the orders that should have caused them."""
+
+    expected: int  # stored orders
+    effects: int  # shipments / charges for those orders
+    doubled: int  # orders with more than one effect (or a charge of the wrong amount)
+    missing: int  # orders with none
+    stuck_in_progress: int  # records still in progress (billing)
+
+    @property
+    def ok(self) -> bool:
+        return self.doubled == 0 and self.missing == 0 and self.stuck_in_progress == 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok}
+
+
+@dataclass(frozen=True)
+class StoredOrder:
+    order_id: str
+    amount: Decimal
+    currency: str
+
+
+def stored_orders(documents: list[dict[str, Any]]) -> list[StoredOrder]:
+    return [
+        StoredOrder(d["orderId"], Decimal(d["totalAmount"]), d["currency"])
+        for d in documents
+        if d.get("type") == ORDER_DOCUMENT_TYPE
+    ]
+
+
+def audit_shipping(
+    orders: list[StoredOrder], inbox_documents: list[dict[str, Any]]
+) -> ConsumerAudit:
+    expected = {order.order_id for order in orders}
+    shipments = Counter(
+        d["orderId"]
+        for d in inbox_documents
+        if d.get("type") == SHIPMENT_DOCUMENT_TYPE and d.get("orderId") in expected
+    )
+    return ConsumerAudit(
+        expected=len(expected),
+        effects=sum(shipments.values()),
+        doubled=sum(1 for count in shipments.values() if count > 1),
+        missing=len(expected - shipments.keys()),
+        stuck_in_progress=0,  # the inbox record and the shipment are one batch: never half done
+    )
+
+
+def audit_billing(
+    orders: list[StoredOrder],
+    inbox_documents: list[dict[str, Any]],
+    charges: list[Charge],
+) -> ConsumerAudit:
+    by_id = {order.order_id: order for order in orders}
+    charged: dict[str, list[Charge]] = defaultdict(list)
+    for charge in charges:
+        if charge.order_id in by_id:
+            charged[charge.order_id].append(charge)
+    wrong_or_doubled = 0
+    for order_id, made in charged.items():
+        order = by_id[order_id]
+        if len(made) > 1 or any(
+            c.amount != order.amount or c.currency != order.currency for c in made
+        ):
+            wrong_or_doubled += 1
+    stuck = sum(
+        1
+        for d in inbox_documents
+        if d.get("type") == BILLING_DOCUMENT_TYPE
+        and d.get("consumer") == BILLING
+        and d.get("orderId") in by_id
+        and d.get("status") == BillingStatus.IN_PROGRESS.value
+    )
+    return ConsumerAudit(
+        expected=len(by_id),
+        effects=sum(len(made) for made in charged.values()),
+        doubled=wrong_or_doubled,
+        missing=len(by_id.keys() - charged.keys()),
+        stuck_in_progress=stuck,
+    )
