@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import itertools
 import json
 import uuid
 from dataclasses import dataclass, field
@@ -22,13 +23,17 @@ from orders.domain.idempotency import (
     OrderIdClaim,
     RecordStatus,
 )
+from orders.domain.leases import DatabaseRead
 from orders.domain.messages import parse_order
 from orders.domain.model import OrderPlaced
+from orders.domain.payments import Charge, ChargeRequest
 from orders.domain.rejections import OrderRejection
 from orders.exceptions import (
+    DocumentExistsError,
     IdempotencyRecordExistsError,
     LeaseLostError,
     OrderAlreadyExistsError,
+    PaymentRefusedError,
     StoreError,
 )
 
@@ -280,3 +285,76 @@ class FakeOrderReader:
 
     async def read_order_documents(self, order_id: str) -> list[dict[str, Any]]:
         return copy.deepcopy(self._store.documents(order_id))
+
+
+class FakeFencedDocuments:
+    """`FencedDocuments` / `InboxStore` in memory, with a database clock the test moves."""
+
+    def __init__(self) -> None:
+        self.documents: dict[str, dict[str, Any]] = {}
+        self.database_now_ms = 1_800_000_000_000
+        self._etags = itertools.count(1)
+
+    def _stored(self, document: dict[str, Any]) -> dict[str, Any]:
+        stored = {
+            **document,
+            "_ts": self.database_now_ms // 1000,
+            "_etag": f'"{next(self._etags)}"',
+        }
+        self.documents[document["id"]] = stored
+        return dict(stored)
+
+    async def create(self, document: dict[str, Any]) -> dict[str, Any]:
+        if document["id"] in self.documents:
+            raise DocumentExistsError(document["id"])
+        return self._stored(document)
+
+    async def read(self, document_id: str, partition_key: str) -> DatabaseRead:
+        found = self.documents.get(document_id)
+        return DatabaseRead(dict(found) if found else None, self.database_now_ms)
+
+    async def replace(self, document: dict[str, Any], *, etag: str) -> dict[str, Any]:
+        current = self.documents.get(document["id"])
+        if current is None or current["_etag"] != etag:
+            raise LeaseLostError(document["id"])
+        return self._stored(document)
+
+    async def create_together(self, partition_key: str, documents: list[dict[str, Any]]) -> None:
+        for document in documents:
+            if document["id"] in self.documents:
+                raise DocumentExistsError(document["id"])
+        for document in documents:
+            self._stored(document)
+
+
+class FakePaymentGateway:
+    """A provider that charges once per key; can refuse or fail on demand."""
+
+    def __init__(self) -> None:
+        self.charges: dict[str, Charge] = {}
+        self.calls: list[ChargeRequest] = []
+        self.fail_next: Exception | None = None
+
+    async def charge(self, request: ChargeRequest) -> Charge:
+        self.calls.append(request)
+        if self.fail_next is not None:
+            failure, self.fail_next = self.fail_next, None
+            raise failure
+        existing = self.charges.get(request.idempotency_key)
+        if existing is not None:
+            if existing.amount != request.amount:
+                raise PaymentRefusedError("IdempotencyKeyReused", "another amount under this key")
+            return existing
+        charge = Charge(
+            payment_id=f"pay-{len(self.charges) + 1}",
+            order_id=request.order_id,
+            amount=request.amount,
+            currency=request.currency,
+            idempotency_key=request.idempotency_key,
+            created_at="2026-11-30T00:00:00+00:00",
+        )
+        self.charges[request.idempotency_key] = charge
+        return charge
+
+    async def charges_for(self, order_id: str) -> list[Charge]:
+        return [c for c in self.charges.values() if c.order_id == order_id]

@@ -49,7 +49,7 @@ DEFAULT_LEASE_SECONDS = 60.0
 # How long a delivery waits for another owner's live lease before handing the message back.
 DEFAULT_MAX_WAIT_SECONDS = 30.0
 POLL_SECONDS = 0.5
-# A record whose owner keeps changing under us is given back to the broker after this many turns.
+# A record whose owner keeps changing under us is given back to the broker after this many races.
 MAX_TURNS = 5
 
 # Called after the charge and before the completion mark (crash drills exit here).
@@ -118,13 +118,15 @@ class BillingConsumer:
         """The existing record's verdict: a decision, or the record now owned by us."""
         record_id = inbox_record_id(BILLING, event.event_id)
         waited = 0.0
-        for _ in range(MAX_TURNS):
+        races = 0
+        while races < MAX_TURNS:
             read = await self._records.read(record_id, event.order_id)
             if read.document is None:
                 # Deleted between our create and this read (an operator's cleanup): create again.
                 try:
                     created = await self._records.create(self._new_record(event).to_document())
                 except DocumentExistsError:
+                    races += 1
                     continue
                 return BillingRecord.from_document(created)
             existing = BillingRecord.from_document(read.document)
@@ -151,6 +153,7 @@ class BillingConsumer:
                 taken = replace(existing, owner=self._owner, attempts=existing.attempts + 1)
                 stored = await self._records.replace(taken.to_document(), etag=existing.etag)
             except LeaseLostError:
+                races += 1
                 continue  # another delivery moved first; read again
             if not mine:
                 logger.warning(

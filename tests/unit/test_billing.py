@@ -1,0 +1,249 @@
+"""The billing consumer's decisions over fakes: two phases, a downstream key, leases by the
+database's clock."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import pytest
+from fakes import FakeFencedDocuments, FakePaymentGateway
+
+from orders.domain.events import OrderAccepted, outbox_document_id
+from orders.domain.inbox import BillingStatus
+from orders.domain.model import OrderPlaced
+from orders.domain.outcomes import Outcome, Settlement
+from orders.domain.payments import Charge, ChargeRequest
+from orders.domain.received import ReceivedOrderMessage
+from orders.exceptions import PaymentUnavailableError
+from orders.service.billing import BillingConsumer
+from orders.service.shipping import ShippingConsumer
+
+
+def event_message(order_id: str = "o-1", amount: str = "12.5") -> ReceivedOrderMessage:
+    order = OrderPlaced.model_validate(
+        {
+            "orderId": order_id,
+            "customerId": "c-1",
+            "currency": "EUR",
+            "lines": [{"sku": "s", "quantity": 1, "unitPrice": Decimal(amount)}],
+        }
+    )
+    event = OrderAccepted.of(order, total_amount=amount, accepted_at=datetime.now(UTC))
+    return ReceivedOrderMessage(body=event.body(), message_id=event.event_id)
+
+
+class Clockwork:
+    """A sleep that moves the fake database's clock instead of waiting."""
+
+    def __init__(self, records: FakeFencedDocuments) -> None:
+        self.records = records
+        self.slept = 0.0
+        self.on_sleep: list[Callable[[], None]] = []
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept += seconds
+        self.records.database_now_ms += int(seconds * 1000)
+        for hook in self.on_sleep:
+            hook()
+
+
+@pytest.fixture
+def records() -> FakeFencedDocuments:
+    return FakeFencedDocuments()
+
+
+@pytest.fixture
+def payments() -> FakePaymentGateway:
+    return FakePaymentGateway()
+
+
+def billing(
+    records: FakeFencedDocuments,
+    payments: FakePaymentGateway,
+    owner: str,
+    *,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    max_wait_seconds: float = 30.0,
+) -> BillingConsumer:
+    return BillingConsumer(
+        records,
+        payments,
+        owner=owner,
+        lease_seconds=10,
+        sleep=sleep,
+        max_wait_seconds=max_wait_seconds,
+    )
+
+
+def record_of(records: FakeFencedDocuments, order_id: str = "o-1") -> dict[str, object]:
+    return records.documents[f"billing:{outbox_document_id(order_id)}"]
+
+
+async def test_a_new_event_is_charged_once_with_the_order_key_and_marked_completed(
+    records: FakeFencedDocuments, payments: FakePaymentGateway
+) -> None:
+    decision = await billing(records, payments, "a").handle(event_message())
+
+    assert (decision.outcome, decision.settlement) == (Outcome.PROCESSED, Settlement.COMPLETE)
+    [call] = payments.calls
+    assert call.idempotency_key == "billing:o-1" and call.amount == Decimal("12.5")
+    stored = record_of(records)
+    assert stored["status"] == "completed" and stored["paymentId"] == "pay-1"
+
+
+async def test_a_redelivery_after_completion_is_a_duplicate_without_a_call(
+    records: FakeFencedDocuments, payments: FakePaymentGateway
+) -> None:
+    await billing(records, payments, "a").handle(event_message())
+    decision = await billing(records, payments, "b").handle(event_message())
+
+    assert (decision.outcome, decision.settlement) == (Outcome.DUPLICATE, Settlement.COMPLETE)
+    assert len(payments.calls) == 1
+
+
+def in_progress_by(records: FakeFencedDocuments, owner: str) -> None:
+    """What a worker that recorded `inProgress` and then stalled or died leaves behind."""
+    records.documents.clear()
+    doc = {
+        "id": f"billing:{outbox_document_id('o-1')}",
+        "orderId": "o-1",
+        "type": "billing",
+        "consumer": "billing",
+        "messageId": outbox_document_id("o-1"),
+        "status": "inProgress",
+        "owner": owner,
+        "leaseSeconds": 10,
+        "amount": "12.5",
+        "currency": "EUR",
+        "paymentKey": "billing:o-1",
+        "paymentId": None,
+        "attempts": 1,
+    }
+    records._stored(doc)
+
+
+async def test_a_live_lease_is_waited_for_and_its_owners_completion_decides(
+    records: FakeFencedDocuments, payments: FakePaymentGateway
+) -> None:
+    in_progress_by(records, "owner-a")
+    clock = Clockwork(records)
+
+    def owner_finishes() -> None:
+        if clock.slept >= 2:
+            record = records.documents[f"billing:{outbox_document_id('o-1')}"]
+            records._stored({**record, "status": "completed", "paymentId": "pay-a"})
+
+    clock.on_sleep.append(owner_finishes)
+    decision = await billing(records, payments, "b", sleep=clock.sleep).handle(event_message())
+
+    assert decision.outcome is Outcome.DUPLICATE and payments.calls == []
+    assert 2 <= clock.slept < 10
+
+
+async def test_a_live_lease_that_outlasts_the_wait_hands_the_message_back(
+    records: FakeFencedDocuments, payments: FakePaymentGateway
+) -> None:
+    in_progress_by(records, "owner-a")
+    clock = Clockwork(records)
+    consumer = billing(records, payments, "b", sleep=clock.sleep, max_wait_seconds=3)
+
+    decision = await consumer.handle(event_message())
+
+    assert (decision.outcome, decision.settlement) == (
+        Outcome.IN_PROGRESS_ELSEWHERE,
+        Settlement.ABANDON,
+    )
+    assert "owner-a" in (decision.error or "") and payments.calls == []
+
+
+async def test_a_lease_ended_by_the_database_clock_is_taken_over_and_charged_with_the_same_key(
+    records: FakeFencedDocuments, payments: FakePaymentGateway
+) -> None:
+    # The first owner charged, then died before marking: the provider holds its charge.
+    in_progress_by(records, "owner-a")
+    first = await payments.charge(ChargeRequest("o-1", Decimal("12.5"), "EUR", "billing:o-1"))
+    records.database_now_ms += 12_000  # past the 10 s lease, by the database's clock
+
+    decision = await billing(records, payments, "b").handle(event_message())
+
+    assert decision.outcome is Outcome.PROCESSED
+    assert list(payments.charges.values()) == [first]  # the same charge, never a second one
+    stored = record_of(records)
+    assert (stored["owner"], stored["attempts"], stored["paymentId"]) == ("b", 2, first.payment_id)
+
+
+async def test_a_worker_clock_running_ahead_cannot_steal_a_live_lease(
+    records: FakeFencedDocuments, payments: FakePaymentGateway
+) -> None:
+    """Only the database's time counts: nothing in the consumer reads the local clock."""
+    in_progress_by(records, "owner-a")
+    clock = Clockwork(records)
+    consumer = billing(records, payments, "b", sleep=clock.sleep, max_wait_seconds=1)
+
+    decision = await consumer.handle(event_message())
+
+    assert decision.outcome is Outcome.IN_PROGRESS_ELSEWHERE
+    assert record_of(records)["owner"] == "owner-a"
+
+
+async def test_a_refusal_dead_letters_with_a_reason_and_marks_the_record(
+    records: FakeFencedDocuments, payments: FakePaymentGateway
+) -> None:
+    payments.charges["billing:o-1"] = Charge(
+        "pay-x", "o-1", Decimal("99"), "EUR", "billing:o-1", "2026-11-30T00:00:00+00:00"
+    )
+
+    decision = await billing(records, payments, "a").handle(event_message())
+
+    assert (decision.outcome, decision.settlement) == (
+        Outcome.DOWNSTREAM_REFUSED,
+        Settlement.DEAD_LETTER,
+    )
+    assert decision.dead_letter_reason == "PaymentRefused"
+    assert "IdempotencyKeyReused" in (decision.dead_letter_description or "")
+    assert record_of(records)["status"] == BillingStatus.REFUSED.value
+
+
+async def test_an_unavailable_provider_abandons_and_the_owners_redelivery_goes_on_at_once(
+    records: FakeFencedDocuments, payments: FakePaymentGateway
+) -> None:
+    consumer = billing(records, payments, "a")
+    payments.fail_next = PaymentUnavailableError("503")
+
+    first = await consumer.handle(event_message())
+    second = await consumer.handle(event_message())  # inside its own live lease
+
+    assert (first.outcome, first.settlement) == (Outcome.TRANSIENT_FAILURE, Settlement.ABANDON)
+    assert second.outcome is Outcome.PROCESSED
+    assert len(payments.charges) == 1 and len(payments.calls) == 2
+
+
+async def test_a_malformed_event_is_dead_lettered_on_first_delivery(
+    records: FakeFencedDocuments, payments: FakePaymentGateway
+) -> None:
+    bad = ReceivedOrderMessage(
+        body=json.dumps({"eventType": "OrderAccepted"}).encode(), message_id="x"
+    )
+
+    decision = await billing(records, payments, "a").handle(bad)
+
+    assert (decision.outcome, decision.dead_letter_reason) == (Outcome.REJECTED, "SchemaViolation")
+    assert payments.calls == [] and records.documents == {}
+
+
+async def test_one_consumers_record_never_blocks_the_others(
+    records: FakeFencedDocuments, payments: FakePaymentGateway
+) -> None:
+    """Billing stuck in progress on an event; shipping still ships it (same inbox store)."""
+    in_progress_by(records, "owner-a")
+
+    shipped = await ShippingConsumer(records).handle(event_message())
+    again = await ShippingConsumer(records).handle(event_message())
+
+    assert shipped.outcome is Outcome.PROCESSED and again.outcome is Outcome.DUPLICATE
+    assert record_of(records)["status"] == "inProgress"
+    assert "o-1:shipment" in records.documents
