@@ -1,0 +1,133 @@
+"""The subscribers' parser of `OrderAccepted` bodies: total and bounded like `parse_order`,
+with the hostile cases of the order corpus that apply to an event."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from orders.domain.events import MAX_EVENT_BODY_BYTES, OrderAccepted, parse_order_accepted
+from orders.domain.messages import MessageRejected
+from orders.domain.model import OrderPlaced
+from orders.domain.received import BodyKind, ReceivedOrderMessage
+
+FUZZ = settings(
+    max_examples=200,
+    deadline=timedelta(milliseconds=250),
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+def valid_event() -> dict[str, object]:
+    order = OrderPlaced.model_validate(
+        {
+            "orderId": "o-1",
+            "customerId": "c-1",
+            "currency": "EUR",
+            "lines": [{"sku": "s", "quantity": 2, "unitPrice": Decimal("1.25")}],
+        }
+    )
+    event = OrderAccepted.of(order, total_amount="2.5", accepted_at=datetime.now(UTC))
+    return dict(event.model_dump(mode="json"))
+
+
+def received(
+    body: bytes, message_id: str | None = "o-1:outbox:OrderAccepted"
+) -> ReceivedOrderMessage:
+    return ReceivedOrderMessage(body=body, message_id=message_id)
+
+
+def test_a_valid_event_round_trips() -> None:
+    event = parse_order_accepted(received(json.dumps(valid_event()).encode()))
+    assert (event.order_id, event.amount, event.line_count) == ("o-1", Decimal("2.5"), 1)
+
+
+HOSTILE: list[tuple[str, bytes, str]] = [
+    ("not-utf8", b"\xff\xfe", "InvalidJson"),
+    (
+        "nan",
+        json.dumps(valid_event()).replace('"lineCount": 1', '"lineCount": NaN').encode(),
+        "InvalidJson",
+    ),
+    ("deep", b"[" * 1500 + b"]" * 1500, "InvalidJson"),
+    (
+        "huge-int",
+        json.dumps(valid_event()).replace('"lineCount": 1', '"lineCount": ' + "9" * 100).encode(),
+        "InvalidJson",
+    ),
+    ("too-large", b" " * (MAX_EVENT_BODY_BYTES + 1), "OrderTooLarge"),
+    (
+        "amount-exponent",
+        json.dumps({**valid_event(), "totalAmount": "1E+999999999"}).encode(),
+        "SchemaViolation",
+    ),
+    (
+        "amount-number",
+        json.dumps({**valid_event(), "totalAmount": 2.5}).encode(),
+        "SchemaViolation",
+    ),
+    (
+        "negative-amount",
+        json.dumps({**valid_event(), "totalAmount": "-1"}).encode(),
+        "SchemaViolation",
+    ),
+    (
+        "lowercase-currency",
+        json.dumps({**valid_event(), "currency": "eur"}).encode(),
+        "SchemaViolation",
+    ),
+    ("unknown-field", json.dumps({**valid_event(), "extra": 1}).encode(), "SchemaViolation"),
+    (
+        "wrong-type",
+        json.dumps({**valid_event(), "eventType": "OrderPlaced"}).encode(),
+        "SchemaViolation",
+    ),
+    ("id-with-slash", json.dumps({**valid_event(), "orderId": "a/b"}).encode(), "SchemaViolation"),
+    ("array", b"[]", "SchemaViolation"),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"), [(b, r) for _, b, r in HOSTILE], ids=[k for k, _, _ in HOSTILE]
+)
+def test_hostile_bodies_are_rejected_with_a_reason(body: bytes, reason: str) -> None:
+    with pytest.raises(MessageRejected) as caught:
+        parse_order_accepted(received(body))
+    assert caught.value.reason.value == reason
+
+
+def test_a_message_id_other_than_the_event_id_is_refused() -> None:
+    with pytest.raises(MessageRejected) as caught:
+        parse_order_accepted(received(json.dumps(valid_event()).encode(), message_id="o-1"))
+    assert caught.value.reason.value == "MessageIdMismatch"
+
+
+def test_an_amqp_value_body_is_refused_by_kind() -> None:
+    message = ReceivedOrderMessage(body=b"{}", message_id="x", body_kind=BodyKind.VALUE)
+    with pytest.raises(MessageRejected):
+        parse_order_accepted(message)
+
+
+@FUZZ
+@given(
+    st.binary(max_size=600)
+    | st.builds(
+        lambda d: json.dumps(d).encode(),
+        st.dictionaries(
+            st.sampled_from(list(valid_event())),
+            st.none() | st.integers() | st.text(max_size=20),
+            max_size=9,
+        ),
+    )
+)
+def test_the_parser_is_total(body: bytes) -> None:
+    with contextlib.suppress(MessageRejected):
+        parse_order_accepted(received(body))
