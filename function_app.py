@@ -16,8 +16,13 @@ if _SRC not in sys.path:
 import azure.functions as func  # noqa: E402
 import azurefunctions.extensions.bindings.servicebus as servicebus  # noqa: E402
 
-from orders.entrypoints.functions import process_order_message  # noqa: E402
+from orders.entrypoints.functions import (  # noqa: E402
+    dispatch_outbox_changes,
+    process_event_message,
+    process_order_message,
+)
 from orders.entrypoints.http_api import create_app  # noqa: E402
+from orders.service.worker_options import Subscriber  # noqa: E402
 
 # The HTTP API (FastAPI) and the Service Bus trigger share one app. The host's routePrefix `api`
 # matches the app's own `/api/...` routes, so paths are the same here and under `orders serve`.
@@ -36,3 +41,59 @@ async def process_order(
 ) -> None:
     """Idempotent consumer: settles every message explicitly (complete/abandon/dead-letter)."""
     await process_order_message(received_message, message_actions)
+
+
+# --- Fan-out: the outbox dispatcher and the two subscribers of the events topic ---------------
+
+
+@app.cosmos_db_trigger(
+    arg_name="changes",
+    connection="CosmosConnection",
+    database_name="%COSMOS_DATABASE%",
+    container_name="%COSMOS_CONTAINER%",
+    lease_container_name="%COSMOS_LEASES_CONTAINER%",
+    # Managed identity cannot create containers (a control-plane operation): Bicep does.
+    create_lease_container_if_not_exists=False,
+    start_from_beginning=True,  # type: ignore[arg-type]  # the stub says `time`; the host wants a bool
+)
+# Without a retry policy the host checkpoints past a failed batch; with it, a failed publish
+# delivers the same batch again (and the re-publish is a duplicate the subscribers absorb).
+@app.retry(
+    strategy="exponential_backoff",
+    max_retry_count="-1",
+    minimum_interval="00:00:01",
+    maximum_interval="00:01:00",
+)
+async def dispatch_outbox(changes: func.DocumentList) -> None:
+    """Outbox dispatcher: publish each new OrderAccepted event, then mark it dispatched."""
+    await dispatch_outbox_changes([dict(document) for document in changes])
+
+
+@app.service_bus_topic_trigger(
+    arg_name="received_message",
+    topic_name="%ORDER_EVENTS_TOPIC%",
+    subscription_name="%SHIPPING_SUBSCRIPTION%",
+    connection="ServiceBusConnection",
+    auto_complete_messages=False,
+)
+async def ship_order(
+    received_message: servicebus.ServiceBusReceivedMessage,
+    message_actions: servicebus.ServiceBusMessageActions,
+) -> None:
+    """Shipping: inbox record and shipment in one transactional batch."""
+    await process_event_message(Subscriber.SHIPPING, received_message, message_actions)
+
+
+@app.service_bus_topic_trigger(
+    arg_name="received_message",
+    topic_name="%ORDER_EVENTS_TOPIC%",
+    subscription_name="%BILLING_SUBSCRIPTION%",
+    connection="ServiceBusConnection",
+    auto_complete_messages=False,
+)
+async def bill_order(
+    received_message: servicebus.ServiceBusReceivedMessage,
+    message_actions: servicebus.ServiceBusMessageActions,
+) -> None:
+    """Billing: two phases around the payment call, with the order's downstream key."""
+    await process_event_message(Subscriber.BILLING, received_message, message_actions)

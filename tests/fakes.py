@@ -13,9 +13,11 @@ import json
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 from orders.domain.documents import OrderRecord, OrderWrite, build_order_write
+from orders.domain.events import OrderAccepted
 from orders.domain.hashing import request_hash
 from orders.domain.idempotency import (
     RECORD_DOCUMENT_TYPE,
@@ -27,6 +29,7 @@ from orders.domain.leases import DatabaseRead
 from orders.domain.messages import parse_order
 from orders.domain.model import OrderPlaced
 from orders.domain.payments import Charge, ChargeRequest
+from orders.domain.received import ReceivedOrderMessage
 from orders.domain.rejections import OrderRejection
 from orders.exceptions import (
     DocumentExistsError,
@@ -358,3 +361,16 @@ class FakePaymentGateway:
 
     async def charges_for(self, order_id: str) -> list[Charge]:
         return [c for c in self.charges.values() if c.order_id == order_id]
+
+
+def event_message(order_id: str = "o-1", amount: str = "12.5") -> ReceivedOrderMessage:
+    order = OrderPlaced.model_validate(
+        {
+            "orderId": order_id,
+            "customerId": "c-1",
+            "currency": "EUR",
+            "lines": [{"sku": "s", "quantity": 1, "unitPrice": Decimal(amount)}],
+        }
+    )
+    event = OrderAccepted.of(order, total_amount=amount, accepted_at=datetime.now(UTC))
+    return ReceivedOrderMessage(body=event.body(), message_id=event.event_id)

@@ -46,7 +46,7 @@ from orders.domain.load_plan import LoadPlan
 from orders.domain.outcomes import Decision
 from orders.exceptions import ServiceNotReadyError
 from orders.observability import ConsumerTelemetry
-from orders.service.consumer import OrderConsumer
+from orders.service.consumer import OrderConsumer, settle
 from orders.service.dispatcher import DEFAULT_LEASE_SECONDS as DEFAULT_DISPATCHER_LEASE_SECONDS
 from orders.service.dispatcher import (
     DEFAULT_POLL_SECONDS,
@@ -291,6 +291,48 @@ async def process_function_message(
     )
 
 
+def _subscriber_from_env(subscriber: Subscriber) -> Callable[[], Awaitable[SubscriberRuntime]]:
+    async def build() -> SubscriberRuntime:
+        return await build_subscriber_runtime(Settings.from_env(), subscriber)
+
+    return build
+
+
+async def _dispatcher_from_env() -> DispatcherRuntime:
+    return await build_dispatcher_runtime(Settings.from_env())
+
+
+function_subscriber_runtimes: dict[Subscriber, Lazy[SubscriberRuntime]] = {
+    subscriber: Lazy(_subscriber_from_env(subscriber), f"{subscriber} consumer")
+    for subscriber in Subscriber
+}
+function_dispatcher_runtime: Lazy[DispatcherRuntime] = Lazy(
+    _dispatcher_from_env, "outbox dispatcher"
+)
+
+
+async def process_function_event(
+    subscriber: Subscriber,
+    received_message: ServiceBusReceivedMessage | Any,
+    message_actions: FunctionsMessageActions,
+) -> Decision:
+    """A subscription trigger's body: the host's message through that consumer's core."""
+    runtime = await function_subscriber_runtimes[subscriber].get()
+    decision = await runtime.handler.handle(to_received_order_message(received_message))
+    await settle(decision, FunctionsSettler(message_actions, received_message))
+    return decision
+
+
+async def dispatch_function_documents(documents: list[dict[str, Any]]) -> int:
+    """The Cosmos DB trigger's body: the host's batch of changes through the dispatcher's core.
+
+    The host keeps the checkpoint in its own lease container; a raised error (a failed publish)
+    makes its retry policy deliver the batch again, and the re-publish is a duplicate.
+    """
+    runtime = await function_dispatcher_runtime.get()
+    return await runtime.dispatcher.dispatch(documents)
+
+
 # --- Processes that run to an end -------------------------------------------------------------
 
 
@@ -317,16 +359,44 @@ async def run_worker(
         )
 
 
-def _subscriber_handler(
-    subscriber: Subscriber, settings: Settings, cosmos: CosmosClient, stack: AsyncExitStack
+@dataclass
+class SubscriberRuntime:
+    """One fan-out consumer of the events topic and where it competes."""
+
+    source: Source
+    handler: MessageHandler
+    resources: AsyncExitStack = field(default_factory=AsyncExitStack)
+
+    async def close(self) -> None:
+        await self.resources.aclose()
+
+
+async def _subscriber(
+    stack: AsyncExitStack,
+    settings: Settings,
+    identity: ProcessCredential,
+    subscriber: Subscriber,
+    create_local_resources: bool | None = None,
 ) -> tuple[Source, MessageHandler]:
+    cosmos = await _cosmos_client(stack, settings, identity, create_local_resources)
     inbox = CosmosFencedDocuments(inbox_container(cosmos, settings))
     topic = settings.order_events_topic
     if subscriber is Subscriber.SHIPPING:
-        return Source(topic=topic, subscription=settings.shipping_subscription), ShippingConsumer(
-            inbox
-        )
+        source = Source(topic=topic, subscription=settings.shipping_subscription)
+        return source, ShippingConsumer(inbox)
     raise NotImplementedError(subscriber)
+
+
+async def build_subscriber_runtime(
+    settings: Settings, subscriber: Subscriber, *, create_local_resources: bool | None = None
+) -> SubscriberRuntime:
+    configure_monitoring(settings)
+    async with AsyncExitStack() as stack:
+        identity = _process_credential(stack, settings)
+        source, handler = await _subscriber(
+            stack, settings, identity, subscriber, create_local_resources
+        )
+        return SubscriberRuntime(source, handler, stack.pop_all())
 
 
 async def run_subscriber(
@@ -342,26 +412,34 @@ async def run_subscriber(
     configure_monitoring(settings)
     async with AsyncExitStack() as stack:
         identity = _process_credential(stack, settings)
-        cosmos = await _cosmos_client(stack, settings, identity, None)
-        source, handler = _subscriber_handler(subscriber, settings, cosmos, stack)
+        source, handler = await _subscriber(stack, settings, identity, subscriber)
         servicebus = await stack.enter_async_context(create_servicebus_client(settings, identity))
         return await run_worker_on(servicebus, source, handler, options, stop, after_decision)
 
 
-async def run_dispatcher(
+@dataclass
+class DispatcherRuntime:
+    dispatcher: OutboxDispatcher
+    resources: AsyncExitStack = field(default_factory=AsyncExitStack)
+
+    async def close(self) -> None:
+        await self.resources.aclose()
+
+
+async def build_dispatcher_runtime(
     settings: Settings,
-    stop: asyncio.Event,
     *,
     after_publish: AfterPublish | None = None,
     poll_seconds: float = DEFAULT_POLL_SECONDS,
     lease_seconds: float = DEFAULT_DISPATCHER_LEASE_SECONDS,
-) -> DispatcherStats:
-    """The outbox dispatcher (change feed pull model, checkpoints in the leases container)."""
+    create_local_resources: bool | None = None,
+) -> DispatcherRuntime:
+    """The outbox dispatcher over the orders container's change feed and the events topic."""
     settings.require_servicebus()
     configure_monitoring(settings)
     async with AsyncExitStack() as stack:
         identity = _process_credential(stack, settings)
-        cosmos = await _cosmos_client(stack, settings, identity, None)
+        cosmos = await _cosmos_client(stack, settings, identity, create_local_resources)
         servicebus = await stack.enter_async_context(create_servicebus_client(settings, identity))
         publisher = ServiceBusEventPublisher(servicebus, settings.order_events_topic)
         stack.push_async_callback(publisher.close)
@@ -373,8 +451,30 @@ async def run_dispatcher(
             poll_seconds=poll_seconds,
             lease_seconds=lease_seconds,
         )
+        # Last registered, first run: the leases are given up before the clients close.
         stack.push_async_callback(dispatcher.release)
-        return await dispatcher.run(stop)
+        return DispatcherRuntime(dispatcher, stack.pop_all())
+
+
+async def run_dispatcher(
+    settings: Settings,
+    stop: asyncio.Event,
+    *,
+    after_publish: AfterPublish | None = None,
+    poll_seconds: float = DEFAULT_POLL_SECONDS,
+    lease_seconds: float = DEFAULT_DISPATCHER_LEASE_SECONDS,
+) -> DispatcherStats:
+    """The dispatcher as a process (pull model, checkpoints in the leases container)."""
+    runtime = await build_dispatcher_runtime(
+        settings,
+        after_publish=after_publish,
+        poll_seconds=poll_seconds,
+        lease_seconds=lease_seconds,
+    )
+    try:
+        return await runtime.dispatcher.run(stop)
+    finally:
+        await runtime.close()
 
 
 async def prepare_local_cosmos(settings: Settings) -> None:

@@ -6,34 +6,19 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
-from fakes import FakeFencedDocuments, FakePaymentGateway
+from fakes import FakeFencedDocuments, FakePaymentGateway, event_message
 
-from orders.domain.events import OrderAccepted, outbox_document_id
+from orders.domain.events import outbox_document_id
 from orders.domain.inbox import BillingStatus
-from orders.domain.model import OrderPlaced
 from orders.domain.outcomes import Outcome, Settlement
 from orders.domain.payments import Charge, ChargeRequest
 from orders.domain.received import ReceivedOrderMessage
 from orders.exceptions import PaymentUnavailableError
 from orders.service.billing import BillingConsumer
 from orders.service.shipping import ShippingConsumer
-
-
-def event_message(order_id: str = "o-1", amount: str = "12.5") -> ReceivedOrderMessage:
-    order = OrderPlaced.model_validate(
-        {
-            "orderId": order_id,
-            "customerId": "c-1",
-            "currency": "EUR",
-            "lines": [{"sku": "s", "quantity": 1, "unitPrice": Decimal(amount)}],
-        }
-    )
-    event = OrderAccepted.of(order, total_amount=amount, accepted_at=datetime.now(UTC))
-    return ReceivedOrderMessage(body=event.body(), message_id=event.event_id)
 
 
 class Clockwork:

@@ -13,11 +13,20 @@ from typing import Any
 
 import pytest
 from azure.servicebus import ServiceBusReceivedMessage
-from fakes import FakeMessageActions, FakeOrderStore, order_payload
+from fakes import (
+    FakeFencedDocuments,
+    FakeMessageActions,
+    FakeOrderStore,
+    event_message,
+    order_payload,
+)
 from sdk_messages import received_message
 
 import function_app
+from orders.bootstrap import SubscriberRuntime, function_subscriber_runtimes
 from orders.exceptions import TransientStoreError
+from orders.service.shipping import ShippingConsumer
+from orders.service.worker_options import Source, Subscriber
 
 
 def received(body: bytes, message_id: str, delivery_count: int = 0) -> ServiceBusReceivedMessage:
@@ -138,3 +147,55 @@ async def test_unexpected_failure_is_abandoned(function_store: FakeOrderStore) -
     calls = await invoke(received(json.dumps(order_payload(order_id)).encode(), order_id))
 
     assert [name for name, _, _ in calls] == ["abandon"]
+
+
+# --- Fan-out: the Cosmos DB trigger (outbox dispatcher) and the two subscription triggers ----
+
+
+def test_the_outbox_dispatcher_is_a_cosmos_trigger_with_our_lease_container_and_retries() -> None:
+    [binding] = function_bindings("dispatch_outbox")
+    assert binding["type"] == "cosmosDBTrigger"
+    assert (binding["databaseName"], binding["containerName"]) == (
+        "%COSMOS_DATABASE%",
+        "%COSMOS_CONTAINER%",
+    )
+    assert binding["leaseContainerName"] == "%COSMOS_LEASES_CONTAINER%"
+    assert binding["connection"] == "CosmosConnection"
+    assert binding["createLeaseContainerIfNotExists"] is False  # managed identity cannot
+    [function] = [f for f in indexed_functions() if f.get_function_name() == "dispatch_outbox"]
+    retry = function.get_settings_dict("retry_policy")
+    assert retry is not None
+    assert retry["strategy"] == "exponential_backoff" and retry["max_retry_count"] == "-1"
+
+
+@pytest.mark.parametrize(
+    ("function_name", "subscription"),
+    [("ship_order", "%SHIPPING_SUBSCRIPTION%"), ("bill_order", "%BILLING_SUBSCRIPTION%")],
+)
+def test_each_subscriber_is_a_peeklock_topic_trigger_on_its_subscription(
+    function_name: str, subscription: str
+) -> None:
+    [binding] = function_bindings(function_name)
+    assert binding["type"] == "serviceBusTrigger"
+    assert binding["topicName"] == "%ORDER_EVENTS_TOPIC%"
+    assert binding["subscriptionName"] == subscription
+    assert binding["autoCompleteMessages"] is False
+
+
+async def test_the_shipping_trigger_runs_the_shipping_core_and_settles() -> None:
+    inbox = FakeFencedDocuments()
+    lazy = function_subscriber_runtimes[Subscriber.SHIPPING]
+    lazy.use(SubscriberRuntime(Source(queue="unused"), ShippingConsumer(inbox)))
+    event = event_message("o-fn")
+    message = received_message(event.message_id or "", data=event.body)
+    try:
+        first, again = FakeMessageActions(), FakeMessageActions()
+        await function_app.ship_order(received_message=message, message_actions=first)
+        await function_app.ship_order(received_message=message, message_actions=again)
+    finally:
+        lazy.use(None)
+
+    assert (
+        [name for name, _, _ in first.calls] == [name for name, _, _ in again.calls] == ["complete"]
+    )
+    assert "o-fn:shipment" in inbox.documents

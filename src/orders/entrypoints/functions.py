@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from orders.bootstrap import process_function_message
+from orders.bootstrap import (
+    dispatch_function_documents,
+    process_function_event,
+    process_function_message,
+)
 
-__all__ = ["process_order_message"]
+__all__ = ["dispatch_outbox_changes", "process_event_message", "process_order_message"]
 
 # The host hands over its message and message actions; the composition root does the rest.
 process_order_message = process_function_message
+process_event_message = process_function_event
+dispatch_outbox_changes = dispatch_function_documents
