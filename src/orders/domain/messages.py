@@ -35,6 +35,7 @@ class DeadLetterReason(StrEnum):
     ORDER_TOO_LARGE = "OrderTooLarge"
     REQUEST_HASH_MISMATCH = "RequestHashMismatch"
     PAYMENT_REFUSED = "PaymentRefused"
+    ILLEGAL_STATUS_TRANSITION = "IllegalStatusTransition"
 
 
 class MessageRejected(OrdersError):

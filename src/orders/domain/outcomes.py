@@ -17,6 +17,9 @@ class Outcome(StrEnum):
     # record after we waited for it; abandoned so the broker offers it again later.
     IN_PROGRESS_ELSEWHERE = "in_progress_elsewhere"
     DOWNSTREAM_REFUSED = "downstream_refused"  # the payment service refuses for good: DLQ + alert
+    # Status updates (natural idempotency): an older or equal version changes nothing.
+    STALE = "stale"
+    ILLEGAL_TRANSITION = "illegal_transition"  # not reachable from the stored status: DLQ
 
 
 class Settlement(StrEnum):

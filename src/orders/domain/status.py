@@ -1,0 +1,215 @@
+"""Order status updates: absolute state with a version, applied in any order, any number of times.
+
+`OrderStatusChanged` carries the order's resulting status and a version that increases per
+order. Applying one is naturally idempotent: a version at or below the stored one is stale and
+changes nothing, a newer one replaces the state. No dedup store is needed, and gaps are fine
+because the state is absolute.
+
+Which transitions are legal (a newer version must be reachable from the stored status):
+
+| from \\ to | paid | shipped | delivered | cancelled |
+| --- | --- | --- | --- | --- |
+| placed | yes | yes (via paid) | yes (via paid, shipped) | yes |
+| paid | - | yes | yes (via shipped) | yes (refund) |
+| shipped | no | - | yes | no |
+| delivered | no | no | - | no |
+| cancelled | no | no | no | - |
+
+"Via" rows are what a gap looks like: a later update overtook an earlier one, which then arrives
+stale. Nothing follows `cancelled` or `delivered`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, Field, StrictInt, ValidationError
+
+from orders.domain.messages import DeadLetterReason, MessageRejected, describe_validation_error
+from orders.domain.model import WIRE_NAMES, EntityId
+from orders.domain.received import BodyKind, ReceivedOrderMessage
+from orders.domain.untrusted_json import UntrustedJsonError, decode_untrusted_json
+
+STATUS_DOCUMENT_TYPE = "orderStatus"
+MAX_STATUS_BODY_BYTES = 2048
+MAX_VERSION = 1_000_000_000
+# The status document keeps this many past states: bounded, however many updates an order gets.
+MAX_HISTORY = 20
+
+
+class OrderStatus(StrEnum):
+    PLACED = "placed"
+    PAID = "paid"
+    SHIPPED = "shipped"
+    DELIVERED = "delivered"
+    CANCELLED = "cancelled"
+
+
+NEXT_STATUSES: dict[OrderStatus, frozenset[OrderStatus]] = {
+    OrderStatus.PLACED: frozenset({OrderStatus.PAID, OrderStatus.CANCELLED}),
+    OrderStatus.PAID: frozenset({OrderStatus.SHIPPED, OrderStatus.CANCELLED}),
+    OrderStatus.SHIPPED: frozenset({OrderStatus.DELIVERED}),
+    OrderStatus.DELIVERED: frozenset(),
+    OrderStatus.CANCELLED: frozenset(),
+}
+
+# The versions this application's own producers use: one per status, in the order they can
+# happen, so billing, shipping and the HTTP API never need to coordinate a counter.
+PRODUCER_VERSIONS: dict[OrderStatus, int] = {
+    OrderStatus.PLACED: 1,
+    OrderStatus.PAID: 2,
+    OrderStatus.SHIPPED: 3,
+    OrderStatus.DELIVERED: 4,
+    OrderStatus.CANCELLED: 5,
+}
+
+
+def reachable(source: OrderStatus, target: OrderStatus) -> bool:
+    """Whether `target` can follow `source` through one or more legal transitions."""
+    seen: set[OrderStatus] = set()
+    frontier = set(NEXT_STATUSES[source])
+    while frontier:
+        status = frontier.pop()
+        if status == target:
+            return True
+        seen.add(status)
+        frontier |= NEXT_STATUSES[status] - seen
+    return False
+
+
+class OrderStatusChanged(BaseModel):
+    model_config = WIRE_NAMES
+
+    order_id: EntityId
+    # Strict elsewhere; here a JSON string is the only way to spell an enum member.
+    status: Annotated[OrderStatus, Field(strict=False)]
+    version: Annotated[StrictInt, Field(ge=1, le=MAX_VERSION)]
+    changed_at: Annotated[str, Field(min_length=1, max_length=40)]
+    reason: Annotated[str | None, Field(max_length=200)] = None
+
+    @classmethod
+    def of(
+        cls,
+        order_id: str,
+        status: OrderStatus,
+        *,
+        changed_at: datetime,
+        version: int | None = None,
+        reason: str | None = None,
+    ) -> OrderStatusChanged:
+        return cls.model_validate(
+            {
+                "orderId": order_id,
+                "status": status.value,
+                "version": PRODUCER_VERSIONS[status] if version is None else version,
+                "changedAt": changed_at.isoformat(),
+                "reason": reason,
+            }
+        )
+
+    @property
+    def message_id(self) -> str:
+        return status_message_id(self.order_id, self.version)
+
+    def body(self) -> bytes:
+        return self.model_dump_json(exclude_none=True).encode("utf-8")
+
+
+def status_message_id(order_id: str, version: int) -> str:
+    """One MessageId per (order, version): a re-send is a duplicate to the broker too."""
+    return f"{order_id}:status:{version}"
+
+
+def status_document_id(order_id: str) -> str:
+    return f"{order_id}:status"
+
+
+@dataclass(frozen=True)
+class StoredStatus:
+    status: OrderStatus
+    version: int
+    etag: str | None  # None: no status document yet (the order is as placed)
+    document: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, document: dict[str, Any] | None) -> StoredStatus:
+        if document is None:
+            return cls(OrderStatus.PLACED, 0, None, None)
+        return cls(
+            OrderStatus(document["status"]),
+            int(document["version"]),
+            str(document["_etag"]),
+            document,
+        )
+
+
+class Verdict(StrEnum):
+    APPLY = "apply"
+    STALE = "stale"
+    ILLEGAL = "illegal"
+
+
+def judge_update(stored: StoredStatus, update: OrderStatusChanged) -> Verdict:
+    if update.version <= stored.version:
+        return Verdict.STALE
+    if update.status == stored.status or reachable(stored.status, update.status):
+        return Verdict.APPLY
+    return Verdict.ILLEGAL
+
+
+def applied_document(stored: StoredStatus, update: OrderStatusChanged) -> dict[str, Any]:
+    """The status document after `update`, with a bounded history of what it replaced."""
+    entry = {"status": update.status.value, "version": update.version, "at": update.changed_at}
+    history = list(stored.document.get("history", [])) if stored.document else []
+    document: dict[str, Any] = {
+        "id": status_document_id(update.order_id),
+        "orderId": update.order_id,
+        "type": STATUS_DOCUMENT_TYPE,
+        "status": update.status.value,
+        "version": update.version,
+        "changedAt": update.changed_at,
+        "history": [*history, entry][-MAX_HISTORY:],
+    }
+    if update.reason:
+        document["reason"] = update.reason
+    return document
+
+
+def parse_status_changed(message: ReceivedOrderMessage) -> OrderStatusChanged:
+    """Total and bounded, like every parser of untrusted bodies here."""
+    if message.body_kind is not BodyKind.DATA:
+        raise MessageRejected(
+            DeadLetterReason.INVALID_JSON,
+            f"the body is an AMQP {message.body_kind.value} section; updates travel as data",
+        )
+    if len(message.body) > MAX_STATUS_BODY_BYTES:
+        raise MessageRejected(
+            DeadLetterReason.ORDER_TOO_LARGE,
+            f"body is {len(message.body)} bytes; a status update is at most "
+            f"{MAX_STATUS_BODY_BYTES}",
+        )
+    try:
+        document = decode_untrusted_json(message.body)
+    except UntrustedJsonError as exc:
+        raise MessageRejected(DeadLetterReason.INVALID_JSON, str(exc)) from exc
+    try:
+        update = OrderStatusChanged.model_validate(document)
+    except ValidationError as exc:
+        raise MessageRejected(
+            DeadLetterReason.SCHEMA_VIOLATION, describe_validation_error(exc)
+        ) from exc
+    except Exception as exc:
+        raise MessageRejected(
+            DeadLetterReason.SCHEMA_VIOLATION, f"body could not be validated: {type(exc).__name__}"
+        ) from exc
+    if message.message_id != update.message_id:
+        raise MessageRejected(
+            DeadLetterReason.MESSAGE_ID_MISMATCH,
+            f"MessageId {message.message_id!r} differs from {update.message_id!r} "
+            "(orderId:status:version)",
+            order_id=update.order_id,
+        )
+    return update

@@ -1,0 +1,168 @@
+"""Status updates over a fake store: stale, newer, illegal, races, and any delivery order."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+from fakes import FakeFencedDocuments
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orders.domain.messages import MessageRejected
+from orders.domain.outcomes import Outcome, Settlement
+from orders.domain.received import ReceivedOrderMessage
+from orders.domain.status import (
+    MAX_HISTORY,
+    OrderStatus,
+    OrderStatusChanged,
+    parse_status_changed,
+    reachable,
+)
+from orders.service.status import StatusConsumer
+
+NOW = datetime(2026, 11, 30, tzinfo=UTC)
+
+
+def update(
+    status: OrderStatus, version: int | None = None, order_id: str = "o-1"
+) -> OrderStatusChanged:
+    return OrderStatusChanged.of(order_id, status, changed_at=NOW, version=version)
+
+
+def message(change: OrderStatusChanged) -> ReceivedOrderMessage:
+    return ReceivedOrderMessage(body=change.body(), message_id=change.message_id)
+
+
+def stored(documents: FakeFencedDocuments, order_id: str = "o-1") -> dict[str, object]:
+    return documents.documents[f"{order_id}:status"]
+
+
+@pytest.mark.parametrize(
+    ("source", "target", "legal"),
+    [
+        (OrderStatus.PLACED, OrderStatus.PAID, True),
+        (OrderStatus.PLACED, OrderStatus.SHIPPED, True),  # a gap: paid is late
+        (OrderStatus.PAID, OrderStatus.CANCELLED, True),
+        (OrderStatus.SHIPPED, OrderStatus.CANCELLED, False),
+        (OrderStatus.SHIPPED, OrderStatus.PAID, False),
+        (OrderStatus.CANCELLED, OrderStatus.PAID, False),
+        (OrderStatus.DELIVERED, OrderStatus.CANCELLED, False),
+    ],
+)
+def test_the_state_machine(source: OrderStatus, target: OrderStatus, legal: bool) -> None:
+    assert reachable(source, target) is legal
+
+
+async def test_newer_applies_older_is_stale_and_a_repeat_changes_nothing() -> None:
+    documents = FakeFencedDocuments()
+    consumer = StatusConsumer(documents)
+
+    shipped = await consumer.handle(message(update(OrderStatus.SHIPPED)))
+    paid_late = await consumer.handle(message(update(OrderStatus.PAID)))
+    shipped_again = await consumer.handle(message(update(OrderStatus.SHIPPED)))
+
+    assert [d.outcome for d in (shipped, paid_late, shipped_again)] == [
+        Outcome.PROCESSED,
+        Outcome.STALE,
+        Outcome.STALE,
+    ]
+    assert all(d.settlement is Settlement.COMPLETE for d in (paid_late, shipped_again))
+    assert (stored(documents)["status"], stored(documents)["version"]) == ("shipped", 3)
+
+
+async def test_an_illegal_transition_is_dead_lettered_with_a_reason() -> None:
+    documents = FakeFencedDocuments()
+    consumer = StatusConsumer(documents)
+    await consumer.handle(message(update(OrderStatus.CANCELLED)))
+
+    decision = await consumer.handle(message(update(OrderStatus.DELIVERED, version=9)))
+
+    assert (decision.outcome, decision.settlement) == (
+        Outcome.ILLEGAL_TRANSITION,
+        Settlement.DEAD_LETTER,
+    )
+    assert decision.dead_letter_reason == "IllegalStatusTransition"
+    assert "cancelled" in (decision.dead_letter_description or "")
+    assert stored(documents)["status"] == "cancelled"
+
+
+async def test_a_lost_race_reads_again_and_decides_again() -> None:
+    documents = FakeFencedDocuments()
+    consumer = StatusConsumer(documents)
+    await consumer.handle(message(update(OrderStatus.PAID)))
+    real_replace = documents.replace
+    raced = False
+
+    async def replace_after_a_rival(document: dict[str, object], *, etag: str) -> dict[str, object]:
+        nonlocal raced
+        if not raced:
+            raced = True  # a rival's cancel (version 5) lands between our read and our write
+            await real_replace(
+                {**stored(documents), "status": "cancelled", "version": 5}, etag=etag
+            )
+        return await real_replace(document, etag=etag)
+
+    documents.replace = replace_after_a_rival  # type: ignore[method-assign]
+    decision = await consumer.handle(message(update(OrderStatus.SHIPPED)))
+
+    assert decision.outcome is Outcome.STALE  # version 3 < the rival's 5, seen on the re-read
+    assert stored(documents)["status"] == "cancelled"
+
+
+async def test_history_is_bounded() -> None:
+    documents = FakeFencedDocuments()
+    consumer = StatusConsumer(documents)
+    for version in range(1, MAX_HISTORY + 10):
+        await consumer.handle(message(update(OrderStatus.PLACED, version=version)))
+    history = stored(documents)["history"]
+    assert isinstance(history, list) and len(history) == MAX_HISTORY
+
+
+LEGAL_SEQUENCE = [
+    update(OrderStatus.PAID),
+    update(OrderStatus.SHIPPED),
+    update(OrderStatus.DELIVERED),
+]
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(st.permutations(LEGAL_SEQUENCE * 2))
+async def test_any_order_with_duplicates_ends_at_the_highest_version(
+    deliveries: list[OrderStatusChanged],
+) -> None:
+    documents = FakeFencedDocuments()
+    consumer = StatusConsumer(documents)
+    for delivery in deliveries:
+        decision = await consumer.handle(message(delivery))
+        assert decision.settlement is Settlement.COMPLETE
+    assert (stored(documents)["status"], stored(documents)["version"]) == ("delivered", 4)
+
+
+@pytest.mark.parametrize(
+    ("body", "message_id"),
+    [
+        (b"\xff", "o-1:status:2"),
+        (b'{"orderId": "o-1", "status": "paid", "version": 2.0, "changedAt": "x"}', "o-1:status:2"),
+        (b'{"orderId": "o-1", "status": "lost", "version": 2, "changedAt": "x"}', "o-1:status:2"),
+        (b'{"orderId": "o-1", "status": "paid", "version": 0, "changedAt": "x"}', "o-1:status:0"),
+        (b'{"orderId": "o-1", "status": "paid", "version": 2, "changedAt": "x"}', "o-1"),
+        (
+            json.dumps(
+                {
+                    "orderId": "o-1",
+                    "status": "paid",
+                    "version": 2,
+                    "changedAt": "x",
+                    "reason": "r" * 201,
+                }
+            ).encode(),
+            "o-1:status:2",
+        ),
+        (b" " * 4096, "o-1:status:2"),
+    ],
+)
+def test_hostile_updates_are_rejected(body: bytes, message_id: str) -> None:
+    with pytest.raises(MessageRejected):
+        parse_status_changed(ReceivedOrderMessage(body=body, message_id=message_id))
