@@ -114,10 +114,32 @@ async def test_a_lost_race_reads_again_and_decides_again() -> None:
 async def test_history_is_bounded() -> None:
     documents = FakeFencedDocuments()
     consumer = StatusConsumer(documents)
+    steps = [OrderStatus.PAID, OrderStatus.SHIPPED, OrderStatus.DELIVERED]
     for version in range(1, MAX_HISTORY + 10):
-        await consumer.handle(message(update(OrderStatus.PLACED, version=version)))
+        await consumer.handle(message(update(steps[min(version - 1, 2)], version=version)))
     history = stored(documents)["history"]
+    assert isinstance(history, list) and len(history) == 3  # one entry per applied update
+
+    many = FakeFencedDocuments()
+    many.documents["o-1:status"] = {
+        "id": "o-1:status",
+        "orderId": "o-1",
+        "status": "paid",
+        "version": 2,
+        "history": [{"status": "paid", "version": 2, "at": "x"}] * MAX_HISTORY,
+        "_etag": '"0"',
+        "_ts": 0,
+    }
+    await StatusConsumer(many).handle(message(update(OrderStatus.SHIPPED)))
+    history = stored(many)["history"]
     assert isinstance(history, list) and len(history) == MAX_HISTORY
+    assert history[-1] == {"status": "shipped", "version": 3, "at": NOW.isoformat()}
+
+
+async def test_a_status_never_follows_itself_so_a_stray_placed_is_always_illegal() -> None:
+    documents = FakeFencedDocuments()
+    decision = await StatusConsumer(documents).handle(message(update(OrderStatus.PLACED, 7)))
+    assert decision.outcome is Outcome.ILLEGAL_TRANSITION and documents.documents == {}
 
 
 LEGAL_SEQUENCE = [

@@ -155,7 +155,9 @@ class Verdict(StrEnum):
 def judge_update(stored: StoredStatus, update: OrderStatusChanged) -> Verdict:
     if update.version <= stored.version:
         return Verdict.STALE
-    if update.status == stored.status or reachable(stored.status, update.status):
+    # A status never follows itself: a producer that changes nothing sends nothing, and this
+    # keeps a misrouted `placed` illegal whatever order the updates arrive in.
+    if reachable(stored.status, update.status):
         return Verdict.APPLY
     return Verdict.ILLEGAL
 
