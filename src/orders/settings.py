@@ -46,6 +46,8 @@ OPTIONAL_SETTING_NAMES = frozenset(
         "ORDER_EVENTS_TOPIC",
         "BILLING_SUBSCRIPTION",
         "SHIPPING_SUBSCRIPTION",
+        "STATUS_QUEUE",
+        "STATUS_SESSIONS",
     }
 )
 
@@ -69,6 +71,9 @@ class Settings:
     order_events_topic: str = "order-events"
     billing_subscription: str = "billing"
     shipping_subscription: str = "shipping"
+    # Status updates: a plain queue (versions decide) or a session queue (SessionId = orderId).
+    status_queue: str = "order-status"
+    status_sessions: bool = False
     orders_queue: str = "orders"
     servicebus_connection_string: str | None = None
     servicebus_namespace: str | None = None
@@ -114,6 +119,7 @@ class Settings:
                 ("order_events_topic", optional("ORDER_EVENTS_TOPIC")),
                 ("billing_subscription", optional("BILLING_SUBSCRIPTION")),
                 ("shipping_subscription", optional("SHIPPING_SUBSCRIPTION")),
+                ("status_queue", optional("STATUS_QUEUE")),
                 ("idempotency_scope", optional("IDEMPOTENCY_SCOPE")),
             )
             if value is not None
@@ -122,6 +128,7 @@ class Settings:
             cosmos_endpoint=endpoint,
             cosmos_key=optional("COSMOS_KEY"),
             platform_auth_enabled=(optional("WEBSITE_AUTH_ENABLED") or "").lower() == "true",
+            status_sessions=(optional("STATUS_SESSIONS") or "").lower() == "true",
             servicebus_connection_string=optional("ServiceBusConnection"),
             servicebus_namespace=optional("ServiceBusConnection__fullyQualifiedNamespace"),
             azure_client_id=optional("AZURE_CLIENT_ID"),

@@ -26,6 +26,7 @@ from opentelemetry.trace import TracerProvider
 
 from orders.domain.events import OrderAccepted
 from orders.domain.model import OrderPlaced
+from orders.domain.status import OrderStatusChanged
 from orders.exceptions import PublishError, TransientPublishError
 from orders.tracing import context_from, current_trace_id, current_trace_properties
 
@@ -114,6 +115,38 @@ class ServiceBusOrderPublisher(_OneSender):
                 content_type="application/json",
                 subject="OrderPlaced",
                 correlation_id=current_trace_id(),
+                application_properties=cast(dict[str | bytes, Any], current_trace_properties()),
+            )
+            await self._send(message)
+
+
+class ServiceBusStatusPublisher(_OneSender):
+    """`StatusPublisher`: absolute status updates to the status queue.
+
+    On a session queue the SessionId is the orderId, so one order's updates are received in
+    the order they were sent, by one receiver at a time.
+    """
+
+    def __init__(self, client: ServiceBusClient, queue_name: str, *, sessions: bool) -> None:
+        super().__init__(client, queue_name)
+        self._sessions = sessions
+
+    async def publish_status(self, change: OrderStatusChanged) -> None:
+        with self._tracer.start_as_current_span(
+            "orders.publish_status",
+            kind=trace.SpanKind.PRODUCER,
+            attributes={
+                "messaging.system": "servicebus",
+                "messaging.message.id": change.message_id,
+            },
+        ):
+            message = ServiceBusMessage(
+                change.body(),
+                message_id=change.message_id,
+                content_type="application/json",
+                subject="OrderStatusChanged",
+                correlation_id=change.order_id,
+                session_id=change.order_id if self._sessions else None,
                 application_properties=cast(dict[str | bytes, Any], current_trace_properties()),
             )
             await self._send(message)

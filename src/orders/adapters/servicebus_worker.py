@@ -33,9 +33,13 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from azure.servicebus import ServiceBusReceivedMessage, ServiceBusReceiveMode
+from azure.servicebus import (
+    NEXT_AVAILABLE_SESSION,
+    ServiceBusReceivedMessage,
+    ServiceBusReceiveMode,
+)
 from azure.servicebus.aio import AutoLockRenewer, ServiceBusClient, ServiceBusReceiver
-from azure.servicebus.exceptions import ServiceBusError
+from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusError
 
 from orders.adapters.servicebus import ReceiverSettler, to_received_order_message
 from orders.domain.outcomes import Decision
@@ -114,6 +118,10 @@ class Worker:
                 max_lock_renewal_duration=self._options.max_lock_renewal_seconds,
             )
         return batch
+
+    async def process(self, message: ServiceBusReceivedMessage) -> None:
+        """Decide and settle one message (the session loop's step, in arrival order)."""
+        await self._process(message)
 
     async def _process(self, message: ServiceBusReceivedMessage) -> None:
         settler = ReceiverSettler(self._receiver, message)
@@ -201,3 +209,84 @@ async def run_worker_on(
         stats.settlement_failures,
     )
     return stats
+
+
+async def run_session_worker_on(
+    client: ServiceBusClient,
+    source: Source,
+    handler: MessageHandler,
+    options: WorkerOptions,
+    stop: asyncio.Event,
+    after_decision: Callable[[Decision], None] | None = None,
+) -> WorkerStats:
+    """Compete for the sessions of a session-enabled queue until `stop` is set.
+
+    Up to `concurrency` sessions at once, each locked by this process alone; inside a session,
+    one message at a time in order (that is what sessions are for). A session with nothing to
+    receive for `receive_wait_seconds` is released for any process to take later.
+    """
+    assert source.queue is not None, "sessions are consumed from a queue here"
+    stats = WorkerStats()
+    async with AutoLockRenewer() as renewer:
+        logger.info(
+            "session worker receiving from %s (%d sessions at once)", source, options.concurrency
+        )
+        await asyncio.gather(
+            *(
+                _session_loop(
+                    client, source.queue, handler, renewer, options, stop, stats, after_decision
+                )
+                for _ in range(options.concurrency)
+            )
+        )
+    logger.info(
+        "session worker stopped: received=%d settled=%d settlement_failures=%d",
+        stats.received,
+        stats.settled,
+        stats.settlement_failures,
+    )
+    return stats
+
+
+async def _session_loop(
+    client: ServiceBusClient,
+    queue: str,
+    handler: MessageHandler,
+    renewer: AutoLockRenewer,
+    options: WorkerOptions,
+    stop: asyncio.Event,
+    stats: WorkerStats,
+    after_decision: Callable[[Decision], None] | None,
+) -> None:
+    while not stop.is_set():
+        try:
+            receiver = client.get_queue_receiver(
+                queue,
+                session_id=NEXT_AVAILABLE_SESSION,
+                receive_mode=ServiceBusReceiveMode.PEEK_LOCK,
+                max_wait_time=options.receive_wait_seconds,
+            )
+            async with receiver:
+                session = receiver.session
+                renewer.register(
+                    receiver, session, max_lock_renewal_duration=options.max_lock_renewal_seconds
+                )
+                worker = Worker(handler, receiver, renewer, options, after_decision)
+                worker.stats = stats
+                while not stop.is_set():
+                    batch = await receiver.receive_messages(
+                        max_message_count=1, max_wait_time=options.receive_wait_seconds
+                    )
+                    if not batch:
+                        break  # the session is idle: release it
+                    for message in batch:
+                        stats.received += 1
+                        await worker.process(message)
+        except OperationTimeoutError:
+            continue  # no session has messages right now
+        except ServiceBusError as exc:
+            logger.warning(
+                "session receive failed, retrying in %.0f s: %s", RECEIVE_BACKOFF_SECONDS, exc
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), RECEIVE_BACKOFF_SECONDS)

@@ -17,6 +17,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from datetime import UTC, datetime
 
 from orders.domain.events import OrderAccepted
 from orders.domain.inbox import (
@@ -31,17 +32,19 @@ from orders.domain.messages import DeadLetterReason, truncate
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.payments import Charge, ChargeRequest
 from orders.domain.received import ReceivedOrderMessage
+from orders.domain.status import OrderStatus
 from orders.exceptions import (
     DocumentExistsError,
     LeaseLostError,
     PaymentRefusedError,
     PaymentUnavailableError,
+    TransientPublishError,
     TransientStoreError,
 )
 from orders.observability import log_value
 from orders.service.payment_port import PaymentGateway
-from orders.service.ports import FencedDocuments
-from orders.service.subscriber import EventRejected, read_event, transient, unexpected
+from orders.service.ports import FencedDocuments, StatusPublisher
+from orders.service.subscriber import EventRejected, announce, read_event, transient, unexpected
 
 logger = logging.getLogger("orders.billing")
 
@@ -67,6 +70,8 @@ class BillingConsumer:
         max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         after_charge: AfterCharge | None = None,
+        status: StatusPublisher | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._records = records
         self._payments = payments
@@ -75,6 +80,8 @@ class BillingConsumer:
         self._max_wait_seconds = max_wait_seconds
         self._sleep = sleep
         self._after_charge = after_charge
+        self._status = status
+        self._clock = clock
 
     async def handle(self, message: ReceivedOrderMessage) -> Decision:
         try:
@@ -83,7 +90,7 @@ class BillingConsumer:
             return rejected.decision
         try:
             return await self._bill(event)
-        except (TransientStoreError, PaymentUnavailableError) as exc:
+        except (TransientStoreError, PaymentUnavailableError, TransientPublishError) as exc:
             # The record keeps its lease: our next delivery is the owner and goes on at once.
             return transient(event, exc)
         except Exception as exc:
@@ -132,6 +139,7 @@ class BillingConsumer:
             existing = BillingRecord.from_document(read.document)
             if existing.status is BillingStatus.COMPLETED:
                 logger.info("billing %s already completed", log_value(event.order_id))
+                await announce(self._status, event, OrderStatus.PAID, self._clock())
                 return Decision(Outcome.DUPLICATE, Settlement.COMPLETE, event.order_id)
             mine = existing.owner == self._owner
             live = lease_is_live(
@@ -202,6 +210,7 @@ class BillingConsumer:
         if self._after_charge is not None:
             self._after_charge(charge)
         await self._mark(owned, status=BillingStatus.COMPLETED, payment_id=charge.payment_id)
+        await announce(self._status, event, OrderStatus.PAID, self._clock())
         logger.info(
             "charged order %s: payment_id=%s",
             log_value(event.order_id),

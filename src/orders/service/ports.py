@@ -13,6 +13,7 @@ from orders.domain.model import OrderPlaced
 from orders.domain.outcomes import Decision
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.rejections import OrderRejection
+from orders.domain.status import OrderStatusChanged
 
 
 class OrderStore(Protocol):
@@ -132,6 +133,14 @@ class EventPublisher(Protocol):
 
         Raises `TransientPublishError` when a retry may succeed, `PublishError` otherwise.
         """
+        ...
+
+
+class StatusPublisher(Protocol):
+    async def publish_status(self, change: OrderStatusChanged) -> None:
+        """Send the update to the status queue, MessageId = orderId:status:version (and
+        SessionId = orderId on a session queue). Raises `TransientPublishError` /
+        `PublishError` like the order publisher."""
         ...
 
 

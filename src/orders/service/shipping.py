@@ -10,19 +10,24 @@ from datetime import UTC, datetime
 from orders.domain.inbox import shipping_documents
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
-from orders.exceptions import DocumentExistsError, TransientStoreError
+from orders.domain.status import OrderStatus
+from orders.exceptions import DocumentExistsError, TransientPublishError, TransientStoreError
 from orders.observability import log_value
-from orders.service.ports import InboxStore
-from orders.service.subscriber import EventRejected, read_event, transient, unexpected
+from orders.service.ports import InboxStore, StatusPublisher
+from orders.service.subscriber import EventRejected, announce, read_event, transient, unexpected
 
 logger = logging.getLogger("orders.shipping")
 
 
 class ShippingConsumer:
     def __init__(
-        self, inbox: InboxStore, clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+        self,
+        inbox: InboxStore,
+        status: StatusPublisher | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._inbox = inbox
+        self._status = status
         self._clock = clock
 
     async def handle(self, message: ReceivedOrderMessage) -> Decision:
@@ -31,14 +36,18 @@ class ShippingConsumer:
         except EventRejected as rejected:
             return rejected.decision
         documents = shipping_documents(event, message_id=event.event_id, processed_at=self._clock())
+        outcome = Outcome.PROCESSED
         try:
-            await self._inbox.create_together(event.order_id, list(documents))
-        except DocumentExistsError:
-            return Decision(Outcome.DUPLICATE, Settlement.COMPLETE, event.order_id)
-        except TransientStoreError as exc:
+            try:
+                await self._inbox.create_together(event.order_id, list(documents))
+            except DocumentExistsError:
+                outcome = Outcome.DUPLICATE
+            await announce(self._status, event, OrderStatus.SHIPPED, self._clock())
+        except (TransientStoreError, TransientPublishError) as exc:
             return transient(event, exc)
         except Exception as exc:
             logger.exception("shipping %s failed unexpectedly", log_value(event.order_id))
             return unexpected(event, exc)
-        logger.info("shipment requested: order_id=%s", log_value(event.order_id))
-        return Decision(Outcome.PROCESSED, Settlement.COMPLETE, event.order_id)
+        if outcome is Outcome.PROCESSED:
+            logger.info("shipment requested: order_id=%s", log_value(event.order_id))
+        return Decision(outcome, Settlement.COMPLETE, event.order_id)

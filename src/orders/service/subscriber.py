@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from orders.domain.events import OrderAccepted, parse_order_accepted
 from orders.domain.messages import MessageRejected
 from orders.domain.model import is_entity_id
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
+from orders.domain.status import OrderStatus, OrderStatusChanged
+from orders.service.ports import StatusPublisher
 
 
 class EventRejected(Exception):
@@ -35,6 +39,7 @@ def read_event(message: ReceivedOrderMessage) -> OrderAccepted:
 
 
 def transient(event: OrderAccepted, error: Exception) -> Decision:
+    """A failure worth retrying (store, payment service or status publish): abandon."""
     return Decision(Outcome.TRANSIENT_FAILURE, Settlement.ABANDON, event.order_id, error=str(error))
 
 
@@ -45,3 +50,15 @@ def unexpected(event: OrderAccepted, error: Exception) -> Decision:
         event.order_id,
         error=f"{type(error).__name__}: {error}",
     )
+
+
+async def announce(
+    status: StatusPublisher | None, event: OrderAccepted, new_status: OrderStatus, now: datetime
+) -> None:
+    """Publish the status the effect produced, after the effect and again on every duplicate:
+    the update is absolute and versioned, so a second copy changes nothing, and a crash between
+    the effect and the publish is healed by the redelivery."""
+    if status is not None:
+        await status.publish_status(
+            OrderStatusChanged.of(event.order_id, new_status, changed_at=now)
+        )
