@@ -20,13 +20,19 @@ def _fault(text: str) -> FaultRule:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _port(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, not {text!r}")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m payments_standin",
         description="A local payment provider that honours Idempotency-Key.",
     )
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8090, help="0 picks a free port")
+    parser.add_argument("--port", type=_port, default=8090, help="0 picks a free port")
     parser.add_argument(
         "--data", type=Path, default=None, help="directory of the SQLite ledger (default: memory)"
     )

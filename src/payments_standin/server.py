@@ -116,6 +116,12 @@ class PaymentsHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "payments-standin"
     sys_version = ""
+    # The base class answers an unreadable request line as HTTP/0.9 (no status line, no
+    # headers); every client of this server speaks HTTP/1.x, so its refusals must read as such.
+    default_request_version = "HTTP/1.0"
+    # Head and body leave in two writes; with Nagle the body waits for the client's delayed ACK
+    # (about 40 ms a request).
+    disable_nagle_algorithm = True
 
     def setup(self) -> None:
         # StreamRequestHandler applies `timeout` to the socket in setup(); it is per server here.
@@ -239,13 +245,13 @@ class PaymentsHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             raise Problem(411, "length-required", "a Content-Length header is required")
         text = lengths[0].strip()
-        if len(lengths) > 1 or not (text.isascii() and text.isdigit()) or len(text) > 12:
+        if len(lengths) > 1 or not (text.isascii() and text.isdigit()):
             self.close_connection = True
             raise Problem(400, "invalid-content-length", "one decimal Content-Length is required")
-        length = int(text)
-        if length > limit:
+        if len(text) > 12 or int(text) > limit:  # no int() of an unbounded digit string
             self.close_connection = True
             raise Problem(413, "body-too-large", f"the body may be at most {limit} bytes")
+        length = int(text)
         body = self.rfile.read(length)
         if len(body) != length:
             self.close_connection = True
