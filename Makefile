@@ -33,7 +33,7 @@ setup: $(BIN)/.installed
 demo: $(BIN)/.installed
 	$(BIN)/orders demo
 
-# Lint first (seconds), then the suite on both cores, with branch coverage of the three packages
+# Lint first (seconds), then the suite on both cores, with branch coverage of the four packages
 # (what runs in this process tree; emulators and workers started as processes are not counted).
 test: lint $(CHECKOV_VENV)/.installed node-crosscheck
 	$(BIN)/python -m pytest -n 2 --dist loadgroup --cov --cov-report=term

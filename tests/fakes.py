@@ -21,14 +21,19 @@ from orders.domain.idempotency import (
     IdempotencyRecord,
     OrderIdClaim,
     RecordStatus,
+    validate_idempotency_key,
 )
 from orders.domain.messages import parse_order
 from orders.domain.model import OrderPlaced
+from orders.domain.payments import Charge, ChargeRequest
 from orders.domain.rejections import OrderRejection
 from orders.exceptions import (
     IdempotencyRecordExistsError,
+    InvalidIdempotencyKeyError,
     LeaseLostError,
     OrderAlreadyExistsError,
+    PaymentError,
+    PaymentRefusedError,
     StoreError,
 )
 
@@ -280,3 +285,53 @@ class FakeOrderReader:
 
     async def read_order_documents(self, order_id: str) -> list[dict[str, Any]]:
         return copy.deepcopy(self._store.documents(order_id))
+
+
+class FakePaymentGateway:
+    """`PaymentGateway` in memory, held to the real adapter's behaviour by
+    tests/integration/test_payment_gateway_contract.py: one charge per key, a key reused for
+    another charge refused (422), keys no provider takes refused before anything happens.
+
+    `fail_next(error)` makes the next call raise before charging; `fail_next(error,
+    after_charge=True)` charges first (the provider failed after recording it)."""
+
+    def __init__(self) -> None:
+        self.charges: dict[str, Charge] = {}  # by idempotency key, in creation order
+        self.requests: list[ChargeRequest] = []
+        self._failures: list[tuple[PaymentError, bool]] = []
+
+    def fail_next(self, error: PaymentError, *, after_charge: bool = False) -> None:
+        self._failures.append((error, after_charge))
+
+    async def charge(self, request: ChargeRequest) -> Charge:
+        self.requests.append(request)
+        try:
+            validate_idempotency_key(request.idempotency_key)
+        except InvalidIdempotencyKeyError as exc:
+            raise PaymentRefusedError("invalid-idempotency-key", str(exc)) from None
+        error, after_charge = self._failures.pop(0) if self._failures else (None, False)
+        if error is not None and not after_charge:
+            raise error
+        existing = self.charges.setdefault(
+            request.idempotency_key,
+            Charge(
+                payment_id=f"pay_{uuid.uuid4().hex}",
+                order_id=request.order_id,
+                amount=request.amount,
+                currency=request.currency,
+                idempotency_key=request.idempotency_key,
+                created_at=datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+            ),
+        )
+        if error is not None:
+            raise error
+        if not existing.answers(request):
+            raise PaymentRefusedError(
+                "idempotency-key-reused",
+                f"this key was first used for another charge; {existing.payment_id} stands",
+                status=422,
+            )
+        return existing
+
+    async def charges_for(self, order_id: str) -> list[Charge]:
+        return [charge for charge in self.charges.values() if charge.order_id == order_id]
