@@ -97,7 +97,7 @@ async def test_two_keys_for_one_order_are_two_charges_oldest_first(
     assert await gateway.charges_for(request.order_id) == [first, second]
 
 
-@pytest.mark.parametrize("key", ["", "k" * 256, "billing:caf\u00e9"])
+@pytest.mark.parametrize("key", ["", "k" * 256, "billing:caf\u00e9", "line\nbreak"])
 async def test_a_key_no_provider_takes_is_refused_and_charges_nothing(
     gateway: PaymentGateway, key: str
 ) -> None:

@@ -98,19 +98,6 @@ async def test_a_request_the_provider_refuses_as_invalid_is_refused_for_good(
     assert (refused.value.reason, refused.value.status) == ("invalid-request", 400)
 
 
-@pytest.mark.parametrize("key", ["", "k" * 256, "billing:caf\u00e9", "line\nbreak"])
-async def test_a_key_no_provider_accepts_is_refused_before_any_call(
-    gateway: HttpPaymentGateway, key: str
-) -> None:
-    request = request_for()
-
-    with pytest.raises(PaymentRefusedError) as refused:
-        await gateway.charge(ChargeRequest(request.order_id, request.amount, "EUR", key))
-
-    assert refused.value.reason == "invalid-idempotency-key"
-    assert await gateway.charges_for(request.order_id) == []
-
-
 async def test_refused_by_the_provider_is_unavailable_and_the_retry_charges_once(
     gateway: HttpPaymentGateway, faults: Callable[..., None]
 ) -> None:
