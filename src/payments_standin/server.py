@@ -146,7 +146,7 @@ class PaymentsHandler(BaseHTTPRequestHandler):
 
     do_PATCH = do_HEAD = do_OPTIONS = do_PUT
 
-    def _route(self, handlers: dict[str, Any]) -> None:
+    def _route(self, handlers: dict[str, Callable[[], None]]) -> None:
         path, _, self.query = self.path.partition("?")
         try:
             handler = handlers.get(path)
@@ -157,8 +157,8 @@ class PaymentsHandler(BaseHTTPRequestHandler):
             handler()
         except Problem as problem:
             self._send_problem(problem)
-        except TimeoutError:
-            self.close_connection = True  # the client stopped sending its body
+        except (TimeoutError, ConnectionError):
+            self.close_connection = True  # the client stopped sending, or left
         except Exception as exc:  # a bug or a broken disk: answer, log, keep serving
             print(f"payments-standin: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
             self._send_problem(Problem(500, "internal-error", "the request failed"))

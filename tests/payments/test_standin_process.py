@@ -101,3 +101,18 @@ def test_orders_payments_runs_the_stand_in_and_forwards_sigterm(tmp_path: Path) 
     # The child stopped with it (nothing holds the ledger), and the charge is on disk.
     with running_standin(tmp_path) as again, httpx.Client(base_url=again.url) as client:
         assert [c["idempotencyKey"] for c in charges_of(client, "o-cli")] == ["k-cli"]
+
+
+def test_orders_payments_exits_with_the_stand_ins_error_when_the_port_is_taken() -> None:
+    with running_standin() as holder:
+        taken = holder.url.rsplit(":", 1)[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "orders", "payments", "--port", taken],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    assert result.returncode == 2
+    assert "did not start" in result.stderr
+    assert "listening" not in result.stdout
