@@ -6,6 +6,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -31,6 +33,26 @@ def test_charges_survive_sigkill_and_a_restart_on_the_same_data(tmp_path: Path) 
     assert replay.status_code == 200
     assert replay.json() == made
     assert reused.status_code == 422
+
+
+def test_two_processes_sharing_one_data_directory_charge_a_key_once(tmp_path: Path) -> None:
+    key, order_id = "billing:o-shared", "o-shared"
+    with running_standin(tmp_path) as one, running_standin(tmp_path) as two:
+        start = threading.Barrier(20)
+
+        def attempt(n: int) -> httpx.Response:
+            with httpx.Client(base_url=(one, two)[n % 2].url, timeout=60) as client:
+                start.wait(timeout=30)
+                return charge(client, key, order_id)
+
+        with ThreadPoolExecutor(max_workers=20) as pool:
+            responses = list(pool.map(attempt, range(20)))
+        with httpx.Client(base_url=two.url) as client:
+            listed = charges_of(client, order_id)
+
+    assert sorted(r.status_code for r in responses) == [200] * 19 + [201]
+    assert {r.json()["paymentId"] for r in responses} == {listed[0]["paymentId"]}
+    assert len(listed) == 1
 
 
 def test_without_data_the_ledger_lives_in_memory_only(tmp_path: Path) -> None:
