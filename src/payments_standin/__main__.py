@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sqlite3
 import sys
 import threading
 from pathlib import Path
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
         standin = PaymentStandin(
             args.host, args.port, args.data, faults=args.fault, log_requests=args.log_requests
         )
-    except (OSError, ValueError) as exc:  # busy port, unusable data directory
+    except (OSError, ValueError, sqlite3.Error) as exc:  # busy port, unusable data directory
         print(f"payments-standin: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from exc
     standin.start()

@@ -85,9 +85,18 @@ def test_fault_flags_apply_from_the_start() -> None:
 
 @pytest.mark.parametrize(
     "args",
-    [["--fault", '{"kind": "explode"}'], ["--fault", "not json"], ["--port", "70000"]],
+    [
+        ["--fault", '{"kind": "explode"}'],
+        ["--fault", "not json"],
+        ["--port", "70000"],
+        ["--data", "TMP/a-file"],
+        ["--data", "TMP/ledger-dir"],  # where the database file should be, a directory is
+    ],
 )
-def test_bad_arguments_exit_2_without_serving(args: list[str]) -> None:
+def test_bad_arguments_exit_2_without_serving(args: list[str], tmp_path: Path) -> None:
+    args = [arg.replace("TMP", str(tmp_path)) for arg in args]
+    (tmp_path / "a-file").write_text("not a directory")
+    (tmp_path / "ledger-dir" / "payments.sqlite3").mkdir(parents=True)
     result = subprocess.run(
         [sys.executable, "-m", "payments_standin", "--port", "0", *args],
         capture_output=True,
