@@ -33,7 +33,7 @@ setup: $(BIN)/.installed
 demo: $(BIN)/.installed
 	$(BIN)/orders demo
 
-# Lint first (seconds), then the suite on both cores, with branch coverage of the three packages
+# Lint first (seconds), then the suite on both cores, with branch coverage of the four packages
 # (what runs in this process tree; emulators and workers started as processes are not counted).
 test: lint $(CHECKOV_VENV)/.installed node-crosscheck
 	$(BIN)/python -m pytest -n 2 --dist loadgroup --cov --cov-report=term
@@ -45,7 +45,7 @@ lint: $(BIN)/.installed
 	$(BIN)/mypy function_app.py scripts infra/scripts
 	# The tests too, one folder at a time: each has its own conftest and helpers on the path.
 	MYPYPATH=src:tests $(BIN)/mypy --explicit-package-bases tests/infra tests/*.py
-	@for dir in unit http e2e integration cosmos_emulator servicebus_emulator; do \
+	@for dir in unit http e2e integration cosmos_emulator servicebus_emulator payments; do \
 		echo "mypy tests/$$dir"; \
 		MYPYPATH=src:tests:tests/$$dir $(BIN)/mypy --explicit-package-bases tests/$$dir || exit 1; \
 	done

@@ -74,6 +74,9 @@ param authClientId string = ''
 @description('Token audience the HTTP API accepts; empty: api://<authClientId>.')
 param authAudience string = ''
 
+@description('Base URL of the payment service billing charges through (it must honour Idempotency-Key; see src/payments_standin/README.md); empty: not configured.')
+param paymentsUrl string = ''
+
 var abbrs = loadJsonContent('abbreviations.json')
 var resourceToken = toLower(uniqueString(subscription().id, environmentName, location))
 var tags = { 'azd-env-name': environmentName }
@@ -221,6 +224,7 @@ module functionApp 'modules/functionapp.bicep' = {
     virtualNetworkSubnetId: vnetEnabled ? network.outputs.appSubnetId : ''
     authClientId: authClientId
     authAudience: authAudience
+    paymentsUrl: paymentsUrl
   }
 }
 

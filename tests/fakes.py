@@ -24,6 +24,7 @@ from orders.domain.idempotency import (
     IdempotencyRecord,
     OrderIdClaim,
     RecordStatus,
+    validate_idempotency_key,
 )
 from orders.domain.leases import DatabaseRead
 from orders.domain.messages import parse_order
@@ -34,8 +35,10 @@ from orders.domain.rejections import OrderRejection
 from orders.exceptions import (
     DocumentExistsError,
     IdempotencyRecordExistsError,
+    InvalidIdempotencyKeyError,
     LeaseLostError,
     OrderAlreadyExistsError,
+    PaymentError,
     PaymentRefusedError,
     StoreError,
 )
@@ -331,36 +334,53 @@ class FakeFencedDocuments:
 
 
 class FakePaymentGateway:
-    """A provider that charges once per key; can refuse or fail on demand."""
+    """`PaymentGateway` in memory, held to the real adapter's behaviour by
+    tests/integration/test_payment_gateway_contract.py: one charge per key, a key reused for
+    another charge refused (422), keys no provider takes refused before anything happens.
+
+    `fail_next(error)` makes the next call raise before charging; `fail_next(error,
+    after_charge=True)` charges first (the provider failed after recording it)."""
 
     def __init__(self) -> None:
-        self.charges: dict[str, Charge] = {}
-        self.calls: list[ChargeRequest] = []
-        self.fail_next: Exception | None = None
+        self.charges: dict[str, Charge] = {}  # by idempotency key, in creation order
+        self.requests: list[ChargeRequest] = []
+        self._failures: list[tuple[PaymentError, bool]] = []
+
+    def fail_next(self, error: PaymentError, *, after_charge: bool = False) -> None:
+        self._failures.append((error, after_charge))
 
     async def charge(self, request: ChargeRequest) -> Charge:
-        self.calls.append(request)
-        if self.fail_next is not None:
-            failure, self.fail_next = self.fail_next, None
-            raise failure
-        existing = self.charges.get(request.idempotency_key)
-        if existing is not None:
-            if existing.amount != request.amount:
-                raise PaymentRefusedError("IdempotencyKeyReused", "another amount under this key")
-            return existing
-        charge = Charge(
-            payment_id=f"pay-{len(self.charges) + 1}",
-            order_id=request.order_id,
-            amount=request.amount,
-            currency=request.currency,
-            idempotency_key=request.idempotency_key,
-            created_at="2026-11-30T00:00:00+00:00",
+        self.requests.append(request)
+        try:
+            validate_idempotency_key(request.idempotency_key)
+        except InvalidIdempotencyKeyError as exc:
+            raise PaymentRefusedError("invalid-idempotency-key", str(exc)) from None
+        error, after_charge = self._failures.pop(0) if self._failures else (None, False)
+        if error is not None and not after_charge:
+            raise error
+        existing = self.charges.setdefault(
+            request.idempotency_key,
+            Charge(
+                payment_id=f"pay_{uuid.uuid4().hex}",
+                order_id=request.order_id,
+                amount=request.amount,
+                currency=request.currency,
+                idempotency_key=request.idempotency_key,
+                created_at=datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+            ),
         )
-        self.charges[request.idempotency_key] = charge
-        return charge
+        if error is not None:
+            raise error
+        if not existing.answers(request):
+            raise PaymentRefusedError(
+                "idempotency-key-reused",
+                f"this key was first used for another charge; {existing.payment_id} stands",
+                status=422,
+            )
+        return existing
 
     async def charges_for(self, order_id: str) -> list[Charge]:
-        return [c for c in self.charges.values() if c.order_id == order_id]
+        return [charge for charge in self.charges.values() if charge.order_id == order_id]
 
 
 def event_message(order_id: str = "o-1", amount: str = "12.5") -> ReceivedOrderMessage:

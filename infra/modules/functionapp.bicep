@@ -46,6 +46,9 @@ param authClientId string = ''
 @description('Token audience the API accepts; empty: api://<authClientId>.')
 param authAudience string = ''
 
+@description('Base URL of the payment service (PAYMENTS_URL); empty: not configured.')
+param paymentsUrl string = ''
+
 var authEnabled = !empty(authClientId)
 
 resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
@@ -108,6 +111,7 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
         { name: 'COSMOS_DATABASE', value: cosmosDatabaseName }
         { name: 'COSMOS_CONTAINER', value: cosmosOrdersContainerName }
         { name: 'COSMOS_IDEMPOTENCY_CONTAINER', value: cosmosIdempotencyContainerName }
+        { name: 'PAYMENTS_URL', value: paymentsUrl }
         // DefaultAzureCredential in the app picks the user-assigned identity through this.
         { name: 'AZURE_CLIENT_ID', value: identityClientId }
         { name: 'APPLICATIONINSIGHTS_CONNECTION_STRING', value: applicationInsightsConnectionString }

@@ -1,9 +1,9 @@
 """The project's own exceptions; adapters translate SDK errors into these.
 
 A leaf module: it imports nothing of the package at run time, so every layer may raise these.
-Two families sit under the root: failures (`StoreError`, `PublishError`, ...), and conflict
-signals (`ConflictSignal`), which are normal outcomes a write reports (the order exists, the
-key is taken, the lease moved on). They never share a base below the root, so an
+Two families sit under the root: failures (`StoreError`, `PublishError`, `PaymentError`, ...),
+and conflict signals (`ConflictSignal`), which are normal outcomes a write reports (the order
+exists, the key is taken, the lease moved on). They never share a base below the root, so an
 `except StoreError` can never swallow an outcome the caller must decide on.
 """
 
@@ -88,25 +88,35 @@ class DocumentExistsError(ConflictSignal):
     """A create found the document (an inbox record, a lease) already there: seen before."""
 
 
-class PaymentRefusedError(OrdersError):
-    """The payment provider refused for good (a 4xx such as a key reused with another amount)."""
-
-    def __init__(self, reason: str, description: str) -> None:
-        super().__init__(f"{reason}: {description}")
-        self.reason = reason
-        self.description = description
-
-
-class PaymentUnavailableError(OrdersError):
-    """The payment provider failed, throttled or timed out: worth retrying with the same key."""
-
-
 class PublishError(OrdersError):
     """Sending the order to the queue failed in a way retrying will not fix."""
 
 
 class TransientPublishError(PublishError):
     """The broker is throttling, busy or unreachable: retrying later may succeed."""
+
+
+# --- Payment service: a side effect outside the store, made once by a downstream key ---------
+
+
+class PaymentError(OrdersError):
+    """Root of the payment service's failures; the two kinds call for opposite handling."""
+
+
+class PaymentRefusedError(PaymentError):
+    """The provider refused the charge for good (a 4xx such as 422: the key was first used for
+    a different charge): retrying the same request cannot succeed."""
+
+    def __init__(self, reason: str, description: str, *, status: int | None = None) -> None:
+        super().__init__(f"payment refused ({reason}): {description}")
+        self.reason = reason
+        self.description = description
+        self.status = status
+
+
+class PaymentUnavailableError(PaymentError):
+    """The provider failed, throttled, timed out or was unreachable (5xx, 429, a timeout, a
+    connection error): whether it charged is unknown, so retry with the same key."""
 
 
 class ResubmitUnsupportedError(OrdersError):

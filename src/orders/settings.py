@@ -28,6 +28,8 @@ APP_SETTING_NAMES = frozenset(
         "AZURE_CLIENT_ID",
         "APPLICATIONINSIGHTS_CONNECTION_STRING",
         "APPLICATIONINSIGHTS_AUTHENTICATION_STRING",
+        # The payment service billing charges through (issue 13); empty until one is configured.
+        "PAYMENTS_URL",
     }
 )
 # Only for the emulators: keys and connection strings never appear in the Azure deployment.
@@ -85,6 +87,9 @@ class Settings:
     # App Service sets WEBSITE_AUTH_ENABLED when its authentication is on; only then does the
     # platform own X-MS-CLIENT-PRINCIPAL-ID (it strips what a client sends and sets its own).
     platform_auth_enabled: bool = False
+    # Base URL of the payment service (`POST /payments` with Idempotency-Key); locally the
+    # stand-in `orders payments` serves it.
+    payments_url: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -134,6 +139,7 @@ class Settings:
             azure_client_id=optional("AZURE_CLIENT_ID"),
             appinsights_connection_string=optional("APPLICATIONINSIGHTS_CONNECTION_STRING"),
             appinsights_authentication_string=optional("APPLICATIONINSIGHTS_AUTHENTICATION_STRING"),
+            payments_url=optional("PAYMENTS_URL"),
             idempotency_ttl_seconds=ttl,
             **named,
         )
@@ -141,6 +147,15 @@ class Settings:
     @property
     def uses_emulator_keys(self) -> bool:
         return self.cosmos_key is not None
+
+    def require_payments(self) -> str:
+        """The payment service's URL, for the hosts that charge; a clear error without it."""
+        if self.payments_url is None:
+            raise SettingsError(
+                "PAYMENTS_URL is not set (the payment service's base URL; locally the URL "
+                "`orders payments` prints)"
+            )
+        return self.payments_url
 
     def require_servicebus(self) -> None:
         if not (self.servicebus_connection_string or self.servicebus_namespace):

@@ -41,7 +41,8 @@ def test_funcignore_ships_the_app_and_nothing_else() -> None:
     assert "src/orders/__init__.py" in files
     assert not any(f.startswith(("tests/", "infra/", "emulators/", "scripts/")) for f in files)
     assert not any(
-        f.startswith(("src/servicebus_emulator/", "src/cosmos_emulator/")) for f in files
+        f.startswith(("src/servicebus_emulator/", "src/cosmos_emulator/", "src/payments_standin/"))
+        for f in files
     )
     assert "local.settings.json" not in files
 

@@ -12,7 +12,7 @@ import pytest
 from fakes import FakeFencedDocuments, FakePaymentGateway, event_message
 
 from orders.domain.events import outbox_document_id
-from orders.domain.inbox import BillingStatus
+from orders.domain.inbox import BillingStatus, payment_key
 from orders.domain.outcomes import Outcome, Settlement
 from orders.domain.payments import Charge, ChargeRequest
 from orders.domain.received import ReceivedOrderMessage
@@ -74,10 +74,11 @@ async def test_a_new_event_is_charged_once_with_the_order_key_and_marked_complet
     decision = await billing(records, payments, "a").handle(event_message())
 
     assert (decision.outcome, decision.settlement) == (Outcome.PROCESSED, Settlement.COMPLETE)
-    [call] = payments.calls
+    [call] = payments.requests
     assert call.idempotency_key == "billing:o-1" and call.amount == Decimal("12.5")
+    [charge] = payments.charges.values()
     stored = record_of(records)
-    assert stored["status"] == "completed" and stored["paymentId"] == "pay-1"
+    assert stored["status"] == "completed" and stored["paymentId"] == charge.payment_id
 
 
 async def test_a_redelivery_after_completion_is_a_duplicate_without_a_call(
@@ -87,7 +88,7 @@ async def test_a_redelivery_after_completion_is_a_duplicate_without_a_call(
     decision = await billing(records, payments, "b").handle(event_message())
 
     assert (decision.outcome, decision.settlement) == (Outcome.DUPLICATE, Settlement.COMPLETE)
-    assert len(payments.calls) == 1
+    assert len(payments.requests) == 1
 
 
 def in_progress_by(records: FakeFencedDocuments, owner: str) -> None:
@@ -125,7 +126,7 @@ async def test_a_live_lease_is_waited_for_and_its_owners_completion_decides(
     clock.on_sleep.append(owner_finishes)
     decision = await billing(records, payments, "b", sleep=clock.sleep).handle(event_message())
 
-    assert decision.outcome is Outcome.DUPLICATE and payments.calls == []
+    assert decision.outcome is Outcome.DUPLICATE and payments.requests == []
     assert 2 <= clock.slept < 10
 
 
@@ -142,7 +143,7 @@ async def test_a_live_lease_that_outlasts_the_wait_hands_the_message_back(
         Outcome.IN_PROGRESS_ELSEWHERE,
         Settlement.ABANDON,
     )
-    assert "owner-a" in (decision.error or "") and payments.calls == []
+    assert "owner-a" in (decision.error or "") and payments.requests == []
 
 
 async def test_a_lease_ended_by_the_database_clock_is_taken_over_and_charged_with_the_same_key(
@@ -189,7 +190,7 @@ async def test_a_refusal_dead_letters_with_a_reason_and_marks_the_record(
         Settlement.DEAD_LETTER,
     )
     assert decision.dead_letter_reason == "PaymentRefused"
-    assert "IdempotencyKeyReused" in (decision.dead_letter_description or "")
+    assert "idempotency-key-reused" in (decision.dead_letter_description or "")
     assert record_of(records)["status"] == BillingStatus.REFUSED.value
 
 
@@ -197,14 +198,14 @@ async def test_an_unavailable_provider_abandons_and_the_owners_redelivery_goes_o
     records: FakeFencedDocuments, payments: FakePaymentGateway
 ) -> None:
     consumer = billing(records, payments, "a")
-    payments.fail_next = PaymentUnavailableError("503")
+    payments.fail_next(PaymentUnavailableError("503"))
 
     first = await consumer.handle(event_message())
     second = await consumer.handle(event_message())  # inside its own live lease
 
     assert (first.outcome, first.settlement) == (Outcome.TRANSIENT_FAILURE, Settlement.ABANDON)
     assert second.outcome is Outcome.PROCESSED
-    assert len(payments.charges) == 1 and len(payments.calls) == 2
+    assert len(payments.charges) == 1 and len(payments.requests) == 2
 
 
 async def test_a_malformed_event_is_dead_lettered_on_first_delivery(
@@ -217,7 +218,7 @@ async def test_a_malformed_event_is_dead_lettered_on_first_delivery(
     decision = await billing(records, payments, "a").handle(bad)
 
     assert (decision.outcome, decision.dead_letter_reason) == (Outcome.REJECTED, "SchemaViolation")
-    assert payments.calls == [] and records.documents == {}
+    assert payments.requests == [] and records.documents == {}
 
 
 async def test_one_consumers_record_never_blocks_the_others(
@@ -232,3 +233,10 @@ async def test_one_consumers_record_never_blocks_the_others(
     assert shipped.outcome is Outcome.PROCESSED and again.outcome is Outcome.DUPLICATE
     assert record_of(records)["status"] == "inProgress"
     assert "o-1:shipment" in records.documents
+
+
+def test_the_payment_key_names_the_order_in_printable_ascii() -> None:
+    assert payment_key("o-1") == "billing:o-1"
+    unicode_key = payment_key("commande-é")
+    assert unicode_key.isascii() and unicode_key.startswith("billing:sha256:")
+    assert unicode_key == payment_key("commande-é") != payment_key("commande-è")

@@ -53,6 +53,20 @@ def test_servicebus_is_required_where_used() -> None:
         settings.require_servicebus()
 
 
+@pytest.mark.parametrize("value", [None, "", "  "])
+def test_the_payment_service_url_is_required_only_where_charges_are_made(
+    value: str | None,
+) -> None:
+    env = {"COSMOS_ENDPOINT": "x"} | ({} if value is None else {"PAYMENTS_URL": value})
+    settings = Settings.from_env(env)
+
+    assert settings.payments_url is None
+    with pytest.raises(SettingsError, match="PAYMENTS_URL is not set"):
+        settings.require_payments()
+    configured = Settings.from_env({"COSMOS_ENDPOINT": "x", "PAYMENTS_URL": " http://p:8090 "})
+    assert configured.require_payments() == "http://p:8090"
+
+
 def test_monitoring_is_off_without_a_connection_string() -> None:
     assert configure_monitoring(Settings.from_env({"COSMOS_ENDPOINT": "x"})) is False
 

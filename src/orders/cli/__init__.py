@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from orders.cli.operations import dead_letters_app, keys_app
+from orders.cli.payments import payments
 from orders.cli.shared import configure_logging, err, out, settings_or_exit
 from orders.domain.load_plan import LoadMix, plan_from_json, plan_load, plan_to_json
 from orders.service.verify import VerifyReport
@@ -341,13 +342,14 @@ def env(
     print("\n".join(export_lines(directory)))
 
 
+app.command()(payments)
 app.add_typer(dead_letters_app, name="dlq")
 app.add_typer(keys_app, name="keys")
 
 
 @app.callback()
 def _root() -> None:
-    """Commands: up, env, worker, dispatcher, load, verify, demo, serve, dlq, keys."""
+    """Commands: up, env, worker, dispatcher, load, verify, demo, serve, payments, dlq, keys."""
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ never blocks another's.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -118,5 +119,11 @@ class BillingRecord:
 
 
 def payment_key(order_id: str) -> str:
-    """One charge per order, whichever message or worker asks: the key names the order."""
-    return f"{BILLING}:{order_id}"
+    """One charge per order, whichever message or worker asks: the key names the order.
+
+    Providers take keys of printable ASCII (as our HTTP API does); an order id outside it is
+    named by its SHA-256 instead, still one key per order.
+    """
+    if order_id.isascii() and order_id.isprintable():
+        return f"{BILLING}:{order_id}"
+    return f"{BILLING}:sha256:{hashlib.sha256(order_id.encode('utf-8')).hexdigest()}"

@@ -1,4 +1,8 @@
-"""A charge as the billing consumer asks for it and as the payment provider answers."""
+"""A charge asked of the payment service, and the charge it made.
+
+The idempotency key travels with the request: the provider makes at most one charge per key,
+which is what lets a caller that cannot tell whether its first attempt charged simply retry.
+"""
 
 from __future__ import annotations
 
@@ -21,4 +25,13 @@ class Charge:
     amount: Decimal
     currency: str
     idempotency_key: str
-    created_at: str
+    created_at: str  # as the provider wrote it (ISO 8601, UTC)
+
+    def answers(self, request: ChargeRequest) -> bool:
+        """Whether this is the charge `request` asked for (amounts compared as numbers)."""
+        return (
+            self.order_id == request.order_id
+            and self.amount == request.amount
+            and self.currency == request.currency
+            and self.idempotency_key == request.idempotency_key
+        )

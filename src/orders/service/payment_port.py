@@ -1,4 +1,4 @@
-"""The payment provider, as the billing consumer needs it."""
+"""The port to the payment service: one charge per idempotency key, and the audit of charges."""
 
 from __future__ import annotations
 
@@ -9,11 +9,18 @@ from orders.domain.payments import Charge, ChargeRequest
 
 class PaymentGateway(Protocol):
     async def charge(self, request: ChargeRequest) -> Charge:
-        """Charge once per idempotency key: the same key and amount return the same charge.
+        """Charge once per `request.idempotency_key`: a repeat with the same key and the same
+        order, amount and currency returns the first charge, never a second one.
 
-        Raises `PaymentRefusedError` when the provider refuses for good (e.g. the key reused
-        with another amount), `PaymentUnavailableError` when a retry may succeed.
+        Raises `PaymentRefusedError` (with the provider's reason) when the request can never
+        succeed, such as the key reused for a different charge; `PaymentUnavailableError` when
+        the outcome is unknown or the provider is failing (retry with the same key).
         """
         ...
 
-    async def charges_for(self, order_id: str) -> list[Charge]: ...
+    async def charges_for(self, order_id: str) -> list[Charge]:
+        """Every charge the provider holds for this order, oldest first (for audits).
+
+        Raises `PaymentUnavailableError` or `PaymentRefusedError` as `charge` does.
+        """
+        ...

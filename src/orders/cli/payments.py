@@ -1,0 +1,58 @@
+"""`orders payments`: the payment service stand-in as a child process.
+
+The stand-in is a separate package that `orders` never imports (an import-linter contract); it
+runs as `python -m payments_standin`, exactly as a third-party service would run beside the app.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Annotated
+
+import typer
+
+from orders.cli.shared import err
+
+READY_PREFIX = "payments-standin listening on "
+
+
+def payments(
+    host: Annotated[str, typer.Option(help="Interface to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0 picks a free one)")] = 8090,
+    data: Annotated[
+        Path | None,
+        typer.Option(help="Directory of its SQLite ledger (durable); default: in memory"),
+    ] = None,
+    fault: Annotated[
+        list[str] | None,
+        typer.Option(help='A fault rule as JSON, e.g. {"kind": "refuse", "count": 2}; repeatable'),
+    ] = None,
+) -> None:
+    """Serve the payment service stand-in (POST /payments with Idempotency-Key) until Ctrl-C."""
+    command = [sys.executable, "-m", "payments_standin", "--host", host, "--port", str(port)]
+    if data is not None:
+        command += ["--data", str(data)]
+    for rule in fault or []:
+        command += ["--fault", rule]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, forward)
+    assert child.stdout is not None
+    line = child.stdout.readline().strip()
+    if not line.startswith(READY_PREFIX):
+        code = child.wait()
+        err.print(f"[red]the payment stand-in did not start[/red] (exit {code})")
+        raise typer.Exit(code or 2)
+    address = line.removeprefix(READY_PREFIX)
+    print(f"payments service listening on http://{address}", flush=True)
+    err.print(f"PAYMENTS_URL=http://{address} points the app at it; Ctrl-C stops it.")
+    raise typer.Exit(child.wait())

@@ -1,0 +1,65 @@
+"""The stand-in's lifecycle: bind, serve on a thread, stop on request."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from .faults import FaultInjector, FaultRule
+from .server import PaymentsServer, ServerLimits
+from .store import Ledger
+
+
+class PaymentStandin:
+    """Bound on construction (so `port` is known at once with port 0); `start()` serves."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        data_dir: Path | None = None,
+        *,
+        faults: list[FaultRule] | None = None,
+        limits: ServerLimits | None = None,
+        log_requests: bool = False,
+    ) -> None:
+        self.ledger = Ledger(data_dir)
+        self.faults = FaultInjector()
+        for rule in faults or []:
+            self.faults.add(rule)
+        try:
+            self._server = PaymentsServer(
+                (host, port), self.ledger, self.faults, limits or ServerLimits(), log_requests
+            )
+        except BaseException:
+            self.ledger.close()
+            raise
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True
+        )
+
+    @property
+    def host(self) -> str:
+        return str(self._server.server_address[0])
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> PaymentStandin:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop accepting, cut injected delays short, close the ledger. Idempotent."""
+        if self._server.stopping.is_set():
+            return
+        self._server.stopping.set()
+        if self._thread.is_alive():
+            self._server.shutdown()
+        self._server.server_close()
+        self.ledger.close()

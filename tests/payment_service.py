@@ -1,0 +1,62 @@
+"""The payment service stand-in as a process of its own: free port, stopped by its pid."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+READY_PREFIX = "payments-standin listening on "
+
+
+@dataclass(frozen=True)
+class StandinProcess:
+    process: subprocess.Popen[str]
+    url: str
+
+    def signal(self, signum: int) -> int:
+        """Send `signum` and wait for the exit; returns the exit code."""
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signum)
+        return self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            try:
+                self.signal(signal.SIGTERM)
+            except subprocess.TimeoutExpired:
+                self.signal(signal.SIGKILL)
+
+
+def start_standin(data: Path | None = None, *extra: str) -> StandinProcess:
+    command = [sys.executable, "-m", "payments_standin", "--host", "127.0.0.1", "--port", "0"]
+    if data is not None:
+        command += ["--data", str(data)]
+    process = subprocess.Popen(
+        [*command, *extra],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline().strip()
+    if not line.startswith(READY_PREFIX):
+        process.kill()
+        process.wait(timeout=10)
+        raise RuntimeError(f"the stand-in did not start: {line!r}")
+    return StandinProcess(process, "http://" + line.removeprefix(READY_PREFIX))
+
+
+@contextmanager
+def running_standin(data: Path | None = None, *extra: str) -> Iterator[StandinProcess]:
+    standin = start_standin(data, *extra)
+    try:
+        yield standin
+    finally:
+        standin.stop()
