@@ -32,6 +32,7 @@ from orders.adapters.cosmos_outbox import CosmosOutboxFeed
 from orders.adapters.cosmos_store import CosmosOrderStore
 from orders.adapters.identity import ProcessCredential
 from orders.adapters.monitoring import configure_monitoring
+from orders.adapters.payments_http import HttpPaymentGateway
 from orders.adapters.servicebus import (
     FunctionsMessageActions,
     FunctionsSettler,
@@ -40,12 +41,17 @@ from orders.adapters.servicebus import (
 )
 from orders.adapters.servicebus_dead_letters import ServiceBusDeadLetters
 from orders.adapters.servicebus_load import ServiceBusLoadSender, peek_dead_letters
-from orders.adapters.servicebus_publisher import ServiceBusEventPublisher, ServiceBusOrderPublisher
-from orders.adapters.servicebus_worker import run_worker_on
+from orders.adapters.servicebus_publisher import (
+    ServiceBusEventPublisher,
+    ServiceBusOrderPublisher,
+    ServiceBusStatusPublisher,
+)
+from orders.adapters.servicebus_worker import run_session_worker_on, run_worker_on
 from orders.domain.load_plan import LoadPlan
 from orders.domain.outcomes import Decision
 from orders.exceptions import ServiceNotReadyError
 from orders.observability import ConsumerTelemetry
+from orders.service.billing import AfterCharge, BillingConsumer
 from orders.service.consumer import OrderConsumer, settle
 from orders.service.dispatcher import DEFAULT_LEASE_SECONDS as DEFAULT_DISPATCHER_LEASE_SECONDS
 from orders.service.dispatcher import (
@@ -59,14 +65,16 @@ from orders.service.load import LoadResult, run_load
 from orders.service.order_lookup import OrderLookup
 from orders.service.ports import MessageHandler, OrderPublisher, OrderStore
 from orders.service.shipping import ShippingConsumer
+from orders.service.status import StatusConsumer
 from orders.service.verify import VerifyReport, audit
-from orders.service.verify_fanout import audit_shipping, stored_orders
+from orders.service.verify_fanout import audit_billing, audit_shipping, stored_orders
 from orders.service.worker_options import Source, Subscriber, WorkerOptions, WorkerStats
 from orders.settings import Settings
 
 if TYPE_CHECKING:
     from azure.cosmos.aio import ContainerProxy, CosmosClient
     from azure.servicebus import ServiceBusReceivedMessage
+    from azure.servicebus.aio import ServiceBusClient
 
 logger = logging.getLogger("orders")
 
@@ -376,15 +384,35 @@ async def _subscriber(
     settings: Settings,
     identity: ProcessCredential,
     subscriber: Subscriber,
+    servicebus: ServiceBusClient,
     create_local_resources: bool | None = None,
+    after_charge: AfterCharge | None = None,
 ) -> tuple[Source, MessageHandler]:
+    """The consumer's source and core; `servicebus` is the process's client (for statuses)."""
     cosmos = await _cosmos_client(stack, settings, identity, create_local_resources)
-    inbox = CosmosFencedDocuments(inbox_container(cosmos, settings))
+    status = ServiceBusStatusPublisher(
+        servicebus, settings.status_queue, sessions=settings.status_sessions
+    )
+    stack.push_async_callback(status.close)
     topic = settings.order_events_topic
+    if subscriber is Subscriber.STATUS:
+        documents = CosmosFencedDocuments(orders_container(cosmos, settings))
+        return Source(queue=settings.status_queue), StatusConsumer(documents)
+    inbox = CosmosFencedDocuments(inbox_container(cosmos, settings))
     if subscriber is Subscriber.SHIPPING:
         source = Source(topic=topic, subscription=settings.shipping_subscription)
-        return source, ShippingConsumer(inbox)
-    raise NotImplementedError(subscriber)
+        return source, ShippingConsumer(inbox, status)
+    payments = HttpPaymentGateway(settings.require_payments(), settings.payments_timeout_seconds)
+    stack.push_async_callback(payments.close)
+    source = Source(topic=topic, subscription=settings.billing_subscription)
+    billing = BillingConsumer(
+        inbox,
+        payments,
+        lease_seconds=settings.billing_lease_seconds,
+        after_charge=after_charge,
+        status=status,
+    )
+    return source, billing
 
 
 async def build_subscriber_runtime(
@@ -393,8 +421,9 @@ async def build_subscriber_runtime(
     configure_monitoring(settings)
     async with AsyncExitStack() as stack:
         identity = _process_credential(stack, settings)
+        servicebus = await stack.enter_async_context(create_servicebus_client(settings, identity))
         source, handler = await _subscriber(
-            stack, settings, identity, subscriber, create_local_resources
+            stack, settings, identity, subscriber, servicebus, create_local_resources
         )
         return SubscriberRuntime(source, handler, stack.pop_all())
 
@@ -406,14 +435,22 @@ async def run_subscriber(
     stop: asyncio.Event,
     *,
     after_decision: Callable[[Decision], None] | None = None,
+    after_charge: AfterCharge | None = None,
 ) -> WorkerStats:
-    """One fan-out consumer competing on its subscription of the events topic until `stop`."""
+    """One consumer of the fan-out (a subscription of the events topic) or of the status queue,
+    competing until `stop`; the status queue's sessions when `STATUS_SESSIONS` is on."""
     settings.require_servicebus()
     configure_monitoring(settings)
     async with AsyncExitStack() as stack:
         identity = _process_credential(stack, settings)
-        source, handler = await _subscriber(stack, settings, identity, subscriber)
         servicebus = await stack.enter_async_context(create_servicebus_client(settings, identity))
+        source, handler = await _subscriber(
+            stack, settings, identity, subscriber, servicebus, after_charge=after_charge
+        )
+        if subscriber is Subscriber.STATUS and settings.status_sessions:
+            return await run_session_worker_on(
+                servicebus, source, handler, options, stop, after_decision
+            )
         return await run_worker_on(servicebus, source, handler, options, stop, after_decision)
 
 
@@ -519,4 +556,10 @@ async def verify_run(
         orders = stored_orders(documents)
         if Subscriber.SHIPPING in fanout:
             report = report.with_consumer(Subscriber.SHIPPING, audit_shipping(orders, inbox))
+        if Subscriber.BILLING in fanout:
+            async with HttpPaymentGateway(
+                settings.require_payments(), settings.payments_timeout_seconds
+            ) as payments:
+                charges = await payments.list_all_charges()
+            report = report.with_consumer(Subscriber.BILLING, audit_billing(orders, inbox, charges))
     return report

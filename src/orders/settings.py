@@ -50,6 +50,7 @@ OPTIONAL_SETTING_NAMES = frozenset(
         "SHIPPING_SUBSCRIPTION",
         "STATUS_QUEUE",
         "STATUS_SESSIONS",
+        "BILLING_LEASE_SECONDS",
     }
 )
 
@@ -90,6 +91,10 @@ class Settings:
     # Base URL of the payment service (`POST /payments` with Idempotency-Key); locally the
     # stand-in `orders payments` serves it.
     payments_url: str | None = None
+    # How long a billing record's owner may take before another delivery takes over (by the
+    # database's clock); it must outlast the payment call's timeout.
+    billing_lease_seconds: float = 60.0
+    payments_timeout_seconds: float = 10.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -111,6 +116,13 @@ class Settings:
             ) from exc
         if ttl <= 0:
             raise SettingsError("IDEMPOTENCY_TTL_SECONDS must be positive")
+        lease_text = optional("BILLING_LEASE_SECONDS") or "60"
+        try:
+            billing_lease = float(lease_text)
+        except ValueError as exc:
+            raise SettingsError(f"BILLING_LEASE_SECONDS must be a number: {lease_text!r}") from exc
+        if not 1 <= billing_lease <= 3600:
+            raise SettingsError("BILLING_LEASE_SECONDS must be between 1 and 3600")
         # The field defaults above are the one source of defaults: unset names are left out.
         named = {
             field: value
@@ -140,6 +152,8 @@ class Settings:
             appinsights_connection_string=optional("APPLICATIONINSIGHTS_CONNECTION_STRING"),
             appinsights_authentication_string=optional("APPLICATIONINSIGHTS_AUTHENTICATION_STRING"),
             payments_url=optional("PAYMENTS_URL"),
+            billing_lease_seconds=billing_lease,
+            payments_timeout_seconds=min(10.0, billing_lease / 2),
             idempotency_ttl_seconds=ttl,
             **named,
         )

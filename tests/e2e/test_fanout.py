@@ -17,12 +17,17 @@ from orders.domain.load_plan import LoadMix, LoadPlan
 from orders.entrypoints.demo import VERIFY_POLL_SECONDS
 from orders.entrypoints.dispatcher import CRASH_AFTER_PUBLISH_ENV, CRASH_EXIT_CODE
 from orders.entrypoints.localstack import LocalStack
+from orders.entrypoints.worker import CRASH_AFTER_CHARGE_ENV
+from orders.entrypoints.worker import CRASH_EXIT_CODE as WORKER_CRASH_EXIT_CODE
 from orders.service.verify import VerifyReport
 from orders.service.worker_options import Subscriber
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 SHIPPING_ONLY = frozenset({Subscriber.SHIPPING})
+BOTH = frozenset({Subscriber.SHIPPING, Subscriber.BILLING})
+# The billing drills wait out a lease: short here, so they take seconds.
+SHORT_BILLING_LEASE = {"BILLING_LEASE_SECONDS": "3"}
 
 
 def wait_for_fanout(
@@ -94,3 +99,61 @@ def test_a_stopped_dispatcher_hands_its_lease_over_at_once(stack: LocalStack) ->
     # Well inside the 30 s lease: the release, not the expiry, let the second one in.
     report = wait_for_fanout(stack, second_plan, SHIPPING_ONLY, within=20.0)
     assert report.ok, report.violations
+
+
+def test_every_order_is_charged_once_with_its_amount_and_shipped_once(stack: LocalStack) -> None:
+    plan = new_plan(30, LoadMix(), seed=8)
+    stack.start_payments()
+    stack.start_worker()
+    stack.start_dispatcher()
+    for subscriber in ("billing", "billing", "shipping"):
+        stack.start_subscriber(subscriber)
+
+    send(stack, plan)
+    report = wait_for_fanout(stack, plan, BOTH)
+
+    assert report.ok, report.violations
+    for consumer in ("billing", "shipping"):
+        found = report.fanout[consumer]
+        assert found["expected"] == plan.orders == found["effects"], consumer
+        assert found["doubled"] == found["missing"] == found["stuck_in_progress"] == 0
+
+
+def test_a_billing_worker_killed_between_charge_and_mark_charges_nothing_twice(
+    stack: LocalStack,
+) -> None:
+    plan = new_plan(8)
+    victim_order = plan.sends[3].message_id
+    stack.start_payments()
+    stack.start_worker()
+    stack.start_dispatcher()
+    crashing = stack.start_subscriber(
+        "billing", extra_env={CRASH_AFTER_CHARGE_ENV: victim_order, **SHORT_BILLING_LEASE}
+    )
+    send(stack, plan)
+    assert crashing.process.wait(timeout=60) == WORKER_CRASH_EXIT_CODE
+    # The record stays inProgress under the dead owner's lease; after the lock and the lease
+    # end, a new worker takes it over and asks again with the same key: the same charge.
+    stack.start_subscriber("billing", extra_env=SHORT_BILLING_LEASE)
+    stack.start_subscriber("shipping")
+    report = wait_for_fanout(stack, plan, BOTH)
+
+    assert report.ok, report.violations
+    assert report.fanout["billing"]["effects"] == plan.orders
+
+
+def test_a_payment_service_failing_after_charging_is_retried_into_the_same_charge(
+    stack: LocalStack,
+) -> None:
+    plan = new_plan(6)
+    stack.start_payments(extra_args=["--fault", '{"kind": "fail_after_charge", "count": 3}'])
+    stack.start_worker()
+    stack.start_dispatcher()
+    stack.start_subscriber("billing", extra_env=SHORT_BILLING_LEASE)
+    stack.start_subscriber("shipping")
+
+    send(stack, plan)
+    report = wait_for_fanout(stack, plan, BOTH)
+
+    assert report.ok, report.violations
+    assert report.fanout["billing"]["effects"] == plan.orders

@@ -45,7 +45,10 @@ def worker(
     ] = None,
     subscription: Annotated[
         Subscriber | None,
-        typer.Option(help="Consume this subscription of the events topic instead of the queue"),
+        typer.Option(
+            help="Consume this subscription of the events topic (billing, shipping), or the "
+            "status queue (status), instead of the orders queue"
+        ),
     ] = None,
 ) -> None:
     """Competing consumer: the orders queue (or an events subscription) until SIGTERM / SIGINT."""

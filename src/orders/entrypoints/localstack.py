@@ -26,6 +26,7 @@ DEFAULTS = Settings(cosmos_endpoint="")  # the settings' own defaults, for the c
 
 SERVICEBUS_READY = re.compile(r"servicebus-emulator listening on (\S+):(\d+)")
 COSMOS_READY = re.compile(r"cosmos-emulator listening on (\S+)")
+PAYMENTS_READY = re.compile(r"payments-standin listening on (\S+):(\d+)")
 STARTUP_TIMEOUT_SECONDS = 60.0
 
 
@@ -43,6 +44,23 @@ class QueueOptions:
         DEFAULTS.billing_subscription,
         DEFAULTS.shipping_subscription,
     )
+    status_queue: str = DEFAULTS.status_queue
+    # The status queue with sessions (SessionId = orderId) instead of versions alone.
+    status_sessions: bool = False
+
+    def _queue(self, name: str, *, sessions: bool = False) -> dict[str, Any]:
+        return {
+            "Name": name,
+            "Properties": {
+                "DeadLetteringOnMessageExpiration": True,
+                "DefaultMessageTimeToLive": "PT1H",
+                "DuplicateDetectionHistoryTimeWindow": f"PT{self.duplicate_window_seconds}S",
+                "LockDuration": f"PT{self.lock_seconds}S",
+                "MaxDeliveryCount": self.max_delivery_count,
+                "RequiresDuplicateDetection": True,
+                "RequiresSession": sessions,
+            },
+        }
 
     def _subscription(self, name: str) -> dict[str, Any]:
         return {
@@ -63,20 +81,8 @@ class QueueOptions:
                     {
                         "Name": "sbemulatorns",
                         "Queues": [
-                            {
-                                "Name": self.name,
-                                "Properties": {
-                                    "DeadLetteringOnMessageExpiration": True,
-                                    "DefaultMessageTimeToLive": "PT1H",
-                                    "DuplicateDetectionHistoryTimeWindow": (
-                                        f"PT{self.duplicate_window_seconds}S"
-                                    ),
-                                    "LockDuration": f"PT{self.lock_seconds}S",
-                                    "MaxDeliveryCount": self.max_delivery_count,
-                                    "RequiresDuplicateDetection": True,
-                                    "RequiresSession": False,
-                                },
-                            }
+                            self._queue(self.name),
+                            self._queue(self.status_queue, sessions=self.status_sessions),
                         ],
                         "Topics": [
                             {
@@ -157,6 +163,7 @@ class LocalStack:
     processes: list[ManagedProcess] = field(default_factory=list)
     servicebus_connection_string: str = ""
     cosmos_endpoint: str = ""
+    payments_url: str = ""
     _worker_count: int = 0
 
     def spawn(
@@ -204,6 +211,9 @@ class LocalStack:
             "COSMOS_CONTAINER": DEFAULTS.cosmos_container,
             "COSMOS_IDEMPOTENCY_CONTAINER": DEFAULTS.cosmos_idempotency_container,
             "ORDER_EVENTS_TOPIC": self.queue.events_topic,
+            "STATUS_QUEUE": self.queue.status_queue,
+            "STATUS_SESSIONS": "true" if self.queue.status_sessions else "false",
+            **({"PAYMENTS_URL": self.payments_url} if self.payments_url else {}),
         }
 
     def settings(self) -> Settings:
@@ -238,6 +248,17 @@ class LocalStack:
             env={**self.environment(), **(extra_env or {})},
         )  # fmt: skip
 
+    def start_payments(self, *, extra_args: list[str] | None = None) -> ManagedProcess:
+        """The payment service stand-in, durable under the stack's folder."""
+        payments = self.spawn(
+            "payments-standin",
+            ["-m", "payments_standin", "--host", "127.0.0.1", "--port", "0",
+             "--data", str(self.workdir / "payments"), *(extra_args or [])],
+        )  # fmt: skip
+        host, port = _wait_for_line(payments, PAYMENTS_READY).groups()
+        self.payments_url = f"http://{host}:{port}"
+        return payments
+
     def start_dispatcher(
         self, *, lease_seconds: float = 30.0, extra_env: Mapping[str, str] | None = None
     ) -> ManagedProcess:
@@ -257,7 +278,9 @@ class LocalStack:
     def stop(self) -> None:
         # Workers, dispatchers and services first (they drain through the emulators), then the
         # emulators.
-        for managed in sorted(self.processes, key=lambda p: p.name.endswith("-emulator")):
+        for managed in sorted(
+            self.processes, key=lambda p: p.name.endswith(("-emulator", "-standin"))
+        ):
             managed.stop()
 
 

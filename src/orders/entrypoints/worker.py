@@ -18,6 +18,7 @@ from pathlib import Path
 
 from orders.bootstrap import StoreFactory, run_subscriber, run_worker
 from orders.domain.outcomes import Decision, Outcome
+from orders.domain.payments import Charge
 from orders.service.worker_options import Subscriber, WorkerOptions, WorkerStats
 from orders.settings import Settings
 
@@ -27,6 +28,9 @@ logger = logging.getLogger("orders.worker")
 # followed by an immediate process exit, before the message is settled.
 CRASH_AFTER_WRITE_ENV = "ORDERS_FAULT_CRASH_AFTER_WRITE"
 CRASH_EXIT_CODE = 86
+# The billing consumer's drill: comma-separated orderIds whose charge is followed by an
+# immediate exit, before the billing record is marked completed.
+CRASH_AFTER_CHARGE_ENV = "ORDERS_FAULT_CRASH_AFTER_CHARGE"
 
 
 DecisionHook = Callable[[Decision], None]
@@ -81,6 +85,20 @@ def crash_hook_from_env() -> Callable[[Decision], None] | None:
     return crash_after_write
 
 
+def crash_after_charge_from_env() -> Callable[[Charge], None] | None:
+    targets = {t for t in os.environ.get(CRASH_AFTER_CHARGE_ENV, "").split(",") if t}
+    if not targets:
+        return None
+
+    def crash_after_charge(charge: Charge) -> None:
+        if charge.order_id in targets:
+            logger.warning("fault injection: exiting after charging %s", charge.order_id)
+            logging.shutdown()
+            os._exit(CRASH_EXIT_CODE)
+
+    return crash_after_charge
+
+
 def run_until_signalled(
     settings: Settings,
     options: WorkerOptions,
@@ -104,7 +122,12 @@ def run_until_signalled(
         after_decision = chain(journal, crash_hook_from_env())
         if subscriber is not None:
             return await run_subscriber(
-                settings, subscriber, options, stop, after_decision=after_decision
+                settings,
+                subscriber,
+                options,
+                stop,
+                after_decision=after_decision,
+                after_charge=crash_after_charge_from_env(),
             )
         return await run_worker(
             settings, options, stop, after_decision=after_decision, store_factory=store_factory

@@ -11,6 +11,7 @@ class Subscriber(StrEnum):
 
     SHIPPING = "shipping"
     BILLING = "billing"
+    STATUS = "status"  # the status queue (not a subscription): natural idempotency
 
 
 @dataclass(frozen=True)
