@@ -56,3 +56,20 @@ def test_the_report_shows_the_verdict_the_tables_and_a_chart_and_escapes_values(
     assert "script" not in parsed.tags  # the violation text was escaped, not run
     assert "<script>alert(1)</script>" in text
     assert "dropped_by_broker" in text and "processed: 1" in text
+
+
+def test_the_report_shows_each_fan_out_consumers_effects() -> None:
+    fanout = {
+        "billing": {"expected": 10, "effects": 10, "doubled": 0, "missing": 0, "ok": True},
+        "shipping": {"expected": 10, "effects": 9, "doubled": 0, "missing": 1, "ok": False},
+    }
+    parsed = Collector()
+    parsed.feed(render_report({**VERIFY, "fanout": fanout}, [], seconds=1.0))
+    text = " ".join(parsed.text)
+
+    assert "billing" in text and "shipping" in text
+    assert "missing" in text and "effects" in text
+
+    without = Collector()
+    without.feed(render_report(VERIFY, [], seconds=1.0))
+    assert "not audited in this run" in " ".join(without.text)

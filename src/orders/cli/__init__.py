@@ -172,6 +172,13 @@ def report_table(report: VerifyReport) -> Table:
         table.add_row(name, str(value))
     for kind, count in sorted(report.sends_by_kind.items()):
         table.add_row(f"  sends: {kind}", str(count))
+    for consumer, found in sorted(report.fanout.items()):
+        table.add_row(
+            f"{consumer}: effects / expected",
+            f"{found['effects']} / {found['expected']}",
+        )
+        for check in ("doubled", "missing", "stuck_in_progress"):
+            table.add_row(f"  {consumer}: {check.replace('_', ' ')}", str(found[check]))
     return table
 
 
@@ -231,6 +238,9 @@ def print_demo_story(result: DemoResult, workers: int) -> None:
             "by the broker too (it compares MessageId only): no consumer, dead letter or "
             "alert can see them. The HTTP API refuses such reuse (409); see the README."
         )
+    for consumer, counts in sorted(result.subscriber_outcomes.items()):
+        listed = ", ".join(f"{outcome} {count}" for outcome, count in sorted(counts.items()))
+        out.print(f"{consumer} consumer: {listed}")
     if report.ok:
         out.print(
             "[green]Proven:[/green] every order stored exactly once, with its first "
@@ -238,6 +248,12 @@ def print_demo_story(result: DemoResult, workers: int) -> None:
             f"({outcomes.get('duplicate', 0)}) completed without a second write; every "
             "conflicting reuse and poison message in the dead-letter queue with its reason; "
             "nothing lost, nothing unexplained."
+        )
+    if report.ok and report.fanout:
+        out.print(
+            "[green]Proven after the order:[/green] every stored order's event published "
+            "through the outbox, charged exactly once with its amount at the payment service "
+            "and shipped exactly once, with nothing stuck in progress."
         )
 
 
@@ -280,6 +296,7 @@ def demo(
         summary = {
             **verified.to_json(),
             "consumer_outcomes": result.consumer_outcomes,
+            "subscriber_outcomes": result.subscriber_outcomes,
             "worker_exit_codes": result.worker_exit_codes,
             "seconds": round(result.seconds, 1),
         }

@@ -20,6 +20,7 @@ from orders.bootstrap import prepare_local_cosmos, send_load, verify_run
 from orders.domain.load_plan import LoadMix, LoadPlan, plan_load
 from orders.entrypoints.localstack import LocalStack, QueueOptions, local_stack
 from orders.service.verify import VerifyReport
+from orders.service.worker_options import Subscriber
 
 VERIFY_POLL_SECONDS = 1.0
 
@@ -33,6 +34,12 @@ class DemoOptions:
     mix: LoadMix = field(default_factory=LoadMix)
     settle_timeout_seconds: float = 120.0
     queue: QueueOptions = field(default_factory=QueueOptions)
+    # The fan-out after the order: dispatcher, billing (with the payment stand-in), shipping.
+    fanout: bool = True
+
+    @property
+    def audited_consumers(self) -> frozenset[Subscriber]:
+        return frozenset({Subscriber.BILLING, Subscriber.SHIPPING}) if self.fanout else frozenset()
 
 
 @dataclass
@@ -44,22 +51,39 @@ class DemoResult:
     processes_left_running: list[str]
     consumer_outcomes: dict[str, int]
     decisions: list[dict[str, Any]]
+    subscriber_outcomes: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def all_decisions(stack: LocalStack) -> list[dict[str, Any]]:
-    """What the workers decided, from their decision journals (one JSON line per message)."""
+    """What the order workers decided, from their decision journals (one JSON line each)."""
     return [decision for worker in stack.workers() for decision in worker.decisions()]
+
+
+def subscriber_outcomes(stack: LocalStack) -> dict[str, dict[str, int]]:
+    """Per fan-out consumer, how its deliveries were decided."""
+    found: dict[str, Counter[str]] = {}
+    for process in stack.processes:
+        consumer = process.name.rsplit("-", 1)[0]
+        if consumer in {s.value for s in Subscriber}:
+            counts = found.setdefault(consumer, Counter())
+            counts.update(decision["outcome"] for decision in process.decisions())
+    return {consumer: dict(counts) for consumer, counts in found.items()}
 
 
 def consumer_outcomes(stack: LocalStack) -> dict[str, int]:
     return dict(Counter(decision["outcome"] for decision in all_decisions(stack)))
 
 
-async def wait_for_audit(stack: LocalStack, plan: LoadPlan, within: float) -> VerifyReport:
+async def wait_for_audit(
+    stack: LocalStack,
+    plan: LoadPlan,
+    within: float,
+    fanout: frozenset[Subscriber] = frozenset(),
+) -> VerifyReport:
     """Poll the verifier until it passes or the deadline comes; return the last report."""
     deadline = time.monotonic() + within
     while True:
-        report = await verify_run(stack.settings(), plan)
+        report = await verify_run(stack.settings(), plan, fanout=fanout)
         if report.ok or time.monotonic() >= deadline:
             return report
         await asyncio.sleep(VERIFY_POLL_SECONDS)
@@ -81,6 +105,12 @@ def run_demo(
         for _ in range(options.workers):
             stack.start_worker(concurrency=options.concurrency)
         on_stage(f"{options.workers} workers started")
+        if options.fanout:
+            stack.start_payments()
+            stack.start_dispatcher()
+            for subscriber in (Subscriber.BILLING, Subscriber.SHIPPING, Subscriber.STATUS):
+                stack.start_subscriber(subscriber.value)
+            on_stage("payment service, dispatcher, billing, shipping and status consumers started")
         asyncio.run(
             send_load(
                 stack.settings(),
@@ -90,11 +120,14 @@ def run_demo(
             )
         )
         on_stage("load sent; waiting for the workers to drain the queue")
-        report = asyncio.run(wait_for_audit(stack, plan, options.settle_timeout_seconds))
+        report = asyncio.run(
+            wait_for_audit(stack, plan, options.settle_timeout_seconds, options.audited_consumers)
+        )
         exit_codes = stack.stop_workers()
         on_stage("workers stopped")
         decisions = all_decisions(stack)
+        fanout_outcomes = subscriber_outcomes(stack)
     outcomes = dict(Counter(decision["outcome"] for decision in decisions))
     left = [p.name for p in stack.processes if p.running]
     seconds = time.monotonic() - started
-    return DemoResult(report, plan, seconds, exit_codes, left, outcomes, decisions)
+    return DemoResult(report, plan, seconds, exit_codes, left, outcomes, decisions, fanout_outcomes)

@@ -93,6 +93,10 @@ def render_report(verify: dict[str, Any], decisions: list[dict[str, Any]], secon
     verdict = "OK" if verify.get("ok") else "FAILED"
     sent = html.escape(str(verify.get("sent")))
     orders = html.escape(str(verify.get("unique_orders")))
+    fanout = "".join(
+        f"<h3>{html.escape(str(consumer))}</h3>{table(sorted(found.items()))}"
+        for consumer, found in sorted(verify.get("fanout", {}).items())
+    )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <title>orders demo: {verdict}</title>
@@ -111,6 +115,8 @@ th,td{{border:1px solid #ccc;padding:.2em .6em;text-align:left}}</style></head>
 {table(kinds)}
 <h2>Consumer outcomes</h2>
 {table(outcomes)}
+<h2>After the order: each consumer's effects</h2>
+{fanout or "<p>not audited in this run</p>"}
 <h2>Violations</h2>
 <ul>{violations or "<li>none</li>"}</ul>
 </body></html>

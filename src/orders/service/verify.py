@@ -16,6 +16,7 @@ from orders.domain.hashing import request_hash
 from orders.domain.load_plan import LoadPlan, PlannedSend, SendKind
 from orders.domain.messages import DeadLetterReason, MessageRejected, parse_order
 from orders.domain.rejections import REJECTION_DOCUMENT_TYPE
+from orders.domain.status import STATUS_DOCUMENT_TYPE
 from orders.service.verify_fanout import ConsumerAudit
 
 
@@ -87,6 +88,7 @@ class _StoredDocuments:
     lines: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
     rejections: list[dict[str, Any]] = field(default_factory=list)
     outbox: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
+    statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def sort(cls, documents: list[dict[str, Any]], violations: list[str]) -> _StoredDocuments:
@@ -101,6 +103,8 @@ class _StoredDocuments:
                 stored.rejections.append(document)
             elif kind == OUTBOX_DOCUMENT_TYPE:
                 stored.outbox[document["orderId"]].append(document)
+            elif kind == STATUS_DOCUMENT_TYPE:
+                stored.statuses[document["orderId"]] = document
             else:
                 violations.append(f"unexpected document {document.get('id')!r} in the store")
         return stored
