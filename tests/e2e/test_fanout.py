@@ -7,13 +7,15 @@ Real processes: both emulators, an `orders worker`, `orders dispatcher` processe
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
+from pathlib import Path
 
 import pytest
-from e2e_support import new_plan, send
+from e2e_support import new_plan, orders_cli, send
 
 from orders.bootstrap import verify_run
-from orders.domain.load_plan import LoadMix, LoadPlan
+from orders.domain.load_plan import LoadMix, LoadPlan, plan_to_json
 from orders.entrypoints.demo import VERIFY_POLL_SECONDS
 from orders.entrypoints.dispatcher import CRASH_AFTER_PUBLISH_ENV, CRASH_EXIT_CODE
 from orders.entrypoints.localstack import LocalStack
@@ -101,7 +103,9 @@ def test_a_stopped_dispatcher_hands_its_lease_over_at_once(stack: LocalStack) ->
     assert report.ok, report.violations
 
 
-def test_every_order_is_charged_once_with_its_amount_and_shipped_once(stack: LocalStack) -> None:
+def test_every_order_is_charged_once_with_its_amount_and_shipped_once(
+    stack: LocalStack, tmp_path: Path
+) -> None:
     plan = new_plan(30, LoadMix(), seed=8)
     stack.start_payments()
     stack.start_worker()
@@ -117,6 +121,14 @@ def test_every_order_is_charged_once_with_its_amount_and_shipped_once(stack: Loc
         found = report.fanout[consumer]
         assert found["expected"] == plan.orders == found["effects"], consumer
         assert found["doubled"] == found["missing"] == found["stuck_in_progress"] == 0
+
+    # The same audit as a user runs it: `orders verify --json` with the fan-out objects.
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps(plan_to_json(plan)))
+    verified = orders_cli(stack, "verify", "--manifest", str(manifest), "--json")
+    printed = json.loads(verified.stdout)
+    assert verified.returncode == 0 and printed["ok"] is True
+    assert printed["fanout"]["billing"]["effects"] == printed["fanout"]["shipping"]["effects"] == 30
 
 
 def test_a_billing_worker_killed_between_charge_and_mark_charges_nothing_twice(

@@ -33,7 +33,7 @@ def test_load_then_verify_proves_the_run_and_fails_an_unsent_manifest(
     plan = plan_from_json(json.loads(manifest.read_text()))
     assert asyncio.run(wait_for_audit(stack, plan, within=90)).ok
 
-    verified = orders_cli(stack, "verify", "--manifest", str(manifest), "--json")
+    verified = orders_cli(stack, "verify", "--manifest", str(manifest), "--json", "--no-fanout")
     report = json.loads(verified.stdout)
     assert verified.returncode == 0 and report["ok"] is True
     assert report["unique_orders"] == report["orders_in_store"] == 40
@@ -44,7 +44,9 @@ def test_load_then_verify_proves_the_run_and_fails_an_unsent_manifest(
     for send in unsent["sends"]:
         send["message_id"] = send["message_id"].replace(plan.run_id, "neversent")
     (tmp_path / "unsent.json").write_text(json.dumps(unsent))
-    failed = orders_cli(stack, "verify", "--manifest", str(tmp_path / "unsent.json"), "--json")
+    failed = orders_cli(
+        stack, "verify", "--manifest", str(tmp_path / "unsent.json"), "--json", "--no-fanout"
+    )
     assert failed.returncode == 1
     assert json.loads(failed.stdout)["missing_orders"] == 40
 

@@ -195,6 +195,13 @@ def print_report(report: VerifyReport, as_json: bool) -> None:
 def verify(
     manifest: Annotated[Path, typer.Option(help="The manifest `orders load` wrote")],
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout")] = False,
+    fanout: Annotated[
+        bool,
+        typer.Option(
+            help="Also audit billing (charges at PAYMENTS_URL) and shipping (the inbox); "
+            "--no-fanout when only order workers run"
+        ),
+    ] = True,
 ) -> None:
     """Audit Cosmos DB and the dead-letter queue against a manifest; exit 1 on any violation."""
     from orders.bootstrap import verify_run
@@ -202,7 +209,8 @@ def verify(
     configure_logging(logging.WARNING)
     settings = settings_or_exit()
     plan = plan_from_json(json.loads(manifest.read_text()))
-    report = asyncio.run(verify_run(settings, plan))
+    consumers = frozenset({Subscriber.BILLING, Subscriber.SHIPPING}) if fanout else frozenset()
+    report = asyncio.run(verify_run(settings, plan, fanout=consumers))
     print_report(report, as_json)
     raise typer.Exit(0 if report.ok else 1)
 
