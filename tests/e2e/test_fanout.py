@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -169,3 +171,44 @@ def test_a_payment_service_failing_after_charging_is_retried_into_the_same_charg
 
     assert report.ok, report.violations
     assert report.fanout["billing"]["effects"] == plan.orders
+
+
+def test_random_kills_of_every_process_kind_under_load_charge_and_ship_exactly_once(
+    stack: LocalStack,
+) -> None:
+    plan = new_plan(60, LoadMix(), seed=13)
+    stack.start_payments()
+    starters = {
+        "worker": stack.start_worker,
+        "dispatcher": lambda: stack.start_dispatcher(lease_seconds=4),
+        "billing": lambda: stack.start_subscriber("billing", extra_env=SHORT_BILLING_LEASE),
+        "shipping": lambda: stack.start_subscriber("shipping"),
+    }
+    for start in starters.values():
+        start()
+        start()
+    loader = threading.Thread(target=send, args=(stack, plan))
+    chaos = random.Random(17)
+    killed: list[str] = []
+
+    loader.start()
+    while loader.is_alive() or len(killed) < 8:
+        # Random moments are the point of this test, not a synchronisation.
+        threading.Event().wait(chaos.uniform(0.3, 1.2))
+        kind = chaos.choice(sorted(starters))
+        victims = [p for p in stack.processes if p.running and p.name.startswith(kind)]
+        if not victims:
+            continue
+        victim = chaos.choice(victims)
+        victim.signal(signal.SIGKILL)
+        victim.process.wait(timeout=10)
+        killed.append(victim.name)
+        starters[kind]()
+    loader.join()
+    report = wait_for_fanout(stack, plan, BOTH, within=150.0)
+
+    assert report.ok, (killed, report.violations)
+    assert report.orders_in_store == plan.orders
+    for consumer in ("billing", "shipping"):
+        assert report.fanout[consumer]["effects"] == plan.orders, consumer
+    assert {name.split("-")[0] for name in killed} >= {"worker", "dispatcher"}
