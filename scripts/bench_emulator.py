@@ -3,8 +3,10 @@
 For 1 and 4 concurrent SDK clients (each its own process and connection) it measures
 messages per second for sending (one message per `send_messages` call, as the app does) and
 for PeekLock receive + complete, plus CPU seconds per message of the emulator process beside
-the clients' CPU seconds per message. The emulator runs as `python -m servicebus_emulator` in
-its own process so its CPU time can be read from /proc.
+the clients' CPU seconds per message. It does so for a queue, then for a topic with two
+subscriptions (`--clients` senders to the topic, then that many receivers on each
+subscription at once, with msgs/s per subscription). The emulator runs as
+`python -m servicebus_emulator` in its own process so its CPU time can be read from /proc.
 
     .venv/bin/python scripts/bench_emulator.py --messages 2000
 """
@@ -30,9 +32,43 @@ from servicebus_emulator.config import DEFAULT_CONFIG
 
 REPO = Path(__file__).resolve().parents[1]
 QUEUE = "bench"
-# The project's queue settings (the emulator's default config), under the bench's own name.
+TOPIC = "bench-events"
+SUBSCRIPTIONS = ("a", "b")
+# The project's queue settings (the emulator's default config), under the bench's own name;
+# a topic with the same duplicate detection and subscriptions with the queue's settings.
 CONFIG = copy.deepcopy(DEFAULT_CONFIG)
-CONFIG["UserConfig"]["Namespaces"][0]["Queues"][0]["Name"] = QUEUE
+_NAMESPACE = CONFIG["UserConfig"]["Namespaces"][0]
+_NAMESPACE["Queues"][0]["Name"] = QUEUE
+_QUEUE_PROPERTIES = _NAMESPACE["Queues"][0]["Properties"]
+_NAMESPACE["Topics"] = [
+    {
+        "Name": TOPIC,
+        "Properties": {
+            key: _QUEUE_PROPERTIES[key]
+            for key in (
+                "DefaultMessageTimeToLive",
+                "DuplicateDetectionHistoryTimeWindow",
+                "RequiresDuplicateDetection",
+            )
+        },
+        "Subscriptions": [
+            {
+                "Name": name,
+                "Properties": {
+                    key: _QUEUE_PROPERTIES[key]
+                    for key in (
+                        "DeadLetteringOnMessageExpiration",
+                        "DefaultMessageTimeToLive",
+                        "LockDuration",
+                        "MaxDeliveryCount",
+                        "RequiresSession",
+                    )
+                },
+            }
+            for name in SUBSCRIPTIONS
+        ],
+    }
+]
 
 
 def _cpu_seconds_of(pid: int) -> tuple[float, float]:
@@ -47,12 +83,14 @@ def _self_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _sender(conn_str: str, count: int, prefix: str, barrier: Barrier, out: Any) -> None:
+def _sender(
+    conn_str: str, topic: bool, count: int, prefix: str, barrier: Barrier, out: Any
+) -> None:
     from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
     with (
         ServiceBusClient.from_connection_string(conn_str) as client,
-        client.get_queue_sender(QUEUE) as sender,
+        client.get_topic_sender(TOPIC) if topic else client.get_queue_sender(QUEUE) as sender,
     ):
         sender.send_messages(ServiceBusMessage("warm-up", message_id=f"{prefix}-warm"))
         barrier.wait()
@@ -60,19 +98,22 @@ def _sender(conn_str: str, count: int, prefix: str, barrier: Barrier, out: Any) 
         body = b"x" * 256
         for i in range(count):
             sender.send_messages(ServiceBusMessage(body, message_id=f"{prefix}-{i}"))
-        out.put(("send", count, _self_cpu() - cpu))
+        out.put(("send", count, _self_cpu() - cpu, time.monotonic()))
 
 
-def _receiver(conn_str: str, barrier: Barrier, out: Any) -> None:
+def _receiver(conn_str: str, subscription: str | None, barrier: Barrier, out: Any) -> None:
     from azure.servicebus import ServiceBusClient
 
     with (
         ServiceBusClient.from_connection_string(conn_str) as client,
-        client.get_queue_receiver(QUEUE, prefetch_count=20) as receiver,
+        client.get_subscription_receiver(TOPIC, subscription, prefetch_count=20)
+        if subscription
+        else client.get_queue_receiver(QUEUE, prefetch_count=20) as receiver,
     ):
         barrier.wait()
         cpu = _self_cpu()
         done = 0
+        finished = time.monotonic()
         while True:
             msgs = receiver.receive_messages(max_message_count=20, max_wait_time=1)
             if not msgs:
@@ -80,46 +121,53 @@ def _receiver(conn_str: str, barrier: Barrier, out: Any) -> None:
             for msg in msgs:
                 receiver.complete_message(msg)
             done += len(msgs)
-        # The final empty receive waited ~1 s idle; it costs almost no CPU and is
-        # subtracted from the wall time by the parent.
-        out.put(("receive", done, _self_cpu() - cpu))
+            finished = time.monotonic()
+        # The final empty receive waited ~1 s idle; it costs almost no CPU and is not counted
+        # in the wall time (`finished` is the last message's completion).
+        out.put((subscription or "receive", done, _self_cpu() - cpu, finished))
 
 
 def _phase(
-    kind: str, conn_str: str, clients: int, total: int, emulator_pid: int
-) -> dict[str, float]:
+    kind: str, conn_str: str, clients: int, total: int, emulator_pid: int, topic: bool
+) -> dict[str, Any]:
+    """One scenario; for receives from the topic, `clients` receivers on each subscription."""
     ctx = mp.get_context("fork")
-    barrier = ctx.Barrier(clients + 1)
+    sources: tuple[str | None, ...] = SUBSCRIPTIONS if topic else (None,)
+    receivers = clients * len(sources) if kind == "receive" else 0
+    barrier = ctx.Barrier((receivers or clients) + 1)
     out = ctx.Queue()
     procs = []
-    for n in range(clients):
-        if kind == "send":
-            args: tuple[Any, ...] = (
-                conn_str,
-                total // clients,
-                f"c{n}-{time.time_ns()}",
-                barrier,
-                out,
-            )
+    if kind == "send":
+        for n in range(clients):
+            prefix = f"c{n}-{time.time_ns()}"
+            args: tuple[Any, ...] = (conn_str, topic, total // clients, prefix, barrier, out)
             procs.append(ctx.Process(target=_sender, args=args))
-        else:
-            procs.append(ctx.Process(target=_receiver, args=(conn_str, barrier, out)))
+    else:
+        for source in sources:
+            for _ in range(clients):
+                args = (conn_str, source, barrier, out)
+                procs.append(ctx.Process(target=_receiver, args=args))
     for p in procs:
         p.start()
     barrier.wait()
     emu_user, emu_sys = _cpu_seconds_of(emulator_pid)
-    started = time.perf_counter()
+    started = time.monotonic()
     results = [out.get(timeout=600) for _ in procs]
-    wall = time.perf_counter() - started
     user, system = _cpu_seconds_of(emulator_pid)
     emu_user, emu_sys = user - emu_user, system - emu_sys
     emu_cpu = emu_user + emu_sys
     for p in procs:
         p.join()
-    if kind == "receive":
-        wall -= 1.0  # the receivers' last, empty 1 s wait
+    wall = max(r[3] for r in results) - started
     messages = sum(r[1] for r in results)
     client_cpu = sum(r[2] for r in results)
+    # Per subscription: its messages over the time its own receivers took.
+    per_source = {
+        str(source): sum(r[1] for r in results if r[0] == source)
+        / max(max(r[3] for r in results if r[0] == source) - started, 1e-9)
+        for source in sources
+        if kind == "receive" and source is not None
+    }
     return {
         "messages": messages,
         "wall_s": wall,
@@ -127,7 +175,29 @@ def _phase(
         "emulator_cpu_us_per_msg": 1e6 * emu_cpu / max(messages, 1),
         "emulator_sys_share": emu_sys / emu_cpu if emu_cpu else 0.0,
         "clients_cpu_us_per_msg": 1e6 * client_cpu / max(messages, 1),
+        "per_subscription": per_source,
     }
+
+
+def _label(kind: str, topic: bool, clients: int) -> str:
+    if kind == "send":
+        what = "topic send (1 msg per call)" if topic else "send (1 msg per call)"
+        return f"{what}, {clients} client(s)"
+    if topic:
+        return f"topic receive + complete, {clients} per sub"
+    return f"PeekLock receive + complete, {clients} client(s)"
+
+
+def _print_row(label: str, r: dict[str, Any]) -> None:
+    ratio = r["emulator_cpu_us_per_msg"] / max(r["clients_cpu_us_per_msg"], 1e-9)
+    print(
+        f"{label:<42}{r['messages']:>7.0f}{r['wall_s']:>9.2f}"
+        f"{r['msgs_per_s']:>9.0f}{r['emulator_cpu_us_per_msg']:>17.0f}"
+        f"{r['clients_cpu_us_per_msg']:>16.0f}{ratio:>7.2f}"
+        f"{100 * r['emulator_sys_share']:>9.0f}%"
+    )
+    for name, rate in r["per_subscription"].items():
+        print(f"{'  subscription ' + name:<42}{'':>7}{'':>9}{rate:>9.0f}")
 
 
 def main() -> int:
@@ -168,19 +238,11 @@ def main() -> int:
             )
             print(header)
             print("-" * len(header))
-            for clients in (int(c) for c in args.clients.split(",")):
-                for kind in ("send", "receive"):
-                    r = _phase(kind, conn_str, clients, args.messages, emulator.pid)
-                    label = (
-                        "send (1 msg per call)" if kind == "send" else "PeekLock receive + complete"
-                    ) + f", {clients} client(s)"
-                    ratio = r["emulator_cpu_us_per_msg"] / max(r["clients_cpu_us_per_msg"], 1e-9)
-                    print(
-                        f"{label:<42}{r['messages']:>7.0f}{r['wall_s']:>9.2f}"
-                        f"{r['msgs_per_s']:>9.0f}{r['emulator_cpu_us_per_msg']:>17.0f}"
-                        f"{r['clients_cpu_us_per_msg']:>16.0f}{ratio:>7.2f}"
-                        f"{100 * r['emulator_sys_share']:>9.0f}%"
-                    )
+            for topic in (False, True):
+                for clients in (int(c) for c in args.clients.split(",")):
+                    for kind in ("send", "receive"):
+                        r = _phase(kind, conn_str, clients, args.messages, emulator.pid, topic)
+                        _print_row(_label(kind, topic, clients), r)
         finally:
             emulator.terminate()
             emulator.wait(timeout=10)

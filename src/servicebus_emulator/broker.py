@@ -44,10 +44,26 @@ class Broker:
             for topic_key, topic in self.topics.items()
             for key, sub in topic.subscriptions.items()
         }
+        for queue in [*self.queues.values(), *self._subscriptions.values()]:
+            self._connect_forwarding(queue)
         self._timers: list[tuple[int, int, Callable[..., None], tuple[Any, ...]]] = []
         self._counter = itertools.count()
         self._handle: asyncio.TimerHandle | None = None
         self._handle_when = 0
+
+    def _connect_forwarding(self, queue: Queue) -> None:
+        """Point a queue (or subscription) and its dead-letter queue at their auto-forwarding
+        targets; the configuration check made sure each names a queue or a topic."""
+        settings = queue.settings
+        if settings.forward_to is not None:
+            queue.forward_to = self._destination(settings.forward_to)
+        if settings.forward_dead_lettered_to is not None and queue.dead_letter is not None:
+            queue.dead_letter.forward_to = self._destination(settings.forward_dead_lettered_to)
+
+    def _destination(self, name: str) -> Queue | Topic:
+        destination = self.queues.get(name.lower()) or self.topics.get(name.lower())
+        assert destination is not None, f"no queue or topic {name!r}"
+        return destination
 
     @staticmethod
     def now_ms() -> int:

@@ -17,6 +17,7 @@ from .filters import (
     compile_sql_action,
     compile_sql_filter,
 )
+from .forwarding import Entity, ForwardingError, check_forwarding
 
 NAMESPACE_NAME = "sbemulatorns"
 _NAME = re.compile(r"^[A-Za-z0-9]$|^[A-Za-z0-9][\w\-./]*[A-Za-z0-9]$")
@@ -94,6 +95,8 @@ class QueueSettings:
     requires_duplicate_detection: bool = False
     duplicate_window_ms: int = 20_000
     requires_session: bool = False
+    forward_to: str | None = None  # auto-forwarding targets: a queue's or a topic's name
+    forward_dead_lettered_to: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +223,45 @@ def parse_config(data: Any) -> NamespaceSettings:
             raise ConfigError(f"entity {topic.name!r} is defined twice")
         seen.add(topic.name.lower())
         parsed_topics.append(topic)
+    try:
+        check_forwarding(_forwarding_graph(result, parsed_topics))
+    except ForwardingError as exc:
+        raise ConfigError(str(exc)) from exc
     return NamespaceSettings(result, parsed_topics)
+
+
+def _forwarding_graph(queues: list[QueueSettings], topics: list[TopicSettings]) -> list[Entity]:
+    def entity(queue: QueueSettings, kind: str) -> Entity:
+        return Entity(
+            queue.name,
+            kind,
+            queue.requires_session,
+            queue.forward_to,
+            queue.forward_dead_lettered_to,
+        )
+
+    graph = [entity(q, "queue") for q in queues]
+    for topic in topics:
+        subscriptions = [entity(s.queue, "subscription") for s in topic.subscriptions]
+        graph.append(
+            Entity(topic.name, "topic", subscriptions=tuple(s.name for s in subscriptions))
+        )
+        graph += subscriptions
+    return graph
+
+
+def _forwarding(props: dict[str, Any], what: str) -> tuple[str | None, str | None]:
+    """`ForwardTo` and `ForwardDeadLetteredMessagesTo`: an entity name, or "" for none."""
+    targets: list[str | None] = []
+    for key in ("ForwardTo", "ForwardDeadLetteredMessagesTo"):
+        value = props.get(key, "")
+        if value is None or value == "":
+            targets.append(None)
+        elif isinstance(value, str) and _NAME.match(value) and "$" not in value:
+            targets.append(value)
+        else:
+            raise ConfigError(f"{what}: {key} must be a queue or topic name, not {value!r}")
+    return targets[0], targets[1]
 
 
 def _parse_queue(raw: dict[str, Any]) -> QueueSettings:
@@ -236,9 +277,7 @@ def _parse_queue(raw: dict[str, Any]) -> QueueSettings:
         raise ConfigError(f"queue {name!r}: unsupported properties {sorted(unknown)}")
     what = f"queue {name!r}"
     requires_session = _flag(props, "RequiresSession", what)
-    for key in ("ForwardTo", "ForwardDeadLetteredMessagesTo"):
-        if props.get(key, "") not in ("", None):
-            raise ConfigError(f"{what}: {key} (auto-forwarding) is not supported")
+    forward_to, forward_dead_lettered_to = _forwarding(props, what)
     for key in ("DeadLetteringOnMessageExpiration", "RequiresDuplicateDetection"):
         if not isinstance(props.get(key, False), bool):
             raise ConfigError(f"{what}: {key} must be true or false")
@@ -261,6 +300,8 @@ def _parse_queue(raw: dict[str, Any]) -> QueueSettings:
             f"{what} DuplicateDetectionHistoryTimeWindow",
         ),
         requires_session=requires_session,
+        forward_to=forward_to,
+        forward_dead_lettered_to=forward_dead_lettered_to,
     )
 
 
@@ -330,9 +371,7 @@ def _parse_subscription(topic: str, topic_ttl_ms: int, raw: dict[str, Any]) -> S
     if unknown:
         raise ConfigError(f"{what}: unsupported properties {sorted(unknown)}")
     requires_session = _flag(props, "RequiresSession", what)
-    for key in ("ForwardTo", "ForwardDeadLetteredMessagesTo"):
-        if props.get(key, "") not in ("", None):
-            raise ConfigError(f"{what}: {key} (auto-forwarding) is not supported")
+    forward_to, forward_dead_lettered_to = _forwarding(props, what)
     max_delivery = props.get("MaxDeliveryCount", 3)
     if not isinstance(max_delivery, int) or isinstance(max_delivery, bool) or max_delivery < 1:
         raise ConfigError(f"{what}: MaxDeliveryCount must be an integer >= 1")
@@ -350,6 +389,8 @@ def _parse_subscription(topic: str, topic_ttl_ms: int, raw: dict[str, Any]) -> S
         dead_lettering_on_expiration=_flag(props, "DeadLetteringOnMessageExpiration", what),
         requires_duplicate_detection=False,  # the topic detects duplicates
         requires_session=requires_session,
+        forward_to=forward_to,
+        forward_dead_lettered_to=forward_dead_lettered_to,
     )
     raw_rules = raw.get("Rules", [])
     if not isinstance(raw_rules, list):

@@ -641,6 +641,12 @@ class AmqpConnection(asyncio.Protocol):
         link.queue = self.broker.resolve(path)
         if link.queue is None:
             return ("amqp:not-found", f"The messaging entity '{path}' could not be found.")
+        if isinstance(link, OutboundLink) and link.queue.forward_to is not None:
+            return (
+                "amqp:not-allowed",
+                f"Cannot create a message receiver on '{path}': auto-forwarding moves its "
+                "messages to another entity.",
+            )
         if isinstance(link, InboundLink) and link.queue.parent is not None:
             return ("amqp:not-allowed", "Cannot send to a dead-letter queue.")
         if isinstance(link, InboundLink) and self.broker.is_subscription(link.queue):

@@ -66,6 +66,7 @@ _K_ENQ = _key("x-opt-enqueued-time")
 _K_LOCKED = _key("x-opt-locked-until")
 _K_STATE = _key("x-opt-message-state")
 _K_DLSOURCE = _key("x-opt-deadletter-source")
+_K_ENQ_SEQ = _key("x-opt-enqueue-sequence-number")
 _long = struct.Struct(">q").pack
 _map8_head = struct.Struct(">BBB").pack
 _map32_head = struct.Struct(">BII").pack
@@ -93,8 +94,10 @@ class ParsedMessage:
         "app_count",
         "app_raw",
         "body_raw",
+        "dead_letter_source",
         "delivery_annotation_count",
         "delivery_annotations_raw",
+        "enqueue_seq",
         "header",
         "message_id",
         "properties",
@@ -119,6 +122,9 @@ class ParsedMessage:
         self.scheduled_ms: int | None = None
         self.session_id: str | None = None  # properties.group-id
         self.size = 0
+        # Set by auto-forwarding only (see forwarded_copy); never read from a sender.
+        self.enqueue_seq: int | None = None
+        self.dead_letter_source: str | None = None
 
 
 def _filtered_pairs(buf: bytes, start: int) -> tuple[bytes, int, dict[str, Any]]:
@@ -239,6 +245,7 @@ class StoredMessage:
         "delivery_annotations_raw",
         "delivery_count",
         "durable",
+        "enqueue_seq",
         "enqueued_ms",
         "expires_ms",
         "lock_owner",
@@ -282,7 +289,8 @@ class StoredMessage:
         self.lock_token: uuid.UUID | None = None
         self.locked_until_ms = 0
         self.lock_owner: Any = None
-        self.dead_letter_source: str | None = None
+        self.dead_letter_source = parsed.dead_letter_source
+        self.enqueue_seq = parsed.enqueue_seq
 
     def _rebuild_bare(self) -> None:
         app = _SECTION_AP + _map(self.app_raw, self.app_count) if self.app_count else b""
@@ -339,6 +347,9 @@ class StoredMessage:
             body += _K_DLSOURCE
             encode_value(body, self.dead_letter_source)
             count += 2
+        if self.enqueue_seq is not None:
+            body += _K_ENQ_SEQ + b"\x81" + _long(self.enqueue_seq)
+            count += 2
         out += _SECTION_MA
         out += _map(body, count)
 
@@ -352,3 +363,19 @@ class StoredMessage:
         self._annotations(out, lock)
         out += self.bare
         return bytes(out)
+
+
+def forwarded_copy(msg: StoredMessage, dead_letter_source: str | None = None) -> ParsedMessage:
+    """The message as auto-forwarding hands it to the next entity.
+
+    Its bare message (MessageId, properties, body), the sender's annotations and its
+    time-to-live travel unchanged; the next entity gives it a sequence number, enqueued time
+    and delivery count of its own, as Service Bus does. `x-opt-enqueue-sequence-number` keeps
+    the number it got where it was first enqueued; `x-opt-deadletter-source` names the entity
+    that dead-lettered it when its dead-letter queue forwards it.
+    """
+    parsed = parse_message(msg.encode(lock=False))
+    parsed.scheduled_ms = None  # it was activated in the source already
+    parsed.enqueue_seq = msg.seq if msg.enqueue_seq is None else msg.enqueue_seq
+    parsed.dead_letter_source = dead_letter_source or msg.dead_letter_source
+    return parsed

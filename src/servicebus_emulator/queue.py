@@ -24,6 +24,7 @@ from .message import (
     SCHEDULED,
     ParsedMessage,
     StoredMessage,
+    forwarded_copy,
     header_ttl_ms,
 )
 
@@ -71,6 +72,14 @@ class Consumer(Protocol):
     def can_take(self) -> bool: ...
 
     def take(self, queue: Queue, message: StoredMessage) -> None: ...
+
+
+class Destination(Protocol):
+    """Where auto-forwarding sends a message: a queue or a topic."""
+
+    def check_session(self, parsed: ParsedMessage) -> None: ...
+
+    def send(self, parsed: ParsedMessage) -> object: ...
 
 
 class Timers(Protocol):
@@ -121,6 +130,9 @@ class Queue:
         self._session_waiters: deque[tuple[Consumer, Callable[[MessageSession | None], None]]] = (
             deque()
         )
+        # Auto-forwarding target, set by the broker: for a queue or subscription its ForwardTo,
+        # for a dead-letter queue its parent's ForwardDeadLetteredMessagesTo.
+        self.forward_to: Destination | None = None
 
     # ------------------------------------------------------------------ sending
 
@@ -158,15 +170,19 @@ class Queue:
             self.timers.call_at_ms(msg.scheduled_ms, self._on_scheduled, msg.seq)
         else:
             self._make_available(msg)
-        # Timers hold the sequence number, not the message, so a consumed message is freed
-        # at once rather than when its time-to-live would have run out.
-        self.timers.call_at_ms(msg.expires_ms, self._on_ttl, msg.seq)
+        if msg.state != GONE:  # not forwarded at once
+            # Timers hold the sequence number, not the message, so a consumed message is freed
+            # at once rather than when its time-to-live would have run out.
+            self.timers.call_at_ms(msg.expires_ms, self._on_ttl, msg.seq)
         return msg
 
     def check_session(self, parsed: ParsedMessage) -> None:
-        """Refuse a message without a SessionId when the queue requires sessions."""
+        """Refuse a message without a SessionId when the queue, or an entity it forwards to,
+        requires sessions (Service Bus would move it to the transfer dead-letter queue)."""
         if self.sessions is not None and not parsed.session_id:
             raise SessionIdMissingError(SESSION_ID_MISSING)
+        if self.forward_to is not None and self.parent is None:
+            self.forward_to.check_session(parsed)
 
     def _prune_dedup(self, now: int) -> None:
         horizon = now - self.settings.duplicate_window_ms
@@ -190,7 +206,19 @@ class Queue:
 
     # ------------------------------------------------------------------ dispatch
 
+    def _forward(self, msg: StoredMessage) -> None:
+        """Auto-forwarding: the moment a message would become receivable here (sent, activated
+        when scheduled, dead-lettered into this dead-letter queue) it moves to the target.
+        The configuration check (forwarding.py) guarantees the target takes it."""
+        assert self.forward_to is not None
+        self._remove(msg)
+        source = self.parent.name if self.parent is not None else None
+        self.forward_to.send(forwarded_copy(msg, dead_letter_source=source))
+
     def _make_available(self, msg: StoredMessage) -> None:
+        if self.forward_to is not None:
+            self._forward(msg)
+            return
         msg.state = AVAILABLE
         msg.lock_token = None
         msg.lock_owner = None

@@ -18,13 +18,7 @@ from typing import Any
 from .config import SubscriptionSettings, TopicSettings
 from .filters import MessageView
 from .message import ParsedMessage
-from .queue import (
-    SESSION_ID_MISSING,
-    MessageNotFoundError,
-    Queue,
-    SessionIdMissingError,
-    Timers,
-)
+from .queue import MessageNotFoundError, Queue, Timers
 
 
 class Subscription:
@@ -93,11 +87,11 @@ class Topic:
         return seq
 
     def check_session(self, parsed: ParsedMessage) -> None:
-        """Refuse a message without a SessionId when a subscription requires sessions."""
-        if not parsed.session_id and any(
-            s.queue.sessions is not None for s in self.subscriptions.values()
-        ):
-            raise SessionIdMissingError(SESSION_ID_MISSING)
+        """Refuse a message without a SessionId when a subscription (or an entity one forwards
+        to) requires sessions."""
+        if not parsed.session_id:
+            for subscription in self.subscriptions.values():
+                subscription.queue.check_session(parsed)
 
     def send(self, parsed: ParsedMessage) -> int | None:
         """Fan a message out and return its sequence number; None for a duplicate within the

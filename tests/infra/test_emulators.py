@@ -137,12 +137,28 @@ def test_the_schema_check_rejects_a_config_out_of_limits(
     assert not config_validator.is_valid(broken)
 
 
+def _entities_with(key: str) -> list[dict[str, Any]]:
+    """The Properties of every queue, topic and subscription of the config that set `key`."""
+    (namespace,) = _config()["UserConfig"]["Namespaces"]
+    entities = [*namespace["Queues"], *namespace["Topics"]]
+    entities += [s for topic in namespace["Topics"] for s in topic["Subscriptions"]]
+    return [e["Properties"] for e in entities if key in e.get("Properties", {})]
+
+
 def test_config_is_within_the_emulator_limits_the_schema_only_documents() -> None:
-    queue = _orders_queue()
-    assert 5 <= _iso_seconds(queue["DuplicateDetectionHistoryTimeWindow"]) <= 5 * 60
-    assert 5 <= _iso_seconds(queue["LockDuration"]) <= 5 * 60
-    assert 5 * 60 <= _iso_seconds(queue["DefaultMessageTimeToLive"]) <= 60 * 60
-    assert 1 <= queue["MaxDeliveryCount"] <= 10
+    windows = _entities_with("DuplicateDetectionHistoryTimeWindow")
+    locks = _entities_with("LockDuration")
+    ttls = _entities_with("DefaultMessageTimeToLive")
+    deliveries = _entities_with("MaxDeliveryCount")
+    assert _orders_queue() in windows and len(locks) >= 2  # the queues and the subscriptions
+    for props in windows:
+        assert 5 <= _iso_seconds(props["DuplicateDetectionHistoryTimeWindow"]) <= 5 * 60
+    for props in locks:
+        assert 5 <= _iso_seconds(props["LockDuration"]) <= 5 * 60
+    for props in ttls:
+        assert 5 * 60 <= _iso_seconds(props["DefaultMessageTimeToLive"]) <= 60 * 60
+    for props in deliveries:
+        assert 1 <= props["MaxDeliveryCount"] <= 10
 
 
 def test_config_keeps_the_behaviour_the_azure_queue_has() -> None:

@@ -35,6 +35,21 @@ def make_emulator() -> Iterator[Callable[..., RunningEmulator]]:
 
 
 @pytest.fixture
+def make_config_emulator() -> Iterator[Callable[[dict[str, Any]], RunningEmulator]]:
+    """Start emulators from whole official-format configs; all are stopped at teardown."""
+    started: list[RunningEmulator] = []
+
+    def make(config: dict[str, Any]) -> RunningEmulator:
+        emu = start_in_background(config=config)
+        started.append(emu)
+        return emu
+
+    yield make
+    for emu in started:
+        emu.stop()
+
+
+@pytest.fixture
 def emulator(make_emulator: Callable[..., RunningEmulator], queue_name: str) -> RunningEmulator:
     """An emulator with one queue (`queue_name`): lock 2 s, dedup window 2 s, 3 deliveries."""
     return make_emulator(queue_name)

@@ -53,6 +53,15 @@ def test_project_config_matches_the_official_schema() -> None:
         "FilterType"
     ] = "Boolean"
     assert not validator.is_valid(bad)  # rules are checked too
+    queues = json.loads(PROJECT_CONFIG.read_text(encoding="utf-8"))["UserConfig"]["Namespaces"][0][
+        "Queues"
+    ]
+    (session_queue,) = [q for q in queues if q["Properties"]["RequiresSession"]]
+    bad = json.loads(PROJECT_CONFIG.read_text(encoding="utf-8"))
+    bad["UserConfig"]["Namespaces"][0]["Queues"][queues.index(session_queue)]["Properties"][
+        "RequiresSession"
+    ] = "yes"
+    assert not validator.is_valid(bad)  # and the session queue's settings
 
 
 def test_topic_configs_our_tests_build_match_the_official_schema() -> None:
@@ -78,7 +87,7 @@ def test_topic_configs_our_tests_build_match_the_official_schema() -> None:
 
 
 def test_project_config_loads_with_its_settings() -> None:
-    (orders,) = load_config(PROJECT_CONFIG)
+    orders, status = load_config(PROJECT_CONFIG)
     assert orders.name == "orders"
     assert orders.requires_duplicate_detection
     assert orders.duplicate_window_ms == 60_000
@@ -86,15 +95,26 @@ def test_project_config_loads_with_its_settings() -> None:
     assert orders.max_delivery_count == 10
     assert orders.default_ttl_ms == 3_600_000
     assert orders.dead_lettering_on_expiration
+    assert not orders.requires_session
+    # The queue for later status updates: one session per order, duplicates dropped.
+    assert status.name == "order-status"
+    assert status.requires_session and status.requires_duplicate_detection
+    assert status.duplicate_window_ms == 60_000 and status.max_delivery_count == 10
 
 
 def test_project_config_declares_a_topic_with_rules() -> None:
     namespace = load_namespace(PROJECT_CONFIG)
-    assert [q.name for q in namespace.queues] == ["orders"]  # the app's queue is unchanged
+    assert [q.name for q in namespace.queues] == ["orders", "order-status"]
     (topic,) = namespace.topics
     assert topic.name == "order-events" and topic.requires_duplicate_detection
     rules = {s.name: [r.name for r in s.rules] for s in topic.subscriptions}
-    assert rules == {"audit": ["$Default"], "large-orders": ["many-lines"], "eur-orders": ["eur"]}
+    assert rules == {
+        "audit": ["$Default"],
+        "large-orders": ["many-lines"],
+        "eur-orders": ["eur"],
+        "billing": ["$Default"],
+        "shipping": ["$Default"],
+    }
     (large,) = [s for s in topic.subscriptions if s.name == "large-orders"]
     assert large.rules[0].action is not None
     assert large.queue.name == "order-events/Subscriptions/large-orders"
@@ -114,13 +134,37 @@ def test_project_topic_routes_through_its_rules(project_emulator: RunningEmulato
         with client.get_topic_sender("order-events") as sender:
             sender.send_messages([big, eur])
         got: dict[str, list[Any]] = {}
-        for name in ("audit", "large-orders", "eur-orders"):
+        for name in ("audit", "large-orders", "eur-orders", "billing", "shipping"):
             with client.get_subscription_receiver("order-events", name) as receiver:
                 peeked = receiver.peek_messages(max_message_count=10, sequence_number=1)
                 got[name] = [(m.application_properties or {})[b"currency"] for m in peeked]
                 if name == "large-orders":
                     assert (peeked[0].application_properties or {})[b"priority"] == b"high"
-    assert got == {"audit": [b"USD", b"EUR"], "large-orders": [b"USD"], "eur-orders": [b"EUR"]}
+    assert got == {
+        "audit": [b"USD", b"EUR"],
+        "large-orders": [b"USD"],
+        "eur-orders": [b"EUR"],
+        "billing": [b"USD", b"EUR"],
+        "shipping": [b"USD", b"EUR"],
+    }
+
+
+def test_project_status_queue_keeps_one_order_per_session(
+    project_emulator: RunningEmulator,
+) -> None:
+    from azure.servicebus import ServiceBusClient, ServiceBusMessage
+    from azure.servicebus.exceptions import ServiceBusError
+
+    with ServiceBusClient.from_connection_string(project_emulator.connection_string) as client:
+        with client.get_queue_sender("order-status") as sender:
+            sender.send_messages(ServiceBusMessage("paid", session_id="o-1", message_id="s-1"))
+            sender.send_messages(ServiceBusMessage("paid", session_id="o-1", message_id="s-1"))
+            sender.send_messages(ServiceBusMessage("shipped", session_id="o-1", message_id="s-2"))
+            with pytest.raises(ServiceBusError, match="SessionId"):
+                sender.send_messages(ServiceBusMessage("no order"))
+        with client.get_queue_receiver("order-status", session_id="o-1") as receiver:
+            peeked = receiver.peek_messages(max_message_count=10, sequence_number=1)
+    assert [str(m) for m in peeked] == ["paid", "shipped"]  # the duplicate was dropped
 
 
 def test_defaults_follow_the_official_schema() -> None:

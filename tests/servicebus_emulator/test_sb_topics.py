@@ -3,7 +3,6 @@ counts, dead-letter queues, TTL, MaxDeliveryCount, duplicate detection on the to
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -12,11 +11,10 @@ import pytest
 from azure.servicebus import (
     ServiceBusClient,
     ServiceBusMessage,
-    ServiceBusReceivedMessage,
-    ServiceBusReceiver,
     ServiceBusSubQueue,
 )
 from azure.servicebus.exceptions import ServiceBusError
+from sb_receive import receive_one
 from sb_support import sql_rule, subscription_entry, topic_config, topic_entry
 
 from servicebus_emulator import RunningEmulator, start_in_background
@@ -38,15 +36,6 @@ def make_topic() -> Iterator[Callable[..., RunningEmulator]]:
     yield make
     for emu in started:
         emu.stop()
-
-
-def receive_one(receiver: ServiceBusReceiver, wait: float = 5) -> ServiceBusReceivedMessage:
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        got = receiver.receive_messages(max_message_count=1, max_wait_time=1)
-        if got:
-            return got[0]
-    raise AssertionError("no message arrived in time")
 
 
 def peek_all(client: ServiceBusClient, subscription: str, dead_letter: bool = False) -> list[Any]:

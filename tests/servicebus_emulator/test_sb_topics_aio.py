@@ -3,12 +3,12 @@ locks and delivery counts, per-subscription dead-letter queues, duplicate detect
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
-from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSubQueue
-from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
+from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
+from azure.servicebus.aio import ServiceBusClient
+from sb_receive import receive_one_async
 from sb_support import subscription_entry, topic_config, topic_entry
 
 from servicebus_emulator import RunningEmulator, start_in_background
@@ -25,15 +25,6 @@ def topic_emulator() -> Iterator[RunningEmulator]:
         yield emu
 
 
-async def _receive_one(receiver: ServiceBusReceiver, wait: float = 5) -> ServiceBusReceivedMessage:
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        got = await receiver.receive_messages(max_message_count=1, max_wait_time=1)
-        if got:
-            return got[0]
-    raise AssertionError("no message arrived in time")
-
-
 async def test_aio_fan_out_locks_counts_and_dead_letter_queues(
     topic_emulator: RunningEmulator,
 ) -> None:
@@ -45,20 +36,20 @@ async def test_aio_fan_out_locks_counts_and_dead_letter_queues(
             client.get_subscription_receiver(TOPIC, "a") as ra,
             client.get_subscription_receiver(TOPIC, "b") as rb,
         ):
-            in_a = await _receive_one(ra)
-            in_b = await _receive_one(rb)
+            in_a = await receive_one_async(ra)
+            in_b = await receive_one_async(rb)
             assert (str(in_a), str(in_b)) == ("x", "x")
             assert in_a.lock_token != in_b.lock_token
             await ra.abandon_message(in_a)  # MaxDeliveryCount 1 in a: dead-lettered there
             await rb.abandon_message(in_b)  # MaxDeliveryCount 3 in b: redelivered
-            again_b = await _receive_one(rb)
+            again_b = await receive_one_async(rb)
             assert again_b.delivery_count == 1 and str(again_b) == "x"
             await rb.dead_letter_message(again_b, reason="by-hand", error_description="d")
         for subscription, reason in (("a", "MaxDeliveryCountExceeded"), ("b", "by-hand")):
             async with client.get_subscription_receiver(
                 TOPIC, subscription, sub_queue=ServiceBusSubQueue.DEAD_LETTER
             ) as dlq:
-                dead = await _receive_one(dlq)
+                dead = await receive_one_async(dlq)
                 assert (str(dead), dead.dead_letter_reason) == ("x", reason)
                 await dlq.complete_message(dead)
                 assert await dlq.peek_messages(10, sequence_number=1) == []
