@@ -11,6 +11,7 @@ import json
 import random
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from orders.bootstrap import verify_run
 from orders.domain.load_plan import LoadMix, LoadPlan, plan_to_json
 from orders.entrypoints.demo import VERIFY_POLL_SECONDS
 from orders.entrypoints.dispatcher import CRASH_AFTER_PUBLISH_ENV, CRASH_EXIT_CODE
-from orders.entrypoints.localstack import LocalStack
+from orders.entrypoints.localstack import LocalStack, ManagedProcess
 from orders.entrypoints.worker import CRASH_AFTER_CHARGE_ENV
 from orders.entrypoints.worker import CRASH_EXIT_CODE as WORKER_CRASH_EXIT_CODE
 from orders.service.verify import VerifyReport
@@ -178,7 +179,7 @@ def test_random_kills_of_every_process_kind_under_load_charge_and_ship_exactly_o
 ) -> None:
     plan = new_plan(60, LoadMix(), seed=13)
     stack.start_payments()
-    starters = {
+    starters: dict[str, Callable[[], ManagedProcess]] = {
         "worker": stack.start_worker,
         "dispatcher": lambda: stack.start_dispatcher(lease_seconds=4),
         "billing": lambda: stack.start_subscriber("billing", extra_env=SHORT_BILLING_LEASE),
