@@ -87,7 +87,7 @@ def test_topic_configs_our_tests_build_match_the_official_schema() -> None:
 
 
 def test_project_config_loads_with_its_settings() -> None:
-    orders, status = load_config(PROJECT_CONFIG)
+    orders, status, status_sessions = load_config(PROJECT_CONFIG)
     assert orders.name == "orders"
     assert orders.requires_duplicate_detection
     assert orders.duplicate_window_ms == 60_000
@@ -96,15 +96,18 @@ def test_project_config_loads_with_its_settings() -> None:
     assert orders.default_ttl_ms == 3_600_000
     assert orders.dead_lettering_on_expiration
     assert not orders.requires_session
-    # The queue for later status updates: one session per order, duplicates dropped.
-    assert status.name == "order-status"
-    assert status.requires_session and status.requires_duplicate_detection
-    assert status.duplicate_window_ms == 60_000 and status.max_delivery_count == 10
+    # Status updates: versions alone (the default), or one session per order; duplicates
+    # dropped either way.
+    assert status.name == "order-status" and not status.requires_session
+    assert status_sessions.name == "order-status-sessions" and status_sessions.requires_session
+    for queue in (status, status_sessions):
+        assert queue.requires_duplicate_detection
+        assert queue.duplicate_window_ms == 60_000 and queue.max_delivery_count == 10
 
 
 def test_project_config_declares_a_topic_with_rules() -> None:
     namespace = load_namespace(PROJECT_CONFIG)
-    assert [q.name for q in namespace.queues] == ["orders", "order-status"]
+    assert [q.name for q in namespace.queues] == ["orders", "order-status", "order-status-sessions"]
     (topic,) = namespace.topics
     assert topic.name == "order-events" and topic.requires_duplicate_detection
     rules = {s.name: [r.name for r in s.rules] for s in topic.subscriptions}
@@ -156,13 +159,13 @@ def test_project_status_queue_keeps_one_order_per_session(
     from azure.servicebus.exceptions import ServiceBusError
 
     with ServiceBusClient.from_connection_string(project_emulator.connection_string) as client:
-        with client.get_queue_sender("order-status") as sender:
+        with client.get_queue_sender("order-status-sessions") as sender:
             sender.send_messages(ServiceBusMessage("paid", session_id="o-1", message_id="s-1"))
             sender.send_messages(ServiceBusMessage("paid", session_id="o-1", message_id="s-1"))
             sender.send_messages(ServiceBusMessage("shipped", session_id="o-1", message_id="s-2"))
             with pytest.raises(ServiceBusError, match="SessionId"):
                 sender.send_messages(ServiceBusMessage("no order"))
-        with client.get_queue_receiver("order-status", session_id="o-1") as receiver:
+        with client.get_queue_receiver("order-status-sessions", session_id="o-1") as receiver:
             peeked = receiver.peek_messages(max_message_count=10, sequence_number=1)
     assert [str(m) for m in peeked] == ["paid", "shipped"]  # the duplicate was dropped
 
