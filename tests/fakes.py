@@ -32,6 +32,7 @@ from orders.domain.model import OrderPlaced
 from orders.domain.payments import Charge, ChargeRequest
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.rejections import OrderRejection
+from orders.domain.status import OrderStatusChanged
 from orders.exceptions import (
     DocumentExistsError,
     IdempotencyRecordExistsError,
@@ -252,6 +253,7 @@ class RecordingPublisher:
 
     def __init__(self) -> None:
         self.published: list[OrderPlaced] = []
+        self.statuses: list[OrderStatusChanged] = []
         self._failures: list[BaseException] = []
         self._released = asyncio.Event()
         self._released.set()
@@ -272,7 +274,12 @@ class RecordingPublisher:
         async with self._called:
             await self._called.wait_for(lambda: self.calls >= count)
 
-    async def publish(self, order: OrderPlaced) -> None:
+    async def publish_status(self, change: OrderStatusChanged) -> None:
+        """As `StatusPublisher`: the same hold and failure controls as `publish`."""
+        await self._sent()
+        self.statuses.append(change)
+
+    async def _sent(self) -> None:
         self.started.set()
         async with self._called:
             self.calls += 1
@@ -280,6 +287,9 @@ class RecordingPublisher:
         await self._released.wait()
         if self._failures:
             raise self._failures.pop(0)
+
+    async def publish(self, order: OrderPlaced) -> None:
+        await self._sent()
         self.published.append(order)
 
 

@@ -63,7 +63,7 @@ from orders.service.dispatcher import (
 from orders.service.idempotency import DEFAULT_LEASE_SECONDS, IdempotentOrderIntake
 from orders.service.load import LoadResult, run_load
 from orders.service.order_lookup import OrderLookup
-from orders.service.ports import MessageHandler, OrderPublisher, OrderStore
+from orders.service.ports import MessageHandler, OrderPublisher, OrderStore, StatusPublisher
 from orders.service.shipping import ShippingConsumer
 from orders.service.status import StatusConsumer
 from orders.service.verify import VerifyReport, audit
@@ -159,12 +159,13 @@ async def build_http_runtime(
     settings: Settings,
     *,
     publisher: OrderPublisher | None = None,
+    status_publisher: StatusPublisher | None = None,
     lease_seconds: float = DEFAULT_LEASE_SECONDS,
     create_local_resources: bool | None = None,
     **cosmos_client_options: Any,
 ) -> HttpRuntime:
     """The HTTP API over Cosmos (idempotency records, order reads) and a Service Bus sender."""
-    if publisher is None:
+    if publisher is None or status_publisher is None:
         settings.require_servicebus()
     configure_monitoring(settings)
     async with AsyncExitStack() as stack:
@@ -172,16 +173,25 @@ async def build_http_runtime(
         client = await _cosmos_client(
             stack, settings, identity, create_local_resources, **cosmos_client_options
         )
-        if publisher is None:
+        status: StatusPublisher | None = status_publisher
+        if publisher is None or status is None:
             servicebus = create_servicebus_client(settings, identity)
             stack.push_async_callback(servicebus.close)
-            sender = ServiceBusOrderPublisher(servicebus, settings.orders_queue)
-            stack.push_async_callback(sender.close)
-            publisher = sender
+            if publisher is None:
+                sender = ServiceBusOrderPublisher(servicebus, settings.orders_queue)
+                stack.push_async_callback(sender.close)
+                publisher = sender
+            if status is None:
+                status_sender = ServiceBusStatusPublisher(
+                    servicebus, settings.status_queue, sessions=settings.status_sessions
+                )
+                stack.push_async_callback(status_sender.close)
+                status = status_sender
         store = CosmosIdempotencyStore(idempotency_container(client, settings))
         intake = IdempotentOrderIntake(
             store,
             publisher,
+            status=status,
             ttl_seconds=settings.idempotency_ttl_seconds,
             lease_seconds=lease_seconds,
         )

@@ -56,6 +56,10 @@ class InvalidIdempotencyKeyError(IdempotencyError):
         self.missing = missing
 
 
+class InvalidCancelRequestError(IdempotencyError):
+    """The body of a cancel request is not `{}` or `{"reason": "..."}`."""
+
+
 class IdempotencyKeyReusedError(IdempotencyError):
     """The key was first used with a different request body (a different request hash)."""
 

@@ -64,7 +64,12 @@ def runtime_over(
     lease_seconds: float = LEASE_SECONDS,
 ) -> HttpRuntime:
     intake = IdempotentOrderIntake(
-        store, publisher, ttl_seconds=TTL_SECONDS, lease_seconds=lease_seconds, clock=clock
+        store,
+        publisher,
+        status=publisher if isinstance(publisher, RecordingPublisher) else None,
+        ttl_seconds=TTL_SECONDS,
+        lease_seconds=lease_seconds,
+        clock=clock,
     )
     # As behind App Service authentication: the platform sets the principal header.
     return HttpRuntime(

@@ -115,8 +115,8 @@ async def test_history_is_bounded() -> None:
     documents = FakeFencedDocuments()
     consumer = StatusConsumer(documents)
     steps = [OrderStatus.PAID, OrderStatus.SHIPPED, OrderStatus.DELIVERED]
-    for version in range(1, MAX_HISTORY + 10):
-        await consumer.handle(message(update(steps[min(version - 1, 2)], version=version)))
+    for version in range(2, MAX_HISTORY + 10):  # version 1 is the order as placed
+        await consumer.handle(message(update(steps[min(version - 2, 2)], version=version)))
     history = stored(documents)["history"]
     assert isinstance(history, list) and len(history) == 3  # one entry per applied update
 

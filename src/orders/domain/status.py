@@ -32,6 +32,7 @@ from orders.domain.messages import DeadLetterReason, MessageRejected, describe_v
 from orders.domain.model import WIRE_NAMES, EntityId
 from orders.domain.received import BodyKind, ReceivedOrderMessage
 from orders.domain.untrusted_json import UntrustedJsonError, decode_untrusted_json
+from orders.exceptions import InvalidCancelRequestError
 
 STATUS_DOCUMENT_TYPE = "orderStatus"
 MAX_STATUS_BODY_BYTES = 2048
@@ -137,7 +138,8 @@ class StoredStatus:
     @classmethod
     def of(cls, document: dict[str, Any] | None) -> StoredStatus:
         if document is None:
-            return cls(OrderStatus.PLACED, 0, None, None)
+            # No update yet: the order as placed.
+            return cls(OrderStatus.PLACED, PRODUCER_VERSIONS[OrderStatus.PLACED], None, None)
         return cls(
             OrderStatus(document["status"]),
             int(document["version"]),
@@ -215,3 +217,34 @@ def parse_status_changed(message: ReceivedOrderMessage) -> OrderStatusChanged:
             order_id=update.order_id,
         )
     return update
+
+
+MAX_CANCEL_BODY_BYTES = 1024
+
+
+class CancelRequest(BaseModel):
+    """The body of POST /api/orders/{orderId}/cancel (empty, or a reason)."""
+
+    model_config = WIRE_NAMES
+
+    reason: Annotated[str | None, Field(max_length=200)] = None
+
+
+def parse_cancel_request(body: bytes) -> CancelRequest:
+    """Total and bounded; an empty body is a cancel without a reason."""
+    if not body.strip():
+        return CancelRequest()
+    if len(body) > MAX_CANCEL_BODY_BYTES:
+        raise InvalidCancelRequestError(
+            f"body is {len(body)} bytes; a cancel request is at most {MAX_CANCEL_BODY_BYTES}"
+        )
+    try:
+        return CancelRequest.model_validate(decode_untrusted_json(body))
+    except UntrustedJsonError as exc:
+        raise InvalidCancelRequestError(str(exc)) from None
+    except ValidationError as exc:
+        raise InvalidCancelRequestError(describe_validation_error(exc)) from None
+    except Exception as exc:
+        raise InvalidCancelRequestError(
+            f"body could not be validated: {type(exc).__name__}"
+        ) from None

@@ -22,6 +22,7 @@ from orders.bootstrap import HttpRuntime, Lazy, http_runtime_from_env
 from orders.domain.idempotency import StoredResponse, validate_idempotency_key
 from orders.domain.messages import MAX_BODY_BYTES, parse_order
 from orders.domain.model import is_entity_id
+from orders.domain.status import MAX_CANCEL_BODY_BYTES, parse_cancel_request
 from orders.entrypoints.http_contract import (
     ACCEPTED_RETRY_AFTER,
     IDEMPOTENCY_KEY_HEADER,
@@ -29,14 +30,18 @@ from orders.entrypoints.http_contract import (
     REPLAYED_HEADER,
     accepted_body,
     accepted_response,
+    cancel_response,
 )
 from orders.entrypoints.http_openapi import (
+    CANCEL_ORDER_EXTRA,
+    CANCEL_ORDER_RESPONSES,
     DESCRIPTION,
     GET_ORDER_RESPONSES,
     PLACE_ORDER_EXTRA,
     PLACE_ORDER_RESPONSES,
     TITLE,
     AcceptedOrder,
+    CancelAccepted,
     RejectedOrder,
     StoredOrder,
     openapi_document,
@@ -132,6 +137,37 @@ def create_app(
                 telemetry.takeovers.add(1)
             return replay(result.response, replayed=result.replayed)
 
+    @app.post(
+        "/api/orders/{orderId}/cancel",
+        status_code=202,
+        summary="Cancel an order (idempotent): an absolute, versioned status update",
+        response_model=CancelAccepted,
+        responses=CANCEL_ORDER_RESPONSES,
+        openapi_extra=CANCEL_ORDER_EXTRA,
+    )
+    async def cancel_order(request: Request, orderId: str) -> Response:
+        with tracer.start_as_current_span(
+            "POST /api/orders/{orderId}/cancel",
+            context=propagate.extract(dict(request.headers)),
+            kind=trace.SpanKind.SERVER,
+        ):
+            key = validate_idempotency_key(single_header(request, IDEMPOTENCY_KEY_HEADER))
+            cancel = parse_cancel_request(await capped_body(request, MAX_CANCEL_BODY_BYTES))
+            if not is_entity_id(orderId):
+                return unknown_order(orderId)
+            services = await runtime.get()
+            scope = caller_scope(request, services)
+            if (await services.lookup.find(scope, orderId)).state is OrderState.UNKNOWN:
+                return unknown_order(orderId)
+            result = await services.intake.cancel(
+                scope, key, orderId, cancel.reason, first_response=cancel_response
+            )
+            if result.replayed:
+                telemetry.replays.add(1)
+            if result.took_over:
+                telemetry.takeovers.add(1)
+            return replay(result.response, replayed=result.replayed)
+
     @app.get(
         "/api/orders/{orderId}",
         summary="The order: stored, accepted (queued), rejected or unknown",
@@ -167,7 +203,7 @@ def single_header(request: Request, name: str) -> str | None:
     return values[0] if values else None
 
 
-async def capped_body(request: Request) -> bytes:
+async def capped_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
     """The body, read no further than one byte past the limit (`parse_order` rejects it then).
 
     A client must not make the API buffer an arbitrarily large body just to be told it is
@@ -178,6 +214,6 @@ async def capped_body(request: Request) -> bytes:
     async for chunk in request.stream():
         chunks.append(chunk)
         size += len(chunk)
-        if size > MAX_BODY_BYTES:
+        if size > limit:
             break
-    return b"".join(chunks)[: MAX_BODY_BYTES + 1]
+    return b"".join(chunks)[: limit + 1]

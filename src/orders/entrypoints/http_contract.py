@@ -41,3 +41,19 @@ def accepted_response(order_id: str) -> StoredResponse:
         body=accepted_body(order_id),
         headers={"Location": order_location(order_id)},
     )
+
+
+CANCEL_STATUS_REQUESTED = "cancellation-requested"
+
+
+def cancel_response(order_id: str) -> StoredResponse:
+    """The first answer to a cancel request, stored and replayed verbatim to every retry."""
+    return StoredResponse(
+        status_code=202,
+        body={
+            "orderId": order_id,
+            "status": CANCEL_STATUS_REQUESTED,
+            "location": order_location(order_id),
+        },
+        headers={"Location": order_location(order_id)},
+    )

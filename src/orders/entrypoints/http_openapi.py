@@ -64,9 +64,22 @@ class StoredOrderLine(WireModel):
     line_total: str = Field(description="Decimal string")
 
 
+class StatusChange(WireModel):
+    status: str
+    version: int
+    at: str
+
+
 class StoredOrder(WireModel):
     order_id: str
-    status: str = Field(description="`placed`: stored by the consumer")
+    status: str = Field(
+        description="`placed`, then `paid`, `shipped`, `delivered` or `cancelled` as absolute, "
+        "versioned status updates are applied"
+    )
+    status_version: int = Field(description="The version of `status` (1: as placed)")
+    status_history: list[StatusChange] = Field(
+        description="The applied updates, oldest first (the last 20)"
+    )
     customer_id: str
     currency: str
     total_amount: str = Field(description="Decimal string")
@@ -114,6 +127,45 @@ PLACE_ORDER_EXTRA: dict[str, Any] = {
     "requestBody": {
         "required": True,
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/OrderPlaced"}}},
+    },
+}
+
+
+class CancelAccepted(WireModel):
+    order_id: str
+    status: str = Field(description="`cancellation-requested`: queued for the status consumer")
+    location: str = Field(description="Where to GET the order and its status")
+
+
+CANCEL_ORDER_RESPONSES: dict[int | str, dict[str, Any]] = {
+    202: {
+        "description": "Cancellation requested (the status consumer applies it if `cancelled` "
+        "may follow the order's status); a replay carries `Idempotent-Replayed: true`",
+        "headers": {
+            "Location": {"schema": {"type": "string"}},
+            REPLAYED_HEADER: {"schema": {"type": "string", "enum": ["true"]}},
+        },
+    },
+    400: PROBLEM_RESPONSE | {"description": "Missing/invalid key, invalid body"},
+    404: PROBLEM_RESPONSE | {"description": "Unknown order"},
+    409: PROBLEM_RESPONSE | {"description": "Same key still in progress (Retry-After)"},
+    422: PROBLEM_RESPONSE | {"description": "Same key, different request"},
+    503: PROBLEM_RESPONSE | {"description": "Dependency unavailable (Retry-After)"},
+}
+
+CANCEL_ORDER_EXTRA: dict[str, Any] = {
+    "parameters": PLACE_ORDER_EXTRA["parameters"],
+    "requestBody": {
+        "required": False,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {"reason": {"type": "string", "maxLength": 200}},
+                }
+            }
+        },
     },
 }
 

@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from orders.domain.messages import MAX_REPORTED_ERRORS, DeadLetterReason, MessageRejected
 from orders.exceptions import (
     IdempotencyKeyReusedError,
+    InvalidCancelRequestError,
     InvalidIdempotencyKeyError,
     OrderIdConflictError,
     PublishError,
@@ -139,6 +140,12 @@ ProblemFor = Callable[[Request, Any], JSONResponse]
 PROBLEMS: list[tuple[type[Exception], ProblemFor]] = [
     (InvalidIdempotencyKeyError, lambda request, error: key_problem(error)),
     (MessageRejected, lambda request, error: rejected_body_problem(error)),
+    (
+        InvalidCancelRequestError,
+        lambda request, error: problem(
+            400, "invalid-cancel-request", "Invalid cancel request", str(error)
+        ),
+    ),
     (
         IdempotencyKeyReusedError,
         lambda request, error: problem(

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 
 from orders.domain.hashing import request_hash
 from orders.domain.idempotency import (
@@ -25,6 +26,7 @@ from orders.domain.idempotency import (
     retry_after_seconds,
 )
 from orders.domain.model import OrderPlaced
+from orders.domain.status import OrderStatus, OrderStatusChanged
 from orders.exceptions import (
     IdempotencyKeyReusedError,
     IdempotencyRecordExistsError,
@@ -33,7 +35,7 @@ from orders.exceptions import (
     RequestInProgressError,
 )
 from orders.observability import log_value
-from orders.service.ports import IdempotencyStore, OrderPublisher
+from orders.service.ports import IdempotencyStore, OrderPublisher, StatusPublisher
 
 logger = logging.getLogger("orders.http")
 
@@ -57,6 +59,7 @@ class IdempotentOrderIntake:
         store: IdempotencyStore,
         publisher: OrderPublisher,
         *,
+        status: StatusPublisher | None = None,
         ttl_seconds: int,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         retry_after_cap: int = DEFAULT_RETRY_AFTER_CAP,
@@ -64,6 +67,7 @@ class IdempotentOrderIntake:
     ) -> None:
         self._store = store
         self._publisher = publisher
+        self._status = status
         self._ttl_seconds = ttl_seconds
         self._lease_seconds = lease_seconds
         self._retry_after_cap = retry_after_cap
@@ -82,12 +86,64 @@ class IdempotentOrderIntake:
         replayed verbatim to every retry with the same key.
         """
         incoming_hash = request_hash(order.canonical_payload())
+
+        async def accept(owned: IdempotencyRecord) -> None:
+            await self._claim_order_id(order, incoming_hash)
+            await self._publisher.publish(order)
+
+        return await self._once(
+            scope, key, incoming_hash, order.order_id, accept, lambda: first_response(order)
+        )
+
+    async def cancel(
+        self,
+        scope: str,
+        key: str,
+        order_id: str,
+        reason: str | None,
+        first_response: Callable[[str], StoredResponse],
+    ) -> SubmitResult:
+        """Ask once per (scope, key) for the order to be cancelled: an absolute status update.
+
+        The status consumer decides whether `cancelled` may follow the order's status; this
+        only makes the request idempotent, exactly as placing an order is.
+        """
+        if self._status is None:
+            raise RuntimeError("the intake was built without a status publisher")
+        status = self._status
+        # Namespaced, so a cancel can never share a request hash with an order.
+        incoming_hash = request_hash({"cancel": {"orderId": order_id, "reason": reason}})
+
+        async def accept(owned: IdempotencyRecord) -> None:
+            change = OrderStatusChanged.of(
+                order_id,
+                OrderStatus.CANCELLED,
+                changed_at=datetime.fromtimestamp(self._clock(), UTC),
+                reason=reason,
+            )
+            await status.publish_status(change)
+
+        return await self._once(
+            scope, key, incoming_hash, order_id, accept, lambda: first_response(order_id)
+        )
+
+    async def _once(
+        self,
+        scope: str,
+        key: str,
+        incoming_hash: str,
+        order_id: str,
+        accept: Callable[[IdempotencyRecord], Awaitable[None]],
+        first_response: Callable[[], StoredResponse],
+    ) -> SubmitResult:
+        """Claim the key, run `accept` once, store and return the first response; a retry gets
+        the stored response, the error its state earns, or takes an expired claim over."""
         claim = IdempotencyRecord(
             record_id=record_id(scope, key),
             scope=scope,
             key=key,
             request_hash=incoming_hash,
-            order_id=order.order_id,
+            order_id=order_id,
             status=RecordStatus.IN_PROGRESS,
             lease_expires_at=self._clock() + self._lease_seconds,
             ttl_seconds=self._ttl_seconds,
@@ -113,26 +169,24 @@ class IdempotentOrderIntake:
                 case Verdict.TAKE_OVER:
                     owned = await self._take_over(claim, existing)
                     took_over = True
-        await self._claim_order_id(order, incoming_hash, owned)
-        result = await self._publish_and_complete(order, owned, first_response)
+        try:
+            await accept(owned)
+        except Exception:
+            # Refused or failed before anything was acknowledged: free the key so the
+            # caller's retry is answered at once rather than after the lease.
+            await self._release(owned)
+            raise
+        result = await self._complete(owned, first_response())
         return replace(result, took_over=took_over)
 
-    async def _claim_order_id(
-        self, order: OrderPlaced, incoming_hash: str, owned: IdempotencyRecord
-    ) -> None:
+    async def _claim_order_id(self, order: OrderPlaced, incoming_hash: str) -> None:
         """Refuse an orderId taken by a different payload, before anything is published.
 
         The same payload under another key (or from another caller) passes: it is the same
-        order, published again and deduplicated downstream. The key is released on refusal
-        so the caller's retry is answered at once rather than after the lease.
+        order, published again and deduplicated downstream.
         """
-        try:
-            first = await self._store.claim_order_id(OrderIdClaim(order.order_id, incoming_hash))
-        except Exception:
-            await self._release(owned)
-            raise
+        first = await self._store.claim_order_id(OrderIdClaim(order.order_id, incoming_hash))
         if first.request_hash != incoming_hash:
-            await self._release(owned)
             raise OrderIdConflictError(
                 f"orderId {order.order_id!r} was already accepted with a different payload; "
                 "choose a new orderId for a different order"
@@ -154,27 +208,16 @@ class IdempotentOrderIntake:
         )
         return owned
 
-    async def _publish_and_complete(
-        self,
-        order: OrderPlaced,
-        owned: IdempotencyRecord,
-        first_response: Callable[[OrderPlaced], StoredResponse],
-    ) -> SubmitResult:
+    async def _complete(self, owned: IdempotencyRecord, response: StoredResponse) -> SubmitResult:
         assert owned.etag is not None
-        try:
-            await self._publisher.publish(order)
-        except Exception:
-            await self._release(owned)
-            raise
-        response = first_response(order)
         try:
             await self._store.complete(owned.completed(response), etag=owned.etag)
         except LeaseLostError:
-            # Our lease ran out during the send and a retry owns the key now; it publishes the
-            # same order again (deduplicated downstream) and records the same response.
+            # Our lease ran out during the send and a retry owns the key now; it sends the
+            # same request again (deduplicated downstream) and records the same response.
             logger.warning(
                 "claim of order %s was taken over before completion; answering anyway",
-                log_value(order.order_id),
+                log_value(owned.order_id),
             )
         return SubmitResult(response, replayed=False)
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from orders.domain.documents import LINE_DOCUMENT_TYPE, ORDER_DOCUMENT_TYPE
 from orders.domain.rejections import REJECTION_DOCUMENT_TYPE, rejection_view
+from orders.domain.status import STATUS_DOCUMENT_TYPE, StoredStatus
 from orders.service.ports import IdempotencyStore, OrderReader
 
 
@@ -33,9 +34,14 @@ def order_view(documents: list[dict[str, Any]]) -> dict[str, Any] | None:
         (d for d in documents if d.get("type") == LINE_DOCUMENT_TYPE),
         key=lambda line: int(line["lineNumber"]),
     )
+    status = StoredStatus.of(
+        next((d for d in documents if d.get("type") == STATUS_DOCUMENT_TYPE), None)
+    )
     return {
         "orderId": order["orderId"],
-        "status": order["status"],
+        "status": status.status.value,
+        "statusVersion": status.version,
+        "statusHistory": list(status.document.get("history", [])) if status.document else [],
         "customerId": order["customerId"],
         "currency": order["currency"],
         "totalAmount": order["totalAmount"],

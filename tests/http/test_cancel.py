@@ -1,0 +1,139 @@
+"""POST /api/orders/{orderId}/cancel: idempotent exactly as placing is (replay, 409 while in
+progress, 422 on reuse), over fakes of the ports; and GET shows status, version and history."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+from fakes import new_write, order_payload
+from http_support import Api, assert_problem, new_order_id
+
+from orders.domain.status import OrderStatus
+
+
+async def placed(api: Api) -> str:
+    order_id = new_order_id()
+    assert (await api.post(order_payload(order_id), key=f"place-{order_id}")).status_code == 202
+    return order_id
+
+
+async def cancel(
+    api: Api, order_id: str, key: str | None = "cancel-1", body: bytes = b""
+) -> httpx.Response:
+    headers = {"Idempotency-Key": key} if key is not None else {}
+    return await api.client.post(f"/api/orders/{order_id}/cancel", content=body, headers=headers)
+
+
+async def test_a_cancel_is_queued_once_and_its_retry_replayed(api: Api) -> None:
+    order_id = await placed(api)
+
+    first = await cancel(api, order_id, body=b'{"reason": "changed my mind"}')
+    retry = await cancel(api, order_id, body=b'{"reason": "changed my mind"}')
+
+    assert first.status_code == retry.status_code == 202
+    assert (
+        first.json()
+        == retry.json()
+        == {
+            "orderId": order_id,
+            "status": "cancellation-requested",
+            "location": f"/api/orders/{order_id}",
+        }
+    )
+    assert "idempotent-replayed" not in first.headers
+    assert retry.headers["idempotent-replayed"] == "true"
+    [change] = api.publisher.statuses
+    assert (change.order_id, change.status, change.version) == (
+        order_id,
+        OrderStatus.CANCELLED,
+        5,
+    )
+    assert change.reason == "changed my mind" and change.message_id == f"{order_id}:status:5"
+
+
+async def test_the_same_key_with_another_reason_or_for_an_order_is_422(api: Api) -> None:
+    order_id = await placed(api)
+    await cancel(api, order_id, key="k", body=b'{"reason": "a"}')
+
+    other_reason = await cancel(api, order_id, key="k", body=b'{"reason": "b"}')
+    as_an_order = await api.post(order_payload(new_order_id()), key="k")
+
+    assert_problem(other_reason, 422, "idempotency-key-reused")
+    assert_problem(as_an_order, 422, "idempotency-key-reused")
+    assert len(api.publisher.statuses) == 1
+
+
+async def test_while_the_first_cancel_is_in_flight_a_retry_gets_409(api: Api) -> None:
+    order_id = await placed(api)
+    api.publisher.hold()
+    first = asyncio.create_task(cancel(api, order_id))
+    await api.publisher.wait_for_calls(2)  # the order's publish, then this cancel's
+
+    retry = await cancel(api, order_id)
+    api.publisher.release()
+
+    assert_problem(retry, 409, "request-in-progress")
+    assert (await first).status_code == 202
+
+
+async def test_fifty_concurrent_cancels_with_one_key_publish_once(api: Api) -> None:
+    order_id = await placed(api)
+    start = asyncio.Event()
+
+    async def one() -> httpx.Response:
+        await start.wait()
+        return await cancel(api, order_id, key="same")
+
+    tasks = [asyncio.create_task(one()) for _ in range(50)]
+    start.set()
+    responses = await asyncio.gather(*tasks)
+
+    assert {r.status_code for r in responses} <= {202, 409}
+    assert (
+        sum(r.status_code == 202 and "idempotent-replayed" not in r.headers for r in responses) == 1
+    )
+    assert len(api.publisher.statuses) == 1
+
+
+async def test_refusals(api: Api) -> None:
+    order_id = await placed(api)
+    assert_problem(await cancel(api, order_id, key=None), 400, "missing-idempotency-key")
+    assert_problem(await cancel(api, new_order_id()), 404, "order-not-found")
+    assert_problem(await cancel(api, "a%20"), 404, "order-not-found")  # no such id can exist
+    for body in (
+        b"[",
+        b'{"reason": 1}',
+        b'{"extra": true}',
+        b'{"reason": "' + b"r" * 300 + b'"}',
+        b" " + b"x" * 2000,
+    ):
+        assert_problem(await cancel(api, order_id, body=body), 400, "invalid-cancel-request")
+    assert api.publisher.statuses == []
+
+
+async def test_get_shows_status_version_and_history(api: Api) -> None:
+    order_id = await placed(api)
+    await api.order_store.create_order(new_write(order_id))  # the consumer stored it
+    as_placed = (await api.client.get(f"/api/orders/{order_id}")).json()
+    api.order_store.partitions[order_id][f"{order_id}:status"] = {
+        "id": f"{order_id}:status",
+        "orderId": order_id,
+        "type": "orderStatus",
+        "status": "paid",
+        "version": 2,
+        "history": [{"status": "paid", "version": 2, "at": "2026-11-30T00:00:00+00:00"}],
+        "_etag": '"1"',
+    }
+
+    paid = (await api.client.get(f"/api/orders/{order_id}")).json()
+
+    assert (as_placed["status"], as_placed["statusVersion"], as_placed["statusHistory"]) == (
+        "placed",
+        1,
+        [],
+    )
+    assert (paid["status"], paid["statusVersion"]) == ("paid", 2)
+    assert paid["statusHistory"] == [
+        {"status": "paid", "version": 2, "at": "2026-11-30T00:00:00+00:00"}
+    ]
