@@ -93,7 +93,7 @@ resource queue 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = {
 // The dispatcher publishes each outbox document with MessageId = the outbox document's id, so a
 // re-publish after a crash between publish and mark is dropped here inside the window; one after
 // it reaches the subscribers' own dedup (billing's two phases, shipping's inbox). The topic's TTL
-// is the ceiling of its subscriptions' TTL.
+// applies to every subscription too: a message expires at the smaller of the two.
 resource topic 'Microsoft.ServiceBus/namespaces/topics@2024-01-01' = {
   parent: namespace
   name: topicName
