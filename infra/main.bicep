@@ -77,6 +77,9 @@ param authAudience string = ''
 @description('Base URL of the payment service billing charges through (it must honour Idempotency-Key; see src/payments_standin/README.md); empty: not configured.')
 param paymentsUrl string = ''
 
+@description('Status updates through the session queue `order-status-sessions` (SessionId = orderId: strict FIFO per order, one consumer per order at a time) instead of the plain `order-status` (versions decide, any order). Both queues always exist, so this is a setting, not a migration.')
+param statusSessions bool = false
+
 var abbrs = loadJsonContent('abbreviations.json')
 var resourceToken = toLower(uniqueString(subscription().id, environmentName, location))
 var tags = { 'azd-env-name': environmentName }
@@ -84,9 +87,18 @@ var tags = { 'azd-env-name': environmentName }
 // Names the app reads through its settings; they are fixed by the code's defaults, so they are
 // variables, not parameters.
 var queueName = 'orders'
+var orderEventsTopicName = 'order-events'
+var billingSubscriptionName = 'billing'
+var shippingSubscriptionName = 'shipping'
+var statusQueueName = 'order-status'
+var statusSessionsQueueName = 'order-status-sessions'
 var cosmosDatabaseName = 'orders'
 var cosmosOrdersContainerName = 'orders'
 var cosmosIdempotencyContainerName = 'idempotency'
+var cosmosInboxContainerName = 'inbox'
+var cosmosLeasesContainerName = 'leases'
+// The status queue the app uses: the session one in the sessions mode.
+var appStatusQueueName = statusSessions ? messaging.outputs.statusSessionsQueueName : messaging.outputs.statusQueueName
 var deploymentContainerName = 'app-package-${resourceToken}'
 
 // With vnetEnabled the services behind private endpoints refuse public traffic. Standard Service
@@ -130,6 +142,11 @@ module messaging 'modules/messaging.bicep' = {
     tags: tags
     skuName: serviceBusSku
     queueName: queueName
+    topicName: orderEventsTopicName
+    billingSubscriptionName: billingSubscriptionName
+    shippingSubscriptionName: shippingSubscriptionName
+    statusQueueName: statusQueueName
+    statusSessionsQueueName: statusSessionsQueueName
     duplicateDetectionHistoryTimeWindow: duplicateDetectionHistoryTimeWindow
     maxDeliveryCount: maxDeliveryCount
     messageTimeToLive: messageTimeToLive
@@ -149,6 +166,8 @@ module database 'modules/database.bicep' = {
     databaseName: cosmosDatabaseName
     ordersContainerName: cosmosOrdersContainerName
     idempotencyContainerName: cosmosIdempotencyContainerName
+    inboxContainerName: cosmosInboxContainerName
+    leasesContainerName: cosmosLeasesContainerName
     publicNetworkAccess: dataPublicNetworkAccess
   }
 }
@@ -189,6 +208,11 @@ module roles 'modules/roles.bicep' = {
     allowUserIdentityPrincipal: allowUserIdentityPrincipal
     serviceBusNamespaceName: messaging.outputs.namespaceName
     queueName: messaging.outputs.queueName
+    topicName: messaging.outputs.topicName
+    billingSubscriptionName: messaging.outputs.billingSubscriptionName
+    shippingSubscriptionName: messaging.outputs.shippingSubscriptionName
+    statusQueueName: messaging.outputs.statusQueueName
+    statusSessionsQueueName: messaging.outputs.statusSessionsQueueName
     cosmosAccountName: database.outputs.accountName
     cosmosDatabaseName: database.outputs.databaseName
     storageAccountName: storage.outputs.name
@@ -214,10 +238,17 @@ module functionApp 'modules/functionapp.bicep' = {
     applicationInsightsConnectionString: monitoring.outputs.applicationInsightsConnectionString
     serviceBusFullyQualifiedNamespace: messaging.outputs.fullyQualifiedNamespace
     queueName: messaging.outputs.queueName
+    orderEventsTopicName: messaging.outputs.topicName
+    billingSubscriptionName: messaging.outputs.billingSubscriptionName
+    shippingSubscriptionName: messaging.outputs.shippingSubscriptionName
+    statusQueueName: appStatusQueueName
+    statusSessions: statusSessions
     cosmosEndpoint: database.outputs.endpoint
     cosmosDatabaseName: database.outputs.databaseName
     cosmosOrdersContainerName: database.outputs.ordersContainerName
     cosmosIdempotencyContainerName: database.outputs.idempotencyContainerName
+    cosmosInboxContainerName: database.outputs.inboxContainerName
+    cosmosLeasesContainerName: database.outputs.leasesContainerName
     pythonVersion: pythonVersion
     maximumInstanceCount: maximumInstanceCount
     instanceMemoryMB: instanceMemoryMB
@@ -253,6 +284,9 @@ module alerts 'modules/alerts.bicep' = {
     tags: tags
     serviceBusNamespaceName: messaging.outputs.namespaceName
     queueName: messaging.outputs.queueName
+    topicName: messaging.outputs.topicName
+    statusQueueName: messaging.outputs.statusQueueName
+    statusSessionsQueueName: messaging.outputs.statusSessionsQueueName
     alertEmailAddress: alertEmailAddress
   }
 }
@@ -272,6 +306,14 @@ output COSMOS_ENDPOINT string = database.outputs.endpoint
 output COSMOS_DATABASE string = database.outputs.databaseName
 output COSMOS_CONTAINER string = database.outputs.ordersContainerName
 output COSMOS_IDEMPOTENCY_CONTAINER string = database.outputs.idempotencyContainerName
+output COSMOS_INBOX_CONTAINER string = database.outputs.inboxContainerName
+output COSMOS_LEASES_CONTAINER string = database.outputs.leasesContainerName
+output ORDER_EVENTS_TOPIC string = messaging.outputs.topicName
+output BILLING_SUBSCRIPTION string = messaging.outputs.billingSubscriptionName
+output SHIPPING_SUBSCRIPTION string = messaging.outputs.shippingSubscriptionName
+output STATUS_QUEUE string = appStatusQueueName
+// A string, exactly as the app setting reads it.
+output STATUS_SESSIONS string = statusSessions ? 'true' : 'false'
 output AZURE_FUNCTION_APP_NAME string = functionApp.outputs.name
 output AZURE_FUNCTION_APP_URL string = functionApp.outputs.url
 output AZURE_FUNCTION_IDENTITY_CLIENT_ID string = identity.outputs.clientId

@@ -1,11 +1,21 @@
-// A message in the dead-letter queue is an order the system refused on purpose (a payload that
-// reuses an orderId with different content, poison, an expired message) or gave up on after
-// maxDeliveryCount. None of them may go unnoticed, so any dead-lettered message raises an alert.
+// A message in a dead-letter queue is one the system refused on purpose (a payload that reuses an
+// orderId with different content, poison, an expired message, a payment the provider refused for
+// good, an illegal status transition) or gave up on after maxDeliveryCount. None of them may go
+// unnoticed, so any dead-lettered message on any entity raises an alert.
+//
+// Azure Monitor reports DeadletteredMessages per queue and per TOPIC (EntityName), not per
+// subscription: the topic's series is the sum of its subscriptions' dead letters (billing and
+// shipping), and `orders dlq list --topic order-events --subscription billing|shipping` tells
+// them apart. One alert watches every entity; each EntityName is its own time series, so the
+// alert fires (and resolves) per entity and names it.
 param alertName string
 param actionGroupName string
 param tags object = {}
 param serviceBusNamespaceName string
 param queueName string
+param topicName string
+param statusQueueName string
+param statusSessionsQueueName string
 
 @description('E-mail address notified by the alert; empty: the alert only shows in the portal.')
 param alertEmailAddress string = ''
@@ -39,7 +49,7 @@ resource deadLetterAlert 'Microsoft.Insights/metricAlerts@2018-03-01' = {
   tags: tags
   dependsOn: [actionGroup]
   properties: {
-    description: 'Messages in the dead-letter queue of ${queueName}: list them with `orders dlq list`, then follow the runbook for their DeadLetterReason in docs/operations.md (`orders dlq show`, `orders dlq resubmit`, `orders dlq purge`).'
+    description: 'Messages in a dead-letter queue (the EntityName dimension says which: ${queueName}, the ${topicName} subscriptions billing and shipping, ${statusQueueName} or ${statusSessionsQueueName}): list them with `orders dlq list` (`--queue Q` or `--topic ${topicName} --subscription S`), then follow the runbook for their DeadLetterReason in docs/operations.md (`orders dlq show`, `orders dlq resubmit`, `orders dlq purge`). PaymentRefused (billing: the provider refused the charge for good) and IllegalStatusTransition (a status update the order state machine forbids) are refusals on purpose: fix the cause, never resubmit blindly.'
     severity: 2
     enabled: true
     scopes: [namespace.id]
@@ -60,7 +70,7 @@ resource deadLetterAlert 'Microsoft.Insights/metricAlerts@2018-03-01' = {
             {
               name: 'EntityName'
               operator: 'Include'
-              values: [queueName]
+              values: [queueName, topicName, statusQueueName, statusSessionsQueueName]
             }
           ]
           operator: 'GreaterThan'

@@ -1,4 +1,5 @@
-// Cosmos DB for NoSQL: the account, database `orders` and its two containers. With local auth
+// Cosmos DB for NoSQL: the account, database `orders` and its four containers (orders,
+// idempotency, the fan-out consumers' inbox, the outbox dispatcher's leases). With local auth
 // off the data-plane role cannot create databases or containers, so they exist only because
 // this template creates them; the app never creates them in Azure.
 param accountName string
@@ -9,7 +10,7 @@ param tags object = {}
 param capacityMode string = 'Serverless'
 
 @minValue(1000)
-@description('Autoscale maximum RU/s shared by the containers (Provisioned only).')
+@description('Autoscale maximum RU/s shared by all four containers (Provisioned only).')
 param autoscaleMaxThroughput int = 1000
 
 @allowed(['Enabled', 'Disabled'])
@@ -19,6 +20,8 @@ param publicNetworkAccess string = 'Enabled'
 param databaseName string = 'orders'
 param ordersContainerName string = 'orders'
 param idempotencyContainerName string = 'idempotency'
+param inboxContainerName string = 'inbox'
+param leasesContainerName string = 'leases'
 
 var serverless = capacityMode == 'Serverless'
 
@@ -61,7 +64,8 @@ resource database 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases@2024-11-15
     resource: {
       id: databaseName
     }
-    // Shared throughput keeps the provisioned minimum at one autoscale budget for both containers.
+    // Shared throughput keeps the provisioned minimum at one autoscale budget for all containers:
+    // none of them sets its own, so the inbox and leases containers need no capacity handling.
     options: serverless ? {} : { autoscaleSettings: { maxThroughput: autoscaleMaxThroughput } }
   }
 }
@@ -134,8 +138,60 @@ resource idempotencyContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabase
   }
 }
 
+// The fan-out consumers' records, in the order's partition: shipping's inbox record and its
+// shipment in one transactional batch, billing's two-phase record `billing:<messageId>`. Reads
+// are by id (`SELECT ... WHERE c.id = @id` with the database's clock; id is always indexed) and
+// the verifier's STARTSWITH(c.orderId, ...), so only orderId is indexed. No defaultTtl: a record
+// must outlive every redelivery of its message, and the local containers have none either.
+resource inboxContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2024-11-15' = {
+  parent: database
+  name: inboxContainerName
+  properties: {
+    resource: {
+      id: inboxContainerName
+      partitionKey: {
+        paths: ['/orderId']
+        kind: 'Hash'
+        version: 2
+      }
+      indexingPolicy: {
+        indexingMode: 'consistent'
+        automatic: true
+        includedPaths: [
+          { path: '/orderId/?' }
+        ]
+        excludedPaths: [
+          { path: '/*' }
+        ]
+      }
+    }
+  }
+}
+
+// Checkpoints of the change feed on `orders`: the Functions Cosmos DB trigger's leases (it requires
+// partition key /id and, with managed identity, cannot create this container itself:
+// create_lease_container_if_not_exists is false) and the local `orders dispatcher`'s lease
+// documents. The trigger's lease store queries its own documents, so the default index-everything
+// policy stays: lease documents are few and small, there is nothing to save by trimming.
+resource leasesContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2024-11-15' = {
+  parent: database
+  name: leasesContainerName
+  properties: {
+    resource: {
+      id: leasesContainerName
+      partitionKey: {
+        paths: ['/id']
+        kind: 'Hash'
+        version: 2
+      }
+    }
+  }
+}
+
 output accountName string = account.name
 output endpoint string = account.properties.documentEndpoint
 output databaseName string = database.name
 output ordersContainerName string = ordersContainer.name
 output idempotencyContainerName string = idempotencyContainer.name
+output inboxContainerName string = inboxContainer.name
+output leasesContainerName string = leasesContainer.name

@@ -1,5 +1,6 @@
 // The function app on Flex Consumption (FC1): Python, one user-assigned identity for everything
-// (deployment storage, host storage, Service Bus trigger, Cosmos DB, Application Insights), and
+// (deployment storage, host storage, Service Bus triggers, the Cosmos DB trigger, Cosmos DB,
+// Application Insights), and
 // app settings that are exactly what the code reads (tests/infra/test_settings_parity.py).
 param name string
 param planName string
@@ -16,11 +17,22 @@ param applicationInsightsConnectionString string
 
 param serviceBusFullyQualifiedNamespace string
 param queueName string
+param orderEventsTopicName string
+param billingSubscriptionName string
+param shippingSubscriptionName string
+
+@description('The status queue the app sends to and consumes: the plain one, or the session one when statusSessions.')
+param statusQueueName string
+
+@description('Status updates through the session queue (SessionId = orderId, FIFO per order) instead of versions alone.')
+param statusSessions bool = false
 
 param cosmosEndpoint string
 param cosmosDatabaseName string
 param cosmosOrdersContainerName string
 param cosmosIdempotencyContainerName string
+param cosmosInboxContainerName string
+param cosmosLeasesContainerName string
 
 @allowed(['3.11', '3.12'])
 param pythonVersion string = '3.11'
@@ -107,10 +119,21 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
         { name: 'ServiceBusConnection__credential', value: 'managedidentity' }
         { name: 'ServiceBusConnection__clientId', value: identityClientId }
         { name: 'ORDERS_QUEUE', value: queueName }
+        { name: 'ORDER_EVENTS_TOPIC', value: orderEventsTopicName }
+        { name: 'BILLING_SUBSCRIPTION', value: billingSubscriptionName }
+        { name: 'SHIPPING_SUBSCRIPTION', value: shippingSubscriptionName }
+        { name: 'STATUS_QUEUE', value: statusQueueName }
+        { name: 'STATUS_SESSIONS', value: statusSessions ? 'true' : 'false' }
+        // Cosmos DB trigger connection `CosmosConnection` (the outbox dispatcher), identity-based.
+        { name: 'CosmosConnection__accountEndpoint', value: cosmosEndpoint }
+        { name: 'CosmosConnection__credential', value: 'managedidentity' }
+        { name: 'CosmosConnection__clientId', value: identityClientId }
         { name: 'COSMOS_ENDPOINT', value: cosmosEndpoint }
         { name: 'COSMOS_DATABASE', value: cosmosDatabaseName }
         { name: 'COSMOS_CONTAINER', value: cosmosOrdersContainerName }
         { name: 'COSMOS_IDEMPOTENCY_CONTAINER', value: cosmosIdempotencyContainerName }
+        { name: 'COSMOS_INBOX_CONTAINER', value: cosmosInboxContainerName }
+        { name: 'COSMOS_LEASES_CONTAINER', value: cosmosLeasesContainerName }
         { name: 'PAYMENTS_URL', value: paymentsUrl }
         // DefaultAzureCredential in the app picks the user-assigned identity through this.
         { name: 'AZURE_CLIENT_ID', value: identityClientId }

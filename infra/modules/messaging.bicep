@@ -1,4 +1,6 @@
-// Service Bus namespace and the `orders` queue. The broker's duplicate detection is the first
+// Service Bus namespace, the `orders` queue, the fan-out topic `order-events` with one
+// subscription per consumer (`billing`, `shipping`), and the status queues (`order-status`, and
+// `order-status-sessions` for the sessions mode). The broker's duplicate detection is the first
 // line of defence (producer retries inside the window never reach a consumer); the idempotent
 // consumer is the second (late duplicates, redeliveries). Both are needed.
 param namespaceName string
@@ -15,8 +17,13 @@ param skuName string = 'Standard'
 param publicNetworkAccess string = 'Enabled'
 
 param queueName string = 'orders'
+param topicName string = 'order-events'
+param billingSubscriptionName string = 'billing'
+param shippingSubscriptionName string = 'shipping'
+param statusQueueName string = 'order-status'
+param statusSessionsQueueName string = 'order-status-sessions'
 
-@description('ISO 8601, PT20S..P7D. Fixed at queue creation together with requiresDuplicateDetection.')
+@description('ISO 8601, PT20S..P7D. Fixed at entity creation together with requiresDuplicateDetection; the queues and the topic share it.')
 param duplicateDetectionHistoryTimeWindow string = 'PT10M'
 
 @minValue(1)
@@ -57,26 +64,121 @@ resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' = {
     minimumTlsVersion: '1.2'
     publicNetworkAccess: publicNetworkAccess
   }
+}
 
-  resource queue 'queues' = {
-    name: queueName
-    properties: {
-      // Cannot be switched on or off once the queue exists (see infra/README.md).
-      requiresDuplicateDetection: true
-      duplicateDetectionHistoryTimeWindow: duplicateDetectionHistoryTimeWindow
-      maxDeliveryCount: maxDeliveryCount
-      lockDuration: lockDuration
-      // An order that nobody processed in time must land in the dead-letter queue (and fire the
-      // dead-letter alert) instead of vanishing.
-      deadLetteringOnMessageExpiration: true
-      defaultMessageTimeToLive: messageTimeToLive
-      requiresSession: false
-      // Express entities may keep messages in memory only; an accepted order must be durable.
-      enableExpress: false
-      enablePartitioning: false
-      enableBatchedOperations: true
-      maxSizeInMegabytes: 1024
-    }
+// The entities are top-level resources with `parent`, not nested ones: the tests' Bicep parser
+// (pycep) keeps only the last nested child of a resource, so nesting would hide all but one.
+resource queue 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = {
+  parent: namespace
+  name: queueName
+  properties: {
+    // Cannot be switched on or off once the queue exists (see infra/README.md).
+    requiresDuplicateDetection: true
+    duplicateDetectionHistoryTimeWindow: duplicateDetectionHistoryTimeWindow
+    maxDeliveryCount: maxDeliveryCount
+    lockDuration: lockDuration
+    // An order that nobody processed in time must land in the dead-letter queue (and fire the
+    // dead-letter alert) instead of vanishing.
+    deadLetteringOnMessageExpiration: true
+    defaultMessageTimeToLive: messageTimeToLive
+    requiresSession: false
+    // Express entities may keep messages in memory only; an accepted order must be durable.
+    enableExpress: false
+    enablePartitioning: false
+    enableBatchedOperations: true
+    maxSizeInMegabytes: 1024
+  }
+}
+
+// The dispatcher publishes each outbox document with MessageId = the outbox document's id, so a
+// re-publish after a crash between publish and mark is dropped here inside the window; one after
+// it reaches the subscribers' own dedup (billing's two phases, shipping's inbox). The topic's TTL
+// applies to every subscription too: a message expires at the smaller of the two.
+resource topic 'Microsoft.ServiceBus/namespaces/topics@2024-01-01' = {
+  parent: namespace
+  name: topicName
+  properties: {
+    requiresDuplicateDetection: true
+    duplicateDetectionHistoryTimeWindow: duplicateDetectionHistoryTimeWindow
+    defaultMessageTimeToLive: messageTimeToLive
+    supportOrdering: false
+    enableExpress: false
+    enablePartitioning: false
+    enableBatchedOperations: true
+    maxSizeInMegabytes: 1024
+  }
+}
+
+// Each subscription is one consumer's own copy of every event, settled in PeekLock with the
+// queue's settings. Shipping's worst case is the order function's (one batch). Billing's is
+// longer: up to 30 s waiting on another owner's live lease, a payment call of at most 10 s and
+// two conditional writes (each up to 30 s of 429 retries); the host renews the lock meanwhile
+// (host.json maxAutoLockRenewalDuration, 5 min), and if it is lost anyway the record's lease
+// keeps a second delivery from charging twice. Dead-lettering on expiry as on the queue.
+resource billingSubscription 'Microsoft.ServiceBus/namespaces/topics/subscriptions@2024-01-01' = {
+  parent: topic
+  name: billingSubscriptionName
+  properties: {
+    lockDuration: lockDuration
+    maxDeliveryCount: maxDeliveryCount
+    deadLetteringOnMessageExpiration: true
+    defaultMessageTimeToLive: messageTimeToLive
+    requiresSession: false
+    enableBatchedOperations: true
+  }
+}
+
+resource shippingSubscription 'Microsoft.ServiceBus/namespaces/topics/subscriptions@2024-01-01' = {
+  parent: topic
+  name: shippingSubscriptionName
+  properties: {
+    lockDuration: lockDuration
+    maxDeliveryCount: maxDeliveryCount
+    deadLetteringOnMessageExpiration: true
+    defaultMessageTimeToLive: messageTimeToLive
+    requiresSession: false
+    enableBatchedOperations: true
+  }
+}
+
+// Status updates (OrderStatusChanged) carry the absolute state and a version, so the plain queue
+// needs no ordering; duplicate detection still drops a producer's retries inside the window.
+resource statusQueue 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = {
+  parent: namespace
+  name: statusQueueName
+  properties: {
+    requiresDuplicateDetection: true
+    duplicateDetectionHistoryTimeWindow: duplicateDetectionHistoryTimeWindow
+    maxDeliveryCount: maxDeliveryCount
+    lockDuration: lockDuration
+    deadLetteringOnMessageExpiration: true
+    defaultMessageTimeToLive: messageTimeToLive
+    requiresSession: false
+    enableExpress: false
+    enablePartitioning: false
+    enableBatchedOperations: true
+    maxSizeInMegabytes: 1024
+  }
+}
+
+// The sessions mode (statusSessions): SessionId = orderId gives strict FIFO per order, one
+// consumer per order at a time. Both queues exist so the mode is a setting, not a redeployment:
+// requiresSession is fixed at queue creation.
+resource statusSessionsQueue 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = {
+  parent: namespace
+  name: statusSessionsQueueName
+  properties: {
+    requiresDuplicateDetection: true
+    duplicateDetectionHistoryTimeWindow: duplicateDetectionHistoryTimeWindow
+    maxDeliveryCount: maxDeliveryCount
+    lockDuration: lockDuration
+    deadLetteringOnMessageExpiration: true
+    defaultMessageTimeToLive: messageTimeToLive
+    requiresSession: true
+    enableExpress: false
+    enablePartitioning: false
+    enableBatchedOperations: true
+    maxSizeInMegabytes: 1024
   }
 }
 
@@ -85,5 +187,10 @@ output namespaceId string = namespace.id
 // serviceBusEndpoint is https://<name>.servicebus.windows.net:443/ (or the sovereign-cloud
 // equivalent); the SDKs and the trigger want the bare host name.
 output fullyQualifiedNamespace string = split(replace(namespace.properties.serviceBusEndpoint, 'https://', ''), ':')[0]
-output queueName string = namespace::queue.name
-output queueId string = namespace::queue.id
+output queueName string = queue.name
+output queueId string = queue.id
+output topicName string = topic.name
+output billingSubscriptionName string = billingSubscription.name
+output shippingSubscriptionName string = shippingSubscription.name
+output statusQueueName string = statusQueue.name
+output statusSessionsQueueName string = statusSessionsQueue.name

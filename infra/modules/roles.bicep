@@ -2,18 +2,39 @@
 // glance. There are no keys anywhere: Service Bus, Cosmos DB, Application Insights and the
 // storage account all refuse local auth, so these assignments are the only way in.
 //
-//   principal        | Service Bus (queue)  | Cosmos DB (account)   | Storage (account) | App Insights
-//   function (app)   | Data Owner           | Data Contributor      | Blob Data Owner   | Metrics Publisher
-//   deploying user   | Receiver + Sender    | Data Contributor      | -                 | Metrics Publisher
+//   principal      | Service Bus                                | Cosmos DB (account) | Storage (account) | App Insights
+//   function (app) | queue `orders`: Data Owner                 | Data Contributor    | Blob Data Owner   | Metrics Publisher
+//                  | subscriptions billing, shipping: Receiver  |                     |                   |
+//                  | topic order-events: Sender                 |                     |                   |
+//                  | status queues: Receiver + Sender           |                     |                   |
+//   deploying user | queue `orders`: Receiver + Sender          | Data Contributor    | -                 | Metrics Publisher
+//                  | subscriptions: Receiver                    |                     |                   |
+//                  | status queues: Receiver + Sender           |                     |                   |
 //
-// The function needs Data Owner, not Receiver + Sender (which Owner includes), because the
-// Service Bus trigger's target-based scaler reads the queue's message count, a Manage operation;
-// with Listen rights only it falls back to a less accurate estimate (azure-functions-host#8892,
-// and the official functions-quickstart-python-azd-service-bus template grants Data Owner). It is
-// scoped to the one queue, so the identity can manage nothing else on the namespace.
+// Every Service Bus grant is scoped to one entity (a queue's scope includes its dead-letter
+// sub-queue, a subscription's its own); nothing is namespace-wide.
+//
+// On the orders queue the function needs Data Owner, not Receiver + Sender (which Owner
+// includes), because the Service Bus trigger's target-based scaler reads the queue's message
+// count, a Manage operation; with Listen rights only it falls back to a less accurate estimate
+// (azure-functions-host#8892, and the official functions-quickstart-python-azd-service-bus
+// template grants Data Owner). It is scoped to the one queue, so the identity can manage nothing
+// else on the namespace. The fan-out entities get exactly what their code does instead: the
+// subscriptions' triggers receive (their scaler estimates by peeking, which is good enough for
+// consumers behind the orders queue's own scale-out), the dispatcher sends to the topic, billing
+// and shipping (and the HTTP cancel) send status updates, and the status consumer receives them.
+// Both status queues are granted because STATUS_SESSIONS switches between them without a
+// redeployment.
+//
+// Cosmos DB: one account-scoped Data Contributor covers every container of database.bicep,
+// including `inbox` and `leases`. The Functions Cosmos DB trigger with a managed identity needs
+// exactly this built-in role on the monitored container (`orders`: change feed reads) and on the
+// lease container (`leases`: create, read, replace, delete of its leases), so no new assignment
+// is needed (and none would be allowed to run concurrently with these two, see below).
 //
 // The deploying user's grants are opt-in (allowUserIdentityPrincipal, as in the official azd
-// templates): they let `orders load` / `orders verify` and telemetry export run from a laptop.
+// templates): they let `orders load` / `orders verify`, the dead-letter tools (`orders dlq` on
+// the queues and subscriptions) and telemetry export run from a laptop.
 param appPrincipalId string
 
 @description('Deploying user or CI principal; empty: no user grants.')
@@ -27,6 +48,11 @@ param allowUserIdentityPrincipal bool = false
 
 param serviceBusNamespaceName string
 param queueName string
+param topicName string
+param billingSubscriptionName string
+param shippingSubscriptionName string
+param statusQueueName string
+param statusSessionsQueueName string
 param cosmosAccountName string
 param cosmosDatabaseName string
 param storageAccountName string
@@ -49,6 +75,33 @@ resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' existing = {
   resource queue 'queues' existing = {
     name: queueName
   }
+}
+
+// Separate `existing` declarations rather than more nested ones: the tests' Bicep parser keeps
+// only the last nested child of a resource.
+resource topic 'Microsoft.ServiceBus/namespaces/topics@2024-01-01' existing = {
+  parent: namespace
+  name: topicName
+}
+
+resource billingSubscription 'Microsoft.ServiceBus/namespaces/topics/subscriptions@2024-01-01' existing = {
+  parent: topic
+  name: billingSubscriptionName
+}
+
+resource shippingSubscription 'Microsoft.ServiceBus/namespaces/topics/subscriptions@2024-01-01' existing = {
+  parent: topic
+  name: shippingSubscriptionName
+}
+
+resource statusQueue 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' existing = {
+  parent: namespace
+  name: statusQueueName
+}
+
+resource statusSessionsQueue 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' existing = {
+  parent: namespace
+  name: statusSessionsQueueName
 }
 
 resource cosmosAccount 'Microsoft.DocumentDB/databaseAccounts@2024-11-15' existing = {
@@ -78,8 +131,83 @@ resource appQueueOwner 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   }
 }
 
+// Fan-out: each subscription's trigger receives (and settles, dead-letters) its own copy only.
+resource appBillingReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(billingSubscription.id, appPrincipalId, serviceBusDataReceiver)
+  scope: billingSubscription
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataReceiver)
+    principalId: appPrincipalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+resource appShippingReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(shippingSubscription.id, appPrincipalId, serviceBusDataReceiver)
+  scope: shippingSubscription
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataReceiver)
+    principalId: appPrincipalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+// The outbox dispatcher (Cosmos DB trigger) publishes OrderAccepted; it never receives from the topic.
+resource appTopicSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(topic.id, appPrincipalId, serviceBusDataSender)
+  scope: topic
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataSender)
+    principalId: appPrincipalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+// Status updates: billing, shipping and the HTTP cancel send them; the status consumer receives.
+resource appStatusReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(statusQueue.id, appPrincipalId, serviceBusDataReceiver)
+  scope: statusQueue
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataReceiver)
+    principalId: appPrincipalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+resource appStatusSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(statusQueue.id, appPrincipalId, serviceBusDataSender)
+  scope: statusQueue
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataSender)
+    principalId: appPrincipalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+resource appStatusSessionsReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(statusSessionsQueue.id, appPrincipalId, serviceBusDataReceiver)
+  scope: statusSessionsQueue
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataReceiver)
+    principalId: appPrincipalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+resource appStatusSessionsSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(statusSessionsQueue.id, appPrincipalId, serviceBusDataSender)
+  scope: statusSessionsQueue
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataSender)
+    principalId: appPrincipalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
 // Account scope: it is the scope Microsoft's samples use (the SDK reads account metadata when it
-// starts), and the account holds nothing but this template's database.
+// starts), and the account holds nothing but this template's database. It therefore covers all
+// four containers, the Cosmos DB trigger's monitored `orders` and its lease container `leases`
+// included.
 resource appCosmosDataContributor 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments@2024-11-15' = {
   parent: cosmosAccount
   name: guid(cosmosAccount.id, appPrincipalId, cosmosDataContributor)
@@ -127,6 +255,68 @@ resource userQueueReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' 
 resource userQueueSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (grantUser) {
   name: guid(namespace::queue.id, userPrincipalId, serviceBusDataSender)
   scope: namespace::queue
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataSender)
+    principalId: userPrincipalId
+    principalType: userPrincipalType
+  }
+}
+
+// `orders dlq` on the subscriptions (browse, purge; resubmitting to a topic is refused by the tool).
+resource userBillingReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (grantUser) {
+  name: guid(billingSubscription.id, userPrincipalId, serviceBusDataReceiver)
+  scope: billingSubscription
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataReceiver)
+    principalId: userPrincipalId
+    principalType: userPrincipalType
+  }
+}
+
+resource userShippingReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (grantUser) {
+  name: guid(shippingSubscription.id, userPrincipalId, serviceBusDataReceiver)
+  scope: shippingSubscription
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataReceiver)
+    principalId: userPrincipalId
+    principalType: userPrincipalType
+  }
+}
+
+// `orders dlq` (resubmit included) on the status queues, and status updates sent from a laptop.
+resource userStatusReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (grantUser) {
+  name: guid(statusQueue.id, userPrincipalId, serviceBusDataReceiver)
+  scope: statusQueue
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataReceiver)
+    principalId: userPrincipalId
+    principalType: userPrincipalType
+  }
+}
+
+resource userStatusSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (grantUser) {
+  name: guid(statusQueue.id, userPrincipalId, serviceBusDataSender)
+  scope: statusQueue
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataSender)
+    principalId: userPrincipalId
+    principalType: userPrincipalType
+  }
+}
+
+resource userStatusSessionsReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (grantUser) {
+  name: guid(statusSessionsQueue.id, userPrincipalId, serviceBusDataReceiver)
+  scope: statusSessionsQueue
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataReceiver)
+    principalId: userPrincipalId
+    principalType: userPrincipalType
+  }
+}
+
+resource userStatusSessionsSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (grantUser) {
+  name: guid(statusSessionsQueue.id, userPrincipalId, serviceBusDataSender)
+  scope: statusSessionsQueue
   properties: {
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataSender)
     principalId: userPrincipalId

@@ -30,8 +30,17 @@ FROM_OUTPUTS = {
     "COSMOS_CONTAINER": "COSMOS_CONTAINER",
     "COSMOS_IDEMPOTENCY_CONTAINER": "COSMOS_IDEMPOTENCY_CONTAINER",
 }
+# Optional: an environment provisioned before the fan-out has no such outputs, and the code's
+# defaults are the names the Bicep deploys.
 OPTIONAL_OUTPUTS = {
-    "APPLICATIONINSIGHTS_CONNECTION_STRING": "APPLICATIONINSIGHTS_CONNECTION_STRING"
+    "APPLICATIONINSIGHTS_CONNECTION_STRING": "APPLICATIONINSIGHTS_CONNECTION_STRING",
+    "COSMOS_INBOX_CONTAINER": "COSMOS_INBOX_CONTAINER",
+    "COSMOS_LEASES_CONTAINER": "COSMOS_LEASES_CONTAINER",
+    "ORDER_EVENTS_TOPIC": "ORDER_EVENTS_TOPIC",
+    "BILLING_SUBSCRIPTION": "BILLING_SUBSCRIPTION",
+    "SHIPPING_SUBSCRIPTION": "SHIPPING_SUBSCRIPTION",
+    "STATUS_QUEUE": "STATUS_QUEUE",
+    "STATUS_SESSIONS": "STATUS_SESSIONS",
 }
 
 
@@ -70,6 +79,8 @@ def local_settings(values: Mapping[str, str]) -> dict[str, object]:
         "FUNCTIONS_WORKER_RUNTIME": "python",
     }
     settings.update({name: values[output] for name, output in FROM_OUTPUTS.items()})
+    # The outbox dispatcher's Cosmos DB trigger: the account alone, so the host signs in as you.
+    settings["CosmosConnection__accountEndpoint"] = values["COSMOS_ENDPOINT"]
     # No __credential / __clientId and no AZURE_CLIENT_ID: locally DefaultAzureCredential must
     # pick your login, not the function's managed identity. No COSMOS_KEY or connection string:
     # those switch the app to emulator mode.

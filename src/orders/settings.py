@@ -30,6 +30,20 @@ APP_SETTING_NAMES = frozenset(
         "APPLICATIONINSIGHTS_AUTHENTICATION_STRING",
         # The payment service billing charges through (issue 13); empty until one is configured.
         "PAYMENTS_URL",
+        # Fan-out (issue 13): the events topic, its two subscriptions, the consumers' inbox and the
+        # dispatcher's leases; status updates (issue 14): the queue and its mode.
+        "ORDER_EVENTS_TOPIC",
+        "BILLING_SUBSCRIPTION",
+        "SHIPPING_SUBSCRIPTION",
+        "STATUS_QUEUE",
+        "STATUS_SESSIONS",
+        "COSMOS_INBOX_CONTAINER",
+        "COSMOS_LEASES_CONTAINER",
+        # The Cosmos DB trigger's connection `CosmosConnection` (the outbox dispatcher in Azure):
+        # read by the Functions host only, never by our code, which uses COSMOS_ENDPOINT.
+        "CosmosConnection__accountEndpoint",
+        "CosmosConnection__credential",
+        "CosmosConnection__clientId",
     }
 )
 # Only for the emulators: keys and connection strings never appear in the Azure deployment.
@@ -43,13 +57,6 @@ OPTIONAL_SETTING_NAMES = frozenset(
     {
         "IDEMPOTENCY_SCOPE",
         "IDEMPOTENCY_TTL_SECONDS",
-        "COSMOS_INBOX_CONTAINER",
-        "COSMOS_LEASES_CONTAINER",
-        "ORDER_EVENTS_TOPIC",
-        "BILLING_SUBSCRIPTION",
-        "SHIPPING_SUBSCRIPTION",
-        "STATUS_QUEUE",
-        "STATUS_SESSIONS",
         "BILLING_LEASE_SECONDS",
     }
 )

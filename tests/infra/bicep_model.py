@@ -26,6 +26,23 @@ MAIN = "main.bicep"
 
 Json = Any
 
+# Setting (and azd output) name -> the entity name `azd up` deploys with default parameters: the
+# code's defaults (src/orders/settings.py), so the app finds what was deployed.
+DEPLOYED_ENTITY_NAMES = {
+    "ORDERS_QUEUE": "orders",
+    "COSMOS_DATABASE": "orders",
+    "COSMOS_CONTAINER": "orders",
+    "COSMOS_IDEMPOTENCY_CONTAINER": "idempotency",
+    "COSMOS_INBOX_CONTAINER": "inbox",
+    "COSMOS_LEASES_CONTAINER": "leases",
+    "ORDER_EVENTS_TOPIC": "order-events",
+    "BILLING_SUBSCRIPTION": "billing",
+    "SHIPPING_SUBSCRIPTION": "shipping",
+    # The default status mode: versions decide on the plain queue.
+    "STATUS_QUEUE": "order-status",
+    "STATUS_SESSIONS": "false",
+}
+
 
 @functools.cache
 def _parser() -> BicepParser:
@@ -79,6 +96,17 @@ def resources_of_type(doc: dict[str, Json], type_: str) -> list[Resource]:
 def one_resource(doc: dict[str, Json], type_: str) -> Resource:
     found = resources_of_type(doc, type_)
     assert len(found) == 1, f"expected exactly one {type_}, found {[r.symbol for r in found]}"
+    return found[0]
+
+
+def named_resource(relative: str, type_: str, name: str) -> Resource:
+    """The one resource of `type_` in infra/<relative> whose name, as deployed, is `name`."""
+    found = [
+        r
+        for r in resources_of_type(parse(relative), type_)
+        if resolve(relative, r.body["name"]) == name
+    ]
+    assert len(found) == 1, f"expected exactly one {type_} named {name!r}, found {len(found)}"
     return found[0]
 
 

@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 import yaml
 
-from .bicep_model import INFRA, MAIN, REPO_ROOT, parse
+from .bicep_model import DEPLOYED_ENTITY_NAMES, INFRA, MAIN, REPO_ROOT, parse
 
 
 def _azure_yaml() -> dict[str, Any]:
@@ -104,16 +104,24 @@ def test_outputs_give_the_laptop_what_it_needs() -> None:
         assert not any(d["type"] == "secure" for d in output["decorators"]), name
 
 
-@pytest.mark.parametrize(
-    ("output", "deployed"),
-    [
-        ("ORDERS_QUEUE", "orders"),
-        ("COSMOS_DATABASE", "orders"),
-        ("COSMOS_CONTAINER", "orders"),
-        ("COSMOS_IDEMPOTENCY_CONTAINER", "idempotency"),
-    ],
-)
+@pytest.mark.parametrize(("output", "deployed"), sorted(DEPLOYED_ENTITY_NAMES.items()))
 def test_entity_outputs_name_what_was_deployed(output: str, deployed: str) -> None:
     from .bicep_model import resolve
 
     assert resolve(MAIN, parse(MAIN)["outputs"][output]["value"]) == deployed
+
+
+def test_status_sessions_is_an_off_by_default_parameter_the_app_setting_follows() -> None:
+    param = parse(MAIN)["parameters"]["statusSessions"]
+    assert param["type"] == "bool" and param["default"] is False
+    values = json.loads((INFRA / "main.parameters.json").read_text(encoding="utf-8"))["parameters"]
+    assert values["statusSessions"]["value"] == "${STATUS_SESSIONS=false}"
+    from .bicep_model import module_calls
+
+    (call,) = [
+        c
+        for c in module_calls(parse(MAIN)).values()
+        if c["detail"]["path"] == "modules/functionapp.bicep"
+    ]
+    assert call["config"]["params"]["statusSessions"] == "statusSessions"
+    assert call["config"]["params"]["statusQueueName"] == "appStatusQueueName"

@@ -18,6 +18,7 @@ from .bicep_model import (
     declared_resource_names,
     get_path,
     module_calls,
+    named_resource,
     one_resource,
     parse,
     resolve,
@@ -36,26 +37,68 @@ STORAGE = "Microsoft.Storage/storageAccounts"
 APP_INSIGHTS = "Microsoft.Insights/components"
 LOG_ANALYTICS = "Microsoft.OperationalInsights/workspaces"
 METRIC_ALERT = "Microsoft.Insights/metricAlerts"
+# messaging.bicep declares several queues: rows name the entity they are about.
+ORDERS_QUEUE = (SB_QUEUE, "orders")
+SB_TOPIC = "Microsoft.ServiceBus/namespaces/topics"
+SB_SUBSCRIPTION = "Microsoft.ServiceBus/namespaces/topics/subscriptions"
+EVENTS_TOPIC = (SB_TOPIC, "order-events")
+FANOUT_SUBSCRIPTIONS = [(SB_SUBSCRIPTION, "billing"), (SB_SUBSCRIPTION, "shipping")]
+STATUS_QUEUES = {(SB_QUEUE, "order-status"): False, (SB_QUEUE, "order-status-sessions"): True}
 
 # (module file, resource type, property path, expected value as deployed with defaults)
-PROPERTIES: list[tuple[str, str, str, Any]] = [
+PROPERTIES: list[tuple[str, str | tuple[str, str], str, Any]] = [
     # Service Bus: Entra only, TLS 1.2, duplicate detection on the queue.
     ("modules/messaging.bicep", SB_NAMESPACE, "properties.disableLocalAuth", True),
     ("modules/messaging.bicep", SB_NAMESPACE, "properties.minimumTlsVersion", "1.2"),
-    ("modules/messaging.bicep", SB_QUEUE, "name", "orders"),
-    ("modules/messaging.bicep", SB_QUEUE, "properties.requiresDuplicateDetection", True),
+    ("modules/messaging.bicep", ORDERS_QUEUE, "properties.requiresDuplicateDetection", True),
     (
         "modules/messaging.bicep",
-        SB_QUEUE,
+        ORDERS_QUEUE,
         "properties.duplicateDetectionHistoryTimeWindow",
         "PT10M",
     ),
-    ("modules/messaging.bicep", SB_QUEUE, "properties.maxDeliveryCount", 10),
-    ("modules/messaging.bicep", SB_QUEUE, "properties.lockDuration", "PT2M"),
-    ("modules/messaging.bicep", SB_QUEUE, "properties.deadLetteringOnMessageExpiration", True),
-    ("modules/messaging.bicep", SB_QUEUE, "properties.defaultMessageTimeToLive", "P14D"),
-    ("modules/messaging.bicep", SB_QUEUE, "properties.requiresSession", False),
-    ("modules/messaging.bicep", SB_QUEUE, "properties.enableExpress", False),
+    ("modules/messaging.bicep", ORDERS_QUEUE, "properties.maxDeliveryCount", 10),
+    ("modules/messaging.bicep", ORDERS_QUEUE, "properties.lockDuration", "PT2M"),
+    ("modules/messaging.bicep", ORDERS_QUEUE, "properties.deadLetteringOnMessageExpiration", True),
+    ("modules/messaging.bicep", ORDERS_QUEUE, "properties.defaultMessageTimeToLive", "P14D"),
+    ("modules/messaging.bicep", ORDERS_QUEUE, "properties.requiresSession", False),
+    ("modules/messaging.bicep", ORDERS_QUEUE, "properties.enableExpress", False),
+    # The fan-out topic: the broker drops a dispatcher's re-publish (MessageId = outbox id).
+    ("modules/messaging.bicep", EVENTS_TOPIC, "properties.requiresDuplicateDetection", True),
+    (
+        "modules/messaging.bicep",
+        EVENTS_TOPIC,
+        "properties.duplicateDetectionHistoryTimeWindow",
+        "PT10M",
+    ),
+    ("modules/messaging.bicep", EVENTS_TOPIC, "properties.defaultMessageTimeToLive", "P14D"),
+    ("modules/messaging.bicep", EVENTS_TOPIC, "properties.enableExpress", False),
+    # Each consumer's subscription settles in PeekLock like the queue.
+    *[
+        ("modules/messaging.bicep", subscription, path, value)
+        for subscription in FANOUT_SUBSCRIPTIONS
+        for path, value in [
+            ("properties.lockDuration", "PT2M"),
+            ("properties.maxDeliveryCount", 10),
+            ("properties.deadLetteringOnMessageExpiration", True),
+            ("properties.defaultMessageTimeToLive", "P14D"),
+            ("properties.requiresSession", False),
+        ]
+    ],
+    # Status updates: versions on the plain queue, FIFO per order on the session queue.
+    *[
+        ("modules/messaging.bicep", queue, path, value)
+        for queue, sessions in STATUS_QUEUES.items()
+        for path, value in [
+            ("properties.requiresSession", sessions),
+            ("properties.requiresDuplicateDetection", True),
+            ("properties.duplicateDetectionHistoryTimeWindow", "PT10M"),
+            ("properties.lockDuration", "PT2M"),
+            ("properties.maxDeliveryCount", 10),
+            ("properties.deadLetteringOnMessageExpiration", True),
+            ("properties.enableExpress", False),
+        ]
+    ],
     # Cosmos DB: Entra only, containers as the code expects them.
     ("modules/database.bicep", COSMOS_ACCOUNT, "kind", "GlobalDocumentDB"),
     ("modules/database.bicep", COSMOS_ACCOUNT, "properties.disableLocalAuth", True),
@@ -117,6 +160,14 @@ PROPERTIES: list[tuple[str, str, str, Any]] = [
 ]
 
 
+def _label(type_: str | tuple[str, str]) -> str:
+    return (
+        f"{type_[0].split('/')[-1]}[{type_[1]}]"
+        if isinstance(type_, tuple)
+        else type_.split("/")[-1]
+    )
+
+
 def _get(body: Any, dotted: str) -> Any:
     node = body
     for part in dotted.split("."):
@@ -127,10 +178,13 @@ def _get(body: Any, dotted: str) -> Any:
 @pytest.mark.parametrize(
     ("module", "type_", "path", "expected"),
     PROPERTIES,
-    ids=[f"{m.split('/')[-1]}:{t.split('/')[-1]}:{p}" for m, t, p, _ in PROPERTIES],
+    ids=[f"{m.split('/')[-1]}:{_label(t)}:{p}" for m, t, p, _ in PROPERTIES],
 )
-def test_property(module: str, type_: str, path: str, expected: Any) -> None:
-    resource = one_resource(parse(module), type_)
+def test_property(module: str, type_: str | tuple[str, str], path: str, expected: Any) -> None:
+    if isinstance(type_, tuple):
+        resource = named_resource(module, *type_)
+    else:
+        resource = one_resource(parse(module), type_)
     assert resolve(module, _get(resource.body, path)) == expected
 
 
@@ -253,7 +307,7 @@ def test_lock_duration_covers_the_functions_worst_case_within_the_service_limit(
     # The consumer's worst case that still settles (messaging.bicep explains it): the 5 s batch
     # limit + 30 s of 429 retries on the batch + 30 s on the duplicate's point read + ~1 s.
     worst_case_seconds = 5 + 30 + 30 + 1
-    queue = one_resource(parse("modules/messaging.bicep"), SB_QUEUE)
+    queue = named_resource("modules/messaging.bicep", *ORDERS_QUEUE)
     lock = _iso_seconds(
         resolve("modules/messaging.bicep", queue.body["properties"]["lockDuration"])
     )
@@ -262,8 +316,47 @@ def test_lock_duration_covers_the_functions_worst_case_within_the_service_limit(
     assert "worst case" in text, "the lockDuration choice must be explained next to it"
 
 
+def test_the_topic_and_subscriptions_share_the_queues_parameters() -> None:
+    """One window, one delivery count, one lock and one TTL for every entity: each is the same
+    expression (a parameter or the lockDuration variable), not a copy of its value."""
+    module = "modules/messaging.bicep"
+    entities = [
+        named_resource(module, *entity)
+        for entity in [ORDERS_QUEUE, EVENTS_TOPIC, *FANOUT_SUBSCRIPTIONS, *STATUS_QUEUES]
+    ]
+    for path, expression in [
+        ("duplicateDetectionHistoryTimeWindow", "duplicateDetectionHistoryTimeWindow"),
+        ("maxDeliveryCount", "maxDeliveryCount"),
+        ("lockDuration", "lockDuration"),
+        ("defaultMessageTimeToLive", "messageTimeToLive"),
+    ]:
+        using = [e for e in entities if path in e.body["properties"]]
+        assert len(using) >= 4, path
+        for entity in using:
+            assert entity.body["properties"][path] == expression, (entity.symbol, path)
+    subscriptions = [named_resource(module, *s) for s in FANOUT_SUBSCRIPTIONS]
+    assert {s.body["parent"] for s in subscriptions} == {"topic"}
+    topic = named_resource(module, *EVENTS_TOPIC)
+    assert topic.symbol == "topic" and topic.body["parent"] == "namespace"
+
+
+def test_messaging_outputs_name_every_entity() -> None:
+    module = "modules/messaging.bicep"
+    outputs = {
+        name: resolve(module, output["value"]) for name, output in parse(module)["outputs"].items()
+    }
+    assert {
+        "queueName": "orders",
+        "topicName": "order-events",
+        "billingSubscriptionName": "billing",
+        "shippingSubscriptionName": "shipping",
+        "statusQueueName": "order-status",
+        "statusSessionsQueueName": "order-status-sessions",
+    }.items() <= outputs.items()
+
+
 def test_duplicate_detection_window_is_within_the_service_range() -> None:
-    queue = one_resource(parse("modules/messaging.bicep"), SB_QUEUE)
+    queue = named_resource("modules/messaging.bicep", *ORDERS_QUEUE)
     window = resolve(
         "modules/messaging.bicep", queue.body["properties"]["duplicateDetectionHistoryTimeWindow"]
     )
@@ -276,25 +369,39 @@ def test_cosmos_containers_match_the_code() -> None:
         resolve(module, c.body["name"]): c.body["properties"]["resource"]
         for c in resources_of_type(parse(module), COSMOS_CONTAINER)
     }
-    assert set(containers) == {"orders", "idempotency"}
-    expected_keys = {"orders": "/orderId", "idempotency": "/id"}
+    # What ensure_local_resources creates on the emulators, with the same partition keys.
+    expected_keys = {
+        "orders": "/orderId",
+        "idempotency": "/id",
+        "inbox": "/orderId",
+        "leases": "/id",
+    }
+    assert set(containers) == set(expected_keys)
     for name, resource in containers.items():
         assert resource["partitionKey"]["paths"] == [expected_keys[name]], name
         assert resource["partitionKey"]["kind"] == "Hash", name
-        assert resolve(module, resource["defaultTtl"]) == -1, name
+        assert resolve(module, resource["id"]) == name
+    # TTL on (items carry their own ttl) where the code expires records; the inbox and the
+    # leases keep theirs, as the local containers do.
+    ttls = {name: resolve(module, r.get("defaultTtl")) for name, r in containers.items()}
+    assert ttls == {"orders": -1, "idempotency": -1, "inbox": None, "leases": None}
+    # Trimmed: nothing is indexed unless listed; exactly the paths the code's queries filter on
+    # (see the comments in database.bicep). The trigger's lease container keeps the default.
+    trimmed = {name: r for name, r in containers.items() if name != "leases"}
+    for name, resource in trimmed.items():
         policy = resource["indexingPolicy"]
-        # Trimmed: nothing is indexed unless listed.
         assert {"path": "/*"} in policy["excludedPaths"], name
         assert {"path": "/*"} not in policy["includedPaths"], name
-    # Exactly the paths the code's queries filter on (see the comments in database.bicep).
     indexed = {
         name: {entry["path"] for entry in resource["indexingPolicy"]["includedPaths"]}
-        for name, resource in containers.items()
+        for name, resource in trimmed.items()
     }
     assert indexed == {
         "orders": {"/orderId/?", "/type/?"},
         "idempotency": {"/type/?", "/orderId/?", "/scope/?", "/status/?"},
+        "inbox": {"/orderId/?"},
     }
+    assert "indexingPolicy" not in containers["leases"]
 
 
 def test_cosmos_is_serverless_by_default_with_a_provisioned_option() -> None:
@@ -334,14 +441,27 @@ def test_basic_auth_publishing_is_off() -> None:
     }
 
 
-def test_dead_letter_alert_watches_the_orders_queue() -> None:
+def test_dead_letter_alert_watches_every_queue_and_the_topic() -> None:
     module = "modules/alerts.bicep"
     alert = one_resource(parse(module), METRIC_ALERT)
     criterion = alert.body["properties"]["criteria"]["allOf"][0]
     assert criterion["metricNamespace"] == SB_NAMESPACE
     dimension = criterion["dimensions"][0]
     assert dimension["name"] == "EntityName"
-    assert [resolve(module, v) for v in dimension["values"]] == ["orders"]
+    assert dimension["operator"] == "Include"
+    # Azure Monitor counts a topic's dead letters per topic (its subscriptions summed): the topic
+    # stands for billing and shipping.
+    watched = [resolve(module, v) for v in dimension["values"]]
+    assert watched == ["orders", "order-events", "order-status", "order-status-sessions"]
+    deployed = {
+        resolve("modules/messaging.bicep", r.body["name"])
+        for r in resources(parse("modules/messaging.bicep"))
+        if r.type in (SB_QUEUE, "Microsoft.ServiceBus/namespaces/topics") and not r.existing
+    }
+    assert set(watched) == deployed, "an entity that can dead-letter is not watched"
+    description = alert.body["properties"]["description"]
+    for reason in ("PaymentRefused", "IllegalStatusTransition", "--subscription"):
+        assert reason in description, reason
     assert alert.body["properties"]["scopes"] == [
         {
             "operator": {

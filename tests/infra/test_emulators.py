@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 import yaml
 
-from .bicep_model import REPO_ROOT, one_resource, parse, resolve
+from .bicep_model import REPO_ROOT, named_resource, parse, resolve, resources
 
 EMULATORS = REPO_ROOT / "emulators"
 CONFIG = EMULATORS / "servicebus" / "config.json"
@@ -165,9 +165,8 @@ def test_config_keeps_the_behaviour_the_azure_queue_has() -> None:
     """Same semantics as Azure where the emulator allows it (its window is capped at PT5M)."""
     queue = _orders_queue()
     module = "modules/messaging.bicep"
-    azure = one_resource(parse(module), "Microsoft.ServiceBus/namespaces/queues")
+    azure = named_resource(module, "Microsoft.ServiceBus/namespaces/queues", "orders")
     azure_props = azure.body["properties"]
-    assert resolve(module, azure.body["name"]) == "orders"
     assert queue["RequiresDuplicateDetection"] is resolve(
         module, azure_props["requiresDuplicateDetection"]
     )
@@ -176,3 +175,69 @@ def test_config_keeps_the_behaviour_the_azure_queue_has() -> None:
     )
     assert queue["MaxDeliveryCount"] == resolve(module, azure_props["maxDeliveryCount"])
     assert queue["RequiresSession"] is resolve(module, azure_props["requiresSession"])
+
+
+# Config property -> Bicep property, for what both must agree on (the emulator caps the window,
+# the lock and the TTL, so those may differ).
+SAME_SEMANTICS = {
+    "RequiresDuplicateDetection": "requiresDuplicateDetection",
+    "RequiresSession": "requiresSession",
+    "DeadLetteringOnMessageExpiration": "deadLetteringOnMessageExpiration",
+    "MaxDeliveryCount": "maxDeliveryCount",
+}
+MESSAGING = "modules/messaging.bicep"
+SB = "Microsoft.ServiceBus/namespaces"
+
+
+def _azure_entity(type_: str, name: str) -> dict[str, Any]:
+    properties: dict[str, Any] = named_resource(MESSAGING, type_, name).body["properties"]
+    return {key: resolve(MESSAGING, value) for key, value in properties.items()}
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "topic"),
+    [
+        ("queues", "order-status", None),
+        ("queues", "order-status-sessions", None),
+        ("topics", "order-events", None),
+        ("subscriptions", "billing", "order-events"),
+        ("subscriptions", "shipping", "order-events"),
+    ],
+)
+def test_the_fanout_and_status_entities_behave_as_in_azure(
+    kind: str, name: str, topic: str | None
+) -> None:
+    """What the code runs against locally (this config, our emulator) is what Azure deploys."""
+    (namespace,) = _config()["UserConfig"]["Namespaces"]
+    if kind == "subscriptions":
+        (parent,) = [t for t in namespace["Topics"] if t["Name"] == topic]
+        candidates = parent["Subscriptions"]
+        type_ = f"{SB}/topics/subscriptions"
+    else:
+        candidates = namespace["Queues" if kind == "queues" else "Topics"]
+        type_ = f"{SB}/{kind}"
+    (local,) = [e["Properties"] for e in candidates if e["Name"] == name]
+    azure = _azure_entity(type_, name)
+    compared = {key: bicep for key, bicep in SAME_SEMANTICS.items() if key in local}
+    assert compared, f"{name}: nothing to compare"
+    for key, bicep in compared.items():
+        assert local[key] == azure[bicep], (name, key)
+
+
+def test_every_azure_messaging_entity_exists_in_the_emulator_config() -> None:
+    (namespace,) = _config()["UserConfig"]["Namespaces"]
+    local = {(f"{SB}/queues", q["Name"]) for q in namespace["Queues"]}
+    local |= {(f"{SB}/topics", t["Name"]) for t in namespace["Topics"]}
+    local |= {
+        (f"{SB}/topics/subscriptions", s["Name"])
+        for t in namespace["Topics"]
+        for s in t["Subscriptions"]
+    }
+    doc = parse(MESSAGING)
+    azure = {
+        (r.type, resolve(MESSAGING, r.body["name"]))
+        for r in resources(doc)
+        if r.type.startswith(f"{SB}/") and not r.existing
+    }
+    assert len(azure) == 6
+    assert azure <= local, azure - local

@@ -30,21 +30,51 @@ ROLE_IDS = {
 SERVICE_BUS_DATA_OWNER = "090c5cfd-751d-490a-894a-3ce6f1109419"
 COSMOS_DATA_CONTRIBUTOR = "00000000-0000-0000-0000-000000000002"
 
+NAMESPACE = "Microsoft.ServiceBus/namespaces"
 QUEUE = "Microsoft.ServiceBus/namespaces/queues"
+TOPIC = "Microsoft.ServiceBus/namespaces/topics"
+SUBSCRIPTION = "Microsoft.ServiceBus/namespaces/topics/subscriptions"
 STORAGE = "Microsoft.Storage/storageAccounts"
 APP_INSIGHTS = "Microsoft.Insights/components"
 COSMOS = "Microsoft.DocumentDB/databaseAccounts"
 
-# (principal, role, scope resource type): everything granted, nothing more.
-# The app's Data Owner (send + receive + manage) is what the trigger's target-based scaler needs to
-# read the queue's message count (azure-functions-host#8892); it stays scoped to the queue.
+RECEIVER = "Service Bus Data Receiver"
+SENDER = "Service Bus Data Sender"
+ORDERS = (QUEUE, "orders")
+EVENTS = (TOPIC, "order-events")
+BILLING = (SUBSCRIPTION, "billing")
+SHIPPING = (SUBSCRIPTION, "shipping")
+STATUS = (QUEUE, "order-status")
+STATUS_SESSIONS = (QUEUE, "order-status-sessions")
+
+# (principal, role, (scope resource type, Service Bus entity name or "")): everything granted,
+# nothing more. The app's Data Owner (send + receive + manage) is what the trigger's target-based
+# scaler needs to read the queue's message count (azure-functions-host#8892); it stays scoped to
+# the queue. The fan-out entities get only what the code does on them: the subscriptions'
+# triggers receive, the dispatcher sends to the topic, billing/shipping/the cancel route send
+# status updates and the status consumer receives them (both status queues: STATUS_SESSIONS
+# switches between them).
 EXPECTED_RBAC = {
-    ("app", "Service Bus Data Owner", QUEUE),
-    ("app", "Storage Blob Data Owner", STORAGE),
-    ("app", "Monitoring Metrics Publisher", APP_INSIGHTS),
-    ("user", "Service Bus Data Receiver", QUEUE),
-    ("user", "Service Bus Data Sender", QUEUE),
-    ("user", "Monitoring Metrics Publisher", APP_INSIGHTS),
+    ("app", "Service Bus Data Owner", ORDERS),
+    ("app", RECEIVER, BILLING),
+    ("app", RECEIVER, SHIPPING),
+    ("app", SENDER, EVENTS),
+    ("app", RECEIVER, STATUS),
+    ("app", SENDER, STATUS),
+    ("app", RECEIVER, STATUS_SESSIONS),
+    ("app", SENDER, STATUS_SESSIONS),
+    ("app", "Storage Blob Data Owner", (STORAGE, "")),
+    ("app", "Monitoring Metrics Publisher", (APP_INSIGHTS, "")),
+    ("user", RECEIVER, ORDERS),
+    ("user", SENDER, ORDERS),
+    # `orders dlq` on the subscriptions and the status queues; status updates from a laptop.
+    ("user", RECEIVER, BILLING),
+    ("user", RECEIVER, SHIPPING),
+    ("user", RECEIVER, STATUS),
+    ("user", SENDER, STATUS),
+    ("user", RECEIVER, STATUS_SESSIONS),
+    ("user", SENDER, STATUS_SESSIONS),
+    ("user", "Monitoring Metrics Publisher", (APP_INSIGHTS, "")),
 }
 PRINCIPALS = {"appPrincipalId": "app", "userPrincipalId": "user"}
 
@@ -53,8 +83,20 @@ def _existing_types() -> dict[str, str]:
     return {r.symbol: r.type for r in resources(parse(ROLES)) if r.existing}
 
 
-def _rbac_assignments() -> list[tuple[str, str, str, Resource, Any]]:
-    found: list[tuple[str, str, str, Resource, Any]] = []
+def _scope(symbol: str) -> tuple[str, str]:
+    """(type, deployed entity name) of an `existing` scope; the name only for Service Bus, whose
+    entities are told apart by it (followed through main.bicep into messaging.bicep)."""
+    scope_type = _existing_types()[symbol]
+    if not scope_type.startswith(NAMESPACE + "/"):
+        return scope_type, ""
+    body = next(r.body for r in resources(parse(ROLES)) if r.symbol == symbol)
+    name = resolve(ROLES, body["name"])
+    assert isinstance(name, str) and "$" not in name, (symbol, name)
+    return scope_type, name
+
+
+def _rbac_assignments() -> list[tuple[str, str, tuple[str, str], Resource, Any]]:
+    found: list[tuple[str, str, tuple[str, str], Resource, Any]] = []
     for res in resources(parse(ROLES)):
         if res.type != "Microsoft.Authorization/roleAssignments":
             continue
@@ -67,7 +109,7 @@ def _rbac_assignments() -> list[tuple[str, str, str, Resource, Any]]:
         role_id = resolve(ROLES, definition["parameters"]["resource_name_1"])
         scope_chain = accessor_chain(res.body["scope"])
         assert scope_chain is not None and len(scope_chain) == 1, res.symbol
-        scope_type = _existing_types()[scope_chain[0]]
+        scope_type = _scope(scope_chain[0])
         principal = PRINCIPALS[props["principalId"]]
         role = ROLE_IDS.get(role_id, str(role_id))
         found.append((principal, role, scope_type, res, props))
@@ -86,10 +128,38 @@ def test_service_bus_owner_is_the_apps_alone_and_never_namespace_wide() -> None:
         for who, role, scope, _, _ in _rbac_assignments()
         if role == "Service Bus Data Owner"
     ]
-    assert owners == [("app", QUEUE)]
-    for _, _, scope, _, _ in _rbac_assignments():
-        assert scope != "Microsoft.ServiceBus/namespaces"
+    assert owners == [("app", ORDERS)]
+    for _, _, (scope_type, _), _, _ in _rbac_assignments():
+        assert scope_type != NAMESPACE
     assert resolve(ROLES, "serviceBusDataOwner") == SERVICE_BUS_DATA_OWNER
+
+
+def test_receivers_only_on_subscriptions_and_status_queues_senders_on_topic_and_status() -> None:
+    """The function's fan-out grants: receive only where a trigger or consumer reads, send only
+    where the code publishes; nothing namespace-wide, nothing on the topic but Sender."""
+    app = [(role, scope) for who, role, scope, _, _ in _rbac_assignments() if who == "app"]
+    receives = {scope for role, scope in app if role == RECEIVER}
+    sends = {scope for role, scope in app if role == SENDER}
+    assert receives == {BILLING, SHIPPING, STATUS, STATUS_SESSIONS}
+    assert sends == {EVENTS, STATUS, STATUS_SESSIONS}
+    assert all(scope[0] != NAMESPACE for _, scope in app)
+
+
+def test_the_role_scopes_name_what_messaging_and_the_app_settings_deploy() -> None:
+    """The scopes resolve to entities messaging.bicep creates, and the app's status queue setting
+    names one of the granted queues in either mode."""
+    messaging = "modules/messaging.bicep"
+    deployed = {
+        (r.type, resolve(messaging, r.body["name"]))
+        for r in resources(parse(messaging))
+        if r.type.startswith(NAMESPACE + "/") and not r.existing
+    }
+    granted = {scope for _, _, scope, _, _ in _rbac_assignments() if scope[1]}
+    assert granted == deployed
+    operands = parse(MAIN)["variables"]["appStatusQueueName"]["value"]["operator"]["operands"]
+    assert operands["condition"] == "statusSessions"
+    modes = {resolve(MAIN, operands["true_value"]), resolve(MAIN, operands["false_value"])}
+    assert modes == {STATUS[1], STATUS_SESSIONS[1]}
 
 
 @pytest.mark.parametrize("principal", ["app", "user"])
@@ -167,6 +237,15 @@ def test_cosmos_data_plane_grants_use_the_built_in_data_contributor() -> None:
     principals = {}
     for res in assignments:
         props = res.body["properties"]
+        # Account scope: it covers every container of database.bicep, the Cosmos DB trigger's
+        # monitored `orders` and lease container `leases` included (the trigger with a managed
+        # identity needs the Data Contributor on both).
+        assert props["scope"] == {
+            "operator": {
+                "type": "property_accessor",
+                "operands": {"operand_1": "cosmosAccount", "operand_2": "id"},
+            }
+        }
         assert resolve(ROLES, "cosmosDataContributor") == COSMOS_DATA_CONTRIBUTOR
         assert props["roleDefinitionId"] == (
             "${cosmosAccount.id}/sqlRoleDefinitions/${cosmosDataContributor}"
@@ -175,6 +254,8 @@ def test_cosmos_data_plane_grants_use_the_built_in_data_contributor() -> None:
         assert _existing_types()["cosmosAccount"] == COSMOS
         principals[PRINCIPALS[props["principalId"]]] = res.condition
     assert principals == {"app": None, "user": "grantUser"}
+    # Exactly the two, so the serialisation above covers every Cosmos assignment.
+    assert len(assignments) == 2
 
 
 def test_main_passes_the_function_identity_and_the_deploying_user() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .bicep_model import REPO_ROOT, one_resource, parse, resolve
+from .bicep_model import DEPLOYED_ENTITY_NAMES, REPO_ROOT, one_resource, parse, resolve
 
 FUNCTION_MODULE = "modules/functionapp.bicep"
 
@@ -34,12 +34,29 @@ ISSUE_SETTINGS = frozenset(
         "APPLICATIONINSIGHTS_AUTHENTICATION_STRING",
     }
 )
-# What issue 13 adds: the payment service billing charges through (empty until configured).
-ISSUE_13_SETTINGS = frozenset({"PAYMENTS_URL"})
+# What issue 13 adds: the payment service billing charges through (empty until configured), the
+# fan-out's topic, subscriptions and containers, and the Cosmos DB trigger's identity-based
+# connection `CosmosConnection` (the outbox dispatcher; read by the Functions host only, but
+# declared by the code like the `ServiceBusConnection__*` trio).
+ISSUE_13_SETTINGS = frozenset(
+    {
+        "PAYMENTS_URL",
+        "ORDER_EVENTS_TOPIC",
+        "BILLING_SUBSCRIPTION",
+        "SHIPPING_SUBSCRIPTION",
+        "COSMOS_INBOX_CONTAINER",
+        "COSMOS_LEASES_CONTAINER",
+        "CosmosConnection__accountEndpoint",
+        "CosmosConnection__credential",
+        "CosmosConnection__clientId",
+    }
+)
+# What issue 14 adds: the status queue and its mode (versions alone, or sessions).
+ISSUE_14_SETTINGS = frozenset({"STATUS_QUEUE", "STATUS_SESSIONS"})
 # Local only: keys and connection strings exist for the emulators, never in Azure.
 EMULATOR_ONLY = frozenset({"COSMOS_KEY", "ServiceBusConnection"})
-# Read with defaults by the HTTP API; Azure may leave them unset.
-OPTIONAL = frozenset({"IDEMPOTENCY_SCOPE", "IDEMPOTENCY_TTL_SECONDS"})
+# Read with defaults by the HTTP API and billing; Azure may leave them unset.
+OPTIONAL = frozenset({"IDEMPOTENCY_SCOPE", "IDEMPOTENCY_TTL_SECONDS", "BILLING_LEASE_SECONDS"})
 # Read by the Functions host (its own storage through the identity) and by the Python worker
 # (PYTHON_ENABLE_OPENTELEMETRY: join the host's trace under telemetryMode OpenTelemetry), not by
 # our code.
@@ -81,8 +98,9 @@ def code_setting_names() -> frozenset[str]:
     return names
 
 
-def test_bicep_sets_the_settings_issues_4_and_13_list() -> None:
-    assert set(bicep_app_settings()) - HOST_ONLY == ISSUE_SETTINGS | ISSUE_13_SETTINGS
+def test_bicep_sets_the_settings_issues_4_13_and_14_list() -> None:
+    expected = ISSUE_SETTINGS | ISSUE_13_SETTINGS | ISSUE_14_SETTINGS
+    assert set(bicep_app_settings()) - HOST_ONLY == expected
 
 
 def test_bicep_sets_exactly_what_the_code_reads_in_azure() -> None:
@@ -104,9 +122,14 @@ def test_no_emulator_setting_or_flex_forbidden_setting_in_azure() -> None:
 def test_identity_based_values() -> None:
     settings = bicep_app_settings()
     assert settings["ServiceBusConnection__credential"] == "managedidentity"
+    assert settings["CosmosConnection__credential"] == "managedidentity"
     assert settings["AzureWebJobsStorage__credential"] == "managedidentity"
+    # The trigger watches the same account the app writes to.
+    assert settings["CosmosConnection__accountEndpoint"] == settings["COSMOS_ENDPOINT"]
+    assert settings["CosmosConnection__accountEndpoint"] == "cosmosEndpoint"
     for name in (
         "ServiceBusConnection__clientId",
+        "CosmosConnection__clientId",
         "AzureWebJobsStorage__clientId",
         "AZURE_CLIENT_ID",
     ):
@@ -120,15 +143,7 @@ def test_identity_based_values() -> None:
     assert "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY" not in settings
 
 
-@pytest.mark.parametrize(
-    ("name", "deployed"),
-    [
-        ("ORDERS_QUEUE", "orders"),
-        ("COSMOS_DATABASE", "orders"),
-        ("COSMOS_CONTAINER", "orders"),
-        ("COSMOS_IDEMPOTENCY_CONTAINER", "idempotency"),
-    ],
-)
+@pytest.mark.parametrize(("name", "deployed"), sorted(DEPLOYED_ENTITY_NAMES.items()))
 def test_entity_names_reach_the_app(name: str, deployed: str) -> None:
     assert resolve(FUNCTION_MODULE, bicep_app_settings()[name]) == deployed
 
@@ -151,10 +166,11 @@ READER_CALLEES = frozenset(
 )
 
 
-def _environ_reads(tree: ast.AST) -> tuple[set[str], set[str]]:
-    """Setting names the code reads, and the trigger `connection=` names it binds."""
+def _environ_reads(tree: ast.AST) -> tuple[set[str], dict[str, set[str]]]:
+    """Setting names the code reads, and the trigger `connection=` names it binds (each with the
+    decorators that bind it, e.g. `cosmos_db_trigger`)."""
     names: set[str] = set()
-    connections: set[str] = set()
+    connections: dict[str, set[str]] = {}
 
     def literal(node: ast.AST | None) -> str | None:
         return (
@@ -183,7 +199,7 @@ def _environ_reads(tree: ast.AST) -> tuple[set[str], set[str]]:
                 if keyword.arg == "connection":
                     name = literal(keyword.value)
                     if name:
-                        connections.add(name)
+                        connections.setdefault(name, set()).add(callee_name(node.func) or "")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             # Binding expressions such as queue_name="%ORDERS_QUEUE%" resolve from app settings.
             names.update(re.findall(r"^%([A-Za-z_][A-Za-z0-9_]*)%$", node.value))
@@ -212,12 +228,13 @@ def test_every_setting_the_source_reads_is_declared() -> None:
         getattr(importlib.import_module("orders.settings"), "LOCAL_SETTING_NAMES", ())
     )
     read: dict[str, set[str]] = {}
-    connections: set[str] = set()
+    connections: dict[str, set[str]] = {}
     for path in files:
         names, conns = _environ_reads(ast.parse(path.read_text(encoding="utf-8"), str(path)))
         for name in names:
             read.setdefault(name, set()).add(str(path.relative_to(REPO_ROOT)))
-        connections |= conns
+        for connection, bound_by in conns.items():
+            connections.setdefault(connection, set()).update(bound_by)
     undeclared = {
         name: sorted(where)
         for name, where in read.items()
@@ -226,6 +243,64 @@ def test_every_setting_the_source_reads_is_declared() -> None:
     }
     assert read, "the scan found no setting reads at all: it no longer understands the code"
     assert undeclared == {}, "read by the code but not in orders.settings.APP_SETTING_NAMES"
-    in_bicep = set(bicep_app_settings())
-    for connection in connections:
-        assert f"{connection}__fullyQualifiedNamespace" in in_bicep, connection
+    assert_trigger_connections_are_identity_based(connections, bicep_app_settings())
+
+
+# The setting that names the service of an identity-based trigger connection, per decorator.
+CONNECTION_ENDPOINT = {
+    "service_bus_queue_trigger": "fullyQualifiedNamespace",
+    "service_bus_topic_trigger": "fullyQualifiedNamespace",
+    "cosmos_db_trigger": "accountEndpoint",
+}
+
+
+def assert_trigger_connections_are_identity_based(
+    connections: dict[str, set[str]], settings: dict[str, object]
+) -> None:
+    """Every `connection=` a trigger binds is set in Azure as <name>__<endpoint> with the
+    user-assigned managed identity, and is declared by the code."""
+    assert connections, "the scan found no trigger connection: it no longer understands the code"
+    declared = code_setting_names()
+    for connection, bound_by in connections.items():
+        unknown = bound_by - set(CONNECTION_ENDPOINT)
+        assert not unknown, f"{connection}: no endpoint setting known for {sorted(unknown)}"
+        for decorator in bound_by:
+            required = {
+                f"{connection}__{CONNECTION_ENDPOINT[decorator]}",
+                f"{connection}__credential",
+                f"{connection}__clientId",
+            }
+            assert required <= set(settings), (connection, sorted(required - set(settings)))
+            assert required <= declared, (connection, sorted(required - declared))
+            assert settings[f"{connection}__credential"] == "managedidentity", connection
+            assert settings[f"{connection}__clientId"] == "identityClientId", connection
+
+
+def test_the_connection_check_fails_without_the_cosmos_trigger_settings() -> None:
+    """The check above is not vacuous: dropping the Cosmos trigger's endpoint fails it."""
+    settings = dict(bicep_app_settings())
+    connections = {"CosmosConnection": {"cosmos_db_trigger"}}
+    assert_trigger_connections_are_identity_based(connections, settings)
+    del settings["CosmosConnection__accountEndpoint"]
+    with pytest.raises(AssertionError, match="CosmosConnection__accountEndpoint"):
+        assert_trigger_connections_are_identity_based(connections, settings)
+
+
+def test_the_deployed_names_are_the_codes_defaults() -> None:
+    """An app setting left unset (an older deployment, a laptop) still finds what Bicep deploys."""
+    from orders.settings import Settings
+
+    defaults = Settings.from_env({"COSMOS_ENDPOINT": "https://127.0.0.1:8081/"})
+    assert {
+        "ORDERS_QUEUE": defaults.orders_queue,
+        "COSMOS_DATABASE": defaults.cosmos_database,
+        "COSMOS_CONTAINER": defaults.cosmos_container,
+        "COSMOS_IDEMPOTENCY_CONTAINER": defaults.cosmos_idempotency_container,
+        "COSMOS_INBOX_CONTAINER": defaults.cosmos_inbox_container,
+        "COSMOS_LEASES_CONTAINER": defaults.cosmos_leases_container,
+        "ORDER_EVENTS_TOPIC": defaults.order_events_topic,
+        "BILLING_SUBSCRIPTION": defaults.billing_subscription,
+        "SHIPPING_SUBSCRIPTION": defaults.shipping_subscription,
+        "STATUS_QUEUE": defaults.status_queue,
+        "STATUS_SESSIONS": "true" if defaults.status_sessions else "false",
+    } == DEPLOYED_ENTITY_NAMES

@@ -17,7 +17,7 @@ import pathspec
 import pytest
 import yaml
 
-from .bicep_model import MAIN, REPO_ROOT, parse
+from .bicep_model import DEPLOYED_ENTITY_NAMES, MAIN, REPO_ROOT, parse
 
 HOOK = REPO_ROOT / "infra" / "scripts" / "write_local_settings.py"
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
@@ -93,12 +93,12 @@ def test_funcignore_keeps_the_app() -> None:
 # --- the postprovision hook ---------------------------------------------------------------------
 
 OUTPUTS = {
+    **DEPLOYED_ENTITY_NAMES,
     "AZURE_SERVICEBUS_FULLY_QUALIFIED_NAMESPACE": "sb-x.servicebus.windows.net",
-    "ORDERS_QUEUE": "orders",
     "COSMOS_ENDPOINT": "https://cosmos-x.documents.azure.com:443/",
-    "COSMOS_DATABASE": "orders",
-    "COSMOS_CONTAINER": "orders",
-    "COSMOS_IDEMPOTENCY_CONTAINER": "idempotency",
+    # A deployment in the sessions mode, so the hook is seen to copy the mode, not a default.
+    "STATUS_QUEUE": "order-status-sessions",
+    "STATUS_SESSIONS": "true",
     "APPLICATIONINSIGHTS_CONNECTION_STRING": "InstrumentationKey=k;IngestionEndpoint=https://i/",
     "AZURE_FUNCTION_IDENTITY_CLIENT_ID": "must-not-leak-into-local-settings",
 }
@@ -144,11 +144,18 @@ def test_hook_writes_the_settings_the_app_reads_for_the_deployed_resources(
     assert values["COSMOS_IDEMPOTENCY_CONTAINER"] == "idempotency"
     assert values["APPLICATIONINSIGHTS_AUTHENTICATION_STRING"] == "Authorization=AAD"
     assert values["FUNCTIONS_WORKER_RUNTIME"] == "python"
+    # The fan-out and the status mode the deployment chose, and the Cosmos DB trigger's account.
+    assert values["ORDER_EVENTS_TOPIC"] == "order-events"
+    assert values["COSMOS_LEASES_CONTAINER"] == "leases"
+    assert (values["STATUS_QUEUE"], values["STATUS_SESSIONS"]) == ("order-status-sessions", "true")
+    assert values["CosmosConnection__accountEndpoint"] == OUTPUTS["COSMOS_ENDPOINT"]
     # Your login, never the function's identity, and never emulator keys.
     for absent in (
         "AZURE_CLIENT_ID",
         "ServiceBusConnection__clientId",
         "ServiceBusConnection__credential",
+        "CosmosConnection__clientId",
+        "CosmosConnection__credential",
         "COSMOS_KEY",
         "ServiceBusConnection",
     ):
@@ -171,6 +178,20 @@ def test_hook_writes_the_settings_the_app_reads_for_the_deployed_resources(
         *write_local_settings.OPTIONAL_OUTPUTS.values(),
     }
     assert wanted <= set(outputs), wanted - set(outputs)
+
+
+def test_hook_leaves_the_fanout_names_to_the_codes_defaults_in_an_older_environment(
+    tmp_path: Path,
+) -> None:
+    """An environment provisioned before the fan-out has none of its outputs: still written."""
+    fanout = {"COSMOS_INBOX_CONTAINER", "ORDER_EVENTS_TOPIC", "STATUS_QUEUE", "STATUS_SESSIONS"}
+    older = {k: v for k, v in OUTPUTS.items() if k not in fanout}
+    target = tmp_path / "local.settings.json"
+    result = _run_hook(tmp_path, "--output", str(target), values=older)
+    assert result.returncode == 0, result.stderr
+    values = json.loads(target.read_text(encoding="utf-8"))["Values"]
+    assert fanout.isdisjoint(values)
+    assert values["COSMOS_LEASES_CONTAINER"] == "leases"
 
 
 def test_hook_keeps_an_existing_file_unless_forced(tmp_path: Path) -> None:
