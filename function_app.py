@@ -6,6 +6,7 @@ package, so `src` goes on sys.path before the import.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -97,3 +98,24 @@ async def bill_order(
 ) -> None:
     """Billing: two phases around the payment call, with the order's downstream key."""
     await process_event_message(Subscriber.BILLING, received_message, message_actions)
+
+
+# The status consumer: on a plain queue versions decide; with STATUS_SESSIONS=true the queue is
+# session-enabled (SessionId = orderId). The host indexes functions with the app settings in
+# the environment, so the binding follows the same setting the Bicep sets.
+STATUS_SESSIONS = os.environ.get("STATUS_SESSIONS", "").strip().lower() == "true"
+
+
+@app.service_bus_queue_trigger(
+    arg_name="received_message",
+    queue_name="%STATUS_QUEUE%",
+    connection="ServiceBusConnection",
+    auto_complete_messages=False,
+    is_sessions_enabled=STATUS_SESSIONS,
+)
+async def apply_status(
+    received_message: servicebus.ServiceBusReceivedMessage,
+    message_actions: servicebus.ServiceBusMessageActions,
+) -> None:
+    """Status updates: conditional replace by version, no dedup store."""
+    await process_event_message(Subscriber.STATUS, received_message, message_actions)

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -199,3 +203,31 @@ async def test_the_shipping_trigger_runs_the_shipping_core_and_settles() -> None
         [name for name, _, _ in first.calls] == [name for name, _, _ in again.calls] == ["complete"]
     )
     assert "o-fn:shipment" in inbox.documents
+
+
+def test_the_status_consumer_is_a_peeklock_queue_trigger_on_the_status_queue() -> None:
+    [binding] = function_bindings("apply_status")
+    assert binding["type"] == "serviceBusTrigger"
+    assert binding["queueName"] == "%STATUS_QUEUE%"
+    assert binding["autoCompleteMessages"] is False
+    assert binding.get("isSessionsEnabled", False) is False  # STATUS_SESSIONS unset here
+
+
+def test_with_status_sessions_the_status_trigger_takes_sessions() -> None:
+    """The host indexes with the app settings in the environment (a fresh interpreter here)."""
+    probe = (
+        "import json, function_app\n"
+        "[f] = [f for f in function_app.app.get_functions() "
+        "if f.get_function_name() == 'apply_status']\n"
+        "print(json.loads(f.get_function_json())['bindings'][0].get('isSessionsEnabled'))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "STATUS_SESSIONS": "true"},
+        cwd=str(Path(function_app.__file__).parent),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "True"
