@@ -37,7 +37,15 @@ ISSUE_SETTINGS = frozenset(
 # Local only: keys and connection strings exist for the emulators, never in Azure.
 EMULATOR_ONLY = frozenset({"COSMOS_KEY", "ServiceBusConnection"})
 # Read with defaults by the HTTP API; Azure may leave them unset.
-OPTIONAL = frozenset({"IDEMPOTENCY_SCOPE", "IDEMPOTENCY_TTL_SECONDS"})
+OPTIONAL = frozenset(
+    {
+        "IDEMPOTENCY_SCOPE",
+        "IDEMPOTENCY_TTL_SECONDS",
+        "ORDERS_CONSOLE_ENABLED",
+        "ORDERS_CONSOLE_SUBSCRIPTIONS",
+        "ORDERS_DUPLICATE_WINDOW_SECONDS",
+    }
+)
 # Read by the Functions host (its own storage through the identity) and by the Python worker
 # (PYTHON_ENABLE_OPENTELEMETRY: join the host's trace under telemetryMode OpenTelemetry), not by
 # our code.

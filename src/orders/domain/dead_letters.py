@@ -16,6 +16,23 @@ RESUBMIT_COUNT = "ResubmitCount"
 # Set by the broker on a dead-lettered copy; a resubmitted message starts without them.
 DEAD_LETTER_PROPERTIES = frozenset({"DeadLetterReason", "DeadLetterErrorDescription"})
 PREVIEW_CHARS = 120
+# Service Bus sequence numbers are positive 64-bit integers; anything else names no message.
+MAX_SEQUENCE_NUMBER = 2**63 - 1
+
+
+def is_sequence_number(value: int) -> bool:
+    return 1 <= value <= MAX_SEQUENCE_NUMBER
+
+
+def parse_sequence_number(text: str) -> int | None:
+    """A sequence number from untrusted text (a form field, a path), or None: decimal digits
+    only, bounded before conversion so a huge string costs nothing."""
+    if not 1 <= len(text) <= len(str(MAX_SEQUENCE_NUMBER)) or not text.isascii():
+        return None
+    if not text.isdigit():
+        return None
+    value = int(text)
+    return value if is_sequence_number(value) else None
 
 
 @dataclass(frozen=True)
@@ -52,6 +69,14 @@ class DeadLetter:
                 key: str(value) for key, value in self.application_properties.items()
             }
         return view
+
+
+@dataclass
+class DeadLetterOutcome:
+    """What a resubmit or purge did, by sequence number."""
+
+    done: list[int] = field(default_factory=list)
+    refused: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

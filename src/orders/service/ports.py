@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
+from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, Selection
+from orders.domain.decision_counters import DecisionCounters
 from orders.domain.documents import OrderWrite
 from orders.domain.idempotency import IdempotencyRecord, OrderIdClaim
 from orders.domain.model import OrderPlaced
 from orders.domain.outcomes import Decision
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.rejections import OrderRejection
+from orders.service.worker_options import Source
 
 
 class OrderStore(Protocol):
@@ -89,4 +95,52 @@ class OrderPublisher(Protocol):
 class OrderReader(Protocol):
     async def read_order_documents(self, order_id: str) -> list[dict[str, Any]]:
         """Every document the consumer stored for the order; empty when it is not stored."""
+        ...
+
+
+class DeadLetterQueue(Protocol):
+    """The dead-letter sub-queue of one queue or subscription (what `orders dlq` uses)."""
+
+    async def browse(self, limit: int, from_sequence: int = 1) -> list[DeadLetter]:
+        """Peek, oldest first: nothing is locked or removed."""
+        ...
+
+    async def resubmit(
+        self,
+        selection: Selection,
+        refusal: Callable[[DeadLetter], str | None],
+        *,
+        by: str,
+        now: datetime,
+    ) -> DeadLetterOutcome:
+        """Send the selected back with their MessageId, unless `refusal` gives a reason;
+        `ResubmitUnsupportedError` for a subscription."""
+        ...
+
+    async def purge(self, selection: Selection) -> DeadLetterOutcome: ...
+
+
+@dataclass(frozen=True)
+class EntityCounts:
+    """Messages in a queue or subscription, each count at most `limit` (then `capped`)."""
+
+    source: Source
+    active: int
+    scheduled: int
+    dead_lettered: int
+    limit: int
+
+    def capped(self, count: int) -> bool:
+        return count >= self.limit
+
+
+class EntityCounter(Protocol):
+    async def count(self, source: Source, limit: int) -> EntityCounts:
+        """Active, scheduled and dead-lettered messages, counting each up to `limit`."""
+        ...
+
+
+class DecisionFeed(Protocol):
+    async def counters(self) -> DecisionCounters:
+        """The workers' decisions so far (reads what was added since the last call)."""
         ...
