@@ -10,10 +10,13 @@ import asyncio
 import copy
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, Selection
+from orders.domain.decision_counters import DecisionCounters
 from orders.domain.documents import OrderRecord, OrderWrite, build_order_write
 from orders.domain.hashing import request_hash
 from orders.domain.idempotency import (
@@ -29,8 +32,11 @@ from orders.exceptions import (
     IdempotencyRecordExistsError,
     LeaseLostError,
     OrderAlreadyExistsError,
+    ResubmitUnsupportedError,
     StoreError,
 )
+from orders.service.ports import EntityCounts
+from orders.service.worker_options import Source
 
 
 class FakeOrderStore:
@@ -280,3 +286,67 @@ class FakeOrderReader:
 
     async def read_order_documents(self, order_id: str) -> list[dict[str, Any]]:
         return copy.deepcopy(self._store.documents(order_id))
+
+
+class FakeDeadLetterQueue:
+    """`DeadLetterQueue` over a list: resubmitted dead letters move to `resubmitted`."""
+
+    def __init__(self, source: Source, dead_letters: list[DeadLetter] | None = None) -> None:
+        self.source = source
+        self.dead_letters = list(dead_letters or [])
+        self.resubmitted: list[tuple[DeadLetter, str]] = []
+
+    async def browse(self, limit: int, from_sequence: int = 1) -> list[DeadLetter]:
+        found = [d for d in self.dead_letters if d.sequence_number >= from_sequence]
+        return sorted(found, key=lambda d: d.sequence_number)[:limit]
+
+    async def resubmit(
+        self,
+        selection: Selection,
+        refusal: Callable[[DeadLetter], str | None],
+        *,
+        by: str,
+        now: datetime,
+    ) -> DeadLetterOutcome:
+        if self.source.queue is None:
+            raise ResubmitUnsupportedError(f"{self.source}: resubmit at the source")
+        outcome = DeadLetterOutcome()
+        for dead in [d for d in self.dead_letters if selection.matches(d)]:
+            why = refusal(dead)
+            if why is not None:
+                outcome.refused[dead.sequence_number] = why
+                continue
+            self.dead_letters.remove(dead)
+            self.resubmitted.append((dead, by))
+            outcome.done.append(dead.sequence_number)
+        return outcome
+
+    async def purge(self, selection: Selection) -> DeadLetterOutcome:
+        gone = [d for d in self.dead_letters if selection.matches(d)]
+        self.dead_letters = [d for d in self.dead_letters if not selection.matches(d)]
+        return DeadLetterOutcome(done=[d.sequence_number for d in gone])
+
+
+@dataclass
+class FakeEntityCounter:
+    """`EntityCounter` answering the dead-letter queues' sizes and set active counts."""
+
+    queues: dict[Source, FakeDeadLetterQueue]
+    active: dict[Source, int] = field(default_factory=dict)
+
+    async def count(self, source: Source, limit: int) -> EntityCounts:
+        dead = min(len(self.queues[source].dead_letters), limit)
+        return EntityCounts(source, min(self.active.get(source, 0), limit), 0, dead, limit)
+
+
+@dataclass
+class FakeDecisionFeed:
+    """`DecisionFeed` over journal lines held in memory."""
+
+    lines: list[bytes] = field(default_factory=list)
+
+    async def counters(self) -> DecisionCounters:
+        counters = DecisionCounters()
+        for line in self.lines:
+            counters.add_line(line)
+        return counters
