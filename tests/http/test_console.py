@@ -443,6 +443,25 @@ async def test_any_order_id_is_answered_with_a_page_never_a_500(order_id: str) -
         assert response.headers["content-type"].startswith("text/html")
 
 
-async def test_the_json_endpoint_answers_problems_for_unknown_paths(console: Console) -> None:
-    response = await console.client.get("/console/api/nothing")
-    assert response.headers["content-type"] == PROBLEM
+async def test_unknown_console_paths_are_a_404_page_or_a_problem_under_api(
+    console: Console,
+) -> None:
+    assert_problem(await console.client.get("/console/api/nothing"), 404, "not-found")
+    assert "no such console page" in assert_html(await console.client.get("/console/nothing"), 404)
+    assert_html(await console.client.post("/console/dead-letters", content=b""), 404)
+
+
+async def test_the_functions_host_serves_the_console_only_when_the_setting_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # function_app.py calls create_app() with no arguments: settings come from the environment
+    # on first use, so here (no COSMOS_ENDPOINT) the console is enabled but cannot be built.
+    monkeypatch.delenv("COSMOS_ENDPOINT", raising=False)
+    for enabled, status in (("true", 503), ("", 404)):
+        monkeypatch.setenv("ORDERS_CONSOLE_ENABLED", enabled)
+        transport = httpx.ASGITransport(app=create_app())
+        async with httpx.AsyncClient(transport=transport, base_url="http://func.test") as client:
+            response = await client.get("/console")
+        assert response.status_code == status
+        content_type = "text/html" if enabled else PROBLEM
+        assert response.headers["content-type"].startswith(content_type)

@@ -134,7 +134,9 @@ class ServiceBusDeadLetters:
         kept: list[ServiceBusReceivedMessage] = []
         async with self._dead_letter_receiver() as receiver:
             try:
-                while len(outcome.done) + len(kept) < MAX_PER_COMMAND:
+                while len(outcome.done) + len(kept) < MAX_PER_COMMAND and not selection.all_handled(
+                    outcome.done, outcome.refused
+                ):
                     page = await receiver.receive_messages(
                         max_message_count=PAGE, max_wait_time=RECEIVE_WAIT_SECONDS
                     )

@@ -4,6 +4,7 @@ resubmitting one would do harm. Nothing here talks to a broker."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -90,6 +91,13 @@ class Selection:
     def __post_init__(self) -> None:
         if not (self.sequence_numbers or self.reason or self.everything):
             raise ValueError("say which dead letters: sequence numbers, --reason or --all")
+
+    def all_handled(self, done: Iterable[int], refused: Iterable[int]) -> bool:
+        """Whether nothing more can match: every named sequence number was acted on or refused
+        (so a command need not wait for an empty receive to know it is finished)."""
+        if self.everything or self.reason is not None or not self.sequence_numbers:
+            return False
+        return self.sequence_numbers <= {*done, *refused}
 
     def matches(self, dead: DeadLetter) -> bool:
         if self.everything:

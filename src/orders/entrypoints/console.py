@@ -288,5 +288,12 @@ def install_console(app: FastAPI, factory: ConsoleFactory) -> Lazy[ConsoleRuntim
     async def script() -> Response:
         return Response(SCRIPT, media_type="text/javascript", headers=SECURITY_HEADERS)
 
+    @router.api_route("/{rest:path}", methods=["GET", "POST"])
+    async def not_found(rest: str) -> Response:
+        """Any other path under /console: a page for a person, a problem for the JSON API."""
+        if rest.startswith("api/"):
+            return problem(404, "not-found", "Not Found", "no such console endpoint")
+        return page(pages.error_page(404, "Not found", "no such console page"), 404)
+
     app.include_router(router)
     return runtime
