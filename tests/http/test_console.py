@@ -145,12 +145,16 @@ async def test_dead_letters_are_listed_with_every_untrusted_value_escaped(
                     body=b"<img src=x onerror=alert(1)>")
     )  # fmt: skip
 
+    console.queue.dead_letters.append(dead_letter(10, body=b'{"a": "\x1b[31m\x00"}'))
+
     page = assert_html(await console.client.get("/console/dead-letters?source=orders"), 200)
 
     assert "<script>alert" not in page and "<img src=x" not in page
+    # Quotes read as quotes; terminal escapes and NULs are shown, never passed through.
+    assert "{&quot;a&quot;: &quot;\\u001b[31m\\u0000&quot;}" in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "&lt;img src=x onerror=alert(1)&gt;" in page
-    assert page.count('href="/console/dead-letters/confirm?source=orders&amp;action=resubmit') == 3
+    assert page.count('href="/console/dead-letters/confirm?source=orders&amp;action=resubmit') == 4
 
 
 async def test_a_subscription_offers_purge_but_not_resubmit(console: Console) -> None:

@@ -17,7 +17,11 @@ nav a[aria-current="page"] { font-weight: bold; text-decoration-thickness: 3px; 
 main { padding: 1rem; max-width: 80rem; }
 table { border-collapse: collapse; margin: 0.5rem 0 1rem; }
 th, td { border: 1px solid #8a8a8a; padding: 0.25rem 0.5rem; text-align: left;
-  vertical-align: top; max-width: 28rem; overflow-wrap: anywhere; }
+  vertical-align: top; max-width: 22rem; overflow-wrap: break-word; }
+td code { overflow-wrap: anywhere; }
+td.body { min-width: 16rem; }
+td.actions { white-space: nowrap; }
+td.actions a + a { margin-left: 0.4rem; }
 caption { text-align: left; font-weight: bold; padding: 0.25rem 0; }
 code { word-break: break-all; }
 a.button, button { display: inline-block; padding: 0.3rem 0.7rem; border: 2px solid #10365e;

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlencode
 
-from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome
+from orders.domain.dead_letters import PREVIEW_CHARS, DeadLetter, DeadLetterOutcome
 from orders.domain.documents import LINE_DOCUMENT_TYPE, ORDER_DOCUMENT_TYPE
 from orders.service.ports import EntityCounts
 from orders.service.worker_options import Source
@@ -97,8 +97,16 @@ def _dead_letter_cells(dead: DeadLetter) -> str:
         f"<td>{text(dead.reason or '')}</td><td>{text((dead.description or '')[:300])}</td>"
         f"<td>{dead.delivery_count}</td><td>{text(enqueued)}</td>"
         f"<td><code>{text(json.dumps(dead.message_id))}</code></td>"
-        f"<td><code>{text(dead.preview)}</code></td>"
+        f'<td class="body"><code>{text(readable_preview(dead))}</code></td>'
     )
+
+
+def readable_preview(dead: DeadLetter) -> str:
+    """The start of the body as a person reads it: quotes as they are, anything unprintable
+    escaped (the CLI's JSON-style preview escapes quotes too, which a table does not need)."""
+    start = dead.body[:PREVIEW_CHARS].decode("utf-8", errors="replace")
+    shown = "".join(c if c.isprintable() else json.dumps(c)[1:-1] for c in start)
+    return shown + ("..." if len(dead.body) > PREVIEW_CHARS else "")
 
 
 def _action_link(action: str, source: Source, sequence: int | str, label: str) -> str:
@@ -110,18 +118,18 @@ def _action_link(action: str, source: Source, sequence: int | str, label: str) -
 
 def dead_letters_page(source: Source, dead_letters: list[DeadLetter], limit: int) -> str:
     resubmit = source.queue is not None
+
+    def actions(dead: DeadLetter) -> str:
+        sequence = dead.sequence_number
+        links = [_action_link("purge", source, sequence, f"Purge {sequence}")]
+        if resubmit:
+            links.insert(0, _action_link("resubmit", source, sequence, f"Resubmit {sequence}"))
+        return f'<td class="actions">{" ".join(links)}</td>'
+
+    # Actions next to the sequence number: on screen and early in the focus order.
     rows = "".join(
-        f'<tr><th scope="row">{dead.sequence_number}</th>{_dead_letter_cells(dead)}<td>'
-        + (
-            _action_link(
-                "resubmit", source, dead.sequence_number, f"Resubmit {dead.sequence_number}"
-            )
-            if resubmit
-            else ""
-        )
-        + " "
-        + _action_link("purge", source, dead.sequence_number, f"Purge {dead.sequence_number}")
-        + "</td></tr>"
+        f'<tr><th scope="row">{dead.sequence_number}</th>{actions(dead)}'
+        f"{_dead_letter_cells(dead)}</tr>"
         for dead in dead_letters
     )
     if not dead_letters:
@@ -131,10 +139,10 @@ def dead_letters_page(source: Source, dead_letters: list[DeadLetter], limit: int
             f'<p role="status">{len(dead_letters)} dead letter(s), oldest first'
             f"{f' (the first {limit})' if len(dead_letters) >= limit else ''}.</p>"
             '<table id="dead-letters"><thead><tr><th scope="col">Sequence</th>'
-            '<th scope="col">Reason</th><th scope="col">Description</th>'
-            '<th scope="col">Deliveries</th><th scope="col">Enqueued</th>'
-            '<th scope="col">MessageId</th><th scope="col">Body</th>'
-            f'<th scope="col">Actions</th></tr></thead><tbody>{rows}</tbody></table>'
+            '<th scope="col">Actions</th><th scope="col">Reason</th>'
+            '<th scope="col">Description</th><th scope="col">Deliveries</th>'
+            '<th scope="col">Enqueued</th><th scope="col">MessageId</th>'
+            f'<th scope="col">Body</th></tr></thead><tbody>{rows}</tbody></table>'
             f"<p>{_action_link('purge', source, 'all', 'Purge all dead letters')}</p>"
         )
     note = (
@@ -195,11 +203,13 @@ def outcome_page(action: str, source: Source, outcome: DeadLetterOutcome) -> str
     body = f'<p role="status" id="outcome">{past}: {text(done)}.</p>'
     if kept:
         body += f'<ul id="refused" role="alert">{kept}</ul>'
+        if any("--force" in why for why in outcome.refused.values()):
+            body += "<p>Here, --force is the Force checkbox of the confirmation page.</p>"
     body += (
         f'<p><a href="{url(f"{PREFIX}/dead-letters", source=str(source))}">'
         f"Back to the dead letters of {text(source)}</a></p>"
     )
-    return layout(f"{past} in {source}", body, current=PREFIX)
+    return layout(f"{action.capitalize()} in {source}: outcome", body, current=PREFIX)
 
 
 def _document_type(document: dict[str, Any]) -> str:
