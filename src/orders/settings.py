@@ -108,7 +108,7 @@ class Settings:
         window_text = optional("ORDERS_DUPLICATE_WINDOW_SECONDS")
         window = DEFAULT_DUPLICATE_WINDOW_SECONDS
         if window_text is not None:
-            if not window_text.isdigit() or len(window_text) > 9:
+            if not (window_text.isascii() and window_text.isdigit()) or len(window_text) > 9:
                 raise SettingsError(
                     f"ORDERS_DUPLICATE_WINDOW_SECONDS must be whole seconds: {window_text!r}"
                 )
@@ -161,7 +161,7 @@ def console_enabled(env: Mapping[str, str] | None = None) -> bool:
 
 
 def parse_subscriptions(text: str | None) -> tuple[tuple[str, str], ...]:
-    """ "topic/subscription,topic/subscription" as pairs."""
+    """Pairs from "topic/subscription,topic/subscription" (blank items skipped)."""
     pairs = []
     for item in (text or "").split(","):
         if not item.strip():

@@ -174,6 +174,8 @@ def test_console_settings_default_off_and_parse() -> None:
         ("ORDERS_CONSOLE_SUBSCRIPTIONS", "a/b/c"),
         ("ORDERS_DUPLICATE_WINDOW_SECONDS", "-5"),
         ("ORDERS_DUPLICATE_WINDOW_SECONDS", "ten"),
+        ("ORDERS_DUPLICATE_WINDOW_SECONDS", "²"),
+        ("ORDERS_DUPLICATE_WINDOW_SECONDS", "1" * 12),
     ],
 )
 def test_malformed_console_settings_fail_at_start(name: str, value: str) -> None:
