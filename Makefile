@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 CHECKOV_VENV := .venv-checkov
 NODE_SERVER := emulators/cosmos/node_modules/.bin/cosmosdb-server
 
-.PHONY: setup demo test lint clean node-crosscheck
+.PHONY: setup demo test lint clean node-crosscheck browser
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,21 @@ node-crosscheck:
 		cd emulators/cosmos && npm ci --no-audit --no-fund --loglevel=error; \
 	else echo "npm not found: the @vercel/cosmosdb-server cross-check will be skipped"; fi
 
+# Headless Chromium and its driver for the console's browser tests (tests/browser): Debian's
+# packages where apt works (as root, or through passwordless sudo); elsewhere, without a browser,
+# the tests skip and say why (in CI they fail instead).
+browser:
+	@if command -v chromedriver >/dev/null 2>&1 && { command -v chromium || \
+		command -v google-chrome; } >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1 && { [ "$$(id -u)" = 0 ] || sudo -n true 2>/dev/null; }; then \
+		as_root=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
+		$$as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+			chromium chromium-driver >/dev/null 2>&1 || \
+		{ $$as_root apt-get update >/dev/null && $$as_root env DEBIAN_FRONTEND=noninteractive \
+			apt-get install -y --no-install-recommends chromium chromium-driver >/dev/null; } || \
+		echo "could not install chromium: the browser tests will be skipped"; \
+	else echo "chromium not found and apt-get unusable: the browser tests will be skipped"; fi
+
 setup: $(BIN)/.installed
 
 demo: $(BIN)/.installed
@@ -35,7 +50,7 @@ demo: $(BIN)/.installed
 
 # Lint first (seconds), then the suite on both cores, with branch coverage of the four packages
 # (what runs in this process tree; emulators and workers started as processes are not counted).
-test: lint $(CHECKOV_VENV)/.installed node-crosscheck
+test: lint $(CHECKOV_VENV)/.installed node-crosscheck browser
 	$(BIN)/python -m pytest -n 2 --dist loadgroup --cov --cov-report=term
 
 lint: $(BIN)/.installed
@@ -45,7 +60,7 @@ lint: $(BIN)/.installed
 	$(BIN)/mypy function_app.py scripts infra/scripts
 	# The tests too, one folder at a time: each has its own conftest and helpers on the path.
 	MYPYPATH=src:tests $(BIN)/mypy --explicit-package-bases tests/infra tests/*.py
-	@for dir in unit http e2e integration cosmos_emulator servicebus_emulator payments; do \
+	@for dir in unit http e2e integration browser cosmos_emulator servicebus_emulator payments; do \
 		echo "mypy tests/$$dir"; \
 		MYPYPATH=src:tests:tests/$$dir $(BIN)/mypy --explicit-package-bases tests/$$dir || exit 1; \
 	done

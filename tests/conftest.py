@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
 from servers import (
     CosmosServer,
+    skip_or_fail,
     vercel_cosmos_server,
     vercel_server_unavailable_reason,
 )
 
 from cosmos_emulator import WELL_KNOWN_KEY as WELL_KNOWN_COSMOS_KEY
-
-
-def skip_or_fail(reason: str) -> None:
-    """Optional servers skip on developer machines, but CI must really run them."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"required in CI: {reason}")
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")

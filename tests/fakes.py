@@ -11,11 +11,14 @@ import copy
 import itertools
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, Selection
+from orders.domain.decision_counters import DecisionCounters
 from orders.domain.documents import OrderRecord, OrderWrite, build_order_write
 from orders.domain.events import OrderAccepted
 from orders.domain.hashing import request_hash
@@ -41,8 +44,11 @@ from orders.exceptions import (
     OrderAlreadyExistsError,
     PaymentError,
     PaymentRefusedError,
+    ResubmitUnsupportedError,
     StoreError,
 )
+from orders.service.ports import EntityCounts
+from orders.service.worker_options import Source
 
 
 class FakeOrderStore:
@@ -404,3 +410,67 @@ def event_message(order_id: str = "o-1", amount: str = "12.5") -> ReceivedOrderM
     )
     event = OrderAccepted.of(order, total_amount=amount, accepted_at=datetime.now(UTC))
     return ReceivedOrderMessage(body=event.body(), message_id=event.event_id)
+
+
+class FakeDeadLetterQueue:
+    """`DeadLetterQueue` over a list: resubmitted dead letters move to `resubmitted`."""
+
+    def __init__(self, source: Source, dead_letters: list[DeadLetter] | None = None) -> None:
+        self.source = source
+        self.dead_letters = list(dead_letters or [])
+        self.resubmitted: list[tuple[DeadLetter, str]] = []
+
+    async def browse(self, limit: int, from_sequence: int = 1) -> list[DeadLetter]:
+        found = [d for d in self.dead_letters if d.sequence_number >= from_sequence]
+        return sorted(found, key=lambda d: d.sequence_number)[:limit]
+
+    async def resubmit(
+        self,
+        selection: Selection,
+        refusal: Callable[[DeadLetter], str | None],
+        *,
+        by: str,
+        now: datetime,
+    ) -> DeadLetterOutcome:
+        if self.source.queue is None:
+            raise ResubmitUnsupportedError(f"{self.source}: resubmit at the source")
+        outcome = DeadLetterOutcome()
+        for dead in [d for d in self.dead_letters if selection.matches(d)]:
+            why = refusal(dead)
+            if why is not None:
+                outcome.refused[dead.sequence_number] = why
+                continue
+            self.dead_letters.remove(dead)
+            self.resubmitted.append((dead, by))
+            outcome.done.append(dead.sequence_number)
+        return outcome
+
+    async def purge(self, selection: Selection) -> DeadLetterOutcome:
+        gone = [d for d in self.dead_letters if selection.matches(d)]
+        self.dead_letters = [d for d in self.dead_letters if not selection.matches(d)]
+        return DeadLetterOutcome(done=[d.sequence_number for d in gone])
+
+
+@dataclass
+class FakeEntityCounter:
+    """`EntityCounter` answering the dead-letter queues' sizes and set active counts."""
+
+    queues: dict[Source, FakeDeadLetterQueue]
+    active: dict[Source, int] = field(default_factory=dict)
+
+    async def count(self, source: Source, limit: int) -> EntityCounts:
+        dead = min(len(self.queues[source].dead_letters), limit)
+        return EntityCounts(source, min(self.active.get(source, 0), limit), 0, dead, limit)
+
+
+@dataclass
+class FakeDecisionFeed:
+    """`DecisionFeed` over journal lines held in memory."""
+
+    lines: list[bytes] = field(default_factory=list)
+
+    async def counters(self) -> DecisionCounters:
+        counters = DecisionCounters()
+        for line in self.lines:
+            counters.add_line(line)
+        return counters

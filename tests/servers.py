@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 VERCEL_COSMOS_SERVER = REPO / "emulators" / "cosmos" / "node_modules" / ".bin" / "cosmosdb-server"
 
@@ -22,6 +24,13 @@ class CosmosServer:
     name: str
     endpoint: str
     key: str
+
+
+def skip_or_fail(reason: str) -> None:
+    """Optional servers skip on developer machines, but CI must really run them."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"required in CI: {reason}")
+    pytest.skip(reason)
 
 
 def free_port() -> int:

@@ -14,6 +14,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from orders.adapters.cosmos_audit import documents_of_run
@@ -30,6 +32,7 @@ from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
 from orders.adapters.cosmos_order_reader import CosmosOrderReader
 from orders.adapters.cosmos_outbox import CosmosOutboxFeed
 from orders.adapters.cosmos_store import CosmosOrderStore
+from orders.adapters.decision_journals import JournalFolder
 from orders.adapters.identity import ProcessCredential
 from orders.adapters.monitoring import configure_monitoring
 from orders.adapters.payments_http import HttpPaymentGateway
@@ -39,6 +42,7 @@ from orders.adapters.servicebus import (
     create_servicebus_client,
     to_received_order_message,
 )
+from orders.adapters.servicebus_counts import ServiceBusEntityCounter
 from orders.adapters.servicebus_dead_letters import ServiceBusDeadLetters
 from orders.adapters.servicebus_load import ServiceBusLoadSender, peek_dead_letters
 from orders.adapters.servicebus_publisher import (
@@ -52,6 +56,7 @@ from orders.domain.outcomes import Decision
 from orders.exceptions import ServiceNotReadyError
 from orders.observability import ConsumerTelemetry
 from orders.service.billing import AfterCharge, BillingConsumer
+from orders.service.console import OperationsConsole
 from orders.service.consumer import OrderConsumer, settle
 from orders.service.dispatcher import DEFAULT_LEASE_SECONDS as DEFAULT_DISPATCHER_LEASE_SECONDS
 from orders.service.dispatcher import (
@@ -240,6 +245,47 @@ async def build_operator_tools(
             settings.idempotency_scope,
             stack.pop_all(),
         )
+
+
+@dataclass
+class ConsoleRuntime:
+    """What the operations console works with; tests build one over fakes."""
+
+    console: OperationsConsole
+    # As in HttpRuntime: the principal header names who acted only where the platform sets it.
+    trust_principal_header: bool = False
+    resources: AsyncExitStack = field(default_factory=AsyncExitStack)
+
+    async def close(self) -> None:
+        await self.resources.aclose()
+
+
+async def build_console_runtime(settings: Settings) -> ConsoleRuntime:
+    """The console over one Service Bus client (peeks, the dead-letter tools), the orders
+    container, and the workers' journals where a folder of them is configured (locally)."""
+    settings.require_servicebus()
+    async with AsyncExitStack() as stack:
+        identity = _process_credential(stack, settings)
+        cosmos = await _cosmos_client(stack, settings, identity, create_local_resources=False)
+        servicebus = await stack.enter_async_context(create_servicebus_client(settings, identity))
+        sources = [Source(queue=settings.orders_queue)] + [
+            Source(topic=topic, subscription=subscription)
+            for topic, subscription in settings.console_subscriptions
+        ]
+        folder = settings.decisions_folder
+        console = OperationsConsole(
+            sources,
+            ServiceBusEntityCounter(servicebus),
+            lambda source: ServiceBusDeadLetters(servicebus, source),
+            CosmosOrderReader(orders_container(cosmos, settings)),
+            JournalFolder(Path(folder)) if folder else None,
+            duplicate_window=timedelta(seconds=settings.duplicate_window_seconds),
+        )
+        return ConsoleRuntime(console, settings.platform_auth_enabled, stack.pop_all())
+
+
+async def console_runtime_from_env() -> ConsoleRuntime:
+    return await build_console_runtime(Settings.from_env())
 
 
 # --- Lazily built runtimes (the two the Functions host runs) ----------------------------------

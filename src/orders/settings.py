@@ -58,10 +58,21 @@ OPTIONAL_SETTING_NAMES = frozenset(
         "IDEMPOTENCY_SCOPE",
         "IDEMPOTENCY_TTL_SECONDS",
         "BILLING_LEASE_SECONDS",
+        # The operations console (off unless "true"; see docs/operations.md before turning it
+        # on in Azure), the subscriptions it shows beside the orders queue ("topic/sub,..."),
+        # and the queue's duplicate-detection window its resubmit respects.
+        "ORDERS_CONSOLE_ENABLED",
+        "ORDERS_CONSOLE_SUBSCRIPTIONS",
+        "ORDERS_DUPLICATE_WINDOW_SECONDS",
     }
 )
+# Read by local tooling only: the folder of the workers' decision journals (`orders up`).
+LOCAL_SETTING_NAMES = frozenset({"ORDERS_DECISIONS_DIR"})
+CONSOLE_ENABLED = "ORDERS_CONSOLE_ENABLED"
 
 DEFAULT_IDEMPOTENCY_TTL_SECONDS = 24 * 60 * 60
+# Azure's default for a queue's duplicate-detection history (ARM's PT10M).
+DEFAULT_DUPLICATE_WINDOW_SECONDS = 10 * 60
 
 
 class SettingsError(OrdersError, ValueError):
@@ -102,6 +113,10 @@ class Settings:
     # database's clock); it must outlast the payment call's timeout.
     billing_lease_seconds: float = 60.0
     payments_timeout_seconds: float = 10.0
+    console_enabled: bool = False
+    console_subscriptions: tuple[tuple[str, str], ...] = ()
+    duplicate_window_seconds: int = DEFAULT_DUPLICATE_WINDOW_SECONDS
+    decisions_folder: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -130,6 +145,14 @@ class Settings:
             raise SettingsError(f"BILLING_LEASE_SECONDS must be a number: {lease_text!r}") from exc
         if not 1 <= billing_lease <= 3600:
             raise SettingsError("BILLING_LEASE_SECONDS must be between 1 and 3600")
+        window_text = optional("ORDERS_DUPLICATE_WINDOW_SECONDS")
+        window = DEFAULT_DUPLICATE_WINDOW_SECONDS
+        if window_text is not None:
+            if not (window_text.isascii() and window_text.isdigit()) or len(window_text) > 9:
+                raise SettingsError(
+                    f"ORDERS_DUPLICATE_WINDOW_SECONDS must be whole seconds: {window_text!r}"
+                )
+            window = int(window_text)
         # The field defaults above are the one source of defaults: unset names are left out.
         named = {
             field: value
@@ -162,6 +185,10 @@ class Settings:
             billing_lease_seconds=billing_lease,
             payments_timeout_seconds=min(10.0, billing_lease / 2),
             idempotency_ttl_seconds=ttl,
+            console_enabled=console_enabled(env),
+            console_subscriptions=parse_subscriptions(optional("ORDERS_CONSOLE_SUBSCRIPTIONS")),
+            duplicate_window_seconds=window,
+            decisions_folder=optional("ORDERS_DECISIONS_DIR"),
             **named,
         )
 
@@ -184,3 +211,24 @@ class Settings:
                 "set ServiceBusConnection (emulator connection string) or "
                 "ServiceBusConnection__fullyQualifiedNamespace (Azure, managed identity)"
             )
+
+
+def console_enabled(env: Mapping[str, str] | None = None) -> bool:
+    """Whether ORDERS_CONSOLE_ENABLED is "true" (read alone too: the app decides at import)."""
+    env = os.environ if env is None else env
+    return env.get(CONSOLE_ENABLED, "").strip().lower() == "true"
+
+
+def parse_subscriptions(text: str | None) -> tuple[tuple[str, str], ...]:
+    """Pairs from "topic/subscription,topic/subscription" (blank items skipped)."""
+    pairs = []
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        topic, slash, subscription = item.strip().partition("/")
+        if not (slash and topic.strip() and subscription.strip()) or "/" in subscription:
+            raise SettingsError(
+                f"ORDERS_CONSOLE_SUBSCRIPTIONS: {item.strip()!r} is not topic/subscription"
+            )
+        pairs.append((topic.strip(), subscription.strip()))
+    return tuple(pairs)

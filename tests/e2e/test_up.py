@@ -61,12 +61,21 @@ def test_up_serves_the_whole_stack_and_ctrl_c_stops_every_process(tmp_path: Path
             60,
             "the order to be stored by the worker",
         )
+        # The console: its URL printed, its pages served, the worker's decision counted.
+        console_page = httpx.get(f"{api}/console")
+        poll_until(
+            lambda: httpx.get(f"{api}/console/api/counters").json()["totals"]["processed"] >= 1,
+            30,
+            "the console to count the worker's decision",
+        )
         started = processes_mentioning(str(directory)) + processes_mentioning(f"--port {port}")
     finally:
         os.kill(up.pid, signal.SIGINT)
         exit_code = up.wait(timeout=90)
 
     assert posted.status_code == 202
+    assert f"operations console: {api}/console" in log.read_text()
+    assert console_page.status_code == 200 and "<td>queue</td>" in console_page.text
     assert "export ServiceBusConnection=" in exports and "export COSMOS_ENDPOINT=" in exports
     assert settings["ORDERS_QUEUE"] == "orders" and settings["COSMOS_KEY"]
     assert len(set(started)) >= 4  # two emulators, a worker, the HTTP API (and `orders up`)

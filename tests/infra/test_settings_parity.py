@@ -55,8 +55,17 @@ ISSUE_13_SETTINGS = frozenset(
 ISSUE_14_SETTINGS = frozenset({"STATUS_QUEUE", "STATUS_SESSIONS"})
 # Local only: keys and connection strings exist for the emulators, never in Azure.
 EMULATOR_ONLY = frozenset({"COSMOS_KEY", "ServiceBusConnection"})
-# Read with defaults by the HTTP API and billing; Azure may leave them unset.
-OPTIONAL = frozenset({"IDEMPOTENCY_SCOPE", "IDEMPOTENCY_TTL_SECONDS", "BILLING_LEASE_SECONDS"})
+# Read with defaults by the HTTP API, billing and the console; Azure may leave them unset.
+OPTIONAL = frozenset(
+    {
+        "IDEMPOTENCY_SCOPE",
+        "IDEMPOTENCY_TTL_SECONDS",
+        "BILLING_LEASE_SECONDS",
+        "ORDERS_CONSOLE_ENABLED",
+        "ORDERS_CONSOLE_SUBSCRIPTIONS",
+        "ORDERS_DUPLICATE_WINDOW_SECONDS",
+    }
+)
 # Read by the Functions host (its own storage through the identity) and by the Python worker
 # (PYTHON_ENABLE_OPENTELEMETRY: join the host's trace under telemetryMode OpenTelemetry), not by
 # our code.

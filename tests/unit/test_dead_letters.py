@@ -93,3 +93,13 @@ def test_a_live_claim_is_evicted_only_with_force() -> None:
     assert eviction_refusal(live, 100.0, force=True) is None
     assert eviction_refusal(record(RecordStatus.IN_PROGRESS, 90.0), 100.0, force=False) is None
     assert eviction_refusal(record(RecordStatus.COMPLETED, 130.0), 100.0, force=False) is None
+
+
+def test_a_selection_of_sequence_numbers_is_finished_once_each_was_handled() -> None:
+    named = Selection(frozenset({3, 7}))
+
+    assert not named.all_handled([3], {})
+    assert named.all_handled([3], {7: "refused"})
+    # A reason or --all can match more at any time: only an empty receive ends them.
+    assert not Selection(frozenset({3}), reason="InvalidJson").all_handled([3], {})
+    assert not Selection(everything=True).all_handled([3, 7], {})

@@ -4,7 +4,6 @@ whatever the process's Service Bus client uses)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
@@ -12,7 +11,12 @@ from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, Servi
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
 
 from orders.adapters.servicebus import message_body_bytes
-from orders.domain.dead_letters import DeadLetter, Selection, resubmitted_properties
+from orders.domain.dead_letters import (
+    DeadLetter,
+    DeadLetterOutcome,
+    Selection,
+    resubmitted_properties,
+)
 from orders.exceptions import ResubmitUnsupportedError
 from orders.service.worker_options import Source
 
@@ -41,14 +45,6 @@ def to_dead_letter(message: ServiceBusReceivedMessage) -> DeadLetter:
         body=message_body_bytes(message),
         application_properties=properties,
     )
-
-
-@dataclass
-class Outcome:
-    """What a resubmit or purge did, by sequence number."""
-
-    done: list[int] = field(default_factory=list)
-    refused: dict[int, str] = field(default_factory=dict)
 
 
 class ServiceBusDeadLetters:
@@ -89,7 +85,7 @@ class ServiceBusDeadLetters:
         *,
         by: str,
         now: datetime,
-    ) -> Outcome:
+    ) -> DeadLetterOutcome:
         """Send a copy of each selected dead letter to the queue (same MessageId, body and
         properties, plus who and when), then remove it from the dead-letter queue.
 
@@ -119,7 +115,7 @@ class ServiceBusDeadLetters:
 
             return await self._take(selection, refusal, send_copy)
 
-    async def purge(self, selection: Selection) -> Outcome:
+    async def purge(self, selection: Selection) -> DeadLetterOutcome:
         async def nothing(dead: DeadLetter, message: ServiceBusReceivedMessage) -> None:
             return None
 
@@ -130,15 +126,17 @@ class ServiceBusDeadLetters:
         selection: Selection,
         refusal: Callable[[DeadLetter], str | None],
         act: Callable[[DeadLetter, ServiceBusReceivedMessage], Any],
-    ) -> Outcome:
+    ) -> DeadLetterOutcome:
         """Lock dead letters one page at a time; act on the selected, then remove them. What is
         not selected (or refused) stays locked until the end, so no page sees it twice, then is
         abandoned: it stays in the dead-letter queue, its delivery count one higher."""
-        outcome = Outcome()
+        outcome = DeadLetterOutcome()
         kept: list[ServiceBusReceivedMessage] = []
         async with self._dead_letter_receiver() as receiver:
             try:
-                while len(outcome.done) + len(kept) < MAX_PER_COMMAND:
+                while len(outcome.done) + len(kept) < MAX_PER_COMMAND and not selection.all_handled(
+                    outcome.done, outcome.refused
+                ):
                     page = await receiver.receive_messages(
                         max_message_count=PAGE, max_wait_time=RECEIVE_WAIT_SECONDS
                     )

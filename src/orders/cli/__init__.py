@@ -316,17 +316,24 @@ def demo(
 def serve(
     host: Annotated[str, typer.Option(help="Interface to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0 picks a free one)")] = 8000,
+    console: Annotated[
+        bool, typer.Option("--console", help="Serve the operations console at /console too")
+    ] = False,
 ) -> None:
     """Serve the HTTP API (POST/GET /api/orders, /api/docs) with uvicorn."""
     import uvicorn
 
-    from orders.bootstrap import build_http_runtime
+    from orders.bootstrap import build_console_runtime, build_http_runtime
     from orders.entrypoints.http_api import create_app
 
     configure_logging()
     settings = settings_or_exit()  # fail at start, not on the first request
+    with_console = console or settings.console_enabled
     uvicorn.run(
-        create_app(lambda: build_http_runtime(settings)),
+        create_app(
+            lambda: build_http_runtime(settings),
+            console_factory=(lambda: build_console_runtime(settings)) if with_console else None,
+        ),
         host=host,
         port=port,
         log_level="info",
@@ -346,6 +353,7 @@ def up(
 
     def ready(running: RunningStack) -> None:
         out.print(f"[green]ready[/green]: HTTP API {running.api_url}/api/docs")
+        out.print(f"operations console: {running.api_url}/console")
         out.print(f"settings: {running.directory / 'env.json'} (`orders env` prints them)")
         out.print(f"local.settings.json for func start: {running.directory}/local.settings.json")
         out.print("Ctrl-C stops everything.", highlight=False)

@@ -4,6 +4,7 @@ resubmitting one would do harm. Nothing here talks to a broker."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -16,6 +17,23 @@ RESUBMIT_COUNT = "ResubmitCount"
 # Set by the broker on a dead-lettered copy; a resubmitted message starts without them.
 DEAD_LETTER_PROPERTIES = frozenset({"DeadLetterReason", "DeadLetterErrorDescription"})
 PREVIEW_CHARS = 120
+# Service Bus sequence numbers are positive 64-bit integers; anything else names no message.
+MAX_SEQUENCE_NUMBER = 2**63 - 1
+
+
+def is_sequence_number(value: int) -> bool:
+    return 1 <= value <= MAX_SEQUENCE_NUMBER
+
+
+def parse_sequence_number(text: str) -> int | None:
+    """A sequence number from untrusted text (a form field, a path), or None: decimal digits
+    only, bounded before conversion so a huge string costs nothing."""
+    if not 1 <= len(text) <= len(str(MAX_SEQUENCE_NUMBER)) or not text.isascii():
+        return None
+    if not text.isdigit():
+        return None
+    value = int(text)
+    return value if is_sequence_number(value) else None
 
 
 @dataclass(frozen=True)
@@ -54,6 +72,14 @@ class DeadLetter:
         return view
 
 
+@dataclass
+class DeadLetterOutcome:
+    """What a resubmit or purge did, by sequence number."""
+
+    done: list[int] = field(default_factory=list)
+    refused: dict[int, str] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class Selection:
     """Which dead letters a command acts on: given sequence numbers, one reason, or all."""
@@ -65,6 +91,13 @@ class Selection:
     def __post_init__(self) -> None:
         if not (self.sequence_numbers or self.reason or self.everything):
             raise ValueError("say which dead letters: sequence numbers, --reason or --all")
+
+    def all_handled(self, done: Iterable[int], refused: Iterable[int]) -> bool:
+        """Whether nothing more can match: every named sequence number was acted on or refused
+        (so a command need not wait for an empty receive to know it is finished)."""
+        if self.everything or self.reason is not None or not self.sequence_numbers:
+            return False
+        return self.sequence_numbers <= {*done, *refused}
 
     def matches(self, dead: DeadLetter) -> bool:
         if self.everything:

@@ -18,11 +18,12 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
 from orders import __version__
-from orders.bootstrap import HttpRuntime, Lazy, http_runtime_from_env
+from orders.bootstrap import HttpRuntime, Lazy, console_runtime_from_env, http_runtime_from_env
 from orders.domain.idempotency import StoredResponse, validate_idempotency_key
 from orders.domain.messages import MAX_BODY_BYTES, parse_order
 from orders.domain.model import is_entity_id
 from orders.domain.status import MAX_CANCEL_BODY_BYTES, parse_cancel_request
+from orders.entrypoints.console import ConsoleFactory, install_console
 from orders.entrypoints.http_contract import (
     ACCEPTED_RETRY_AFTER,
     IDEMPOTENCY_KEY_HEADER,
@@ -50,6 +51,7 @@ from orders.entrypoints.http_problems import install_problem_handlers, unknown_o
 from orders.exceptions import InvalidIdempotencyKeyError
 from orders.observability import HttpTelemetry
 from orders.service.order_lookup import OrderState
+from orders.settings import console_enabled
 
 RuntimeFactory = Callable[[], Awaitable[HttpRuntime]]
 
@@ -83,16 +85,26 @@ def create_app(
     runtime_factory: RuntimeFactory | None = None,
     tracer_provider: TracerProvider | None = None,
     meter_provider: MeterProvider | None = None,
+    console_factory: ConsoleFactory | None = None,
 ) -> FastAPI:
-    """The ASGI app; `runtime_factory` defaults to building real clients from the environment."""
+    """The ASGI app; `runtime_factory` defaults to building real clients from the environment.
+
+    The operations console (/console) is served with `console_factory`; the Functions host
+    (no arguments) serves it only when ORDERS_CONSOLE_ENABLED is "true".
+    """
     runtime = Lazy(runtime_factory or http_runtime_from_env, "HTTP API's clients")
     tracer = trace.get_tracer("orders.http", tracer_provider=tracer_provider)
     telemetry = HttpTelemetry(meter_provider)
+    if console_factory is None and runtime_factory is None and console_enabled():
+        console_factory = console_runtime_from_env
+    console_runtime = None
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
         await runtime.close()
+        if console_runtime is not None:
+            await console_runtime.close()
 
     app = FastAPI(
         title=TITLE,
@@ -104,6 +116,8 @@ def create_app(
         redoc_url=None,
     )
     install_problem_handlers(app, telemetry)
+    if console_factory is not None:
+        console_runtime = install_console(app, console_factory)
 
     @app.post(
         "/api/orders",

@@ -1,9 +1,10 @@
 """`orders up`: the whole local stack, kept running until Ctrl-C.
 
-Both emulators, competing workers and the HTTP API, on free ports (the API on the port asked
-for). The settings the other tools need are printed, written as `env.json` (read by
-`orders env`, which prints them as `export` lines for a second shell) and as
-`local.settings.json` for `func start` users. Ctrl-C or SIGTERM stops every process it started.
+Both emulators, competing workers, and the HTTP API with the operations console (/console), on
+free ports (the API on the port asked for). The settings the other tools need are printed,
+written as `env.json` (read by `orders env`, which prints them as `export` lines for a second
+shell) and as `local.settings.json` for `func start` users. Ctrl-C or SIGTERM stops every
+process it started.
 """
 
 from __future__ import annotations
@@ -90,11 +91,17 @@ def run_up(options: UpOptions, on_ready: Callable[[RunningStack], None]) -> None
         for _ in range(options.workers):
             stack.start_worker()
         environment = stack.environment()
+        # The console reads the workers' journals and respects the local queue's window.
+        console_environment = {
+            "ORDERS_DECISIONS_DIR": str(stack.workdir.resolve()),
+            "ORDERS_DUPLICATE_WINDOW_SECONDS": str(stack.queue.duplicate_window_seconds),
+        }
         stack.spawn(
             "http-api",
-            ["-m", "orders", "serve", "--host", options.api_host, "--port", str(options.api_port)],
-            env=environment,
-        )
+            ["-m", "orders", "serve", "--console",
+             "--host", options.api_host, "--port", str(options.api_port)],
+            env={**environment, **console_environment},
+        )  # fmt: skip
         api_url = _wait_for_api(stack, "http-api")
         write_settings(options.directory, environment, api_url)
         on_ready(RunningStack(api_url, environment, options.directory))

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
+from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, Selection
+from orders.domain.decision_counters import DecisionCounters
 from orders.domain.documents import OrderWrite
 from orders.domain.events import OrderAccepted
 from orders.domain.idempotency import IdempotencyRecord, OrderIdClaim
@@ -14,6 +18,7 @@ from orders.domain.outcomes import Decision
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.rejections import OrderRejection
 from orders.domain.status import OrderStatusChanged
+from orders.service.worker_options import Source
 
 
 class OrderStore(Protocol):
@@ -164,4 +169,51 @@ class InboxStore(FencedDocuments, Protocol):
     async def create_together(self, partition_key: str, documents: list[dict[str, Any]]) -> None:
         """Create all documents in one transactional batch; `DocumentExistsError` if the
         first one (the inbox record) exists, in which case nothing was written."""
+
+
+class DeadLetterQueue(Protocol):
+    """The dead-letter sub-queue of one queue or subscription (what `orders dlq` uses)."""
+
+    async def browse(self, limit: int, from_sequence: int = 1) -> list[DeadLetter]:
+        """Peek, oldest first: nothing is locked or removed."""
+        ...
+
+    async def resubmit(
+        self,
+        selection: Selection,
+        refusal: Callable[[DeadLetter], str | None],
+        *,
+        by: str,
+        now: datetime,
+    ) -> DeadLetterOutcome:
+        """Send the selected back with their MessageId, unless `refusal` gives a reason;
+        `ResubmitUnsupportedError` for a subscription."""
+        ...
+
+    async def purge(self, selection: Selection) -> DeadLetterOutcome: ...
+
+
+@dataclass(frozen=True)
+class EntityCounts:
+    """Messages in a queue or subscription, each count at most `limit` (then `capped`)."""
+
+    source: Source
+    active: int
+    scheduled: int
+    dead_lettered: int
+    limit: int
+
+    def capped(self, count: int) -> bool:
+        return count >= self.limit
+
+
+class EntityCounter(Protocol):
+    async def count(self, source: Source, limit: int) -> EntityCounts:
+        """Active, scheduled and dead-lettered messages, counting each up to `limit`."""
+        ...
+
+
+class DecisionFeed(Protocol):
+    async def counters(self) -> DecisionCounters:
+        """The workers' decisions so far (reads what was added since the last call)."""
         ...

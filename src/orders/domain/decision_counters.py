@@ -1,0 +1,87 @@
+"""Live counters from the workers' decision journals: what each decision counts as, tallied in
+totals and in fixed time buckets for a chart. Journal lines are untrusted input (a file anyone
+on the machine may write): each is parsed totally and bounded, and a bad one is skipped."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from orders.domain.outcomes import Outcome, Settlement
+
+COUNTERS = ("processed", "duplicates", "mismatches", "dead_lettered")
+BUCKET_SECONDS = 5
+# Five minutes of history in the chart; older buckets are dropped (the totals keep counting).
+MAX_BUCKETS = 60
+MAX_LINE_BYTES = 4096
+
+_BY_OUTCOME = {
+    Outcome.PROCESSED.value: "processed",
+    Outcome.DUPLICATE.value: "duplicates",
+    Outcome.MISMATCH.value: "mismatches",
+}
+
+
+def parse_journal_line(line: bytes) -> dict[str, Any] | None:
+    """One journal entry, or None for anything that is not a JSON object of bounded size."""
+    if not line or len(line) > MAX_LINE_BYTES:
+        return None
+    try:
+        entry = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return entry if isinstance(entry, dict) else None
+
+
+def counted_as(entry: Mapping[str, Any]) -> list[str]:
+    """The counters one decision adds to: its outcome's, and dead-lettered when it was."""
+    names = []
+    outcome = _BY_OUTCOME.get(str(entry.get("outcome")))
+    if outcome is not None:
+        names.append(outcome)
+    if entry.get("settlement") == Settlement.DEAD_LETTER.value:
+        names.append("dead_lettered")
+    return names
+
+
+def _zero() -> dict[str, int]:
+    return dict.fromkeys(COUNTERS, 0)
+
+
+@dataclass
+class DecisionCounters:
+    """Totals since the journals began, and per-bucket counts over the last `MAX_BUCKETS`."""
+
+    totals: dict[str, int] = field(default_factory=_zero)
+    buckets: dict[int, dict[str, int]] = field(default_factory=dict)
+    skipped_lines: int = 0
+
+    def add_line(self, line: bytes) -> None:
+        entry = parse_journal_line(line)
+        at = entry.get("at") if entry is not None else None
+        if entry is None or not isinstance(at, int | float) or not math.isfinite(at) or at < 0:
+            self.skipped_lines += 1
+            return
+        names = counted_as(entry)
+        if not names:
+            return
+        bucket = self.buckets.setdefault(int(at // BUCKET_SECONDS) * BUCKET_SECONDS, _zero())
+        for name in names:
+            self.totals[name] += 1
+            bucket[name] += 1
+        while len(self.buckets) > MAX_BUCKETS:
+            del self.buckets[min(self.buckets)]
+
+    def to_json(self, now: float) -> dict[str, Any]:
+        """Totals, and one point per bucket up to `now` (empty buckets as zeros)."""
+        last = int(now // BUCKET_SECONDS) * BUCKET_SECONDS
+        starts = [last - BUCKET_SECONDS * index for index in reversed(range(MAX_BUCKETS))]
+        return {
+            "totals": dict(self.totals),
+            "bucketSeconds": BUCKET_SECONDS,
+            "series": [{"at": start, **self.buckets.get(start, _zero())} for start in starts],
+            "skippedLines": self.skipped_lines,
+        }

@@ -1,0 +1,309 @@
+"""The operations console's HTML, built as escaped strings: no template engine, no build step.
+
+Every value that comes from a message, a document or a request goes through `text()` (HTML
+escaping, quotes included) before it is placed in the page, attributes and URLs alike.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import urlencode
+
+from orders.domain.dead_letters import PREVIEW_CHARS, DeadLetter, DeadLetterOutcome
+from orders.domain.documents import LINE_DOCUMENT_TYPE, ORDER_DOCUMENT_TYPE
+from orders.service.ports import EntityCounts
+from orders.service.worker_options import Source
+
+PREFIX = "/console"
+NAVIGATION = (
+    (f"{PREFIX}", "Queues"),
+    (f"{PREFIX}/orders", "Order lookup"),
+    (f"{PREFIX}/counters", "Counters"),
+)
+# The first document types shown for an order; any other type follows, by name.
+DOCUMENT_ORDER = (ORDER_DOCUMENT_TYPE, LINE_DOCUMENT_TYPE)
+MAX_VALUE_CHARS = 2000
+# Cosmos DB's own bookkeeping, the same on every document: noise to an operator.
+HIDDEN_FIELDS = frozenset({"_rid", "_self", "_attachments"})
+
+
+def text(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def url(path: str, **query: object) -> str:
+    return text(f"{path}?{urlencode(query)}" if query else path)
+
+
+def layout(title: str, body: str, *, current: str = "", script: bool = False) -> str:
+    current_mark = ' aria-current="page"'
+    links = "".join(
+        f'<li><a href="{text(href)}"{current_mark if href == current else ""}>'
+        f"{text(label)}</a></li>"
+        for href, label in NAVIGATION
+    )
+    scripts = f'<script src="{PREFIX}/assets/console.js" defer></script>' if script else ""
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{text(title)} · Orders console</title>"
+        f'<link rel="stylesheet" href="{PREFIX}/assets/console.css">{scripts}</head><body>'
+        '<a class="skip" href="#main">Skip to content</a>'
+        f'<header><p class="brand">Orders console</p><nav aria-label="Console"><ul>{links}'
+        "</ul></nav></header>"
+        f'<main id="main" tabindex="-1"><h1>{text(title)}</h1>{body}</main></body></html>'
+    )
+
+
+def error_page(status: int, title: str, detail: str) -> str:
+    return layout(
+        title,
+        f'<p role="alert">{text(detail)}</p><p>HTTP status {status}. '
+        f'<a href="{PREFIX}">Back to the queues</a></p>',
+    )
+
+
+def _count(value: int, counts: EntityCounts) -> str:
+    return f"{value}+" if counts.capped(value) else str(value)
+
+
+def overview_page(all_counts: Iterable[EntityCounts]) -> str:
+    rows = "".join(
+        f'<tr><th scope="row">{text(counts.source)}</th>'
+        f"<td>{'queue' if counts.source.queue else 'subscription'}</td>"
+        f"<td>{_count(counts.active, counts)}</td><td>{_count(counts.scheduled, counts)}</td>"
+        f"<td>{_count(counts.dead_lettered, counts)}</td>"
+        f'<td><a href="{url(f"{PREFIX}/dead-letters", source=str(counts.source))}">'
+        f"Dead letters of {text(counts.source)}</a></td></tr>"
+        for counts in all_counts
+    )
+    return layout(
+        "Queues and subscriptions",
+        "<table><caption>Messages by entity (counted by peeking; an entity with more than "
+        'the limit shows the limit and +)</caption><thead><tr><th scope="col">Entity</th>'
+        '<th scope="col">Kind</th><th scope="col">Active</th><th scope="col">Scheduled</th>'
+        '<th scope="col">Dead-lettered</th><th scope="col">Inspect</th></tr></thead>'
+        f"<tbody>{rows}</tbody></table>",
+        current=PREFIX,
+    )
+
+
+def _dead_letter_cells(dead: DeadLetter) -> str:
+    enqueued = dead.enqueued_at.isoformat(timespec="seconds") if dead.enqueued_at else ""
+    return (
+        f"<td>{text(dead.reason or '')}</td><td>{text((dead.description or '')[:300])}</td>"
+        f"<td>{dead.delivery_count}</td><td>{text(enqueued)}</td>"
+        f"<td><code>{text(json.dumps(dead.message_id))}</code></td>"
+        f'<td class="body"><code>{text(readable_preview(dead))}</code></td>'
+    )
+
+
+def readable_preview(dead: DeadLetter) -> str:
+    """The start of the body as a person reads it: quotes as they are, anything unprintable
+    escaped (the CLI's JSON-style preview escapes quotes too, which a table does not need)."""
+    start = dead.body[:PREVIEW_CHARS].decode("utf-8", errors="replace")
+    shown = "".join(c if c.isprintable() else json.dumps(c)[1:-1] for c in start)
+    return shown + ("..." if len(dead.body) > PREVIEW_CHARS else "")
+
+
+def _action_link(action: str, source: Source, sequence: int | str, label: str) -> str:
+    href = url(
+        f"{PREFIX}/dead-letters/confirm", source=str(source), action=action, sequence=sequence
+    )
+    return f'<a class="button" href="{href}">{text(label)}</a>'
+
+
+def dead_letters_page(source: Source, dead_letters: list[DeadLetter], limit: int) -> str:
+    resubmit = source.queue is not None
+
+    def actions(dead: DeadLetter) -> str:
+        sequence = dead.sequence_number
+        links = [_action_link("purge", source, sequence, f"Purge {sequence}")]
+        if resubmit:
+            links.insert(0, _action_link("resubmit", source, sequence, f"Resubmit {sequence}"))
+        return f'<td class="actions">{" ".join(links)}</td>'
+
+    # Actions next to the sequence number: on screen and early in the focus order.
+    rows = "".join(
+        f'<tr><th scope="row">{dead.sequence_number}</th>{actions(dead)}'
+        f"{_dead_letter_cells(dead)}</tr>"
+        for dead in dead_letters
+    )
+    if not dead_letters:
+        listing = f'<p id="empty" role="status">No dead letters in {text(source)}.</p>'
+    else:
+        listing = (
+            f'<p role="status">{len(dead_letters)} dead letter(s), oldest first'
+            f"{f' (the first {limit})' if len(dead_letters) >= limit else ''}.</p>"
+            '<table id="dead-letters"><thead><tr><th scope="col">Sequence</th>'
+            '<th scope="col">Actions</th><th scope="col">Reason</th>'
+            '<th scope="col">Description</th><th scope="col">Deliveries</th>'
+            '<th scope="col">Enqueued</th><th scope="col">MessageId</th>'
+            f'<th scope="col">Body</th></tr></thead><tbody>{rows}</tbody></table>'
+            f"<p>{_action_link('purge', source, 'all', 'Purge all dead letters')}</p>"
+        )
+    note = (
+        ""
+        if resubmit
+        else "<p>Resubmit is not offered for a subscription: a copy sent to the topic would "
+        "reach every subscription. Re-publish the event at its source (same MessageId).</p>"
+    )
+    return layout(f"Dead letters of {source}", listing + note, current=PREFIX)
+
+
+def confirm_page(action: str, source: Source, sequence: int | None, dead: DeadLetter | None) -> str:
+    what = f"dead letter {sequence}" if sequence is not None else f"every dead letter of {source}"
+    details = ""
+    if dead is not None:
+        details = (
+            '<table><thead><tr><th scope="col">Reason</th><th scope="col">Description</th>'
+            '<th scope="col">Deliveries</th><th scope="col">Enqueued</th>'
+            '<th scope="col">MessageId</th><th scope="col">Body</th></tr></thead>'
+            f"<tbody><tr>{_dead_letter_cells(dead)}</tr></tbody></table>"
+        )
+    if action == "resubmit":
+        consequence = (
+            "A copy goes back to the queue with the same MessageId (the consumer still "
+            "recognises it), recording when and by whom; the dead letter is removed."
+        )
+        extra = (
+            '<p><input type="checkbox" id="force" name="force" value="yes">'
+            '<label for="force">Force: resubmit a RequestHashMismatch too (only when the '
+            "stored order was removed on purpose)</label></p>"
+        )
+    else:
+        consequence = "Purged dead letters are gone for good."
+        extra = ""
+    verb = action.capitalize()
+    chosen = "all" if sequence is None else sequence
+    form = (
+        f'<form method="post" action="{PREFIX}/dead-letters/{text(action)}">'
+        f'<input type="hidden" name="source" value="{text(source)}">'
+        f'<input type="hidden" name="sequence" value="{text(chosen)}">'
+        f'{extra}<p><button type="submit" name="confirm" value="yes">{verb} {text(what)}</button> '
+        f'<a href="{url(f"{PREFIX}/dead-letters", source=str(source))}">Cancel</a></p></form>'
+    )
+    return layout(
+        f"{verb} {what}?",
+        f"{details}<p>{text(consequence)}</p>{form}",
+        current=PREFIX,
+    )
+
+
+def outcome_page(action: str, source: Source, outcome: DeadLetterOutcome) -> str:
+    past = {"resubmit": "Resubmitted", "purge": "Purged"}[action]
+    done = ", ".join(str(sequence) for sequence in sorted(outcome.done)) or "none"
+    kept = "".join(
+        f"<li>Kept {sequence}: {text(why)}</li>"
+        for sequence, why in sorted(outcome.refused.items())
+    )
+    body = f'<p role="status" id="outcome">{past}: {text(done)}.</p>'
+    if kept:
+        body += f'<ul id="refused" role="alert">{kept}</ul>'
+        if any("--force" in why for why in outcome.refused.values()):
+            body += "<p>Here, --force is the Force checkbox of the confirmation page.</p>"
+    body += (
+        f'<p><a href="{url(f"{PREFIX}/dead-letters", source=str(source))}">'
+        f"Back to the dead letters of {text(source)}</a></p>"
+    )
+    return layout(f"{action.capitalize()} in {source}: outcome", body, current=PREFIX)
+
+
+def _document_type(document: dict[str, Any]) -> str:
+    kind = document.get("type", document.get("kind"))
+    return kind if isinstance(kind, str) and kind else "(no type)"
+
+
+def _type_rank(kind: str) -> tuple[int, str]:
+    return (
+        (DOCUMENT_ORDER.index(kind), "") if kind in DOCUMENT_ORDER else (len(DOCUMENT_ORDER), kind)
+    )
+
+
+def _value(value: object) -> str:
+    shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text(shown if len(shown) <= MAX_VALUE_CHARS else shown[:MAX_VALUE_CHARS] + "...")
+
+
+def _document_table(document: dict[str, Any]) -> str:
+    rows = "".join(
+        f'<tr><th scope="row">{text(key)}</th><td><code>{_value(value)}</code></td></tr>'
+        for key, value in document.items()
+        if key not in HIDDEN_FIELDS
+    )
+    caption = f"{_document_type(document)} {document.get('id', '')}"
+    return (
+        f'<table class="document"><caption>{text(caption)}</caption><tbody>{rows}</tbody></table>'
+    )
+
+
+def order_page(order_id: str, documents: list[dict[str, Any]] | None, error: str = "") -> str:
+    """The lookup form; with `documents`, every document of the order grouped by type."""
+    form = (
+        f'<form method="get" action="{PREFIX}/orders" role="search">'
+        '<label for="orderId">Order id</label> '
+        f'<input id="orderId" name="orderId" value="{text(order_id)}" required '
+        'maxlength="400" autocomplete="off"> <button type="submit">Look up</button></form>'
+    )
+    if error:
+        return layout("Order lookup", form + f'<p role="alert" id="error">{text(error)}</p>',
+                      current=f"{PREFIX}/orders")  # fmt: skip
+    if documents is None:
+        return layout("Order lookup", form, current=f"{PREFIX}/orders")
+    if not documents:
+        found = f'<p role="status" id="found">No documents for order {text(order_id)}.</p>'
+    else:
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for document in documents:
+            groups.setdefault(_document_type(document), []).append(document)
+        sections = "".join(
+            f'<section aria-labelledby="type-{index}"><h2 id="type-{index}">{text(kind)} '
+            f"({len(groups[kind])})</h2>"
+            + "".join(_document_table(document) for document in groups[kind])
+            + "</section>"
+            for index, kind in enumerate(sorted(groups, key=_type_rank))
+        )
+        found = (
+            f'<p role="status" id="found">{len(documents)} document(s) in the partition of '
+            f"order {text(order_id)}.</p>{sections}"
+        )
+    return layout(f"Order {order_id}", form + found, current=f"{PREFIX}/orders")
+
+
+COUNTER_LABELS = {
+    "processed": "Processed",
+    "duplicates": "Duplicates",
+    "mismatches": "Mismatches",
+    "dead_lettered": "Dead-lettered",
+}
+
+
+def counters_page(available: bool) -> str:
+    if not available:
+        return layout(
+            "Counters",
+            '<p role="status">No decision journals here. Locally, `orders up` (or '
+            "ORDERS_DECISIONS_DIR pointing at the workers' `--decisions` files) feeds this "
+            "page; in Azure the counters are the orders.* metrics in Application Insights and "
+            "the workbook.</p>",
+            current=f"{PREFIX}/counters",
+        )
+    totals = "".join(
+        f'<div><dt>{text(label)}</dt><dd id="count-{name}" class="series-{name}">-</dd></div>'
+        for name, label in COUNTER_LABELS.items()
+    )
+    return layout(
+        "Counters",
+        f'<dl class="totals">{totals}</dl>'
+        '<figure><svg id="chart" role="img" viewBox="0 0 600 200" width="600" height="200" '
+        'aria-labelledby="chart-caption"></svg><figcaption id="chart-caption">Decisions per '
+        "5 seconds over the last 5 minutes, from the workers' decision journals</figcaption>"
+        '</figure><p id="updated">Loading...</p>'
+        f"<noscript><p>The counters need JavaScript; the data is at "
+        f'<a href="{PREFIX}/api/counters">{PREFIX}/api/counters</a>.</p></noscript>',
+        current=f"{PREFIX}/counters",
+        script=True,
+    )

@@ -1,0 +1,299 @@
+"""The operations console in a real browser (headless Chromium), on the real local stack: our
+emulators as processes, a real `orders worker`, `orders serve --console`. Each test does what an
+operator does and checks what they see; screenshots are kept under tests/browser/artifacts (or
+$ORDERS_BROWSER_ARTIFACTS).
+
+The tests share one stack (module scope) on one xdist worker, in no particular order: each
+uses its own order ids, asserts on its own messages, and leaves the queue empty.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
+from browser_support import ConsoleStack, poll_until, screenshot
+from poison_corpus import order, valid_order_body
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser"), pytest.mark.timeout(240)]
+
+
+def send(console: ConsoleStack, body: bytes, message_id: str) -> None:
+    """A message as any producer sends it: through the real SDK to our emulator."""
+    with (
+        ServiceBusClient.from_connection_string(
+            console.stack.servicebus_connection_string
+        ) as client,
+        client.get_queue_sender(console.stack.queue.name) as sender,
+    ):
+        sender.send_messages(ServiceBusMessage(body, message_id=message_id))
+
+
+def peek(console: ConsoleStack, *, dead_letters: bool) -> list[Any]:
+    with ServiceBusClient.from_connection_string(
+        console.stack.servicebus_connection_string
+    ) as client:
+        sub_queue = ServiceBusSubQueue.DEAD_LETTER if dead_letters else None
+        with client.get_queue_receiver(console.stack.queue.name, sub_queue=sub_queue) as receiver:
+            return list(receiver.peek_messages(max_message_count=100, sequence_number=1))
+
+
+def new_order_id() -> str:
+    return f"console-{uuid.uuid4().hex[:10]}"
+
+
+def open_page(driver: Any, url: str) -> None:
+    driver.get(url)
+    poll_until(lambda: driver.execute_script("return document.readyState") == "complete",
+               30.0, f"{url} to load")  # fmt: skip
+
+
+def body_text(driver: Any) -> str:
+    from selenium.webdriver.common.by import By
+
+    return str(driver.find_element(By.TAG_NAME, "body").text)
+
+
+def dead_letter_row(driver: Any, message_id: str) -> Any:
+    """The list's row of this MessageId (MessageIds are shown JSON-quoted), or None."""
+    from selenium.webdriver.common.by import By
+
+    for row in driver.find_elements(By.CSS_SELECTOR, "#dead-letters tbody tr"):
+        if json.dumps(message_id) in row.text:
+            return row
+    return None
+
+
+def wait_for_dead_letter(driver: Any, console: ConsoleStack, message_id: str) -> Any:
+    list_url = f"{console.url}/console/dead-letters?source=orders"
+
+    def shown() -> Any:
+        open_page(driver, list_url)
+        return dead_letter_row(driver, message_id)
+
+    return poll_until(shown, 60.0, f"dead letter {message_id} in the console")
+
+
+def tab_to(driver: Any, matches: Any, what: str, limit: int = 80) -> Any:
+    """Press Tab until the focused element satisfies `matches`; the keyboard path a person takes."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    for _ in range(limit):
+        ActionChains(driver).send_keys(Keys.TAB).perform()
+        focused = driver.switch_to.active_element
+        if matches(focused):
+            return focused
+    raise AssertionError(f"Tab never reached {what}")
+
+
+def press_enter(driver: Any) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    ActionChains(driver).send_keys(Keys.ENTER).perform()
+
+
+def has_visible_focus(driver: Any, element: Any) -> bool:
+    style = driver.execute_script(
+        "const s = getComputedStyle(arguments[0]); return [s.outlineStyle, s.outlineWidth];",
+        element,
+    )
+    return bool(style[0] != "none" and style[1] not in ("0px", ""))
+
+
+def wait_until_outside_duplicate_window(console: ConsoleStack, enqueued: datetime) -> None:
+    """A copy inside the queue's duplicate window would be dropped by the broker; the console
+    refuses it then. Wait for the window to pass (a condition on the clock, with a deadline)."""
+    window = console.stack.queue.duplicate_window_seconds
+    poll_until(lambda: (datetime.now(UTC) - enqueued).total_seconds() > window + 0.5,
+               window + 10.0, "the duplicate window to pass")  # fmt: skip
+
+
+def test_overview_lists_the_queue_with_counts(console: ConsoleStack, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    # Given one message scheduled for later: the broker keeps it, no worker takes it.
+    with (
+        ServiceBusClient.from_connection_string(
+            console.stack.servicebus_connection_string
+        ) as client,
+        client.get_queue_sender(console.stack.queue.name) as sender,
+    ):
+        [scheduled] = sender.schedule_messages(
+            ServiceBusMessage(b"{}", message_id=new_order_id()),
+            datetime.now(UTC) + timedelta(hours=1),
+        )
+        expected = [str(len(peek(console, dead_letters=flag))) for flag in (True,)]
+        try:
+            open_page(browser, f"{console.url}/console")
+            screenshot(browser, "overview")
+        finally:
+            sender.cancel_scheduled_messages(scheduled)
+
+    header = [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "thead th")]
+    assert header[:5] == ["Entity", "Kind", "Active", "Scheduled", "Dead-lettered"]
+    row = browser.find_element(By.CSS_SELECTOR, "tbody tr")
+    assert row.find_element(By.TAG_NAME, "th").text == "orders"
+    cells = [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+    assert cells[:4] == ["queue", "0", "1", *expected]
+    assert row.find_element(By.LINK_TEXT, "Dead letters of orders").get_attribute("href") == (
+        f"{console.url}/console/dead-letters?source=orders"
+    )
+
+
+def test_a_dead_letter_appears_and_keyboard_resubmit_moves_it_back(
+    console: ConsoleStack, browser: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    # Given an order stored, then a different payload under its id: the worker dead-letters
+    # that one as RequestHashMismatch.
+    order_id = new_order_id()
+    sent_at = datetime.now(UTC)
+    send(console, valid_order_body(order_id), order_id)
+    console.wait_for_decision(order_id, outcome="processed")
+    # Same MessageId: sent inside the window, the broker would drop it as a duplicate.
+    wait_until_outside_duplicate_window(console, sent_at)
+    different = json.dumps(order(order_id, customerId="customer-2")).encode()
+    send(console, different, order_id)
+    console.wait_for_decision(order_id, outcome="mismatch", settlement="dead_letter")
+
+    # Then it appears in the list with its reason, delivery count and body.
+    row = wait_for_dead_letter(browser, console, order_id)
+    screenshot(browser, "dead-letter-listed")
+    assert "RequestHashMismatch" in row.text
+    assert "customer-2" in row.text
+    sequence = int(row.find_element(By.TAG_NAME, "th").text)
+
+    # When the operator resubmits it with the keyboard only, without force: refused, kept.
+    focused = tab_to(browser, lambda e: e.text == f"Resubmit {sequence}", "the resubmit link")
+    assert has_visible_focus(browser, focused)
+    press_enter(browser)
+    poll_until(lambda: "Resubmit dead letter" in browser.title, 30.0, "the confirm page")
+    screenshot(browser, "resubmit-confirm")
+    assert "RequestHashMismatch" in body_text(browser)
+    tab_to(browser, lambda e: e.text == f"Resubmit dead letter {sequence}", "the confirm button")
+    press_enter(browser)
+    poll_until(lambda: browser.find_elements(By.ID, "outcome"), 30.0, "the outcome")
+    screenshot(browser, "resubmit-refused")
+    assert browser.find_element(By.ID, "outcome").text == "Resubmitted: none."
+    assert "RequestHashMismatch" in browser.find_element(By.ID, "refused").text
+
+    # With force (the checkbox, reached and ticked by keyboard) and outside the duplicate
+    # window, it goes back to the queue with its MessageId. The worker is stopped first, so
+    # the message stays there to be seen.
+    console.stack.stop_workers()
+    enqueued = next(m for m in peek(console, dead_letters=True) if m.message_id == order_id)
+    wait_until_outside_duplicate_window(console, enqueued.enqueued_time_utc)
+    open_page(browser, f"{console.url}/console/dead-letters?source=orders")
+    tab_to(browser, lambda e: e.text == f"Resubmit {sequence}", "the resubmit link")
+    press_enter(browser)
+    poll_until(lambda: "Resubmit dead letter" in browser.title, 30.0, "the confirm page")
+    force = tab_to(browser, lambda e: e.get_attribute("id") == "force", "the force checkbox")
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    ActionChains(browser).send_keys(Keys.SPACE).perform()
+    assert force.is_selected()
+    tab_to(browser, lambda e: e.text == f"Resubmit dead letter {sequence}", "the confirm button")
+    press_enter(browser)
+    poll_until(lambda: browser.find_elements(By.ID, "outcome"), 30.0, "the outcome")
+    screenshot(browser, "resubmitted")
+    assert browser.find_element(By.ID, "outcome").text == f"Resubmitted: {sequence}."
+
+    back = [m for m in peek(console, dead_letters=False) if m.message_id == order_id]
+    assert len(back) == 1
+    assert str(back[0].application_properties[b"ResubmittedBy"], "utf-8").startswith("console:")
+    open_page(browser, f"{console.url}/console/dead-letters?source=orders")
+    assert dead_letter_row(browser, order_id) is None
+    open_page(browser, f"{console.url}/console")
+    cells = [c.text for c in browser.find_elements(By.CSS_SELECTOR, "tbody tr td")]
+    assert cells[1] == "1", cells  # active: the resubmitted message waits in the queue
+
+    # A worker takes it again and, still a mismatch, dead-letters it again (queue left empty).
+    console.stack.start_worker(concurrency=2)
+    console.wait_for_decision(order_id, times=2, outcome="mismatch")
+
+
+def test_purge_all_after_confirmation_empties_the_list(console: ConsoleStack, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    message_id = new_order_id()
+    send(console, b"{this is not json", message_id)
+    wait_for_dead_letter(browser, console, message_id)
+
+    browser.find_element(By.LINK_TEXT, "Purge all dead letters").click()
+    poll_until(lambda: "Purge every dead letter" in browser.title, 30.0, "the confirm page")
+    screenshot(browser, "purge-confirm")
+    # Nothing is gone before the confirmation.
+    assert any(m.message_id == message_id for m in peek(console, dead_letters=True))
+    browser.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
+    poll_until(lambda: browser.find_elements(By.ID, "outcome"), 30.0, "the outcome")
+    screenshot(browser, "purged")
+    assert browser.find_element(By.ID, "outcome").text.startswith("Purged: ")
+
+    browser.find_element(By.LINK_TEXT, "Back to the dead letters of orders").click()
+    poll_until(lambda: browser.find_elements(By.ID, "empty"), 30.0, "the empty list")
+    assert body_text(browser).count("No dead letters in orders.") == 1
+    assert peek(console, dead_letters=True) == []
+
+
+def test_order_page_shows_every_document_of_the_order(console: ConsoleStack, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    order_id = new_order_id()
+    sent_at = datetime.now(UTC)
+    send(console, valid_order_body(order_id), order_id)
+    console.wait_for_decision(order_id, outcome="processed")
+    wait_until_outside_duplicate_window(console, sent_at)
+    send(console, json.dumps(order(order_id, currency="USD")).encode(), order_id)
+    console.wait_for_decision(order_id, outcome="mismatch")
+
+    # The operator types the id into the labelled field and presses Enter.
+    open_page(browser, f"{console.url}/console/orders")
+    field = browser.find_element(By.ID, "orderId")
+    label = browser.find_element(By.CSS_SELECTOR, "label[for=orderId]")
+    assert label.text == "Order id"
+    field.send_keys(order_id)
+    press_enter(browser)
+    poll_until(lambda: browser.find_elements(By.ID, "found"), 30.0, "the order's documents")
+    screenshot(browser, "order-documents")
+    headings = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "main h2")]
+    assert headings == ["order (1)", "orderLine (1)", "orderRejection (1)"]
+    assert "RequestHashMismatch" in body_text(browser)
+
+    # An id no order can have is refused on the page, with the reason.
+    open_page(browser, f"{console.url}/console/orders?orderId=a%2Fb")
+    assert "not an order id" in browser.find_element(By.ID, "error").text
+
+
+def test_counters_page_renders_and_updates_without_a_reload(
+    console: ConsoleStack, browser: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    open_page(browser, f"{console.url}/console/counters")
+
+    def processed() -> int | None:
+        text = browser.find_element(By.ID, "count-processed").text
+        return int(text) if text.isdigit() else None
+
+    [before] = poll_until(lambda: [processed()] if processed() is not None else None,
+                          30.0, "the counters")  # fmt: skip
+    lines = browser.find_elements(By.CSS_SELECTOR, "#chart polyline")
+    assert {line.get_attribute("data-series") for line in lines} == {
+        "processed", "duplicates", "mismatches", "dead_lettered"
+    }  # fmt: skip
+    page_loaded_at = browser.execute_script("return performance.timeOrigin")
+
+    order_id = new_order_id()
+    send(console, valid_order_body(order_id), order_id)
+    poll_until(lambda: (processed() or 0) > before, 60.0, "the processed counter to rise")
+    screenshot(browser, "counters")
+    # Still the same page: the script updated it in place.
+    assert browser.execute_script("return performance.timeOrigin") == page_loaded_at

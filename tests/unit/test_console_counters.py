@@ -1,0 +1,183 @@
+"""What the console counts and how it reads untrusted text: decision journals (lines and the
+files that grow under it), sequence numbers, and its settings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from orders.adapters.decision_journals import JournalFolder
+from orders.domain.dead_letters import MAX_SEQUENCE_NUMBER, parse_sequence_number
+from orders.domain.decision_counters import (
+    BUCKET_SECONDS,
+    MAX_BUCKETS,
+    MAX_LINE_BYTES,
+    DecisionCounters,
+    counted_as,
+    parse_journal_line,
+)
+from orders.settings import Settings, SettingsError
+
+
+def line(outcome: str, settlement: str, at: float) -> bytes:
+    return json.dumps({"outcome": outcome, "settlement": settlement, "at": at}).encode()
+
+
+@pytest.mark.parametrize(
+    ("outcome", "settlement", "names"),
+    [
+        ("processed", "complete", ["processed"]),
+        ("duplicate", "complete", ["duplicates"]),
+        ("mismatch", "dead_letter", ["mismatches", "dead_lettered"]),
+        ("rejected", "dead_letter", ["dead_lettered"]),
+        ("transient_failure", "abandon", []),
+    ],
+)
+def test_each_outcome_counts_where_an_operator_expects(
+    outcome: str, settlement: str, names: list[str]
+) -> None:
+    assert counted_as({"outcome": outcome, "settlement": settlement}) == names
+
+
+def test_buckets_hold_the_recent_past_and_totals_everything() -> None:
+    counters = DecisionCounters()
+    for index in range(MAX_BUCKETS + 10):
+        counters.add_line(line("processed", "complete", index * BUCKET_SECONDS))
+
+    now = (MAX_BUCKETS + 9) * BUCKET_SECONDS
+    view = counters.to_json(now)
+
+    assert view["totals"]["processed"] == MAX_BUCKETS + 10
+    assert len(counters.buckets) == MAX_BUCKETS
+    assert len(view["series"]) == MAX_BUCKETS
+    assert view["series"][-1] == {"at": now, "processed": 1, "duplicates": 0,
+                                  "mismatches": 0, "dead_lettered": 0}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"[1, 2]",
+        b"not json",
+        b'{"outcome": "processed", "at": "later"}',
+        b'{"outcome": "processed", "at": NaN}',
+        b'{"outcome": "processed", "at": -1}',
+        b'{"outcome": "processed"}',
+        b"[" * 2000 + b"]" * 2000,  # deep nesting within the size bound
+        b'{"outcome": "processed", "at": 1, "pad": "' + b"x" * MAX_LINE_BYTES + b'"}',
+        b"\xff\xfe",
+    ],
+)
+def test_a_bad_journal_line_is_skipped_and_counted_as_skipped(raw: bytes) -> None:
+    counters = DecisionCounters()
+    counters.add_line(raw)
+    assert counters.skipped_lines == 1
+    assert sum(counters.totals.values()) == 0
+
+
+@given(st.binary(max_size=300))
+def test_parsing_any_bytes_never_raises(raw: bytes) -> None:
+    entry = parse_journal_line(raw)
+    assert entry is None or isinstance(entry, dict)
+
+
+async def test_the_folder_is_read_as_it_grows_across_files_and_partial_lines(
+    tmp_path: Path,
+) -> None:
+    first = tmp_path / "worker-1.decisions.jsonl"
+    second = tmp_path / "worker-2.decisions.jsonl"
+    (tmp_path / "other.log").write_text("not a journal\n")
+    first.write_bytes(
+        line("processed", "complete", 1) + b"\n" + line("duplicate", "complete", 2)[:10]
+    )
+    feed = JournalFolder(tmp_path)
+
+    before = dict((await feed.counters()).totals)
+    with first.open("ab") as journal:
+        journal.write(line("duplicate", "complete", 2)[10:] + b"\n")
+    second.write_bytes(line("mismatch", "dead_letter", 3) + b"\n")
+    after = (await feed.counters()).totals
+
+    assert before == {"processed": 1, "duplicates": 0, "mismatches": 0, "dead_lettered": 0}
+    assert after == {"processed": 1, "duplicates": 1, "mismatches": 1, "dead_lettered": 1}
+
+
+async def test_an_endless_line_is_dropped_and_reading_goes_on(tmp_path: Path) -> None:
+    journal = tmp_path / "worker-1.decisions.jsonl"
+    journal.write_bytes(b"x" * (MAX_LINE_BYTES + 10))
+    feed = JournalFolder(tmp_path)
+    assert (await feed.counters()).skipped_lines == 1
+    with journal.open("ab") as out:
+        out.write(b"\n" + line("processed", "complete", 1) + b"\n")
+    counters = await feed.counters()
+    assert counters.totals["processed"] == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1", 1),
+        (str(MAX_SEQUENCE_NUMBER), MAX_SEQUENCE_NUMBER),
+        (str(MAX_SEQUENCE_NUMBER + 1), None),
+        ("0", None),
+        ("-3", None),
+        ("+3", None),
+        ("3 ", None),
+        ("٣", None),
+        ("1_000", None),
+        ("9" * 10_000, None),
+    ],
+)
+def test_sequence_numbers_from_text(text: str, expected: int | None) -> None:
+    assert parse_sequence_number(text) == expected
+
+
+@given(st.text(max_size=30))
+def test_a_parsed_sequence_number_is_always_in_range(text: str) -> None:
+    value = parse_sequence_number(text)
+    assert value is None or (1 <= value <= MAX_SEQUENCE_NUMBER and str(value) == text.lstrip("0"))
+
+
+def test_console_settings_default_off_and_parse() -> None:
+    plain = Settings.from_env({"COSMOS_ENDPOINT": "https://cosmos.test"})
+    configured = Settings.from_env(
+        {
+            "COSMOS_ENDPOINT": "https://cosmos.test",
+            "ORDERS_CONSOLE_ENABLED": "TRUE",
+            "ORDERS_CONSOLE_SUBSCRIPTIONS": "order-events/billing, order-events/shipping",
+            "ORDERS_DUPLICATE_WINDOW_SECONDS": "5",
+            "ORDERS_DECISIONS_DIR": "/tmp/journals",
+        }
+    )
+
+    assert (plain.console_enabled, plain.console_subscriptions) == (False, ())
+    assert plain.duplicate_window_seconds == 600 and plain.decisions_folder is None
+    assert configured.console_enabled
+    assert configured.console_subscriptions == (
+        ("order-events", "billing"),
+        ("order-events", "shipping"),
+    )
+    assert configured.duplicate_window_seconds == 5
+    assert configured.decisions_folder == "/tmp/journals"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("ORDERS_CONSOLE_SUBSCRIPTIONS", "no-slash"),
+        ("ORDERS_CONSOLE_SUBSCRIPTIONS", "topic/"),
+        ("ORDERS_CONSOLE_SUBSCRIPTIONS", "a/b/c"),
+        ("ORDERS_DUPLICATE_WINDOW_SECONDS", "-5"),
+        ("ORDERS_DUPLICATE_WINDOW_SECONDS", "ten"),
+        ("ORDERS_DUPLICATE_WINDOW_SECONDS", "²"),
+        ("ORDERS_DUPLICATE_WINDOW_SECONDS", "1" * 12),
+    ],
+)
+def test_malformed_console_settings_fail_at_start(name: str, value: str) -> None:
+    with pytest.raises(SettingsError, match=name):
+        Settings.from_env({"COSMOS_ENDPOINT": "https://cosmos.test", name: value})
