@@ -61,6 +61,13 @@ def test_up_serves_the_whole_stack_and_ctrl_c_stops_every_process(tmp_path: Path
             60,
             "the order to be stored by the worker",
         )
+        # After the order: the dispatcher, billing (the payment stand-in), shipping and the
+        # status consumer all run, so the order moves on to `shipped` (version 3).
+        poll_until(
+            lambda: httpx.get(f"{api}/api/orders/{order_id}").json()["statusVersion"] == 3,
+            60,
+            "billing and shipping to move the order on through the status consumer",
+        )
         # The console: its URL printed, its pages served, the worker's decision counted.
         console_page = httpx.get(f"{api}/console")
         poll_until(
@@ -78,7 +85,10 @@ def test_up_serves_the_whole_stack_and_ctrl_c_stops_every_process(tmp_path: Path
     assert console_page.status_code == 200 and "<td>queue</td>" in console_page.text
     assert "export ServiceBusConnection=" in exports and "export COSMOS_ENDPOINT=" in exports
     assert settings["ORDERS_QUEUE"] == "orders" and settings["COSMOS_KEY"]
-    assert len(set(started)) >= 4  # two emulators, a worker, the HTTP API (and `orders up`)
+    # Those naming the folder or port: `orders up`, the Service Bus emulator (its config), the
+    # payment stand-in (its data), the order worker, the billing, shipping and status consumers
+    # (their journals) and the HTTP API (the port).
+    assert len(set(started)) >= 8
     assert exit_code == 0, log.read_text()[-2000:]
     assert processes_mentioning(str(directory)) == []
     assert processes_mentioning(f"--port {port}") == []

@@ -1,7 +1,9 @@
 """`orders up`: the whole local stack, kept running until Ctrl-C.
 
-Both emulators, competing workers, and the HTTP API with the operations console (/console), on
-free ports (the API on the port asked for). The settings the other tools need are printed,
+Both emulators, the payment service stand-in, competing order workers, the outbox dispatcher,
+the billing, shipping and status consumers, and the HTTP API with the operations console
+(/console), on free ports (the API on the port asked for). The payment stand-in keeps its
+charges under the stack's folder. The settings the other tools need are printed,
 written as `env.json` (read by `orders env`, which prints them as `export` lines for a second
 shell) and as `local.settings.json` for `func start` users. Ctrl-C or SIGTERM stops every
 process it started.
@@ -22,6 +24,7 @@ from pathlib import Path
 
 from orders.bootstrap import prepare_local_cosmos
 from orders.entrypoints.localstack import LocalStack, QueueOptions, local_stack
+from orders.service.worker_options import Subscriber
 
 API_READY = re.compile(r"Uvicorn running on (http://\S+)")
 READY_TIMEOUT_SECONDS = 60.0
@@ -88,13 +91,20 @@ def run_up(options: UpOptions, on_ready: Callable[[RunningStack], None]) -> None
     options.directory.mkdir(parents=True, exist_ok=True)
     with local_stack(QueueOptions(), options.directory) as stack:
         asyncio.run(prepare_local_cosmos(stack.settings()))
+        stack.start_payments()
         for _ in range(options.workers):
             stack.start_worker()
+        stack.start_dispatcher()
+        for subscriber in (Subscriber.BILLING, Subscriber.SHIPPING, Subscriber.STATUS):
+            stack.start_subscriber(subscriber.value)
         environment = stack.environment()
         # The console reads the workers' journals and respects the local queue's window.
         console_environment = {
             "ORDERS_DECISIONS_DIR": str(stack.workdir.resolve()),
             "ORDERS_DUPLICATE_WINDOW_SECONDS": str(stack.queue.duplicate_window_seconds),
+            "ORDERS_CONSOLE_SUBSCRIPTIONS": ",".join(
+                f"{stack.queue.events_topic}/{name}" for name in stack.queue.subscriptions
+            ),
         }
         stack.spawn(
             "http-api",
