@@ -73,6 +73,7 @@ from orders.service.shipping import ShippingConsumer
 from orders.service.status import StatusConsumer
 from orders.service.verify import VerifyReport, audit
 from orders.service.verify_fanout import audit_billing, audit_shipping, stored_orders
+from orders.service.verify_status import audit_statuses, produced_updates
 from orders.service.worker_options import Source, Subscriber, WorkerOptions, WorkerStats
 from orders.settings import Settings
 
@@ -587,7 +588,12 @@ async def send_load(
         identity = _process_credential(stack, settings)
         client = await stack.enter_async_context(create_servicebus_client(settings, identity))
         sender = await stack.enter_async_context(
-            ServiceBusLoadSender(client, settings.orders_queue)
+            ServiceBusLoadSender(
+                client,
+                settings.orders_queue,
+                settings.status_queue if plan.status_updates else None,
+                status_sessions=settings.status_sessions,
+            )
         )
         return await run_load(
             plan, sender, duplicate_window_seconds=duplicate_window_seconds, on_sent=on_sent
@@ -606,6 +612,17 @@ async def verify_run(
         documents = await documents_of_run(orders_container(cosmos, settings), plan.run_id)
         dead_letters = await peek_dead_letters(bus, settings.orders_queue)
         report = audit(plan, documents, dead_letters)
+        if plan.status_updates:
+            status_dead_letters = await peek_dead_letters(bus, settings.status_queue)
+            stored = {order.order_id for order in stored_orders(documents)}
+            produced = produced_updates(
+                stored,
+                billing=Subscriber.BILLING in fanout,
+                shipping=Subscriber.SHIPPING in fanout,
+            )
+            report = report.with_statuses(
+                audit_statuses(plan, documents, status_dead_letters, produced)
+            )
         if not fanout:
             return report
         inbox = await documents_of_run(inbox_container(cosmos, settings), plan.run_id)

@@ -73,3 +73,15 @@ def test_the_report_shows_each_fan_out_consumers_effects() -> None:
     without = Collector()
     without.feed(render_report(VERIFY, [], seconds=1.0))
     assert "not audited in this run" in " ".join(without.text)
+
+
+def test_the_report_shows_the_status_audit_when_the_run_sent_updates() -> None:
+    statuses = {"sent": 30, "applied": 20, "stale": 9, "final_state_mismatches": 0, "ok": True}
+    parsed = Collector()
+    parsed.feed(render_report({**VERIFY, "status_updates": statuses}, [], seconds=1.0))
+    text = " ".join(parsed.text)
+    assert "final_state_mismatches" in text and "stale" in text
+
+    without = Collector()
+    without.feed(render_report(VERIFY, [], seconds=1.0))
+    assert "none sent in this run" in " ".join(without.text)

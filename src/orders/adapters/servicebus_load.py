@@ -12,7 +12,7 @@ from azure.servicebus.aio import ServiceBusClient, ServiceBusSender
 from opentelemetry import trace
 
 from orders.adapters.servicebus import message_body_bytes
-from orders.domain.load_plan import PlannedSend
+from orders.domain.load_plan import PlannedSend, PlannedStatus
 from orders.service.verify import DeadLetteredMessage
 from orders.tracing import current_trace_id, current_trace_properties
 
@@ -33,14 +33,38 @@ def to_message(send: PlannedSend) -> ServiceBusMessage:
     )
 
 
-class ServiceBusLoadSender:
-    """`LoadSender` over one queue sender (batched sends; scheduled sends for bursts)."""
+def to_status_message(update: PlannedStatus, *, sessions: bool) -> ServiceBusMessage:
+    return ServiceBusMessage(
+        update.body,
+        message_id=update.message_id,
+        content_type="application/json",
+        subject="OrderStatusChanged",
+        correlation_id=update.order_id,
+        session_id=update.order_id if sessions else None,
+        application_properties={"loadKind": update.kind.value},
+    )
 
-    def __init__(self, client: ServiceBusClient, queue: str) -> None:
+
+class ServiceBusLoadSender:
+    """`LoadSender` over the orders queue's sender (batched sends; scheduled sends for bursts)
+    and the status queue's (SessionId = orderId on a session queue)."""
+
+    def __init__(
+        self,
+        client: ServiceBusClient,
+        queue: str,
+        status_queue: str | None = None,
+        *,
+        status_sessions: bool = False,
+    ) -> None:
         self._sender: ServiceBusSender = client.get_queue_sender(queue)
+        self._status_sender = client.get_queue_sender(status_queue) if status_queue else None
+        self._status_sessions = status_sessions
 
     async def __aenter__(self) -> ServiceBusLoadSender:
         await self._sender.__aenter__()
+        if self._status_sender is not None:
+            await self._status_sender.__aenter__()
         return self
 
     async def __aexit__(
@@ -49,7 +73,15 @@ class ServiceBusLoadSender:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        if self._status_sender is not None:
+            await self._status_sender.__aexit__(exc_type, exc, traceback)
         await self._sender.__aexit__(exc_type, exc, traceback)
+
+    async def send_status(self, updates: Sequence[PlannedStatus]) -> None:
+        if self._status_sender is None:
+            raise RuntimeError("this load sender has no status queue")
+        messages = [to_status_message(u, sessions=self._status_sessions) for u in updates]
+        await self._status_sender.send_messages(messages)
 
     async def send(self, sends: Sequence[PlannedSend]) -> None:
         # One producer span per batch: its context travels on each message it sends.

@@ -12,6 +12,11 @@ Kinds of send (the manifest records each with what it must lead to):
   inside the window -> dropped by the broker, which compares MessageId only (the silent case the
   README's outcome table warns about); reported on its own by the verifier;
 - poison: invalid messages of several kinds -> dead-lettered with their reason.
+
+With status updates on, each order also gets absolute, versioned `OrderStatusChanged` messages
+along one legal path (paid, shipped, delivered; or paid, cancelled; or cancelled), some sent
+twice after the window, some orders a stray `placed` that can never be applied; with reorder on,
+each order's updates are sent newest first and all of them shuffled.
 """
 
 from __future__ import annotations
@@ -19,12 +24,14 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
 from typing import Any
 
 from orders.domain.hashing import request_hash
 from orders.domain.messages import MAX_LINES_PER_ORDER, DeadLetterReason, parse_order
+from orders.domain.status import OrderStatus, OrderStatusChanged
 
 
 class SendKind(StrEnum):
@@ -80,15 +87,55 @@ class PlannedSend:
         return cls(**{**data, "kind": SendKind(data["kind"]), "phase": Phase(data["phase"])})
 
 
+class StatusKind(StrEnum):
+    UPDATE = "update"  # a step of the order's legal path
+    DUPLICATE = "duplicate"  # the same update again, after the window
+    ILLEGAL = "illegal"  # a stray `placed`: never applicable, dead-lettered (or stale)
+
+
+@dataclass(frozen=True)
+class PlannedStatus:
+    kind: StatusKind
+    phase: Phase
+    order_id: str
+    status: str
+    version: int
+    message_id: str
+    body: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PlannedStatus:
+        return cls(**{**data, "kind": StatusKind(data["kind"]), "phase": Phase(data["phase"])})
+
+
+# The legal paths an order's updates follow, and how often.
+STATUS_PATHS: tuple[tuple[float, tuple[OrderStatus, ...]], ...] = (
+    (0.6, (OrderStatus.PAID, OrderStatus.SHIPPED, OrderStatus.DELIVERED)),
+    (0.25, (OrderStatus.PAID, OrderStatus.CANCELLED)),
+    (0.15, (OrderStatus.CANCELLED,)),
+)
+STATUS_DUPLICATES = 0.3
+STRAY_PLACED = 0.1
+STRAY_PLACED_VERSION = 7
+STATUS_CHANGED_AT = "2026-01-01T00:00:00+00:00"
+
+
 @dataclass(frozen=True)
 class LoadPlan:
     run_id: str
     seed: int
     orders: int
     sends: tuple[PlannedSend, ...] = field(default=())
+    status_updates: tuple[PlannedStatus, ...] = field(default=())
 
     def in_phase(self, phase: Phase) -> list[PlannedSend]:
         return [send for send in self.sends if send.phase is phase]
+
+    def statuses_in_phase(self, phase: Phase) -> list[PlannedStatus]:
+        return [update for update in self.status_updates if update.phase is phase]
 
 
 def order_body(order_id: str, rng: random.Random, *, line_count: int | None = None) -> str:
@@ -261,7 +308,67 @@ def _after_window(orders: _Orders, picks: _Picks) -> list[PlannedSend]:
     return after
 
 
-def plan_load(orders: int, mix: LoadMix, *, seed: int, run_id: str) -> LoadPlan:
+def _status(kind: StatusKind, phase: Phase, change: OrderStatusChanged) -> PlannedStatus:
+    return PlannedStatus(
+        kind,
+        phase,
+        change.order_id,
+        change.status.value,
+        change.version,
+        change.message_id,
+        change.body().decode("utf-8"),
+    )
+
+
+def plan_status_updates(
+    order_ids: list[str], rng: random.Random, *, reorder: bool
+) -> list[PlannedStatus]:
+    at = datetime.fromisoformat(STATUS_CHANGED_AT)
+    first: list[list[PlannedStatus]] = []
+    after: list[PlannedStatus] = []
+    for order_id in order_ids:
+        draw, path = rng.random(), STATUS_PATHS[-1][1]
+        for weight, candidate in STATUS_PATHS:
+            if draw < weight:
+                path = candidate
+                break
+            draw -= weight
+        steps = [
+            _status(
+                StatusKind.UPDATE, Phase.FIRST, OrderStatusChanged.of(order_id, s, changed_at=at)
+            )
+            for s in path
+        ]
+        if rng.random() < STRAY_PLACED:
+            stray = OrderStatusChanged.of(
+                order_id, OrderStatus.PLACED, changed_at=at, version=STRAY_PLACED_VERSION
+            )
+            steps.append(_status(StatusKind.ILLEGAL, Phase.FIRST, stray))
+        after += [
+            PlannedStatus(
+                **{**step.to_json(), "kind": StatusKind.DUPLICATE, "phase": Phase.AFTER_WINDOW}
+            )
+            for step in steps
+            if step.kind is StatusKind.UPDATE and rng.random() < STATUS_DUPLICATES
+        ]
+        first.append(list(reversed(steps)) if reorder else steps)
+    if not reorder:
+        return [update for steps in first for update in steps] + after
+    flat = [update for steps in first for update in steps]
+    rng.shuffle(flat)
+    rng.shuffle(after)
+    return flat + after
+
+
+def plan_load(
+    orders: int,
+    mix: LoadMix,
+    *,
+    seed: int,
+    run_id: str,
+    status_updates: bool = False,
+    reorder: bool = False,
+) -> LoadPlan:
     if orders < 1:
         raise ValueError("orders must be at least 1")
     rng = random.Random(seed)
@@ -273,7 +380,8 @@ def plan_load(orders: int, mix: LoadMix, *, seed: int, run_id: str) -> LoadPlan:
     picks = _Picks.draw(order_ids, mix, rng)
     poison = poison_sends(run_id, _count(mix.poison, orders), rng)
     sends = _first_phase(planned, picks, poison, rng) + _after_window(planned, picks)
-    return LoadPlan(run_id, seed, orders, tuple(sends))
+    statuses = plan_status_updates(order_ids, rng, reorder=reorder) if status_updates else []
+    return LoadPlan(run_id, seed, orders, tuple(sends), tuple(statuses))
 
 
 def plan_to_json(plan: LoadPlan, **extra: Any) -> dict[str, Any]:
@@ -283,6 +391,7 @@ def plan_to_json(plan: LoadPlan, **extra: Any) -> dict[str, Any]:
         "orders": plan.orders,
         **extra,
         "sends": [send.to_json() for send in plan.sends],
+        "status_updates": [update.to_json() for update in plan.status_updates],
     }
 
 
@@ -292,4 +401,7 @@ def plan_from_json(data: dict[str, Any]) -> LoadPlan:
         seed=data["seed"],
         orders=data["orders"],
         sends=tuple(PlannedSend.from_json(send) for send in data["sends"]),
+        status_updates=tuple(
+            PlannedStatus.from_json(update) for update in data.get("status_updates", [])
+        ),
     )

@@ -36,6 +36,8 @@ class DemoOptions:
     queue: QueueOptions = field(default_factory=QueueOptions)
     # The fan-out after the order: dispatcher, billing (with the payment stand-in), shipping.
     fanout: bool = True
+    # Versioned status updates, duplicated and reordered, through the status consumer.
+    status_updates: bool = True
 
     @property
     def audited_consumers(self) -> frozenset[Subscriber]:
@@ -98,7 +100,14 @@ def run_demo(
 ) -> DemoResult:
     started = time.monotonic()
     run_id = f"demo{uuid.uuid4().hex[:8]}"
-    plan = plan_load(options.orders, options.mix, seed=options.seed, run_id=run_id)
+    plan = plan_load(
+        options.orders,
+        options.mix,
+        seed=options.seed,
+        run_id=run_id,
+        status_updates=options.status_updates,
+        reorder=options.status_updates,
+    )
     with local_stack(options.queue, workdir) as stack:
         on_stage("emulators started")
         asyncio.run(prepare_local_cosmos(stack.settings()))
@@ -108,8 +117,10 @@ def run_demo(
         if options.fanout:
             stack.start_payments()
             stack.start_dispatcher()
-            for subscriber in (Subscriber.BILLING, Subscriber.SHIPPING, Subscriber.STATUS):
+            for subscriber in (Subscriber.BILLING, Subscriber.SHIPPING):
                 stack.start_subscriber(subscriber.value)
+        if options.fanout or options.status_updates:
+            stack.start_subscriber(Subscriber.STATUS.value)
             on_stage("payment service, dispatcher, billing, shipping and status consumers started")
         asyncio.run(
             send_load(

@@ -93,6 +93,10 @@ def render_report(verify: dict[str, Any], decisions: list[dict[str, Any]], secon
     verdict = "OK" if verify.get("ok") else "FAILED"
     sent = html.escape(str(verify.get("sent")))
     orders = html.escape(str(verify.get("unique_orders")))
+    status_updates = verify.get("status_updates")
+    statuses = (
+        table(sorted(status_updates.items())) if status_updates else "<p>none sent in this run</p>"
+    )
     fanout = "".join(
         f"<h3>{html.escape(str(consumer))}</h3>{table(sorted(found.items()))}"
         for consumer, found in sorted(verify.get("fanout", {}).items())
@@ -117,6 +121,8 @@ th,td{{border:1px solid #ccc;padding:.2em .6em;text-align:left}}</style></head>
 {table(outcomes)}
 <h2>After the order: each consumer's effects</h2>
 {fanout or "<p>not audited in this run</p>"}
+<h2>Status updates (versions, reordered and duplicated)</h2>
+{statuses}
 <h2>Violations</h2>
 <ul>{violations or "<li>none</li>"}</ul>
 </body></html>

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-from orders.domain.load_plan import LoadPlan, Phase, PlannedSend
+from orders.domain.load_plan import LoadPlan, Phase, PlannedSend, PlannedStatus
 
 # Slack beyond the broker's window, for clocks and in-flight sends.
 WINDOW_MARGIN_SECONDS = 1.0
@@ -21,6 +21,8 @@ class LoadSender(Protocol):
     async def send(self, sends: Sequence[PlannedSend]) -> None: ...
 
     async def schedule(self, sends: Sequence[PlannedSend], at: datetime) -> None: ...
+
+    async def send_status(self, updates: Sequence[PlannedStatus]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,14 @@ async def run_load(
             await sender.send(chunk)
             on_sent(len(chunk))
 
+    async def send_statuses(updates: list[PlannedStatus]) -> None:
+        for start in range(0, len(updates), batch_size):
+            chunk = updates[start : start + batch_size]
+            await sender.send_status(chunk)
+            on_sent(len(chunk))
+
     await send_in_batches([s for s in first if not s.scheduled_together])
+    await send_statuses(plan.statuses_in_phase(Phase.FIRST))
     window_over_at = time.monotonic() + duplicate_window_seconds + WINDOW_MARGIN_SECONDS
     scheduled_at: datetime | None = None
     together_first = [s for s in first if s.scheduled_together]
@@ -60,7 +69,8 @@ async def run_load(
         window_over_at = time.monotonic() + duplicate_window_seconds + WINDOW_MARGIN_SECONDS
 
     waited = 0.0
-    if after:
+    after_statuses = plan.statuses_in_phase(Phase.AFTER_WINDOW)
+    if after or after_statuses:
         waited = max(0.0, window_over_at - time.monotonic())
         await sleep(waited)  # the broker's window is a wall-clock rule: waiting it out is the point
         together_after = [s for s in after if s.scheduled_together]
@@ -69,4 +79,5 @@ async def run_load(
             await sender.schedule(together_after, scheduled_at)
             on_sent(len(together_after))
         await send_in_batches([s for s in after if not s.scheduled_together])
-    return LoadResult(sent=len(plan.sends), waited_seconds=waited)
+        await send_statuses(after_statuses)
+    return LoadResult(sent=len(plan.sends) + len(plan.status_updates), waited_seconds=waited)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orders.domain.documents import LINE_DOCUMENT_TYPE, ORDER_DOCUMENT_TYPE
 from orders.domain.events import OUTBOX_DOCUMENT_TYPE
@@ -18,6 +18,9 @@ from orders.domain.messages import DeadLetterReason, MessageRejected, parse_orde
 from orders.domain.rejections import REJECTION_DOCUMENT_TYPE
 from orders.domain.status import STATUS_DOCUMENT_TYPE
 from orders.service.verify_fanout import ConsumerAudit
+
+if TYPE_CHECKING:
+    from orders.service.verify_status import StatusAudit
 
 
 @dataclass(frozen=True)
@@ -48,9 +51,23 @@ class VerifyReport:
     violations: list[str] = field(default_factory=list)
     # Per fan-out consumer (`billing`, `shipping`) when the audit covers them.
     fanout: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The status updates' audit, when the run sent any.
+    status_updates: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    def with_statuses(self, found: StatusAudit) -> VerifyReport:
+        """This report with the status audit; `ok` covers it too."""
+        violations = list(self.violations)
+        if not found.ok:
+            violations.append(
+                f"status updates: {found.final_state_mismatches} final state mismatch(es), "
+                f"{found.illegal_dead_lettered} of {found.illegal_sent} illegal dead-lettered"
+            )
+        return replace(
+            self, ok=self.ok and found.ok, violations=violations, status_updates=found.to_json()
+        )
 
     def with_consumer(self, name: str, found: ConsumerAudit) -> VerifyReport:
         """This report with one fan-out consumer's audit; `ok` covers it too."""
