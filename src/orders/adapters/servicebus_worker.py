@@ -223,7 +223,7 @@ async def run_session_worker_on(
 
     Up to `concurrency` sessions at once, each locked by this process alone; inside a session,
     one message at a time in order (that is what sessions are for). A session with nothing to
-    receive for `receive_wait_seconds` is released for any process to take later.
+    receive for `session_idle_seconds` is released for any process to take later.
     """
     assert source.queue is not None, "sessions are consumed from a queue here"
     stats = WorkerStats()
@@ -275,7 +275,7 @@ async def _session_loop(
                 worker.stats = stats
                 while not stop.is_set():
                     batch = await receiver.receive_messages(
-                        max_message_count=1, max_wait_time=options.receive_wait_seconds
+                        max_message_count=1, max_wait_time=options.session_idle_seconds
                     )
                     if not batch:
                         break  # the session is idle: release it
