@@ -8,7 +8,8 @@ encoded message sections) are base64. Records name entities by lowercased path (
 - `a` a message is stored (all its fields; `dd` also records its MessageId for duplicate
   detection at its enqueued time), `d` it left its entity (completed, received and deleted,
   expired, cancelled), `m` it moved to the entity's dead-letter queue (all its fields again),
-  `u` its delivery count, state or application properties changed (abandon, lock expiry,
+  `l` it was locked (delivered in PeekLock), `u` it was unlocked without leaving: its delivery
+  count, state or application properties as they are now (abandon, release, lock expiry,
   defer);
 - `n` the next sequence number of an entity, `dup` a MessageId a topic accepted (duplicate
   detection on topics), `ss` a session's state.
@@ -16,10 +17,12 @@ encoded message sections) are base64. Records name entities by lowercased path (
 Records are buffered while the event loop handles input and written with one `os.write` (and
 `fsync` when asked) before any connection hands output to its socket (`sync`), so a sender's
 or a receiver's acknowledgement never leaves the process before the change it acknowledges
-is in the file. Locks are not recorded: after a restart every message that was locked is
-available again. At start the journal is replayed and rewritten as a snapshot of the live
-state (compaction); it is compacted again whenever it grows past `COMPACT_RATIO` times the
-last snapshot (and at least `COMPACT_MIN_BYTES`).
+is in the file. Locks themselves are not restored: after a restart a message that was locked
+is available again, its delivery count one higher (a lost lock counts as an attempt, as an
+expired lock does in Service Bus), or dead-lettered if that was its last attempt. At start
+the journal is replayed and rewritten as a snapshot of the live state (compaction); it is
+compacted again whenever it grows past `COMPACT_RATIO` times the last snapshot (and at least
+`COMPACT_MIN_BYTES`).
 """
 
 from __future__ import annotations
@@ -84,7 +87,8 @@ def _opt_str(value: Any) -> str | None:
 def message_fields(msg: StoredMessage) -> dict[str, Any]:
     """A message as a journal record holds it (a locked message is stored unlocked)."""
     state = msg.state
-    if state == LOCKED:
+    locked = state == LOCKED
+    if locked:
         state = DEFERRED if msg.lock_owner == "deferred" else AVAILABLE
     fields: dict[str, Any] = {
         "s": msg.seq,
@@ -115,6 +119,8 @@ def message_fields(msg: StoredMessage) -> dict[str, Any]:
     if msg.app_count:
         fields["ap"] = _b64(msg.app_raw)
         fields["apc"] = msg.app_count
+    if locked:
+        fields["lk"] = 1
     return fields
 
 
@@ -297,6 +303,9 @@ class Journal:
     def record_dead_lettered(self, queue: Queue, msg: StoredMessage) -> None:
         self._append({"o": "m", "e": queue.name.lower(), "m": message_fields(msg)})
 
+    def record_locked(self, queue: Queue, msg: StoredMessage) -> None:
+        self._append({"o": "l", "e": queue.name.lower(), "s": msg.seq})
+
     def record_updated(self, queue: Queue, msg: StoredMessage) -> None:
         state = DEFERRED if msg.state == DEFERRED else AVAILABLE
         record: dict[str, Any] = {
@@ -433,11 +442,16 @@ class JournalState:
             fields = self.messages[entity][seq]
             fields["dc"] = _int(record["dc"])
             fields["st"] = _int(record["st"])
+            fields.pop("lk", None)
             fields.pop("ap", None)
             fields.pop("apc", None)
             if "ap" in record:
                 _unb64(record["ap"])
                 fields["ap"], fields["apc"] = record["ap"], _int(record["apc"])
+        elif op == "l":
+            seq = _int(record["s"])
+            self._owned(entity, seq)
+            self.messages[entity][seq]["lk"] = 1
         elif op == "n":
             self._bump(entity, _int(record["n"]))
         elif op == "dup":
@@ -489,7 +503,8 @@ class JournalState:
             queue = broker.resolve(entity)
             assert queue is not None
             for seq in sorted(by_seq):
-                queue.restore_message(message_from_fields(by_seq[seq]), now)
+                fields = by_seq[seq]
+                queue.restore_message(message_from_fields(fields), now, bool(fields.get("lk")))
             topic = broker.topic_of(queue)
             if topic is not None:
                 topic.restore_scheduled(queue)

@@ -452,6 +452,8 @@ class Queue:
             msg.locked_until_ms = self.timers.now_ms() + self.settings.lock_duration_ms
         self.locks[token] = msg
         self.timers.call_at_ms(msg.locked_until_ms, self._on_lock_timer, msg, token)
+        if self.journal is not None:  # a lock lost to a restart counts as a delivery attempt
+            self.journal.record_locked(self, msg)
         return token
 
     def take_deleting(self, msg: StoredMessage) -> None:
@@ -491,26 +493,28 @@ class Queue:
         self._release_lock(msg)
         if count_delivery:
             msg.delivery_count += 1
-            if (
-                self.parent is None
-                and not was_deferred
-                and msg.delivery_count >= self.settings.max_delivery_count
-            ):
-                description = (
-                    f"Message could not be consumed after "
-                    f"{self.settings.max_delivery_count} delivery attempts."
-                )
-                self._dead_letter(msg, MAX_DELIVERY_REASON, description)
+            if not was_deferred and self._dead_letter_if_exhausted(msg):
                 return
-            if self.journal is not None:
-                msg.state = DEFERRED if was_deferred else AVAILABLE
-                self.journal.record_updated(self, msg)
+        if self.journal is not None:
+            msg.state = DEFERRED if was_deferred else AVAILABLE
+            self.journal.record_updated(self, msg)
         if was_deferred:
             msg.state = DEFERRED
         elif msg.expires_ms <= self.timers.now_ms():
             self._expire(msg)
         else:
             self._make_available(msg)
+
+    def _dead_letter_if_exhausted(self, msg: StoredMessage) -> bool:
+        """Dead-letter a message that used its last delivery attempt; True if it did."""
+        if self.parent is not None or msg.delivery_count < self.settings.max_delivery_count:
+            return False
+        description = (
+            f"Message could not be consumed after "
+            f"{self.settings.max_delivery_count} delivery attempts."
+        )
+        self._dead_letter(msg, MAX_DELIVERY_REASON, description)
+        return True
 
     def renew(self, token: uuid.UUID) -> int:
         msg = self._locked(token)
@@ -663,12 +667,17 @@ class Queue:
     def restore_next_seq(self, next_seq: int) -> None:
         self._next_seq = max(self._next_seq, next_seq)
 
-    def restore_message(self, msg: StoredMessage, now: int) -> None:
-        """Put back a journaled message (in sequence order), with its timers."""
+    def restore_message(self, msg: StoredMessage, now: int, lock_lost: bool) -> None:
+        """Put back a journaled message (in sequence order), with its timers. A message that
+        was locked when the emulator stopped counts that delivery, as an expired lock does."""
         self.messages[msg.seq] = msg
         if self.parent is None:
             self._next_seq = max(self._next_seq, msg.seq + 1)
             self.timers.call_at_ms(msg.expires_ms, self._on_ttl, msg.seq)
+        if lock_lost:
+            msg.delivery_count += 1
+            if msg.state != DEFERRED and self._dead_letter_if_exhausted(msg):
+                return
         if msg.state == SCHEDULED:
             assert msg.scheduled_ms is not None
             if msg.scheduled_ms > now:

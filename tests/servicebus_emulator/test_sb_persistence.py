@@ -274,23 +274,32 @@ def test_topic_copies_subscription_dead_letters_and_topic_dedup_survive(
     }
 
 
-def test_a_locked_message_is_available_again_after_a_restart(
+def test_a_lock_lost_to_a_restart_counts_as_a_delivery_attempt(
     restart: Restart, queue_name: str
 ) -> None:
     emu = restart()
-    _send(emu, queue_name, ServiceBusMessage("held", message_id="held"))
+    _send(emu, queue_name, ServiceBusMessage("last-try", message_id="last-try"))
     client = _client(emu)
     receiver = client.get_queue_receiver(queue_name)
-    (held,) = receiver.receive_messages(max_wait_time=5)
-    emu.broker.journal.sync()  # type: ignore[union-attr]
-    # The emulator goes away while the message is locked and never settled.
+    for _ in range(2):  # MaxDeliveryCount 3: two attempts used
+        (msg,) = receiver.receive_messages(max_wait_time=5)
+        receiver.abandon_message(msg)
+    _send(emu, queue_name, ServiceBusMessage("held", message_id="held"))
+    held = receiver.receive_messages(max_message_count=2, max_wait_time=5)
+    assert sorted(str(m) for m in held) == ["held", "last-try"]
+    # The emulator goes away while both are locked and never settled.
     emu = restart()
     with pytest.raises(Exception):  # noqa: B017 - whatever the SDK makes of the dead link
-        receiver.complete_message(held)
+        receiver.complete_message(held[0])
     client.close()
 
-    (again,) = _drain(emu, queue_name)
-    assert (str(again), again.delivery_count) == ("held", 0)  # the lost lock is not counted
+    again = _drain(emu, queue_name)
+    dead = _drain(emu, queue_name, ServiceBusSubQueue.DEAD_LETTER)
+
+    assert [(str(m), m.delivery_count) for m in again] == [("held", 1)]
+    assert [(str(m), m.dead_letter_reason, m.delivery_count) for m in dead] == [
+        ("last-try", "MaxDeliveryCountExceeded", 3)
+    ]
 
 
 @pytest.mark.slow
