@@ -223,9 +223,9 @@ class Journal:
 
     def close(self) -> None:
         if self._fd >= 0:
-            with contextlib.suppress(JournalError):
+            with contextlib.suppress(JournalError, OSError):
                 self.sync()
-            os.close(self._fd)
+                os.close(self._fd)
             self._fd = -1
         if self._lock_fd >= 0:
             os.close(self._lock_fd)

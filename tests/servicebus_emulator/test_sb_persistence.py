@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import uuid
 import zlib
 from collections.abc import Callable, Iterator
@@ -395,3 +396,67 @@ def test_one_data_directory_serves_one_emulator(restart: Restart, tmp_path: Path
             config=queue_config(queue_entry(f"q-{uuid.uuid4().hex[:6]}")),
             data_dir=tmp_path / "data",
         )
+
+
+def _record(value: Any) -> bytes:
+    """A journal line with a valid checksum around any JSON value."""
+    text = json.dumps(value).encode()
+    return b"%08x " % zlib.crc32(text) + text + b"\n"
+
+
+_MESSAGE = {"s": 1, "q": 0, "x": 1, "ttl": 1, "sz": 1, "dc": 0, "st": 0, "p": "", "b": ""}
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        pytest.param({"o": "zz", "e": "q"}, id="unknown-operation"),
+        pytest.param({"o": "d", "e": "q", "s": 7}, id="removes-a-message-never-stored"),
+        pytest.param({"o": "u", "e": "q", "s": 7, "dc": 1, "st": 0}, id="updates-nothing"),
+        pytest.param({"o": "a", "e": "q", "m": {**_MESSAGE, "s": "1"}}, id="seq-as-text"),
+        pytest.param({"o": "a", "e": "q", "m": {**_MESSAGE, "b": "!!"}}, id="body-not-base64"),
+        pytest.param({"o": "a", "e": "q", "m": {**_MESSAGE, "st": 1}}, id="stored-as-locked"),
+        pytest.param({"o": "a", "e": "q", "m": {**_MESSAGE, "du": "yes"}}, id="durable-text"),
+        pytest.param({"o": "a", "e": 5, "m": _MESSAGE}, id="entity-not-text"),
+        pytest.param({"o": "a", "e": "q"}, id="message-missing"),
+        pytest.param({"o": "ss", "e": "q", "sid": None, "v": None}, id="session-id-null"),
+        pytest.param({"o": "dup", "e": "q", "id": "m", "t": True}, id="time-as-bool"),
+        pytest.param([[[[[]]]]], id="not-an-object"),
+    ],
+)
+def test_hostile_journal_records_are_refused_with_their_position(
+    tmp_path: Path, record: Any
+) -> None:
+    path = tmp_path / JOURNAL_NAME
+    path.write_bytes(_record({"o": "n", "e": "q", "n": 1}) + _record(record))
+
+    with pytest.raises(JournalError, match=r"record 2 \(byte \d+\) is invalid"):
+        journal.read_journal(path)
+
+
+def test_deeply_nested_journal_lines_are_corruption_not_a_crash(tmp_path: Path) -> None:
+    text = b"[" * 100_000 + b"]" * 100_000
+    path = tmp_path / JOURNAL_NAME
+    path.write_bytes(
+        b"%08x " % zlib.crc32(text) + text + b"\n" + _record({"o": "n", "e": "q", "n": 1})
+    )
+
+    with pytest.raises(JournalError, match=r"record 1 .* is corrupt"):
+        journal.read_journal(path)
+
+
+def test_a_journal_write_failure_stops_acknowledgements(restart: Restart, queue_name: str) -> None:
+    emu = restart()
+    _send(emu, queue_name, ServiceBusMessage("before", message_id="before"))
+    the_journal = emu.broker.journal
+    assert the_journal is not None
+    # The journal's descriptor becomes read-only: its next write fails, as on a full disk.
+    read_only = os.open(the_journal.path, os.O_RDONLY)
+    emu.call(os.dup2, read_only, the_journal._fd)
+    os.close(read_only)
+
+    with pytest.raises(Exception):  # noqa: B017 - the SDK's error for a connection that ends
+        _send(emu, queue_name, ServiceBusMessage("after", message_id="after"))
+
+    emu = restart()
+    assert [str(m) for m in _drain(emu, queue_name)] == ["before"]
