@@ -460,3 +460,29 @@ def test_a_journal_write_failure_stops_acknowledgements(restart: Restart, queue_
 
     emu = restart()
     assert [str(m) for m in _drain(emu, queue_name)] == ["before"]
+
+
+def test_an_answer_leaves_only_after_the_change_it_acknowledges_is_written(
+    restart: Restart, queue_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without the next-loop-turn write, records reach the file only when a connection is
+    # about to write its output: the ordering that makes acknowledgements durable.
+    monkeypatch.setattr(
+        journal.Journal, "_append", lambda self, record: self._pending.append(journal._line(record))
+    )
+    journal_file = tmp_path / "data" / JOURNAL_NAME
+    emu = restart()
+
+    def records(operation: str) -> list[dict[str, Any]]:
+        lines = journal_file.read_bytes().splitlines()
+        return [r for r in (json.loads(line[9:]) for line in lines) if r["o"] == operation]
+
+    with _client(emu) as client:
+        with client.get_queue_sender(queue_name) as sender:
+            sender.send_messages(ServiceBusMessage("durable", message_id="durable"))
+            assert [r["m"]["id"] for r in records("a")] == ["durable"]
+        with client.get_queue_receiver(queue_name) as receiver:
+            (msg,) = receiver.receive_messages(max_wait_time=5)
+            assert [r["s"] for r in records("l")] == [msg.sequence_number]
+            receiver.complete_message(msg)
+            assert [r["s"] for r in records("d")] == [msg.sequence_number]
