@@ -260,7 +260,11 @@ class Journal:
         self._pending.clear()
         self._size += len(data)
         if self._size > self._compact_at:
-            self.compact()
+            try:
+                self.compact()
+            except OSError as exc:  # the journal as it is stays valid: try again later
+                _LOG.warning("journal compaction failed, retried later: %s", exc)
+                self._compact_at = 2 * self._size
 
     def compact(self) -> None:
         """Rewrite the journal as the broker's live state (temporary file, fsync, rename)."""
@@ -281,10 +285,15 @@ class Journal:
         finally:
             os.close(fd)
         os.replace(temporary, self.path)
+        try:
+            new_fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        except OSError as exc:  # appending to the replaced file would lose what follows
+            self._failed = exc
+            raise JournalError(f"the compacted journal cannot be opened: {exc}") from exc
         _fsync_directory(self.directory)
         if self._fd >= 0:
             os.close(self._fd)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        self._fd = new_fd
         self._size = size
         self._compact_at = max(COMPACT_MIN_BYTES, COMPACT_RATIO * size)
         self.compactions += 1
