@@ -486,3 +486,14 @@ def test_an_answer_leaves_only_after_the_change_it_acknowledges_is_written(
             assert [r["s"] for r in records("l")] == [msg.sequence_number]
             receiver.complete_message(msg)
             assert [r["s"] for r in records("d")] == [msg.sequence_number]
+
+
+def test_fsync_mode_keeps_messages_too(
+    config: dict[str, Any], queue_name: str, tmp_path: Path
+) -> None:
+    with start_in_background(config=config, data_dir=tmp_path / "data", fsync=True) as emu:
+        assert emu.broker.journal is not None and emu.broker.journal.fsync
+        _send(emu, queue_name, ServiceBusMessage("synced", message_id="synced"))
+
+    with start_in_background(config=config, data_dir=tmp_path / "data") as emu:
+        assert [str(m) for m in _drain(emu, queue_name)] == ["synced"]
