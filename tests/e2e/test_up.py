@@ -91,4 +91,6 @@ def test_up_serves_the_whole_stack_and_ctrl_c_stops_every_process(tmp_path: Path
     assert len(set(started)) >= 8
     assert exit_code == 0, log.read_text()[-2000:]
     assert processes_mentioning(str(directory)) == []
+    # The broker journaled its messages under the folder: a restart of `orders up` resumes them.
+    assert (directory / "servicebus-data" / "servicebus-journal.jsonl").stat().st_size > 0
     assert processes_mentioning(f"--port {port}") == []

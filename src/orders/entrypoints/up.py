@@ -89,7 +89,10 @@ def run_up(options: UpOptions, on_ready: Callable[[RunningStack], None]) -> None
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stopped.set())
     options.directory.mkdir(parents=True, exist_ok=True)
-    with local_stack(QueueOptions(), options.directory) as stack:
+    # The broker's messages survive a restart of `orders up` (its journal under the folder);
+    # the Cosmos emulator keeps its data in memory, so stored orders start over.
+    servicebus_data = options.directory / "servicebus-data"
+    with local_stack(QueueOptions(), options.directory, servicebus_data=servicebus_data) as stack:
         asyncio.run(prepare_local_cosmos(stack.settings()))
         stack.start_payments()
         for _ in range(options.workers):
