@@ -59,6 +59,11 @@ def write_settings(directory: Path, environment: dict[str, str], api_url: str) -
             "AzureWebJobsStorage": "UseDevelopmentStorage=true",
             "FUNCTIONS_WORKER_RUNTIME": "python",
             **environment,
+            # The outbox dispatcher's Cosmos DB trigger reads a connection string locally.
+            "CosmosConnection": (
+                f"AccountEndpoint={environment['COSMOS_ENDPOINT']};"
+                f"AccountKey={environment['COSMOS_KEY']};"
+            ),
         },
     }
     (directory / LOCAL_SETTINGS_FILE).write_text(json.dumps(local_settings, indent=2) + "\n")
