@@ -269,11 +269,15 @@ async def build_console_runtime(settings: Settings) -> ConsoleRuntime:
         identity = _process_credential(stack, settings)
         cosmos = await _cosmos_client(stack, settings, identity, create_local_resources=False)
         servicebus = await stack.enter_async_context(create_servicebus_client(settings, identity))
-        sources = [Source(queue=settings.orders_queue)] + [
+        sources = [Source(queue=settings.orders_queue), Source(queue=settings.status_queue)] + [
             Source(topic=topic, subscription=subscription)
             for topic, subscription in settings.console_subscriptions
         ]
         folder = settings.decisions_folder
+        payments = None
+        if settings.payments_url:
+            payments = HttpPaymentGateway(settings.payments_url, settings.payments_timeout_seconds)
+            stack.push_async_callback(payments.close)
         console = OperationsConsole(
             sources,
             ServiceBusEntityCounter(servicebus),
@@ -281,6 +285,8 @@ async def build_console_runtime(settings: Settings) -> ConsoleRuntime:
             CosmosOrderReader(orders_container(cosmos, settings)),
             JournalFolder(Path(folder)) if folder else None,
             duplicate_window=timedelta(seconds=settings.duplicate_window_seconds),
+            inbox=CosmosOrderReader(inbox_container(cosmos, settings)),
+            payments=payments,
         )
         return ConsoleRuntime(console, settings.platform_auth_enabled, stack.pop_all())
 

@@ -14,6 +14,9 @@ from typing import Any
 
 from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, Selection, resubmit_refusal
 from orders.domain.decision_counters import DecisionCounters
+from orders.domain.payments import Charge
+from orders.exceptions import PaymentError
+from orders.service.payment_port import PaymentGateway
 from orders.service.ports import (
     DeadLetterQueue,
     DecisionFeed,
@@ -40,11 +43,15 @@ class OperationsConsole:
         *,
         duplicate_window: timedelta,
         count_limit: int = COUNT_LIMIT,
+        inbox: OrderReader | None = None,
+        payments: PaymentGateway | None = None,
     ) -> None:
         self.sources = tuple(sources)
         self._counter = counter
         self._dead_letter_queue = dead_letter_queue
         self._reader = reader
+        self._inbox = inbox
+        self._payments = payments
         self._decisions = decisions
         self._duplicate_window = duplicate_window
         self._count_limit = count_limit
@@ -90,8 +97,33 @@ class OperationsConsole:
         return await self._dead_letter_queue(source).purge(selection)
 
     async def order_documents(self, order_id: str) -> list[dict[str, Any]]:
-        return await self._reader.read_order_documents(order_id)
+        """The order's documents (order, lines, outbox, status), the consumers' inbox records
+        and effects (shipment, billing), and the charges the payment service holds for it."""
+        documents = await self._reader.read_order_documents(order_id)
+        if self._inbox is not None:
+            documents += await self._inbox.read_order_documents(order_id)
+        if self._payments is not None:
+            try:
+                charges = await self._payments.charges_for(order_id)
+            except PaymentError as exc:
+                documents.append({"type": "payment", "unavailable": str(exc)})
+            else:
+                documents += [payment_document(charge) for charge in charges]
+        return documents
 
     async def counters(self) -> DecisionCounters | None:
         """None where no journal is configured (in Azure: the workbook has them)."""
         return await self._decisions.counters() if self._decisions is not None else None
+
+
+def payment_document(charge: Charge) -> dict[str, Any]:
+    """A charge shown beside the order's documents (it lives at the payment service)."""
+    return {
+        "type": "payment",
+        "id": charge.payment_id,
+        "orderId": charge.order_id,
+        "amount": str(charge.amount),
+        "currency": charge.currency,
+        "idempotencyKey": charge.idempotency_key,
+        "createdAt": charge.created_at,
+    }
