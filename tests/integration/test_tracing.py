@@ -4,27 +4,38 @@ publish span. Real broker (our emulator, through the SDK); the stores are fakes.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
 from azure.servicebus.aio import ServiceBusClient
-from fakes import FakeIdempotencyStore, FakeOrderReader, FakeOrderStore, order_payload
+from fakes import (
+    FakeFencedDocuments,
+    FakeIdempotencyStore,
+    FakeOrderReader,
+    FakeOrderStore,
+    order_payload,
+)
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
 from orders.adapters.servicebus import to_received_order_message
-from orders.adapters.servicebus_publisher import ServiceBusOrderPublisher
+from orders.adapters.servicebus_publisher import ServiceBusEventPublisher, ServiceBusOrderPublisher
 from orders.bootstrap import HttpRuntime
+from orders.domain.received import ReceivedOrderMessage
 from orders.entrypoints.http_api import create_app
 from orders.entrypoints.localstack import QueueOptions
 from orders.observability import ConsumerTelemetry
 from orders.service.consumer import OrderConsumer
+from orders.service.dispatcher import OutboxDispatcher
 from orders.service.idempotency import IdempotentOrderIntake
 from orders.service.order_lookup import OrderLookup
+from orders.service.ports import ChangePage
 from servicebus_emulator import RunningEmulator, start_in_background
 
 QUEUE = "orders"
@@ -92,3 +103,57 @@ async def test_one_trace_links_post_publish_and_consume(emulator: RunningEmulato
     properties = message.application_properties or {}
     assert properties[b"Diagnostic-Id"] == properties[b"traceparent"]
     assert message.correlation_id == CLIENT_TRACE
+
+
+async def test_the_trace_continues_through_the_outbox_dispatcher_to_a_subscriber(
+    emulator: RunningEmulator,
+) -> None:
+    """The consumer stores its trace with the outbox event; the dispatcher publishes in it."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    order_id = f"o-{uuid.uuid4().hex[:10]}"
+    store = FakeOrderStore()
+    traceparent = f"00-{CLIENT_TRACE}-00f067aa0ba902b7-01"
+    received = ReceivedOrderMessage(
+        body=json.dumps(order_payload(order_id)).encode(),
+        message_id=order_id,
+        trace_context={"traceparent": traceparent},
+    )
+    await OrderConsumer(store, ConsumerTelemetry(tracer_provider=provider)).handle(received)
+    topic = QueueOptions().events_topic
+
+    async with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
+        events = ServiceBusEventPublisher(client, topic, tracer_provider=provider)
+        unused = FakeFencedDocuments()
+        dispatcher = OutboxDispatcher(MarkingFeed(), events, unused)
+        assert await dispatcher.dispatch(store.documents(order_id)) == 1
+        await events.close()
+        async with client.get_subscription_receiver(topic, "shipping") as receiver:
+            [event] = await receiver.receive_messages(max_message_count=1, max_wait_time=10)
+            await receiver.complete_message(event)
+
+    spans = exporter.get_finished_spans()
+    consume = by_name(spans, "orders.process_message")
+    dispatch = by_name(spans, "orders.dispatch")
+    assert format(dispatch.context.trace_id, "032x") == CLIENT_TRACE
+    assert dispatch.parent is not None and dispatch.parent.span_id == consume.context.span_id
+    properties = event.application_properties or {}
+    assert CLIENT_TRACE in properties[b"traceparent"].decode()
+    assert event.message_id == f"{order_id}:outbox:OrderAccepted"
+    assert event.correlation_id == order_id
+
+
+class MarkingFeed:
+    """The dispatcher's `dispatch` only marks; reading the feed is not under test here."""
+
+    async def feed_ranges(self) -> list[str]:
+        return []
+
+    async def read_changes(
+        self, feed_range: str, continuation: str | None, max_items: int
+    ) -> ChangePage:
+        return ChangePage([], continuation)
+
+    async def mark_dispatched(self, document: dict[str, Any]) -> None:
+        self.marked = document["id"]
