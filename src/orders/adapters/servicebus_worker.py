@@ -18,7 +18,8 @@ made each settlement take about 200 ms (median 197 ms) and a slot-refilling loop
 msg/s; the earlier batch loop (receive a batch, settle it while the next receive is open, a
 barrier per batch) got 92-126. Taking turns, a settlement finds the connection to itself and
 confirms in a round trip, and while messages are in flight a receive call holds the wire at
-most `BUSY_RECEIVE_WAIT_SECONDS`; this loop drains 190 msg/s in one process on the same stack.
+most `BUSY_RECEIVE_WAIT_SECONDS`. This loop drains 190 msg/s in one process on the same stack
+(median of three runs; the batch loop 125), worker/bare 1.00 (was 0.66): README, Throughput.
 
 Why 4 in flight by default: settlements on one receiver take turns (above), so more slots
 mostly overlap store calls; on the local stack 2-4 per process measured best
