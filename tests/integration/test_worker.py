@@ -150,6 +150,7 @@ async def test_a_handler_that_raises_gets_its_message_abandoned_at_once(
         assert worker.stats.settled >= 2 and worker.stats.settlement_failures == 0
 
 
+@pytest.mark.slow
 async def test_a_slow_message_never_holds_the_other_slots(emulator: RunningEmulator) -> None:
     async with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
         [slow_id] = await send(client, 1)
