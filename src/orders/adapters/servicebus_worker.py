@@ -14,14 +14,14 @@ receiver): with the async SDK every reader of the connection (a receive call's p
 settlement waiting for the broker's confirmation) reads under one socket lock with a 0.1 s read
 timeout; a reader whose frame another reader already consumed then waits out that timeout (the
 likely cause of what follows). Measured (a traced worker, scripts/bench_consumer.py): a receive
-call open beside settlements made each settlement take about 200 ms (median 197 ms) and a slot-
-refilling loop drained 12-15 msg/s; the earlier batch loop (receive a batch, settle it while the
-next receive is open, a barrier per batch) got 92-126. Taking turns, a settlement finds the
-connection to itself and confirms in a round trip, and while messages are in flight a receive
-call holds the wire at most `BUSY_RECEIVE_WAIT_SECONDS`. This loop drains 190 msg/s in one
-process on the same stack (median of three 400-order runs; the batch loop 125), worker/bare 1.00
-(was 0.66); with 2000 orders worker/bare is 0.71 in one process (was 0.60) and 1.00 in two (was
-0.83): README, Throughput.
+call open beside settlements made each settlement take about 200 ms (median 197 ms) and a
+slot-refilling loop drained 12-15 msg/s; the earlier batch loop (receive a batch, settle it
+while the next receive is open, a barrier per batch) got 92-126. Taking turns, a settlement
+finds the connection to itself and confirms in a round trip, and while messages are in flight a
+receive call holds the wire at most `BUSY_RECEIVE_WAIT_SECONDS`. This loop drains 190 msg/s in
+one process on the same stack (median of three 400-order runs; the batch loop 125), worker/bare
+1.00 (was 0.66); with 2000 orders worker/bare is 0.71 in one process (was 0.60) and 1.00 in two
+(was 0.83): README, Throughput.
 
 Why 4 in flight by default: settlements on one receiver take turns (above), so more slots
 mostly overlap store calls; on the local stack 2-4 per process measured best with the batch
