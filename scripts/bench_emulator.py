@@ -9,6 +9,7 @@ subscription at once, with msgs/s per subscription). The emulator runs as
 `python -m servicebus_emulator` in its own process so its CPU time can be read from /proc.
 
     .venv/bin/python scripts/bench_emulator.py --messages 2000
+    .venv/bin/python scripts/bench_emulator.py --messages 2000 --data   # journal (--fsync too)
 """
 
 from __future__ import annotations
@@ -204,14 +205,29 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=2000, help="messages per scenario")
     parser.add_argument("--clients", default="1,4", help="comma-separated client counts")
+    parser.add_argument(
+        "--data", action="store_true", help="run the emulator with --data (a temporary dir)"
+    )
+    parser.add_argument("--fsync", action="store_true", help="with --data: also --fsync")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "config.json"
         config.write_text(json.dumps(CONFIG), encoding="utf-8")
         env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+        persistence = ["--data", str(Path(tmp) / "data")] if args.data else []
+        persistence += ["--fsync"] if args.data and args.fsync else []
         emulator = subprocess.Popen(
-            [sys.executable, "-m", "servicebus_emulator", "--port", "0", "--config", str(config)],
+            [
+                sys.executable,
+                "-m",
+                "servicebus_emulator",
+                "--port",
+                "0",
+                "--config",
+                str(config),
+                *persistence,
+            ],
             stdout=subprocess.PIPE,
             text=True,
             env=env,
@@ -230,7 +246,8 @@ def main() -> int:
             )
             print(
                 f"cores: {os.cpu_count()}  python: {sys.version.split()[0]}  "
-                f"messages per scenario: {args.messages}"
+                f"messages per scenario: {args.messages}  "
+                f"persistence: {' '.join(persistence[:1] + persistence[2:]) or 'none'}"
             )
             header = (
                 f"{'scenario':<42}{'msgs':>7}{'wall s':>9}{'msgs/s':>9}"

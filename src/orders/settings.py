@@ -51,7 +51,9 @@ APP_SETTING_NAMES = frozenset(
 EMULATOR_COSMOS_KEY = (
     "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw=="
 )
-EMULATOR_ONLY_SETTING_NAMES = frozenset({"ServiceBusConnection", "COSMOS_KEY"})
+# `CosmosConnection` (an emulator connection string) is read by the Functions host's Cosmos DB
+# trigger under `func start`; in Azure its identity-based `CosmosConnection__*` form is set.
+EMULATOR_ONLY_SETTING_NAMES = frozenset({"ServiceBusConnection", "COSMOS_KEY", "CosmosConnection"})
 # Optional tuning with defaults in code.
 OPTIONAL_SETTING_NAMES = frozenset(
     {

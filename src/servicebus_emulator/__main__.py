@@ -9,11 +9,14 @@ import signal
 import sys
 
 from .config import ConfigError
+from .journal import JournalError
 from .server import EmulatorServer
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    server = await EmulatorServer.start(args.config, host=args.host, port=args.port)
+    server = await EmulatorServer.start(
+        args.config, host=args.host, port=args.port, data_dir=args.data, fsync=args.fsync
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -32,6 +35,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--config", default=None, help="official emulator Config.json (default: one 'orders' queue)"
     )
+    parser.add_argument(
+        "--data",
+        default=None,
+        metavar="DIR",
+        help="keep messages in a journal in DIR across restarts (default: in memory only)",
+    )
+    parser.add_argument(
+        "--fsync",
+        action="store_true",
+        help="with --data: fsync each journal write (survives a machine crash, not only a "
+        "killed emulator; slower)",
+    )
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -43,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(_serve(args))
     except ConfigError as exc:
         print(f"servicebus-emulator: configuration error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except JournalError as exc:
+        print(f"servicebus-emulator: data error: {exc}", file=sys.stderr, flush=True)
         return 2
     except OSError as exc:
         print(f"servicebus-emulator: cannot listen: {exc}", file=sys.stderr, flush=True)

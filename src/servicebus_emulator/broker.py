@@ -8,10 +8,12 @@ import itertools
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from .config import QueueSettings, TopicSettings
+from .journal import Journal
 from .queue import Queue
 from .topic import Topic
 
@@ -46,6 +48,7 @@ class Broker:
         }
         for queue in [*self.queues.values(), *self._subscriptions.values()]:
             self._connect_forwarding(queue)
+        self.journal: Journal | None = None  # with `--data` (see journal.py)
         self._timers: list[tuple[int, int, Callable[..., None], tuple[Any, ...]]] = []
         self._counter = itertools.count()
         self._handle: asyncio.TimerHandle | None = None
@@ -112,7 +115,26 @@ class Broker:
         """The topic a path names (senders and the topic's `$management` node)."""
         return self.topics.get(path.lower())
 
+    def subscription_queues(self) -> list[Queue]:
+        return list(self._subscriptions.values())
+
+    def topic_of(self, queue: Queue) -> Topic | None:
+        """The topic a subscription (not its dead-letter queue) belongs to."""
+        lowered = queue.name.lower()
+        if self._subscriptions.get(lowered) is not queue:
+            return None
+        return self.topics.get(lowered.split("/", 1)[0])
+
+    def open_journal(self, data_dir: Path, *, fsync: bool) -> None:
+        """Replay the journal in `data_dir` into the entities and journal from now on."""
+        journal = Journal(data_dir, fsync=fsync)
+        journal.open(self)
+        self.journal = journal
+
     def close(self) -> None:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
+        if self.journal is not None:
+            self.journal.close()
+            self.journal = None

@@ -183,6 +183,9 @@ class AmqpConnection(asyncio.Protocol):
             self._flush()  # hand it to the transport now, so its backpressure can start
 
     def _flush(self) -> None:
+        journal = self.broker.journal
+        if journal is not None:  # what this output acknowledges is in the journal first
+            journal.sync()
         if self._wbuf and self.transport is not None and not self.transport.is_closing():
             self.transport.write(b"".join(self._wbuf))
             self._wrote_since_beat = True

@@ -248,7 +248,7 @@ def _session_operation(queue: Queue, operation: str, request: Request) -> Reply:
     state = body.get("session-state")
     if state is not None and not isinstance(state, bytes):
         raise ValueError("session-state must be binary or null")
-    session.state = state
+    queue.set_session_state(session, state)
     return Reply(200, {})
 
 

@@ -13,9 +13,10 @@ import random
 import uuid
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .config import QueueSettings
+from .journal import remember_ids, remembered_ids
 from .message import (
     AVAILABLE,
     DEFERRED,
@@ -27,6 +28,9 @@ from .message import (
     forwarded_copy,
     header_ttl_ms,
 )
+
+if TYPE_CHECKING:
+    from .journal import Journal
 
 MAX_DELIVERY_REASON = "MaxDeliveryCountExceeded"
 TTL_REASON = "TTLExpiredException"
@@ -120,6 +124,8 @@ class Queue:
         self._dedup_order: deque[tuple[int, str]] = deque()
         self._next_seq = 1
         self._pumping = False
+        # Set by the broker with `--data`: every change a client is told of is journaled.
+        self.journal: Journal | None = None
         self.dead_letter: Queue | None = None if parent else Queue(settings, timers, self)
         # Session id -> session, when the queue requires sessions (its dead-letter queue does not).
         self.sessions: dict[str, MessageSession] | None = (
@@ -150,12 +156,14 @@ class Queue:
         now = self.timers.now_ms()
         settings = self.settings
         self.check_session(parsed)
+        remembered = False
         if settings.requires_duplicate_detection and parsed.message_id is not None:
             self._prune_dedup(now)
             if parsed.message_id in self._dedup:
                 return None
             self._dedup[parsed.message_id] = now
             self._dedup_order.append((now, parsed.message_id))
+            remembered = True
         ttl = header_ttl_ms(parsed.header)
         ttl = settings.default_ttl_ms if ttl is None else min(ttl, settings.default_ttl_ms)
         if seq is not None:
@@ -168,7 +176,9 @@ class Queue:
         if msg.scheduled_ms is not None and msg.scheduled_ms > now:
             msg.state = SCHEDULED
             self.timers.call_at_ms(msg.scheduled_ms, self._on_scheduled, msg.seq)
-        else:
+        if self.journal is not None:
+            self.journal.record_added(self, msg, remembered)
+        if msg.state != SCHEDULED:
             self._make_available(msg)
         if msg.state != GONE:  # not forwarded at once
             # Timers hold the sequence number, not the message, so a consumed message is freed
@@ -470,6 +480,8 @@ class Queue:
             msg.locked_until_ms = self.timers.now_ms() + self.settings.lock_duration_ms
         self.locks[token] = msg
         self.timers.call_at_ms(msg.locked_until_ms, self._on_lock_timer, msg, token)
+        if self.journal is not None:  # a lock lost to a restart counts as a delivery attempt
+            self.journal.record_locked(self, msg)
         return token
 
     def take_deleting(self, msg: StoredMessage) -> None:
@@ -509,23 +521,28 @@ class Queue:
         self._release_lock(msg)
         if count_delivery:
             msg.delivery_count += 1
-            if (
-                self.parent is None
-                and not was_deferred
-                and msg.delivery_count >= self.settings.max_delivery_count
-            ):
-                description = (
-                    f"Message could not be consumed after "
-                    f"{self.settings.max_delivery_count} delivery attempts."
-                )
-                self._dead_letter(msg, MAX_DELIVERY_REASON, description)
+            if not was_deferred and self._dead_letter_if_exhausted(msg):
                 return
+        if self.journal is not None:
+            msg.state = DEFERRED if was_deferred else AVAILABLE
+            self.journal.record_updated(self, msg)
         if was_deferred:
             msg.state = DEFERRED
         elif msg.expires_ms <= self.timers.now_ms():
             self._expire(msg)
         else:
             self._make_available(msg)
+
+    def _dead_letter_if_exhausted(self, msg: StoredMessage) -> bool:
+        """Dead-letter a message that used its last delivery attempt; True if it did."""
+        if self.parent is not None or msg.delivery_count < self.settings.max_delivery_count:
+            return False
+        description = (
+            f"Message could not be consumed after "
+            f"{self.settings.max_delivery_count} delivery attempts."
+        )
+        self._dead_letter(msg, MAX_DELIVERY_REASON, description)
+        return True
 
     def renew(self, token: uuid.UUID) -> int:
         msg = self._locked(token)
@@ -555,6 +572,8 @@ class Queue:
             msg.add_application_properties(properties)
         self._release_lock(msg)
         msg.state = DEFERRED
+        if self.journal is not None:
+            self.journal.record_updated(self, msg)
 
     def dead_letter_locked(
         self,
@@ -571,9 +590,12 @@ class Queue:
 
     def _dead_letter(self, msg: StoredMessage, reason: str | None, description: str | None) -> None:
         if self.dead_letter is None:  # already in a dead-letter queue: Service Bus keeps it
+            if self.journal is not None:
+                msg.state = AVAILABLE
+                self.journal.record_updated(self, msg)
             self._make_available(msg)
             return
-        self._remove(msg)
+        self._drop(msg)
         values: dict[str, Any] = {}
         if reason is not None:
             values["DeadLetterReason"] = reason
@@ -582,6 +604,8 @@ class Queue:
         if values:
             msg.add_application_properties(values)
         self.dead_letter.accept_dead_lettered(msg)
+        if self.journal is not None:
+            self.journal.record_dead_lettered(self, msg)
 
     def accept_dead_lettered(self, msg: StoredMessage) -> None:
         msg.expires_ms = _NEVER  # time-to-live does not apply in the dead-letter queue
@@ -589,6 +613,11 @@ class Queue:
         self._make_available(msg)
 
     def _remove(self, msg: StoredMessage) -> None:
+        if self.journal is not None and self.messages.get(msg.seq) is msg:
+            self.journal.record_removed(self, msg)
+        self._drop(msg)
+
+    def _drop(self, msg: StoredMessage) -> None:
         self._release_lock(msg)
         msg.state = GONE
         if self.messages.get(msg.seq) is msg:
@@ -644,3 +673,52 @@ class Queue:
             raise MessageNotFoundError(f"no deferred message with sequence number {seq}")
         self._remove(msg)
         return msg
+
+    # ------------------------------------------------------------------ persistence
+
+    @property
+    def next_seq(self) -> int:
+        return self._next_seq
+
+    def dedup_entries(self, now: int) -> list[tuple[str, int]]:
+        return remembered_ids(self._dedup, self.settings.duplicate_window_ms, now)
+
+    def session_states(self) -> list[tuple[str, bytes]]:
+        sessions = self.sessions or {}
+        return [(s.id, s.state) for s in sessions.values() if s.state is not None]
+
+    def set_session_state(self, session: MessageSession, state: bytes | None) -> None:
+        session.state = state
+        if self.journal is not None:
+            self.journal.record_session_state(self, session.id, state)
+
+    def restore_next_seq(self, next_seq: int) -> None:
+        self._next_seq = max(self._next_seq, next_seq)
+
+    def restore_message(self, msg: StoredMessage, now: int, lock_lost: bool) -> None:
+        """Put back a journaled message (in sequence order), with its timers. A message that
+        was locked when the emulator stopped counts that delivery, as an expired lock does."""
+        self.messages[msg.seq] = msg
+        if self.parent is None:
+            self._next_seq = max(self._next_seq, msg.seq + 1)
+            self.timers.call_at_ms(msg.expires_ms, self._on_ttl, msg.seq)
+        if lock_lost:
+            msg.delivery_count += 1
+            if msg.state != DEFERRED and self._dead_letter_if_exhausted(msg):
+                return
+        if msg.state == SCHEDULED:
+            assert msg.scheduled_ms is not None
+            if msg.scheduled_ms > now:
+                self.timers.call_at_ms(msg.scheduled_ms, self._on_scheduled, msg.seq)
+                return
+            msg.enqueued_ms = msg.scheduled_ms  # it activated while the emulator was down
+        if msg.state != DEFERRED:
+            self._make_available(msg)
+
+    def restore_dedup(self, entries: dict[str, int], now: int) -> None:
+        window = self.settings.duplicate_window_ms
+        remember_ids(self._dedup, self._dedup_order, entries, window, now)
+
+    def restore_session_state(self, session_id: str, state: bytes) -> None:
+        if self.sessions is not None:
+            self._session(session_id).state = state

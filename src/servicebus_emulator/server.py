@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -49,14 +51,25 @@ class EmulatorServer:
         config: dict[str, Any] | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
+        data_dir: str | Path | None = None,
+        fsync: bool = False,
     ) -> EmulatorServer:
+        """Listen; with `data_dir`, state is journaled there and restored from it (raises
+        `JournalError` when the journal cannot be used). `fsync` syncs each journal write to
+        the disk, not only to the operating system."""
         namespace = load_namespace(config_path, config)
         loop = asyncio.get_running_loop()
         broker = Broker(namespace.queues, loop, namespace.topics)
         connections: set[AmqpConnection] = set()
-        server = await loop.create_server(
-            lambda: AmqpConnection(broker, connections), host, port, reuse_address=True
-        )
+        try:
+            if data_dir is not None:
+                broker.open_journal(Path(data_dir), fsync=fsync)
+            server = await loop.create_server(
+                lambda: AmqpConnection(broker, connections), host, port, reuse_address=True
+            )
+        except BaseException:  # restored timers must not stay armed on the caller's loop
+            broker.close()
+            raise
         return cls(broker, server, connections)
 
     async def close(self) -> None:
@@ -70,9 +83,7 @@ class EmulatorServer:
 class RunningEmulator:
     """An emulator serving from a daemon thread; `stop()` (or leaving `with`) shuts it down."""
 
-    def __init__(
-        self, config_path: str | Path | None, config: dict[str, Any] | None, host: str, port: int
-    ) -> None:
+    def __init__(self, start: Callable[[], Awaitable[EmulatorServer]]) -> None:
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._stopped = threading.Event()
@@ -81,7 +92,7 @@ class RunningEmulator:
         self._stop_event: asyncio.Event | None = None
         self._thread = threading.Thread(
             target=self._run,
-            args=(config_path, config, host, port),
+            args=(start,),
             name="servicebus-emulator",
             daemon=True,
         )
@@ -109,12 +120,10 @@ class RunningEmulator:
 
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout=10)
 
-    def _run(
-        self, config_path: str | Path | None, config: dict[str, Any] | None, host: str, port: int
-    ) -> None:
+    def _run(self, start: Callable[[], Awaitable[EmulatorServer]]) -> None:
         asyncio.set_event_loop(self._loop)
         try:
-            self._loop.run_until_complete(self._main(config_path, config, host, port))
+            self._loop.run_until_complete(self._main(start))
         except BaseException as exc:
             if not self._ready.is_set():
                 self._error = exc
@@ -125,11 +134,9 @@ class RunningEmulator:
             self._loop.close()
             self._stopped.set()
 
-    async def _main(
-        self, config_path: str | Path | None, config: dict[str, Any] | None, host: str, port: int
-    ) -> None:
+    async def _main(self, start: Callable[[], Awaitable[EmulatorServer]]) -> None:
         self._stop_event = asyncio.Event()
-        self._server = await EmulatorServer.start(config_path, config=config, host=host, port=port)
+        self._server = await start()
         self._ready.set()
         await self._stop_event.wait()
         await self._server.close()
@@ -161,6 +168,19 @@ def start_in_background(
     config: dict[str, Any] | None = None,
     host: str = "127.0.0.1",
     port: int = 0,
+    data_dir: str | Path | None = None,
+    fsync: bool = False,
 ) -> RunningEmulator:
-    """Start the emulator on a daemon thread; returns once it accepts connections."""
-    return RunningEmulator(config_path, config, host, port)
+    """Start the emulator on a daemon thread; returns once it accepts connections. With
+    `data_dir` its state is journaled there and restored from there (see journal.py)."""
+    return RunningEmulator(
+        functools.partial(
+            EmulatorServer.start,
+            config_path,
+            config=config,
+            host=host,
+            port=port,
+            data_dir=data_dir,
+            fsync=fsync,
+        )
+    )

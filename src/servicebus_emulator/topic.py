@@ -13,12 +13,20 @@ from __future__ import annotations
 import contextlib
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import SubscriptionSettings, TopicSettings
 from .filters import MessageView
-from .message import ParsedMessage
-from .queue import MessageNotFoundError, Queue, Timers
+from .journal import remember_ids, remembered_ids
+from .message import SCHEDULED, ParsedMessage
+from .queue import (
+    MessageNotFoundError,
+    Queue,
+    Timers,
+)
+
+if TYPE_CHECKING:
+    from .journal import Journal
 
 
 class Subscription:
@@ -80,6 +88,7 @@ class Topic:
         self._next_seq = 1
         # sequence number -> the subscription copies of a scheduled message (for cancelling)
         self._scheduled: dict[int, list[tuple[Queue, int]]] = {}
+        self.journal: Journal | None = None  # set by the broker with `--data`
 
     def _take_seq(self) -> int:
         seq = self._next_seq
@@ -99,6 +108,7 @@ class Topic:
         self.check_session(parsed)
         settings = self.settings
         now = self.timers.now_ms()
+        remembered: str | None = None
         if settings.requires_duplicate_detection and parsed.message_id is not None:
             horizon = now - settings.duplicate_window_ms
             order = self._dedup_order
@@ -110,6 +120,7 @@ class Topic:
                 return None
             self._dedup[parsed.message_id] = now
             order.append((now, parsed.message_id))
+            remembered = parsed.message_id
         view = (
             MessageView(parsed.properties, parsed.app_raw, parsed.app_count)
             if self._needs_view
@@ -119,6 +130,9 @@ class Topic:
         made: list[tuple[Queue, int]] = []
         for subscription in self.subscriptions.values():
             subscription.deliver(parsed, view, seq, self._take_seq, made)
+        if self.journal is not None and (remembered is not None or not made):
+            # The subscriptions' records carry the sequence numbers of the copies they made.
+            self.journal.record_topic_send(self, self._next_seq - 1, remembered, now)
         if parsed.scheduled_ms is not None and parsed.scheduled_ms > now:
             self._scheduled[seq] = made
             self.timers.call_at_ms(parsed.scheduled_ms, self._forget_scheduled, seq)
@@ -135,3 +149,28 @@ class Topic:
         for queue, number in copies:
             with contextlib.suppress(MessageNotFoundError):  # activated there already
                 queue.cancel_scheduled(number)
+
+    # ------------------------------------------------------------------ persistence
+
+    @property
+    def next_seq(self) -> int:
+        return self._next_seq
+
+    def dedup_entries(self, now: int) -> list[tuple[str, int]]:
+        return remembered_ids(self._dedup, self.settings.duplicate_window_ms, now)
+
+    def restore_next_seq(self, next_seq: int) -> None:
+        self._next_seq = max(self._next_seq, next_seq)
+
+    def restore_dedup(self, entries: dict[str, int], now: int) -> None:
+        window = self.settings.duplicate_window_ms
+        remember_ids(self._dedup, self._dedup_order, entries, window, now)
+
+    def restore_scheduled(self, queue: Queue) -> None:
+        """Make a subscription's restored scheduled copies cancellable through the topic (by
+        the topic's number; a rule action's copy, numbered on its own, is not)."""
+        for seq, msg in queue.messages.items():
+            if msg.state == SCHEDULED and msg.scheduled_ms is not None:
+                if seq not in self._scheduled:
+                    self.timers.call_at_ms(msg.scheduled_ms, self._forget_scheduled, seq)
+                self._scheduled.setdefault(seq, []).append((queue, seq))

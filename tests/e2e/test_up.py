@@ -85,10 +85,14 @@ def test_up_serves_the_whole_stack_and_ctrl_c_stops_every_process(tmp_path: Path
     assert console_page.status_code == 200 and "<td>queue</td>" in console_page.text
     assert "export ServiceBusConnection=" in exports and "export COSMOS_ENDPOINT=" in exports
     assert settings["ORDERS_QUEUE"] == "orders" and settings["COSMOS_KEY"]
+    assert settings["CosmosConnection"].startswith("AccountEndpoint=http://127.0.0.1:")
+    assert settings["PAYMENTS_URL"].startswith("http://127.0.0.1:")
     # Those naming the folder or port: `orders up`, the Service Bus emulator (its config), the
     # payment stand-in (its data), the order worker, the billing, shipping and status consumers
     # (their journals) and the HTTP API (the port).
     assert len(set(started)) >= 8
     assert exit_code == 0, log.read_text()[-2000:]
     assert processes_mentioning(str(directory)) == []
+    # The broker journaled its messages under the folder: a restart of `orders up` resumes them.
+    assert (directory / "servicebus-data" / "servicebus-journal.jsonl").stat().st_size > 0
     assert processes_mentioning(f"--port {port}") == []

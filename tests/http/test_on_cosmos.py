@@ -121,3 +121,27 @@ async def test_crashed_claim_is_taken_over_and_the_stale_completion_is_fenced(
     assert [order.order_id for order in api.publisher.published] == [order_id, order_id]
     replay = await api.post(order_payload(order_id), key="crash-key")
     assert classify(replay) == "replay"
+
+
+async def test_fifty_simultaneous_cancels_with_one_key_publish_once(api: Api) -> None:
+    order_id = new_order_id()
+    assert (await api.post(order_payload(order_id), key="place")).status_code == 202
+    start = asyncio.Event()
+
+    async def one_request() -> httpx.Response:
+        await start.wait()
+        return await api.client.post(
+            f"/api/orders/{order_id}/cancel",
+            json={"reason": "no longer needed"},
+            headers={"Idempotency-Key": "cancel-key"},
+        )
+
+    requests = [asyncio.create_task(one_request()) for _ in range(CONCURRENT_REQUESTS)]
+    start.set()
+    responses = await asyncio.gather(*requests)
+
+    kinds = [classify(response) for response in responses]
+    assert kinds.count("first") == 1
+    assert set(kinds) <= {"first", "replay", "409"}, kinds
+    [change] = api.publisher.statuses
+    assert (change.order_id, change.status.value, change.version) == (order_id, "cancelled", 5)

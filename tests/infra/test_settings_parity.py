@@ -54,7 +54,7 @@ ISSUE_13_SETTINGS = frozenset(
 # What issue 14 adds: the status queue and its mode (versions alone, or sessions).
 ISSUE_14_SETTINGS = frozenset({"STATUS_QUEUE", "STATUS_SESSIONS"})
 # Local only: keys and connection strings exist for the emulators, never in Azure.
-EMULATOR_ONLY = frozenset({"COSMOS_KEY", "ServiceBusConnection"})
+EMULATOR_ONLY = frozenset({"COSMOS_KEY", "ServiceBusConnection", "CosmosConnection"})
 # Read with defaults by the HTTP API, billing and the console; Azure may leave them unset.
 OPTIONAL = frozenset(
     {

@@ -26,11 +26,13 @@ _READY = re.compile(r"servicebus-emulator listening on 127\.0\.0\.1:(\d+)\n")
 class EmulatorProcess:
     """`python -m servicebus_emulator` on a free port; stopped by its own process id."""
 
-    def __init__(self, config: dict[str, Any], workdir: Path) -> None:
+    def __init__(
+        self, config: dict[str, Any], workdir: Path, extra_args: tuple[str, ...] = ()
+    ) -> None:
         config_path = workdir / "servicebus-config.json"
         config_path.write_text(json.dumps(config))
         self.stderr_path = workdir / "servicebus-emulator.stderr"
-        self._stderr = self.stderr_path.open("wb")
+        self._stderr = self.stderr_path.open("ab")  # a restart on the same workdir appends
         env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
         self.proc = subprocess.Popen(
             [
@@ -45,6 +47,7 @@ class EmulatorProcess:
                 str(config_path),
                 "--log-level",
                 "ERROR",  # internal errors (tracebacks) only: tests assert there are none
+                *extra_args,
             ],
             stdout=subprocess.PIPE,
             stderr=self._stderr,
@@ -75,6 +78,12 @@ class EmulatorProcess:
     def stderr(self) -> str:
         self._stderr.flush()
         return self.stderr_path.read_text(errors="replace")
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup of any kind runs in the emulator (a crash)."""
+        self.proc.kill()
+        self.proc.wait()
+        self.stop()
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import azure.functions as func
 import pytest
 from azure.servicebus import ServiceBusReceivedMessage
 from fakes import (
@@ -22,13 +23,22 @@ from fakes import (
     FakeMessageActions,
     FakeOrderStore,
     event_message,
+    new_write,
     order_payload,
 )
 from sdk_messages import received_message
 
 import function_app
-from orders.bootstrap import SubscriberRuntime, function_subscriber_runtimes
+from orders.bootstrap import (
+    DispatcherRuntime,
+    SubscriberRuntime,
+    function_dispatcher_runtime,
+    function_subscriber_runtimes,
+)
+from orders.domain.events import OrderAccepted
 from orders.exceptions import TransientStoreError
+from orders.service.dispatcher import OutboxDispatcher
+from orders.service.ports import ChangePage
 from orders.service.shipping import ShippingConsumer
 from orders.service.worker_options import Source, Subscriber
 
@@ -231,3 +241,45 @@ def test_with_status_sessions_the_status_trigger_takes_sessions() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "True"
+
+
+class RecordingEvents:
+    def __init__(self) -> None:
+        self.published: list[str] = []
+
+    async def publish_event(self, event: OrderAccepted, trace_context: dict[str, str]) -> None:
+        self.published.append(event.event_id)
+
+
+class MarkingFeed:
+    """Only `mark_dispatched` is used by `dispatch`; the host's trigger reads the feed."""
+
+    def __init__(self) -> None:
+        self.marked: list[str] = []
+
+    async def feed_ranges(self) -> list[str]:
+        raise AssertionError("the Functions host reads the change feed, not the dispatcher")
+
+    async def read_changes(
+        self, feed_range: str, continuation: str | None, max_items: int
+    ) -> ChangePage:
+        raise AssertionError("the Functions host reads the change feed, not the dispatcher")
+
+    async def mark_dispatched(self, document: dict[str, Any]) -> None:
+        self.marked.append(document["id"])
+
+
+async def test_the_cosmos_trigger_publishes_and_marks_only_undispatched_outbox_documents() -> None:
+    write = new_write("o-feed")
+    order, outbox = write.documents[0], write.documents[1]
+    done = {**outbox, "id": "o-done:outbox:OrderAccepted", "dispatched": True}
+    events, feed = RecordingEvents(), MarkingFeed()
+    dispatcher = OutboxDispatcher(feed, events, FakeFencedDocuments())
+    function_dispatcher_runtime.use(DispatcherRuntime(dispatcher))
+    try:
+        changes = func.DocumentList([func.Document.from_dict(d) for d in (order, outbox, done)])
+        await function_app.dispatch_outbox(changes=changes)
+    finally:
+        function_dispatcher_runtime.use(None)
+
+    assert events.published == feed.marked == ["o-feed:outbox:OrderAccepted"]

@@ -283,6 +283,10 @@ async def _session_loop(
                 receive_mode=ServiceBusReceiveMode.PEEK_LOCK,
                 max_wait_time=options.receive_wait_seconds,
             )
+            # Waiting for a session (the SDK retries its timeout with backoff) must not delay
+            # a stop: race the open against it.
+            if not await _open_unless_stopped(receiver, stop):
+                return
             async with receiver:
                 session = receiver.session
                 renewer.register(
@@ -307,3 +311,21 @@ async def _session_loop(
             )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), RECEIVE_BACKOFF_SECONDS)
+
+
+async def _open_unless_stopped(receiver: ServiceBusReceiver, stop: asyncio.Event) -> bool:
+    # `async with` afterwards finds the link open and does not open it again.
+    opening = asyncio.ensure_future(receiver.__aenter__())
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({opening, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if opening.done():
+        opening.result()  # raises OperationTimeoutError when no session came
+        return True
+    opening.cancel()
+    with contextlib.suppress(BaseException):
+        await opening
+    await receiver.close()
+    return False

@@ -13,16 +13,15 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import AfterValidator, BaseModel, Field, StrictInt, ValidationError
+from pydantic import AfterValidator, BaseModel, Field, StrictInt
 
 from orders.domain.messages import (
     DeadLetterReason,
     MessageRejected,
-    describe_validation_error,
+    validate_small_message,
 )
 from orders.domain.model import MAX_ID_LENGTH, WIRE_NAMES, CurrencyCode, EntityId, OrderPlaced
-from orders.domain.received import BodyKind, ReceivedOrderMessage
-from orders.domain.untrusted_json import UntrustedJsonError, decode_untrusted_json
+from orders.domain.received import ReceivedOrderMessage
 
 OUTBOX_DOCUMENT_TYPE = "outbox"
 ORDER_ACCEPTED: Final = "OrderAccepted"
@@ -116,30 +115,9 @@ def event_of_outbox(document: dict[str, Any]) -> OrderAccepted:
 
 def parse_order_accepted(message: ReceivedOrderMessage) -> OrderAccepted:
     """Validate a received `OrderAccepted`; total and bounded like `parse_order`."""
-    if message.body_kind is not BodyKind.DATA:
-        raise MessageRejected(
-            DeadLetterReason.INVALID_JSON,
-            f"the body is an AMQP {message.body_kind.value} section; events travel as data",
-        )
-    if len(message.body) > MAX_EVENT_BODY_BYTES:
-        raise MessageRejected(
-            DeadLetterReason.ORDER_TOO_LARGE,
-            f"body is {len(message.body)} bytes; an event is at most {MAX_EVENT_BODY_BYTES}",
-        )
-    try:
-        document = decode_untrusted_json(message.body)
-    except UntrustedJsonError as exc:
-        raise MessageRejected(DeadLetterReason.INVALID_JSON, str(exc)) from exc
-    try:
-        event = OrderAccepted.model_validate(document)
-    except ValidationError as exc:
-        raise MessageRejected(
-            DeadLetterReason.SCHEMA_VIOLATION, describe_validation_error(exc)
-        ) from exc
-    except Exception as exc:
-        raise MessageRejected(
-            DeadLetterReason.SCHEMA_VIOLATION, f"body could not be validated: {type(exc).__name__}"
-        ) from exc
+    event = validate_small_message(
+        message, OrderAccepted, max_bytes=MAX_EVENT_BODY_BYTES, what="events"
+    )
     if message.message_id != event.event_id:
         raise MessageRejected(
             DeadLetterReason.MESSAGE_ID_MISMATCH,

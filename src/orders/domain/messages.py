@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from orders.domain.model import OrderPlaced
 from orders.domain.received import BodyKind, ReceivedOrderMessage
@@ -110,18 +110,7 @@ def parse_order(body: bytes) -> OrderPlaced:
     except UntrustedJsonError as exc:
         raise MessageRejected(DeadLetterReason.INVALID_JSON, str(exc)) from exc
     check_line_count(document)
-    try:
-        return OrderPlaced.model_validate(document)
-    except ValidationError as exc:
-        raise MessageRejected(
-            DeadLetterReason.SCHEMA_VIOLATION, describe_validation_error(exc)
-        ) from exc
-    except Exception as exc:
-        # Total by rule: a validator failing in an unforeseen way on hostile input is still a
-        # rejection with a reason, never the abandon-and-retry path.
-        raise MessageRejected(
-            DeadLetterReason.SCHEMA_VIOLATION, f"body could not be validated: {type(exc).__name__}"
-        ) from exc
+    return validate_document(OrderPlaced, document)
 
 
 def parse_received_order(message: ReceivedOrderMessage) -> OrderPlaced:
@@ -147,3 +136,47 @@ def parse_order_message(body: bytes, message_id: str | None) -> OrderPlaced:
             order_id=order.order_id,
         )
     return order
+
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def validate_small_message(
+    message: ReceivedOrderMessage, model: type[Model], *, max_bytes: int, what: str
+) -> Model:
+    """A small JSON message (an event, a status update) as `model`: total and bounded.
+
+    A data body, at most `max_bytes`, strict JSON, then the model; every failure is a
+    `MessageRejected` with the reason, as for orders.
+    """
+    if message.body_kind is not BodyKind.DATA:
+        raise MessageRejected(
+            DeadLetterReason.INVALID_JSON,
+            f"the body is an AMQP {message.body_kind.value} section; {what} travel as data",
+        )
+    if len(message.body) > max_bytes:
+        raise MessageRejected(
+            DeadLetterReason.ORDER_TOO_LARGE,
+            f"body is {len(message.body)} bytes; {what} are at most {max_bytes}",
+        )
+    try:
+        document = decode_untrusted_json(message.body)
+    except UntrustedJsonError as exc:
+        raise MessageRejected(DeadLetterReason.INVALID_JSON, str(exc)) from exc
+    return validate_document(model, document)
+
+
+def validate_document(model: type[Model], document: Any) -> Model:
+    """`model` from decoded JSON; any validation failure is a `SchemaViolation` rejection."""
+    try:
+        return model.model_validate(document)
+    except ValidationError as exc:
+        raise MessageRejected(
+            DeadLetterReason.SCHEMA_VIOLATION, describe_validation_error(exc)
+        ) from exc
+    except Exception as exc:
+        # Total by rule: a validator failing in an unforeseen way on hostile input is still a
+        # rejection with a reason, never the abandon-and-retry path.
+        raise MessageRejected(
+            DeadLetterReason.SCHEMA_VIOLATION, f"body could not be validated: {type(exc).__name__}"
+        ) from exc

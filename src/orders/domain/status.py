@@ -28,9 +28,14 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, StrictInt, ValidationError
 
-from orders.domain.messages import DeadLetterReason, MessageRejected, describe_validation_error
+from orders.domain.messages import (
+    DeadLetterReason,
+    MessageRejected,
+    describe_validation_error,
+    validate_small_message,
+)
 from orders.domain.model import WIRE_NAMES, EntityId
-from orders.domain.received import BodyKind, ReceivedOrderMessage
+from orders.domain.received import ReceivedOrderMessage
 from orders.domain.untrusted_json import UntrustedJsonError, decode_untrusted_json
 from orders.exceptions import InvalidCancelRequestError
 
@@ -184,31 +189,9 @@ def applied_document(stored: StoredStatus, update: OrderStatusChanged) -> dict[s
 
 def parse_status_changed(message: ReceivedOrderMessage) -> OrderStatusChanged:
     """Total and bounded, like every parser of untrusted bodies here."""
-    if message.body_kind is not BodyKind.DATA:
-        raise MessageRejected(
-            DeadLetterReason.INVALID_JSON,
-            f"the body is an AMQP {message.body_kind.value} section; updates travel as data",
-        )
-    if len(message.body) > MAX_STATUS_BODY_BYTES:
-        raise MessageRejected(
-            DeadLetterReason.ORDER_TOO_LARGE,
-            f"body is {len(message.body)} bytes; a status update is at most "
-            f"{MAX_STATUS_BODY_BYTES}",
-        )
-    try:
-        document = decode_untrusted_json(message.body)
-    except UntrustedJsonError as exc:
-        raise MessageRejected(DeadLetterReason.INVALID_JSON, str(exc)) from exc
-    try:
-        update = OrderStatusChanged.model_validate(document)
-    except ValidationError as exc:
-        raise MessageRejected(
-            DeadLetterReason.SCHEMA_VIOLATION, describe_validation_error(exc)
-        ) from exc
-    except Exception as exc:
-        raise MessageRejected(
-            DeadLetterReason.SCHEMA_VIOLATION, f"body could not be validated: {type(exc).__name__}"
-        ) from exc
+    update = validate_small_message(
+        message, OrderStatusChanged, max_bytes=MAX_STATUS_BODY_BYTES, what="status updates"
+    )
     if message.message_id != update.message_id:
         raise MessageRejected(
             DeadLetterReason.MESSAGE_ID_MISMATCH,

@@ -164,6 +164,8 @@ class LocalStack:
     servicebus_connection_string: str = ""
     cosmos_endpoint: str = ""
     payments_url: str = ""
+    # Where the Service Bus emulator journals its messages (`--data`); None keeps them in memory.
+    servicebus_data: Path | None = None
     _worker_count: int = 0
 
     def spawn(
@@ -186,10 +188,11 @@ class LocalStack:
     def start_emulators(self) -> None:
         config_path = self.workdir / "servicebus-config.json"
         config_path.write_text(json.dumps(self.queue.config(), indent=2))
+        data = ["--data", str(self.servicebus_data)] if self.servicebus_data else []
         servicebus = self.spawn(
             "servicebus-emulator",
             ["-m", "servicebus_emulator", "--host", "127.0.0.1", "--port", "0",
-             "--config", str(config_path)],
+             "--config", str(config_path), *data],
         )  # fmt: skip
         cosmos = self.spawn(
             "cosmos-emulator", ["-m", "cosmos_emulator", "--host", "127.0.0.1", "--port", "0"]
@@ -286,10 +289,15 @@ class LocalStack:
 
 @contextmanager
 def local_stack(
-    queue: QueueOptions | None = None, workdir: Path | None = None
+    queue: QueueOptions | None = None,
+    workdir: Path | None = None,
+    *,
+    servicebus_data: Path | None = None,
 ) -> Iterator[LocalStack]:
     with tempfile.TemporaryDirectory(prefix="orders-stack-") as scratch:
-        stack = LocalStack(Path(workdir or scratch), queue or QueueOptions())
+        stack = LocalStack(
+            Path(workdir or scratch), queue or QueueOptions(), servicebus_data=servicebus_data
+        )
         try:
             stack.start_emulators()
             yield stack

@@ -59,6 +59,11 @@ def write_settings(directory: Path, environment: dict[str, str], api_url: str) -
             "AzureWebJobsStorage": "UseDevelopmentStorage=true",
             "FUNCTIONS_WORKER_RUNTIME": "python",
             **environment,
+            # The outbox dispatcher's Cosmos DB trigger reads a connection string locally.
+            "CosmosConnection": (
+                f"AccountEndpoint={environment['COSMOS_ENDPOINT']};"
+                f"AccountKey={environment['COSMOS_KEY']};"
+            ),
         },
     }
     (directory / LOCAL_SETTINGS_FILE).write_text(json.dumps(local_settings, indent=2) + "\n")
@@ -89,7 +94,10 @@ def run_up(options: UpOptions, on_ready: Callable[[RunningStack], None]) -> None
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stopped.set())
     options.directory.mkdir(parents=True, exist_ok=True)
-    with local_stack(QueueOptions(), options.directory) as stack:
+    # The broker's messages survive a restart of `orders up` (its journal under the folder);
+    # the Cosmos emulator keeps its data in memory, so stored orders start over.
+    servicebus_data = options.directory / "servicebus-data"
+    with local_stack(QueueOptions(), options.directory, servicebus_data=servicebus_data) as stack:
         asyncio.run(prepare_local_cosmos(stack.settings()))
         stack.start_payments()
         for _ in range(options.workers):

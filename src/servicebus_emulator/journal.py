@@ -1,0 +1,584 @@
+"""Persistence (`--data DIR`): an append-only journal of broker state changes, compacted.
+
+One file per namespace, `DIR/servicebus-journal.jsonl`: one JSON object per line, each line
+prefixed with the CRC-32 of its JSON text (`0123abcd {...}\n`). Bytes (bodies and the other
+encoded message sections) are base64. Records name entities by lowercased path (`orders`,
+`orders/$deadletterqueue`, `topic/subscriptions/sub`); their operations (`o`):
+
+- `a` a message is stored (all its fields; `dd` also records its MessageId for duplicate
+  detection at its enqueued time), `d` it left its entity (completed, received and deleted,
+  expired, cancelled), `m` it moved to the entity's dead-letter queue (all its fields again),
+  `l` it was locked (delivered in PeekLock), `u` it was unlocked without leaving: its delivery
+  count, state or application properties as they are now (abandon, release, lock expiry,
+  defer);
+- `n` the next sequence number of an entity, `dup` a MessageId a topic accepted (duplicate
+  detection on topics), `ss` a session's state.
+
+Records are buffered while the event loop handles input and written with one `os.write` (and
+`fsync` when asked) before any connection hands output to its socket (`sync`), so a sender's
+or a receiver's acknowledgement never leaves the process before the change it acknowledges
+is in the file. Locks themselves are not restored: after a restart a message that was locked
+is available again, its delivery count one higher (a lost lock counts as an attempt, as an
+expired lock does in Service Bus), or dead-lettered if that was its last attempt. At start
+the journal is replayed and rewritten as a snapshot of the live state (compaction); it is
+compacted again whenever it grows past `COMPACT_RATIO` times the last snapshot (and at least
+`COMPACT_MIN_BYTES`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import json
+import logging
+import os
+import zlib
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .message import AVAILABLE, DEFERRED, LOCKED, SCHEDULED, StoredMessage
+
+if TYPE_CHECKING:
+    from .broker import Broker
+    from .queue import Queue
+    from .topic import Topic
+
+_LOG = logging.getLogger("servicebus_emulator")
+
+JOURNAL_NAME = "servicebus-journal.jsonl"
+LOCK_NAME = "servicebus-journal.lock"
+COMPACT_RATIO = 4
+COMPACT_MIN_BYTES = 16 * 1024 * 1024
+DEAD_LETTER = "/$deadletterqueue"
+_STORED_STATES = (AVAILABLE, DEFERRED, SCHEDULED)
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
+
+
+class JournalError(Exception):
+    """The journal cannot be used: corrupt in the middle, unknown entities, or locked."""
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: Any) -> bytes:
+    if not isinstance(text, str):
+        raise ValueError("expected a base64 string")
+    return base64.b64decode(text, validate=True)
+
+
+def _int(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"expected an integer, got {value!r}")
+    return value
+
+
+def _opt_str(value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"expected a string, got {value!r}")
+    return value
+
+
+def message_fields(msg: StoredMessage) -> dict[str, Any]:
+    """A message as a journal record holds it (a locked message is stored unlocked)."""
+    state = msg.state
+    locked = state == LOCKED
+    if locked:
+        state = DEFERRED if msg.lock_owner == "deferred" else AVAILABLE
+    fields: dict[str, Any] = {
+        "s": msg.seq,
+        "q": msg.enqueued_ms,
+        "x": msg.expires_ms,
+        "ttl": msg.ttl_ms,
+        "sz": msg.size,
+        "dc": msg.delivery_count,
+        "st": state,
+        "p": _b64(msg.properties_raw),
+        "b": _b64(msg.body_raw),
+    }
+    optional = {
+        "id": msg.message_id,
+        "sid": msg.session_id,
+        "du": msg.durable,
+        "pr": msg.priority,
+        "sch": msg.scheduled_ms,
+        "dls": msg.dead_letter_source,
+        "es": msg.enqueue_seq,
+    }
+    fields.update((k, v) for k, v in optional.items() if v is not None)
+    if msg.delivery_annotation_count:
+        fields["da"] = _b64(msg.delivery_annotations_raw)
+        fields["dac"] = msg.delivery_annotation_count
+    if msg.annotation_count:
+        fields["ma"] = _b64(msg.annotations_raw)
+        fields["mac"] = msg.annotation_count
+    if msg.app_count:
+        fields["ap"] = _b64(msg.app_raw)
+        fields["apc"] = msg.app_count
+    if locked:
+        fields["lk"] = 1
+    return fields
+
+
+def message_from_fields(fields: dict[str, Any]) -> StoredMessage:
+    """Rebuild a stored message; raises ValueError / KeyError on a malformed record."""
+    msg = StoredMessage.__new__(StoredMessage)
+    msg.seq = _int(fields["s"])
+    msg.enqueued_ms = _int(fields["q"])
+    msg.expires_ms = _int(fields["x"])
+    msg.ttl_ms = _int(fields["ttl"])
+    msg.size = _int(fields["sz"])
+    msg.delivery_count = _int(fields["dc"])
+    msg.state = _int(fields["st"])
+    if msg.state not in _STORED_STATES:
+        raise ValueError(f"message state {msg.state} is not stored")
+    msg.properties_raw = _unb64(fields["p"])
+    msg.body_raw = _unb64(fields["b"])
+    msg.message_id = _opt_str(fields.get("id"))
+    msg.session_id = _opt_str(fields.get("sid"))
+    durable = fields.get("du")
+    if durable is not None and not isinstance(durable, bool):
+        raise ValueError("durable must be a boolean")
+    msg.durable = durable
+    priority = fields.get("pr")
+    msg.priority = None if priority is None else _int(priority)
+    scheduled = fields.get("sch")
+    msg.scheduled_ms = None if scheduled is None else _int(scheduled)
+    msg.dead_letter_source = _opt_str(fields.get("dls"))
+    first_seq = fields.get("es")
+    msg.enqueue_seq = None if first_seq is None else _int(first_seq)
+    msg.delivery_annotations_raw = _unb64(fields.get("da", ""))
+    msg.delivery_annotation_count = _int(fields.get("dac", 0))
+    msg.annotations_raw = _unb64(fields.get("ma", ""))
+    msg.annotation_count = _int(fields.get("mac", 0))
+    msg.app_raw = _unb64(fields.get("ap", ""))
+    msg.app_count = _int(fields.get("apc", 0))
+    msg.lock_token = None
+    msg.locked_until_ms = 0
+    msg.lock_owner = None
+    msg.bare = b""
+    msg._rebuild_bare()
+    return msg
+
+
+def _line(record: dict[str, Any]) -> bytes:
+    text = _dumps(record).encode("ascii")
+    return b"%08x " % zlib.crc32(text) + text + b"\n"
+
+
+class Journal:
+    """The open journal of a running broker; queues and topics call its `record_*` hooks."""
+
+    def __init__(self, directory: Path, *, fsync: bool) -> None:
+        self.directory = directory
+        self.path = directory / JOURNAL_NAME
+        self.fsync = fsync
+        self._pending: list[bytes] = []
+        self._fd = -1
+        self._lock_fd = -1
+        self._size = 0
+        self._compact_at = COMPACT_MIN_BYTES
+        self._broker: Broker | None = None
+        self._failed: OSError | None = None
+        self.compactions = 0
+
+    # ------------------------------------------------------------------ opening
+
+    def open(self, broker: Broker) -> None:
+        """Lock the directory, replay the journal into the broker and compact it."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._lock_directory()
+            state = read_journal(self.path)
+            state.install(broker)
+            self._broker = broker
+            self.compact()
+        except OSError as exc:
+            self.close()
+            raise JournalError(f"cannot use the data directory {self.directory}: {exc}") from exc
+        except BaseException:
+            self.close()
+            raise
+        for queue in _all_queues(broker):
+            queue.journal = self
+        for topic in broker.topics.values():
+            topic.journal = self
+
+    def _lock_directory(self) -> None:
+        self._lock_fd = os.open(self.directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            import fcntl  # POSIX only; elsewhere the directory is not locked
+
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except ImportError:
+            pass
+        except OSError as exc:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+            raise JournalError(
+                f"{self.directory} is in use by another emulator (its lock file is held)"
+            ) from exc
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            with contextlib.suppress(JournalError, OSError):
+                self.sync()
+                os.close(self._fd)
+            self._fd = -1
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    # ------------------------------------------------------------------ writing
+
+    def _append(self, record: dict[str, Any]) -> None:
+        if not self._pending and self._broker is not None:
+            # Nothing may stay buffered when no connection writes (a timer's change).
+            self._broker.loop.call_soon(self.sync)
+        self._pending.append(_line(record))
+
+    def sync(self) -> None:
+        """Write the buffered records (one write; fsync when asked); before any output.
+
+        After a failed write (a full disk) every call raises JournalError, so no connection
+        hands out another acknowledgement: the emulator must be restarted."""
+        if self._failed is not None:
+            raise JournalError(f"the journal could not be written: {self._failed}")
+        if not self._pending or self._fd < 0:
+            return
+        data = b"".join(self._pending)
+        try:
+            _write_all(self._fd, data)
+            if self.fsync:
+                os.fsync(self._fd)
+        except OSError as exc:
+            self._failed = exc
+            _LOG.error("journal write failed, no more acknowledgements: %s", exc)
+            raise JournalError(f"the journal could not be written: {exc}") from exc
+        self._pending.clear()
+        self._size += len(data)
+        if self._size > self._compact_at:
+            try:
+                self.compact()
+            except OSError as exc:  # the journal as it is stays valid: try again later
+                _LOG.warning("journal compaction failed, retried later: %s", exc)
+                self._compact_at = 2 * self._size
+
+    def compact(self) -> None:
+        """Rewrite the journal as the broker's live state (temporary file, fsync, rename)."""
+        assert self._broker is not None
+        self._pending.clear()  # the snapshot holds every buffered change
+        temporary = self.path.with_suffix(".compacting")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        size = 0
+        try:
+            chunk: list[bytes] = []
+            for record in snapshot(self._broker):
+                chunk.append(_line(record))
+                if len(chunk) >= 1024:
+                    size += _write_all(fd, b"".join(chunk))
+                    chunk.clear()
+            size += _write_all(fd, b"".join(chunk))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, self.path)
+        try:
+            new_fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        except OSError as exc:  # appending to the replaced file would lose what follows
+            self._failed = exc
+            raise JournalError(f"the compacted journal cannot be opened: {exc}") from exc
+        _fsync_directory(self.directory)
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd = new_fd
+        self._size = size
+        self._compact_at = max(COMPACT_MIN_BYTES, COMPACT_RATIO * size)
+        self.compactions += 1
+
+    # ------------------------------------------------------------------ hooks
+
+    def record_added(self, queue: Queue, msg: StoredMessage, dedup: bool) -> None:
+        record: dict[str, Any] = {"o": "a", "e": queue.name.lower(), "m": message_fields(msg)}
+        if dedup:
+            record["dd"] = 1
+        self._append(record)
+
+    def record_removed(self, queue: Queue, msg: StoredMessage) -> None:
+        self._append({"o": "d", "e": queue.name.lower(), "s": msg.seq})
+
+    def record_dead_lettered(self, queue: Queue, msg: StoredMessage) -> None:
+        self._append({"o": "m", "e": queue.name.lower(), "m": message_fields(msg)})
+
+    def record_locked(self, queue: Queue, msg: StoredMessage) -> None:
+        self._append({"o": "l", "e": queue.name.lower(), "s": msg.seq})
+
+    def record_updated(self, queue: Queue, msg: StoredMessage) -> None:
+        state = DEFERRED if msg.state == DEFERRED else AVAILABLE
+        record: dict[str, Any] = {
+            "o": "u",
+            "e": queue.name.lower(),
+            "s": msg.seq,
+            "dc": msg.delivery_count,
+            "st": state,
+        }
+        if msg.app_count:
+            record["ap"] = _b64(msg.app_raw)
+            record["apc"] = msg.app_count
+        self._append(record)
+
+    def record_topic_send(self, topic: Topic, seq: int, message_id: str | None, at: int) -> None:
+        record: dict[str, Any] = {"o": "n", "e": topic.name.lower(), "n": seq + 1}
+        self._append(record)
+        if message_id is not None:
+            self._append({"o": "dup", "e": topic.name.lower(), "id": message_id, "t": at})
+
+    def record_session_state(self, queue: Queue, session_id: str, state: bytes | None) -> None:
+        self._append(
+            {
+                "o": "ss",
+                "e": queue.name.lower(),
+                "sid": session_id,
+                "v": None if state is None else _b64(state),
+            }
+        )
+
+
+def _write_all(fd: int, data: bytes) -> int:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    return len(data)
+
+
+def _fsync_directory(directory: Path) -> None:
+    with contextlib.suppress(OSError):  # not every platform can open a directory
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def remembered_ids(dedup: dict[str, int], window_ms: int, now: int) -> list[tuple[str, int]]:
+    """The (MessageId, accepted at) pairs of a duplicate-detection history still in its window."""
+    horizon = now - window_ms
+    return [(message_id, at) for message_id, at in dedup.items() if at > horizon]
+
+
+def remember_ids(
+    dedup: dict[str, int],
+    order: deque[tuple[int, str]],
+    entries: dict[str, int],
+    window_ms: int,
+    now: int,
+) -> None:
+    """Refill a duplicate-detection history (oldest first) with the entries inside its window."""
+    horizon = now - window_ms
+    for message_id, at in sorted(entries.items(), key=lambda item: item[1]):
+        if at > horizon:
+            dedup[message_id] = at
+            order.append((at, message_id))
+
+
+def _all_queues(broker: Broker) -> Iterator[Queue]:
+    for queue in [*broker.queues.values(), *broker.subscription_queues()]:
+        yield queue
+        if queue.dead_letter is not None:
+            yield queue.dead_letter
+
+
+def snapshot(broker: Broker) -> Iterator[dict[str, Any]]:
+    """The records that rebuild the broker's live state."""
+    now = broker.now_ms()
+    for topic in broker.topics.values():
+        key = topic.name.lower()
+        yield {"o": "n", "e": key, "n": topic.next_seq}
+        for message_id, at in topic.dedup_entries(now):
+            yield {"o": "dup", "e": key, "id": message_id, "t": at}
+    for queue in _all_queues(broker):
+        key = queue.name.lower()
+        if queue.parent is None:
+            yield {"o": "n", "e": key, "n": queue.next_seq}
+        for message_id, at in queue.dedup_entries(now):
+            yield {"o": "dup", "e": key, "id": message_id, "t": at}
+        for msg in queue.messages.values():
+            yield {"o": "a", "e": key, "m": message_fields(msg)}
+        for session_id, state in queue.session_states():
+            yield {"o": "ss", "e": key, "sid": session_id, "v": _b64(state)}
+
+
+@dataclass
+class JournalState:
+    """What a journal replays to, before it is installed into a broker."""
+
+    messages: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)
+    next_seq: dict[str, int] = field(default_factory=dict)
+    dedup: dict[str, dict[str, int]] = field(default_factory=dict)
+    session_states: dict[str, dict[str, bytes]] = field(default_factory=dict)
+
+    def apply(self, record: Any) -> None:
+        """Apply one record; raises ValueError / KeyError / TypeError when it is malformed."""
+        if not isinstance(record, dict):
+            raise ValueError("a record must be an object")
+        op = record["o"]
+        entity = record["e"]
+        if not isinstance(entity, str):
+            raise ValueError("entity must be a string")
+        if op == "a":
+            fields = record["m"]
+            message_from_fields(fields)  # validated now: a bad record fails here, not later
+            seq = _int(fields["s"])
+            self.messages.setdefault(entity, {})[seq] = fields
+            self._bump(entity, seq + 1)
+            if record.get("dd"):
+                self.dedup.setdefault(entity, {})[str(fields["id"])] = _int(fields["q"])
+        elif op == "d":
+            self._owned(entity, _int(record["s"]))
+            del self.messages[entity][record["s"]]
+        elif op == "m":
+            fields = record["m"]
+            message_from_fields(fields)
+            seq = _int(fields["s"])
+            self._owned(entity, seq)
+            del self.messages[entity][seq]
+            self.messages.setdefault(entity + DEAD_LETTER, {})[seq] = fields
+        elif op == "u":
+            seq = _int(record["s"])
+            self._owned(entity, seq)
+            fields = self.messages[entity][seq]
+            fields["dc"] = _int(record["dc"])
+            fields["st"] = _int(record["st"])
+            fields.pop("lk", None)
+            fields.pop("ap", None)
+            fields.pop("apc", None)
+            if "ap" in record:
+                _unb64(record["ap"])
+                fields["ap"], fields["apc"] = record["ap"], _int(record["apc"])
+        elif op == "l":
+            seq = _int(record["s"])
+            self._owned(entity, seq)
+            self.messages[entity][seq]["lk"] = 1
+        elif op == "n":
+            self._bump(entity, _int(record["n"]))
+        elif op == "dup":
+            message_id = record["id"]
+            if not isinstance(message_id, str):
+                raise ValueError("dup id must be a string")
+            self.dedup.setdefault(entity, {})[message_id] = _int(record["t"])
+        elif op == "ss":
+            session_id = record["sid"]
+            if not isinstance(session_id, str):
+                raise ValueError("session id must be a string")
+            states = self.session_states.setdefault(entity, {})
+            if record["v"] is None:
+                states.pop(session_id, None)
+            else:
+                states[session_id] = _unb64(record["v"])
+        else:
+            raise ValueError(f"unknown operation {op!r}")
+
+    def _bump(self, entity: str, next_seq: int) -> None:
+        self.next_seq[entity] = max(self.next_seq.get(entity, 1), next_seq)
+
+    def _owned(self, entity: str, seq: int) -> None:
+        if seq not in self.messages.get(entity, {}):
+            raise ValueError(f"no message {seq} in {entity!r} to change")
+
+    def install(self, broker: Broker) -> None:
+        """Put the replayed state into a broker built from the configuration."""
+        entities = set(self.messages) | set(self.next_seq) | set(self.dedup)
+        entities |= set(self.session_states)
+        unknown = sorted(
+            e for e in entities if broker.resolve(e) is None and broker.resolve_topic(e) is None
+        )
+        if unknown:
+            raise JournalError(
+                f"the journal holds state of entities the configuration does not define: "
+                f"{', '.join(unknown)} (define them again, or move the data directory away)"
+            )
+        now = broker.now_ms()
+        for entity, next_seq in self.next_seq.items():
+            queue = broker.resolve(entity)
+            target = queue or broker.resolve_topic(entity)
+            assert target is not None
+            target.restore_next_seq(next_seq)
+            topic = None if queue is None else broker.topic_of(queue)
+            if topic is not None:  # a subscription's numbers come from its topic
+                topic.restore_next_seq(next_seq)
+        for entity, by_seq in self.messages.items():
+            queue = broker.resolve(entity)
+            assert queue is not None
+            for seq in sorted(by_seq):
+                fields = by_seq[seq]
+                queue.restore_message(message_from_fields(fields), now, bool(fields.get("lk")))
+            topic = broker.topic_of(queue)
+            if topic is not None:
+                topic.restore_scheduled(queue)
+        for entity, entries in self.dedup.items():
+            target = broker.resolve(entity) or broker.resolve_topic(entity)
+            assert target is not None
+            target.restore_dedup(entries, now)
+        for entity, states in self.session_states.items():
+            queue = broker.resolve(entity)
+            assert queue is not None
+            for session_id, value in states.items():
+                queue.restore_session_state(session_id, value)
+
+
+def read_journal(path: Path) -> JournalState:
+    """Replay a journal file. A torn tail (a crash mid-write) is ignored; a bad record with
+    good records after it raises JournalError, never losing what follows silently."""
+    state = JournalState()
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return state
+    offset = 0
+    torn_at: int | None = None
+    line_number = 0
+    while offset < len(data):
+        end = data.find(b"\n", offset)
+        line_number += 1
+        if end < 0:  # no newline: the last write was cut short
+            torn_at = torn_at if torn_at is not None else offset
+            break
+        record = _parse_line(data[offset:end])
+        if record is None:
+            if torn_at is None:
+                torn_at, torn_line = offset, line_number
+        elif torn_at is not None:
+            raise JournalError(
+                f"{path}: record {torn_line} (byte {torn_at}) is corrupt and records follow it"
+            )
+        else:
+            try:
+                state.apply(record)
+            except (KeyError, TypeError, ValueError, binascii.Error) as exc:
+                raise JournalError(
+                    f"{path}: record {line_number} (byte {offset}) is invalid: {exc!r}"
+                ) from exc
+        offset = end + 1
+    if torn_at is not None:
+        _LOG.warning(
+            "%s: ignoring %d bytes of an incomplete last record", path, len(data) - torn_at
+        )
+    return state
+
+
+def _parse_line(line: bytes) -> Any:
+    """The record of a line whose checksum matches, else None."""
+    if len(line) < 10 or line[8:9] != b" ":
+        return None
+    text = line[9:]
+    try:
+        if int(line[:8], 16) != zlib.crc32(text):
+            return None
+        return json.loads(text)
+    except (ValueError, RecursionError):  # bad hex, JSON or UTF-8; absurd nesting
+        return None

@@ -1,0 +1,121 @@
+"""The outbox dispatcher's decisions over fakes: leases judged by the database's clock,
+checkpoints, publish-then-mark, and a failed publish that keeps the checkpoint."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fakes import FakeFencedDocuments, new_write
+
+from orders.domain.events import OrderAccepted
+from orders.exceptions import TransientPublishError
+from orders.service.dispatcher import OutboxDispatcher, lease_id_for
+from orders.service.ports import ChangePage
+
+RANGE = '{"range": "all"}'
+
+
+class ListFeed:
+    """One feed range over a list of changes; the continuation is an index into it."""
+
+    def __init__(self, documents: list[dict[str, Any]]) -> None:
+        self.documents = documents
+        self.marked: list[str] = []
+
+    async def feed_ranges(self) -> list[str]:
+        return [RANGE]
+
+    async def read_changes(
+        self, feed_range: str, continuation: str | None, max_items: int
+    ) -> ChangePage:
+        start = int(continuation or 0)
+        page = self.documents[start : start + max_items]
+        return ChangePage(page, str(start + len(page)))
+
+    async def mark_dispatched(self, document: dict[str, Any]) -> None:
+        self.marked.append(document["id"])
+
+
+class Events:
+    def __init__(self) -> None:
+        self.published: list[str] = []
+        self.fail_next: Exception | None = None
+
+    async def publish_event(self, event: OrderAccepted, trace_context: dict[str, str]) -> None:
+        if self.fail_next is not None:
+            failure, self.fail_next = self.fail_next, None
+            raise failure
+        self.published.append(event.event_id)
+
+
+def outbox_changes(*order_ids: str) -> list[dict[str, Any]]:
+    changes: list[dict[str, Any]] = []
+    for order_id in order_ids:
+        changes.extend(new_write(order_id).documents)
+    return changes
+
+
+@pytest.fixture
+def leases() -> FakeFencedDocuments:
+    return FakeFencedDocuments()
+
+
+async def test_publishes_then_marks_each_event_once_and_checkpoints(
+    leases: FakeFencedDocuments,
+) -> None:
+    feed, events = ListFeed(outbox_changes("a", "b")), Events()
+    dispatcher = OutboxDispatcher(feed, events, leases, owner="d1", page_size=100)
+
+    await dispatcher.run_once()
+    await dispatcher.run_once()  # nothing new: nothing published again
+
+    assert events.published == feed.marked == ["a:outbox:OrderAccepted", "b:outbox:OrderAccepted"]
+    lease = leases.documents[lease_id_for(RANGE)]
+    assert (lease["owner"], lease["continuation"]) == ("d1", str(len(feed.documents)))
+
+
+async def test_a_failed_publish_keeps_the_checkpoint_so_the_next_round_publishes_again(
+    leases: FakeFencedDocuments,
+) -> None:
+    feed, events = ListFeed(outbox_changes("a")), Events()
+    dispatcher = OutboxDispatcher(feed, events, leases, owner="d1")
+    events.fail_next = TransientPublishError("broker busy")
+
+    with pytest.raises(TransientPublishError):
+        await dispatcher.run_once()
+    await dispatcher.run_once()
+
+    assert events.published == ["a:outbox:OrderAccepted"]
+    assert leases.documents[lease_id_for(RANGE)]["continuation"] == str(len(feed.documents))
+
+
+async def test_a_live_lease_of_another_dispatcher_is_left_alone_until_it_ends(
+    leases: FakeFencedDocuments,
+) -> None:
+    feed = ListFeed(outbox_changes("a"))
+    first = OutboxDispatcher(feed, Events(), leases, owner="d1", lease_seconds=10)
+    await first.run_once()
+    feed.documents += outbox_changes("b")
+    second_events = Events()
+    second = OutboxDispatcher(feed, second_events, leases, owner="d2", lease_seconds=10)
+
+    assert await second.run_once() == 0  # d1's lease is live by the database's clock
+    leases.database_now_ms += 12_000  # d1 stopped renewing: its lease ends
+    await second.run_once()
+
+    assert second_events.published == ["b:outbox:OrderAccepted"]  # resumed from d1's checkpoint
+    assert leases.documents[lease_id_for(RANGE)]["owner"] == "d2"
+
+
+async def test_a_released_lease_is_taken_at_once(leases: FakeFencedDocuments) -> None:
+    feed = ListFeed(outbox_changes("a"))
+    first = OutboxDispatcher(feed, Events(), leases, owner="d1", lease_seconds=10)
+    await first.run_once()
+    await first.release()
+    feed.documents += outbox_changes("b")
+    second_events = Events()
+
+    await OutboxDispatcher(feed, second_events, leases, owner="d2").run_once()
+
+    assert second_events.published == ["b:outbox:OrderAccepted"]
