@@ -14,6 +14,7 @@ from orders.adapters.servicebus_worker import Worker
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
 from orders.entrypoints.localstack import QueueOptions
+from orders.service.ports import MessageHandler
 from orders.service.worker_options import WorkerOptions
 from servicebus_emulator import RunningEmulator, start_in_background
 
@@ -56,6 +57,27 @@ class GatedHandler:
         return Decision(Outcome.PROCESSED, Settlement.COMPLETE, message.message_id)
 
 
+class OneSlowHandler:
+    """Completes every message at once, except `slow_id`, held until `release` is set."""
+
+    def __init__(self, slow_id: str) -> None:
+        self.slow_id = slow_id
+        self.release = asyncio.Event()
+        self.slow_started = asyncio.Event()
+        self.completed: list[str | None] = []
+        self.others_done = asyncio.Event()
+        self.expected_others = 0
+
+    async def handle(self, message: ReceivedOrderMessage) -> Decision:
+        if message.message_id == self.slow_id:
+            self.slow_started.set()
+            await self.release.wait()
+        self.completed.append(message.message_id)
+        if len(self.completed) == self.expected_others:
+            self.others_done.set()
+        return Decision(Outcome.PROCESSED, Settlement.COMPLETE, message.message_id)
+
+
 async def send(client: ServiceBusClient, count: int) -> list[str]:
     ids = [f"w-{uuid.uuid4().hex[:8]}" for _ in range(count)]
     async with client.get_queue_sender(QUEUE) as sender:
@@ -70,7 +92,7 @@ async def remaining(client: ServiceBusClient) -> list[tuple[str | None, int | No
 
 
 async def run_until_stopped(
-    client: ServiceBusClient, handler: GatedHandler, options: WorkerOptions, stop: asyncio.Event
+    client: ServiceBusClient, handler: MessageHandler, options: WorkerOptions, stop: asyncio.Event
 ) -> None:
     async with client.get_queue_receiver(QUEUE) as receiver, AutoLockRenewer() as renewer:
         await Worker(handler, receiver, renewer, options).run(stop)
@@ -126,3 +148,30 @@ async def test_a_handler_that_raises_gets_its_message_abandoned_at_once(
             await asyncio.wait_for(running, 20)
 
         assert worker.stats.settled >= 2 and worker.stats.settlement_failures == 0
+
+
+@pytest.mark.slow
+async def test_a_slow_message_never_holds_the_other_slots(emulator: RunningEmulator) -> None:
+    async with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
+        [slow_id] = await send(client, 1)
+        handler, stop = OneSlowHandler(slow_id), asyncio.Event()
+        worker = asyncio.create_task(
+            run_until_stopped(client, handler, WorkerOptions(concurrency=2), stop)
+        )
+        await asyncio.wait_for(handler.slow_started.wait(), 10)
+
+        # Sent while the slow one holds a slot: many times the other slot's worth, received
+        # and completed one after another without waiting for the slow one.
+        handler.expected_others = 7
+        others = await send(client, handler.expected_others)
+        await asyncio.wait_for(handler.others_done.wait(), 20)
+        assert set(handler.completed) == set(others)
+        assert len(handler.completed) == len(others)
+        assert not handler.release.is_set()
+
+        handler.release.set()
+        stop.set()
+        await asyncio.wait_for(worker, 20)
+
+        assert handler.completed[-1] == slow_id
+        assert await remaining(client) == []

@@ -7,6 +7,7 @@ Two hosts settle through the same `MessageSettler` port: the Functions SDK-type 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -96,22 +97,34 @@ class FunctionsSettler:
 
 
 class ReceiverSettler:
-    """Settles through an SDK receiver in PeekLock mode (the standalone worker)."""
+    """Settles through an SDK receiver in PeekLock mode (the standalone worker).
 
-    def __init__(self, receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage):
+    `wire`, when given, is held for each settlement: the worker's turn on the receiver's
+    connection (see servicebus_worker)."""
+
+    def __init__(
+        self,
+        receiver: ServiceBusReceiver,
+        message: ServiceBusReceivedMessage,
+        wire: asyncio.Lock | None = None,
+    ) -> None:
         self._receiver = receiver
         self._message = message
+        self._wire = wire or contextlib.nullcontext()
 
     async def complete(self) -> None:
-        await self._receiver.complete_message(self._message)
+        async with self._wire:
+            await self._receiver.complete_message(self._message)
 
     async def abandon(self) -> None:
-        await self._receiver.abandon_message(self._message)
+        async with self._wire:
+            await self._receiver.abandon_message(self._message)
 
     async def dead_letter(self, *, reason: str, description: str) -> None:
-        await self._receiver.dead_letter_message(
-            self._message, reason=reason, error_description=description
-        )
+        async with self._wire:
+            await self._receiver.dead_letter_message(
+                self._message, reason=reason, error_description=description
+            )
 
 
 def create_servicebus_client(

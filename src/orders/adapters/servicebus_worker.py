@@ -2,36 +2,41 @@
 
 Every message goes through the same core and settlement mapping as the Functions trigger.
 
-Shape of the loop, chosen for how azure-servicebus behaves: the SDK *releases* any message that
-reaches the client while no `receive_messages` call is active, so a "receive one when a slot
-frees" loop (or a large prefetch) makes messages bounce between broker and client. Instead the
-worker receives up to `concurrency` messages, processes them concurrently and, while it does,
-already has the next receive call open (pipelining): messages are always received into an
-active call, and at most two batches are locked at once (both under lock renewal; with
-`--prefetch` > 0 the SDK also holds prefetched messages, unrenewed). Each batch is a barrier: the
-next one starts when every message of this one is settled, so one slow message (say, Cosmos
-throttling retries) holds its batch-mates' slots until it is done.
+Shape of the loop: `concurrency` slots, each refilled one message at a time as soon as it
+frees, so a slow message (say, Cosmos throttling retries) holds its own slot and no other. The
+loop keeps up to `concurrency` more messages received and waiting (at most twice `concurrency`
+locked, all under lock renewal; with `--prefetch` > 0 the SDK also holds prefetched messages,
+unrenewed) and has a receive call open whenever there is room, so the SDK, which *releases* any
+message reaching the client while no `receive_messages` call is active, never bounces messages.
 
-Why the barrier stays (measured, scripts/bench_consumer.py and a traced worker): with the async
-SDK a settlement waits for the broker's confirmation, and only an open receive call pumps the
-connection promptly; settlements made while no receive was open took about 200 ms each in a
-traced worker (the SDK's 0.1 s read timeout, twice, is the likely cause). Loops that refill
-each slot as it frees let the look-ahead receive return early and leave settlements unpumped:
-31-38 msg/s against 94-190 for this loop in one process. A barrier-free loop needs a pump that
-does not take messages (the SDK offers none publicly) or the sync SDK on a thread.
+Why the receive calls and the settlements take turns on the "wire" (one asyncio.Lock per
+receiver): with the async SDK every reader of the connection (a receive call's pump, each
+settlement waiting for the broker's confirmation) reads under one socket lock with a 0.1 s read
+timeout; a reader whose frame another reader already consumed then waits out that timeout (the
+likely cause of what follows). Measured (a traced worker, scripts/bench_consumer.py): a receive
+call open beside settlements made each settlement take about 200 ms (median 197 ms) and a
+slot-refilling loop drained 12-15 msg/s; the earlier batch loop (receive a batch, settle it
+while the next receive is open, a barrier per batch) got 92-126. Taking turns, a settlement
+finds the connection to itself and confirms in a round trip, and while messages are in flight a
+receive call holds the wire at most `BUSY_RECEIVE_WAIT_SECONDS`. This loop drains 190 msg/s in
+one process on the same stack (median of three 400-order runs; the batch loop 125), worker/bare
+1.00 (was 0.66); with 2000 orders worker/bare is 0.71 in one process (was 0.60) and 1.00 in two
+(was 0.83): README, Throughput.
 
-Why 4 in flight by default: the SDK's async AMQP layer serialises socket reads behind one lock
-with a 0.1 s read timeout, so concurrent settlements on one receiver wait on each other; on the
-local stack 2-4 per process measured best (scripts/bench_consumer.py) and 8 was slower. Scale
-out with more processes (competing consumers) rather than more in flight per receiver.
+Why 4 in flight by default: settlements on one receiver take turns (above), so more slots
+mostly overlap store calls; on the local stack 2-4 per process measured best with the batch
+loop (8 was slower) and 8 the same as 4 with this one (two 2000-order runs). Scale out with
+more processes (competing consumers) rather than more in flight per receiver.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from azure.servicebus import (
     NEXT_AVAILABLE_SESSION,
@@ -50,6 +55,7 @@ from orders.service.worker_options import Source, WorkerOptions, WorkerStats
 
 logger = logging.getLogger("orders.worker")
 RECEIVE_BACKOFF_SECONDS = 5.0
+BUSY_RECEIVE_WAIT_SECONDS = 0.1
 
 
 class Worker:
@@ -67,43 +73,54 @@ class Worker:
         self._options = options
         self._after_decision = after_decision
         self.stats = WorkerStats()
+        self._wire = asyncio.Lock()
 
     async def run(self, stop: asyncio.Event) -> WorkerStats:
         stopping = asyncio.create_task(stop.wait())
-        next_batch = asyncio.create_task(self._receive(stop))
         in_flight: dict[asyncio.Task[None], ServiceBusReceivedMessage] = {}
+        waiting: collections.deque[ServiceBusReceivedMessage] = collections.deque()
+        receiving: asyncio.Task[list[ServiceBusReceivedMessage]] | None = None
         try:
             while not stop.is_set():
-                batch = await next_batch
-                if stop.is_set():
-                    next_batch = asyncio.create_task(asyncio.sleep(0, batch))
-                    break
-                next_batch = asyncio.create_task(self._receive(stop))
-                in_flight = self._start(batch)
-                if in_flight:
-                    all_done = asyncio.ensure_future(asyncio.wait(in_flight))
-                    await asyncio.wait({all_done, stopping}, return_when=asyncio.FIRST_COMPLETED)
-                    all_done.cancel()
-            # Stopping: what the last receive brought was never started, so it goes straight
-            # back to the broker; then what is in flight gets the grace period.
-            await self._abandon(await next_batch)
+                while waiting and len(in_flight) < self._options.concurrency:
+                    message = waiting.popleft()
+                    in_flight[asyncio.create_task(self._process(message))] = message
+                room = 2 * self._options.concurrency - len(in_flight) - len(waiting)
+                if receiving is None and room > 0:
+                    count = min(room, self._options.concurrency)
+                    receiving = asyncio.create_task(self._receive(stop, count, bool(in_flight)))
+                wake: set[asyncio.Future[Any]] = {stopping, *in_flight}
+                if receiving is not None:
+                    wake.add(receiving)
+                await asyncio.wait(wake, return_when=asyncio.FIRST_COMPLETED)
+                for task in [task for task in in_flight if task.done()]:
+                    del in_flight[task]
+                if receiving is not None and receiving.done():
+                    waiting.extend(receiving.result())
+                    receiving = None
+            # Stopping: what was received but never started (and what the open receive call
+            # still brings) goes straight back to the broker; in flight gets the grace period.
+            if receiving is not None:
+                waiting.extend(await receiving)
+            await self._abandon(list(waiting))
         finally:
             stopping.cancel()
-            next_batch.cancel()
+            if receiving is not None:
+                receiving.cancel()
             await self._finish(in_flight)
         return self.stats
 
-    def _start(
-        self, batch: list[ServiceBusReceivedMessage]
-    ) -> dict[asyncio.Task[None], ServiceBusReceivedMessage]:
-        return {asyncio.create_task(self._process(message)): message for message in batch}
-
-    async def _receive(self, stop: asyncio.Event) -> list[ServiceBusReceivedMessage]:
+    async def _receive(
+        self, stop: asyncio.Event, count: int, busy: bool
+    ) -> list[ServiceBusReceivedMessage]:
+        # While messages are in flight a receive call holds the wire only briefly, so their
+        # settlements do not queue behind a long wait for new messages.
+        wait = BUSY_RECEIVE_WAIT_SECONDS if busy else self._options.receive_wait_seconds
         try:
-            batch = await self._receiver.receive_messages(
-                max_message_count=self._options.concurrency,
-                max_wait_time=self._options.receive_wait_seconds,
-            )
+            async with self._wire:
+                batch = await self._receiver.receive_messages(
+                    max_message_count=count, max_wait_time=wait
+                )
         except ServiceBusError as exc:
             # The SDK has spent its own retries: back off and keep serving (the loop asks again).
             logger.warning("receive failed, retrying in %.0f s: %s", RECEIVE_BACKOFF_SECONDS, exc)
@@ -124,7 +141,7 @@ class Worker:
         await self._process(message)
 
     async def _process(self, message: ServiceBusReceivedMessage) -> None:
-        settler = ReceiverSettler(self._receiver, message)
+        settler = ReceiverSettler(self._receiver, message, self._wire)
         try:
             decision = await self._consumer.handle(to_received_order_message(message))
             if self._after_decision is not None:
@@ -163,7 +180,7 @@ class Worker:
     async def _abandon(self, messages: list[ServiceBusReceivedMessage]) -> None:
         for message in messages:
             try:
-                await self._receiver.abandon_message(message)
+                await ReceiverSettler(self._receiver, message, self._wire).abandon()
             except ServiceBusError as exc:
                 logger.warning("could not abandon %s: %s", log_value(message.message_id), exc)
 
