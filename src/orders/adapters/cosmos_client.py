@@ -25,28 +25,24 @@ def create_cosmos_client(
     return CosmosClient(settings.cosmos_endpoint, credential=credential, **client_options)
 
 
+def _container(client: CosmosClient, settings: Settings, name: str) -> ContainerProxy:
+    return client.get_database_client(settings.cosmos_database).get_container_client(name)
+
+
 def orders_container(client: CosmosClient, settings: Settings) -> ContainerProxy:
-    return client.get_database_client(settings.cosmos_database).get_container_client(
-        settings.cosmos_container
-    )
+    return _container(client, settings, settings.cosmos_container)
 
 
 def idempotency_container(client: CosmosClient, settings: Settings) -> ContainerProxy:
-    return client.get_database_client(settings.cosmos_database).get_container_client(
-        settings.cosmos_idempotency_container
-    )
+    return _container(client, settings, settings.cosmos_idempotency_container)
 
 
 def inbox_container(client: CosmosClient, settings: Settings) -> ContainerProxy:
-    return client.get_database_client(settings.cosmos_database).get_container_client(
-        settings.cosmos_inbox_container
-    )
+    return _container(client, settings, settings.cosmos_inbox_container)
 
 
 def leases_container(client: CosmosClient, settings: Settings) -> ContainerProxy:
-    return client.get_database_client(settings.cosmos_database).get_container_client(
-        settings.cosmos_leases_container
-    )
+    return _container(client, settings, settings.cosmos_leases_container)
 
 
 async def ensure_local_resources(client: CosmosClient, settings: Settings) -> None:

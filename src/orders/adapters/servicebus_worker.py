@@ -219,13 +219,18 @@ async def run_worker_on(
             options.prefetch,
         )
         stats = await Worker(handler, receiver, renewer, options, after_decision).run(stop)
+    _log_stopped("worker", stats)
+    return stats
+
+
+def _log_stopped(what: str, stats: WorkerStats) -> None:
     logger.info(
-        "worker stopped: received=%d settled=%d settlement_failures=%d",
+        "%s stopped: received=%d settled=%d settlement_failures=%d",
+        what,
         stats.received,
         stats.settled,
         stats.settlement_failures,
     )
-    return stats
 
 
 async def run_session_worker_on(
@@ -256,12 +261,7 @@ async def run_session_worker_on(
                 for _ in range(options.concurrency)
             )
         )
-    logger.info(
-        "session worker stopped: received=%d settled=%d settlement_failures=%d",
-        stats.received,
-        stats.settled,
-        stats.settlement_failures,
-    )
+    _log_stopped("session worker", stats)
     return stats
 
 

@@ -50,6 +50,7 @@ from orders.entrypoints.http_openapi import (
 from orders.entrypoints.http_problems import install_problem_handlers, unknown_order
 from orders.exceptions import InvalidIdempotencyKeyError
 from orders.observability import HttpTelemetry
+from orders.service.idempotency import SubmitResult
 from orders.service.order_lookup import OrderState
 from orders.settings import console_enabled
 
@@ -116,6 +117,15 @@ def create_app(
         redoc_url=None,
     )
     install_problem_handlers(app, telemetry)
+
+    def answer(result: SubmitResult) -> JSONResponse:
+        """The stored first response, counted as a replay or a takeover where it is one."""
+        if result.replayed:
+            telemetry.replays.add(1)
+        if result.took_over:
+            telemetry.takeovers.add(1)
+        return replay(result.response, replayed=result.replayed)
+
     if console_factory is not None:
         console_runtime = install_console(app, console_factory)
 
@@ -145,11 +155,7 @@ def create_app(
                 order,
                 first_response=lambda accepted: accepted_response(accepted.order_id),
             )
-            if result.replayed:
-                telemetry.replays.add(1)
-            if result.took_over:
-                telemetry.takeovers.add(1)
-            return replay(result.response, replayed=result.replayed)
+            return answer(result)
 
     @app.post(
         "/api/orders/{orderId}/cancel",
@@ -176,11 +182,7 @@ def create_app(
             result = await services.intake.cancel(
                 scope, key, orderId, cancel.reason, first_response=cancel_response
             )
-            if result.replayed:
-                telemetry.replays.add(1)
-            if result.took_over:
-                telemetry.takeovers.add(1)
-            return replay(result.response, replayed=result.replayed)
+            return answer(result)
 
     @app.get(
         "/api/orders/{orderId}",

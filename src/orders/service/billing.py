@@ -38,13 +38,11 @@ from orders.exceptions import (
     LeaseLostError,
     PaymentRefusedError,
     PaymentUnavailableError,
-    TransientPublishError,
-    TransientStoreError,
 )
 from orders.observability import log_value
 from orders.service.payment_port import PaymentGateway
 from orders.service.ports import FencedDocuments, StatusPublisher
-from orders.service.subscriber import EventRejected, announce, read_event, transient, unexpected
+from orders.service.subscriber import TRANSIENT_ERRORS, announce, handle_event
 
 logger = logging.getLogger("orders.billing")
 
@@ -84,18 +82,14 @@ class BillingConsumer:
         self._clock = clock
 
     async def handle(self, message: ReceivedOrderMessage) -> Decision:
-        try:
-            event = read_event(message)
-        except EventRejected as rejected:
-            return rejected.decision
-        try:
-            return await self._bill(event)
-        except (TransientStoreError, PaymentUnavailableError, TransientPublishError) as exc:
-            # The record keeps its lease: our next delivery is the owner and goes on at once.
-            return transient(event, exc)
-        except Exception as exc:
-            logger.exception("billing %s failed unexpectedly", log_value(event.order_id))
-            return unexpected(event, exc)
+        # On a transient failure the record keeps its lease: our next delivery is its owner
+        # and goes on at once.
+        return await handle_event(
+            message,
+            self._bill,
+            consumer="billing",
+            transient_errors=(*TRANSIENT_ERRORS, PaymentUnavailableError),
+        )
 
     async def _bill(self, event: OrderAccepted) -> Decision:
         record = self._new_record(event)

@@ -7,14 +7,15 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from orders.domain.events import OrderAccepted
 from orders.domain.inbox import shipping_documents
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.status import OrderStatus
-from orders.exceptions import DocumentExistsError, TransientPublishError, TransientStoreError
+from orders.exceptions import DocumentExistsError
 from orders.observability import log_value
 from orders.service.ports import InboxStore, StatusPublisher
-from orders.service.subscriber import EventRejected, announce, read_event, transient, unexpected
+from orders.service.subscriber import announce, handle_event
 
 logger = logging.getLogger("orders.shipping")
 
@@ -31,23 +32,16 @@ class ShippingConsumer:
         self._clock = clock
 
     async def handle(self, message: ReceivedOrderMessage) -> Decision:
-        try:
-            event = read_event(message)
-        except EventRejected as rejected:
-            return rejected.decision
+        return await handle_event(message, self._ship, consumer="shipping")
+
+    async def _ship(self, event: OrderAccepted) -> Decision:
         documents = shipping_documents(event, message_id=event.event_id, processed_at=self._clock())
         outcome = Outcome.PROCESSED
         try:
-            try:
-                await self._inbox.create_together(event.order_id, list(documents))
-            except DocumentExistsError:
-                outcome = Outcome.DUPLICATE
-            await announce(self._status, event, OrderStatus.SHIPPED, self._clock())
-        except (TransientStoreError, TransientPublishError) as exc:
-            return transient(event, exc)
-        except Exception as exc:
-            logger.exception("shipping %s failed unexpectedly", log_value(event.order_id))
-            return unexpected(event, exc)
+            await self._inbox.create_together(event.order_id, list(documents))
+        except DocumentExistsError:
+            outcome = Outcome.DUPLICATE
+        await announce(self._status, event, OrderStatus.SHIPPED, self._clock())
         if outcome is Outcome.PROCESSED:
             logger.info("shipment requested: order_id=%s", log_value(event.order_id))
         return Decision(outcome, Settlement.COMPLETE, event.order_id)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 from orders.domain.events import OrderAccepted, parse_order_accepted
@@ -10,7 +12,13 @@ from orders.domain.model import is_entity_id
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.status import OrderStatus, OrderStatusChanged
+from orders.exceptions import TransientPublishError, TransientStoreError
+from orders.observability import log_value
 from orders.service.ports import StatusPublisher
+
+logger = logging.getLogger("orders.subscriber")
+# Failures every subscriber retries through the broker (abandon, redelivery).
+TRANSIENT_ERRORS: tuple[type[Exception], ...] = (TransientStoreError, TransientPublishError)
 
 
 class EventRejected(Exception):
@@ -62,3 +70,26 @@ async def announce(
         await status.publish_status(
             OrderStatusChanged.of(event.order_id, new_status, changed_at=now)
         )
+
+
+async def handle_event(
+    message: ReceivedOrderMessage,
+    effect: Callable[[OrderAccepted], Awaitable[Decision]],
+    *,
+    consumer: str,
+    transient_errors: tuple[type[Exception], ...] = TRANSIENT_ERRORS,
+) -> Decision:
+    """One subscriber's decision for one message: a malformed event is dead-lettered, the
+    effect decides otherwise, a failure worth retrying abandons, and a bug abandons too (logged),
+    never letting the lock be renewed for minutes."""
+    try:
+        event = read_event(message)
+    except EventRejected as rejected:
+        return rejected.decision
+    try:
+        return await effect(event)
+    except transient_errors as exc:
+        return transient(event, exc)
+    except Exception as exc:
+        logger.exception("%s of %s failed unexpectedly", consumer, log_value(event.order_id))
+        return unexpected(event, exc)
