@@ -15,8 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from orders.domain.events import MAX_EVENT_BODY_BYTES
 from orders.domain.messages import MAX_BODY_BYTES, MAX_LINES_PER_ORDER, DeadLetterReason
 from orders.domain.received import BodyKind
+from orders.domain.status import MAX_STATUS_BODY_BYTES
 
 INVALID_JSON = DeadLetterReason.INVALID_JSON.value
 SCHEMA = DeadLetterReason.SCHEMA_VIOLATION.value
@@ -275,3 +277,86 @@ def poison_cases(prefix: str) -> list[PoisonCase]:
 
 def valid_order_body(order_id: str) -> bytes:
     return dumps(order(order_id))
+
+
+# --- After the order: events on the topic and status updates on the status queue --------------
+
+
+def valid_event_document(order_id: str) -> dict[str, Any]:
+    return {
+        "eventType": "OrderAccepted",
+        "eventId": f"{order_id}:outbox:OrderAccepted",
+        "orderId": order_id,
+        "customerId": "customer-1",
+        "currency": "EUR",
+        "totalAmount": "2.5",
+        "lineCount": 1,
+        "acceptedAt": "2026-11-30T00:00:00+00:00",
+    }
+
+
+def valid_status_document(order_id: str) -> dict[str, Any]:
+    return {"orderId": order_id, "status": "paid", "version": 2, "changedAt": "2026-11-30"}
+
+
+def _small_message_cases(
+    prefix: str,
+    tag: str,
+    valid: Callable[[str], dict[str, Any]],
+    message_id: Callable[[str], str],
+    max_bytes: int,
+) -> list[PoisonCase]:
+    """What every small-message parser (events, status updates) must refuse, with its reason."""
+    builders: list[tuple[str, str, Callable[[str], bytes]]] = [
+        ("empty-body", INVALID_JSON, lambda oid: b""),
+        ("not-utf8", INVALID_JSON, lambda oid: b"\xff\xfe{}"),
+        ("not-json", INVALID_JSON, lambda oid: b"{oops"),
+        ("nan", INVALID_JSON, lambda oid: dumps(valid(oid))[:-1] + b', "x": NaN}'),
+        ("integer-100-digits", INVALID_JSON, lambda oid: b'{"version": ' + b"9" * 100 + b"}"),
+        # Deep, yet within the decoder's depth: decoded, then refused as no object.
+        ("nested-600", SCHEMA, lambda oid: nested(600).encode()),
+        ("array", SCHEMA, lambda oid: b"[]"),
+        ("unknown-field", SCHEMA, lambda oid: dumps(valid(oid) | {"extra": 1})),
+        ("missing-order-id", SCHEMA, lambda oid: dumps({**valid(oid), "orderId": None})),
+        ("order-id-slash", SCHEMA, lambda oid: dumps({**valid(oid), "orderId": "a/b"})),
+        ("too-large", TOO_LARGE, lambda oid: dumps(valid(oid) | {"pad": "x" * max_bytes})),
+    ]
+    cases = [
+        PoisonCase(f"{tag}-{name}", reason, build(oid), message_id(oid))
+        for number, (name, reason, build) in enumerate(builders)
+        for oid in [f"{prefix}-{tag}{number:02d}"]
+    ]
+    other = f"{prefix}-{tag}99"
+    cases += [
+        PoisonCase(
+            f"{tag}-message-id-differs", ID_MISMATCH, dumps(valid(other)), other, body_only=False
+        ),
+        PoisonCase(
+            f"{tag}-amqp-value-body",
+            INVALID_JSON,
+            b"",
+            message_id(other),
+            body_kind=BodyKind.VALUE,
+            body_only=False,
+            value=json.dumps(valid(other)),
+        ),
+    ]
+    return cases
+
+
+def event_poison_cases(prefix: str) -> list[PoisonCase]:
+    """Hostile `OrderAccepted` events (billing and shipping must refuse each alike)."""
+    return _small_message_cases(
+        prefix,
+        "e",
+        valid_event_document,
+        lambda oid: f"{oid}:outbox:OrderAccepted",
+        MAX_EVENT_BODY_BYTES,
+    )
+
+
+def status_poison_cases(prefix: str) -> list[PoisonCase]:
+    """Hostile `OrderStatusChanged` updates for the status consumer."""
+    return _small_message_cases(
+        prefix, "s", valid_status_document, lambda oid: f"{oid}:status:2", MAX_STATUS_BODY_BYTES
+    )

@@ -11,8 +11,13 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from azure.servicebus import ServiceBusMessage
+from azure.servicebus.amqp import AmqpAnnotatedMessage
+from poison_corpus import PoisonCase
+
 from orders.bootstrap import send_load
 from orders.domain.load_plan import LoadMix, LoadPlan, plan_load
+from orders.domain.received import BodyKind
 from orders.entrypoints.localstack import LocalStack, ManagedProcess, QueueOptions
 
 # Short locks and window so crashes and late duplicates play out in seconds.
@@ -64,4 +69,24 @@ def orders_cli(stack: LocalStack, *args: str) -> subprocess.CompletedProcess[str
         text=True,
         timeout=120,
         env={**os.environ, **stack.environment()},
+    )
+
+
+def to_sdk_message(case: PoisonCase) -> ServiceBusMessage | AmqpAnnotatedMessage:
+    # The two message types annotate their application properties differently.
+    properties: dict[Any, Any] = {"poisonCase": case.name}
+    if case.body_kind is BodyKind.VALUE:
+        return AmqpAnnotatedMessage(
+            value_body=case.value,
+            properties={"message_id": case.message_id},
+            application_properties=properties,
+        )
+    if case.body_kind is BodyKind.SEQUENCE:
+        return AmqpAnnotatedMessage(
+            sequence_body=case.value,
+            properties={"message_id": case.message_id},
+            application_properties=properties,
+        )
+    return ServiceBusMessage(
+        case.body, message_id=case.message_id, application_properties=properties
     )

@@ -14,11 +14,9 @@ from typing import Any
 import pytest
 from azure.cosmos import CosmosClient
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
-from azure.servicebus.amqp import AmqpAnnotatedMessage
-from e2e_support import poll_until
-from poison_corpus import PoisonCase, poison_cases, valid_order_body
+from e2e_support import poll_until, to_sdk_message
+from poison_corpus import poison_cases, valid_order_body
 
-from orders.domain.received import BodyKind
 from orders.entrypoints.localstack import LocalStack
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -26,26 +24,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 # Service Bus Standard refuses messages over 256 KB at the sender; those cases are covered at
 # the Functions and HTTP entry points instead.
 SENDER_LIMIT_BYTES = 250 * 1024
-
-
-def to_sdk_message(case: PoisonCase) -> ServiceBusMessage | AmqpAnnotatedMessage:
-    # The two message types annotate their application properties differently.
-    properties: dict[Any, Any] = {"poisonCase": case.name}
-    if case.body_kind is BodyKind.VALUE:
-        return AmqpAnnotatedMessage(
-            value_body=case.value,
-            properties={"message_id": case.message_id},
-            application_properties=properties,
-        )
-    if case.body_kind is BodyKind.SEQUENCE:
-        return AmqpAnnotatedMessage(
-            sequence_body=case.value,
-            properties={"message_id": case.message_id},
-            application_properties=properties,
-        )
-    return ServiceBusMessage(
-        case.body, message_id=case.message_id, application_properties=properties
-    )
 
 
 def dead_letters(stack: LocalStack) -> list[Any]:
