@@ -20,7 +20,7 @@ from typing import Any
 from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, Selection
 from orders.domain.decision_counters import DecisionCounters
 from orders.domain.documents import OrderRecord, OrderWrite, build_order_write
-from orders.domain.events import OrderAccepted
+from orders.domain.events import OrderAccepted, OrderCancelled
 from orders.domain.hashing import request_hash
 from orders.domain.idempotency import (
     RECORD_DOCUMENT_TYPE,
@@ -241,6 +241,11 @@ class FakeIdempotencyStore:
         existing = self.documents.setdefault(claim.document_id, claim.to_document())
         return OrderIdClaim.from_document(existing)
 
+    async def read_order_id_claim(self, order_id: str) -> OrderIdClaim | None:
+        self._enter("read_order_id_claim")
+        found = self.documents.get(OrderIdClaim(order_id, "").document_id)
+        return OrderIdClaim.from_document(found) if found is not None else None
+
     async def find_order(self, scope: str, order_id: str) -> IdempotencyRecord | None:
         self._enter("find_order")
         for document in self.documents.values():
@@ -310,7 +315,8 @@ class FakeOrderReader:
 
 
 class FakeFencedDocuments:
-    """`FencedDocuments` / `InboxStore` in memory, with a database clock the test moves."""
+    """`FencedDocuments` / `InboxStore` / `OrderDocuments` in memory, with a database clock the
+    test moves."""
 
     def __init__(self) -> None:
         self.documents: dict[str, dict[str, Any]] = {}
@@ -346,6 +352,28 @@ class FakeFencedDocuments:
             if document["id"] in self.documents:
                 raise DocumentExistsError(document["id"])
         for document in documents:
+            self._stored(document)
+
+    async def get(self, document_id: str, partition_key: str) -> dict[str, Any] | None:
+        found = self.documents.get(document_id)
+        return dict(found) if found else None
+
+    async def replace_and_create(
+        self,
+        partition_key: str,
+        replaced: dict[str, Any],
+        *,
+        etag: str,
+        created: list[dict[str, Any]],
+    ) -> None:
+        current = self.documents.get(replaced["id"])
+        if current is None or current["_etag"] != etag:
+            raise LeaseLostError(replaced["id"])
+        for document in created:
+            if document["id"] in self.documents:
+                raise DocumentExistsError(document["id"])
+        self._stored(replaced)
+        for document in created:
             self._stored(document)
 
 
@@ -399,8 +427,9 @@ class FakePaymentGateway:
         return [charge for charge in self.charges.values() if charge.order_id == order_id]
 
 
-def event_message(order_id: str = "o-1", amount: str = "12.5") -> ReceivedOrderMessage:
-    order = OrderPlaced.model_validate(
+def placed_order(order_id: str = "o-1", amount: str = "12.5") -> OrderPlaced:
+    """The order `event_message` and `stored_orders` speak of."""
+    return OrderPlaced.model_validate(
         {
             "orderId": order_id,
             "customerId": "c-1",
@@ -408,8 +437,34 @@ def event_message(order_id: str = "o-1", amount: str = "12.5") -> ReceivedOrderM
             "lines": [{"sku": "s", "quantity": 1, "unitPrice": Decimal(amount)}],
         }
     )
+
+
+def event_message(order_id: str = "o-1", amount: str = "12.5") -> ReceivedOrderMessage:
+    order = placed_order(order_id, amount)
     event = OrderAccepted.of(order, total_amount=amount, accepted_at=datetime.now(UTC))
     return ReceivedOrderMessage(body=event.body(), message_id=event.event_id)
+
+
+def cancel_message(order_id: str = "o-1") -> ReceivedOrderMessage:
+    event = OrderCancelled.of(order_id, cancelled_at=datetime.now(UTC), reason=None)
+    return ReceivedOrderMessage(body=event.body(), message_id=event.event_id)
+
+
+def stored_orders(*order_ids: str, amount: str = "12.5") -> FakeFencedDocuments:
+    """An orders container holding what the order consumer writes for each id (the order
+    document and its outbox event), as `event_message` describes them."""
+    orders = FakeFencedDocuments()
+    for order_id in order_ids or ("o-1",):
+        order = placed_order(order_id, amount)
+        write = build_order_write(
+            order,
+            request_hash="h",
+            message_id=order_id,
+            processed_at=datetime.now(UTC),
+        )
+        for document in write.documents[:2]:
+            orders._stored(document)
+    return orders
 
 
 class FakeDeadLetterQueue:

@@ -55,7 +55,7 @@ from orders.domain.load_plan import LoadPlan
 from orders.domain.outcomes import Decision
 from orders.exceptions import ServiceNotReadyError
 from orders.observability import ConsumerTelemetry
-from orders.service.billing import AfterCharge, BillingConsumer
+from orders.service.billing import AfterCharge, AfterRefund, BillingConsumer
 from orders.service.console import OperationsConsole
 from orders.service.consumer import OrderConsumer, settle
 from orders.service.dispatcher import DEFAULT_LEASE_SECONDS as DEFAULT_DISPATCHER_LEASE_SECONDS
@@ -69,6 +69,7 @@ from orders.service.idempotency import DEFAULT_LEASE_SECONDS, IdempotentOrderInt
 from orders.service.load import LoadResult, run_load
 from orders.service.order_lookup import OrderLookup
 from orders.service.ports import MessageHandler, OrderPublisher, OrderStore, StatusPublisher
+from orders.service.saga import OrderSaga
 from orders.service.shipping import ShippingConsumer
 from orders.service.status import StatusConsumer
 from orders.service.verify import VerifyReport, audit
@@ -198,6 +199,8 @@ async def build_http_runtime(
             store,
             publisher,
             status=status,
+            saga=OrderSaga(CosmosFencedDocuments(orders_container(client, settings))),
+            unclaimed_owner=unclaimed_owner(settings),
             ttl_seconds=settings.idempotency_ttl_seconds,
             lease_seconds=lease_seconds,
         )
@@ -209,6 +212,12 @@ async def build_http_runtime(
             trust_principal_header=settings.platform_auth_enabled,
             resources=stack.pop_all(),
         )
+
+
+def unclaimed_owner(settings: Settings) -> str | None:
+    """Who may cancel an order that reached the queue without the API: every caller where they
+    all share one scope, nobody where the platform names each caller."""
+    return None if settings.platform_auth_enabled else f"app:{settings.idempotency_scope}"
 
 
 async def http_runtime_from_env() -> HttpRuntime:
@@ -450,6 +459,7 @@ async def _subscriber(
     servicebus: ServiceBusClient,
     create_local_resources: bool | None = None,
     after_charge: AfterCharge | None = None,
+    after_refund: AfterRefund | None = None,
 ) -> tuple[Source, MessageHandler]:
     """The consumer's source and core; `servicebus` is the process's client (for statuses)."""
     cosmos = await _cosmos_client(stack, settings, identity, create_local_resources)
@@ -462,17 +472,20 @@ async def _subscriber(
         documents = CosmosFencedDocuments(orders_container(cosmos, settings))
         return Source(queue=settings.status_queue), StatusConsumer(documents)
     inbox = CosmosFencedDocuments(inbox_container(cosmos, settings))
+    saga = OrderSaga(CosmosFencedDocuments(orders_container(cosmos, settings)))
     if subscriber is Subscriber.SHIPPING:
         source = Source(topic=topic, subscription=settings.shipping_subscription)
-        return source, ShippingConsumer(inbox, status)
+        return source, ShippingConsumer(inbox, saga, status)
     payments = HttpPaymentGateway(settings.require_payments(), settings.payments_timeout_seconds)
     stack.push_async_callback(payments.close)
     source = Source(topic=topic, subscription=settings.billing_subscription)
     billing = BillingConsumer(
         inbox,
         payments,
+        saga,
         lease_seconds=settings.billing_lease_seconds,
         after_charge=after_charge,
+        after_refund=after_refund,
         status=status,
     )
     return source, billing
@@ -499,6 +512,7 @@ async def run_subscriber(
     *,
     after_decision: Callable[[Decision], None] | None = None,
     after_charge: AfterCharge | None = None,
+    after_refund: AfterRefund | None = None,
 ) -> WorkerStats:
     """One consumer of the fan-out (a subscription of the events topic) or of the status queue,
     competing until `stop`; the status queue's sessions when `STATUS_SESSIONS` is on."""
@@ -508,7 +522,13 @@ async def run_subscriber(
         identity = _process_credential(stack, settings)
         servicebus = await stack.enter_async_context(create_servicebus_client(settings, identity))
         source, handler = await _subscriber(
-            stack, settings, identity, subscriber, servicebus, after_charge=after_charge
+            stack,
+            settings,
+            identity,
+            subscriber,
+            servicebus,
+            after_charge=after_charge,
+            after_refund=after_refund,
         )
         if subscriber is Subscriber.STATUS and settings.status_sessions:
             return await run_session_worker_on(

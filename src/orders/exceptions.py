@@ -76,6 +76,24 @@ class OrderIdConflictError(IdempotencyError):
     """The orderId was first accepted with a different payload (under any key or caller)."""
 
 
+class OrderAlreadyShippedError(IdempotencyError):
+    """The cancel lost the race: the order's shipment was reserved first."""
+
+
+class OrderNotStoredYetError(IdempotencyError):
+    """The order was accepted but its consumer has not stored it yet: retry in a moment."""
+
+    def __init__(self, order_id: str, retry_after: int = 1) -> None:
+        super().__init__(
+            f"order {order_id!r} is accepted but not stored yet; retry in {retry_after} s"
+        )
+        self.retry_after = retry_after
+
+
+class UnknownOrderError(IdempotencyError):
+    """No such order for this caller: never stored, or placed by another principal."""
+
+
 class IdempotencyRecordExistsError(ConflictSignal):
     """A claim found the key already recorded; carries the existing record (with its ETag)."""
 

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from decimal import Decimal
 
 import pytest
-from fakes import FakeFencedDocuments, FakePaymentGateway, event_message
+from fakes import FakeFencedDocuments, FakePaymentGateway, event_message, stored_orders
 
 from orders.domain.events import outbox_document_id
 from orders.domain.inbox import BillingStatus, payment_key
@@ -18,6 +18,7 @@ from orders.domain.payments import Charge, ChargeRequest
 from orders.domain.received import ReceivedOrderMessage
 from orders.exceptions import PaymentUnavailableError
 from orders.service.billing import BillingConsumer
+from orders.service.saga import OrderSaga
 from orders.service.shipping import ShippingConsumer
 
 
@@ -53,10 +54,12 @@ def billing(
     *,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     max_wait_seconds: float = 30.0,
+    orders: FakeFencedDocuments | None = None,
 ) -> BillingConsumer:
     return BillingConsumer(
         records,
         payments,
+        OrderSaga(orders if orders is not None else stored_orders("o-1", "o-2")),
         owner=owner,
         lease_seconds=10,
         sleep=sleep,
@@ -227,8 +230,8 @@ async def test_one_consumers_record_never_blocks_the_others(
     """Billing stuck in progress on an event; shipping still ships it (same inbox store)."""
     in_progress_by(records, "owner-a")
 
-    shipped = await ShippingConsumer(records).handle(event_message())
-    again = await ShippingConsumer(records).handle(event_message())
+    shipped = await ShippingConsumer(records, OrderSaga(stored_orders())).handle(event_message())
+    again = await ShippingConsumer(records, OrderSaga(stored_orders())).handle(event_message())
 
     assert shipped.outcome is Outcome.PROCESSED and again.outcome is Outcome.DUPLICATE
     assert record_of(records)["status"] == "inProgress"

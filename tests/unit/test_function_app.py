@@ -25,6 +25,7 @@ from fakes import (
     event_message,
     new_write,
     order_payload,
+    stored_orders,
 )
 from sdk_messages import received_message
 
@@ -39,6 +40,7 @@ from orders.domain.events import OrderAccepted
 from orders.exceptions import TransientStoreError
 from orders.service.dispatcher import OutboxDispatcher
 from orders.service.ports import ChangePage
+from orders.service.saga import OrderSaga
 from orders.service.shipping import ShippingConsumer
 from orders.service.worker_options import Source, Subscriber
 
@@ -199,7 +201,8 @@ def test_each_subscriber_is_a_peeklock_topic_trigger_on_its_subscription(
 async def test_the_shipping_trigger_runs_the_shipping_core_and_settles() -> None:
     inbox = FakeFencedDocuments()
     lazy = function_subscriber_runtimes[Subscriber.SHIPPING]
-    lazy.use(SubscriberRuntime(Source(queue="unused"), ShippingConsumer(inbox)))
+    shipping = ShippingConsumer(inbox, OrderSaga(stored_orders("o-fn")))
+    lazy.use(SubscriberRuntime(Source(queue="unused"), shipping))
     event = event_message("o-fn")
     message = received_message(event.message_id or "", data=event.body)
     try:

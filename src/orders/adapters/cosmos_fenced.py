@@ -1,4 +1,5 @@
-"""Create, read-with-the-database's-clock and If-Match replace: leases and inbox records."""
+"""Create, read-with-the-database's-clock and If-Match replace: leases, inbox records and the
+order document's saga decisions."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from azure.core import MatchConditions
 from azure.cosmos import exceptions as cosmos_errors
 from azure.cosmos.aio import ContainerProxy
 
-from orders.adapters.cosmos_errors import store_error_for, store_errors
+from orders.adapters.cosmos_errors import read_document, store_error_for, store_errors
 from orders.domain.leases import DatabaseRead
 from orders.exceptions import DocumentExistsError, LeaseLostError
 
@@ -17,10 +18,39 @@ _READ_WITH_CLOCK = "SELECT c AS doc, GetCurrentTimestamp() AS now FROM c WHERE c
 
 
 class CosmosFencedDocuments:
-    """`FencedDocuments` (and `InboxStore`) over one container."""
+    """`FencedDocuments`, `InboxStore` and `OrderDocuments` over one container."""
 
     def __init__(self, container: ContainerProxy) -> None:
         self._container = container
+
+    async def get(self, document_id: str, partition_key: str) -> dict[str, Any] | None:
+        return await read_document(self._container, document_id, partition_key)
+
+    async def replace_and_create(
+        self,
+        partition_key: str,
+        replaced: dict[str, Any],
+        *,
+        etag: str,
+        created: list[dict[str, Any]],
+    ) -> None:
+        operations: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
+            ("replace", (replaced["id"], replaced), {"if_match_etag": etag}),
+            *(("create", (document,), {}) for document in created),
+        ]
+        documents = [replaced, *created]
+        with store_errors():
+            try:
+                await self._container.execute_item_batch(
+                    batch_operations=operations, partition_key=partition_key
+                )
+            except cosmos_errors.CosmosBatchOperationError as exc:
+                status, index = _failed_operation(exc)
+                if status in (404, 412):
+                    raise LeaseLostError(f"{replaced['id']!r} changed since it was read") from exc
+                if status == 409:
+                    raise DocumentExistsError(f"{documents[index]['id']!r} exists") from exc
+                raise store_error_for(status, f"batch operation {index} failed") from exc
 
     async def create(self, document: dict[str, Any]) -> dict[str, Any]:
         with store_errors():
@@ -68,10 +98,7 @@ class CosmosFencedDocuments:
                     batch_operations=operations, partition_key=partition_key
                 )
             except cosmos_errors.CosmosBatchOperationError as exc:
-                responses = exc.operation_responses or []
-                index = exc.error_index or 0
-                found = responses[index].get("statusCode") if index < len(responses) else None
-                status = int(found) if found is not None else exc.status_code
+                status, index = _failed_operation(exc)
                 if status == 409:
                     raise DocumentExistsError(f"{documents[index]['id']!r} exists") from exc
                 raise store_error_for(status, f"batch operation {index} failed") from exc
@@ -79,3 +106,11 @@ class CosmosFencedDocuments:
                 if exc.status_code == 409:
                     raise DocumentExistsError(f"{documents[0]['id']!r} exists") from exc
                 raise
+
+
+def _failed_operation(exc: cosmos_errors.CosmosBatchOperationError) -> tuple[int, int]:
+    """(status, index) of the operation that failed the batch."""
+    responses = exc.operation_responses or []
+    index = exc.error_index or 0
+    found = responses[index].get("statusCode") if index < len(responses) else None
+    return (int(found) if found is not None else exc.status_code or 500), index

@@ -87,6 +87,11 @@ class CosmosIdempotencyStore:
             f"order claim {claim.document_id!r} kept conflicting and vanishing"
         )
 
+    async def read_order_id_claim(self, order_id: str) -> OrderIdClaim | None:
+        document_id = OrderIdClaim(order_id, "").document_id
+        document = await read_document(self._container, document_id, document_id)
+        return OrderIdClaim.from_document(document) if document is not None else None
+
     async def find_order(self, scope: str, order_id: str) -> IdempotencyRecord | None:
         # Cross-partition, but only GET of an order that is not stored yet pays for it.
         query = (

@@ -10,13 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from decimal import Decimal
 from types import TracebackType
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 
 from orders.adapters.payments_answers import charge_from, charges_page, decode, failure_for
 from orders.domain.idempotency import validate_idempotency_key
-from orders.domain.payments import Charge, ChargeRequest
+from orders.domain.payments import Charge, ChargeRequest, Refund, RefundRequest
 from orders.exceptions import (
     InvalidIdempotencyKeyError,
     PaymentRefusedError,
@@ -98,6 +99,30 @@ class HttpPaymentGateway:
             raise PaymentUnavailableError(f"asked for the charges of {order_id!r}, got others")
         return charges
 
+    async def refund(self, request: RefundRequest) -> Refund:
+        check_key(request.idempotency_key)
+        body = {
+            "paymentId": request.payment_id,
+            "amount": plain_amount(request.amount),
+            "currency": request.currency,
+        }
+        status, payload = await self._call(
+            "POST", "/refunds", json=body, headers={"Idempotency-Key": request.idempotency_key}
+        )
+        if status not in (200, 201):
+            raise failure_for(status, payload)
+        found = decode(payload, "refund")
+        return _refund_from(found)
+
+    async def refunds_for(self, order_id: str) -> list[Refund]:
+        status, payload = await self._call(
+            "GET", "/refunds", params={"orderId": order_id, "limit": str(PAGE_SIZE)}
+        )
+        if status != 200:
+            raise failure_for(status, payload)
+        page = decode(payload, "list of refunds")
+        return [_refund_from(item) for item in page.get("refunds", [])]
+
     async def list_all_charges(self) -> list[Charge]:
         """Every charge the provider holds (for the verifier), oldest first."""
         return await self._all_pages({})
@@ -145,6 +170,18 @@ class HttpPaymentGateway:
             raise PaymentUnavailableError(
                 f"the payment service did not answer {method} {path}: {exc!r}"
             ) from exc
+
+
+def _refund_from(found: dict[str, Any]) -> Refund:
+    return Refund(
+        refund_id=str(found["refundId"]),
+        payment_id=str(found["paymentId"]),
+        order_id=str(found["orderId"]),
+        amount=Decimal(str(found["amount"])),
+        currency=str(found["currency"]),
+        idempotency_key=str(found["idempotencyKey"]),
+        created_at=str(found["createdAt"]),
+    )
 
 
 async def _read_bounded(stream: aiohttp.StreamReader) -> bytes | None:

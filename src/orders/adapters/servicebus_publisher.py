@@ -24,7 +24,7 @@ from azure.servicebus.exceptions import (
 from opentelemetry import trace
 from opentelemetry.trace import TracerProvider
 
-from orders.domain.events import OrderAccepted
+from orders.domain.events import OrderEvent
 from orders.domain.model import OrderPlaced
 from orders.domain.status import OrderStatusChanged
 from orders.exceptions import PublishError, TransientPublishError
@@ -167,7 +167,7 @@ class ServiceBusEventPublisher(_OneSender):
     ) -> None:
         super().__init__(client, topic_name, topic=True, tracer_provider=tracer_provider)
 
-    async def publish_event(self, event: OrderAccepted, trace_context: dict[str, str]) -> None:
+    async def publish_event(self, event: OrderEvent, trace_context: dict[str, str]) -> None:
         with self._tracer.start_as_current_span(
             "orders.dispatch",
             context=context_from(trace_context),

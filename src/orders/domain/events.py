@@ -1,4 +1,7 @@
-"""`OrderAccepted`: the event a stored order publishes, through the transactional outbox.
+"""The order's events, published through the transactional outbox.
+
+`OrderAccepted` is written in the order's batch; `OrderCancelled` in the cancel's batch, with the
+order document's If-Match replace that decides the cancel (`domain/saga.py`).
 
 The outbox document is written in the same transactional batch as the order, so an order is
 stored if and only if its event will be published. Its id is the event id and the MessageId the
@@ -18,6 +21,8 @@ from pydantic import AfterValidator, BaseModel, Field, StrictInt
 from orders.domain.messages import (
     DeadLetterReason,
     MessageRejected,
+    decode_small_message,
+    validate_document,
     validate_small_message,
 )
 from orders.domain.model import MAX_ID_LENGTH, WIRE_NAMES, CurrencyCode, EntityId, OrderPlaced
@@ -25,14 +30,15 @@ from orders.domain.received import ReceivedOrderMessage
 
 OUTBOX_DOCUMENT_TYPE = "outbox"
 ORDER_ACCEPTED: Final = "OrderAccepted"
+ORDER_CANCELLED: Final = "OrderCancelled"
 # An event is a few hundred bytes; anything near this is not one of ours.
 MAX_EVENT_BODY_BYTES = 4096
 # The largest total: 98 lines of 1,000,000 units at 11 integer digits, with 4 decimals.
 _AMOUNT_TEXT = re.compile(r"(0|[1-9][0-9]{0,23})(\.[0-9]{1,4})?")
 
 
-def outbox_document_id(order_id: str) -> str:
-    return f"{order_id}:outbox:{ORDER_ACCEPTED}"
+def outbox_document_id(order_id: str, event_type: str = ORDER_ACCEPTED) -> str:
+    return f"{order_id}:outbox:{event_type}"
 
 
 def require_amount_text(value: str) -> str:
@@ -81,8 +87,45 @@ class OrderAccepted(BaseModel):
         return self.model_dump_json().encode("utf-8")
 
 
+class OrderCancelled(BaseModel):
+    """A cancel that took effect: billing refunds a charge it made, if it made one."""
+
+    model_config = WIRE_NAMES
+
+    event_type: Literal["OrderCancelled"] = ORDER_CANCELLED
+    event_id: EventId
+    order_id: EntityId
+    cancelled_at: Annotated[str, Field(max_length=40)]
+    reason: Annotated[str | None, Field(max_length=200)] = None
+
+    @classmethod
+    def of(cls, order_id: str, *, cancelled_at: datetime, reason: str | None) -> OrderCancelled:
+        return cls.model_validate(
+            {
+                "eventId": outbox_document_id(order_id, ORDER_CANCELLED),
+                "orderId": order_id,
+                "cancelledAt": cancelled_at.isoformat(),
+                "reason": reason,
+            }
+        )
+
+    def body(self) -> bytes:
+        return self.model_dump_json().encode("utf-8")
+
+
+OrderEvent = OrderAccepted | OrderCancelled
+
+
+class _AnyOrderEvent(BaseModel):
+    """The envelope a subscriber validates: one of the order's events, told apart by type."""
+
+    model_config = WIRE_NAMES
+
+    event: Annotated[OrderEvent, Field(discriminator="event_type")]
+
+
 def outbox_document(
-    event: OrderAccepted, trace_context: dict[str, str] | None = None
+    event: OrderEvent, trace_context: dict[str, str] | None = None
 ) -> dict[str, Any]:
     """The outbox entry: the event as it will be published, whether it has been, and the trace
     of the consumer that stored it (so the publish continues that trace)."""
@@ -108,9 +151,9 @@ def is_undispatched_outbox(document: dict[str, Any]) -> bool:
     return document.get("type") == OUTBOX_DOCUMENT_TYPE and document.get("dispatched") is False
 
 
-def event_of_outbox(document: dict[str, Any]) -> OrderAccepted:
+def event_of_outbox(document: dict[str, Any]) -> OrderEvent:
     """The event an outbox document holds (written by us, so a failure here is a bug)."""
-    return OrderAccepted.model_validate(document["event"])
+    return _AnyOrderEvent.model_validate({"event": document["event"]}).event
 
 
 def parse_order_accepted(message: ReceivedOrderMessage) -> OrderAccepted:
@@ -118,10 +161,30 @@ def parse_order_accepted(message: ReceivedOrderMessage) -> OrderAccepted:
     event = validate_small_message(
         message, OrderAccepted, max_bytes=MAX_EVENT_BODY_BYTES, what="events"
     )
+    _require_message_id(message, event)
+    return event
+
+
+def parse_order_event(message: ReceivedOrderMessage) -> OrderEvent:
+    """Validate a received order event of either type, told apart by its `eventType`.
+
+    Total and bounded like `parse_order`: decoded once, then validated as the one model its
+    `eventType` names (an unknown type fails as an `OrderAccepted`, naming the field).
+    """
+    document = decode_small_message(message, max_bytes=MAX_EVENT_BODY_BYTES, what="events")
+    event: OrderEvent
+    if isinstance(document, dict) and document.get("eventType") == ORDER_CANCELLED:
+        event = validate_document(OrderCancelled, document)
+    else:
+        event = validate_document(OrderAccepted, document)
+    _require_message_id(message, event)
+    return event
+
+
+def _require_message_id(message: ReceivedOrderMessage, event: OrderEvent) -> None:
     if message.message_id != event.event_id:
         raise MessageRejected(
             DeadLetterReason.MESSAGE_ID_MISMATCH,
             f"MessageId {message.message_id!r} differs from eventId {event.event_id!r}",
             order_id=event.order_id,
         )
-    return event

@@ -135,6 +135,9 @@ class OrderIdClaim:
 
     order_id: str
     request_hash: str
+    # The caller scope that placed the order first: the one allowed to cancel it. None on
+    # claims written before owners were recorded.
+    owner_scope: str | None = None
 
     @property
     def document_id(self) -> str:
@@ -147,11 +150,16 @@ class OrderIdClaim:
             "type": ORDER_CLAIM_DOCUMENT_TYPE,
             "orderId": self.order_id,
             "requestHash": self.request_hash,
+            "ownerScope": self.owner_scope,
         }
 
     @classmethod
     def from_document(cls, document: dict[str, Any]) -> OrderIdClaim:
-        return cls(order_id=document["orderId"], request_hash=document["requestHash"])
+        return cls(
+            order_id=document["orderId"],
+            request_hash=document["requestHash"],
+            owner_scope=document.get("ownerScope"),
+        )
 
 
 class Verdict(StrEnum):

@@ -19,8 +19,10 @@ from orders.domain.events import OrderAccepted
 INBOX_DOCUMENT_TYPE = "inbox"
 SHIPMENT_DOCUMENT_TYPE = "shipment"
 BILLING_DOCUMENT_TYPE = "billing"
+REFUND_DOCUMENT_TYPE = "refund"
 SHIPPING = "shipping"
 BILLING = "billing"
+REFUND = "refund"
 
 
 def inbox_record_id(consumer: str, message_id: str) -> str:
@@ -124,6 +126,75 @@ def payment_key(order_id: str) -> str:
     Providers take keys of printable ASCII (as our HTTP API does); an order id outside it is
     named by its SHA-256 instead, still one key per order.
     """
+    return _downstream_key(BILLING, order_id)
+
+
+def refund_key(order_id: str) -> str:
+    """One refund per order, whoever asks (the cancel's event, or billing finding the order
+    cancelled after its charge): `refund:<orderId>`."""
+    return _downstream_key(REFUND, order_id)
+
+
+def _downstream_key(prefix: str, order_id: str) -> str:
     if order_id.isascii() and order_id.isprintable():
-        return f"{BILLING}:{order_id}"
-    return f"{BILLING}:sha256:{hashlib.sha256(order_id.encode('utf-8')).hexdigest()}"
+        return f"{prefix}:{order_id}"
+    return f"{prefix}:sha256:{hashlib.sha256(order_id.encode('utf-8')).hexdigest()}"
+
+
+def refund_record_id(order_id: str) -> str:
+    """One refund record per order (not per message: two paths may ask for the refund)."""
+    return f"{REFUND}:{order_id}"
+
+
+@dataclass(frozen=True)
+class RefundRecord:
+    """The two-phase record of an order's refund (id `refund:<orderId>`), like billing's."""
+
+    record_id: str
+    order_id: str
+    status: BillingStatus
+    owner: str
+    lease_seconds: float
+    payment_id: str  # the charge paid back
+    amount: str  # the full charged amount
+    currency: str
+    refund_key: str  # the Idempotency-Key sent downstream: refund:<orderId>
+    refund_id: str | None = None
+    attempts: int = 1
+    written_at_s: int = 0
+    etag: str = ""
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "id": self.record_id,
+            "orderId": self.order_id,
+            "type": REFUND_DOCUMENT_TYPE,
+            "consumer": BILLING,
+            "status": self.status.value,
+            "owner": self.owner,
+            "leaseSeconds": self.lease_seconds,
+            "paymentId": self.payment_id,
+            "amount": self.amount,
+            "currency": self.currency,
+            "refundKey": self.refund_key,
+            "refundId": self.refund_id,
+            "attempts": self.attempts,
+        }
+
+    @classmethod
+    def from_document(cls, document: dict[str, Any]) -> RefundRecord:
+        return cls(
+            record_id=document["id"],
+            order_id=document["orderId"],
+            status=BillingStatus(document["status"]),
+            owner=document["owner"],
+            lease_seconds=float(document["leaseSeconds"]),
+            payment_id=document["paymentId"],
+            amount=document["amount"],
+            currency=document["currency"],
+            refund_key=document["refundKey"],
+            refund_id=document.get("refundId"),
+            attempts=int(document.get("attempts", 1)),
+            written_at_s=int(document.get("_ts", 0)),
+            etag=str(document.get("_etag", "")),
+        )

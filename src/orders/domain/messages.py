@@ -36,6 +36,10 @@ class DeadLetterReason(StrEnum):
     REQUEST_HASH_MISMATCH = "RequestHashMismatch"
     PAYMENT_REFUSED = "PaymentRefused"
     ILLEGAL_STATUS_TRANSITION = "IllegalStatusTransition"
+    # An event no stored order vouches for: forged, misrouted or from another namespace.
+    UNKNOWN_ORDER = "UnknownOrder"
+    EVENT_MISMATCH = "EventMismatch"
+    REFUND_REFUSED = "RefundRefused"
 
 
 class MessageRejected(OrdersError):
@@ -149,6 +153,11 @@ def validate_small_message(
     A data body, at most `max_bytes`, strict JSON, then the model; every failure is a
     `MessageRejected` with the reason, as for orders.
     """
+    return validate_document(model, decode_small_message(message, max_bytes=max_bytes, what=what))
+
+
+def decode_small_message(message: ReceivedOrderMessage, *, max_bytes: int, what: str) -> Any:
+    """The decoded JSON of a small message, or `MessageRejected`: total and bounded."""
     if message.body_kind is not BodyKind.DATA:
         raise MessageRejected(
             DeadLetterReason.INVALID_JSON,
@@ -163,7 +172,7 @@ def validate_small_message(
         document = decode_untrusted_json(message.body)
     except UntrustedJsonError as exc:
         raise MessageRejected(DeadLetterReason.INVALID_JSON, str(exc)) from exc
-    return validate_document(model, document)
+    return document
 
 
 def validate_document(model: type[Model], document: Any) -> Model:

@@ -20,6 +20,12 @@ class Outcome(StrEnum):
     # Status updates (natural idempotency): an older or equal version changes nothing.
     STALE = "stale"
     ILLEGAL_TRANSITION = "illegal_transition"  # not reachable from the stored status: DLQ
+    # The order saga: shipping (or billing) found the order cancelled before its effect.
+    SKIPPED_CANCELLED = "skipped_cancelled"
+    # Billing's answer to a cancel of an order it never charged: nothing to pay back.
+    NOTHING_TO_REFUND = "nothing_to_refund"
+    REFUNDED = "refunded"  # billing paid a cancelled order's charge back
+    IGNORED = "ignored"  # an event this consumer has nothing to do for (shipping: a cancel)
 
 
 class Settlement(StrEnum):

@@ -35,3 +35,32 @@ class Charge:
             and self.currency == request.currency
             and self.idempotency_key == request.idempotency_key
         )
+
+
+@dataclass(frozen=True)
+class RefundRequest:
+    payment_id: str
+    order_id: str
+    amount: Decimal
+    currency: str
+    idempotency_key: str
+
+
+@dataclass(frozen=True)
+class Refund:
+    refund_id: str
+    payment_id: str
+    order_id: str
+    amount: Decimal
+    currency: str
+    idempotency_key: str
+    created_at: str
+
+    def answers(self, request: RefundRequest) -> bool:
+        return (
+            self.payment_id == request.payment_id
+            and self.order_id == request.order_id
+            and self.amount == request.amount
+            and self.currency == request.currency
+            and self.idempotency_key == request.idempotency_key
+        )

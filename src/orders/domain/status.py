@@ -7,16 +7,18 @@ because the state is absolute.
 
 Which transitions are legal (a newer version must be reachable from the stored status):
 
-| from \\ to | paid | shipped | delivered | cancelled |
-| --- | --- | --- | --- | --- |
-| placed | yes | yes (via paid) | yes (via paid, shipped) | yes |
-| paid | - | yes | yes (via shipped) | yes (refund) |
-| shipped | no | - | yes | no |
-| delivered | no | no | - | no |
-| cancelled | no | no | no | - |
+| from \\ to | paid | shipped | delivered | cancelled | refunded |
+| --- | --- | --- | --- | --- | --- |
+| placed | yes | yes (via paid) | yes (via paid, shipped) | yes | yes (via cancelled) |
+| paid | - | yes | yes (via shipped) | yes | yes (via cancelled) |
+| shipped | no | - | yes | no | no |
+| delivered | no | no | - | no | no |
+| cancelled | no | no | no | - | yes |
+| refunded | no | no | no | no | - |
 
 "Via" rows are what a gap looks like: a later update overtook an earlier one, which then arrives
-stale. Nothing follows `cancelled` or `delivered`.
+stale. Nothing follows `refunded` or `delivered`. Whether an order is cancelled or shipped is
+not decided here but on the order document (`domain/saga.py`): these updates only report it.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class OrderStatus(StrEnum):
     SHIPPED = "shipped"
     DELIVERED = "delivered"
     CANCELLED = "cancelled"
+    REFUNDED = "refunded"  # cancelled after it was charged, and the charge paid back
 
 
 NEXT_STATUSES: dict[OrderStatus, frozenset[OrderStatus]] = {
@@ -59,7 +62,8 @@ NEXT_STATUSES: dict[OrderStatus, frozenset[OrderStatus]] = {
     OrderStatus.PAID: frozenset({OrderStatus.SHIPPED, OrderStatus.CANCELLED}),
     OrderStatus.SHIPPED: frozenset({OrderStatus.DELIVERED}),
     OrderStatus.DELIVERED: frozenset(),
-    OrderStatus.CANCELLED: frozenset(),
+    OrderStatus.CANCELLED: frozenset({OrderStatus.REFUNDED}),
+    OrderStatus.REFUNDED: frozenset(),
 }
 
 # The versions this application's own producers use: one per status, in the order they can
@@ -70,6 +74,7 @@ PRODUCER_VERSIONS: dict[OrderStatus, int] = {
     OrderStatus.SHIPPED: 3,
     OrderStatus.DELIVERED: 4,
     OrderStatus.CANCELLED: 5,
+    OrderStatus.REFUNDED: 6,
 }
 
 

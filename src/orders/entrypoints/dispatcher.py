@@ -12,7 +12,7 @@ import os
 import signal
 
 from orders.bootstrap import run_dispatcher
-from orders.domain.events import OrderAccepted
+from orders.domain.events import OrderEvent
 from orders.service.dispatcher import DEFAULT_LEASE_SECONDS, AfterPublish, DispatcherStats
 from orders.settings import Settings
 
@@ -29,7 +29,7 @@ def crash_after_publish_from_env() -> AfterPublish | None:
     if not targets:
         return None
 
-    def crash(event: OrderAccepted) -> None:
+    def crash(event: OrderEvent) -> None:
         if event.order_id in targets:
             logger.warning("fault injection: exiting after publishing %s", event.event_id)
             logging.shutdown()

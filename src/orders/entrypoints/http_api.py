@@ -159,8 +159,8 @@ def create_app(
 
     @app.post(
         "/api/orders/{orderId}/cancel",
-        status_code=202,
-        summary="Cancel an order (idempotent): an absolute, versioned status update",
+        status_code=200,
+        summary="Cancel an order (idempotent), decided at once: cancelled, or already shipped",
         response_model=CancelAccepted,
         responses=CANCEL_ORDER_RESPONSES,
         openapi_extra=CANCEL_ORDER_EXTRA,
@@ -176,11 +176,12 @@ def create_app(
             if not is_entity_id(orderId):
                 return unknown_order(orderId)
             services = await runtime.get()
-            scope = caller_scope(request, services)
-            if (await services.lookup.find(scope, orderId)).state is OrderState.UNKNOWN:
-                return unknown_order(orderId)
             result = await services.intake.cancel(
-                scope, key, orderId, cancel.reason, first_response=cancel_response
+                caller_scope(request, services),
+                key,
+                orderId,
+                cancel.reason,
+                first_response=cancel_response,
             )
             return answer(result)
 

@@ -43,16 +43,16 @@ def accepted_response(order_id: str) -> StoredResponse:
     )
 
 
-CANCEL_STATUS_REQUESTED = "cancellation-requested"
+CANCEL_STATUS_CANCELLED = "cancelled"
 
 
 def cancel_response(order_id: str) -> StoredResponse:
-    """The first answer to a cancel request, stored and replayed verbatim to every retry."""
+    """The answer to a cancel that took effect, stored and replayed verbatim to every retry."""
     return StoredResponse(
-        status_code=202,
+        status_code=200,
         body={
             "orderId": order_id,
-            "status": CANCEL_STATUS_REQUESTED,
+            "status": CANCEL_STATUS_CANCELLED,
             "location": order_location(order_id),
         },
         headers={"Location": order_location(order_id)},

@@ -133,22 +133,29 @@ PLACE_ORDER_EXTRA: dict[str, Any] = {
 
 class CancelAccepted(WireModel):
     order_id: str
-    status: str = Field(description="`cancellation-requested`: queued for the status consumer")
+    status: str = Field(
+        description="`cancelled`: the cancel took effect (now, or by an earlier request); a "
+        "charge is refunded by billing"
+    )
     location: str = Field(description="Where to GET the order and its status")
 
 
 CANCEL_ORDER_RESPONSES: dict[int | str, dict[str, Any]] = {
-    202: {
-        "description": "Cancellation requested (the status consumer applies it if `cancelled` "
-        "may follow the order's status); a replay carries `Idempotent-Replayed: true`",
+    200: {
+        "description": "Cancelled: decided at once on the order document, before any "
+        "shipment; a replay carries `Idempotent-Replayed: true`",
         "headers": {
             "Location": {"schema": {"type": "string"}},
             REPLAYED_HEADER: {"schema": {"type": "string", "enum": ["true"]}},
         },
     },
     400: PROBLEM_RESPONSE | {"description": "Missing/invalid key, invalid body"},
-    404: PROBLEM_RESPONSE | {"description": "Unknown order"},
-    409: PROBLEM_RESPONSE | {"description": "Same key still in progress (Retry-After)"},
+    404: PROBLEM_RESPONSE | {"description": "Unknown order, or an order another principal placed"},
+    409: PROBLEM_RESPONSE
+    | {
+        "description": "`order-already-shipped`: the shipment was reserved first (final); "
+        "`order-not-stored-yet` or `request-in-progress` (Retry-After)"
+    },
     422: PROBLEM_RESPONSE | {"description": "Same key, different request"},
     503: PROBLEM_RESPONSE | {"description": "Dependency unavailable (Retry-After)"},
 }

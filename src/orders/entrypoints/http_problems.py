@@ -23,13 +23,16 @@ from orders.exceptions import (
     IdempotencyKeyReusedError,
     InvalidCancelRequestError,
     InvalidIdempotencyKeyError,
+    OrderAlreadyShippedError,
     OrderIdConflictError,
+    OrderNotStoredYetError,
     PublishError,
     RequestInProgressError,
     ServiceNotReadyError,
     StoreError,
     TransientPublishError,
     TransientStoreError,
+    UnknownOrderError,
 )
 from orders.observability import HttpTelemetry
 
@@ -156,6 +159,26 @@ PROBLEMS: list[tuple[type[Exception], ProblemFor]] = [
         OrderIdConflictError,
         lambda request, error: problem(
             409, "order-id-conflict", "orderId taken by a different order", str(error)
+        ),
+    ),
+    (
+        UnknownOrderError,
+        lambda request, error: problem(404, "order-not-found", "Order not found", str(error)),
+    ),
+    (
+        OrderAlreadyShippedError,
+        lambda request, error: problem(
+            409, "order-already-shipped", "The order has already shipped", str(error)
+        ),
+    ),
+    (
+        OrderNotStoredYetError,
+        lambda request, error: problem(
+            409,
+            "order-not-stored-yet",
+            "The order is accepted but not stored yet",
+            str(error),
+            headers={"Retry-After": str(error.retry_after)},
         ),
     ),
     (

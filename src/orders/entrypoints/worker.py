@@ -18,7 +18,7 @@ from pathlib import Path
 
 from orders.bootstrap import StoreFactory, run_subscriber, run_worker
 from orders.domain.outcomes import Decision, Outcome
-from orders.domain.payments import Charge
+from orders.domain.payments import Charge, Refund
 from orders.service.worker_options import Subscriber, WorkerOptions, WorkerStats
 from orders.settings import Settings
 
@@ -31,6 +31,7 @@ CRASH_EXIT_CODE = 86
 # The billing consumer's drill: comma-separated orderIds whose charge is followed by an
 # immediate exit, before the billing record is marked completed.
 CRASH_AFTER_CHARGE_ENV = "ORDERS_FAULT_CRASH_AFTER_CHARGE"
+CRASH_AFTER_REFUND_ENV = "ORDERS_FAULT_CRASH_AFTER_REFUND"
 
 
 DecisionHook = Callable[[Decision], None]
@@ -99,6 +100,20 @@ def crash_after_charge_from_env() -> Callable[[Charge], None] | None:
     return crash_after_charge
 
 
+def crash_after_refund_from_env() -> Callable[[Refund], None] | None:
+    targets = {t for t in os.environ.get(CRASH_AFTER_REFUND_ENV, "").split(",") if t}
+    if not targets:
+        return None
+
+    def crash_after_refund(refund: Refund) -> None:
+        if refund.order_id in targets:
+            logger.warning("fault injection: exiting after refunding %s", refund.order_id)
+            logging.shutdown()
+            os._exit(CRASH_EXIT_CODE)
+
+    return crash_after_refund
+
+
 def run_until_signalled(
     settings: Settings,
     options: WorkerOptions,
@@ -128,6 +143,7 @@ def run_until_signalled(
                 stop,
                 after_decision=after_decision,
                 after_charge=crash_after_charge_from_env(),
+                after_refund=crash_after_refund_from_env(),
             )
         return await run_worker(
             settings, options, stop, after_decision=after_decision, store_factory=store_factory

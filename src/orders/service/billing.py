@@ -1,13 +1,23 @@
-"""Billing: an effect outside the database, done in two phases with a downstream key.
+"""Billing: the charge, and its compensation, each done in two phases with a downstream key.
 
-1. Record `inProgress` under `billing:<messageId>` (the create is the lock; owner and lease).
+Every event is first verified against the order document (one point read, `service/saga.py`):
+an event no stored order vouches for is dead-lettered and nothing is charged.
+
+`OrderAccepted`:
+1. Record `inProgress` under `billing:<eventId>` (the create is the lock; owner and lease).
 2. Charge with `Idempotency-Key: billing:<orderId>`: the provider charges once per key, so a
    second call after a crash returns the first charge instead of charging again.
 3. Mark `completed` with the payment id, If-Match the record's ETag.
+4. Read the order again: a cancel that landed during the charge could not see it, so it is paid
+   back now (a cancel that came before step 1 is seen at the start, and nothing is charged).
 
-On redelivery the record decides: `completed` -> complete the message; `inProgress` under a live
-lease -> wait for its owner (bounded), then decide again; a lease that ended (judged by the
-database's clock) -> take over with If-Match and charge again with the same key.
+`OrderCancelled`: a charge that was made (or is still in progress: it is finished first) is
+refunded in full, with record `refund:<orderId>` and `Idempotency-Key: refund:<orderId>`.
+Both paths may ask for the refund; the record and the key keep it to one.
+
+On redelivery the record decides: `completed` -> done; `inProgress` under a live lease -> wait
+for its owner (bounded), then decide again; a lease that ended (judged by the database's clock)
+-> take over with If-Match and call the provider again with the same key.
 """
 
 from __future__ import annotations
@@ -16,22 +26,34 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any, Protocol, Self, TypeVar
 
-from orders.domain.events import OrderAccepted
+from orders.domain.events import (
+    ORDER_ACCEPTED,
+    OrderAccepted,
+    OrderCancelled,
+    OrderEvent,
+    outbox_document_id,
+)
 from orders.domain.inbox import (
     BILLING,
     BillingRecord,
     BillingStatus,
+    RefundRecord,
     inbox_record_id,
     payment_key,
+    refund_key,
+    refund_record_id,
 )
 from orders.domain.leases import lease_is_live, seconds_left
 from orders.domain.messages import DeadLetterReason, truncate
 from orders.domain.outcomes import Decision, Outcome, Settlement
-from orders.domain.payments import Charge, ChargeRequest
+from orders.domain.payments import Charge, ChargeRequest, Refund, RefundRequest
 from orders.domain.received import ReceivedOrderMessage
+from orders.domain.saga import Fulfilment, SagaOrder
 from orders.domain.status import OrderStatus
 from orders.exceptions import (
     DocumentExistsError,
@@ -42,6 +64,7 @@ from orders.exceptions import (
 from orders.observability import log_value
 from orders.service.payment_port import PaymentGateway
 from orders.service.ports import FencedDocuments, StatusPublisher
+from orders.service.saga import OrderSaga
 from orders.service.subscriber import TRANSIENT_ERRORS, announce, handle_event
 
 logger = logging.getLogger("orders.billing")
@@ -53,8 +76,48 @@ POLL_SECONDS = 0.5
 # A record whose owner keeps changing under us is given back to the broker after this many races.
 MAX_TURNS = 5
 
-# Called after the charge and before the completion mark (crash drills exit here).
+# Called after the provider answered and before the completion mark (crash drills exit here).
 AfterCharge = Callable[[Charge], None]
+AfterRefund = Callable[[Refund], None]
+
+
+class TwoPhaseRecord(Protocol):
+    """What the lease logic needs of a charge's or a refund's record."""
+
+    @property
+    def record_id(self) -> str: ...
+    @property
+    def order_id(self) -> str: ...
+    @property
+    def status(self) -> BillingStatus: ...
+    @property
+    def owner(self) -> str: ...
+    @property
+    def lease_seconds(self) -> float: ...
+    @property
+    def attempts(self) -> int: ...
+    @property
+    def written_at_s(self) -> int: ...
+    @property
+    def etag(self) -> str: ...
+
+    def to_document(self) -> dict[str, Any]: ...
+
+    @classmethod
+    def from_document(cls, document: dict[str, Any]) -> Self: ...
+
+
+Record = TypeVar("Record", BillingRecord, RefundRecord)
+
+
+@dataclass(frozen=True)
+class Charged:
+    """A charge the provider made for the order (now, or by an earlier delivery)."""
+
+    payment_id: str
+    amount: str
+    currency: str
+    fresh: bool  # made by this delivery
 
 
 class BillingConsumer:
@@ -62,22 +125,26 @@ class BillingConsumer:
         self,
         records: FencedDocuments,
         payments: PaymentGateway,
+        saga: OrderSaga,
         *,
         owner: str | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         after_charge: AfterCharge | None = None,
+        after_refund: AfterRefund | None = None,
         status: StatusPublisher | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._records = records
         self._payments = payments
+        self._saga = saga
         self._owner = owner or f"billing-{uuid.uuid4().hex[:12]}"
         self._lease_seconds = lease_seconds
         self._max_wait_seconds = max_wait_seconds
         self._sleep = sleep
         self._after_charge = after_charge
+        self._after_refund = after_refund
         self._status = status
         self._clock = clock
 
@@ -86,23 +153,46 @@ class BillingConsumer:
         # and goes on at once.
         return await handle_event(
             message,
-            self._bill,
+            self._on_event,
             consumer="billing",
             transient_errors=(*TRANSIENT_ERRORS, PaymentUnavailableError),
         )
 
-    async def _bill(self, event: OrderAccepted) -> Decision:
-        record = self._new_record(event)
-        try:
-            owned = BillingRecord.from_document(await self._records.create(record.to_document()))
-        except DocumentExistsError:
-            decided = await self._decide_on_existing(event)
-            if isinstance(decided, Decision):
-                return decided
-            owned = decided
-        return await self._charge_and_complete(event, owned)
+    async def _on_event(self, event: OrderEvent) -> Decision:
+        order = await self._saga.verified(event, consumer="billing")
+        if isinstance(event, OrderCancelled):
+            return await self._on_cancel(event, order)
+        return await self._bill(event, order)
 
-    def _new_record(self, event: OrderAccepted) -> BillingRecord:
+    # --- OrderAccepted: the charge ---------------------------------------------------------
+
+    async def _bill(self, event: OrderAccepted, order: SagaOrder) -> Decision:
+        if order.fulfilment is Fulfilment.CANCELLED and not await self._charge_started(event):
+            logger.info(
+                "order %s was cancelled before billing: no charge", log_value(order.order_id)
+            )
+            return Decision(Outcome.SKIPPED_CANCELLED, Settlement.COMPLETE, event.order_id)
+        charged = await self._charge_phase(self._new_charge_record(event))
+        if isinstance(charged, Decision):
+            return charged
+        await announce(self._status, event, OrderStatus.PAID, self._clock())
+        # A cancel that committed while we charged saw no charge to pay back: we do it.
+        latest = await self._saga.order(event.order_id)
+        if latest is not None and latest.fulfilment is Fulfilment.CANCELLED:
+            return await self._refund_phase(event, charged)
+        return Decision(
+            Outcome.PROCESSED if charged.fresh else Outcome.DUPLICATE,
+            Settlement.COMPLETE,
+            event.order_id,
+        )
+
+    async def _charge_started(self, event: OrderAccepted) -> bool:
+        read = await self._records.read(inbox_record_id(BILLING, event.event_id), event.order_id)
+        if read.document is None:
+            return False
+        return BillingRecord.from_document(read.document).status is not BillingStatus.REFUSED
+
+    def _new_charge_record(self, event: OrderAccepted) -> BillingRecord:
         return BillingRecord(
             record_id=inbox_record_id(BILLING, event.event_id),
             order_id=event.order_id,
@@ -115,26 +205,131 @@ class BillingConsumer:
             payment_key=payment_key(event.order_id),
         )
 
-    async def _decide_on_existing(self, event: OrderAccepted) -> Decision | BillingRecord:
-        """The existing record's verdict: a decision, or the record now owned by us."""
-        record_id = inbox_record_id(BILLING, event.event_id)
+    async def _charge_phase(self, record: BillingRecord) -> Charged | Decision:
+        """The order's charge: made now, or found made; else what to do with the message."""
+        owned = await self._claim(record, BillingRecord)
+        if isinstance(owned, Decision):
+            return owned
+        if owned.status is BillingStatus.COMPLETED:
+            assert owned.payment_id is not None
+            logger.info("billing %s already completed", log_value(owned.order_id))
+            return Charged(owned.payment_id, owned.amount, owned.currency, fresh=False)
+        request = ChargeRequest(
+            order_id=owned.order_id,
+            amount=Decimal(owned.amount),
+            currency=owned.currency,
+            idempotency_key=owned.payment_key,
+        )
+        try:
+            charge = await self._payments.charge(request)
+        except PaymentRefusedError as refused:
+            logger.error(
+                "ALERT payment refused for order %s: %s",
+                log_value(owned.order_id),
+                log_value(refused.description),
+            )
+            await self._mark(replace(owned, status=BillingStatus.REFUSED), owned.etag)
+            return self._refused(owned.order_id, DeadLetterReason.PAYMENT_REFUSED, refused)
+        if self._after_charge is not None:
+            self._after_charge(charge)
+        done = replace(owned, status=BillingStatus.COMPLETED, payment_id=charge.payment_id)
+        await self._mark(done, owned.etag)
+        logger.info(
+            "charged order %s: payment_id=%s",
+            log_value(owned.order_id),
+            log_value(charge.payment_id),
+        )
+        return Charged(charge.payment_id, owned.amount, owned.currency, fresh=True)
+
+    # --- OrderCancelled: the compensation --------------------------------------------------
+
+    async def _on_cancel(self, event: OrderCancelled, order: SagaOrder) -> Decision:
+        await announce(self._status, event, OrderStatus.CANCELLED, self._clock())
+        accepted_id = outbox_document_id(order.order_id, ORDER_ACCEPTED)
+        read = await self._records.read(inbox_record_id(BILLING, accepted_id), order.order_id)
+        if read.document is None:
+            # No charge was asked for. A delivery that is about to ask reads the order again
+            # after its charge, sees the cancel and pays it back itself.
+            return Decision(Outcome.NOTHING_TO_REFUND, Settlement.COMPLETE, order.order_id)
+        started = BillingRecord.from_document(read.document)
+        if started.status is BillingStatus.REFUSED:
+            return Decision(Outcome.NOTHING_TO_REFUND, Settlement.COMPLETE, order.order_id)
+        # Still in progress: finish the charge (same key: never a second one), then refund it.
+        charged = await self._charge_phase(
+            replace(started, owner=self._owner, lease_seconds=self._lease_seconds)
+        )
+        if isinstance(charged, Decision):
+            return charged
+        return await self._refund_phase(event, charged)
+
+    async def _refund_phase(self, event: OrderEvent, charged: Charged) -> Decision:
+        record = RefundRecord(
+            record_id=refund_record_id(event.order_id),
+            order_id=event.order_id,
+            status=BillingStatus.IN_PROGRESS,
+            owner=self._owner,
+            lease_seconds=self._lease_seconds,
+            payment_id=charged.payment_id,
+            amount=charged.amount,
+            currency=charged.currency,
+            refund_key=refund_key(event.order_id),
+        )
+        owned = await self._claim(record, RefundRecord)
+        if isinstance(owned, Decision):
+            return owned
+        if owned.status is not BillingStatus.COMPLETED:
+            request = RefundRequest(
+                payment_id=owned.payment_id,
+                order_id=owned.order_id,
+                amount=Decimal(owned.amount),
+                currency=owned.currency,
+                idempotency_key=owned.refund_key,
+            )
+            try:
+                refund = await self._payments.refund(request)
+            except PaymentRefusedError as refused:
+                logger.error(
+                    "ALERT refund refused for order %s: %s",
+                    log_value(owned.order_id),
+                    log_value(refused.description),
+                )
+                await self._mark(replace(owned, status=BillingStatus.REFUSED), owned.etag)
+                return self._refused(owned.order_id, DeadLetterReason.REFUND_REFUSED, refused)
+            if self._after_refund is not None:
+                self._after_refund(refund)
+            done = replace(owned, status=BillingStatus.COMPLETED, refund_id=refund.refund_id)
+            await self._mark(done, owned.etag)
+            logger.info(
+                "refunded order %s: refund_id=%s",
+                log_value(owned.order_id),
+                log_value(refund.refund_id),
+            )
+        await announce(self._status, event, OrderStatus.REFUNDED, self._clock())
+        return Decision(Outcome.REFUNDED, Settlement.COMPLETE, event.order_id)
+
+    # --- The two-phase record, shared by the charge and the refund -------------------------
+
+    async def _claim(self, record: Record, kind: type[Record]) -> Record | Decision:
+        """The record owned by us (new, or taken over), or completed by anyone; else the
+        decision to hand the message back."""
+        try:
+            return kind.from_document(await self._records.create(record.to_document()))
+        except DocumentExistsError:
+            pass
         waited = 0.0
         races = 0
         while races < MAX_TURNS:
-            read = await self._records.read(record_id, event.order_id)
+            read = await self._records.read(record.record_id, record.order_id)
             if read.document is None:
                 # Deleted between our create and this read (an operator's cleanup): create again.
                 try:
-                    created = await self._records.create(self._new_record(event).to_document())
+                    return kind.from_document(await self._records.create(record.to_document()))
                 except DocumentExistsError:
                     races += 1
                     continue
-                return BillingRecord.from_document(created)
-            existing = BillingRecord.from_document(read.document)
+            existing = kind.from_document(read.document)
             if existing.status is BillingStatus.COMPLETED:
-                logger.info("billing %s already completed", log_value(event.order_id))
-                await announce(self._status, event, OrderStatus.PAID, self._clock())
-                return Decision(Outcome.DUPLICATE, Settlement.COMPLETE, event.order_id)
+                return existing
             mine = existing.owner == self._owner
             live = lease_is_live(
                 existing.written_at_s, existing.lease_seconds, read.database_now_ms
@@ -144,84 +339,67 @@ class BillingConsumer:
                     existing.written_at_s, existing.lease_seconds, read.database_now_ms
                 )
                 if waited + POLL_SECONDS > self._max_wait_seconds:
-                    return self._leave_to_owner(event, existing, left)
-                # Its owner is charging right now: wait for it rather than abandon, which would
-                # only burn delivery attempts in a tight loop.
+                    return self._leave_to_owner(existing, left)
+                # Its owner is calling the provider right now: wait for it rather than abandon,
+                # which would only burn delivery attempts in a tight loop.
                 pause = min(POLL_SECONDS, left + 0.05)
                 await self._sleep(pause)
                 waited += pause
                 continue
             try:
-                taken = replace(existing, owner=self._owner, attempts=existing.attempts + 1)
+                taken = replace(
+                    existing,
+                    owner=self._owner,
+                    lease_seconds=self._lease_seconds,
+                    status=BillingStatus.IN_PROGRESS,
+                    attempts=existing.attempts + 1,
+                )
                 stored = await self._records.replace(taken.to_document(), etag=existing.etag)
             except LeaseLostError:
                 races += 1
                 continue  # another delivery moved first; read again
             if not mine:
                 logger.warning(
-                    "billing %s: took over a stale record from %s (attempt %d)",
-                    log_value(event.order_id),
+                    "billing %s: took over a stale record %s from %s (attempt %d)",
+                    log_value(existing.order_id),
+                    log_value(existing.record_id),
                     log_value(existing.owner),
                     taken.attempts,
                 )
-            return BillingRecord.from_document(stored)
-        return self._leave_to_owner(event, None, 0.0)
+            return kind.from_document(stored)
+        return self._leave_to_owner(None, 0.0, record.order_id)
 
     def _leave_to_owner(
-        self, event: OrderAccepted, existing: BillingRecord | None, seconds: float
+        self, existing: TwoPhaseRecord | None, seconds: float, order_id: str | None = None
     ) -> Decision:
         owner = existing.owner if existing is not None else "another delivery"
+        what = existing.record_id if existing is not None else "billing"
         return Decision(
             Outcome.IN_PROGRESS_ELSEWHERE,
             Settlement.ABANDON,
-            event.order_id,
-            error=f"billing is in progress at {owner}; its lease ends in {seconds:.0f} s",
+            existing.order_id if existing is not None else order_id,
+            error=f"{what} is in progress at {owner}; its lease ends in {seconds:.0f} s",
         )
 
-    async def _charge_and_complete(self, event: OrderAccepted, owned: BillingRecord) -> Decision:
-        request = ChargeRequest(
-            order_id=event.order_id,
-            amount=event.amount,
-            currency=str(event.currency),
-            idempotency_key=owned.payment_key,
+    def _refused(
+        self, order_id: str, reason: DeadLetterReason, refused: PaymentRefusedError
+    ) -> Decision:
+        return Decision(
+            Outcome.DOWNSTREAM_REFUSED,
+            Settlement.DEAD_LETTER,
+            order_id,
+            dead_letter_reason=reason.value,
+            dead_letter_description=truncate(f"{refused.reason}: {refused.description}"),
         )
-        try:
-            charge = await self._payments.charge(request)
-        except PaymentRefusedError as refused:
-            logger.error(
-                "ALERT payment refused for order %s: %s",
-                log_value(event.order_id),
-                log_value(refused.description),
-            )
-            await self._mark(owned, status=BillingStatus.REFUSED)
-            return Decision(
-                Outcome.DOWNSTREAM_REFUSED,
-                Settlement.DEAD_LETTER,
-                event.order_id,
-                dead_letter_reason=DeadLetterReason.PAYMENT_REFUSED.value,
-                dead_letter_description=truncate(f"{refused.reason}: {refused.description}"),
-            )
-        if self._after_charge is not None:
-            self._after_charge(charge)
-        await self._mark(owned, status=BillingStatus.COMPLETED, payment_id=charge.payment_id)
-        await announce(self._status, event, OrderStatus.PAID, self._clock())
-        logger.info(
-            "charged order %s: payment_id=%s",
-            log_value(event.order_id),
-            log_value(charge.payment_id),
-        )
-        return Decision(Outcome.PROCESSED, Settlement.COMPLETE, event.order_id)
 
-    async def _mark(
-        self, owned: BillingRecord, *, status: BillingStatus, payment_id: str | None = None
-    ) -> None:
-        done = replace(owned, status=status, payment_id=payment_id)
+    async def _mark(self, done: TwoPhaseRecord, etag: str) -> None:
         try:
-            await self._records.replace(done.to_document(), etag=owned.etag)
+            await self._records.replace(done.to_document(), etag=etag)
         except LeaseLostError:
-            # Our lease ended during the call and another delivery took over: it charges with
-            # the same key, gets this same charge back and marks the record itself.
+            # Our lease ended during the call and another delivery took over: it calls the
+            # provider with the same key, gets this same answer back and marks the record.
             logger.warning(
-                "billing %s: the record moved on during the charge; its new owner completes it",
-                log_value(owned.order_id),
+                "billing %s: %s moved on during the provider's call; its new owner completes it",
+                log_value(done.order_id),
+                log_value(done.record_id),
             )

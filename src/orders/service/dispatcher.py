@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orders.domain.events import (
-    OrderAccepted,
+    OrderEvent,
     event_of_outbox,
     is_undispatched_outbox,
     trace_context_of_outbox,
@@ -42,7 +42,7 @@ DEFAULT_PAGE_SIZE = 100
 LEASE_DOCUMENT_TYPE = "dispatcherLease"
 
 # Called after each publish and before the mark (crash drills exit here).
-AfterPublish = Callable[[OrderAccepted], None]
+AfterPublish = Callable[[OrderEvent], None]
 
 
 def lease_id_for(feed_range: str) -> str:

@@ -31,11 +31,16 @@ from orders.exceptions import (
     IdempotencyKeyReusedError,
     IdempotencyRecordExistsError,
     LeaseLostError,
+    OrderAlreadyShippedError,
     OrderIdConflictError,
+    OrderNotStoredYetError,
+    PublishError,
     RequestInProgressError,
+    UnknownOrderError,
 )
 from orders.observability import log_value
 from orders.service.ports import IdempotencyStore, OrderPublisher, StatusPublisher
+from orders.service.saga import CancelResult, OrderSaga
 
 logger = logging.getLogger("orders.http")
 
@@ -60,6 +65,8 @@ class IdempotentOrderIntake:
         publisher: OrderPublisher,
         *,
         status: StatusPublisher | None = None,
+        saga: OrderSaga | None = None,
+        unclaimed_owner: str | None = None,
         ttl_seconds: int,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         retry_after_cap: int = DEFAULT_RETRY_AFTER_CAP,
@@ -68,6 +75,10 @@ class IdempotentOrderIntake:
         self._store = store
         self._publisher = publisher
         self._status = status
+        self._saga = saga
+        # Who owns an order the API never accepted (sent straight to the queue): the shared
+        # scope of callers when principals are not trusted; no principal ever matches it.
+        self._unclaimed_owner = unclaimed_owner
         self._ttl_seconds = ttl_seconds
         self._lease_seconds = lease_seconds
         self._retry_after_cap = retry_after_cap
@@ -88,7 +99,7 @@ class IdempotentOrderIntake:
         incoming_hash = request_hash(order.canonical_payload())
 
         async def accept(owned: IdempotencyRecord) -> None:
-            await self._claim_order_id(order, incoming_hash)
+            await self._claim_order_id(order, incoming_hash, scope)
             await self._publisher.publish(order)
 
         return await self._once(
@@ -103,25 +114,51 @@ class IdempotentOrderIntake:
         reason: str | None,
         first_response: Callable[[str], StoredResponse],
     ) -> SubmitResult:
-        """Ask once per (scope, key) for the order to be cancelled: an absolute status update.
+        """Cancel the order once per (scope, key), deciding now on the order document.
 
-        The status consumer decides whether `cancelled` may follow the order's status; this
-        only makes the request idempotent, exactly as placing an order is.
+        Only the caller that placed the order may cancel it (`UnknownOrderError`, as for an
+        order that does not exist). The cancel and its `OrderCancelled` event commit in one
+        batch unless the shipment was reserved first (`OrderAlreadyShippedError`); a cancel of
+        an order already cancelled (under any key) answers the same. Billing refunds a charge
+        when it handles the event; the `cancelled` status update is sent here for a prompt GET
+        and again by billing, durably.
         """
-        if self._status is None:
-            raise RuntimeError("the intake was built without a status publisher")
-        status = self._status
+        if self._saga is None or self._status is None:
+            raise RuntimeError("the intake was built without the saga or a status publisher")
+        saga, status = self._saga, self._status
+        claim = await self._store.read_order_id_claim(order_id)
+        owner = claim.owner_scope if claim is not None and claim.owner_scope else None
+        if (owner or self._unclaimed_owner) != scope:
+            raise UnknownOrderError(f"no order {order_id!r} is known")
         # Namespaced, so a cancel can never share a request hash with an order.
         incoming_hash = request_hash({"cancel": {"orderId": order_id, "reason": reason}})
 
         async def accept(owned: IdempotencyRecord) -> None:
+            match await saga.cancel(order_id, reason):
+                case CancelResult.ALREADY_SHIPPED:
+                    raise OrderAlreadyShippedError(
+                        f"order {order_id!r} has shipped (its shipment was reserved before "
+                        "this cancel); it can no longer be cancelled"
+                    )
+                case CancelResult.NOT_STORED if claim is not None:
+                    raise OrderNotStoredYetError(order_id)
+                case CancelResult.NOT_STORED:
+                    raise UnknownOrderError(f"no order {order_id!r} is known")
             change = OrderStatusChanged.of(
                 order_id,
                 OrderStatus.CANCELLED,
                 changed_at=datetime.fromtimestamp(self._clock(), UTC),
                 reason=reason,
             )
-            await status.publish_status(change)
+            try:
+                await status.publish_status(change)
+            except PublishError:
+                # The cancel is committed; billing publishes the same update from its event.
+                logger.warning(
+                    "cancel of %s: status update not sent now; billing sends it",
+                    log_value(order_id),
+                    exc_info=True,
+                )
 
         return await self._once(
             scope, key, incoming_hash, order_id, accept, lambda: first_response(order_id)
@@ -179,13 +216,15 @@ class IdempotentOrderIntake:
         result = await self._complete(owned, first_response())
         return replace(result, took_over=took_over)
 
-    async def _claim_order_id(self, order: OrderPlaced, incoming_hash: str) -> None:
+    async def _claim_order_id(self, order: OrderPlaced, incoming_hash: str, scope: str) -> None:
         """Refuse an orderId taken by a different payload, before anything is published.
 
         The same payload under another key (or from another caller) passes: it is the same
-        order, published again and deduplicated downstream.
+        order, published again and deduplicated downstream (and still owned by the first).
         """
-        first = await self._store.claim_order_id(OrderIdClaim(order.order_id, incoming_hash))
+        first = await self._store.claim_order_id(
+            OrderIdClaim(order.order_id, incoming_hash, owner_scope=scope)
+        )
         if first.request_hash != incoming_hash:
             raise OrderIdConflictError(
                 f"orderId {order.order_id!r} was already accepted with a different payload; "

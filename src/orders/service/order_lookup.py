@@ -8,7 +8,13 @@ from typing import Any
 
 from orders.domain.documents import LINE_DOCUMENT_TYPE, ORDER_DOCUMENT_TYPE
 from orders.domain.rejections import REJECTION_DOCUMENT_TYPE, rejection_view
-from orders.domain.status import STATUS_DOCUMENT_TYPE, StoredStatus
+from orders.domain.saga import Fulfilment, SagaOrder
+from orders.domain.status import (
+    PRODUCER_VERSIONS,
+    STATUS_DOCUMENT_TYPE,
+    OrderStatus,
+    StoredStatus,
+)
 from orders.service.ports import IdempotencyStore, OrderReader
 
 
@@ -37,10 +43,15 @@ def order_view(documents: list[dict[str, Any]]) -> dict[str, Any] | None:
     status = StoredStatus.of(
         next((d for d in documents if d.get("type") == STATUS_DOCUMENT_TYPE), None)
     )
+    shown, version = status.status, status.version
+    cancelled = PRODUCER_VERSIONS[OrderStatus.CANCELLED]
+    if SagaOrder.of(order).fulfilment is Fulfilment.CANCELLED and version < cancelled:
+        # The cancel is decided on the order document; its status update may still be queued.
+        shown, version = OrderStatus.CANCELLED, cancelled
     return {
         "orderId": order["orderId"],
-        "status": status.status.value,
-        "statusVersion": status.version,
+        "status": shown.value,
+        "statusVersion": version,
         "statusHistory": list(status.document.get("history", [])) if status.document else [],
         "customerId": order["customerId"],
         "currency": order["currency"],

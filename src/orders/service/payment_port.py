@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from orders.domain.payments import Charge, ChargeRequest
+from orders.domain.payments import Charge, ChargeRequest, Refund, RefundRequest
 
 
 class PaymentGateway(Protocol):
@@ -23,4 +23,17 @@ class PaymentGateway(Protocol):
 
         Raises `PaymentUnavailableError` or `PaymentRefusedError` as `charge` does.
         """
+        ...
+
+    async def refund(self, request: RefundRequest) -> Refund:
+        """Refund once per `request.idempotency_key` (a repeat returns the first refund).
+
+        `PaymentRefusedError` when it can never succeed (unknown payment, already refunded,
+        key reused, more than was charged); `PaymentUnavailableError` when the outcome is
+        unknown (retry with the same key).
+        """
+        ...
+
+    async def refunds_for(self, order_id: str) -> list[Refund]:
+        """Every refund the provider holds for this order, oldest first (for audits)."""
         ...

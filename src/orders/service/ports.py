@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, Selection
 from orders.domain.decision_counters import DecisionCounters
 from orders.domain.documents import OrderWrite
-from orders.domain.events import OrderAccepted
+from orders.domain.events import OrderEvent
 from orders.domain.idempotency import IdempotencyRecord, OrderIdClaim
 from orders.domain.leases import DatabaseRead
 from orders.domain.model import OrderPlaced
@@ -81,6 +81,10 @@ class IdempotencyStore(Protocol):
         """Create the claim, or return the claim stored first for that orderId (unchanged)."""
         ...
 
+    async def read_order_id_claim(self, order_id: str) -> OrderIdClaim | None:
+        """The orderId's claim (who placed it, with which payload), if the API accepted it."""
+        ...
+
     async def find_order(self, scope: str, order_id: str) -> IdempotencyRecord | None:
         """A completed record of this scope that accepted `order_id`, if any."""
         ...
@@ -132,7 +136,7 @@ class OutboxFeed(Protocol):
 
 
 class EventPublisher(Protocol):
-    async def publish_event(self, event: OrderAccepted, trace_context: dict[str, str]) -> None:
+    async def publish_event(self, event: OrderEvent, trace_context: dict[str, str]) -> None:
         """Send the event to the topic with MessageId = eventId, CorrelationId = orderId, in
         the trace `trace_context` (W3C properties stored with the outbox entry) names.
 
@@ -162,6 +166,31 @@ class FencedDocuments(Protocol):
 
     async def replace(self, document: dict[str, Any], *, etag: str) -> dict[str, Any]:
         """Replace if the stored ETag is still `etag`, else `LeaseLostError`."""
+        ...
+
+
+class OrderDocuments(Protocol):
+    """The orders container as the saga sees it: the order document, point-read and fenced."""
+
+    async def get(self, document_id: str, partition_key: str) -> dict[str, Any] | None:
+        """One point read: the stored document (with its `_etag`), or None."""
+        ...
+
+    async def replace(self, document: dict[str, Any], *, etag: str) -> dict[str, Any]:
+        """Replace if the stored ETag is still `etag`, else `LeaseLostError`."""
+        ...
+
+    async def replace_and_create(
+        self,
+        partition_key: str,
+        replaced: dict[str, Any],
+        *,
+        etag: str,
+        created: list[dict[str, Any]],
+    ) -> None:
+        """One transactional batch: replace `replaced` If-Match `etag`, create `created`.
+        `LeaseLostError` if the ETag moved on (nothing written); `DocumentExistsError` if a
+        created id exists (nothing written)."""
         ...
 
 

@@ -1,5 +1,10 @@
-"""Shipping: the natural inbox. Its inbox record and the shipment are one transactional batch,
-so the record exists if and only if the effect does; a redelivery finds the record and stops."""
+"""Shipping: the natural inbox, behind the saga's reservation.
+
+The event is verified against the order document, and the shipment reserved on it with
+If-Match (a cancel that committed first wins: no shipment, `skipped_cancelled`). Then the inbox
+record and the shipment are one transactional batch, so the record exists if and only if the
+effect does; a redelivery finds the reservation its own and the record, and stops.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +12,16 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from orders.domain.events import OrderAccepted
+from orders.domain.events import OrderAccepted, OrderEvent
 from orders.domain.inbox import shipping_documents
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
+from orders.domain.saga import ShipVerdict
 from orders.domain.status import OrderStatus
 from orders.exceptions import DocumentExistsError
 from orders.observability import log_value
 from orders.service.ports import InboxStore, StatusPublisher
+from orders.service.saga import OrderSaga
 from orders.service.subscriber import announce, handle_event
 
 logger = logging.getLogger("orders.shipping")
@@ -24,17 +31,28 @@ class ShippingConsumer:
     def __init__(
         self,
         inbox: InboxStore,
+        saga: OrderSaga,
         status: StatusPublisher | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._inbox = inbox
+        self._saga = saga
         self._status = status
         self._clock = clock
 
     async def handle(self, message: ReceivedOrderMessage) -> Decision:
         return await handle_event(message, self._ship, consumer="shipping")
 
-    async def _ship(self, event: OrderAccepted) -> Decision:
+    async def _ship(self, event: OrderEvent) -> Decision:
+        if not isinstance(event, OrderAccepted):
+            # A cancel concerns billing; shipping learns of it from the order document.
+            return Decision(Outcome.IGNORED, Settlement.COMPLETE, event.order_id)
+        order = await self._saga.verified(event, consumer="shipping")
+        if await self._saga.reserve_shipment(order, event.event_id) is ShipVerdict.SKIP_CANCELLED:
+            logger.info(
+                "order %s was cancelled before shipping: no shipment", log_value(event.order_id)
+            )
+            return Decision(Outcome.SKIPPED_CANCELLED, Settlement.COMPLETE, event.order_id)
         documents = shipping_documents(event, message_id=event.event_id, processed_at=self._clock())
         outcome = Outcome.PROCESSED
         try:

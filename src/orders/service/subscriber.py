@@ -6,7 +6,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 
-from orders.domain.events import OrderAccepted, parse_order_accepted
+from orders.domain.events import OrderEvent, parse_order_event
 from orders.domain.messages import MessageRejected
 from orders.domain.model import is_entity_id
 from orders.domain.outcomes import Decision, Outcome, Settlement
@@ -15,6 +15,7 @@ from orders.domain.status import OrderStatus, OrderStatusChanged
 from orders.exceptions import TransientPublishError, TransientStoreError
 from orders.observability import log_value
 from orders.service.ports import StatusPublisher
+from orders.service.saga import EventRefused
 
 logger = logging.getLogger("orders.subscriber")
 # Failures every subscriber retries through the broker (abandon, redelivery).
@@ -29,10 +30,10 @@ class EventRejected(Exception):
         self.decision = decision
 
 
-def read_event(message: ReceivedOrderMessage) -> OrderAccepted:
+def read_event(message: ReceivedOrderMessage) -> OrderEvent:
     """The event, or `EventRejected` with a dead-letter decision naming the reason."""
     try:
-        return parse_order_accepted(message)
+        return parse_order_event(message)
     except MessageRejected as rejection:
         order_id = rejection.order_id
         raise EventRejected(
@@ -46,12 +47,12 @@ def read_event(message: ReceivedOrderMessage) -> OrderAccepted:
         ) from rejection
 
 
-def transient(event: OrderAccepted, error: Exception) -> Decision:
+def transient(event: OrderEvent, error: Exception) -> Decision:
     """A failure worth retrying (store, payment service or status publish): abandon."""
     return Decision(Outcome.TRANSIENT_FAILURE, Settlement.ABANDON, event.order_id, error=str(error))
 
 
-def unexpected(event: OrderAccepted, error: Exception) -> Decision:
+def unexpected(event: OrderEvent, error: Exception) -> Decision:
     return Decision(
         Outcome.UNEXPECTED_FAILURE,
         Settlement.ABANDON,
@@ -61,7 +62,7 @@ def unexpected(event: OrderAccepted, error: Exception) -> Decision:
 
 
 async def announce(
-    status: StatusPublisher | None, event: OrderAccepted, new_status: OrderStatus, now: datetime
+    status: StatusPublisher | None, event: OrderEvent, new_status: OrderStatus, now: datetime
 ) -> None:
     """Publish the status the effect produced, after the effect and again on every duplicate:
     the update is absolute and versioned, so a second copy changes nothing, and a crash between
@@ -74,13 +75,14 @@ async def announce(
 
 async def handle_event(
     message: ReceivedOrderMessage,
-    effect: Callable[[OrderAccepted], Awaitable[Decision]],
+    effect: Callable[[OrderEvent], Awaitable[Decision]],
     *,
     consumer: str,
     transient_errors: tuple[type[Exception], ...] = TRANSIENT_ERRORS,
 ) -> Decision:
-    """One subscriber's decision for one message: a malformed event is dead-lettered, the
-    effect decides otherwise, a failure worth retrying abandons, and a bug abandons too (logged),
+    """One subscriber's decision for one message: a malformed event is dead-lettered, and so
+    is one no stored order vouches for; the effect decides otherwise, a failure worth retrying
+    abandons, and a bug abandons too (logged),
     never letting the lock be renewed for minutes."""
     try:
         event = read_event(message)
@@ -88,6 +90,8 @@ async def handle_event(
         return rejected.decision
     try:
         return await effect(event)
+    except EventRefused as refused:
+        return refused.decision  # no stored order vouches for it: dead-lettered, ALERT logged
     except transient_errors as exc:
         return transient(event, exc)
     except Exception as exc:

@@ -1,0 +1,189 @@
+"""The order saga's one place of decision: the order document.
+
+Cancel and ship race for the same order. Both are decided by an If-Match replace of the order
+document (`id = orderId`, partition `/orderId`): shipping reserves the shipment by writing
+`fulfilment.state = "shipping"`; a cancel writes `fulfilment.state = "cancelled"` in one
+transactional batch with its `OrderCancelled` outbox event. Whoever commits first wins; the
+loser's replace fails its ETag condition, it reads the document again and sees the winner:
+a cancel after the reservation is refused (`order-already-shipped`), shipping after a cancel
+completes with no shipment (`skipped_cancelled`).
+
+The same read verifies an event against the store: billing and shipping act only on an order
+that exists and whose stored total, currency and customer are the event's. Nothing here talks to
+a store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from enum import StrEnum
+from typing import Any
+
+from orders.domain.documents import ORDER_DOCUMENT_TYPE
+from orders.domain.events import (
+    ORDER_ACCEPTED,
+    ORDER_CANCELLED,
+    OrderAccepted,
+    OrderCancelled,
+    OrderEvent,
+    outbox_document_id,
+)
+from orders.domain.messages import DeadLetterReason
+
+
+class Fulfilment(StrEnum):
+    OPEN = "open"  # neither shipped nor cancelled: both may still happen
+    SHIPPING = "shipping"  # the shipment is reserved: a cancel is refused from now on
+    CANCELLED = "cancelled"  # cancelled: no shipment will be made, a charge is paid back
+
+
+@dataclass(frozen=True)
+class SagaOrder:
+    """What the saga reads off a stored order document."""
+
+    order_id: str
+    customer_id: str
+    currency: str
+    total_amount: Decimal
+    line_count: int
+    fulfilment: Fulfilment
+    shipment_event_id: str | None  # the event whose delivery reserved the shipment
+    cancelled_at: str | None
+    etag: str
+    document: dict[str, Any]
+
+    @classmethod
+    def of(cls, document: dict[str, Any]) -> SagaOrder:
+        found = document.get("fulfilment") or {}
+        return cls(
+            order_id=document["orderId"],
+            customer_id=document["customerId"],
+            currency=document["currency"],
+            total_amount=Decimal(document["totalAmount"]),
+            line_count=int(document["lineCount"]),
+            fulfilment=Fulfilment(found.get("state", Fulfilment.OPEN.value)),
+            shipment_event_id=found.get("eventId"),
+            cancelled_at=found.get("cancelledAt"),
+            etag=str(document.get("_etag", "")),
+            document=document,
+        )
+
+    def with_shipment_reserved(self, event_id: str, at: datetime) -> dict[str, Any]:
+        """The order document with the shipment reserved by `event_id`'s delivery."""
+        return self._with({"state": Fulfilment.SHIPPING.value, "eventId": event_id, "at": _t(at)})
+
+    def cancelled(self, at: datetime, reason: str | None) -> dict[str, Any]:
+        """The order document, cancelled."""
+        fulfilment: dict[str, Any] = {"state": Fulfilment.CANCELLED.value, "cancelledAt": _t(at)}
+        if reason:
+            fulfilment["reason"] = reason
+        return self._with(fulfilment)
+
+    def _with(self, fulfilment: dict[str, Any]) -> dict[str, Any]:
+        kept = {k: v for k, v in self.document.items() if not k.startswith("_")}
+        return {**kept, "fulfilment": fulfilment}
+
+
+def _t(at: datetime) -> str:
+    return at.isoformat()
+
+
+def is_order_document(document: dict[str, Any] | None) -> bool:
+    return document is not None and document.get("type") == ORDER_DOCUMENT_TYPE
+
+
+@dataclass(frozen=True)
+class EventRefusal:
+    """Why an event is not to be acted on: no stored order vouches for it."""
+
+    reason: DeadLetterReason
+    description: str
+
+
+def check_event(document: dict[str, Any] | None, event: OrderEvent) -> EventRefusal | None:
+    """None if the stored order vouches for `event`, else why not.
+
+    An `OrderAccepted` must name a stored order, with its outbox event's id (written in the
+    order's own batch, so the id proves the event came from that write), its total, currency,
+    customer and line count. An `OrderCancelled` must name an order whose document says
+    cancelled. Anything else was not produced by this system's dispatcher: a misrouted
+    producer, a test tool on the wrong namespace, a forgery.
+    """
+    if not is_order_document(document):
+        return EventRefusal(
+            DeadLetterReason.UNKNOWN_ORDER,
+            f"{event.event_type} {event.event_id!r} names order {event.order_id!r}, "
+            "which is not stored",
+        )
+    assert document is not None
+    order = SagaOrder.of(document)
+    if isinstance(event, OrderCancelled):
+        if event.event_id != outbox_document_id(order.order_id, ORDER_CANCELLED):
+            return _mismatch(
+                event, f"eventId should be {outbox_document_id(order.order_id, ORDER_CANCELLED)!r}"
+            )
+        if order.fulfilment is not Fulfilment.CANCELLED:
+            return _mismatch(event, f"the stored order is {order.fulfilment.value}, not cancelled")
+        return None
+    return _check_accepted(order, event)
+
+
+def _check_accepted(order: SagaOrder, event: OrderAccepted) -> EventRefusal | None:
+    expected_id = outbox_document_id(order.order_id, ORDER_ACCEPTED)
+    differences = [
+        f"{name} {theirs!r} != stored {ours!r}"
+        for name, theirs, ours in (
+            ("eventId", event.event_id, expected_id),
+            ("totalAmount", event.amount, order.total_amount),
+            ("currency", str(event.currency), order.currency),
+            ("customerId", event.customer_id, order.customer_id),
+            ("lineCount", event.line_count, order.line_count),
+        )
+        if theirs != ours
+    ]
+    if differences:
+        return _mismatch(event, "; ".join(differences))
+    return None
+
+
+def _mismatch(event: OrderEvent, detail: str) -> EventRefusal:
+    return EventRefusal(
+        DeadLetterReason.EVENT_MISMATCH,
+        f"{event.event_type} {event.event_id!r} does not match the stored order: {detail}",
+    )
+
+
+class CancelVerdict(StrEnum):
+    CANCEL = "cancel"  # open: write the cancel (If-Match) with its event
+    ALREADY_CANCELLED = "already_cancelled"  # an earlier cancel (any key) took effect
+    ALREADY_SHIPPED = "already_shipped"  # the shipment was reserved first: refuse
+
+
+def judge_cancel(order: SagaOrder) -> CancelVerdict:
+    match order.fulfilment:
+        case Fulfilment.OPEN:
+            return CancelVerdict.CANCEL
+        case Fulfilment.CANCELLED:
+            return CancelVerdict.ALREADY_CANCELLED
+        case _:
+            return CancelVerdict.ALREADY_SHIPPED
+
+
+class ShipVerdict(StrEnum):
+    RESERVE = "reserve"  # open: reserve the shipment (If-Match), then write it
+    RESERVED = "reserved"  # reserved by this event's earlier delivery: write it (idempotent)
+    SKIP_CANCELLED = "skip_cancelled"  # cancelled first: no shipment
+
+
+def judge_shipment(order: SagaOrder) -> ShipVerdict:
+    """Shipping's verdict. A reservation always names the order's own `OrderAccepted`, the
+    only event that ships it (checked before this), so any reservation is this event's."""
+    match order.fulfilment:
+        case Fulfilment.OPEN:
+            return ShipVerdict.RESERVE
+        case Fulfilment.SHIPPING:
+            return ShipVerdict.RESERVED
+        case _:
+            return ShipVerdict.SKIP_CANCELLED
