@@ -1,10 +1,10 @@
 """The payment provider's answers, read as the untrusted bytes they are.
 
 Total: every malformed answer becomes `PaymentUnavailableError` (the charge or refund may or
-may not have happened; a retry with the same key is safe and may get a readable answer) or, for a
-refusal, a `PaymentRefusedError` whose reason and description are bounded and printable whatever the
-provider sent. A tolerant reader: fields the provider adds later are ignored; the ones we need
-are checked for type, shape and size.
+may not have happened; a retry with the same key is safe and may get a readable answer) or, for
+a refusal, a `PaymentRefusedError` whose reason and description are bounded and printable
+whatever the provider sent. A tolerant reader: fields the provider adds later are ignored; the
+ones we need are checked for type, shape and size.
 """
 
 from __future__ import annotations
