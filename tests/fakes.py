@@ -32,7 +32,7 @@ from orders.domain.idempotency import (
 from orders.domain.leases import DatabaseRead
 from orders.domain.messages import parse_order
 from orders.domain.model import OrderPlaced
-from orders.domain.payments import Charge, ChargeRequest
+from orders.domain.payments import Charge, ChargeRequest, Refund, RefundRequest
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.rejections import OrderRejection
 from orders.domain.status import OrderStatusChanged
@@ -379,26 +379,33 @@ class FakeFencedDocuments:
 
 class FakePaymentGateway:
     """`PaymentGateway` in memory, held to the real adapter's behaviour by
-    tests/integration/test_payment_gateway_contract.py: one charge per key, a key reused for
-    another charge refused (422), keys no provider takes refused before anything happens.
+    tests/integration/test_payment_gateway_contract.py: one charge and one refund per key, a key
+    reused for another charge or refund refused (422), keys no provider takes refused before
+    anything happens; a refund refused, as the stand-in refuses it, for an unknown payment
+    (404), a payment refunded in full (409), more than remains or another currency (422).
 
-    `fail_next(error)` makes the next call raise before charging; `fail_next(error,
-    after_charge=True)` charges first (the provider failed after recording it)."""
+    `fail_next(error)` makes the next charge raise before charging; `fail_next(error,
+    after_charge=True)` charges first (the provider failed after recording it).
+    `fail_next_refund(error)` and `fail_next_refund(error, after_refund=True)` do the same for
+    the next refund."""
 
     def __init__(self) -> None:
         self.charges: dict[str, Charge] = {}  # by idempotency key, in creation order
         self.requests: list[ChargeRequest] = []
+        self.refunds: dict[str, Refund] = {}  # by idempotency key, in creation order
+        self.refund_requests: list[RefundRequest] = []
         self._failures: list[tuple[PaymentError, bool]] = []
+        self._refund_failures: list[tuple[PaymentError, bool]] = []
 
     def fail_next(self, error: PaymentError, *, after_charge: bool = False) -> None:
         self._failures.append((error, after_charge))
 
+    def fail_next_refund(self, error: PaymentError, *, after_refund: bool = False) -> None:
+        self._refund_failures.append((error, after_refund))
+
     async def charge(self, request: ChargeRequest) -> Charge:
         self.requests.append(request)
-        try:
-            validate_idempotency_key(request.idempotency_key)
-        except InvalidIdempotencyKeyError as exc:
-            raise PaymentRefusedError("invalid-idempotency-key", str(exc)) from None
+        _refuse_invalid_key(request.idempotency_key)
         error, after_charge = self._failures.pop(0) if self._failures else (None, False)
         if error is not None and not after_charge:
             raise error
@@ -410,7 +417,7 @@ class FakePaymentGateway:
                 amount=request.amount,
                 currency=request.currency,
                 idempotency_key=request.idempotency_key,
-                created_at=datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+                created_at=_now(),
             ),
         )
         if error is not None:
@@ -425,6 +432,90 @@ class FakePaymentGateway:
 
     async def charges_for(self, order_id: str) -> list[Charge]:
         return [charge for charge in self.charges.values() if charge.order_id == order_id]
+
+    async def refund(self, request: RefundRequest) -> Refund:
+        self.refund_requests.append(request)
+        _refuse_invalid_key(request.idempotency_key)
+        if not request.amount.is_finite():  # as the adapter refuses it, before sending
+            raise PaymentRefusedError("invalid-amount", f"{request.amount} is not a number")
+        if request.amount <= 0:
+            raise PaymentRefusedError("invalid-request", "the amount must be above 0", status=400)
+        error, after_refund = (
+            self._refund_failures.pop(0) if self._refund_failures else (None, False)
+        )
+        if error is not None and not after_refund:
+            raise error
+        try:
+            refund = self._refund_once(request)
+        except PaymentRefusedError:
+            if error is not None:  # the provider decided, then failed: the caller sees the failure
+                raise error from None
+            raise
+        if error is not None:
+            raise error
+        if not refund.answers(request):
+            raise PaymentRefusedError(
+                "refund-mismatch",
+                f"refund {refund.refund_id} is of order {refund.order_id!r}, "
+                f"not {request.order_id!r}",
+            )
+        return refund
+
+    def _refund_once(self, request: RefundRequest) -> Refund:
+        """The stand-in's ledger: the key's refund if the key is used, else a new one if the
+        payment can take it."""
+        asked = (request.payment_id, request.amount, request.currency)
+        existing = self.refunds.get(request.idempotency_key)
+        if existing is not None:
+            if (existing.payment_id, existing.amount, existing.currency) != asked:
+                raise PaymentRefusedError(
+                    "idempotency-key-reused",
+                    f"this key was first used for another refund; {existing.refund_id} stands",
+                    status=422,
+                )
+            return existing
+        paid = next((c for c in self.charges.values() if c.payment_id == request.payment_id), None)
+        if paid is None:
+            raise PaymentRefusedError("unknown-payment", "no payment has this id", status=404)
+        if request.currency != paid.currency:
+            raise PaymentRefusedError(
+                "currency-mismatch", f"the payment was made in {paid.currency}", status=422
+            )
+        remaining = paid.amount - sum(
+            (r.amount for r in self.refunds.values() if r.payment_id == paid.payment_id),
+            Decimal(0),
+        )
+        if remaining <= 0:
+            raise PaymentRefusedError("already-refunded", "fully refunded", status=409)
+        if request.amount > remaining:
+            raise PaymentRefusedError(
+                "refund-exceeds-payment", f"{remaining} remains refundable", status=422
+            )
+        refund = Refund(
+            refund_id=f"re_{uuid.uuid4().hex}",
+            payment_id=paid.payment_id,
+            order_id=paid.order_id,
+            amount=request.amount,
+            currency=request.currency,
+            idempotency_key=request.idempotency_key,
+            created_at=_now(),
+        )
+        self.refunds[request.idempotency_key] = refund
+        return refund
+
+    async def refunds_for(self, order_id: str) -> list[Refund]:
+        return [refund for refund in self.refunds.values() if refund.order_id == order_id]
+
+
+def _refuse_invalid_key(key: str) -> None:
+    try:
+        validate_idempotency_key(key)
+    except InvalidIdempotencyKeyError as exc:
+        raise PaymentRefusedError("invalid-idempotency-key", str(exc)) from None
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
 def placed_order(order_id: str = "o-1", amount: str = "12.5") -> OrderPlaced:

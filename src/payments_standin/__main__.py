@@ -1,4 +1,5 @@
-"""`python -m payments_standin --host 127.0.0.1 --port 0 [--data DIR] [--fault JSON]...`."""
+"""`python -m payments_standin --host 127.0.0.1 --port 0 [--data DIR] [--fault JSON]...
+[--allowed-host NAME[:PORT]]...`."""
 
 from __future__ import annotations
 
@@ -45,6 +46,14 @@ def main(argv: list[str] | None = None) -> None:
         help='a fault rule as JSON, as POST /faults takes it: {"kind": "refuse", "count": 2}',
     )
     parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME[:PORT]",
+        help="also serve requests whose Host is this (default port: the bound one); the bound "
+        "address, localhost and 127.0.0.1 are always served",
+    )
+    parser.add_argument(
         "--log-requests", action="store_true", help="one line per request on stderr"
     )
     args = parser.parse_args(argv)
@@ -54,7 +63,12 @@ def main(argv: list[str] | None = None) -> None:
         signal.signal(sig, lambda signum, frame: stop.set())
     try:
         standin = PaymentStandin(
-            args.host, args.port, args.data, faults=args.fault, log_requests=args.log_requests
+            args.host,
+            args.port,
+            args.data,
+            faults=args.fault,
+            log_requests=args.log_requests,
+            allowed_hosts=args.allowed_host,
         )
     except (OSError, ValueError, sqlite3.Error) as exc:  # busy port, unusable data directory
         print(f"payments-standin: {exc}", file=sys.stderr, flush=True)

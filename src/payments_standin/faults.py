@@ -1,10 +1,11 @@
-"""Faults on purpose, for the next N charge requests (optionally only those of one orderId).
+"""Faults on purpose, for the next N charge or refund requests (the rule's `operation`),
+optionally only those of one orderId (for a refund, the refunded payment's).
 
-- `refuse`: answer 503 and charge nothing (a provider shedding load).
-- `fail_after_charge`: record the charge, then answer 500 (the caller cannot know it was charged;
-  a retry with the same key must get that charge back).
-- `delay`: record the charge, then hold the answer `delay_seconds` (beyond the caller's timeout:
-  the same ambiguity as a lost answer).
+- `refuse`: answer 503 and do nothing (a provider shedding load).
+- `fail_after_charge` / `fail_after_refund`: record the charge / refund, then answer 500 (the
+  caller cannot know it happened; a retry with the same key must get it back).
+- `delay`: record the charge or refund, then hold the answer `delay_seconds` (beyond the
+  caller's timeout: the same ambiguity as a lost answer).
 
 Rules live in memory only: a restart clears them, as it would clear a real outage.
 """
@@ -18,8 +19,15 @@ from typing import Any, Literal
 
 from .validation import InvalidInput, order_id
 
-FaultKind = Literal["refuse", "fail_after_charge", "delay"]
-KINDS: tuple[FaultKind, ...] = ("refuse", "fail_after_charge", "delay")
+FaultKind = Literal["refuse", "fail_after_charge", "fail_after_refund", "delay"]
+KINDS: tuple[FaultKind, ...] = ("refuse", "fail_after_charge", "fail_after_refund", "delay")
+Operation = Literal["charge", "refund"]
+OPERATIONS: tuple[Operation, ...] = ("charge", "refund")
+# The one operation a kind can apply to; the others apply to either.
+ONLY_FOR: dict[FaultKind, Operation] = {
+    "fail_after_charge": "charge",
+    "fail_after_refund": "refund",
+}
 MAX_COUNT = 1_000_000
 MAX_DELAY_SECONDS = 60.0  # longer would look like a hung process, not a slow provider
 
@@ -29,6 +37,7 @@ _ids = itertools.count(1)
 @dataclass
 class FaultRule:
     kind: FaultKind
+    operation: Operation = "charge"
     count: int = 1
     order_id: str | None = None
     delay_seconds: float = 0.0
@@ -39,6 +48,7 @@ class FaultRule:
         return {
             "id": self.rule_id,
             "kind": self.kind,
+            "operation": self.operation,
             "remaining": self.count,
             "order_id": self.order_id,
             "delay_seconds": self.delay_seconds,
@@ -64,11 +74,12 @@ class FaultInjector:
         with self._lock:
             return [rule.to_json() for rule in self._rules]
 
-    def take(self, charged_order_id: str) -> FaultRule | None:
-        """Use up one application of the first rule matching this request, if any."""
+    def take(self, operation: Operation, order_id: str | None) -> FaultRule | None:
+        """Use up one application of the first rule matching this request, if any (`order_id`
+        None: a refund of an unknown payment, which only rules for any order match)."""
         with self._lock:
             for rule in self._rules:
-                if rule.order_id is None or rule.order_id == charged_order_id:
+                if rule.operation == operation and rule.order_id in (None, order_id):
                     rule.count -= 1
                     rule.hits += 1
                     if rule.count <= 0:
@@ -81,7 +92,7 @@ def fault_rule_from(spec: object) -> FaultRule:
     """A rule from `POST /faults` or `--fault`; a wrong field is an InvalidInput naming it."""
     if not isinstance(spec, dict):
         raise InvalidInput("a fault rule must be a JSON object")
-    unknown = set(spec) - {"kind", "count", "order_id", "delay_seconds"}
+    unknown = set(spec) - {"kind", "operation", "count", "order_id", "delay_seconds"}
     if unknown:
         raise InvalidInput(
             f"unknown fault fields: {sorted(str(name)[:40] for name in unknown)[:5]}"
@@ -89,6 +100,12 @@ def fault_rule_from(spec: object) -> FaultRule:
     kind = spec.get("kind")
     if kind not in KINDS:
         raise InvalidInput(f"fault kind must be one of {list(KINDS)}")
+    # A kind for one operation implies it; otherwise charges, as before operations existed.
+    operation = spec.get("operation", ONLY_FOR.get(kind, "charge"))
+    if operation not in OPERATIONS:
+        raise InvalidInput(f"fault operation must be one of {list(OPERATIONS)}")
+    if ONLY_FOR.get(kind, operation) != operation:
+        raise InvalidInput(f"a {kind} fault applies to the {ONLY_FOR[kind]} operation only")
     count = spec.get("count", 1)
     if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_COUNT:
         raise InvalidInput(f"fault count must be an integer from 1 to {MAX_COUNT}")
@@ -104,6 +121,7 @@ def fault_rule_from(spec: object) -> FaultRule:
     matched = spec.get("order_id")
     return FaultRule(
         kind=kind,
+        operation=operation,
         count=count,
         order_id=None if matched is None else order_id(matched),
         delay_seconds=float(delay),

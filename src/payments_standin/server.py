@@ -1,8 +1,8 @@
 """HTTP/1.1 on the standard library's threading server: one thread per connection, capped.
 
-Routes: `POST /payments`, `GET /payments`, `POST|GET|DELETE /faults`, `GET /health`. Every error
-is `application/problem+json`; a request the stand-in cannot read is refused before its body is
-read, and the connection is then closed.
+Routes: `POST|GET /payments`, `POST|GET /refunds`, `POST|GET|DELETE /faults`, `GET /health`.
+Every error is `application/problem+json`; a request the stand-in cannot read, or one for a host
+it does not serve, is refused before its body is read, and the connection is then closed.
 """
 
 from __future__ import annotations
@@ -19,14 +19,17 @@ from socket import socket
 from typing import Any, TypeVar
 
 from .faults import FaultInjector, FaultRule, fault_rule_from
-from .store import Ledger
+from .hosts import AllowedHosts
+from .store import Ledger, RefundRefused, RefundResult
 from .validation import (
     MAX_BODY_BYTES,
     InvalidInput,
+    ListQuery,
     charge_request,
     idempotency_key,
     json_body,
     list_query,
+    refund_request,
 )
 
 T = TypeVar("T")
@@ -34,6 +37,13 @@ T = TypeVar("T")
 PROBLEM_TYPE_PREFIX = "urn:payments-standin:problem:"
 PROBLEM_JSON = "application/problem+json"
 MAX_FAULT_BODY_BYTES = 1024
+ROUTED_PATHS = ("/payments", "/refunds", "/faults", "/health")
+REFUSAL_STATUS = {
+    "unknown-payment": 404,
+    "already-refunded": 409,
+    "refund-exceeds-payment": 422,
+    "currency-mismatch": 422,
+}
 
 
 @dataclass(frozen=True)
@@ -76,6 +86,7 @@ class PaymentsServer(ThreadingHTTPServer):
         faults: FaultInjector,
         limits: ServerLimits,
         log_requests: bool,
+        allowed_hosts: list[str] | None = None,
     ) -> None:
         self.ledger = ledger
         self.faults = faults
@@ -84,6 +95,13 @@ class PaymentsServer(ThreadingHTTPServer):
         self.stopping = threading.Event()
         self._slots = threading.BoundedSemaphore(limits.max_connections)
         super().__init__(address, PaymentsHandler)
+        try:  # after binding: port 0 has become the real port
+            self.hosts = AllowedHosts.for_server(
+                str(self.server_address[0]), int(self.server_address[1]), allowed_hosts or []
+            )
+        except ValueError:
+            self.server_close()
+            raise
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self._slots.acquire(blocking=False):
@@ -130,12 +148,38 @@ class PaymentsHandler(BaseHTTPRequestHandler):
 
     # --- routing ------------------------------------------------------------------------------
 
+    def parse_request(self) -> bool:
+        """The base class's parsing, then the Host check, before any method runs."""
+        if not super().parse_request():
+            return False
+        try:
+            served = self.server.hosts.allows(self.headers.get_all("Host") or [])
+        except InvalidInput as exc:
+            refusal = Problem(400, "invalid-host", str(exc))
+        else:
+            if served:
+                return True
+            refusal = Problem(
+                421, "misdirected-request", "this server does not serve the host in `Host`"
+            )
+        # The body, if any, is unread: the connection cannot carry another request.
+        self.close_connection = True
+        self._send_problem(refusal)
+        return False
+
     def do_POST(self) -> None:
-        self._route({"/payments": self._charge, "/faults": self._add_fault})
+        self._route(
+            {"/payments": self._charge, "/refunds": self._refund, "/faults": self._add_fault}
+        )
 
     def do_GET(self) -> None:
         self._route(
-            {"/payments": self._list, "/faults": self._describe_faults, "/health": self._health}
+            {
+                "/payments": self._list,
+                "/refunds": self._list_refunds,
+                "/faults": self._describe_faults,
+                "/health": self._health,
+            }
         )
 
     def do_DELETE(self) -> None:
@@ -151,7 +195,7 @@ class PaymentsHandler(BaseHTTPRequestHandler):
         try:
             handler = handlers.get(path)
             if handler is None:
-                if path in ("/payments", "/faults", "/health"):
+                if path in ROUTED_PATHS:
                     raise Problem(405, "method-not-allowed", f"{self.command} {path} is not served")
                 raise Problem(404, "not-found", "no such resource")
             handler()
@@ -165,17 +209,20 @@ class PaymentsHandler(BaseHTTPRequestHandler):
 
     # --- payments -----------------------------------------------------------------------------
 
-    def _charge(self) -> None:
-        raw = self._read_body(MAX_BODY_BYTES)
+    def _idempotency_key(self) -> str:
         try:
-            key = idempotency_key(self.headers.get_all("Idempotency-Key") or [])
+            return idempotency_key(self.headers.get_all("Idempotency-Key") or [])
         except InvalidInput as exc:
             missing = "Idempotency-Key" not in self.headers
             raise Problem(
                 400, "missing-idempotency-key" if missing else "invalid-idempotency-key", str(exc)
             ) from None
+
+    def _charge(self) -> None:
+        raw = self._read_body(MAX_BODY_BYTES)
+        key = self._idempotency_key()
         request = _valid(lambda: charge_request(key, raw))
-        fault = self.server.faults.take(request.order_id)
+        fault = self.server.faults.take("charge", request.order_id)
         if fault is not None and fault.kind == "refuse":
             raise Problem(
                 503, "refused", "injected fault: refused, nothing charged", {"Retry-After": "1"}
@@ -195,21 +242,66 @@ class PaymentsHandler(BaseHTTPRequestHandler):
         else:
             self._send_json(200, result.payment.to_json(), {"Idempotent-Replayed": "true"})
 
+    def _refund(self) -> None:
+        raw = self._read_body(MAX_BODY_BYTES)
+        key = self._idempotency_key()
+        request = _valid(lambda: refund_request(key, raw))
+        payment = self.server.ledger.payment(request.payment_id)
+        fault = self.server.faults.take("refund", None if payment is None else payment.order_id)
+        if fault is not None and fault.kind == "refuse":
+            raise Problem(
+                503, "refused", "injected fault: refused, nothing refunded", {"Retry-After": "1"}
+            )
+        outcome: RefundResult | RefundRefused
+        try:
+            outcome = self.server.ledger.refund(request)
+        except RefundRefused as refused:
+            outcome = refused
+        if fault is not None:
+            self._apply_fault(fault)
+        if isinstance(outcome, RefundRefused):
+            raise Problem(REFUSAL_STATUS[outcome.reason], outcome.reason, outcome.detail)
+        if not outcome.created and not outcome.refund.same_request(request):
+            raise Problem(
+                422,
+                "idempotency-key-reused",
+                "this Idempotency-Key was first used for a different refund "
+                f"(paymentId, amount, currency); refund {outcome.refund.refund_id} stands",
+            )
+        if outcome.created:
+            self._send_json(201, outcome.refund.to_json())
+        else:
+            self._send_json(200, outcome.refund.to_json(), {"Idempotent-Replayed": "true"})
+
     def _apply_fault(self, fault: FaultRule) -> None:
         if fault.kind == "fail_after_charge":
             raise Problem(500, "failed-after-charge", "injected fault: charged, then failed")
-        # delay: the charge is durable; only the answer is late. A stop cuts the wait short.
+        if fault.kind == "fail_after_refund":
+            raise Problem(
+                500, "failed-after-refund", "injected fault: the refund was processed, then failed"
+            )
+        # delay: the effect is durable; only the answer is late. A stop cuts the wait short.
         self.server.stopping.wait(fault.delay_seconds)
 
     def _list(self) -> None:
-        order_id, after, limit = _valid(lambda: list_query(self.query))
-        page = self.server.ledger.list(order_id, after, limit)
+        query = _valid(lambda: list_query(self.query))
+        page = self.server.ledger.list(query.filters.get("orderId"), query.after, query.limit)
+        self._send_page("payments", query, [(p.seq, p.to_json()) for p in page])
+
+    def _list_refunds(self) -> None:
+        query = _valid(lambda: list_query(self.query, frozenset({"orderId", "paymentId"})))
+        page = self.server.ledger.list_refunds(
+            query.filters.get("orderId"), query.filters.get("paymentId"), query.after, query.limit
+        )
+        self._send_page("refunds", query, [(r.seq, r.to_json()) for r in page])
+
+    def _send_page(self, name: str, query: ListQuery, page: list[tuple[int, object]]) -> None:
         self._send_json(
             200,
             {
-                "payments": [payment.to_json() for payment in page],
+                name: [item for _, item in page],
                 # Only a full page can have a next one.
-                "next": str(page[-1].seq) if len(page) == limit else None,
+                "next": str(page[-1][0]) if len(page) == query.limit else None,
             },
         )
 

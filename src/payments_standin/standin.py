@@ -22,14 +22,23 @@ class PaymentStandin:
         faults: list[FaultRule] | None = None,
         limits: ServerLimits | None = None,
         log_requests: bool = False,
+        allowed_hosts: list[str] | None = None,
     ) -> None:
+        """`allowed_hosts`: `NAME[:PORT]` entries (the bound port when none is given) served
+        besides the bound address, `localhost` and `127.0.0.1` with the bound port; a request
+        naming any other host is refused (421)."""
         self.ledger = Ledger(data_dir)
         self.faults = FaultInjector()
         for rule in faults or []:
             self.faults.add(rule)
         try:
             self._server = PaymentsServer(
-                (host, port), self.ledger, self.faults, limits or ServerLimits(), log_requests
+                (host, port),
+                self.ledger,
+                self.faults,
+                limits or ServerLimits(),
+                log_requests,
+                allowed_hosts,
             )
         except BaseException:
             self.ledger.close()

@@ -5,19 +5,22 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from .store import ChargeRequest
+from .store import ChargeRequest, RefundRequest
 
 MAX_BODY_BYTES = 4096
 MAX_KEY_LENGTH = 255
 MAX_ORDER_ID_LENGTH = 64
+MAX_PAYMENT_ID_LENGTH = 64
 # A plain decimal: no sign, exponent, spaces or leading zeros; up to 20 integer digits (an order
 # of 99 lines of 1,000,000 items at the largest unit price fits) and 4 after the point.
 AMOUNT = re.compile(r"(?:0|[1-9][0-9]{0,19})(?:\.[0-9]{1,4})?")
 CURRENCY = re.compile(r"[A-Z]{3}")
 CHARGE_FIELDS = frozenset({"orderId", "amount", "currency"})
+REFUND_FIELDS = frozenset({"paymentId", "amount", "currency"})
 
 
 class InvalidInput(ValueError):
@@ -51,21 +54,52 @@ def json_body(raw: bytes) -> Any:
 
 
 def charge_request(key: str, raw: bytes) -> ChargeRequest:
-    body = json_body(raw)
-    if not isinstance(body, dict):
-        raise InvalidInput("the body must be a JSON object")
-    missing = sorted(CHARGE_FIELDS - set(body))
-    unknown = sorted(set(body) - CHARGE_FIELDS)
-    if missing:
-        raise InvalidInput(f"missing fields: {missing}")
-    if unknown:
-        raise InvalidInput(f"unknown fields: {_names(unknown)}")
+    body = _object_with(json_body(raw), CHARGE_FIELDS)
     return ChargeRequest(
         idempotency_key=key,
         order_id=order_id(body["orderId"]),
         amount=amount(body["amount"]),
         currency=currency(body["currency"]),
     )
+
+
+def refund_request(key: str, raw: bytes) -> RefundRequest:
+    body = _object_with(json_body(raw), REFUND_FIELDS)
+    refunded = amount(body["amount"])
+    if Decimal(refunded) == 0:
+        raise InvalidInput("a refund's amount must be above 0")
+    return RefundRequest(
+        idempotency_key=key,
+        payment_id=payment_id(body["paymentId"]),
+        amount=refunded,
+        currency=currency(body["currency"]),
+    )
+
+
+def _object_with(body: object, fields: frozenset[str]) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise InvalidInput("the body must be a JSON object")
+    missing = sorted(fields - set(body))
+    unknown = sorted(set(body) - fields)
+    if missing:
+        raise InvalidInput(f"missing fields: {missing}")
+    if unknown:
+        raise InvalidInput(f"unknown fields: {_names(unknown)}")
+    return body
+
+
+def payment_id(value: object) -> str:
+    if (
+        not isinstance(value, str)
+        or not 1 <= len(value) <= MAX_PAYMENT_ID_LENGTH
+        or not value.isprintable()
+        or value.strip() != value
+    ):
+        raise InvalidInput(
+            f"paymentId must be a printable string of 1 to {MAX_PAYMENT_ID_LENGTH} characters "
+            "without leading or trailing spaces"
+        )
+    return value
 
 
 def order_id(value: object) -> str:
@@ -118,8 +152,19 @@ DEFAULT_PAGE_SIZE = 100
 MAX_CURSOR = 2**62
 
 
-def list_query(query: str) -> tuple[str | None, int, int]:
-    """`orderId`, `after` (the cursor a previous page returned) and `limit`, each at most once."""
+@dataclass(frozen=True)
+class ListQuery:
+    filters: dict[str, str]  # by query parameter name, each validated
+    after: int
+    limit: int
+
+
+LIST_FILTERS = {"orderId": order_id, "paymentId": payment_id}
+
+
+def list_query(query: str, filters: frozenset[str] = frozenset({"orderId"})) -> ListQuery:
+    """`after` (the cursor a previous page returned), `limit` and the `filters` this list takes
+    (at most one of them), each at most once."""
     from urllib.parse import parse_qs
 
     try:
@@ -128,7 +173,7 @@ def list_query(query: str) -> tuple[str | None, int, int]:
         )
     except ValueError as exc:
         raise InvalidInput(f"the query string is malformed ({exc})") from None
-    unknown = sorted(set(params) - {"orderId", "after", "limit"})
+    unknown = sorted(set(params) - filters - {"after", "limit"})
     if unknown:
         raise InvalidInput(f"unknown query parameters: {_names(unknown)}")
     single: dict[str, str] = {}
@@ -136,9 +181,11 @@ def list_query(query: str) -> tuple[str | None, int, int]:
         if len(values) != 1:
             raise InvalidInput(f"query parameter {name} must be given once")
         single[name] = values[0]
-    found = single.get("orderId")
-    return (
-        None if found is None else order_id(found),
+    given = {name: LIST_FILTERS[name](value) for name, value in single.items() if name in filters}
+    if len(given) > 1:
+        raise InvalidInput(f"filter by one of {sorted(filters)} at a time")
+    return ListQuery(
+        given,
         _bounded_int(single.get("after", "0"), "after", 0, MAX_CURSOR),
         _bounded_int(single.get("limit", str(DEFAULT_PAGE_SIZE)), "limit", 1, MAX_PAGE_SIZE),
     )

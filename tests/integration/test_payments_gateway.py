@@ -1,5 +1,6 @@
 """`HttpPaymentGateway` against the real stand-in (every answer and fault), and against a
-provider that answers garbage, so each answer maps to a Charge or to one of the two errors."""
+provider that answers garbage, so each answer maps to a Charge or Refund or to one of the two
+errors."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from servers import free_port
 
 from orders.adapters import payments_http
 from orders.adapters.payments_http import HttpPaymentGateway
-from orders.domain.payments import Charge, ChargeRequest
+from orders.domain.payments import Charge, ChargeRequest, Refund, RefundRequest
 from orders.exceptions import PaymentRefusedError, PaymentUnavailableError
 
 
@@ -353,3 +354,221 @@ async def test_the_session_comes_from_the_factory_and_is_closed(standin: Standin
 
     assert len(made) == 1
     assert made[0].closed
+
+
+# --- refunds against the real stand-in --------------------------------------------------------
+
+
+async def charged(gateway: HttpPaymentGateway) -> tuple[Charge, RefundRequest]:
+    """A charge, and the full refund of it that the saga asks for."""
+    charge = await gateway.charge(request_for("12.50"))
+    return charge, RefundRequest(
+        charge.payment_id, charge.order_id, charge.amount, "EUR", f"refund:{charge.order_id}"
+    )
+
+
+async def test_refused_refund_is_unavailable_and_the_retry_refunds_once(
+    gateway: HttpPaymentGateway, faults: Callable[..., None]
+) -> None:
+    charge, request = await charged(gateway)
+    faults(kind="refuse", operation="refund", order_id=charge.order_id)
+
+    with pytest.raises(PaymentUnavailableError, match="503"):
+        await gateway.refund(request)
+    assert await gateway.refunds_for(charge.order_id) == []
+    refunded = await gateway.refund(request)
+
+    assert await gateway.refunds_for(charge.order_id) == [refunded]
+
+
+async def test_fail_after_refund_then_a_retry_returns_the_same_refund(
+    gateway: HttpPaymentGateway, faults: Callable[..., None]
+) -> None:
+    charge, request = await charged(gateway)
+    faults(kind="fail_after_refund", order_id=charge.order_id)
+
+    with pytest.raises(PaymentUnavailableError, match="500"):
+        await gateway.refund(request)
+    recorded = await gateway.refunds_for(charge.order_id)
+    retried = await gateway.refund(request)
+
+    assert len(recorded) == 1
+    assert retried == recorded[0]
+
+
+async def test_a_refund_answered_later_than_the_timeout_is_unavailable_and_the_retry_gets_it(
+    standin: StandinProcess, gateway: HttpPaymentGateway, faults: Callable[..., None]
+) -> None:
+    charge, request = await charged(gateway)
+    faults(kind="delay", operation="refund", delay_seconds=5, order_id=charge.order_id)
+
+    async with HttpPaymentGateway(standin.url, timeout_seconds=0.5) as impatient:
+        with pytest.raises(PaymentUnavailableError, match="did not answer"):
+            await impatient.refund(request)
+    recorded: list[Refund] = []
+    for _ in range(200):  # the refund is made before the late answer: 10 s at most
+        if recorded := await gateway.refunds_for(charge.order_id):
+            break
+        await asyncio.sleep(0.05)
+    retried = await gateway.refund(request)
+
+    assert [retried] == recorded == await gateway.refunds_for(charge.order_id)
+
+
+async def test_an_already_refunded_payment_is_refused_for_good_not_retried(
+    gateway: HttpPaymentGateway,
+) -> None:
+    charge, request = await charged(gateway)
+    await gateway.refund(request)
+
+    with pytest.raises(PaymentRefusedError) as refused:
+        await gateway.refund(
+            RefundRequest(charge.payment_id, charge.order_id, Decimal(1), "EUR", "refund:other")
+        )
+
+    assert (refused.value.reason, refused.value.status) == ("already-refunded", 409)
+
+
+async def test_an_unreachable_provider_is_unavailable_for_refunds() -> None:
+    async with HttpPaymentGateway(f"http://127.0.0.1:{free_port()}", 5) as nowhere:
+        with pytest.raises(PaymentUnavailableError, match="did not answer"):
+            await nowhere.refund(GOOD_REFUND_REQUEST)
+        with pytest.raises(PaymentUnavailableError):
+            await nowhere.refunds_for("o-1")
+
+
+async def test_listing_refunds_follows_every_page(
+    gateway: HttpPaymentGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(payments_http, "PAGE_SIZE", 2)
+    charge, _ = await charged(gateway)
+    made = [
+        await gateway.refund(
+            RefundRequest(charge.payment_id, charge.order_id, Decimal(n), "EUR", f"r{n}")
+        )
+        for n in range(1, 5)
+    ]
+
+    assert await gateway.refunds_for(charge.order_id) == made
+    everything = await gateway.list_all_refunds()
+    assert [r for r in everything if r.order_id == charge.order_id] == made
+
+
+# --- refunds from a provider that misbehaves --------------------------------------------------
+
+GOOD_REFUND = {
+    "refundId": "re_1",
+    "paymentId": "pay_1",
+    "orderId": "o-1",
+    "amount": "12.5",
+    "currency": "EUR",
+    "idempotencyKey": "refund:o-1",
+    "createdAt": "2026-01-01T00:00:00.000000Z",
+}
+GOOD_REFUND_REQUEST = RefundRequest("pay_1", "o-1", Decimal("12.50"), "EUR", "refund:o-1")
+
+
+def refund_with(name: str, value: object) -> dict[str, object]:
+    return {**GOOD_REFUND, name: value}
+
+
+REFUND_UNAVAILABLE = {
+    "500": answer(500, {"type": "urn:x:boom"}),
+    "503 refused": answer(503, {"type": "urn:payments-standin:problem:refused"}),
+    "409 key in use": answer(409, {"type": "urn:x:request-in-progress"}),
+    "429": answer(429, {}),
+    "201 a charge": answer(201, GOOD_CHARGE),
+    "201 missing refundId": answer(201, {k: v for k, v in GOOD_REFUND.items() if k != "refundId"}),
+    "201 amount exponent": answer(201, refund_with("amount", "1E+3")),
+    "201 id with newline": answer(201, refund_with("refundId", "re\n1")),
+    "201 bad date": answer(201, refund_with("createdAt", "yesterday")),
+    "201 not json": answer(201, b"refunded!"),
+    "201 2 MB": answer(201, b" " * (2 * 1024 * 1024) + json.dumps(GOOD_REFUND).encode()),
+}
+
+
+@pytest.mark.parametrize("respond", REFUND_UNAVAILABLE.values(), ids=REFUND_UNAVAILABLE.keys())
+async def test_unreadable_or_transient_refund_answers_are_unavailable(
+    crafted: tuple[str, list[Answer]], respond: Answer
+) -> None:
+    url, answers = crafted
+    answers.append(respond)
+
+    async with HttpPaymentGateway(url, 5) as gateway:
+        with pytest.raises(PaymentUnavailableError):
+            await gateway.refund(GOOD_REFUND_REQUEST)
+
+
+@pytest.mark.parametrize(
+    ("status", "reason"),
+    [
+        (404, "unknown-payment"),
+        (409, "already-refunded"),
+        (422, "refund-exceeds-payment"),
+        (422, "currency-mismatch"),
+        (422, "idempotency-key-reused"),
+    ],
+)
+async def test_refund_refusals_are_permanent(
+    crafted: tuple[str, list[Answer]], status: int, reason: str
+) -> None:
+    url, answers = crafted
+    answers.append(answer(status, {"type": f"urn:payments-standin:problem:{reason}"}))
+
+    async with HttpPaymentGateway(url, 5) as gateway:
+        with pytest.raises(PaymentRefusedError) as refused:
+            await gateway.refund(GOOD_REFUND_REQUEST)
+
+    assert (refused.value.reason, refused.value.status) == (reason, status)
+
+
+async def test_a_charge_answered_409_already_refunded_is_still_retried(
+    crafted: tuple[str, list[Answer]],
+) -> None:
+    url, answers = crafted
+    answers.append(answer(409, {"type": "urn:payments-standin:problem:already-refunded"}))
+
+    async with HttpPaymentGateway(url, 5) as gateway:
+        with pytest.raises(PaymentUnavailableError):
+            await gateway.charge(GOOD_REQUEST)
+
+
+async def test_extra_fields_in_a_refund_are_ignored(crafted: tuple[str, list[Answer]]) -> None:
+    url, answers = crafted
+    answers.append(answer(201, refund_with("reason", "requested_by_customer")))
+
+    async with HttpPaymentGateway(url, 5) as gateway:
+        refund = await gateway.refund(GOOD_REFUND_REQUEST)
+
+    assert refund == Refund(
+        "re_1", "pay_1", "o-1", Decimal("12.5"), "EUR", "refund:o-1", GOOD_REFUND["createdAt"]
+    )
+
+
+@pytest.mark.parametrize("field", ["paymentId", "orderId", "amount", "currency", "idempotencyKey"])
+async def test_a_refund_that_answers_another_request_is_refused(
+    crafted: tuple[str, list[Answer]], field: str
+) -> None:
+    url, answers = crafted
+    other = {"amount": "99", "currency": "USD"}.get(field, "other")
+    answers.append(answer(200, refund_with(field, other)))
+
+    async with HttpPaymentGateway(url, 5) as gateway:
+        with pytest.raises(PaymentRefusedError) as refused:
+            await gateway.refund(GOOD_REFUND_REQUEST)
+
+    assert refused.value.reason == "refund-mismatch"
+
+
+async def test_a_list_of_another_orders_refunds_or_a_list_of_charges_is_unavailable(
+    crafted: tuple[str, list[Answer]],
+) -> None:
+    url, answers = crafted
+    answers.append(answer(200, {"refunds": [GOOD_REFUND], "next": None}))
+    answers.append(answer(200, {"payments": [], "next": None}))
+    answers.append(answer(200, {"refunds": [GOOD_CHARGE], "next": None}))
+
+    async with HttpPaymentGateway(url, 5) as gateway:
+        for _ in range(3):
+            with pytest.raises(PaymentUnavailableError):
+                await gateway.refunds_for("o-2")

@@ -26,12 +26,28 @@ def charges_of(client: httpx.Client, order_id: str) -> list[dict[str, Any]]:
     return payments
 
 
+def refund(
+    client: httpx.Client, key: str, payment_id: str, amount: str = "12.50", currency: str = "EUR"
+) -> httpx.Response:
+    body = {"paymentId": payment_id, "amount": amount, "currency": currency}
+    return client.post("/refunds", json=body, headers={"Idempotency-Key": key})
+
+
+def refunds_of(client: httpx.Client, **query: str) -> list[dict[str, Any]]:
+    """The refunds `GET /refunds?orderId=` or `?paymentId=` lists (one page is enough here)."""
+    response = client.get("/refunds", params=query)
+    assert response.status_code == 200
+    refunds: list[dict[str, Any]] = response.json()["refunds"]
+    return refunds
+
+
 def raw_exchange(url: str, request: bytes, *, half_close: bool = False) -> tuple[int, Any]:
-    """Send bytes as they are; (status, JSON body) of the answer, read until the server closes
-    the connection (every refusal of a malformed request closes it) or Content-Length is met."""
+    """Send bytes as they are, but for `{host}`, which becomes the stand-in's own address (the
+    one Host it serves); (status, JSON body) of the answer, read until the server closes the
+    connection (every refusal of a malformed request closes it) or Content-Length is met."""
     parts = urlsplit(url)
     with socket.create_connection((parts.hostname or "", parts.port or 80), timeout=10) as sock:
-        sock.sendall(request)
+        sock.sendall(request.replace(b"{host}", parts.netloc.encode()))
         if half_close:
             sock.shutdown(socket.SHUT_WR)
         received = b""

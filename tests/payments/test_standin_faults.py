@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 import pytest
-from standin_http import charge, charges_of
+from standin_http import charge, charges_of, refund, refunds_of
 
 
 def add_fault(client: httpx.Client, **rule: Any) -> dict[str, Any]:
@@ -129,6 +129,10 @@ def test_delete_clears_every_rule(client: httpx.Client, order_id: str) -> None:
         {"kind": "delay", "delay_seconds": 61},
         {"kind": "delay", "delay_seconds": -1},
         {"kind": "delay", "delay_seconds": "1"},
+        {"kind": "refuse", "operation": "void"},
+        {"kind": "refuse", "operation": None},
+        {"kind": "fail_after_charge", "operation": "refund"},
+        {"kind": "fail_after_refund", "operation": "charge"},
         [],
         "refuse",
     ],
@@ -151,3 +155,111 @@ def test_a_rule_that_is_not_strict_json_is_refused(client: httpx.Client, raw: by
 
     assert response.status_code in (400, 413)
     assert client.get("/faults").json() == {"faults": []}
+
+
+# --- refunds ------------------------------------------------------------------------------------
+
+
+def paid(client: httpx.Client, order_id: str) -> str:
+    """A charge of 12.50 EUR for the order; its paymentId."""
+    made = charge(client, f"billing:{order_id}", order_id)
+    assert made.status_code == 201
+    payment_id: str = made.json()["paymentId"]
+    return payment_id
+
+
+def test_a_rule_without_operation_applies_to_charges_only(
+    client: httpx.Client, order_id: str
+) -> None:
+    payment_id = paid(client, order_id)
+    rule = add_fault(client, kind="refuse", order_id=order_id)
+
+    refunded = refund(client, f"refund:{order_id}", payment_id)
+    listed = client.get("/faults").json()["faults"]
+
+    assert rule["operation"] == "charge"
+    assert refunded.status_code == 201
+    assert [(f["operation"], f["remaining"]) for f in listed] == [("charge", 1)]
+
+
+def test_refuse_for_refunds_answers_503_and_refunds_nothing_then_the_retry_refunds(
+    client: httpx.Client, order_id: str
+) -> None:
+    payment_id = paid(client, order_id)
+    add_fault(client, kind="refuse", operation="refund", order_id=order_id)
+    key = f"refund:{order_id}"
+
+    refused = refund(client, key, payment_id)
+    nothing = refunds_of(client, orderId=order_id)
+    after = refund(client, key, payment_id)
+
+    assert refused.status_code == 503
+    assert refused.json()["type"].endswith(":refused")
+    assert refused.headers["Retry-After"] == "1"
+    assert nothing == []
+    assert after.status_code == 201
+    assert refunds_of(client, orderId=order_id) == [after.json()]
+
+
+def test_fail_after_refund_keeps_the_refund_for_the_retry_with_the_same_key(
+    client: httpx.Client, order_id: str
+) -> None:
+    payment_id = paid(client, order_id)
+    rule = add_fault(client, kind="fail_after_refund", order_id=order_id)
+    key = f"refund:{order_id}"
+
+    failed = refund(client, key, payment_id)
+    stored = refunds_of(client, orderId=order_id)
+    retry = refund(client, key, payment_id)
+
+    assert rule["operation"] == "refund"  # implied by the kind
+    assert failed.status_code == 500
+    assert failed.json()["type"].endswith(":failed-after-refund")
+    assert len(stored) == 1
+    assert retry.status_code == 200
+    assert retry.headers["Idempotent-Replayed"] == "true"
+    assert retry.json() == stored[0]
+    assert refunds_of(client, orderId=order_id) == stored
+
+
+def test_delay_for_a_refund_answers_after_the_callers_timeout_but_the_refund_is_made(
+    client: httpx.Client, order_id: str
+) -> None:
+    payment_id = paid(client, order_id)
+    add_fault(client, kind="delay", operation="refund", delay_seconds=5, order_id=order_id)
+    key = f"refund:{order_id}"
+
+    with (
+        httpx.Client(base_url=client.base_url, timeout=0.5) as impatient,
+        pytest.raises(httpx.ReadTimeout),
+    ):
+        refund(impatient, key, payment_id)
+    stored = wait_for_refunds(client, order_id)
+    retry = refund(client, key, payment_id)
+
+    assert retry.status_code == 200
+    assert [retry.json()] == stored == refunds_of(client, orderId=order_id)
+
+
+def wait_for_refunds(client: httpx.Client, order_id: str) -> list[dict[str, Any]]:
+    """The refund is made before the late answer; poll until it is listed (bounded)."""
+    deadline = time.monotonic() + 10
+    while not (found := refunds_of(client, orderId=order_id)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return found
+
+
+def test_a_refund_rule_for_one_order_matches_the_refunded_payments_order_only(
+    client: httpx.Client, order_id: str
+) -> None:
+    other_payment = paid(client, f"other-{order_id}")
+    payment_id = paid(client, order_id)
+    add_fault(client, kind="refuse", operation="refund", order_id=order_id)
+
+    other = refund(client, f"refund:other-{order_id}", other_payment)
+    charged = charge(client, f"second:{order_id}", order_id)
+    mine = refund(client, f"refund:{order_id}", payment_id)
+
+    assert other.status_code == 201
+    assert charged.status_code == 201  # a refund rule leaves charges alone
+    assert mine.status_code == 503

@@ -108,7 +108,7 @@ def test_a_bad_key_is_a_400_problem(client: httpx.Client, headers: list[tuple[st
 def post_raw(body: bytes, extra_headers: str = "", length: int | None = None) -> bytes:
     length_header = "" if length is None else f"Content-Length: {length}\r\n"
     return (
-        f"POST /payments HTTP/1.1\r\nHost: x\r\nIdempotency-Key: raw\r\n{length_header}"
+        f"POST /payments HTTP/1.1\r\nHost: {{host}}\r\nIdempotency-Key: raw\r\n{length_header}"
         f"{extra_headers}\r\n"
     ).encode() + body
 
@@ -136,9 +136,9 @@ def post_raw(body: bytes, extra_headers: str = "", length: int | None = None) ->
             431,
             "request-header-fields-too-large",
         ),
-        (b"BREW /payments HTTP/1.1\r\nHost: x\r\n\r\n", 501, "not-implemented"),
-        (b"PUT /payments HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 405, None),
-        (b"GET /admin HTTP/1.1\r\nHost: x\r\n\r\n", 404, "not-found"),
+        (b"BREW /payments HTTP/1.1\r\nHost: {host}\r\n\r\n", 501, "not-implemented"),
+        (b"PUT /payments HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\n\r\n", 405, None),
+        (b"GET /admin HTTP/1.1\r\nHost: {host}\r\n\r\n", 404, "not-found"),
     ],
     ids=[
         "body over the limit",

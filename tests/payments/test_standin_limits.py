@@ -39,7 +39,7 @@ def test_connections_over_the_cap_get_503_and_the_slots_come_back(small: Payment
     idle = [socket.create_connection((small.host, small.port)) for _ in range(2)]
     try:
         # The kernel's accept queue is FIFO: both idle connections take a slot before the third.
-        status, problem = raw_exchange(small.url, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, problem = raw_exchange(small.url, b"GET /health HTTP/1.1\r\nHost: {host}\r\n\r\n")
     finally:
         for connection in idle:
             connection.close()
@@ -54,8 +54,8 @@ def test_a_client_that_stops_sending_loses_its_connection_not_the_server(
 ) -> None:
     with socket.create_connection((small.host, small.port)) as stalled:
         stalled.sendall(
-            b"POST /payments HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k\r\n"
-            b"Content-Length: 100\r\n\r\n{"
+            f"POST /payments HTTP/1.1\r\nHost: {small.host}:{small.port}\r\n".encode()
+            + b"Idempotency-Key: k\r\nContent-Length: 100\r\n\r\n{"
         )
         stalled.settimeout(10)
         assert stalled.recv(1024) == b""  # closed by the server's socket timeout

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from payment_service import SRC, running_standin, start_standin
-from standin_http import charge, charges_of
+from standin_http import charge, charges_of, refund, refunds_of
 
 
 def test_charges_survive_sigkill_and_a_restart_on_the_same_data(tmp_path: Path) -> None:
@@ -33,6 +33,57 @@ def test_charges_survive_sigkill_and_a_restart_on_the_same_data(tmp_path: Path) 
     assert replay.status_code == 200
     assert replay.json() == made
     assert reused.status_code == 422
+
+
+def test_refunds_survive_sigkill_and_a_restart_on_the_same_data(tmp_path: Path) -> None:
+    first = start_standin(tmp_path)
+    try:
+        with httpx.Client(base_url=first.url) as client:
+            payment_id = charge(client, "billing:o-back", "o-back").json()["paymentId"]
+            made = refund(client, "refund:o-back", payment_id).json()
+    finally:
+        assert first.signal(signal.SIGKILL) == -signal.SIGKILL
+
+    with running_standin(tmp_path) as second, httpx.Client(base_url=second.url) as client:
+        listed = refunds_of(client, orderId="o-back")
+        replay = refund(client, "refund:o-back", payment_id)
+        another = refund(client, "refund-again:o-back", payment_id, "0.01")
+
+    assert listed == [made]
+    assert replay.status_code == 200
+    assert replay.json() == made
+    assert another.status_code == 409
+
+
+def test_two_processes_sharing_one_data_directory_never_refund_more_than_paid(
+    tmp_path: Path,
+) -> None:
+    with running_standin(tmp_path) as one, running_standin(tmp_path) as two:
+        with httpx.Client(base_url=one.url) as client:
+            payment_id = charge(client, "billing:o-split", "o-split", "10").json()["paymentId"]
+        start = threading.Barrier(20)
+
+        def attempt(n: int) -> httpx.Response:
+            with httpx.Client(base_url=(one, two)[n % 2].url, timeout=60) as client:
+                start.wait(timeout=30)
+                return refund(client, f"refund-{n}:o-split", payment_id, "1")
+
+        with ThreadPoolExecutor(max_workers=20) as pool:
+            responses = list(pool.map(attempt, range(20)))
+        with httpx.Client(base_url=two.url) as client:
+            listed = refunds_of(client, paymentId=payment_id)
+
+    assert sorted(r.status_code for r in responses) == [201] * 10 + [409] * 10
+    assert len(listed) == 10
+
+
+def test_allowed_host_flags_add_served_names() -> None:
+    with running_standin(None, "--allowed-host", "payments.internal") as standin:
+        port = standin.url.rsplit(":", 1)[1]
+        named = httpx.get(standin.url + "/health", headers={"Host": f"payments.internal:{port}"})
+        other = httpx.get(standin.url + "/health", headers={"Host": f"elsewhere:{port}"})
+
+    assert (named.status_code, other.status_code) == (200, 421)
 
 
 def test_two_processes_sharing_one_data_directory_charge_a_key_once(tmp_path: Path) -> None:
@@ -91,6 +142,8 @@ def test_fault_flags_apply_from_the_start() -> None:
         ["--port", "70000"],
         ["--data", "TMP/a-file"],
         ["--data", "TMP/ledger-dir"],  # where the database file should be, a directory is
+        ["--allowed-host", "not a host"],
+        ["--allowed-host", "host:70000"],
     ],
 )
 def test_bad_arguments_exit_2_without_serving(args: list[str], tmp_path: Path) -> None:

@@ -1,7 +1,9 @@
-"""`PaymentGateway` over HTTP: `POST /payments` with `Idempotency-Key`, `GET /payments`.
+"""`PaymentGateway` over HTTP: `POST /payments` and `POST /refunds` with `Idempotency-Key`,
+`GET /payments` and `GET /refunds`.
 
-The key goes downstream unchanged, so every retry of one charge (after a timeout, a 5xx, a
-crash of the caller) asks the provider for the same charge, and the provider makes at most one.
+The key goes downstream unchanged, so every retry of one charge or refund (after a timeout, a
+5xx, a crash of the caller) asks the provider for the same one, and the provider makes at most
+one.
 Answers are read bounded (`MAX_ANSWER_BYTES`) and parsed by `payments_answers`.
 """
 
@@ -10,12 +12,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from decimal import Decimal
 from types import TracebackType
-from typing import Any
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import aiohttp
 
-from orders.adapters.payments_answers import charge_from, charges_page, decode, failure_for
+from orders.adapters.payments_answers import (
+    PERMANENT_REFUND_REASONS,
+    charge_from,
+    charges_page,
+    decode,
+    failure_for,
+    refund_from,
+    refunds_page,
+)
 from orders.domain.idempotency import validate_idempotency_key
 from orders.domain.payments import Charge, ChargeRequest, Refund, RefundRequest
 from orders.exceptions import (
@@ -25,8 +35,9 @@ from orders.exceptions import (
 )
 
 SessionFactory = Callable[[], aiohttp.ClientSession]
+T = TypeVar("T")
 
-MAX_ANSWER_BYTES = 1024 * 1024  # a page of 1000 charges is about 200 KB
+MAX_ANSWER_BYTES = 1024 * 1024  # a page of 1000 charges is about 200 KB, of refunds 300 KB
 PAGE_SIZE = 1000
 MAX_PAGES = 10_000  # a provider whose cursor never ends must not loop us forever
 
@@ -94,10 +105,14 @@ class HttpPaymentGateway:
         return charge
 
     async def charges_for(self, order_id: str) -> list[Charge]:
-        charges = await self._all_pages({"orderId": order_id})
+        charges = await self._all_pages("/payments", {"orderId": order_id}, charges_page)
         if any(charge.order_id != order_id for charge in charges):
             raise PaymentUnavailableError(f"asked for the charges of {order_id!r}, got others")
         return charges
+
+    async def list_all_charges(self) -> list[Charge]:
+        """Every charge the provider holds (for the verifier), oldest first."""
+        return await self._all_pages("/payments", {}, charges_page)
 
     async def refund(self, request: RefundRequest) -> Refund:
         check_key(request.idempotency_key)
@@ -110,38 +125,52 @@ class HttpPaymentGateway:
             "POST", "/refunds", json=body, headers={"Idempotency-Key": request.idempotency_key}
         )
         if status not in (200, 201):
-            raise failure_for(status, payload)
-        found = decode(payload, "refund")
-        return _refund_from(found)
+            raise failure_for(status, payload, PERMANENT_REFUND_REASONS)
+        refund = refund_from(decode(payload, "refund"))
+        if not refund.answers(request):
+            # The provider contradicts its contract, or the payment is another order's: asking
+            # again would not change either.
+            raise PaymentRefusedError(
+                "refund-mismatch",
+                f"asked to refund {request.amount} {request.currency} of payment "
+                f"{request.payment_id!r} (order {request.order_id!r}) under key "
+                f"{request.idempotency_key!r}; the answer was {refund.amount} {refund.currency} "
+                f"of {refund.payment_id!r} (order {refund.order_id!r}) under "
+                f"{refund.idempotency_key!r} (refund {refund.refund_id!r})",
+                status=status,
+            )
+        return refund
 
     async def refunds_for(self, order_id: str) -> list[Refund]:
-        status, payload = await self._call(
-            "GET", "/refunds", params={"orderId": order_id, "limit": str(PAGE_SIZE)}
-        )
-        if status != 200:
-            raise failure_for(status, payload)
-        page = decode(payload, "list of refunds")
-        return [_refund_from(item) for item in page.get("refunds", [])]
+        refunds = await self._all_pages("/refunds", {"orderId": order_id}, refunds_page)
+        if any(refund.order_id != order_id for refund in refunds):
+            raise PaymentUnavailableError(f"asked for the refunds of {order_id!r}, got others")
+        return refunds
 
-    async def list_all_charges(self) -> list[Charge]:
-        """Every charge the provider holds (for the verifier), oldest first."""
-        return await self._all_pages({})
+    async def list_all_refunds(self) -> list[Refund]:
+        """Every refund the provider holds (for the verifier), oldest first."""
+        return await self._all_pages("/refunds", {}, refunds_page)
 
-    async def _all_pages(self, query: dict[str, str]) -> list[Charge]:
-        charges: list[Charge] = []
+    async def _all_pages(
+        self,
+        path: str,
+        query: dict[str, str],
+        read_page: Callable[[object], tuple[list[T], str | None]],
+    ) -> list[T]:
+        found: list[T] = []
         cursor: str | None = None
         for _ in range(MAX_PAGES):
             params = {**query, "limit": str(PAGE_SIZE)}
             if cursor is not None:
                 params["after"] = cursor
-            status, payload = await self._call("GET", "/payments", params=params)
+            status, payload = await self._call("GET", path, params=params)
             if status != 200:
                 raise failure_for(status, payload)
-            page, cursor = charges_page(decode(payload, "list of charges"))
-            charges.extend(page)
+            page, cursor = read_page(decode(payload, f"list {path}"))
+            found.extend(page)
             if cursor is None:
-                return charges
-        raise PaymentUnavailableError(f"the list of charges did not end within {MAX_PAGES} pages")
+                return found
+        raise PaymentUnavailableError(f"the list {path} did not end within {MAX_PAGES} pages")
 
     async def _call(
         self,
@@ -170,18 +199,6 @@ class HttpPaymentGateway:
             raise PaymentUnavailableError(
                 f"the payment service did not answer {method} {path}: {exc!r}"
             ) from exc
-
-
-def _refund_from(found: dict[str, Any]) -> Refund:
-    return Refund(
-        refund_id=str(found["refundId"]),
-        payment_id=str(found["paymentId"]),
-        order_id=str(found["orderId"]),
-        amount=Decimal(str(found["amount"])),
-        currency=str(found["currency"]),
-        idempotency_key=str(found["idempotencyKey"]),
-        created_at=str(found["createdAt"]),
-    )
 
 
 async def _read_bounded(stream: aiohttp.StreamReader) -> bytes | None:

@@ -1,4 +1,5 @@
-"""The port to the payment service: one charge per idempotency key, and the audit of charges."""
+"""The port to the payment service: one charge and one refund per idempotency key, and the
+audit of both."""
 
 from __future__ import annotations
 
@@ -26,14 +27,23 @@ class PaymentGateway(Protocol):
         ...
 
     async def refund(self, request: RefundRequest) -> Refund:
-        """Refund once per `request.idempotency_key` (a repeat returns the first refund).
+        """Refund once per `request.idempotency_key`: a repeat with the same key and the same
+        payment, amount and currency returns the first refund, never a second one (even once
+        the payment is fully refunded).
 
-        `PaymentRefusedError` when it can never succeed (unknown payment, already refunded,
-        key reused, more than was charged); `PaymentUnavailableError` when the outcome is
-        unknown (retry with the same key).
+        Raises `PaymentRefusedError` when the request can never succeed: `unknown-payment`,
+        `already-refunded` (other keys refunded all of it), `refund-exceeds-payment`,
+        `currency-mismatch`, `idempotency-key-reused`, `invalid-idempotency-key`,
+        `invalid-request` (such as an amount of 0), `refund-mismatch` (the provider answered
+        with another refund, or the payment belongs to another order than `request.order_id`);
+        `PaymentUnavailableError` when the outcome is unknown or the provider is failing (retry
+        with the same key).
         """
         ...
 
     async def refunds_for(self, order_id: str) -> list[Refund]:
-        """Every refund the provider holds for this order, oldest first (for audits)."""
+        """Every refund the provider holds for this order's payments, oldest first.
+
+        Raises `PaymentUnavailableError` or `PaymentRefusedError` as `charges_for` does.
+        """
         ...
