@@ -102,6 +102,54 @@ class FakeOrderStore:
         return OrderRecord.from_document(document)
 
 
+class FakeOrderDocuments:
+    """`OrderDocuments` over a `FakeOrderStore`'s partitions: the saga's view of the orders
+    container that the fake consumer writes (ETags handed out on first sight)."""
+
+    def __init__(self, store: FakeOrderStore) -> None:
+        self._store = store
+
+    def _current(self, document_id: str, partition_key: str) -> dict[str, Any] | None:
+        found = self._store.partitions.get(partition_key, {}).get(document_id)
+        if found is not None and "_etag" not in found:
+            found["_etag"] = f'"{next(_ETAGS)}"'
+        return found
+
+    def _put(self, partition_key: str, document: dict[str, Any]) -> dict[str, Any]:
+        stored = {**copy.deepcopy(document), "_etag": f'"{next(_ETAGS)}"'}
+        self._store.partitions.setdefault(partition_key, {})[document["id"]] = stored
+        return copy.deepcopy(stored)
+
+    async def get(self, document_id: str, partition_key: str) -> dict[str, Any] | None:
+        await asyncio.sleep(0)
+        found = self._current(document_id, partition_key)
+        return copy.deepcopy(found) if found is not None else None
+
+    async def replace(self, document: dict[str, Any], *, etag: str) -> dict[str, Any]:
+        await asyncio.sleep(0)
+        current = self._current(document["id"], document["orderId"])
+        if current is None or current["_etag"] != etag:
+            raise LeaseLostError(document["id"])
+        return self._put(document["orderId"], document)
+
+    async def replace_and_create(
+        self,
+        partition_key: str,
+        replaced: dict[str, Any],
+        *,
+        etag: str,
+        created: list[dict[str, Any]],
+    ) -> None:
+        await asyncio.sleep(0)
+        current = self._current(replaced["id"], partition_key)
+        if current is None or current["_etag"] != etag:
+            raise LeaseLostError(replaced["id"])
+        if any(self._current(d["id"], partition_key) is not None for d in created):
+            raise DocumentExistsError(created[0]["id"])
+        for document in (replaced, *created):  # no await in between: the batch is atomic
+            self._put(partition_key, document)
+
+
 @dataclass
 class RecordingSettler:
     """A `MessageSettler` that remembers the one settlement it was asked for."""
@@ -314,6 +362,9 @@ class FakeOrderReader:
         return copy.deepcopy(self._store.documents(order_id))
 
 
+_ETAGS = itertools.count(1)
+
+
 class FakeFencedDocuments:
     """`FencedDocuments` / `InboxStore` / `OrderDocuments` in memory, with a database clock the
     test moves."""
@@ -321,13 +372,14 @@ class FakeFencedDocuments:
     def __init__(self) -> None:
         self.documents: dict[str, dict[str, Any]] = {}
         self.database_now_ms = 1_800_000_000_000
-        self._etags = itertools.count(1)
 
     def _stored(self, document: dict[str, Any]) -> dict[str, Any]:
         stored = {
             **document,
             "_ts": self.database_now_ms // 1000,
-            "_etag": f'"{next(self._etags)}"',
+            # Unique across every fake, as a real store's are: two fakes that share documents
+            # (a test's racing view) must never hand out an ETag a stale reader still holds.
+            "_etag": f'"{next(_ETAGS)}"',
         }
         self.documents[document["id"]] = stored
         return dict(stored)

@@ -12,15 +12,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from fakes import FakeOrderReader, FakeOrderStore, RecordingPublisher
+from fakes import FakeOrderDocuments, FakeOrderReader, FakeOrderStore, RecordingPublisher
 
 from orders.bootstrap import HttpRuntime
 from orders.entrypoints.http_api import create_app
 from orders.service.idempotency import IdempotentOrderIntake
 from orders.service.order_lookup import OrderLookup
-from orders.service.ports import IdempotencyStore, OrderPublisher, OrderReader
+from orders.service.ports import IdempotencyStore, OrderDocuments, OrderPublisher, OrderReader
+from orders.service.saga import OrderSaga
 
 LEASE_SECONDS = 30.0
+DEFAULT_SCOPE = "tests"
 TTL_SECONDS = 600
 
 
@@ -62,18 +64,21 @@ def runtime_over(
     clock: FakeClock,
     *,
     lease_seconds: float = LEASE_SECONDS,
+    orders: OrderDocuments | None = None,
 ) -> HttpRuntime:
     intake = IdempotentOrderIntake(
         store,
         publisher,
         status=publisher if isinstance(publisher, RecordingPublisher) else None,
+        saga=OrderSaga(orders) if orders is not None else None,
+        unclaimed_owner=f"app:{DEFAULT_SCOPE}",
         ttl_seconds=TTL_SECONDS,
         lease_seconds=lease_seconds,
         clock=clock,
     )
     # As behind App Service authentication: the platform sets the principal header.
     return HttpRuntime(
-        intake, OrderLookup(reader, store), default_scope="tests", trust_principal_header=True
+        intake, OrderLookup(reader, store), default_scope=DEFAULT_SCOPE, trust_principal_header=True
     )
 
 
@@ -84,7 +89,13 @@ async def api_over(store: IdempotencyStore) -> AsyncIterator[Api]:
     builds: list[HttpRuntime] = []
 
     async def factory() -> HttpRuntime:
-        runtime = runtime_over(store, publisher, FakeOrderReader(order_store), clock)
+        runtime = runtime_over(
+            store,
+            publisher,
+            FakeOrderReader(order_store),
+            clock,
+            orders=FakeOrderDocuments(order_store),
+        )
         builds.append(runtime)
         return runtime
 

@@ -1,5 +1,7 @@
-"""POST /api/orders/{orderId}/cancel: idempotent exactly as placing is (replay, 409 while in
-progress, 422 on reuse), over fakes of the ports; and GET shows status, version and history."""
+"""POST /api/orders/{orderId}/cancel: decided at once on the order document (cancelled, or
+409 when the shipment was reserved first), only by the caller that placed the order, and
+idempotent exactly as placing is (replay, 409 while in progress, 422 on reuse), over fakes of
+the ports; and GET shows status, version and history."""
 
 from __future__ import annotations
 
@@ -12,35 +14,50 @@ from http_support import Api, assert_problem, new_order_id
 from orders.domain.status import OrderStatus
 
 
-async def placed(api: Api) -> str:
+async def placed(api: Api, *, stored: bool = True, **headers: str) -> str:
+    """An order placed through the API and (unless `stored` is False) stored by its consumer."""
     order_id = new_order_id()
-    assert (await api.post(order_payload(order_id), key=f"place-{order_id}")).status_code == 202
+    response = await api.post(order_payload(order_id), key=f"place-{order_id}", **headers)
+    assert response.status_code == 202
+    if stored:
+        await api.order_store.create_order(new_write(order_id))
     return order_id
 
 
 async def cancel(
-    api: Api, order_id: str, key: str | None = "cancel-1", body: bytes = b""
+    api: Api, order_id: str, key: str | None = "cancel-1", body: bytes = b"", **extra: str
 ) -> httpx.Response:
     headers = {"Idempotency-Key": key} if key is not None else {}
-    return await api.client.post(f"/api/orders/{order_id}/cancel", content=body, headers=headers)
+    return await api.client.post(
+        f"/api/orders/{order_id}/cancel", content=body, headers={**headers, **extra}
+    )
 
 
-async def test_a_cancel_is_queued_once_and_its_retry_replayed(api: Api) -> None:
+def reserve_shipment(api: Api, order_id: str) -> None:
+    """What shipping writes on the order document when it reserves the shipment."""
+    document = api.order_store.partitions[order_id][order_id]
+    document["fulfilment"] = {"state": "shipping", "eventId": f"{order_id}:outbox:OrderAccepted"}
+    document.pop("_etag", None)
+
+
+async def test_a_cancel_takes_effect_at_once_and_its_retry_is_replayed(api: Api) -> None:
     order_id = await placed(api)
 
     first = await cancel(api, order_id, body=b'{"reason": "changed my mind"}')
     retry = await cancel(api, order_id, body=b'{"reason": "changed my mind"}')
 
-    assert first.status_code == retry.status_code == 202
+    assert first.status_code == retry.status_code == 200
     assert (
         first.json()
         == retry.json()
-        == {
-            "orderId": order_id,
-            "status": "cancellation-requested",
-            "location": f"/api/orders/{order_id}",
-        }
+        == {"orderId": order_id, "status": "cancelled", "location": f"/api/orders/{order_id}"}
     )
+    partition = api.order_store.partitions[order_id]
+    assert partition[order_id]["fulfilment"]["state"] == "cancelled"
+    assert partition[order_id]["fulfilment"]["reason"] == "changed my mind"
+    assert f"{order_id}:outbox:OrderCancelled" in partition  # the event billing refunds from
+    shown = (await api.client.get(f"/api/orders/{order_id}")).json()
+    assert (shown["status"], shown["statusVersion"]) == ("cancelled", 5)
     assert "idempotent-replayed" not in first.headers
     assert retry.headers["idempotent-replayed"] == "true"
     [change] = api.publisher.statuses
@@ -74,7 +91,7 @@ async def test_while_the_first_cancel_is_in_flight_a_retry_gets_409(api: Api) ->
     api.publisher.release()
 
     assert_problem(retry, 409, "request-in-progress")
-    assert (await first).status_code == 202
+    assert (await first).status_code == 200
 
 
 async def test_fifty_concurrent_cancels_with_one_key_publish_once(api: Api) -> None:
@@ -89,11 +106,68 @@ async def test_fifty_concurrent_cancels_with_one_key_publish_once(api: Api) -> N
     start.set()
     responses = await asyncio.gather(*tasks)
 
-    assert {r.status_code for r in responses} <= {202, 409}
+    assert {r.status_code for r in responses} <= {200, 409}
     assert (
-        sum(r.status_code == 202 and "idempotent-replayed" not in r.headers for r in responses) == 1
+        sum(r.status_code == 200 and "idempotent-replayed" not in r.headers for r in responses) == 1
     )
     assert len(api.publisher.statuses) == 1
+
+
+async def test_a_cancel_after_the_shipment_is_reserved_is_409_and_changes_nothing(
+    api: Api,
+) -> None:
+    order_id = await placed(api)
+    reserve_shipment(api, order_id)
+
+    refused = await cancel(api, order_id)
+    again = await cancel(api, order_id)  # the key was freed: the same answer, decided again
+
+    assert_problem(refused, 409, "order-already-shipped")
+    assert_problem(again, 409, "order-already-shipped")
+    partition = api.order_store.partitions[order_id]
+    assert partition[order_id]["fulfilment"]["state"] == "shipping"
+    assert f"{order_id}:outbox:OrderCancelled" not in partition
+    assert api.publisher.statuses == []
+
+
+async def test_a_second_cancel_under_another_key_answers_cancelled_and_writes_nothing(
+    api: Api,
+) -> None:
+    order_id = await placed(api)
+    first = await cancel(api, order_id, key="a")
+    before = dict(api.order_store.partitions[order_id][order_id])
+
+    second = await cancel(api, order_id, key="b")
+
+    assert first.status_code == second.status_code == 200
+    assert second.json()["status"] == "cancelled"
+    assert api.order_store.partitions[order_id][order_id] == before
+
+
+async def test_a_cancel_of_an_order_not_stored_yet_is_409_with_retry_after(api: Api) -> None:
+    order_id = await placed(api, stored=False)
+
+    response = await cancel(api, order_id)
+
+    assert_problem(response, 409, "order-not-stored-yet")
+    assert response.headers["retry-after"] == "1"
+    await api.order_store.create_order(new_write(order_id))
+    assert (await cancel(api, order_id)).status_code == 200  # the same key, once it is stored
+
+
+async def test_only_the_principal_that_placed_the_order_may_cancel_it(api: Api) -> None:
+    alice = {"X-MS-CLIENT-PRINCIPAL-ID": "alice"}
+    bob = {"X-MS-CLIENT-PRINCIPAL-ID": "bob"}
+    order_id = await placed(api, **alice)
+
+    by_bob = await cancel(api, order_id, key="k", **bob)
+    anonymous = await cancel(api, order_id, key="k")  # the shared scope is not the owner either
+
+    assert_problem(by_bob, 404, "order-not-found")
+    assert_problem(anonymous, 404, "order-not-found")
+    assert "fulfilment" not in api.order_store.partitions[order_id][order_id]
+    assert api.publisher.statuses == []
+    assert (await cancel(api, order_id, key="k", **alice)).status_code == 200
 
 
 async def test_refusals(api: Api) -> None:
@@ -113,8 +187,7 @@ async def test_refusals(api: Api) -> None:
 
 
 async def test_get_shows_status_version_and_history(api: Api) -> None:
-    order_id = await placed(api)
-    await api.order_store.create_order(new_write(order_id))  # the consumer stored it
+    order_id = await placed(api)  # and stored by the consumer
     as_placed = (await api.client.get(f"/api/orders/{order_id}")).json()
     api.order_store.partitions[order_id][f"{order_id}:status"] = {
         "id": f"{order_id}:status",

@@ -9,7 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 import schemathesis
-from fakes import FakeIdempotencyStore, FakeOrderReader, FakeOrderStore, RecordingPublisher
+from fakes import (
+    FakeIdempotencyStore,
+    FakeOrderDocuments,
+    FakeOrderReader,
+    FakeOrderStore,
+    RecordingPublisher,
+)
 from http_support import FakeClock, runtime_over
 from hypothesis import HealthCheck, settings
 from schemathesis import GenerationMode
@@ -20,8 +26,13 @@ from orders.entrypoints.http_api import create_app
 
 
 async def fake_runtime() -> HttpRuntime:
+    orders = FakeOrderStore()
     return runtime_over(
-        FakeIdempotencyStore(), RecordingPublisher(), FakeOrderReader(FakeOrderStore()), FakeClock()
+        FakeIdempotencyStore(),
+        RecordingPublisher(),
+        FakeOrderReader(orders),
+        FakeClock(),
+        orders=FakeOrderDocuments(orders),
     )
 
 

@@ -263,6 +263,10 @@ class BillingConsumer:
         return await self._refund_phase(event, charged)
 
     async def _refund_phase(self, event: OrderEvent, charged: Charged) -> Decision:
+        if Decimal(charged.amount) == 0:
+            # A free order was "charged" nothing: there is nothing to pay back, and providers
+            # refuse a refund of 0.
+            return Decision(Outcome.NOTHING_TO_REFUND, Settlement.COMPLETE, event.order_id)
         record = RefundRecord(
             record_id=refund_record_id(event.order_id),
             order_id=event.order_id,

@@ -1,0 +1,119 @@
+"""The saga's races on the real Cosmos adapter and our emulator: cancel against ship decided
+by the order document's ETag, whoever commits first wins and the loser sees it.
+
+Many orders, each raced by a cancel and a shipping delivery started together: for every order
+exactly one side wins, the other reads the winner, and no order is both cancelled and shipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import pytest
+from azure.cosmos import PartitionKey
+from azure.cosmos.aio import ContainerProxy, CosmosClient
+from fakes import new_write
+from servers import CosmosServer
+
+from orders.adapters.cosmos_fenced import CosmosFencedDocuments
+from orders.adapters.cosmos_store import CosmosOrderStore
+from orders.domain.events import OrderAccepted
+from orders.domain.outcomes import Outcome
+from orders.domain.received import ReceivedOrderMessage
+from orders.domain.saga import Fulfilment, SagaOrder
+from orders.exceptions import LeaseLostError
+from orders.service.saga import CancelResult, OrderSaga
+from orders.service.shipping import ShippingConsumer
+
+ORDERS = 40
+
+
+@pytest.fixture
+async def containers(python_cosmos: CosmosServer) -> AsyncIterator[dict[str, ContainerProxy]]:
+    async with CosmosClient(python_cosmos.endpoint, credential=python_cosmos.key) as client:
+        database = await client.create_database_if_not_exists("saga-races")
+        suffix = uuid.uuid4().hex[:8]
+        yield {
+            name: await database.create_container_if_not_exists(
+                id=f"{name}-{suffix}", partition_key=PartitionKey(path="/orderId"), default_ttl=-1
+            )
+            for name in ("orders", "inbox")
+        }
+
+
+def accepted_message(order_id: str) -> ReceivedOrderMessage:
+    """The event the dispatcher publishes for the order `new_write(order_id)` stores."""
+    write = new_write(order_id)
+    event = OrderAccepted.model_validate(write.documents[1]["event"])
+    return ReceivedOrderMessage(body=event.body(), message_id=event.event_id)
+
+
+async def test_cancel_racing_ship_has_one_winner_per_order_and_the_loser_sees_it(
+    containers: dict[str, ContainerProxy],
+) -> None:
+    store = CosmosOrderStore(containers["orders"])
+    orders = CosmosFencedDocuments(containers["orders"])
+    inbox = CosmosFencedDocuments(containers["inbox"])
+    order_ids = [f"race-{uuid.uuid4().hex[:10]}" for _ in range(ORDERS)]
+    for order_id in order_ids:
+        await store.create_order(new_write(order_id))
+    shipping = ShippingConsumer(inbox, OrderSaga(orders))
+
+    async def race(order_id: str) -> tuple[CancelResult, Outcome]:
+        start = asyncio.Event()
+
+        async def cancel() -> CancelResult:
+            await start.wait()
+            return await OrderSaga(orders).cancel(order_id, None)
+
+        async def ship() -> Outcome:
+            await start.wait()
+            return (await shipping.handle(accepted_message(order_id))).outcome
+
+        tasks = (asyncio.create_task(cancel()), asyncio.create_task(ship()))
+        start.set()
+        return await tasks[0], await tasks[1]
+
+    results = dict(zip(order_ids, await asyncio.gather(*map(race, order_ids)), strict=True))
+
+    for order_id, (cancelled, shipped) in results.items():
+        document = await orders.get(order_id, order_id)
+        assert document is not None
+        state = SagaOrder.of(document).fulfilment
+        shipment = await inbox.get(f"{order_id}:shipment", order_id)
+        if cancelled is CancelResult.CANCELLED:
+            assert shipped is Outcome.SKIPPED_CANCELLED, order_id
+            assert state is Fulfilment.CANCELLED and shipment is None
+            assert await orders.get(f"{order_id}:outbox:OrderCancelled", order_id) is not None
+        else:
+            assert (cancelled, shipped) == (CancelResult.ALREADY_SHIPPED, Outcome.PROCESSED)
+            assert state is Fulfilment.SHIPPING and shipment is not None
+            assert await orders.get(f"{order_id}:outbox:OrderCancelled", order_id) is None
+
+
+async def test_a_cancel_with_a_stale_etag_writes_neither_the_order_nor_its_event(
+    containers: dict[str, ContainerProxy],
+) -> None:
+    """The batch is all or nothing: the If-Match replace failing takes the event with it."""
+    orders = CosmosFencedDocuments(containers["orders"])
+    order_id = f"stale-{uuid.uuid4().hex[:10]}"
+    await CosmosOrderStore(containers["orders"]).create_order(new_write(order_id))
+    document = await orders.get(order_id, order_id)
+    assert document is not None
+    read = SagaOrder.of(document)
+    await orders.replace(read.with_shipment_reserved("e", datetime.now(UTC)), etag=read.etag)
+
+    with pytest.raises(LeaseLostError):
+        await orders.replace_and_create(
+            order_id,
+            read.cancelled(datetime.now(UTC), None),
+            etag=read.etag,
+            created=[{"id": f"{order_id}:outbox:OrderCancelled", "orderId": order_id}],
+        )
+
+    assert await orders.get(f"{order_id}:outbox:OrderCancelled", order_id) is None
+    stored = await orders.get(order_id, order_id)
+    assert stored is not None and SagaOrder.of(stored).fulfilment is Fulfilment.SHIPPING
