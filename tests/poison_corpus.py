@@ -295,6 +295,16 @@ def valid_event_document(order_id: str) -> dict[str, Any]:
     }
 
 
+def valid_order_document(order_id: str) -> dict[str, Any]:
+    """The order `valid_event_document(order_id)` is the `OrderAccepted` of."""
+    return {
+        "orderId": order_id,
+        "customerId": "customer-1",
+        "currency": "EUR",
+        "lines": [{"sku": "sku-1", "quantity": 1, "unitPrice": 2.5}],
+    }
+
+
 def valid_status_document(order_id: str) -> dict[str, Any]:
     return {"orderId": order_id, "status": "paid", "version": 2, "changedAt": "2026-11-30"}
 

@@ -51,11 +51,28 @@ from orders.adapters.servicebus_publisher import (
     ServiceBusStatusPublisher,
 )
 from orders.adapters.servicebus_worker import run_session_worker_on, run_worker_on
+from orders.domain.idempotency import StoredResponse
 from orders.domain.load_plan import LoadPlan
 from orders.domain.outcomes import Decision
-from orders.exceptions import ServiceNotReadyError
+from orders.domain.payments import Charge, Refund
+from orders.exceptions import (
+    OrderAlreadyShippedError,
+    OrderNotStoredYetError,
+    RequestInProgressError,
+    ServiceNotReadyError,
+    TransientPublishError,
+    TransientStoreError,
+    UnknownOrderError,
+)
 from orders.observability import ConsumerTelemetry
 from orders.service.billing import AfterCharge, AfterRefund, BillingConsumer
+from orders.service.cancels import (
+    CancelAnswer,
+    CancelNotYet,
+    CancelResults,
+    StoreProbe,
+    run_cancels,
+)
 from orders.service.console import OperationsConsole
 from orders.service.consumer import OrderConsumer, settle
 from orders.service.dispatcher import DEFAULT_LEASE_SECONDS as DEFAULT_DISPATCHER_LEASE_SECONDS
@@ -74,6 +91,7 @@ from orders.service.shipping import ShippingConsumer
 from orders.service.status import StatusConsumer
 from orders.service.verify import VerifyReport, audit
 from orders.service.verify_fanout import audit_billing, audit_shipping, stored_orders
+from orders.service.verify_saga import audit_saga, saga_facts
 from orders.service.verify_status import audit_statuses, produced_updates
 from orders.service.worker_options import Source, Subscriber, WorkerOptions, WorkerStats
 from orders.settings import Settings
@@ -626,11 +644,55 @@ async def send_load(
         )
 
 
+async def send_cancels(settings: Settings, plan: LoadPlan) -> CancelResults:
+    """The plan's cancels, each at its point, through the core of the API's cancel route (the
+    stack's shared caller scope, as an API caller without a principal has)."""
+    runtime = await build_http_runtime(settings)
+    try:
+        identity = _process_credential(runtime.resources, settings)
+        cosmos = await _cosmos_client(runtime.resources, settings, identity, False)
+        probe = StoreProbe(
+            CosmosFencedDocuments(orders_container(cosmos, settings)),
+            CosmosFencedDocuments(inbox_container(cosmos, settings)),
+        )
+        scope = f"app:{settings.idempotency_scope}"
+
+        async def cancel(order_id: str, key: str) -> CancelAnswer:
+            try:
+                await runtime.intake.cancel(
+                    scope, key, order_id, "load", first_response=_load_cancel_response
+                )
+            except OrderAlreadyShippedError:
+                return CancelAnswer.ALREADY_SHIPPED
+            except (
+                UnknownOrderError,  # sent straight to the queue: no claim, not stored yet
+                OrderNotStoredYetError,
+                RequestInProgressError,  # the other key's twin holds the order's race
+                TransientStoreError,
+                TransientPublishError,
+            ) as not_yet:
+                raise CancelNotYet(str(not_yet)) from not_yet
+            return CancelAnswer.CANCELLED
+
+        return await run_cancels(plan.cancels, cancel, probe)
+    finally:
+        await runtime.close()
+
+
+def _load_cancel_response(order_id: str) -> StoredResponse:
+    return StoredResponse(200, {"orderId": order_id, "status": "cancelled"}, {})
+
+
 async def verify_run(
-    settings: Settings, plan: LoadPlan, *, fanout: frozenset[Subscriber] = frozenset()
+    settings: Settings,
+    plan: LoadPlan,
+    *,
+    fanout: frozenset[Subscriber] = frozenset(),
+    cancel_results: CancelResults | None = None,
 ) -> VerifyReport:
     """Audit Cosmos and the dead-letter queue against what a load run sent; with `fanout`, also
-    those consumers' effects (shipments; charges at the payment service)."""
+    those consumers' effects (shipments; charges and refunds at the payment service) and, with
+    both billing and shipping, the saga's invariants."""
     async with AsyncExitStack() as stack:
         identity = _process_credential(stack, settings)
         cosmos = await _cosmos_client(stack, settings, identity, create_local_resources=False)
@@ -638,27 +700,52 @@ async def verify_run(
         documents = await documents_of_run(orders_container(cosmos, settings), plan.run_id)
         dead_letters = await peek_dead_letters(bus, settings.orders_queue)
         report = audit(plan, documents, dead_letters)
-        if plan.status_updates:
-            status_dead_letters = await peek_dead_letters(bus, settings.status_queue)
-            stored = {order.order_id for order in stored_orders(documents)}
-            produced = produced_updates(
-                stored,
-                billing=Subscriber.BILLING in fanout,
-                shipping=Subscriber.SHIPPING in fanout,
-            )
-            report = report.with_statuses(
-                audit_statuses(plan, documents, status_dead_letters, produced)
-            )
-        if not fanout:
-            return report
-        inbox = await documents_of_run(inbox_container(cosmos, settings), plan.run_id)
-        orders = stored_orders(documents)
-        if Subscriber.SHIPPING in fanout:
-            report = report.with_consumer(Subscriber.SHIPPING, audit_shipping(orders, inbox))
+        inbox = (
+            await documents_of_run(inbox_container(cosmos, settings), plan.run_id) if fanout else []
+        )
+        charges: list[Charge] = []
+        refunds: list[Refund] = []
         if Subscriber.BILLING in fanout:
             async with HttpPaymentGateway(
                 settings.require_payments(), settings.payments_timeout_seconds
             ) as payments:
                 charges = await payments.list_all_charges()
-            report = report.with_consumer(Subscriber.BILLING, audit_billing(orders, inbox, charges))
+                refunds = await payments.list_all_refunds()
+        whole_saga = {Subscriber.BILLING, Subscriber.SHIPPING} <= fanout
+        stored = {order.order_id for order in stored_orders(documents)}
+        if plan.status_updates:
+            status_dead_letters = await peek_dead_letters(bus, settings.status_queue)
+            if whole_saga:
+                produced = saga_facts(documents, inbox, charges, refunds).produced_statuses(stored)
+            else:
+                produced = produced_updates(
+                    stored,
+                    billing=Subscriber.BILLING in fanout,
+                    shipping=Subscriber.SHIPPING in fanout,
+                )
+            report = report.with_statuses(
+                audit_statuses(plan, documents, status_dead_letters, produced)
+            )
+    orders = stored_orders(documents)
+    cancelled = saga_facts(documents, inbox, charges, refunds).cancelled
+    if Subscriber.SHIPPING in fanout:
+        report = report.with_consumer(
+            Subscriber.SHIPPING, audit_shipping(orders, inbox, cancelled=cancelled)
+        )
+    if Subscriber.BILLING in fanout:
+        report = report.with_consumer(
+            Subscriber.BILLING, audit_billing(orders, inbox, charges, cancelled=cancelled)
+        )
+    if whole_saga:
+        report = report.with_invariants(
+            audit_saga(
+                documents,
+                inbox,
+                charges,
+                refunds,
+                run_prefix=f"{plan.run_id}-",
+                status_driven=frozenset(update.order_id for update in plan.status_updates),
+                cancel_results=cancel_results,
+            )
+        )
     return report

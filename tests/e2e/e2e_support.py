@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
+from azure.cosmos import CosmosClient
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.amqp import AmqpAnnotatedMessage
 from poison_corpus import PoisonCase
 
 from orders.bootstrap import send_load
+from orders.domain.documents import build_order_write
+from orders.domain.hashing import request_hash
 from orders.domain.load_plan import LoadMix, LoadPlan, plan_load
+from orders.domain.messages import parse_order
 from orders.domain.received import BodyKind
 from orders.entrypoints.localstack import LocalStack, ManagedProcess, QueueOptions
 
@@ -90,3 +96,24 @@ def to_sdk_message(case: PoisonCase) -> ServiceBusMessage | AmqpAnnotatedMessage
     return ServiceBusMessage(
         case.body, message_id=case.message_id, application_properties=properties
     )
+
+
+def store_order(stack: LocalStack, order: dict[str, Any]) -> None:
+    """Write what the order consumer writes for `order` (its documents and its outbox event)
+    straight into the stack's orders container: an order whose events are genuine."""
+    placed = parse_order(json.dumps(order).encode())
+    write = build_order_write(
+        placed,
+        request_hash=request_hash(placed.canonical_payload()),
+        message_id=placed.order_id,
+        processed_at=datetime.now(UTC),
+    )
+    settings = stack.settings()
+    with CosmosClient(settings.cosmos_endpoint, credential=settings.cosmos_key) as client:
+        container = client.get_database_client(settings.cosmos_database).get_container_client(
+            settings.cosmos_container
+        )
+        container.execute_item_batch(
+            [("create", (document,)) for document in write.documents],
+            partition_key=placed.order_id,
+        )

@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
-from e2e_support import poll_until, to_sdk_message
+from e2e_support import poll_until, store_order, to_sdk_message
 from poison_corpus import (
     PoisonCase,
     event_poison_cases,
     status_poison_cases,
     valid_event_document,
+    valid_order_document,
     valid_status_document,
 )
 
@@ -54,6 +55,8 @@ def test_hostile_events_and_status_updates_are_dead_lettered_on_first_delivery(
     run = f"pf{uuid.uuid4().hex[:6]}"
     events, statuses = event_poison_cases(run), status_poison_cases(run)
     valid_event = valid_event_document(f"{run}-ok")
+    # Billing and shipping act only on events a stored order vouches for: store that order.
+    store_order(stack, valid_order_document(f"{run}-ok"))
     valid_status = valid_status_document(f"{run}-ok")
     with ServiceBusClient.from_connection_string(stack.servicebus_connection_string) as client:
         with client.get_topic_sender(stack.queue.events_topic) as sender:

@@ -123,9 +123,17 @@ def load(
         bool,
         typer.Option("--reorder", help="Send each order's status updates newest first, shuffled"),
     ] = False,
+    cancels: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Cancel this many orders through the API's core, at every point of the saga "
+            "(before billing, after the charge, after shipping, twice under two keys)",
+        ),
+    ] = 0,
 ) -> None:
     """Send orders with injected duplicates, conflicts and poison; write a manifest."""
-    from orders.bootstrap import send_load
+    from orders.bootstrap import send_cancels, send_load
 
     configure_logging(logging.WARNING)
     settings = settings_or_exit()
@@ -144,6 +152,7 @@ def load(
         run_id=run_id or f"run{uuid.uuid4().hex[:8]}",
         status_updates=status_updates,
         reorder=reorder,
+        cancels=cancels,
     )
     manifest.write_text(
         json.dumps(
@@ -167,6 +176,11 @@ def load(
         f"sent {result.sent} messages for run [bold]{plan.run_id}[/bold] "
         f"(waited {result.waited_seconds:.1f} s past the duplicate window); manifest: {manifest}"
     )
+    if plan.cancels:
+        answered = asyncio.run(send_cancels(settings, plan)).to_json()
+        for point, counts in sorted(answered.items()):
+            listed = ", ".join(f"{answer} {count}" for answer, count in sorted(counts.items()))
+            err.print(f"cancels {point}: {listed}")
 
 
 def report_table(report: VerifyReport) -> Table:
@@ -209,6 +223,8 @@ def report_table(report: VerifyReport) -> Table:
         )
         for check in ("doubled", "missing", "stuck_in_progress"):
             table.add_row(f"  {consumer}: {check.replace('_', ' ')}", str(found[check]))
+    for invariant, count in (report.invariants or {}).items():
+        table.add_row(f"invariant: {invariant.replace('_', ' ')}", str(count))
     return table
 
 
@@ -302,6 +318,17 @@ def print_demo_story(result: DemoResult, workers: int) -> None:
             "through the outbox, charged exactly once with its amount at the payment service "
             "and shipped exactly once, with nothing stuck in progress."
         )
+    for point, counts in sorted(result.cancel_answers.items()):
+        listed = ", ".join(f"{answer} {count}" for answer, count in sorted(counts.items()))
+        out.print(f"cancels {point.replace('_', ' ')}: {listed}")
+    if report.ok and report.invariants is not None:
+        out.print(
+            f"[green]Proven for the customer:[/green] {len(result.plan.cancels)} orders "
+            "cancelled at every point of the saga; no cancelled order shipped, every charge "
+            "of a cancelled order refunded exactly once and in full, no charge without its "
+            "stored order or with another amount, and every order's status as it happened "
+            "(all invariants 0)."
+        )
 
 
 @app.command()
@@ -309,6 +336,9 @@ def demo(
     orders: Annotated[int, typer.Option(min=1, help="Distinct orders")] = 300,
     workers: Annotated[int, typer.Option(min=1, help="Competing worker processes")] = 3,
     seed: Annotated[int, typer.Option(help="Random seed of the load")] = 7,
+    cancels: Annotated[
+        int, typer.Option(min=0, help="Orders cancelled at every point of the saga")
+    ] = 40,
     as_json: Annotated[bool, typer.Option("--json", help="Print the verify object last")] = False,
     report: Annotated[Path, typer.Option(help="Where to write the HTML report of the run")] = Path(
         "demo-report.html"
@@ -320,7 +350,7 @@ def demo(
     configure_logging(logging.WARNING)
     # SIGTERM unwinds like Ctrl-C, so the stack's cleanup stops every process it started.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    options = DemoOptions(orders=orders, workers=workers, seed=seed)
+    options = DemoOptions(orders=orders, workers=workers, seed=seed, cancels=cancels)
     with progress_bar() as progress:
         task = progress.add_task("send", total=None)
         result = run_demo(
@@ -344,6 +374,7 @@ def demo(
             **verified.to_json(),
             "consumer_outcomes": result.consumer_outcomes,
             "subscriber_outcomes": result.subscriber_outcomes,
+            "cancel_answers": result.cancel_answers,
             "worker_exit_codes": result.worker_exit_codes,
             "seconds": round(result.seconds, 1),
         }

@@ -123,6 +123,43 @@ STRAY_PLACED_VERSION = 7
 STATUS_CHANGED_AT = "2026-01-01T00:00:00+00:00"
 
 
+class CancelPoint(StrEnum):
+    """When, in the order's life, a planned cancel is sent (through the API's core)."""
+
+    BEFORE_BILLING = "before_billing"  # as soon as the order is stored
+    AFTER_CHARGE = "after_charge"  # once billing has charged (shipping may or may not be done)
+    AFTER_SHIP = "after_ship"  # once the shipment exists: refused, order-already-shipped
+    TWICE = "twice"  # as soon as stored, twice at once under two keys
+
+
+@dataclass(frozen=True)
+class PlannedCancel:
+    order_id: str
+    point: CancelPoint
+    keys: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"order_id": self.order_id, "point": self.point.value, "keys": list(self.keys)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PlannedCancel:
+        return cls(data["order_id"], CancelPoint(data["point"]), tuple(data["keys"]))
+
+
+def plan_cancels(order_ids: list[str], count: int, rng: random.Random) -> list[PlannedCancel]:
+    """`count` orders cancelled, the points taken in turn so every point is covered."""
+    points = list(CancelPoint)
+    chosen = rng.sample(order_ids, min(count, len(order_ids)))
+    planned = []
+    for index, order_id in enumerate(chosen):
+        point = points[index % len(points)]
+        keys = 2 if point is CancelPoint.TWICE else 1
+        planned.append(
+            PlannedCancel(order_id, point, tuple(f"cancel-{order_id}-{n}" for n in range(keys)))
+        )
+    return planned
+
+
 @dataclass(frozen=True)
 class LoadPlan:
     run_id: str
@@ -130,6 +167,7 @@ class LoadPlan:
     orders: int
     sends: tuple[PlannedSend, ...] = field(default=())
     status_updates: tuple[PlannedStatus, ...] = field(default=())
+    cancels: tuple[PlannedCancel, ...] = field(default=())
 
     def in_phase(self, phase: Phase) -> list[PlannedSend]:
         return [send for send in self.sends if send.phase is phase]
@@ -368,7 +406,11 @@ def plan_load(
     run_id: str,
     status_updates: bool = False,
     reorder: bool = False,
+    cancels: int = 0,
 ) -> LoadPlan:
+    """With `cancels`, that many stored orders are cancelled at planned points; the
+    synthetic status updates then go to the other orders only, so every cancelled order's
+    status comes from the saga alone (and `final_status_mismatch` can judge it)."""
     if orders < 1:
         raise ValueError("orders must be at least 1")
     rng = random.Random(seed)
@@ -380,8 +422,12 @@ def plan_load(
     picks = _Picks.draw(order_ids, mix, rng)
     poison = poison_sends(run_id, _count(mix.poison, orders), rng)
     sends = _first_phase(planned, picks, poison, rng) + _after_window(planned, picks)
-    statuses = plan_status_updates(order_ids, rng, reorder=reorder) if status_updates else []
-    return LoadPlan(run_id, seed, orders, tuple(sends), tuple(statuses))
+    # Drawn from a generator of their own so a plan without cancels is what it always was.
+    planned_cancels = plan_cancels(order_ids, cancels, random.Random(f"{seed}:cancels"))
+    cancelled = {cancel.order_id for cancel in planned_cancels}
+    others = [order_id for order_id in order_ids if order_id not in cancelled]
+    statuses = plan_status_updates(others, rng, reorder=reorder) if status_updates else []
+    return LoadPlan(run_id, seed, orders, tuple(sends), tuple(statuses), tuple(planned_cancels))
 
 
 def plan_to_json(plan: LoadPlan, **extra: Any) -> dict[str, Any]:
@@ -392,6 +438,7 @@ def plan_to_json(plan: LoadPlan, **extra: Any) -> dict[str, Any]:
         **extra,
         "sends": [send.to_json() for send in plan.sends],
         "status_updates": [update.to_json() for update in plan.status_updates],
+        "cancels": [cancel.to_json() for cancel in plan.cancels],
     }
 
 
@@ -404,4 +451,5 @@ def plan_from_json(data: dict[str, Any]) -> LoadPlan:
         status_updates=tuple(
             PlannedStatus.from_json(update) for update in data.get("status_updates", [])
         ),
+        cancels=tuple(PlannedCancel.from_json(cancel) for cancel in data.get("cancels", [])),
     )

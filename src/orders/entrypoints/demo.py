@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orders.bootstrap import prepare_local_cosmos, send_load, verify_run
+from orders.bootstrap import prepare_local_cosmos, send_cancels, send_load, verify_run
 from orders.domain.load_plan import LoadMix, LoadPlan, plan_load
 from orders.entrypoints.localstack import LocalStack, QueueOptions, local_stack
+from orders.service.cancels import CancelResults
 from orders.service.verify import VerifyReport
 from orders.service.worker_options import Subscriber
 
@@ -38,6 +39,8 @@ class DemoOptions:
     fanout: bool = True
     # Versioned status updates, duplicated and reordered, through the status consumer.
     status_updates: bool = True
+    # Orders cancelled at every point of the saga (needs the fan-out).
+    cancels: int = 40
 
     @property
     def audited_consumers(self) -> frozenset[Subscriber]:
@@ -54,6 +57,7 @@ class DemoResult:
     consumer_outcomes: dict[str, int]
     decisions: list[dict[str, Any]]
     subscriber_outcomes: dict[str, dict[str, int]] = field(default_factory=dict)
+    cancel_answers: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def all_decisions(stack: LocalStack) -> list[dict[str, Any]]:
@@ -81,11 +85,14 @@ async def wait_for_audit(
     plan: LoadPlan,
     within: float,
     fanout: frozenset[Subscriber] = frozenset(),
+    cancel_results: CancelResults | None = None,
 ) -> VerifyReport:
     """Poll the verifier until it passes or the deadline comes; return the last report."""
     deadline = time.monotonic() + within
     while True:
-        report = await verify_run(stack.settings(), plan, fanout=fanout)
+        report = await verify_run(
+            stack.settings(), plan, fanout=fanout, cancel_results=cancel_results
+        )
         if report.ok or time.monotonic() >= deadline:
             return report
         await asyncio.sleep(VERIFY_POLL_SECONDS)
@@ -107,6 +114,7 @@ def run_demo(
         run_id=run_id,
         status_updates=options.status_updates,
         reorder=options.status_updates,
+        cancels=options.cancels if options.fanout else 0,
     )
     with local_stack(options.queue, workdir) as stack:
         on_stage("emulators started")
@@ -130,9 +138,19 @@ def run_demo(
                 on_sent=on_sent,
             )
         )
+        cancel_results = None
+        if plan.cancels:
+            on_stage(f"load sent; cancelling {len(plan.cancels)} orders at every point of the saga")
+            cancel_results = asyncio.run(send_cancels(stack.settings(), plan))
         on_stage("load sent; waiting for the workers to drain the queue")
         report = asyncio.run(
-            wait_for_audit(stack, plan, options.settle_timeout_seconds, options.audited_consumers)
+            wait_for_audit(
+                stack,
+                plan,
+                options.settle_timeout_seconds,
+                options.audited_consumers,
+                cancel_results,
+            )
         )
         exit_codes = stack.stop_workers()
         on_stage("workers stopped")
@@ -141,4 +159,14 @@ def run_demo(
     outcomes = dict(Counter(decision["outcome"] for decision in decisions))
     left = [p.name for p in stack.processes if p.running]
     seconds = time.monotonic() - started
-    return DemoResult(report, plan, seconds, exit_codes, left, outcomes, decisions, fanout_outcomes)
+    return DemoResult(
+        report,
+        plan,
+        seconds,
+        exit_codes,
+        left,
+        outcomes,
+        decisions,
+        fanout_outcomes,
+        cancel_results.to_json() if cancel_results is not None else {},
+    )

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from orders.domain.documents import LINE_DOCUMENT_TYPE, ORDER_DOCUMENT_TYPE
-from orders.domain.events import OUTBOX_DOCUMENT_TYPE
+from orders.domain.events import ORDER_CANCELLED, OUTBOX_DOCUMENT_TYPE
 from orders.domain.hashing import request_hash
 from orders.domain.load_plan import LoadPlan, PlannedSend, SendKind
 from orders.domain.messages import DeadLetterReason, MessageRejected, parse_order
@@ -20,6 +20,7 @@ from orders.domain.status import STATUS_DOCUMENT_TYPE
 from orders.service.verify_fanout import ConsumerAudit
 
 if TYPE_CHECKING:
+    from orders.service.verify_saga import SagaInvariants
     from orders.service.verify_status import StatusAudit
 
 
@@ -53,6 +54,8 @@ class VerifyReport:
     fanout: dict[str, dict[str, Any]] = field(default_factory=dict)
     # The status updates' audit, when the run sent any.
     status_updates: dict[str, Any] | None = None
+    # The saga's invariants (every counter must be 0), when the audit covers the fan-out.
+    invariants: dict[str, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -67,6 +70,15 @@ class VerifyReport:
             )
         return replace(
             self, ok=self.ok and found.ok, violations=violations, status_updates=found.to_json()
+        )
+
+    def with_invariants(self, found: SagaInvariants) -> VerifyReport:
+        """This report with the saga's invariants; `ok` covers them too."""
+        violations = list(self.violations)
+        if not found.ok:
+            violations.append("saga invariants broken: " + ", ".join(found.broken()))
+        return replace(
+            self, ok=self.ok and found.ok, violations=violations, invariants=found.to_json()
         )
 
     def with_consumer(self, name: str, found: ConsumerAudit) -> VerifyReport:
@@ -105,6 +117,8 @@ class _StoredDocuments:
     lines: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
     rejections: list[dict[str, Any]] = field(default_factory=list)
     outbox: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
+    # A cancel's `OrderCancelled` event, written in the cancel's batch.
+    cancels: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
     statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
@@ -118,6 +132,8 @@ class _StoredDocuments:
                 stored.lines[document["orderId"]].append(document)
             elif kind == REJECTION_DOCUMENT_TYPE:
                 stored.rejections.append(document)
+            elif kind == OUTBOX_DOCUMENT_TYPE and document.get("eventType") == ORDER_CANCELLED:
+                stored.cancels[document["orderId"]].append(document)
             elif kind == OUTBOX_DOCUMENT_TYPE:
                 stored.outbox[document["orderId"]].append(document)
             elif kind == STATUS_DOCUMENT_TYPE:
@@ -179,6 +195,17 @@ def _audit_orders(sends: _Sends, stored: _StoredDocuments, violations: list[str]
         events = len(stored.outbox.get(order_id, []))
         if events != 1 or order_id not in stored.orders:
             violations.append(f"order {order_id} has {events} outbox event(s), expected 1")
+    # A cancel's event rides in the cancel's batch: one per cancelled order, none otherwise.
+    for order_id in stored.cancels.keys() | stored.orders.keys():
+        cancelled = any(
+            (d.get("fulfilment") or {}).get("state") == "cancelled"
+            for d in stored.orders.get(order_id, [])
+        )
+        events = len(stored.cancels.get(order_id, []))
+        if events != int(cancelled):
+            violations.append(
+                f"order {order_id} has {events} cancel event(s), expected {int(cancelled)}"
+            )
     found.missing = sorted(sends.originals.keys() - stored.orders.keys())
     violations.extend(f"order {order_id} was sent but is not stored" for order_id in found.missing)
     return found

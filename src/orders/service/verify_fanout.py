@@ -55,9 +55,14 @@ def stored_orders(documents: list[dict[str, Any]]) -> list[StoredOrder]:
 
 
 def audit_shipping(
-    orders: list[StoredOrder], inbox_documents: list[dict[str, Any]]
+    orders: list[StoredOrder],
+    inbox_documents: list[dict[str, Any]],
+    *,
+    cancelled: frozenset[str] = frozenset(),
 ) -> ConsumerAudit:
-    expected = {order.order_id for order in orders}
+    """Every stored order that was not cancelled shipped once (a cancelled one shipped is the
+    saga's `cancelled_and_shipped`)."""
+    expected = {order.order_id for order in orders} - cancelled
     shipments = Counter(
         d["orderId"]
         for d in inbox_documents
@@ -76,7 +81,11 @@ def audit_billing(
     orders: list[StoredOrder],
     inbox_documents: list[dict[str, Any]],
     charges: list[Charge],
+    *,
+    cancelled: frozenset[str] = frozenset(),
 ) -> ConsumerAudit:
+    """Every stored order charged once with its amount; a cancelled one at most once (it may
+    have been cancelled before billing, and a charge it got is the saga's to see refunded)."""
     by_id = {order.order_id: order for order in orders}
     charged: dict[str, list[Charge]] = defaultdict(list)
     for charge in charges:
@@ -98,9 +107,9 @@ def audit_billing(
         and d.get("status") == BillingStatus.IN_PROGRESS.value
     )
     return ConsumerAudit(
-        expected=len(by_id),
+        expected=len(by_id.keys() - cancelled),
         effects=sum(len(made) for made in charged.values()),
         doubled=wrong_or_doubled,
-        missing=len(by_id.keys() - charged.keys()),
+        missing=len(by_id.keys() - charged.keys() - cancelled),
         stuck_in_progress=stuck,
     )

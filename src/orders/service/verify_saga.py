@@ -1,0 +1,177 @@
+"""The saga's invariants: what the customer was promised, checked against every store at once.
+
+Pure logic over plain data: the orders container's documents (orders with their fulfilment,
+status documents), the inbox container's (shipments), and the payment service's charges and
+refunds. Every counter must be 0. Ship-after-pay is NOT the design here (billing and shipping
+run side by side), so `shipped_not_paid` holds at the end of a settled run, not at every
+instant: every shipped order has been charged by then, because a shipped order can no longer
+be cancelled and billing charges every order that is not.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from orders.domain.documents import ORDER_DOCUMENT_TYPE
+from orders.domain.inbox import SHIPMENT_DOCUMENT_TYPE
+from orders.domain.payments import Charge, Refund
+from orders.domain.saga import Fulfilment, SagaOrder
+from orders.domain.status import OrderStatus
+from orders.service.cancels import CancelResults, answer_mismatches
+from orders.service.order_lookup import order_view
+
+
+@dataclass(frozen=True)
+class SagaInvariants:
+    cancelled_and_shipped: int = 0
+    cancelled_charged_not_refunded: int = 0
+    refunded_more_than_once: int = 0
+    refund_amount_mismatch: int = 0
+    refunded_not_cancelled: int = 0
+    charged_without_stored_order: int = 0
+    charge_amount_mismatch: int = 0
+    shipped_not_paid: int = 0
+    final_status_mismatch: int = 0
+    # Only when the audit knows what the run's cancels were answered (the demo, `orders load`).
+    cancel_answer_mismatch: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not any(asdict(self).values())
+
+    def to_json(self) -> dict[str, int]:
+        return asdict(self)
+
+    def broken(self) -> list[str]:
+        return [f"{name}={count}" for name, count in asdict(self).items() if count]
+
+
+@dataclass(frozen=True)
+class SagaFacts:
+    """What happened to the run's orders, as the stores tell it."""
+
+    cancelled: frozenset[str]
+    shipped: frozenset[str]
+    charged: frozenset[str]  # billing charged (the provider holds a charge)
+    charged_money: frozenset[str]  # ... of more than 0: what a cancel must pay back
+    refunded: frozenset[str]
+
+    def produced_statuses(self, order_ids: set[str]) -> set[tuple[str, int]]:
+        """The status updates the saga's own producers send for these orders: paid (2) when
+        charged, shipped (3) when shipped, cancelled (5) when cancelled, refunded (6)."""
+        produced: set[tuple[str, int]] = set()
+        for order_id in order_ids:
+            if order_id in self.charged or order_id not in self.cancelled:
+                produced.add((order_id, 2))
+            if order_id in self.shipped or order_id not in self.cancelled:
+                produced.add((order_id, 3))
+            if order_id in self.cancelled:
+                produced.add((order_id, 5))
+            if order_id in self.refunded:
+                produced.add((order_id, 6))
+        return produced
+
+
+def saga_facts(
+    order_documents: list[dict[str, Any]],
+    inbox_documents: list[dict[str, Any]],
+    charges: list[Charge],
+    refunds: list[Refund],
+) -> SagaFacts:
+    cancelled = {
+        d["orderId"]
+        for d in order_documents
+        if d.get("type") == ORDER_DOCUMENT_TYPE
+        and SagaOrder.of(d).fulfilment is Fulfilment.CANCELLED
+    }
+    return SagaFacts(
+        cancelled=frozenset(cancelled),
+        shipped=frozenset(
+            d["orderId"] for d in inbox_documents if d.get("type") == SHIPMENT_DOCUMENT_TYPE
+        ),
+        charged=frozenset(c.order_id for c in charges),
+        charged_money=frozenset(c.order_id for c in charges if c.amount > 0),
+        refunded=frozenset(r.order_id for r in refunds),
+    )
+
+
+def expected_status(order_id: str, facts: SagaFacts) -> OrderStatus:
+    """What GET must say once the run has settled, from what happened."""
+    if order_id in facts.cancelled:
+        return OrderStatus.REFUNDED if order_id in facts.refunded else OrderStatus.CANCELLED
+    if order_id in facts.shipped:
+        return OrderStatus.SHIPPED
+    if order_id in facts.charged:
+        return OrderStatus.PAID
+    return OrderStatus.PLACED
+
+
+def audit_saga(
+    order_documents: list[dict[str, Any]],
+    inbox_documents: list[dict[str, Any]],
+    charges: list[Charge],
+    refunds: list[Refund],
+    *,
+    run_prefix: str,
+    status_driven: frozenset[str] = frozenset(),
+    cancel_results: CancelResults | None = None,
+) -> SagaInvariants:
+    """`charges` and `refunds` may hold other runs' (filtered by `run_prefix`); the orders in
+    `status_driven` got synthetic status updates from the load, so their status is the status
+    audit's to judge, not this one's."""
+    charges = [c for c in charges if c.order_id.startswith(run_prefix)]
+    refunds = [r for r in refunds if r.order_id.startswith(run_prefix)]
+    facts = saga_facts(order_documents, inbox_documents, charges, refunds)
+    by_order: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for document in order_documents:
+        by_order[document["orderId"]].append(document)
+    stored = {
+        order_id: SagaOrder.of(next(d for d in docs if d.get("type") == ORDER_DOCUMENT_TYPE))
+        for order_id, docs in by_order.items()
+        if any(d.get("type") == ORDER_DOCUMENT_TYPE for d in docs)
+    }
+    charges_of: dict[str, list[Charge]] = defaultdict(list)
+    for charge in charges:
+        charges_of[charge.order_id].append(charge)
+    refunds_of: dict[str, list[Refund]] = defaultdict(list)
+    for refund in refunds:
+        refunds_of[refund.order_id].append(refund)
+    by_payment = {charge.payment_id: charge for charge in charges}
+
+    def refund_mismatch(refund: Refund) -> bool:
+        paid = by_payment.get(refund.payment_id)
+        return paid is None or (paid.amount, paid.currency) != (refund.amount, refund.currency)
+
+    def charge_mismatch(order_id: str) -> bool:
+        order = stored.get(order_id)
+        return order is not None and any(
+            (c.amount, c.currency) != (order.total_amount, order.currency)
+            for c in charges_of[order_id]
+        )
+
+    def status_mismatch(order_id: str) -> bool:
+        view = order_view(by_order[order_id])
+        return view is not None and view["status"] != expected_status(order_id, facts).value
+
+    return SagaInvariants(
+        cancelled_and_shipped=len(facts.cancelled & facts.shipped),
+        cancelled_charged_not_refunded=len(
+            (facts.cancelled & facts.charged_money) - facts.refunded
+        ),
+        refunded_more_than_once=sum(1 for made in refunds_of.values() if len(made) > 1),
+        refund_amount_mismatch=sum(1 for refund in refunds if refund_mismatch(refund)),
+        refunded_not_cancelled=len(facts.refunded - facts.cancelled),
+        charged_without_stored_order=sum(1 for order_id in charges_of if order_id not in stored),
+        charge_amount_mismatch=sum(1 for order_id in charges_of if charge_mismatch(order_id)),
+        shipped_not_paid=len(facts.shipped - facts.charged),
+        final_status_mismatch=sum(
+            1 for order_id in stored if order_id not in status_driven and status_mismatch(order_id)
+        ),
+        cancel_answer_mismatch=(
+            answer_mismatches(cancel_results, facts.cancelled, facts.shipped)
+            if cancel_results is not None
+            else 0
+        ),
+    )
