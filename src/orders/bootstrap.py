@@ -52,7 +52,7 @@ from orders.adapters.servicebus_publisher import (
 )
 from orders.adapters.servicebus_worker import run_session_worker_on, run_worker_on
 from orders.domain.idempotency import StoredResponse
-from orders.domain.load_plan import LoadPlan
+from orders.domain.load_plan import LoadPlan, PlannedCancel
 from orders.domain.outcomes import Decision
 from orders.domain.payments import Charge, Refund
 from orders.exceptions import (
@@ -644,9 +644,11 @@ async def send_load(
         )
 
 
-async def send_cancels(settings: Settings, plan: LoadPlan) -> CancelResults:
-    """The plan's cancels, each at its point, through the core of the API's cancel route (the
-    stack's shared caller scope, as an API caller without a principal has)."""
+async def send_cancels(
+    settings: Settings, cancels: tuple[PlannedCancel, ...] | list[PlannedCancel]
+) -> CancelResults:
+    """These planned cancels, each at its point, through the core of the API's cancel route
+    (the stack's shared caller scope, as an API caller without a principal has)."""
     runtime = await build_http_runtime(settings)
     try:
         identity = _process_credential(runtime.resources, settings)
@@ -674,7 +676,7 @@ async def send_cancels(settings: Settings, plan: LoadPlan) -> CancelResults:
                 raise CancelNotYet(str(not_yet)) from not_yet
             return CancelAnswer.CANCELLED
 
-        return await run_cancels(plan.cancels, cancel, probe)
+        return await run_cancels(tuple(cancels), cancel, probe)
     finally:
         await runtime.close()
 

@@ -177,7 +177,7 @@ def load(
         f"(waited {result.waited_seconds:.1f} s past the duplicate window); manifest: {manifest}"
     )
     if plan.cancels:
-        answered = asyncio.run(send_cancels(settings, plan)).to_json()
+        answered = asyncio.run(send_cancels(settings, plan.cancels)).to_json()
         for point, counts in sorted(answered.items()):
             listed = ", ".join(f"{answer} {count}" for answer, count in sorted(counts.items()))
             err.print(f"cancels {point}: {listed}")

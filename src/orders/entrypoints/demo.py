@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from orders.bootstrap import prepare_local_cosmos, send_cancels, send_load, verify_run
-from orders.domain.load_plan import LoadMix, LoadPlan, plan_load
+from orders.domain.load_plan import CancelPoint, LoadMix, LoadPlan, plan_load
 from orders.entrypoints.localstack import LocalStack, QueueOptions, local_stack
 from orders.service.cancels import CancelResults
 from orders.service.verify import VerifyReport
@@ -98,6 +98,38 @@ async def wait_for_audit(
         await asyncio.sleep(VERIFY_POLL_SECONDS)
 
 
+async def load_and_cancel(
+    stack: LocalStack,
+    plan: LoadPlan,
+    options: DemoOptions,
+    on_sent: Callable[[int], None],
+    on_stage: Callable[[str], None],
+    defer_shipping: bool,
+) -> CancelResults | None:
+    """Send the load while the cancels meant for before shipping wait for their points; then
+    start shipping (when deferred) and send the cancels meant for after it."""
+    settings = stack.settings()
+    early = [c for c in plan.cancels if c.point is not CancelPoint.AFTER_SHIP]
+    late = [c for c in plan.cancels if c.point is CancelPoint.AFTER_SHIP]
+    cancelling = asyncio.create_task(send_cancels(settings, early)) if early else None
+    await send_load(
+        settings,
+        plan,
+        duplicate_window_seconds=options.queue.duplicate_window_seconds,
+        on_sent=on_sent,
+    )
+    if not plan.cancels:
+        return None
+    results = await cancelling if cancelling is not None else CancelResults()
+    on_stage(f"{len(early)} cancels before shipping answered")
+    if defer_shipping:
+        stack.start_subscriber(Subscriber.SHIPPING.value)
+        on_stage("shipping consumer started")
+    if late:
+        results = results.merged(await send_cancels(settings, late))
+    return results
+
+
 def run_demo(
     options: DemoOptions,
     *,
@@ -122,26 +154,21 @@ def run_demo(
         for _ in range(options.workers):
             stack.start_worker(concurrency=options.concurrency)
         on_stage(f"{options.workers} workers started")
+        # With cancels, shipping starts once the cancels meant to land before it have been
+        # answered, so every point of the saga is reached in every run (not only by chance).
+        defer_shipping = options.fanout and bool(plan.cancels)
         if options.fanout:
             stack.start_payments()
             stack.start_dispatcher()
-            for subscriber in (Subscriber.BILLING, Subscriber.SHIPPING):
-                stack.start_subscriber(subscriber.value)
+            stack.start_subscriber(Subscriber.BILLING.value)
+            if not defer_shipping:
+                stack.start_subscriber(Subscriber.SHIPPING.value)
         if options.fanout or options.status_updates:
             stack.start_subscriber(Subscriber.STATUS.value)
             on_stage("payment service, dispatcher, billing, shipping and status consumers started")
-        asyncio.run(
-            send_load(
-                stack.settings(),
-                plan,
-                duplicate_window_seconds=options.queue.duplicate_window_seconds,
-                on_sent=on_sent,
-            )
+        cancel_results = asyncio.run(
+            load_and_cancel(stack, plan, options, on_sent, on_stage, defer_shipping)
         )
-        cancel_results = None
-        if plan.cancels:
-            on_stage(f"load sent; cancelling {len(plan.cancels)} orders at every point of the saga")
-            cancel_results = asyncio.run(send_cancels(stack.settings(), plan))
         on_stage("load sent; waiting for the workers to drain the queue")
         report = asyncio.run(
             wait_for_audit(

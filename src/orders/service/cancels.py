@@ -59,6 +59,12 @@ class CancelResults:
     def to_json(self) -> dict[str, dict[str, int]]:
         return {point: dict(counts) for point, counts in self.by_point.items()}
 
+    def merged(self, other: CancelResults) -> CancelResults:
+        by_point = {point: Counter(counts) for point, counts in self.by_point.items()}
+        for point, counts in other.by_point.items():
+            by_point.setdefault(point, Counter()).update(counts)
+        return CancelResults({**self.answers, **other.answers}, by_point)
+
 
 async def run_cancels(
     cancels: tuple[PlannedCancel, ...],
