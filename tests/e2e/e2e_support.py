@@ -109,6 +109,7 @@ def store_order(stack: LocalStack, order: dict[str, Any]) -> None:
         processed_at=datetime.now(UTC),
     )
     settings = stack.settings()
+    assert settings.cosmos_key is not None  # the local stack's emulator key
     with CosmosClient(settings.cosmos_endpoint, credential=settings.cosmos_key) as client:
         container = client.get_database_client(settings.cosmos_database).get_container_client(
             settings.cosmos_container
