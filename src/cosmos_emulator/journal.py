@@ -45,7 +45,7 @@ JOURNAL_NAME = "cosmos-journal.jsonl"
 LOCK_NAME = "cosmos-journal.lock"
 COMPACT_RATIO = 4
 COMPACT_MIN_BYTES = 16 * 1024 * 1024
-SNAPSHOT_LINE_BYTES = 1024 * 1024  # items per snapshot line: about this many bytes
+SNAPSHOT_LINE_BYTES = 1024 * 1024  # a snapshot line holds items up to this size (or one item)
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode
 
 
@@ -53,9 +53,12 @@ class JournalError(Exception):
     """The data directory cannot be used: corrupt in the middle, unwritable, or locked."""
 
 
-def _line(record: dict[str, Any]) -> bytes:
-    text = _dumps(record).encode("ascii")
+def _framed(text: bytes) -> bytes:
     return b"%08x " % zlib.crc32(text) + text + b"\n"
+
+
+def _line(record: dict[str, Any]) -> bytes:
+    return _framed(_dumps(record).encode("ascii"))
 
 
 class Journal:
@@ -192,6 +195,7 @@ class Journal:
 
 
 def _chunks(lines: Iterator[bytes]) -> Iterator[bytes]:
+    """Lines joined into writes of about SNAPSHOT_LINE_BYTES: fewer system calls."""
     pending: list[bytes] = []
     pending_bytes = 0
     for line in lines:
@@ -211,11 +215,11 @@ def snapshot(store: Store) -> Iterator[bytes]:
         for coll in db.containers.values():
             op = {"o": "c", "d": db.props["_rid"], "p": coll.props, "t": coll.throughput}
             yield _line({"ops": [op]})
-            ops: list[dict[str, Any]] = []
+            ops: list[bytes] = []  # serialised one by one, so a line's size is known exactly
             size = 0
             for key, part in coll.partitions.items():
                 for item in part.values():
-                    ops.append(
+                    op_text = _dumps(
                         {
                             "o": "i",
                             "c": coll.rid,
@@ -224,13 +228,18 @@ def snapshot(store: Store) -> Iterator[bytes]:
                             "w": item.written_at,
                             "s": item.seq,
                         }
-                    )
-                    size += 1024  # a rough measure: exact sizes would serialise twice
-                    if size >= SNAPSHOT_LINE_BYTES // 8 or len(ops) >= 512:
-                        yield _line({"ops": ops})
+                    ).encode("ascii")
+                    if ops and size + len(op_text) > SNAPSHOT_LINE_BYTES:
+                        yield _ops_line(ops)
                         ops, size = [], 0
+                    ops.append(op_text)
+                    size += len(op_text)
             if ops:
-                yield _line({"ops": ops})
+                yield _ops_line(ops)
+
+
+def _ops_line(op_texts: list[bytes]) -> bytes:
+    return _framed(b'{"ops":[' + b",".join(op_texts) + b"]}")
 
 
 def _write_all(fd: int, data: bytes) -> int:

@@ -413,3 +413,16 @@ def test_compaction_rewrites_the_journal_and_keeps_the_state(
         before = _everything(_client(emu))
     with start_in_background(data_dir=data) as emu:
         assert _everything(_client(emu)) == before
+
+
+def test_a_snapshot_splits_large_items_over_lines(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    big = "x" * 700_000
+    with start_in_background(data_dir=data) as emu:
+        container = _client(emu).create_database("d").create_container("c", PartitionKey("/pk"))
+        written = [container.create_item({"id": str(i), "pk": "a", "big": big}) for i in range(3)]
+    with start_in_background(data_dir=data) as emu:  # compacted at start
+        lines = _journal(data).read_bytes().splitlines()
+        assert len([line for line in lines if big.encode() in line]) == 3  # one item a line
+        container = _container(emu)
+        assert [container.read_item(str(i), "a") for i in range(3)] == written
