@@ -103,6 +103,8 @@ class EmulatorCore:
     async def _purge_loop(self) -> None:
         while True:
             await asyncio.sleep(PURGE_INTERVAL_S)
+            if self.journal is not None and self.journal.failed is not None:
+                continue  # nothing is answered any more: no change may go unjournaled
             with self.store.lock:
                 self.store.purge_expired()
                 try:
