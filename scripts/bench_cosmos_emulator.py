@@ -1,7 +1,7 @@
 """Throughput of the pure-Python Cosmos emulator through the real SDK (prints, asserts nothing).
 
     .venv/bin/python scripts/bench_cosmos_emulator.py [--seconds 3] [--url URL --key KEY]
-        [--feed-sizes 1000,10000,100000] [--only-feed]
+        [--feed-sizes 1000,10000,100000] [--only-feed] [--data [--fsync]]
 
 Measures point creates/s and 2-operation transactional batches/s with 1 and 4 clients, for the
 sync SDK (one thread per client) and the async SDK (one task per client), then how fast the
@@ -12,6 +12,9 @@ Then the cost of one change feed page against the container's size: containers o
 the first page from the beginning, the median and slowest page of a full drain, the first page
 of one partition key, and the "nothing new" poll at the end. With the LSN index these stay flat
 as the container grows; a per-page scan of the container grows with it.
+
+`--data` runs the in-process emulator with a journal in a temporary directory (`--fsync` too),
+to show what persistence costs.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import tempfile
 import threading
 import time
 import uuid
@@ -198,13 +202,16 @@ def main() -> None:
     parser.add_argument(
         "--only-feed", action="store_true", help="skip the throughput rows and the drain"
     )
+    parser.add_argument("--data", action="store_true", help="journal to a temporary directory")
+    parser.add_argument("--fsync", action="store_true", help="with --data: fsync each answer")
     args = parser.parse_args()
     sizes = [int(n) for n in args.feed_sizes.split(",") if n]
     emu = None
+    data_dir = tempfile.TemporaryDirectory(prefix="bench-cosmos-") if args.data else None
     if args.url:
         url, key = args.url, args.key
     else:
-        emu = start_in_background()
+        emu = start_in_background(data_dir=data_dir.name if data_dir else None, fsync=args.fsync)
         url, key = emu.url, emu.key
     try:
         db = f"bench-{uuid.uuid4().hex[:6]}"
@@ -213,7 +220,10 @@ def main() -> None:
             feed_page_costs(url, key, db, sizes)
             CosmosClient(url, key).delete_database(db)
             return
-        print(f"cosmos emulator benchmark against {url} ({args.seconds:.0f} s per row)")
+        persistence = ("--data --fsync" if args.fsync else "--data") if args.data else "in memory"
+        print(
+            f"cosmos emulator benchmark against {url}, {persistence} ({args.seconds:.0f} s per row)"
+        )
         print(f"{'transport':<10}{'clients':>8}{'creates/s':>12}{'batches/s':>12}")
         for clients in (1, 4):
             creates = run_sync(url, key, db, clients, args.seconds, _create)
@@ -231,6 +241,8 @@ def main() -> None:
     finally:
         if emu is not None:
             emu.stop()
+        if data_dir is not None:
+            data_dir.cleanup()
 
 
 if __name__ == "__main__":
