@@ -10,6 +10,7 @@ from typing import Any
 
 from .errors import bad_request, conflict, not_found, unsupported
 from .ids import RidAllocator, new_etag, validate_id
+from .query.computed import check_definitions
 from .query.values import UNDEFINED
 
 DEFAULT_INDEXING_POLICY: dict[str, Any] = {
@@ -28,6 +29,9 @@ class Item:
     # Creation order across the container, kept by replaces: cross-partition feeds and
     # queries without ORDER BY list items in it, like one physical partition does.
     seq: int = 0
+    # False when written with `x-ms-indexing-directive: exclude` (or not included while the
+    # indexing policy is not automatic): queries skip it; reads and feeds still see it.
+    indexed: bool = True
 
 
 @dataclass
@@ -64,11 +68,16 @@ class Container:
         expiry = self.expires_at(item)
         return expiry is None or now < expiry
 
-    def live_items(self, pk_key: str | None, now: float) -> list[dict[str, Any]]:
+    def live_items(
+        self, pk_key: str | None, now: float, *, indexed_only: bool = False
+    ) -> list[dict[str, Any]]:
+        def wanted(item: Item) -> bool:
+            return self.is_live(item, now) and (item.indexed or not indexed_only)
+
         if pk_key is not None:
             part = self.partitions.get(pk_key, {})
-            return [i.doc for i in part.values() if self.is_live(i, now)]
-        live = [i for p in self.partitions.values() for i in p.values() if self.is_live(i, now)]
+            return [i.doc for i in part.values() if wanted(i)]
+        live = [i for p in self.partitions.values() for i in p.values() if wanted(i)]
         live.sort(key=lambda i: i.seq)
         return [i.doc for i in live]
 
@@ -260,6 +269,7 @@ class Store:
                                         "doc": it.doc,
                                         "written_at": it.written_at,
                                         "seq": it.seq,
+                                        "indexed": it.indexed,
                                     }
                                     for key, part in c.partitions.items()
                                     for it in part.values()
@@ -283,7 +293,10 @@ class Store:
                     coll = Container(c_data["props"])
                     for it in c_data.get("items", []):
                         coll.partitions.setdefault(it["pk"], {})[it["doc"]["id"]] = Item(
-                            it["doc"], float(it["written_at"]), int(it.get("seq", 0))
+                            it["doc"],
+                            float(it["written_at"]),
+                            int(it.get("seq", 0)),
+                            it.get("indexed", True) is not False,
                         )
                     coll.throughput = c_data.get("throughput")
                     self._number_unnumbered(coll)
@@ -324,5 +337,8 @@ def _apply_mutable_container_props(props: dict[str, Any], body: dict[str, Any]) 
     unique = body.get("uniqueKeyPolicy")
     if isinstance(unique, dict) and unique.get("uniqueKeys"):
         raise unsupported("unique key policies")
-    if body.get("computedProperties"):
-        raise unsupported("computed properties")
+    # A replace carries the whole definition: computed properties it leaves out are dropped.
+    props.pop("computedProperties", None)
+    computed = check_definitions(body.get("computedProperties"))
+    if computed:
+        props["computedProperties"] = computed
