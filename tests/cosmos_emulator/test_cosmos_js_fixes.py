@@ -307,3 +307,14 @@ def test_computed_property_set_rules(database: DatabaseProxy) -> None:
     many = [{"name": f"cp{n}", "query": "SELECT VALUE c.a FROM c"} for n in range(21)]
     assert "at most 20" in create(many)
     assert [c.get("id") for c in database.list_containers()] == []
+
+
+# -- documented gaps --------------------------------------------------------------------------
+
+
+def test_full_text_ranking_is_400_naming_it(container: ContainerProxy) -> None:
+    container.create_item({"id": "1", "pk": "a", "text": "hello"})
+    query = "SELECT TOP 1 c.id FROM c ORDER BY RANK FullTextScore(c.text, ['hello'])"
+    with pytest.raises(exceptions.CosmosHttpResponseError) as err:
+        list(container.query_items(query, enable_cross_partition_query=True))
+    assert err.value.status_code == 400 and "FullTextScore" in str(err.value.message)

@@ -168,6 +168,9 @@ class _Parser:
         if self._kw("ORDER"):
             self._advance()
             self._expect_kw("BY")
+            if self._is("IDENT", "RANK") and self.tokens[self.i + 1].kind == "IDENT":
+                # Full-text and vector ranking: FullTextScore, RRF, VectorDistance.
+                raise unsupported("ORDER BY RANK (FullTextScore, RRF, VectorDistance ranking)")
             while True:
                 expr = self.expr()
                 descending = False
