@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from .errors import CosmosError, bad_request, conflict, not_found, precondition_failed
 from .ids import MAX_ITEM_BYTES, new_etag, too_large, validate_id
 from .patch import apply_patch
+from .query.computed import compile_definitions
 from .query.evaluator import Evaluator, validate
 from .query.parser import parse_query
 from .store import Container, Item, Store, pk_key
@@ -263,9 +264,10 @@ def patch(
             raise bad_request("The patch 'condition' must be a string like 'FROM c WHERE ...'.")
         query = parse_query("SELECT * " + condition)
         validate(query)
+        computed = compile_definitions(ctx.container.props.get("computedProperties"))
         if (
             query.where is not None
-            and Evaluator(query, {}).eval(query.where, existing.doc) is not True
+            and Evaluator(query, {}, computed).eval(query.where, existing.doc) is not True
         ):
             raise precondition_failed("The patch filter predicate did not match the item.")
     patched = apply_patch(existing.doc, operations, ctx.container.pk_paths)

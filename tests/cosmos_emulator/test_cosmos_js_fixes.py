@@ -248,6 +248,14 @@ def test_a_computed_property_shadows_a_persisted_one_in_queries(products: Contai
     assert star[0]["cp_lowerName"] == "stored"
 
 
+def test_a_patch_filter_predicate_sees_computed_properties(products: ContainerProxy) -> None:
+    ops = [{"op": "set", "path": "/seen", "value": True}]
+    with pytest.raises(exceptions.CosmosAccessConditionFailedError):
+        products.patch_item("1", "a", ops, filter_predicate="FROM c WHERE c.cp_total = 5")
+    patched = products.patch_item("1", "a", ops, filter_predicate="FROM c WHERE c.cp_total = 6")
+    assert patched["seen"] is True and "cp_total" not in patched
+
+
 def test_replacing_the_container_changes_its_computed_properties(
     database: DatabaseProxy, products: ContainerProxy
 ) -> None:

@@ -364,7 +364,7 @@ class _Parser:
                     key = int(self.tok.value)
                     self._advance()
                 else:
-                    raise unsupported("computed property access (only literal keys)")
+                    raise unsupported("dynamic property access like c[@p] (only literal keys)")
                 self._expect_punct("]")
                 expr = Member(expr, key)
             else:
