@@ -198,3 +198,25 @@ def test_the_transactional_batch_stays_atomic(container: ContainerProxy) -> None
     assert [r["statusCode"] for r in err.value.operation_responses] == [424, 409]
     with pytest.raises(exceptions.CosmosResourceNotFoundError):
         container.read_item("n1", "a")
+
+
+def test_malformed_operations_fail_alone_with_a_reason(container: ContainerProxy) -> None:
+    bad: list[Any] = [
+        op("Create", None, partitionKey=5, resourceBody=body("a", "a")),
+        op("Create", "not json", resourceBody=body("b", "a")),
+        op("Create", '[["nested"]]', resourceBody=body("c", "a")),
+        "not an object",
+        op("Nope", pk("a"), id="x"),
+        op("Read", pk("a")),
+        op("Patch", pk("a"), id="x", resourceBody="set"),
+    ]
+    status, results = send_bulk(
+        container, [*bad, op("Create", pk("a"), resourceBody=body("ok", "a"))]
+    )
+    assert status == 207
+    assert [r["statusCode"] for r in results] == [400] * len(bad) + [201]
+    assert all(r["message"] for r in results[:-1])
+    with pytest.raises(exceptions.CosmosHttpResponseError) as err:
+        send_bulk(container, [])
+    assert err.value.status_code == 400
+    assert [i["id"] for i in container.read_all_items()] == ["ok"]

@@ -8,6 +8,8 @@ persisted property of the same name is shadowed in queries, as Cosmos documents.
 
 from __future__ import annotations
 
+import functools
+
 from ..errors import CosmosError, bad_request
 from .ast import AGGREGATES, Call, Expr, Member, Param, Query, Ref, SelectValue, children
 from .evaluator import validate
@@ -48,12 +50,15 @@ def compile_definitions(definitions: object) -> dict[str, Expr]:
     """Name -> the expression to evaluate on an item (definitions already checked)."""
     if not isinstance(definitions, list):
         return {}
-    compiled: dict[str, Expr] = {}
-    for entry in definitions:
-        query = parse_query(entry["query"])
-        assert isinstance(query.select, SelectValue)
-        compiled[entry["name"]] = query.select.expr
-    return compiled
+    return {entry["name"]: _expression(entry["query"]) for entry in definitions}
+
+
+@functools.lru_cache(maxsize=512)
+def _expression(text: str) -> Expr:
+    # Every query on the container needs them: parse each definition once, not per request.
+    query = parse_query(text)
+    assert isinstance(query.select, SelectValue)
+    return query.select.expr
 
 
 def _name(entry: object) -> str:
