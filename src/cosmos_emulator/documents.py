@@ -115,7 +115,7 @@ class Documents:
         return _item_response(request, outcome)
 
     def _bulk(self, request: Request, coll: Container) -> Response:
-        """A non-atomic batch, addressed by partition key range, as the SDKs' bulk sends it."""
+        """A non-atomic batch by partition key range, as the JavaScript SDK's bulk sends it."""
         h = request.headers
         range_id = h.get("x-ms-documentdb-partitionkeyrangeid")
         if range_id is not None and range_id != "0":

@@ -338,7 +338,7 @@ def run_bulk(
     *,
     continue_on_error: bool,
 ) -> tuple[int, list[dict[str, Any]]]:
-    """Non-atomic (what the SDKs' bulk sends): each operation on its own partition key.
+    """Non-atomic (the JavaScript SDK's bulk): each operation on its own partition key.
 
     Every operation commits on its own, so a failing one keeps its own status and rolls back
     nothing. With continue-on-error off the operations after the first failure are not run and

@@ -1,4 +1,4 @@
-"""Bulk: non-atomic batches addressed by partition key range, as the SDKs' bulk sends them.
+"""Bulk: non-atomic batches by partition key range, as the JavaScript SDK's bulk sends them.
 
 azure-cosmos 4.17 has no bulk API (only the transactional `execute_item_batch`), so these
 tests send the JavaScript SDK's bulk request (`items.bulk` / `executeBulkOperations`: no
