@@ -25,6 +25,7 @@ from .protocol import (
     page_window,
     query_text,
 )
+from .query.computed import compile_definitions
 from .query.evaluator import check_order_by_index, run, validate
 from .query.parser import parse_query
 from .query.planner import FULL_RANGE, needs_plan, query_plan
@@ -87,7 +88,8 @@ class Documents:
     def _ctx(self, request: Request, coll: Container) -> items.ItemContext:
         values = self._pk_values(request, coll, required=True)
         assert values is not None
-        return items.ItemContext(self.store, coll, values, time.time())
+        directive = items.parse_indexing_directive(request.headers.get("x-ms-indexing-directive"))
+        return items.ItemContext(self.store, coll, values, time.time(), directive)
 
     # -- writes and point reads ----------------------------------------------------------
     def post(self, request: Request, coll: Container) -> Response:
@@ -95,6 +97,8 @@ class Documents:
         if is_true(h, "x-ms-cosmos-is-batch-request"):
             if len(request.body) > MAX_ITEM_BYTES:
                 raise too_large(len(request.body))
+            if h.get("x-ms-cosmos-batch-atomic", "").lower() == "false":
+                return self._bulk(request, coll)
             ctx = self._ctx(request, coll)
             status, results = items.run_batch(ctx, json_body(request))
             return json_response(status, results)
@@ -110,6 +114,21 @@ class Documents:
         else:
             outcome = items.create(live, ctx, body)
         return _item_response(request, outcome)
+
+    def _bulk(self, request: Request, coll: Container) -> Response:
+        """A non-atomic batch by partition key range, as the JavaScript SDK's bulk sends it."""
+        h = request.headers
+        range_id = h.get("x-ms-documentdb-partitionkeyrangeid")
+        if range_id is not None and range_id != "0":
+            raise bad_request(f"Partition key range {range_id[:40]!r} does not exist (only '0').")
+        status, results = items.run_bulk(
+            self.store,
+            coll,
+            json_body(request),
+            time.time(),
+            continue_on_error=h.get("x-ms-cosmos-batch-continue-on-error", "").lower() != "false",
+        )
+        return json_response(status, results)
 
     def item(self, request: Request, coll: Container, item_id: str) -> Response:
         ctx = self._ctx(request, coll)
@@ -132,21 +151,30 @@ class Documents:
         return _item_response(request, outcome)
 
     # -- feeds and queries ---------------------------------------------------------------
-    def _candidates(self, request: Request, coll: Container) -> list[dict[str, Any]]:
+    def _candidates(
+        self, request: Request, coll: Container, *, indexed_only: bool = False
+    ) -> list[dict[str, Any]]:
+        """The live items a request is scoped to; queries see only indexed ones (as in Cosmos,
+        an item written with `x-ms-indexing-directive: exclude` is found by reads and feeds only).
+        """
         h = request.headers
         now = time.time()
         if "x-ms-start-epk" in h or "x-ms-end-epk" in h:
             return _epk_candidates(
-                coll, h.get("x-ms-start-epk", ""), h.get("x-ms-end-epk", "FF"), now
+                coll, h.get("x-ms-start-epk", ""), h.get("x-ms-end-epk", "FF"), now, indexed_only
             )
         values = self._pk_values(request, coll, required=False)
         if values is None:
-            return coll.live_items(None, now)
+            return coll.live_items(None, now, indexed_only=indexed_only)
         if len(values) == len(coll.pk_paths):
-            return coll.live_items(pk_key(values), now)
+            return coll.live_items(pk_key(values), now, indexed_only=indexed_only)
         # A prefix of a hierarchical key: every partition that starts with it.
         prefix_len = len(values)
-        return [d for d in coll.live_items(None, now) if coll.pk_from_doc(d)[:prefix_len] == values]
+        return [
+            d
+            for d in coll.live_items(None, now, indexed_only=indexed_only)
+            if coll.pk_from_doc(d)[:prefix_len] == values
+        ]
 
     def read_feed(self, request: Request, coll: Container) -> Response:
         a_im = request.headers.get("a-im")
@@ -268,7 +296,9 @@ class Documents:
         bound_to = fingerprint(text, params, scope)
         start, size = page_window(request, bound_to)
         # One past the page tells whether a continuation token is due.
-        results = run(query, self._candidates(request, coll), params, needed=start + size + 1)
+        candidates = self._candidates(request, coll, indexed_only=True)
+        computed = compile_definitions(coll.props.get("computedProperties"))
+        results = run(query, candidates, params, needed=start + size + 1, computed=computed)
         chunk, headers = page(request, results, bound_to)
         return json_response(
             200, {"_rid": coll.rid, "Documents": chunk, "_count": len(chunk)}, headers
@@ -367,13 +397,15 @@ def _http_date(raw: str | None) -> float | None:
     return when.timestamp()
 
 
-def _epk_candidates(coll: Container, start: str, end: str, now: float) -> list[dict[str, Any]]:
+def _epk_candidates(
+    coll: Container, start: str, end: str, now: float, indexed_only: bool
+) -> list[dict[str, Any]]:
     definition = coll.props["partitionKey"]
     if definition.get("version", 1) != 2:
         raise unsupported("effective-partition-key ranges on hash V1 containers")
     kind = definition.get("kind", "Hash")
     return [
         d
-        for d in coll.live_items(None, now)
+        for d in coll.live_items(None, now, indexed_only=indexed_only)
         if in_range(effective_partition_key(coll.pk_from_doc(d), kind), start, end)
     ]

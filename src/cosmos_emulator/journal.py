@@ -9,10 +9,13 @@ replayed whole or not at all:
     {"l": <account LSN>, "r": <next resource id>, "ops": [<op>, ...]}
 
 Operations (`o`): `db` a database is created (its properties and throughput), `db-` deleted
-(by `_rid`); `c` a container is created in database `d`, `c~` replaced, `c-` deleted; `t` an
-offer's throughput changes; `i` an item version is stored (container `c` by `_rid`, partition
-`k`, the document with its `_etag` / `_ts` / `_lsn`, its exact write time `w` and creation order
-`s`); `x` an item is dropped (deleted, expired and purged, or an expired leftover replaced).
+(by `_rid`); `c` a container is created in database `d` (its properties, indexing policy and
+computed properties included), `c~` replaced, `c-` deleted; `t` an offer's throughput changes;
+`i` an item version is stored (container `c` by `_rid`, partition `k`, the document with its
+`_etag` / `_ts` / `_lsn`, its exact write time `w`, creation order `s`, and `n: false` when it
+is left out of queries: written with `x-ms-indexing-directive: exclude`, or without `include`
+under a non-automatic indexing policy); `x` an item is dropped (deleted, expired and purged, or
+an expired leftover replaced).
 
 The gateway commits after every request, before the response is handed to the connection:
 the line is written with one `os.write` (and `fsync` with `--fsync`), so nothing is
@@ -37,7 +40,16 @@ from typing import Any
 
 from .errors import CosmosError
 from .ids import RidAllocator, validate_id
-from .store import Container, Database, Item, Store, partition_key_definition, pk_key
+from .query.computed import check_definitions
+from .store import (
+    Container,
+    Database,
+    Item,
+    Store,
+    item_record,
+    partition_key_definition,
+    pk_key,
+)
 
 _LOG = logging.getLogger("cosmos_emulator")
 
@@ -219,16 +231,7 @@ def snapshot(store: Store) -> Iterator[bytes]:
             size = 0
             for key, part in coll.partitions.items():
                 for item in part.values():
-                    op_text = _dumps(
-                        {
-                            "o": "i",
-                            "c": coll.rid,
-                            "k": key,
-                            "d": item.doc,
-                            "w": item.written_at,
-                            "s": item.seq,
-                        }
-                    ).encode("ascii")
+                    op_text = _dumps(item_record(coll.rid, key, item)).encode("ascii")
                     if ops and size + len(op_text) > SNAPSHOT_LINE_BYTES:
                         yield _ops_line(ops)
                         ops, size = [], 0
@@ -352,7 +355,10 @@ class _Replay:
         written_at = op["w"]
         if not isinstance(written_at, int | float) or not math.isfinite(written_at):
             raise ValueError("the write time must be a finite number")
-        coll.put_item(key, Item(doc, float(written_at), _int(op["s"])), None)
+        indexed = op.get("n", True)
+        if not isinstance(indexed, bool):
+            raise ValueError("an item's index flag must be a boolean")
+        coll.put_item(key, Item(doc, float(written_at), _int(op["s"]), indexed), None)
         self.lsn = max(self.lsn, lsn)
 
     def _database(self, rid: Any) -> Database:
@@ -406,6 +412,10 @@ def _container_props(raw: Any) -> dict[str, Any]:
     ttl = props.get("defaultTtl")
     if ttl is not None and (not isinstance(ttl, int) or isinstance(ttl, bool)):
         raise ValueError("defaultTtl must be an integer")
+    # Queries compile these on every request: a definition the store would refuse must not
+    # come back from the file (a CosmosError here refuses the journal).
+    if check_definitions(props.get("computedProperties")) != props.get("computedProperties", []):
+        raise ValueError("computedProperties are not as the emulator stores them")
     return props
 
 

@@ -16,6 +16,7 @@ from .epk import effective_partition_key
 from .errors import bad_request, conflict, not_found, unsupported
 from .ids import RidAllocator, new_etag, validate_id
 from .lsn_index import LsnIndex
+from .query.computed import check_definitions
 from .query.values import UNDEFINED
 
 ChangeLog = list[dict[str, Any]]
@@ -36,6 +37,9 @@ class Item:
     # Creation order across the container, kept by replaces: cross-partition feeds and
     # queries without ORDER BY list items in it, like one physical partition does.
     seq: int = 0
+    # False when written with `x-ms-indexing-directive: exclude` (or not included while the
+    # indexing policy is not automatic): queries skip it; reads and feeds still see it.
+    indexed: bool = True
 
 
 @dataclass
@@ -78,11 +82,16 @@ class Container:
         expiry = self.expires_at(item)
         return expiry is None or now < expiry
 
-    def live_items(self, pk_key: str | None, now: float) -> list[dict[str, Any]]:
+    def live_items(
+        self, pk_key: str | None, now: float, *, indexed_only: bool = False
+    ) -> list[dict[str, Any]]:
+        def wanted(item: Item) -> bool:
+            return self.is_live(item, now) and (item.indexed or not indexed_only)
+
         if pk_key is not None:
             part = self.partitions.get(pk_key, {})
-            return [i.doc for i in part.values() if self.is_live(i, now)]
-        live = [i for p in self.partitions.values() for i in p.values() if self.is_live(i, now)]
+            return [i.doc for i in part.values() if wanted(i)]
+        live = [i for p in self.partitions.values() for i in p.values() if wanted(i)]
         live.sort(key=lambda i: i.seq)
         return [i.doc for i in live]
 
@@ -116,16 +125,7 @@ class Container:
         for scope in self._scope_keys(key, item.doc):
             self.scoped_feeds.setdefault(scope, LsnIndex()).add(lsn, item)
         if self.log is not None:
-            self.log.append(
-                {
-                    "o": "i",
-                    "c": self.rid,
-                    "k": key,
-                    "d": item.doc,
-                    "w": item.written_at,
-                    "s": item.seq,
-                }
-            )
+            self.log.append(item_record(self.rid, key, item))
 
     def remove_item(self, key: str, item_id: str) -> Item | None:
         part = self.partitions.get(key)
@@ -177,6 +177,22 @@ class Container:
                 node = node.get(seg, UNDEFINED) if isinstance(node, dict) else UNDEFINED
             values.append({} if node is UNDEFINED else node)
         return values
+
+
+def item_record(container_rid: str, key: str, item: Item) -> dict[str, Any]:
+    """The journal's `i` operation for an item version (see journal.py for the fields)."""
+    record: dict[str, Any] = {
+        "o": "i",
+        "c": container_rid,
+        "k": key,
+        "d": item.doc,
+        "w": item.written_at,
+        "s": item.seq,
+    }
+    if not item.indexed:
+        # Only the exception is written: most items are indexed, and every write pays the line.
+        record["n"] = False
+    return record
 
 
 def _lsn_of(item: Item) -> int:
@@ -394,5 +410,8 @@ def _apply_mutable_container_props(props: dict[str, Any], body: dict[str, Any]) 
     unique = body.get("uniqueKeyPolicy")
     if isinstance(unique, dict) and unique.get("uniqueKeys"):
         raise unsupported("unique key policies")
-    if body.get("computedProperties"):
-        raise unsupported("computed properties")
+    # A replace carries the whole definition: computed properties it leaves out are dropped.
+    props.pop("computedProperties", None)
+    computed = check_definitions(body.get("computedProperties"))
+    if computed:
+        props["computedProperties"] = computed
