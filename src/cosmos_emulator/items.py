@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from .errors import CosmosError, bad_request, conflict, not_found, precondition_failed
 from .ids import MAX_ITEM_BYTES, new_etag, too_large, validate_id
 from .patch import apply_patch
+from .query.computed import compile_definitions
 from .query.evaluator import Evaluator, validate
 from .query.parser import parse_query
 from .store import Container, Item, Store, pk_key
@@ -43,18 +44,11 @@ class LivePartition:
         return item
 
     def put(self, item_id: str, item: Item) -> None:
-        part = self.container.partitions.setdefault(self.key, {})
-        # Replacing an expired leftover must look like a fresh insert in iteration order.
-        if item_id in part and not self.container.is_live(part[item_id], self.now):
-            del part[item_id]
-        part[item_id] = item
+        assert item.doc["id"] == item_id
+        self.container.put_item(self.key, item, self.now)
 
     def remove(self, item_id: str) -> None:
-        part = self.container.partitions.get(self.key)
-        if part is not None:
-            part.pop(item_id, None)
-            if not part:
-                del self.container.partitions[self.key]
+        self.container.remove_item(self.key, item_id)
 
 
 class StagedPartition:
@@ -89,10 +83,43 @@ class ItemContext:
     container: Container
     pk_values: list[Any]
     now: float
+    # From `x-ms-indexing-directive`: True include, False exclude, None the policy's default.
+    index_directive: bool | None = None
 
     @property
     def key(self) -> str:
         return pk_key(self.pk_values)
+
+    @property
+    def indexed(self) -> bool:
+        """Whether a write now lands in the index, so that queries find it."""
+        if self.index_directive is not None:
+            return self.index_directive
+        policy = self.container.props.get("indexingPolicy") or {}
+        return policy.get("automatic", True) is not False
+
+
+_INDEXING_DIRECTIVES = {
+    "default": None,
+    "include": True,
+    "exclude": False,
+    # The Python SDK sends its IndexingDirective enum's numbers: 0 default, 1 exclude, 2 include.
+    "0": None,
+    "1": False,
+    "2": True,
+}
+
+
+def parse_indexing_directive(raw: str | None) -> bool | None:
+    """`x-ms-indexing-directive`: Include / Exclude / Default, any case, or the Python numbers."""
+    if raw is None:
+        return None
+    try:
+        return _INDEXING_DIRECTIVES[raw.strip().lower()]
+    except KeyError:
+        raise bad_request(
+            f"x-ms-indexing-directive must be Include, Exclude or Default (got {raw[:40]!r})."
+        ) from None
 
 
 @dataclass
@@ -139,7 +166,7 @@ def _stamp(ctx: ItemContext, body: dict[str, Any], previous: Item | None) -> Ite
     ctx.store.touch()
     # The write's log sequence number: the change feed lists items in its order.
     doc["_lsn"] = ctx.store.lsn
-    return Item(doc, now, seq)
+    return Item(doc, now, seq, ctx.indexed)
 
 
 def _check_if_match(item: Item, if_match: str | None) -> None:
@@ -202,27 +229,41 @@ def delete(view: PartitionView, item_id: str, if_match: str | None) -> Outcome:
     return Outcome(204, None)
 
 
+def _patch_request(body: object) -> tuple[object, object]:
+    """(operations, condition) of a patch body in either of the shapes Cosmos accepts.
+
+    The JavaScript SDK sends the operations as a bare array; the Python SDK wraps them in an
+    object, `{"operations": [...], "condition": "FROM c WHERE ..."}`.
+    """
+    if isinstance(body, list):
+        return body, None
+    if isinstance(body, dict):
+        return body.get("operations"), body.get("condition")
+    raise bad_request(
+        "The patch body must be a JSON array of operations or an object with 'operations'."
+    )
+
+
 def patch(
     view: PartitionView, ctx: ItemContext, item_id: str, body: object, if_match: str | None
 ) -> Outcome:
-    if not isinstance(body, dict):
-        raise bad_request("The patch body must be a JSON object.")
+    operations, condition = _patch_request(body)
     existing = view.get(item_id)
     if existing is None:
         raise not_found(f"Entity with the specified id '{item_id}' does not exist.")
     _check_if_match(existing, if_match)
-    condition = body.get("condition")
     if condition is not None:
         if not isinstance(condition, str):
             raise bad_request("The patch 'condition' must be a string like 'FROM c WHERE ...'.")
         query = parse_query("SELECT * " + condition)
         validate(query)
+        computed = compile_definitions(ctx.container.props.get("computedProperties"))
         if (
             query.where is not None
-            and Evaluator(query, {}).eval(query.where, existing.doc) is not True
+            and Evaluator(query, {}, computed).eval(query.where, existing.doc) is not True
         ):
             raise precondition_failed("The patch filter predicate did not match the item.")
-    patched = apply_patch(existing.doc, body.get("operations"), ctx.container.pk_paths)
+    patched = apply_patch(existing.doc, operations, ctx.container.pk_paths)
     doc = _check_body(ctx, patched, item_id)
     item = _stamp(ctx, doc, existing)
     view.put(item_id, item)
@@ -232,8 +273,7 @@ def patch(
 MAX_BATCH_OPERATIONS = 100
 
 
-def run_batch(ctx: ItemContext, operations: object) -> tuple[int, list[dict[str, Any]]]:
-    """All-or-nothing: the first failure gets its status, every other operation 424."""
+def _check_operation_list(operations: object) -> list[object]:
     if not isinstance(operations, list) or not operations:
         raise bad_request("A batch needs a non-empty list of operations.")
     if len(operations) > MAX_BATCH_OPERATIONS:
@@ -241,29 +281,98 @@ def run_batch(ctx: ItemContext, operations: object) -> tuple[int, list[dict[str,
             f"Batch request has {len(operations)} operations; at most "
             f"{MAX_BATCH_OPERATIONS} are allowed."
         )
+    return operations
+
+
+def _failed_entry(err: CosmosError) -> dict[str, Any]:
+    failed: dict[str, Any] = {
+        "statusCode": err.status,
+        "requestCharge": 1.0,
+        "message": err.message,
+    }
+    if err.substatus is not None:
+        failed["subStatusCode"] = err.substatus
+    return failed
+
+
+def _done_entry(outcome: Outcome) -> dict[str, Any]:
+    entry: dict[str, Any] = {"statusCode": outcome.status, "requestCharge": 1.0}
+    if outcome.doc is not None:
+        entry["eTag"] = outcome.doc["_etag"]
+        entry["resourceBody"] = outcome.doc
+    return entry
+
+
+_NOT_RUN: dict[str, Any] = {"statusCode": 424, "requestCharge": 0.0}
+
+
+def run_batch(ctx: ItemContext, operations: object) -> tuple[int, list[dict[str, Any]]]:
+    """All-or-nothing: the first failure gets its status, every other operation 424."""
+    ops = _check_operation_list(operations)
     staged = StagedPartition(LivePartition(ctx.container, ctx.key, ctx.now))
     results: list[dict[str, Any]] = []
-    for index, op in enumerate(operations):
+    for index, op in enumerate(ops):
         try:
             outcome = _batch_operation(staged, ctx, op)
         except CosmosError as err:
-            failed: dict[str, Any] = {
-                "statusCode": err.status,
-                "requestCharge": 1.0,
-                "message": err.message,
-            }
-            if err.substatus is not None:
-                failed["subStatusCode"] = err.substatus
-            responses = [{"statusCode": 424, "requestCharge": 0.0} for _ in operations]
-            responses[index] = failed
+            responses = [dict(_NOT_RUN) for _ in ops]
+            responses[index] = _failed_entry(err)
             return 207, responses
-        entry: dict[str, Any] = {"statusCode": outcome.status, "requestCharge": 1.0}
-        if outcome.doc is not None:
-            entry["eTag"] = outcome.doc["_etag"]
-            entry["resourceBody"] = outcome.doc
-        results.append(entry)
+        results.append(_done_entry(outcome))
     staged.commit()
     return 200, results
+
+
+def run_bulk(
+    store: Store,
+    container: Container,
+    operations: object,
+    now: float,
+    *,
+    continue_on_error: bool,
+) -> tuple[int, list[dict[str, Any]]]:
+    """Non-atomic (the JavaScript SDK's bulk): each operation on its own partition key.
+
+    Every operation commits on its own, so a failing one keeps its own status and rolls back
+    nothing. With continue-on-error off the operations after the first failure are not run and
+    get 424. The answer is 200 when all succeeded, else 207 (multi-status).
+    """
+    ops = _check_operation_list(operations)
+    results: list[dict[str, Any]] = []
+    for op in ops:
+        try:
+            outcome = _bulk_operation(store, container, op, now)
+        except CosmosError as err:
+            results.append(_failed_entry(err))
+            if not continue_on_error:
+                results.extend(dict(_NOT_RUN) for _ in range(len(ops) - len(results)))
+                break
+            continue
+        results.append(_done_entry(outcome))
+    failed = any(r["statusCode"] >= 400 for r in results)
+    return (207 if failed else 200), results
+
+
+def _bulk_operation(store: Store, container: Container, op: object, now: float) -> Outcome:
+    if not isinstance(op, dict):
+        raise bad_request("Each batch operation must be an object.")
+    if "partitionKey" not in op:
+        raise bad_request(
+            "PartitionKey value must be supplied for each operation of a non-atomic "
+            "(bulk) batch: 'partitionKey', a JSON array in a string."
+        )
+    values = parse_batch_partition_key(op["partitionKey"])
+    if not isinstance(values, list) or len(values) != len(container.pk_paths):
+        raise bad_request(
+            "A bulk operation's partitionKey must be a JSON array with one value per path of "
+            "the container's partition key definition."
+        )
+    if any(isinstance(v, dict | list) and v != {} for v in values):
+        raise bad_request(
+            "A partition key value must be a string, number, boolean, null or {} (undefined)."
+        )
+    ctx = ItemContext(store, container, values, now)
+    return _run_operation(LivePartition(container, ctx.key, now), ctx, op)
 
 
 def parse_batch_partition_key(raw: object) -> Any:
@@ -275,26 +384,29 @@ def parse_batch_partition_key(raw: object) -> Any:
 def _batch_operation(view: StagedPartition, ctx: ItemContext, op: object) -> Outcome:
     if not isinstance(op, dict):
         raise bad_request("Each batch operation must be an object.")
+    if "partitionKey" in op and parse_batch_partition_key(op["partitionKey"]) != ctx.pk_values:
+        raise bad_request("Every operation of a batch must target the batch's partition key.")
+    return _run_operation(view, ctx, op)
+
+
+def _run_operation(view: PartitionView, ctx: ItemContext, op: dict[str, Any]) -> Outcome:
     kind = str(op.get("operationType", ""))
     if_match = op.get("ifMatch")
     if_none_match = op.get("ifNoneMatch")
-    if "partitionKey" in op and parse_batch_partition_key(op["partitionKey"]) != ctx.pk_values:
-        raise bad_request("Every operation of a batch must target the batch's partition key.")
     body = op.get("resourceBody")
     item_id = op.get("id")
     if kind == "Create":
         return create(view, ctx, body)
     if kind == "Upsert":
         return upsert(view, ctx, body, if_match)
-    if kind in ("Read", "Delete", "Replace", "Patch") and not isinstance(item_id, str):
+    if kind not in ("Read", "Delete", "Replace", "Patch"):
+        raise bad_request(f"Unknown batch operationType {kind!r}.")
+    if not isinstance(item_id, str):
         raise bad_request(f"Batch operation {kind} needs an 'id'.")
-    assert isinstance(item_id, str) or kind not in ("Read", "Delete", "Replace", "Patch")
     if kind == "Read":
-        return read(view, str(item_id), if_none_match)
+        return read(view, item_id, if_none_match)
     if kind == "Delete":
-        return delete(view, str(item_id), if_match)
+        return delete(view, item_id, if_match)
     if kind == "Replace":
-        return replace(view, ctx, str(item_id), body, if_match)
-    if kind == "Patch":
-        return patch(view, ctx, str(item_id), body, if_match)
-    raise bad_request(f"Unknown batch operationType {kind!r}.")
+        return replace(view, ctx, item_id, body, if_match)
+    return patch(view, ctx, item_id, body, if_match)

@@ -165,9 +165,15 @@ def _check_no_bare_refs(expr: Expr) -> None:
 
 
 class Evaluator:
-    def __init__(self, query: Query, params: Params) -> None:
+    def __init__(
+        self, query: Query, params: Params, computed: Mapping[str, Expr] | None = None
+    ) -> None:
         self.query = query
         self.params = params
+        # The container's computed properties: name -> expression over the persisted item,
+        # evaluated without computed properties (so one never reads another, or itself).
+        self.computed = computed or {}
+        self.persisted = Evaluator(query, params) if computed else self
         self.aggregate_values: dict[int, Any] = {}
 
     def eval(self, expr: Expr, doc: Any) -> Any:
@@ -176,6 +182,9 @@ class Evaluator:
         if isinstance(expr, Ref):
             return doc
         if isinstance(expr, Member):
+            if isinstance(expr.obj, Ref) and expr.key in self.computed:
+                # A top-level name of the alias: the computed property shadows a persisted one.
+                return self.persisted.eval(self.computed[str(expr.key)], doc)
             return _member(self.eval(expr.obj, doc), expr.key)
         if isinstance(expr, Param):
             if expr.name not in self.params:
@@ -284,9 +293,15 @@ class Evaluator:
         return min(values, key=key) if call.name == "MIN" else max(values, key=key)
 
 
-def run(query: Query, docs: Iterable[Any], params: Params, needed: int | None = None) -> list[Any]:
+def run(
+    query: Query,
+    docs: Iterable[Any],
+    params: Params,
+    needed: int | None = None,
+    computed: Mapping[str, Expr] | None = None,
+) -> list[Any]:
     """Results of `query` over `docs`, in order; at least the first `needed` when given."""
-    ev = Evaluator(query, params)
+    ev = Evaluator(query, params, computed)
     top = resolve_count(query.top, params, "TOP")
     offset = resolve_count(query.offset, params, "OFFSET")
     limit = resolve_count(query.limit, params, "LIMIT")

@@ -168,6 +168,9 @@ class _Parser:
         if self._kw("ORDER"):
             self._advance()
             self._expect_kw("BY")
+            if self._is("IDENT", "RANK") and self.tokens[self.i + 1].kind == "IDENT":
+                # Full-text and vector ranking: FullTextScore, RRF, VectorDistance.
+                raise unsupported("ORDER BY RANK (FullTextScore, RRF, VectorDistance ranking)")
             while True:
                 expr = self.expr()
                 descending = False
@@ -361,7 +364,7 @@ class _Parser:
                     key = int(self.tok.value)
                     self._advance()
                 else:
-                    raise unsupported("computed property access (only literal keys)")
+                    raise unsupported("dynamic property access like c[@p] (only literal keys)")
                 self._expect_punct("]")
                 expr = Member(expr, key)
             else:
