@@ -4,6 +4,10 @@ plain and session queues and a session subscription, a resubmitted copy is the w
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -11,6 +15,7 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
+from servers import CosmosServer
 
 from orders.adapters.servicebus_dead_letters import ServiceBusDeadLetters
 from orders.domain.dead_letters import Selection
@@ -303,3 +308,33 @@ async def test_a_copy_the_sdk_cannot_send_is_kept_with_its_reason(
     assert len(outcome.done) == 1 and len(outcome.refused) == 1
     assert "cannot be sent again" in next(iter(outcome.refused.values()))
     assert [dead.message_id for dead in left] == ["odd"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["session queue", "session subscription"])
+async def test_the_cli_resubmits_a_session_dead_letter_whole(
+    sessions_emulator: RunningEmulator, python_cosmos: CosmosServer, name: str
+) -> None:
+    source, session = SOURCES[name]
+    where = (
+        ["--queue", source.queue]
+        if source.queue is not None
+        else ["--topic", SESSION_TOPIC, "--subscription", SESSION_SUBSCRIPTION, "--to-topic"]
+    )
+    async with ServiceBusClient.from_connection_string(
+        sessions_emulator.connection_string
+    ) as client:
+        await send_and_dead_letter(client, source, session)
+        resubmitted = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "orders", "dlq", "resubmit", "--all", "--by", "ops@cli",
+             "--duplicate-window", "0", *where],
+            capture_output=True, text=True, timeout=120,
+            env={**os.environ, "ServiceBusConnection": sessions_emulator.connection_string,
+                 "COSMOS_ENDPOINT": python_cosmos.endpoint, "COSMOS_KEY": python_cosmos.key},
+        )  # fmt: skip
+        copy = await receive_copy(client, source, session)
+
+    assert resubmitted.returncode == 0, resubmitted.stderr
+    assert "resubmitted 1" in resubmitted.stdout
+    assert_whole_copy(copy, session, "ops@cli")
