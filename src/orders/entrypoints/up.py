@@ -6,8 +6,8 @@ the billing, shipping and status consumers, and the HTTP API with the operations
 emulator's account and the payment stand-in's charges are kept under the stack's folder, so a
 restart resumes where the last run stopped; `--fresh` deletes them all first. The settings
 the other tools need are printed, written as `env.json` (read by `orders env`, which prints
-them as `export` lines for a second shell) and as `local.settings.json` for `func start` users. Ctrl-C or SIGTERM stops every
-process it started, saying which, as each one stops.
+them as `export` lines for a second shell) and as `local.settings.json` for `func start`
+users. Ctrl-C or SIGTERM stops every process it started, saying which, as each one stops.
 """
 
 from __future__ import annotations
