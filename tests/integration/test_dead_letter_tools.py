@@ -212,8 +212,8 @@ def text_properties(message: ServiceBusReceivedMessage) -> dict[str, Any]:
 
 
 def assert_whole_copy(copy: ServiceBusReceivedMessage, session: str | None, by: str) -> None:
-    """`by` is the start of ResubmittedBy."""
-    # Every property `produced` set, the audit properties, none of the dead-letter ones.
+    """Every property `produced` set, the audit properties (ResubmittedBy starting with `by`),
+    none of the dead-letter ones."""
     assert b"".join(copy.body) == b'{"orderId": "order-7"}'
     assert (copy.message_id, copy.session_id) == ("order-7:shipped:3", session)
     assert copy.partition_key == (session or "pk-7")
