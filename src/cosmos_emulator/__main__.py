@@ -1,4 +1,5 @@
-"""`python -m cosmos_emulator --host 127.0.0.1 --port 8081 [--https] [--data FILE]`."""
+"""`python -m cosmos_emulator --host 127.0.0.1 --port 8081 [--https] [--data DIR [--fsync]]
+[--allowed-host NAME[:PORT]]...`."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import signal
 import sys
 
 from .auth import WELL_KNOWN_KEY
+from .journal import JournalError
 from .server import serve_forever
 
 
@@ -19,7 +21,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8081, help="0 picks a free port")
     parser.add_argument("--https", action="store_true", help="serve TLS (self-signed)")
-    parser.add_argument("--data", default=None, help="JSON file the state survives in")
+    parser.add_argument(
+        "--data",
+        default=None,
+        metavar="DIR",
+        help="directory of the journal the account survives in",
+    )
+    parser.add_argument(
+        "--fsync", action="store_true", help="with --data: fsync before each answer (power loss)"
+    )
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME[:PORT]",
+        help="also serve requests with this Host (repeatable; NAME alone: any port)",
+    )
     parser.add_argument("--key", default=os.environ.get("COSMOS_EMULATOR_KEY", WELL_KNOWN_KEY))
     parser.add_argument(
         "--log-requests", action="store_true", help="one line per request on stderr"
@@ -32,12 +49,20 @@ def main(argv: list[str] | None = None) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         await serve_forever(
-            args.host, args.port, args.https, args.data, args.key, stop, args.log_requests
+            args.host,
+            args.port,
+            args.https,
+            args.data,
+            args.key,
+            stop,
+            args.log_requests,
+            fsync=args.fsync,
+            allowed_hosts=args.allowed_host,
         )
 
     try:
         asyncio.run(run())
-    except (OSError, ValueError) as exc:  # busy port, unreadable state file
+    except (OSError, ValueError, JournalError) as exc:  # busy port, bad host, unusable --data
         print(f"cosmos-emulator: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from exc
 

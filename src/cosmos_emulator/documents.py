@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from datetime import UTC
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -27,7 +28,7 @@ from .protocol import (
 from .query.evaluator import check_order_by_index, run, validate
 from .query.parser import parse_query
 from .query.planner import FULL_RANGE, needs_plan, query_plan
-from .store import Container, Store, pk_key
+from .store import Container, Item, Store, pk_key
 from .untrusted_json import parse_json
 
 QUERY_PLAN_NEEDED = 1004  # substatus: the SDK then asks for a query plan
@@ -180,19 +181,67 @@ class Documents:
             raise bad_request("x-ms-max-item-count must be an integer.") from None
         if size <= 0:
             size = DEFAULT_PAGE_SIZE
-        changed = [
-            d
-            for d in self._candidates(request, coll)
-            if d.get("_lsn", 0) > after and (since is None or d["_ts"] >= since)
-        ]
-        changed.sort(key=lambda d: d.get("_lsn", 0))
-        chunk = changed[:size]
+        now = time.time()
+        chunk: list[dict[str, Any]] = []
+        for _, item in self._feed_after(request, coll, after):
+            doc = item.doc
+            if not coll.is_live(item, now) or (since is not None and doc["_ts"] < since):
+                continue
+            chunk.append(doc)
+            if len(chunk) >= size:
+                break
         if not chunk:
             # Nothing new: the continuation moves to now, so later polls skip what was seen.
             return Response(304, b"", {"etag": f'"{max(after, self.store.lsn)}"'})
         headers = {"etag": f'"{chunk[-1]["_lsn"]}"', "x-ms-item-count": str(len(chunk))}
         return json_response(
             200, {"_rid": coll.rid, "Documents": chunk, "_count": len(chunk)}, headers
+        )
+
+    def _feed_after(
+        self, request: Request, coll: Container, after: int
+    ) -> Iterator[tuple[int, Item]]:
+        """The item versions in the request's scope with an LSN above `after`, in LSN order.
+
+        Read from the LSN indexes, so a page costs O(page): the whole container, one
+        partition key (the SDK sends its EPK point range) and a hierarchical prefix each have
+        an index. Other EPK ranges and hierarchical prefixes in the partition key header
+        walk the container's index and filter it (O(what precedes the page's last item)).
+        """
+        h = request.headers
+        if "x-ms-start-epk" in h or "x-ms-end-epk" in h:
+            start, end = h.get("x-ms-start-epk", ""), h.get("x-ms-end-epk", "FF")
+            definition = coll.props["partitionKey"]
+            if definition.get("version", 1) != 2:
+                raise unsupported("effective-partition-key ranges on hash V1 containers")
+            if start == "" and end in ("", "FF"):
+                return coll.feed.after(after)
+            scope = _indexed_scope(start, end, definition)
+            if scope is not None:
+                index = coll.scoped_feeds.get(scope)
+                return index.after(after) if index is not None else iter(())
+            kind = definition.get("kind", "Hash")
+            return (
+                (lsn, item)
+                for lsn, item in coll.feed.after(after)
+                if in_range(effective_partition_key(coll.pk_from_doc(item.doc), kind), start, end)
+            )
+        values = self._pk_values(request, coll, required=False)
+        if values is None:
+            return coll.feed.after(after)
+        if len(values) == len(coll.pk_paths):
+            part = coll.partitions.get(pk_key(values), {})
+            return iter(
+                sorted(
+                    ((lsn, i) for i in part.values() if (lsn := i.doc.get("_lsn", 0)) > after),
+                    key=lambda pair: pair[0],
+                )
+            )
+        prefix_len = len(values)
+        return (
+            (lsn, item)
+            for lsn, item in coll.feed.after(after)
+            if coll.pk_from_doc(item.doc)[:prefix_len] == values
         )
 
     def query(self, request: Request, coll: Container) -> Response:
@@ -263,6 +312,34 @@ def _item_response(request: Request, outcome: items.Outcome) -> Response:
     if outcome.doc is None or minimal:
         return Response(outcome.status, b"", headers)
     return json_response(outcome.status, outcome.doc, headers)
+
+
+EPK_COMPONENT_HEX = 32  # one hashed key component: 128 bits in hex
+
+
+def _indexed_scope(start: str, end: str, definition: dict[str, Any]) -> str | None:
+    """The scoped index answering exactly [start, end), if there is one.
+
+    The SDK asks for one partition key as [EPK, EPK + 1) and for a hierarchical prefix as
+    [EPK, EPK + "FF"); every item EPK in such a range starts with `start`, which is what the
+    scoped index of `start` (a whole key, or a prefix of whole components) holds.
+    """
+    if not start or len(start) % EPK_COMPONENT_HEX or start != start.upper():
+        return None
+    components = len(start) // EPK_COMPONENT_HEX
+    paths = len(definition["paths"])
+    if definition.get("kind") == "MultiHash":
+        if components > paths:
+            return None
+    elif components != 1:
+        return None
+    try:
+        successor = f"{int(start, 16) + 1:0{len(start)}X}"
+    except ValueError:
+        return None
+    if end in (successor, start + "FF") and len(successor) == len(start):
+        return start
+    return None
 
 
 def _change_feed_position(if_none_match: str | None, now_lsn: int) -> int:

@@ -16,7 +16,9 @@ from .auth import verify
 from .documents import Documents
 from .errors import CosmosError, bad_request, unsupported
 from .faults import FaultInjector, FaultRule
+from .hosts import HostAllowList
 from .http11 import Request, Response
+from .journal import JournalError
 from .offers import DEFAULT_THROUGHPUT, handle_offers, requested_throughput
 from .protocol import (
     error_response,
@@ -52,18 +54,35 @@ class Gateway:
         self.faults = faults
         self.scheme = scheme
         self.fallback_host = "127.0.0.1"
+        self.hosts: HostAllowList | None = None  # set once the port is known
         self.operation_counts: Counter[str] = Counter()
         self.log_requests = False
         self.documents = Documents(store)
 
     # -- entry point -----------------------------------------------------------------------
     async def handle(self, request: Request) -> Response:
+        if self.hosts is not None and not (
+            self.hosts.allows(request.headers.get("host"))
+            and self.hosts.allows_target(request.target)
+        ):
+            return error_response(
+                CosmosError(
+                    421,
+                    "MisdirectedRequest",
+                    "This emulator does not serve the host "
+                    f"{request.headers.get('host', '')[:100]!r}; it serves "
+                    f"{', '.join(self.hosts.describe())} (add one with --allowed-host).",
+                )
+            )
         try:
             path = urllib.parse.urlsplit(request.target).path or "/"
         except ValueError as exc:  # e.g. an absolute-form target with a broken IPv6 host
             return error_response(bad_request(f"Malformed request target: {exc}."))
         if path.startswith(ADMIN_PREFIX):
             return self._admin(request, path)
+        journal = self.store.journal
+        if journal is not None and journal.failed is not None:
+            return error_response(_journal_failed())
         segments = [urllib.parse.unquote(s) for s in path.split("/") if s]
         activity = request.headers.get("x-ms-activity-id") or str(uuid.uuid4())
         try:
@@ -78,7 +97,12 @@ class Gateway:
                     if rule.status is not None:
                         raise _fault_error(rule)
             with self.store.lock:
-                response = self._route(request, segments)
+                try:
+                    response = self._route(request, segments)
+                finally:  # whatever changed (even before an error) is durable before answering
+                    self.store.commit()
+        except JournalError:
+            response = error_response(_journal_failed())
         except CosmosError as err:
             response = error_response(err)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -168,8 +192,7 @@ class Gateway:
                 dbs = [d.props for d in store.databases.values()]
                 return query_response(request, "Databases", "", dbs)
             if method == "POST":
-                props = store.create_database(json_body(request))
-                store.databases[props["id"]].throughput = requested_throughput(request)
+                props = store.create_database(json_body(request), requested_throughput(request))
                 return json_response(201, props, {"etag": props["_etag"]})
         if n == 2:
             if method == "GET":
@@ -186,11 +209,10 @@ class Gateway:
             if method == "POST" and is_query(request):
                 return query_response(request, "DocumentCollections", db.props["_rid"], colls)
             if method == "POST":
-                props = store.create_container(seg[1], json_body(request))
                 throughput = requested_throughput(request)
                 if throughput is None and db.throughput is None:
                     throughput = DEFAULT_THROUGHPUT
-                db.containers[props["id"]].throughput = throughput
+                props = store.create_container(seg[1], json_body(request), throughput)
                 return json_response(201, props, {"etag": props["_etag"]})
         if n == 4:
             if method == "GET":
@@ -224,6 +246,14 @@ class Gateway:
     def _account(self, request: Request) -> dict[str, Any]:
         host = request.headers.get("host") or self.fallback_host
         return account_metadata(f"{self.scheme}://{host}/")
+
+
+def _journal_failed() -> CosmosError:
+    return CosmosError(
+        503,
+        "ServiceUnavailable",
+        "cosmos-emulator cannot write its journal (--data); restart it once the disk is fixed.",
+    )
 
 
 def _fault_error(rule: FaultRule) -> CosmosError:

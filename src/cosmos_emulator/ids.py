@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import itertools
 import threading
 import uuid
 
@@ -18,12 +17,18 @@ class RidAllocator:
     """Cosmos-shaped resource ids: a container rid extends its database rid, and so on."""
 
     def __init__(self, start: int = 1) -> None:
-        self._counter = itertools.count(start)
+        self._next = start
         self._lock = threading.Lock()
 
     def next_value(self) -> int:
         with self._lock:
-            return next(self._counter)
+            value = self._next
+            self._next += 1
+            return value
+
+    def peek(self) -> int:
+        """The value `next_value` returns next (the journal keeps it across restarts)."""
+        return self._next
 
     def database(self) -> str:
         return _encode(self.next_value().to_bytes(4, "little"))

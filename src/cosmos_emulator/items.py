@@ -43,18 +43,11 @@ class LivePartition:
         return item
 
     def put(self, item_id: str, item: Item) -> None:
-        part = self.container.partitions.setdefault(self.key, {})
-        # Replacing an expired leftover must look like a fresh insert in iteration order.
-        if item_id in part and not self.container.is_live(part[item_id], self.now):
-            del part[item_id]
-        part[item_id] = item
+        assert item.doc["id"] == item_id
+        self.container.put_item(self.key, item, self.now)
 
     def remove(self, item_id: str) -> None:
-        part = self.container.partitions.get(self.key)
-        if part is not None:
-            part.pop(item_id, None)
-            if not part:
-                del self.container.partitions[self.key]
+        self.container.remove_item(self.key, item_id)
 
 
 class StagedPartition:

@@ -73,13 +73,7 @@ def handle_offers(request: Request, seg: list[str], store: Store) -> Response:
     throughput = body.get("content", {}).get("offerThroughput") if isinstance(body, dict) else None
     if not isinstance(throughput, int) or throughput < MIN_THROUGHPUT:
         raise bad_request(f"content.offerThroughput must be an integer >= {MIN_THROUGHPUT}.")
-    for db in store.databases.values():
-        if db.props["_rid"] == offer["id"]:
-            db.throughput = throughput
-        for coll in db.containers.values():
-            if coll.rid == offer["id"]:
-                coll.throughput = throughput
-    store.touch()
+    store.set_throughput(offer["id"], throughput)
     return json_response(
         200, {**offer, "content": {**offer["content"], "offerThroughput": throughput}}
     )

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import logging
 import os
-import tempfile
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -15,12 +15,14 @@ from typing import Any
 from .auth import WELL_KNOWN_KEY
 from .faults import FaultInjector, FaultRule
 from .gateway import Gateway
+from .hosts import HostAllowList, split_authority
 from .http11 import HttpServer
 from .http_limits import HttpLimits
+from .journal import Journal, JournalError
 from .store import Store
 
 PURGE_INTERVAL_S = 0.5
-FLUSH_INTERVAL_S = 1.0
+_LOG = logging.getLogger("cosmos_emulator")
 
 
 class EmulatorCore:
@@ -31,26 +33,32 @@ class EmulatorCore:
         host: str,
         port: int,
         https: bool,
-        data_file: str | None,
+        data_dir: str | None,
         key: str,
         log_requests: bool = False,
         limits: HttpLimits | None = None,
+        *,
+        fsync: bool = False,
+        allowed_hosts: Sequence[str] = (),
     ) -> None:
         self.host = host
         self.limits = limits or HttpLimits()
         self.requested_port = port
         self.https = https
-        self.data_file = Path(data_file) if data_file else None
+        self.data_dir = Path(data_dir) if data_dir else None
+        self.fsync = fsync
+        for spec in allowed_hosts:
+            split_authority(spec)  # a malformed one fails at start, not per request
+        self.allowed_hosts = tuple(allowed_hosts)
         self.key = key
         self.store = Store()
+        self.journal: Journal | None = None
         self.faults = FaultInjector()
         self.gateway = Gateway(self.store, key, self.faults, "https" if https else "http")
         self.gateway.log_requests = log_requests
         self.port = 0
         self._http: HttpServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._flushed_changes = 0
-        self._write_lock = threading.Lock()
 
     @property
     def url(self) -> str:
@@ -60,25 +68,25 @@ class EmulatorCore:
         return f"{'https' if self.https else 'http'}://{host}:{self.port}/"
 
     async def start(self) -> None:
-        if self.data_file is not None and self.data_file.exists():
-            try:
-                self.store.restore(json.loads(self.data_file.read_text()))
-            except (ValueError, KeyError, TypeError) as exc:
-                raise ValueError(
-                    f"{self.data_file} is not a cosmos-emulator state file: {exc}"
-                ) from exc
-            self._flushed_changes = self.store.changes
+        if self.data_dir is not None:
+            journal = Journal(self.data_dir, fsync=self.fsync)
+            journal.open(self.store)  # JournalError when the directory cannot be used
+            self.journal = journal
         ssl_context = None
         if self.https:
             from .tls import self_signed_context
 
             ssl_context = self_signed_context(self.host)
         self._http = HttpServer(self.gateway.handle, ssl_context, self.limits)
-        self.port = await self._http.start(self.host, self.requested_port)
+        try:
+            self.port = await self._http.start(self.host, self.requested_port)
+        except BaseException:
+            if self.journal is not None:
+                self.journal.close()
+            raise
         self.gateway.fallback_host = self.url.split("://", 1)[1].rstrip("/")
+        self.gateway.hosts = HostAllowList(self.host, self.port, self.allowed_hosts)
         self._tasks.append(asyncio.create_task(self._purge_loop()))
-        if self.data_file is not None:
-            self._tasks.append(asyncio.create_task(self._flush_loop()))
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -88,38 +96,19 @@ class EmulatorCore:
                 await task
         if self._http is not None:
             await self._http.close()
-        self.flush()
+        if self.journal is not None:
+            with self.store.lock:
+                self.journal.close()
 
     async def _purge_loop(self) -> None:
         while True:
             await asyncio.sleep(PURGE_INTERVAL_S)
-            self.store.purge_expired()
-
-    async def _flush_loop(self) -> None:
-        while True:
-            await asyncio.sleep(FLUSH_INTERVAL_S)
-            if self.store.changes != self._flushed_changes:
-                changes, snapshot = self.store.changes, self.store.snapshot()
-                # Documents are never mutated in place (every write stores a new dict), so
-                # the snapshot can be serialised off the event loop.
-                await asyncio.to_thread(self._write, changes, snapshot)
-
-    def flush(self) -> None:
-        if self.data_file is not None:
-            self._write(self.store.changes, self.store.snapshot())
-
-    def _write(self, changes: int, snapshot: dict[str, Any]) -> None:
-        assert self.data_file is not None
-        with self._write_lock:
-            if changes < self._flushed_changes:
-                return  # a newer snapshot is already on disk
-            self.data_file.parent.mkdir(parents=True, exist_ok=True)
-            # Write-then-rename, so a crash mid-write never leaves a truncated state file.
-            fd, tmp = tempfile.mkstemp(prefix=".cosmos-emulator-", dir=self.data_file.parent)
-            with os.fdopen(fd, "w") as fh:
-                json.dump(snapshot, fh, separators=(",", ":"))
-            os.replace(tmp, self.data_file)
-            self._flushed_changes = changes
+            with self.store.lock:
+                self.store.purge_expired()
+                try:
+                    self.store.commit()
+                except JournalError as exc:  # requests answer 503 from now on
+                    _LOG.error("cosmos-emulator: %s", exc)
 
 
 class RunningCosmosEmulator:
@@ -216,17 +205,31 @@ def start_in_background(
     port: int = 0,
     *,
     https: bool = False,
-    data_file: str | os.PathLike[str] | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
+    fsync: bool = False,
     key: str = WELL_KNOWN_KEY,
     log_requests: bool = False,
     limits: HttpLimits | None = None,
+    allowed_hosts: Sequence[str] = (),
 ) -> RunningCosmosEmulator:
     """Start an emulator on its own thread; `port=0` picks a free port (see `.url`).
 
+    `data_dir` keeps the account in a journal there (see journal.py); `fsync` also syncs it
+    to disk before each answer. `allowed_hosts` adds `NAME[:PORT]` values of `Host` to serve.
     `limits` replaces the HTTP limits (sizes, connections, timeouts): tests shorten them.
     """
-    path = os.fspath(data_file) if data_file else None
-    core = EmulatorCore(host, port, https, path, key, log_requests, limits)
+    path = os.fspath(data_dir) if data_dir else None
+    core = EmulatorCore(
+        host,
+        port,
+        https,
+        path,
+        key,
+        log_requests,
+        limits,
+        fsync=fsync,
+        allowed_hosts=allowed_hosts,
+    )
     loop = asyncio.new_event_loop()
     started = threading.Event()
     failure: list[BaseException] = []
@@ -258,12 +261,17 @@ async def serve_forever(
     host: str,
     port: int,
     https: bool,
-    data_file: str | None,
+    data_dir: str | None,
     key: str,
     stop: asyncio.Event,
     log_requests: bool = False,
+    *,
+    fsync: bool = False,
+    allowed_hosts: Sequence[str] = (),
 ) -> None:
-    core = EmulatorCore(host, port, https, data_file, key, log_requests)
+    core = EmulatorCore(
+        host, port, https, data_dir, key, log_requests, fsync=fsync, allowed_hosts=allowed_hosts
+    )
     await core.start()
     print(f"cosmos-emulator listening on {core.url}", flush=True)
     try:

@@ -1,4 +1,8 @@
-"""In-memory account state: databases, containers and items, with TTL visibility."""
+"""In-memory account state: databases, containers and items, with TTL visibility.
+
+Every change is also appended to `Store.log` (when a journal is attached) as an operation
+record; the journal writes a request's records as one line before the request is answered.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,15 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+from .epk import effective_partition_key
 from .errors import bad_request, conflict, not_found, unsupported
 from .ids import RidAllocator, new_etag, validate_id
+from .lsn_index import LsnIndex
 from .query.values import UNDEFINED
+
+ChangeLog = list[dict[str, Any]]
 
 DEFAULT_INDEXING_POLICY: dict[str, Any] = {
     "indexingMode": "consistent",
@@ -35,6 +43,12 @@ class Container:
     props: dict[str, Any]
     partitions: dict[str, dict[str, Item]] = field(default_factory=dict)
     throughput: int | None = None  # None: shares its database's throughput
+    # Every stored item version by `_lsn` (the change feed), also per effective partition key
+    # and, for hierarchical keys, per EPK prefix: the scopes the SDK's feed ranges ask for.
+    feed: LsnIndex[Item] = field(default_factory=LsnIndex)
+    scoped_feeds: dict[str, LsnIndex[Item]] = field(default_factory=dict)
+    _scopes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    log: ChangeLog | None = None
 
     @property
     def rid(self) -> str:
@@ -79,11 +93,81 @@ class Container:
         for key in list(self.partitions):
             part = self.partitions[key]
             for item_id in [i for i, item in part.items() if not self.is_live(item, now)]:
-                del part[item_id]
+                self.remove_item(key, item_id)
                 removed += 1
-            if not part:
-                del self.partitions[key]
         return removed
+
+    # -- the only two ways an item is stored or dropped (they keep the LSN indexes) ---------
+    def put_item(self, key: str, item: Item, now: float | None) -> None:
+        """Store `item` in partition `key`; `now=None` (a journal replay) keeps dict order."""
+        item_id = item.doc["id"]
+        old = self.partitions.get(key, {}).get(item_id)
+        if old is not None and now is not None and not self.is_live(old, now):
+            # Replacing an expired leftover must look like a fresh insert in iteration order;
+            # journaled as the removal it is, so a replay orders the partition the same way.
+            self.remove_item(key, item_id)
+            old = None
+        part = self.partitions.setdefault(key, {})
+        if old is not None:
+            self._unindex(key, old)
+        part[item_id] = item
+        lsn = _lsn_of(item)
+        self.feed.add(lsn, item)
+        for scope in self._scope_keys(key, item.doc):
+            self.scoped_feeds.setdefault(scope, LsnIndex()).add(lsn, item)
+        if self.log is not None:
+            self.log.append(
+                {
+                    "o": "i",
+                    "c": self.rid,
+                    "k": key,
+                    "d": item.doc,
+                    "w": item.written_at,
+                    "s": item.seq,
+                }
+            )
+
+    def remove_item(self, key: str, item_id: str) -> Item | None:
+        part = self.partitions.get(key)
+        item = part.pop(item_id, None) if part is not None else None
+        if item is None:
+            return None
+        self._unindex(key, item)
+        if not part:
+            del self.partitions[key]
+            self._scopes.pop(key, None)
+        if self.log is not None:
+            self.log.append({"o": "x", "c": self.rid, "k": key, "id": item_id})
+        return item
+
+    def _unindex(self, key: str, item: Item) -> None:
+        lsn = _lsn_of(item)
+        self.feed.discard(lsn, item)
+        for scope in self._scopes.get(key, ()):
+            index = self.scoped_feeds.get(scope)
+            if index is not None:
+                index.discard(lsn, item)
+                if not index:
+                    del self.scoped_feeds[scope]
+
+    def _scope_keys(self, key: str, doc: dict[str, Any]) -> tuple[str, ...]:
+        scopes = self._scopes.get(key)
+        if scopes is None:
+            scopes = self._scopes[key] = self._compute_scopes(doc)
+        return scopes
+
+    def _compute_scopes(self, doc: dict[str, Any]) -> tuple[str, ...]:
+        definition = self.props["partitionKey"]
+        if definition.get("version", 1) != 2:
+            return ()  # EPK ranges are refused on hash V1 containers
+        values = self.pk_from_doc(doc)
+        try:
+            if definition.get("kind") == "MultiHash":
+                parts = [effective_partition_key([v], "MultiHash") for v in values]
+                return tuple("".join(parts[: n + 1]) for n in range(len(parts)))
+            return (effective_partition_key(values, "Hash"),)
+        except ValueError:  # not a key value a request could name: no scoped index
+            return ()
 
     def pk_from_doc(self, doc: dict[str, Any]) -> list[Any]:
         values: list[Any] = []
@@ -93,6 +177,11 @@ class Container:
                 node = node.get(seg, UNDEFINED) if isinstance(node, dict) else UNDEFINED
             values.append({} if node is UNDEFINED else node)
         return values
+
+
+def _lsn_of(item: Item) -> int:
+    lsn = item.doc.get("_lsn")
+    return lsn if isinstance(lsn, int) else 0
 
 
 def pk_key(values: list[Any]) -> str:
@@ -116,11 +205,41 @@ class Store:
         self.databases: dict[str, Database] = {}
         self.rids = RidAllocator()
         self.lsn = 0
-        self.changes = 0
+        self.log: ChangeLog | None = None  # a list while a journal is attached
+        self.journal: Committer | None = None
 
     def touch(self) -> None:
         self.lsn += 1
-        self.changes += 1
+
+    def record(self, op: dict[str, Any]) -> None:
+        if self.log is not None:
+            self.log.append(op)
+
+    def start_log(self) -> ChangeLog:
+        """From now on every change is recorded; returns the (shared, cleared in place) log."""
+        self.log = []
+        for db in self.databases.values():
+            for coll in db.containers.values():
+                coll.log = self.log
+        return self.log
+
+    def commit(self) -> None:
+        """Make the changes so far durable (when journaling); call before answering."""
+        if self.journal is not None:
+            self.journal.commit()
+
+    def containers(self) -> list[Container]:
+        return [c for d in self.databases.values() for c in d.containers.values()]
+
+    def set_throughput(self, rid: str, throughput: int) -> None:
+        for db in self.databases.values():
+            if db.props["_rid"] == rid:
+                db.throughput = throughput
+            for coll in db.containers.values():
+                if coll.rid == rid:
+                    coll.throughput = throughput
+        self.touch()
+        self.record({"o": "t", "r": rid, "t": throughput})
 
     # -- databases -----------------------------------------------------------------------
     def find_database(self, name: str) -> Database:
@@ -131,7 +250,7 @@ class Store:
             raise not_found(f"Database '{name}' not found.")
         return db
 
-    def create_database(self, body: object) -> dict[str, Any]:
+    def create_database(self, body: object, throughput: int | None = None) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise bad_request("Database body must be a JSON object.")
         name = validate_id(body.get("id"), "database id")
@@ -147,14 +266,16 @@ class Store:
             "_users": "users/",
             "_ts": int(time.time()),
         }
-        self.databases[name] = Database(props)
+        self.databases[name] = Database(props, throughput=throughput)
         self.touch()
+        self.record({"o": "db", "p": props, "t": throughput})
         return props
 
     def delete_database(self, name: str) -> None:
         db = self.find_database(name)
         del self.databases[db.props["id"]]
         self.touch()
+        self.record({"o": "db-", "r": db.props["_rid"]})
 
     # -- containers ----------------------------------------------------------------------
     def find_container(self, db_name: str, name: str) -> Container:
@@ -166,7 +287,9 @@ class Store:
             raise not_found(f"Container '{name}' not found in database '{db.props['id']}'.")
         return coll
 
-    def create_container(self, db_name: str, body: object) -> dict[str, Any]:
+    def create_container(
+        self, db_name: str, body: object, throughput: int | None = None
+    ) -> dict[str, Any]:
         db = self.find_database(db_name)
         if not isinstance(body, dict):
             raise bad_request("Container body must be a JSON object.")
@@ -177,7 +300,7 @@ class Store:
         props = {
             "id": name,
             "indexingPolicy": body.get("indexingPolicy") or dict(DEFAULT_INDEXING_POLICY),
-            "partitionKey": _partition_key_definition(body.get("partitionKey")),
+            "partitionKey": partition_key_definition(body.get("partitionKey")),
             "conflictResolutionPolicy": body.get("conflictResolutionPolicy")
             or {
                 "mode": "LastWriterWins",
@@ -196,8 +319,9 @@ class Store:
             "_conflicts": "conflicts/",
         }
         _apply_mutable_container_props(props, body)
-        db.containers[name] = Container(props)
+        db.containers[name] = Container(props, throughput=throughput, log=self.log)
         self.touch()
+        self.record({"o": "c", "d": db.props["_rid"], "p": props, "t": throughput})
         return props
 
     def replace_container(self, db_name: str, name: str, body: object) -> dict[str, Any]:
@@ -208,7 +332,7 @@ class Store:
             raise bad_request("The container id in the body does not match the URL.")
         if (
             "partitionKey" in body
-            and _partition_key_definition(body["partitionKey"])["paths"]
+            and partition_key_definition(body["partitionKey"])["paths"]
             != coll.props["partitionKey"]["paths"]
         ):
             raise bad_request("The partition key of a container cannot be changed.")
@@ -221,6 +345,7 @@ class Store:
         props["_ts"] = int(time.time())
         coll.props = props
         self.touch()
+        self.record({"o": "c~", "r": coll.rid, "p": props})
         return props
 
     def delete_container(self, db_name: str, name: str) -> None:
@@ -228,78 +353,23 @@ class Store:
         coll = self.find_container(db_name, name)
         del db.containers[coll.props["id"]]
         self.touch()
+        self.record({"o": "c-", "r": coll.rid})
 
     def purge_expired(self) -> int:
         now = time.time()
         with self.lock:
-            removed = sum(
-                c.purge_expired(now) for d in self.databases.values() for c in d.containers.values()
-            )
-            if removed:
-                self.changes += 1
-            return removed
-
-    # -- persistence ---------------------------------------------------------------------
-    def snapshot(self) -> dict[str, Any]:
-        with self.lock:
-            return {
-                "version": 1,
-                "next_rid": self.rids.next_value(),
-                "lsn": self.lsn,
-                "databases": [
-                    {
-                        "props": db.props,
-                        "throughput": db.throughput,
-                        "containers": [
-                            {
-                                "props": c.props,
-                                "throughput": c.throughput,
-                                "items": [
-                                    {
-                                        "pk": key,
-                                        "doc": it.doc,
-                                        "written_at": it.written_at,
-                                        "seq": it.seq,
-                                    }
-                                    for key, part in c.partitions.items()
-                                    for it in part.values()
-                                ],
-                            }
-                            for c in db.containers.values()
-                        ],
-                    }
-                    for db in self.databases.values()
-                ],
-            }
-
-    def restore(self, data: dict[str, Any]) -> None:
-        with self.lock:
-            self.rids = RidAllocator(int(data.get("next_rid", 1)) + 1)
-            self.lsn = int(data.get("lsn", 0))
-            self.databases = {}
-            for db_data in data.get("databases", []):
-                db = Database(db_data["props"])
-                for c_data in db_data.get("containers", []):
-                    coll = Container(c_data["props"])
-                    for it in c_data.get("items", []):
-                        coll.partitions.setdefault(it["pk"], {})[it["doc"]["id"]] = Item(
-                            it["doc"], float(it["written_at"]), int(it.get("seq", 0))
-                        )
-                    coll.throughput = c_data.get("throughput")
-                    self._number_unnumbered(coll)
-                    db.containers[coll.props["id"]] = coll
-                db.throughput = db_data.get("throughput")
-                self.databases[db.props["id"]] = db
-
-    def _number_unnumbered(self, coll: Container) -> None:
-        """Items saved before `_lsn` existed get one, in creation order, after every other."""
-        missing = [i for p in coll.partitions.values() for i in p.values() if "_lsn" not in i.doc]
-        for item in sorted(missing, key=lambda i: i.seq):
-            self.lsn += 1
-            item.doc["_lsn"] = self.lsn
+            return sum(c.purge_expired(now) for c in self.containers())
 
 
-def _partition_key_definition(raw: object) -> dict[str, Any]:
+class Committer(Protocol):
+    """The journal as the store sees it: `failed` once a write failed (no more answers)."""
+
+    failed: OSError | None
+
+    def commit(self) -> None: ...
+
+
+def partition_key_definition(raw: object) -> dict[str, Any]:
     if not isinstance(raw, dict) or not isinstance(raw.get("paths"), list) or not raw["paths"]:
         raise bad_request("A container needs a partitionKey definition with 'paths'.")
     paths = raw["paths"]

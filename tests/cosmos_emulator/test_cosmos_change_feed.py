@@ -8,7 +8,6 @@ response ETag sent back as `If-None-Match`; 304 means nothing new.
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -254,16 +253,16 @@ async def test_aio_change_feed(aio_container: AioContainerProxy) -> None:
     assert _ids([d async for d in paged]) == ["new"]
 
 
-def test_a_continuation_survives_a_restart_with_a_data_file(tmp_path: Path) -> None:
-    data = tmp_path / "state.json"
-    with start_in_background(data_file=data) as emu:
+def test_a_continuation_survives_a_restart_with_a_data_dir(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with start_in_background(data_dir=data) as emu:
         client = CosmosClient(emu.url, emu.key)
         container = client.create_database("d").create_container("c", PartitionKey("/pk"))
         container.create_item({"id": "before", "pk": "a"})
         assert _ids(_feed(container)) == ["before"]
         token = _token(container)
         last = container.read_item("before", "a")["_lsn"]
-    with start_in_background(data_file=data) as emu:
+    with start_in_background(data_dir=data) as emu:
         client = CosmosClient(emu.url, emu.key)
         container = client.get_database_client("d").get_container_client("c")
         assert container.read_item("before", "a")["_lsn"] == last
@@ -271,23 +270,3 @@ def test_a_continuation_survives_a_restart_with_a_data_file(tmp_path: Path) -> N
         created = container.create_item({"id": "after", "pk": "b"})
         assert created["_lsn"] > last
         assert _ids(container.query_items_change_feed(continuation=token)) == ["after"]
-
-
-def test_items_saved_without_an_lsn_get_one_on_restore(tmp_path: Path) -> None:
-    """A data file written before `_lsn` existed: its items join the feed in creation order."""
-    data = tmp_path / "state.json"
-    with start_in_background(data_file=data) as emu:
-        client = CosmosClient(emu.url, emu.key)
-        container = client.create_database("d").create_container("c", PartitionKey("/pk"))
-        for name in ("first", "second"):
-            container.create_item({"id": name, "pk": name})
-    state = json.loads(data.read_text())
-    for item in state["databases"][0]["containers"][0]["items"]:
-        del item["doc"]["_lsn"]
-    data.write_text(json.dumps(state))
-    with start_in_background(data_file=data) as emu:
-        client = CosmosClient(emu.url, emu.key)
-        container = client.get_database_client("d").get_container_client("c")
-        feed = _feed(container)
-        assert _ids(feed) == ["first", "second"] and feed[0]["_lsn"] < feed[1]["_lsn"]
-        assert container.create_item({"id": "third", "pk": "x"})["_lsn"] > feed[1]["_lsn"]

@@ -22,7 +22,7 @@ from raw_http import (
 from cosmos_emulator import WELL_KNOWN_KEY, HttpLimits, RunningCosmosEmulator, start_in_background
 
 MiB = 1024 * 1024
-HEALTH = b"GET /_emulator/health HTTP/1.1\r\nHost: x\r\n\r\n"
+HEALTH = b"GET /_emulator/health HTTP/1.1\r\nHost: localhost\r\n\r\n"
 
 
 def _assert_error(raw: bytes, status: int, code: str) -> None:

@@ -47,7 +47,9 @@ def test_malformed_requests_get_400_and_the_server_keeps_serving(
 
 def test_connection_close_is_honoured(cosmos_emulator: RunningCosmosEmulator) -> None:
     with socket.create_connection(("127.0.0.1", cosmos_emulator.port), timeout=5) as sock:
-        sock.sendall(b"GET /_emulator/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        sock.sendall(
+            b"GET /_emulator/health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        )
         data = b""
         while chunk := sock.recv(4096):
             data += chunk

@@ -42,7 +42,7 @@ def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> None:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_cli_serves_and_persists_across_restarts(tmp_path: Path, sig: int) -> None:
-    data = tmp_path / "state.json"
+    data = tmp_path / "data"
     proc, url = launch("--data", str(data))
     try:
         assert url.startswith("http://127.0.0.1:") and url.endswith("/")
@@ -79,14 +79,14 @@ def test_cli_https_works_with_default_sdk_options() -> None:
         stop(proc)
 
 
-def test_in_process_data_file_survives_restart(tmp_path: Path) -> None:
-    data = tmp_path / "nested" / "state.json"
-    with start_in_background(data_file=data) as emu:
+def test_in_process_data_dir_survives_restart(tmp_path: Path) -> None:
+    data = tmp_path / "nested" / "data"
+    with start_in_background(data_dir=data) as emu:
         client = CosmosClient(emu.url, emu.key)
         container = client.create_database("d").create_container("c", PartitionKey("/pk"))
         container.create_item({"id": "1", "pk": "a"})
         container.execute_item_batch([("create", ({"id": "2", "pk": "a"},))], partition_key="a")
-    with start_in_background(data_file=data) as emu:
+    with start_in_background(data_dir=data) as emu:
         client = CosmosClient(emu.url, emu.key)
         container = client.get_database_client("d").get_container_client("c")
         ids = [d["id"] for d in container.query_items("SELECT * FROM c", partition_key="a")]
@@ -113,8 +113,8 @@ async def test_https_with_the_aio_sdk() -> None:
 
 
 def test_state_written_while_serving_is_complete_after_stop(tmp_path: Path) -> None:
-    data = tmp_path / "state.json"
-    with start_in_background(data_file=data) as emu:
+    data = tmp_path / "data"
+    with start_in_background(data_dir=data) as emu:
         container = (
             CosmosClient(emu.url, emu.key)
             .create_database("d")
@@ -122,7 +122,7 @@ def test_state_written_while_serving_is_complete_after_stop(tmp_path: Path) -> N
         )
         for i in range(60):
             container.upsert_item({"id": str(i % 20), "pk": "a", "i": i})
-    with start_in_background(data_file=data) as emu:
+    with start_in_background(data_dir=data) as emu:
         container = (
             CosmosClient(emu.url, emu.key).get_database_client("d").get_container_client("c")
         )
@@ -130,9 +130,9 @@ def test_state_written_while_serving_is_complete_after_stop(tmp_path: Path) -> N
         assert values == list(range(40, 60))
 
 
-def test_cli_refuses_a_corrupt_state_file(tmp_path: Path) -> None:
+def test_cli_refuses_a_data_path_that_is_a_file(tmp_path: Path) -> None:
     data = tmp_path / "state.json"
-    data.write_text("{not json")
+    data.write_text("{not a directory")
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     result = subprocess.run(
         [sys.executable, "-m", "cosmos_emulator", "--port", "0", "--data", str(data)],
@@ -142,5 +142,5 @@ def test_cli_refuses_a_corrupt_state_file(tmp_path: Path) -> None:
         timeout=30,
     )
     assert result.returncode == 2
-    assert "not a cosmos-emulator state file" in result.stderr
+    assert "is a file: --data names a directory" in result.stderr
     assert result.stdout == ""
