@@ -205,4 +205,4 @@ def test_a_restart_keeps_orders_messages_and_dead_letters_and_fresh_starts_empty
     assert scheduled == ["o-later"] and dead_letters == ["o-poison"]
     # --fresh forgot them all.
     assert forgotten.status_code == 404 and fresh_dead_letters == []
-    assert "--fresh: deleted" in (tmp_path / "third.log").read_text()
+    assert f"--fresh: deleted {directory / 'payments'}" in (tmp_path / "third.log").read_text()
