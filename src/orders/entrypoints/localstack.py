@@ -179,7 +179,7 @@ def stop_together(
             for managed in pending:
                 managed.signal(signal.SIGKILL)
                 managed.process.wait(timeout=10)
-                report(f"killed {managed.name}: it did not stop in {timeout:.0f} s")
+                report(f"killed {managed.name}: it did not stop in {timeout:g} s")
             return
         time.sleep(0.02)  # polling the children's exit, bounded by the timeout above
 
