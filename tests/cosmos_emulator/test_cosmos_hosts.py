@@ -8,8 +8,10 @@ works with `localhost` and `127.0.0.1` endpoints, and `allowed_hosts` adds names
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
+import socket
 import subprocess
 import sys
 from email.utils import formatdate
@@ -171,3 +173,25 @@ def test_the_cli_takes_allowed_hosts_and_refuses_a_malformed_one() -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback on this machine")
+def test_an_ipv6_loopback_bind_serves_its_bracketed_address() -> None:
+    with start_in_background("::1", 0) as emu:
+        port = emu.port
+        for host, status in [(f"[::1]:{port}", 200), (f"[::2]:{port}", 421)]:
+            conn = http.client.HTTPConnection("::1", port, timeout=5)
+            try:
+                conn.request("GET", "/_emulator/health", headers={"Host": host})
+                assert conn.getresponse().status == status, host
+            finally:
+                conn.close()

@@ -153,14 +153,14 @@ def test_resources_offers_and_deletes_come_back_as_they_were(tmp_path: Path) -> 
         hierarchical.create_item({"id": "1", "t": "a", "u": "b"})
         before = _everything(client)
         assert set(before) == {"shared", "d", "offers"}
-        assert int(kept.get_throughput().offer_throughput) == 700
+        assert kept.get_throughput().offer_throughput == 700
         assert before["d"]["containers"]["kept"]["props"]["defaultTtl"] == 3600
 
     with start_in_background(data_dir=data) as emu:
         client = _client(emu)
         assert _everything(client) == before
-        assert int(client.get_database_client("shared").get_throughput().offer_throughput) == 1000
-        assert int(_container(emu, "d", "kept").get_throughput().offer_throughput) == 700
+        assert client.get_database_client("shared").get_throughput().offer_throughput == 1000
+        assert _container(emu, "d", "kept").get_throughput().offer_throughput == 700
         again = client.get_database_client("d").create_container("dropped", PartitionKey("/pk"))
         assert list(again.query_items("SELECT * FROM c", enable_cross_partition_query=True)) == []
         prefix = _container(emu, "d", "h").query_items_change_feed(
@@ -388,7 +388,7 @@ def test_fsync_mode_syncs_before_each_answer(
         synced.append(fd)
         real_fsync(fd)
 
-    monkeypatch.setattr(journal_module.os, "fsync", counting_fsync)
+    monkeypatch.setattr(os, "fsync", counting_fsync)  # the journal calls os.fsync
     with start_in_background(data_dir=tmp_path / "data", fsync=True) as emu:
         container = _client(emu).create_database("d").create_container("c", PartitionKey("/pk"))
         before = len(synced)
