@@ -433,7 +433,12 @@ def up(
         fresh=fresh,
         allowed_hosts=tuple(allow_host or ()),
     )
-    run_up(options, ready, lambda line: err.print(line, highlight=False, markup=False))
+
+    def report(line: str) -> None:
+        # Whole lines, never wrapped: paths are long, and scripts read them.
+        err.print(line, highlight=False, markup=False, soft_wrap=True)
+
+    run_up(options, ready, report)
     err.print("stopped")
 
 
