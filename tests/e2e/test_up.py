@@ -206,3 +206,25 @@ def test_a_restart_keeps_orders_messages_and_dead_letters_and_fresh_starts_empty
     # --fresh forgot them all.
     assert forgotten.status_code == 404 and fresh_dead_letters == []
     assert f"--fresh: deleted {directory / 'payments'}" in (tmp_path / "third.log").read_text()
+
+
+def test_ctrl_c_while_starting_stops_what_was_started(tmp_path: Path) -> None:
+    directory, log = tmp_path / "local", tmp_path / "up.log"
+    with log.open("wb") as output:
+        up = subprocess.Popen(
+            [sys.executable, "-m", "orders", "up", "--workers", "1", "--port", str(free_port()),
+             "--dir", str(directory)],
+            stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        # The emulators are being started: their logs exist before they report ready.
+        poll_until(lambda: (directory / "cosmos-emulator.log").exists(), 60, "the emulators")
+    finally:
+        os.kill(up.pid, signal.SIGINT)
+        exit_code = up.wait(timeout=60)
+
+    output_text = log.read_text()
+    assert exit_code == 0, output_text[-3000:]
+    assert "SIGINT: stopping the local stack" in output_text and "ready" not in output_text
+    assert "stopped servicebus-emulator in" in output_text
+    assert processes_mentioning(str(directory)) == []

@@ -20,7 +20,8 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +38,10 @@ SERVICEBUS_DATA = "servicebus-data"
 COSMOS_DATA = "cosmos-data"
 PAYMENTS_DATA = "payments"
 LOCAL_SETTINGS_FILE = "local.settings.json"
+
+
+class StartInterrupted(Exception):
+    """SIGINT or SIGTERM before the stack was ready: what was started is stopped."""
 
 
 @dataclass(frozen=True)
@@ -136,16 +141,37 @@ def run_up(
     report: Callable[[str], None] = lambda line: None,
 ) -> None:
     """Start everything, report it, and block until SIGINT or SIGTERM; then stop it all,
-    telling `report` what it stops as it stops."""
+    telling `report` what it stops as it stops. A signal during the start cuts it short."""
     stopped = threading.Event()
+    starting = True
 
     def stop(signum: int, frame: object) -> None:
-        if not stopped.is_set():
-            report(f"{signal.Signals(signum).name}: stopping the local stack")
+        if stopped.is_set():
+            return  # already stopping: a second Ctrl-C must not cut the stop short
+        report(f"{signal.Signals(signum).name}: stopping the local stack")
         stopped.set()
+        if starting:
+            raise StartInterrupted
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, stop)
+    try:
+        with _started(options, report) as (stack, api_url, environment):
+            starting = False
+            on_ready(RunningStack(api_url, environment, options.directory))
+            while not stopped.wait(0.5):
+                if not all(process.running for process in stack.processes):
+                    gone = [p.name for p in stack.processes if not p.running]
+                    raise RuntimeError(f"stopped unexpectedly: {gone}")
+    except StartInterrupted:
+        return
+
+
+@contextmanager
+def _started(
+    options: UpOptions, report: Callable[[str], None]
+) -> Iterator[tuple[LocalStack, str, dict[str, str]]]:
+    """The whole stack, started (and stopped when the block ends, however it ends)."""
     options.directory.mkdir(parents=True, exist_ok=True)
     if options.fresh:
         for path in forget_last_run(options):
@@ -184,8 +210,4 @@ def run_up(
         )  # fmt: skip
         api_url = _wait_for_api(stack, "http-api")
         write_settings(options.directory, environment, api_url)
-        on_ready(RunningStack(api_url, environment, options.directory))
-        while not stopped.wait(0.5):
-            if not all(process.running for process in stack.processes):
-                gone = [p.name for p in stack.processes if not p.running]
-                raise RuntimeError(f"stopped unexpectedly: {gone}")
+        yield stack, api_url, environment
