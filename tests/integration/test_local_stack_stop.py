@@ -32,7 +32,7 @@ def spawn(stack: LocalStack, name: str, delay: float) -> None:
 def test_services_stop_together_and_each_is_reported_as_it_stops(tmp_path: Path) -> None:
     stack = LocalStack(tmp_path)
     spawn(stack, "servicebus-emulator", 0)
-    spawn(stack, "worker-1", 0.6)
+    spawn(stack, "worker-1", 1.0)
     spawn(stack, "http-api", 0)
     lines: list[str] = []
 
