@@ -69,7 +69,9 @@ OPTIONAL_SETTING_NAMES = frozenset(
     }
 )
 # Read by local tooling only: the folder of the workers' decision journals (`orders up`).
-LOCAL_SETTING_NAMES = frozenset({"ORDERS_DECISIONS_DIR"})
+# ORDERS_ALLOWED_HOSTS: the host names (`name` or `name:port`, comma-separated) the local HTTP
+# servers answer for besides their own address, localhost and 127.0.0.1 (a container's name).
+LOCAL_SETTING_NAMES = frozenset({"ORDERS_DECISIONS_DIR", "ORDERS_ALLOWED_HOSTS"})
 CONSOLE_ENABLED = "ORDERS_CONSOLE_ENABLED"
 
 DEFAULT_IDEMPOTENCY_TTL_SECONDS = 24 * 60 * 60
@@ -119,6 +121,7 @@ class Settings:
     console_subscriptions: tuple[tuple[str, str], ...] = ()
     duplicate_window_seconds: int = DEFAULT_DUPLICATE_WINDOW_SECONDS
     decisions_folder: str | None = None
+    allowed_hosts: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -191,6 +194,11 @@ class Settings:
             console_subscriptions=parse_subscriptions(optional("ORDERS_CONSOLE_SUBSCRIPTIONS")),
             duplicate_window_seconds=window,
             decisions_folder=optional("ORDERS_DECISIONS_DIR"),
+            allowed_hosts=tuple(
+                entry.strip()
+                for entry in (optional("ORDERS_ALLOWED_HOSTS") or "").split(",")
+                if entry.strip()
+            ),
             **named,
         )
 

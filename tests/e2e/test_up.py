@@ -1,5 +1,6 @@
-"""`orders up` as a user runs it: everything comes up, works end to end, and Ctrl-C leaves no
-process behind."""
+"""`orders up` as a user runs it: everything comes up, works end to end, Ctrl-C says what it
+stops and leaves no process behind, a restart resumes where it stopped, `--fresh` starts
+empty."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import os
 import signal
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
 import pytest
+from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
 from e2e_support import poll_until
 from fakes import order_payload
 from servers import free_port
@@ -96,3 +99,132 @@ def test_up_serves_the_whole_stack_and_ctrl_c_stops_every_process(tmp_path: Path
     # The broker journaled its messages under the folder: a restart of `orders up` resumes them.
     assert (directory / "servicebus-data" / "servicebus-journal.jsonl").stat().st_size > 0
     assert processes_mentioning(f"--port {port}") == []
+
+
+def start_up(directory: Path, port: int, log: Path, *extra: str) -> subprocess.Popen[bytes]:
+    with log.open("wb") as output:
+        up = subprocess.Popen(
+            [sys.executable, "-m", "orders", "up", "--workers", "1", "--port", str(port),
+             "--dir", str(directory), *extra],
+            stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    poll_until(lambda: "ready" in log.read_text() or up.poll() is not None, 120, "ready")
+    assert up.poll() is None, log.read_text()[-3000:]
+    return up
+
+
+def ctrl_c(up: subprocess.Popen[bytes], log: Path) -> list[str]:
+    """SIGINT as the terminal sends it; the lines `orders up` printed while stopping."""
+    os.kill(up.pid, signal.SIGINT)
+    assert up.wait(timeout=90) == 0, log.read_text()[-3000:]
+    lines = log.read_text().splitlines()
+    return lines[next(i for i, line in enumerate(lines) if "SIGINT" in line) :]
+
+
+def peeked(directory: Path, entity: str, sub_queue: ServiceBusSubQueue | None) -> list[str]:
+    """MessageIds waiting in a queue (or its dead-letter queue) of the running stack."""
+    connection = json.loads((directory / "env.json").read_text())["ServiceBusConnection"]
+    with (
+        ServiceBusClient.from_connection_string(connection) as client,
+        client.get_queue_receiver(entity, sub_queue=sub_queue) as receiver,
+    ):
+        return [str(m.message_id) for m in receiver.peek_messages(50, sequence_number=1)]
+
+
+def test_a_restart_keeps_orders_messages_and_dead_letters_and_fresh_starts_empty(
+    tmp_path: Path,
+) -> None:
+    directory, port = tmp_path / "local", free_port()
+    api = f"http://127.0.0.1:{port}"
+    order_id = f"o-restart-{port}"
+
+    # Given a stack with a stored order, a scheduled message and a dead letter
+    first = start_up(directory, port, tmp_path / "first.log")
+    try:
+        httpx.post(
+            f"{api}/api/orders", json=order_payload(order_id), headers={"Idempotency-Key": "k"}
+        )
+        poll_until(
+            lambda: httpx.get(f"{api}/api/orders/{order_id}").json().get("statusVersion") == 3,
+            90,
+            "the order to be stored, paid and shipped",
+        )
+        stored = httpx.get(f"{api}/api/orders/{order_id}").json()
+        connection = json.loads((directory / "env.json").read_text())["ServiceBusConnection"]
+        with (
+            ServiceBusClient.from_connection_string(connection) as client,
+            client.get_queue_sender("orders") as sender,
+        ):
+            later = datetime.now(UTC) + timedelta(hours=1)
+            sender.schedule_messages(ServiceBusMessage(b"{}", message_id="o-later"), later)
+            sender.send_messages(ServiceBusMessage(b"{oops", message_id="o-poison"))
+        poll_until(
+            lambda: peeked(directory, "orders", ServiceBusSubQueue.DEAD_LETTER) == ["o-poison"],
+            60,
+            "the worker to dead-letter the poison message",
+        )
+        # A page that re-bound its domain to 127.0.0.1 cannot purge it.
+        rebound = httpx.post(
+            f"{api}/console/dead-letters/purge",
+            data={"source": "orders", "sequence": "all", "confirm": "yes"},
+            headers={"Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}",
+                     "Sec-Fetch-Site": "same-origin"},
+        )  # fmt: skip
+    finally:
+        stopping = ctrl_c(first, tmp_path / "first.log")
+
+    # When it is stopped with Ctrl-C and started again
+    second = start_up(directory, port, tmp_path / "second.log")
+    try:
+        again = httpx.get(f"{api}/api/orders/{order_id}")
+        scheduled = peeked(directory, "orders", None)
+        dead_letters = peeked(directory, "orders", ServiceBusSubQueue.DEAD_LETTER)
+    finally:
+        ctrl_c(second, tmp_path / "second.log")
+
+    # And once more with --fresh
+    third = start_up(directory, port, tmp_path / "third.log", "--fresh")
+    try:
+        forgotten = httpx.get(f"{api}/api/orders/{order_id}")
+        fresh_dead_letters = peeked(directory, "orders", ServiceBusSubQueue.DEAD_LETTER)
+    finally:
+        ctrl_c(third, tmp_path / "third.log")
+
+    assert rebound.status_code == 421
+    assert rebound.headers["content-type"].startswith("application/problem+json")
+    # Ctrl-C says what it stops, each process as it stops, services before the emulators.
+    assert stopping[0] == "SIGINT: stopping the local stack"
+    assert stopping[1].startswith("stopping worker-1, dispatcher-1, billing-1")
+    stopped = [line.split()[1] for line in stopping if line.startswith("stopped ")]
+    assert set(stopped[:6]) == {"worker-1", "dispatcher-1", "billing-1", "shipping-1",
+                                "status-1", "http-api"}  # fmt: skip
+    assert set(stopped[6:9]) == {"servicebus-emulator", "cosmos-emulator", "payments-standin"}
+    assert stopping[-1] == "stopped"
+    # The restart kept the order, the scheduled message and the dead letter.
+    assert again.status_code == 200 and again.json() == stored
+    assert scheduled == ["o-later"] and dead_letters == ["o-poison"]
+    # --fresh forgot them all.
+    assert forgotten.status_code == 404 and fresh_dead_letters == []
+    assert f"--fresh: deleted {directory / 'payments'}" in (tmp_path / "third.log").read_text()
+
+
+def test_ctrl_c_while_starting_stops_what_was_started(tmp_path: Path) -> None:
+    directory, log = tmp_path / "local", tmp_path / "up.log"
+    with log.open("wb") as output:
+        up = subprocess.Popen(
+            [sys.executable, "-m", "orders", "up", "--workers", "1", "--port", str(free_port()),
+             "--dir", str(directory)],
+            stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        # The emulators are being started: their logs exist before they report ready.
+        poll_until(lambda: (directory / "cosmos-emulator.log").exists(), 60, "the emulators")
+    finally:
+        os.kill(up.pid, signal.SIGINT)
+        exit_code = up.wait(timeout=60)
+
+    output_text = log.read_text()
+    assert exit_code == 0, output_text[-3000:]
+    assert "SIGINT: stopping the local stack" in output_text and "ready" not in output_text
+    assert "stopped servicebus-emulator in" in output_text
+    assert processes_mentioning(str(directory)) == []

@@ -8,6 +8,7 @@ The browser tests (tests/browser) run the same routes on the real stack.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -31,6 +32,7 @@ from hypothesis import strategies as st
 from orders.bootstrap import ConsoleRuntime, HttpRuntime
 from orders.domain.dead_letters import DeadLetter
 from orders.entrypoints.http_api import create_app
+from orders.entrypoints.http_hosts import AllowedHosts
 from orders.service.console import OperationsConsole
 from orders.service.worker_options import Source
 
@@ -62,14 +64,30 @@ class Console:
     orders: FakeOrderStore
     journal: FakeDecisionFeed
 
+    async def token(self) -> str:
+        """The session's form token, as the confirmation page gives it (and its cookie)."""
+        page = await self.client.get(
+            "/console/dead-letters/confirm",
+            params={"source": "orders", "action": "purge", "sequence": "all"},
+        )
+        found = re.search(r'name="csrf" value="([0-9a-f]+)"', page.text)
+        assert found is not None, page.text
+        return found.group(1)
+
     async def post(self, action: str, form: dict[str, str], **headers: str) -> httpx.Response:
+        """A confirmed form as the browser sends it: with the session's token."""
+        form = {"csrf": await self.token()} | form
         return await self.client.post(
             f"/console/dead-letters/{action}", data=form, headers=SAME_SITE | headers
         )
 
 
 async def console_over(
-    *, journal: bool = True, trust_principal_header: bool = False
+    *,
+    journal: bool = True,
+    trust_principal_header: bool = False,
+    allowed_hosts: AllowedHosts | None = None,
+    base_url: str = "http://console.test",
 ) -> AsyncIterator[Console]:
     queue = FakeDeadLetterQueue(QUEUE, [dead_letter(3), dead_letter(7)])
     subscription = FakeDeadLetterQueue(SUBSCRIPTION, [dead_letter(1)])
@@ -92,9 +110,9 @@ async def console_over(
     async def console_runtime() -> ConsoleRuntime:
         return ConsoleRuntime(console, trust_principal_header)
 
-    app = create_app(http_runtime, console_factory=console_runtime)
+    app = create_app(http_runtime, console_factory=console_runtime, allowed_hosts=allowed_hosts)
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://console.test") as client:
+    async with httpx.AsyncClient(transport=transport, base_url=base_url) as client:
         yield Console(client, queue, subscription, orders, feed)
 
 
@@ -469,3 +487,117 @@ async def test_the_functions_host_serves_the_console_only_when_the_setting_says_
         assert response.status_code == status
         content_type = "text/html" if enabled else PROBLEM
         assert response.headers["content-type"].startswith(content_type)
+
+
+# --- Forms need the session's token; foreign hosts are refused -----------------------------
+
+
+async def test_the_confirmation_page_sets_a_strict_session_cookie(console: Console) -> None:
+    response = await console.client.get(
+        "/console/dead-letters/confirm",
+        params={"source": "orders", "action": "purge", "sequence": "3"},
+    )
+    cookie = response.headers["set-cookie"].lower()
+    assert "orders_console_session=" in cookie and "httponly" in cookie
+    assert "samesite=strict" in cookie and "path=/console" in cookie
+    again = await console.client.get(
+        "/console/dead-letters/confirm",
+        params={"source": "orders", "action": "purge", "sequence": "7"},
+    )
+    # One session, one token: every confirmation page of the session carries the same one.
+    assert re.findall(r'name="csrf" value="(\w+)"', response.text) == re.findall(
+        r'name="csrf" value="(\w+)"', again.text
+    )
+
+
+@pytest.mark.parametrize("token", [None, "", "0" * 64, "not-hex"])
+async def test_a_form_without_the_sessions_token_is_refused_and_changes_nothing(
+    console: Console, token: str | None
+) -> None:
+    await console.token()  # the session exists: only the form's token is wrong
+    form = {"source": "orders", "sequence": "all", "confirm": "yes"}
+    if token is not None:
+        form["csrf"] = token
+    purge = await console.client.post("/console/dead-letters/purge", data=form, headers=SAME_SITE)
+    resubmit = await console.client.post(
+        "/console/dead-letters/resubmit", data=form | {"sequence": "3"}, headers=SAME_SITE
+    )
+
+    assert "token is missing or stale" in assert_html(purge, 403)
+    assert "token is missing or stale" in assert_html(resubmit, 403)
+    assert len(console.queue.dead_letters) == 2 and console.queue.resubmitted == []
+
+
+async def test_a_token_without_its_session_cookie_or_of_another_session_is_refused(
+    console: Console,
+) -> None:
+    token = await console.token()
+    form = {"source": "orders", "sequence": "all", "confirm": "yes", "csrf": token}
+    console.client.cookies.clear()
+    without_cookie = await console.client.post(
+        "/console/dead-letters/purge", data=form, headers=SAME_SITE
+    )
+    # A cookie planted by a neighbour on localhost (cookies ignore ports) has no valid token.
+    console.client.cookies.set("orders_console_session", "A" * 43, path="/console")
+    planted = await console.client.post("/console/dead-letters/purge", data=form, headers=SAME_SITE)
+
+    assert_html(without_cookie, 403)
+    assert_html(planted, 403)
+    assert len(console.queue.dead_letters) == 2
+
+
+async def test_a_dns_rebinding_request_is_refused_before_any_route_and_purges_nothing() -> None:
+    """A page that re-bound its own domain to 127.0.0.1: its Origin matches its Host, and the
+    browser calls it same-origin, so only the Host tells it apart."""
+    async for console in console_over(
+        allowed_hosts=AllowedHosts(), base_url="http://127.0.0.1:8000"
+    ):
+        token = await console.token()  # even with a real session's token
+        rebound = {
+            "Host": "evil.example:8000",
+            "Origin": "http://evil.example:8000",
+            "Sec-Fetch-Site": "same-origin",
+        }
+        purge = await console.client.post(
+            "/console/dead-letters/purge",
+            data={"source": "orders", "sequence": "all", "confirm": "yes", "csrf": token},
+            headers=rebound,
+        )
+        read = await console.client.get("/console/dead-letters?source=orders", headers=rebound)
+        api = await console.client.get("/api/orders/o-1", headers=rebound)
+
+        for refused in (purge, read, api):
+            assert_problem(refused, 421, "misdirected-request")
+        assert len(console.queue.dead_letters) == 2
+
+
+@pytest.mark.parametrize(
+    ("host", "allowed", "status"),
+    [
+        ("127.0.0.1:8000", (), 200),
+        ("localhost:8000", (), 200),
+        ("LOCALHOST:8000", (), 200),
+        ("localhost:8001", (), 421),  # another port is another server
+        ("localhost", (), 421),  # no port means 80
+        ("127.0.0.1.evil.example:8000", (), 421),
+        ("evil.example:8000", (), 421),
+        ("", (), 421),
+        ("localhost:8000@evil.example", (), 421),
+        ("localhost:99999", (), 421),
+        ("orders-api:8000", ("orders-api",), 200),  # a bare name: with the server's port
+        ("orders-api:8080", ("orders-api:8080",), 200),  # a container's published port
+        ("orders-api:8081", ("orders-api:8080",), 421),
+    ],
+)
+async def test_the_host_allow_list(host: str, allowed: tuple[str, ...], status: int) -> None:
+    async for console in console_over(
+        allowed_hosts=AllowedHosts.parse(allowed), base_url="http://127.0.0.1:8000"
+    ):
+        response = await console.client.get("/console", headers={"Host": host})
+        assert response.status_code == status
+
+
+@pytest.mark.parametrize("entry", ["", "a/b", "host:port", "x:70000", "a b", "é.test"])
+def test_a_bad_allowed_host_is_refused_at_start(entry: str) -> None:
+    with pytest.raises(ValueError, match="not a host"):
+        AllowedHosts.parse([entry])

@@ -3,7 +3,7 @@ whatever the process's Service Bus client uses)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, cast
 
@@ -47,6 +47,32 @@ def to_dead_letter(message: ServiceBusReceivedMessage) -> DeadLetter:
     )
 
 
+def resubmitted_copy(
+    dead: DeadLetter, message: ServiceBusReceivedMessage, *, by: str, now: datetime
+) -> ServiceBusMessage:
+    """The dead letter as its producer sent it: body, MessageId and every property a producer
+    sets (a session queue refuses a copy without its SessionId; a reply needs ReplyTo), its
+    own TimeToLive, and the application properties without the broker's dead-letter ones,
+    plus who resubmitted it and when. The SDK reads AMQP strings and binaries alike as bytes,
+    so the copy sends those values as the text `to_dead_letter` made of them (what producers
+    send: strings)."""
+    properties = resubmitted_properties(dead, by=by, at=now)
+    return ServiceBusMessage(
+        dead.body,
+        message_id=dead.message_id,
+        session_id=message.session_id,
+        reply_to=message.reply_to,
+        reply_to_session_id=message.reply_to_session_id,
+        to=message.to,
+        partition_key=message.partition_key,
+        time_to_live=message.time_to_live,
+        content_type=message.content_type,
+        subject=message.subject,
+        correlation_id=message.correlation_id,
+        application_properties=cast(dict[str | bytes, Any], properties),
+    )
+
+
 class ServiceBusDeadLetters:
     """The dead-letter sub-queue of a queue, or of a topic's subscription."""
 
@@ -85,38 +111,41 @@ class ServiceBusDeadLetters:
         *,
         by: str,
         now: datetime,
+        to_topic: bool = False,
     ) -> DeadLetterOutcome:
-        """Send a copy of each selected dead letter to the queue (same MessageId, body and
-        properties, plus who and when), then remove it from the dead-letter queue.
+        """Send a whole copy of each selected dead letter back (see `resubmitted_copy`), then
+        remove it from the dead-letter queue.
 
-        Not for a subscription: a copy sent to the topic would reach every subscription, and
-        Service Bus cannot address one. Re-publish the event at its source instead (same
-        MessageId, so the other subscribers' dedup absorbs it).
+        A queue's copy goes to the queue. A subscription's copy can only go to its topic, which
+        delivers it to every subscription (Service Bus cannot address one): only with
+        `to_topic`, when every subscriber drops a MessageId it already handled (ours do, by
+        their inbox). Without it, `ResubmitUnsupportedError`.
         """
-        if self._source.queue is None:
+        if self._source.queue is not None:
+            target = self._client.get_queue_sender(self._source.queue)
+        elif to_topic:
+            assert self._source.topic is not None
+            target = self._client.get_topic_sender(self._source.topic)
+        else:
             raise ResubmitUnsupportedError(
                 f"{self._source}: a copy sent to the topic reaches every subscription; "
-                "re-publish the event at its source (same MessageId) instead"
+                "re-publish the event at its source (same MessageId) instead, or resubmit "
+                "to the topic when every subscriber drops a MessageId it already handled"
             )
-        async with self._client.get_queue_sender(self._source.queue) as sender:
+        async with target as sender:
 
-            async def send_copy(dead: DeadLetter, message: ServiceBusReceivedMessage) -> None:
-                copy = ServiceBusMessage(
-                    dead.body,
-                    message_id=dead.message_id,
-                    correlation_id=message.correlation_id,
-                    subject=message.subject,
-                    content_type=message.content_type,
-                    application_properties=cast(
-                        dict[str | bytes, Any], resubmitted_properties(dead, by=by, at=now)
-                    ),
-                )
+            async def send_copy(dead: DeadLetter, message: ServiceBusReceivedMessage) -> str | None:
+                try:
+                    copy = resubmitted_copy(dead, message, by=by, now=now)
+                except ValueError as exc:  # the SDK refuses some producers' properties to send
+                    return f"its properties cannot be sent again: {exc}"
                 await sender.send_messages(copy)
+                return None
 
             return await self._take(selection, refusal, send_copy)
 
     async def purge(self, selection: Selection) -> DeadLetterOutcome:
-        async def nothing(dead: DeadLetter, message: ServiceBusReceivedMessage) -> None:
+        async def nothing(dead: DeadLetter, message: ServiceBusReceivedMessage) -> str | None:
             return None
 
         return await self._take(selection, lambda dead: None, nothing)
@@ -125,11 +154,12 @@ class ServiceBusDeadLetters:
         self,
         selection: Selection,
         refusal: Callable[[DeadLetter], str | None],
-        act: Callable[[DeadLetter, ServiceBusReceivedMessage], Any],
+        act: Callable[[DeadLetter, ServiceBusReceivedMessage], Awaitable[str | None]],
     ) -> DeadLetterOutcome:
         """Lock dead letters one page at a time; act on the selected, then remove them. What is
-        not selected (or refused) stays locked until the end, so no page sees it twice, then is
-        abandoned: it stays in the dead-letter queue, its delivery count one higher."""
+        not selected (or refused, before or by `act`) stays locked until the end, so no page
+        sees it twice, then is abandoned: it stays in the dead-letter queue, its delivery count
+        one higher."""
         outcome = DeadLetterOutcome()
         kept: list[ServiceBusReceivedMessage] = []
         async with self._dead_letter_receiver() as receiver:
@@ -150,7 +180,11 @@ class ServiceBusDeadLetters:
                                 outcome.refused[dead.sequence_number] = refused
                             kept.append(message)
                             continue
-                        await act(dead, message)
+                        refused = await act(dead, message)
+                        if refused is not None:
+                            outcome.refused[dead.sequence_number] = refused
+                            kept.append(message)
+                            continue
                         await receiver.complete_message(message)
                         outcome.done.append(dead.sequence_number)
             finally:

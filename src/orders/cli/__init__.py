@@ -382,6 +382,16 @@ def demo(
     raise typer.Exit(0 if verified.ok and not result.processes_left_running else 1)
 
 
+AllowHost = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Another host name (or name:port) to answer for, besides the bound address, "
+        "localhost and 127.0.0.1 (also ORDERS_ALLOWED_HOSTS, comma-separated)",
+        show_default=False,
+    ),
+]
+
+
 @app.command()
 def serve(
     host: Annotated[str, typer.Option(help="Interface to listen on")] = "127.0.0.1",
@@ -389,20 +399,28 @@ def serve(
     console: Annotated[
         bool, typer.Option("--console", help="Serve the operations console at /console too")
     ] = False,
+    allow_host: AllowHost = None,
 ) -> None:
     """Serve the HTTP API (POST/GET /api/orders, /api/docs) with uvicorn."""
     import uvicorn
 
     from orders.bootstrap import build_console_runtime, build_http_runtime
     from orders.entrypoints.http_api import create_app
+    from orders.entrypoints.http_hosts import AllowedHosts
 
     configure_logging()
     settings = settings_or_exit()  # fail at start, not on the first request
     with_console = console or settings.console_enabled
+    try:
+        allowed = AllowedHosts.parse([*settings.allowed_hosts, *(allow_host or [])])
+    except ValueError as exc:
+        err.print(f"[red]ORDERS_ALLOWED_HOSTS / --allow-host: {exc}[/red]")
+        raise typer.Exit(2) from exc
     uvicorn.run(
         create_app(
             lambda: build_http_runtime(settings),
             console_factory=(lambda: build_console_runtime(settings)) if with_console else None,
+            allowed_hosts=allowed,
         ),
         host=host,
         port=port,
@@ -417,8 +435,18 @@ def up(
     directory: Annotated[
         Path, typer.Option("--dir", help="Where logs and the settings files go")
     ] = Path(".orders-local"),
+    fresh: Annotated[
+        bool,
+        typer.Option(
+            "--fresh",
+            help="Start empty: delete the broker's messages, the stored orders and the "
+            "payment stand-in's charges kept from the last run",
+        ),
+    ] = False,
+    allow_host: AllowHost = None,
 ) -> None:
-    """Run the whole local stack (emulators, workers, HTTP API) until Ctrl-C."""
+    """Run the whole local stack (emulators, workers, HTTP API) until Ctrl-C; a restart
+    resumes with the orders, messages and charges of the last run."""
     from orders.entrypoints.up import RunningStack, UpOptions, run_up
 
     def ready(running: RunningStack) -> None:
@@ -429,7 +457,19 @@ def up(
         out.print("Ctrl-C stops everything.", highlight=False)
 
     configure_logging(logging.WARNING)
-    run_up(UpOptions(workers=workers, api_port=port, directory=directory), ready)
+    options = UpOptions(
+        workers=workers,
+        api_port=port,
+        directory=directory,
+        fresh=fresh,
+        allowed_hosts=tuple(allow_host or ()),
+    )
+
+    def report(line: str) -> None:
+        # Whole lines, never wrapped: paths are long, and scripts read them.
+        err.print(line, highlight=False, markup=False, soft_wrap=True)
+
+    run_up(options, ready, report)
     err.print("stopped")
 
 

@@ -155,9 +155,17 @@ def resubmit_dead_letters(
     queue: Queue = None,
     topic: Topic = None,
     subscription: Subscription = None,
+    to_topic: Annotated[
+        bool,
+        typer.Option(
+            "--to-topic",
+            help="A subscription's dead letters: send the copies to the topic, which delivers "
+            "them to every subscription (each must drop a MessageId it already handled)",
+        ),
+    ] = False,
 ) -> None:
-    """Send selected dead letters back to the queue with their original MessageId (so the
-    idempotent consumer still recognises them), recording when and by whom."""
+    """Send selected dead letters back whole (MessageId, SessionId, ReplyTo, To, TTL, every
+    property) so the idempotent consumer still recognises them, recording when and by whom."""
     selection = selection_or_exit(numbers, reason, everything)
     source = source_or_exit(queue, topic, subscription)
     now = datetime.now(UTC)
@@ -170,6 +178,7 @@ def resubmit_dead_letters(
                 lambda dead: resubmit_refusal(dead, force=force, now=now, duplicate_window=window),
                 by=who,
                 now=now,
+                to_topic=to_topic,
             ),
             source,
         )

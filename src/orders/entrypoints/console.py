@@ -6,13 +6,19 @@ an HTML error page here (problem+json is for the API's clients, not for a person
 and the JSON endpoint answers problem+json. None of these routes is in the OpenAPI document.
 State changes are POST forms reached through a confirmation page, and refused when the browser
 says they come from another site (a cookie-authenticated operator must not be made to purge by
-a link elsewhere).
+a link elsewhere), or when the form does not carry the session's token (`CsrfTokens`): fetch
+metadata alone trusts every browser to send it. A foreign `Host` never gets this far on the
+local servers (http_hosts.py).
 """
 
 from __future__ import annotations
 
 import getpass
+import hashlib
+import hmac
 import logging
+import re
+import secrets
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -56,6 +62,42 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
+
+
+SESSION_COOKIE = "orders_console_session"
+CSRF_FIELD = "csrf"
+SESSION_ID = re.compile(r"[A-Za-z0-9_-]{43}")  # secrets.token_urlsafe(32)
+
+
+class CsrfTokens:
+    """Per-session tokens for the console's forms (signed double submit).
+
+    The session is a random id in an HttpOnly, SameSite=Strict cookie; its token is an HMAC
+    of it under a key of this process, rendered into the confirmation form. A POST must carry
+    both, matching. Another site cannot read the token, and a cookie planted by a neighbour
+    (cookies ignore ports: any page on localhost can set one) has no token without the key.
+    The key lives and dies with the process: after a restart, or on another instance behind a
+    load balancer, a form is refused and the confirmation page must be opened again.
+    """
+
+    def __init__(self, key: bytes | None = None) -> None:
+        self._key = key or secrets.token_bytes(32)
+
+    @staticmethod
+    def session_of(request: Request) -> str | None:
+        """The request's session id, or None when it has none or a malformed one."""
+        value = request.cookies.get(SESSION_COOKIE)
+        return value if value is not None and SESSION_ID.fullmatch(value) else None
+
+    def token(self, session: str) -> str:
+        return hmac.new(self._key, session.encode("ascii"), hashlib.sha256).hexdigest()
+
+    def require(self, request: Request, values: dict[str, list[str]]) -> None:
+        session, sent = self.session_of(request), one_value(values, CSRF_FIELD, required=False)
+        if session is None or sent is None or not hmac.compare_digest(self.token(session), sent):
+            raise CrossSiteRequest(
+                "the form's token is missing or stale: open the confirmation page again"
+            )
 
 
 class BadConsoleRequest(OrdersError):
@@ -180,6 +222,7 @@ def install_console(app: FastAPI, factory: ConsoleFactory) -> Lazy[ConsoleRuntim
     """Add the console's routes to `app`; the caller closes the returned runtime."""
     runtime = Lazy(factory, "operations console")
     router = APIRouter(prefix=pages.PREFIX, include_in_schema=False)
+    tokens = CsrfTokens()
 
     def html_route(
         handle: Callable[[Request, ConsoleRuntime], Awaitable[HTMLResponse]],
@@ -217,7 +260,19 @@ def install_console(app: FastAPI, factory: ConsoleFactory) -> Lazy[ConsoleRuntim
                     pages.error_page(404, "Not found", f"no dead letter {sequence} in {source}"),
                     404,
                 )
-        return page(pages.confirm_page(action, source, sequence, dead))
+        session = CsrfTokens.session_of(request) or secrets.token_urlsafe(32)
+        response = page(
+            pages.confirm_page(action, source, sequence, dead, csrf_token=tokens.token(session))
+        )
+        response.set_cookie(
+            SESSION_COOKIE,
+            session,
+            path=pages.PREFIX,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+        return response
 
     def act(action: str) -> Callable[[Request, ConsoleRuntime], Awaitable[HTMLResponse]]:
         async def handle(request: Request, services: ConsoleRuntime) -> HTMLResponse:
@@ -226,6 +281,7 @@ def install_console(app: FastAPI, factory: ConsoleFactory) -> Lazy[ConsoleRuntim
             source, sequence = source_of(services, values), sequence_of(values)
             if one_value(values, "confirm", required=False) != "yes":
                 raise BadConsoleRequest("not confirmed: use the confirmation page")
+            tokens.require(request, values)
             if action == "purge":
                 outcome = await services.console.purge(source, sequence)
             elif sequence is None:

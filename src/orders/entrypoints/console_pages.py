@@ -154,7 +154,13 @@ def dead_letters_page(source: Source, dead_letters: list[DeadLetter], limit: int
     return layout(f"Dead letters of {source}", listing + note, current=PREFIX)
 
 
-def confirm_page(action: str, source: Source, sequence: int | None, dead: DeadLetter | None) -> str:
+def confirm_page(
+    action: str,
+    source: Source,
+    sequence: int | None,
+    dead: DeadLetter | None,
+    csrf_token: str = "",
+) -> str:
     what = f"dead letter {sequence}" if sequence is not None else f"every dead letter of {source}"
     details = ""
     if dead is not None:
@@ -183,6 +189,7 @@ def confirm_page(action: str, source: Source, sequence: int | None, dead: DeadLe
         f'<form method="post" action="{PREFIX}/dead-letters/{text(action)}">'
         f'<input type="hidden" name="source" value="{text(source)}">'
         f'<input type="hidden" name="sequence" value="{text(chosen)}">'
+        f'<input type="hidden" name="csrf" value="{text(csrf_token)}">'
         f'{extra}<p><button type="submit" name="confirm" value="yes">{verb} {text(what)}</button> '
         f'<a href="{url(f"{PREFIX}/dead-letters", source=str(source))}">Cancel</a></p></form>'
     )

@@ -33,6 +33,7 @@ from orders.entrypoints.http_contract import (
     accepted_response,
     cancel_response,
 )
+from orders.entrypoints.http_hosts import AllowedHosts, HostCheck
 from orders.entrypoints.http_openapi import (
     CANCEL_ORDER_EXTRA,
     CANCEL_ORDER_RESPONSES,
@@ -87,11 +88,13 @@ def create_app(
     tracer_provider: TracerProvider | None = None,
     meter_provider: MeterProvider | None = None,
     console_factory: ConsoleFactory | None = None,
+    allowed_hosts: AllowedHosts | None = None,
 ) -> FastAPI:
     """The ASGI app; `runtime_factory` defaults to building real clients from the environment.
 
     The operations console (/console) is served with `console_factory`; the Functions host
-    (no arguments) serves it only when ORDERS_CONSOLE_ENABLED is "true".
+    (no arguments) serves it only when ORDERS_CONSOLE_ENABLED is "true". With `allowed_hosts`
+    (the local servers) a request for any other host is refused (see http_hosts.py).
     """
     runtime = Lazy(runtime_factory or http_runtime_from_env, "HTTP API's clients")
     tracer = trace.get_tracer("orders.http", tracer_provider=tracer_provider)
@@ -117,6 +120,8 @@ def create_app(
         redoc_url=None,
     )
     install_problem_handlers(app, telemetry)
+    if allowed_hosts is not None:
+        app.add_middleware(HostCheck, allowed=allowed_hosts)
 
     def answer(result: SubmitResult) -> JSONResponse:
         """The stored first response, counted as a replay or a takeover where it is one."""

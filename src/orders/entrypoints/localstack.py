@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +28,7 @@ SERVICEBUS_READY = re.compile(r"servicebus-emulator listening on (\S+):(\d+)")
 COSMOS_READY = re.compile(r"cosmos-emulator listening on (\S+)")
 PAYMENTS_READY = re.compile(r"payments-standin listening on (\S+):(\d+)")
 STARTUP_TIMEOUT_SECONDS = 60.0
+STOP_TIMEOUT_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -135,13 +136,52 @@ class ManagedProcess:
         if self.running:
             os.kill(self.process.pid, signum)
 
-    def stop(self, timeout: float = 30.0) -> int:
+    def stop(self, timeout: float = STOP_TIMEOUT_SECONDS) -> int:
         self.signal(signal.SIGTERM)
         try:
             return self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.signal(signal.SIGKILL)
             return self.process.wait(timeout=10)
+
+
+def how_it_ended(managed: ManagedProcess) -> str:
+    code = managed.process.returncode
+    if code is None or code == 0:
+        return ""
+    if code < 0:  # uvicorn re-raises the SIGTERM it handled, after its graceful shutdown
+        return f" (ended by {signal.Signals(-code).name})"
+    return f" (exit code {code})"
+
+
+def stop_together(
+    group: list[ManagedProcess],
+    report: Callable[[str], None],
+    timeout: float = STOP_TIMEOUT_SECONDS,
+) -> None:
+    """SIGTERM to every process of `group` at once, then report each as it exits (SIGKILL
+    after `timeout`): one slow drain no longer adds up with the next one's."""
+    pending = [managed for managed in group if managed.running]
+    if not pending:
+        return
+    report(f"stopping {', '.join(managed.name for managed in pending)}")
+    started = time.monotonic()
+    for managed in pending:
+        managed.signal(signal.SIGTERM)
+    while pending:
+        for managed in [m for m in pending if not m.running]:
+            pending.remove(managed)
+            report(
+                f"stopped {managed.name} in {time.monotonic() - started:.1f} s"
+                f"{how_it_ended(managed)}"
+            )
+        if pending and time.monotonic() - started > timeout:
+            for managed in pending:
+                managed.signal(signal.SIGKILL)
+                managed.process.wait(timeout=10)
+                report(f"killed {managed.name}: it did not stop in {timeout:g} s")
+            return
+        time.sleep(0.02)  # polling the children's exit, bounded by the timeout above
 
 
 def _wait_for_line(managed: ManagedProcess, pattern: re.Pattern[str]) -> re.Match[str]:
@@ -164,8 +204,10 @@ class LocalStack:
     servicebus_connection_string: str = ""
     cosmos_endpoint: str = ""
     payments_url: str = ""
-    # Where the Service Bus emulator journals its messages (`--data`); None keeps them in memory.
+    # Where the Service Bus emulator journals its messages and the Cosmos emulator keeps its
+    # account (each one's `--data`); None keeps them in memory.
     servicebus_data: Path | None = None
+    cosmos_data: Path | None = None
     _worker_count: int = 0
 
     def spawn(
@@ -194,8 +236,10 @@ class LocalStack:
             ["-m", "servicebus_emulator", "--host", "127.0.0.1", "--port", "0",
              "--config", str(config_path), *data],
         )  # fmt: skip
+        cosmos_data = ["--data", str(self.cosmos_data)] if self.cosmos_data else []
         cosmos = self.spawn(
-            "cosmos-emulator", ["-m", "cosmos_emulator", "--host", "127.0.0.1", "--port", "0"]
+            "cosmos-emulator",
+            ["-m", "cosmos_emulator", "--host", "127.0.0.1", "--port", "0", *cosmos_data],
         )
         host, port = _wait_for_line(servicebus, SERVICEBUS_READY).groups()
         self.servicebus_connection_string = (
@@ -278,13 +322,13 @@ class LocalStack:
     def stop_workers(self) -> list[int]:
         return [worker.stop() for worker in self.workers() if worker.process.returncode is None]
 
-    def stop(self) -> None:
-        # Workers, dispatchers and services first (they drain through the emulators), then the
-        # emulators.
-        for managed in sorted(
-            self.processes, key=lambda p: p.name.endswith(("-emulator", "-standin"))
-        ):
-            managed.stop()
+    def stop(self, report: Callable[[str], None] | None = None) -> None:
+        """Workers, dispatchers and services first, all at once (they drain through the
+        emulators), then the emulators and the payment stand-in; `report` hears each step."""
+        last = [p for p in self.processes if p.name.endswith(("-emulator", "-standin"))]
+        first = [p for p in self.processes if p not in last]
+        for group in (first, last):
+            stop_together(group, report or (lambda line: None))
 
 
 @contextmanager
@@ -293,13 +337,19 @@ def local_stack(
     workdir: Path | None = None,
     *,
     servicebus_data: Path | None = None,
+    cosmos_data: Path | None = None,
+    report: Callable[[str], None] | None = None,
 ) -> Iterator[LocalStack]:
+    """`report` hears what is stopped, as it stops."""
     with tempfile.TemporaryDirectory(prefix="orders-stack-") as scratch:
         stack = LocalStack(
-            Path(workdir or scratch), queue or QueueOptions(), servicebus_data=servicebus_data
+            Path(workdir or scratch),
+            queue or QueueOptions(),
+            servicebus_data=servicebus_data,
+            cosmos_data=cosmos_data,
         )
         try:
             stack.start_emulators()
             yield stack
         finally:
-            stack.stop()
+            stack.stop(report)

@@ -2,11 +2,12 @@
 
 Both emulators, the payment service stand-in, competing order workers, the outbox dispatcher,
 the billing, shipping and status consumers, and the HTTP API with the operations console
-(/console), on free ports (the API on the port asked for). The payment stand-in keeps its
-charges under the stack's folder. The settings the other tools need are printed,
-written as `env.json` (read by `orders env`, which prints them as `export` lines for a second
-shell) and as `local.settings.json` for `func start` users. Ctrl-C or SIGTERM stops every
-process it started.
+(/console), on free ports (the API on the port asked for). The broker's messages, the Cosmos
+emulator's account and the payment stand-in's charges are kept under the stack's folder, so a
+restart resumes where the last run stopped; `--fresh` deletes them all first. The settings
+the other tools need are printed, written as `env.json` (read by `orders env`, which prints
+them as `export` lines for a second shell) and as `local.settings.json` for `func start`
+users. Ctrl-C or SIGTERM stops every process it started, saying which, as each one stops.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ import asyncio
 import json
 import re
 import shlex
+import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +32,16 @@ from orders.service.worker_options import Subscriber
 API_READY = re.compile(r"Uvicorn running on (http://\S+)")
 READY_TIMEOUT_SECONDS = 60.0
 ENV_FILE = "env.json"
+# What a restart resumes from, under the stack's folder (the payment stand-in's is chosen by
+# LocalStack.start_payments).
+SERVICEBUS_DATA = "servicebus-data"
+COSMOS_DATA = "cosmos-data"
+PAYMENTS_DATA = "payments"
 LOCAL_SETTINGS_FILE = "local.settings.json"
+
+
+class StartInterrupted(Exception):
+    """SIGINT or SIGTERM before the stack was ready: what was started is stopped."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +50,22 @@ class UpOptions:
     api_host: str = "127.0.0.1"
     api_port: int = 8000
     directory: Path = Path(".orders-local")
+    # Start empty: forget the messages, orders and charges the last run kept.
+    fresh: bool = False
+    # Host names the HTTP API answers for besides its address, localhost and 127.0.0.1.
+    allowed_hosts: tuple[str, ...] = ()
+
+    @property
+    def servicebus_data(self) -> Path:
+        return self.directory / SERVICEBUS_DATA
+
+    @property
+    def cosmos_data(self) -> Path:
+        return self.directory / COSMOS_DATA
+
+    @property
+    def payments_data(self) -> Path:
+        return self.directory / PAYMENTS_DATA
 
 
 @dataclass(frozen=True)
@@ -88,16 +116,75 @@ def _wait_for_api(stack: LocalStack, name: str) -> str:
     raise TimeoutError("the HTTP API did not report ready")
 
 
-def run_up(options: UpOptions, on_ready: Callable[[RunningStack], None]) -> None:
-    """Start everything, report it, and block until SIGINT or SIGTERM; then stop it all."""
+def forget_last_run(options: UpOptions) -> list[Path]:
+    """Delete what a restart would resume from, all of it, so the stores stay consistent (a
+    broker that kept messages for orders the database forgot would redeliver them into
+    nothing), and the workers' decision journals the console counts. Returns what it deleted."""
+    deleted = []
+    for path in (options.servicebus_data, options.cosmos_data, options.payments_data):
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+        else:
+            continue
+        deleted.append(path)
+    for journal in sorted(options.directory.glob("*.decisions.jsonl")):
+        journal.unlink()
+        deleted.append(journal)
+    return deleted
+
+
+def run_up(
+    options: UpOptions,
+    on_ready: Callable[[RunningStack], None],
+    report: Callable[[str], None] = lambda line: None,
+) -> None:
+    """Start everything, report it, and block until SIGINT or SIGTERM; then stop it all,
+    telling `report` what it stops as it stops. A signal during the start cuts it short."""
     stopped = threading.Event()
+    starting = True
+
+    def stop(signum: int, frame: object) -> None:
+        if stopped.is_set():
+            return  # already stopping: a second Ctrl-C must not cut the stop short
+        report(f"{signal.Signals(signum).name}: stopping the local stack")
+        stopped.set()
+        if starting:
+            raise StartInterrupted
+
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stopped.set())
+        signal.signal(signum, stop)
+    try:
+        with _started(options, report) as (stack, api_url, environment):
+            starting = False
+            on_ready(RunningStack(api_url, environment, options.directory))
+            while not stopped.wait(0.5):
+                if not all(process.running for process in stack.processes):
+                    gone = [p.name for p in stack.processes if not p.running]
+                    raise RuntimeError(f"stopped unexpectedly: {gone}")
+    except StartInterrupted:
+        return
+
+
+@contextmanager
+def _started(
+    options: UpOptions, report: Callable[[str], None]
+) -> Iterator[tuple[LocalStack, str, dict[str, str]]]:
+    """The whole stack, started (and stopped when the block ends, however it ends)."""
     options.directory.mkdir(parents=True, exist_ok=True)
-    # The broker's messages survive a restart of `orders up` (its journal under the folder);
-    # the Cosmos emulator keeps its data in memory, so stored orders start over.
-    servicebus_data = options.directory / "servicebus-data"
-    with local_stack(QueueOptions(), options.directory, servicebus_data=servicebus_data) as stack:
+    if options.fresh:
+        for path in forget_last_run(options):
+            report(f"--fresh: deleted {path}")
+    # The broker's messages, the stored orders and the charges survive a restart of
+    # `orders up`: each store keeps them under the folder.
+    with local_stack(
+        QueueOptions(),
+        options.directory,
+        servicebus_data=options.servicebus_data,
+        cosmos_data=options.cosmos_data,
+        report=report,
+    ) as stack:
         asyncio.run(prepare_local_cosmos(stack.settings()))
         stack.start_payments()
         for _ in range(options.workers):
@@ -117,13 +204,10 @@ def run_up(options: UpOptions, on_ready: Callable[[RunningStack], None]) -> None
         stack.spawn(
             "http-api",
             ["-m", "orders", "serve", "--console",
-             "--host", options.api_host, "--port", str(options.api_port)],
+             "--host", options.api_host, "--port", str(options.api_port),
+             *(arg for host in options.allowed_hosts for arg in ("--allow-host", host))],
             env={**environment, **console_environment},
         )  # fmt: skip
         api_url = _wait_for_api(stack, "http-api")
         write_settings(options.directory, environment, api_url)
-        on_ready(RunningStack(api_url, environment, options.directory))
-        while not stopped.wait(0.5):
-            if not all(process.running for process in stack.processes):
-                gone = [p.name for p in stack.processes if not p.running]
-                raise RuntimeError(f"stopped unexpectedly: {gone}")
+        yield stack, api_url, environment
