@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from fakes import FakeFencedDocuments, new_write
 
-from orders.domain.events import OrderAccepted
+from orders.domain.events import OrderEvent
 from orders.exceptions import TransientPublishError
 from orders.service.dispatcher import OutboxDispatcher, lease_id_for
 from orders.service.ports import ChangePage
@@ -42,7 +42,7 @@ class Events:
         self.published: list[str] = []
         self.fail_next: Exception | None = None
 
-    async def publish_event(self, event: OrderAccepted, trace_context: dict[str, str]) -> None:
+    async def publish_event(self, event: OrderEvent, trace_context: dict[str, str]) -> None:
         if self.fail_next is not None:
             failure, self.fail_next = self.fail_next, None
             raise failure

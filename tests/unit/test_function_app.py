@@ -36,7 +36,7 @@ from orders.bootstrap import (
     function_dispatcher_runtime,
     function_subscriber_runtimes,
 )
-from orders.domain.events import OrderAccepted
+from orders.domain.events import OrderEvent
 from orders.exceptions import TransientStoreError
 from orders.service.dispatcher import OutboxDispatcher
 from orders.service.ports import ChangePage
@@ -250,7 +250,7 @@ class RecordingEvents:
     def __init__(self) -> None:
         self.published: list[str] = []
 
-    async def publish_event(self, event: OrderAccepted, trace_context: dict[str, str]) -> None:
+    async def publish_event(self, event: OrderEvent, trace_context: dict[str, str]) -> None:
         self.published.append(event.event_id)
 
 
