@@ -354,15 +354,61 @@ def _small_message_cases(
     return cases
 
 
+def valid_cancel_event_document(order_id: str) -> dict[str, Any]:
+    return {
+        "eventType": "OrderCancelled",
+        "eventId": f"{order_id}:outbox:OrderCancelled",
+        "orderId": order_id,
+        "cancelledAt": "2026-11-30T00:00:00+00:00",
+    }
+
+
 def event_poison_cases(prefix: str) -> list[PoisonCase]:
-    """Hostile `OrderAccepted` events (billing and shipping must refuse each alike)."""
-    return _small_message_cases(
+    """Hostile `OrderAccepted` and `OrderCancelled` events (billing and shipping must refuse
+    each alike, before they look at the store)."""
+    accepted = _small_message_cases(
         prefix,
         "e",
         valid_event_document,
         lambda oid: f"{oid}:outbox:OrderAccepted",
         MAX_EVENT_BODY_BYTES,
     )
+    cancelled = _small_message_cases(
+        prefix,
+        "c",
+        valid_cancel_event_document,
+        lambda oid: f"{oid}:outbox:OrderCancelled",
+        MAX_EVENT_BODY_BYTES,
+    )
+    other = f"{prefix}-x00"
+    unknown_type = {**valid_cancel_event_document(other), "eventType": "OrderShipped"}
+    mixed = {**valid_cancel_event_document(other), "totalAmount": "1"}
+    return [
+        *accepted,
+        *cancelled,
+        PoisonCase("x-unknown-event-type", SCHEMA, dumps(unknown_type), f"{other}:outbox:x"),
+        PoisonCase("x-cancel-with-order-fields", SCHEMA, dumps(mixed), mixed["eventId"]),
+    ]
+
+
+def forged_event_cases(prefix: str, stored_order_id: str) -> list[PoisonCase]:
+    """Well-formed events no stored order vouches for: refused by billing and shipping after
+    their one point read of the order (`stored_order_id` is stored, open, not cancelled)."""
+    never_stored = f"{prefix}-f00"
+    return [
+        PoisonCase(
+            "f-order-never-stored",
+            "UnknownOrder",
+            dumps(valid_event_document(never_stored)),
+            f"{never_stored}:outbox:OrderAccepted",
+        ),
+        PoisonCase(
+            "f-cancel-of-an-open-order",
+            "EventMismatch",
+            dumps(valid_cancel_event_document(stored_order_id)),
+            f"{stored_order_id}:outbox:OrderCancelled",
+        ),
+    ]
 
 
 def status_poison_cases(prefix: str) -> list[PoisonCase]:

@@ -14,6 +14,7 @@ from e2e_support import poll_until, store_order, to_sdk_message
 from poison_corpus import (
     PoisonCase,
     event_poison_cases,
+    forged_event_cases,
     status_poison_cases,
     valid_event_document,
     valid_order_document,
@@ -54,6 +55,8 @@ def test_hostile_events_and_status_updates_are_dead_lettered_on_first_delivery(
 ) -> None:
     run = f"pf{uuid.uuid4().hex[:6]}"
     events, statuses = event_poison_cases(run), status_poison_cases(run)
+    # Well-formed but forged: refused after the one point read of the order.
+    events += forged_event_cases(run, f"{run}-ok")
     valid_event = valid_event_document(f"{run}-ok")
     # Billing and shipping act only on events a stored order vouches for: store that order.
     store_order(stack, valid_order_document(f"{run}-ok"))

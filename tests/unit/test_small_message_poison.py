@@ -10,11 +10,12 @@ from poison_corpus import (
     PoisonCase,
     event_poison_cases,
     status_poison_cases,
+    valid_cancel_event_document,
     valid_event_document,
     valid_status_document,
 )
 
-from orders.domain.events import parse_order_accepted
+from orders.domain.events import parse_order_event
 from orders.domain.messages import MessageRejected
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.status import parse_status_changed
@@ -30,7 +31,7 @@ def received(case: PoisonCase) -> ReceivedOrderMessage:
 @pytest.mark.parametrize("case", EVENTS, ids=[c.name for c in EVENTS])
 def test_every_hostile_event_is_refused_with_its_reason(case: PoisonCase) -> None:
     with pytest.raises(MessageRejected) as caught:
-        parse_order_accepted(received(case))
+        parse_order_event(received(case))
     assert caught.value.reason.value == case.reason
 
 
@@ -42,7 +43,7 @@ def test_every_hostile_status_update_is_refused_with_its_reason(case: PoisonCase
 
 
 def test_the_valid_documents_the_cases_start_from_parse() -> None:
-    event = valid_event_document("u-ok")
-    parse_order_accepted(ReceivedOrderMessage(json.dumps(event).encode(), event["eventId"]))
+    for event in (valid_event_document("u-ok"), valid_cancel_event_document("u-ok")):
+        parse_order_event(ReceivedOrderMessage(json.dumps(event).encode(), event["eventId"]))
     status = valid_status_document("u-ok")
     parse_status_changed(ReceivedOrderMessage(json.dumps(status).encode(), "u-ok:status:2"))

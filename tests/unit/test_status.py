@@ -49,6 +49,11 @@ def stored(documents: FakeFencedDocuments, order_id: str = "o-1") -> dict[str, o
         (OrderStatus.SHIPPED, OrderStatus.PAID, False),
         (OrderStatus.CANCELLED, OrderStatus.PAID, False),
         (OrderStatus.DELIVERED, OrderStatus.CANCELLED, False),
+        (OrderStatus.CANCELLED, OrderStatus.REFUNDED, True),
+        (OrderStatus.PAID, OrderStatus.REFUNDED, True),  # a gap: cancelled is late
+        (OrderStatus.SHIPPED, OrderStatus.REFUNDED, False),
+        (OrderStatus.REFUNDED, OrderStatus.CANCELLED, False),
+        (OrderStatus.REFUNDED, OrderStatus.PAID, False),
     ],
 )
 def test_the_state_machine(source: OrderStatus, target: OrderStatus, legal: bool) -> None:
