@@ -694,7 +694,8 @@ async def verify_run(
 ) -> VerifyReport:
     """Audit Cosmos and the dead-letter queue against what a load run sent; with `fanout`, also
     those consumers' effects (shipments; charges and refunds at the payment service) and, with
-    both billing and shipping, the saga's invariants."""
+    both billing and shipping, the saga's invariants (GET's status too when `fanout` names the
+    status consumer)."""
     async with AsyncExitStack() as stack:
         identity = _process_credential(stack, settings)
         cosmos = await _cosmos_client(stack, settings, identity, create_local_resources=False)
@@ -748,6 +749,7 @@ async def verify_run(
                 run_prefix=f"{plan.run_id}-",
                 status_driven=frozenset(update.order_id for update in plan.status_updates),
                 cancel_results=cancel_results,
+                check_status=Subscriber.STATUS in fanout,
             )
         )
     return report

@@ -63,6 +63,15 @@ def test_demo_prints_an_ok_verify_report_and_leaves_no_process_behind(tmp_path: 
     assert outcomes["processed"] == 80
     assert outcomes["duplicate"] >= report["sends_by_kind"]["late_duplicate"]
     assert report["worker_exit_codes"] == [0, 0]  # SIGTERM: drained and exited cleanly
+    # The saga: cancels at every point, every invariant 0, the answers as the stores say.
+    assert report["invariants"] and not any(report["invariants"].values())
+    answers = report["cancel_answers"]
+    assert set(answers) == {"before_billing", "after_charge", "after_ship", "twice"}
+    assert answers["after_ship"] == {"already_shipped": 10}
+    # Shipping starts once the cancels meant for before it are answered: they all take effect.
+    assert answers["before_billing"] == answers["after_charge"] == {"cancelled": 10}
+    assert answers["twice"] == {"cancelled": 20}
+    assert report["subscriber_outcomes"]["billing"]["refunded"] >= 10
     page = html_report.read_text(encoding="utf-8")
     assert "orders demo: OK" in page and page.count("<polyline") >= 2
     assert processes_tagged(tag) == []

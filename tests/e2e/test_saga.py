@@ -28,7 +28,7 @@ from orders.service.worker_options import Subscriber
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
-BOTH = frozenset({Subscriber.SHIPPING, Subscriber.BILLING})
+BOTH = frozenset({Subscriber.SHIPPING, Subscriber.BILLING, Subscriber.STATUS})
 SHORT_BILLING_LEASE = {"BILLING_LEASE_SECONDS": "3"}
 INVARIANTS = {
     "cancelled_and_shipped",

@@ -244,7 +244,8 @@ def verify(
     fanout: Annotated[
         bool,
         typer.Option(
-            help="Also audit billing (charges at PAYMENTS_URL) and shipping (the inbox); "
+            help="Also audit billing (charges and refunds at PAYMENTS_URL), shipping (the "
+            "inbox), the saga's invariants and GET's status (the status consumer); "
             "--no-fanout when only order workers run"
         ),
     ] = True,
@@ -255,7 +256,9 @@ def verify(
     configure_logging(logging.WARNING)
     settings = settings_or_exit()
     plan = plan_from_json(json.loads(manifest.read_text()))
-    consumers = frozenset({Subscriber.BILLING, Subscriber.SHIPPING}) if fanout else frozenset()
+    # As `orders up` runs them: billing, shipping and the status consumer GET's status reads.
+    everything = {Subscriber.BILLING, Subscriber.SHIPPING, Subscriber.STATUS}
+    consumers = frozenset(everything) if fanout else frozenset()
     report = asyncio.run(verify_run(settings, plan, fanout=consumers))
     print_report(report, as_json)
     raise typer.Exit(0 if report.ok else 1)

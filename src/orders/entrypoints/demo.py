@@ -44,7 +44,8 @@ class DemoOptions:
 
     @property
     def audited_consumers(self) -> frozenset[Subscriber]:
-        return frozenset({Subscriber.BILLING, Subscriber.SHIPPING}) if self.fanout else frozenset()
+        everything = {Subscriber.BILLING, Subscriber.SHIPPING, Subscriber.STATUS}
+        return frozenset(everything) if self.fanout else frozenset()
 
 
 @dataclass
