@@ -603,12 +603,16 @@ class Queue:
             values["DeadLetterErrorDescription"] = description
         if values:
             msg.add_application_properties(values)
-        self.dead_letter.accept_dead_lettered(msg)
+        msg.expires_ms = _NEVER  # time-to-live does not apply in the dead-letter queue
+        msg.state = AVAILABLE
         if self.journal is not None:
+            # Before the dead-letter queue sees it: auto-forwarding there journals the
+            # message's removal from the dead-letter queue, which a replay can only apply
+            # once this record has put it there.
             self.journal.record_dead_lettered(self, msg)
+        self.dead_letter.accept_dead_lettered(msg)
 
     def accept_dead_lettered(self, msg: StoredMessage) -> None:
-        msg.expires_ms = _NEVER  # time-to-live does not apply in the dead-letter queue
         self.messages[msg.seq] = msg
         self._make_available(msg)
 
