@@ -699,12 +699,21 @@ class Queue:
     def restore_next_seq(self, next_seq: int) -> None:
         self._next_seq = max(self._next_seq, next_seq)
 
-    def restore_message(self, msg: StoredMessage, now: int, lock_lost: bool) -> None:
-        """Put back a journaled message (in sequence order), with its timers. A message that
-        was locked when the emulator stopped counts that delivery, as an expired lock does."""
+    def restore_message(self, msg: StoredMessage) -> None:
+        """Put back a journaled message (in sequence order); `activate_restored` follows once
+        every entity holds its messages."""
         self.messages[msg.seq] = msg
         if self.parent is None:
             self._next_seq = max(self._next_seq, msg.seq + 1)
+
+    def activate_restored(self, msg: StoredMessage, now: int, lock_lost: bool) -> None:
+        """Arm a restored message's timers and make it available, which may forward or
+        dead-letter it: the entity it goes to already holds its own restored messages, so
+        their sequence order is kept. A message that was locked when the emulator stopped
+        counts that delivery, as an expired lock does."""
+        if self.messages.get(msg.seq) is not msg:
+            return
+        if self.parent is None:
             self.timers.call_at_ms(msg.expires_ms, self._on_ttl, msg.seq)
         if lock_lost:
             msg.delivery_count += 1
