@@ -423,6 +423,7 @@ class JournalState:
     session_states: dict[str, dict[str, bytes]] = field(default_factory=dict)
     # (dead-letter queue, seq) -> where its early removal record is; see `apply`.
     early_removals: dict[tuple[str, int], str] = field(default_factory=dict)
+    repaired: int = 0  # such pairs replayed
 
     def apply(self, record: Any, position: str = "") -> None:
         """Apply one record; raises ValueError / KeyError / TypeError when it is malformed."""
@@ -457,6 +458,7 @@ class JournalState:
             self._owned(entity, seq)
             if self.early_removals.pop((entity + DEAD_LETTER, seq), None) is not None:
                 del self.messages[entity][seq]  # its fields were journaled as already gone
+                self.repaired += 1
                 return
             message_from_fields(fields)
             del self.messages[entity][seq]
@@ -599,6 +601,12 @@ def read_journal(path: Path) -> JournalState:
     if torn_at is not None:
         _LOG.warning(
             "%s: ignoring %d bytes of an incomplete last record", path, len(data) - torn_at
+        )
+    if state.repaired:
+        _LOG.warning(
+            "%s: replayed %d forwarded dead letters an older emulator journaled out of order",
+            path,
+            state.repaired,
         )
     return state
 

@@ -528,6 +528,9 @@ class Queue:
             self.journal.record_updated(self, msg)
         if was_deferred:
             msg.state = DEFERRED
+            # Its time-to-live timer fired while it was locked and let it be: expire it now.
+            if msg.expires_ms <= self.timers.now_ms():
+                self._expire(msg)
         elif msg.expires_ms <= self.timers.now_ms():
             self._expire(msg)
         else:
@@ -574,6 +577,8 @@ class Queue:
         msg.state = DEFERRED
         if self.journal is not None:
             self.journal.record_updated(self, msg)
+        if msg.expires_ms <= self.timers.now_ms():  # it expired while locked
+            self._expire(msg)
 
     def dead_letter_locked(
         self,

@@ -161,7 +161,7 @@ def _journal_written_before_the_fix(*, with_the_move: bool) -> bytes:
     """What an emulator before the fix wrote for a message dead-lettered by hand on `orders`:
     its removal from `orders/$deadletterqueue` (forwarded) first, then its copy in `errors`,
     then its move to the dead-letter queue, journaled in the GONE state."""
-    records = [
+    records: list[dict[str, Any]] = [
         {"o": "a", "e": "orders", "m": _message(1, b"by-hand")},
         {"o": "a", "e": "orders", "m": _message(2, b"waiting")},
         {"o": "d", "e": "orders/$deadletterqueue", "s": 1},
