@@ -55,6 +55,10 @@ COMPACT_RATIO = 4
 COMPACT_MIN_BYTES = 16 * 1024 * 1024
 DEAD_LETTER = "/$deadletterqueue"
 _STORED_STATES = (AVAILABLE, DEFERRED, SCHEDULED)
+# Service Bus bounds a session's state by the message size limit (256 KB, Standard tier and
+# the official emulator). The management link's transfer limit enforces it on the wire; the
+# queue and the replay check it again so no other path can hold more.
+MAX_SESSION_STATE_BYTES = 262144
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
 
 
@@ -494,7 +498,10 @@ class JournalState:
             if record["v"] is None:
                 states.pop(session_id, None)
             else:
-                states[session_id] = _unb64(record["v"])
+                value = _unb64(record["v"])
+                if len(value) > MAX_SESSION_STATE_BYTES:
+                    raise ValueError(f"session state of {len(value)} bytes is over the limit")
+                states[session_id] = value
         else:
             raise ValueError(f"unknown operation {op!r}")
 

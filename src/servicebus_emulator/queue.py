@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .config import QueueSettings
-from .journal import remember_ids, remembered_ids
+from .journal import MAX_SESSION_STATE_BYTES, remember_ids, remembered_ids
 from .message import (
     AVAILABLE,
     DEFERRED,
@@ -697,6 +697,11 @@ class Queue:
         return [(s.id, s.state) for s in sessions.values() if s.state is not None]
 
     def set_session_state(self, session: MessageSession, state: bytes | None) -> None:
+        if state is not None and len(state) > MAX_SESSION_STATE_BYTES:
+            raise ValueError(
+                f"The session state of {len(state)} bytes exceeds the limit of "
+                f"{MAX_SESSION_STATE_BYTES} bytes."
+            )
         session.state = state
         if self.journal is not None:
             self.journal.record_session_state(self, session.id, state)

@@ -13,12 +13,15 @@ flush), a crash with an unacknowledged send pending, and a crash tearing that se
 from __future__ import annotations
 
 import asyncio
+import base64
 import heapq
 import itertools
+import json
 import os
 import shutil
 import tempfile
 import uuid
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,7 +38,12 @@ from servicebus_emulator.broker import Broker
 from servicebus_emulator.codec import Symbol, Timestamp, UInt, encode_value
 from servicebus_emulator.config import load_namespace
 from servicebus_emulator.filters import MessageView
-from servicebus_emulator.journal import JOURNAL_NAME, read_journal
+from servicebus_emulator.journal import (
+    JOURNAL_NAME,
+    MAX_SESSION_STATE_BYTES,
+    JournalError,
+    read_journal,
+)
 from servicebus_emulator.message import (
     AVAILABLE,
     DEFERRED,
@@ -633,3 +641,30 @@ def test_scenario_replays_to_the_model(steps: list[tuple[str, tuple[Any, ...]]])
                     machine.broker_matches_the_model()
     finally:
         machine.teardown()
+
+
+def test_a_session_state_over_the_limit_is_refused_by_the_queue_and_by_the_replay() -> None:
+    machine = JournalModel()
+    try:
+        queue = machine._queue("sq")
+        receiver = Receiver()
+        receiver.credit = 0
+        session = queue.accept_session(receiver, "a")
+        queue.set_session_state(session, b"k" * MAX_SESSION_STATE_BYTES)
+        with pytest.raises(ValueError, match="exceeds the limit"):
+            queue.set_session_state(session, b"k" * (MAX_SESSION_STATE_BYTES + 1))
+        assert session.state == b"k" * MAX_SESSION_STATE_BYTES
+        queue.remove_consumer(receiver)
+        machine._acknowledge()
+        machine.broker.close()
+        path = machine.directory / JOURNAL_NAME
+        too_big = base64.b64encode(b"k" * (MAX_SESSION_STATE_BYTES + 1)).decode()
+        oversized = {"o": "ss", "e": "sq", "sid": "a", "v": too_big}
+        text = json.dumps(oversized).encode()
+        with path.open("ab") as journal_file:
+            journal_file.write(b"%08x " % zlib.crc32(text) + text + b"\n")
+        with pytest.raises(JournalError, match="over the limit"):
+            read_journal(path)
+    finally:
+        machine.loop.close()
+        shutil.rmtree(machine.directory, ignore_errors=True)
