@@ -9,13 +9,19 @@ import signal
 import sys
 
 from .config import ConfigError
+from .connection import DEFAULT_MAX_CONNECTIONS
 from .journal import JournalError
 from .server import EmulatorServer
 
 
 async def _serve(args: argparse.Namespace) -> None:
     server = await EmulatorServer.start(
-        args.config, host=args.host, port=args.port, data_dir=args.data, fsync=args.fsync
+        args.config,
+        host=args.host,
+        port=args.port,
+        data_dir=args.data,
+        fsync=args.fsync,
+        max_connections=args.max_connections,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -24,6 +30,13 @@ async def _serve(args: argparse.Namespace) -> None:
     print(f"servicebus-emulator listening on {server.host}:{server.port}", flush=True)
     await stop.wait()
     await server.close()
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,6 +59,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="with --data: fsync each journal write (survives a machine crash, not only a "
         "killed emulator; slower)",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=_positive,
+        default=DEFAULT_MAX_CONNECTIONS,
+        metavar="N",
+        help=f"refuse AMQP connections beyond N open at once (default {DEFAULT_MAX_CONNECTIONS}; "
+        "the official emulator allows 10)",
     )
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)

@@ -97,10 +97,23 @@ class ProtocolError(Exception):
         self.description = description
 
 
+# Open AMQP connections at once (`--max-connections`). The official emulator allows 10, but
+# `orders up` and the demo hold more than 10 (one per sender and receiver), so the default
+# leaves room for them while still bounding what clients can make the broker hold.
+DEFAULT_MAX_CONNECTIONS = 100
+
+
 class AmqpConnection(asyncio.Protocol):
-    def __init__(self, broker: Broker, connections: set[AmqpConnection]) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        connections: set[AmqpConnection],
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    ) -> None:
         self.broker = broker
         self._connections = connections
+        self._max_connections = max_connections
+        self.opened = False  # past the AMQP open: counts towards max_connections
         self.transport: asyncio.Transport | None = None
         self._buf = bytearray()
         self._wbuf: list[bytes] = []
@@ -111,7 +124,8 @@ class AmqpConnection(asyncio.Protocol):
         self._link_count = 0
         self._partial_bytes = 0
         self.reply_backlog = 0
-        self._phase = "header"  # header -> sasl -> header -> open -> amqp -> closed
+        # header -> sasl -> header -> open -> amqp (or refused) -> closed
+        self._phase = "header"
         self._sasl_done = False
         self.remote_max_frame_size = 512
         self.sessions: dict[int, Session] = {}
@@ -306,6 +320,11 @@ class AmqpConnection(asyncio.Protocol):
         code, fields, end = F.decode_performative(body)
         if end != len(body) and code != F.TRANSFER:
             raise DecodeError("bytes after a performative that carries no payload")
+        if self._phase == "refused":  # over the connection cap: wait for the peer's close
+            if code == F.CLOSE:
+                self._phase = "closed"
+                self._close_transport()
+            return
         if self._phase == "sasl":
             if frame_type != F.FRAME_SASL:
                 raise ProtocolError("amqp:connection:framing-error", "expected a SASL frame")
@@ -347,6 +366,20 @@ class AmqpConnection(asyncio.Protocol):
             0, F.OPEN, ["servicebus-emulator", hostname, UInt(MAX_FRAME_SIZE), UShort(CHANNEL_MAX)]
         )
         self._phase = "amqp"
+        if sum(1 for c in self._connections if c.opened) >= self._max_connections:
+            # AMQP refuses a connection by answering its open and closing at once. The socket
+            # stays up until the peer's close (or a grace period): a client that pipelined
+            # more frames behind its open reads the reason instead of a broken pipe.
+            description = (
+                f"The emulator allows {self._max_connections} concurrent connections and all "
+                "are in use (close some, or start it with a higher --max-connections)."
+            )
+            _LOG.info("refusing connection %s: %s", self.peer, description)
+            self.send(0, F.CLOSE, [F.error_value("amqp:resource-limit-exceeded", description)])
+            self._phase = "refused"
+            asyncio.get_running_loop().call_later(CLOSE_GRACE_SECONDS, self._close_transport)
+            return
+        self.opened = True
         if isinstance(idle_ms, int) and idle_ms > 0:
             # The peer closes after idle_ms of silence. Ticking at a quarter of it and writing
             # when a whole tick passed in silence keeps every silence under half of it.

@@ -55,6 +55,10 @@ COMPACT_RATIO = 4
 COMPACT_MIN_BYTES = 16 * 1024 * 1024
 DEAD_LETTER = "/$deadletterqueue"
 _STORED_STATES = (AVAILABLE, DEFERRED, SCHEDULED)
+# Service Bus bounds a session's state by the message size limit (256 KB, Standard tier and
+# the official emulator). The management link's transfer limit enforces it on the wire; the
+# queue and the replay check it again so no other path can hold more.
+MAX_SESSION_STATE_BYTES = 262144
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
 
 
@@ -421,8 +425,11 @@ class JournalState:
     next_seq: dict[str, int] = field(default_factory=dict)
     dedup: dict[str, dict[str, int]] = field(default_factory=dict)
     session_states: dict[str, dict[str, bytes]] = field(default_factory=dict)
+    # (dead-letter queue, seq) -> where its early removal record is; see `apply`.
+    early_removals: dict[tuple[str, int], str] = field(default_factory=dict)
+    repaired: int = 0  # such pairs replayed
 
-    def apply(self, record: Any) -> None:
+    def apply(self, record: Any, position: str = "") -> None:
         """Apply one record; raises ValueError / KeyError / TypeError when it is malformed."""
         if not isinstance(record, dict):
             raise ValueError("a record must be an object")
@@ -439,13 +446,25 @@ class JournalState:
             if record.get("dd"):
                 self.dedup.setdefault(entity, {})[str(fields["id"])] = _int(fields["q"])
         elif op == "d":
-            self._owned(entity, _int(record["s"]))
-            del self.messages[entity][record["s"]]
+            seq = _int(record["s"])
+            if entity.endswith(DEAD_LETTER) and seq not in self.messages.get(entity, {}):
+                # Emulators before the fix journaled a forwarded dead letter's removal from
+                # the dead-letter queue before its move there ("m", a few records later):
+                # the pair cancels out, so such a journal replays to the state it recorded.
+                self._owned(entity[: -len(DEAD_LETTER)], seq)
+                self.early_removals[(entity, seq)] = position
+                return
+            self._owned(entity, seq)
+            del self.messages[entity][seq]
         elif op == "m":
             fields = record["m"]
-            message_from_fields(fields)
             seq = _int(fields["s"])
             self._owned(entity, seq)
+            if self.early_removals.pop((entity + DEAD_LETTER, seq), None) is not None:
+                del self.messages[entity][seq]  # its fields were journaled as already gone
+                self.repaired += 1
+                return
+            message_from_fields(fields)
             del self.messages[entity][seq]
             self.messages.setdefault(entity + DEAD_LETTER, {})[seq] = fields
         elif op == "u":
@@ -479,9 +498,17 @@ class JournalState:
             if record["v"] is None:
                 states.pop(session_id, None)
             else:
-                states[session_id] = _unb64(record["v"])
+                value = _unb64(record["v"])
+                if len(value) > MAX_SESSION_STATE_BYTES:
+                    raise ValueError(f"session state of {len(value)} bytes is over the limit")
+                states[session_id] = value
         else:
             raise ValueError(f"unknown operation {op!r}")
+
+    def check_complete(self) -> None:
+        """Raise ValueError when a removal was journaled for a dead letter that never came."""
+        for (entity, seq), position in self.early_removals.items():
+            raise ValueError(f"{position}: no message {seq} in {entity!r} to change")
 
     def _bump(self, entity: str, next_seq: int) -> None:
         self.next_seq[entity] = max(self.next_seq.get(entity, 1), next_seq)
@@ -511,12 +538,22 @@ class JournalState:
             topic = None if queue is None else broker.topic_of(queue)
             if topic is not None:  # a subscription's numbers come from its topic
                 topic.restore_next_seq(next_seq)
+        restored: list[tuple[Queue, StoredMessage, bool]] = []
         for entity, by_seq in self.messages.items():
             queue = broker.resolve(entity)
             assert queue is not None
             for seq in sorted(by_seq):
                 fields = by_seq[seq]
-                queue.restore_message(message_from_fields(fields), now, bool(fields.get("lk")))
+                msg = message_from_fields(fields)
+                queue.restore_message(msg)
+                restored.append((queue, msg, bool(fields.get("lk"))))
+        # Only now: a message activated here may move (forwarding, dead-lettering) to an
+        # entity whose own messages must be in place first.
+        for queue, msg, lock_lost in restored:
+            queue.activate_restored(msg, now, lock_lost)
+        for entity in self.messages:
+            queue = broker.resolve(entity)
+            assert queue is not None
             topic = broker.topic_of(queue)
             if topic is not None:
                 topic.restore_scheduled(queue)
@@ -554,21 +591,39 @@ def read_journal(path: Path) -> JournalState:
                 torn_at, torn_line = offset, line_number
         elif torn_at is not None:
             raise JournalError(
-                f"{path}: record {torn_line} (byte {torn_at}) is corrupt and records follow it"
+                f"{path}: record {torn_line} (byte {torn_at}) is corrupt and records follow "
+                f"it. {_REMEDY}"
             )
         else:
+            position = f"record {line_number} (byte {offset})"
             try:
-                state.apply(record)
+                state.apply(record, position)
             except (KeyError, TypeError, ValueError, binascii.Error) as exc:
-                raise JournalError(
-                    f"{path}: record {line_number} (byte {offset}) is invalid: {exc!r}"
-                ) from exc
+                raise JournalError(f"{path}: {position} is invalid: {exc!r}. {_REMEDY}") from exc
         offset = end + 1
+    try:
+        state.check_complete()
+    except ValueError as exc:
+        raise JournalError(f"{path}: {exc}. {_REMEDY}") from exc
     if torn_at is not None:
         _LOG.warning(
             "%s: ignoring %d bytes of an incomplete last record", path, len(data) - torn_at
         )
+    if state.repaired:
+        _LOG.warning(
+            "%s: replayed %d forwarded dead letters an older emulator journaled out of order",
+            path,
+            state.repaired,
+        )
     return state
+
+
+# Said with every refusal to replay. The file is left untouched: guessing past a bad record
+# could bring back settled messages or drop live ones, and the file is the evidence.
+_REMEDY = (
+    "Nothing was changed. To start anyway, move the data directory (or this file) away: the "
+    "emulator then starts empty and the old file stays for inspection"
+)
 
 
 def _parse_line(line: bytes) -> Any:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .config import QueueSettings
-from .journal import remember_ids, remembered_ids
+from .journal import MAX_SESSION_STATE_BYTES, remember_ids, remembered_ids
 from .message import (
     AVAILABLE,
     DEFERRED,
@@ -528,6 +528,9 @@ class Queue:
             self.journal.record_updated(self, msg)
         if was_deferred:
             msg.state = DEFERRED
+            # Its time-to-live timer fired while it was locked and let it be: expire it now.
+            if msg.expires_ms <= self.timers.now_ms():
+                self._expire(msg)
         elif msg.expires_ms <= self.timers.now_ms():
             self._expire(msg)
         else:
@@ -574,6 +577,8 @@ class Queue:
         msg.state = DEFERRED
         if self.journal is not None:
             self.journal.record_updated(self, msg)
+        if msg.expires_ms <= self.timers.now_ms():  # it expired while locked
+            self._expire(msg)
 
     def dead_letter_locked(
         self,
@@ -603,12 +608,16 @@ class Queue:
             values["DeadLetterErrorDescription"] = description
         if values:
             msg.add_application_properties(values)
-        self.dead_letter.accept_dead_lettered(msg)
+        msg.expires_ms = _NEVER  # time-to-live does not apply in the dead-letter queue
+        msg.state = AVAILABLE
         if self.journal is not None:
+            # Before the dead-letter queue sees it: auto-forwarding there journals the
+            # message's removal from the dead-letter queue, which a replay can only apply
+            # once this record has put it there.
             self.journal.record_dead_lettered(self, msg)
+        self.dead_letter.accept_dead_lettered(msg)
 
     def accept_dead_lettered(self, msg: StoredMessage) -> None:
-        msg.expires_ms = _NEVER  # time-to-live does not apply in the dead-letter queue
         self.messages[msg.seq] = msg
         self._make_available(msg)
 
@@ -688,6 +697,11 @@ class Queue:
         return [(s.id, s.state) for s in sessions.values() if s.state is not None]
 
     def set_session_state(self, session: MessageSession, state: bytes | None) -> None:
+        if state is not None and len(state) > MAX_SESSION_STATE_BYTES:
+            raise ValueError(
+                f"The session state of {len(state)} bytes exceeds the limit of "
+                f"{MAX_SESSION_STATE_BYTES} bytes."
+            )
         session.state = state
         if self.journal is not None:
             self.journal.record_session_state(self, session.id, state)
@@ -695,12 +709,21 @@ class Queue:
     def restore_next_seq(self, next_seq: int) -> None:
         self._next_seq = max(self._next_seq, next_seq)
 
-    def restore_message(self, msg: StoredMessage, now: int, lock_lost: bool) -> None:
-        """Put back a journaled message (in sequence order), with its timers. A message that
-        was locked when the emulator stopped counts that delivery, as an expired lock does."""
+    def restore_message(self, msg: StoredMessage) -> None:
+        """Put back a journaled message (in sequence order); `activate_restored` follows once
+        every entity holds its messages."""
         self.messages[msg.seq] = msg
         if self.parent is None:
             self._next_seq = max(self._next_seq, msg.seq + 1)
+
+    def activate_restored(self, msg: StoredMessage, now: int, lock_lost: bool) -> None:
+        """Arm a restored message's timers and make it available, which may forward or
+        dead-letter it: the entity it goes to already holds its own restored messages, so
+        their sequence order is kept. A message that was locked when the emulator stopped
+        counts that delivery, as an expired lock does."""
+        if self.messages.get(msg.seq) is not msg:
+            return
+        if self.parent is None:
             self.timers.call_at_ms(msg.expires_ms, self._on_ttl, msg.seq)
         if lock_lost:
             msg.delivery_count += 1

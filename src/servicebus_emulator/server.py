@@ -13,7 +13,7 @@ from typing import Any
 
 from .broker import Broker
 from .config import load_namespace
-from .connection import AmqpConnection
+from .connection import DEFAULT_MAX_CONNECTIONS, AmqpConnection
 
 _LOG = logging.getLogger("servicebus_emulator")
 
@@ -53,10 +53,14 @@ class EmulatorServer:
         port: int = 0,
         data_dir: str | Path | None = None,
         fsync: bool = False,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> EmulatorServer:
         """Listen; with `data_dir`, state is journaled there and restored from it (raises
         `JournalError` when the journal cannot be used). `fsync` syncs each journal write to
-        the disk, not only to the operating system."""
+        the disk, not only to the operating system. A connection opened while
+        `max_connections` are open is refused at its AMQP open."""
+        if max_connections < 1:
+            raise ValueError("max_connections must be at least 1")
         namespace = load_namespace(config_path, config)
         loop = asyncio.get_running_loop()
         broker = Broker(namespace.queues, loop, namespace.topics)
@@ -65,7 +69,10 @@ class EmulatorServer:
             if data_dir is not None:
                 broker.open_journal(Path(data_dir), fsync=fsync)
             server = await loop.create_server(
-                lambda: AmqpConnection(broker, connections), host, port, reuse_address=True
+                lambda: AmqpConnection(broker, connections, max_connections),
+                host,
+                port,
+                reuse_address=True,
             )
         except BaseException:  # restored timers must not stay armed on the caller's loop
             broker.close()
@@ -170,6 +177,7 @@ def start_in_background(
     port: int = 0,
     data_dir: str | Path | None = None,
     fsync: bool = False,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
 ) -> RunningEmulator:
     """Start the emulator on a daemon thread; returns once it accepts connections. With
     `data_dir` its state is journaled there and restored from there (see journal.py)."""
@@ -182,5 +190,6 @@ def start_in_background(
             port=port,
             data_dir=data_dir,
             fsync=fsync,
+            max_connections=max_connections,
         )
     )

@@ -58,8 +58,9 @@ class EmulatorProcess:
         line = self.proc.stdout.readline()  # the emulator prints one line once it listens
         match = _READY.fullmatch(line)
         if match is None:
+            stderr = self.stderr()  # read before stop() closes the file
             self.stop()
-            raise RuntimeError(f"emulator did not start: {line!r} {self.stderr()}")
+            raise RuntimeError(f"emulator did not start: {line!r} {stderr}")
         self.host = "127.0.0.1"
         self.port = int(match.group(1))
         self.pid = self.proc.pid
