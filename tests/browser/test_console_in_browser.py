@@ -59,11 +59,11 @@ def body_text(driver: Any) -> str:
 
 
 def dead_letter_row(driver: Any, message_id: str) -> Any:
-    """The list's row of this MessageId (MessageIds are shown JSON-quoted), or None."""
+    """The list's row of this MessageId (shown as it is, in a cell of its own), or None."""
     from selenium.webdriver.common.by import By
 
     for row in driver.find_elements(By.CSS_SELECTOR, "#dead-letters tbody tr"):
-        if json.dumps(message_id) in row.text:
+        if message_id in row.text.split():
             return row
     return None
 

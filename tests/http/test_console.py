@@ -157,6 +157,16 @@ async def test_dead_letters_are_listed_with_every_untrusted_value_escaped(
     assert page.count('href="/console/dead-letters/confirm?source=orders&amp;action=resubmit') == 4
 
 
+async def test_message_ids_and_bodies_are_shown_as_they_are(console: Console) -> None:
+    console.queue.dead_letters.append(
+        dead_letter(11, message_id="o-plain", body=b'{"orderId": "o-plain"}')
+    )
+    page = assert_html(await console.client.get("/console/dead-letters?source=orders"), 200)
+    # No JSON quoting around the id, no backslashes before the body's quotes.
+    assert "<code>o-plain</code>" in page and "&quot;o-plain&quot;</code>" not in page
+    assert "<code>{&quot;orderId&quot;: &quot;o-plain&quot;}</code>" in page
+
+
 async def test_a_subscription_offers_purge_but_not_resubmit(console: Console) -> None:
     page = assert_html(
         await console.client.get("/console/dead-letters", params={"source": str(SUBSCRIPTION)}),

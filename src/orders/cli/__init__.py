@@ -17,7 +17,16 @@ from rich.table import Table
 
 from orders.cli.operations import dead_letters_app, keys_app
 from orders.cli.payments import payments
-from orders.cli.shared import configure_logging, err, out, settings_or_exit
+from orders.cli.shared import (
+    configure_logging,
+    connection_errors_exit,
+    err,
+    exit_unreachable,
+    out,
+    require_reachable,
+    settings_or_exit,
+    unreachable,
+)
 from orders.domain.load_plan import LoadMix, plan_from_json, plan_load, plan_to_json
 from orders.service.verify import VerifyReport
 from orders.service.worker_options import Subscriber
@@ -30,6 +39,8 @@ app = typer.Typer(
     help="Exactly-once order processing on Azure Service Bus + Cosmos DB.",
     no_args_is_help=True,
     add_completion=False,
+    # Plain help: typer's rich help prints `<bool>` beside every flag.
+    rich_markup_mode=None,
 )
 
 
@@ -107,8 +118,12 @@ def load(
         typer.Option(help="Fraction reused with a new payload inside the window (broker drops it)"),
     ] = 0.02,
     duplicate_window: Annotated[
-        float, typer.Option(help="The queue's duplicate-detection window in seconds")
-    ] = 5.0,
+        float | None,
+        typer.Option(
+            help="The queue's duplicate-detection window in seconds "
+            "(default: ORDERS_DUPLICATE_WINDOW_SECONDS, which `orders env` sets)"
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Random seed, for reproducible runs")] = 1,
     run_id: Annotated[str | None, typer.Option(help="Prefix of every id (default: random)")] = None,
     status_updates: Annotated[
@@ -129,6 +144,9 @@ def load(
 
     configure_logging(logging.WARNING)
     settings = settings_or_exit()
+    require_reachable(settings)
+    if duplicate_window is None:
+        duplicate_window = float(settings.duplicate_window_seconds)
     mix = LoadMix(
         producer_retries,
         late_duplicates,
@@ -238,6 +256,7 @@ def verify(
 
     configure_logging(logging.WARNING)
     settings = settings_or_exit()
+    require_reachable(settings)
     plan = plan_from_json(json.loads(manifest.read_text()))
     consumers = frozenset({Subscriber.BILLING, Subscriber.SHIPPING}) if fanout else frozenset()
     report = asyncio.run(verify_run(settings, plan, fanout=consumers))
@@ -410,10 +429,21 @@ def env(
 ) -> None:
     """Print the running local stack's settings as `export` lines: eval "$(orders env)"."""
     from orders.entrypoints.up import ENV_FILE, export_lines
+    from orders.settings import Settings, SettingsError
 
     if not (directory / ENV_FILE).is_file():
         err.print(f"[red]no {ENV_FILE} in {directory}: is `orders up` running?[/red]")
         raise typer.Exit(1)
+    # The file outlives the stack that wrote it (Ctrl-C, a crash): settings nobody answers at
+    # are stale, and exporting them would only move the failure to the next command.
+    try:
+        recorded: dict[str, str] = json.loads((directory / ENV_FILE).read_text())
+        why = unreachable(Settings.from_env(recorded))
+    except (ValueError, SettingsError) as exc:
+        err.print(f"[red]{directory / ENV_FILE} is not a stack's settings: {exc}[/red]")
+        raise typer.Exit(2) from exc
+    if why is not None:
+        exit_unreachable(f"{directory / ENV_FILE} is stale, {why}")
     print("\n".join(export_lines(directory)))
 
 
@@ -428,7 +458,8 @@ def _root() -> None:
 
 
 def main() -> None:
-    app()
+    with connection_errors_exit():
+        app()
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlencode
 
-from orders.domain.dead_letters import PREVIEW_CHARS, DeadLetter, DeadLetterOutcome
+from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, printable
 from orders.domain.documents import LINE_DOCUMENT_TYPE, ORDER_DOCUMENT_TYPE
 from orders.service.ports import EntityCounts
 from orders.service.worker_options import Source
@@ -96,17 +96,9 @@ def _dead_letter_cells(dead: DeadLetter) -> str:
     return (
         f"<td>{text(dead.reason or '')}</td><td>{text((dead.description or '')[:300])}</td>"
         f"<td>{dead.delivery_count}</td><td>{text(enqueued)}</td>"
-        f"<td><code>{text(json.dumps(dead.message_id))}</code></td>"
-        f'<td class="body"><code>{text(readable_preview(dead))}</code></td>'
+        f"<td><code>{text(printable(dead.message_id or ''))}</code></td>"
+        f'<td class="body"><code>{text(dead.preview)}</code></td>'
     )
-
-
-def readable_preview(dead: DeadLetter) -> str:
-    """The start of the body as a person reads it: quotes as they are, anything unprintable
-    escaped (the CLI's JSON-style preview escapes quotes too, which a table does not need)."""
-    start = dead.body[:PREVIEW_CHARS].decode("utf-8", errors="replace")
-    shown = "".join(c if c.isprintable() else json.dumps(c)[1:-1] for c in start)
-    return shown + ("..." if len(dead.body) > PREVIEW_CHARS else "")
 
 
 def _action_link(action: str, source: Source, sequence: int | str, label: str) -> str:
