@@ -89,12 +89,15 @@ def dispatcher(
 
 
 def progress_bar() -> Progress:
+    # Only on a terminal: elsewhere (a log, a pipe) rich prints the bar once, when it closes,
+    # which is after everything the command did next.
     return Progress(
         TextColumn("[bold]sending"),
         BarColumn(),
         MofNCompleteColumn(),
         console=err,
         transient=False,
+        disable=not err.is_terminal,
     )
 
 
@@ -219,7 +222,10 @@ def report_table(report: VerifyReport) -> Table:
             "illegal_dead_lettered",
             "final_state_mismatches",
         ):
-            table.add_row(f"status: {check.replace('_', ' ')}", str(report.status_updates[check]))
+            label = check.replace("_", " ")
+            if check in ("applied", "stale"):
+                label += " (distinct updates)"
+            table.add_row(f"status: {label}", str(report.status_updates[check]))
     for consumer, found in sorted(report.fanout.items()):
         table.add_row(
             f"{consumer}: effects / expected",
@@ -297,7 +303,14 @@ def print_demo_story(result: DemoResult, workers: int) -> None:
         )
     for consumer, counts in sorted(result.subscriber_outcomes.items()):
         listed = ", ".join(f"{outcome} {count}" for outcome, count in sorted(counts.items()))
-        out.print(f"{consumer} consumer: {listed}")
+        out.print(f"{consumer} consumer, per delivery: {listed}")
+    status_stale = result.subscriber_outcomes.get(Subscriber.STATUS.value, {}).get("stale")
+    if report.status_updates and status_stale is not None:
+        out.print(
+            f"Stale twice over: the status consumer decided {status_stale} deliveries stale "
+            "(every delivery of a stale update, duplicates and redeliveries included); "
+            f"{report.status_updates['stale']} distinct updates were stale (the table)."
+        )
     if report.ok:
         out.print(
             "[green]Proven:[/green] every order stored exactly once, with its first "
