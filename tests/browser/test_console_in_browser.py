@@ -288,8 +288,19 @@ def test_counters_page_renders_and_updates_without_a_reload(
                           30.0, "the counters")  # fmt: skip
     lines = browser.find_elements(By.CSS_SELECTOR, "#chart polyline")
     assert {line.get_attribute("data-series") for line in lines} == {
-        "processed", "duplicates", "mismatches", "dead_lettered"
+        "processed", "duplicates", "stale", "mismatches", "dead_lettered"
     }  # fmt: skip
+    # Read at a glance: axes with their ticks, a legend, and the counts per consumer.
+    axes = browser.find_elements(By.CSS_SELECTOR, "#chart [data-axis]")
+    assert {axis.get_attribute("data-axis") for axis in axes} == {"x", "y"}
+    ticks = [tick.text for tick in browser.find_elements(By.CSS_SELECTOR, "#chart .tick-x")]
+    assert "now" in ticks and "-4 min" in ticks
+    assert "Stale" in browser.find_element(By.ID, "legend").text
+    poll_until(
+        lambda: browser.find_elements(By.CSS_SELECTOR, '#by-consumer tr[data-consumer="orders"]'),
+        30.0,
+        "the orders workers' row",
+    )
     page_loaded_at = browser.execute_script("return performance.timeOrigin")
 
     order_id = new_order_id()

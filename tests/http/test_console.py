@@ -157,6 +157,13 @@ async def test_dead_letters_are_listed_with_every_untrusted_value_escaped(
     assert page.count('href="/console/dead-letters/confirm?source=orders&amp;action=resubmit') == 4
 
 
+async def test_counters_page_explains_its_counters_per_consumer(console: Console) -> None:
+    page = assert_html(await console.client.get("/console/counters"), 200)
+    assert '<table id="by-consumer">' in page and '<th scope="col">Consumer</th>' in page
+    assert '<th scope="col">Stale</th>' in page and 'id="count-stale"' in page
+    assert '<ul class="legend" id="legend">' in page and "no second write" in page
+
+
 async def test_message_ids_and_bodies_are_shown_as_they_are(console: Console) -> None:
     console.queue.dead_letters.append(
         dead_letter(11, message_id="o-plain", body=b'{"orderId": "o-plain"}')
@@ -292,7 +299,13 @@ async def test_counters_json_tallies_the_journal_and_skips_bad_lines(console: Co
 
     assert response.status_code == 200
     body = response.json()
-    assert body["totals"] == {"processed": 1, "duplicates": 1, "mismatches": 1, "dead_lettered": 1}
+    assert body["totals"] == {
+        "processed": 1,
+        "duplicates": 1,
+        "stale": 0,
+        "mismatches": 1,
+        "dead_lettered": 1,
+    }
     assert body["skippedLines"] == 2
     assert len(body["series"]) == 60 and body["bucketSeconds"] == 5
     page = assert_html(await console.client.get("/console/counters"), 200)

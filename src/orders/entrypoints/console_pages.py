@@ -268,8 +268,17 @@ def order_page(order_id: str, documents: list[dict[str, Any]] | None, error: str
 COUNTER_LABELS = {
     "processed": "Processed",
     "duplicates": "Duplicates",
+    "stale": "Stale",
     "mismatches": "Mismatches",
     "dead_lettered": "Dead-lettered",
+}
+# What each counter means, for the legend: the consumers decide different things.
+COUNTER_MEANINGS = {
+    "processed": "an effect written (an order stored, a charge, a shipment, a status applied)",
+    "duplicates": "a redelivery or duplicate recognised: no second write",
+    "stale": "a status update older than the stored version: no write",
+    "mismatches": "a reused orderId with another payload: dead-lettered",
+    "dead_lettered": "any dead-lettered delivery (mismatches, poison, illegal transitions)",
 }
 
 
@@ -287,13 +296,26 @@ def counters_page(available: bool) -> str:
         f'<div><dt>{text(label)}</dt><dd id="count-{name}" class="series-{name}">-</dd></div>'
         for name, label in COUNTER_LABELS.items()
     )
+    headings = "".join(f'<th scope="col">{text(label)}</th>' for label in COUNTER_LABELS.values())
+    legend = "".join(
+        f'<li><span class="swatch series-{name}" aria-hidden="true"></span>'
+        f"<strong>{text(COUNTER_LABELS[name])}</strong>: {text(meaning)}</li>"
+        for name, meaning in COUNTER_MEANINGS.items()
+    )
     return layout(
         "Counters",
-        f'<dl class="totals">{totals}</dl>'
-        '<figure><svg id="chart" role="img" viewBox="0 0 600 200" width="600" height="200" '
+        '<table id="by-consumer"><caption>Decisions per consumer, since the journals began '
+        "(orders: the orders queue's workers; billing, shipping: the order-events "
+        "subscriptions; status: the status queue)</caption>"
+        f'<thead><tr><th scope="col">Consumer</th>{headings}</tr></thead>'
+        '<tbody><tr><td colspan="6">Loading...</td></tr></tbody></table>'
+        '<h2 id="all-heading">All consumers together</h2>'
+        f'<dl class="totals" aria-labelledby="all-heading">{totals}</dl>'
+        '<figure><svg id="chart" role="img" viewBox="0 0 660 240" width="660" height="240" '
         'aria-labelledby="chart-caption"></svg><figcaption id="chart-caption">Decisions per '
-        "5 seconds over the last 5 minutes, from the workers' decision journals</figcaption>"
-        '</figure><p id="updated">Loading...</p>'
+        "5 seconds over the last 5 minutes, all consumers, from the workers' decision "
+        f'journals</figcaption><ul class="legend" id="legend">{legend}</ul></figure>'
+        '<p id="updated">Loading...</p>'
         f"<noscript><p>The counters need JavaScript; the data is at "
         f'<a href="{PREFIX}/api/counters">{PREFIX}/api/counters</a>.</p></noscript>',
         current=f"{PREFIX}/counters",
