@@ -8,6 +8,7 @@ The browser tests (tests/browser) run the same routes on the real stack.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -274,10 +275,36 @@ async def test_order_page_renders_every_document_by_its_type(console: Console) -
 
     page = assert_html(await console.client.get("/console/orders?orderId=o-1"), 200)
 
-    headings = [part.split("</h2>")[0].split(">")[-1] for part in page.split("<h2")[1:]]
+    # Raw documents: folded away below the timeline, grouped by type.
+    raw = page.split('<details id="raw">', 1)[1]
+    headings = [part.split("</h3>")[0].split(">")[-1] for part in raw.split("<h3")[1:]]
     assert headings == ["order (1)", "orderLine (1)", "(no type) (1)", "payment (1)"]
     assert "<script>alert" not in page and "&lt;script&gt;" in page
     assert "{&quot;nested&quot;: [1, 2]}" in page and "noise" not in page
+
+
+async def test_order_page_is_a_timeline_with_its_sources(console: Console) -> None:
+    for document in (
+        {"id": "o-2", "orderId": "o-2", "type": "order", "status": "placed",
+         "processedAt": "2026-12-01T10:00:00+00:00", "_etag": "noise-etag", "_lsn": 7},
+        {"id": "o-2:status", "orderId": "o-2", "type": "orderStatus", "status": "shipped",
+         "version": 3, "history": [
+             {"status": "paid", "version": 2, "at": "2026-12-01T10:00:02+00:00"},
+             {"status": "shipped", "version": 3, "at": "2026-12-01T10:00:03+00:00"}]},
+        {"id": "o-2:shipment", "orderId": "o-2", "type": "shipment", "status": "requested",
+         "requestedAt": "2026-12-01T10:00:01+00:00"},
+    ):  # fmt: skip
+        console.orders.seed_document("o-2", document)
+
+    page = assert_html(await console.client.get("/console/orders?orderId=o-2"), 200)
+
+    summary, raw = page.split('<details id="raw">', 1)
+    steps = re.findall(r'<li data-step="(\w+)">', summary)
+    assert steps == ["placed", "paid", "shipped"]
+    assert "Current status: <strong>shipped</strong> (version 3" in summary
+    assert "shipment o-2:shipment (inbox container): shipment requested" in summary
+    assert "noise-etag" not in summary and "_lsn" not in summary and "noise-etag" in raw
+    assert "3 document(s): 1 from the inbox container, 2 from the orders container" in page
 
 
 async def test_order_page_of_an_unknown_order_says_so(console: Console) -> None:

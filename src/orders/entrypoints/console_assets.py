@@ -20,8 +20,21 @@ th, td { border: 1px solid #8a8a8a; padding: 0.25rem 0.5rem; text-align: left;
   vertical-align: top; max-width: 22rem; overflow-wrap: break-word; }
 td code { overflow-wrap: anywhere; }
 td.body { min-width: 16rem; }
-td.actions { white-space: nowrap; }
-td.actions a + a { margin-left: 0.4rem; }
+td.actions a { display: block; width: max-content; }
+td.actions a + a { margin-top: 0.3rem; }
+/* Lists of untrusted values: the page's width, columns sized by kind, long text wrapped. */
+table.listing { width: 100%; table-layout: fixed; }
+table.listing th, table.listing td { max-width: none; overflow-wrap: anywhere; }
+table.listing .narrow { width: 6rem; } table.listing .actions { width: 8.5rem; }
+table.listing .reason { width: 10rem; } table.listing .time { width: 7.5rem; }
+table.listing .id { width: 11rem; }
+table.listing td.body { min-width: 0; }
+.timeline li { margin: 0.25rem 0; }
+.timeline > li > ul { margin: 0.1rem 0 0.5rem; color: #333; }
+details#raw { margin-top: 1rem; } details#raw > summary { cursor: pointer; font-weight: bold; }
+table.document { width: 100%; table-layout: fixed; }
+table.document th { width: 12rem; }
+table.document td { max-width: none; overflow-wrap: anywhere; }
 caption { text-align: left; font-weight: bold; padding: 0.25rem 0; }
 code { word-break: break-all; }
 a.button, button { display: inline-block; padding: 0.3rem 0.7rem; border: 2px solid #10365e;

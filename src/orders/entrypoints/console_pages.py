@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import html
 import json
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlencode
 
 from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, printable
 from orders.domain.documents import LINE_DOCUMENT_TYPE, ORDER_DOCUMENT_TYPE
+from orders.service.console import current_status, order_timeline, origin_of
 from orders.service.ports import EntityCounts
 from orders.service.worker_options import Source
 
@@ -91,6 +93,17 @@ def overview_page(all_counts: Iterable[EntityCounts]) -> str:
     )
 
 
+# The columns of a dead letter; the classes size them so the table fits the screen (1280 px),
+# wrapping long untrusted text instead of widening the page.
+DEAD_LETTER_HEADINGS = (
+    '<th scope="col" class="reason">Reason</th><th scope="col">Description</th>'
+    '<th scope="col" class="narrow" title="Failed deliveries before the one that dead-lettered '
+    'it (0: refused on its first delivery)">Deliveries</th>'
+    '<th scope="col" class="time">Enqueued</th><th scope="col" class="id">MessageId</th>'
+    '<th scope="col">Body</th>'
+)
+
+
 def _dead_letter_cells(dead: DeadLetter) -> str:
     enqueued = dead.enqueued_at.isoformat(timespec="seconds") if dead.enqueued_at else ""
     return (
@@ -130,11 +143,10 @@ def dead_letters_page(source: Source, dead_letters: list[DeadLetter], limit: int
         listing = (
             f'<p role="status">{len(dead_letters)} dead letter(s), oldest first'
             f"{f' (the first {limit})' if len(dead_letters) >= limit else ''}.</p>"
-            '<table id="dead-letters"><thead><tr><th scope="col">Sequence</th>'
-            '<th scope="col">Actions</th><th scope="col">Reason</th>'
-            '<th scope="col">Description</th><th scope="col">Deliveries</th>'
-            '<th scope="col">Enqueued</th><th scope="col">MessageId</th>'
-            f'<th scope="col">Body</th></tr></thead><tbody>{rows}</tbody></table>'
+            '<table id="dead-letters" class="listing"><thead><tr>'
+            '<th scope="col" class="narrow">Sequence</th>'
+            f'<th scope="col" class="actions">Actions</th>{DEAD_LETTER_HEADINGS}</tr></thead>'
+            f"<tbody>{rows}</tbody></table>"
             f"<p>{_action_link('purge', source, 'all', 'Purge all dead letters')}</p>"
         )
     note = (
@@ -151,9 +163,7 @@ def confirm_page(action: str, source: Source, sequence: int | None, dead: DeadLe
     details = ""
     if dead is not None:
         details = (
-            '<table><thead><tr><th scope="col">Reason</th><th scope="col">Description</th>'
-            '<th scope="col">Deliveries</th><th scope="col">Enqueued</th>'
-            '<th scope="col">MessageId</th><th scope="col">Body</th></tr></thead>'
+            f'<table class="listing"><thead><tr>{DEAD_LETTER_HEADINGS}</tr></thead>'
             f"<tbody><tr>{_dead_letter_cells(dead)}</tr></tbody></table>"
         )
     if action == "resubmit":
@@ -233,7 +243,8 @@ def _document_table(document: dict[str, Any]) -> str:
 
 
 def order_page(order_id: str, documents: list[dict[str, Any]] | None, error: str = "") -> str:
-    """The lookup form; with `documents`, every document of the order grouped by type."""
+    """The lookup form; with `documents`, the order's timeline and, folded away below, every
+    document of the order grouped by type."""
     form = (
         f'<form method="get" action="{PREFIX}/orders" role="search">'
         '<label for="orderId">Order id</label> '
@@ -248,21 +259,70 @@ def order_page(order_id: str, documents: list[dict[str, Any]] | None, error: str
     if not documents:
         found = f'<p role="status" id="found">No documents for order {text(order_id)}.</p>'
     else:
-        groups: dict[str, list[dict[str, Any]]] = {}
-        for document in documents:
-            groups.setdefault(_document_type(document), []).append(document)
-        sections = "".join(
-            f'<section aria-labelledby="type-{index}"><h2 id="type-{index}">{text(kind)} '
-            f"({len(groups[kind])})</h2>"
-            + "".join(_document_table(document) for document in groups[kind])
-            + "</section>"
-            for index, kind in enumerate(sorted(groups, key=_type_rank))
-        )
         found = (
-            f'<p role="status" id="found">{len(documents)} document(s) in the partition of '
-            f"order {text(order_id)}.</p>{sections}"
+            f'<p role="status" id="found">Order {text(order_id)}: '
+            f"{text(_origins_summary(documents))}.</p>"
+            + _timeline(documents)
+            + _raw_documents(documents)
         )
     return layout(f"Order {order_id}", form + found, current=f"{PREFIX}/orders")
+
+
+def _origins_summary(documents: list[dict[str, Any]]) -> str:
+    """ "3 documents from the orders container, 1 from the payment service"."""
+    counts = Counter(origin_of(document) for document in documents)
+    parts = [f"{count} from the {origin}" for origin, count in sorted(counts.items())]
+    parts[0] = f"{len(documents)} document(s): {parts[0]}"
+    return ", ".join(parts)
+
+
+def _time(at: str | None) -> str:
+    return f'<time datetime="{text(at)}">{text(at)}</time>' if at else "time not recorded"
+
+
+def _timeline(documents: list[dict[str, Any]]) -> str:
+    """Each step the documents prove, when, and which document says so: the summary an operator
+    reads first (no store bookkeeping, no raw fields)."""
+    status = current_status(documents)
+    current = (
+        f"Current status: <strong>{text(status[0])}</strong> (version {status[1]}, from the "
+        "status document; the order document keeps the status it was created with)."
+        if status
+        else "No status update yet: the order is as it was placed."
+    )
+    steps = "".join(
+        f'<li data-step="{text(step.status)}"><strong>{text(step.status)}</strong> '
+        f"{_time(step.at)}<ul>"
+        + "".join(
+            f"<li>{text(evidence.document)} ({text(evidence.origin)}): {text(evidence.said)}"
+            f"{', ' + _time(evidence.at) if evidence.at else ''}</li>"
+            for evidence in step.evidence
+        )
+        + "</ul></li>"
+        for step in order_timeline(documents)
+    )
+    listing = f'<ol class="timeline" id="timeline">{steps}</ol>' if steps else ""
+    return (
+        '<section aria-labelledby="timeline-heading"><h2 id="timeline-heading">Timeline</h2>'
+        f'<p id="current-status">{current}</p>{listing}</section>'
+    )
+
+
+def _raw_documents(documents: list[dict[str, Any]]) -> str:
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for document in documents:
+        groups.setdefault(_document_type(document), []).append(document)
+    sections = "".join(
+        f'<section aria-labelledby="type-{index}"><h3 id="type-{index}">{text(kind)} '
+        f"({len(groups[kind])})</h3>"
+        + "".join(_document_table(document) for document in groups[kind])
+        + "</section>"
+        for index, kind in enumerate(sorted(groups, key=_type_rank))
+    )
+    return (
+        f'<details id="raw"><summary>Raw documents ({len(documents)}), by type, as stored'
+        f"</summary>{sections}</details>"
+    )
 
 
 COUNTER_LABELS = {
