@@ -348,7 +348,8 @@ def test_every_page_fits_a_1280_pixel_screen(console: ConsoleStack, browser: Any
     pages = {
         "queues": "/console",
         "dead-letters": "/console/dead-letters?source=orders",
-        "confirm": f"/console/dead-letters/confirm?source=orders&action=resubmit&sequence={sequence}",
+        "confirm": "/console/dead-letters/confirm?source=orders&action=resubmit"
+        f"&sequence={sequence}",
         "order": f"/console/orders?orderId={order_id}",
         "counters": "/console/counters",
     }

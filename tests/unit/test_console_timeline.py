@@ -67,7 +67,7 @@ def test_a_cancelled_order_shows_its_refund_when_the_saga_writes_one() -> None:
 
 
 def test_a_fresh_order_is_placed_and_untrusted_fields_are_ignored() -> None:
-    documents = [
+    documents: list[dict[str, Any]] = [
         ORDER,
         {"type": "orderStatus", "history": "not a list", "status": 3, "version": "x"},
         {"type": "payment", "unavailable": "the payment service did not answer"},
