@@ -144,7 +144,7 @@ def print_fields(fields: dict[str, object]) -> None:
     for name, value in fields.items():
         shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         out.print(f"[bold]{name}[/bold]: ", end="")
-        out.print(shown, markup=False, highlight=False)
+        out.print(shown, markup=False, highlight=False, soft_wrap=True)  # a value, unbroken
 
 
 @dead_letters_app.command("list")
