@@ -38,6 +38,9 @@ browser:
 		command -v google-chrome; } >/dev/null 2>&1; then :; \
 	elif command -v apt-get >/dev/null 2>&1 && { [ "$$(id -u)" = 0 ] || sudo -n true 2>/dev/null; }; then \
 		as_root=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
+		echo "make browser: installing Debian's chromium and chromium-driver SYSTEM-WIDE" \
+			"(apt-get install$${as_root:+ through $$as_root}) for the browser tests in" \
+			"tests/browser; install them yourself beforehand to skip this step"; \
 		$$as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
 			chromium chromium-driver >/dev/null 2>&1 || \
 		{ $$as_root apt-get update >/dev/null && $$as_root env DEBIAN_FRONTEND=noninteractive \
@@ -52,8 +55,9 @@ demo: $(BIN)/.installed
 
 # Lint first (seconds), then the suite on both cores, with branch coverage of the four packages
 # (what runs in this process tree; emulators and workers started as processes are not counted).
+# The slowest tests and the suite's wall time are printed last (tests/conftest.py).
 test: lint $(CHECKOV_VENV)/.installed node-crosscheck browser
-	$(BIN)/python -m pytest -n 2 --dist loadgroup --cov --cov-report=term
+	$(BIN)/python -m pytest -n 2 --dist loadgroup --cov --cov-report=term --durations=15
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
@@ -62,7 +66,7 @@ lint: $(BIN)/.installed
 	$(BIN)/mypy function_app.py scripts infra/scripts
 	# The tests too, one folder at a time: each has its own conftest and helpers on the path.
 	MYPYPATH=src:tests $(BIN)/mypy --explicit-package-bases tests/infra tests/*.py
-	@for dir in unit http e2e integration browser cosmos_emulator servicebus_emulator payments js; do \
+	@for dir in unit http e2e integration browser docs cosmos_emulator servicebus_emulator payments js; do \
 		echo "mypy tests/$$dir"; \
 		MYPYPATH=src:tests:tests/$$dir $(BIN)/mypy --explicit-package-bases tests/$$dir || exit 1; \
 	done

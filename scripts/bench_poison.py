@@ -11,6 +11,8 @@ for every case; the worst line says how far from it we are.
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import statistics
 import sys
 import time
@@ -37,6 +39,19 @@ def cost_of(message: ReceivedOrderMessage, repeat: int) -> tuple[list[float], st
     return samples, reason
 
 
+def machine() -> str:
+    """What the numbers were measured on: they move with the CPU and with what else runs."""
+    cpuinfo = Path("/proc/cpuinfo")
+    models = [
+        line.split(":", 1)[1].strip()
+        for line in (cpuinfo.read_text().splitlines() if cpuinfo.exists() else [])
+        if line.startswith("model name")
+    ]
+    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    model = models[0] if models else platform.processor() or platform.machine()
+    return f"machine: {model}, {os.cpu_count()} cores, load average {load}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=50)
@@ -47,6 +62,7 @@ def main() -> None:
         samples, reason = cost_of(message, args.repeat)
         rows.append((max(samples), statistics.median(samples), case.name, len(case.body), reason))
     rows.sort(reverse=True)
+    print(machine())
     print(f"{'case':34} {'bytes':>8} {'reason':18} {'median us':>10} {'worst us':>10}")
     for worst, median, name, size, reason in rows:
         print(f"{name:34} {size:8d} {reason:18} {median:10.0f} {worst:10.0f}")

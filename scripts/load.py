@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import sys
+import typer
 
-from orders.cli import app
+from orders.cli import load
+
+# A one-command app: its help says `scripts/load.py [OPTIONS]`, as it is run.
+script = typer.Typer(add_completion=False, rich_markup_mode=None)
+script.command()(load)
 
 if __name__ == "__main__":
-    sys.exit(app(["load", *sys.argv[1:]]))
+    script(prog_name="scripts/load.py")

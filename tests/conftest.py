@@ -1,7 +1,9 @@
-"""Fixtures shared by every test area: local Cosmos wire servers."""
+"""Fixtures shared by every test area: local Cosmos wire servers; the suite's wall time."""
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -36,3 +38,17 @@ def python_cosmos() -> Iterator[CosmosServer]:
         yield CosmosServer("python-emulator", emulator.url, emulator.key)
     finally:
         emulator.stop()
+
+
+_SESSION_STARTED = time.monotonic()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The wall time of the whole run and the cores it had, last: the suite must stay under
+    12 minutes on 2 cores, and this is the number to watch (xdist workers print nothing)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    seconds = time.monotonic() - _SESSION_STARTED
+    terminalreporter.write_sep(
+        "=", f"suite wall time {seconds / 60:.1f} min ({seconds:.0f} s) on {os.cpu_count()} cores"
+    )

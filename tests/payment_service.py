@@ -24,7 +24,11 @@ class StandinProcess:
         """Send `signum` and wait for the exit; returns the exit code."""
         if self.process.poll() is None:
             os.kill(self.process.pid, signum)
-        return self.process.wait(timeout=10)
+        code = self.process.wait(timeout=10)
+        # The exited child writes nothing more: close our end (else a ResourceWarning).
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        return code
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -49,6 +53,7 @@ def start_standin(data: Path | None = None, *extra: str) -> StandinProcess:
     if not line.startswith(READY_PREFIX):
         process.kill()
         process.wait(timeout=10)
+        process.stdout.close()
         raise RuntimeError(f"the stand-in did not start: {line!r}")
     return StandinProcess(process, "http://" + line.removeprefix(READY_PREFIX))
 

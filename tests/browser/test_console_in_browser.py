@@ -59,11 +59,11 @@ def body_text(driver: Any) -> str:
 
 
 def dead_letter_row(driver: Any, message_id: str) -> Any:
-    """The list's row of this MessageId (MessageIds are shown JSON-quoted), or None."""
+    """The list's row of this MessageId (shown as it is, in a cell of its own), or None."""
     from selenium.webdriver.common.by import By
 
     for row in driver.find_elements(By.CSS_SELECTOR, "#dead-letters tbody tr"):
-        if json.dumps(message_id) in row.text:
+        if message_id in row.text.split():
             return row
     return None
 
@@ -262,8 +262,16 @@ def test_order_page_shows_every_document_of_the_order(console: ConsoleStack, bro
     field.send_keys(order_id)
     press_enter(browser)
     poll_until(lambda: browser.find_elements(By.ID, "found"), 30.0, "the order's documents")
+    screenshot(browser, "order-timeline")
+    steps = browser.find_elements(By.CSS_SELECTOR, "#timeline > li")
+    assert [step.get_attribute("data-step") for step in steps] == ["placed"]
+    assert "order " + order_id in steps[0].text and "orders container" in steps[0].text
+    # The raw documents are folded away until asked for.
+    raw = browser.find_element(By.ID, "raw")
+    assert raw.get_attribute("open") is None
+    raw.find_element(By.TAG_NAME, "summary").click()
     screenshot(browser, "order-documents")
-    headings = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "main h2")]
+    headings = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "#raw h3")]
     # The outbox event came with the order's batch: a document type the console never named.
     assert headings == ["order (1)", "orderLine (1)", "orderRejection (1)", "outbox (1)"]
     assert "RequestHashMismatch" in body_text(browser)
@@ -288,13 +296,89 @@ def test_counters_page_renders_and_updates_without_a_reload(
                           30.0, "the counters")  # fmt: skip
     lines = browser.find_elements(By.CSS_SELECTOR, "#chart polyline")
     assert {line.get_attribute("data-series") for line in lines} == {
-        "processed", "duplicates", "mismatches", "dead_lettered"
+        "processed", "duplicates", "stale", "mismatches", "dead_lettered"
     }  # fmt: skip
+    # Read at a glance: axes with their ticks, a legend, and the counts per consumer.
+    axes = browser.find_elements(By.CSS_SELECTOR, "#chart [data-axis]")
+    assert {axis.get_attribute("data-axis") for axis in axes} == {"x", "y"}
+    ticks = [tick.text for tick in browser.find_elements(By.CSS_SELECTOR, "#chart .tick-x")]
+    assert "now" in ticks and "-4 min" in ticks
+    assert "Stale" in browser.find_element(By.ID, "legend").text
+
     page_loaded_at = browser.execute_script("return performance.timeOrigin")
 
     order_id = new_order_id()
     send(console, valid_order_body(order_id), order_id)
     poll_until(lambda: (processed() or 0) > before, 60.0, "the processed counter to rise")
+    row = poll_until(
+        lambda: browser.find_elements(By.CSS_SELECTOR, '#by-consumer tr[data-consumer="orders"]'),
+        30.0,
+        "the orders workers' row",
+    )
+    assert int(row[0].find_element(By.CSS_SELECTOR, '[data-counter="processed"]').text) >= 1
     screenshot(browser, "counters")
     # Still the same page: the script updated it in place.
     assert browser.execute_script("return performance.timeOrigin") == page_loaded_at
+
+
+# Pages and what each needs on screen; the overflow check runs at the width of a small laptop.
+LAYOUT_WIDTH, LAYOUT_HEIGHT = 1280, 800
+OVERFLOWING = """
+const page = document.documentElement;
+const wide = [...document.querySelectorAll("table, pre, svg")].filter((element) =>
+  element.scrollWidth > element.clientWidth + 1 ||
+  element.getBoundingClientRect().right > page.clientWidth + 1);
+return { page: page.scrollWidth > page.clientWidth + 1,
+  tables: wide.map((element) => element.id || element.className || element.tagName) };
+"""
+
+
+def test_every_page_fits_a_1280_pixel_screen(console: ConsoleStack, browser: Any) -> None:
+    from azure.servicebus import ServiceBusClient, ServiceBusSubQueue
+    from selenium.webdriver.common.by import By
+
+    # The widest content a dead letter brings: a long unbroken body, id and description.
+    message_id = new_order_id() + "-" + "x" * 40
+    send(console, b'{"note": "' + b"y" * 600 + b'"', message_id)
+    row = wait_for_dead_letter(browser, console, message_id)
+    sequence = row.find_element(By.CSS_SELECTOR, "th").text
+    order_id = new_order_id()
+    send(console, valid_order_body(order_id), order_id)
+    console.wait_for_decision(order_id, outcome="processed")
+    pages = {
+        "queues": "/console",
+        "dead-letters": "/console/dead-letters?source=orders",
+        "confirm": "/console/dead-letters/confirm?source=orders&action=resubmit"
+        f"&sequence={sequence}",
+        "order": f"/console/orders?orderId={order_id}",
+        "counters": "/console/counters",
+    }
+    browser.set_window_size(LAYOUT_WIDTH, LAYOUT_HEIGHT)
+    try:
+        width = browser.execute_script("return document.documentElement.clientWidth")
+        assert LAYOUT_WIDTH - 40 <= width <= LAYOUT_WIDTH, width
+        overflowing = {}
+        for name, path in pages.items():
+            open_page(browser, console.url + path)
+            for details in browser.find_elements(By.CSS_SELECTOR, "details"):
+                details.find_element(By.TAG_NAME, "summary").click()  # raw documents too
+            found = browser.execute_script(OVERFLOWING)
+            screenshot(browser, f"layout-1280-{name}")
+            if found["page"] or found["tables"]:
+                overflowing[name] = found
+        assert overflowing == {}, f"wider than {LAYOUT_WIDTH} px: {overflowing}"
+    finally:
+        browser.set_window_size(1280, 900)
+        with (
+            ServiceBusClient.from_connection_string(
+                console.stack.servicebus_connection_string
+            ) as client,
+            client.get_queue_receiver(
+                console.stack.queue.name, sub_queue=ServiceBusSubQueue.DEAD_LETTER
+            ) as dead_letters,
+        ):
+            for message in dead_letters.receive_messages(max_message_count=50, max_wait_time=5):
+                if message.message_id == message_id:
+                    dead_letters.complete_message(message)
+                else:
+                    dead_letters.abandon_message(message)

@@ -54,6 +54,8 @@ def test_demo_prints_an_ok_verify_report_and_leaves_no_process_behind(tmp_path: 
     )
 
     assert result.returncode == 0, result.stderr[-3000:]
+    # Not a terminal: stages only, no progress bar printed after the workers stopped.
+    assert "workers stopped" in result.stderr and "sending" not in result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["ok"] is True and report["violations"] == []
     assert report["unique_orders"] == report["orders_in_store"] == 80

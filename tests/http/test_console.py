@@ -175,6 +175,23 @@ async def test_dead_letters_are_listed_with_every_untrusted_value_escaped(
     assert page.count('href="/console/dead-letters/confirm?source=orders&amp;action=resubmit') == 4
 
 
+async def test_counters_page_explains_its_counters_per_consumer(console: Console) -> None:
+    page = assert_html(await console.client.get("/console/counters"), 200)
+    assert '<table id="by-consumer">' in page and '<th scope="col">Consumer</th>' in page
+    assert '<th scope="col">Stale</th>' in page and 'id="count-stale"' in page
+    assert '<ul class="legend" id="legend">' in page and "no second write" in page
+
+
+async def test_message_ids_and_bodies_are_shown_as_they_are(console: Console) -> None:
+    console.queue.dead_letters.append(
+        dead_letter(11, message_id="o-plain", body=b'{"orderId": "o-plain"}')
+    )
+    page = assert_html(await console.client.get("/console/dead-letters?source=orders"), 200)
+    # No JSON quoting around the id, no backslashes before the body's quotes.
+    assert "<code>o-plain</code>" in page and "&quot;o-plain&quot;</code>" not in page
+    assert "<code>{&quot;orderId&quot;: &quot;o-plain&quot;}</code>" in page
+
+
 async def test_a_subscription_offers_purge_but_not_resubmit(console: Console) -> None:
     page = assert_html(
         await console.client.get("/console/dead-letters", params={"source": str(SUBSCRIPTION)}),
@@ -275,10 +292,36 @@ async def test_order_page_renders_every_document_by_its_type(console: Console) -
 
     page = assert_html(await console.client.get("/console/orders?orderId=o-1"), 200)
 
-    headings = [part.split("</h2>")[0].split(">")[-1] for part in page.split("<h2")[1:]]
+    # Raw documents: folded away below the timeline, grouped by type.
+    raw = page.split('<details id="raw">', 1)[1]
+    headings = [part.split("</h3>")[0].split(">")[-1] for part in raw.split("<h3")[1:]]
     assert headings == ["order (1)", "orderLine (1)", "(no type) (1)", "payment (1)"]
     assert "<script>alert" not in page and "&lt;script&gt;" in page
     assert "{&quot;nested&quot;: [1, 2]}" in page and "noise" not in page
+
+
+async def test_order_page_is_a_timeline_with_its_sources(console: Console) -> None:
+    for document in (
+        {"id": "o-2", "orderId": "o-2", "type": "order", "status": "placed",
+         "processedAt": "2026-12-01T10:00:00+00:00", "_etag": "noise-etag", "_lsn": 7},
+        {"id": "o-2:status", "orderId": "o-2", "type": "orderStatus", "status": "shipped",
+         "version": 3, "history": [
+             {"status": "paid", "version": 2, "at": "2026-12-01T10:00:02+00:00"},
+             {"status": "shipped", "version": 3, "at": "2026-12-01T10:00:03+00:00"}]},
+        {"id": "o-2:shipment", "orderId": "o-2", "type": "shipment", "status": "requested",
+         "requestedAt": "2026-12-01T10:00:01+00:00"},
+    ):  # fmt: skip
+        console.orders.seed_document("o-2", document)
+
+    page = assert_html(await console.client.get("/console/orders?orderId=o-2"), 200)
+
+    summary, raw = page.split('<details id="raw">', 1)
+    steps = re.findall(r'<li data-step="(\w+)">', summary)
+    assert steps == ["placed", "paid", "shipped"]
+    assert "Current status: <strong>shipped</strong> (version 3" in summary
+    assert "shipment o-2:shipment (inbox container): shipment requested" in summary
+    assert "noise-etag" not in summary and "_lsn" not in summary and "noise-etag" in raw
+    assert "3 document(s): 1 from the inbox container, 2 from the orders container" in page
 
 
 async def test_order_page_of_an_unknown_order_says_so(console: Console) -> None:
@@ -300,7 +343,13 @@ async def test_counters_json_tallies_the_journal_and_skips_bad_lines(console: Co
 
     assert response.status_code == 200
     body = response.json()
-    assert body["totals"] == {"processed": 1, "duplicates": 1, "mismatches": 1, "dead_lettered": 1}
+    assert body["totals"] == {
+        "processed": 1,
+        "duplicates": 1,
+        "stale": 0,
+        "mismatches": 1,
+        "dead_lettered": 1,
+    }
     assert body["skippedLines"] == 2
     assert len(body["series"]) == 60 and body["bucketSeconds"] == 5
     page = assert_html(await console.client.get("/console/counters"), 200)

@@ -6,8 +6,8 @@ import pytest
 
 from .bicep_model import REPO_ROOT, bicep_files, parse
 
-# ../shared exists on dev machines and in CI, never for users of the project.
-SHARED_REFERENCE = REPO_ROOT / ".." / "shared" / "reference"
+# Upstream schemas copied into the repo (sources in tests/data/reference/SOURCES.md).
+REFERENCE = REPO_ROOT / "tests" / "data" / "reference"
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,5 @@ def templates() -> dict[str, dict[str, object]]:
 
 
 @pytest.fixture(scope="session")
-def shared_reference() -> Path:
-    if not SHARED_REFERENCE.is_dir():
-        pytest.skip(f"{SHARED_REFERENCE} is absent (it exists only on dev machines and in CI)")
-    return SHARED_REFERENCE
+def reference_schemas() -> Path:
+    return REFERENCE

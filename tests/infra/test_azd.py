@@ -21,8 +21,8 @@ def _azure_yaml() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def azd_validator(shared_reference: Path) -> jsonschema.Draft201909Validator:
-    schema = json.loads((shared_reference / "azd" / "azure.yaml.schema.json").read_text("utf-8"))
+def azd_validator(reference_schemas: Path) -> jsonschema.Draft201909Validator:
+    schema = json.loads((reference_schemas / "azd" / "azure.yaml.schema.json").read_text("utf-8"))
     jsonschema.Draft201909Validator.check_schema(schema)
     return jsonschema.Draft201909Validator(schema)
 

@@ -113,8 +113,8 @@ def _python_compatible(schema: Any) -> Any:
 
 
 @pytest.fixture(scope="module")
-def config_validator(shared_reference: Path) -> jsonschema.Draft7Validator:
-    path = shared_reference / "servicebus-emulator" / "Config-schema.json"
+def config_validator(reference_schemas: Path) -> jsonschema.Draft7Validator:
+    path = reference_schemas / "servicebus-emulator" / "Config-schema.json"
     schema = _python_compatible(json.loads(path.read_text(encoding="utf-8")))
     jsonschema.Draft7Validator.check_schema(schema)
     return jsonschema.Draft7Validator(schema)

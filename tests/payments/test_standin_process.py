@@ -182,6 +182,8 @@ def test_orders_payments_runs_the_stand_in_and_forwards_sigterm(tmp_path: Path) 
         if process.poll() is None:
             process.kill()
             process.wait(timeout=10)
+        if process.stdout is not None:
+            process.stdout.close()
     # The child stopped with it (nothing holds the ledger), and the charge is on disk.
     with running_standin(tmp_path) as again, httpx.Client(base_url=again.url) as client:
         assert [c["idempotencyKey"] for c in charges_of(client, "o-cli")] == ["k-cli"]

@@ -10,11 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orders.adapters.decision_journals import JournalFolder
+from orders.adapters.decision_journals import JournalFolder, consumer_of
 from orders.domain.dead_letters import MAX_SEQUENCE_NUMBER, parse_sequence_number
 from orders.domain.decision_counters import (
     BUCKET_SECONDS,
     MAX_BUCKETS,
+    MAX_CONSUMERS,
     MAX_LINE_BYTES,
     DecisionCounters,
     counted_as,
@@ -54,7 +55,7 @@ def test_buckets_hold_the_recent_past_and_totals_everything() -> None:
     assert view["totals"]["processed"] == MAX_BUCKETS + 10
     assert len(counters.buckets) == MAX_BUCKETS
     assert len(view["series"]) == MAX_BUCKETS
-    assert view["series"][-1] == {"at": now, "processed": 1, "duplicates": 0,
+    assert view["series"][-1] == {"at": now, "processed": 1, "duplicates": 0, "stale": 0,
                                   "mismatches": 0, "dead_lettered": 0}  # fmt: skip
 
 
@@ -103,8 +104,9 @@ async def test_the_folder_is_read_as_it_grows_across_files_and_partial_lines(
     second.write_bytes(line("mismatch", "dead_letter", 3) + b"\n")
     after = (await feed.counters()).totals
 
-    assert before == {"processed": 1, "duplicates": 0, "mismatches": 0, "dead_lettered": 0}
-    assert after == {"processed": 1, "duplicates": 1, "mismatches": 1, "dead_lettered": 1}
+    zero = {"stale": 0}
+    assert before == {"processed": 1, "duplicates": 0, "mismatches": 0, "dead_lettered": 0} | zero
+    assert after == {"processed": 1, "duplicates": 1, "mismatches": 1, "dead_lettered": 1} | zero
 
 
 async def test_an_endless_line_is_dropped_and_reading_goes_on(tmp_path: Path) -> None:
@@ -181,3 +183,29 @@ def test_console_settings_default_off_and_parse() -> None:
 def test_malformed_console_settings_fail_at_start(name: str, value: str) -> None:
     with pytest.raises(SettingsError, match=name):
         Settings.from_env({"COSMOS_ENDPOINT": "https://cosmos.test", name: value})
+
+
+def test_counters_are_kept_per_consumer_with_stale_status_updates() -> None:
+    counters = DecisionCounters()
+    line = b'{"outcome": "%s", "settlement": "complete", "at": 1.0}'
+    counters.add_line(line % b"processed", consumer_of(Path("worker-1.decisions.jsonl")))
+    counters.add_line(line % b"processed", consumer_of(Path("billing-2.decisions.jsonl")))
+    counters.add_line(line % b"stale", consumer_of(Path("status-1.decisions.jsonl")))
+
+    view = counters.to_json(10.0)
+
+    assert view["totals"]["processed"] == 2 and view["totals"]["stale"] == 1
+    assert {name: counts["processed"] for name, counts in view["byConsumer"].items()} == {
+        "billing": 1,
+        "orders": 1,
+        "status": 0,
+    }
+    assert view["byConsumer"]["status"]["stale"] == 1
+
+
+def test_untrusted_journal_names_add_a_bounded_number_of_consumers() -> None:
+    counters = DecisionCounters()
+    for index in range(100):
+        counters.add_line(b'{"outcome": "processed", "at": 1.0}', f"consumer{index}")
+    assert len(counters.by_consumer) <= MAX_CONSUMERS + 1
+    assert counters.totals["processed"] == 100

@@ -6,12 +6,18 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from orders.domain.decision_counters import MAX_LINE_BYTES, DecisionCounters
+from orders.domain.decision_counters import DEFAULT_CONSUMER, MAX_LINE_BYTES, DecisionCounters
 
 JOURNAL_GLOB = "*.decisions.jsonl"
 MAX_FILES = 64
 # Per file and call: a huge journal is caught up with over several polls, never at once.
 MAX_READ_BYTES = 1024 * 1024
+
+
+def consumer_of(path: Path) -> str:
+    """`billing-2.decisions.jsonl` -> billing; the orders workers' `worker-1` -> orders."""
+    name = path.name.removesuffix(JOURNAL_GLOB.removeprefix("*")).rsplit("-", 1)[0][:40]
+    return DEFAULT_CONSUMER if name in ("", "worker") else name
 
 
 class JournalFolder:
@@ -40,8 +46,9 @@ class JournalFolder:
                 continue  # removed or unreadable meanwhile: try again next time
             self._offsets[path] = self._offsets.get(path, 0) + len(chunk)
             *lines, rest = (self._partial.pop(path, b"") + chunk).split(b"\n")
+            consumer = consumer_of(path)
             for line in lines:
-                self._counters.add_line(line)
+                self._counters.add_line(line, consumer)
             if len(rest) > MAX_LINE_BYTES:
                 self._counters.skipped_lines += 1  # an endless line: drop it, keep reading
             elif rest:

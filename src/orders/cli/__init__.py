@@ -17,7 +17,16 @@ from rich.table import Table
 
 from orders.cli.operations import dead_letters_app, keys_app
 from orders.cli.payments import payments
-from orders.cli.shared import configure_logging, err, out, settings_or_exit
+from orders.cli.shared import (
+    configure_logging,
+    connection_errors_exit,
+    err,
+    exit_unreachable,
+    out,
+    require_reachable,
+    settings_or_exit,
+    unreachable,
+)
 from orders.domain.load_plan import LoadMix, plan_from_json, plan_load, plan_to_json
 from orders.service.verify import VerifyReport
 from orders.service.worker_options import Subscriber
@@ -30,6 +39,8 @@ app = typer.Typer(
     help="Exactly-once order processing on Azure Service Bus + Cosmos DB.",
     no_args_is_help=True,
     add_completion=False,
+    # Plain help: typer's rich help prints `<bool>` beside every flag.
+    rich_markup_mode=None,
 )
 
 
@@ -78,12 +89,15 @@ def dispatcher(
 
 
 def progress_bar() -> Progress:
+    # Only on a terminal: elsewhere (a log, a pipe) rich prints the bar once, when it closes,
+    # which is after everything the command did next.
     return Progress(
         TextColumn("[bold]sending"),
         BarColumn(),
         MofNCompleteColumn(),
         console=err,
         transient=False,
+        disable=not err.is_terminal,
     )
 
 
@@ -107,8 +121,12 @@ def load(
         typer.Option(help="Fraction reused with a new payload inside the window (broker drops it)"),
     ] = 0.02,
     duplicate_window: Annotated[
-        float, typer.Option(help="The queue's duplicate-detection window in seconds")
-    ] = 5.0,
+        float | None,
+        typer.Option(
+            help="The queue's duplicate-detection window in seconds "
+            "(default: ORDERS_DUPLICATE_WINDOW_SECONDS, which `orders env` sets)"
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Random seed, for reproducible runs")] = 1,
     run_id: Annotated[str | None, typer.Option(help="Prefix of every id (default: random)")] = None,
     status_updates: Annotated[
@@ -137,6 +155,9 @@ def load(
 
     configure_logging(logging.WARNING)
     settings = settings_or_exit()
+    require_reachable(settings)
+    if duplicate_window is None:
+        duplicate_window = float(settings.duplicate_window_seconds)
     mix = LoadMix(
         producer_retries,
         late_duplicates,
@@ -215,7 +236,10 @@ def report_table(report: VerifyReport) -> Table:
             "illegal_dead_lettered",
             "final_state_mismatches",
         ):
-            table.add_row(f"status: {check.replace('_', ' ')}", str(report.status_updates[check]))
+            label = check.replace("_", " ")
+            if check in ("applied", "stale"):
+                label += " (distinct updates)"
+            table.add_row(f"status: {label}", str(report.status_updates[check]))
     for consumer, found in sorted(report.fanout.items()):
         table.add_row(
             f"{consumer}: effects / expected",
@@ -255,6 +279,7 @@ def verify(
 
     configure_logging(logging.WARNING)
     settings = settings_or_exit()
+    require_reachable(settings)
     plan = plan_from_json(json.loads(manifest.read_text()))
     # As `orders up` runs them: billing, shipping and the status consumer GET's status reads.
     everything = {Subscriber.BILLING, Subscriber.SHIPPING, Subscriber.STATUS}
@@ -297,7 +322,14 @@ def print_demo_story(result: DemoResult, workers: int) -> None:
         )
     for consumer, counts in sorted(result.subscriber_outcomes.items()):
         listed = ", ".join(f"{outcome} {count}" for outcome, count in sorted(counts.items()))
-        out.print(f"{consumer} consumer: {listed}")
+        out.print(f"{consumer} consumer, per delivery: {listed}")
+    status_stale = result.subscriber_outcomes.get(Subscriber.STATUS.value, {}).get("stale")
+    if report.status_updates and status_stale is not None:
+        out.print(
+            f"Stale twice over: the status consumer decided {status_stale} deliveries stale "
+            "(every delivery of a stale update, duplicates and redeliveries included); "
+            f"{report.status_updates['stale']} distinct updates were stale (the table)."
+        )
     if report.ok:
         out.print(
             "[green]Proven:[/green] every order stored exactly once, with its first "
@@ -484,10 +516,21 @@ def env(
 ) -> None:
     """Print the running local stack's settings as `export` lines: eval "$(orders env)"."""
     from orders.entrypoints.up import ENV_FILE, export_lines
+    from orders.settings import Settings, SettingsError
 
     if not (directory / ENV_FILE).is_file():
         err.print(f"[red]no {ENV_FILE} in {directory}: is `orders up` running?[/red]")
         raise typer.Exit(1)
+    # The file outlives the stack that wrote it (Ctrl-C, a crash): settings nobody answers at
+    # are stale, and exporting them would only move the failure to the next command.
+    try:
+        recorded: dict[str, str] = json.loads((directory / ENV_FILE).read_text())
+        why = unreachable(Settings.from_env(recorded))
+    except (ValueError, SettingsError) as exc:
+        err.print(f"[red]{directory / ENV_FILE} is not a stack's settings: {exc}[/red]")
+        raise typer.Exit(2) from exc
+    if why is not None:
+        exit_unreachable(f"{directory / ENV_FILE} is stale, {why}")
     print("\n".join(export_lines(directory)))
 
 
@@ -502,7 +545,8 @@ def _root() -> None:
 
 
 def main() -> None:
-    app()
+    with connection_errors_exit():
+        app()
 
 
 if __name__ == "__main__":

@@ -17,22 +17,39 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
-from orders.cli.shared import configure_logging, err, out, settings_or_exit
-from orders.domain.dead_letters import DeadLetter, Selection, resubmit_refusal
+from orders.cli.shared import (
+    configure_logging,
+    connection_errors_exit,
+    err,
+    iso_time,
+    out,
+    require_reachable,
+    settings_or_exit,
+)
+from orders.domain.dead_letters import DeadLetter, Selection, printable, resubmit_refusal
 from orders.domain.idempotency import eviction_refusal, record_id
 from orders.exceptions import ResubmitUnsupportedError
 from orders.service.worker_options import Source
 
 if TYPE_CHECKING:
     from orders.bootstrap import OperatorTools
+    from orders.settings import Settings
 
 T = TypeVar("T")
 
+# Plain help (no rich markup mode): typer's rich help prints `<bool>` beside every flag.
 dead_letters_app = typer.Typer(
-    help="Inspect, resubmit and purge the orders queue's dead letters.", no_args_is_help=True
+    help="Inspect, resubmit and purge the orders queue's dead letters.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
 )
-keys_app = typer.Typer(help="Inspect and evict HTTP Idempotency-Key records.", no_args_is_help=True)
+keys_app = typer.Typer(
+    help="Inspect and evict HTTP Idempotency-Key records.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
 
 Numbers = Annotated[list[int] | None, typer.Argument(help="Sequence numbers", show_default=False)]
 Reason = Annotated[str | None, typer.Option(help="Only dead letters with this reason")]
@@ -60,11 +77,18 @@ def source_or_exit(queue: str | None, topic: str | None, subscription: str | Non
         raise typer.Exit(2) from exc
 
 
-def with_tools(action: Callable[[OperatorTools], Awaitable[T]], source: Source | None = None) -> T:
+def with_tools(
+    action: Callable[[OperatorTools], Awaitable[T]],
+    source: Source | None = None,
+    settings: Settings | None = None,
+) -> T:
+    """Run `action` over the operator tools; a service that cannot be reached is one line on
+    stderr and exit 2 (checked first, so a stopped stack does not cost the SDKs' retries)."""
     from orders.bootstrap import build_operator_tools
 
     configure_logging()
-    settings = settings_or_exit()
+    settings = settings or settings_or_exit()
+    require_reachable(settings)
 
     async def run() -> T:
         tools = await build_operator_tools(settings, source)
@@ -73,7 +97,8 @@ def with_tools(action: Callable[[OperatorTools], Awaitable[T]], source: Source |
         finally:
             await tools.close()
 
-    return asyncio.run(run())
+    with connection_errors_exit():
+        return asyncio.run(run())
 
 
 def selection_or_exit(numbers: list[int] | None, reason: str | None, everything: bool) -> Selection:
@@ -84,21 +109,42 @@ def selection_or_exit(numbers: list[int] | None, reason: str | None, everything:
         raise typer.Exit(2) from exc
 
 
+def deliveries(count: int) -> str:
+    """What a dead letter's delivery count means: the deliveries that failed before the one
+    that dead-lettered it (abandoned, or the lock expired), not the deliveries in total."""
+    if count == 0:
+        return "0 (dead-lettered on its first delivery, before any abandon)"
+    return f"{count} (abandoned or lock lost {count} time(s) before it was dead-lettered)"
+
+
 def dead_letter_table(dead_letters: list[DeadLetter]) -> Table:
-    table = Table(title=f"{len(dead_letters)} dead letter(s)")
+    table = Table(
+        title=f"{len(dead_letters)} dead letter(s)",
+        caption="deliveries: failed deliveries before the one that dead-lettered it "
+        "(0: refused on its first delivery)",
+    )
     for column in ("seq", "reason", "description", "deliveries", "enqueued", "MessageId", "body"):
         table.add_column(column, overflow="fold")
     for dead in dead_letters:
         table.add_row(
             str(dead.sequence_number),
-            dead.reason or "",
-            (dead.description or "")[:80],
+            # Text, not str: a broker's or producer's "[...]" is not rich markup.
+            Text(dead.reason or ""),
+            Text((dead.description or "")[:80]),
             str(dead.delivery_count),
             dead.enqueued_at.isoformat(timespec="seconds") if dead.enqueued_at else "",
-            json.dumps(dead.message_id),  # quoted: ids are the producer's bytes
-            dead.preview[:60],
+            Text(printable(dead.message_id or "")),
+            Text(dead.preview[:60]),
         )
     return table
+
+
+def print_fields(fields: dict[str, object]) -> None:
+    """`name: value` lines; structured values as JSON, never as Python reprs."""
+    for name, value in fields.items():
+        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        out.print(f"[bold]{name}[/bold]: ", end="")
+        out.print(shown, markup=False, highlight=False, soft_wrap=True)  # a value, unbroken
 
 
 @dead_letters_app.command("list")
@@ -136,8 +182,7 @@ def show_dead_letter(
     if as_json:
         out.print_json(json.dumps(view))
     else:
-        for key, value in view.items():
-            out.print(f"[bold]{key}[/bold]: {value}", markup=True, highlight=False)
+        print_fields(view | {"deliveryCount": deliveries(found[0].delivery_count)})
 
 
 @dead_letters_app.command("resubmit")
@@ -149,8 +194,12 @@ def resubmit_dead_letters(
         bool, typer.Option(help="Resubmit RequestHashMismatch dead letters too")
     ] = False,
     duplicate_window: Annotated[
-        float, typer.Option(help="The queue's duplicate-detection window in seconds")
-    ] = 600.0,
+        float | None,
+        typer.Option(
+            help="The queue's duplicate-detection window in seconds "
+            "(default: ORDERS_DUPLICATE_WINDOW_SECONDS, which `orders env` sets)"
+        ),
+    ] = None,
     by: Annotated[str | None, typer.Option(help="Who resubmits (default: user@host)")] = None,
     queue: Queue = None,
     topic: Topic = None,
@@ -168,9 +217,12 @@ def resubmit_dead_letters(
     property) so the idempotent consumer still recognises them, recording when and by whom."""
     selection = selection_or_exit(numbers, reason, everything)
     source = source_or_exit(queue, topic, subscription)
+    settings = settings_or_exit()
     now = datetime.now(UTC)
     who = by or f"{getpass.getuser()}@{socket.gethostname()}"
-    window = timedelta(seconds=duplicate_window)
+    window = timedelta(
+        seconds=settings.duplicate_window_seconds if duplicate_window is None else duplicate_window
+    )
     try:
         outcome = with_tools(
             lambda tools: tools.dead_letters.resubmit(
@@ -181,6 +233,7 @@ def resubmit_dead_letters(
                 to_topic=to_topic,
             ),
             source,
+            settings,
         )
     except ResubmitUnsupportedError as exc:
         err.print(f"[red]not resubmitted:[/red] {exc}")
@@ -221,7 +274,12 @@ def show_key(key: str, scope: Scope = None, as_json: AsJson = False) -> None:
 
     async def read(tools: OperatorTools) -> dict[str, object] | None:
         record = await tools.keys.read(record_id(scope_of(scope, tools), key))
-        return record.to_document() | {"_etag": record.etag} if record else None
+        if record is None:
+            return None
+        document = record.to_document()
+        # Times as ISO-8601, not the stored epoch seconds.
+        document["leaseExpiresAt"] = iso_time(record.lease_expires_at)
+        return document | {"_etag": record.etag}
 
     found = with_tools(read)
     if found is None:
@@ -230,8 +288,7 @@ def show_key(key: str, scope: Scope = None, as_json: AsJson = False) -> None:
     if as_json:
         out.print_json(json.dumps(found))
     else:
-        for name, value in found.items():
-            out.print(f"[bold]{name}[/bold]: {value}", highlight=False)
+        print_fields(found)
 
 
 @keys_app.command("evict")

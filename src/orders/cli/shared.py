@@ -1,9 +1,17 @@
-"""What every command shares: the consoles, logging, and settings that fail clearly."""
+"""What every command shares: the consoles, logging, settings that fail clearly, and one answer
+for a service that cannot be reached."""
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import NoReturn
+from urllib.parse import urlsplit
 
 import typer
 from rich.console import Console
@@ -12,6 +20,14 @@ from orders.settings import Settings, SettingsError
 
 err = Console(stderr=True)
 out = Console()
+
+# Exit status of a command that could not reach what it needs (as for bad configuration).
+UNREACHABLE_EXIT = 2
+# A connect that takes longer than this is as good as down for an operator's command.
+CONNECT_TIMEOUT_SECONDS = 3.0
+_UNREACHABLE_ERRNOS = frozenset(
+    {errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ETIMEDOUT}
+)
 
 
 def configure_logging(level: int = logging.INFO) -> None:
@@ -31,3 +47,94 @@ def settings_or_exit(*, needs_servicebus: bool = True) -> Settings:
     except SettingsError as exc:
         err.print(f"[red]configuration error:[/red] {exc}")
         raise typer.Exit(2) from exc
+
+
+def endpoints(settings: Settings) -> list[tuple[str, str, int]]:
+    """(service, host, port) of Cosmos DB and Service Bus as the settings name them."""
+    found: list[tuple[str, str, int]] = []
+    cosmos = urlsplit(settings.cosmos_endpoint)
+    if cosmos.hostname:
+        default = 443 if cosmos.scheme == "https" else 80
+        found.append(("Cosmos DB", cosmos.hostname, cosmos.port or default))
+    connection = settings.servicebus_connection_string or ""
+    fields = dict(
+        part.split("=", 1) for part in connection.split(";") if "=" in part and part.strip()
+    )
+    emulator = fields.get("UseDevelopmentEmulator", "").lower() == "true"
+    # The emulator string turns TLS off (plain AMQP, 5672); Azure speaks AMQPS on 5671.
+    default_port = 5672 if emulator else 5671
+    if "Endpoint" in fields:
+        endpoint = urlsplit(fields["Endpoint"].strip())
+        if endpoint.hostname:
+            found.append(("Service Bus", endpoint.hostname, endpoint.port or default_port))
+    elif settings.servicebus_namespace:
+        found.append(("Service Bus", settings.servicebus_namespace, 5671))
+    return found
+
+
+def unreachable(settings: Settings) -> str | None:
+    """Why a service the settings name cannot be reached (one line), or None: a connect on
+    each, so a stopped stack is reported at once instead of after the SDKs' retries."""
+    for service, host, port in endpoints(settings):
+        try:
+            with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_SECONDS):
+                pass
+        except OSError as exc:
+            why = exc.strerror or type(exc).__name__
+            return f"cannot reach {service} at {host}:{port} ({why})"
+    return None
+
+
+def exit_unreachable(why: str) -> NoReturn:
+    # One line whatever the terminal's width: soft_wrap leaves wrapping to the terminal.
+    err.print(
+        f"[red]{why}[/red]: is the local stack running? (`orders up`, then "
+        '`eval "$(orders env)"` in this shell; in Azure, check the settings)',
+        highlight=False,
+        soft_wrap=True,
+    )
+    raise typer.Exit(UNREACHABLE_EXIT)
+
+
+def require_reachable(settings: Settings) -> None:
+    why = unreachable(settings)
+    if why is not None:
+        exit_unreachable(why)
+
+
+def connection_failure(exc: BaseException) -> BaseException | None:
+    """The network error at the root of `exc` (the SDKs wrap it in their own types), or None.
+
+    Walks the cause chain rather than naming SDK exception types: the CLI never imports an
+    SDK, and every SDK keeps the socket error it failed on as a cause.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ConnectionError | TimeoutError | socket.gaierror):
+            return current
+        if isinstance(current, OSError) and current.errno in _UNREACHABLE_ERRNOS:
+            return current
+        inner = getattr(current, "inner_exception", None)
+        current = current.__cause__ or current.__context__ or inner
+    return None
+
+
+@contextmanager
+def connection_errors_exit() -> Iterator[None]:
+    """A lost connection in the middle of a command: one line and exit 2, not a traceback."""
+    try:
+        yield
+    except (typer.Exit, typer.Abort):
+        raise  # already a decided exit, whatever caused it
+    except Exception as exc:
+        cause = connection_failure(exc)
+        if cause is None:
+            raise
+        exit_unreachable(f"lost the connection ({type(cause).__name__}: {cause})")
+
+
+def iso_time(epoch_seconds: float) -> str:
+    """Epoch seconds as an ISO-8601 UTC time, to the millisecond."""
+    return datetime.fromtimestamp(epoch_seconds, UTC).isoformat(timespec="milliseconds")

@@ -36,6 +36,12 @@ def parse_sequence_number(text: str) -> int | None:
     return value if is_sequence_number(value) else None
 
 
+def printable(text: str) -> str:
+    """`text` with every unprintable character (controls, line separators) JSON-escaped and
+    everything else, quotes included, kept as it is: for untrusted ids and bodies on a screen."""
+    return "".join(char if char.isprintable() else json.dumps(char)[1:-1] for char in text)
+
+
 @dataclass(frozen=True)
 class DeadLetter:
     sequence_number: int
@@ -49,10 +55,10 @@ class DeadLetter:
 
     @property
     def preview(self) -> str:
-        """The start of the body, with anything unprintable escaped (bodies are untrusted)."""
+        """The start of the body as a person reads it: quotes as they are, anything
+        unprintable escaped (bodies are untrusted; a newline must not forge a table row)."""
         text = self.body[:PREVIEW_CHARS].decode("utf-8", errors="replace")
-        shown = json.dumps(text)[1:-1]
-        return shown + ("..." if len(self.body) > PREVIEW_CHARS else "")
+        return printable(text) + ("..." if len(self.body) > PREVIEW_CHARS else "")
 
     def to_json(self, *, with_body: bool = False) -> dict[str, Any]:
         view: dict[str, Any] = {

@@ -12,7 +12,10 @@ from typing import Any
 
 from orders.domain.outcomes import Outcome, Settlement
 
-COUNTERS = ("processed", "duplicates", "mismatches", "dead_lettered")
+COUNTERS = ("processed", "duplicates", "stale", "mismatches", "dead_lettered")
+# The orders queue's workers; fan-out and status consumers are named by their subscription.
+DEFAULT_CONSUMER = "orders"
+MAX_CONSUMERS = 16
 BUCKET_SECONDS = 5
 # Five minutes of history in the chart; older buckets are dropped (the totals keep counting).
 MAX_BUCKETS = 60
@@ -22,6 +25,8 @@ _BY_OUTCOME = {
     Outcome.PROCESSED.value: "processed",
     Outcome.DUPLICATE.value: "duplicates",
     Outcome.MISMATCH.value: "mismatches",
+    # Status updates older than the stored version: decided without a write.
+    Outcome.STALE.value: "stale",
 }
 
 
@@ -57,9 +62,12 @@ class DecisionCounters:
 
     totals: dict[str, int] = field(default_factory=_zero)
     buckets: dict[int, dict[str, int]] = field(default_factory=dict)
+    # The same totals per consumer (orders, billing, shipping, status): a sum over consumers
+    # that decide different things means little on its own.
+    by_consumer: dict[str, dict[str, int]] = field(default_factory=dict)
     skipped_lines: int = 0
 
-    def add_line(self, line: bytes) -> None:
+    def add_line(self, line: bytes, consumer: str = DEFAULT_CONSUMER) -> None:
         entry = parse_journal_line(line)
         at = entry.get("at") if entry is not None else None
         if entry is None or not isinstance(at, int | float) or not math.isfinite(at) or at < 0:
@@ -69,9 +77,13 @@ class DecisionCounters:
         if not names:
             return
         bucket = self.buckets.setdefault(int(at // BUCKET_SECONDS) * BUCKET_SECONDS, _zero())
+        if consumer not in self.by_consumer and len(self.by_consumer) >= MAX_CONSUMERS:
+            consumer = "other"  # journal names are untrusted: bound what they can add
+        per_consumer = self.by_consumer.setdefault(consumer, _zero())
         for name in names:
             self.totals[name] += 1
             bucket[name] += 1
+            per_consumer[name] += 1
         while len(self.buckets) > MAX_BUCKETS:
             del self.buckets[min(self.buckets)]
 
@@ -81,6 +93,7 @@ class DecisionCounters:
         starts = [last - BUCKET_SECONDS * index for index in reversed(range(MAX_BUCKETS))]
         return {
             "totals": dict(self.totals),
+            "byConsumer": {name: dict(counts) for name, counts in sorted(self.by_consumer.items())},
             "bucketSeconds": BUCKET_SECONDS,
             "series": [{"at": start, **self.buckets.get(start, _zero())} for start in starts],
             "skippedLines": self.skipped_lines,

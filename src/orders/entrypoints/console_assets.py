@@ -20,8 +20,21 @@ th, td { border: 1px solid #8a8a8a; padding: 0.25rem 0.5rem; text-align: left;
   vertical-align: top; max-width: 22rem; overflow-wrap: break-word; }
 td code { overflow-wrap: anywhere; }
 td.body { min-width: 16rem; }
-td.actions { white-space: nowrap; }
-td.actions a + a { margin-left: 0.4rem; }
+td.actions a { display: block; width: max-content; }
+td.actions a + a { margin-top: 0.3rem; }
+/* Lists of untrusted values: the page's width, columns sized by kind, long text wrapped. */
+table.listing { width: 100%; table-layout: fixed; }
+table.listing th, table.listing td { max-width: none; overflow-wrap: anywhere; }
+table.listing .narrow { width: 6rem; } table.listing .actions { width: 8.5rem; }
+table.listing .reason { width: 10rem; } table.listing .time { width: 7.5rem; }
+table.listing .id { width: 11rem; }
+table.listing td.body { min-width: 0; }
+.timeline li { margin: 0.25rem 0; }
+.timeline > li > ul { margin: 0.1rem 0 0.5rem; color: #333; }
+details#raw { margin-top: 1rem; } details#raw > summary { cursor: pointer; font-weight: bold; }
+table.document { width: 100%; table-layout: fixed; }
+table.document th { width: 12rem; }
+table.document td { max-width: none; overflow-wrap: anywhere; }
 caption { text-align: left; font-weight: bold; padding: 0.25rem 0; }
 code { word-break: break-all; }
 a.button, button { display: inline-block; padding: 0.3rem 0.7rem; border: 2px solid #10365e;
@@ -34,45 +47,112 @@ a.button, button { display: inline-block; padding: 0.3rem 0.7rem; border: 2px so
 .totals { display: flex; gap: 2rem; }
 .totals dd { font-size: 2rem; margin: 0; }
 .series-processed { color: #1d4ed8; } .series-duplicates { color: #7c3aed; }
+.series-stale { color: #047857; }
 .series-mismatches { color: #c2410c; } .series-dead_lettered { color: #b91c1c; }
-svg#chart { border: 1px solid #8a8a8a; background: #fafafa; }
+svg#chart { border: 1px solid #8a8a8a; background: #fafafa; max-width: 100%; height: auto; }
+.legend { list-style: none; padding: 0; margin: 0.5rem 0; }
+.legend li { margin: 0.15rem 0; }
+.swatch { display: inline-block; width: 1.5rem; height: 0.3rem; margin-right: 0.4rem;
+  vertical-align: middle; background: currentColor; }
+#by-consumer td { text-align: right; }
+#by-consumer tfoot th, #by-consumer tfoot td { font-weight: bold; }
 """
 
 SCRIPT = """
 "use strict";
 (function () {
-  const COLOURS = { processed: "#1d4ed8", duplicates: "#7c3aed", mismatches: "#c2410c",
-    dead_lettered: "#b91c1c" };
+  const COLOURS = { processed: "#1d4ed8", duplicates: "#7c3aed", stale: "#047857",
+    mismatches: "#c2410c", dead_lettered: "#b91c1c" };
   const SVG = "http://www.w3.org/2000/svg";
   const chart = document.getElementById("chart");
   const updated = document.getElementById("updated");
+  const table = document.getElementById("by-consumer");
   if (!chart) { return; }
-  let lastBucketSeconds = 5;
+  // Plot area inside the 660 x 240 view box: room for the axes' labels left and below.
+  const LEFT = 56, RIGHT = 10, TOP = 12, BOTTOM = 44, WIDTH = 660, HEIGHT = 240;
 
-  function draw(series) {
-    const width = 600, height = 200, pad = 10;
-    const BUCKET = lastBucketSeconds;
-    const peak = Math.max(1, ...series.flatMap((point) =>
-      Object.keys(COLOURS).map((name) => point[name])));
-    chart.replaceChildren();
-    for (const [name, colour] of Object.entries(COLOURS)) {
-      const step = (width - 2 * pad) / Math.max(1, series.length - 1);
-      const points = series.map((point, index) =>
-        `${pad + index * step},${height - pad - (point[name] / peak) * (height - 2 * pad)}`);
-      const line = document.createElementNS(SVG, "polyline");
-      line.setAttribute("points", points.join(" "));
-      line.setAttribute("fill", "none");
-      line.setAttribute("stroke", colour);
-      line.setAttribute("stroke-width", "2");
-      line.setAttribute("data-series", name);
-      chart.appendChild(line);
+  function svg(name, attributes, text) {
+    const element = document.createElementNS(SVG, name);
+    for (const [key, value] of Object.entries(attributes)) {
+      element.setAttribute(key, String(value));
     }
-    const scale = document.createElementNS(SVG, "text");
-    scale.setAttribute("x", String(pad));
-    scale.setAttribute("y", String(pad + 12));
-    scale.setAttribute("font-size", "12");
-    scale.textContent = `peak ${peak} per ${BUCKET} s`;
-    chart.appendChild(scale);
+    if (text !== undefined) { element.textContent = text; }
+    chart.appendChild(element);
+    return element;
+  }
+
+  function draw(series, bucketSeconds) {
+    const plotWidth = WIDTH - LEFT - RIGHT, plotHeight = HEIGHT - TOP - BOTTOM;
+    const peak = Math.max(1, ...series.flatMap((point) =>
+      Object.keys(COLOURS).map((name) => point[name] || 0)));
+    const x = (index) => LEFT + index * plotWidth / Math.max(1, series.length - 1);
+    const y = (value) => TOP + plotHeight - (value / peak) * plotHeight;
+    chart.replaceChildren();
+    // Axes, with ticks: counts on the left, minutes before now below.
+    svg("line", { x1: LEFT, y1: TOP, x2: LEFT, y2: TOP + plotHeight, stroke: "#1b1b1b",
+      "data-axis": "y" });
+    svg("line", { x1: LEFT, y1: TOP + plotHeight, x2: WIDTH - RIGHT, y2: TOP + plotHeight,
+      stroke: "#1b1b1b", "data-axis": "x" });
+    for (const value of [0, Math.round(peak / 2), peak]) {
+      svg("line", { x1: LEFT - 4, y1: y(value), x2: WIDTH - RIGHT, y2: y(value),
+        stroke: "#d4d4d4" });
+      svg("text", { x: LEFT - 6, y: y(value) + 4, "font-size": 11, "text-anchor": "end",
+        class: "tick-y" }, String(value));
+    }
+    const span = series.length * bucketSeconds;
+    for (let seconds = span; seconds >= 0; seconds -= 60) {
+      const index = series.length - 1 - seconds / bucketSeconds;
+      if (index < 0) { continue; }
+      svg("text", { x: x(index), y: TOP + plotHeight + 16, "font-size": 11,
+        "text-anchor": "middle", class: "tick-x" },
+        seconds === 0 ? "now" : `-${seconds / 60} min`);
+    }
+    svg("text", { x: 12, y: TOP + plotHeight / 2, "font-size": 11, "text-anchor": "middle",
+      transform: `rotate(-90 12 ${TOP + plotHeight / 2})` }, `decisions per ${bucketSeconds} s`);
+    svg("text", { x: LEFT + plotWidth / 2, y: HEIGHT - 6, "font-size": 11,
+      "text-anchor": "middle" }, "time (5-second buckets)");
+    for (const [name, colour] of Object.entries(COLOURS)) {
+      const points = series.map((point, index) => `${x(index)},${y(point[name] || 0)}`);
+      svg("polyline", { points: points.join(" "), fill: "none", stroke: colour,
+        "stroke-width": 2, "data-series": name });
+    }
+  }
+
+  function fillTable(byConsumer, totals) {
+    const names = Object.keys(COLOURS);
+    const body = document.createElement("tbody");
+    const row = (label, counts, cell) => {
+      const tr = document.createElement("tr");
+      const th = document.createElement("th");
+      th.scope = "row";
+      th.textContent = label;
+      tr.appendChild(th);
+      for (const name of names) {
+        const td = document.createElement(cell);
+        td.textContent = String(counts[name] || 0);
+        td.dataset.counter = name;
+        tr.appendChild(td);
+      }
+      return tr;
+    };
+    for (const [consumer, counts] of Object.entries(byConsumer)) {
+      const tr = row(consumer, counts, "td");
+      tr.dataset.consumer = consumer;
+      body.appendChild(tr);
+    }
+    if (!Object.keys(byConsumer).length) {
+      const tr = document.createElement("tr");
+      const td = document.createElement("td");
+      td.colSpan = names.length + 1;
+      td.textContent = "No decisions yet.";
+      tr.appendChild(td);
+      body.appendChild(tr);
+    }
+    const foot = document.createElement("tfoot");
+    foot.appendChild(row("all consumers", totals, "td"));
+    table.querySelector("tbody").replaceWith(body);
+    const old = table.querySelector("tfoot");
+    if (old) { old.replaceWith(foot); } else { table.appendChild(foot); }
   }
 
   async function refresh() {
@@ -84,8 +164,8 @@ SCRIPT = """
         const cell = document.getElementById(`count-${name}`);
         if (cell) { cell.textContent = String(value); }
       }
-      lastBucketSeconds = counters.bucketSeconds;
-      draw(counters.series);
+      if (table) { fillTable(counters.byConsumer || {}, counters.totals); }
+      draw(counters.series, counters.bucketSeconds);
       updated.textContent = `Updated ${new Date().toLocaleTimeString()}`;
     } catch (error) {
       updated.textContent = `Could not refresh the counters: ${error.message}`;

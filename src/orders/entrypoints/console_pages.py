@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import html
 import json
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlencode
 
-from orders.domain.dead_letters import PREVIEW_CHARS, DeadLetter, DeadLetterOutcome
+from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, printable
 from orders.domain.documents import LINE_DOCUMENT_TYPE, ORDER_DOCUMENT_TYPE
+from orders.service.console import current_status, order_timeline, origin_of
 from orders.service.ports import EntityCounts
 from orders.service.worker_options import Source
 
@@ -91,22 +93,25 @@ def overview_page(all_counts: Iterable[EntityCounts]) -> str:
     )
 
 
+# The columns of a dead letter; the classes size them so the table fits the screen (1280 px),
+# wrapping long untrusted text instead of widening the page.
+DEAD_LETTER_HEADINGS = (
+    '<th scope="col" class="reason">Reason</th><th scope="col">Description</th>'
+    '<th scope="col" class="narrow" title="Failed deliveries before the one that dead-lettered '
+    'it (0: refused on its first delivery)">Deliveries</th>'
+    '<th scope="col" class="time">Enqueued</th><th scope="col" class="id">MessageId</th>'
+    '<th scope="col">Body</th>'
+)
+
+
 def _dead_letter_cells(dead: DeadLetter) -> str:
     enqueued = dead.enqueued_at.isoformat(timespec="seconds") if dead.enqueued_at else ""
     return (
         f"<td>{text(dead.reason or '')}</td><td>{text((dead.description or '')[:300])}</td>"
         f"<td>{dead.delivery_count}</td><td>{text(enqueued)}</td>"
-        f"<td><code>{text(json.dumps(dead.message_id))}</code></td>"
-        f'<td class="body"><code>{text(readable_preview(dead))}</code></td>'
+        f"<td><code>{text(printable(dead.message_id or ''))}</code></td>"
+        f'<td class="body"><code>{text(dead.preview)}</code></td>'
     )
-
-
-def readable_preview(dead: DeadLetter) -> str:
-    """The start of the body as a person reads it: quotes as they are, anything unprintable
-    escaped (the CLI's JSON-style preview escapes quotes too, which a table does not need)."""
-    start = dead.body[:PREVIEW_CHARS].decode("utf-8", errors="replace")
-    shown = "".join(c if c.isprintable() else json.dumps(c)[1:-1] for c in start)
-    return shown + ("..." if len(dead.body) > PREVIEW_CHARS else "")
 
 
 def _action_link(action: str, source: Source, sequence: int | str, label: str) -> str:
@@ -138,11 +143,10 @@ def dead_letters_page(source: Source, dead_letters: list[DeadLetter], limit: int
         listing = (
             f'<p role="status">{len(dead_letters)} dead letter(s), oldest first'
             f"{f' (the first {limit})' if len(dead_letters) >= limit else ''}.</p>"
-            '<table id="dead-letters"><thead><tr><th scope="col">Sequence</th>'
-            '<th scope="col">Actions</th><th scope="col">Reason</th>'
-            '<th scope="col">Description</th><th scope="col">Deliveries</th>'
-            '<th scope="col">Enqueued</th><th scope="col">MessageId</th>'
-            f'<th scope="col">Body</th></tr></thead><tbody>{rows}</tbody></table>'
+            '<table id="dead-letters" class="listing"><thead><tr>'
+            '<th scope="col" class="narrow">Sequence</th>'
+            f'<th scope="col" class="actions">Actions</th>{DEAD_LETTER_HEADINGS}</tr></thead>'
+            f"<tbody>{rows}</tbody></table>"
             f"<p>{_action_link('purge', source, 'all', 'Purge all dead letters')}</p>"
         )
     note = (
@@ -165,9 +169,7 @@ def confirm_page(
     details = ""
     if dead is not None:
         details = (
-            '<table><thead><tr><th scope="col">Reason</th><th scope="col">Description</th>'
-            '<th scope="col">Deliveries</th><th scope="col">Enqueued</th>'
-            '<th scope="col">MessageId</th><th scope="col">Body</th></tr></thead>'
+            f'<table class="listing"><thead><tr>{DEAD_LETTER_HEADINGS}</tr></thead>'
             f"<tbody><tr>{_dead_letter_cells(dead)}</tr></tbody></table>"
         )
     if action == "resubmit":
@@ -248,7 +250,8 @@ def _document_table(document: dict[str, Any]) -> str:
 
 
 def order_page(order_id: str, documents: list[dict[str, Any]] | None, error: str = "") -> str:
-    """The lookup form; with `documents`, every document of the order grouped by type."""
+    """The lookup form; with `documents`, the order's timeline and, folded away below, every
+    document of the order grouped by type."""
     form = (
         f'<form method="get" action="{PREFIX}/orders" role="search">'
         '<label for="orderId">Order id</label> '
@@ -263,28 +266,86 @@ def order_page(order_id: str, documents: list[dict[str, Any]] | None, error: str
     if not documents:
         found = f'<p role="status" id="found">No documents for order {text(order_id)}.</p>'
     else:
-        groups: dict[str, list[dict[str, Any]]] = {}
-        for document in documents:
-            groups.setdefault(_document_type(document), []).append(document)
-        sections = "".join(
-            f'<section aria-labelledby="type-{index}"><h2 id="type-{index}">{text(kind)} '
-            f"({len(groups[kind])})</h2>"
-            + "".join(_document_table(document) for document in groups[kind])
-            + "</section>"
-            for index, kind in enumerate(sorted(groups, key=_type_rank))
-        )
         found = (
-            f'<p role="status" id="found">{len(documents)} document(s) in the partition of '
-            f"order {text(order_id)}.</p>{sections}"
+            f'<p role="status" id="found">Order {text(order_id)}: '
+            f"{text(_origins_summary(documents))}.</p>"
+            + _timeline(documents)
+            + _raw_documents(documents)
         )
     return layout(f"Order {order_id}", form + found, current=f"{PREFIX}/orders")
+
+
+def _origins_summary(documents: list[dict[str, Any]]) -> str:
+    """ "3 documents from the orders container, 1 from the payment service"."""
+    counts = Counter(origin_of(document) for document in documents)
+    parts = [f"{count} from the {origin}" for origin, count in sorted(counts.items())]
+    parts[0] = f"{len(documents)} document(s): {parts[0]}"
+    return ", ".join(parts)
+
+
+def _time(at: str | None) -> str:
+    return f'<time datetime="{text(at)}">{text(at)}</time>' if at else "time not recorded"
+
+
+def _timeline(documents: list[dict[str, Any]]) -> str:
+    """Each step the documents prove, when, and which document says so: the summary an operator
+    reads first (no store bookkeeping, no raw fields)."""
+    status = current_status(documents)
+    current = (
+        f"Current status: <strong>{text(status[0])}</strong> (version {status[1]}, from the "
+        "status document; the order document keeps the status it was created with)."
+        if status
+        else "No status update yet: the order is as it was placed."
+    )
+    steps = "".join(
+        f'<li data-step="{text(step.status)}"><strong>{text(step.status)}</strong> '
+        f"{_time(step.at)}<ul>"
+        + "".join(
+            f"<li>{text(evidence.document)} ({text(evidence.origin)}): {text(evidence.said)}"
+            f"{', ' + _time(evidence.at) if evidence.at else ''}</li>"
+            for evidence in step.evidence
+        )
+        + "</ul></li>"
+        for step in order_timeline(documents)
+    )
+    listing = f'<ol class="timeline" id="timeline">{steps}</ol>' if steps else ""
+    return (
+        '<section aria-labelledby="timeline-heading"><h2 id="timeline-heading">Timeline</h2>'
+        f'<p id="current-status">{current}</p>{listing}</section>'
+    )
+
+
+def _raw_documents(documents: list[dict[str, Any]]) -> str:
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for document in documents:
+        groups.setdefault(_document_type(document), []).append(document)
+    sections = "".join(
+        f'<section aria-labelledby="type-{index}"><h3 id="type-{index}">{text(kind)} '
+        f"({len(groups[kind])})</h3>"
+        + "".join(_document_table(document) for document in groups[kind])
+        + "</section>"
+        for index, kind in enumerate(sorted(groups, key=_type_rank))
+    )
+    return (
+        f'<details id="raw"><summary>Raw documents ({len(documents)}), by type, as stored'
+        f"</summary>{sections}</details>"
+    )
 
 
 COUNTER_LABELS = {
     "processed": "Processed",
     "duplicates": "Duplicates",
+    "stale": "Stale",
     "mismatches": "Mismatches",
     "dead_lettered": "Dead-lettered",
+}
+# What each counter means, for the legend: the consumers decide different things.
+COUNTER_MEANINGS = {
+    "processed": "an effect written (an order stored, a charge, a shipment, a status applied)",
+    "duplicates": "a redelivery or duplicate recognised: no second write",
+    "stale": "a status update older than the stored version: no write",
+    "mismatches": "a reused orderId with another payload: dead-lettered",
+    "dead_lettered": "any dead-lettered delivery (mismatches, poison, illegal transitions)",
 }
 
 
@@ -302,13 +363,26 @@ def counters_page(available: bool) -> str:
         f'<div><dt>{text(label)}</dt><dd id="count-{name}" class="series-{name}">-</dd></div>'
         for name, label in COUNTER_LABELS.items()
     )
+    headings = "".join(f'<th scope="col">{text(label)}</th>' for label in COUNTER_LABELS.values())
+    legend = "".join(
+        f'<li><span class="swatch series-{name}" aria-hidden="true"></span>'
+        f"<strong>{text(COUNTER_LABELS[name])}</strong>: {text(meaning)}</li>"
+        for name, meaning in COUNTER_MEANINGS.items()
+    )
     return layout(
         "Counters",
-        f'<dl class="totals">{totals}</dl>'
-        '<figure><svg id="chart" role="img" viewBox="0 0 600 200" width="600" height="200" '
+        '<table id="by-consumer"><caption>Decisions per consumer, since the journals began '
+        "(orders: the orders queue's workers; billing, shipping: the order-events "
+        "subscriptions; status: the status queue)</caption>"
+        f'<thead><tr><th scope="col">Consumer</th>{headings}</tr></thead>'
+        '<tbody><tr><td colspan="6">Loading...</td></tr></tbody></table>'
+        '<h2 id="all-heading">All consumers together</h2>'
+        f'<dl class="totals" aria-labelledby="all-heading">{totals}</dl>'
+        '<figure><svg id="chart" role="img" viewBox="0 0 660 240" width="660" height="240" '
         'aria-labelledby="chart-caption"></svg><figcaption id="chart-caption">Decisions per '
-        "5 seconds over the last 5 minutes, from the workers' decision journals</figcaption>"
-        '</figure><p id="updated">Loading...</p>'
+        "5 seconds over the last 5 minutes, all consumers, from the workers' decision "
+        f'journals</figcaption><ul class="legend" id="legend">{legend}</ul></figure>'
+        '<p id="updated">Loading...</p>'
         f"<noscript><p>The counters need JavaScript; the data is at "
         f'<a href="{PREFIX}/api/counters">{PREFIX}/api/counters</a>.</p></noscript>',
         current=f"{PREFIX}/counters",

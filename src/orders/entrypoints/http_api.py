@@ -46,6 +46,7 @@ from orders.entrypoints.http_openapi import (
     CancelAccepted,
     RejectedOrder,
     StoredOrder,
+    documented_app,
     openapi_document,
 )
 from orders.entrypoints.http_problems import install_problem_handlers, unknown_order
@@ -110,14 +111,8 @@ def create_app(
         if console_runtime is not None:
             await console_runtime.close()
 
-    app = FastAPI(
-        title=TITLE,
-        version=__version__,
-        description=DESCRIPTION,
-        lifespan=lifespan,
-        openapi_url="/api/openapi.json",
-        docs_url="/api/docs",
-        redoc_url=None,
+    app = documented_app(
+        title=TITLE, version=__version__, description=DESCRIPTION, lifespan=lifespan
     )
     install_problem_handlers(app, telemetry)
     if allowed_hosts is not None:

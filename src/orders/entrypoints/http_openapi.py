@@ -9,6 +9,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
@@ -19,6 +20,12 @@ from orders.entrypoints.http_contract import IDEMPOTENCY_KEY_HEADER, REPLAYED_HE
 from orders.entrypoints.http_problems import PROBLEM_JSON
 
 TITLE = "Orders API"
+OPENAPI_URL = "/api/openapi.json"
+DOCS_URL = "/api/docs"
+REDOC_URL = "/api/redoc"
+# Swagger UI's and ReDoc's scripts and styles, served by the app itself from the files the
+# fastapi-offline package ships: the docs work offline and load nothing from a CDN.
+DOCS_ASSETS_URL = "/api/docs-assets"
 DESCRIPTION = "Idempotent order intake: POST with an `Idempotency-Key`, poll GET for the result."
 
 
@@ -215,3 +222,16 @@ def openapi_document(app: FastAPI) -> dict[str, Any]:
     }
     app.openapi_schema = document
     return document
+
+
+def documented_app(**settings: Any) -> FastAPI:
+    """A FastAPI app whose OpenAPI document, Swagger UI and ReDoc all live under /api (the
+    Functions host's route prefix), with the UIs' assets served locally."""
+    return FastAPIOffline(
+        docs_url=DOCS_URL,
+        redoc_url=REDOC_URL,
+        static_url=DOCS_ASSETS_URL,
+        openapi_url=OPENAPI_URL,
+        swagger_ui_oauth2_redirect_url=f"{DOCS_URL}/oauth2-redirect",
+        **settings,
+    )

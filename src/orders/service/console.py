@@ -8,13 +8,23 @@ refused, so a URL cannot point the console at some other entity of the namespace
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, Selection, resubmit_refusal
 from orders.domain.decision_counters import DecisionCounters
+from orders.domain.documents import LINE_DOCUMENT_TYPE, ORDER_DOCUMENT_TYPE
+from orders.domain.events import OUTBOX_DOCUMENT_TYPE
+from orders.domain.inbox import (
+    BILLING_DOCUMENT_TYPE,
+    INBOX_DOCUMENT_TYPE,
+    SHIPMENT_DOCUMENT_TYPE,
+)
 from orders.domain.payments import Charge
+from orders.domain.rejections import REJECTION_DOCUMENT_TYPE
+from orders.domain.status import STATUS_DOCUMENT_TYPE
 from orders.exceptions import PaymentError
 from orders.service.payment_port import PaymentGateway
 from orders.service.ports import (
@@ -26,6 +36,9 @@ from orders.service.ports import (
 )
 from orders.service.worker_options import Source
 
+# The payment service's records shown beside the order's documents.
+PAYMENT_DOCUMENT_TYPE = "payment"
+REFUND_DOCUMENT_TYPE = "refund"
 # Counting peeks every message of an entity: this many per sub-queue at most ("1000+").
 COUNT_LIMIT = 1000
 LIST_LIMIT = 100
@@ -106,7 +119,7 @@ class OperationsConsole:
             try:
                 charges = await self._payments.charges_for(order_id)
             except PaymentError as exc:
-                documents.append({"type": "payment", "unavailable": str(exc)})
+                documents.append({"type": PAYMENT_DOCUMENT_TYPE, "unavailable": str(exc)})
             else:
                 documents += [payment_document(charge) for charge in charges]
         return documents
@@ -119,7 +132,7 @@ class OperationsConsole:
 def payment_document(charge: Charge) -> dict[str, Any]:
     """A charge shown beside the order's documents (it lives at the payment service)."""
     return {
-        "type": "payment",
+        "type": PAYMENT_DOCUMENT_TYPE,
         "id": charge.payment_id,
         "orderId": charge.order_id,
         "amount": str(charge.amount),
@@ -127,3 +140,119 @@ def payment_document(charge: Charge) -> dict[str, Any]:
         "idempotencyKey": charge.idempotency_key,
         "createdAt": charge.created_at,
     }
+
+
+# --- the order page: a timeline from the documents -------------------------------------------
+
+# Where each document type lives; anything else is shown under "other".
+ORDERS_CONTAINER = "orders container"
+INBOX_CONTAINER = "inbox container"
+PAYMENT_SERVICE = "payment service"
+_ORIGINS = {
+    ORDER_DOCUMENT_TYPE: ORDERS_CONTAINER,
+    LINE_DOCUMENT_TYPE: ORDERS_CONTAINER,
+    OUTBOX_DOCUMENT_TYPE: ORDERS_CONTAINER,
+    STATUS_DOCUMENT_TYPE: ORDERS_CONTAINER,
+    REJECTION_DOCUMENT_TYPE: ORDERS_CONTAINER,
+    INBOX_DOCUMENT_TYPE: INBOX_CONTAINER,
+    SHIPMENT_DOCUMENT_TYPE: INBOX_CONTAINER,
+    BILLING_DOCUMENT_TYPE: INBOX_CONTAINER,
+    PAYMENT_DOCUMENT_TYPE: PAYMENT_SERVICE,
+    REFUND_DOCUMENT_TYPE: PAYMENT_SERVICE,
+}
+# The steps of an order's life in the order they happen; cancelled and refunded end it early.
+# `refunded` comes with the order saga (status version 6, a refund at the payment service):
+# the timeline shows it as soon as either source says so.
+TIMELINE_STEPS = ("placed", "paid", "shipped", "delivered", "cancelled", "refunded")
+
+
+def origin_of(document: dict[str, Any]) -> str:
+    return _ORIGINS.get(str(document.get("type")), "other")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One document's word that a step happened, and when it says it did."""
+
+    origin: str
+    document: str  # its type and id, as an operator searches for it
+    said: str
+    at: str | None
+
+
+@dataclass(frozen=True)
+class TimelineStep:
+    status: str
+    at: str | None  # the earliest time a source gives
+    evidence: tuple[Evidence, ...]
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _name(document: dict[str, Any]) -> str:
+    return f"{document.get('type', '(no type)')} {document.get('id', '')}".strip()
+
+
+def order_timeline(documents: Sequence[dict[str, Any]]) -> list[TimelineStep]:
+    """The steps the documents prove, in life order, each with every document that says so:
+    the status document's history, and the records the consumers and services wrote."""
+    found: dict[str, list[Evidence]] = {}
+
+    def add(step: str, document: dict[str, Any], said: str, at: object) -> None:
+        found.setdefault(step, []).append(
+            Evidence(origin_of(document), _name(document), said, _text(at))
+        )
+
+    for document in documents:
+        kind = document.get("type")
+        if kind == ORDER_DOCUMENT_TYPE:
+            add("placed", document, "stored by the orders consumer", document.get("processedAt"))
+        elif kind == STATUS_DOCUMENT_TYPE:
+            history = document.get("history")
+            for entry in history if isinstance(history, list) else []:
+                if isinstance(entry, dict) and entry.get("status") in TIMELINE_STEPS:
+                    said = f"status history, version {entry.get('version')}"
+                    add(str(entry["status"]), document, said, entry.get("at"))
+        elif kind == PAYMENT_DOCUMENT_TYPE and "unavailable" not in document:
+            said = f"charged {document.get('amount')} {document.get('currency')}"
+            add("paid", document, said, document.get("createdAt"))
+        elif kind == BILLING_DOCUMENT_TYPE and document.get("status") == "completed":
+            add("paid", document, "billing completed its charge", None)
+        elif kind == SHIPMENT_DOCUMENT_TYPE:
+            said = f"shipment {document.get('status', 'recorded')} by the shipping consumer"
+            add("shipped", document, said, document.get("requestedAt"))
+        elif kind == REFUND_DOCUMENT_TYPE:
+            said = f"refunded {document.get('amount')} {document.get('currency')}"
+            add("refunded", document, said, document.get("createdAt"))
+    return [
+        TimelineStep(step, _earliest(e.at for e in found[step]), tuple(found[step]))
+        for step in TIMELINE_STEPS
+        if step in found
+    ]
+
+
+def _earliest(times: Iterable[str | None]) -> str | None:
+    """The earliest of ISO-8601 times written by different services (naive ones read as UTC);
+    anything that is not a time is left out."""
+    parsed: list[tuple[datetime, str]] = []
+    for text in times:
+        try:
+            when = datetime.fromisoformat(text) if text else None
+        except ValueError:
+            continue
+        if when is not None:
+            parsed.append((when if when.tzinfo else when.replace(tzinfo=UTC), text or ""))
+    return min(parsed)[1] if parsed else None
+
+
+def current_status(documents: Sequence[dict[str, Any]]) -> tuple[str, int] | None:
+    """The status and version the status document holds (the order document keeps the status
+    it was created with), or None before the first status update."""
+    for document in documents:
+        if document.get("type") == STATUS_DOCUMENT_TYPE:
+            status, version = document.get("status"), document.get("version")
+            if isinstance(status, str) and isinstance(version, int):
+                return status, version
+    return None

@@ -1,0 +1,89 @@
+"""Swagger UI and ReDoc in headless Chromium, from `orders serve` alone: the pages render the
+API's operations with every script and style served by the app (nothing from a CDN, so they
+work offline). The API needs no running stack to describe itself: its settings point nowhere.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from browser_support import poll_until, screenshot
+from servers import free_port, stop_process, wait_for_port
+
+from orders.settings import EMULATOR_COSMOS_KEY
+
+pytestmark = [pytest.mark.xdist_group("browser"), pytest.mark.timeout(120)]
+
+
+@pytest.fixture(scope="module")
+def api_url() -> Iterator[str]:
+    port = free_port()
+    nowhere = {
+        "COSMOS_ENDPOINT": f"http://127.0.0.1:{free_port()}/",
+        "COSMOS_KEY": EMULATOR_COSMOS_KEY,
+        "ServiceBusConnection": f"Endpoint=sb://127.0.0.1:{free_port()};SharedAccessKeyName="
+        "RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;",
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "orders", "serve", "--port", str(port)],
+        env={**os.environ, **nowhere},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port, process)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop_process(process)
+
+
+def offline(driver: Any) -> None:
+    """As without a network: every https URL (every CDN) fails; the app is plain http."""
+    driver.execute_cdp_cmd("Network.enable", {})
+    driver.execute_cdp_cmd("Network.setBlockedURLs", {"urls": ["https://*"]})
+
+
+def code_loaded_from(driver: Any) -> set[str]:
+    """The origins of the scripts, styles and data the page loaded (ReDoc also tries a
+    decorative logo from its vendor and hides it when that fails: not what makes it work)."""
+    names = driver.execute_script(
+        "return performance.getEntriesByType('resource')"
+        ".filter(e => ['script', 'link', 'css', 'fetch', 'xmlhttprequest']"
+        ".includes(e.initiatorType)).map(e => e.name)"
+    )
+    assert names, "the page loaded no scripts"
+    return {"/".join(str(name).split("/")[:3]) for name in names}
+
+
+def test_swagger_ui_renders_the_operations_from_local_assets(browser: Any, api_url: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    offline(browser)
+    browser.get(f"{api_url}/api/docs")
+    paths = poll_until(
+        lambda: [e.text for e in browser.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")],
+        30.0,
+        "Swagger UI to render the operations",
+    )
+    screenshot(browser, "api-docs-swagger")
+    assert "/api/orders" in paths and "/api/orders/{orderId}" in paths
+    assert code_loaded_from(browser) == {api_url}
+
+
+def test_redoc_renders_the_operations_from_local_assets(browser: Any, api_url: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    offline(browser)
+    browser.get(f"{api_url}/api/redoc")
+    poll_until(
+        lambda: "Place an order" in browser.find_element(By.TAG_NAME, "body").text,
+        30.0,
+        "ReDoc to render the operations",
+    )
+    screenshot(browser, "api-docs-redoc")
+    assert code_loaded_from(browser) == {api_url}

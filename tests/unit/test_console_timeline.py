@@ -1,0 +1,76 @@
+"""The console's order timeline: which documents prove which step, in the order of an order's
+life, whichever container or service holds them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orders.service.console import current_status, order_timeline
+
+ORDER = {"id": "o-1", "orderId": "o-1", "type": "order", "status": "placed",
+         "processedAt": "2026-12-01T10:00:00+00:00"}  # fmt: skip
+
+
+def status_document(*history: tuple[str, int, str]) -> dict[str, Any]:
+    status, version, _ = history[-1]
+    return {
+        "id": "o-1:status",
+        "orderId": "o-1",
+        "type": "orderStatus",
+        "status": status,
+        "version": version,
+        "history": [{"status": s, "version": v, "at": at} for s, v, at in history],
+    }
+
+
+def test_each_step_names_every_document_that_proves_it() -> None:
+    documents = [
+        ORDER,
+        status_document(("paid", 2, "2026-12-01T10:00:05+00:00")),
+        {"type": "payment", "id": "pay-1", "orderId": "o-1", "amount": "2.5",
+         "currency": "EUR", "createdAt": "2026-12-01T10:00:04Z"},
+        {"type": "billing", "id": "billing:m-1", "orderId": "o-1", "status": "completed"},
+        {"type": "shipment", "id": "o-1:shipment", "orderId": "o-1", "status": "requested",
+         "requestedAt": "2026-12-01T10:00:06+00:00"},
+    ]  # fmt: skip
+
+    steps = order_timeline(documents)
+
+    assert [step.status for step in steps] == ["placed", "paid", "shipped"]
+    paid = steps[1]
+    assert {evidence.origin for evidence in paid.evidence} == {
+        "orders container",
+        "payment service",
+        "inbox container",
+    }
+    assert paid.at == "2026-12-01T10:00:04Z"  # the earliest, across time formats
+    assert current_status(documents) == ("paid", 2)
+
+
+def test_a_cancelled_order_shows_its_refund_when_the_saga_writes_one() -> None:
+    documents = [
+        ORDER,
+        status_document(
+            ("paid", 2, "2026-12-01T10:00:05+00:00"),
+            ("cancelled", 5, "2026-12-01T10:01:00+00:00"),
+            ("refunded", 6, "2026-12-01T10:01:02+00:00"),
+        ),
+        {"type": "refund", "id": "ref-1", "orderId": "o-1", "amount": "2.5",
+         "currency": "EUR", "createdAt": "2026-12-01T10:01:01+00:00"},
+    ]  # fmt: skip
+
+    steps = order_timeline(documents)
+
+    assert [step.status for step in steps] == ["placed", "paid", "cancelled", "refunded"]
+    assert [e.origin for e in steps[-1].evidence] == ["orders container", "payment service"]
+    assert current_status(documents) == ("refunded", 6)
+
+
+def test_a_fresh_order_is_placed_and_untrusted_fields_are_ignored() -> None:
+    documents: list[dict[str, Any]] = [
+        ORDER,
+        {"type": "orderStatus", "history": "not a list", "status": 3, "version": "x"},
+        {"type": "payment", "unavailable": "the payment service did not answer"},
+    ]
+    assert [step.status for step in order_timeline(documents)] == ["placed"]
+    assert current_status(documents) is None
