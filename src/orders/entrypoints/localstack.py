@@ -260,6 +260,8 @@ class LocalStack:
             "ORDER_EVENTS_TOPIC": self.queue.events_topic,
             "STATUS_QUEUE": self.queue.status_queue,
             "STATUS_SESSIONS": "true" if self.queue.status_sessions else "false",
+            # The window the stack's queues were created with: the tools wait it out by this.
+            "ORDERS_DUPLICATE_WINDOW_SECONDS": str(self.queue.duplicate_window_seconds),
             **({"PAYMENTS_URL": self.payments_url} if self.payments_url else {}),
         }
 
