@@ -48,21 +48,31 @@ def test_each_step_names_every_document_that_proves_it() -> None:
 
 
 def test_a_cancelled_order_shows_its_refund_when_the_saga_writes_one() -> None:
+    cancelled = {
+        **ORDER,
+        "fulfilment": {"state": "cancelled", "cancelledAt": "2026-12-01T10:00:59+00:00"},
+    }
     documents = [
-        ORDER,
+        cancelled,
         status_document(
             ("paid", 2, "2026-12-01T10:00:05+00:00"),
             ("cancelled", 5, "2026-12-01T10:01:00+00:00"),
             ("refunded", 6, "2026-12-01T10:01:02+00:00"),
         ),
-        {"type": "refund", "id": "ref-1", "orderId": "o-1", "amount": "2.5",
+        {"type": "refund", "id": "refund:o-1", "orderId": "o-1", "status": "completed"},
+        {"type": "paymentRefund", "id": "ref-1", "orderId": "o-1", "amount": "2.5",
          "currency": "EUR", "createdAt": "2026-12-01T10:01:01+00:00"},
     ]  # fmt: skip
 
     steps = order_timeline(documents)
 
     assert [step.status for step in steps] == ["placed", "paid", "cancelled", "refunded"]
-    assert [e.origin for e in steps[-1].evidence] == ["orders container", "payment service"]
+    assert steps[2].at == "2026-12-01T10:00:59+00:00"  # the order document decided it first
+    assert [e.origin for e in steps[-1].evidence] == [
+        "orders container",
+        "inbox container",
+        "payment service",
+    ]
     assert current_status(documents) == ("refunded", 6)
 
 

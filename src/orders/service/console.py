@@ -20,9 +20,10 @@ from orders.domain.events import OUTBOX_DOCUMENT_TYPE
 from orders.domain.inbox import (
     BILLING_DOCUMENT_TYPE,
     INBOX_DOCUMENT_TYPE,
+    REFUND_DOCUMENT_TYPE,
     SHIPMENT_DOCUMENT_TYPE,
 )
-from orders.domain.payments import Charge
+from orders.domain.payments import Charge, Refund
 from orders.domain.rejections import REJECTION_DOCUMENT_TYPE
 from orders.domain.status import STATUS_DOCUMENT_TYPE
 from orders.exceptions import PaymentError
@@ -38,7 +39,8 @@ from orders.service.worker_options import Source
 
 # The payment service's records shown beside the order's documents.
 PAYMENT_DOCUMENT_TYPE = "payment"
-REFUND_DOCUMENT_TYPE = "refund"
+# A refund as the payment service holds it (billing's own record is `refund`, in the inbox).
+PAYMENT_REFUND_DOCUMENT_TYPE = "paymentRefund"
 # Counting peeks every message of an entity: this many per sub-queue at most ("1000+").
 COUNT_LIMIT = 1000
 LIST_LIMIT = 100
@@ -122,6 +124,12 @@ class OperationsConsole:
                 documents.append({"type": PAYMENT_DOCUMENT_TYPE, "unavailable": str(exc)})
             else:
                 documents += [payment_document(charge) for charge in charges]
+            try:
+                refunds = await self._payments.refunds_for(order_id)
+            except PaymentError as exc:
+                documents.append({"type": PAYMENT_REFUND_DOCUMENT_TYPE, "unavailable": str(exc)})
+            else:
+                documents += [refund_document(refund) for refund in refunds]
         return documents
 
     async def counters(self) -> DecisionCounters | None:
@@ -142,6 +150,20 @@ def payment_document(charge: Charge) -> dict[str, Any]:
     }
 
 
+def refund_document(refund: Refund) -> dict[str, Any]:
+    """A refund shown beside the order's documents (it lives at the payment service)."""
+    return {
+        "type": PAYMENT_REFUND_DOCUMENT_TYPE,
+        "id": refund.refund_id,
+        "orderId": refund.order_id,
+        "paymentId": refund.payment_id,
+        "amount": str(refund.amount),
+        "currency": refund.currency,
+        "idempotencyKey": refund.idempotency_key,
+        "createdAt": refund.created_at,
+    }
+
+
 # --- the order page: a timeline from the documents -------------------------------------------
 
 # Where each document type lives; anything else is shown under "other".
@@ -157,8 +179,9 @@ _ORIGINS = {
     INBOX_DOCUMENT_TYPE: INBOX_CONTAINER,
     SHIPMENT_DOCUMENT_TYPE: INBOX_CONTAINER,
     BILLING_DOCUMENT_TYPE: INBOX_CONTAINER,
+    REFUND_DOCUMENT_TYPE: INBOX_CONTAINER,
     PAYMENT_DOCUMENT_TYPE: PAYMENT_SERVICE,
-    REFUND_DOCUMENT_TYPE: PAYMENT_SERVICE,
+    PAYMENT_REFUND_DOCUMENT_TYPE: PAYMENT_SERVICE,
 }
 # The steps of an order's life in the order they happen; cancelled and refunded end it early.
 # `refunded` comes with the order saga (status version 6, a refund at the payment service):
@@ -209,6 +232,10 @@ def order_timeline(documents: Sequence[dict[str, Any]]) -> list[TimelineStep]:
         kind = document.get("type")
         if kind == ORDER_DOCUMENT_TYPE:
             add("placed", document, "stored by the orders consumer", document.get("processedAt"))
+            fulfilment = document.get("fulfilment")
+            if isinstance(fulfilment, dict) and fulfilment.get("state") == "cancelled":
+                said = "cancelled on the order document (the saga's decision)"
+                add("cancelled", document, said, fulfilment.get("cancelledAt"))
         elif kind == STATUS_DOCUMENT_TYPE:
             history = document.get("history")
             for entry in history if isinstance(history, list) else []:
@@ -223,7 +250,9 @@ def order_timeline(documents: Sequence[dict[str, Any]]) -> list[TimelineStep]:
         elif kind == SHIPMENT_DOCUMENT_TYPE:
             said = f"shipment {document.get('status', 'recorded')} by the shipping consumer"
             add("shipped", document, said, document.get("requestedAt"))
-        elif kind == REFUND_DOCUMENT_TYPE:
+        elif kind == REFUND_DOCUMENT_TYPE and document.get("status") == "completed":
+            add("refunded", document, "billing completed its refund", None)
+        elif kind == PAYMENT_REFUND_DOCUMENT_TYPE and "unavailable" not in document:
             said = f"refunded {document.get('amount')} {document.get('currency')}"
             add("refunded", document, said, document.get("createdAt"))
     return [
