@@ -42,7 +42,7 @@ from .management import (
     reply_application_properties,
     text,
 )
-from .message import BATCH_FORMAT, DATA, ParsedMessage, parse_message
+from .message import BATCH_FORMAT, DATA, ParsedMessage, assign_message_id, parse_message
 from .queue import (
     LockLostError,
     MessageSession,
@@ -811,6 +811,7 @@ class AmqpConnection(asyncio.Protocol):
         except SessionIdMissingError as exc:
             return F.outcome(F.REJECTED, [F.error_value("amqp:not-allowed", str(exc))])
         for parsed in parsed_all:
+            assign_message_id(parsed)
             queue.send(parsed)  # duplicates are acknowledged and dropped, as in Service Bus
         return _ACCEPTED
 

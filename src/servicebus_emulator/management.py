@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .codec import Array, DecodeError, Described, Int, Symbol, Timestamp, decode_value, encode_value
-from .message import VALUE, parse_message
+from .message import VALUE, ParsedMessage, assign_message_id, parse_message
 from .queue import (
     LockLostError,
     MessageNotFoundError,
@@ -157,8 +157,8 @@ def _peek(queue: Queue, body: dict[str, Any]) -> Reply:
     return Reply(200, {"messages": messages})
 
 
-def _scheduled_messages(body: dict[str, Any]) -> list[bytes]:
-    """The encoded messages of a schedule-message request."""
+def _scheduled_messages(body: dict[str, Any]) -> list[ParsedMessage]:
+    """The messages of a schedule-message request, each with a MessageId."""
     entries = body.get("messages")
     if not isinstance(entries, list):
         raise ValueError("messages must be a list")
@@ -168,15 +168,18 @@ def _scheduled_messages(body: dict[str, Any]) -> list[bytes]:
         if not isinstance(raw, bytes):
             raise ValueError("each scheduled message needs an encoded 'message'")
         encoded.append(raw)
-    return encoded
+    parsed = [parse_message(raw) for raw in encoded]
+    for message in parsed:
+        assign_message_id(message)
+    return parsed
 
 
 def _schedule(queue: Queue, body: dict[str, Any]) -> Reply:
     if queue.parent is not None:
         raise ValueError("cannot schedule messages on a dead-letter queue")
     numbers: list[int] = []
-    for raw in _scheduled_messages(body):
-        stored = queue.send(parse_message(raw))
+    for message in _scheduled_messages(body):
+        stored = queue.send(message)
         # A duplicate is dropped as Service Bus does; it still gets no new sequence number.
         numbers.append(stored.seq if stored else 0)
     return Reply(200, {"sequence-numbers": Array("long", numbers)})
@@ -310,7 +313,7 @@ def execute_on_topic(topic: Topic, request: Request) -> Reply:
     body = normalise(request.body)
     try:
         if operation == "com.microsoft:schedule-message":
-            numbers = [topic.send(parse_message(raw)) or 0 for raw in _scheduled_messages(body)]
+            numbers = [topic.send(message) or 0 for message in _scheduled_messages(body)]
             return Reply(200, {"sequence-numbers": Array("long", numbers)})
         if operation == "com.microsoft:cancel-scheduled-message":
             for seq in _sequence_numbers(body):
