@@ -22,11 +22,13 @@ $(CHECKOV_VENV)/.installed:
 	$(CHECKOV_VENV)/bin/python -m pip install --quiet 'checkov>=3.2,<4'
 	touch $@
 
-# The third-party Cosmos wire server (cross-check only); skipped where Node is missing.
+# The third-party Cosmos wire server (cross-check only) and the JavaScript SDKs that test our
+# emulators (tests/js); both skipped where Node is missing.
 node-crosscheck:
 	@if command -v npm >/dev/null 2>&1; then \
-		cd emulators/cosmos && npm ci --no-audit --no-fund --loglevel=error; \
-	else echo "npm not found: the @vercel/cosmosdb-server cross-check will be skipped"; fi
+		(cd emulators/cosmos && npm ci --no-audit --no-fund --loglevel=error) && \
+		(cd tests/js && npm ci --no-audit --no-fund --loglevel=error); \
+	else echo "npm not found: the @vercel/cosmosdb-server cross-check and the JavaScript SDK tests will be skipped"; fi
 
 # Headless Chromium and its driver for the console's browser tests (tests/browser): Debian's
 # packages where apt works (as root, or through passwordless sudo); elsewhere, without a browser,
@@ -60,7 +62,7 @@ lint: $(BIN)/.installed
 	$(BIN)/mypy function_app.py scripts infra/scripts
 	# The tests too, one folder at a time: each has its own conftest and helpers on the path.
 	MYPYPATH=src:tests $(BIN)/mypy --explicit-package-bases tests/infra tests/*.py
-	@for dir in unit http e2e integration browser cosmos_emulator servicebus_emulator payments; do \
+	@for dir in unit http e2e integration browser cosmos_emulator servicebus_emulator payments js; do \
 		echo "mypy tests/$$dir"; \
 		MYPYPATH=src:tests:tests/$$dir $(BIN)/mypy --explicit-package-bases tests/$$dir || exit 1; \
 	done
@@ -70,4 +72,4 @@ lint: $(BIN)/.installed
 	$(BIN)/lint-imports --no-cache
 
 clean:
-	rm -rf $(VENV) $(CHECKOV_VENV) emulators/cosmos/node_modules
+	rm -rf $(VENV) $(CHECKOV_VENV) emulators/cosmos/node_modules tests/js/node_modules
