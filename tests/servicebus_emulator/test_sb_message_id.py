@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Any
 
-from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceivedMessage
 from azure.servicebus.amqp import AmqpAnnotatedMessage, AmqpMessageProperties
 from sb_support import subscription_entry, topic_config, topic_entry
 
@@ -14,8 +15,10 @@ from servicebus_emulator import RunningEmulator
 GUID_N = re.compile(r"[0-9a-f]{32}")
 
 
-def _receive_all(client: ServiceBusClient, queue: str, count: int) -> list[ServiceBusMessage]:
-    got: list = []
+def _receive_all(
+    client: ServiceBusClient, queue: str, count: int
+) -> list[ServiceBusReceivedMessage]:
+    got: list[ServiceBusReceivedMessage] = []
     with client.get_queue_receiver(queue, prefetch_count=count) as receiver:
         while len(got) < count:
             batch = receiver.receive_messages(max_message_count=count, max_wait_time=5)
@@ -79,7 +82,7 @@ def test_duplicate_detection_never_matches_an_assigned_id_but_remembers_it(
 
 
 def test_every_subscription_copy_carries_the_one_assigned_id(
-    make_config_emulator: Callable[[dict], RunningEmulator],
+    make_config_emulator: Callable[[dict[str, Any]], RunningEmulator],
 ) -> None:
     emulator = make_config_emulator(
         topic_config(topic_entry("events", subscription_entry("a"), subscription_entry("b")))
