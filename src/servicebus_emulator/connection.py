@@ -905,12 +905,14 @@ class AmqpConnection(asyncio.Protocol):
                 failed = bool(F.field(values, 0, False))
                 undeliverable = bool(F.field(values, 1, False))
                 props = normalise(F.field(values, 2)) or None
+                # Service Bus reads `modified` as abandon (delivery count + 1) whatever its
+                # delivery-failed flag: the JavaScript SDK abandons without setting it, the
+                # Python SDK sets it, and both reach MaxDeliveryCount. `released` is the
+                # outcome that leaves the count alone.
                 if undeliverable:
                     queue.defer(token, props)
-                elif failed:
-                    queue.abandon(token, props)
                 else:
-                    queue.release(token)
+                    queue.abandon(token, props)
                 return F.outcome(F.MODIFIED, [failed, undeliverable])
             if code == F.REJECTED:
                 error = F.field(values, 0)
