@@ -4,6 +4,8 @@ MaxDeliveryCount dead-letters the message; `released` leaves the count alone."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from azure.servicebus import (
     ServiceBusClient,
     ServiceBusMessage,
@@ -20,7 +22,8 @@ def _settle_on_link(
     receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage, outcome: str, **fields: bool
 ) -> None:
     # The SDK's own receiver link and codec, with the fields the JavaScript SDK sends.
-    receiver._handler.settle_messages(
+    handler: Any = receiver._handler
+    handler.settle_messages(
         message._delivery_id, message._delivery_tag, outcome, await_outcome=True, **fields
     )
 
