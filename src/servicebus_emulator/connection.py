@@ -801,6 +801,8 @@ class AmqpConnection(asyncio.Protocol):
                 parsed_all = [parse_message(inner) for inner in _batch_parts(payload)]
             else:
                 parsed_all = [parse_message(payload)]
+            for parsed in parsed_all:
+                assign_message_id(parsed)
         except DecodeError as exc:
             return F.outcome(
                 F.REJECTED, [F.error_value("amqp:decode-error", f"malformed message: {exc}")]
@@ -811,7 +813,6 @@ class AmqpConnection(asyncio.Protocol):
         except SessionIdMissingError as exc:
             return F.outcome(F.REJECTED, [F.error_value("amqp:not-allowed", str(exc))])
         for parsed in parsed_all:
-            assign_message_id(parsed)
             queue.send(parsed)  # duplicates are acknowledged and dropped, as in Service Bus
         return _ACCEPTED
 

@@ -242,13 +242,13 @@ def assign_message_id(parsed: ParsedMessage) -> None:
     encoded_id = bytearray()
     encode_value(encoded_id, message_id)
     raw = parsed.properties_raw
+    count, rest, head = 0, b"", _PROPERTIES_DESCRIPTOR
     if raw:
         _, list_pos = decode_value(raw, 1)
-        count, first, end = compound_span(raw, list_pos)
-        rest = raw[skip_value(raw, first) : end] if count else b""
         head = raw[:list_pos]
-    else:
-        count, rest, head = 0, b"", _PROPERTIES_DESCRIPTOR
+        if raw[list_pos] in (0x45, 0xC0, 0xD0):  # anything else holds no field to keep
+            count, first, end = compound_span(raw, list_pos)
+            rest = raw[skip_value(raw, first) : end] if count else b""
     items = bytes(encoded_id) + rest
     count = max(count, 1)
     if len(items) + 1 < 256 and count < 256:

@@ -6,11 +6,13 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceivedMessage
 from azure.servicebus.amqp import AmqpAnnotatedMessage, AmqpMessageProperties
 from sb_support import subscription_entry, topic_config, topic_entry
 
 from servicebus_emulator import RunningEmulator
+from servicebus_emulator.message import assign_message_id, parse_message
 
 GUID_N = re.compile(r"[0-9a-f]{32}")
 
@@ -97,3 +99,24 @@ def test_every_subscription_copy_carries_the_one_assigned_id(
                 receiver.complete_message(message)
                 ids.append(message.message_id)
     assert GUID_N.fullmatch(str(ids[0])) and ids[0] == ids[1]
+
+
+@pytest.mark.parametrize(
+    "properties",
+    [
+        b"",  # no properties section
+        b"\x00\x53\x73\x45",  # an empty list
+        b"\x00\x53\x73\x40",  # null where the list belongs
+        b"\x00\x53\x73\xc0\x05\x02\x40\xa1\x01c",  # [null, "c"]: the user-id field is kept
+        b"\x00\xa3\x14amqp:properties:list\xc0\x05\x02\x40\xa1\x01c",  # symbolic descriptor
+    ],
+)
+def test_the_assigned_id_replaces_only_the_message_id_field(properties: bytes) -> None:
+    body = b"\x00\x53\x75\xa0\x02hi"
+    parsed = parse_message(properties + body)
+    assign_message_id(parsed)
+    assert GUID_N.fullmatch(str(parsed.message_id))
+    again = parse_message(parsed.properties_raw + body)
+    assert again.message_id == parsed.message_id
+    if properties.endswith(b"c"):
+        assert again.properties[1] == "c"
