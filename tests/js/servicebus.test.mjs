@@ -110,7 +110,7 @@ test("a receiveMessages loop drains the queue", async () => {
     }
   }
   assert.deepEqual(bodies, Array.from({ length: 10 }, (_, i) => `m${i}`));
-  assert.equal((await receiver.peekMessages(1, { fromSequenceNumber: undefined })).length, 0);
+  assert.equal((await receiver.peekMessages(1)).length, 0);
   await receiver.close();
   await sender.close();
 });
@@ -250,7 +250,7 @@ test("batch-delete-messages deletes unlocked messages enqueued before the cutoff
   assert.equal(await batchDelete("delete", 4000), 0);
   await assert.rejects(batchDelete("delete", 4001), /message-count/);
   await receiver.completeMessage(locked); // a locked message is not deleted
-  assert.deepEqual(await receiver.peekMessages(10, { fromSequenceNumber: undefined }), []);
+  assert.deepEqual(await receiver.peekMessages(10), []);
   await receiver.close();
   await sender.close();
 });
