@@ -45,7 +45,10 @@ def test_a_request_for_more_than_one_reply_can_carry_is_refused_and_locks_nothin
 def test_a_missing_number_locks_none_of_the_others_and_a_repeated_one_comes_once(
     emulator: RunningEmulator, queue_name: str
 ) -> None:
-    with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
+    # No retries: the SDK would retry the not-found error with backoff for ~10 s.
+    with ServiceBusClient.from_connection_string(
+        emulator.connection_string, retry_total=0
+    ) as client:
         with client.get_queue_sender(queue_name) as sender:
             sender.send_messages([ServiceBusMessage("a"), ServiceBusMessage("b")])
         with client.get_queue_receiver(queue_name) as receiver:
