@@ -42,7 +42,7 @@ from .management import (
     reply_application_properties,
     text,
 )
-from .message import BATCH_FORMAT, DATA, ParsedMessage, parse_message
+from .message import BATCH_FORMAT, DATA, ParsedMessage, assign_message_id, parse_message
 from .queue import (
     LockLostError,
     MessageSession,
@@ -834,6 +834,8 @@ class AmqpConnection(asyncio.Protocol):
                 parsed_all = [parse_message(inner) for inner in _batch_parts(payload)]
             else:
                 parsed_all = [parse_message(payload)]
+            for parsed in parsed_all:
+                assign_message_id(parsed)
         except DecodeError as exc:
             return F.outcome(
                 F.REJECTED, [F.error_value("amqp:decode-error", f"malformed message: {exc}")]
@@ -937,12 +939,14 @@ class AmqpConnection(asyncio.Protocol):
                 failed = bool(F.field(values, 0, False))
                 undeliverable = bool(F.field(values, 1, False))
                 props = normalise(F.field(values, 2)) or None
+                # Service Bus reads `modified` as abandon (delivery count + 1) whatever its
+                # delivery-failed flag: the JavaScript SDK abandons without setting it, the
+                # Python SDK sets it, and both reach MaxDeliveryCount. `released` is the
+                # outcome that leaves the count alone.
                 if undeliverable:
                     queue.defer(token, props)
-                elif failed:
-                    queue.abandon(token, props)
                 else:
-                    queue.release(token)
+                    queue.abandon(token, props)
                 return F.outcome(F.MODIFIED, [failed, undeliverable])
             if code == F.REJECTED:
                 error = F.field(values, 0)

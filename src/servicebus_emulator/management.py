@@ -8,7 +8,16 @@ from collections.abc import Callable
 from typing import Any
 
 from .codec import Array, DecodeError, Described, Int, Symbol, Timestamp, decode_value, encode_value
-from .message import VALUE, parse_message
+from .message import (
+    AVAILABLE,
+    DEFERRED,
+    LOCKED,
+    VALUE,
+    ParsedMessage,
+    StoredMessage,
+    assign_message_id,
+    parse_message,
+)
 from .queue import (
     LockLostError,
     MessageNotFoundError,
@@ -24,12 +33,26 @@ LOCK_LOST = "com.microsoft:message-lock-lost"
 NOT_FOUND = "com.microsoft:message-not-found"
 ARGUMENT_ERROR = "com.microsoft:argument-error"
 SESSION_LOCK_LOST = "com.microsoft:session-lock-lost"
+OUT_OF_RANGE = "com.microsoft:argument-out-of-range"
+SESSION_NOT_FOUND = "com.microsoft:session-not-found"
 NOT_ALLOWED = "amqp:not-allowed"
 NOT_IMPLEMENTED = "amqp:not-implemented"
 ENTITY_NOT_FOUND = "amqp:not-found"
 # A peek reply carries whole messages in one AMQP message: past this size it stops adding
 # them (it always carries one), so one request cannot make a reply of queue size.
 MAX_PEEK_REPLY_BYTES = 1024 * 1024
+# receive-by-sequence-number answers with every message named in one AMQP message, so the
+# messages one request names may hold this much at most (one message is always allowed).
+MAX_DEFERRED_REPLY_BYTES = MAX_PEEK_REPLY_BYTES
+# batch-delete-messages: the SDKs refuse a message-count above 4000 (the Premium quota);
+# Standard, which this emulator models, deletes at most 500 per request.
+MAX_DELETE_MESSAGE_COUNT = 4000
+DELETE_QUOTA_PER_REQUEST = 500
+# get-message-sessions: `last-updated-time` at .NET's DateTime.MaxValue (what the SDKs send
+# without a filter) lists the sessions with messages or state; an earlier time lists the
+# sessions whose state a client set after it.
+_NO_LAST_UPDATED_FILTER_MS = 253402300800000
+MAX_SESSIONS_PAGE = 1000
 
 
 class Reply:
@@ -157,8 +180,8 @@ def _peek(queue: Queue, body: dict[str, Any]) -> Reply:
     return Reply(200, {"messages": messages})
 
 
-def _scheduled_messages(body: dict[str, Any]) -> list[bytes]:
-    """The encoded messages of a schedule-message request."""
+def _scheduled_messages(body: dict[str, Any]) -> list[ParsedMessage]:
+    """The messages of a schedule-message request, each with a MessageId."""
     entries = body.get("messages")
     if not isinstance(entries, list):
         raise ValueError("messages must be a list")
@@ -168,15 +191,18 @@ def _scheduled_messages(body: dict[str, Any]) -> list[bytes]:
         if not isinstance(raw, bytes):
             raise ValueError("each scheduled message needs an encoded 'message'")
         encoded.append(raw)
-    return encoded
+    parsed = [parse_message(raw) for raw in encoded]
+    for message in parsed:
+        assign_message_id(message)
+    return parsed
 
 
 def _schedule(queue: Queue, body: dict[str, Any]) -> Reply:
     if queue.parent is not None:
         raise ValueError("cannot schedule messages on a dead-letter queue")
     numbers: list[int] = []
-    for raw in _scheduled_messages(body):
-        stored = queue.send(parse_message(raw))
+    for message in _scheduled_messages(body):
+        stored = queue.send(message)
         # A duplicate is dropped as Service Bus does; it still gets no new sequence number.
         numbers.append(stored.seq if stored else 0)
     return Reply(200, {"sequence-numbers": Array("long", numbers)})
@@ -216,17 +242,103 @@ def _update_disposition(queue: Queue, body: dict[str, Any]) -> Reply:
 
 
 def _receive_by_sequence_number(queue: Queue, body: dict[str, Any]) -> Reply:
-    numbers = _sequence_numbers(body)
+    numbers = list(dict.fromkeys(_sequence_numbers(body)))  # a number named twice comes once
     peek_lock = body.get("receiver-settle-mode", 1) != 0
-    out: list[dict[str, Any]] = []
+    found: list[StoredMessage] = []
+    size = 0
+    # Every number is checked before any message is locked or deleted, so a refused request
+    # changes nothing.
     for seq in numbers:
+        msg = queue.messages.get(seq)
+        if msg is None or msg.state != DEFERRED:
+            raise MessageNotFoundError(f"no deferred message with sequence number {seq}")
+        found.append(msg)
+        size += msg.size
+    if len(found) > 1 and size > MAX_DEFERRED_REPLY_BYTES:
+        return Reply(
+            400,
+            None,
+            OUT_OF_RANGE,
+            f"The {len(found)} deferred messages requested hold {size} bytes, more than one "
+            f"reply may carry ({MAX_DEFERRED_REPLY_BYTES} bytes): request fewer sequence "
+            "numbers at a time.",
+        )
+    out: list[dict[str, Any]] = []
+    for msg in found:
         if peek_lock:
-            msg = queue.lock_deferred(seq)
+            queue.lock_deferred(msg.seq)
             out.append({"lock-token": msg.lock_token, "message": msg.encode(lock=True)})
         else:
-            msg = queue.delete_deferred(seq)
+            queue.delete_deferred(msg.seq)
             out.append({"message": msg.encode(lock=False)})
     return Reply(200, {"messages": out})
+
+
+def _int_field(body: dict[str, Any], name: str, default: int | None = None) -> int:
+    value = body.get(name, default)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer")
+    return value
+
+
+def _list_sessions(queue: Queue, body: dict[str, Any]) -> Reply:
+    """get-message-sessions: one page (`skip`, `top`) of session ids in id order."""
+    skip = _int_field(body, "skip", 0)
+    top = _int_field(body, "top", 100)
+    last_updated = _int_field(body, "last-updated-time", _NO_LAST_UPDATED_FILTER_MS)
+    if skip < 0 or not 0 < top <= MAX_SESSIONS_PAGE:
+        raise ValueError(f"skip must be >= 0 and top between 1 and {MAX_SESSIONS_PAGE}")
+    ids: set[str] = set()
+    if queue.sessions is not None:
+        if last_updated >= _NO_LAST_UPDATED_FILTER_MS:
+            now = queue.timers.now_ms()
+            ids = {s.id for s in queue.sessions.values() if s.state is not None}
+            ids.update(
+                msg.session_id
+                for msg in queue.messages.values()
+                if msg.session_id is not None
+                and (
+                    msg.state == LOCKED
+                    or (msg.state in (AVAILABLE, DEFERRED) and msg.expires_ms > now)
+                )
+            )
+        else:
+            ids = {s.id for s in queue.sessions.values() if s.state_updated_ms > last_updated}
+    page = sorted(ids)[skip : skip + top]
+    if not page:
+        return Reply(204, None, SESSION_NOT_FOUND, "There are no sessions to list.")
+    return Reply(200, {"skip": Int(skip + len(page)), "sessions-ids": Array("string", page)})
+
+
+def _batch_delete(queue: Queue, body: dict[str, Any]) -> Reply:
+    """batch-delete-messages: the oldest messages enqueued before `enqueued-time-utc` (now
+    without it), locked and scheduled ones excepted, up to the request's message-count."""
+    count = _int_field(body, "message-count")
+    if not 0 < count <= MAX_DELETE_MESSAGE_COUNT:
+        raise ValueError(f"message-count must be between 1 and {MAX_DELETE_MESSAGE_COUNT}")
+    now = queue.timers.now_ms()
+    before = body.get("enqueued-time-utc")
+    before_ms = before if isinstance(before, int) and not isinstance(before, bool) else now
+    session_id = body.get("session-id")
+    if session_id is not None and not isinstance(session_id, str):
+        raise ValueError("session-id must be a string")
+    budget = min(count, DELETE_QUOTA_PER_REQUEST)
+    doomed: list[StoredMessage] = []
+    for seq in sorted(queue.messages):
+        msg = queue.messages[seq]
+        if (
+            msg.state in (AVAILABLE, DEFERRED)
+            and msg.enqueued_ms < before_ms
+            and (session_id is None or msg.session_id == session_id)
+        ):
+            doomed.append(msg)
+            if len(doomed) >= budget:
+                break
+    for msg in doomed:
+        queue.delete(msg)
+    if not doomed:
+        return Reply(204, None, NOT_FOUND, "No messages to delete.")
+    return Reply(200, {"message-count": Int(len(doomed))})
 
 
 def _session_id(body: dict[str, Any]) -> str:
@@ -249,6 +361,7 @@ def _session_operation(queue: Queue, operation: str, request: Request) -> Reply:
     if state is not None and not isinstance(state, bytes):
         raise ValueError("session-state must be binary or null")
     queue.set_session_state(session, state)
+    session.state_updated_ms = queue.timers.now_ms()
     return Reply(200, {})
 
 
@@ -267,6 +380,8 @@ _OPERATIONS: dict[str, Callable[[Queue, dict[str, Any]], Reply]] = {
     "com.microsoft:cancel-scheduled-message": _cancel_scheduled,
     "com.microsoft:update-disposition": _update_disposition,
     "com.microsoft:receive-by-sequence-number": _receive_by_sequence_number,
+    "com.microsoft:get-message-sessions": _list_sessions,
+    "com.microsoft:batch-delete-messages": _batch_delete,
 }
 
 
@@ -310,7 +425,7 @@ def execute_on_topic(topic: Topic, request: Request) -> Reply:
     body = normalise(request.body)
     try:
         if operation == "com.microsoft:schedule-message":
-            numbers = [topic.send(parse_message(raw)) or 0 for raw in _scheduled_messages(body)]
+            numbers = [topic.send(message) or 0 for message in _scheduled_messages(body)]
             return Reply(200, {"sequence-numbers": Array("long", numbers)})
         if operation == "com.microsoft:cancel-scheduled-message":
             for seq in _sequence_numbers(body):

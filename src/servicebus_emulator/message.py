@@ -225,6 +225,42 @@ def parse_message(payload: bytes) -> ParsedMessage:
     return msg
 
 
+_PROPERTIES_DESCRIPTOR = b"\x00\x53\x73"
+
+
+def assign_message_id(parsed: ParsedMessage) -> None:
+    """Give a message sent without a MessageId one, as Service Bus does: a new GUID as 32
+    lowercase hex digits (.NET's `Guid.ToString("N")`). Clients rely on every received
+    message having one (the JavaScript SDK's lock renewal is keyed by it).
+
+    Only the message-id field of the properties section changes; every other field keeps its
+    encoded bytes, whatever types the sender chose for them.
+    """
+    if parsed.message_id is not None:
+        return
+    message_id = uuid.uuid4().hex
+    encoded_id = bytearray()
+    encode_value(encoded_id, message_id)
+    raw = parsed.properties_raw
+    count, rest, head = 0, b"", _PROPERTIES_DESCRIPTOR
+    if raw:
+        _, list_pos = decode_value(raw, 1)
+        head = raw[:list_pos]
+        if raw[list_pos] in (0x45, 0xC0, 0xD0):  # anything else holds no field to keep
+            count, first, end = compound_span(raw, list_pos)
+            rest = raw[skip_value(raw, first) : end] if count else b""
+    items = bytes(encoded_id) + rest
+    count = max(count, 1)
+    if len(items) + 1 < 256 and count < 256:
+        encoded_list = bytes((0xC0, len(items) + 1, count)) + items
+    else:
+        encoded_list = struct.pack(">BII", 0xD0, len(items) + 4, count) + items
+    parsed.properties_raw = head + encoded_list
+    parsed.properties = [message_id, *parsed.properties[1:]]
+    parsed.message_id = message_id
+    parsed.size += len(parsed.properties_raw) - len(raw)
+
+
 def header_ttl_ms(header: list[Any]) -> int | None:
     ttl = header[2] if len(header) > 2 else None
     return ttl if isinstance(ttl, int) and ttl > 0 else None

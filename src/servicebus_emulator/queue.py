@@ -96,12 +96,13 @@ class MessageSession:
     """A Service Bus message session of a queue that requires sessions: its messages (in
     sequence order), its state and the receiver holding its lock."""
 
-    __slots__ = ("available", "id", "locked_until_ms", "owner", "state")
+    __slots__ = ("available", "id", "locked_until_ms", "owner", "state", "state_updated_ms")
 
     def __init__(self, session_id: str) -> None:
         self.id = session_id
         self.available: list[int] = []
         self.state: bytes | None = None
+        self.state_updated_ms = 0  # when a client last set the state (get-message-sessions)
         self.owner: Consumer | None = None
         self.locked_until_ms = 0
 
@@ -651,6 +652,10 @@ class Queue:
             self._remove(msg)
 
     # ------------------------------------------------------------------ management views
+
+    def delete(self, msg: StoredMessage) -> None:
+        """Remove a message a client deletes without receiving it (batch-delete-messages)."""
+        self._remove(msg)
 
     def peek(self, from_seq: int, count: int, session_id: str | None = None) -> list[StoredMessage]:
         now = self.timers.now_ms()

@@ -117,7 +117,7 @@ def test_unsupported_management_operation_gets_an_error_reply(
         started = time.monotonic()
         try:
             receiver._mgmt_request_response(
-                b"com.microsoft:get-message-sessions", {}, mgmt_handlers.default, timeout=10
+                b"com.microsoft:enumerate-rules", {}, mgmt_handlers.default, timeout=10
             )
             raise AssertionError("unsupported operation succeeded")
         except ServiceBusError as exc:
