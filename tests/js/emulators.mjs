@@ -14,7 +14,8 @@ const READY_TIMEOUT_MS = 30_000;
 // The Python that has the emulators: $PYTHON (the pytest wrapper passes its own), else the
 // project's venv.
 export function python() {
-  if (process.env.PYTHON) return process.env.PYTHON;
+  // Resolved here: the emulators run with the repository as their working directory.
+  if (process.env.PYTHON) return resolve(process.env.PYTHON);
   const venv = join(REPO, ".venv", "bin", "python");
   if (existsSync(venv)) return venv;
   throw new Error("no Python with the emulators: set PYTHON or run `make setup`");
