@@ -51,7 +51,10 @@ def test_dead_letters_are_listed_shown_resubmitted_with_safety_and_purged(
     assert bad["reason"] == "InvalidJson" and bad["bodyPreview"] == "{oops\\n"
 
     # Just sent: inside the broker's window a copy would vanish, so it is kept, and says why.
-    too_soon = orders_cli(stack, "dlq", "resubmit", str(bad["sequenceNumber"]))
+    # (The stack's own window is 5 s, which a loaded machine can outlast: name a long one.)
+    too_soon = orders_cli(
+        stack, "dlq", "resubmit", str(bad["sequenceNumber"]), "--duplicate-window", "600"
+    )
     # A reused orderId is refused without --force, whatever the window.
     refused = orders_cli(stack, "dlq", "resubmit", "--all", "--duplicate-window", "0")
     assert too_soon.returncode == 1 and "duplicate-detection window" in too_soon.stdout
