@@ -108,6 +108,7 @@ class TwoPhaseRecord(Protocol):
 
 
 Record = TypeVar("Record", BillingRecord, RefundRecord)
+Answer = TypeVar("Answer", Charge, Refund)
 
 
 @dataclass(frozen=True)
@@ -220,16 +221,11 @@ class BillingConsumer:
             currency=owned.currency,
             idempotency_key=owned.payment_key,
         )
-        try:
-            charge = await self._payments.charge(request)
-        except PaymentRefusedError as refused:
-            logger.error(
-                "ALERT payment refused for order %s: %s",
-                log_value(owned.order_id),
-                log_value(refused.description),
-            )
-            await self._mark(replace(owned, status=BillingStatus.REFUSED), owned.etag)
-            return self._refused(owned.order_id, DeadLetterReason.PAYMENT_REFUSED, refused)
+        charge = await self._ask(
+            owned, self._payments.charge(request), "payment", DeadLetterReason.PAYMENT_REFUSED
+        )
+        if isinstance(charge, Decision):
+            return charge
         if self._after_charge is not None:
             self._after_charge(charge)
         done = replace(owned, status=BillingStatus.COMPLETED, payment_id=charge.payment_id)
@@ -289,16 +285,11 @@ class BillingConsumer:
                 currency=owned.currency,
                 idempotency_key=owned.refund_key,
             )
-            try:
-                refund = await self._payments.refund(request)
-            except PaymentRefusedError as refused:
-                logger.error(
-                    "ALERT refund refused for order %s: %s",
-                    log_value(owned.order_id),
-                    log_value(refused.description),
-                )
-                await self._mark(replace(owned, status=BillingStatus.REFUSED), owned.etag)
-                return self._refused(owned.order_id, DeadLetterReason.REFUND_REFUSED, refused)
+            refund = await self._ask(
+                owned, self._payments.refund(request), "refund", DeadLetterReason.REFUND_REFUSED
+            )
+            if isinstance(refund, Decision):
+                return refund
             if self._after_refund is not None:
                 self._after_refund(refund)
             done = replace(owned, status=BillingStatus.COMPLETED, refund_id=refund.refund_id)
@@ -385,16 +376,32 @@ class BillingConsumer:
             error=f"{what} is in progress at {owner}; its lease ends in {seconds:.0f} s",
         )
 
-    def _refused(
-        self, order_id: str, reason: DeadLetterReason, refused: PaymentRefusedError
-    ) -> Decision:
-        return Decision(
-            Outcome.DOWNSTREAM_REFUSED,
-            Settlement.DEAD_LETTER,
-            order_id,
-            dead_letter_reason=reason.value,
-            dead_letter_description=truncate(f"{refused.reason}: {refused.description}"),
-        )
+    async def _ask(
+        self,
+        owned: Record,
+        call: Awaitable[Answer],
+        what: str,
+        reason: DeadLetterReason,
+    ) -> Answer | Decision:
+        """The provider's answer, or (refused for good) the record marked `refused` and the
+        dead-letter decision, with an ALERT line."""
+        try:
+            return await call
+        except PaymentRefusedError as refused:
+            logger.error(
+                "ALERT %s refused for order %s: %s",
+                what,
+                log_value(owned.order_id),
+                log_value(refused.description),
+            )
+            await self._mark(replace(owned, status=BillingStatus.REFUSED), owned.etag)
+            return Decision(
+                Outcome.DOWNSTREAM_REFUSED,
+                Settlement.DEAD_LETTER,
+                owned.order_id,
+                dead_letter_reason=reason.value,
+                dead_letter_description=truncate(f"{refused.reason}: {refused.description}"),
+            )
 
     async def _mark(self, done: TwoPhaseRecord, etag: str) -> None:
         try:
