@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -208,23 +208,27 @@ class LocalStack:
     # account (each one's `--data`); None keeps them in memory.
     servicebus_data: Path | None = None
     cosmos_data: Path | None = None
+    # Held while a child is started and recorded: `orders up` defers a Ctrl-C there, since a
+    # child started but not yet recorded would never be stopped.
+    spawn_guard: Callable[[], AbstractContextManager[object]] = nullcontext
     _worker_count: int = 0
 
     def spawn(
         self, name: str, args: list[str], env: Mapping[str, str] | None = None
     ) -> ManagedProcess:
         log_path = self.workdir / f"{name}.log"
-        with log_path.open("wb") as log_file:
-            process = subprocess.Popen(
-                [sys.executable, *args],
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
-                start_new_session=True,  # Ctrl-C in the terminal reaches us, we stop them
-            )
-        managed = ManagedProcess(name, process, log_path)
-        self.processes.append(managed)
+        with self.spawn_guard():
+            with log_path.open("wb") as log_file:
+                process = subprocess.Popen(
+                    [sys.executable, *args],
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
+                    start_new_session=True,  # Ctrl-C in the terminal reaches us, we stop them
+                )
+            managed = ManagedProcess(name, process, log_path)
+            self.processes.append(managed)
         return managed
 
     def start_emulators(self) -> None:
@@ -341,6 +345,7 @@ def local_stack(
     servicebus_data: Path | None = None,
     cosmos_data: Path | None = None,
     report: Callable[[str], None] | None = None,
+    spawn_guard: Callable[[], AbstractContextManager[object]] = nullcontext,
 ) -> Iterator[LocalStack]:
     """`report` hears what is stopped, as it stops."""
     with tempfile.TemporaryDirectory(prefix="orders-stack-") as scratch:
@@ -349,6 +354,7 @@ def local_stack(
             queue or QueueOptions(),
             servicebus_data=servicebus_data,
             cosmos_data=cosmos_data,
+            spawn_guard=spawn_guard,
         )
         try:
             stack.start_emulators()

@@ -21,7 +21,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,6 +135,42 @@ def forget_last_run(options: UpOptions) -> list[Path]:
     return deleted
 
 
+class StartSignals:
+    """SIGINT or SIGTERM: the stack stops. While it starts, the signal cuts the start short
+    (StartInterrupted), except inside `held()`, between starting a child and recording it,
+    where the cut waits for the section's end: a child started but never recorded would
+    outlive the stack."""
+
+    def __init__(self, report: Callable[[str], None]) -> None:
+        self.stopped = threading.Event()
+        self.starting = True
+        self._report = report
+        self._held = 0
+        self._cut_deferred = False
+
+    def handle(self, signum: int, frame: object) -> None:
+        if self.stopped.is_set():
+            return  # already stopping: a second Ctrl-C must not cut the stop short
+        self._report(f"{signal.Signals(signum).name}: stopping the local stack")
+        self.stopped.set()
+        if self.starting:
+            if self._held:
+                self._cut_deferred = True
+            else:
+                raise StartInterrupted
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        self._held += 1
+        try:
+            yield
+        finally:
+            self._held -= 1
+        if self._cut_deferred and not self._held and self.starting:
+            self._cut_deferred = False
+            raise StartInterrupted
+
+
 def run_up(
     options: UpOptions,
     on_ready: Callable[[RunningStack], None],
@@ -142,24 +178,14 @@ def run_up(
 ) -> None:
     """Start everything, report it, and block until SIGINT or SIGTERM; then stop it all,
     telling `report` what it stops as it stops. A signal during the start cuts it short."""
-    stopped = threading.Event()
-    starting = True
-
-    def stop(signum: int, frame: object) -> None:
-        if stopped.is_set():
-            return  # already stopping: a second Ctrl-C must not cut the stop short
-        report(f"{signal.Signals(signum).name}: stopping the local stack")
-        stopped.set()
-        if starting:
-            raise StartInterrupted
-
+    signals = StartSignals(report)
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, stop)
+        signal.signal(signum, signals.handle)
     try:
-        with _started(options, report) as (stack, api_url, environment):
-            starting = False
+        with _started(options, report, signals.held) as (stack, api_url, environment):
+            signals.starting = False
             on_ready(RunningStack(api_url, environment, options.directory))
-            while not stopped.wait(0.5):
+            while not signals.stopped.wait(0.5):
                 if not all(process.running for process in stack.processes):
                     gone = [p.name for p in stack.processes if not p.running]
                     raise RuntimeError(f"stopped unexpectedly: {gone}")
@@ -169,7 +195,9 @@ def run_up(
 
 @contextmanager
 def _started(
-    options: UpOptions, report: Callable[[str], None]
+    options: UpOptions,
+    report: Callable[[str], None],
+    spawn_guard: Callable[[], AbstractContextManager[object]],
 ) -> Iterator[tuple[LocalStack, str, dict[str, str]]]:
     """The whole stack, started (and stopped when the block ends, however it ends)."""
     options.directory.mkdir(parents=True, exist_ok=True)
@@ -184,6 +212,7 @@ def _started(
         servicebus_data=options.servicebus_data,
         cosmos_data=options.cosmos_data,
         report=report,
+        spawn_guard=spawn_guard,
     ) as stack:
         asyncio.run(prepare_local_cosmos(stack.settings()))
         stack.start_payments()
