@@ -45,6 +45,7 @@ from orders.adapters.servicebus import (
 from orders.adapters.servicebus_counts import ServiceBusEntityCounter
 from orders.adapters.servicebus_dead_letters import ServiceBusDeadLetters
 from orders.adapters.servicebus_load import ServiceBusLoadSender, peek_dead_letters
+from orders.adapters.servicebus_peek import PeekReceivers
 from orders.adapters.servicebus_publisher import (
     ServiceBusEventPublisher,
     ServiceBusOrderPublisher,
@@ -305,10 +306,13 @@ async def build_console_runtime(settings: Settings) -> ConsoleRuntime:
         if settings.payments_url:
             payments = HttpPaymentGateway(settings.payments_url, settings.payments_timeout_seconds)
             stack.push_async_callback(payments.close)
+        # Every page peeks: the console's receivers stay open (one per entity and sub-queue).
+        peeks = PeekReceivers(servicebus)
+        stack.push_async_callback(peeks.close)
         console = OperationsConsole(
             sources,
-            ServiceBusEntityCounter(servicebus),
-            lambda source: ServiceBusDeadLetters(servicebus, source),
+            ServiceBusEntityCounter(servicebus, peeks),
+            lambda source: ServiceBusDeadLetters(servicebus, source, peeks),
             CosmosOrderReader(orders_container(cosmos, settings)),
             JournalFolder(Path(folder)) if folder else None,
             duplicate_window=timedelta(seconds=settings.duplicate_window_seconds),

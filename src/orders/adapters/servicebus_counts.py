@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 
 from azure.servicebus import ServiceBusMessageState, ServiceBusSubQueue
-from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
+from azure.servicebus.aio import ServiceBusClient
 
+from orders.adapters.servicebus_peek import PeekReceivers
 from orders.service.ports import EntityCounts
 from orders.service.worker_options import Source
 
@@ -22,36 +23,29 @@ PEEK_PAGE = 250
 class ServiceBusEntityCounter:
     """`EntityCounter` over one Service Bus client."""
 
-    def __init__(self, client: ServiceBusClient) -> None:
-        self._client = client
-
-    def _receiver(self, source: Source, sub_queue: ServiceBusSubQueue | None) -> ServiceBusReceiver:
-        if source.queue is not None:
-            return self._client.get_queue_receiver(source.queue, sub_queue=sub_queue)
-        assert source.topic is not None and source.subscription is not None
-        return self._client.get_subscription_receiver(
-            source.topic, source.subscription, sub_queue=sub_queue
-        )
+    def __init__(self, client: ServiceBusClient, peeks: PeekReceivers | None = None) -> None:
+        self._peeks = peeks or PeekReceivers(client)
 
     async def _states(
         self, source: Source, sub_queue: ServiceBusSubQueue | None, limit: int
     ) -> list[ServiceBusMessageState | None]:
         states: list[ServiceBusMessageState | None] = []
-        async with self._receiver(source, sub_queue) as receiver:
-            next_sequence = 1
-            while len(states) < limit:
-                page = await receiver.peek_messages(
-                    max_message_count=min(PEEK_PAGE, limit - len(states)),
-                    sequence_number=next_sequence,
-                )
-                if not page:
-                    break
-                states.extend(message.state for message in page)
-                next_sequence = (page[-1].sequence_number or 0) + 1
+        next_sequence = 1
+        while len(states) < limit:
+            page = await self._peeks.peek(
+                source,
+                sub_queue,
+                max_message_count=min(PEEK_PAGE, limit - len(states)),
+                from_sequence=next_sequence,
+            )
+            if not page:
+                break
+            states.extend(message.state for message in page)
+            next_sequence = (page[-1].sequence_number or 0) + 1
         return states
 
     async def count(self, source: Source, limit: int) -> EntityCounts:
-        # Both sub-queues at once: opening a receiver link is most of a small count's time.
+        # Both sub-queues at once: each has a receiver of its own.
         main, dead = await asyncio.gather(
             self._states(source, None, limit),
             self._states(source, ServiceBusSubQueue.DEAD_LETTER, limit),

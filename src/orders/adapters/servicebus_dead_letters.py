@@ -11,6 +11,7 @@ from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, Servi
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
 
 from orders.adapters.servicebus import message_body_bytes
+from orders.adapters.servicebus_peek import PeekReceivers, receiver_for
 from orders.domain.dead_letters import (
     DeadLetter,
     DeadLetterOutcome,
@@ -76,32 +77,31 @@ def resubmitted_copy(
 class ServiceBusDeadLetters:
     """The dead-letter sub-queue of a queue, or of a topic's subscription."""
 
-    def __init__(self, client: ServiceBusClient, source: Source) -> None:
+    def __init__(
+        self, client: ServiceBusClient, source: Source, peeks: PeekReceivers | None = None
+    ) -> None:
         self._client = client
         self._source = source
+        self._peeks = peeks or PeekReceivers(client)
 
     def _dead_letter_receiver(self) -> ServiceBusReceiver:
-        dead_letters = ServiceBusSubQueue.DEAD_LETTER
-        if self._source.queue is not None:
-            return self._client.get_queue_receiver(self._source.queue, sub_queue=dead_letters)
-        assert self._source.topic is not None and self._source.subscription is not None
-        return self._client.get_subscription_receiver(
-            self._source.topic, self._source.subscription, sub_queue=dead_letters
-        )
+        return receiver_for(self._client, self._source, ServiceBusSubQueue.DEAD_LETTER)
 
     async def browse(self, limit: int, from_sequence: int = 1) -> list[DeadLetter]:
         """Peek (no lock, nothing removed), oldest first."""
         found: list[DeadLetter] = []
-        async with self._dead_letter_receiver() as receiver:
-            next_sequence = from_sequence
-            while len(found) < limit:
-                page = await receiver.peek_messages(
-                    max_message_count=min(PAGE, limit - len(found)), sequence_number=next_sequence
-                )
-                if not page:
-                    break
-                found.extend(to_dead_letter(message) for message in page)
-                next_sequence = found[-1].sequence_number + 1
+        next_sequence = from_sequence
+        while len(found) < limit:
+            page = await self._peeks.peek(
+                self._source,
+                ServiceBusSubQueue.DEAD_LETTER,
+                max_message_count=min(PAGE, limit - len(found)),
+                from_sequence=next_sequence,
+            )
+            if not page:
+                break
+            found.extend(to_dead_letter(message) for message in page)
+            next_sequence = found[-1].sequence_number + 1
         return found
 
     async def resubmit(
