@@ -19,12 +19,18 @@ from typing import Any
 
 from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, Selection
 from orders.domain.decision_counters import DecisionCounters
-from orders.domain.documents import OrderRecord, OrderWrite, build_order_write
+from orders.domain.documents import (
+    OrderAlreadyExistsError,
+    OrderRecord,
+    OrderWrite,
+    build_order_write,
+)
 from orders.domain.events import OrderAccepted, OrderCancelled
 from orders.domain.hashing import request_hash
 from orders.domain.idempotency import (
     RECORD_DOCUMENT_TYPE,
     IdempotencyRecord,
+    IdempotencyRecordExistsError,
     OrderIdClaim,
     RecordStatus,
     validate_idempotency_key,
@@ -38,10 +44,8 @@ from orders.domain.rejections import OrderRejection
 from orders.domain.status import OrderStatusChanged
 from orders.exceptions import (
     DocumentExistsError,
-    IdempotencyRecordExistsError,
     InvalidIdempotencyKeyError,
     LeaseLostError,
-    OrderAlreadyExistsError,
     PaymentError,
     PaymentRefusedError,
     ResubmitUnsupportedError,

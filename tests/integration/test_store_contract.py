@@ -20,9 +20,10 @@ from fakes import FakeOrderStore, new_write
 from servers import CosmosServer
 
 from orders.adapters.cosmos_store import CosmosOrderStore
+from orders.domain.documents import OrderAlreadyExistsError
 from orders.domain.messages import MAX_LINES_PER_ORDER
 from orders.domain.rejections import OrderRejection
-from orders.exceptions import OrderAlreadyExistsError, StoreError
+from orders.exceptions import StoreError
 from orders.service.ports import OrderStore
 
 # (server, test) -> (the gap, the exception it shows up as)

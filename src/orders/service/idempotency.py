@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from orders.domain.hashing import request_hash
 from orders.domain.idempotency import (
     IdempotencyRecord,
+    IdempotencyRecordExistsError,
     OrderIdClaim,
     RecordStatus,
     StoredResponse,
@@ -29,7 +30,6 @@ from orders.domain.model import OrderPlaced
 from orders.domain.status import OrderStatus, OrderStatusChanged
 from orders.exceptions import (
     IdempotencyKeyReusedError,
-    IdempotencyRecordExistsError,
     LeaseLostError,
     OrderAlreadyShippedError,
     OrderIdConflictError,
