@@ -52,6 +52,7 @@ from orders.adapters.servicebus_publisher import (
 )
 from orders.adapters.servicebus_worker import run_session_worker_on, run_worker_on
 from orders.domain.idempotency import StoredResponse
+from orders.domain.leases import DEFAULT_LEASE_SECONDS
 from orders.domain.load_plan import LoadPlan, PlannedCancel
 from orders.domain.outcomes import Decision
 from orders.domain.payments import Charge, Refund
@@ -75,14 +76,13 @@ from orders.service.cancels import (
 )
 from orders.service.console import OperationsConsole
 from orders.service.consumer import OrderConsumer, settle
-from orders.service.dispatcher import DEFAULT_LEASE_SECONDS as DEFAULT_DISPATCHER_LEASE_SECONDS
 from orders.service.dispatcher import (
     DEFAULT_POLL_SECONDS,
     AfterPublish,
     DispatcherStats,
     OutboxDispatcher,
 )
-from orders.service.idempotency import DEFAULT_LEASE_SECONDS, IdempotentOrderIntake
+from orders.service.idempotency import IdempotentOrderIntake
 from orders.service.load import LoadResult, run_load
 from orders.service.order_lookup import OrderLookup
 from orders.service.ports import MessageHandler, OrderPublisher, OrderStore, StatusPublisher
@@ -569,7 +569,7 @@ async def build_dispatcher_runtime(
     *,
     after_publish: AfterPublish | None = None,
     poll_seconds: float = DEFAULT_POLL_SECONDS,
-    lease_seconds: float = DEFAULT_DISPATCHER_LEASE_SECONDS,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
     create_local_resources: bool | None = None,
 ) -> DispatcherRuntime:
     """The outbox dispatcher over the orders container's change feed and the events topic."""
@@ -600,7 +600,7 @@ async def run_dispatcher(
     *,
     after_publish: AfterPublish | None = None,
     poll_seconds: float = DEFAULT_POLL_SECONDS,
-    lease_seconds: float = DEFAULT_DISPATCHER_LEASE_SECONDS,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
 ) -> DispatcherStats:
     """The dispatcher as a process (pull model, checkpoints in the leases container)."""
     runtime = await build_dispatcher_runtime(

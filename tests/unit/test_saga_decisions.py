@@ -47,6 +47,8 @@ def billing(
     owner: str = "b",
     **options: Any,
 ) -> BillingConsumer:
+    # 60 s: the billing lease the settings give by default (BILLING_LEASE_SECONDS).
+    options.setdefault("lease_seconds", 60.0)
     return BillingConsumer(inbox, payments, OrderSaga(orders), owner=owner, **options)
 
 
