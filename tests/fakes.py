@@ -52,7 +52,7 @@ from orders.exceptions import (
     StoreError,
 )
 from orders.service.ports import EntityCounts
-from orders.service.worker_options import Source
+from orders.service.subscribers import Source
 
 
 class FakeOrderStore:

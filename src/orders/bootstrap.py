@@ -89,11 +89,13 @@ from orders.service.ports import MessageHandler, OrderPublisher, OrderStore, Sta
 from orders.service.saga import OrderSaga
 from orders.service.shipping import ShippingConsumer
 from orders.service.status import StatusConsumer
+from orders.service.subscribers import Source, Subscriber
 from orders.service.verify import VerifyReport, audit
 from orders.service.verify_fanout import audit_billing, audit_shipping, stored_orders
 from orders.service.verify_saga import audit_saga, saga_facts
 from orders.service.verify_status import audit_statuses, produced_updates
-from orders.service.worker_options import Source, Subscriber, WorkerOptions, WorkerStats
+from orders.service.worker_options import WorkerOptions
+from orders.service.worker_stats import WorkerStats
 from orders.settings import Settings
 
 if TYPE_CHECKING:

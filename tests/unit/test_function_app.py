@@ -42,7 +42,7 @@ from orders.service.dispatcher import OutboxDispatcher
 from orders.service.ports import ChangePage
 from orders.service.saga import OrderSaga
 from orders.service.shipping import ShippingConsumer
-from orders.service.worker_options import Source, Subscriber
+from orders.service.subscribers import Source, Subscriber
 
 
 def received(body: bytes, message_id: str, delivery_count: int = 0) -> ServiceBusReceivedMessage:

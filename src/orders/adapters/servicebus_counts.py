@@ -14,7 +14,7 @@ from azure.servicebus import ServiceBusMessageState, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
 
 from orders.service.ports import EntityCounts
-from orders.service.worker_options import Source
+from orders.service.subscribers import Source
 
 PEEK_PAGE = 250
 

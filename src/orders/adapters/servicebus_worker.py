@@ -51,7 +51,9 @@ from orders.domain.outcomes import Decision
 from orders.observability import log_value
 from orders.service.consumer import settle
 from orders.service.ports import MessageHandler
-from orders.service.worker_options import Source, WorkerOptions, WorkerStats
+from orders.service.subscribers import Source
+from orders.service.worker_options import WorkerOptions
+from orders.service.worker_stats import WorkerStats
 
 logger = logging.getLogger("orders.worker")
 RECEIVE_BACKOFF_SECONDS = 5.0

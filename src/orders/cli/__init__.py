@@ -29,8 +29,8 @@ from orders.cli.shared import (
 )
 from orders.domain.leases import DEFAULT_LEASE_SECONDS
 from orders.domain.load_plan import LoadMix, plan_from_json, plan_load, plan_to_json
+from orders.service.subscribers import Subscriber
 from orders.service.verify import VerifyReport
-from orders.service.worker_options import Subscriber
 
 if TYPE_CHECKING:
     from orders.entrypoints.demo import DemoResult

@@ -18,7 +18,7 @@ from orders.domain.outcomes import Decision
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.rejections import OrderRejection
 from orders.domain.status import OrderStatusChanged
-from orders.service.worker_options import Source
+from orders.service.subscribers import Source
 
 
 class OrderStore(Protocol):
