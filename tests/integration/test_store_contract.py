@@ -17,7 +17,7 @@ import pytest
 from azure.cosmos import PartitionKey
 from azure.cosmos.aio import ContainerProxy, CosmosClient
 from fakes import FakeOrderStore, new_write
-from servers import CosmosServer
+from servers import CosmosServer, KnownGaps, expect_known_gap
 
 from orders.adapters.cosmos_store import CosmosOrderStore
 from orders.domain.documents import OrderAlreadyExistsError
@@ -26,8 +26,7 @@ from orders.domain.rejections import OrderRejection
 from orders.exceptions import StoreError
 from orders.service.ports import OrderStore
 
-# (server, test) -> (the gap, the exception it shows up as)
-KNOWN_GAPS: dict[tuple[str, str], tuple[str, type[BaseException]]] = {
+KNOWN_GAPS: KnownGaps = {
     ("vercel", "test_a_failed_batch_writes_nothing"): (
         "@vercel/cosmosdb-server batches are not atomic: operations before the failing one stay",
         AssertionError,
@@ -51,10 +50,7 @@ async def cosmos_container(client: CosmosClient) -> ContainerProxy:
 
 @pytest.fixture(params=["fake", "python-emulator", "vercel"])
 async def subject(request: pytest.FixtureRequest) -> AsyncIterator[StoreUnderTest]:
-    gap = KNOWN_GAPS.get((request.param, request.node.originalname))
-    if gap:
-        reason, shows_as = gap
-        request.applymarker(pytest.mark.xfail(reason=reason, raises=shows_as, strict=True))
+    expect_known_gap(request, request.param, KNOWN_GAPS)
     if request.param == "fake":
         fake = FakeOrderStore()
 
