@@ -23,7 +23,7 @@ from orders.entrypoints.functions import (  # noqa: E402
     process_order_message,
 )
 from orders.entrypoints.http_api import create_app  # noqa: E402
-from orders.service.worker_options import Subscriber  # noqa: E402
+from orders.service.subscribers import Subscriber  # noqa: E402
 
 # The HTTP API (FastAPI) and the Service Bus trigger share one app. The host's routePrefix `api`
 # matches the app's own `/api/...` routes, so paths are the same here and under `orders serve`.

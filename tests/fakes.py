@@ -19,12 +19,18 @@ from typing import Any
 
 from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, Selection
 from orders.domain.decision_counters import DecisionCounters
-from orders.domain.documents import OrderRecord, OrderWrite, build_order_write
+from orders.domain.documents import (
+    OrderAlreadyExistsError,
+    OrderRecord,
+    OrderWrite,
+    build_order_write,
+)
 from orders.domain.events import OrderAccepted, OrderCancelled
 from orders.domain.hashing import request_hash
 from orders.domain.idempotency import (
     RECORD_DOCUMENT_TYPE,
     IdempotencyRecord,
+    IdempotencyRecordExistsError,
     OrderIdClaim,
     RecordStatus,
     validate_idempotency_key,
@@ -38,17 +44,15 @@ from orders.domain.rejections import OrderRejection
 from orders.domain.status import OrderStatusChanged
 from orders.exceptions import (
     DocumentExistsError,
-    IdempotencyRecordExistsError,
     InvalidIdempotencyKeyError,
     LeaseLostError,
-    OrderAlreadyExistsError,
     PaymentError,
     PaymentRefusedError,
     ResubmitUnsupportedError,
     StoreError,
 )
 from orders.service.ports import EntityCounts
-from orders.service.worker_options import Source
+from orders.service.subscribers import Source
 
 
 class FakeOrderStore:
@@ -367,48 +371,75 @@ _ETAGS = itertools.count(1)
 
 class FakeFencedDocuments:
     """`FencedDocuments` / `InboxStore` / `OrderDocuments` in memory, with a database clock the
-    test moves."""
+    test moves. Held to `CosmosFencedDocuments` by
+    tests/integration/test_fenced_documents_contract.py: documents are keyed by (partition key,
+    id), the partition key read from each document at `partition_key_path` as Cosmos reads it
+    (`orderId` for the orders and inbox containers, `id` for the leases container); a batch
+    writes all or nothing and refuses a document of another partition."""
 
-    def __init__(self) -> None:
-        self.documents: dict[str, dict[str, Any]] = {}
+    def __init__(self, partition_key_path: str = "orderId") -> None:
+        self.partition_key_path = partition_key_path
+        # By (partition key, id), as Cosmos keys them.
+        self.documents: dict[tuple[str, str], dict[str, Any]] = {}
         self.database_now_ms = 1_800_000_000_000
+
+    def key_of(self, document: dict[str, Any]) -> tuple[str, str]:
+        return (document[self.partition_key_path], document["id"])
 
     def _stored(self, document: dict[str, Any]) -> dict[str, Any]:
         stored = {
-            **document,
+            **copy.deepcopy(document),
             "_ts": self.database_now_ms // 1000,
             # Unique across every fake, as a real store's are: two fakes that share documents
             # (a test's racing view) must never hand out an ETag a stale reader still holds.
             "_etag": f'"{next(_ETAGS)}"',
         }
-        self.documents[document["id"]] = stored
-        return dict(stored)
+        self.documents[self.key_of(document)] = stored
+        return copy.deepcopy(stored)
+
+    def _found(self, document_id: str, partition_key: str) -> dict[str, Any] | None:
+        found = self.documents.get((partition_key, document_id))
+        return copy.deepcopy(found) if found else None
+
+    def _check_partition(self, partition_key: str, documents: list[dict[str, Any]]) -> None:
+        """A batch is one logical partition: a document of another fails it whole."""
+        for document in documents:
+            if document[self.partition_key_path] != partition_key:
+                raise StoreError(f"{document['id']!r} is not in partition {partition_key!r}")
+
+    def _check_batch(self, partition_key: str, documents: list[dict[str, Any]]) -> None:
+        """What fails a batch of creates before anything of it is written."""
+        self._check_partition(partition_key, documents)
+        seen: set[tuple[str, str]] = set()
+        for document in documents:
+            key = self.key_of(document)
+            if key in self.documents or key in seen:
+                raise DocumentExistsError(document["id"])
+            seen.add(key)
 
     async def create(self, document: dict[str, Any]) -> dict[str, Any]:
-        if document["id"] in self.documents:
+        if self.key_of(document) in self.documents:
             raise DocumentExistsError(document["id"])
         return self._stored(document)
 
     async def read(self, document_id: str, partition_key: str) -> DatabaseRead:
-        found = self.documents.get(document_id)
-        return DatabaseRead(dict(found) if found else None, self.database_now_ms)
+        found = self._found(document_id, partition_key)
+        # The adapter's one query returns no row, hence no clock, for a missing document.
+        return DatabaseRead(found, self.database_now_ms if found else 0)
 
     async def replace(self, document: dict[str, Any], *, etag: str) -> dict[str, Any]:
-        current = self.documents.get(document["id"])
+        current = self.documents.get(self.key_of(document))
         if current is None or current["_etag"] != etag:
             raise LeaseLostError(document["id"])
         return self._stored(document)
 
     async def create_together(self, partition_key: str, documents: list[dict[str, Any]]) -> None:
-        for document in documents:
-            if document["id"] in self.documents:
-                raise DocumentExistsError(document["id"])
+        self._check_batch(partition_key, documents)
         for document in documents:
             self._stored(document)
 
     async def get(self, document_id: str, partition_key: str) -> dict[str, Any] | None:
-        found = self.documents.get(document_id)
-        return dict(found) if found else None
+        return self._found(document_id, partition_key)
 
     async def replace_and_create(
         self,
@@ -418,12 +449,11 @@ class FakeFencedDocuments:
         etag: str,
         created: list[dict[str, Any]],
     ) -> None:
-        current = self.documents.get(replaced["id"])
+        self._check_partition(partition_key, [replaced, *created])
+        current = self.documents.get(self.key_of(replaced))
         if current is None or current["_etag"] != etag:
             raise LeaseLostError(replaced["id"])
-        for document in created:
-            if document["id"] in self.documents:
-                raise DocumentExistsError(document["id"])
+        self._check_batch(partition_key, created)
         self._stored(replaced)
         for document in created:
             self._stored(document)

@@ -53,6 +53,7 @@ from orders.adapters.servicebus_publisher import (
 )
 from orders.adapters.servicebus_worker import run_session_worker_on, run_worker_on
 from orders.domain.idempotency import StoredResponse
+from orders.domain.leases import DEFAULT_LEASE_SECONDS
 from orders.domain.load_plan import LoadPlan, PlannedCancel
 from orders.domain.outcomes import Decision
 from orders.domain.payments import Charge, Refund
@@ -76,25 +77,26 @@ from orders.service.cancels import (
 )
 from orders.service.console import OperationsConsole
 from orders.service.consumer import OrderConsumer, settle
-from orders.service.dispatcher import DEFAULT_LEASE_SECONDS as DEFAULT_DISPATCHER_LEASE_SECONDS
 from orders.service.dispatcher import (
     DEFAULT_POLL_SECONDS,
     AfterPublish,
     DispatcherStats,
     OutboxDispatcher,
 )
-from orders.service.idempotency import DEFAULT_LEASE_SECONDS, IdempotentOrderIntake
+from orders.service.idempotency import IdempotentOrderIntake
 from orders.service.load import LoadResult, run_load
 from orders.service.order_lookup import OrderLookup
 from orders.service.ports import MessageHandler, OrderPublisher, OrderStore, StatusPublisher
 from orders.service.saga import OrderSaga
 from orders.service.shipping import ShippingConsumer
 from orders.service.status import StatusConsumer
+from orders.service.subscribers import Source, Subscriber
 from orders.service.verify import VerifyReport, audit
 from orders.service.verify_fanout import audit_billing, audit_shipping, stored_orders
 from orders.service.verify_saga import audit_saga, saga_facts
 from orders.service.verify_status import audit_statuses, produced_updates
-from orders.service.worker_options import Source, Subscriber, WorkerOptions, WorkerStats
+from orders.service.worker_options import WorkerOptions
+from orders.service.worker_stats import WorkerStats
 from orders.settings import Settings
 
 if TYPE_CHECKING:
@@ -573,7 +575,7 @@ async def build_dispatcher_runtime(
     *,
     after_publish: AfterPublish | None = None,
     poll_seconds: float = DEFAULT_POLL_SECONDS,
-    lease_seconds: float = DEFAULT_DISPATCHER_LEASE_SECONDS,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
     create_local_resources: bool | None = None,
 ) -> DispatcherRuntime:
     """The outbox dispatcher over the orders container's change feed and the events topic."""
@@ -604,7 +606,7 @@ async def run_dispatcher(
     *,
     after_publish: AfterPublish | None = None,
     poll_seconds: float = DEFAULT_POLL_SECONDS,
-    lease_seconds: float = DEFAULT_DISPATCHER_LEASE_SECONDS,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
 ) -> DispatcherStats:
     """The dispatcher as a process (pull model, checkpoints in the leases container)."""
     runtime = await build_dispatcher_runtime(

@@ -9,12 +9,6 @@ exists, the key is taken, the lease moved on). They never share a base below the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from orders.domain.documents import OrderRecord
-    from orders.domain.idempotency import IdempotencyRecord
-
 
 class OrdersError(Exception):
     """Root of every error this package raises on purpose."""
@@ -31,14 +25,6 @@ class TransientStoreError(StoreError):
 
 class ConflictSignal(OrdersError):
     """A conditional write found the state it guards against; carries what it found."""
-
-
-class OrderAlreadyExistsError(ConflictSignal):
-    """An order with this id is already stored; carries the existing record."""
-
-    def __init__(self, existing: OrderRecord) -> None:
-        super().__init__(f"order {existing.order_id!r} already exists")
-        self.existing = existing
 
 
 # --- HTTP API: idempotency keys, claims and publishing ---------------------------------------
@@ -92,14 +78,6 @@ class OrderNotStoredYetError(IdempotencyError):
 
 class UnknownOrderError(IdempotencyError):
     """No such order for this caller: never stored, or placed by another principal."""
-
-
-class IdempotencyRecordExistsError(ConflictSignal):
-    """A claim found the key already recorded; carries the existing record (with its ETag)."""
-
-    def __init__(self, existing: IdempotencyRecord) -> None:
-        super().__init__(f"idempotency record {existing.record_id!r} already exists")
-        self.existing = existing
 
 
 class LeaseLostError(ConflictSignal):

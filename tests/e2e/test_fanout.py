@@ -24,8 +24,8 @@ from orders.entrypoints.dispatcher import CRASH_AFTER_PUBLISH_ENV, CRASH_EXIT_CO
 from orders.entrypoints.localstack import LocalStack, ManagedProcess
 from orders.entrypoints.worker import CRASH_AFTER_CHARGE_ENV
 from orders.entrypoints.worker import CRASH_EXIT_CODE as WORKER_CRASH_EXIT_CODE
+from orders.service.subscribers import Subscriber
 from orders.service.verify import VerifyReport
-from orders.service.worker_options import Subscriber
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

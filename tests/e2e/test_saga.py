@@ -23,8 +23,8 @@ from orders.entrypoints.demo import VERIFY_POLL_SECONDS
 from orders.entrypoints.localstack import LocalStack, ManagedProcess
 from orders.entrypoints.worker import CRASH_AFTER_REFUND_ENV, CRASH_EXIT_CODE
 from orders.service.cancels import CancelResults
+from orders.service.subscribers import Subscriber
 from orders.service.verify import VerifyReport
-from orders.service.worker_options import Subscriber
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -34,7 +34,7 @@ from orders.domain.dead_letters import DeadLetter
 from orders.entrypoints.http_api import create_app
 from orders.entrypoints.http_hosts import AllowedHosts
 from orders.service.console import OperationsConsole
-from orders.service.worker_options import Source
+from orders.service.subscribers import Source
 
 QUEUE = Source(queue="orders")
 SUBSCRIPTION = Source(topic="order-events", subscription="billing")

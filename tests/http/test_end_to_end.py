@@ -33,7 +33,8 @@ from orders.domain.idempotency import IdempotencyRecord, RecordStatus, record_id
 from orders.domain.messages import parse_order
 from orders.entrypoints.http_api import create_app
 from orders.entrypoints.localstack import QueueOptions
-from orders.service.worker_options import WorkerOptions, WorkerStats
+from orders.service.worker_options import WorkerOptions
+from orders.service.worker_stats import WorkerStats
 from orders.settings import Settings
 
 pytestmark = pytest.mark.slow

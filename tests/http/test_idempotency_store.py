@@ -19,12 +19,13 @@ from fakes import FakeIdempotencyStore
 from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
 from orders.domain.idempotency import (
     IdempotencyRecord,
+    IdempotencyRecordExistsError,
     OrderIdClaim,
     RecordStatus,
     record_id,
 )
 from orders.entrypoints.http_contract import accepted_response
-from orders.exceptions import IdempotencyRecordExistsError, LeaseLostError
+from orders.exceptions import LeaseLostError
 from orders.service.ports import IdempotencyStore
 
 

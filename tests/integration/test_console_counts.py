@@ -13,7 +13,7 @@ from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient
 
 from orders.adapters.servicebus_counts import ServiceBusEntityCounter
-from orders.service.worker_options import Source
+from orders.service.subscribers import Source
 from servicebus_emulator import RunningEmulator, start_in_background
 
 QUEUE, TOPIC, SUBSCRIPTION = "orders", "order-events", "billing"

@@ -27,7 +27,7 @@ from orders.entrypoints.http_api import create_app
 from orders.entrypoints.http_hosts import AllowedHosts
 from orders.exceptions import ResubmitUnsupportedError
 from orders.service.console import OperationsConsole
-from orders.service.worker_options import Source
+from orders.service.subscribers import Source
 from servicebus_emulator import RunningEmulator, start_in_background
 
 TOPIC, BILLING, SHIPPING = "order-events", "billing", "shipping"

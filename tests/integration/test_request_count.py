@@ -17,7 +17,7 @@ from fakes import new_write
 from servers import CosmosServer
 
 from orders.adapters.cosmos_store import CosmosOrderStore
-from orders.exceptions import OrderAlreadyExistsError
+from orders.domain.documents import OrderAlreadyExistsError
 
 
 class RequestLog:

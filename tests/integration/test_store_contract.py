@@ -17,16 +17,16 @@ import pytest
 from azure.cosmos import PartitionKey
 from azure.cosmos.aio import ContainerProxy, CosmosClient
 from fakes import FakeOrderStore, new_write
-from servers import CosmosServer
+from servers import CosmosServer, KnownGaps, expect_known_gap
 
 from orders.adapters.cosmos_store import CosmosOrderStore
+from orders.domain.documents import OrderAlreadyExistsError
 from orders.domain.messages import MAX_LINES_PER_ORDER
 from orders.domain.rejections import OrderRejection
-from orders.exceptions import OrderAlreadyExistsError, StoreError
+from orders.exceptions import StoreError
 from orders.service.ports import OrderStore
 
-# (server, test) -> (the gap, the exception it shows up as)
-KNOWN_GAPS: dict[tuple[str, str], tuple[str, type[BaseException]]] = {
+KNOWN_GAPS: KnownGaps = {
     ("vercel", "test_a_failed_batch_writes_nothing"): (
         "@vercel/cosmosdb-server batches are not atomic: operations before the failing one stay",
         AssertionError,
@@ -50,10 +50,7 @@ async def cosmos_container(client: CosmosClient) -> ContainerProxy:
 
 @pytest.fixture(params=["fake", "python-emulator", "vercel"])
 async def subject(request: pytest.FixtureRequest) -> AsyncIterator[StoreUnderTest]:
-    gap = KNOWN_GAPS.get((request.param, request.node.originalname))
-    if gap:
-        reason, shows_as = gap
-        request.applymarker(pytest.mark.xfail(reason=reason, raises=shows_as, strict=True))
+    expect_known_gap(request, request.param, KNOWN_GAPS)
     if request.param == "fake":
         fake = FakeOrderStore()
 

@@ -1,5 +1,6 @@
 """The layering is enforced, not hoped for: `lint-imports` (run by `make lint`) passes on the
-code as it is and fails the moment a lower layer imports a higher one or the domain an SDK."""
+code as it is and fails the moment a lower layer imports a higher one, the domain an SDK, or two
+modules import each other (even only for the type checker)."""
 
 from __future__ import annotations
 
@@ -40,8 +41,10 @@ def test_the_code_keeps_every_contract(tmp_path: Path) -> None:
     result = lint_imports(copy_of_src(tmp_path))
 
     assert result.returncode == 0, result.stdout
-    assert "4 kept, 0 broken" in result.stdout
+    assert "5 kept, 0 broken" in result.stdout
 
+
+TYPE_CHECKING_IMPORT = "import typing\nif typing.TYPE_CHECKING:\n    import {}"
 
 VIOLATIONS = {
     # module: (an import it must not have, the contract that must then break)
@@ -50,6 +53,10 @@ VIOLATIONS = {
     "orders/entrypoints/worker.py": ("import orders.adapters.servicebus", "composition root"),
     "cosmos_emulator/ids.py": ("import orders.settings", "never import each other"),
     "payments_standin/store.py": ("import orders.domain.payments", "never import each other"),
+    "orders/service/verify_status.py": (
+        TYPE_CHECKING_IMPORT.format("orders.service.verify"),
+        "No import cycles",
+    ),
 }
 
 
@@ -62,7 +69,29 @@ def test_each_kind_of_violation_breaks_its_contract(tmp_path: Path) -> None:
     result = lint_imports(source_root)
 
     assert result.returncode != 0
-    assert "0 kept, 4 broken" in result.stdout
+    assert "0 kept, 5 broken" in result.stdout
     report = result.stdout.split("Broken contracts")[-1]
     for module, (violation, contract) in VIOLATIONS.items():
         assert contract in report, (module, violation)
+
+
+# The two cycles only the type checker used to see, each put back on its own.
+TYPE_CHECKING_CYCLES = {
+    "orders/exceptions.py": "orders.domain.documents",
+    "orders/service/verify_status.py": "orders.service.verify",
+}
+
+
+@pytest.mark.parametrize("module", sorted(TYPE_CHECKING_CYCLES))
+def test_a_cycle_through_a_type_checking_import_breaks_the_acyclic_contract(
+    tmp_path: Path, module: str
+) -> None:
+    source_root = copy_of_src(tmp_path)
+    target = source_root / module
+    cycle = TYPE_CHECKING_IMPORT.format(TYPE_CHECKING_CYCLES[module])
+    target.write_text(target.read_text() + f"\n{cycle}  # injected by the test\n")
+
+    result = lint_imports(source_root)
+
+    assert result.returncode != 0
+    assert "No import cycles" in result.stdout.split("Broken contracts")[-1]

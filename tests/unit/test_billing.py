@@ -68,7 +68,7 @@ def billing(
 
 
 def record_of(records: FakeFencedDocuments, order_id: str = "o-1") -> dict[str, object]:
-    return records.documents[f"billing:{outbox_document_id(order_id)}"]
+    return records.documents[(order_id, f"billing:{outbox_document_id(order_id)}")]
 
 
 async def test_a_new_event_is_charged_once_with_the_order_key_and_marked_completed(
@@ -123,7 +123,7 @@ async def test_a_live_lease_is_waited_for_and_its_owners_completion_decides(
 
     def owner_finishes() -> None:
         if clock.slept >= 2:
-            record = records.documents[f"billing:{outbox_document_id('o-1')}"]
+            record = record_of(records)
             records._stored({**record, "status": "completed", "paymentId": "pay-a"})
 
     clock.on_sleep.append(owner_finishes)
@@ -235,7 +235,7 @@ async def test_one_consumers_record_never_blocks_the_others(
 
     assert shipped.outcome is Outcome.PROCESSED and again.outcome is Outcome.DUPLICATE
     assert record_of(records)["status"] == "inProgress"
-    assert "o-1:shipment" in records.documents
+    assert ("o-1", "o-1:shipment") in records.documents
 
 
 def test_the_payment_key_names_the_order_in_printable_ascii() -> None:

@@ -56,9 +56,13 @@ def outbox_changes(*order_ids: str) -> list[dict[str, Any]]:
     return changes
 
 
+# The leases container is partitioned by /id: a lease's partition key is its id.
+LEASE_KEY = (lease_id_for(RANGE), lease_id_for(RANGE))
+
+
 @pytest.fixture
 def leases() -> FakeFencedDocuments:
-    return FakeFencedDocuments()
+    return FakeFencedDocuments(partition_key_path="id")  # the leases container's key
 
 
 async def test_publishes_then_marks_each_event_once_and_checkpoints(
@@ -71,7 +75,7 @@ async def test_publishes_then_marks_each_event_once_and_checkpoints(
     await dispatcher.run_once()  # nothing new: nothing published again
 
     assert events.published == feed.marked == ["a:outbox:OrderAccepted", "b:outbox:OrderAccepted"]
-    lease = leases.documents[lease_id_for(RANGE)]
+    lease = leases.documents[LEASE_KEY]
     assert (lease["owner"], lease["continuation"]) == ("d1", str(len(feed.documents)))
 
 
@@ -87,7 +91,7 @@ async def test_a_failed_publish_keeps_the_checkpoint_so_the_next_round_publishes
     await dispatcher.run_once()
 
     assert events.published == ["a:outbox:OrderAccepted"]
-    assert leases.documents[lease_id_for(RANGE)]["continuation"] == str(len(feed.documents))
+    assert leases.documents[LEASE_KEY]["continuation"] == str(len(feed.documents))
 
 
 async def test_a_live_lease_of_another_dispatcher_is_left_alone_until_it_ends(
@@ -105,7 +109,7 @@ async def test_a_live_lease_of_another_dispatcher_is_left_alone_until_it_ends(
     await second.run_once()
 
     assert second_events.published == ["b:outbox:OrderAccepted"]  # resumed from d1's checkpoint
-    assert leases.documents[lease_id_for(RANGE)]["owner"] == "d2"
+    assert leases.documents[LEASE_KEY]["owner"] == "d2"
 
 
 async def test_a_released_lease_is_taken_at_once(leases: FakeFencedDocuments) -> None:

@@ -42,7 +42,7 @@ from orders.service.dispatcher import OutboxDispatcher
 from orders.service.ports import ChangePage
 from orders.service.saga import OrderSaga
 from orders.service.shipping import ShippingConsumer
-from orders.service.worker_options import Source, Subscriber
+from orders.service.subscribers import Source, Subscriber
 
 
 def received(body: bytes, message_id: str, delivery_count: int = 0) -> ServiceBusReceivedMessage:
@@ -215,7 +215,7 @@ async def test_the_shipping_trigger_runs_the_shipping_core_and_settles() -> None
     assert (
         [name for name, _, _ in first.calls] == [name for name, _, _ in again.calls] == ["complete"]
     )
-    assert "o-fn:shipment" in inbox.documents
+    assert ("o-fn", "o-fn:shipment") in inbox.documents
 
 
 def test_the_status_consumer_is_a_peeklock_queue_trigger_on_the_status_queue() -> None:
@@ -277,7 +277,7 @@ async def test_the_cosmos_trigger_publishes_and_marks_only_undispatched_outbox_d
     order, outbox = write.documents[0], write.documents[1]
     done = {**outbox, "id": "o-done:outbox:OrderAccepted", "dispatched": True}
     events, feed = RecordingEvents(), MarkingFeed()
-    dispatcher = OutboxDispatcher(feed, events, FakeFencedDocuments())
+    dispatcher = OutboxDispatcher(feed, events, FakeFencedDocuments(partition_key_path="id"))
     function_dispatcher_runtime.use(DispatcherRuntime(dispatcher))
     try:
         changes = func.DocumentList([func.Document.from_dict(d) for d in (order, outbox, done)])

@@ -47,6 +47,8 @@ def billing(
     owner: str = "b",
     **options: Any,
 ) -> BillingConsumer:
+    # 60 s: the billing lease the settings give by default (BILLING_LEASE_SECONDS).
+    options.setdefault("lease_seconds", 60.0)
     return BillingConsumer(inbox, payments, OrderSaga(orders), owner=owner, **options)
 
 
@@ -63,7 +65,7 @@ def shipments(inbox: FakeFencedDocuments) -> list[dict[str, Any]]:
 
 
 def fulfilment(orders: FakeFencedDocuments, order_id: str = "o-1") -> Fulfilment:
-    return SagaOrder.of(orders.documents[order_id]).fulfilment
+    return SagaOrder.of(orders.documents[(order_id, order_id)]).fulfilment
 
 
 # --- Cancel against ship: one document decides ---------------------------------------------
@@ -78,7 +80,10 @@ async def test_a_cancel_before_shipping_wins_and_shipping_skips_without_a_shipme
 
     assert outcome(decision) == (Outcome.SKIPPED_CANCELLED, Settlement.COMPLETE)
     assert shipments(inbox) == []
-    assert "o-1:outbox:OrderCancelled" in orders.documents  # the cancel's event, same batch
+    assert (
+        "o-1",
+        "o-1:outbox:OrderCancelled",
+    ) in orders.documents  # the cancel's event, same batch
 
 
 async def test_a_cancel_after_the_shipment_is_reserved_is_refused(
@@ -88,7 +93,7 @@ async def test_a_cancel_after_the_shipment_is_reserved_is_refused(
 
     assert await OrderSaga(orders).cancel("o-1", None) is CancelResult.ALREADY_SHIPPED
     assert fulfilment(orders) is Fulfilment.SHIPPING
-    assert "o-1:outbox:OrderCancelled" not in orders.documents
+    assert ("o-1", "o-1:outbox:OrderCancelled") not in orders.documents
     assert len(shipments(inbox)) == 1
 
 
@@ -200,7 +205,7 @@ async def test_a_cancel_after_the_charge_refunds_it_once_in_full(
     [refund] = payments.refunds.values()
     assert refund.payment_id == charge.payment_id and refund.amount == Decimal("12.5")
     assert refund.idempotency_key == "refund:o-1"
-    assert inbox.documents["refund:o-1"]["status"] == "completed"
+    assert inbox.documents[("o-1", "refund:o-1")]["status"] == "completed"
 
 
 async def test_a_cancel_that_lands_during_the_charge_is_refunded_by_billing_itself(
@@ -212,7 +217,7 @@ async def test_a_cancel_that_lands_during_the_charge_is_refunded_by_billing_itse
     cancelled: list[CancelResult] = []
 
     def cancel_now(charge: Charge) -> None:
-        order = SagaOrder.of(orders.documents["o-1"])
+        order = SagaOrder.of(orders.documents[("o-1", "o-1")])
         orders._stored(order.cancelled(datetime.now(UTC), None))
         cancelled.append(CancelResult.CANCELLED)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orders.adapters.monitoring import configure_monitoring
-from orders.service.worker_options import Source
+from orders.service.subscribers import Source
 from orders.settings import Settings, SettingsError
 
 

@@ -36,7 +36,7 @@ def message(change: OrderStatusChanged) -> ReceivedOrderMessage:
 
 
 def stored(documents: FakeFencedDocuments, order_id: str = "o-1") -> dict[str, object]:
-    return documents.documents[f"{order_id}:status"]
+    return documents.documents[(order_id, f"{order_id}:status")]
 
 
 @pytest.mark.parametrize(
@@ -126,7 +126,7 @@ async def test_history_is_bounded() -> None:
     assert isinstance(history, list) and len(history) == 3  # one entry per applied update
 
     many = FakeFencedDocuments()
-    many.documents["o-1:status"] = {
+    many.documents[("o-1", "o-1:status")] = {
         "id": "o-1:status",
         "orderId": "o-1",
         "status": "paid",

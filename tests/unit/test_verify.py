@@ -8,11 +8,12 @@ from typing import Any
 
 from fakes import FakeOrderStore
 
+from orders.domain.dead_letters import DeadLetteredMessage
 from orders.domain.load_plan import LoadMix, LoadPlan, SendKind, plan_load
 from orders.domain.outcomes import Settlement
 from orders.domain.received import ReceivedOrderMessage
 from orders.service.consumer import OrderConsumer
-from orders.service.verify import DeadLetteredMessage, audit
+from orders.service.verify import audit
 
 BROKER_DROPS = {SendKind.PRODUCER_RETRY, SendKind.CONFLICT_IN_WINDOW}
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from orders.domain.dead_letters import DeadLetteredMessage
 from orders.domain.load_plan import LoadMix, StatusKind, plan_load
 from orders.domain.status import status_message_id
-from orders.service.verify import DeadLetteredMessage
 from orders.service.verify_status import audit_statuses, produced_updates
 
 PLAN = plan_load(20, LoadMix(), seed=4, run_id="vs", status_updates=True, reorder=True)

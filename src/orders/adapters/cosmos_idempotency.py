@@ -16,14 +16,11 @@ from orders.adapters.cosmos_errors import read_document, store_errors
 from orders.domain.idempotency import (
     RECORD_DOCUMENT_TYPE,
     IdempotencyRecord,
+    IdempotencyRecordExistsError,
     OrderIdClaim,
     RecordStatus,
 )
-from orders.exceptions import (
-    IdempotencyRecordExistsError,
-    LeaseLostError,
-    TransientStoreError,
-)
+from orders.exceptions import LeaseLostError, TransientStoreError
 
 # A record can vanish between the 409 and the read (released after a failed send, or expired):
 # then the create is simply tried again, a few times at most.

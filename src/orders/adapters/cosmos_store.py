@@ -8,9 +8,9 @@ from azure.cosmos import exceptions as cosmos_errors
 from azure.cosmos.aio import ContainerProxy
 
 from orders.adapters.cosmos_errors import read_document, store_error_for, store_errors
-from orders.domain.documents import OrderRecord, OrderWrite
+from orders.domain.documents import OrderAlreadyExistsError, OrderRecord, OrderWrite
 from orders.domain.rejections import OrderRejection
-from orders.exceptions import OrderAlreadyExistsError, StoreError, TransientStoreError
+from orders.exceptions import StoreError, TransientStoreError
 
 
 class CosmosOrderStore:

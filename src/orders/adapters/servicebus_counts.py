@@ -15,7 +15,7 @@ from azure.servicebus.aio import ServiceBusClient
 
 from orders.adapters.servicebus_peek import PeekReceivers
 from orders.service.ports import EntityCounts
-from orders.service.worker_options import Source
+from orders.service.subscribers import Source
 
 PEEK_PAGE = 250
 

@@ -19,7 +19,7 @@ from orders.domain.dead_letters import (
     resubmitted_properties,
 )
 from orders.exceptions import ResubmitUnsupportedError
-from orders.service.worker_options import Source
+from orders.service.subscribers import Source
 
 PAGE = 100
 # A command acts on at most this many dead letters, and holds their locks meanwhile.

@@ -12,8 +12,8 @@ from azure.servicebus.aio import ServiceBusClient, ServiceBusSender
 from opentelemetry import trace
 
 from orders.adapters.servicebus import message_body_bytes
+from orders.domain.dead_letters import DeadLetteredMessage
 from orders.domain.load_plan import PlannedSend, PlannedStatus
-from orders.service.verify import DeadLetteredMessage
 from orders.tracing import current_trace_id, current_trace_properties
 
 PEEK_PAGE = 250

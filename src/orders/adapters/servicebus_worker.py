@@ -13,20 +13,19 @@ Why the receive calls and the settlements take turns on the "wire" (one asyncio.
 receiver): with the async SDK every reader of the connection (a receive call's pump, each
 settlement waiting for the broker's confirmation) reads under one socket lock with a 0.1 s read
 timeout; a reader whose frame another reader already consumed then waits out that timeout (the
-likely cause of what follows). Measured (a traced worker, scripts/bench_consumer.py): a receive
-call open beside settlements made each settlement take about 200 ms (median 197 ms) and a
-slot-refilling loop drained 12-15 msg/s; the earlier batch loop (receive a batch, settle it
-while the next receive is open, a barrier per batch) got 92-126. Taking turns, a settlement
-finds the connection to itself and confirms in a round trip, and while messages are in flight a
-receive call holds the wire at most `BUSY_RECEIVE_WAIT_SECONDS`. This loop drains 190 msg/s in
-one process on the same stack (median of three 400-order runs; the batch loop 125), worker/bare
-1.00 (was 0.66); with 2000 orders worker/bare is 0.71 in one process (was 0.60) and 1.00 in two
-(was 0.83): README, Throughput.
+likely cause of what follows). Traced, a settlement made beside an open receive call took far
+longer than a round trip, and a slot-refilling loop without the turns drained far slower than
+the earlier batch loop (receive a batch, settle it while the next receive is open, a barrier per
+batch).
+Taking turns, a settlement finds the connection to itself and confirms in a round trip, and
+while messages are in flight a receive call holds the wire at most `BUSY_RECEIVE_WAIT_SECONDS`.
+The figures, before and after, are in the README (Throughput), next to how
+scripts/bench_consumer.py measures them.
 
 Why 4 in flight by default: settlements on one receiver take turns (above), so more slots
-mostly overlap store calls; on the local stack 2-4 per process measured best with the batch
-loop (8 was slower) and 8 the same as 4 with this one (two 2000-order runs). Scale out with
-more processes (competing consumers) rather than more in flight per receiver.
+mostly overlap store calls, and on the local stack 8 per process measured the same as 4
+(README, Throughput). Scale out with more processes (competing consumers) rather than more in
+flight per receiver.
 """
 
 from __future__ import annotations
@@ -51,7 +50,9 @@ from orders.domain.outcomes import Decision
 from orders.observability import log_value
 from orders.service.consumer import settle
 from orders.service.ports import MessageHandler
-from orders.service.worker_options import Source, WorkerOptions, WorkerStats
+from orders.service.subscribers import Source
+from orders.service.worker_options import WorkerOptions
+from orders.service.worker_stats import WorkerStats
 
 logger = logging.getLogger("orders.worker")
 RECEIVE_BACKOFF_SECONDS = 5.0

@@ -27,9 +27,10 @@ from orders.cli.shared import (
     settings_or_exit,
     unreachable,
 )
+from orders.domain.leases import DEFAULT_LEASE_SECONDS
 from orders.domain.load_plan import LoadMix, plan_from_json, plan_load, plan_to_json
+from orders.service.subscribers import Subscriber
 from orders.service.verify import VerifyReport
-from orders.service.worker_options import Subscriber
 
 if TYPE_CHECKING:
     from orders.entrypoints.demo import DemoResult
@@ -78,7 +79,7 @@ def worker(
 def dispatcher(
     lease_seconds: Annotated[
         float, typer.Option(min=3, help="How long a feed-range lease outlives its last renewal")
-    ] = 30.0,
+    ] = DEFAULT_LEASE_SECONDS,
 ) -> None:
     """Outbox dispatcher: publish stored orders' events to the topic until SIGTERM / SIGINT."""
     from orders.entrypoints.dispatcher import run_dispatcher_until_signalled

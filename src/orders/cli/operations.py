@@ -31,7 +31,7 @@ from orders.cli.shared import (
 from orders.domain.dead_letters import DeadLetter, Selection, printable, resubmit_refusal
 from orders.domain.idempotency import eviction_refusal, record_id
 from orders.exceptions import ResubmitUnsupportedError
-from orders.service.worker_options import Source
+from orders.service.subscribers import Source
 
 if TYPE_CHECKING:
     from orders.bootstrap import OperatorTools

@@ -43,6 +43,17 @@ def printable(text: str) -> str:
 
 
 @dataclass(frozen=True)
+class DeadLetteredMessage:
+    """A dead-lettered message as the load run's audit reads it: no sequence number, because
+    the audit matches by MessageId and reason."""
+
+    message_id: str | None
+    reason: str | None
+    description: str | None
+    body: bytes
+
+
+@dataclass(frozen=True)
 class DeadLetter:
     sequence_number: int
     message_id: str | None

@@ -13,6 +13,7 @@ from typing import Any
 
 from orders.domain.events import OrderAccepted, outbox_document
 from orders.domain.model import OrderPlaced
+from orders.exceptions import ConflictSignal
 
 ORDER_DOCUMENT_TYPE = "order"
 LINE_DOCUMENT_TYPE = "orderLine"
@@ -44,6 +45,15 @@ class OrderRecord:
     @classmethod
     def from_document(cls, document: dict[str, Any]) -> OrderRecord:
         return cls(order_id=document["orderId"], request_hash=document["requestHash"])
+
+
+class OrderAlreadyExistsError(ConflictSignal):
+    """An order with this id is already stored; carries the existing record. It lives beside
+    the record it carries, so `orders.exceptions` stays a leaf."""
+
+    def __init__(self, existing: OrderRecord) -> None:
+        super().__init__(f"order {existing.order_id!r} already exists")
+        self.existing = existing
 
 
 @dataclass(frozen=True)

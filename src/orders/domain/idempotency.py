@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from orders.exceptions import InvalidIdempotencyKeyError
+from orders.exceptions import ConflictSignal, InvalidIdempotencyKeyError
 
 MAX_KEY_LENGTH = 255
 RECORD_DOCUMENT_TYPE = "idempotencyRecord"
@@ -118,6 +118,15 @@ class IdempotencyRecord:
             response=StoredResponse.from_document(response) if response else None,
             etag=document.get("_etag"),
         )
+
+
+class IdempotencyRecordExistsError(ConflictSignal):
+    """A claim found the key already recorded; carries the existing record (with its ETag).
+    It lives beside the record it carries, so `orders.exceptions` stays a leaf."""
+
+    def __init__(self, existing: IdempotencyRecord) -> None:
+        super().__init__(f"idempotency record {existing.record_id!r} already exists")
+        self.existing = existing
 
 
 ORDER_CLAIM_DOCUMENT_TYPE = "orderIdClaim"

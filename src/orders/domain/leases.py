@@ -11,6 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+# How long a lease outlives its holder's last write (a claim, a renewal) when nothing says
+# otherwise: the HTTP intake's claims and the dispatcher's feed-range leases. Long enough for a
+# send through the SDK's own retries; a crashed holder blocks its work for at most this long.
+# Billing's lease is not defaulted here: it always comes from BILLING_LEASE_SECONDS (settings),
+# because the payment call's timeout is derived from it.
+DEFAULT_LEASE_SECONDS = 30.0
+
 
 @dataclass(frozen=True)
 class DatabaseRead:

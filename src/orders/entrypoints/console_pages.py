@@ -17,7 +17,7 @@ from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, printable
 from orders.domain.documents import LINE_DOCUMENT_TYPE, ORDER_DOCUMENT_TYPE
 from orders.service.console import current_status, order_timeline, origin_of
 from orders.service.ports import EntityCounts
-from orders.service.worker_options import Source
+from orders.service.subscribers import Source
 
 PREFIX = "/console"
 NAVIGATION = (

@@ -20,8 +20,8 @@ from orders.bootstrap import prepare_local_cosmos, send_cancels, send_load, veri
 from orders.domain.load_plan import CancelPoint, LoadMix, LoadPlan, plan_load
 from orders.entrypoints.localstack import LocalStack, QueueOptions, local_stack
 from orders.service.cancels import CancelResults
+from orders.service.subscribers import Subscriber
 from orders.service.verify import VerifyReport
-from orders.service.worker_options import Subscriber
 
 VERIFY_POLL_SECONDS = 1.0
 

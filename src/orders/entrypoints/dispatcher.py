@@ -13,7 +13,8 @@ import signal
 
 from orders.bootstrap import run_dispatcher
 from orders.domain.events import OrderEvent
-from orders.service.dispatcher import DEFAULT_LEASE_SECONDS, AfterPublish, DispatcherStats
+from orders.domain.leases import DEFAULT_LEASE_SECONDS
+from orders.service.dispatcher import AfterPublish, DispatcherStats
 from orders.settings import Settings
 
 logger = logging.getLogger("orders.dispatcher")

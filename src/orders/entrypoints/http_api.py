@@ -23,7 +23,7 @@ from orders.domain.idempotency import StoredResponse, validate_idempotency_key
 from orders.domain.messages import MAX_BODY_BYTES, parse_order
 from orders.domain.model import is_entity_id
 from orders.domain.status import MAX_CANCEL_BODY_BYTES, parse_cancel_request
-from orders.entrypoints.console import ConsoleFactory, install_console
+from orders.entrypoints.console_routes import ConsoleFactory, install_console
 from orders.entrypoints.http_contract import (
     ACCEPTED_RETRY_AFTER,
     IDEMPOTENCY_KEY_HEADER,

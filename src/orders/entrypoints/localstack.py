@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orders.domain.leases import DEFAULT_LEASE_SECONDS
 from orders.settings import EMULATOR_COSMOS_KEY, Settings
 
 DEFAULTS = Settings(cosmos_endpoint="")  # the settings' own defaults, for the child processes
@@ -313,7 +314,10 @@ class LocalStack:
         return payments
 
     def start_dispatcher(
-        self, *, lease_seconds: float = 30.0, extra_env: Mapping[str, str] | None = None
+        self,
+        *,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        extra_env: Mapping[str, str] | None = None,
     ) -> ManagedProcess:
         name = f"dispatcher-{sum(p.name.startswith('dispatcher') for p in self.processes) + 1}"
         return self.spawn(

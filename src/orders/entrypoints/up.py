@@ -27,7 +27,7 @@ from pathlib import Path
 
 from orders.bootstrap import prepare_local_cosmos
 from orders.entrypoints.localstack import LocalStack, QueueOptions, local_stack
-from orders.service.worker_options import Subscriber
+from orders.service.subscribers import Subscriber
 
 API_READY = re.compile(r"Uvicorn running on (http://\S+)")
 READY_TIMEOUT_SECONDS = 60.0

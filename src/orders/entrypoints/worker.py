@@ -19,7 +19,9 @@ from pathlib import Path
 from orders.bootstrap import StoreFactory, run_subscriber, run_worker
 from orders.domain.outcomes import Decision, Outcome
 from orders.domain.payments import Charge, Refund
-from orders.service.worker_options import Subscriber, WorkerOptions, WorkerStats
+from orders.service.subscribers import Subscriber
+from orders.service.worker_options import WorkerOptions
+from orders.service.worker_stats import WorkerStats
 from orders.settings import Settings
 
 logger = logging.getLogger("orders.worker")

@@ -69,7 +69,6 @@ from orders.service.subscriber import TRANSIENT_ERRORS, announce, handle_event
 
 logger = logging.getLogger("orders.billing")
 
-DEFAULT_LEASE_SECONDS = 60.0
 # How long a delivery waits for another owner's live lease before handing the message back.
 DEFAULT_MAX_WAIT_SECONDS = 30.0
 POLL_SECONDS = 0.5
@@ -129,7 +128,7 @@ class BillingConsumer:
         saga: OrderSaga,
         *,
         owner: str | None = None,
-        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        lease_seconds: float,
         max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         after_charge: AfterCharge | None = None,

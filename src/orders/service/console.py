@@ -35,7 +35,7 @@ from orders.service.ports import (
     EntityCounts,
     OrderReader,
 )
-from orders.service.worker_options import Source
+from orders.service.subscribers import Source
 
 # The payment service's records shown beside the order's documents.
 PAYMENT_DOCUMENT_TYPE = "payment"

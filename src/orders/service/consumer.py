@@ -10,14 +10,14 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from orders.domain.documents import OrderRecord, build_order_write
+from orders.domain.documents import OrderAlreadyExistsError, OrderRecord, build_order_write
 from orders.domain.hashing import request_hash
 from orders.domain.messages import DeadLetterReason, MessageRejected, parse_received_order
 from orders.domain.model import is_entity_id
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.rejections import OrderRejection, body_digest
-from orders.exceptions import OrderAlreadyExistsError, TransientStoreError
+from orders.exceptions import TransientStoreError
 from orders.observability import ConsumerTelemetry, log_value
 from orders.service.ports import MessageSettler, OrderStore
 from orders.tracing import current_trace_properties

@@ -29,14 +29,13 @@ from orders.domain.events import (
     is_undispatched_outbox,
     trace_context_of_outbox,
 )
-from orders.domain.leases import lease_is_live
+from orders.domain.leases import DEFAULT_LEASE_SECONDS, lease_is_live
 from orders.exceptions import DocumentExistsError, LeaseLostError
 from orders.observability import log_value
 from orders.service.ports import EventPublisher, FencedDocuments, OutboxFeed
 
 logger = logging.getLogger("orders.dispatcher")
 
-DEFAULT_LEASE_SECONDS = 30.0
 DEFAULT_POLL_SECONDS = 0.5
 DEFAULT_PAGE_SIZE = 100
 LEASE_DOCUMENT_TYPE = "dispatcherLease"

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from orders.domain.hashing import request_hash
 from orders.domain.idempotency import (
     IdempotencyRecord,
+    IdempotencyRecordExistsError,
     OrderIdClaim,
     RecordStatus,
     StoredResponse,
@@ -25,11 +26,11 @@ from orders.domain.idempotency import (
     record_id,
     retry_after_seconds,
 )
+from orders.domain.leases import DEFAULT_LEASE_SECONDS
 from orders.domain.model import OrderPlaced
 from orders.domain.status import OrderStatus, OrderStatusChanged
 from orders.exceptions import (
     IdempotencyKeyReusedError,
-    IdempotencyRecordExistsError,
     LeaseLostError,
     OrderAlreadyShippedError,
     OrderIdConflictError,
@@ -44,9 +45,6 @@ from orders.service.saga import CancelResult, OrderSaga
 
 logger = logging.getLogger("orders.http")
 
-# Long enough for a send through the SDK's own retries; a crashed claimant blocks its key's
-# retries (409) for at most this long before a retry takes the claim over.
-DEFAULT_LEASE_SECONDS = 30.0
 # An in-progress claim normally completes within milliseconds: ask for a quick retry.
 DEFAULT_RETRY_AFTER_CAP = 1
 

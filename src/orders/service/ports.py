@@ -18,7 +18,7 @@ from orders.domain.outcomes import Decision
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.rejections import OrderRejection
 from orders.domain.status import OrderStatusChanged
-from orders.service.worker_options import Source
+from orders.service.subscribers import Source
 
 
 class OrderStore(Protocol):
@@ -196,8 +196,10 @@ class OrderDocuments(Protocol):
 
 class InboxStore(FencedDocuments, Protocol):
     async def create_together(self, partition_key: str, documents: list[dict[str, Any]]) -> None:
-        """Create all documents in one transactional batch; `DocumentExistsError` if the
-        first one (the inbox record) exists, in which case nothing was written."""
+        """Create all documents in one transactional batch, all or nothing:
+        `DocumentExistsError` if any of them exists (the inbox record, first, when the message
+        was seen before) or one id comes twice; `StoreError` if a document is not in
+        `partition_key`."""
 
 
 class DeadLetterQueue(Protocol):

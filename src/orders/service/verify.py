@@ -10,6 +10,7 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from orders.domain.dead_letters import DeadLetteredMessage
 from orders.domain.documents import LINE_DOCUMENT_TYPE, ORDER_DOCUMENT_TYPE
 from orders.domain.events import ORDER_CANCELLED, OUTBOX_DOCUMENT_TYPE
 from orders.domain.hashing import request_hash
@@ -22,14 +23,6 @@ from orders.service.verify_fanout import ConsumerAudit
 if TYPE_CHECKING:
     from orders.service.verify_saga import SagaInvariants
     from orders.service.verify_status import StatusAudit
-
-
-@dataclass(frozen=True)
-class DeadLetteredMessage:
-    message_id: str | None
-    reason: str | None
-    description: str | None
-    body: bytes
 
 
 @dataclass

@@ -12,6 +12,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from orders.domain.dead_letters import DeadLetteredMessage
 from orders.domain.load_plan import LoadPlan, StatusKind
 from orders.domain.messages import DeadLetterReason
 from orders.domain.status import (
@@ -20,7 +21,6 @@ from orders.domain.status import (
     OrderStatus,
     status_message_id,
 )
-from orders.service.verify import DeadLetteredMessage
 
 
 @dataclass(frozen=True)

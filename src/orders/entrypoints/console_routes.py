@@ -41,7 +41,7 @@ from orders.exceptions import (
     TransientStoreError,
 )
 from orders.service.console import LIST_LIMIT
-from orders.service.worker_options import Source
+from orders.service.subscribers import Source
 
 logger = logging.getLogger("orders.console")
 
