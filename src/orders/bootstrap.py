@@ -100,9 +100,8 @@ from orders.service.worker_stats import WorkerStats
 from orders.settings import Settings
 
 if TYPE_CHECKING:
-    from azure.cosmos.aio import ContainerProxy, CosmosClient
-    from azure.servicebus import ServiceBusReceivedMessage
-    from azure.servicebus.aio import ServiceBusClient
+    from orders.adapters.cosmos_client import ContainerProxy, CosmosClient
+    from orders.adapters.servicebus import ServiceBusClient, ServiceBusReceivedMessage
 
 logger = logging.getLogger("orders")
 

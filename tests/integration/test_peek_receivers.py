@@ -15,7 +15,7 @@ from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
 from orders.adapters.servicebus_counts import ServiceBusEntityCounter
 from orders.adapters.servicebus_dead_letters import ServiceBusDeadLetters
 from orders.adapters.servicebus_peek import PeekReceivers
-from orders.service.worker_options import Source
+from orders.service.subscribers import Source
 from servicebus_emulator import RunningEmulator, start_in_background
 
 QUEUE = "orders"

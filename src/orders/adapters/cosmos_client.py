@@ -5,7 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from azure.cosmos import PartitionKey
-from azure.cosmos.aio import ContainerProxy, CosmosClient
+
+# Re-exported: the composition root names these types without importing the SDK itself.
+from azure.cosmos.aio import ContainerProxy as ContainerProxy
+from azure.cosmos.aio import CosmosClient as CosmosClient
 
 from orders.adapters.identity import ProcessCredential
 from orders.settings import Settings

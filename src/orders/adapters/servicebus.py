@@ -11,8 +11,10 @@ import contextlib
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from azure.servicebus import ServiceBusReceivedMessage
-from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
+# Re-exported: the composition root names these types without importing the SDK itself.
+from azure.servicebus import ServiceBusReceivedMessage as ServiceBusReceivedMessage
+from azure.servicebus.aio import ServiceBusClient as ServiceBusClient
+from azure.servicebus.aio import ServiceBusReceiver
 from azure.servicebus.amqp import AmqpMessageBodyType
 
 from orders.adapters.identity import ProcessCredential

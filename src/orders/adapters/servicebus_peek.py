@@ -16,7 +16,7 @@ import contextlib
 from azure.servicebus import ServiceBusReceivedMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
 
-from orders.service.worker_options import Source
+from orders.service.subscribers import Source
 
 _Key = tuple[str, ServiceBusSubQueue | None]
 
