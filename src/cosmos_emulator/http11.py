@@ -289,6 +289,8 @@ class HttpServer:
         self._budget = BodyBudget(self._limits.max_buffered_body_bytes)
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.StreamWriter] = set()
+        self._no_connections = asyncio.Event()
+        self._no_connections.set()
 
     async def start(self, host: str, port: int) -> int:
         self._server = await asyncio.start_server(
@@ -304,8 +306,12 @@ class HttpServer:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
+        # Aborted, not closed: a TLS close waits for the client's goodbye, and the loop stops
+        # right after this; each connection's task then ends and lets its socket go.
         for writer in list(self._connections):
-            writer.close()
+            writer.transport.abort()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._no_connections.wait(), 2)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2)
@@ -321,6 +327,7 @@ class HttpServer:
                 writer.close()
             return
         self._connections.add(writer)
+        self._no_connections.clear()
         try:
             await self._serve_requests(reader, writer)
         except TimeoutError:  # the client did not read its response (before OSError: a subclass)
@@ -331,6 +338,8 @@ class HttpServer:
             self._connections.discard(writer)
             with contextlib.suppress(Exception):
                 writer.close()
+            if not self._connections:
+                self._no_connections.set()
 
     async def _serve_requests(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter

@@ -59,6 +59,8 @@ def emulator_process() -> Iterator[EmulatorProcess]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+        assert proc.stdout is not None
+        proc.stdout.close()
 
 
 @pytest.fixture(scope="module")
@@ -139,3 +141,5 @@ def vercel_url() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+        assert proc.stdout is not None
+        proc.stdout.close()

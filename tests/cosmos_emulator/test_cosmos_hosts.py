@@ -173,6 +173,8 @@ def test_the_cli_takes_allowed_hosts_and_refuses_a_malformed_one() -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+        assert proc.stdout is not None
+        proc.stdout.close()
 
 
 def _ipv6_loopback() -> bool:

@@ -119,6 +119,8 @@ def test_kill_9_under_sdk_load_loses_nothing_acknowledged(tmp_path: Path) -> Non
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+        assert proc.stdout is not None
+        proc.stdout.close()
 
     proc, url = _launch(data)
     try:
@@ -142,3 +144,5 @@ def test_kill_9_under_sdk_load_loses_nothing_acknowledged(tmp_path: Path) -> Non
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=15)
+        assert proc.stdout is not None
+        proc.stdout.close()

@@ -36,8 +36,10 @@ def launch(*args: str) -> tuple[subprocess.Popen[str], str]:
 def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> None:
     proc.send_signal(sig)
     assert proc.wait(timeout=15) == 0
-    assert proc.stdout is not None
+    assert proc.stdout is not None and proc.stderr is not None
     assert proc.stdout.read() == ""  # exactly one line was printed
+    proc.stdout.close()
+    proc.stderr.close()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

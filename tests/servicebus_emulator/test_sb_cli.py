@@ -57,6 +57,9 @@ def test_cli_serves_the_project_config_and_stops_on_sigterm() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
 def test_cli_refuses_an_unsupported_config(tmp_path: Path) -> None:
