@@ -72,6 +72,18 @@ def _funcignore() -> pathspec.GitIgnoreSpec:
         "infra/main.bicep",
         "tests/infra/test_tooling.py",
         "src/servicebus_emulator/__init__.py",
+        # What local runs leave behind (issue 23): logs, the SQLite payments, the broker's
+        # journal, env.json with the emulator key; the demo's report; coverage data.
+        ".orders-local/env.json",
+        ".orders-local/logs/worker.log",
+        ".orders-local/payments.sqlite3",
+        "demo-report.html",
+        ".coverage",
+        ".coverage.host.1234.567",
+        # The dev and checkov locks: the deployment installs requirements.txt only.
+        "requirements-dev.txt",
+        "requirements-checkov.txt",
+        "requirements-checkov.in",
     ],
 )
 def test_funcignore_leaves_out(path: str) -> None:
@@ -241,6 +253,9 @@ def _on(workflow: dict[Any, Any]) -> dict[str, Any]:
 def test_test_workflow_runs_make_test() -> None:
     workflow = _workflow("test.yml")
     assert {"push", "pull_request", "workflow_call"} <= set(_on(workflow))
+    # A push to main runs the suite through azure-dev.yml; running it here too would run it twice.
+    assert "main" in _on(workflow)["push"]["branches-ignore"]
+    assert "branches" not in _on(workflow)["push"]
     steps = workflow["jobs"]["test"]["steps"]
     runs = [step.get("run", "").strip() for step in steps]
     assert "make test" in runs
@@ -254,6 +269,9 @@ def test_deploy_workflow_is_what_azd_pipeline_config_expects() -> None:
     assert workflow["jobs"]["test"]["uses"] == "./.github/workflows/test.yml"
     deploy = workflow["jobs"]["deploy"]
     assert deploy["needs"] == "test"
+    # A push to main runs the suite exactly once: here (test.yml leaves main to this workflow).
+    assert _on(workflow)["push"] == {"branches": ["main"]}
+    assert deploy["if"] == "vars.AZURE_CLIENT_ID != ''"
     for name in (
         "AZURE_CLIENT_ID",
         "AZURE_TENANT_ID",
