@@ -111,6 +111,7 @@ OUTPUTS = {
     # A deployment in the sessions mode, so the hook is seen to copy the mode, not a default.
     "STATUS_QUEUE": "order-status-sessions",
     "STATUS_SESSIONS": "true",
+    "ORDERS_DUPLICATE_WINDOW_SECONDS": "600",
     "APPLICATIONINSIGHTS_CONNECTION_STRING": "InstrumentationKey=k;IngestionEndpoint=https://i/",
     "AZURE_FUNCTION_IDENTITY_CLIENT_ID": "must-not-leak-into-local-settings",
 }
@@ -176,7 +177,7 @@ def test_hook_writes_the_settings_the_app_reads_for_the_deployed_resources(
     # Every setting it writes is one the app or the host reads.
     from orders.settings import APP_SETTING_NAMES
 
-    host = {"AzureWebJobsStorage", "FUNCTIONS_WORKER_RUNTIME"}
+    host = {"AzureWebJobsStorage", "FUNCTIONS_WORKER_RUNTIME", "AzureWebJobs.bill_order.Disabled"}
     assert set(values) <= APP_SETTING_NAMES | host
     # The names it reads are outputs of main.bicep.
     sys.path.insert(0, str(HOOK.parent))
@@ -204,6 +205,36 @@ def test_hook_leaves_the_fanout_names_to_the_codes_defaults_in_an_older_environm
     values = json.loads(target.read_text(encoding="utf-8"))["Values"]
     assert fanout.isdisjoint(values)
     assert values["COSMOS_LEASES_CONTAINER"] == "leases"
+
+
+@pytest.mark.parametrize("existing_file", [False, True])
+def test_hook_says_billing_is_disabled_when_payments_url_was_empty(
+    tmp_path: Path, existing_file: bool
+) -> None:
+    """The first `azd up` without PAYMENTS_URL deploys bill_order disabled (functionapp.bicep):
+    the postprovision hook says so, and what to do, after every provision."""
+    target = tmp_path / "local.settings.json"
+    if existing_file:
+        target.write_text('{"Values": {}}', encoding="utf-8")
+    result = _run_hook(
+        tmp_path, "--output", str(target), values={**OUTPUTS, "BILLING_ENABLED": "false"}
+    )
+    assert result.returncode == 0, result.stderr
+    assert "billing is DISABLED" in result.stdout
+    assert "AzureWebJobs.bill_order.Disabled=true" in result.stdout
+    assert "azd env set PAYMENTS_URL" in result.stdout
+    if not existing_file:
+        values = json.loads(target.read_text(encoding="utf-8"))["Values"]
+        assert values["AzureWebJobs.bill_order.Disabled"] == "true"
+
+    billing_on = tmp_path / "on.json"
+    enabled = _run_hook(
+        tmp_path, "--output", str(billing_on), values={**OUTPUTS, "BILLING_ENABLED": "true"}
+    )
+    assert enabled.returncode == 0, enabled.stderr
+    assert "DISABLED" not in enabled.stdout
+    values = json.loads(billing_on.read_text(encoding="utf-8"))["Values"]
+    assert "AzureWebJobs.bill_order.Disabled" not in values
 
 
 def test_hook_keeps_an_existing_file_unless_forced(tmp_path: Path) -> None:

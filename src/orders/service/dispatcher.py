@@ -31,7 +31,7 @@ from orders.domain.events import (
 )
 from orders.domain.leases import lease_is_live
 from orders.exceptions import DocumentExistsError, LeaseLostError
-from orders.observability import log_value
+from orders.observability import DispatcherTelemetry, log_value
 from orders.service.ports import EventPublisher, FencedDocuments, OutboxFeed
 
 logger = logging.getLogger("orders.dispatcher")
@@ -75,6 +75,7 @@ class OutboxDispatcher:
         poll_seconds: float = DEFAULT_POLL_SECONDS,
         page_size: int = DEFAULT_PAGE_SIZE,
         after_publish: AfterPublish | None = None,
+        telemetry: DispatcherTelemetry | None = None,
     ) -> None:
         self._feed = feed
         self._publisher = publisher
@@ -84,6 +85,7 @@ class OutboxDispatcher:
         self._poll_seconds = poll_seconds
         self._page_size = page_size
         self._after_publish = after_publish
+        self._telemetry = telemetry or DispatcherTelemetry()
         self._owned: dict[str, _OwnedLease] = {}
         self.stats = DispatcherStats()
 
@@ -94,16 +96,25 @@ class OutboxDispatcher:
         batch is read again and what was published is published again, as a duplicate.
         """
         published = 0
-        for document in documents:
-            if not is_undispatched_outbox(document):
-                continue
-            event = event_of_outbox(document)
-            await self._publisher.publish_event(event, trace_context_of_outbox(document))
-            if self._after_publish is not None:
-                self._after_publish(event)
-            await self._feed.mark_dispatched(document)
-            published += 1
-        self.stats.published += published
+        with self._telemetry.batch_span(len(documents)) as span:
+            try:
+                for document in documents:
+                    if not is_undispatched_outbox(document):
+                        continue
+                    self._telemetry.attempting(document)
+                    event = event_of_outbox(document)
+                    await self._publisher.publish_event(event, trace_context_of_outbox(document))
+                    if self._after_publish is not None:
+                        self._after_publish(event)
+                    await self._feed.mark_dispatched(document)
+                    published += 1
+            except Exception as error:
+                self._telemetry.failed(span, error)
+                raise
+            finally:
+                # What was published and marked before a failure counts: it will not be again.
+                self._telemetry.published(span, published)
+                self.stats.published += published
         return published
 
     async def run(self, stop: asyncio.Event) -> DispatcherStats:
