@@ -268,3 +268,57 @@ def test_sessions_mode_sets_its_own_concurrency() -> None:
     # A session-enabled trigger ignores maxConcurrentCalls: the same per-instance concurrency.
     assert service_bus["maxConcurrentSessions"] == service_bus["maxConcurrentCalls"]
     assert service_bus["sessionIdleTimeout"] == "00:00:02"
+
+
+# --- the walkthrough in infra/README.md says what the code does ---------------------------------
+
+
+def _readme_section(title: str) -> str:
+    text = (INFRA / "README.md").read_text(encoding="utf-8")
+    start = text.index(f"### {title}\n")
+    end = text.index("\n### ", start + 1)
+    return text[start:end]
+
+
+def test_the_first_deploy_walkthrough_prints_what_the_hook_prints() -> None:
+    import sys
+
+    sys.path.insert(0, str(INFRA / "scripts"))
+    try:
+        import write_local_settings  # type: ignore[import-not-found]  # a script, not a module
+    finally:
+        sys.path.remove(str(INFRA / "scripts"))
+    section = _readme_section("First deploy")
+    assert f"note: {write_local_settings.BILLING_DISABLED_NOTE}\n" in section
+
+
+def test_the_walkthrough_names_every_alert_the_bicep_deploys() -> None:
+    section = _readme_section("First deploy")
+    main = (INFRA / "main.bicep").read_text(encoding="utf-8")
+    abbreviations = json.loads((INFRA / "abbreviations.json").read_text(encoding="utf-8"))
+    deployed = re.findall(r"\$\{abbrs\.(insights\w+)\}([\w-]+)-\$\{resourceToken\}", main)
+    alerts = {
+        f"{abbreviations[kind]}{name}-*"
+        for kind, name in deployed
+        if kind in ("insightsMetricAlerts", "insightsScheduledQueryRules")
+    }
+    assert len(alerts) == 6
+    for alert in alerts:
+        assert f"| `{alert}`" in section, alert
+
+
+def test_the_walkthrough_commands_use_options_the_cli_has() -> None:
+    from typer.testing import CliRunner
+
+    from orders.cli import app
+
+    section = _readme_section("First deploy")
+    runner = CliRunner()
+    for command, options in (
+        ("load", ("--manifest", "--orders")),
+        ("verify", ("--manifest", "--no-fanout")),
+    ):
+        assert f".venv/bin/orders {command} " in section
+        help_text = runner.invoke(app, [command, "--help"]).output
+        for option in options:
+            assert option in help_text, (command, option)
