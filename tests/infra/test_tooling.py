@@ -369,3 +369,24 @@ def test_dev_container_has_the_tools_make_demo_and_azd_need() -> None:
     assert features["azure-functions-core-tools"]["version"] == "4"
     # `make demo` and `make test` then work unchanged: the venv is built on creation.
     assert config["postCreateCommand"] == "make setup"
+
+
+# --- Dependabot ---------------------------------------------------------------------------------
+
+
+def test_dependabot_watches_every_lock_and_moves_the_azure_sdks_together() -> None:
+    config = _yaml(REPO_ROOT / ".github" / "dependabot.yml")
+    assert config["version"] == 2
+    updates = {entry["package-ecosystem"]: entry for entry in config["updates"]}
+    assert set(updates) == {"pip", "npm", "github-actions", "devcontainers"}
+    npm_directories = set(updates["npm"]["directories"])
+    assert npm_directories == {"/emulators/cosmos", "/tests/js"}
+    for directory in npm_directories:
+        assert (REPO_ROOT / directory.lstrip("/") / "package-lock.json").is_file(), directory
+    pip = updates["pip"]
+    assert pip["directory"] == "/"
+    assert (REPO_ROOT / "requirements.txt").is_file()
+    assert {"azure-*", "azurefunctions-*"} <= set(pip["groups"]["azure-sdks"]["patterns"])
+    # The preview binding is pinned on purpose and moves by hand (infra/README.md).
+    ignored = {entry["dependency-name"] for entry in pip.get("ignore", [])}
+    assert ignored == {"azurefunctions-extensions-bindings-servicebus"}
