@@ -6,7 +6,6 @@ package, so `src` goes on sys.path before the import.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -18,12 +17,19 @@ import azure.functions as func  # noqa: E402
 import azurefunctions.extensions.bindings.servicebus as servicebus  # noqa: E402
 
 from orders.entrypoints.functions import (  # noqa: E402
+    configure_function_monitoring,
     dispatch_outbox_changes,
     process_event_message,
     process_order_message,
 )
+
+# First, before anything else of ours runs: in its OpenTelemetry mode the host forwards no worker
+# logs, so only our own exporter carries them, and it must exist before the first one.
+configure_function_monitoring()
+
 from orders.entrypoints.http_api import create_app  # noqa: E402
 from orders.service.subscribers import Subscriber  # noqa: E402
+from orders.settings import status_sessions_enabled  # noqa: E402
 
 # The HTTP API (FastAPI) and the Service Bus trigger share one app. The host's routePrefix `api`
 # matches the app's own `/api/...` routes, so paths are the same here and under `orders serve`.
@@ -102,8 +108,9 @@ async def bill_order(
 
 # The status consumer: on a plain queue versions decide; with STATUS_SESSIONS=true the queue is
 # session-enabled (SessionId = orderId). The host indexes functions with the app settings in
-# the environment, so the binding follows the same setting the Bicep sets.
-STATUS_SESSIONS = os.environ.get("STATUS_SESSIONS", "").strip().lower() == "true"
+# the environment, so the binding follows the same setting the Bicep sets, read by settings.py
+# as every other host reads it.
+STATUS_SESSIONS = status_sessions_enabled()
 
 
 @app.service_bus_queue_trigger(

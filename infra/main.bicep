@@ -80,6 +80,17 @@ param paymentsUrl string = ''
 @description('Status updates through the session queue `order-status-sessions` (SessionId = orderId: strict FIFO per order, one consumer per order at a time) instead of the plain `order-status` (versions decide, any order). Both queues always exist, so this is a setting, not a migration.')
 param statusSessions bool = false
 
+// The duplicate-detection window in whole seconds, as the tools read it
+// (ORDERS_DUPLICATE_WINDOW_SECONDS: `orders load`, `orders dlq resubmit`, the console): the
+// ISO 8601 duration added to the epoch, so any form the entities accept (PT10M, PT1H30M, P7D)
+// converts, and one parameter sets both the entities and the setting.
+var duplicateWindowSeconds = dateTimeToEpoch(dateTimeAdd('1970-01-01T00:00:00Z', duplicateDetectionHistoryTimeWindow))
+// Billing charges through PAYMENTS_URL; without one every billing delivery would fail to build
+// its runtime, be abandoned ten times and dead-letter. So an empty paymentsUrl deploys
+// `bill_order` disabled on purpose (the app setting AzureWebJobs.bill_order.Disabled) and says so
+// in the outputs; `azd env set PAYMENTS_URL ...` then `azd provision` turns it on.
+var billingEnabled = !empty(paymentsUrl)
+
 var abbrs = loadJsonContent('abbreviations.json')
 var resourceToken = toLower(uniqueString(subscription().id, environmentName, location))
 var tags = { 'azd-env-name': environmentName }
@@ -195,12 +206,19 @@ module network 'modules/network.bicep' = if (vnetEnabled) {
     cosmosAccountName: database.outputs.accountName
     serviceBusNamespaceName: messaging.outputs.namespaceName
     serviceBusPrivateEndpoint: privateServiceBus
+    cosmosEndpoint: database.outputs.endpoint
+    serviceBusFullyQualifiedNamespace: messaging.outputs.fullyQualifiedNamespace
   }
 }
 
 module roles 'modules/roles.bicep' = {
   name: 'roles'
   scope: rg
+  // With vnetEnabled, `network` adds a private endpoint to the Cosmos DB account while this module
+  // writes its role assignments; Cosmos DB refuses a second concurrent operation on one account
+  // ("another operation is in progress"), so the grants wait for the network. Without
+  // vnetEnabled the module does not exist and the dependency is void.
+  dependsOn: [network]
   params: {
     appPrincipalId: identity.outputs.principalId
     userPrincipalId: principalId
@@ -256,6 +274,8 @@ module functionApp 'modules/functionapp.bicep' = {
     authClientId: authClientId
     authAudience: authAudience
     paymentsUrl: paymentsUrl
+    billingEnabled: billingEnabled
+    duplicateWindowSeconds: duplicateWindowSeconds
   }
 }
 
@@ -268,6 +288,9 @@ module dashboards 'modules/dashboards.bicep' = {
     tags: tags
     mismatchAlertName: '${abbrs.insightsScheduledQueryRules}mismatches-${resourceToken}'
     duplicateAlertName: '${abbrs.insightsScheduledQueryRules}duplicates-${resourceToken}'
+    alertLinesAlertName: '${abbrs.insightsScheduledQueryRules}alert-lines-${resourceToken}'
+    dispatcherFailuresAlertName: '${abbrs.insightsScheduledQueryRules}dispatcher-failures-${resourceToken}'
+    dispatcherLagAlertName: '${abbrs.insightsScheduledQueryRules}dispatcher-lag-${resourceToken}'
     actionGroupName: '${abbrs.insightsActionGroups}${resourceToken}'
     notify: !empty(alertEmailAddress)
   }
@@ -314,6 +337,12 @@ output SHIPPING_SUBSCRIPTION string = messaging.outputs.shippingSubscriptionName
 output STATUS_QUEUE string = appStatusQueueName
 // A string, exactly as the app setting reads it.
 output STATUS_SESSIONS string = statusSessions ? 'true' : 'false'
+// The broker's duplicate-detection window in seconds, as the app setting of the same name: the
+// laptop tools (`orders load`, `orders dlq resubmit`) read it from the azd environment.
+output ORDERS_DUPLICATE_WINDOW_SECONDS string = string(duplicateWindowSeconds)
+// Whether billing runs ('true') or was deployed disabled for want of PAYMENTS_URL ('false');
+// the postprovision hook prints what to do about it.
+output BILLING_ENABLED string = billingEnabled ? 'true' : 'false'
 output AZURE_FUNCTION_APP_NAME string = functionApp.outputs.name
 output AZURE_FUNCTION_APP_URL string = functionApp.outputs.url
 output AZURE_FUNCTION_IDENTITY_CLIENT_ID string = identity.outputs.clientId

@@ -1,13 +1,23 @@
-// What the consumers and the HTTP API count, watched and drawn in Azure Monitor: an alert on any
-// reused orderId (orders.mismatches), an alert on a duplicate ratio that says producers retry
-// too much or locks expire too soon, and a workbook with the counters over time.
-// The counters reach Application Insights as customMetrics (OpenTelemetry export).
+// What the consumers, the outbox dispatcher and the HTTP API count and log, watched and drawn in
+// Azure Monitor: an alert on any reused orderId (orders.mismatches), an alert on a duplicate
+// ratio that says producers retry too much or locks expire too soon, an alert on every `ALERT`
+// log line, alerts on the dispatcher's failures and lag, and a workbook with the counters over
+// time. Counters reach Application Insights as customMetrics and log lines as traces
+// (OpenTelemetry export, src/orders/adapters/monitoring.py). The scheduled query rules use the
+// generally available API version 2023-12-01.
 param applicationInsightsName string
 param location string
 param tags object = {}
 param mismatchAlertName string
 param duplicateAlertName string
+param alertLinesAlertName string
+param dispatcherFailuresAlertName string
+param dispatcherLagAlertName string
 param actionGroupName string
+
+@description('Alert when an outbox document waited longer than this many seconds to be published (orders.dispatcher.lag).')
+@minValue(10)
+param dispatcherLagThresholdSeconds int = 300
 
 @description('Alert when duplicates exceed this percentage of the orders handled in 30 minutes.')
 @minValue(1)
@@ -23,7 +33,7 @@ resource applicationInsights 'Microsoft.Insights/components@2020-02-02' existing
 
 var actions = notify ? { actionGroups: [resourceId('Microsoft.Insights/actionGroups', actionGroupName)] } : {}
 
-resource mismatchAlert 'Microsoft.Insights/scheduledQueryRules@2023-03-15-preview' = {
+resource mismatchAlert 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
   name: mismatchAlertName
   location: location
   tags: tags
@@ -51,7 +61,7 @@ resource mismatchAlert 'Microsoft.Insights/scheduledQueryRules@2023-03-15-previe
   }
 }
 
-resource duplicateAlert 'Microsoft.Insights/scheduledQueryRules@2023-03-15-preview' = {
+resource duplicateAlert 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
   name: duplicateAlertName
   location: location
   tags: tags
@@ -79,6 +89,96 @@ resource duplicateAlert 'Microsoft.Insights/scheduledQueryRules@2023-03-15-previ
   }
 }
 
+// Every log line the app writes with the `ALERT` prefix: a reused orderId, a payment the provider
+// refused for good, an event no stored order vouches for (src/orders/observability.py,
+// service/billing.py, service/saga.py). Each is a decision a person must look at.
+resource alertLinesAlert 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
+  name: alertLinesAlertName
+  location: location
+  tags: tags
+  properties: {
+    description: 'The app logged an ALERT line: a producer reused an orderId for a different order, the payment provider refused a charge or refund for good, or an event arrived that no stored order vouches for. The message text names the order; its message is in a dead-letter queue: `orders dlq list`, then docs/operations.md.'
+    severity: 1
+    enabled: true
+    scopes: [applicationInsights.id]
+    evaluationFrequency: 'PT5M'
+    windowSize: 'PT5M'
+    autoMitigate: true
+    criteria: {
+      allOf: [
+        {
+          query: 'traces | where message startswith "ALERT "'
+          timeAggregation: 'Count'
+          operator: 'GreaterThan'
+          threshold: 0
+          failingPeriods: { numberOfEvaluationPeriods: 1, minFailingPeriodsToAlert: 1 }
+        }
+      ]
+    }
+    actions: actions
+  }
+}
+
+// The dispatcher retries a failed batch forever (function_app.py: max_retry_count -1), so a
+// failure that does not heal is silent unless counted: three failed windows in a row alert.
+resource dispatcherFailuresAlert 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
+  name: dispatcherFailuresAlertName
+  location: location
+  tags: tags
+  properties: {
+    description: 'The outbox dispatcher keeps failing to publish to the order-events topic or to mark what it published (orders.dispatcher.failures in three 5-minute windows in a row). Orders are stored but billing and shipping do not hear of them. Look at the exceptions of dispatch_outbox in Application Insights: a Service Bus or Cosmos DB outage, or a missing role.'
+    severity: 2
+    enabled: true
+    scopes: [applicationInsights.id]
+    evaluationFrequency: 'PT5M'
+    windowSize: 'PT5M'
+    autoMitigate: true
+    criteria: {
+      allOf: [
+        {
+          query: 'customMetrics | where name == "orders.dispatcher.failures" | summarize failures = sum(valueSum)'
+          timeAggregation: 'Total'
+          metricMeasureColumn: 'failures'
+          operator: 'GreaterThan'
+          threshold: 0
+          failingPeriods: { numberOfEvaluationPeriods: 3, minFailingPeriodsToAlert: 3 }
+        }
+      ]
+    }
+    actions: actions
+  }
+}
+
+// Lag: seconds from an outbox document's write to an attempt to publish it, recorded on every
+// attempt (retries too), so it grows while the dispatcher fails or falls behind.
+resource dispatcherLagAlert 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
+  name: dispatcherLagAlertName
+  location: location
+  tags: tags
+  properties: {
+    description: 'Orders wait more than ${dispatcherLagThresholdSeconds} s between being stored and their event being published (orders.dispatcher.lag): the dispatcher is failing (see its failures alert) or cannot keep up with the change feed. Billing and shipping run that much behind.'
+    severity: 2
+    enabled: true
+    scopes: [applicationInsights.id]
+    evaluationFrequency: 'PT5M'
+    windowSize: 'PT15M'
+    autoMitigate: true
+    criteria: {
+      allOf: [
+        {
+          query: 'customMetrics | where name == "orders.dispatcher.lag" | summarize lagSeconds = max(valueMax)'
+          timeAggregation: 'Maximum'
+          metricMeasureColumn: 'lagSeconds'
+          operator: 'GreaterThan'
+          threshold: dispatcherLagThresholdSeconds
+          failingPeriods: { numberOfEvaluationPeriods: 1, minFailingPeriodsToAlert: 1 }
+        }
+      ]
+    }
+    actions: actions
+  }
+}
+
 var counterChart = {
   type: 3
   content: {
@@ -91,6 +191,20 @@ var counterChart = {
     visualization: 'timechart'
   }
   name: 'consumer-outcomes'
+}
+
+var fanoutChart = {
+  type: 3
+  content: {
+    version: 'KqlItem/1.0'
+    query: 'customMetrics | where name in ("orders.billing.decisions", "orders.shipping.decisions", "orders.status.decisions", "orders.dispatcher.published", "orders.dispatcher.failures") | extend outcome = tostring(customDimensions.outcome) | summarize count = sum(valueSum) by series = strcat(name, iff(isempty(outcome), "", strcat(" ", outcome))), bin(timestamp, 5m) | render timechart'
+    size: 0
+    title: 'After the order: dispatcher publishes and failures; billing, shipping and status decisions by outcome'
+    queryType: 0
+    resourceType: 'microsoft.insights/components'
+    visualization: 'timechart'
+  }
+  name: 'fanout-outcomes'
 }
 
 var httpChart = {
@@ -118,7 +232,7 @@ resource workbook 'Microsoft.Insights/workbooks@2023-06-01' = {
     sourceId: applicationInsights.id
     serializedData: string({
       version: 'Notebook/1.0'
-      items: [counterChart, httpChart]
+      items: [counterChart, fanoutChart, httpChart]
       isLocked: false
     })
   }

@@ -61,6 +61,14 @@ param authAudience string = ''
 @description('Base URL of the payment service (PAYMENTS_URL); empty: not configured.')
 param paymentsUrl string = ''
 
+@description('Whether the billing trigger runs; false (no payment service yet) deploys `bill_order` disabled on purpose, so its deliveries wait in the subscription instead of dead-lettering.')
+param billingEnabled bool = !empty(paymentsUrl)
+
+@minValue(20)
+@maxValue(604800)
+@description('The broker duplicate-detection window in seconds (ORDERS_DUPLICATE_WINDOW_SECONDS), the same one messaging.bicep gives the entities.')
+param duplicateWindowSeconds int = 600
+
 var authEnabled = !empty(authClientId)
 
 resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
@@ -135,6 +143,12 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
         { name: 'COSMOS_INBOX_CONTAINER', value: cosmosInboxContainerName }
         { name: 'COSMOS_LEASES_CONTAINER', value: cosmosLeasesContainerName }
         { name: 'PAYMENTS_URL', value: paymentsUrl }
+        // The host skips a disabled function's trigger: with no payment service, billing events
+        // stay in the `billing` subscription (up to their TTL) instead of failing ten times into
+        // its dead-letter queue; they are billed once PAYMENTS_URL is set and this is 'false'.
+        { name: 'AzureWebJobs.bill_order.Disabled', value: billingEnabled ? 'false' : 'true' }
+        // What `orders dlq resubmit` and the console assume about the broker's window.
+        { name: 'ORDERS_DUPLICATE_WINDOW_SECONDS', value: string(duplicateWindowSeconds) }
         // DefaultAzureCredential in the app picks the user-assigned identity through this.
         { name: 'AZURE_CLIENT_ID', value: identityClientId }
         { name: 'APPLICATIONINSIGHTS_CONNECTION_STRING', value: applicationInsightsConnectionString }

@@ -12,6 +12,12 @@ param storageAccountName string
 param cosmosAccountName string
 param serviceBusNamespaceName string
 
+@description('The Cosmos DB account endpoint (https://<account>.documents.azure.com:443/ in the public cloud): its DNS suffix names the private DNS zone.')
+param cosmosEndpoint string
+
+@description('The Service Bus namespace host name (<namespace>.servicebus.windows.net in the public cloud): its DNS suffix names the private DNS zone.')
+param serviceBusFullyQualifiedNamespace string
+
 @description('Private endpoint for Service Bus: Premium namespaces only.')
 param serviceBusPrivateEndpoint bool = false
 
@@ -66,11 +72,19 @@ resource vnet 'Microsoft.Network/virtualNetworks@2024-05-01' = {
 }
 
 // One private DNS zone per service, linked to the VNet, so the public host names resolve to the
-// private endpoints from inside it.
+// private endpoints from inside it. Each zone is `privatelink.` + the service's DNS suffix in the
+// cloud being deployed to, never a public-cloud literal: storage's suffix comes from
+// environment() (core.windows.net, core.usgovcloudapi.net, core.chinacloudapi.cn), and since
+// environment() has none for Cosmos DB or Service Bus, theirs come from the endpoints the
+// accounts were given (documents.azure.com / .us / .cn; servicebus.windows.net /
+// .usgovcloudapi.net / .chinacloudapi.cn).
+var cosmosHost = split(split(split(cosmosEndpoint, '//')[1], '/')[0], ':')[0]
+var cosmosDnsSuffix = substring(cosmosHost, indexOf(cosmosHost, '.') + 1)
+var serviceBusDnsSuffix = substring(serviceBusFullyQualifiedNamespace, indexOf(serviceBusFullyQualifiedNamespace, '.') + 1)
 var zones = [
   'privatelink.blob.${environment().suffixes.storage}'
-  'privatelink.documents.azure.com'
-  'privatelink.servicebus.windows.net'
+  'privatelink.${cosmosDnsSuffix}'
+  'privatelink.${serviceBusDnsSuffix}'
 ]
 
 resource dnsZones 'Microsoft.Network/privateDnsZones@2020-06-01' = [

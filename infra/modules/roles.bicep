@@ -4,27 +4,24 @@
 //
 //   principal      | Service Bus                                | Cosmos DB (account) | Storage (account) | App Insights
 //   function (app) | queue `orders`: Data Owner                 | Data Contributor    | Blob Data Owner   | Metrics Publisher
-//                  | subscriptions billing, shipping: Receiver  |                     |                   |
-//                  | topic order-events: Sender                 |                     |                   |
-//                  | status queues: Receiver + Sender           |                     |                   |
+//                  | topic order-events: Data Owner             |                     |                   |
+//                  | status queues: Data Owner                  |                     |                   |
 //   deploying user | queue `orders`: Receiver + Sender          | Data Contributor    | -                 | Metrics Publisher
 //                  | subscriptions: Receiver                    |                     |                   |
 //                  | status queues: Receiver + Sender           |                     |                   |
 //
 // Every Service Bus grant is scoped to one entity (a queue's scope includes its dead-letter
-// sub-queue, a subscription's its own); nothing is namespace-wide.
+// sub-queue, a topic's its subscriptions and theirs); nothing is namespace-wide.
 //
-// On the orders queue the function needs Data Owner, not Receiver + Sender (which Owner
-// includes), because the Service Bus trigger's target-based scaler reads the queue's message
-// count, a Manage operation; with Listen rights only it falls back to a less accurate estimate
-// (azure-functions-host#8892, and the official functions-quickstart-python-azd-service-bus
-// template grants Data Owner). It is scoped to the one queue, so the identity can manage nothing
-// else on the namespace. The fan-out entities get exactly what their code does instead: the
-// subscriptions' triggers receive (their scaler estimates by peeking, which is good enough for
-// consumers behind the orders queue's own scale-out), the dispatcher sends to the topic, billing
-// and shipping (and the HTTP cancel) send status updates, and the status consumer receives them.
-// Both status queues are granted because STATUS_SESSIONS switches between them without a
-// redeployment.
+// The function needs Data Owner, not Receiver + Sender (which Owner includes), wherever a trigger
+// listens, because the Service Bus trigger's target-based scaler reads the entity's message count,
+// a Manage operation; with Listen rights only it falls back to a less accurate, incremental
+// estimate (azure-functions-host#8892, and the official functions-quickstart-python-azd-service-bus
+// template grants Data Owner). For a topic trigger the scaler reads the TOPIC's metrics, so the
+// fan-out's grant is at topic scope (it covers both subscriptions and the dispatcher's publish).
+// Each grant is scoped to one entity: the queue `orders`, the topic `order-events`, and both
+// status queues (STATUS_SESSIONS switches between them without a redeployment), so the identity
+// can manage nothing else on the namespace.
 //
 // Cosmos DB: one account-scoped Data Contributor covers every container of database.bicep,
 // including `inbox` and `leases`. The Functions Cosmos DB trigger with a managed identity needs
@@ -131,74 +128,39 @@ resource appQueueOwner 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   }
 }
 
-// Fan-out: each subscription's trigger receives (and settles, dead-letters) its own copy only.
-resource appBillingReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
-  name: guid(billingSubscription.id, appPrincipalId, serviceBusDataReceiver)
-  scope: billingSubscription
-  properties: {
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataReceiver)
-    principalId: appPrincipalId
-    principalType: 'ServicePrincipal'
-  }
-}
-
-resource appShippingReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
-  name: guid(shippingSubscription.id, appPrincipalId, serviceBusDataReceiver)
-  scope: shippingSubscription
-  properties: {
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataReceiver)
-    principalId: appPrincipalId
-    principalType: 'ServicePrincipal'
-  }
-}
-
-// The outbox dispatcher (Cosmos DB trigger) publishes OrderAccepted; it never receives from the topic.
-resource appTopicSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
-  name: guid(topic.id, appPrincipalId, serviceBusDataSender)
+// Fan-out: Data Owner at TOPIC scope. The billing and shipping triggers' target-based scaler reads
+// the topic's metrics (GetTopicAsync, a Manage operation that needs the topic scope: Owner on a
+// subscription alone is not enough), and the topic scope covers both subscriptions (receive,
+// settle, dead-letter) and the outbox dispatcher's publish. Without it both triggers fall back to
+// incremental scaling, and billing, the slowest consumer, is the one throttled.
+resource appTopicOwner 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(topic.id, appPrincipalId, serviceBusDataOwner)
   scope: topic
   properties: {
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataSender)
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataOwner)
     principalId: appPrincipalId
     principalType: 'ServicePrincipal'
   }
 }
 
-// Status updates: billing, shipping and the HTTP cancel send them; the status consumer receives.
-resource appStatusReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
-  name: guid(statusQueue.id, appPrincipalId, serviceBusDataReceiver)
+// Status updates: billing, shipping and the HTTP cancel send them; the status consumer's trigger
+// receives them and its scaler reads the queue's message count (Manage), so Data Owner on each
+// status queue, as on `orders`. Both queues: STATUS_SESSIONS switches between them.
+resource appStatusOwner 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(statusQueue.id, appPrincipalId, serviceBusDataOwner)
   scope: statusQueue
   properties: {
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataReceiver)
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataOwner)
     principalId: appPrincipalId
     principalType: 'ServicePrincipal'
   }
 }
 
-resource appStatusSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
-  name: guid(statusQueue.id, appPrincipalId, serviceBusDataSender)
-  scope: statusQueue
-  properties: {
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataSender)
-    principalId: appPrincipalId
-    principalType: 'ServicePrincipal'
-  }
-}
-
-resource appStatusSessionsReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
-  name: guid(statusSessionsQueue.id, appPrincipalId, serviceBusDataReceiver)
+resource appStatusSessionsOwner 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(statusSessionsQueue.id, appPrincipalId, serviceBusDataOwner)
   scope: statusSessionsQueue
   properties: {
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataReceiver)
-    principalId: appPrincipalId
-    principalType: 'ServicePrincipal'
-  }
-}
-
-resource appStatusSessionsSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
-  name: guid(statusSessionsQueue.id, appPrincipalId, serviceBusDataSender)
-  scope: statusSessionsQueue
-  properties: {
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataSender)
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataOwner)
     principalId: appPrincipalId
     principalType: 'ServicePrincipal'
   }

@@ -41,7 +41,19 @@ OPTIONAL_OUTPUTS = {
     "SHIPPING_SUBSCRIPTION": "SHIPPING_SUBSCRIPTION",
     "STATUS_QUEUE": "STATUS_QUEUE",
     "STATUS_SESSIONS": "STATUS_SESSIONS",
+    "ORDERS_DUPLICATE_WINDOW_SECONDS": "ORDERS_DUPLICATE_WINDOW_SECONDS",
 }
+# The billing trigger's switch: main.bicep's BILLING_ENABLED output is 'false' when PAYMENTS_URL
+# was empty, and the function app then runs with this setting 'true' (functionapp.bicep).
+BILLING_DISABLED_SETTING = "AzureWebJobs.bill_order.Disabled"
+BILLING_DISABLED_NOTE = (
+    "billing is DISABLED on purpose: PAYMENTS_URL is empty, so the function app runs with "
+    f"{BILLING_DISABLED_SETTING}=true and billing events wait in the `billing` subscription "
+    "(until their 14-day time to live dead-letters them) instead of failing into its "
+    "dead-letter queue. Orders are still stored, shipped and given their status. To charge "
+    "them: `azd env set PAYMENTS_URL <the payment provider's base URL>`, then `azd provision` "
+    "(infra/README.md, 'First deploy')."
+)
 
 
 class HookError(Exception):
@@ -87,10 +99,18 @@ def local_settings(values: Mapping[str, str]) -> dict[str, object]:
     for name, output in OPTIONAL_OUTPUTS.items():
         if values.get(output):
             settings[name] = values[output]
+    if billing_disabled(values):
+        # `func start` against the deployment leaves billing off as the deployment does.
+        settings[BILLING_DISABLED_SETTING] = "true"
     if "APPLICATIONINSIGHTS_CONNECTION_STRING" in settings:
         # The resource refuses key ingestion; export with your Entra login.
         settings["APPLICATIONINSIGHTS_AUTHENTICATION_STRING"] = "Authorization=AAD"
     return {"IsEncrypted": False, "Values": settings}
+
+
+def billing_disabled(values: Mapping[str, str]) -> bool:
+    """Whether the deployment runs without billing (an environment from before the output: no)."""
+    return values.get("BILLING_ENABLED", "").lower() == "false"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,13 +120,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--azd", help="path of the azd executable (default: from PATH)")
     args = parser.parse_args(argv)
 
+    try:
+        values = azd_values(args.azd)
+    except (HookError, json.JSONDecodeError, subprocess.TimeoutExpired) as exc:
+        print(f"local.settings.json not written: {exc}", file=sys.stderr)
+        return 1
+    # Said after every provision, whatever happens to the file: it is what the deployment does.
+    if billing_disabled(values):
+        print(f"note: {BILLING_DISABLED_NOTE}")
     if args.output.exists() and not args.force:
         print(f"{args.output} exists: kept (run with --force to write the Azure settings)")
         return 0
     try:
-        values = azd_values(args.azd)
         document = local_settings(values)
-    except (HookError, json.JSONDecodeError, subprocess.TimeoutExpired) as exc:
+    except HookError as exc:
         print(f"local.settings.json not written: {exc}", file=sys.stderr)
         return 1
     args.output.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")

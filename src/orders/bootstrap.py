@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -66,7 +66,7 @@ from orders.exceptions import (
     TransientStoreError,
     UnknownOrderError,
 )
-from orders.observability import ConsumerTelemetry
+from orders.observability import ConsumerTelemetry, SubscriberTelemetry
 from orders.service.billing import AfterCharge, AfterRefund, BillingConsumer
 from orders.service.cancels import (
     CancelAnswer,
@@ -84,6 +84,7 @@ from orders.service.dispatcher import (
     OutboxDispatcher,
 )
 from orders.service.idempotency import IdempotentOrderIntake
+from orders.service.instrumented import InstrumentedHandler
 from orders.service.load import LoadResult, run_load
 from orders.service.order_lookup import OrderLookup
 from orders.service.ports import MessageHandler, OrderPublisher, OrderStore, StatusPublisher
@@ -97,7 +98,7 @@ from orders.service.verify_saga import audit_saga, saga_facts
 from orders.service.verify_status import audit_statuses, produced_updates
 from orders.service.worker_options import WorkerOptions
 from orders.service.worker_stats import WorkerStats
-from orders.settings import Settings
+from orders.settings import MonitoringSettings, Settings
 
 if TYPE_CHECKING:
     from orders.adapters.cosmos_client import ContainerProxy, CosmosClient
@@ -369,6 +370,18 @@ class Lazy(Generic[R]):
             await value.close()
 
 
+def configure_function_monitoring(env: Mapping[str, str] | None = None) -> bool:
+    """Telemetry export for the Functions worker, at import of function_app.py: the host
+    forwards no worker logs in its OpenTelemetry mode, so everything before the first runtime
+    build (indexing, a failed build) would otherwise be lost. Only the telemetry settings are
+    read, and a failure is logged, never raised: an app that cannot export still runs."""
+    try:
+        return configure_monitoring(MonitoringSettings.from_env(env))
+    except Exception:
+        logger.exception("Azure Monitor OpenTelemetry export could not be configured")
+        return False
+
+
 async def _consumer_from_env() -> ConsumerRuntime:
     return await build_consumer_runtime(Settings.from_env())
 
@@ -484,7 +497,31 @@ async def _subscriber(
     after_charge: AfterCharge | None = None,
     after_refund: AfterRefund | None = None,
 ) -> tuple[Source, MessageHandler]:
-    """The consumer's source and core; `servicebus` is the process's client (for statuses)."""
+    """The consumer's source and core, under its spans and `orders.<consumer>.*` counters;
+    `servicebus` is the process's client (for statuses)."""
+    source, core = await _subscriber_core(
+        stack,
+        settings,
+        identity,
+        subscriber,
+        servicebus,
+        create_local_resources,
+        after_charge,
+        after_refund,
+    )
+    return source, InstrumentedHandler(core, SubscriberTelemetry(subscriber.value))
+
+
+async def _subscriber_core(
+    stack: AsyncExitStack,
+    settings: Settings,
+    identity: ProcessCredential,
+    subscriber: Subscriber,
+    servicebus: ServiceBusClient,
+    create_local_resources: bool | None,
+    after_charge: AfterCharge | None,
+    after_refund: AfterRefund | None,
+) -> tuple[Source, MessageHandler]:
     cosmos = await _cosmos_client(stack, settings, identity, create_local_resources)
     status = ServiceBusStatusPublisher(
         servicebus, settings.status_queue, sessions=settings.status_sessions

@@ -9,14 +9,15 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import Counter, MeterProvider
 from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
 
-from orders.domain.outcomes import Decision, Outcome
+from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
 from orders.tracing import context_from
 
@@ -153,3 +154,116 @@ class ConsumerTelemetry:
             logger.warning("order message %s: %s", decision.outcome.value, text, extra=log_fields)
         else:
             logger.info("order message %s: %s", decision.outcome.value, text, extra=log_fields)
+
+
+class SubscriberTelemetry:
+    """Spans and `orders.<consumer>.*` counters for one fan-out consumer (billing, shipping,
+    status): what the order consumer's `ConsumerTelemetry` gives the orders queue."""
+
+    def __init__(
+        self,
+        consumer: str,
+        meter_provider: MeterProvider | None = None,
+        tracer_provider: TracerProvider | None = None,
+    ) -> None:
+        self._consumer = consumer
+        name = f"orders.{consumer}"
+        meter = metrics.get_meter(name, meter_provider=meter_provider)
+        self._tracer = trace.get_tracer(name, tracer_provider=tracer_provider)
+        self._decisions = meter.create_counter(
+            f"{name}.decisions", unit="{message}", description=f"{consumer}: messages decided"
+        )
+        self._dead_lettered = meter.create_counter(
+            f"{name}.dead_lettered", unit="{message}", description=f"{consumer}: dead-lettered"
+        )
+        self._abandoned = meter.create_counter(
+            f"{name}.abandoned", unit="{message}", description=f"{consumer}: abandoned for retry"
+        )
+
+    @contextmanager
+    def message_span(self, message: ReceivedOrderMessage) -> Iterator[Span]:
+        # A child of the dispatcher's (or producer's) span when the message carries its context.
+        with self._tracer.start_as_current_span(
+            f"orders.{self._consumer}.process_message",
+            context=context_from(message.trace_context),
+            kind=trace.SpanKind.CONSUMER,
+            attributes={
+                "messaging.system": "servicebus",
+                "messaging.message.id": message.message_id or "",
+                "messaging.servicebus.message.delivery_count": message.delivery_count,
+                "orders.consumer": self._consumer,
+            },
+        ) as span:
+            yield span
+
+    def record(self, span: Span, decision: Decision) -> None:
+        attributes = {"outcome": decision.outcome.value, "settlement": decision.settlement.value}
+        span.set_attribute("orders.outcome", decision.outcome.value)
+        if decision.order_id:
+            span.set_attribute("orders.order_id", decision.order_id)
+        if decision.dead_letter_reason:
+            attributes["reason"] = decision.dead_letter_reason
+            span.set_attribute("orders.dead_letter_reason", decision.dead_letter_reason)
+        self._decisions.add(1, attributes)
+        match decision.settlement:
+            case Settlement.DEAD_LETTER:
+                self._dead_lettered.add(1, attributes)
+            case Settlement.ABANDON:
+                self._abandoned.add(1, attributes)
+        if decision.outcome in (Outcome.TRANSIENT_FAILURE, Outcome.UNEXPECTED_FAILURE):
+            span.set_status(Status(StatusCode.ERROR, decision.error or decision.outcome))
+
+
+class DispatcherTelemetry:
+    """The outbox dispatcher's span per batch, its `orders.dispatcher.*` counters, and its lag:
+    how long each outbox document waited, from its write (Cosmos DB's `_ts`) to this attempt to
+    publish it. Recorded on every attempt, retries included, so a dispatcher that keeps failing
+    shows a lag that keeps growing (the alert in infra/modules/dashboards.bicep)."""
+
+    def __init__(
+        self,
+        meter_provider: MeterProvider | None = None,
+        tracer_provider: TracerProvider | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        meter = metrics.get_meter("orders.dispatcher", meter_provider=meter_provider)
+        self._tracer = trace.get_tracer("orders.dispatcher", tracer_provider=tracer_provider)
+        self._clock = clock
+        self._published = meter.create_counter(
+            "orders.dispatcher.published", unit="{event}", description="Events published, marked"
+        )
+        self._failures = meter.create_counter(
+            "orders.dispatcher.failures",
+            unit="{batch}",
+            description="Batches that failed (publish or mark) and will be read again",
+        )
+        self._lag = meter.create_histogram(
+            "orders.dispatcher.lag",
+            unit="s",
+            description="Seconds from an outbox document's write to an attempt to publish it",
+        )
+
+    @contextmanager
+    def batch_span(self, documents: int) -> Iterator[Span]:
+        with self._tracer.start_as_current_span(
+            "orders.dispatcher.dispatch",
+            kind=trace.SpanKind.PRODUCER,
+            attributes={"orders.dispatcher.documents": documents},
+        ) as span:
+            yield span
+
+    def attempting(self, document: Mapping[str, object]) -> None:
+        """Before publishing `document`: record how long it has waited (its `_ts`, if any)."""
+        written = document.get("_ts")
+        if isinstance(written, int | float) and not isinstance(written, bool):
+            self._lag.record(max(0.0, self._clock() - float(written)))
+
+    def published(self, span: Span, count: int) -> None:
+        span.set_attribute("orders.dispatcher.published", count)
+        if count:
+            self._published.add(count)
+
+    def failed(self, span: Span, error: BaseException) -> None:
+        self._failures.add(1, {"error": type(error).__name__})
+        span.record_exception(error)
+        span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))

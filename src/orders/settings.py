@@ -44,6 +44,9 @@ APP_SETTING_NAMES = frozenset(
         "CosmosConnection__accountEndpoint",
         "CosmosConnection__credential",
         "CosmosConnection__clientId",
+        # The broker's duplicate-detection window in seconds (issue 23): the Bicep derives it
+        # from the same parameter it gives the entities, so the tools never assume a default.
+        "ORDERS_DUPLICATE_WINDOW_SECONDS",
     }
 )
 # Only for the emulators: keys and connection strings never appear in the Azure deployment.
@@ -61,11 +64,9 @@ OPTIONAL_SETTING_NAMES = frozenset(
         "IDEMPOTENCY_TTL_SECONDS",
         "BILLING_LEASE_SECONDS",
         # The operations console (off unless "true"; see docs/operations.md before turning it
-        # on in Azure), the subscriptions it shows beside the orders queue ("topic/sub,..."),
-        # and the queue's duplicate-detection window its resubmit respects.
+        # on in Azure) and the subscriptions it shows beside the orders queue ("topic/sub,...").
         "ORDERS_CONSOLE_ENABLED",
         "ORDERS_CONSOLE_SUBSCRIPTIONS",
-        "ORDERS_DUPLICATE_WINDOW_SECONDS",
     }
 )
 # Read by local tooling only: the folder of the workers' decision journals (`orders up`).
@@ -81,6 +82,29 @@ DEFAULT_DUPLICATE_WINDOW_SECONDS = 10 * 60
 
 class SettingsError(OrdersError, ValueError):
     """A required setting is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class MonitoringSettings:
+    """What telemetry export needs, and nothing else: read at import of function_app.py, before
+    (and whether or not) the other settings are complete."""
+
+    appinsights_connection_string: str | None = None
+    appinsights_authentication_string: str | None = None
+    azure_client_id: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> MonitoringSettings:
+        env = os.environ if env is None else env
+
+        def optional(name: str) -> str | None:
+            return env.get(name, "").strip() or None
+
+        return cls(
+            appinsights_connection_string=optional("APPLICATIONINSIGHTS_CONNECTION_STRING"),
+            appinsights_authentication_string=optional("APPLICATIONINSIGHTS_AUTHENTICATION_STRING"),
+            azure_client_id=optional("AZURE_CLIENT_ID"),
+        )
 
 
 @dataclass(frozen=True)
@@ -180,7 +204,7 @@ class Settings:
             cosmos_endpoint=endpoint,
             cosmos_key=optional("COSMOS_KEY"),
             platform_auth_enabled=(optional("WEBSITE_AUTH_ENABLED") or "").lower() == "true",
-            status_sessions=(optional("STATUS_SESSIONS") or "").lower() == "true",
+            status_sessions=status_sessions_enabled(env),
             servicebus_connection_string=optional("ServiceBusConnection"),
             servicebus_namespace=optional("ServiceBusConnection__fullyQualifiedNamespace"),
             azure_client_id=optional("AZURE_CLIENT_ID"),
@@ -200,6 +224,14 @@ class Settings:
                 if entry.strip()
             ),
             **named,
+        )
+
+    @property
+    def monitoring(self) -> MonitoringSettings:
+        return MonitoringSettings(
+            self.appinsights_connection_string,
+            self.appinsights_authentication_string,
+            self.azure_client_id,
         )
 
     @property
@@ -227,6 +259,13 @@ def console_enabled(env: Mapping[str, str] | None = None) -> bool:
     """Whether ORDERS_CONSOLE_ENABLED is "true" (read alone too: the app decides at import)."""
     env = os.environ if env is None else env
     return env.get(CONSOLE_ENABLED, "").strip().lower() == "true"
+
+
+def status_sessions_enabled(env: Mapping[str, str] | None = None) -> bool:
+    """Whether STATUS_SESSIONS is "true": the status queue is the session one. Read alone too:
+    function_app.py declares the status trigger's binding from it at import."""
+    env = os.environ if env is None else env
+    return env.get("STATUS_SESSIONS", "").strip().lower() == "true"
 
 
 def parse_subscriptions(text: str | None) -> tuple[tuple[str, str], ...]:

@@ -48,21 +48,17 @@ STATUS = (QUEUE, "order-status")
 STATUS_SESSIONS = (QUEUE, "order-status-sessions")
 
 # (principal, role, (scope resource type, Service Bus entity name or "")): everything granted,
-# nothing more. The app's Data Owner (send + receive + manage) is what the trigger's target-based
-# scaler needs to read the queue's message count (azure-functions-host#8892); it stays scoped to
-# the queue. The fan-out entities get only what the code does on them: the subscriptions'
-# triggers receive, the dispatcher sends to the topic, billing/shipping/the cancel route send
-# status updates and the status consumer receives them (both status queues: STATUS_SESSIONS
-# switches between them).
+# nothing more. The app's Data Owner (send + receive + manage) is what a trigger's target-based
+# scaler needs to read its entity's message count (azure-functions-host#8892), so it goes wherever
+# a trigger listens: the queue `orders`, both status queues (STATUS_SESSIONS switches between
+# them), and the topic `order-events` (a topic trigger's scaler reads the TOPIC's metrics; the
+# topic scope also covers both subscriptions and the dispatcher's publish). Issue 23.
+OWNER = "Service Bus Data Owner"
 EXPECTED_RBAC = {
-    ("app", "Service Bus Data Owner", ORDERS),
-    ("app", RECEIVER, BILLING),
-    ("app", RECEIVER, SHIPPING),
-    ("app", SENDER, EVENTS),
-    ("app", RECEIVER, STATUS),
-    ("app", SENDER, STATUS),
-    ("app", RECEIVER, STATUS_SESSIONS),
-    ("app", SENDER, STATUS_SESSIONS),
+    ("app", OWNER, ORDERS),
+    ("app", OWNER, EVENTS),
+    ("app", OWNER, STATUS),
+    ("app", OWNER, STATUS_SESSIONS),
     ("app", "Storage Blob Data Owner", (STORAGE, "")),
     ("app", "Monitoring Metrics Publisher", (APP_INSIGHTS, "")),
     ("user", RECEIVER, ORDERS),
@@ -123,26 +119,57 @@ def test_rbac_grants_are_exactly_the_least_privilege_set() -> None:
 
 
 def test_service_bus_owner_is_the_apps_alone_and_never_namespace_wide() -> None:
-    owners = [
-        (who, scope)
-        for who, role, scope, _, _ in _rbac_assignments()
-        if role == "Service Bus Data Owner"
-    ]
-    assert owners == [("app", ORDERS)]
+    owners = {(who, scope) for who, role, scope, _, _ in _rbac_assignments() if role == OWNER}
+    assert owners == {("app", ORDERS), ("app", EVENTS), ("app", STATUS), ("app", STATUS_SESSIONS)}
     for _, _, (scope_type, _), _, _ in _rbac_assignments():
         assert scope_type != NAMESPACE
     assert resolve(ROLES, "serviceBusDataOwner") == SERVICE_BUS_DATA_OWNER
 
 
-def test_receivers_only_on_subscriptions_and_status_queues_senders_on_topic_and_status() -> None:
-    """The function's fan-out grants: receive only where a trigger or consumer reads, send only
-    where the code publishes; nothing namespace-wide, nothing on the topic but Sender."""
-    app = [(role, scope) for who, role, scope, _, _ in _rbac_assignments() if who == "app"]
-    receives = {scope for role, scope in app if role == RECEIVER}
-    sends = {scope for role, scope in app if role == SENDER}
-    assert receives == {BILLING, SHIPPING, STATUS, STATUS_SESSIONS}
-    assert sends == {EVENTS, STATUS, STATUS_SESSIONS}
-    assert all(scope[0] != NAMESPACE for _, scope in app)
+def test_every_trigger_can_scale_on_its_entitys_length() -> None:
+    """Target-based scaling for every Service Bus trigger of function_app.py: the app holds Data
+    Owner on each entity a trigger listens to, and for a topic trigger at TOPIC scope (Owner on a
+    subscription alone cannot read the topic's metrics). The app gets no Receiver or Sender
+    grant at all: Owner covers both wherever it needs them."""
+    app = {(role, scope) for who, role, scope, _, _ in _rbac_assignments() if who == "app"}
+    owned = {scope for role, scope in app if role == OWNER}
+    triggers = _service_bus_triggers()
+    assert {kind for kind, _ in triggers} == {"queue", "topic"}
+    for kind, entity in triggers:
+        scope = (QUEUE, entity) if kind == "queue" else (TOPIC, entity)
+        assert scope in owned, (kind, entity)
+    assert not {scope for role, scope in app if role in (RECEIVER, SENDER)}
+    assert all(scope[0] != SUBSCRIPTION for _, scope in app)
+
+
+def _service_bus_triggers() -> set[tuple[str, str]]:
+    """(queue|topic, deployed entity) of every Service Bus trigger in function_app.py, through
+    the %SETTING% its binding names and the Bicep's value of that setting (both status queues
+    for the status trigger: the setting picks one by STATUS_SESSIONS)."""
+    import ast
+
+    from .bicep_model import DEPLOYED_ENTITY_NAMES, REPO_ROOT
+
+    tree = ast.parse((REPO_ROOT / "function_app.py").read_text(encoding="utf-8"))
+    found: set[tuple[str, str]] = set()
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        kind = {"service_bus_queue_trigger": "queue", "service_bus_topic_trigger": "topic"}.get(
+            node.func.attr
+        )
+        if kind is None:
+            continue
+        keyword = {"queue": "queue_name", "topic": "topic_name"}[kind]
+        (value,) = [k.value for k in node.keywords if k.arg == keyword]
+        assert isinstance(value, ast.Constant) and isinstance(value.value, str)
+        setting = value.value.strip("%")
+        if setting == "STATUS_QUEUE":
+            found |= {(kind, STATUS[1]), (kind, STATUS_SESSIONS[1])}
+        else:
+            found.add((kind, DEPLOYED_ENTITY_NAMES[setting]))
+    assert found, "no Service Bus trigger found in function_app.py"
+    return found
 
 
 def test_the_role_scopes_name_what_messaging_and_the_app_settings_deploy() -> None:

@@ -213,7 +213,7 @@ DASHBOARDS = "modules/dashboards.bicep"
 def test_a_reused_order_id_raises_an_alert_from_the_consumers_counter() -> None:
     alerts = resources_of_type(parse(DASHBOARDS), "Microsoft.Insights/scheduledQueryRules")
     by_measure = {
-        r.body["properties"]["criteria"]["allOf"][0]["metricMeasureColumn"]: r for r in alerts
+        r.body["properties"]["criteria"]["allOf"][0].get("metricMeasureColumn"): r for r in alerts
     }
     mismatch = by_measure["mismatches"].body["properties"]
     criterion = mismatch["criteria"]["allOf"][0]
@@ -228,7 +228,8 @@ def test_a_high_duplicate_ratio_raises_an_alert_with_a_tunable_threshold() -> No
     [duplicates] = [
         r.body["properties"]
         for r in alerts
-        if r.body["properties"]["criteria"]["allOf"][0]["metricMeasureColumn"] == "duplicatePercent"
+        if r.body["properties"]["criteria"]["allOf"][0].get("metricMeasureColumn")
+        == "duplicatePercent"
     ]
     criterion = duplicates["criteria"]["allOf"][0]
 

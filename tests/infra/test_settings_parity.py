@@ -53,6 +53,8 @@ ISSUE_13_SETTINGS = frozenset(
 )
 # What issue 14 adds: the status queue and its mode (versions alone, or sessions).
 ISSUE_14_SETTINGS = frozenset({"STATUS_QUEUE", "STATUS_SESSIONS"})
+# What issue 23 adds: the tools' duplicate-detection window, from the entities' own parameter.
+ISSUE_23_SETTINGS = frozenset({"ORDERS_DUPLICATE_WINDOW_SECONDS"})
 # Local only: keys and connection strings exist for the emulators, never in Azure.
 EMULATOR_ONLY = frozenset({"COSMOS_KEY", "ServiceBusConnection", "CosmosConnection"})
 # Read with defaults by the HTTP API, billing and the console; Azure may leave them unset.
@@ -63,9 +65,9 @@ OPTIONAL = frozenset(
         "BILLING_LEASE_SECONDS",
         "ORDERS_CONSOLE_ENABLED",
         "ORDERS_CONSOLE_SUBSCRIPTIONS",
-        "ORDERS_DUPLICATE_WINDOW_SECONDS",
     }
 )
+BILLING_DISABLED = "AzureWebJobs.bill_order.Disabled"
 # Read by the Functions host (its own storage through the identity) and by the Python worker
 # (PYTHON_ENABLE_OPENTELEMETRY: join the host's trace under telemetryMode OpenTelemetry), not by
 # our code.
@@ -75,6 +77,9 @@ HOST_ONLY = frozenset(
         "AzureWebJobsStorage__credential",
         "AzureWebJobsStorage__clientId",
         "PYTHON_ENABLE_OPENTELEMETRY",
+        # The host skips this function's trigger while it is 'true' (billing without a payment
+        # service, issue 23); the function's name is function_app.py's `bill_order`.
+        BILLING_DISABLED,
     }
 )
 # Set by the Functions platform itself (WEBSITE_AUTH_ENABLED by App Service authentication, for
@@ -107,8 +112,8 @@ def code_setting_names() -> frozenset[str]:
     return names
 
 
-def test_bicep_sets_the_settings_issues_4_13_and_14_list() -> None:
-    expected = ISSUE_SETTINGS | ISSUE_13_SETTINGS | ISSUE_14_SETTINGS
+def test_bicep_sets_the_settings_issues_4_13_14_and_23_list() -> None:
+    expected = ISSUE_SETTINGS | ISSUE_13_SETTINGS | ISSUE_14_SETTINGS | ISSUE_23_SETTINGS
     assert set(bicep_app_settings()) - HOST_ONLY == expected
 
 

@@ -72,6 +72,18 @@ def _funcignore() -> pathspec.GitIgnoreSpec:
         "infra/main.bicep",
         "tests/infra/test_tooling.py",
         "src/servicebus_emulator/__init__.py",
+        # What local runs leave behind (issue 23): logs, the SQLite payments, the broker's
+        # journal, env.json with the emulator key; the demo's report; coverage data.
+        ".orders-local/env.json",
+        ".orders-local/logs/worker.log",
+        ".orders-local/payments.sqlite3",
+        "demo-report.html",
+        ".coverage",
+        ".coverage.host.1234.567",
+        # The dev and checkov locks: the deployment installs requirements.txt only.
+        "requirements-dev.txt",
+        "requirements-checkov.txt",
+        "requirements-checkov.in",
     ],
 )
 def test_funcignore_leaves_out(path: str) -> None:
@@ -99,6 +111,7 @@ OUTPUTS = {
     # A deployment in the sessions mode, so the hook is seen to copy the mode, not a default.
     "STATUS_QUEUE": "order-status-sessions",
     "STATUS_SESSIONS": "true",
+    "ORDERS_DUPLICATE_WINDOW_SECONDS": "600",
     "APPLICATIONINSIGHTS_CONNECTION_STRING": "InstrumentationKey=k;IngestionEndpoint=https://i/",
     "AZURE_FUNCTION_IDENTITY_CLIENT_ID": "must-not-leak-into-local-settings",
 }
@@ -164,7 +177,7 @@ def test_hook_writes_the_settings_the_app_reads_for_the_deployed_resources(
     # Every setting it writes is one the app or the host reads.
     from orders.settings import APP_SETTING_NAMES
 
-    host = {"AzureWebJobsStorage", "FUNCTIONS_WORKER_RUNTIME"}
+    host = {"AzureWebJobsStorage", "FUNCTIONS_WORKER_RUNTIME", "AzureWebJobs.bill_order.Disabled"}
     assert set(values) <= APP_SETTING_NAMES | host
     # The names it reads are outputs of main.bicep.
     sys.path.insert(0, str(HOOK.parent))
@@ -192,6 +205,36 @@ def test_hook_leaves_the_fanout_names_to_the_codes_defaults_in_an_older_environm
     values = json.loads(target.read_text(encoding="utf-8"))["Values"]
     assert fanout.isdisjoint(values)
     assert values["COSMOS_LEASES_CONTAINER"] == "leases"
+
+
+@pytest.mark.parametrize("existing_file", [False, True])
+def test_hook_says_billing_is_disabled_when_payments_url_was_empty(
+    tmp_path: Path, existing_file: bool
+) -> None:
+    """The first `azd up` without PAYMENTS_URL deploys bill_order disabled (functionapp.bicep):
+    the postprovision hook says so, and what to do, after every provision."""
+    target = tmp_path / "local.settings.json"
+    if existing_file:
+        target.write_text('{"Values": {}}', encoding="utf-8")
+    result = _run_hook(
+        tmp_path, "--output", str(target), values={**OUTPUTS, "BILLING_ENABLED": "false"}
+    )
+    assert result.returncode == 0, result.stderr
+    assert "billing is DISABLED" in result.stdout
+    assert "AzureWebJobs.bill_order.Disabled=true" in result.stdout
+    assert "azd env set PAYMENTS_URL" in result.stdout
+    if not existing_file:
+        values = json.loads(target.read_text(encoding="utf-8"))["Values"]
+        assert values["AzureWebJobs.bill_order.Disabled"] == "true"
+
+    billing_on = tmp_path / "on.json"
+    enabled = _run_hook(
+        tmp_path, "--output", str(billing_on), values={**OUTPUTS, "BILLING_ENABLED": "true"}
+    )
+    assert enabled.returncode == 0, enabled.stderr
+    assert "DISABLED" not in enabled.stdout
+    values = json.loads(billing_on.read_text(encoding="utf-8"))["Values"]
+    assert "AzureWebJobs.bill_order.Disabled" not in values
 
 
 def test_hook_keeps_an_existing_file_unless_forced(tmp_path: Path) -> None:
@@ -241,6 +284,9 @@ def _on(workflow: dict[Any, Any]) -> dict[str, Any]:
 def test_test_workflow_runs_make_test() -> None:
     workflow = _workflow("test.yml")
     assert {"push", "pull_request", "workflow_call"} <= set(_on(workflow))
+    # A push to main runs the suite through azure-dev.yml; running it here too would run it twice.
+    assert "main" in _on(workflow)["push"]["branches-ignore"]
+    assert "branches" not in _on(workflow)["push"]
     steps = workflow["jobs"]["test"]["steps"]
     runs = [step.get("run", "").strip() for step in steps]
     assert "make test" in runs
@@ -254,6 +300,9 @@ def test_deploy_workflow_is_what_azd_pipeline_config_expects() -> None:
     assert workflow["jobs"]["test"]["uses"] == "./.github/workflows/test.yml"
     deploy = workflow["jobs"]["deploy"]
     assert deploy["needs"] == "test"
+    # A push to main runs the suite exactly once: here (test.yml leaves main to this workflow).
+    assert _on(workflow)["push"] == {"branches": ["main"]}
+    assert deploy["if"] == "vars.AZURE_CLIENT_ID != ''"
     for name in (
         "AZURE_CLIENT_ID",
         "AZURE_TENANT_ID",
@@ -320,3 +369,24 @@ def test_dev_container_has_the_tools_make_demo_and_azd_need() -> None:
     assert features["azure-functions-core-tools"]["version"] == "4"
     # `make demo` and `make test` then work unchanged: the venv is built on creation.
     assert config["postCreateCommand"] == "make setup"
+
+
+# --- Dependabot ---------------------------------------------------------------------------------
+
+
+def test_dependabot_watches_every_lock_and_moves_the_azure_sdks_together() -> None:
+    config = _yaml(REPO_ROOT / ".github" / "dependabot.yml")
+    assert config["version"] == 2
+    updates = {entry["package-ecosystem"]: entry for entry in config["updates"]}
+    assert set(updates) == {"pip", "npm", "github-actions", "devcontainers"}
+    npm_directories = set(updates["npm"]["directories"])
+    assert npm_directories == {"/emulators/cosmos", "/tests/js"}
+    for directory in npm_directories:
+        assert (REPO_ROOT / directory.lstrip("/") / "package-lock.json").is_file(), directory
+    pip = updates["pip"]
+    assert pip["directory"] == "/"
+    assert (REPO_ROOT / "requirements.txt").is_file()
+    assert {"azure-*", "azurefunctions-*"} <= set(pip["groups"]["azure-sdks"]["patterns"])
+    # The preview binding is pinned on purpose and moves by hand (infra/README.md).
+    ignored = {entry["dependency-name"] for entry in pip.get("ignore", [])}
+    assert ignored == {"azurefunctions-extensions-bindings-servicebus"}

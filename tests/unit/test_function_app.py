@@ -286,3 +286,81 @@ async def test_the_cosmos_trigger_publishes_and_marks_only_undispatched_outbox_d
         function_dispatcher_runtime.use(None)
 
     assert events.published == feed.marked == ["o-feed:outbox:OrderAccepted"]
+
+
+# --- monitoring at import, settings through settings.py (issue 23) -----------------------------
+
+_IMPORT_PROBE = (
+    "import json, os, function_app\n"
+    "from opentelemetry import trace\n"
+    "from orders.adapters import monitoring\n"
+    "print(json.dumps({'configured': monitoring._state is not None,"
+    " 'provider': type(trace.get_tracer_provider()).__module__}), flush=True)\n"
+    # Leave without the exporters' exit-time flush to an endpoint that does not exist.
+    "os._exit(0)\n"
+)
+
+
+def _import_function_app(env: dict[str, str]) -> dict[str, Any]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("APPLICATIONINSIGHTS_")}
+    result = subprocess.run(
+        [sys.executable, "-c", _IMPORT_PROBE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**base, **env},
+        cwd=str(Path(function_app.__file__).parent),
+    )
+    assert result.returncode == 0, result.stderr
+    answer: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    answer["stderr"] = result.stderr
+    return answer
+
+
+def test_importing_the_function_app_configures_monitoring_before_any_runtime() -> None:
+    """In its OpenTelemetry mode the host forwards no worker logs: the exporter must exist from
+    the import on, not from the first message (no runtime is built in this probe)."""
+    answer = _import_function_app(
+        {
+            "APPLICATIONINSIGHTS_CONNECTION_STRING": (
+                "InstrumentationKey=00000000-0000-0000-0000-000000000000;"
+                "IngestionEndpoint=http://127.0.0.1:9/"
+            )
+        }
+    )
+    assert answer["configured"] is True
+    assert answer["provider"].startswith("opentelemetry.sdk")
+
+
+def test_without_application_insights_the_import_configures_nothing() -> None:
+    answer = _import_function_app({})
+    assert answer["configured"] is False
+
+
+def test_a_broken_connection_string_is_logged_and_the_app_still_imports() -> None:
+    answer = _import_function_app({"APPLICATIONINSIGHTS_CONNECTION_STRING": "not a connection"})
+    assert answer["configured"] is False
+    assert "could not be configured" in answer["stderr"]
+
+
+def test_function_app_reads_no_setting_itself() -> None:
+    """STATUS_SESSIONS comes from settings.py, which every host reads it through."""
+    import ast
+
+    from orders.settings import Settings, status_sessions_enabled
+
+    source = Path(function_app.__file__).read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    imported = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    assert "os" not in imported and "os.environ" not in source
+    assert status_sessions_enabled({"STATUS_SESSIONS": " TRUE "}) is True
+    assert status_sessions_enabled({"STATUS_SESSIONS": "false"}) is False
+    assert status_sessions_enabled({}) is False
+    env = {"COSMOS_ENDPOINT": "https://x/", "STATUS_SESSIONS": "True"}
+    assert Settings.from_env(env).status_sessions is status_sessions_enabled(env) is True
+    assert function_app.STATUS_SESSIONS is status_sessions_enabled()

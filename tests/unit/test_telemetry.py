@@ -4,19 +4,35 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 import pytest
-from fakes import FakeOrderStore, order_payload
+from fakes import FakeFencedDocuments, FakeOrderStore, new_write, order_payload
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
+from opentelemetry.sdk.metrics.export import (
+    HistogramDataPoint,
+    InMemoryMetricReader,
+    NumberDataPoint,
+)
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
+from orders.domain.events import OUTBOX_DOCUMENT_TYPE, OrderEvent
+from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
-from orders.exceptions import TransientStoreError
-from orders.observability import ConsumerTelemetry, log_value
+from orders.exceptions import TransientPublishError, TransientStoreError
+from orders.observability import (
+    ConsumerTelemetry,
+    DispatcherTelemetry,
+    SubscriberTelemetry,
+    log_value,
+)
 from orders.service.consumer import OrderConsumer
+from orders.service.dispatcher import OutboxDispatcher
+from orders.service.instrumented import InstrumentedHandler
+from orders.service.ports import ChangePage
 
 
 def counter_totals(reader: InMemoryMetricReader) -> dict[str, int]:
@@ -104,3 +120,178 @@ async def test_untrusted_values_cannot_forge_log_lines(caplog: pytest.LogCapture
 )
 def test_log_values_are_plain_only_when_they_cannot_split_a_field(value: str, written: str) -> None:
     assert log_value(value) == written
+
+
+# --- the fan-out consumers and the outbox dispatcher (issue 23) --------------------------------
+
+
+class DecidesInTurn:
+    """A subscriber core that answers with the decisions it is given, in turn."""
+
+    def __init__(self, *decisions: Decision) -> None:
+        self._decisions = list(decisions)
+
+    async def handle(self, message: ReceivedOrderMessage) -> Decision:
+        return self._decisions.pop(0)
+
+
+def counter_points(reader: InMemoryMetricReader) -> dict[tuple[str, str], int]:
+    """(metric, outcome attribute) -> total."""
+    totals: dict[tuple[str, str], int] = {}
+    data = reader.get_metrics_data()
+    assert data is not None
+    for resource_metrics in data.resource_metrics:
+        for scope_metrics in resource_metrics.scope_metrics:
+            for metric in scope_metrics.metrics:
+                for point in metric.data.data_points:
+                    if isinstance(point, NumberDataPoint):
+                        key = (metric.name, str(dict(point.attributes or {}).get("outcome", "")))
+                        totals[key] = totals.get(key, 0) + int(point.value)
+    return totals
+
+
+@pytest.mark.parametrize("consumer", ["billing", "shipping", "status"])
+async def test_every_fanout_consumer_gets_spans_and_its_counters(consumer: str) -> None:
+    reader = InMemoryMetricReader()
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    telemetry = SubscriberTelemetry(
+        consumer, MeterProvider(metric_readers=[reader]), tracer_provider
+    )
+    handler = InstrumentedHandler(
+        DecidesInTurn(
+            Decision(Outcome.PROCESSED, Settlement.COMPLETE, "o-1"),
+            Decision(Outcome.DUPLICATE, Settlement.COMPLETE, "o-1"),
+            Decision(Outcome.REJECTED, Settlement.DEAD_LETTER, None, dead_letter_reason="BadEvent"),
+            Decision(Outcome.TRANSIENT_FAILURE, Settlement.ABANDON, "o-2", error="503"),
+        ),
+        telemetry,
+    )
+    decisions = [
+        await handler.handle(ReceivedOrderMessage(b"{}", f"m-{n}", n, "corr")) for n in range(4)
+    ]
+
+    assert [d.outcome for d in decisions] == [
+        Outcome.PROCESSED,
+        Outcome.DUPLICATE,
+        Outcome.REJECTED,
+        Outcome.TRANSIENT_FAILURE,
+    ]
+    prefix = f"orders.{consumer}"
+    assert counter_points(reader) == {
+        (f"{prefix}.decisions", "processed"): 1,
+        (f"{prefix}.decisions", "duplicate"): 1,
+        (f"{prefix}.decisions", "rejected"): 1,
+        (f"{prefix}.decisions", "transient_failure"): 1,
+        (f"{prefix}.dead_lettered", "rejected"): 1,
+        (f"{prefix}.abandoned", "transient_failure"): 1,
+    }
+    spans = exporter.get_finished_spans()
+    assert [span.name for span in spans] == [f"{prefix}.process_message"] * 4
+    attributes = [dict(span.attributes or {}) for span in spans]
+    assert [a["orders.outcome"] for a in attributes] == [
+        "processed",
+        "duplicate",
+        "rejected",
+        "transient_failure",
+    ]
+    assert attributes[2]["orders.dead_letter_reason"] == "BadEvent"
+    assert attributes[3]["messaging.servicebus.message.delivery_count"] == 3
+    assert spans[3].status.status_code is StatusCode.ERROR
+    assert spans[0].status.status_code is not StatusCode.ERROR
+
+
+class FailingEvents:
+    def __init__(self, fail: bool) -> None:
+        self.fail = fail
+        self.published: list[str] = []
+
+    async def publish_event(self, event: OrderEvent, trace_context: dict[str, str]) -> None:
+        if self.fail:
+            raise TransientPublishError("broker unavailable")
+        self.published.append(event.event_id)
+
+
+class MarkOnlyFeed:
+    async def feed_ranges(self) -> list[str]:
+        raise AssertionError("not read in dispatch()")
+
+    async def read_changes(
+        self, feed_range: str, continuation: str | None, max_items: int
+    ) -> ChangePage:
+        raise AssertionError("not read in dispatch()")
+
+    async def mark_dispatched(self, document: dict[str, Any]) -> None:
+        return None
+
+
+def _outbox(order_id: str, written_at: int) -> dict[str, Any]:
+    record = new_write(order_id)
+    [outbox] = [d for d in record.documents if d.get("type") == OUTBOX_DOCUMENT_TYPE]
+    return {**outbox, "_ts": written_at}
+
+
+async def test_the_dispatcher_counts_publishes_failures_and_a_lag_that_grows_while_it_fails() -> (
+    None
+):
+    reader = InMemoryMetricReader()
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    now = [1_000.0]
+    telemetry = DispatcherTelemetry(
+        MeterProvider(metric_readers=[reader]), tracer_provider, clock=lambda: now[0]
+    )
+    events = FailingEvents(fail=True)
+    dispatcher = OutboxDispatcher(
+        MarkOnlyFeed(), events, FakeFencedDocuments(), telemetry=telemetry
+    )
+    batch = [_outbox("o-1", written_at=990)]
+
+    # Two failed attempts of the same batch, 10 s and 70 s after its write, then a success.
+    for at in (1_000.0, 1_060.0):
+        now[0] = at
+        with pytest.raises(TransientPublishError):
+            await dispatcher.dispatch(batch)
+    events.fail = False
+    now[0] = 1_100.0
+    assert await dispatcher.dispatch(batch) == 1
+
+    data = reader.get_metrics_data()
+    assert data is not None
+    metrics = {
+        metric.name: metric
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+    }
+
+    def total(name: str) -> int:
+        points = metrics[name].data.data_points
+        return sum(int(p.value) for p in points if isinstance(p, NumberDataPoint))
+
+    assert total("orders.dispatcher.failures") == 2
+    assert total("orders.dispatcher.published") == 1
+    (lag,) = metrics["orders.dispatcher.lag"].data.data_points
+    assert isinstance(lag, HistogramDataPoint)
+    assert lag.count == 3
+    assert (lag.min, lag.max) == (10.0, 110.0)
+    spans = exporter.get_finished_spans()
+    assert [s.name for s in spans] == ["orders.dispatcher.dispatch"] * 3
+    assert [s.status.status_code for s in spans][:2] == [StatusCode.ERROR, StatusCode.ERROR]
+    assert dict(spans[2].attributes or {})["orders.dispatcher.published"] == 1
+
+
+def test_a_document_without_a_server_timestamp_records_no_lag() -> None:
+    reader = InMemoryMetricReader()
+    telemetry = DispatcherTelemetry(MeterProvider(metric_readers=[reader]), clock=lambda: 5.0)
+    telemetry.attempting({"id": "x"})
+    telemetry.attempting({"id": "y", "_ts": True})
+    data = reader.get_metrics_data()
+    names = (
+        {m.name for r in data.resource_metrics for s in r.scope_metrics for m in s.metrics}
+        if data is not None
+        else set()
+    )
+    assert "orders.dispatcher.lag" not in names

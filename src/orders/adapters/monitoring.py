@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from orders.settings import Settings
+from orders.settings import MonitoringSettings, Settings
 
 logger = logging.getLogger("orders")
 
@@ -47,11 +47,13 @@ def _authentication(authentication_string: str | None) -> tuple[bool, str | None
     return pairs.get("authorization", "").upper() == "AAD", pairs.get("clientid") or None
 
 
-def configure_monitoring(settings: Settings) -> bool:
+def configure_monitoring(settings: Settings | MonitoringSettings) -> bool:
     """Configure azure-monitor-opentelemetry once per process; False when not configured."""
     global _state
     if _state is not None:
         return True
+    if isinstance(settings, Settings):
+        settings = settings.monitoring
     if not settings.appinsights_connection_string:
         return False
     from azure.monitor.opentelemetry import configure_azure_monitor

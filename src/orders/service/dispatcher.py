@@ -31,7 +31,7 @@ from orders.domain.events import (
 )
 from orders.domain.leases import DEFAULT_LEASE_SECONDS, lease_is_live
 from orders.exceptions import DocumentExistsError, LeaseLostError
-from orders.observability import log_value
+from orders.observability import DispatcherTelemetry, log_value
 from orders.service.ports import EventPublisher, FencedDocuments, OutboxFeed
 
 logger = logging.getLogger("orders.dispatcher")
@@ -74,6 +74,7 @@ class OutboxDispatcher:
         poll_seconds: float = DEFAULT_POLL_SECONDS,
         page_size: int = DEFAULT_PAGE_SIZE,
         after_publish: AfterPublish | None = None,
+        telemetry: DispatcherTelemetry | None = None,
     ) -> None:
         self._feed = feed
         self._publisher = publisher
@@ -83,6 +84,7 @@ class OutboxDispatcher:
         self._poll_seconds = poll_seconds
         self._page_size = page_size
         self._after_publish = after_publish
+        self._telemetry = telemetry or DispatcherTelemetry()
         self._owned: dict[str, _OwnedLease] = {}
         self.stats = DispatcherStats()
 
@@ -93,16 +95,25 @@ class OutboxDispatcher:
         batch is read again and what was published is published again, as a duplicate.
         """
         published = 0
-        for document in documents:
-            if not is_undispatched_outbox(document):
-                continue
-            event = event_of_outbox(document)
-            await self._publisher.publish_event(event, trace_context_of_outbox(document))
-            if self._after_publish is not None:
-                self._after_publish(event)
-            await self._feed.mark_dispatched(document)
-            published += 1
-        self.stats.published += published
+        with self._telemetry.batch_span(len(documents)) as span:
+            try:
+                for document in documents:
+                    if not is_undispatched_outbox(document):
+                        continue
+                    self._telemetry.attempting(document)
+                    event = event_of_outbox(document)
+                    await self._publisher.publish_event(event, trace_context_of_outbox(document))
+                    if self._after_publish is not None:
+                        self._after_publish(event)
+                    await self._feed.mark_dispatched(document)
+                    published += 1
+            except Exception as error:
+                self._telemetry.failed(span, error)
+                raise
+            finally:
+                # What was published and marked before a failure counts: it will not be again.
+                self._telemetry.published(span, published)
+                self.stats.published += published
         return published
 
     async def run(self, stop: asyncio.Event) -> DispatcherStats:
