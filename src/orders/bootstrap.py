@@ -113,25 +113,81 @@ StoreFactory = Callable[["ContainerProxy"], OrderStore]
 # --- Building blocks: each registers its cleanup before it can fail ---------------------------
 
 
-def _process_credential(stack: AsyncExitStack, settings: Settings) -> ProcessCredential:
-    """The process's one Entra ID credential; it is created on first use, closed with the stack."""
-    identity = ProcessCredential(settings)
-    stack.push_async_callback(identity.close)
-    return identity
+class ProcessClients:
+    """One credential, one Cosmos client and one Service Bus client, each made on first use,
+    shared by every runtime built over them, and closed once, by `close()`.
+
+    The SDKs want one client per process (each keeps a connection pool; the credential keeps
+    one token cache). Whoever makes a ProcessClients closes it: a runtime built without one
+    makes its own and closes it with itself; `orders serve` shares one between the API and the
+    console; the Functions host shares `shared_process_clients()` between all its runtimes.
+    """
+
+    def __init__(self, settings: Settings, **cosmos_client_options: Any) -> None:
+        self.settings = settings
+        self._cosmos_client_options = cosmos_client_options
+        self._identity: ProcessCredential | None = None
+        self._cosmos: CosmosClient | None = None
+        self._servicebus: ServiceBusClient | None = None
+        self._local_resources_ready = False
+        self._preparing = asyncio.Lock()
+
+    @property
+    def identity(self) -> ProcessCredential:
+        if self._identity is None:
+            self._identity = ProcessCredential(self.settings)
+        return self._identity
+
+    async def cosmos(self, create_local_resources: bool | None = None) -> CosmosClient:
+        """The Cosmos client; where wanted (by default: with emulator keys) the database and
+        containers are created first, once per process."""
+        if self._cosmos is None:
+            self._cosmos = create_cosmos_client(
+                self.settings, self.identity, **self._cosmos_client_options
+            )
+        if create_local_resources is None:
+            create_local_resources = self.settings.uses_emulator_keys
+        if create_local_resources and not self._local_resources_ready:
+            async with self._preparing:
+                if not self._local_resources_ready:
+                    await ensure_local_resources(self._cosmos, self.settings)
+                    self._local_resources_ready = True
+        return self._cosmos
+
+    def servicebus(self) -> ServiceBusClient:
+        if self._servicebus is None:
+            self._servicebus = create_servicebus_client(self.settings, self.identity)
+        return self._servicebus
+
+    async def close(self) -> None:
+        """The clients, then the credential they use (the SDK clients do not close it)."""
+        servicebus, self._servicebus = self._servicebus, None
+        cosmos, self._cosmos = self._cosmos, None
+        identity, self._identity = self._identity, None
+        self._local_resources_ready = False
+        if servicebus is not None:
+            await servicebus.close()
+        if cosmos is not None:
+            await cosmos.close()
+        if identity is not None:
+            await identity.close()
 
 
-async def _cosmos_client(
+def _clients(
     stack: AsyncExitStack,
     settings: Settings,
-    identity: ProcessCredential,
-    create_local_resources: bool | None,
-    **client_options: Any,
-) -> CosmosClient:
-    client = create_cosmos_client(settings, identity, **client_options)
-    stack.push_async_callback(client.close)
-    if settings.uses_emulator_keys if create_local_resources is None else create_local_resources:
-        await ensure_local_resources(client, settings)
-    return client
+    clients: ProcessClients | None,
+    **cosmos_client_options: Any,
+) -> ProcessClients:
+    """`clients` when given (its owner closes it); else clients of the runtime's own, closed
+    last with `stack` (registered first, before anything that uses them)."""
+    if clients is not None:
+        if cosmos_client_options:
+            raise ValueError("Cosmos client options go to the shared ProcessClients")
+        return clients
+    own = ProcessClients(settings, **cosmos_client_options)
+    stack.push_async_callback(own.close)
+    return own
 
 
 # --- Runtimes ---------------------------------------------------------------------------------
@@ -154,15 +210,14 @@ async def build_consumer_runtime(
     telemetry: ConsumerTelemetry | None = None,
     create_local_resources: bool | None = None,
     store_factory: StoreFactory | None = None,
+    clients: ProcessClients | None = None,
     **cosmos_client_options: Any,
 ) -> ConsumerRuntime:
     """The consumer over Cosmos; with emulator keys the containers are created too."""
     configure_monitoring(settings)
     async with AsyncExitStack() as stack:
-        identity = _process_credential(stack, settings)
-        client = await _cosmos_client(
-            stack, settings, identity, create_local_resources, **cosmos_client_options
-        )
+        shared = _clients(stack, settings, clients, **cosmos_client_options)
+        client = await shared.cosmos(create_local_resources)
         make_store = store_factory or CosmosOrderStore
         consumer = OrderConsumer(make_store(orders_container(client, settings)), telemetry)
         return ConsumerRuntime(consumer, stack.pop_all())
@@ -190,6 +245,7 @@ async def build_http_runtime(
     status_publisher: StatusPublisher | None = None,
     lease_seconds: float = DEFAULT_LEASE_SECONDS,
     create_local_resources: bool | None = None,
+    clients: ProcessClients | None = None,
     **cosmos_client_options: Any,
 ) -> HttpRuntime:
     """The HTTP API over Cosmos (idempotency records, order reads) and a Service Bus sender."""
@@ -197,14 +253,11 @@ async def build_http_runtime(
         settings.require_servicebus()
     configure_monitoring(settings)
     async with AsyncExitStack() as stack:
-        identity = _process_credential(stack, settings)
-        client = await _cosmos_client(
-            stack, settings, identity, create_local_resources, **cosmos_client_options
-        )
+        shared = _clients(stack, settings, clients, **cosmos_client_options)
+        client = await shared.cosmos(create_local_resources)
         status: StatusPublisher | None = status_publisher
         if publisher is None or status is None:
-            servicebus = create_servicebus_client(settings, identity)
-            stack.push_async_callback(servicebus.close)
+            servicebus = shared.servicebus()
             if publisher is None:
                 sender = ServiceBusOrderPublisher(servicebus, settings.orders_queue)
                 stack.push_async_callback(sender.close)
@@ -242,8 +295,9 @@ def unclaimed_owner(settings: Settings) -> str | None:
 
 
 async def http_runtime_from_env() -> HttpRuntime:
-    """The HTTP API's runtime from app settings (Functions host, `orders serve`)."""
-    return await build_http_runtime(Settings.from_env())
+    """The HTTP API's runtime from app settings (the Functions host)."""
+    clients = shared_process_clients()
+    return await build_http_runtime(clients.settings, clients=clients)
 
 
 @dataclass
@@ -265,9 +319,9 @@ async def build_operator_tools(
     """`dead_letter_source` defaults to the orders queue."""
     settings.require_servicebus()
     async with AsyncExitStack() as stack:
-        identity = _process_credential(stack, settings)
-        cosmos = await _cosmos_client(stack, settings, identity, create_local_resources=False)
-        servicebus = await stack.enter_async_context(create_servicebus_client(settings, identity))
+        clients = _clients(stack, settings, None)
+        cosmos = await clients.cosmos(create_local_resources=False)
+        servicebus = clients.servicebus()
         return OperatorTools(
             ServiceBusDeadLetters(
                 servicebus, dead_letter_source or Source(queue=settings.orders_queue)
@@ -291,14 +345,16 @@ class ConsoleRuntime:
         await self.resources.aclose()
 
 
-async def build_console_runtime(settings: Settings) -> ConsoleRuntime:
+async def build_console_runtime(
+    settings: Settings, *, clients: ProcessClients | None = None
+) -> ConsoleRuntime:
     """The console over one Service Bus client (peeks, the dead-letter tools), the orders
     container, and the workers' journals where a folder of them is configured (locally)."""
     settings.require_servicebus()
     async with AsyncExitStack() as stack:
-        identity = _process_credential(stack, settings)
-        cosmos = await _cosmos_client(stack, settings, identity, create_local_resources=False)
-        servicebus = await stack.enter_async_context(create_servicebus_client(settings, identity))
+        shared = _clients(stack, settings, clients)
+        cosmos = await shared.cosmos(create_local_resources=False)
+        servicebus = shared.servicebus()
         sources = [Source(queue=settings.orders_queue), Source(queue=settings.status_queue)] + [
             Source(topic=topic, subscription=subscription)
             for topic, subscription in settings.console_subscriptions
@@ -325,7 +381,8 @@ async def build_console_runtime(settings: Settings) -> ConsoleRuntime:
 
 
 async def console_runtime_from_env() -> ConsoleRuntime:
-    return await build_console_runtime(Settings.from_env())
+    clients = shared_process_clients()
+    return await build_console_runtime(clients.settings, clients=clients)
 
 
 # --- Lazily built runtimes (the two the Functions host runs) ----------------------------------
@@ -382,8 +439,25 @@ def configure_function_monitoring(env: Mapping[str, str] | None = None) -> bool:
         return False
 
 
+_shared_clients: ProcessClients | None = None
+
+
+def shared_process_clients() -> ProcessClients:
+    """The clients every runtime built from app settings shares: the Functions host builds up to
+    seven in one process (the order consumer, three subscribers, the dispatcher, the HTTP API
+    and the console), on one credential, one Cosmos client and one Service Bus client. They
+    live as long as the process (the host gives no shutdown hook); settings that changed since
+    (tests) get clients of their own."""
+    global _shared_clients
+    settings = Settings.from_env()
+    if _shared_clients is None or _shared_clients.settings != settings:
+        _shared_clients = ProcessClients(settings)
+    return _shared_clients
+
+
 async def _consumer_from_env() -> ConsumerRuntime:
-    return await build_consumer_runtime(Settings.from_env())
+    clients = shared_process_clients()
+    return await build_consumer_runtime(clients.settings, clients=clients)
 
 
 # One consumer per Functions worker process. The host gives no shutdown hook, so it lives as
@@ -409,13 +483,15 @@ async def process_function_message(
 
 def _subscriber_from_env(subscriber: Subscriber) -> Callable[[], Awaitable[SubscriberRuntime]]:
     async def build() -> SubscriberRuntime:
-        return await build_subscriber_runtime(Settings.from_env(), subscriber)
+        clients = shared_process_clients()
+        return await build_subscriber_runtime(clients.settings, subscriber, clients=clients)
 
     return build
 
 
 async def _dispatcher_from_env() -> DispatcherRuntime:
-    return await build_dispatcher_runtime(Settings.from_env())
+    clients = shared_process_clients()
+    return await build_dispatcher_runtime(clients.settings, clients=clients)
 
 
 function_subscriber_runtimes: dict[Subscriber, Lazy[SubscriberRuntime]] = {
@@ -464,12 +540,11 @@ async def run_worker(
     settings.require_servicebus()
     configure_monitoring(settings)
     async with AsyncExitStack() as stack:
-        identity = _process_credential(stack, settings)
-        cosmos = await _cosmos_client(stack, settings, identity, None)
+        clients = _clients(stack, settings, None)
+        cosmos = await clients.cosmos()
         make_store = store_factory or CosmosOrderStore
         consumer = OrderConsumer(make_store(orders_container(cosmos, settings)))
-        servicebus = create_servicebus_client(settings, identity)
-        await stack.enter_async_context(servicebus)
+        servicebus = clients.servicebus()
         return await run_worker_on(
             servicebus, Source(queue=settings.orders_queue), consumer, options, stop, after_decision
         )
@@ -489,42 +564,31 @@ class SubscriberRuntime:
 
 async def _subscriber(
     stack: AsyncExitStack,
-    settings: Settings,
-    identity: ProcessCredential,
+    clients: ProcessClients,
     subscriber: Subscriber,
-    servicebus: ServiceBusClient,
     create_local_resources: bool | None = None,
     after_charge: AfterCharge | None = None,
     after_refund: AfterRefund | None = None,
 ) -> tuple[Source, MessageHandler]:
-    """The consumer's source and core, under its spans and `orders.<consumer>.*` counters;
-    `servicebus` is the process's client (for statuses)."""
+    """The consumer's source and core, under its spans and `orders.<consumer>.*` counters."""
     source, core = await _subscriber_core(
-        stack,
-        settings,
-        identity,
-        subscriber,
-        servicebus,
-        create_local_resources,
-        after_charge,
-        after_refund,
+        stack, clients, subscriber, create_local_resources, after_charge, after_refund
     )
     return source, InstrumentedHandler(core, SubscriberTelemetry(subscriber.value))
 
 
 async def _subscriber_core(
     stack: AsyncExitStack,
-    settings: Settings,
-    identity: ProcessCredential,
+    clients: ProcessClients,
     subscriber: Subscriber,
-    servicebus: ServiceBusClient,
     create_local_resources: bool | None,
     after_charge: AfterCharge | None,
     after_refund: AfterRefund | None,
 ) -> tuple[Source, MessageHandler]:
-    cosmos = await _cosmos_client(stack, settings, identity, create_local_resources)
+    settings = clients.settings
+    cosmos = await clients.cosmos(create_local_resources)
     status = ServiceBusStatusPublisher(
-        servicebus, settings.status_queue, sessions=settings.status_sessions
+        clients.servicebus(), settings.status_queue, sessions=settings.status_sessions
     )
     stack.push_async_callback(status.close)
     topic = settings.order_events_topic
@@ -552,15 +616,16 @@ async def _subscriber_core(
 
 
 async def build_subscriber_runtime(
-    settings: Settings, subscriber: Subscriber, *, create_local_resources: bool | None = None
+    settings: Settings,
+    subscriber: Subscriber,
+    *,
+    create_local_resources: bool | None = None,
+    clients: ProcessClients | None = None,
 ) -> SubscriberRuntime:
     configure_monitoring(settings)
     async with AsyncExitStack() as stack:
-        identity = _process_credential(stack, settings)
-        servicebus = await stack.enter_async_context(create_servicebus_client(settings, identity))
-        source, handler = await _subscriber(
-            stack, settings, identity, subscriber, servicebus, create_local_resources
-        )
+        shared = _clients(stack, settings, clients)
+        source, handler = await _subscriber(stack, shared, subscriber, create_local_resources)
         return SubscriberRuntime(source, handler, stack.pop_all())
 
 
@@ -579,16 +644,10 @@ async def run_subscriber(
     settings.require_servicebus()
     configure_monitoring(settings)
     async with AsyncExitStack() as stack:
-        identity = _process_credential(stack, settings)
-        servicebus = await stack.enter_async_context(create_servicebus_client(settings, identity))
+        clients = _clients(stack, settings, None)
+        servicebus = clients.servicebus()
         source, handler = await _subscriber(
-            stack,
-            settings,
-            identity,
-            subscriber,
-            servicebus,
-            after_charge=after_charge,
-            after_refund=after_refund,
+            stack, clients, subscriber, after_charge=after_charge, after_refund=after_refund
         )
         if subscriber is Subscriber.STATUS and settings.status_sessions:
             return await run_session_worker_on(
@@ -613,15 +672,15 @@ async def build_dispatcher_runtime(
     poll_seconds: float = DEFAULT_POLL_SECONDS,
     lease_seconds: float = DEFAULT_LEASE_SECONDS,
     create_local_resources: bool | None = None,
+    clients: ProcessClients | None = None,
 ) -> DispatcherRuntime:
     """The outbox dispatcher over the orders container's change feed and the events topic."""
     settings.require_servicebus()
     configure_monitoring(settings)
     async with AsyncExitStack() as stack:
-        identity = _process_credential(stack, settings)
-        cosmos = await _cosmos_client(stack, settings, identity, create_local_resources)
-        servicebus = await stack.enter_async_context(create_servicebus_client(settings, identity))
-        publisher = ServiceBusEventPublisher(servicebus, settings.order_events_topic)
+        shared = _clients(stack, settings, clients)
+        cosmos = await shared.cosmos(create_local_resources)
+        publisher = ServiceBusEventPublisher(shared.servicebus(), settings.order_events_topic)
         stack.push_async_callback(publisher.close)
         dispatcher = OutboxDispatcher(
             CosmosOutboxFeed(orders_container(cosmos, settings)),
@@ -671,8 +730,7 @@ async def send_load(
     on_sent: Callable[[int], None] = lambda count: None,
 ) -> LoadResult:
     async with AsyncExitStack() as stack:
-        identity = _process_credential(stack, settings)
-        client = await stack.enter_async_context(create_servicebus_client(settings, identity))
+        client = _clients(stack, settings, None).servicebus()
         sender = await stack.enter_async_context(
             ServiceBusLoadSender(
                 client,
@@ -691,10 +749,11 @@ async def send_cancels(
 ) -> CancelResults:
     """These planned cancels, each at its point, through the core of the API's cancel route
     (the stack's shared caller scope, as an API caller without a principal has)."""
-    runtime = await build_http_runtime(settings)
-    try:
-        identity = _process_credential(runtime.resources, settings)
-        cosmos = await _cosmos_client(runtime.resources, settings, identity, False)
+    async with AsyncExitStack() as stack:
+        clients = _clients(stack, settings, None)
+        runtime = await build_http_runtime(settings, clients=clients)
+        stack.push_async_callback(runtime.close)
+        cosmos = await clients.cosmos()
         probe = StoreProbe(
             CosmosFencedDocuments(orders_container(cosmos, settings)),
             CosmosFencedDocuments(inbox_container(cosmos, settings)),
@@ -719,8 +778,6 @@ async def send_cancels(
             return CancelAnswer.CANCELLED
 
         return await run_cancels(tuple(cancels), cancel, probe)
-    finally:
-        await runtime.close()
 
 
 def _load_cancel_response(order_id: str) -> StoredResponse:
@@ -739,9 +796,9 @@ async def verify_run(
     both billing and shipping, the saga's invariants (GET's status too when `fanout` names the
     status consumer)."""
     async with AsyncExitStack() as stack:
-        identity = _process_credential(stack, settings)
-        cosmos = await _cosmos_client(stack, settings, identity, create_local_resources=False)
-        bus = await stack.enter_async_context(create_servicebus_client(settings, identity))
+        clients = _clients(stack, settings, None)
+        cosmos = await clients.cosmos(create_local_resources=False)
+        bus = clients.servicebus()
         documents = await documents_of_run(orders_container(cosmos, settings), plan.run_id)
         dead_letters = await peek_dead_letters(bus, settings.orders_queue)
         report = audit(plan, documents, dead_letters)

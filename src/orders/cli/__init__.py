@@ -440,7 +440,7 @@ def serve(
     """Serve the HTTP API (POST/GET /api/orders, /api/docs) with uvicorn."""
     import uvicorn
 
-    from orders.bootstrap import build_console_runtime, build_http_runtime
+    from orders.bootstrap import ProcessClients, build_console_runtime, build_http_runtime
     from orders.entrypoints.http_api import create_app
     from orders.entrypoints.http_hosts import AllowedHosts
 
@@ -452,11 +452,16 @@ def serve(
     except ValueError as exc:
         err.print(f"[red]ORDERS_ALLOWED_HOSTS / --allow-host: {exc}[/red]")
         raise typer.Exit(2) from exc
+    # The API and the console share the process's clients (made in uvicorn's loop, on use).
+    clients = ProcessClients(settings)
     uvicorn.run(
         create_app(
-            lambda: build_http_runtime(settings),
-            console_factory=(lambda: build_console_runtime(settings)) if with_console else None,
+            lambda: build_http_runtime(settings, clients=clients),
+            console_factory=(
+                (lambda: build_console_runtime(settings, clients=clients)) if with_console else None
+            ),
             allowed_hosts=allowed,
+            shared_clients=clients,
         ),
         host=host,
         port=port,

@@ -18,7 +18,13 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
 from orders import __version__
-from orders.bootstrap import HttpRuntime, Lazy, console_runtime_from_env, http_runtime_from_env
+from orders.bootstrap import (
+    HttpRuntime,
+    Lazy,
+    Runtime,
+    console_runtime_from_env,
+    http_runtime_from_env,
+)
 from orders.domain.idempotency import StoredResponse, validate_idempotency_key
 from orders.domain.messages import MAX_BODY_BYTES, parse_order
 from orders.domain.model import is_entity_id
@@ -90,8 +96,10 @@ def create_app(
     meter_provider: MeterProvider | None = None,
     console_factory: ConsoleFactory | None = None,
     allowed_hosts: AllowedHosts | None = None,
+    shared_clients: Runtime | None = None,
 ) -> FastAPI:
     """The ASGI app; `runtime_factory` defaults to building real clients from the environment.
+    `shared_clients`, which the factories' runtimes share, close after them at shutdown.
 
     The operations console (/console) is served with `console_factory`; the Functions host
     (no arguments) serves it only when ORDERS_CONSOLE_ENABLED is "true". With `allowed_hosts`
@@ -110,6 +118,8 @@ def create_app(
         await runtime.close()
         if console_runtime is not None:
             await console_runtime.close()
+        if shared_clients is not None:
+            await shared_clients.close()
 
     app = documented_app(
         title=TITLE, version=__version__, description=DESCRIPTION, lifespan=lifespan
