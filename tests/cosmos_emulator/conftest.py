@@ -141,5 +141,3 @@ def vercel_url() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
-        assert proc.stdout is not None
-        proc.stdout.close()
