@@ -1,6 +1,7 @@
 """The layering is enforced, not hoped for: `lint-imports` (run by `make lint`) passes on the
-code as it is and fails the moment a lower layer imports a higher one, the domain an SDK, or two
-modules import each other (even only for the type checker)."""
+code as it is and fails the moment a lower layer imports a higher one, the domain an SDK, two
+modules import each other (even only for the type checker), or the `exactly_once` core imports
+the app (or anything of ours but the app imports the core)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def test_the_code_keeps_every_contract(tmp_path: Path) -> None:
     result = lint_imports(copy_of_src(tmp_path))
 
     assert result.returncode == 0, result.stdout
-    assert "5 kept, 0 broken" in result.stdout
+    assert "7 kept, 0 broken" in result.stdout
 
 
 TYPE_CHECKING_IMPORT = "import typing\nif typing.TYPE_CHECKING:\n    import {}"
@@ -57,6 +58,8 @@ VIOLATIONS = {
         TYPE_CHECKING_IMPORT.format("orders.service.verify"),
         "No import cycles",
     ),
+    "exactly_once/orchestrator.py": ("import orders.domain.model", "core never imports the app"),
+    "servicebus_emulator/config.py": ("import exactly_once.records", "only the app imports"),
 }
 
 
@@ -69,7 +72,7 @@ def test_each_kind_of_violation_breaks_its_contract(tmp_path: Path) -> None:
     result = lint_imports(source_root)
 
     assert result.returncode != 0
-    assert "0 kept, 5 broken" in result.stdout
+    assert "0 kept, 7 broken" in result.stdout
     report = result.stdout.split("Broken contracts")[-1]
     for module, (violation, contract) in VIOLATIONS.items():
         assert contract in report, (module, violation)
@@ -95,3 +98,40 @@ def test_a_cycle_through_a_type_checking_import_breaks_the_acyclic_contract(
 
     assert result.returncode != 0
     assert "No import cycles" in result.stdout.split("Broken contracts")[-1]
+
+
+@pytest.mark.parametrize(
+    ("module", "violation"),
+    [
+        ("exactly_once/cosmos.py", "import orders.settings"),
+        ("exactly_once/records.py", TYPE_CHECKING_IMPORT.format("orders.domain.model")),
+        ("exactly_once/servicebus.py", "import servicebus_emulator"),
+        ("exactly_once/decisions.py", "import cosmos_emulator"),
+        ("exactly_once/telemetry.py", "import payments_standin"),
+        ("cosmos_emulator/ids.py", "import exactly_once"),
+        ("payments_standin/store.py", "import exactly_once.cosmos"),
+    ],
+)
+def test_the_core_and_the_app_are_kept_apart_one_way(
+    tmp_path: Path, module: str, violation: str
+) -> None:
+    source_root = copy_of_src(tmp_path)
+    target = source_root / module
+    target.write_text(target.read_text() + f"\n{violation}  # injected by the test\n")
+
+    result = lint_imports(source_root)
+
+    assert result.returncode != 0
+    assert "exactly_once" in result.stdout.split("Broken contracts")[-1]
+    assert "6 kept, 1 broken" in result.stdout
+
+
+def test_the_app_may_import_the_core(tmp_path: Path) -> None:
+    source_root = copy_of_src(tmp_path)
+    target = source_root / "orders/service/consumer.py"
+    target.write_text(target.read_text() + "\nimport exactly_once  # injected by the test\n")
+
+    result = lint_imports(source_root)
+
+    assert result.returncode == 0, result.stdout
+    assert "7 kept, 0 broken" in result.stdout

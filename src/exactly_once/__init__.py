@@ -1,0 +1,81 @@
+"""exactly_once: exactly-once effects for Azure Service Bus consumers, on Cosmos DB.
+
+The broker delivers at least once; this package makes the effect of each message happen once.
+See README.md in this folder for the guide.
+"""
+
+from exactly_once.cosmos import CosmosStore
+from exactly_once.decisions import DeadLetterReason, Decision, Outcome, Settlement
+from exactly_once.exceptions import (
+    DocumentExistsError,
+    ExactlyOnceError,
+    InProgressElsewhereError,
+    PayloadMismatchError,
+    PreviouslyFailedError,
+    RecordChangedError,
+    RecordExistsError,
+    Refused,
+    Rejected,
+    StoreError,
+    TransientStoreError,
+)
+from exactly_once.orchestrator import Effects, TwoPhaseResult
+from exactly_once.ports import DocumentStore, RecordStore, Store
+from exactly_once.records import (
+    JsonObject,
+    JsonValue,
+    Record,
+    RecordRead,
+    RecordStatus,
+    Stamp,
+    StoredDocument,
+    fingerprint,
+)
+from exactly_once.servicebus import (
+    ExactlyOnceConsumer,
+    MessageActionsSettler,
+    ReceiverSettler,
+    Settler,
+    exactly_once,
+    settle,
+)
+from exactly_once.telemetry import Telemetry
+
+__all__ = [
+    "CosmosStore",
+    "DeadLetterReason",
+    "Decision",
+    "DocumentExistsError",
+    "DocumentStore",
+    "Effects",
+    "ExactlyOnceConsumer",
+    "ExactlyOnceError",
+    "InProgressElsewhereError",
+    "JsonObject",
+    "JsonValue",
+    "MessageActionsSettler",
+    "Outcome",
+    "PayloadMismatchError",
+    "PreviouslyFailedError",
+    "ReceiverSettler",
+    "Record",
+    "RecordChangedError",
+    "RecordExistsError",
+    "RecordRead",
+    "RecordStatus",
+    "RecordStore",
+    "Refused",
+    "Rejected",
+    "Settlement",
+    "Settler",
+    "Stamp",
+    "Store",
+    "StoreError",
+    "StoredDocument",
+    "Telemetry",
+    "TransientStoreError",
+    "TwoPhaseResult",
+    "exactly_once",
+    "fingerprint",
+    "settle",
+]
