@@ -22,6 +22,8 @@ from exactly_once.exceptions import (
 from exactly_once.orchestrator import Effects, TwoPhaseResult
 from exactly_once.ports import DocumentStore, RecordStore, Store
 from exactly_once.records import (
+    JsonInput,
+    JsonMapping,
     JsonObject,
     JsonValue,
     Record,
@@ -51,6 +53,8 @@ __all__ = [
     "ExactlyOnceConsumer",
     "ExactlyOnceError",
     "InProgressElsewhereError",
+    "JsonInput",
+    "JsonMapping",
     "JsonObject",
     "JsonValue",
     "MessageActionsSettler",

@@ -29,8 +29,9 @@ from exactly_once.exceptions import (
     TransientStoreError,
 )
 from exactly_once.records import (
+    JsonInput,
+    JsonMapping,
     JsonObject,
-    JsonValue,
     Record,
     RecordRead,
     RecordStatus,
@@ -100,7 +101,7 @@ class CosmosStore:
         return self._record(await self._replace_if_match(self._record_document(taken), existing))
 
     async def complete(
-        self, owned: Record, result: JsonValue, status: RecordStatus = RecordStatus.COMPLETED
+        self, owned: Record, result: JsonInput, status: RecordStatus = RecordStatus.COMPLETED
     ) -> Record:
         done = self._record_document(owned) | {"status": status.value, "result": result}
         return self._record(await self._replace_if_match(done, owned))
@@ -118,7 +119,7 @@ class CosmosStore:
 
     # --- DocumentStore ----------------------------------------------------------------------
 
-    async def create_all(self, partition: str, documents: Sequence[JsonObject]) -> None:
+    async def create_all(self, partition: str, documents: Sequence[JsonMapping]) -> None:
         operations: list[tuple[str, tuple[Any, ...]]] = [
             ("create", ({**document, self._pk: partition},)) for document in documents
         ]
@@ -141,7 +142,7 @@ class CosmosStore:
                 return None
         return StoredDocument(body=_user_fields(stored), etag=str(stored["_etag"]))
 
-    async def replace(self, document: JsonObject, partition: str, *, etag: str) -> None:
+    async def replace(self, document: JsonMapping, partition: str, *, etag: str) -> None:
         await self._replace_if_match({**document, self._pk: partition}, etag)
 
     # --- the one If-Match write, and the record's document shape ----------------------------

@@ -21,7 +21,7 @@ import hashlib
 import json
 import math
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 from fastapi import HTTPException, Request
 from fastapi.responses import JSONResponse
@@ -30,7 +30,7 @@ from exactly_once.exceptions import RecordChangedError, RecordExistsError
 from exactly_once.ports import RecordStore
 from exactly_once.records import (
     DEFAULT_LEASE_SECONDS,
-    JsonValue,
+    JsonInput,
     Record,
     RecordStatus,
     body_fingerprint,
@@ -57,13 +57,12 @@ class KeyClaim:
         self.completed = False
 
     async def complete(
-        self, status_code: int, body: JsonValue, headers: dict[str, str] | None = None
+        self, status_code: int, body: JsonInput, headers: Mapping[str, str] | None = None
     ) -> JSONResponse:
         """Record the response (replayed to every retry) and return it."""
         if self._owned is None:
             raise RuntimeError("a replayed request has nothing to complete")
-        header_values: dict[str, JsonValue] = dict(headers or {})
-        stored: JsonValue = {"statusCode": status_code, "body": body, "headers": header_values}
+        stored: JsonInput = {"statusCode": status_code, "body": body, "headers": headers or {}}
         await self._store.complete(self._owned, stored)
         self.completed = True
         return _response(stored)
@@ -159,12 +158,14 @@ def validate_key(value: str | None) -> str:
     return value
 
 
-def _response(stored: JsonValue) -> JSONResponse:
-    if not isinstance(stored, dict):
+def _response(stored: JsonInput) -> JSONResponse:
+    if not isinstance(stored, Mapping):
         raise ValueError("the record holds no response")
     status, body, headers = stored.get("statusCode"), stored.get("body"), stored.get("headers")
     return JSONResponse(
         content=body,
         status_code=int(status) if isinstance(status, int) else 200,
-        headers={str(k): str(v) for k, v in headers.items()} if isinstance(headers, dict) else None,
+        headers={str(k): str(v) for k, v in headers.items()}
+        if isinstance(headers, Mapping)
+        else None,
     )

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from exactly_once.decisions import Outcome
@@ -34,8 +34,9 @@ from exactly_once.exceptions import (
 from exactly_once.ports import DocumentStore, RecordStore
 from exactly_once.records import (
     DEFAULT_LEASE_SECONDS,
+    JsonInput,
+    JsonMapping,
     JsonObject,
-    JsonValue,
     Record,
     RecordStatus,
     lease_is_live,
@@ -55,9 +56,9 @@ _FORBIDDEN_ID_CHARACTERS = frozenset("/\\?#")
 _MAX_ID_LENGTH = 255
 
 # An external call: given the downstream key, returns what to record (JSON).
-DownstreamCall = Callable[[str], Awaitable[JsonValue]]
+DownstreamCall = Callable[[str], Awaitable[JsonInput]]
 # A versioned update: the stored document (None when there is none) -> the new document.
-VersionedChange = Callable[[JsonObject | None], JsonObject]
+VersionedChange = Callable[[JsonObject | None], JsonMapping]
 
 
 def safe_id(text: str) -> str:
@@ -74,7 +75,7 @@ class TwoPhaseResult:
     downstream answered (the recorded answer, for a duplicate)."""
 
     outcome: Outcome
-    result: JsonValue
+    result: JsonInput
 
 
 class Effects:
@@ -109,8 +110,8 @@ class Effects:
     async def create_entity(
         self,
         partition: str,
-        entity: JsonObject,
-        *others: JsonObject,
+        entity: JsonMapping,
+        *others: JsonMapping,
         hash_field: str = "requestHash",
     ) -> Outcome:
         """Create `entity` (stamped with the request hash in `hash_field`) and `others` in one
@@ -132,14 +133,14 @@ class Effects:
 
     # --- (2) an inbox record in the effect's batch --------------------------------------------
 
-    async def inbox(self, partition: str, documents: list[JsonObject]) -> Outcome:
+    async def inbox(self, partition: str, documents: Sequence[JsonMapping]) -> Outcome:
         """Create this consumer's inbox record for the message and `documents` in one batch:
         `PROCESSED`; or find the record with the same hash: `DUPLICATE`.
 
         Raises `PayloadMismatchError` when the record holds another hash, `DocumentExistsError`
         when one of `documents` exists without the record."""
         record_id = safe_id(f"inbox:{self.consumer}:{self.message_id}")
-        marker: JsonObject = {
+        marker: JsonMapping = {
             "id": record_id,
             "type": INBOX_TYPE,
             "consumer": self.consumer,
@@ -186,7 +187,7 @@ class Effects:
         try:
             result = await call(owned.downstream_key)
         except Refused as refused:
-            why: JsonValue = {"reason": refused.reason, "description": refused.description}
+            why: JsonInput = {"reason": refused.reason, "description": refused.description}
             await self._finish(owned, why, RecordStatus.FAILED)
             raise
         except BaseException:
@@ -246,7 +247,7 @@ class Effects:
                 existing, now_ms = found.record, found.database_now_ms
         raise InProgressElsewhereError(existing, lease_seconds_left(existing, now_ms))
 
-    async def _finish(self, owned: Record, result: JsonValue, status: RecordStatus) -> None:
+    async def _finish(self, owned: Record, result: JsonInput, status: RecordStatus) -> None:
         try:
             await self._records.complete(owned, result, status)
         except RecordChangedError:
@@ -295,7 +296,7 @@ class Effects:
                 continue  # another version landed first: compare against it
         raise RecordChangedError(f"{document_id!r} kept changing; {MAX_RACES} writes lost")
 
-    def _duplicate_or_mismatch(self, key: str, stored_hash: JsonValue) -> Outcome:
+    def _duplicate_or_mismatch(self, key: str, stored_hash: object) -> Outcome:
         if stored_hash == self.request_hash:
             return Outcome.DUPLICATE
         raise PayloadMismatchError(key, str(stored_hash), self.request_hash)

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from exactly_once.records import (
-    JsonObject,
-    JsonValue,
+    JsonInput,
+    JsonMapping,
     Record,
     RecordRead,
     RecordStatus,
@@ -42,7 +42,7 @@ class RecordStore(Protocol):
         ...
 
     async def complete(
-        self, owned: Record, result: JsonValue, status: RecordStatus = RecordStatus.COMPLETED
+        self, owned: Record, result: JsonInput, status: RecordStatus = RecordStatus.COMPLETED
     ) -> Record:
         """Mark the owned record done (or failed) with `result`, If-Match its stamp.
 
@@ -58,7 +58,7 @@ class RecordStore(Protocol):
 class DocumentStore(Protocol):
     """An effect's documents, in the same partitions as the records that guard them."""
 
-    async def create_all(self, partition: str, documents: Sequence[JsonObject]) -> None:
+    async def create_all(self, partition: str, documents: Sequence[JsonMapping]) -> None:
         """Create every document in one transactional batch: all or nothing.
 
         Raises `DocumentExistsError` naming the first one that exists (nothing written)."""
@@ -68,7 +68,7 @@ class DocumentStore(Protocol):
         """One document with its ETag, or None (a point read)."""
         ...
 
-    async def replace(self, document: JsonObject, partition: str, *, etag: str) -> None:
+    async def replace(self, document: JsonMapping, partition: str, *, etag: str) -> None:
         """Replace the document If-Match `etag`; `RecordChangedError` when it moved or is gone."""
         ...
 

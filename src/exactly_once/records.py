@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
 # JSON as the store keeps it: what a result, a document or a request fingerprint may hold.
 JsonValue = str | int | float | bool | None | list["JsonValue"] | dict[str, "JsonValue"]
 JsonObject = dict[str, JsonValue]
+# JSON as a caller may hand it in: read-only and covariant, so that `{"id": "a"}` (a
+# `dict[str, str]` to a type checker) or a tuple of them is accepted where JSON is.
+JsonInput = str | int | float | bool | None | Sequence["JsonInput"] | Mapping[str, "JsonInput"]
+JsonMapping = Mapping[str, JsonInput]
 
 # How long a claim outlives its owner's last write when nothing says otherwise: long enough for
 # an external call through an SDK's own retries; a crashed owner blocks its work this long.

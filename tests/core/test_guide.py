@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
@@ -28,7 +31,8 @@ from servers import CosmosServer
 from exactly_once import Decision, Outcome, Settlement
 from servicebus_emulator import RunningEmulator
 
-GUIDE = Path(__file__).resolve().parents[2] / "src" / "exactly_once" / "README.md"
+REPO = Path(__file__).resolve().parents[2]
+GUIDE = REPO / "src" / "exactly_once" / "README.md"
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 T = TypeVar("T")
 
@@ -42,6 +46,25 @@ def test_the_guide_has_the_blocks_this_test_runs() -> None:
     assert len(blocks) >= 5
     assert any("service_bus_queue_trigger" in block for block in blocks)
     assert any("@exactly_once(" in block for block in blocks)
+
+
+@pytest.mark.slow
+def test_the_guide_type_checks_as_strictly_as_our_code(tmp_path: Path) -> None:
+    """A reader's copy passes `mypy --strict` (the project's settings): the guide's JSON
+    literals, callbacks and decorators fit the core's signatures as written."""
+    copy = tmp_path / "guide.py"
+    copy.write_text("\n\n".join(guide_blocks()))
+
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("mypy")), "--no-incremental", str(copy)],
+        cwd=REPO,
+        env={**os.environ, "MYPYPATH": str(REPO / "src")},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert result.returncode == 0, result.stdout
 
 
 @pytest.fixture
