@@ -4,6 +4,7 @@ The broker delivers at least once; this package makes the effect of each message
 See README.md in this folder for the guide.
 """
 
+from exactly_once.claims import Claims
 from exactly_once.cosmos import CosmosStore
 from exactly_once.decisions import DeadLetterReason, Decision, Outcome, Settlement
 from exactly_once.exceptions import (
@@ -44,6 +45,7 @@ from exactly_once.servicebus import (
 from exactly_once.telemetry import Telemetry
 
 __all__ = [
+    "Claims",
     "CosmosStore",
     "DeadLetterReason",
     "Decision",

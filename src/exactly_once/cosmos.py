@@ -174,6 +174,7 @@ class CosmosStore:
             "attempts": record.attempts,
             "downstreamKey": record.downstream_key,
             "result": record.result,
+            "data": record.data,
         }
         if record.expires_after_seconds is not None:
             # Per-item TTL: takes effect where the container has a default TTL (-1 will do).
@@ -194,6 +195,7 @@ class CosmosStore:
             attempts=int(document["attempts"]),
             downstream_key=document.get("downstreamKey"),
             result=document.get("result"),
+            data=document.get("data"),
             expires_after_seconds=int(ttl) if ttl is not None else None,
             stamp=Stamp(etag=str(document["_etag"]), written_at_s=int(document["_ts"])),
         )

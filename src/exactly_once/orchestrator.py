@@ -17,18 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from exactly_once.claims import DEFAULT_MAX_WAIT_SECONDS, Claims
 from exactly_once.decisions import Outcome
 from exactly_once.exceptions import (
     DocumentExistsError,
-    InProgressElsewhereError,
     PayloadMismatchError,
-    PreviouslyFailedError,
     RecordChangedError,
-    RecordExistsError,
     Refused,
 )
 from exactly_once.ports import DocumentStore, RecordStore
@@ -39,16 +36,9 @@ from exactly_once.records import (
     JsonObject,
     Record,
     RecordStatus,
-    lease_is_live,
-    lease_seconds_left,
 )
 
-logger = logging.getLogger("exactly_once")
-
-# How long a delivery waits for another owner's live lease before handing the message back.
-DEFAULT_MAX_WAIT_SECONDS = 30.0
-POLL_SECONDS = 0.5
-# A record (or document) that keeps moving under us is given back to the broker after this many.
+# A versioned document that keeps moving under us is given back to the broker after this many.
 MAX_RACES = 5
 INBOX_TYPE = "exactlyOnceInbox"
 # Characters Cosmos DB ids may not hold, and its id length limit.
@@ -99,11 +89,15 @@ class Effects:
         self.message_id = message_id
         self.request_hash = request_hash
         self.owner = owner
-        self._records = records
         self._documents = documents
         self._lease_seconds = lease_seconds
-        self._max_wait_seconds = max_wait_seconds
-        self._sleep = sleep
+        self._claims = Claims(
+            records,
+            owner=owner,
+            lease_seconds=lease_seconds,
+            max_wait_seconds=max_wait_seconds,
+            sleep=sleep,
+        )
 
     # --- (1) the business entity as the marker ----------------------------------------------
 
@@ -188,76 +182,17 @@ class Effects:
             result = await call(owned.downstream_key)
         except Refused as refused:
             why: JsonInput = {"reason": refused.reason, "description": refused.description}
-            await self._finish(owned, why, RecordStatus.FAILED)
+            await self._claims.finish(owned, why, RecordStatus.FAILED)
             raise
         except BaseException:
-            await _release_quietly(self._records, owned)
+            await self._claims.release(owned)
             raise
-        await self._finish(owned, result, RecordStatus.COMPLETED)
+        await self._claims.finish(owned, result, RecordStatus.COMPLETED)
         return TwoPhaseResult(Outcome.PROCESSED, result)
 
     async def own(self, wanted: Record) -> Record:
-        """`wanted` claimed by us (new, or taken over from an ended or own lease), or the
-        record completed by anyone. The state machine every claimed record goes through.
-
-        Raises `PayloadMismatchError`, `PreviouslyFailedError` or `InProgressElsewhereError`."""
-        try:
-            return await self._records.claim(wanted)
-        except RecordExistsError as exists:
-            existing, now_ms = exists.existing, exists.database_now_ms
-        waited = 0.0
-        for _ in range(MAX_RACES):
-            if existing.request_hash != wanted.request_hash:
-                raise PayloadMismatchError(wanted.key, existing.request_hash, wanted.request_hash)
-            if existing.status is RecordStatus.COMPLETED:
-                return existing
-            if existing.status is RecordStatus.FAILED:
-                raise PreviouslyFailedError(existing)
-            if lease_is_live(existing, now_ms) and existing.owner != self.owner:
-                left = lease_seconds_left(existing, now_ms)
-                if waited + POLL_SECONDS > self._max_wait_seconds:
-                    raise InProgressElsewhereError(existing, left)
-                # Its owner is at work right now: waiting beats abandoning, which would only
-                # burn delivery attempts in a tight loop.
-                pause = min(POLL_SECONDS, left + 0.05)
-                await self._sleep(pause)
-                waited += pause
-            else:
-                try:
-                    taken = await self._records.take_over(existing, self.owner, self._lease_seconds)
-                except RecordChangedError:
-                    pass  # another delivery moved first: read again
-                else:
-                    if existing.owner != self.owner:
-                        logger.warning(
-                            "%s: took over %s from %s (attempt %d)",
-                            self.consumer,
-                            existing.key,
-                            existing.owner,
-                            taken.attempts,
-                        )
-                    return taken
-            found = await self._records.read(wanted.key, wanted.partition)
-            if found.record is None:
-                try:
-                    return await self._records.claim(wanted)
-                except RecordExistsError as exists:
-                    existing, now_ms = exists.existing, exists.database_now_ms
-            else:
-                existing, now_ms = found.record, found.database_now_ms
-        raise InProgressElsewhereError(existing, lease_seconds_left(existing, now_ms))
-
-    async def _finish(self, owned: Record, result: JsonInput, status: RecordStatus) -> None:
-        try:
-            await self._records.complete(owned, result, status)
-        except RecordChangedError:
-            # Our lease ended during the call and another delivery took over: it calls the
-            # downstream with the same key, gets this same answer and records it.
-            logger.warning(
-                "%s: %s moved on during the downstream call; its new owner records it",
-                self.consumer,
-                owned.key,
-            )
+        """`wanted` claimed by us, or the record completed by anyone (see `Claims.own`)."""
+        return await self._claims.own(wanted)
 
     # --- natural idempotency: versioned conditional replace -----------------------------------
 
@@ -300,11 +235,3 @@ class Effects:
         if stored_hash == self.request_hash:
             return Outcome.DUPLICATE
         raise PayloadMismatchError(key, str(stored_hash), self.request_hash)
-
-
-async def _release_quietly(records: RecordStore, owned: Record) -> None:
-    """Release the claim without hiding the error that made us release it."""
-    try:
-        await records.release(owned)
-    except Exception:
-        logger.warning("could not release %s; its lease ends it", owned.key, exc_info=True)

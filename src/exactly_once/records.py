@@ -76,6 +76,8 @@ class Record:
     downstream_key: str | None = None
     # What the work produced (or why it failed), replayed to every duplicate.
     result: JsonValue = None
+    # What the claim carries for whichever owner finishes the work (an amount, a currency).
+    data: JsonValue = None
     # Seconds after its last write the store may forget the record; None keeps it.
     expires_after_seconds: int | None = None
     stamp: Stamp | None = None

@@ -18,6 +18,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from azure.servicebus import ServiceBusReceivedMessage
 from azure.servicebus.aio import ServiceBusReceiver
 
+from exactly_once.claims import DEFAULT_MAX_WAIT_SECONDS
 from exactly_once.decisions import DeadLetterReason, Decision, Outcome, Settlement
 from exactly_once.exceptions import (
     DocumentExistsError,
@@ -29,7 +30,7 @@ from exactly_once.exceptions import (
     Rejected,
     TransientStoreError,
 )
-from exactly_once.orchestrator import DEFAULT_MAX_WAIT_SECONDS, Effects
+from exactly_once.orchestrator import Effects
 from exactly_once.ports import DocumentStore, RecordStore, Store
 from exactly_once.records import DEFAULT_LEASE_SECONDS, body_fingerprint
 from exactly_once.telemetry import Telemetry

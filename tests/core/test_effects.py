@@ -22,6 +22,7 @@ from exactly_once import (
     RecordStatus,
     Refused,
 )
+from exactly_once.claims import Claims
 from exactly_once.orchestrator import safe_id
 
 
@@ -161,6 +162,24 @@ async def test_a_failed_call_releases_the_claim_and_a_refusal_is_kept(
         "reason": "PaymentRefused",
         "description": "card declined",
     }
+
+
+async def test_a_refusal_may_be_retried_where_the_downstream_allows_it(
+    store: CosmosStore,
+) -> None:
+    message, partition = unique("message"), unique("order")
+    first = effects(store, message)
+    refused = await first.own(wanted(first, partition, lease_seconds=30))
+    await store.complete(refused, {"reason": "No"}, RecordStatus.FAILED)
+    retrying = Claims(store, owner="worker-b", failed_is_final=False)
+
+    again = await retrying.own(wanted(first, partition, lease_seconds=30))
+
+    assert (again.status, again.owner, again.attempts) == (RecordStatus.IN_PROGRESS, "worker-b", 2)
+    with pytest.raises(PreviouslyFailedError):
+        await Claims(store, owner="worker-c").own(
+            await store.complete(again, {"reason": "No"}, RecordStatus.FAILED)
+        )
 
 
 async def test_a_claim_with_another_payload_is_a_mismatch(store: CosmosStore) -> None:

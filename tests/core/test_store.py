@@ -32,6 +32,7 @@ def new_record(owner: str = "owner-a", lease_seconds: float = 30.0) -> Record:
         owner=owner,
         lease_seconds=lease_seconds,
         downstream_key="downstream-1",
+        data={"amount": "12.50", "currency": "EUR"},
     )
 
 
