@@ -72,7 +72,8 @@ class Claims:
         except RecordExistsError as exists:
             existing, now_ms = exists.existing, exists.database_now_ms
         waited = 0.0
-        for _ in range(MAX_RACES):
+        races = 0  # writes lost to another owner; waiting for a live lease is bounded apart
+        while races < MAX_RACES:
             if existing.request_hash != wanted.request_hash:
                 raise PayloadMismatchError(wanted.key, existing.request_hash, wanted.request_hash)
             if existing.status is RecordStatus.COMPLETED:
@@ -97,7 +98,7 @@ class Claims:
                 try:
                     taken = await self.records.take_over(existing, self.owner, self.lease_seconds)
                 except RecordChangedError:
-                    pass  # another delivery moved first: read again
+                    races += 1  # another delivery moved first: read again
                 else:
                     if existing.owner != self.owner:
                         logger.warning(
@@ -113,6 +114,7 @@ class Claims:
                 try:
                     return await self.records.claim(wanted)
                 except RecordExistsError as exists:
+                    races += 1
                     existing, now_ms = exists.existing, exists.database_now_ms
             else:
                 existing, now_ms = found.record, found.database_now_ms

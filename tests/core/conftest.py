@@ -5,46 +5,15 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
 
 import pytest
 from azure.cosmos import PartitionKey
 from azure.cosmos.aio import ContainerProxy, CosmosClient
+from core_support import queue_config
 from servers import CosmosServer
 
 from exactly_once import CosmosStore
 from servicebus_emulator import RunningEmulator, start_in_background
-
-QUEUE = "greetings"
-
-
-def queue_config(name: str = QUEUE, *, max_delivery_count: int = 10) -> dict[str, Any]:
-    """One queue without duplicate detection: a resend reaches the consumer, as it would after
-    the broker's window, so the consumer's own idempotency is what the tests see."""
-    return {
-        "UserConfig": {
-            "Namespaces": [
-                {
-                    "Name": "sbemulatorns",
-                    "Queues": [
-                        {
-                            "Name": name,
-                            "Properties": {
-                                "DeadLetteringOnMessageExpiration": True,
-                                "DefaultMessageTimeToLive": "PT1H",
-                                "LockDuration": "PT30S",
-                                "MaxDeliveryCount": max_delivery_count,
-                                "RequiresDuplicateDetection": False,
-                                "RequiresSession": False,
-                            },
-                        }
-                    ],
-                    "Topics": [],
-                }
-            ],
-            "Logging": {"Type": "Console"},
-        }
-    }
 
 
 @pytest.fixture
@@ -69,7 +38,3 @@ async def container(python_cosmos: CosmosServer) -> AsyncIterator[ContainerProxy
 @pytest.fixture
 def store(container: ContainerProxy) -> CosmosStore:
     return CosmosStore(container)
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"

@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import pytest
+from fakes import FakeMessageActions
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 from opentelemetry.sdk.trace import TracerProvider
@@ -187,36 +188,10 @@ async def test_a_message_that_cannot_be_parsed_or_named_is_dead_lettered(
     )
 
 
-class RecordingActions:
-    """Functions' message actions talk gRPC to the host, which cannot run here: this records
-    the calls with the keywords the binding takes."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, Any, dict[str, str]]] = []
-
-    def complete(self, message: Any) -> None:
-        self.calls.append(("complete", message, {}))
-
-    def abandon(self, message: Any) -> None:
-        self.calls.append(("abandon", message, {}))
-
-    def deadletter(
-        self, message: Any, *, deadletter_reason: str, deadletter_error_description: str
-    ) -> None:
-        self.calls.append(
-            (
-                "deadletter",
-                message,
-                {
-                    "deadletter_reason": deadletter_reason,
-                    "deadletter_error_description": deadletter_error_description,
-                },
-            )
-        )
-
-
 async def test_each_settlement_goes_to_the_message_actions_with_its_reason() -> None:
-    actions, message = RecordingActions(), object()
+    # Functions' message actions talk gRPC to the host, which cannot run here: the fake records
+    # the calls with the keywords the binding takes.
+    actions, message = FakeMessageActions(), object()
     settler = MessageActionsSettler(actions, message)  # type: ignore[arg-type]
 
     await settle(Decision.complete(), settler)

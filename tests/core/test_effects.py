@@ -7,8 +7,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 import pytest
-from conftest import unique
-from test_store import lease_ended
+from core_support import lease_ended, unique
 
 from exactly_once import (
     CosmosStore,
@@ -136,6 +135,25 @@ async def test_a_live_claim_is_waited_for_and_found_completed(store: CosmosStore
 
     assert (found.outcome, found.result) == (Outcome.DUPLICATE, "answer-of-a")
     assert len(pauses) == 1 and downstream.calls == []
+
+
+async def test_a_live_claim_is_waited_for_up_to_the_bound_however_many_polls_that_takes(
+    store: CosmosStore,
+) -> None:
+    message, partition, downstream = unique("message"), unique("order"), Downstream()
+    owner = effects(store, message, owner="worker-a")
+    await owner.own(wanted(owner, partition, lease_seconds=30))
+    pauses: list[float] = []
+
+    async def pause(seconds: float) -> None:
+        pauses.append(seconds)  # no time passes: the lease stays live
+
+    waiting = effects(store, message, owner="worker-b", max_wait_seconds=4, sleep=pause)
+    with pytest.raises(InProgressElsewhereError):
+        await waiting.two_phase(partition, downstream)
+
+    assert sum(pauses) == pytest.approx(4.0) and len(pauses) == 8  # more polls than races
+    assert downstream.calls == []
 
 
 async def test_a_failed_call_releases_the_claim_and_a_refusal_is_kept(

@@ -25,7 +25,7 @@ from azure.cosmos import PartitionKey
 from azure.cosmos.aio import ContainerProxy, CosmosClient
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
-from conftest import QUEUE, unique
+from core_support import QUEUE, unique
 from servers import CosmosServer
 
 from exactly_once import Decision, Outcome, Settlement

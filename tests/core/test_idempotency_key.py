@@ -11,10 +11,9 @@ from typing import Annotated
 
 import httpx
 import pytest
-from conftest import unique
+from core_support import lease_ended, unique
 from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse
-from test_store import lease_ended
 
 from exactly_once import CosmosStore
 from exactly_once.idempotency_key import IdempotencyKeys, KeyClaim

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from azure.cosmos import PartitionKey
 from azure.cosmos.aio import CosmosClient
-from conftest import unique
+from core_support import unique
 from servers import CosmosServer
 
 from exactly_once import CosmosStore, Effects, Outcome

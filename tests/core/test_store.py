@@ -3,12 +3,9 @@ contract (the create is the lock, every later write If-Match) and the document p
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 import pytest
 from azure.cosmos.aio import ContainerProxy
-from conftest import unique
+from core_support import lease_ended, unique
 
 from exactly_once import (
     CosmosStore,
@@ -34,18 +31,6 @@ def new_record(owner: str = "owner-a", lease_seconds: float = 30.0) -> Record:
         downstream_key="downstream-1",
         data={"amount": "12.50", "currency": "EUR"},
     )
-
-
-async def lease_ended(store: CosmosStore, record: Record, within: float = 10.0) -> Record:
-    """Poll (with a deadline) until the database's clock says the record's lease has ended."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        found = await store.read(record.key, record.partition)
-        assert found.record is not None
-        if not lease_is_live(found.record, found.database_now_ms):
-            return found.record
-        await asyncio.sleep(0.1)  # polling the database's clock, bounded by the deadline
-    raise AssertionError(f"the lease of {record.key} did not end within {within} s")
 
 
 async def test_a_claim_is_stamped_and_a_second_claim_carries_the_first(

@@ -100,20 +100,28 @@ def test_a_cycle_through_a_type_checking_import_breaks_the_acyclic_contract(
     assert "No import cycles" in result.stdout.split("Broken contracts")[-1]
 
 
+CORE_STANDS_ALONE = "core never imports the app"
+CORE_FOR_THE_APP_ONLY = "only the app imports"
+
+
 @pytest.mark.parametrize(
-    ("module", "violation"),
+    ("module", "violation", "contract"),
     [
-        ("exactly_once/cosmos.py", "import orders.settings"),
-        ("exactly_once/records.py", TYPE_CHECKING_IMPORT.format("orders.domain.model")),
-        ("exactly_once/servicebus.py", "import servicebus_emulator"),
-        ("exactly_once/decisions.py", "import cosmos_emulator"),
-        ("exactly_once/telemetry.py", "import payments_standin"),
-        ("cosmos_emulator/ids.py", "import exactly_once"),
-        ("payments_standin/store.py", "import exactly_once.cosmos"),
+        ("exactly_once/cosmos.py", "import orders.settings", CORE_STANDS_ALONE),
+        (
+            "exactly_once/records.py",
+            TYPE_CHECKING_IMPORT.format("orders.domain.model"),
+            CORE_STANDS_ALONE,
+        ),
+        ("exactly_once/servicebus.py", "import servicebus_emulator", CORE_STANDS_ALONE),
+        ("exactly_once/decisions.py", "import cosmos_emulator", CORE_STANDS_ALONE),
+        ("exactly_once/telemetry.py", "import payments_standin", CORE_STANDS_ALONE),
+        ("cosmos_emulator/ids.py", "import exactly_once", CORE_FOR_THE_APP_ONLY),
+        ("payments_standin/store.py", "import exactly_once.cosmos", CORE_FOR_THE_APP_ONLY),
     ],
 )
 def test_the_core_and_the_app_are_kept_apart_one_way(
-    tmp_path: Path, module: str, violation: str
+    tmp_path: Path, module: str, violation: str, contract: str
 ) -> None:
     source_root = copy_of_src(tmp_path)
     target = source_root / module
@@ -121,9 +129,10 @@ def test_the_core_and_the_app_are_kept_apart_one_way(
 
     result = lint_imports(source_root)
 
+    # (The app imports the core, so a core that imports an emulator also makes the app import
+    # it, indirectly: the independence contract breaks as well, as it should.)
     assert result.returncode != 0
-    assert "exactly_once" in result.stdout.split("Broken contracts")[-1]
-    assert "6 kept, 1 broken" in result.stdout
+    assert contract in result.stdout.split("Broken contracts")[-1]
 
 
 def test_the_app_may_import_the_core(tmp_path: Path) -> None:
