@@ -53,7 +53,7 @@ setup: $(BIN)/.installed
 demo: $(BIN)/.installed
 	$(BIN)/orders demo
 
-# Lint first (seconds), then the suite on both cores, with branch coverage of the four packages
+# Lint first (seconds), then the suite on both cores, with branch coverage of the five packages
 # (what runs in this process tree; emulators and workers started as processes are not counted).
 # The slowest tests and the suite's wall time are printed last (tests/conftest.py).
 test: lint $(CHECKOV_VENV)/.installed node-crosscheck browser
