@@ -26,7 +26,8 @@ from collections.abc import AsyncIterator, Mapping
 from fastapi import HTTPException, Request
 from fastapi.responses import JSONResponse
 
-from exactly_once.exceptions import RecordChangedError, RecordExistsError
+from exactly_once.claims import Claims
+from exactly_once.exceptions import InProgressElsewhereError, PayloadMismatchError
 from exactly_once.ports import RecordStore
 from exactly_once.records import (
     DEFAULT_LEASE_SECONDS,
@@ -35,8 +36,6 @@ from exactly_once.records import (
     RecordStatus,
     body_fingerprint,
     fingerprint,
-    lease_is_live,
-    lease_seconds_left,
 )
 
 HEADER = "Idempotency-Key"
@@ -90,7 +89,8 @@ class IdempotencyKeys:
         self._scope = scope
         self._lease_seconds = lease_seconds
         self._expires_after_seconds = expires_after_seconds
-        self._owner = owner or f"http-{uuid.uuid4().hex[:12]}"
+        # Each request's claim is owned by `<owner>-<random>`.
+        self._owner = owner or "http"
 
     async def __call__(self, request: Request) -> AsyncIterator[KeyClaim]:
         """Claim, then hand the claim to the endpoint; release it if the endpoint fails."""
@@ -112,39 +112,34 @@ class IdempotencyKeys:
             partition=record_key,
             request_hash=fingerprint([method, path, body_fingerprint(body)]),
             status=RecordStatus.IN_PROGRESS,
-            owner=self._owner,
+            owner=f"{self._owner}-{uuid.uuid4().hex[:12]}",
             lease_seconds=self._lease_seconds,
             expires_after_seconds=self._expires_after_seconds,
         )
+        # One owner per request: a second request under a live claim is refused, even from
+        # this process, and never waits (max_wait_seconds=0): the caller retries.
+        claims = Claims(
+            self._store,
+            owner=wanted.owner,
+            lease_seconds=self._lease_seconds,
+            max_wait_seconds=0,
+        )
         try:
-            return KeyClaim(self._store, await self._store.claim(wanted), None)
-        except RecordExistsError as exists:
-            existing, now_ms = exists.existing, exists.database_now_ms
-        if existing.request_hash != wanted.request_hash:
+            owned = await claims.own(wanted)
+        except PayloadMismatchError:
             raise HTTPException(
                 422, f"the {HEADER} {key!r} was used with another request; use a new key"
-            )
-        if existing.status is RecordStatus.COMPLETED:
-            return KeyClaim(self._store, None, _response(existing.result))
-        if lease_is_live(existing, now_ms):
-            # Even our own: another request of this process runs under the key right now.
-            retry_after = max(
-                1, min(MAX_RETRY_AFTER_SECONDS, math.ceil(lease_seconds_left(existing, now_ms)))
-            )
+            ) from None
+        except InProgressElsewhereError as busy:
+            retry_after = max(1, min(MAX_RETRY_AFTER_SECONDS, math.ceil(busy.seconds_left)))
             raise HTTPException(
                 409,
                 f"a request with this {HEADER} is in progress; retry later",
                 headers={"Retry-After": str(retry_after)},
-            )
-        try:
-            taken = await self._store.take_over(existing, self._owner, self._lease_seconds)
-        except RecordChangedError as exc:
-            raise HTTPException(
-                409,
-                f"a retry with this {HEADER} took it over first; retry later",
-                headers={"Retry-After": "1"},
-            ) from exc
-        return KeyClaim(self._store, taken, None)
+            ) from None
+        if owned.status is RecordStatus.COMPLETED:
+            return KeyClaim(self._store, None, _response(owned.result))
+        return KeyClaim(self._store, owned, None)
 
 
 def validate_key(value: str | None) -> str:
