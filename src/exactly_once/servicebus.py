@@ -247,7 +247,13 @@ class ExactlyOnceConsumer(Generic[Message]):
             return done
         if done is Outcome.DUPLICATE:
             return Decision.duplicate()
-        return Decision.complete(done)
+        if done in (Outcome.PROCESSED, Outcome.STALE):
+            return Decision.complete(done)
+        # Any other outcome names a failure: completing the message on it would lose it.
+        return Decision.abandon(
+            Outcome.UNEXPECTED_FAILURE,
+            f"the effect returned {done.value!r}; return a Decision (or raise) for a failure",
+        )
 
     def _failure(self, message_id: str, exc: Exception) -> Decision:
         """The one error frame: every exception an effect raises, as a decision."""

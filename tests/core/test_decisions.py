@@ -83,6 +83,10 @@ CASES: dict[str, tuple[Any, tuple[Outcome, Settlement, str | None]]] = {
         (Outcome.TRANSIENT_FAILURE, Settlement.ABANDON, None),
     ),
     "bug": (KeyError("oops"), (Outcome.UNEXPECTED_FAILURE, Settlement.ABANDON, None)),
+    "a failure returned as an outcome": (
+        Outcome.MISMATCH,
+        (Outcome.UNEXPECTED_FAILURE, Settlement.ABANDON, None),
+    ),
     "own decision": (
         Decision.dead_letter(Outcome.REJECTED, "Mine", "my own reason"),
         (Outcome.REJECTED, Settlement.DEAD_LETTER, "Mine"),

@@ -3,18 +3,26 @@ contract (the create is the lock, every later write If-Match) and the document p
 
 from __future__ import annotations
 
+import json
+
 import pytest
-from azure.cosmos.aio import ContainerProxy
+from azure.cosmos import PartitionKey
+from azure.cosmos.aio import ContainerProxy, CosmosClient
 from core_support import lease_ended, unique
 
+from cosmos_emulator import start_in_background
 from exactly_once import (
     CosmosStore,
     DocumentExistsError,
+    Outcome,
     Record,
     RecordChangedError,
     RecordExistsError,
     RecordStatus,
+    Settlement,
     StoreError,
+    TransientStoreError,
+    exactly_once,
 )
 from exactly_once.records import lease_is_live
 
@@ -151,3 +159,29 @@ async def test_replace_needs_the_current_etag(store: CosmosStore) -> None:
 
     now = await store.get("doc", partition)
     assert now is not None and now.body["n"] == 2
+
+
+async def test_an_unreachable_store_is_transient_and_the_message_is_abandoned() -> None:
+    emulator = start_in_background(host="127.0.0.1", port=0)
+    try:
+        async with CosmosClient(emulator.url, credential=emulator.key) as client:
+            database = await client.create_database_if_not_exists("outage")
+            container = await database.create_container_if_not_exists(
+                id="records", partition_key=PartitionKey(path="/pk")
+            )
+            store = CosmosStore(container)
+            consumer = exactly_once(consumer="outage", parse=json.loads, store=store)(
+                lambda body, effects: effects.inbox("p", [{"id": "doc"}])
+            )
+            emulator.stop()  # the store goes away under a warm client
+
+            with pytest.raises(TransientStoreError):
+                await store.read("k", "p")
+            decision = await consumer.decide(b"{}", "m-1")
+    finally:
+        emulator.stop()
+
+    assert (decision.outcome, decision.settlement) == (
+        Outcome.TRANSIENT_FAILURE,
+        Settlement.ABANDON,
+    )
