@@ -6,7 +6,15 @@ See README.md in this folder for the guide.
 
 from exactly_once.claims import Claims
 from exactly_once.cosmos import CosmosStore
-from exactly_once.decisions import DeadLetterReason, Decision, Outcome, Settlement
+from exactly_once.decisions import (
+    DeadLetterReason,
+    Decision,
+    Outcome,
+    Settleable,
+    Settlement,
+    Settler,
+    settle,
+)
 from exactly_once.exceptions import (
     DocumentExistsError,
     ExactlyOnceError,
@@ -38,9 +46,7 @@ from exactly_once.servicebus import (
     ExactlyOnceConsumer,
     MessageActionsSettler,
     ReceiverSettler,
-    Settler,
     exactly_once,
-    settle,
 )
 from exactly_once.telemetry import Telemetry
 
@@ -72,6 +78,7 @@ __all__ = [
     "RecordStore",
     "Refused",
     "Rejected",
+    "Settleable",
     "Settlement",
     "Settler",
     "Stamp",

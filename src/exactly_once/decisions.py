@@ -1,12 +1,14 @@
 """What became of one message, as data: the outcome, how the broker settles it, and why.
 
-No broker SDK here: `exactly_once.servicebus` maps a `Decision` onto Service Bus.
+No broker SDK here: `settle` maps a decision onto any `Settler`; `exactly_once.servicebus`
+provides Service Bus's two (the SDK receiver, Functions' message actions).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 # Service Bus limits a dead-letter description; ours stay well inside it.
 MAX_DESCRIPTION_CHARS = 1024
@@ -85,3 +87,53 @@ class Decision:
     def abandon(cls, outcome: Outcome, error: str) -> Decision:
         """Hand the message back: a later delivery may succeed."""
         return cls(outcome, Settlement.ABANDON, error=truncate(error))
+
+
+class Settleable(Protocol):
+    """What settling needs of a decision."""
+
+    @property
+    def settlement(self) -> str:
+        """A `Settlement` value."""
+        ...
+
+    @property
+    def dead_letter_reason(self) -> str | None:
+        """The dead-letter reason, for a dead letter."""
+        ...
+
+    @property
+    def dead_letter_description(self) -> str | None:
+        """The dead-letter description, for a dead letter."""
+        ...
+
+
+class Settler(Protocol):
+    """Tells the broker what became of the message."""
+
+    async def complete(self) -> None:
+        """Remove the message: done."""
+        ...
+
+    async def abandon(self) -> None:
+        """Hand the message back for another delivery."""
+        ...
+
+    async def dead_letter(self, *, reason: str, description: str) -> None:
+        """Move the message to the dead-letter queue with a reason."""
+        ...
+
+
+async def settle(decision: Settleable, settler: Settler) -> None:
+    """The one mapping from a decision to a settlement, for every host (and for any decision
+    type with these three fields: the orders app settles its own through it)."""
+    match decision.settlement:
+        case Settlement.COMPLETE:
+            await settler.complete()
+        case Settlement.ABANDON:
+            await settler.abandon()
+        case Settlement.DEAD_LETTER:
+            await settler.dead_letter(
+                reason=decision.dead_letter_reason or "Unspecified",
+                description=decision.dead_letter_description or "",
+            )

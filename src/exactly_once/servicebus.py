@@ -19,7 +19,7 @@ from azure.servicebus import ServiceBusReceivedMessage
 from azure.servicebus.aio import ServiceBusReceiver
 
 from exactly_once.claims import DEFAULT_MAX_WAIT_SECONDS
-from exactly_once.decisions import DeadLetterReason, Decision, Outcome, Settlement
+from exactly_once.decisions import DeadLetterReason, Decision, Outcome, Settler, settle
 from exactly_once.exceptions import (
     DocumentExistsError,
     InProgressElsewhereError,
@@ -42,22 +42,6 @@ Message = TypeVar("Message")
 Effect = Callable[[Message, Effects], Awaitable[Outcome | Decision]]
 # Your parser: the body's bytes -> your message model (raise anything to reject it).
 Parser = Callable[[bytes], Message]
-
-
-class Settler(Protocol):
-    """Tells the broker what became of the message."""
-
-    async def complete(self) -> None:
-        """Remove the message: done."""
-        ...
-
-    async def abandon(self) -> None:
-        """Hand the message back for another delivery."""
-        ...
-
-    async def dead_letter(self, *, reason: str, description: str) -> None:
-        """Move the message to the dead-letter queue with a reason."""
-        ...
 
 
 class FunctionsMessageActions(Protocol):
@@ -132,20 +116,6 @@ class ReceiverSettler:
         async with self._wire:
             await self._receiver.dead_letter_message(
                 self._message, reason=reason, error_description=description
-            )
-
-
-async def settle(decision: Decision, settler: Settler) -> None:
-    """The one mapping from a decision to a settlement, for every host."""
-    match decision.settlement:
-        case Settlement.COMPLETE:
-            await settler.complete()
-        case Settlement.ABANDON:
-            await settler.abandon()
-        case Settlement.DEAD_LETTER:
-            await settler.dead_letter(
-                reason=decision.dead_letter_reason or "Unspecified",
-                description=decision.dead_letter_description or "",
             )
 
 
