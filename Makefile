@@ -65,7 +65,7 @@ setup: $(BIN)/.installed
 demo: $(BIN)/.installed
 	$(BIN)/orders demo
 
-# Lint first (seconds), then the suite on both cores, with branch coverage of the four packages
+# Lint first (seconds), then the suite on both cores, with branch coverage of the five packages
 # (what runs in this process tree; emulators and workers started as processes are not counted).
 # The slowest tests and the suite's wall time are printed last (tests/conftest.py).
 test: lint $(CHECKOV_VENV)/.installed node-crosscheck browser
@@ -78,7 +78,7 @@ lint: $(BIN)/.installed
 	$(BIN)/mypy function_app.py scripts infra/scripts
 	# The tests too, one folder at a time: each has its own conftest and helpers on the path.
 	MYPYPATH=src:tests $(BIN)/mypy --explicit-package-bases tests/infra tests/*.py
-	@for dir in unit http e2e integration browser docs cosmos_emulator servicebus_emulator payments js; do \
+	@for dir in unit http e2e integration core browser docs cosmos_emulator servicebus_emulator payments js; do \
 		echo "mypy tests/$$dir"; \
 		MYPYPATH=src:tests:tests/$$dir $(BIN)/mypy --explicit-package-bases tests/$$dir || exit 1; \
 	done

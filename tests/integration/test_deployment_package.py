@@ -39,6 +39,7 @@ def test_funcignore_ships_the_app_and_nothing_else() -> None:
 
     assert {"function_app.py", "host.json", "requirements.txt"} <= files
     assert "src/orders/__init__.py" in files
+    assert "src/exactly_once/__init__.py" in files  # billing runs on the core
     assert not any(f.startswith(("tests/", "infra/", "emulators/", "scripts/")) for f in files)
     assert not any(
         f.startswith(("src/servicebus_emulator/", "src/cosmos_emulator/", "src/payments_standin/"))

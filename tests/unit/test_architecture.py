@@ -1,6 +1,7 @@
 """The layering is enforced, not hoped for: `lint-imports` (run by `make lint`) passes on the
-code as it is and fails the moment a lower layer imports a higher one, the domain an SDK, or two
-modules import each other (even only for the type checker)."""
+code as it is and fails the moment a lower layer imports a higher one, the domain an SDK, two
+modules import each other (even only for the type checker), or the `exactly_once` core imports
+the app (or anything of ours but the app imports the core)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def test_the_code_keeps_every_contract(tmp_path: Path) -> None:
     result = lint_imports(copy_of_src(tmp_path))
 
     assert result.returncode == 0, result.stdout
-    assert "5 kept, 0 broken" in result.stdout
+    assert "7 kept, 0 broken" in result.stdout
 
 
 TYPE_CHECKING_IMPORT = "import typing\nif typing.TYPE_CHECKING:\n    import {}"
@@ -57,6 +58,8 @@ VIOLATIONS = {
         TYPE_CHECKING_IMPORT.format("orders.service.verify"),
         "No import cycles",
     ),
+    "exactly_once/orchestrator.py": ("import orders.domain.model", "core never imports the app"),
+    "servicebus_emulator/config.py": ("import exactly_once.records", "only the app imports"),
 }
 
 
@@ -69,7 +72,7 @@ def test_each_kind_of_violation_breaks_its_contract(tmp_path: Path) -> None:
     result = lint_imports(source_root)
 
     assert result.returncode != 0
-    assert "0 kept, 5 broken" in result.stdout
+    assert "0 kept, 7 broken" in result.stdout
     report = result.stdout.split("Broken contracts")[-1]
     for module, (violation, contract) in VIOLATIONS.items():
         assert contract in report, (module, violation)
@@ -95,3 +98,49 @@ def test_a_cycle_through_a_type_checking_import_breaks_the_acyclic_contract(
 
     assert result.returncode != 0
     assert "No import cycles" in result.stdout.split("Broken contracts")[-1]
+
+
+CORE_STANDS_ALONE = "core never imports the app"
+CORE_FOR_THE_APP_ONLY = "only the app imports"
+
+
+@pytest.mark.parametrize(
+    ("module", "violation", "contract"),
+    [
+        ("exactly_once/cosmos.py", "import orders.settings", CORE_STANDS_ALONE),
+        (
+            "exactly_once/records.py",
+            TYPE_CHECKING_IMPORT.format("orders.domain.model"),
+            CORE_STANDS_ALONE,
+        ),
+        ("exactly_once/servicebus.py", "import servicebus_emulator", CORE_STANDS_ALONE),
+        ("exactly_once/decisions.py", "import cosmos_emulator", CORE_STANDS_ALONE),
+        ("exactly_once/telemetry.py", "import payments_standin", CORE_STANDS_ALONE),
+        ("cosmos_emulator/ids.py", "import exactly_once", CORE_FOR_THE_APP_ONLY),
+        ("payments_standin/store.py", "import exactly_once.cosmos", CORE_FOR_THE_APP_ONLY),
+    ],
+)
+def test_the_core_and_the_app_are_kept_apart_one_way(
+    tmp_path: Path, module: str, violation: str, contract: str
+) -> None:
+    source_root = copy_of_src(tmp_path)
+    target = source_root / module
+    target.write_text(target.read_text() + f"\n{violation}  # injected by the test\n")
+
+    result = lint_imports(source_root)
+
+    # (The app imports the core, so a core that imports an emulator also makes the app import
+    # it, indirectly: the independence contract breaks as well, as it should.)
+    assert result.returncode != 0
+    assert contract in result.stdout.split("Broken contracts")[-1]
+
+
+def test_the_app_may_import_the_core(tmp_path: Path) -> None:
+    source_root = copy_of_src(tmp_path)
+    target = source_root / "orders/service/consumer.py"
+    target.write_text(target.read_text() + "\nimport exactly_once  # injected by the test\n")
+
+    result = lint_imports(source_root)
+
+    assert result.returncode == 0, result.stdout
+    assert "7 kept, 0 broken" in result.stdout

@@ -1,45 +1,34 @@
 """Service Bus: turning received messages into the core's view, and settling them.
 
 Two hosts settle through the same `MessageSettler` port: the Functions SDK-type binding's
-`ServiceBusMessageActions` and the SDK's own `ServiceBusReceiver` (the standalone worker).
+`ServiceBusMessageActions` and the SDK's own `ServiceBusReceiver` (the standalone worker). The
+settlers are the `exactly_once` core's, under the names the app has always used.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import Iterable
-from typing import Any, Protocol
-
 # Re-exported: the composition root names these types without importing the SDK itself.
 from azure.servicebus import ServiceBusReceivedMessage as ServiceBusReceivedMessage
 from azure.servicebus.aio import ServiceBusClient as ServiceBusClient
-from azure.servicebus.aio import ServiceBusReceiver
 from azure.servicebus.amqp import AmqpMessageBodyType
 
+from exactly_once.servicebus import FunctionsMessageActions as FunctionsMessageActions
+from exactly_once.servicebus import MessageActionsSettler, body_bytes
+from exactly_once.servicebus import ReceiverSettler as ReceiverSettler
 from orders.adapters.identity import ProcessCredential
 from orders.domain.received import BodyKind, ReceivedOrderMessage
 from orders.settings import Settings
 from orders.tracing import CARRIED
+
+# The core's settler and body reader, under the names the app's hosts have always used.
+FunctionsSettler = MessageActionsSettler
+message_body_bytes = body_bytes
 
 BODY_KINDS = {
     AmqpMessageBodyType.DATA: BodyKind.DATA,
     AmqpMessageBodyType.VALUE: BodyKind.VALUE,
     AmqpMessageBodyType.SEQUENCE: BodyKind.SEQUENCE,
 }
-
-
-def message_body_bytes(message: ServiceBusReceivedMessage) -> bytes:
-    """A data body's bytes (one chunk per AMQP data section, joined); b"" for any other kind,
-    which the core refuses by its kind alone."""
-    body: Any = message.body
-    if isinstance(body, bytes | bytearray):
-        return bytes(body)
-    if isinstance(body, Iterable) and not isinstance(body, str | dict):
-        chunks = list(body)
-        if all(isinstance(chunk, bytes | bytearray) for chunk in chunks):
-            return b"".join(bytes(chunk) for chunk in chunks)
-    return b""
 
 
 def to_received_order_message(message: ServiceBusReceivedMessage) -> ReceivedOrderMessage:
@@ -61,72 +50,6 @@ def to_received_order_message(message: ServiceBusReceivedMessage) -> ReceivedOrd
         body_kind=BODY_KINDS.get(message.body_type, BodyKind.VALUE),
         trace_context=trace_context,
     )
-
-
-class FunctionsMessageActions(Protocol):
-    """What we use of `azurefunctions.extensions.bindings.servicebus.ServiceBusMessageActions`."""
-
-    def complete(self, message: Any) -> None: ...
-
-    def abandon(self, message: Any) -> None: ...
-
-    def deadletter(
-        self, message: Any, *, deadletter_reason: str, deadletter_error_description: str
-    ) -> None: ...
-
-
-class FunctionsSettler:
-    """Settles through the Functions host (synchronous gRPC calls, run off the event loop)."""
-
-    def __init__(self, actions: FunctionsMessageActions, message: ServiceBusReceivedMessage):
-        self._actions = actions
-        self._message = message
-
-    async def complete(self) -> None:
-        await asyncio.to_thread(self._actions.complete, self._message)
-
-    async def abandon(self) -> None:
-        await asyncio.to_thread(self._actions.abandon, self._message)
-
-    async def dead_letter(self, *, reason: str, description: str) -> None:
-        await asyncio.to_thread(
-            lambda: self._actions.deadletter(
-                self._message,
-                deadletter_reason=reason,
-                deadletter_error_description=description,
-            )
-        )
-
-
-class ReceiverSettler:
-    """Settles through an SDK receiver in PeekLock mode (the standalone worker).
-
-    `wire`, when given, is held for each settlement: the worker's turn on the receiver's
-    connection (see servicebus_worker)."""
-
-    def __init__(
-        self,
-        receiver: ServiceBusReceiver,
-        message: ServiceBusReceivedMessage,
-        wire: asyncio.Lock | None = None,
-    ) -> None:
-        self._receiver = receiver
-        self._message = message
-        self._wire = wire or contextlib.nullcontext()
-
-    async def complete(self) -> None:
-        async with self._wire:
-            await self._receiver.complete_message(self._message)
-
-    async def abandon(self) -> None:
-        async with self._wire:
-            await self._receiver.abandon_message(self._message)
-
-    async def dead_letter(self, *, reason: str, description: str) -> None:
-        async with self._wire:
-            await self._receiver.dead_letter_message(
-                self._message, reason=reason, error_description=description
-            )
 
 
 def create_servicebus_client(

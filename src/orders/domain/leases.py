@@ -30,7 +30,3 @@ class DatabaseRead:
 def lease_is_live(written_at_s: int, lease_seconds: float, database_now_ms: int) -> bool:
     # `_ts` has whole seconds: the lease counts from the end of that second, never earlier.
     return database_now_ms < (written_at_s + 1 + lease_seconds) * 1000
-
-
-def seconds_left(written_at_s: int, lease_seconds: float, database_now_ms: int) -> float:
-    return max(0.0, (written_at_s + 1 + lease_seconds) - database_now_ms / 1000)

@@ -17,7 +17,8 @@ Both paths may ask for the refund; the record and the key keep it to one.
 
 On redelivery the record decides: `completed` -> done; `inProgress` under a live lease -> wait
 for its owner (bounded), then decide again; a lease that ended (judged by the database's clock)
--> take over with If-Match and call the provider again with the same key.
+-> take over with If-Match and call the provider again with the same key. That state machine is
+the `exactly_once` core's (`Claims`), run on billing's records (`service/billing_records.py`).
 """
 
 from __future__ import annotations
@@ -29,8 +30,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any, Protocol, Self, TypeVar
+from typing import TypeVar
 
+from exactly_once.claims import Claims
+from exactly_once.exceptions import InProgressElsewhereError
+from exactly_once.records import Record, RecordStatus
 from orders.domain.events import (
     ORDER_ACCEPTED,
     OrderAccepted,
@@ -48,20 +52,21 @@ from orders.domain.inbox import (
     refund_key,
     refund_record_id,
 )
-from orders.domain.leases import lease_is_live, seconds_left
 from orders.domain.messages import DeadLetterReason, truncate
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.payments import Charge, ChargeRequest, Refund, RefundRequest
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.saga import Fulfilment, SagaOrder
 from orders.domain.status import OrderStatus
-from orders.exceptions import (
-    DocumentExistsError,
-    LeaseLostError,
-    PaymentRefusedError,
-    PaymentUnavailableError,
-)
+from orders.exceptions import PaymentRefusedError, PaymentUnavailableError
 from orders.observability import log_value
+from orders.service.billing_records import (
+    FencedRecords,
+    as_charge,
+    as_refund,
+    charge_record,
+    refund_record,
+)
 from orders.service.payment_port import PaymentGateway
 from orders.service.ports import FencedDocuments, StatusPublisher
 from orders.service.saga import OrderSaga
@@ -71,42 +76,12 @@ logger = logging.getLogger("orders.billing")
 
 # How long a delivery waits for another owner's live lease before handing the message back.
 DEFAULT_MAX_WAIT_SECONDS = 30.0
-POLL_SECONDS = 0.5
-# A record whose owner keeps changing under us is given back to the broker after this many races.
-MAX_TURNS = 5
 
 # Called after the provider answered and before the completion mark (crash drills exit here).
 AfterCharge = Callable[[Charge], None]
 AfterRefund = Callable[[Refund], None]
 
 
-class TwoPhaseRecord(Protocol):
-    """What the lease logic needs of a charge's or a refund's record."""
-
-    @property
-    def record_id(self) -> str: ...
-    @property
-    def order_id(self) -> str: ...
-    @property
-    def status(self) -> BillingStatus: ...
-    @property
-    def owner(self) -> str: ...
-    @property
-    def lease_seconds(self) -> float: ...
-    @property
-    def attempts(self) -> int: ...
-    @property
-    def written_at_s(self) -> int: ...
-    @property
-    def etag(self) -> str: ...
-
-    def to_document(self) -> dict[str, Any]: ...
-
-    @classmethod
-    def from_document(cls, document: dict[str, Any]) -> Self: ...
-
-
-Record = TypeVar("Record", BillingRecord, RefundRecord)
 Answer = TypeVar("Answer", Charge, Refund)
 
 
@@ -141,8 +116,18 @@ class BillingConsumer:
         self._saga = saga
         self._owner = owner or f"billing-{uuid.uuid4().hex[:12]}"
         self._lease_seconds = lease_seconds
-        self._max_wait_seconds = max_wait_seconds
-        self._sleep = sleep
+        # A refused record is taken over at once by a resubmitted copy, which asks again.
+        self._charges, self._refunds = (
+            Claims(
+                store,
+                owner=self._owner,
+                lease_seconds=lease_seconds,
+                max_wait_seconds=max_wait_seconds,
+                sleep=sleep,
+                failed_is_final=False,
+            )
+            for store in (FencedRecords.charges(records), FencedRecords.refunds(records))
+        )
         self._after_charge = after_charge
         self._after_refund = after_refund
         self._status = status
@@ -207,9 +192,10 @@ class BillingConsumer:
 
     async def _charge_phase(self, record: BillingRecord) -> Charged | Decision:
         """The order's charge: made now, or found made; else what to do with the message."""
-        owned = await self._claim(record, BillingRecord)
-        if isinstance(owned, Decision):
-            return owned
+        claimed = await self._own(self._charges, charge_record(record))
+        if isinstance(claimed, Decision):
+            return claimed
+        owned = as_charge(claimed)
         if owned.status is BillingStatus.COMPLETED:
             assert owned.payment_id is not None
             logger.info("billing %s already completed", log_value(owned.order_id))
@@ -221,14 +207,17 @@ class BillingConsumer:
             idempotency_key=owned.payment_key,
         )
         charge = await self._ask(
-            owned, self._payments.charge(request), "payment", DeadLetterReason.PAYMENT_REFUSED
+            self._charges,
+            claimed,
+            self._payments.charge(request),
+            "payment",
+            DeadLetterReason.PAYMENT_REFUSED,
         )
         if isinstance(charge, Decision):
             return charge
         if self._after_charge is not None:
             self._after_charge(charge)
-        done = replace(owned, status=BillingStatus.COMPLETED, payment_id=charge.payment_id)
-        await self._mark(done, owned.etag)
+        await self._charges.finish(claimed, charge.payment_id)
         logger.info(
             "charged order %s: payment_id=%s",
             log_value(owned.order_id),
@@ -273,9 +262,10 @@ class BillingConsumer:
             currency=charged.currency,
             refund_key=refund_key(event.order_id),
         )
-        owned = await self._claim(record, RefundRecord)
-        if isinstance(owned, Decision):
-            return owned
+        claimed = await self._own(self._refunds, refund_record(record))
+        if isinstance(claimed, Decision):
+            return claimed
+        owned = as_refund(claimed)
         if owned.status is not BillingStatus.COMPLETED:
             request = RefundRequest(
                 payment_id=owned.payment_id,
@@ -285,14 +275,17 @@ class BillingConsumer:
                 idempotency_key=owned.refund_key,
             )
             refund = await self._ask(
-                owned, self._payments.refund(request), "refund", DeadLetterReason.REFUND_REFUSED
+                self._refunds,
+                claimed,
+                self._payments.refund(request),
+                "refund",
+                DeadLetterReason.REFUND_REFUSED,
             )
             if isinstance(refund, Decision):
                 return refund
             if self._after_refund is not None:
                 self._after_refund(refund)
-            done = replace(owned, status=BillingStatus.COMPLETED, refund_id=refund.refund_id)
-            await self._mark(done, owned.etag)
+            await self._refunds.finish(claimed, refund.refund_id)
             logger.info(
                 "refunded order %s: refund_id=%s",
                 log_value(owned.order_id),
@@ -301,82 +294,24 @@ class BillingConsumer:
         await announce(self._status, event, OrderStatus.REFUNDED, self._clock())
         return Decision(Outcome.REFUNDED, Settlement.COMPLETE, event.order_id)
 
-    # --- The two-phase record, shared by the charge and the refund -------------------------
+    # --- The two-phase record, shared by the charge and the refund: the core's state machine
 
-    async def _claim(self, record: Record, kind: type[Record]) -> Record | Decision:
+    async def _own(self, claims: Claims, wanted: Record) -> Record | Decision:
         """The record owned by us (new, or taken over), or completed by anyone; else the
-        decision to hand the message back."""
+        decision to hand the message back to the broker."""
         try:
-            return kind.from_document(await self._records.create(record.to_document()))
-        except DocumentExistsError:
-            pass
-        waited = 0.0
-        races = 0
-        while races < MAX_TURNS:
-            read = await self._records.read(record.record_id, record.order_id)
-            if read.document is None:
-                # Deleted between our create and this read (an operator's cleanup): create again.
-                try:
-                    return kind.from_document(await self._records.create(record.to_document()))
-                except DocumentExistsError:
-                    races += 1
-                    continue
-            existing = kind.from_document(read.document)
-            if existing.status is BillingStatus.COMPLETED:
-                return existing
-            mine = existing.owner == self._owner
-            live = lease_is_live(
-                existing.written_at_s, existing.lease_seconds, read.database_now_ms
+            return await claims.own(wanted)
+        except InProgressElsewhereError as busy:
+            return Decision(
+                Outcome.IN_PROGRESS_ELSEWHERE,
+                Settlement.ABANDON,
+                wanted.partition,
+                error=str(busy),
             )
-            if live and not mine and existing.status is BillingStatus.IN_PROGRESS:
-                left = seconds_left(
-                    existing.written_at_s, existing.lease_seconds, read.database_now_ms
-                )
-                if waited + POLL_SECONDS > self._max_wait_seconds:
-                    return self._leave_to_owner(existing, left)
-                # Its owner is calling the provider right now: wait for it rather than abandon,
-                # which would only burn delivery attempts in a tight loop.
-                pause = min(POLL_SECONDS, left + 0.05)
-                await self._sleep(pause)
-                waited += pause
-                continue
-            try:
-                taken = replace(
-                    existing,
-                    owner=self._owner,
-                    lease_seconds=self._lease_seconds,
-                    status=BillingStatus.IN_PROGRESS,
-                    attempts=existing.attempts + 1,
-                )
-                stored = await self._records.replace(taken.to_document(), etag=existing.etag)
-            except LeaseLostError:
-                races += 1
-                continue  # another delivery moved first; read again
-            if not mine:
-                logger.warning(
-                    "billing %s: took over a stale record %s from %s (attempt %d)",
-                    log_value(existing.order_id),
-                    log_value(existing.record_id),
-                    log_value(existing.owner),
-                    taken.attempts,
-                )
-            return kind.from_document(stored)
-        return self._leave_to_owner(None, 0.0, record.order_id)
-
-    def _leave_to_owner(
-        self, existing: TwoPhaseRecord | None, seconds: float, order_id: str | None = None
-    ) -> Decision:
-        owner = existing.owner if existing is not None else "another delivery"
-        what = existing.record_id if existing is not None else "billing"
-        return Decision(
-            Outcome.IN_PROGRESS_ELSEWHERE,
-            Settlement.ABANDON,
-            existing.order_id if existing is not None else order_id,
-            error=f"{what} is in progress at {owner}; its lease ends in {seconds:.0f} s",
-        )
 
     async def _ask(
         self,
+        claims: Claims,
         owned: Record,
         call: Awaitable[Answer],
         what: str,
@@ -390,26 +325,14 @@ class BillingConsumer:
             logger.error(
                 "ALERT %s refused for order %s: %s",
                 what,
-                log_value(owned.order_id),
+                log_value(owned.partition),
                 log_value(refused.description),
             )
-            await self._mark(replace(owned, status=BillingStatus.REFUSED), owned.etag)
+            await claims.finish(owned, None, RecordStatus.FAILED)
             return Decision(
                 Outcome.DOWNSTREAM_REFUSED,
                 Settlement.DEAD_LETTER,
-                owned.order_id,
+                owned.partition,
                 dead_letter_reason=reason.value,
                 dead_letter_description=truncate(f"{refused.reason}: {refused.description}"),
-            )
-
-    async def _mark(self, done: TwoPhaseRecord, etag: str) -> None:
-        try:
-            await self._records.replace(done.to_document(), etag=etag)
-        except LeaseLostError:
-            # Our lease ended during the call and another delivery took over: it calls the
-            # provider with the same key, gets this same answer back and marks the record.
-            logger.warning(
-                "billing %s: %s moved on during the provider's call; its new owner completes it",
-                log_value(done.order_id),
-                log_value(done.record_id),
             )

@@ -10,6 +10,8 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+# The one mapping from a decision to a settlement is the core's; the app's hosts import it here.
+from exactly_once.decisions import settle as settle
 from orders.domain.documents import OrderAlreadyExistsError, OrderRecord, build_order_write
 from orders.domain.hashing import request_hash
 from orders.domain.messages import DeadLetterReason, MessageRejected, parse_received_order
@@ -147,18 +149,4 @@ class OrderConsumer:
                 "could not record the rejection of order %s; dead-lettering it all the same",
                 log_value(decision.order_id),
                 exc_info=True,
-            )
-
-
-async def settle(decision: Decision, settler: MessageSettler) -> None:
-    """The one mapping from a decision to a broker settlement, shared by every host."""
-    match decision.settlement:
-        case Settlement.COMPLETE:
-            await settler.complete()
-        case Settlement.ABANDON:
-            await settler.abandon()
-        case Settlement.DEAD_LETTER:
-            await settler.dead_letter(
-                reason=decision.dead_letter_reason or "Unspecified",
-                description=decision.dead_letter_description or "",
             )

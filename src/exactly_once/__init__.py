@@ -1,0 +1,94 @@
+"""exactly_once: exactly-once effects for Azure Service Bus consumers, on Cosmos DB.
+
+The broker delivers at least once; this package makes the effect of each message happen once.
+See README.md in this folder for the guide.
+"""
+
+from exactly_once.claims import Claims
+from exactly_once.cosmos import CosmosStore
+from exactly_once.decisions import (
+    DeadLetterReason,
+    Decision,
+    Outcome,
+    Settleable,
+    Settlement,
+    Settler,
+    settle,
+)
+from exactly_once.exceptions import (
+    DocumentExistsError,
+    ExactlyOnceError,
+    InProgressElsewhereError,
+    PayloadMismatchError,
+    PreviouslyFailedError,
+    RecordChangedError,
+    RecordExistsError,
+    Refused,
+    Rejected,
+    StoreError,
+    TransientStoreError,
+)
+from exactly_once.orchestrator import Effects, TwoPhaseResult
+from exactly_once.ports import DocumentStore, RecordStore, Store
+from exactly_once.records import (
+    JsonInput,
+    JsonMapping,
+    JsonObject,
+    JsonValue,
+    Record,
+    RecordRead,
+    RecordStatus,
+    Stamp,
+    StoredDocument,
+    fingerprint,
+)
+from exactly_once.servicebus import (
+    ExactlyOnceConsumer,
+    MessageActionsSettler,
+    ReceiverSettler,
+    exactly_once,
+)
+from exactly_once.telemetry import Telemetry
+
+__all__ = [
+    "Claims",
+    "CosmosStore",
+    "DeadLetterReason",
+    "Decision",
+    "DocumentExistsError",
+    "DocumentStore",
+    "Effects",
+    "ExactlyOnceConsumer",
+    "ExactlyOnceError",
+    "InProgressElsewhereError",
+    "JsonInput",
+    "JsonMapping",
+    "JsonObject",
+    "JsonValue",
+    "MessageActionsSettler",
+    "Outcome",
+    "PayloadMismatchError",
+    "PreviouslyFailedError",
+    "ReceiverSettler",
+    "Record",
+    "RecordChangedError",
+    "RecordExistsError",
+    "RecordRead",
+    "RecordStatus",
+    "RecordStore",
+    "Refused",
+    "Rejected",
+    "Settleable",
+    "Settlement",
+    "Settler",
+    "Stamp",
+    "Store",
+    "StoreError",
+    "StoredDocument",
+    "Telemetry",
+    "TransientStoreError",
+    "TwoPhaseResult",
+    "exactly_once",
+    "fingerprint",
+    "settle",
+]

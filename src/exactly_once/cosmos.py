@@ -1,0 +1,242 @@
+"""The one Cosmos DB implementation of both ports, over one container.
+
+Records and an effect's documents share the container (and a partition), so an inbox record
+can be written in the same transactional batch as the documents it guards. Every conditional
+write goes through one If-Match helper; a lease is dated by the `_ts` of its claim's write and
+judged against `GetCurrentTimestamp()` read in the same query as the record, never by a
+worker's clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import aiohttp
+from azure.core import MatchConditions
+from azure.core.exceptions import ServiceRequestError, ServiceResponseError
+from azure.cosmos import exceptions as cosmos_errors
+from azure.cosmos.aio import ContainerProxy
+
+from exactly_once.exceptions import (
+    DocumentExistsError,
+    RecordChangedError,
+    RecordExistsError,
+    StoreError,
+    TransientStoreError,
+)
+from exactly_once.records import (
+    JsonInput,
+    JsonMapping,
+    JsonObject,
+    Record,
+    RecordRead,
+    RecordStatus,
+    Stamp,
+    StoredDocument,
+)
+
+RECORD_TYPE = "exactlyOnceRecord"
+# Throttling, timeouts, "retry with" and every server-side failure may succeed later.
+TRANSIENT_STATUS_CODES = frozenset({408, 410, 429, 449})
+NETWORK_ERRORS: tuple[type[BaseException], ...] = (
+    ServiceRequestError,
+    ServiceResponseError,
+    cosmos_errors.CosmosClientTimeoutError,
+    aiohttp.ClientError,
+    asyncio.TimeoutError,
+    ConnectionError,
+)
+# One request answers both "what is stored" and "what time is it for the database".
+_READ_WITH_CLOCK = "SELECT c AS doc, GetCurrentTimestamp() AS now FROM c WHERE c.id = @id"
+# A claim whose record vanished between the create's 409 and the read creates again this often.
+_CLAIM_ATTEMPTS = 3
+
+
+class CosmosStore:
+    """`RecordStore` and `DocumentStore` over one container.
+
+    `partition_key_field` is the top-level field the container is partitioned by (path
+    `/<field>`): the adapter writes a record's partition there."""
+
+    def __init__(self, container: ContainerProxy, *, partition_key_field: str = "pk") -> None:
+        self._container = container
+        self._pk = partition_key_field
+
+    # --- RecordStore ------------------------------------------------------------------------
+
+    async def claim(self, record: Record) -> Record:
+        for _ in range(_CLAIM_ATTEMPTS):
+            with _store_errors():
+                try:
+                    stored = await self._container.create_item(body=self._record_document(record))
+                    return self._record(stored)
+                except cosmos_errors.CosmosResourceExistsError:
+                    pass
+            found = await self.read(record.key, record.partition)
+            if found.record is not None:
+                raise RecordExistsError(found.record, found.database_now_ms)
+            # Deleted between our create and the read (a release, an expiry): create again.
+        raise RecordChangedError(f"record {record.key!r} keeps appearing and vanishing")
+
+    async def read(self, key: str, partition: str) -> RecordRead:
+        with _store_errors():
+            rows = [
+                row
+                async for row in self._container.query_items(
+                    _READ_WITH_CLOCK,
+                    parameters=[{"name": "@id", "value": key}],
+                    partition_key=partition,
+                )
+            ]
+        if not rows:
+            return RecordRead(None, 0)
+        return RecordRead(self._record(rows[0]["doc"]), int(rows[0]["now"]))
+
+    async def take_over(self, existing: Record, owner: str, lease_seconds: float) -> Record:
+        taken = existing.owned_by(owner, lease_seconds)
+        return self._record(await self._replace_if_match(self._record_document(taken), existing))
+
+    async def complete(
+        self, owned: Record, result: JsonInput, status: RecordStatus = RecordStatus.COMPLETED
+    ) -> Record:
+        done = self._record_document(owned) | {"status": status.value, "result": result}
+        return self._record(await self._replace_if_match(done, owned))
+
+    async def release(self, owned: Record) -> None:
+        # Another owner moved on, or it is gone: nothing of ours to release.
+        moved_or_gone = contextlib.suppress(
+            cosmos_errors.CosmosAccessConditionFailedError,
+            cosmos_errors.CosmosResourceNotFoundError,
+        )
+        with _store_errors(), moved_or_gone:
+            await self._container.delete_item(
+                item=owned.key, partition_key=owned.partition, **_if_match(_etag_of(owned))
+            )
+
+    # --- DocumentStore ----------------------------------------------------------------------
+
+    async def create_all(self, partition: str, documents: Sequence[JsonMapping]) -> None:
+        operations: list[tuple[str, tuple[Any, ...]]] = [
+            ("create", ({**document, self._pk: partition},)) for document in documents
+        ]
+        with _store_errors():
+            try:
+                await self._container.execute_item_batch(
+                    batch_operations=operations, partition_key=partition
+                )
+            except cosmos_errors.CosmosBatchOperationError as exc:
+                status, index = _failed_operation(exc)
+                if status == 409:
+                    raise DocumentExistsError(str(documents[index].get("id")), index) from exc
+                raise _store_error_for(status, f"batch operation {index} failed") from exc
+
+    async def get(self, document_id: str, partition: str) -> StoredDocument | None:
+        with _store_errors():
+            try:
+                stored = await self._container.read_item(item=document_id, partition_key=partition)
+            except cosmos_errors.CosmosResourceNotFoundError:
+                return None
+        return StoredDocument(body=_user_fields(stored), etag=str(stored["_etag"]))
+
+    async def replace(self, document: JsonMapping, partition: str, *, etag: str) -> None:
+        await self._replace_if_match({**document, self._pk: partition}, etag)
+
+    # --- the one If-Match write, and the record's document shape ----------------------------
+
+    async def _replace_if_match(
+        self, document: dict[str, Any], fence: Record | str
+    ) -> dict[str, Any]:
+        etag = fence if isinstance(fence, str) else _etag_of(fence)
+        with _store_errors():
+            try:
+                return await self._container.replace_item(
+                    item=document["id"], body=document, **_if_match(etag)
+                )
+            except (
+                cosmos_errors.CosmosAccessConditionFailedError,
+                cosmos_errors.CosmosResourceNotFoundError,
+            ) as exc:
+                raise RecordChangedError(f"{document['id']!r} changed since it was read") from exc
+
+    def _record_document(self, record: Record) -> dict[str, Any]:
+        document: dict[str, Any] = {
+            "id": record.key,
+            self._pk: record.partition,
+            "type": RECORD_TYPE,
+            "requestHash": record.request_hash,
+            "status": record.status.value,
+            "owner": record.owner,
+            "leaseSeconds": record.lease_seconds,
+            "attempts": record.attempts,
+            "downstreamKey": record.downstream_key,
+            "result": record.result,
+            "data": record.data,
+        }
+        if record.expires_after_seconds is not None:
+            # Per-item TTL: takes effect where the container has a default TTL (-1 will do).
+            document["ttl"] = record.expires_after_seconds
+        return document
+
+    def _record(self, document: dict[str, Any]) -> Record:
+        if document.get("type") != RECORD_TYPE:
+            raise StoreError(f"{document.get('id')!r} is not an exactly-once record")
+        ttl = document.get("ttl")
+        return Record(
+            key=str(document["id"]),
+            partition=str(document[self._pk]),
+            request_hash=str(document["requestHash"]),
+            status=RecordStatus(document["status"]),
+            owner=str(document["owner"]),
+            lease_seconds=float(document["leaseSeconds"]),
+            attempts=int(document["attempts"]),
+            downstream_key=document.get("downstreamKey"),
+            result=document.get("result"),
+            data=document.get("data"),
+            expires_after_seconds=int(ttl) if ttl is not None else None,
+            stamp=Stamp(etag=str(document["_etag"]), written_at_s=int(document["_ts"])),
+        )
+
+
+def _if_match(etag: str) -> dict[str, Any]:
+    """The SDK's keywords for "only if the item still has this ETag"."""
+    return {"etag": etag, "match_condition": MatchConditions.IfNotModified}
+
+
+def _etag_of(record: Record) -> str:
+    if record.stamp is None:
+        raise ValueError(f"record {record.key!r} was never written: nothing to match")
+    return record.stamp.etag
+
+
+def _user_fields(stored: dict[str, Any]) -> JsonObject:
+    """A stored document without the store's own properties (`_etag`, `_ts`, `_rid`, ...)."""
+    return {key: value for key, value in stored.items() if not key.startswith("_")}
+
+
+def _store_error_for(status: int | None, message: str) -> StoreError:
+    if status is not None and (status in TRANSIENT_STATUS_CODES or status >= 500):
+        return TransientStoreError(f"Cosmos DB answered {status}: {message}")
+    return StoreError(f"Cosmos DB answered {status}: {message}")
+
+
+@contextmanager
+def _store_errors() -> Iterator[None]:
+    """Translate what the block's SDK calls raise; expected statuses are caught inside it."""
+    try:
+        yield
+    except cosmos_errors.CosmosHttpResponseError as exc:
+        raise _store_error_for(exc.status_code, str(exc.message)) from exc
+    except NETWORK_ERRORS as exc:
+        raise TransientStoreError(f"Cosmos DB unreachable: {exc!r}") from exc
+
+
+def _failed_operation(exc: cosmos_errors.CosmosBatchOperationError) -> tuple[int, int]:
+    """(status, index) of the operation that failed the batch."""
+    responses = exc.operation_responses or []
+    index = exc.error_index or 0
+    found = responses[index].get("statusCode") if index < len(responses) else None
+    return (int(found) if found is not None else exc.status_code or 500), index

@@ -1,0 +1,139 @@
+"""What became of one message, as data: the outcome, how the broker settles it, and why.
+
+No broker SDK here: `settle` maps a decision onto any `Settler`; `exactly_once.servicebus`
+provides Service Bus's two (the SDK receiver, Functions' message actions).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+# Service Bus limits a dead-letter description; ours stay well inside it.
+MAX_DESCRIPTION_CHARS = 1024
+
+
+class Outcome(StrEnum):
+    """What the effect did (or why it could not)."""
+
+    PROCESSED = "processed"  # the effect happened now
+    DUPLICATE = "duplicate"  # it had happened before, with the same payload: nothing done
+    STALE = "stale"  # a versioned update older than (or equal to) what is stored: nothing done
+    REJECTED = "rejected"  # the message can never be parsed
+    MISMATCH = "mismatch"  # the key was first used with another payload
+    REFUSED = "refused"  # the effect (or its downstream) refused for good
+    EFFECT_CONFLICT = "effect_conflict"  # an effect's document exists but its marker does not
+    IN_PROGRESS_ELSEWHERE = "in_progress_elsewhere"  # another owner's lease is live
+    TRANSIENT_FAILURE = "transient_failure"  # the store failed or moved under us: retry
+    UNEXPECTED_FAILURE = "unexpected_failure"  # a bug or an unknown error: retry, and look
+
+
+class Settlement(StrEnum):
+    """How the broker is told."""
+
+    COMPLETE = "complete"
+    ABANDON = "abandon"
+    DEAD_LETTER = "dead_letter"
+
+
+class DeadLetterReason(StrEnum):
+    """The `DeadLetterReason` the core writes; an effect's `Refused` may name its own."""
+
+    INVALID_MESSAGE = "InvalidMessage"
+    MISSING_MESSAGE_ID = "MissingMessageId"
+    REQUEST_HASH_MISMATCH = "RequestHashMismatch"
+    DOWNSTREAM_REFUSED = "DownstreamRefused"
+    EFFECT_DOCUMENT_EXISTS = "EffectDocumentExists"
+
+
+def truncate(text: str, limit: int = MAX_DESCRIPTION_CHARS) -> str:
+    """`text` cut to `limit` characters, marked with an ellipsis when cut."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One message's outcome and settlement; a dead letter carries its reason and description,
+    an abandon the error that caused it."""
+
+    outcome: Outcome
+    settlement: Settlement
+    dead_letter_reason: str | None = None
+    dead_letter_description: str | None = None
+    error: str | None = None
+
+    @classmethod
+    def complete(cls, outcome: Outcome = Outcome.PROCESSED) -> Decision:
+        """Complete the message: its effect is done (now, or before)."""
+        return cls(outcome, Settlement.COMPLETE)
+
+    @classmethod
+    def duplicate(cls) -> Decision:
+        """Complete a duplicate: the effect was done by an earlier delivery."""
+        return cls(Outcome.DUPLICATE, Settlement.COMPLETE)
+
+    @classmethod
+    def dead_letter(cls, outcome: Outcome, reason: str, description: str) -> Decision:
+        """Dead-letter the message: no later delivery can succeed."""
+        return cls(
+            outcome,
+            Settlement.DEAD_LETTER,
+            dead_letter_reason=reason,
+            dead_letter_description=truncate(description),
+        )
+
+    @classmethod
+    def abandon(cls, outcome: Outcome, error: str) -> Decision:
+        """Hand the message back: a later delivery may succeed."""
+        return cls(outcome, Settlement.ABANDON, error=truncate(error))
+
+
+class Settleable(Protocol):
+    """What settling needs of a decision."""
+
+    @property
+    def settlement(self) -> str:
+        """A `Settlement` value."""
+        ...
+
+    @property
+    def dead_letter_reason(self) -> str | None:
+        """The dead-letter reason, for a dead letter."""
+        ...
+
+    @property
+    def dead_letter_description(self) -> str | None:
+        """The dead-letter description, for a dead letter."""
+        ...
+
+
+class Settler(Protocol):
+    """Tells the broker what became of the message."""
+
+    async def complete(self) -> None:
+        """Remove the message: done."""
+        ...
+
+    async def abandon(self) -> None:
+        """Hand the message back for another delivery."""
+        ...
+
+    async def dead_letter(self, *, reason: str, description: str) -> None:
+        """Move the message to the dead-letter queue with a reason."""
+        ...
+
+
+async def settle(decision: Settleable, settler: Settler) -> None:
+    """The one mapping from a decision to a settlement, for every host (and for any decision
+    type with these three fields: the orders app settles its own through it)."""
+    match decision.settlement:
+        case Settlement.COMPLETE:
+            await settler.complete()
+        case Settlement.ABANDON:
+            await settler.abandon()
+        case Settlement.DEAD_LETTER:
+            await settler.dead_letter(
+                reason=decision.dead_letter_reason or "Unspecified",
+                description=decision.dead_letter_description or "",
+            )

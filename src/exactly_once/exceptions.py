@@ -1,0 +1,94 @@
+"""Every exception the core raises, under one root; the conflict ones carry what they found."""
+
+from __future__ import annotations
+
+from exactly_once.records import Record
+
+
+class ExactlyOnceError(Exception):
+    """Root of the core's exceptions."""
+
+
+class StoreError(ExactlyOnceError):
+    """The store failed in a way a retry will not fix (a bad request, a refused credential)."""
+
+
+class TransientStoreError(StoreError):
+    """The store failed in a way a later attempt may not (throttling, timeout, outage)."""
+
+
+class RecordExistsError(ExactlyOnceError):
+    """A claim found the key already recorded: carries the existing record and the database's
+    time it was read at (one request answers both)."""
+
+    def __init__(self, existing: Record, database_now_ms: int) -> None:
+        super().__init__(f"record {existing.key!r} already exists ({existing.status.value})")
+        self.existing = existing
+        self.database_now_ms = database_now_ms
+
+
+class RecordChangedError(ExactlyOnceError):
+    """A conditional write found the record (or document) changed or gone since it was read:
+    another owner moved first."""
+
+
+class DocumentExistsError(ExactlyOnceError):
+    """A transactional create found one of its documents already stored; nothing was written.
+    `index` is the position of that document in the batch."""
+
+    def __init__(self, document_id: str, index: int) -> None:
+        super().__init__(f"document {document_id!r} (batch position {index}) already exists")
+        self.document_id = document_id
+        self.index = index
+
+
+class PayloadMismatchError(ExactlyOnceError):
+    """The key was first used with another payload: not a duplicate, a conflict."""
+
+    def __init__(self, key: str, stored_hash: str, incoming_hash: str) -> None:
+        super().__init__(
+            f"{key!r} was first recorded with request hash {stored_hash}; "
+            f"this one has {incoming_hash}"
+        )
+        self.key = key
+        self.stored_hash = stored_hash
+        self.incoming_hash = incoming_hash
+
+
+class InProgressElsewhereError(ExactlyOnceError):
+    """Another owner holds a live lease on the work; the message should come back later."""
+
+    def __init__(self, existing: Record, seconds_left: float) -> None:
+        super().__init__(
+            f"{existing.key!r} is in progress at {existing.owner}; "
+            f"its lease ends in {seconds_left:.0f} s"
+        )
+        self.existing = existing
+        self.seconds_left = seconds_left
+
+
+class Refused(ExactlyOnceError):
+    """Raised by an effect (or a downstream call) that will never succeed for this input: the
+    message is dead-lettered with `reason`, and a two-phase record is marked failed."""
+
+    def __init__(self, description: str, *, reason: str = "DownstreamRefused") -> None:
+        super().__init__(f"{reason}: {description}")
+        self.reason = reason
+        self.description = description
+
+
+class Rejected(ExactlyOnceError):
+    """Raised by a message parser: the message can never be processed (dead-lettered)."""
+
+    def __init__(self, description: str, *, reason: str = "InvalidMessage") -> None:
+        super().__init__(f"{reason}: {description}")
+        self.reason = reason
+        self.description = description
+
+
+class PreviouslyFailedError(ExactlyOnceError):
+    """The work was refused for good by an earlier attempt; `existing.result` says why."""
+
+    def __init__(self, existing: Record) -> None:
+        super().__init__(f"{existing.key!r} was refused earlier: {existing.result!r}")
+        self.existing = existing

@@ -1,0 +1,166 @@
+"""`Idempotency-Key` for FastAPI over the same record-store port as the message consumers.
+
+The first request under a key claims a record (the create is the lock) and runs; its response
+is recorded and replayed to every retry with the same payload. A retry with another payload
+gets 422; one that arrives while the first still runs gets 409 with `Retry-After`; one whose
+first attempt crashed (its lease ended, by the database's clock) takes the record over.
+
+    keys = IdempotencyKeys(store, scope="greetings")
+
+    @app.post("/greetings")
+    async def create(claim: Annotated[KeyClaim, Depends(keys)]) -> Response:
+        if claim.replay is not None:
+            return claim.replay
+        ...
+        return await claim.complete(201, {"id": ...})
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import uuid
+from collections.abc import AsyncIterator, Mapping
+
+from fastapi import HTTPException, Request
+from fastapi.responses import JSONResponse
+
+from exactly_once.claims import Claims
+from exactly_once.exceptions import InProgressElsewhereError, PayloadMismatchError
+from exactly_once.ports import RecordStore
+from exactly_once.records import (
+    DEFAULT_LEASE_SECONDS,
+    JsonInput,
+    Record,
+    RecordStatus,
+    body_fingerprint,
+    fingerprint,
+)
+
+HEADER = "Idempotency-Key"
+MAX_KEY_LENGTH = 255
+# How long a completed key is replayed: a day, as the payment APIs that made the header common.
+DEFAULT_EXPIRES_AFTER_SECONDS = 24 * 3600
+# A retry is told to come back within this many seconds, however long the lease.
+MAX_RETRY_AFTER_SECONDS = 5
+
+
+class KeyClaim:
+    """What the endpoint gets: the response to replay, or the claim to complete."""
+
+    def __init__(self, store: RecordStore, owned: Record | None, replay: JSONResponse | None):
+        self._store = store
+        self._owned = owned
+        self.replay = replay
+        self.completed = False
+
+    async def complete(
+        self, status_code: int, body: JsonInput, headers: Mapping[str, str] | None = None
+    ) -> JSONResponse:
+        """Record the response (replayed to every retry) and return it."""
+        if self._owned is None:
+            raise RuntimeError("a replayed request has nothing to complete")
+        stored: JsonInput = {"statusCode": status_code, "body": body, "headers": headers or {}}
+        await self._store.complete(self._owned, stored)
+        self.completed = True
+        return _response(stored)
+
+    async def release(self) -> None:
+        """Forget the claim, so that a retry runs the request again."""
+        if self._owned is not None and not self.completed:
+            await self._store.release(self._owned)
+
+
+class IdempotencyKeys:
+    """The FastAPI dependency: claims the request's key in `scope`, yields a `KeyClaim`, and
+    releases the claim when the endpoint fails (or returns) without completing it."""
+
+    def __init__(
+        self,
+        store: RecordStore,
+        *,
+        scope: str,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        expires_after_seconds: int = DEFAULT_EXPIRES_AFTER_SECONDS,
+        owner: str | None = None,
+    ) -> None:
+        self._store = store
+        self._scope = scope
+        self._lease_seconds = lease_seconds
+        self._expires_after_seconds = expires_after_seconds
+        # Each request's claim is owned by `<owner>-<random>`.
+        self._owner = owner or "http"
+
+    async def __call__(self, request: Request) -> AsyncIterator[KeyClaim]:
+        """Claim, then hand the claim to the endpoint; release it if the endpoint fails."""
+        claim = await self.claim(
+            request.headers.get(HEADER), request.method, request.url.path, await request.body()
+        )
+        try:
+            yield claim
+        finally:
+            await claim.release()
+
+    async def claim(self, key: str | None, method: str, path: str, body: bytes) -> KeyClaim:
+        """The claim for one request: owned (run it), or a replay; else an `HTTPException`."""
+        key = validate_key(key)
+        # The JSON array keeps ("a", "bc") apart from ("ab", "c"); hashed, any key is a safe id.
+        record_key = hashlib.sha256(json.dumps([self._scope, key]).encode("utf-8")).hexdigest()
+        wanted = Record(
+            key=record_key,
+            partition=record_key,
+            request_hash=fingerprint([method, path, body_fingerprint(body)]),
+            status=RecordStatus.IN_PROGRESS,
+            owner=f"{self._owner}-{uuid.uuid4().hex[:12]}",
+            lease_seconds=self._lease_seconds,
+            expires_after_seconds=self._expires_after_seconds,
+        )
+        # One owner per request: a second request under a live claim is refused, even from
+        # this process, and never waits (max_wait_seconds=0): the caller retries.
+        claims = Claims(
+            self._store,
+            owner=wanted.owner,
+            lease_seconds=self._lease_seconds,
+            max_wait_seconds=0,
+        )
+        try:
+            owned = await claims.own(wanted)
+        except PayloadMismatchError:
+            raise HTTPException(
+                422, f"the {HEADER} {key!r} was used with another request; use a new key"
+            ) from None
+        except InProgressElsewhereError as busy:
+            retry_after = max(1, min(MAX_RETRY_AFTER_SECONDS, math.ceil(busy.seconds_left)))
+            raise HTTPException(
+                409,
+                f"a request with this {HEADER} is in progress; retry later",
+                headers={"Retry-After": str(retry_after)},
+            ) from None
+        if owned.status is RecordStatus.COMPLETED:
+            return KeyClaim(self._store, None, _response(owned.result))
+        return KeyClaim(self._store, owned, None)
+
+
+def validate_key(value: str | None) -> str:
+    """The key as sent, if it is 1..255 printable ASCII characters; else a 400."""
+    if not value:
+        raise HTTPException(400, f"the {HEADER} header is required")
+    if len(value) > MAX_KEY_LENGTH or any(not " " <= char <= "~" for char in value):
+        raise HTTPException(
+            400, f"the {HEADER} must be 1..{MAX_KEY_LENGTH} printable ASCII characters"
+        )
+    return value
+
+
+def _response(stored: JsonInput) -> JSONResponse:
+    if not isinstance(stored, Mapping):
+        raise ValueError("the record holds no response")
+    status, body, headers = stored.get("statusCode"), stored.get("body"), stored.get("headers")
+    return JSONResponse(
+        content=body,
+        status_code=int(status) if isinstance(status, int) else 200,
+        headers={str(k): str(v) for k, v in headers.items()}
+        if isinstance(headers, Mapping)
+        else None,
+    )

@@ -1,0 +1,237 @@
+"""The orchestrator: one unit of work made exactly-once, by whichever of four mechanisms fits.
+
+Write first, read only on conflict: a new effect costs its write and nothing else; the read that
+tells a duplicate from a conflicting payload happens only when the write found its key taken.
+
+- `create_entity`: the business entity is its own marker. Created with the effect's other
+  documents in one transactional batch; a conflict reads it and compares the request hash.
+- `inbox`: an inbox record (scoped by consumer and message id) in the same batch as the
+  effect's documents: the record exists if and only if the effect does.
+- `two_phase`: a record claimed before an external call and completed after it; the call
+  carries a downstream key that stays the same on every attempt, so the downstream does it once.
+- `apply_version`: natural idempotency. A versioned document replaced If-Match; an older or
+  equal version changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from exactly_once.claims import DEFAULT_MAX_WAIT_SECONDS, Claims
+from exactly_once.decisions import Outcome
+from exactly_once.exceptions import (
+    DocumentExistsError,
+    PayloadMismatchError,
+    RecordChangedError,
+    Refused,
+)
+from exactly_once.ports import DocumentStore, RecordStore
+from exactly_once.records import (
+    DEFAULT_LEASE_SECONDS,
+    JsonInput,
+    JsonMapping,
+    JsonObject,
+    Record,
+    RecordStatus,
+)
+
+# A versioned document that keeps moving under us is given back to the broker after this many.
+MAX_RACES = 5
+INBOX_TYPE = "exactlyOnceInbox"
+# Characters Cosmos DB ids may not hold, and its id length limit.
+_FORBIDDEN_ID_CHARACTERS = frozenset("/\\?#")
+_MAX_ID_LENGTH = 255
+
+# An external call: given the downstream key, returns what to record (JSON).
+DownstreamCall = Callable[[str], Awaitable[JsonInput]]
+# A versioned update: the stored document (None when there is none) -> the new document.
+VersionedChange = Callable[[JsonObject | None], JsonMapping]
+
+
+def safe_id(text: str) -> str:
+    """`text` as a store-safe id: itself when it is one, else a prefix and its SHA-256."""
+    if len(text) <= _MAX_ID_LENGTH and not _FORBIDDEN_ID_CHARACTERS.intersection(text):
+        return text
+    prefix = text.split(":", 1)[0]
+    return f"{prefix}:{hashlib.sha256(text.encode('utf-8')).hexdigest()}"
+
+
+@dataclass(frozen=True)
+class TwoPhaseResult:
+    """A two-phase effect's outcome (`PROCESSED` now, `DUPLICATE` before) and what the
+    downstream answered (the recorded answer, for a duplicate)."""
+
+    outcome: Outcome
+    result: JsonInput
+
+
+class Effects:
+    """The mechanisms, bound to one unit of work: the consumer, the message id and its request
+    hash name the records; `owner` names this process in them."""
+
+    def __init__(
+        self,
+        *,
+        consumer: str,
+        message_id: str,
+        request_hash: str,
+        records: RecordStore,
+        documents: DocumentStore,
+        owner: str,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.consumer = consumer
+        self.message_id = message_id
+        self.request_hash = request_hash
+        self.owner = owner
+        self._documents = documents
+        self._lease_seconds = lease_seconds
+        self._claims = Claims(
+            records,
+            owner=owner,
+            lease_seconds=lease_seconds,
+            max_wait_seconds=max_wait_seconds,
+            sleep=sleep,
+        )
+
+    # --- (1) the business entity as the marker ----------------------------------------------
+
+    async def create_entity(
+        self,
+        partition: str,
+        entity: JsonMapping,
+        *others: JsonMapping,
+        hash_field: str = "requestHash",
+    ) -> Outcome:
+        """Create `entity` (stamped with the request hash in `hash_field`) and `others` in one
+        batch: `PROCESSED`; or find the entity and its hash the same: `DUPLICATE`.
+
+        Raises `PayloadMismatchError` when the entity holds another hash, `DocumentExistsError`
+        when one of `others` exists without the entity."""
+        marked = {**entity, hash_field: self.request_hash}
+        try:
+            await self._documents.create_all(partition, [marked, *others])
+            return Outcome.PROCESSED
+        except DocumentExistsError as exists:
+            if exists.index != 0:
+                raise
+        stored = await self._documents.get(str(entity["id"]), partition)
+        if stored is None:
+            raise RecordChangedError(f"{entity['id']!r} vanished after its create conflicted")
+        return self._duplicate_or_mismatch(str(entity["id"]), stored.body.get(hash_field))
+
+    # --- (2) an inbox record in the effect's batch --------------------------------------------
+
+    async def inbox(self, partition: str, documents: Sequence[JsonMapping]) -> Outcome:
+        """Create this consumer's inbox record for the message and `documents` in one batch:
+        `PROCESSED`; or find the record with the same hash: `DUPLICATE`.
+
+        Raises `PayloadMismatchError` when the record holds another hash, `DocumentExistsError`
+        when one of `documents` exists without the record."""
+        record_id = safe_id(f"inbox:{self.consumer}:{self.message_id}")
+        marker: JsonMapping = {
+            "id": record_id,
+            "type": INBOX_TYPE,
+            "consumer": self.consumer,
+            "messageId": self.message_id,
+            "requestHash": self.request_hash,
+        }
+        try:
+            await self._documents.create_all(partition, [marker, *documents])
+            return Outcome.PROCESSED
+        except DocumentExistsError as exists:
+            if exists.index != 0:
+                raise
+        stored = await self._documents.get(record_id, partition)
+        if stored is None:
+            raise RecordChangedError(f"{record_id!r} vanished after its create conflicted")
+        return self._duplicate_or_mismatch(record_id, stored.body.get("requestHash"))
+
+    # --- (3) two phases around an external call -----------------------------------------------
+
+    async def two_phase(
+        self, partition: str, call: DownstreamCall, *, downstream_key: str | None = None
+    ) -> TwoPhaseResult:
+        """Claim the work, call the downstream with a key that never changes for this message,
+        record its answer: `PROCESSED`; or find it recorded: `DUPLICATE` with that answer.
+
+        A live claim of another owner is waited for (bounded), then `InProgressElsewhereError`;
+        an ended one is taken over (If-Match) and the call made again with the same key. A
+        `Refused` from the call marks the record failed, for good; any other error releases the
+        claim (the next attempt calls again, with the same key) and propagates."""
+        key = safe_id(f"two-phase:{self.consumer}:{self.message_id}")
+        wanted = Record(
+            key=key,
+            partition=partition,
+            request_hash=self.request_hash,
+            status=RecordStatus.IN_PROGRESS,
+            owner=self.owner,
+            lease_seconds=self._lease_seconds,
+            downstream_key=downstream_key or f"{self.consumer}:{self.message_id}",
+        )
+        owned = await self.own(wanted)
+        if owned.status is RecordStatus.COMPLETED:
+            return TwoPhaseResult(Outcome.DUPLICATE, owned.result)
+        assert owned.downstream_key is not None
+        try:
+            result = await call(owned.downstream_key)
+        except Refused as refused:
+            why: JsonInput = {"reason": refused.reason, "description": refused.description}
+            await self._claims.finish(owned, why, RecordStatus.FAILED)
+            raise
+        except BaseException:
+            await self._claims.release(owned)
+            raise
+        await self._claims.finish(owned, result, RecordStatus.COMPLETED)
+        return TwoPhaseResult(Outcome.PROCESSED, result)
+
+    async def own(self, wanted: Record) -> Record:
+        """`wanted` claimed by us, or the record completed by anyone (see `Claims.own`)."""
+        return await self._claims.own(wanted)
+
+    # --- natural idempotency: versioned conditional replace -----------------------------------
+
+    async def apply_version(
+        self,
+        partition: str,
+        document_id: str,
+        version: int,
+        change: VersionedChange,
+        *,
+        version_field: str = "version",
+    ) -> Outcome:
+        """Write `change(stored)` at `version` If-Match the stored ETag (or create it):
+        `PROCESSED`; a stored version at or above `version`: `STALE`, nothing written.
+
+        Reads first: the comparison needs the stored version. A write that lost a race reads
+        again (bounded), then `RecordChangedError`."""
+        for _ in range(MAX_RACES):
+            stored = await self._documents.get(document_id, partition)
+            if stored is not None:
+                current = stored.body.get(version_field)
+                if isinstance(current, int) and current >= version:
+                    return Outcome.STALE
+            updated = {
+                **change(stored.body if stored else None),
+                "id": document_id,
+                version_field: version,
+            }
+            try:
+                if stored is None:
+                    await self._documents.create_all(partition, [updated])
+                else:
+                    await self._documents.replace(updated, partition, etag=stored.etag)
+                return Outcome.PROCESSED
+            except (DocumentExistsError, RecordChangedError):
+                continue  # another version landed first: compare against it
+        raise RecordChangedError(f"{document_id!r} kept changing; {MAX_RACES} writes lost")
+
+    def _duplicate_or_mismatch(self, key: str, stored_hash: object) -> Outcome:
+        if stored_hash == self.request_hash:
+            return Outcome.DUPLICATE
+        raise PayloadMismatchError(key, str(stored_hash), self.request_hash)

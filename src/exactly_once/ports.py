@@ -1,0 +1,77 @@
+"""The two ports the orchestrator writes through; `exactly_once.cosmos.CosmosStore` is both.
+
+`RecordStore` is the record-store contract of AWS Powertools' persistence layer (claim, read,
+take over, complete, release), with the lease judged by the database's clock: every record it
+returns carries the `Stamp` of its last write, and reads carry the database's time.
+`DocumentStore` writes an effect's own documents: all or nothing, or under an ETag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from exactly_once.records import (
+    JsonInput,
+    JsonMapping,
+    Record,
+    RecordRead,
+    RecordStatus,
+    StoredDocument,
+)
+
+
+class RecordStore(Protocol):
+    """Records of claimed work. Every write but `claim` is conditional on the record's stamp."""
+
+    async def claim(self, record: Record) -> Record:
+        """Create `record` (the create is the lock) and return it stamped.
+
+        Raises `RecordExistsError` with the stored record and the database's time when the key
+        is taken; `TransientStoreError` / `StoreError` when the store fails."""
+        ...
+
+    async def read(self, key: str, partition: str) -> RecordRead:
+        """The stored record (or None) and the database's time, in one request."""
+        ...
+
+    async def take_over(self, existing: Record, owner: str, lease_seconds: float) -> Record:
+        """Claim `existing` for `owner` with a fresh lease, If-Match its stamp.
+
+        Raises `RecordChangedError` when another owner moved first."""
+        ...
+
+    async def complete(
+        self, owned: Record, result: JsonInput, status: RecordStatus = RecordStatus.COMPLETED
+    ) -> Record:
+        """Mark the owned record done (or failed) with `result`, If-Match its stamp.
+
+        Raises `RecordChangedError` when the lease was lost to another owner."""
+        ...
+
+    async def release(self, owned: Record) -> None:
+        """Delete the owned record, If-Match its stamp, so that the next attempt claims anew.
+        A record that moved on (or is gone) is left alone."""
+        ...
+
+
+class DocumentStore(Protocol):
+    """An effect's documents, in the same partitions as the records that guard them."""
+
+    async def create_all(self, partition: str, documents: Sequence[JsonMapping]) -> None:
+        """Create every document in one transactional batch: all or nothing.
+
+        Raises `DocumentExistsError` naming the first one that exists (nothing written)."""
+        ...
+
+    async def get(self, document_id: str, partition: str) -> StoredDocument | None:
+        """One document with its ETag, or None (a point read)."""
+        ...
+
+    async def replace(self, document: JsonMapping, partition: str, *, etag: str) -> None:
+        """Replace the document If-Match `etag`; `RecordChangedError` when it moved or is gone."""
+        ...
+
+
+class Store(RecordStore, DocumentStore, Protocol):
+    """Both ports over one store (`CosmosStore`): what an inbox batch needs."""

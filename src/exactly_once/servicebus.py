@@ -1,0 +1,284 @@
+"""The Service Bus glue: one message -> one `Decision` -> one settlement.
+
+`ExactlyOnceConsumer` parses a received message, runs your effect with the `Effects` bound to
+it, turns every exception into a `Decision` (one error frame), records a span and a count, and
+settles through whichever host delivered the message: the SDK's `ServiceBusReceiver` (a worker
+of your own) or the Functions SDK-type binding's `ServiceBusMessageActions`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Generic, Protocol, TypeVar
+
+from azure.servicebus import ServiceBusReceivedMessage
+from azure.servicebus.aio import ServiceBusReceiver
+
+from exactly_once.claims import DEFAULT_MAX_WAIT_SECONDS
+from exactly_once.decisions import DeadLetterReason, Decision, Outcome, Settler, settle
+from exactly_once.exceptions import (
+    DocumentExistsError,
+    InProgressElsewhereError,
+    PayloadMismatchError,
+    PreviouslyFailedError,
+    RecordChangedError,
+    Refused,
+    Rejected,
+    TransientStoreError,
+)
+from exactly_once.orchestrator import Effects
+from exactly_once.ports import DocumentStore, RecordStore, Store
+from exactly_once.records import DEFAULT_LEASE_SECONDS, body_fingerprint
+from exactly_once.telemetry import Telemetry
+
+logger = logging.getLogger("exactly_once")
+
+Message = TypeVar("Message")
+# Your effect: the parsed message and the mechanisms bound to it -> what happened.
+Effect = Callable[[Message, Effects], Awaitable[Outcome | Decision]]
+# Your parser: the body's bytes -> your message model (raise anything to reject it).
+Parser = Callable[[bytes], Message]
+
+
+class FunctionsMessageActions(Protocol):
+    """What the core uses of `azurefunctions.extensions.bindings.servicebus.
+    ServiceBusMessageActions` (synchronous gRPC calls to the Functions host)."""
+
+    def complete(self, message: Any) -> None:
+        """Complete `message`."""
+        ...
+
+    def abandon(self, message: Any) -> None:
+        """Abandon `message`."""
+        ...
+
+    def deadletter(
+        self, message: Any, *, deadletter_reason: str, deadletter_error_description: str
+    ) -> None:
+        """Dead-letter `message` (keywords: the binding's next release changes the order)."""
+        ...
+
+
+class MessageActionsSettler:
+    """Settles through the Functions host; its calls block, so they run off the event loop."""
+
+    def __init__(self, actions: FunctionsMessageActions, message: ServiceBusReceivedMessage):
+        self._actions = actions
+        self._message = message
+
+    async def complete(self) -> None:
+        """Complete through the host."""
+        await asyncio.to_thread(self._actions.complete, self._message)
+
+    async def abandon(self) -> None:
+        """Abandon through the host."""
+        await asyncio.to_thread(self._actions.abandon, self._message)
+
+    async def dead_letter(self, *, reason: str, description: str) -> None:
+        """Dead-letter through the host."""
+        await asyncio.to_thread(
+            lambda: self._actions.deadletter(
+                self._message, deadletter_reason=reason, deadletter_error_description=description
+            )
+        )
+
+
+class ReceiverSettler:
+    """Settles through an SDK receiver in PeekLock mode. `wire`, when given, is held for each
+    settlement (a worker that shares the receiver's connection between tasks)."""
+
+    def __init__(
+        self,
+        receiver: ServiceBusReceiver,
+        message: ServiceBusReceivedMessage,
+        wire: asyncio.Lock | None = None,
+    ) -> None:
+        self._receiver = receiver
+        self._message = message
+        self._wire = wire or contextlib.nullcontext()
+
+    async def complete(self) -> None:
+        """Complete through the receiver."""
+        async with self._wire:
+            await self._receiver.complete_message(self._message)
+
+    async def abandon(self) -> None:
+        """Abandon through the receiver."""
+        async with self._wire:
+            await self._receiver.abandon_message(self._message)
+
+    async def dead_letter(self, *, reason: str, description: str) -> None:
+        """Dead-letter through the receiver."""
+        async with self._wire:
+            await self._receiver.dead_letter_message(
+                self._message, reason=reason, error_description=description
+            )
+
+
+def body_bytes(message: ServiceBusReceivedMessage) -> bytes:
+    """A data body's bytes (its AMQP data sections joined); b"" for a value or sequence body."""
+    body: Any = message.body
+    if isinstance(body, bytes | bytearray):
+        return bytes(body)
+    if isinstance(body, Iterable) and not isinstance(body, str | dict):
+        chunks = list(body)
+        if all(isinstance(chunk, bytes | bytearray) for chunk in chunks):
+            return b"".join(bytes(chunk) for chunk in chunks)
+    return b""
+
+
+class ExactlyOnceConsumer(Generic[Message]):
+    """Your effect, made exactly-once for one consumer; build it with `exactly_once(...)`."""
+
+    def __init__(
+        self,
+        effect: Effect[Message],
+        *,
+        consumer: str,
+        parse: Parser[Message],
+        records: RecordStore,
+        documents: DocumentStore,
+        owner: str | None = None,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS,
+        telemetry: Telemetry | None = None,
+    ) -> None:
+        self.consumer = consumer
+        self._effect = effect
+        self._parse = parse
+        self._records = records
+        self._documents = documents
+        self._owner = owner or f"{consumer}-{uuid.uuid4().hex[:12]}"
+        self._lease_seconds = lease_seconds
+        self._max_wait_seconds = max_wait_seconds
+        self._telemetry = telemetry or Telemetry()
+
+    async def decide(self, body: bytes, message_id: str | None) -> Decision:
+        """Parse, run the effect, and decide; no settlement (any host can settle it)."""
+        with self._telemetry.message_span(self.consumer, message_id) as span:
+            decision = await self._decide(body, message_id)
+            self._telemetry.record(span, self.consumer, decision)
+            return decision
+
+    async def process(self, message: ServiceBusReceivedMessage, settler: Settler) -> Decision:
+        """Decide on `message` and settle it through `settler`."""
+        message_id = str(message.message_id) if message.message_id is not None else None
+        decision = await self.decide(body_bytes(message), message_id)
+        await settle(decision, settler)
+        return decision
+
+    async def with_message_actions(
+        self, message: ServiceBusReceivedMessage, actions: FunctionsMessageActions
+    ) -> Decision:
+        """The one call a `service_bus_queue_trigger` (auto_complete_messages=False) makes."""
+        return await self.process(message, MessageActionsSettler(actions, message))
+
+    async def with_receiver(
+        self, message: ServiceBusReceivedMessage, receiver: ServiceBusReceiver
+    ) -> Decision:
+        """The one call a worker on an SDK receiver (PeekLock) makes per message."""
+        return await self.process(message, ReceiverSettler(receiver, message))
+
+    async def _decide(self, body: bytes, message_id: str | None) -> Decision:
+        if not message_id:
+            return Decision.dead_letter(
+                Outcome.REJECTED,
+                DeadLetterReason.MISSING_MESSAGE_ID,
+                "the message has no MessageId, which names its records",
+            )
+        try:
+            parsed = self._parse(body)
+        except Rejected as rejected:
+            return Decision.dead_letter(Outcome.REJECTED, rejected.reason, rejected.description)
+        except Exception as exc:
+            # A parser is a pure function of the body: what fails now fails on every delivery.
+            return Decision.dead_letter(
+                Outcome.REJECTED, DeadLetterReason.INVALID_MESSAGE, f"{type(exc).__name__}: {exc}"
+            )
+        effects = Effects(
+            consumer=self.consumer,
+            message_id=message_id,
+            request_hash=body_fingerprint(body),
+            records=self._records,
+            documents=self._documents,
+            owner=self._owner,
+            lease_seconds=self._lease_seconds,
+            max_wait_seconds=self._max_wait_seconds,
+        )
+        try:
+            done = await self._effect(parsed, effects)
+        except Exception as exc:
+            return self._failure(message_id, exc)
+        if isinstance(done, Decision):
+            return done
+        if done is Outcome.DUPLICATE:
+            return Decision.duplicate()
+        if done in (Outcome.PROCESSED, Outcome.STALE):
+            return Decision.complete(done)
+        # Any other outcome names a failure: completing the message on it would lose it.
+        return Decision.abandon(
+            Outcome.UNEXPECTED_FAILURE,
+            f"the effect returned {done.value!r}; return a Decision (or raise) for a failure",
+        )
+
+    def _failure(self, message_id: str, exc: Exception) -> Decision:
+        """The one error frame: every exception an effect raises, as a decision."""
+        match exc:
+            case PayloadMismatchError():
+                return Decision.dead_letter(
+                    Outcome.MISMATCH, DeadLetterReason.REQUEST_HASH_MISMATCH, str(exc)
+                )
+            case Refused():
+                return Decision.dead_letter(Outcome.REFUSED, exc.reason, exc.description)
+            case PreviouslyFailedError():
+                why = exc.existing.result
+                reason = why.get("reason") if isinstance(why, dict) else None
+                return Decision.dead_letter(
+                    Outcome.REFUSED,
+                    str(reason or DeadLetterReason.DOWNSTREAM_REFUSED),
+                    f"refused by an earlier attempt: {why}",
+                )
+            case DocumentExistsError():
+                return Decision.dead_letter(
+                    Outcome.EFFECT_CONFLICT, DeadLetterReason.EFFECT_DOCUMENT_EXISTS, str(exc)
+                )
+            case InProgressElsewhereError():
+                return Decision.abandon(Outcome.IN_PROGRESS_ELSEWHERE, str(exc))
+            case TransientStoreError() | RecordChangedError():
+                return Decision.abandon(Outcome.TRANSIENT_FAILURE, str(exc))
+            case _:
+                logger.exception("%s: unexpected failure on message %s", self.consumer, message_id)
+                return Decision.abandon(Outcome.UNEXPECTED_FAILURE, f"{type(exc).__name__}: {exc}")
+
+
+def exactly_once(
+    *,
+    consumer: str,
+    parse: Parser[Message],
+    store: Store,
+    owner: str | None = None,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS,
+    telemetry: Telemetry | None = None,
+) -> Callable[[Effect[Message]], ExactlyOnceConsumer[Message]]:
+    """Decorate your effect (`async def effect(message, effects) -> Outcome`) into the
+    `ExactlyOnceConsumer` a trigger calls; `store` holds its records and documents."""
+
+    def wrap(effect: Effect[Message]) -> ExactlyOnceConsumer[Message]:
+        return ExactlyOnceConsumer(
+            effect,
+            consumer=consumer,
+            parse=parse,
+            records=store,
+            documents=store,
+            owner=owner,
+            lease_seconds=lease_seconds,
+            max_wait_seconds=max_wait_seconds,
+            telemetry=telemetry,
+        )
+
+    return wrap

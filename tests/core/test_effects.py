@@ -1,0 +1,247 @@
+"""The orchestrator's state machines against our Cosmos DB emulator: who calls the downstream,
+when a claim is waited for, taken over or left alone, and what each mechanism writes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+from core_support import lease_ended, unique
+
+from exactly_once import (
+    CosmosStore,
+    DocumentExistsError,
+    Effects,
+    InProgressElsewhereError,
+    Outcome,
+    PayloadMismatchError,
+    PreviouslyFailedError,
+    Record,
+    RecordStatus,
+    Refused,
+)
+from exactly_once.claims import Claims
+from exactly_once.orchestrator import safe_id
+
+
+def effects(
+    store: CosmosStore,
+    message_id: str,
+    *,
+    owner: str = "worker-a",
+    consumer: str = "billing",
+    request_hash: str = "hash-1",
+    lease_seconds: float = 30.0,
+    max_wait_seconds: float = 0.0,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> Effects:
+    return Effects(
+        consumer=consumer,
+        message_id=message_id,
+        request_hash=request_hash,
+        records=store,
+        documents=store,
+        owner=owner,
+        lease_seconds=lease_seconds,
+        max_wait_seconds=max_wait_seconds,
+        sleep=sleep,
+    )
+
+
+class Downstream:
+    """A downstream that deduplicates on its key, counting the calls it gets."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.answers: dict[str, str] = {}
+
+    async def __call__(self, key: str) -> str:
+        self.calls.append(key)
+        return self.answers.setdefault(key, f"answer-{len(self.answers) + 1}")
+
+
+async def test_two_phases_call_once_and_replay_the_recorded_answer(store: CosmosStore) -> None:
+    message, partition, downstream = unique("message"), unique("order"), Downstream()
+
+    first = await effects(store, message).two_phase(partition, downstream)
+    again = await effects(store, message, owner="worker-b").two_phase(partition, downstream)
+
+    assert (first.outcome, first.result) == (Outcome.PROCESSED, "answer-1")
+    assert (again.outcome, again.result) == (Outcome.DUPLICATE, "answer-1")
+    assert downstream.calls == [f"billing:{message}"]
+
+
+def wanted(bound: Effects, partition: str, *, lease_seconds: float) -> Record:
+    """The record `two_phase` claims for `bound`: claimed directly, it is an owner that crashed
+    between its claim and its completion."""
+    return Record(
+        key=safe_id(f"two-phase:{bound.consumer}:{bound.message_id}"),
+        partition=partition,
+        request_hash=bound.request_hash,
+        status=RecordStatus.IN_PROGRESS,
+        owner=bound.owner,
+        lease_seconds=lease_seconds,
+        downstream_key=f"{bound.consumer}:{bound.message_id}",
+    )
+
+
+async def test_a_crashed_owner_is_left_alone_while_its_lease_lives_then_taken_over(
+    store: CosmosStore,
+) -> None:
+    message, partition, downstream = unique("message"), unique("order"), Downstream()
+    crashed = effects(store, message, owner="worker-a")
+    claim = await crashed.own(wanted(crashed, partition, lease_seconds=1))
+
+    # Live by the database's clock (1 s past the end of its write's second): left alone.
+    with pytest.raises(InProgressElsewhereError) as elsewhere:
+        await effects(store, message, owner="worker-b").two_phase(partition, downstream)
+    assert elsewhere.value.existing.owner == "worker-a" and downstream.calls == []
+
+    await lease_ended(store, claim)
+    taken = await effects(store, message, owner="worker-b").two_phase(partition, downstream)
+
+    assert taken.outcome is Outcome.PROCESSED
+    assert downstream.calls == [f"billing:{message}"]  # the key the crashed owner had
+    record = (await store.read(claim.key, partition)).record
+    assert record is not None
+    assert (record.owner, record.attempts, record.status) == ("worker-b", 2, RecordStatus.COMPLETED)
+
+
+async def test_the_owners_own_live_claim_is_taken_over_at_once(store: CosmosStore) -> None:
+    message, partition, downstream = unique("message"), unique("order"), Downstream()
+    crashed = effects(store, message, owner="worker-a")
+    await crashed.own(wanted(crashed, partition, lease_seconds=30))
+
+    again = await effects(store, message, owner="worker-a").two_phase(partition, downstream)
+
+    assert again.outcome is Outcome.PROCESSED and len(downstream.calls) == 1
+
+
+async def test_a_live_claim_is_waited_for_and_found_completed(store: CosmosStore) -> None:
+    message, partition, downstream = unique("message"), unique("order"), Downstream()
+    owner = effects(store, message, owner="worker-a")
+    claim = await owner.own(wanted(owner, partition, lease_seconds=30))
+    pauses: list[float] = []
+
+    async def owner_finishes_while_we_wait(seconds: float) -> None:
+        pauses.append(seconds)
+        await store.complete(claim, "answer-of-a")
+
+    waiting = effects(
+        store, message, owner="worker-b", max_wait_seconds=5, sleep=owner_finishes_while_we_wait
+    )
+    found = await waiting.two_phase(partition, downstream)
+
+    assert (found.outcome, found.result) == (Outcome.DUPLICATE, "answer-of-a")
+    assert len(pauses) == 1 and downstream.calls == []
+
+
+async def test_a_live_claim_is_waited_for_up_to_the_bound_however_many_polls_that_takes(
+    store: CosmosStore,
+) -> None:
+    message, partition, downstream = unique("message"), unique("order"), Downstream()
+    owner = effects(store, message, owner="worker-a")
+    await owner.own(wanted(owner, partition, lease_seconds=30))
+    pauses: list[float] = []
+
+    async def pause(seconds: float) -> None:
+        pauses.append(seconds)  # no time passes: the lease stays live
+
+    waiting = effects(store, message, owner="worker-b", max_wait_seconds=4, sleep=pause)
+    with pytest.raises(InProgressElsewhereError):
+        await waiting.two_phase(partition, downstream)
+
+    assert sum(pauses) == pytest.approx(4.0) and len(pauses) == 8  # more polls than races
+    assert downstream.calls == []
+
+
+async def test_a_failed_call_releases_the_claim_and_a_refusal_is_kept(
+    store: CosmosStore,
+) -> None:
+    message, partition = unique("message"), unique("order")
+
+    async def broken(key: str) -> str:
+        raise ConnectionError("downstream unreachable")
+
+    async def refusing(key: str) -> str:
+        raise Refused("card declined", reason="PaymentRefused")
+
+    with pytest.raises(ConnectionError):
+        await effects(store, message).two_phase(partition, broken)
+    key = safe_id(f"two-phase:billing:{message}")
+    assert (await store.read(key, partition)).record is None  # released: a retry claims anew
+
+    with pytest.raises(Refused):
+        await effects(store, message).two_phase(partition, refusing)
+    with pytest.raises(PreviouslyFailedError) as failed:
+        await effects(store, message, owner="worker-b").two_phase(partition, Downstream())
+    assert failed.value.existing.result == {
+        "reason": "PaymentRefused",
+        "description": "card declined",
+    }
+
+
+async def test_a_refusal_may_be_retried_where_the_downstream_allows_it(
+    store: CosmosStore,
+) -> None:
+    message, partition = unique("message"), unique("order")
+    first = effects(store, message)
+    refused = await first.own(wanted(first, partition, lease_seconds=30))
+    await store.complete(refused, {"reason": "No"}, RecordStatus.FAILED)
+    retrying = Claims(store, owner="worker-b", failed_is_final=False)
+
+    again = await retrying.own(wanted(first, partition, lease_seconds=30))
+
+    assert (again.status, again.owner, again.attempts) == (RecordStatus.IN_PROGRESS, "worker-b", 2)
+    with pytest.raises(PreviouslyFailedError):
+        await Claims(store, owner="worker-c").own(
+            await store.complete(again, {"reason": "No"}, RecordStatus.FAILED)
+        )
+
+
+async def test_a_claim_with_another_payload_is_a_mismatch(store: CosmosStore) -> None:
+    message, partition = unique("message"), unique("order")
+    await effects(store, message).two_phase(partition, Downstream())
+
+    with pytest.raises(PayloadMismatchError):
+        await effects(store, message, request_hash="hash-2").two_phase(partition, Downstream())
+
+
+async def test_inbox_records_are_scoped_by_consumer(store: CosmosStore) -> None:
+    message, partition = unique("message"), unique("order")
+
+    shipping = await effects(store, message, consumer="shipping").inbox(
+        partition, [{"id": f"shipment-{message}"}]
+    )
+    again = await effects(store, message, consumer="shipping").inbox(
+        partition, [{"id": f"shipment-{message}"}]
+    )
+    emails = await effects(store, message, consumer="emails").inbox(
+        partition, [{"id": f"email-{message}"}]
+    )
+
+    assert (shipping, again, emails) == (Outcome.PROCESSED, Outcome.DUPLICATE, Outcome.PROCESSED)
+    with pytest.raises(PayloadMismatchError):
+        await effects(store, message, consumer="shipping", request_hash="other").inbox(
+            partition, [{"id": f"shipment-{message}"}]
+        )
+
+
+async def test_an_effect_document_without_its_marker_is_a_conflict(store: CosmosStore) -> None:
+    message, partition = unique("message"), unique("order")
+    await store.create_all(partition, [{"id": "shared"}])
+
+    with pytest.raises(DocumentExistsError) as exists:
+        await effects(store, message).inbox(partition, [{"id": "shared"}])
+
+    assert exists.value.index == 1
+    marker = safe_id(f"inbox:billing:{message}")
+    assert await store.get(marker, partition) is None  # the batch wrote nothing
+
+
+def test_safe_id_keeps_plain_ids_and_hashes_the_rest() -> None:
+    assert safe_id("inbox:shipping:order-1") == "inbox:shipping:order-1"
+    hashed = safe_id("inbox:shipping:a/b?c#d")
+    assert hashed.startswith("inbox:") and len(hashed) == len("inbox:") + 64
+    assert safe_id("x:" + "y" * 300) != safe_id("x:" + "y" * 301)

@@ -1,0 +1,312 @@
+"""The guide in src/exactly_once/README.md, run as written.
+
+Every ```python block of the README is executed, in order, in one namespace, against our Cosmos
+DB emulator; messages travel through our Service Bus emulator and the real SDKs. Each case
+ends as the guide's outcome table says: a duplicate is completed with nothing written again, a
+conflicting payload and a poison message are dead-lettered with the reasons it names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Awaitable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+from azure.cosmos import PartitionKey
+from azure.cosmos.aio import ContainerProxy, CosmosClient
+from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSubQueue
+from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
+from core_support import QUEUE, unique
+from servers import CosmosServer
+
+from exactly_once import Decision, Outcome, Settlement
+from servicebus_emulator import RunningEmulator
+
+REPO = Path(__file__).resolve().parents[2]
+GUIDE = REPO / "src" / "exactly_once" / "README.md"
+BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
+T = TypeVar("T")
+
+
+def guide_blocks() -> list[str]:
+    return BLOCK.findall(GUIDE.read_text())
+
+
+def test_the_guide_has_the_blocks_this_test_runs() -> None:
+    blocks = guide_blocks()
+    assert len(blocks) >= 5
+    assert any("service_bus_queue_trigger" in block for block in blocks)
+    assert any("@exactly_once(" in block for block in blocks)
+
+
+@pytest.mark.slow
+def test_the_guide_type_checks_as_strictly_as_our_code(tmp_path: Path) -> None:
+    """A reader's copy passes `mypy --strict` (the project's settings): the guide's JSON
+    literals, callbacks and decorators fit the core's signatures as written."""
+    copy = tmp_path / "guide.py"
+    copy.write_text("\n\n".join(guide_blocks()))
+
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("mypy")), "--no-incremental", str(copy)],
+        cwd=REPO,
+        env={**os.environ, "MYPYPATH": str(REPO / "src")},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert result.returncode == 0, result.stdout
+
+
+@pytest.fixture
+async def guide(
+    python_cosmos: CosmosServer, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[dict[str, Any]]:
+    """The README's code, run as a module would be, with the environment it reads."""
+    monkeypatch.setenv("COSMOS_ENDPOINT", python_cosmos.endpoint)
+    monkeypatch.setenv("COSMOS_KEY", python_cosmos.key)
+    async with CosmosClient(python_cosmos.endpoint, credential=python_cosmos.key) as admin:
+        database = await admin.create_database_if_not_exists("greetings")
+        await database.create_container_if_not_exists(
+            id="cards", partition_key=PartitionKey(path="/pk"), default_ttl=-1
+        )
+    namespace: dict[str, Any] = {"__name__": "guide"}
+    for number, block in enumerate(guide_blocks(), start=1):
+        exec(compile(block, f"{GUIDE.name} python block {number}", "exec"), namespace)
+    try:
+        yield namespace
+    finally:
+        await namespace["cosmos"].close()
+
+
+def greeting(greeting_id: str, user_id: str, text: str) -> dict[str, str]:
+    return {"greeting_id": greeting_id, "user_id": user_id, "text": text}
+
+
+async def send(emulator: RunningEmulator, *messages: ServiceBusMessage) -> None:
+    async with (
+        ServiceBusClient.from_connection_string(emulator.connection_string) as client,
+        client.get_queue_sender(QUEUE) as sender,
+    ):
+        await sender.send_messages(list(messages))
+
+
+async def dead_letters(emulator: RunningEmulator) -> dict[str | None, tuple[str | None, str]]:
+    """MessageId -> (reason, body) of every dead-lettered message."""
+    async with (
+        ServiceBusClient.from_connection_string(emulator.connection_string) as client,
+        client.get_queue_receiver(QUEUE, sub_queue=ServiceBusSubQueue.DEAD_LETTER) as receiver,
+    ):
+        peeked = await receiver.peek_messages(max_message_count=50)
+    return {
+        message.message_id: (message.dead_letter_reason, b"".join(message.body).decode())
+        for message in peeked
+    }
+
+
+async def active(emulator: RunningEmulator) -> list[str | None]:
+    async with (
+        ServiceBusClient.from_connection_string(emulator.connection_string) as client,
+        client.get_queue_receiver(QUEUE) as receiver,
+    ):
+        return [message.message_id for message in await receiver.peek_messages(50)]
+
+
+async def stored(container: ContainerProxy, partition: str) -> dict[str, dict[str, Any]]:
+    """The documents of one partition by id, without the store's own properties."""
+    found: dict[str, dict[str, Any]] = {}
+    async for item in container.query_items("SELECT * FROM c", partition_key=partition):
+        found[item["id"]] = {k: v for k, v in item.items() if not k.startswith("_")}
+    return found
+
+
+async def test_worker_a_duplicate_a_conflict_and_a_poison_message_end_as_the_guide_says(
+    guide: dict[str, Any], servicebus: RunningEmulator
+) -> None:
+    user, greeting_id = unique("user"), unique("greeting")
+    first = greeting(greeting_id, user, "hello")
+    resent = json.dumps(dict(reversed(first.items())), indent=2)  # same payload, other spelling
+    await send(
+        servicebus,
+        ServiceBusMessage(json.dumps(first), message_id=greeting_id),
+        ServiceBusMessage(resent, message_id=greeting_id),
+        ServiceBusMessage(json.dumps(greeting(greeting_id, user, "bye")), message_id=greeting_id),
+        ServiceBusMessage(b"{not json", message_id="poison-1"),
+    )
+
+    async with (
+        ServiceBusClient.from_connection_string(servicebus.connection_string) as client,
+        client.get_queue_receiver(QUEUE) as receiver,
+    ):
+        await guide["work"](receiver)
+
+    assert await active(servicebus) == []  # the new one and its duplicate: completed
+    letters = await dead_letters(servicebus)
+    assert set(letters) == {greeting_id, "poison-1"}
+    reason, body = letters[greeting_id]
+    assert reason == "RequestHashMismatch" and json.loads(body)["text"] == "bye"
+    assert letters["poison-1"][0] == "InvalidMessage"
+    documents = await stored(guide["container"], user)
+    assert documents[f"card-{greeting_id}"] == {
+        "id": f"card-{greeting_id}",
+        "text": "hello",
+        "pk": user,
+    }
+    assert [d.get("type") for d in documents.values()].count("exactlyOnceInbox") == 1
+    assert len(documents) == 2  # the card and its inbox record: once
+
+
+class ReceiverBackedActions:
+    """Functions' `ServiceBusMessageActions` as the host provides them (synchronous calls that
+    settle the message on the broker), carried out here by the SDK receiver that received it."""
+
+    def __init__(self, receiver: ServiceBusReceiver, loop: asyncio.AbstractEventLoop) -> None:
+        self._receiver = receiver
+        self._loop = loop
+        self.calls: list[str] = []
+
+    def _run(self, call: Awaitable[T]) -> T:
+        async def run() -> T:
+            return await call
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout=30)
+
+    def complete(self, message: ServiceBusReceivedMessage) -> None:
+        self.calls.append("complete")
+        self._run(self._receiver.complete_message(message))
+
+    def abandon(self, message: ServiceBusReceivedMessage) -> None:
+        self.calls.append("abandon")
+        self._run(self._receiver.abandon_message(message))
+
+    def deadletter(
+        self,
+        message: ServiceBusReceivedMessage,
+        *,
+        deadletter_reason: str,
+        deadletter_error_description: str,
+    ) -> None:
+        self.calls.append(f"deadletter {deadletter_reason}")
+        self._run(
+            self._receiver.dead_letter_message(
+                message, reason=deadletter_reason, error_description=deadletter_error_description
+            )
+        )
+
+
+async def test_functions_trigger_settles_through_the_message_actions(
+    guide: dict[str, Any], servicebus: RunningEmulator
+) -> None:
+    user, greeting_id = unique("user"), unique("greeting")
+    body = json.dumps(greeting(greeting_id, user, "hi"))
+    await send(
+        servicebus,
+        ServiceBusMessage(body, message_id=greeting_id),
+        ServiceBusMessage(body, message_id=greeting_id),
+        ServiceBusMessage(json.dumps(greeting(greeting_id, user, "other")), message_id=greeting_id),
+        ServiceBusMessage(json.dumps({"greeting_id": 1}), message_id="poison-2"),
+    )
+
+    async with (
+        ServiceBusClient.from_connection_string(servicebus.connection_string) as client,
+        client.get_queue_receiver(QUEUE) as receiver,
+    ):
+        actions = ReceiverBackedActions(receiver, asyncio.get_running_loop())
+        received: list[ServiceBusReceivedMessage] = []
+        while len(received) < 4:
+            received += await receiver.receive_messages(max_message_count=4, max_wait_time=5)
+        for message in received:
+            await guide["greetings"](received_message=message, message_actions=actions)
+
+    assert actions.calls == [
+        "complete",
+        "complete",
+        "deadletter RequestHashMismatch",
+        "deadletter InvalidMessage",
+    ]
+    assert await active(servicebus) == []
+    assert set(await dead_letters(servicebus)) == {greeting_id, "poison-2"}
+    assert f"card-{greeting_id}" in await stored(guide["container"], user)
+
+
+async def decide(guide: dict[str, Any], consumer: str, body: dict[str, str]) -> Decision:
+    decision: Decision = await guide[consumer].decide(
+        json.dumps(body).encode(), body["greeting_id"]
+    )
+    return decision
+
+
+async def test_the_business_entity_as_marker(guide: dict[str, Any]) -> None:
+    user = unique("user")
+    first = greeting(unique("greeting"), user, "welcome")
+
+    assert (await decide(guide, "open_account", first)).outcome is Outcome.PROCESSED
+    assert await decide(guide, "open_account", first) == Decision.duplicate()
+    other = await decide(guide, "open_account", greeting(first["greeting_id"], user, "changed"))
+
+    assert other.settlement is Settlement.DEAD_LETTER
+    assert other.dead_letter_reason == "RequestHashMismatch"
+    documents = await stored(guide["container"], user)
+    assert set(documents) == {f"account-{user}", f"audit-{first['greeting_id']}"}
+    assert documents[f"account-{user}"]["welcome"] == "welcome"
+
+
+async def test_two_phases_call_the_downstream_once_and_record_a_refusal(
+    guide: dict[str, Any],
+) -> None:
+    user = unique("user")
+    sent = greeting(unique("greeting"), user, "sms")
+
+    assert (await decide(guide, "text_user", sent)).outcome is Outcome.PROCESSED
+    assert await decide(guide, "text_user", sent) == Decision.duplicate()
+    assert guide["sent_texts"] == {f"texts:{sent['greeting_id']}": "sms"}
+
+    empty = greeting(unique("greeting"), user, "")
+    for _ in range(2):  # refused for good: the redelivery is dead-lettered from the record
+        refused = await decide(guide, "text_user", empty)
+        assert refused.settlement is Settlement.DEAD_LETTER
+        assert refused.dead_letter_reason == "DownstreamRefused"
+    assert len(guide["sent_texts"]) == 1
+
+
+async def test_a_versioned_update_applies_newer_versions_only(guide: dict[str, Any]) -> None:
+    user = unique("user")
+
+    def version(number: int, text: str) -> dict[str, str]:
+        return greeting(f"greeting-{uuid.uuid4().hex[:6]}-{number}", user, text)
+
+    assert (await decide(guide, "update_profile", version(2, "two"))).outcome is Outcome.PROCESSED
+    assert (await decide(guide, "update_profile", version(1, "one"))).outcome is Outcome.STALE
+    assert (await decide(guide, "update_profile", version(2, "dup"))).outcome is Outcome.STALE
+    assert (await decide(guide, "update_profile", version(3, "three"))).outcome is (
+        Outcome.PROCESSED
+    )
+    profile = (await stored(guide["container"], user))[f"profile-{user}"]
+    assert (profile["motto"], profile["version"]) == ("three", 3)
+
+
+async def test_the_fastapi_dependency_replays_refuses_and_requires_the_key(
+    guide: dict[str, Any],
+) -> None:
+    body = greeting(unique("greeting"), unique("user"), "hi")
+    key = {"Idempotency-Key": unique("key")}
+    transport = httpx.ASGITransport(app=guide["api"])
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+        first = await http.post("/greetings", json=body, headers=key)
+        again = await http.post("/greetings", json=body, headers=key)
+        other = await http.post("/greetings", json={**body, "text": "x"}, headers=key)
+        missing = await http.post("/greetings", json=body)
+
+    assert (first.status_code, first.json()) == (201, {"accepted": body["greeting_id"]})
+    assert (again.status_code, again.json()) == (201, first.json())
+    assert other.status_code == 422
+    assert missing.status_code == 400

@@ -1,0 +1,147 @@
+"""`IdempotencyKeys` on a FastAPI app over `CosmosStore` on our Cosmos DB emulator: a request
+in progress is refused with Retry-After, a failed one is released, an abandoned one is taken
+over once its lease ends by the database's clock.
+
+No `from __future__ import annotations` here: FastAPI reads the route's annotations at run time,
+and the dependency they name is local to `app_for`."""
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+import httpx
+import pytest
+from core_support import lease_ended, unique
+from fastapi import Depends, FastAPI
+from fastapi.responses import JSONResponse
+
+from exactly_once import CosmosStore
+from exactly_once.idempotency_key import IdempotencyKeys, KeyClaim
+
+
+class Endpoint:
+    """A POST endpoint whose runs can be held, failed or counted."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+        self.release.set()
+        self.fail_next = False
+
+    async def __call__(self, claim: KeyClaim) -> JSONResponse:
+        if claim.replay is not None:
+            return claim.replay
+        self.runs += 1
+        self.started.set()
+        await self.release.wait()
+        if self.fail_next:
+            self.fail_next = False
+            raise RuntimeError("the endpoint failed")
+        return await claim.complete(201, {"run": self.runs}, {"Location": f"/things/{self.runs}"})
+
+
+def app_for(keys: IdempotencyKeys, endpoint: Endpoint) -> FastAPI:
+    app = FastAPI()
+
+    @app.post("/things")
+    async def post_thing(claim: Annotated[KeyClaim, Depends(keys)]) -> JSONResponse:
+        return await endpoint(claim)
+
+    return app
+
+
+@pytest.fixture
+async def http(store: CosmosStore) -> AsyncIterator[tuple[httpx.AsyncClient, Endpoint]]:
+    endpoint = Endpoint()
+    app = app_for(IdempotencyKeys(store, scope="things", lease_seconds=1), endpoint)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        yield client, endpoint
+
+
+async def test_a_replay_has_the_first_status_body_and_headers(
+    http: tuple[httpx.AsyncClient, Endpoint],
+) -> None:
+    client, endpoint = http
+    key = {"Idempotency-Key": unique("key")}
+
+    first = await client.post("/things", json={"a": 1}, headers=key)
+    again = await client.post("/things", content=b'{ "a" : 1 }', headers=key)  # same JSON
+
+    assert (first.status_code, first.json(), first.headers["location"]) == (
+        201,
+        {"run": 1},
+        "/things/1",
+    )
+    assert (again.status_code, again.json(), again.headers["location"]) == (
+        201,
+        {"run": 1},
+        "/things/1",
+    )
+    assert endpoint.runs == 1
+
+
+async def test_a_request_in_progress_is_refused_with_retry_after(
+    http: tuple[httpx.AsyncClient, Endpoint],
+) -> None:
+    client, endpoint = http
+    key = {"Idempotency-Key": unique("key")}
+    endpoint.release.clear()
+
+    first = asyncio.create_task(client.post("/things", json={}, headers=key))
+    await asyncio.wait_for(endpoint.started.wait(), 10)
+    concurrent = await client.post("/things", json={}, headers=key)
+    endpoint.release.set()
+
+    assert concurrent.status_code == 409
+    assert 1 <= int(concurrent.headers["retry-after"]) <= 5
+    assert (await first).status_code == 201
+    assert endpoint.runs == 1
+
+
+async def test_a_failed_request_is_released_and_runs_again(
+    http: tuple[httpx.AsyncClient, Endpoint],
+) -> None:
+    client, endpoint = http
+    key = {"Idempotency-Key": unique("key")}
+    endpoint.fail_next = True
+
+    failed = await client.post("/things", json={}, headers=key)
+    retried = await client.post("/things", json={}, headers=key)
+
+    assert failed.status_code == 500
+    assert (retried.status_code, retried.json()) == (201, {"run": 2})
+
+
+async def test_an_abandoned_claim_is_taken_over_once_its_lease_ends(
+    store: CosmosStore, http: tuple[httpx.AsyncClient, Endpoint]
+) -> None:
+    client, _ = http
+    crashed = IdempotencyKeys(store, scope="things", lease_seconds=1, owner="crashed")
+    key = unique("key")
+    # A process that claimed the key and died before it could answer or release.
+    claim = await crashed.claim(key, "POST", "/things", b"{}")
+    assert claim.replay is None
+
+    refused = await client.post("/things", json={}, headers={"Idempotency-Key": key})
+    assert refused.status_code == 409
+    owned = claim._owned
+    assert owned is not None
+    await lease_ended(store, owned)
+    taken = await client.post("/things", json={}, headers={"Idempotency-Key": key})
+
+    assert (taken.status_code, taken.json()) == (201, {"run": 1})
+
+
+@pytest.mark.parametrize("header", [None, b"", b"x" * 256, "café".encode("latin-1")])
+async def test_a_missing_or_malformed_key_is_a_400(
+    http: tuple[httpx.AsyncClient, Endpoint], header: bytes | None
+) -> None:
+    client, endpoint = http
+    headers = [] if header is None else [(b"Idempotency-Key", header)]
+
+    response = await client.post("/things", json={}, headers=headers)
+
+    assert response.status_code == 400
+    assert endpoint.runs == 0

@@ -1,0 +1,187 @@
+"""`CosmosStore` against our Cosmos DB emulator through the real SDK: the record-store port's
+contract (the create is the lock, every later write If-Match) and the document port's."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from azure.cosmos import PartitionKey
+from azure.cosmos.aio import ContainerProxy, CosmosClient
+from core_support import lease_ended, unique
+
+from cosmos_emulator import start_in_background
+from exactly_once import (
+    CosmosStore,
+    DocumentExistsError,
+    Outcome,
+    Record,
+    RecordChangedError,
+    RecordExistsError,
+    RecordStatus,
+    Settlement,
+    StoreError,
+    TransientStoreError,
+    exactly_once,
+)
+from exactly_once.records import lease_is_live
+
+
+def new_record(owner: str = "owner-a", lease_seconds: float = 30.0) -> Record:
+    key = unique("record")
+    return Record(
+        key=key,
+        partition=unique("partition"),
+        request_hash="hash-1",
+        status=RecordStatus.IN_PROGRESS,
+        owner=owner,
+        lease_seconds=lease_seconds,
+        downstream_key="downstream-1",
+        data={"amount": "12.50", "currency": "EUR"},
+    )
+
+
+async def test_a_claim_is_stamped_and_a_second_claim_carries_the_first(
+    store: CosmosStore,
+) -> None:
+    wanted = new_record()
+
+    claimed = await store.claim(wanted)
+    with pytest.raises(RecordExistsError) as taken:
+        await store.claim(new_record_like(wanted, owner="owner-b"))
+
+    assert claimed.stamp is not None and claimed.stamp.etag
+    assert taken.value.existing == claimed
+    assert taken.value.database_now_ms >= claimed.stamp.written_at_s * 1000
+    assert lease_is_live(taken.value.existing, taken.value.database_now_ms)
+
+
+def new_record_like(record: Record, *, owner: str) -> Record:
+    return Record(
+        key=record.key,
+        partition=record.partition,
+        request_hash=record.request_hash,
+        status=RecordStatus.IN_PROGRESS,
+        owner=owner,
+    )
+
+
+async def test_read_finds_nothing_for_a_missing_key(store: CosmosStore) -> None:
+    found = await store.read(unique("missing"), unique("partition"))
+
+    assert found.record is None
+
+
+async def test_take_over_moves_the_record_once_and_fences_the_old_owner(
+    store: CosmosStore,
+) -> None:
+    claimed = await store.claim(new_record(lease_seconds=0))
+
+    taken = await store.take_over(claimed, "owner-b", 5.0)
+    with pytest.raises(RecordChangedError):
+        await store.take_over(claimed, "owner-c", 5.0)  # the old stamp no longer matches
+    with pytest.raises(RecordChangedError):
+        await store.complete(claimed, "late answer")  # nor may the old owner complete
+
+    assert (taken.owner, taken.attempts, taken.lease_seconds) == ("owner-b", 2, 5.0)
+    assert taken.stamp != claimed.stamp
+    assert (await store.read(claimed.key, claimed.partition)).record == taken
+
+
+async def test_complete_records_the_result_and_status(store: CosmosStore) -> None:
+    claimed = await store.claim(new_record())
+
+    done = await store.complete(claimed, {"paymentId": "p-1", "amounts": [1, 2.5]})
+    failed_key = await store.claim(new_record())
+    failed = await store.complete(failed_key, {"reason": "No"}, RecordStatus.FAILED)
+
+    assert (done.status, done.result) == (
+        RecordStatus.COMPLETED,
+        {"paymentId": "p-1", "amounts": [1, 2.5]},
+    )
+    assert failed.status is RecordStatus.FAILED
+    assert (await store.read(done.key, done.partition)).record == done
+
+
+async def test_release_deletes_only_the_version_it_owns(store: CosmosStore) -> None:
+    claimed = await store.claim(new_record(lease_seconds=0))
+    taken = await store.take_over(claimed, "owner-b", 30.0)
+
+    await store.release(claimed)  # stale: someone else owns it now
+    assert (await store.read(taken.key, taken.partition)).record == taken
+    await store.release(taken)
+    await store.release(taken)  # already gone: nothing to do
+
+    assert (await store.read(taken.key, taken.partition)).record is None
+
+
+async def test_a_lease_ends_by_the_database_clock(store: CosmosStore) -> None:
+    claimed = await store.claim(new_record(lease_seconds=0))
+
+    ended = await lease_ended(store, claimed)
+
+    assert ended == claimed  # nothing was written: only the database's time moved
+
+
+async def test_a_document_that_is_not_a_record_is_refused(
+    store: CosmosStore, container: ContainerProxy
+) -> None:
+    wanted = new_record()
+    await container.create_item({"id": wanted.key, "pk": wanted.partition, "type": "order"})
+
+    with pytest.raises(StoreError, match="not an exactly-once record"):
+        await store.claim(wanted)
+
+
+async def test_create_all_writes_all_or_nothing(store: CosmosStore) -> None:
+    partition = unique("partition")
+    await store.create_all(partition, [{"id": "b", "n": 1}])
+
+    with pytest.raises(DocumentExistsError) as exists:
+        await store.create_all(partition, [{"id": "a"}, {"id": "b"}, {"id": "c"}])
+
+    assert (exists.value.document_id, exists.value.index) == ("b", 1)
+    assert await store.get("a", partition) is None
+    assert await store.get("c", partition) is None
+    stored = await store.get("b", partition)
+    assert stored is not None and stored.body == {"id": "b", "n": 1, "pk": partition}
+
+
+async def test_replace_needs_the_current_etag(store: CosmosStore) -> None:
+    partition = unique("partition")
+    await store.create_all(partition, [{"id": "doc", "n": 1}])
+    first = await store.get("doc", partition)
+    assert first is not None
+
+    await store.replace({"id": "doc", "n": 2}, partition, etag=first.etag)
+    with pytest.raises(RecordChangedError):
+        await store.replace({"id": "doc", "n": 3}, partition, etag=first.etag)
+
+    now = await store.get("doc", partition)
+    assert now is not None and now.body["n"] == 2
+
+
+async def test_an_unreachable_store_is_transient_and_the_message_is_abandoned() -> None:
+    emulator = start_in_background(host="127.0.0.1", port=0)
+    try:
+        async with CosmosClient(emulator.url, credential=emulator.key) as client:
+            database = await client.create_database_if_not_exists("outage")
+            container = await database.create_container_if_not_exists(
+                id="records", partition_key=PartitionKey(path="/pk")
+            )
+            store = CosmosStore(container)
+            consumer = exactly_once(consumer="outage", parse=json.loads, store=store)(
+                lambda body, effects: effects.inbox("p", [{"id": "doc"}])
+            )
+            emulator.stop()  # the store goes away under a warm client
+
+            with pytest.raises(TransientStoreError):
+                await store.read("k", "p")
+            decision = await consumer.decide(b"{}", "m-1")
+    finally:
+        emulator.stop()
+
+    assert (decision.outcome, decision.settlement) == (
+        Outcome.TRANSIENT_FAILURE,
+        Settlement.ABANDON,
+    )
