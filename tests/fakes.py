@@ -433,6 +433,12 @@ class FakeFencedDocuments:
             raise LeaseLostError(document["id"])
         return self._stored(document)
 
+    async def delete(self, document_id: str, partition_key: str, *, etag: str) -> None:
+        current = self.documents.get((partition_key, document_id))
+        if current is None or current["_etag"] != etag:
+            raise LeaseLostError(document_id)
+        del self.documents[(partition_key, document_id)]
+
     async def create_together(self, partition_key: str, documents: list[dict[str, Any]]) -> None:
         self._check_batch(partition_key, documents)
         for document in documents:

@@ -114,6 +114,19 @@ async def test_a_failure_is_recorded(store: RecordStore) -> None:
     assert (await store.read(failed.key, failed.partition)).record == failed
 
 
+async def test_release_deletes_only_the_version_it_owns(store: RecordStore) -> None:
+    claimed = await store.claim(charge())
+    taken = await store.take_over(claimed, "worker-b", 20.0)
+
+    await store.release(claimed)  # stale: worker-b owns it now
+    kept = (await store.read(taken.key, taken.partition)).record
+    await store.release(taken)
+    await store.release(taken)  # gone already: nothing to do
+
+    assert kept == taken
+    assert (await store.read(taken.key, taken.partition)).record is None
+
+
 async def test_a_missing_record_reads_as_none(store: RecordStore) -> None:
     wanted = charge()
 

@@ -88,6 +88,21 @@ class CosmosFencedDocuments:
             ) as exc:
                 raise LeaseLostError(f"{document['id']!r} changed since it was read") from exc
 
+    async def delete(self, document_id: str, partition_key: str, *, etag: str) -> None:
+        with store_errors():
+            try:
+                await self._container.delete_item(
+                    item=document_id,
+                    partition_key=partition_key,
+                    etag=etag,
+                    match_condition=MatchConditions.IfNotModified,
+                )
+            except (
+                cosmos_errors.CosmosAccessConditionFailedError,
+                cosmos_errors.CosmosResourceNotFoundError,
+            ) as exc:
+                raise LeaseLostError(f"{document_id!r} changed since it was read") from exc
+
     async def create_together(self, partition_key: str, documents: list[dict[str, Any]]) -> None:
         operations: list[tuple[str, tuple[Any, ...]]] = [
             ("create", (document,)) for document in documents

@@ -8,6 +8,7 @@ container's fenced documents, in the shapes billing has always written (`type` `
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import replace
@@ -192,9 +193,14 @@ class FencedRecords:
         return await self._replace(replace(owned, status=status, result=stored_result), owned)
 
     async def release(self, owned: Record) -> None:
-        """Billing never releases a claim: after a failed call its owner's redelivery goes on
-        at once inside the lease, and any other waits the lease out (same downstream key)."""
-        raise NotImplementedError("billing keeps its claims until they complete or lapse")
+        """Delete the owned record, If-Match its ETag, so the next claim starts afresh; moved
+        on or gone, there is nothing of ours to release (as the core's CosmosStore). Billing
+        itself never releases: after a failed call its owner's redelivery goes on at once
+        inside the lease, and any other waits the lease out, under the same downstream key."""
+        if owned.stamp is None:
+            raise ValueError(f"record {owned.key!r} was never written: nothing to match")
+        with contextlib.suppress(LeaseLostError):
+            await self._documents.delete(owned.key, owned.partition, etag=owned.stamp.etag)
 
     async def _replace(self, record: Record, fence: Record) -> Record:
         if fence.stamp is None:

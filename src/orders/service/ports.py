@@ -168,6 +168,11 @@ class FencedDocuments(Protocol):
         """Replace if the stored ETag is still `etag`, else `LeaseLostError`."""
         ...
 
+    async def delete(self, document_id: str, partition_key: str, *, etag: str) -> None:
+        """Delete if the stored ETag is still `etag`, else `LeaseLostError` (also when it is
+        gone already)."""
+        ...
+
 
 class OrderDocuments(Protocol):
     """The orders container as the saga sees it: the order document, point-read and fenced."""
