@@ -13,9 +13,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -197,6 +198,29 @@ def _wait_for_line(managed: ManagedProcess, pattern: re.Pattern[str]) -> re.Matc
     raise TimeoutError(f"{managed.name} did not report ready in {STARTUP_TIMEOUT_SECONDS} s")
 
 
+@contextmanager
+def signals_deferred(signums: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) -> Iterator[None]:
+    """SIGINT and SIGTERM wait for the block's end, then reach their handlers as they would
+    have: between starting a child and recording it, a Ctrl-C (`orders up`, `orders demo`)
+    would leave a child that no stop ever reaches. Python runs handlers in the main thread
+    only, so elsewhere this defers nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {
+        signum: signal.signal(signum, lambda signum, frame: caught.append(signum))
+        for signum in signums
+    }
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        for signum in caught:
+            signal.raise_signal(signum)
+
+
 @dataclass
 class LocalStack:
     workdir: Path
@@ -209,16 +233,13 @@ class LocalStack:
     # account (each one's `--data`); None keeps them in memory.
     servicebus_data: Path | None = None
     cosmos_data: Path | None = None
-    # Held while a child is started and recorded: `orders up` defers a Ctrl-C there, since a
-    # child started but not yet recorded would never be stopped.
-    spawn_guard: Callable[[], AbstractContextManager[object]] = nullcontext
     _worker_count: int = 0
 
     def spawn(
         self, name: str, args: list[str], env: Mapping[str, str] | None = None
     ) -> ManagedProcess:
         log_path = self.workdir / f"{name}.log"
-        with self.spawn_guard():
+        with signals_deferred():
             with log_path.open("wb") as log_file:
                 process = subprocess.Popen(
                     [sys.executable, *args],
@@ -349,7 +370,6 @@ def local_stack(
     servicebus_data: Path | None = None,
     cosmos_data: Path | None = None,
     report: Callable[[str], None] | None = None,
-    spawn_guard: Callable[[], AbstractContextManager[object]] = nullcontext,
 ) -> Iterator[LocalStack]:
     """`report` hears what is stopped, as it stops."""
     with tempfile.TemporaryDirectory(prefix="orders-stack-") as scratch:
@@ -358,7 +378,6 @@ def local_stack(
             queue or QueueOptions(),
             servicebus_data=servicebus_data,
             cosmos_data=cosmos_data,
-            spawn_guard=spawn_guard,
         )
         try:
             stack.start_emulators()

@@ -21,7 +21,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,16 +137,13 @@ def forget_last_run(options: UpOptions) -> list[Path]:
 
 class StartSignals:
     """SIGINT or SIGTERM: the stack stops. While it starts, the signal cuts the start short
-    (StartInterrupted), except inside `held()`, between starting a child and recording it,
-    where the cut waits for the section's end: a child started but never recorded would
-    outlive the stack."""
+    (StartInterrupted); the stack defers it while a child is started and recorded
+    (`signals_deferred`), so whatever was started is stopped."""
 
     def __init__(self, report: Callable[[str], None]) -> None:
         self.stopped = threading.Event()
         self.starting = True
         self._report = report
-        self._held = 0
-        self._cut_deferred = False
 
     def handle(self, signum: int, frame: object) -> None:
         if self.stopped.is_set():
@@ -154,20 +151,6 @@ class StartSignals:
         self._report(f"{signal.Signals(signum).name}: stopping the local stack")
         self.stopped.set()
         if self.starting:
-            if self._held:
-                self._cut_deferred = True
-            else:
-                raise StartInterrupted
-
-    @contextmanager
-    def held(self) -> Iterator[None]:
-        self._held += 1
-        try:
-            yield
-        finally:
-            self._held -= 1
-        if self._cut_deferred and not self._held and self.starting:
-            self._cut_deferred = False
             raise StartInterrupted
 
 
@@ -182,7 +165,7 @@ def run_up(
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signals.handle)
     try:
-        with _started(options, report, signals.held) as (stack, api_url, environment):
+        with _started(options, report) as (stack, api_url, environment):
             signals.starting = False
             on_ready(RunningStack(api_url, environment, options.directory))
             while not signals.stopped.wait(0.5):
@@ -195,9 +178,7 @@ def run_up(
 
 @contextmanager
 def _started(
-    options: UpOptions,
-    report: Callable[[str], None],
-    spawn_guard: Callable[[], AbstractContextManager[object]],
+    options: UpOptions, report: Callable[[str], None]
 ) -> Iterator[tuple[LocalStack, str, dict[str, str]]]:
     """The whole stack, started (and stopped when the block ends, however it ends)."""
     options.directory.mkdir(parents=True, exist_ok=True)
@@ -212,7 +193,6 @@ def _started(
         servicebus_data=options.servicebus_data,
         cosmos_data=options.cosmos_data,
         report=report,
-        spawn_guard=spawn_guard,
     ) as stack:
         asyncio.run(prepare_local_cosmos(stack.settings()))
         stack.start_payments()
