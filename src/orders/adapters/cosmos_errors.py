@@ -12,7 +12,7 @@ from azure.core.exceptions import ServiceRequestError, ServiceResponseError
 from azure.cosmos import exceptions as cosmos_errors
 from azure.cosmos.aio import ContainerProxy
 
-from orders.exceptions import StoreError, TransientStoreError
+from orders.exceptions import LeaseLostError, StoreError, TransientStoreError
 
 # Throttling, timeouts, "retry with" and every server-side failure may succeed on redelivery.
 TRANSIENT_STATUS_CODES = frozenset({408, 410, 429, 449})
@@ -45,6 +45,20 @@ def store_errors() -> Iterator[None]:
         raise store_error_for(exc.status_code, str(exc.message)) from exc
     except NETWORK_ERRORS as exc:
         raise TransientStoreError(f"Cosmos DB unreachable: {exc!r}") from exc
+
+
+@contextmanager
+def fenced_write(lost: str) -> Iterator[None]:
+    """An If-Match write: a moved ETag (412) or a missing item (404) is `LeaseLostError(lost)`,
+    anything else as `store_errors` says."""
+    with store_errors():
+        try:
+            yield
+        except (
+            cosmos_errors.CosmosAccessConditionFailedError,
+            cosmos_errors.CosmosResourceNotFoundError,
+        ) as exc:
+            raise LeaseLostError(lost) from exc
 
 
 async def read_document(

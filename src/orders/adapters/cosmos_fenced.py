@@ -9,7 +9,12 @@ from azure.core import MatchConditions
 from azure.cosmos import exceptions as cosmos_errors
 from azure.cosmos.aio import ContainerProxy
 
-from orders.adapters.cosmos_errors import read_document, store_error_for, store_errors
+from orders.adapters.cosmos_errors import (
+    fenced_write,
+    read_document,
+    store_error_for,
+    store_errors,
+)
 from orders.domain.leases import DatabaseRead
 from orders.exceptions import DocumentExistsError, LeaseLostError
 
@@ -74,34 +79,22 @@ class CosmosFencedDocuments:
         return DatabaseRead(rows[0]["doc"], int(rows[0]["now"]))
 
     async def replace(self, document: dict[str, Any], *, etag: str) -> dict[str, Any]:
-        with store_errors():
-            try:
-                return await self._container.replace_item(
-                    item=document["id"],
-                    body=document,
-                    etag=etag,
-                    match_condition=MatchConditions.IfNotModified,
-                )
-            except (
-                cosmos_errors.CosmosAccessConditionFailedError,
-                cosmos_errors.CosmosResourceNotFoundError,
-            ) as exc:
-                raise LeaseLostError(f"{document['id']!r} changed since it was read") from exc
+        with fenced_write(f"{document['id']!r} changed since it was read"):
+            return await self._container.replace_item(
+                item=document["id"],
+                body=document,
+                etag=etag,
+                match_condition=MatchConditions.IfNotModified,
+            )
 
     async def delete(self, document_id: str, partition_key: str, *, etag: str) -> None:
-        with store_errors():
-            try:
-                await self._container.delete_item(
-                    item=document_id,
-                    partition_key=partition_key,
-                    etag=etag,
-                    match_condition=MatchConditions.IfNotModified,
-                )
-            except (
-                cosmos_errors.CosmosAccessConditionFailedError,
-                cosmos_errors.CosmosResourceNotFoundError,
-            ) as exc:
-                raise LeaseLostError(f"{document_id!r} changed since it was read") from exc
+        with fenced_write(f"{document_id!r} changed since it was read"):
+            await self._container.delete_item(
+                item=document_id,
+                partition_key=partition_key,
+                etag=etag,
+                match_condition=MatchConditions.IfNotModified,
+            )
 
     async def create_together(self, partition_key: str, documents: list[dict[str, Any]]) -> None:
         operations: list[tuple[str, tuple[Any, ...]]] = [

@@ -12,7 +12,7 @@ from azure.core import MatchConditions
 from azure.cosmos import exceptions as cosmos_errors
 from azure.cosmos.aio import ContainerProxy
 
-from orders.adapters.cosmos_errors import read_document, store_errors
+from orders.adapters.cosmos_errors import fenced_write, read_document, store_errors
 from orders.domain.idempotency import (
     RECORD_DOCUMENT_TYPE,
     IdempotencyRecord,
@@ -107,19 +107,13 @@ class CosmosIdempotencyStore:
         return None
 
     async def _replace(self, record: IdempotencyRecord, etag: str) -> IdempotencyRecord:
-        with store_errors():
-            try:
-                stored = await self._container.replace_item(
-                    item=record.record_id,
-                    body=record.to_document(),
-                    etag=etag,
-                    match_condition=MatchConditions.IfNotModified,
-                )
-            except (
-                cosmos_errors.CosmosAccessConditionFailedError,
-                cosmos_errors.CosmosResourceNotFoundError,
-            ) as exc:
-                raise LeaseLostError(f"record {record.record_id!r} changed owner") from exc
+        with fenced_write(f"record {record.record_id!r} changed owner"):
+            stored = await self._container.replace_item(
+                item=record.record_id,
+                body=record.to_document(),
+                etag=etag,
+                match_condition=MatchConditions.IfNotModified,
+            )
         return IdempotencyRecord.from_document(stored)
 
     async def read(self, record_id: str) -> IdempotencyRecord | None:
