@@ -1,7 +1,8 @@
 """The process's one Entra ID credential (managed identity in Azure, your login on a laptop).
 
-Created only when a setting needs it (no keys, no connection string) and closed with the
-runtime that owns it: the SDK clients do not close a credential they were given.
+Created only when a setting needs it (no keys, no connection string) and closed by the
+process's `ProcessClients` (bootstrap) after the clients that use it: the SDK clients do not
+close a credential they were given.
 """
 
 from __future__ import annotations
