@@ -7,6 +7,7 @@ The browser tests (tests/browser) run the same routes on the real stack.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncIterator
@@ -34,6 +35,7 @@ from orders.domain.dead_letters import DeadLetter
 from orders.entrypoints.http_api import create_app
 from orders.entrypoints.http_hosts import AllowedHosts
 from orders.service.console import OperationsConsole
+from orders.service.ports import EntityCounts
 from orders.service.subscribers import Source
 
 QUEUE = Source(queue="orders")
@@ -650,3 +652,56 @@ async def test_the_host_allow_list(host: str, allowed: tuple[str, ...], status: 
 def test_a_bad_allowed_host_is_refused_at_start(entry: str) -> None:
     with pytest.raises(ValueError, match="not a host"):
         AllowedHosts.parse([entry])
+
+
+# --- Warm-up: the local servers build the console before its first page ----------------------
+
+
+class SignallingCounter(FakeEntityCounter):
+    """Counts as the fake does, and says when each entity was counted."""
+
+    def __init__(self, queues: dict[Source, FakeDeadLetterQueue]) -> None:
+        super().__init__(queues)
+        self.counted: list[Source] = []
+        self.all_counted = asyncio.Event()
+
+    async def count(self, source: Source, limit: int) -> EntityCounts:
+        self.counted.append(source)
+        if len(self.counted) == len(self.queues):
+            self.all_counted.set()
+        return await super().count(source, limit)
+
+
+@pytest.mark.parametrize("warm", [True, False])
+async def test_a_warmed_console_is_built_and_counted_at_startup_before_any_page(
+    warm: bool,
+) -> None:
+    queues = {QUEUE: FakeDeadLetterQueue(QUEUE, [dead_letter(3)])}
+    counter = SignallingCounter(queues)
+    built: list[str] = []
+
+    async def console_runtime() -> ConsoleRuntime:
+        built.append("console")
+        console = OperationsConsole(
+            [QUEUE],
+            counter,
+            queues.__getitem__,
+            FakeOrderReader(FakeOrderStore()),
+            None,
+            duplicate_window=timedelta(minutes=10),
+        )
+        return ConsoleRuntime(console)
+
+    async def no_api() -> HttpRuntime:
+        raise AssertionError("no API request is made")
+
+    app = create_app(no_api, console_factory=console_runtime, warm_console=warm)
+    async with app.router.lifespan_context(app):
+        if warm:
+            await asyncio.wait_for(counter.all_counted.wait(), 10)
+        else:
+            # Nothing is scheduled without warm-up: one turn of the loop would have started it.
+            await asyncio.sleep(0)
+
+    assert built == (["console"] if warm else [])
+    assert counter.counted == ([QUEUE] if warm else [])

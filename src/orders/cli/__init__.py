@@ -462,6 +462,7 @@ def serve(
             ),
             allowed_hosts=allowed,
             shared_clients=clients,
+            warm_console=with_console,
         ),
         host=host,
         port=port,

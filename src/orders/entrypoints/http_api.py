@@ -8,6 +8,9 @@ request, never at import: importing function_app.py must not need settings or a 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -19,6 +22,7 @@ from opentelemetry.trace import TracerProvider
 
 from orders import __version__
 from orders.bootstrap import (
+    ConsoleRuntime,
     HttpRuntime,
     Lazy,
     Runtime,
@@ -64,6 +68,8 @@ from orders.settings import console_enabled
 
 RuntimeFactory = Callable[[], Awaitable[HttpRuntime]]
 
+logger = logging.getLogger("orders.http")
+
 
 def replay(response: StoredResponse, *, replayed: bool) -> JSONResponse:
     headers = dict(response.headers)
@@ -90,6 +96,16 @@ def caller_scope(request: Request, services: HttpRuntime) -> str:
 # --- The app --------------------------------------------------------------------------------
 
 
+async def _warm(console: Lazy[ConsoleRuntime]) -> None:
+    """Build the console and count every entity once: the SDK spends about a second opening
+    each receiver, which the first page would otherwise wait for. A failure waits for the
+    first page, which reports it."""
+    try:
+        await (await console.get()).console.counts()
+    except Exception:
+        logger.info("console warm-up failed; the first page will try again", exc_info=True)
+
+
 def create_app(
     runtime_factory: RuntimeFactory | None = None,
     tracer_provider: TracerProvider | None = None,
@@ -97,9 +113,12 @@ def create_app(
     console_factory: ConsoleFactory | None = None,
     allowed_hosts: AllowedHosts | None = None,
     shared_clients: Runtime | None = None,
+    warm_console: bool = False,
 ) -> FastAPI:
     """The ASGI app; `runtime_factory` defaults to building real clients from the environment.
     `shared_clients`, which the factories' runtimes share, close after them at shutdown.
+    `warm_console` builds the console at startup and opens its receivers in the background
+    (`orders serve --console`, `orders up`), so no page pays for them.
 
     The operations console (/console) is served with `console_factory`; the Functions host
     (no arguments) serves it only when ORDERS_CONSOLE_ENABLED is "true". With `allowed_hosts`
@@ -114,7 +133,14 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        warming = None
+        if warm_console and console_runtime is not None:
+            warming = asyncio.create_task(_warm(console_runtime))
         yield
+        if warming is not None:
+            warming.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await warming
         await runtime.close()
         if console_runtime is not None:
             await console_runtime.close()
