@@ -12,7 +12,7 @@ import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypedDict
 
 from exactly_once.exceptions import RecordChangedError, RecordExistsError
 from exactly_once.records import JsonInput, JsonValue, Record, RecordRead, RecordStatus, Stamp
@@ -62,6 +62,36 @@ def _core_record(
     )
 
 
+class _BillingFields(TypedDict):
+    record_id: str
+    order_id: str
+    status: BillingStatus
+    owner: str
+    lease_seconds: float
+    amount: str
+    currency: str
+    attempts: int
+    written_at_s: int
+    etag: str
+
+
+def _billing_fields(record: Record) -> _BillingFields:
+    """What both of billing's records read off the core's record (the inverse of
+    `_core_record`'s common part)."""
+    return _BillingFields(
+        record_id=record.key,
+        order_id=record.partition,
+        status=_TO_BILLING[record.status],
+        owner=record.owner,
+        lease_seconds=record.lease_seconds,
+        amount=_field(record.data, "amount"),
+        currency=_field(record.data, "currency"),
+        attempts=record.attempts,
+        written_at_s=record.stamp.written_at_s if record.stamp else 0,
+        etag=record.stamp.etag if record.stamp else "",
+    )
+
+
 def charge_record(charge: BillingRecord) -> Record:
     """A charge's record as the core's: the payment key is the downstream key, the payment id
     the result, the message id, amount and currency what the claim carries."""
@@ -76,19 +106,10 @@ def charge_record(charge: BillingRecord) -> Record:
 def as_charge(record: Record) -> BillingRecord:
     """The core's record as billing's charge record."""
     return BillingRecord(
-        record_id=record.key,
-        order_id=record.partition,
+        **_billing_fields(record),
         message_id=_field(record.data, "messageId"),
-        status=_TO_BILLING[record.status],
-        owner=record.owner,
-        lease_seconds=record.lease_seconds,
-        amount=_field(record.data, "amount"),
-        currency=_field(record.data, "currency"),
         payment_key=str(record.downstream_key),
         payment_id=str(record.result) if record.result is not None else None,
-        attempts=record.attempts,
-        written_at_s=record.stamp.written_at_s if record.stamp else 0,
-        etag=record.stamp.etag if record.stamp else "",
     )
 
 
@@ -106,19 +127,10 @@ def refund_record(refund: RefundRecord) -> Record:
 def as_refund(record: Record) -> RefundRecord:
     """The core's record as billing's refund record."""
     return RefundRecord(
-        record_id=record.key,
-        order_id=record.partition,
-        status=_TO_BILLING[record.status],
-        owner=record.owner,
-        lease_seconds=record.lease_seconds,
+        **_billing_fields(record),
         payment_id=_field(record.data, "paymentId"),
-        amount=_field(record.data, "amount"),
-        currency=_field(record.data, "currency"),
         refund_key=str(record.downstream_key),
         refund_id=str(record.result) if record.result is not None else None,
-        attempts=record.attempts,
-        written_at_s=record.stamp.written_at_s if record.stamp else 0,
-        etag=record.stamp.etag if record.stamp else "",
     )
 
 
