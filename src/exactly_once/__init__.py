@@ -49,6 +49,13 @@ from exactly_once.servicebus import (
     exactly_once,
 )
 from exactly_once.telemetry import Telemetry
+from exactly_once.worker import (
+    Worker,
+    WorkerOptions,
+    WorkerStats,
+    run_session_worker,
+    run_worker,
+)
 
 __all__ = [
     "Claims",
@@ -88,7 +95,12 @@ __all__ = [
     "Telemetry",
     "TransientStoreError",
     "TwoPhaseResult",
+    "Worker",
+    "WorkerOptions",
+    "WorkerStats",
     "exactly_once",
     "fingerprint",
+    "run_session_worker",
+    "run_worker",
     "settle",
 ]

@@ -164,10 +164,14 @@ class ExactlyOnceConsumer(Generic[Message]):
             self._telemetry.record(span, self.consumer, decision)
             return decision
 
+    async def decide_message(self, message: ServiceBusReceivedMessage) -> Decision:
+        """Decide on a received message; no settlement (`run_worker`'s `handle`)."""
+        message_id = str(message.message_id) if message.message_id is not None else None
+        return await self.decide(body_bytes(message), message_id)
+
     async def process(self, message: ServiceBusReceivedMessage, settler: Settler) -> Decision:
         """Decide on `message` and settle it through `settler`."""
-        message_id = str(message.message_id) if message.message_id is not None else None
-        decision = await self.decide(body_bytes(message), message_id)
+        decision = await self.decide_message(message)
         await settle(decision, settler)
         return decision
 

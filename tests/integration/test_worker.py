@@ -1,4 +1,5 @@
-"""The worker's loop against our Service Bus emulator through the real SDK (store faked)."""
+"""The worker's loop (the core's, with the app's handler adapter) against our Service Bus
+emulator through the real SDK (store faked)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import AutoLockRenewer, ServiceBusClient
 
-from orders.adapters.servicebus_worker import Worker
+from exactly_once.worker import Worker
+from orders.adapters.servicebus_worker import order_handle
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
 from orders.entrypoints.localstack import QueueOptions
@@ -95,7 +97,7 @@ async def run_until_stopped(
     client: ServiceBusClient, handler: MessageHandler, options: WorkerOptions, stop: asyncio.Event
 ) -> None:
     async with client.get_queue_receiver(QUEUE) as receiver, AutoLockRenewer() as renewer:
-        await Worker(handler, receiver, renewer, options).run(stop)
+        await Worker(order_handle(handler), receiver, renewer, options).run(stop)
 
 
 async def test_stop_lets_in_flight_messages_finish(emulator: RunningEmulator) -> None:
@@ -139,7 +141,7 @@ async def test_a_handler_that_raises_gets_its_message_abandoned_at_once(
         await send(client, 1)
         handler, stop = FailingHandler(), asyncio.Event()
         async with client.get_queue_receiver(QUEUE) as receiver, AutoLockRenewer() as renewer:
-            worker = Worker(handler, receiver, renewer, WorkerOptions(concurrency=1))
+            worker = Worker(order_handle(handler), receiver, renewer, WorkerOptions(concurrency=1))
             running = asyncio.create_task(worker.run(stop))
 
             # Redelivered within seconds: abandoned, not left to its 30 s lock.

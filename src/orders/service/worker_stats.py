@@ -1,12 +1,6 @@
-"""What a competing-consumer worker counts while it runs: plain data for every host."""
+"""What a competing-consumer worker counts while it runs: the core's stats, under the name the
+app's hosts have always imported."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-
-@dataclass
-class WorkerStats:
-    received: int = 0
-    settled: int = 0
-    settlement_failures: int = 0
+from exactly_once.worker import WorkerStats as WorkerStats
