@@ -3,7 +3,9 @@
 Every ```python block of the README is executed, in order, in one namespace, against our Cosmos
 DB emulator; messages travel through our Service Bus emulator and the real SDKs. Each case
 ends as the guide's outcome table says: a duplicate is completed with nothing written again, a
-conflicting payload and a poison message are dead-lettered with the reasons it names.
+conflicting payload and a poison message are dead-lettered with the reasons it names. Two of
+the guide's workers ("Run it as a worker") compete for one queue: each message is processed
+once, and setting the stop event ends them both.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
@@ -46,6 +49,7 @@ def test_the_guide_has_the_blocks_this_test_runs() -> None:
     assert len(blocks) >= 5
     assert any("service_bus_queue_trigger" in block for block in blocks)
     assert any("@exactly_once(" in block for block in blocks)
+    assert any("await run_worker(" in block for block in blocks)
 
 
 @pytest.mark.slow
@@ -163,6 +167,41 @@ async def test_worker_a_duplicate_a_conflict_and_a_poison_message_end_as_the_gui
     }
     assert [d.get("type") for d in documents.values()].count("exactlyOnceInbox") == 1
     assert len(documents) == 2  # the card and its inbox record: once
+
+
+async def test_two_competing_workers_process_each_message_once_and_stop_on_the_event(
+    guide: dict[str, Any], servicebus: RunningEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SERVICEBUS_CONNECTION_STRING", servicebus.connection_string)
+    user = unique("user")
+    ids = [unique("greeting") for _ in range(12)]
+    await send(
+        servicebus,
+        *(ServiceBusMessage(json.dumps(greeting(i, user, f"hi {i}")), message_id=i) for i in ids),
+    )
+    stop = asyncio.Event()
+    workers = [asyncio.create_task(guide["serve"](stop)) for _ in range(2)]
+
+    cards = {f"card-{i}" for i in ids}
+    deadline = time.monotonic() + 30
+    while not cards <= set(await stored(guide["container"], user)):
+        assert time.monotonic() < deadline, "the workers did not process every message in 30 s"
+        assert not any(worker.done() for worker in workers), "a worker ended before `stop`"
+        await asyncio.sleep(0.1)  # polling the store the workers write, bounded by the deadline
+    stop.set()
+    stats = await asyncio.wait_for(asyncio.gather(*workers), 30)
+
+    # Each message received once (no redelivery) and completed: the queue is empty.
+    assert sum(s.received for s in stats) == len(ids)
+    assert sum(s.settled for s in stats) == len(ids)
+    assert all(s.settlement_failures == 0 for s in stats)
+    assert await active(servicebus) == []
+    assert await dead_letters(servicebus) == {}
+    documents = await stored(guide["container"], user)
+    assert set(documents) - cards == {
+        key for key, document in documents.items() if document.get("type") == "exactlyOnceInbox"
+    }
+    assert len(documents) == 2 * len(ids)  # a card and an inbox record per message: once
 
 
 class ReceiverBackedActions:
