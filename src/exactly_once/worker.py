@@ -35,9 +35,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import json
 import logging
-import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -51,6 +49,7 @@ from azure.servicebus.aio import AutoLockRenewer, ServiceBusClient, ServiceBusRe
 from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusError
 
 from exactly_once.decisions import Settleable, settle
+from exactly_once.logs import log_value
 from exactly_once.servicebus import ReceiverSettler
 
 logger = logging.getLogger("exactly_once.worker")
@@ -61,8 +60,6 @@ Decided = TypeVar("Decided", bound=Settleable)
 # Your handler: one received message -> its decision (settled by the worker). Raising is a bug
 # around the decision: the worker logs it and abandons the message at once.
 Handle = Callable[[ServiceBusReceivedMessage], Awaitable[Decided]]
-
-_SPLITS_A_FIELD = re.compile(r'[ "=\\]')
 
 
 @dataclass(frozen=True)
@@ -93,15 +90,6 @@ class WorkerStats:
     """Messages settled (completed, abandoned or dead-lettered) after a decision."""
     settlement_failures: int = 0
     """Settlements the broker refused (a lost lock): the message is delivered again."""
-
-
-def log_value(value: object) -> str:
-    """A value for a log line that cannot forge lines or fields: message ids are the producer's
-    bytes, so anything but plain printable text without spaces, quotes or `=` is JSON-quoted."""
-    text = str(value)
-    if text and text.isprintable() and _SPLITS_A_FIELD.search(text) is None:
-        return text
-    return json.dumps(text)
 
 
 class Worker(Generic[Decided]):
