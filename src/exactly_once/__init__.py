@@ -50,6 +50,7 @@ from exactly_once.servicebus import (
 )
 from exactly_once.telemetry import Telemetry
 from exactly_once.worker import (
+    Handle,
     Worker,
     WorkerOptions,
     WorkerStats,
@@ -67,6 +68,7 @@ __all__ = [
     "Effects",
     "ExactlyOnceConsumer",
     "ExactlyOnceError",
+    "Handle",
     "InProgressElsewhereError",
     "JsonInput",
     "JsonMapping",

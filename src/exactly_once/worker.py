@@ -57,9 +57,10 @@ RECEIVE_BACKOFF_SECONDS = 5.0
 BUSY_RECEIVE_WAIT_SECONDS = 0.1
 
 Decided = TypeVar("Decided", bound=Settleable)
-# Your handler: one received message -> its decision (settled by the worker). Raising is a bug
-# around the decision: the worker logs it and abandons the message at once.
+"""The handler's decision type: the core's `Decision`, or any type of yours with its fields."""
 Handle = Callable[[ServiceBusReceivedMessage], Awaitable[Decided]]
+"""Your handler: one received message -> its decision, which the worker settles. Raising is a
+bug around the decision: the worker logs it and abandons the message at once."""
 
 
 @dataclass(frozen=True)

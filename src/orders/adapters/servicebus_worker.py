@@ -15,7 +15,7 @@ from collections.abc import Callable
 from azure.servicebus import ServiceBusReceivedMessage
 from azure.servicebus.aio import ServiceBusClient
 
-from exactly_once.worker import Handle, WorkerOptions, WorkerStats, run_session_worker, run_worker
+from exactly_once import Handle, WorkerOptions, WorkerStats, run_session_worker, run_worker
 from orders.adapters.servicebus import to_received_order_message
 from orders.domain.outcomes import Decision
 from orders.service.ports import MessageHandler
