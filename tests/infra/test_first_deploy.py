@@ -13,6 +13,7 @@ import json
 import re
 from typing import Any
 
+from function_index import indexed_functions
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
@@ -47,8 +48,8 @@ def _app_settings() -> dict[str, Any]:
 
 
 def _function_names() -> set[str]:
-    tree = ast.parse((REPO_ROOT / "function_app.py").read_text(encoding="utf-8"))
-    return {node.name for node in tree.body if isinstance(node, ast.AsyncFunctionDef)}
+    # As the host indexes them: the consumers' triggers are declared in a loop over the registry.
+    return set(indexed_functions())
 
 
 # --- billing without a payment service ---------------------------------------------------------

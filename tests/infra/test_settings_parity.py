@@ -101,6 +101,8 @@ def code_setting_names() -> frozenset[str]:
     try:
         settings = importlib.import_module("orders.settings")
         names = settings.APP_SETTING_NAMES
+        # Each registered consumer's `<NAME>_SUBSCRIPTION` comes from the registry.
+        names = importlib.import_module("orders.service.registry").app_setting_names()
     except (ImportError, AttributeError) as exc:
         pytest.fail(
             "orders.settings.APP_SETTING_NAMES is missing: src/orders/settings.py must declare the "
@@ -302,6 +304,7 @@ def test_the_connection_check_fails_without_the_cosmos_trigger_settings() -> Non
 
 def test_the_deployed_names_are_the_codes_defaults() -> None:
     """An app setting left unset (an older deployment, a laptop) still finds what Bicep deploys."""
+    from orders.service.registry import CONSUMERS
     from orders.settings import Settings
 
     defaults = Settings.from_env({"COSMOS_ENDPOINT": "https://127.0.0.1:8081/"})
@@ -313,8 +316,11 @@ def test_the_deployed_names_are_the_codes_defaults() -> None:
         "COSMOS_INBOX_CONTAINER": defaults.cosmos_inbox_container,
         "COSMOS_LEASES_CONTAINER": defaults.cosmos_leases_container,
         "ORDER_EVENTS_TOPIC": defaults.order_events_topic,
-        "BILLING_SUBSCRIPTION": defaults.billing_subscription,
-        "SHIPPING_SUBSCRIPTION": defaults.shipping_subscription,
+        **{
+            spec.setting: str(spec.source(defaults).subscription)
+            for spec in CONSUMERS
+            if spec.on_topic
+        },
         "STATUS_QUEUE": defaults.status_queue,
         "STATUS_SESSIONS": "true" if defaults.status_sessions else "false",
     } == DEPLOYED_ENTITY_NAMES

@@ -175,10 +175,10 @@ def test_hook_writes_the_settings_the_app_reads_for_the_deployed_resources(
         assert absent not in values, absent
     assert "must-not-leak" not in target.read_text(encoding="utf-8")
     # Every setting it writes is one the app or the host reads.
-    from orders.settings import APP_SETTING_NAMES
+    from orders.service.registry import app_setting_names
 
     host = {"AzureWebJobsStorage", "FUNCTIONS_WORKER_RUNTIME", "AzureWebJobs.bill_order.Disabled"}
-    assert set(values) <= APP_SETTING_NAMES | host
+    assert set(values) <= app_setting_names() | host
     # The names it reads are outputs of main.bicep.
     sys.path.insert(0, str(HOOK.parent))
     try:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from orders.bootstrap import prepare_local_cosmos
 from orders.entrypoints.localstack import LocalStack, QueueOptions, local_stack
-from orders.service.subscribers import Subscriber
+from orders.service.registry import CONSUMERS
 
 API_READY = re.compile(r"Uvicorn running on (http://\S+)")
 READY_TIMEOUT_SECONDS = 60.0
@@ -199,8 +199,8 @@ def _started(
         for _ in range(options.workers):
             stack.start_worker()
         stack.start_dispatcher()
-        for subscriber in (Subscriber.BILLING, Subscriber.SHIPPING, Subscriber.STATUS):
-            stack.start_subscriber(subscriber.value)
+        for spec in CONSUMERS:
+            stack.start_subscriber(spec.name)
         environment = stack.environment()
         # The console reads the workers' journals and respects the local queue's window.
         console_environment = {
