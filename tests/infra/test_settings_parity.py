@@ -14,7 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from .bicep_model import DEPLOYED_ENTITY_NAMES, REPO_ROOT, one_resource, parse, resolve
+from .bicep_model import (
+    DEPLOYED_ENTITY_NAMES,
+    DEPLOYED_SUBSCRIPTIONS,
+    REPO_ROOT,
+    one_resource,
+    parse,
+    resolve,
+    resources,
+)
 
 FUNCTION_MODULE = "modules/functionapp.bicep"
 
@@ -91,7 +99,9 @@ FORBIDDEN_ON_FLEX = frozenset({"FUNCTIONS_WORKER_RUNTIME", "FUNCTIONS_EXTENSION_
 
 def bicep_app_settings() -> dict[str, object]:
     site = one_resource(parse(FUNCTION_MODULE), "Microsoft.Web/sites")
-    entries = site.body["properties"]["siteConfig"]["appSettings"]
+    # The fixed settings concatenated with one per consumer subscription (a loop).
+    entries = resolve(FUNCTION_MODULE, site.body["properties"]["siteConfig"]["appSettings"])
+    assert isinstance(entries, list), entries
     names = [entry["name"] for entry in entries]
     assert len(names) == len(set(names)), f"duplicate app settings: {sorted(names)}"
     return {entry["name"]: entry["value"] for entry in entries}
@@ -323,4 +333,34 @@ def test_the_deployed_names_are_the_codes_defaults() -> None:
         },
         "STATUS_QUEUE": defaults.status_queue,
         "STATUS_SESSIONS": "true" if defaults.status_sessions else "false",
-    } == DEPLOYED_ENTITY_NAMES
+    } == DEPLOYED_ENTITY_NAMES | DEPLOYED_SUBSCRIPTIONS
+
+
+def test_the_bicep_subscriptions_are_the_registrys() -> None:
+    """main.bicep's consumerSubscriptions array has one element per consumer the app registers on
+    the events topic, with the setting the app reads it from: the array drives the Bicep (the
+    subscriptions, their roles, the app settings, the outputs), the registry drives the app."""
+    from orders.service.registry import subscription_consumers
+
+    array = resolve("main.bicep", "consumerSubscriptions")
+    assert [(entry["name"], entry["setting"]) for entry in array] == [
+        (spec.name, spec.setting) for spec in subscription_consumers()
+    ]
+    deployed = [
+        resolve("modules/messaging.bicep", r.body["name"])
+        for r in resources(parse("modules/messaging.bicep"))
+        if r.type == "Microsoft.ServiceBus/namespaces/topics/subscriptions"
+    ]
+    assert deployed == [entry["name"] for entry in array]
+    settings = bicep_app_settings()
+    assert all(settings[entry["setting"]] == entry["name"] for entry in array)
+    receivers = [
+        r
+        for r in resources(parse("modules/roles.bicep"))
+        if r.type == "Microsoft.Authorization/roleAssignments"
+        and str(r.body["scope"]).startswith("consumerSubscriptions[")
+    ]
+    assert [r.body["scope"] for r in receivers] == [
+        f"consumerSubscriptions[{i}]" for i in range(len(array))
+    ]
+    assert {r.condition for r in receivers} == {"grantUser"}
