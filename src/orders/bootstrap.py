@@ -371,10 +371,15 @@ async def build_console_runtime(
         shared = _clients(stack, settings, clients)
         cosmos = await shared.cosmos(create_local_resources=False)
         servicebus = shared.servicebus()
-        sources = [Source(queue=settings.orders_queue), Source(queue=settings.status_queue)] + [
-            Source(topic=topic, subscription=subscription)
-            for topic, subscription in settings.console_subscriptions
-        ]
+        # The orders queue, every registered consumer's entity (its queue first), then any
+        # other subscription ORDERS_CONSOLE_SUBSCRIPTIONS names.
+        sources = [Source(queue=settings.orders_queue)]
+        for spec in sorted(CONSUMERS, key=lambda spec: spec.on_topic):
+            sources.append(spec.source(settings))
+        for topic, subscription in settings.console_subscriptions:
+            named = Source(topic=topic, subscription=subscription)
+            if named not in sources:
+                sources.append(named)
         folder = settings.decisions_folder
         payments = None
         if settings.payments_url:

@@ -168,6 +168,11 @@ def _dispatcher_metric_names() -> set[str]:
         telemetry.attempting({"_ts": 40})
         telemetry.published(span, 1)
         telemetry.failed(span, RuntimeError("x"))
+    return _exported(reader)
+
+
+def _exported(reader: InMemoryMetricReader) -> set[str]:
+    """The names of the metrics `reader` collected."""
     data = reader.get_metrics_data()
     assert data is not None
     return {
@@ -211,15 +216,7 @@ def _consumer_decision_metrics() -> set[str]:
         telemetry.record(
             trace.INVALID_SPAN, Decision(Outcome.PROCESSED, Settlement.COMPLETE, "o-1")
         )
-    data = reader.get_metrics_data()
-    assert data is not None
-    return {
-        metric.name
-        for resource in data.resource_metrics
-        for scope in resource.scope_metrics
-        for metric in scope.metrics
-        if metric.name.endswith(".decisions")
-    }
+    return {name for name in _exported(reader) if name.endswith(".decisions")}
 
 
 def test_the_workbook_draws_the_fanout_counters() -> None:

@@ -94,6 +94,12 @@ async def test_the_seven_runtimes_share_one_credential_and_one_client_of_each_sd
     assert (await database.read())["id"] == "process-clients"
     await console.close()
     assert counts[Source(queue="orders")].active == 0
+    # Without ORDERS_CONSOLE_SUBSCRIPTIONS, the console shows every registered consumer's entity.
+    assert {
+        Source(topic="order-events", subscription="billing"),
+        Source(topic="order-events", subscription="shipping"),
+        Source(queue="order-status"),
+    } <= counts.keys()
     assert consumer.consumer is not None and dispatcher.dispatcher is not None
     assert {runtime.source for runtime in subscribers} == {
         Source(topic="order-events", subscription="billing"),

@@ -168,7 +168,8 @@ def run_demo(
             for spec in CONSUMERS:
                 if not spec.on_topic:
                     stack.start_subscriber(spec.name)
-            on_stage("payment service, dispatcher, billing, shipping and status consumers started")
+            consumers = ", ".join(consumer_names())
+            on_stage(f"payment service, dispatcher and the {consumers} consumers started")
         cancel_results = asyncio.run(
             load_and_cancel(stack, plan, options, on_sent, on_stage, defer_shipping)
         )

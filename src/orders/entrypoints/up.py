@@ -1,7 +1,7 @@
 """`orders up`: the whole local stack, kept running until Ctrl-C.
 
 Both emulators, the payment service stand-in, competing order workers, the outbox dispatcher,
-the billing, shipping and status consumers, and the HTTP API with the operations console
+every registered consumer (orders.service.registry), and the HTTP API with the operations console
 (/console), on free ports (the API on the port asked for). The broker's messages, the Cosmos
 emulator's account and the payment stand-in's charges are kept under the stack's folder, so a
 restart resumes where the last run stopped; `--fresh` deletes them all first. The settings
