@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Protocol
 
 _SRC = str(Path(__file__).resolve().parent / "src")
 if _SRC not in sys.path:
@@ -28,7 +29,7 @@ from orders.entrypoints.functions import (  # noqa: E402
 configure_function_monitoring()
 
 from orders.entrypoints.http_api import create_app  # noqa: E402
-from orders.service.subscribers import Subscriber  # noqa: E402
+from orders.service.registry import CONSUMERS, ConsumerSpec  # noqa: E402
 from orders.settings import status_sessions_enabled  # noqa: E402
 
 # The HTTP API (FastAPI) and the Service Bus trigger share one app. The host's routePrefix `api`
@@ -50,7 +51,7 @@ async def process_order(
     await process_order_message(received_message, message_actions)
 
 
-# --- Fan-out: the outbox dispatcher and the two subscribers of the events topic ---------------
+# --- Fan-out: the outbox dispatcher -----------------------------------------------------------
 
 
 @app.cosmos_db_trigger(
@@ -76,53 +77,60 @@ async def dispatch_outbox(changes: func.DocumentList) -> None:
     await dispatch_outbox_changes([dict(document) for document in changes])
 
 
-@app.service_bus_topic_trigger(
-    arg_name="received_message",
-    topic_name="%ORDER_EVENTS_TOPIC%",
-    subscription_name="%SHIPPING_SUBSCRIPTION%",
-    connection="ServiceBusConnection",
-    auto_complete_messages=False,
-)
-async def ship_order(
-    received_message: servicebus.ServiceBusReceivedMessage,
-    message_actions: servicebus.ServiceBusMessageActions,
-) -> None:
-    """Shipping: inbox record and shipment in one transactional batch."""
-    await process_event_message(Subscriber.SHIPPING, received_message, message_actions)
-
-
-@app.service_bus_topic_trigger(
-    arg_name="received_message",
-    topic_name="%ORDER_EVENTS_TOPIC%",
-    subscription_name="%BILLING_SUBSCRIPTION%",
-    connection="ServiceBusConnection",
-    auto_complete_messages=False,
-)
-async def bill_order(
-    received_message: servicebus.ServiceBusReceivedMessage,
-    message_actions: servicebus.ServiceBusMessageActions,
-) -> None:
-    """Billing: two phases around the payment call, with the order's downstream key."""
-    await process_event_message(Subscriber.BILLING, received_message, message_actions)
-
-
-# The status consumer: on a plain queue versions decide; with STATUS_SESSIONS=true the queue is
-# session-enabled (SessionId = orderId). The host indexes functions with the app settings in
-# the environment, so the binding follows the same setting the Bicep sets, read by settings.py
-# as every other host reads it.
+# --- The registered consumers: one trigger per entry of the registry ----------------------------
+# The host indexes functions by running this file, so triggers declared in a loop are indexed
+# like written ones. Each keeps its registry entry's function name (deployed apps keep their
+# functions and `AzureWebJobs.<name>.Disabled` settings) and binds to the entity its entry's
+# setting names. The status queue's binding follows STATUS_SESSIONS, the setting the Bicep sets
+# and settings.py reads for every host: the host indexes with the app settings in the
+# environment.
 STATUS_SESSIONS = status_sessions_enabled()
 
 
-@app.service_bus_queue_trigger(
-    arg_name="received_message",
-    queue_name="%STATUS_QUEUE%",
-    connection="ServiceBusConnection",
-    auto_complete_messages=False,
-    is_sessions_enabled=STATUS_SESSIONS,
-)
-async def apply_status(
-    received_message: servicebus.ServiceBusReceivedMessage,
-    message_actions: servicebus.ServiceBusMessageActions,
-) -> None:
-    """Status updates: conditional replace by version, no dedup store."""
-    await process_event_message(Subscriber.STATUS, received_message, message_actions)
+class ConsumerTrigger(Protocol):
+    """A registered consumer's trigger, called by keyword as the host calls it."""
+
+    async def __call__(
+        self,
+        *,
+        received_message: servicebus.ServiceBusReceivedMessage,
+        message_actions: servicebus.ServiceBusMessageActions,
+    ) -> None: ...
+
+
+def _consumer_body(spec: ConsumerSpec) -> ConsumerTrigger:
+    async def body(
+        *,
+        received_message: servicebus.ServiceBusReceivedMessage,
+        message_actions: servicebus.ServiceBusMessageActions,
+    ) -> None:
+        await process_event_message(spec.name, received_message, message_actions)
+
+    body.__name__ = body.__qualname__ = spec.function_name
+    body.__doc__ = spec.description
+    return body
+
+
+def _register(spec: ConsumerSpec) -> ConsumerTrigger:
+    named = app.function_name(name=spec.function_name)
+    if spec.on_topic:
+        trigger = app.service_bus_topic_trigger(
+            arg_name="received_message",
+            topic_name="%ORDER_EVENTS_TOPIC%",
+            subscription_name=f"%{spec.setting}%",
+            connection="ServiceBusConnection",
+            auto_complete_messages=False,
+        )
+    else:
+        trigger = app.service_bus_queue_trigger(
+            arg_name="received_message",
+            queue_name=f"%{spec.setting}%",
+            connection="ServiceBusConnection",
+            auto_complete_messages=False,
+            is_sessions_enabled=spec.sessions and STATUS_SESSIONS,
+        )
+    return named(trigger(_consumer_body(spec)))  # type: ignore[no-any-return]
+
+
+# By consumer name: the trigger as the host calls it (tests call it the same way).
+consumer_triggers: dict[str, ConsumerTrigger] = {spec.name: _register(spec) for spec in CONSUMERS}

@@ -99,8 +99,14 @@ var tags = { 'azd-env-name': environmentName }
 // variables, not parameters.
 var queueName = 'orders'
 var orderEventsTopicName = 'order-events'
-var billingSubscriptionName = 'billing'
-var shippingSubscriptionName = 'shipping'
+// One subscription of the events topic per consumer the app registers on it
+// (src/orders/service/registry.py): `name` is the subscription, `setting` the app setting that
+// names it (`<NAME>_SUBSCRIPTION`). The subscriptions, their roles, the function app's settings
+// and the outputs are all derived from this array: a new consumer is one more element.
+var consumerSubscriptions = [
+  { name: 'billing', setting: 'BILLING_SUBSCRIPTION' }
+  { name: 'shipping', setting: 'SHIPPING_SUBSCRIPTION' }
+]
 var statusQueueName = 'order-status'
 var statusSessionsQueueName = 'order-status-sessions'
 var cosmosDatabaseName = 'orders'
@@ -154,8 +160,7 @@ module messaging 'modules/messaging.bicep' = {
     skuName: serviceBusSku
     queueName: queueName
     topicName: orderEventsTopicName
-    billingSubscriptionName: billingSubscriptionName
-    shippingSubscriptionName: shippingSubscriptionName
+    subscriptions: consumerSubscriptions
     statusQueueName: statusQueueName
     statusSessionsQueueName: statusSessionsQueueName
     duplicateDetectionHistoryTimeWindow: duplicateDetectionHistoryTimeWindow
@@ -227,8 +232,7 @@ module roles 'modules/roles.bicep' = {
     serviceBusNamespaceName: messaging.outputs.namespaceName
     queueName: messaging.outputs.queueName
     topicName: messaging.outputs.topicName
-    billingSubscriptionName: messaging.outputs.billingSubscriptionName
-    shippingSubscriptionName: messaging.outputs.shippingSubscriptionName
+    subscriptions: consumerSubscriptions
     statusQueueName: messaging.outputs.statusQueueName
     statusSessionsQueueName: messaging.outputs.statusSessionsQueueName
     cosmosAccountName: database.outputs.accountName
@@ -257,8 +261,7 @@ module functionApp 'modules/functionapp.bicep' = {
     serviceBusFullyQualifiedNamespace: messaging.outputs.fullyQualifiedNamespace
     queueName: messaging.outputs.queueName
     orderEventsTopicName: messaging.outputs.topicName
-    billingSubscriptionName: messaging.outputs.billingSubscriptionName
-    shippingSubscriptionName: messaging.outputs.shippingSubscriptionName
+    subscriptions: consumerSubscriptions
     statusQueueName: appStatusQueueName
     statusSessions: statusSessions
     cosmosEndpoint: database.outputs.endpoint
@@ -332,8 +335,10 @@ output COSMOS_IDEMPOTENCY_CONTAINER string = database.outputs.idempotencyContain
 output COSMOS_INBOX_CONTAINER string = database.outputs.inboxContainerName
 output COSMOS_LEASES_CONTAINER string = database.outputs.leasesContainerName
 output ORDER_EVENTS_TOPIC string = messaging.outputs.topicName
-output BILLING_SUBSCRIPTION string = messaging.outputs.billingSubscriptionName
-output SHIPPING_SUBSCRIPTION string = messaging.outputs.shippingSubscriptionName
+// Every consumer's subscription as { name, setting } (azd keeps an array output as JSON); the
+// postprovision hook writes each as its setting. Outputs cannot be named in a loop, so the
+// array is one output.
+output ORDER_EVENTS_SUBSCRIPTIONS array = messaging.outputs.subscriptions
 output STATUS_QUEUE string = appStatusQueueName
 // A string, exactly as the app setting reads it.
 output STATUS_SESSIONS string = statusSessions ? 'true' : 'false'

@@ -30,6 +30,7 @@ import httpx
 from orders.bootstrap import send_load, verify_run
 from orders.domain.load_plan import LoadMix, plan_load
 from orders.entrypoints.up import ENV_FILE
+from orders.service.registry import CONSUMERS
 from orders.settings import Settings
 
 READY_TIMEOUT_SECONDS = 180.0
@@ -126,10 +127,9 @@ def main() -> None:
             order_id = asyncio.run(load_demo_data(settings, args.orders))
             sources = [
                 settings.orders_queue,
-                settings.status_queue,
                 *(
-                    f"{settings.order_events_topic}/Subscriptions/{name}"
-                    for name in (settings.billing_subscription, settings.shipping_subscription)
+                    str(spec.source(settings))
+                    for spec in sorted(CONSUMERS, key=lambda spec: spec.on_topic)
                 ),
             ]
             print(f"{args.orders} orders settled; {args.repeats} loads per page, one at a time")

@@ -4,9 +4,9 @@
 // unnoticed, so any dead-lettered message on any entity raises an alert.
 //
 // Azure Monitor reports DeadletteredMessages per queue and per TOPIC (EntityName), not per
-// subscription: the topic's series is the sum of its subscriptions' dead letters (billing and
-// shipping), and `orders dlq list --topic order-events --subscription billing|shipping` tells
-// them apart. One alert watches every entity; each EntityName is its own time series, so the
+// subscription: the topic's series is the sum of its subscriptions' dead letters (one per
+// consumer, main.bicep's consumerSubscriptions: a new one is watched without a change here), and
+// `orders dlq list --topic order-events --subscription <name>` tells them apart. One alert watches every entity; each EntityName is its own time series, so the
 // alert fires (and resolves) per entity and names it.
 param alertName string
 param actionGroupName string
@@ -49,7 +49,7 @@ resource deadLetterAlert 'Microsoft.Insights/metricAlerts@2018-03-01' = {
   tags: tags
   dependsOn: [actionGroup]
   properties: {
-    description: 'Messages in a dead-letter queue (the EntityName dimension says which: ${queueName}, the ${topicName} subscriptions billing and shipping, ${statusQueueName} or ${statusSessionsQueueName}): list them with `orders dlq list` (`--queue Q` or `--topic ${topicName} --subscription S`), then follow the runbook for their DeadLetterReason in docs/operations.md (`orders dlq show`, `orders dlq resubmit`, `orders dlq purge`). PaymentRefused (billing: the provider refused the charge for good) and IllegalStatusTransition (a status update the order state machine forbids) are refusals on purpose: fix the cause, never resubmit blindly.'
+    description: 'Messages in a dead-letter queue (the EntityName dimension says which: ${queueName}, ${topicName} for all its subscriptions (one per consumer), ${statusQueueName} or ${statusSessionsQueueName}): list them with `orders dlq list` (`--queue Q` or `--topic ${topicName} --subscription S`), then follow the runbook for their DeadLetterReason in docs/operations.md (`orders dlq show`, `orders dlq resubmit`, `orders dlq purge`). PaymentRefused (billing: the provider refused the charge for good) and IllegalStatusTransition (a status update the order state machine forbids) are refusals on purpose: fix the cause, never resubmit blindly.'
     severity: 2
     enabled: true
     scopes: [namespace.id]

@@ -193,13 +193,15 @@ var counterChart = {
   name: 'consumer-outcomes'
 }
 
+// Every registered consumer counts `orders.<name>.decisions` (SubscriberTelemetry in
+// src/orders/observability.py), so a new one is drawn without a change here.
 var fanoutChart = {
   type: 3
   content: {
     version: 'KqlItem/1.0'
-    query: 'customMetrics | where name in ("orders.billing.decisions", "orders.shipping.decisions", "orders.status.decisions", "orders.dispatcher.published", "orders.dispatcher.failures") | extend outcome = tostring(customDimensions.outcome) | summarize count = sum(valueSum) by series = strcat(name, iff(isempty(outcome), "", strcat(" ", outcome))), bin(timestamp, 5m) | render timechart'
+    query: 'customMetrics | where (name startswith "orders." and name endswith ".decisions") or name in ("orders.dispatcher.published", "orders.dispatcher.failures") | extend outcome = tostring(customDimensions.outcome) | summarize count = sum(valueSum) by series = strcat(name, iff(isempty(outcome), "", strcat(" ", outcome))), bin(timestamp, 5m) | render timechart'
     size: 0
-    title: 'After the order: dispatcher publishes and failures; billing, shipping and status decisions by outcome'
+    title: 'After the order: dispatcher publishes and failures; decisions of every registered consumer by outcome'
     queryType: 0
     resourceType: 'microsoft.insights/components'
     visualization: 'timechart'

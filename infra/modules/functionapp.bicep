@@ -18,8 +18,11 @@ param applicationInsightsConnectionString string
 param serviceBusFullyQualifiedNamespace string
 param queueName string
 param orderEventsTopicName string
-param billingSubscriptionName string
-param shippingSubscriptionName string
+@description('The subscriptions of the consumers of the topic: { name, setting }; each is one app setting.')
+param subscriptions array
+
+// For-expressions are allowed only as a variable's (or property's) whole value, not inside concat.
+var subscriptionSettings = [for consumer in subscriptions: { name: consumer.setting, value: consumer.name }]
 
 @description('The status queue the app sends to and consumes: the plain one, or the session one when statusSessions.')
 param statusQueueName string
@@ -117,7 +120,8 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
       http20Enabled: true
       // Flex Consumption takes no FUNCTIONS_WORKER_RUNTIME / FUNCTIONS_EXTENSION_VERSION: the
       // runtime comes from functionAppConfig.runtime below.
-      appSettings: [
+      // The fixed settings, then one `<NAME>_SUBSCRIPTION` per consumer subscription.
+      appSettings: concat([
         // Host storage through the identity; no AzureWebJobsStorage connection string exists.
         { name: 'AzureWebJobsStorage__blobServiceUri', value: storageBlobEndpoint }
         { name: 'AzureWebJobsStorage__credential', value: 'managedidentity' }
@@ -128,8 +132,6 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
         { name: 'ServiceBusConnection__clientId', value: identityClientId }
         { name: 'ORDERS_QUEUE', value: queueName }
         { name: 'ORDER_EVENTS_TOPIC', value: orderEventsTopicName }
-        { name: 'BILLING_SUBSCRIPTION', value: billingSubscriptionName }
-        { name: 'SHIPPING_SUBSCRIPTION', value: shippingSubscriptionName }
         { name: 'STATUS_QUEUE', value: statusQueueName }
         { name: 'STATUS_SESSIONS', value: statusSessions ? 'true' : 'false' }
         // Cosmos DB trigger connection `CosmosConnection` (the outbox dispatcher), identity-based.
@@ -156,7 +158,7 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
         { name: 'APPLICATIONINSIGHTS_AUTHENTICATION_STRING', value: 'ClientId=${identityClientId};Authorization=AAD' }
         // host.json telemetryMode OpenTelemetry: the Python worker joins the host's trace per call.
         { name: 'PYTHON_ENABLE_OPENTELEMETRY', value: 'true' }
-      ]
+      ], subscriptionSettings)
     }
     functionAppConfig: {
       deployment: {

@@ -1,5 +1,5 @@
 // Service Bus namespace, the `orders` queue, the fan-out topic `order-events` with one
-// subscription per consumer (`billing`, `shipping`), and the status queues (`order-status`, and
+// subscription per element of `subscriptions` (one per consumer), and the status queues (`order-status`, and
 // `order-status-sessions` for the sessions mode). The broker's duplicate detection is the first
 // line of defence (producer retries inside the window never reach a consumer); the idempotent
 // consumer is the second (late duplicates, redeliveries). Both are needed.
@@ -18,8 +18,8 @@ param publicNetworkAccess string = 'Enabled'
 
 param queueName string = 'orders'
 param topicName string = 'order-events'
-param billingSubscriptionName string = 'billing'
-param shippingSubscriptionName string = 'shipping'
+@description('One subscription of the topic per consumer: { name, setting } (consumerSubscriptions in main.bicep).')
+param subscriptions array
 param statusQueueName string = 'order-status'
 param statusSessionsQueueName string = 'order-status-sessions'
 
@@ -115,9 +115,9 @@ resource topic 'Microsoft.ServiceBus/namespaces/topics@2024-01-01' = {
 // two conditional writes (each up to 30 s of 429 retries); the host renews the lock meanwhile
 // (host.json maxAutoLockRenewalDuration, 5 min), and if it is lost anyway the record's lease
 // keeps a second delivery from charging twice. Dead-lettering on expiry as on the queue.
-resource billingSubscription 'Microsoft.ServiceBus/namespaces/topics/subscriptions@2024-01-01' = {
+resource consumerSubscriptions 'Microsoft.ServiceBus/namespaces/topics/subscriptions@2024-01-01' = [for consumer in subscriptions: {
   parent: topic
-  name: billingSubscriptionName
+  name: consumer.name
   properties: {
     lockDuration: lockDuration
     maxDeliveryCount: maxDeliveryCount
@@ -126,20 +126,7 @@ resource billingSubscription 'Microsoft.ServiceBus/namespaces/topics/subscriptio
     requiresSession: false
     enableBatchedOperations: true
   }
-}
-
-resource shippingSubscription 'Microsoft.ServiceBus/namespaces/topics/subscriptions@2024-01-01' = {
-  parent: topic
-  name: shippingSubscriptionName
-  properties: {
-    lockDuration: lockDuration
-    maxDeliveryCount: maxDeliveryCount
-    deadLetteringOnMessageExpiration: true
-    defaultMessageTimeToLive: messageTimeToLive
-    requiresSession: false
-    enableBatchedOperations: true
-  }
-}
+}]
 
 // Status updates (OrderStatusChanged) carry the absolute state and a version, so the plain queue
 // needs no ordering; duplicate detection still drops a producer's retries inside the window.
@@ -190,7 +177,6 @@ output fullyQualifiedNamespace string = split(replace(namespace.properties.servi
 output queueName string = queue.name
 output queueId string = queue.id
 output topicName string = topic.name
-output billingSubscriptionName string = billingSubscription.name
-output shippingSubscriptionName string = shippingSubscription.name
+output subscriptions array = [for (consumer, i) in subscriptions: { name: consumerSubscriptions[i].name, setting: consumer.setting }]
 output statusQueueName string = statusQueue.name
 output statusSessionsQueueName string = statusSessionsQueue.name

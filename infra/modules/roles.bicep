@@ -46,8 +46,8 @@ param allowUserIdentityPrincipal bool = false
 param serviceBusNamespaceName string
 param queueName string
 param topicName string
-param billingSubscriptionName string
-param shippingSubscriptionName string
+@description('The subscriptions of the consumers of the topic: { name, setting } (main.bicep).')
+param subscriptions array
 param statusQueueName string
 param statusSessionsQueueName string
 param cosmosAccountName string
@@ -81,15 +81,10 @@ resource topic 'Microsoft.ServiceBus/namespaces/topics@2024-01-01' existing = {
   name: topicName
 }
 
-resource billingSubscription 'Microsoft.ServiceBus/namespaces/topics/subscriptions@2024-01-01' existing = {
+resource consumerSubscriptions 'Microsoft.ServiceBus/namespaces/topics/subscriptions@2024-01-01' existing = [for consumer in subscriptions: {
   parent: topic
-  name: billingSubscriptionName
-}
-
-resource shippingSubscription 'Microsoft.ServiceBus/namespaces/topics/subscriptions@2024-01-01' existing = {
-  parent: topic
-  name: shippingSubscriptionName
-}
+  name: consumer.name
+}]
 
 resource statusQueue 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' existing = {
   parent: namespace
@@ -225,25 +220,17 @@ resource userQueueSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = 
 }
 
 // `orders dlq` on the subscriptions (browse, purge; resubmitting to a topic is refused by the tool).
-resource userBillingReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (grantUser) {
-  name: guid(billingSubscription.id, userPrincipalId, serviceBusDataReceiver)
-  scope: billingSubscription
+// One per subscription, with the name (a guid of the subscription's id) each had when they were
+// declared one by one, so existing assignments are kept.
+resource userSubscriptionReceivers 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (consumer, i) in (grantUser ? subscriptions : []): {
+  name: guid(consumerSubscriptions[i].id, userPrincipalId, serviceBusDataReceiver)
+  scope: consumerSubscriptions[i]
   properties: {
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataReceiver)
     principalId: userPrincipalId
     principalType: userPrincipalType
   }
-}
-
-resource userShippingReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (grantUser) {
-  name: guid(shippingSubscription.id, userPrincipalId, serviceBusDataReceiver)
-  scope: shippingSubscription
-  properties: {
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataReceiver)
-    principalId: userPrincipalId
-    principalType: userPrincipalType
-  }
-}
+}]
 
 // `orders dlq` (resubmit included) on the status queues, and status updates sent from a laptop.
 resource userStatusReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (grantUser) {

@@ -37,12 +37,13 @@ OPTIONAL_OUTPUTS = {
     "COSMOS_INBOX_CONTAINER": "COSMOS_INBOX_CONTAINER",
     "COSMOS_LEASES_CONTAINER": "COSMOS_LEASES_CONTAINER",
     "ORDER_EVENTS_TOPIC": "ORDER_EVENTS_TOPIC",
-    "BILLING_SUBSCRIPTION": "BILLING_SUBSCRIPTION",
-    "SHIPPING_SUBSCRIPTION": "SHIPPING_SUBSCRIPTION",
     "STATUS_QUEUE": "STATUS_QUEUE",
     "STATUS_SESSIONS": "STATUS_SESSIONS",
     "ORDERS_DUPLICATE_WINDOW_SECONDS": "ORDERS_DUPLICATE_WINDOW_SECONDS",
 }
+# Every consumer's subscription, as the JSON array [{"name": ..., "setting": ...}] main.bicep
+# outputs (one element per consumer): each is written as its setting. Optional like the above.
+SUBSCRIPTIONS_OUTPUT = "ORDER_EVENTS_SUBSCRIPTIONS"
 # The billing trigger's switch: main.bicep's BILLING_ENABLED output is 'false' when PAYMENTS_URL
 # was empty, and the function app then runs with this setting 'true' (functionapp.bicep).
 BILLING_DISABLED_SETTING = "AzureWebJobs.bill_order.Disabled"
@@ -77,7 +78,8 @@ def azd_values(azd: str | None = None) -> dict[str, str]:
     values = json.loads(result.stdout)
     if not isinstance(values, dict):
         raise HookError("azd env get-values did not print a JSON object")
-    return {str(k): str(v) for k, v in values.items()}
+    # An array output may come back as JSON itself rather than as a string of it.
+    return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
 
 
 def local_settings(values: Mapping[str, str]) -> dict[str, object]:
@@ -99,6 +101,7 @@ def local_settings(values: Mapping[str, str]) -> dict[str, object]:
     for name, output in OPTIONAL_OUTPUTS.items():
         if values.get(output):
             settings[name] = values[output]
+    settings.update(subscription_settings(values))
     if billing_disabled(values):
         # `func start` against the deployment leaves billing off as the deployment does.
         settings[BILLING_DISABLED_SETTING] = "true"
@@ -106,6 +109,20 @@ def local_settings(values: Mapping[str, str]) -> dict[str, object]:
         # The resource refuses key ingestion; export with your Entra login.
         settings["APPLICATIONINSIGHTS_AUTHENTICATION_STRING"] = "Authorization=AAD"
     return {"IsEncrypted": False, "Values": settings}
+
+
+def subscription_settings(values: Mapping[str, str]) -> dict[str, str]:
+    """`<NAME>_SUBSCRIPTION` -> subscription, for every consumer the deployment has one for."""
+    text = values.get(SUBSCRIPTIONS_OUTPUT)
+    if not text:
+        return {}
+    try:
+        entries = json.loads(text)
+        return {str(entry["setting"]): str(entry["name"]) for entry in entries}
+    except (ValueError, TypeError, KeyError) as exc:
+        raise HookError(
+            f"{SUBSCRIPTIONS_OUTPUT} is not a list of {{name, setting}}: {text!r}"
+        ) from exc
 
 
 def billing_disabled(values: Mapping[str, str]) -> bool:

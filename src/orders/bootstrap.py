@@ -37,7 +37,9 @@ from orders.adapters.identity import ProcessCredential
 from orders.adapters.monitoring import configure_monitoring
 from orders.adapters.payments_http import HttpPaymentGateway
 from orders.adapters.servicebus import (
-    FunctionsMessageActions,
+    FunctionsMessageActions as FunctionsMessageActions,  # what the Functions entrypoints hand in
+)
+from orders.adapters.servicebus import (
     FunctionsSettler,
     create_servicebus_client,
     to_received_order_message,
@@ -57,6 +59,7 @@ from orders.domain.leases import DEFAULT_LEASE_SECONDS
 from orders.domain.load_plan import LoadPlan, PlannedCancel
 from orders.domain.outcomes import Decision
 from orders.domain.payments import Charge, Refund
+from orders.domain.received import ReceivedOrderMessage
 from orders.exceptions import (
     OrderAlreadyShippedError,
     OrderNotStoredYetError,
@@ -67,7 +70,7 @@ from orders.exceptions import (
     UnknownOrderError,
 )
 from orders.observability import ConsumerTelemetry, SubscriberTelemetry
-from orders.service.billing import AfterCharge, AfterRefund, BillingConsumer
+from orders.service.billing import AfterCharge, AfterRefund
 from orders.service.cancels import (
     CancelAnswer,
     CancelNotYet,
@@ -76,7 +79,7 @@ from orders.service.cancels import (
     run_cancels,
 )
 from orders.service.console import OperationsConsole
-from orders.service.consumer import OrderConsumer, settle
+from orders.service.consumer import OrderConsumer
 from orders.service.dispatcher import (
     DEFAULT_POLL_SECONDS,
     AfterPublish,
@@ -87,13 +90,26 @@ from orders.service.idempotency import IdempotentOrderIntake
 from orders.service.instrumented import InstrumentedHandler
 from orders.service.load import LoadResult, run_load
 from orders.service.order_lookup import OrderLookup
-from orders.service.ports import MessageHandler, OrderPublisher, OrderStore, StatusPublisher
+from orders.service.payment_port import PaymentGateway
+from orders.service.ports import (
+    MessageHandler,
+    MessageSettler,
+    OrderPublisher,
+    OrderStore,
+    StatusPublisher,
+)
+from orders.service.registry import (
+    BILLING,
+    CONSUMERS,
+    SHIPPING,
+    STATUS,
+    AuditInputs,
+    ConsumerSpec,
+)
 from orders.service.saga import OrderSaga
-from orders.service.shipping import ShippingConsumer
-from orders.service.status import StatusConsumer
-from orders.service.subscribers import Source, Subscriber
+from orders.service.subscribers import Source
 from orders.service.verify import VerifyReport, audit
-from orders.service.verify_fanout import audit_billing, audit_shipping, stored_orders
+from orders.service.verify_fanout import stored_orders
 from orders.service.verify_saga import audit_saga, saga_facts
 from orders.service.verify_status import audit_statuses, produced_updates
 from orders.service.worker_options import WorkerOptions
@@ -355,10 +371,15 @@ async def build_console_runtime(
         shared = _clients(stack, settings, clients)
         cosmos = await shared.cosmos(create_local_resources=False)
         servicebus = shared.servicebus()
-        sources = [Source(queue=settings.orders_queue), Source(queue=settings.status_queue)] + [
-            Source(topic=topic, subscription=subscription)
-            for topic, subscription in settings.console_subscriptions
-        ]
+        # The orders queue, every registered consumer's entity (its queue first), then any
+        # other subscription ORDERS_CONSOLE_SUBSCRIPTIONS names.
+        sources = [Source(queue=settings.orders_queue)]
+        for spec in sorted(CONSUMERS, key=lambda spec: spec.on_topic):
+            sources.append(spec.source(settings))
+        for topic, subscription in settings.console_subscriptions:
+            named = Source(topic=topic, subscription=subscription)
+            if named not in sources:
+                sources.append(named)
         folder = settings.decisions_folder
         payments = None
         if settings.payments_url:
@@ -455,74 +476,14 @@ def shared_process_clients() -> ProcessClients:
     return _shared_clients
 
 
-async def _consumer_from_env() -> ConsumerRuntime:
-    clients = shared_process_clients()
-    return await build_consumer_runtime(clients.settings, clients=clients)
-
-
-# One consumer per Functions worker process. The host gives no shutdown hook, so it lives as
-# long as the process.
-function_consumer_runtime: Lazy[ConsumerRuntime] = Lazy(_consumer_from_env, "order consumer")
-
-
-def use_function_consumer(consumer: OrderConsumer | None) -> None:
-    """Let tests supply the consumer the Function uses (None: build from settings again)."""
-    function_consumer_runtime.use(ConsumerRuntime(consumer) if consumer is not None else None)
-
-
-async def process_function_message(
+def from_functions_host(
     received_message: ServiceBusReceivedMessage | Any, message_actions: FunctionsMessageActions
-) -> Decision:
-    """The Functions trigger's body: the host's message and actions through the one core."""
-    runtime = await function_consumer_runtime.get()
-    return await runtime.consumer.handle_and_settle(
+) -> tuple[ReceivedOrderMessage, MessageSettler]:
+    """The Functions host's message and message actions as the core's message and settler."""
+    return (
         to_received_order_message(received_message),
         FunctionsSettler(message_actions, received_message),
     )
-
-
-def _subscriber_from_env(subscriber: Subscriber) -> Callable[[], Awaitable[SubscriberRuntime]]:
-    async def build() -> SubscriberRuntime:
-        clients = shared_process_clients()
-        return await build_subscriber_runtime(clients.settings, subscriber, clients=clients)
-
-    return build
-
-
-async def _dispatcher_from_env() -> DispatcherRuntime:
-    clients = shared_process_clients()
-    return await build_dispatcher_runtime(clients.settings, clients=clients)
-
-
-function_subscriber_runtimes: dict[Subscriber, Lazy[SubscriberRuntime]] = {
-    subscriber: Lazy(_subscriber_from_env(subscriber), f"{subscriber} consumer")
-    for subscriber in Subscriber
-}
-function_dispatcher_runtime: Lazy[DispatcherRuntime] = Lazy(
-    _dispatcher_from_env, "outbox dispatcher"
-)
-
-
-async def process_function_event(
-    subscriber: Subscriber,
-    received_message: ServiceBusReceivedMessage | Any,
-    message_actions: FunctionsMessageActions,
-) -> Decision:
-    """A subscription trigger's body: the host's message through that consumer's core."""
-    runtime = await function_subscriber_runtimes[subscriber].get()
-    decision = await runtime.handler.handle(to_received_order_message(received_message))
-    await settle(decision, FunctionsSettler(message_actions, received_message))
-    return decision
-
-
-async def dispatch_function_documents(documents: list[dict[str, Any]]) -> int:
-    """The Cosmos DB trigger's body: the host's batch of changes through the dispatcher's core.
-
-    The host keeps the checkpoint in its own lease container; a raised error (a failed publish)
-    makes its retry policy deliver the batch again, and the re-publish is a duplicate.
-    """
-    runtime = await function_dispatcher_runtime.get()
-    return await runtime.dispatcher.dispatch(documents)
 
 
 # --- Processes that run to an end -------------------------------------------------------------
@@ -562,62 +523,80 @@ class SubscriberRuntime:
         await self.resources.aclose()
 
 
+class _Wiring:
+    """What a registered consumer's factory builds on (`ConsumerWiring`): ports over the shared
+    clients, each made on first use, its cleanup registered on the runtime's stack."""
+
+    def __init__(
+        self,
+        stack: AsyncExitStack,
+        clients: ProcessClients,
+        cosmos: CosmosClient,
+        after_charge: AfterCharge | None,
+        after_refund: AfterRefund | None,
+    ) -> None:
+        self._stack = stack
+        self._clients = clients
+        self._cosmos = cosmos
+        self._after_charge = after_charge
+        self._after_refund = after_refund
+        self._status: ServiceBusStatusPublisher | None = None
+
+    @property
+    def settings(self) -> Settings:
+        return self._clients.settings
+
+    @property
+    def after_charge(self) -> AfterCharge | None:
+        return self._after_charge
+
+    @property
+    def after_refund(self) -> AfterRefund | None:
+        return self._after_refund
+
+    def inbox(self) -> CosmosFencedDocuments:
+        return CosmosFencedDocuments(inbox_container(self._cosmos, self.settings))
+
+    def orders(self) -> CosmosFencedDocuments:
+        return CosmosFencedDocuments(orders_container(self._cosmos, self.settings))
+
+    def saga(self) -> OrderSaga:
+        return OrderSaga(self.orders())
+
+    def status_publisher(self) -> StatusPublisher:
+        if self._status is None:
+            settings = self.settings
+            self._status = ServiceBusStatusPublisher(
+                self._clients.servicebus(), settings.status_queue, sessions=settings.status_sessions
+            )
+            self._stack.push_async_callback(self._status.close)
+        return self._status
+
+    def payments(self) -> PaymentGateway:
+        settings = self.settings
+        gateway = HttpPaymentGateway(settings.require_payments(), settings.payments_timeout_seconds)
+        self._stack.push_async_callback(gateway.close)
+        return gateway
+
+
 async def _subscriber(
     stack: AsyncExitStack,
     clients: ProcessClients,
-    subscriber: Subscriber,
+    spec: ConsumerSpec,
     create_local_resources: bool | None = None,
     after_charge: AfterCharge | None = None,
     after_refund: AfterRefund | None = None,
 ) -> tuple[Source, MessageHandler]:
-    """The consumer's source and core, under its spans and `orders.<consumer>.*` counters."""
-    source, core = await _subscriber_core(
-        stack, clients, subscriber, create_local_resources, after_charge, after_refund
-    )
-    return source, InstrumentedHandler(core, SubscriberTelemetry(subscriber.value))
-
-
-async def _subscriber_core(
-    stack: AsyncExitStack,
-    clients: ProcessClients,
-    subscriber: Subscriber,
-    create_local_resources: bool | None,
-    after_charge: AfterCharge | None,
-    after_refund: AfterRefund | None,
-) -> tuple[Source, MessageHandler]:
-    settings = clients.settings
+    """The consumer's source and core (its registry entry's factory), under its spans and
+    `orders.<consumer>.*` counters."""
     cosmos = await clients.cosmos(create_local_resources)
-    status = ServiceBusStatusPublisher(
-        clients.servicebus(), settings.status_queue, sessions=settings.status_sessions
-    )
-    stack.push_async_callback(status.close)
-    topic = settings.order_events_topic
-    if subscriber is Subscriber.STATUS:
-        documents = CosmosFencedDocuments(orders_container(cosmos, settings))
-        return Source(queue=settings.status_queue), StatusConsumer(documents)
-    inbox = CosmosFencedDocuments(inbox_container(cosmos, settings))
-    saga = OrderSaga(CosmosFencedDocuments(orders_container(cosmos, settings)))
-    if subscriber is Subscriber.SHIPPING:
-        source = Source(topic=topic, subscription=settings.shipping_subscription)
-        return source, ShippingConsumer(inbox, saga, status)
-    payments = HttpPaymentGateway(settings.require_payments(), settings.payments_timeout_seconds)
-    stack.push_async_callback(payments.close)
-    source = Source(topic=topic, subscription=settings.billing_subscription)
-    billing = BillingConsumer(
-        inbox,
-        payments,
-        saga,
-        lease_seconds=settings.billing_lease_seconds,
-        after_charge=after_charge,
-        after_refund=after_refund,
-        status=status,
-    )
-    return source, billing
+    core = spec.factory(_Wiring(stack, clients, cosmos, after_charge, after_refund))
+    return spec.source(clients.settings), InstrumentedHandler(core, SubscriberTelemetry(spec.name))
 
 
 async def build_subscriber_runtime(
     settings: Settings,
-    subscriber: Subscriber,
+    spec: ConsumerSpec,
     *,
     create_local_resources: bool | None = None,
     clients: ProcessClients | None = None,
@@ -625,13 +604,13 @@ async def build_subscriber_runtime(
     configure_monitoring(settings)
     async with AsyncExitStack() as stack:
         shared = _clients(stack, settings, clients)
-        source, handler = await _subscriber(stack, shared, subscriber, create_local_resources)
+        source, handler = await _subscriber(stack, shared, spec, create_local_resources)
         return SubscriberRuntime(source, handler, stack.pop_all())
 
 
 async def run_subscriber(
     settings: Settings,
-    subscriber: Subscriber,
+    spec: ConsumerSpec,
     options: WorkerOptions,
     stop: asyncio.Event,
     *,
@@ -639,17 +618,18 @@ async def run_subscriber(
     after_charge: AfterCharge | None = None,
     after_refund: AfterRefund | None = None,
 ) -> WorkerStats:
-    """One consumer of the fan-out (a subscription of the events topic) or of the status queue,
-    competing until `stop`; the status queue's sessions when `STATUS_SESSIONS` is on."""
+    """One registered consumer (a subscription of the events topic, or the status queue),
+    competing until `stop`; the queue's sessions where its spec runs them and `STATUS_SESSIONS`
+    is on."""
     settings.require_servicebus()
     configure_monitoring(settings)
     async with AsyncExitStack() as stack:
         clients = _clients(stack, settings, None)
         servicebus = clients.servicebus()
         source, handler = await _subscriber(
-            stack, clients, subscriber, after_charge=after_charge, after_refund=after_refund
+            stack, clients, spec, after_charge=after_charge, after_refund=after_refund
         )
-        if subscriber is Subscriber.STATUS and settings.status_sessions:
+        if spec.runs_sessions(settings):
             return await run_session_worker_on(
                 servicebus, source, handler, options, stop, after_decision
             )
@@ -788,13 +768,13 @@ async def verify_run(
     settings: Settings,
     plan: LoadPlan,
     *,
-    fanout: frozenset[Subscriber] = frozenset(),
+    fanout: frozenset[str] = frozenset(),
     cancel_results: CancelResults | None = None,
 ) -> VerifyReport:
-    """Audit Cosmos and the dead-letter queue against what a load run sent; with `fanout`, also
-    those consumers' effects (shipments; charges and refunds at the payment service) and, with
-    both billing and shipping, the saga's invariants (GET's status too when `fanout` names the
-    status consumer)."""
+    """Audit Cosmos and the dead-letter queue against what a load run sent; with `fanout` (names
+    of registered consumers), also each one's audit from the registry (shipments; charges and
+    refunds at the payment service) and, with both billing and shipping, the saga's invariants
+    (GET's status too when `fanout` names the status consumer)."""
     async with AsyncExitStack() as stack:
         clients = _clients(stack, settings, None)
         cosmos = await clients.cosmos(create_local_resources=False)
@@ -807,13 +787,13 @@ async def verify_run(
         )
         charges: list[Charge] = []
         refunds: list[Refund] = []
-        if Subscriber.BILLING in fanout:
+        if BILLING in fanout:
             async with HttpPaymentGateway(
                 settings.require_payments(), settings.payments_timeout_seconds
             ) as payments:
                 charges = await payments.list_all_charges()
                 refunds = await payments.list_all_refunds()
-        whole_saga = {Subscriber.BILLING, Subscriber.SHIPPING} <= fanout
+        whole_saga = {BILLING, SHIPPING} <= fanout
         stored = {order.order_id for order in stored_orders(documents)}
         if plan.status_updates:
             status_dead_letters = await peek_dead_letters(bus, settings.status_queue)
@@ -822,22 +802,18 @@ async def verify_run(
             else:
                 produced = produced_updates(
                     stored,
-                    billing=Subscriber.BILLING in fanout,
-                    shipping=Subscriber.SHIPPING in fanout,
+                    billing=BILLING in fanout,
+                    shipping=SHIPPING in fanout,
                 )
             report = report.with_statuses(
                 audit_statuses(plan, documents, status_dead_letters, produced)
             )
     orders = stored_orders(documents)
     cancelled = saga_facts(documents, inbox, charges, refunds).cancelled
-    if Subscriber.SHIPPING in fanout:
-        report = report.with_consumer(
-            Subscriber.SHIPPING, audit_shipping(orders, inbox, cancelled=cancelled)
-        )
-    if Subscriber.BILLING in fanout:
-        report = report.with_consumer(
-            Subscriber.BILLING, audit_billing(orders, inbox, charges, cancelled=cancelled)
-        )
+    found = AuditInputs(orders, inbox, charges, cancelled)
+    for spec in CONSUMERS:
+        if spec.name in fanout and spec.audit is not None:
+            report = report.with_consumer(spec.name, spec.audit(found))
     if whole_saga:
         report = report.with_invariants(
             audit_saga(
@@ -848,7 +824,7 @@ async def verify_run(
                 run_prefix=f"{plan.run_id}-",
                 status_driven=frozenset(update.order_id for update in plan.status_updates),
                 cancel_results=cancel_results,
-                check_status=Subscriber.STATUS in fanout,
+                check_status=STATUS in fanout,
             )
         )
     return report

@@ -30,11 +30,11 @@ APP_SETTING_NAMES = frozenset(
         "APPLICATIONINSIGHTS_AUTHENTICATION_STRING",
         # The payment service billing charges through (issue 13); empty until one is configured.
         "PAYMENTS_URL",
-        # Fan-out (issue 13): the events topic, its two subscriptions, the consumers' inbox and the
-        # dispatcher's leases; status updates (issue 14): the queue and its mode.
+        # Fan-out (issue 13): the events topic, the consumers' inbox and the dispatcher's leases
+        # (each subscription's `<NAME>_SUBSCRIPTION` comes from the consumer registry:
+        # `orders.service.registry.app_setting_names()`); status updates (issue 14): the queue
+        # and its mode.
         "ORDER_EVENTS_TOPIC",
-        "BILLING_SUBSCRIPTION",
-        "SHIPPING_SUBSCRIPTION",
         "STATUS_QUEUE",
         "STATUS_SESSIONS",
         "COSMOS_INBOX_CONTAINER",
@@ -74,6 +74,8 @@ OPTIONAL_SETTING_NAMES = frozenset(
 # servers answer for besides their own address, localhost and 127.0.0.1 (a container's name).
 LOCAL_SETTING_NAMES = frozenset({"ORDERS_DECISIONS_DIR", "ORDERS_ALLOWED_HOSTS"})
 CONSOLE_ENABLED = "ORDERS_CONSOLE_ENABLED"
+# A consumer's subscription of the events topic is named by `<NAME>_SUBSCRIPTION`.
+SUBSCRIPTION_SUFFIX = "_SUBSCRIPTION"
 
 DEFAULT_IDEMPOTENCY_TTL_SECONDS = 24 * 60 * 60
 # Azure's default for a queue's duplicate-detection history (ARM's PT10M).
@@ -118,8 +120,9 @@ class Settings:
     cosmos_inbox_container: str = "inbox"
     cosmos_leases_container: str = "leases"
     order_events_topic: str = "order-events"
-    billing_subscription: str = "billing"
-    shipping_subscription: str = "shipping"
+    # The `<NAME>_SUBSCRIPTION` settings that are set, as (setting, subscription) pairs: which
+    # consumers exist is the registry's (orders.service.registry), not the settings'.
+    subscriptions: tuple[tuple[str, str], ...] = ()
     # Status updates: a plain queue (versions decide) or a session queue (SessionId = orderId).
     status_queue: str = "order-status"
     status_sessions: bool = False
@@ -193,8 +196,6 @@ class Settings:
                 ("cosmos_inbox_container", optional("COSMOS_INBOX_CONTAINER")),
                 ("cosmos_leases_container", optional("COSMOS_LEASES_CONTAINER")),
                 ("order_events_topic", optional("ORDER_EVENTS_TOPIC")),
-                ("billing_subscription", optional("BILLING_SUBSCRIPTION")),
-                ("shipping_subscription", optional("SHIPPING_SUBSCRIPTION")),
                 ("status_queue", optional("STATUS_QUEUE")),
                 ("idempotency_scope", optional("IDEMPOTENCY_SCOPE")),
             )
@@ -215,6 +216,13 @@ class Settings:
             payments_timeout_seconds=min(10.0, billing_lease / 2),
             idempotency_ttl_seconds=ttl,
             console_enabled=console_enabled(env),
+            subscriptions=tuple(
+                sorted(
+                    (name, value.strip())
+                    for name, value in env.items()
+                    if name.endswith(SUBSCRIPTION_SUFFIX) and value.strip()
+                )
+            ),
             console_subscriptions=parse_subscriptions(optional("ORDERS_CONSOLE_SUBSCRIPTIONS")),
             duplicate_window_seconds=window,
             decisions_folder=optional("ORDERS_DECISIONS_DIR"),
@@ -233,6 +241,10 @@ class Settings:
             self.appinsights_authentication_string,
             self.azure_client_id,
         )
+
+    def subscription(self, setting: str, default: str) -> str:
+        """The subscription `setting` (`<NAME>_SUBSCRIPTION`) names, else `default`."""
+        return dict(self.subscriptions).get(setting, default)
 
     @property
     def uses_emulator_keys(self) -> bool:

@@ -24,19 +24,19 @@ from orders.entrypoints.dispatcher import CRASH_AFTER_PUBLISH_ENV, CRASH_EXIT_CO
 from orders.entrypoints.localstack import LocalStack, ManagedProcess
 from orders.entrypoints.worker import CRASH_AFTER_CHARGE_ENV
 from orders.entrypoints.worker import CRASH_EXIT_CODE as WORKER_CRASH_EXIT_CODE
-from orders.service.subscribers import Subscriber
+from orders.service.registry import BILLING, SHIPPING
 from orders.service.verify import VerifyReport
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
-SHIPPING_ONLY = frozenset({Subscriber.SHIPPING})
-BOTH = frozenset({Subscriber.SHIPPING, Subscriber.BILLING})
+SHIPPING_ONLY = frozenset({SHIPPING})
+BOTH = frozenset({SHIPPING, BILLING})
 # The billing drills wait out a lease: short here, so they take seconds.
 SHORT_BILLING_LEASE = {"BILLING_LEASE_SECONDS": "3"}
 
 
 def wait_for_fanout(
-    stack: LocalStack, plan: LoadPlan, fanout: frozenset[Subscriber], within: float = 90.0
+    stack: LocalStack, plan: LoadPlan, fanout: frozenset[str], within: float = 90.0
 ) -> VerifyReport:
     async def poll() -> VerifyReport:
         loop = asyncio.get_running_loop()

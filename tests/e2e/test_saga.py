@@ -23,12 +23,12 @@ from orders.entrypoints.demo import VERIFY_POLL_SECONDS
 from orders.entrypoints.localstack import LocalStack, ManagedProcess
 from orders.entrypoints.worker import CRASH_AFTER_REFUND_ENV, CRASH_EXIT_CODE
 from orders.service.cancels import CancelResults
-from orders.service.subscribers import Subscriber
+from orders.service.registry import BILLING, SHIPPING, STATUS
 from orders.service.verify import VerifyReport
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
-BOTH = frozenset({Subscriber.SHIPPING, Subscriber.BILLING, Subscriber.STATUS})
+BOTH = frozenset({SHIPPING, BILLING, STATUS})
 SHORT_BILLING_LEASE = {"BILLING_LEASE_SECONDS": "3"}
 INVARIANTS = {
     "cancelled_and_shipped",

@@ -3,7 +3,9 @@
 Bicep cannot be compiled here, so these helpers evaluate just enough of the language for the
 tests: literals, references to parameters and variables (followed to their defaults), the
 values main.bicep passes to a module, unary minus, `==`, `&&` and `cond ? a : b` once their
-operands are known. Anything else stays as pycep's JSON.
+operands are known, `concat` of known arrays, and `[for x in array: ...]` loops over a known
+array (a loop resource becomes one resource per element, named `symbol[i]`, and a loop over
+`cond ? array : []` takes `cond` as its condition). Anything else stays as pycep's JSON.
 
 pycep drops the quotes of string literals, so a bare string is a reference when it names a
 parameter or variable of the file, and a literal otherwise.
@@ -36,12 +38,13 @@ DEPLOYED_ENTITY_NAMES = {
     "COSMOS_INBOX_CONTAINER": "inbox",
     "COSMOS_LEASES_CONTAINER": "leases",
     "ORDER_EVENTS_TOPIC": "order-events",
-    "BILLING_SUBSCRIPTION": "billing",
-    "SHIPPING_SUBSCRIPTION": "shipping",
     # The default status mode: versions decide on the plain queue.
     "STATUS_QUEUE": "order-status",
     "STATUS_SESSIONS": "false",
 }
+# Setting -> subscription, one per element of main.bicep's consumerSubscriptions (the app's
+# registry of consumers); azd gets them as one array output, ORDER_EVENTS_SUBSCRIPTIONS.
+DEPLOYED_SUBSCRIPTIONS = {"BILLING_SUBSCRIPTION": "billing", "SHIPPING_SUBSCRIPTION": "shipping"}
 
 
 @functools.cache
@@ -49,10 +52,15 @@ def _parser() -> BicepParser:
     return BicepParser()
 
 
+# Parsed document (by id) -> the file it came from, so `resources(doc)` can resolve loops.
+_FILE_OF: dict[int, str] = {}
+
+
 @functools.cache
 def parse(relative: str) -> dict[str, Json]:
     """Parse infra/<relative> once per process (xdist workers each keep their own cache)."""
     result: dict[str, Json] = dict(_parser().parse(file_path=INFRA / relative))
+    _FILE_OF[id(result)] = relative
     return result
 
 
@@ -83,6 +91,11 @@ def resources(doc: dict[str, Json]) -> Iterator[Resource]:
     for symbol, res in doc.get("resources", {}).items():
         config = res["config"]
         condition = None
+        if "loop_type" in config:
+            condition, bodies = expand_loop(_FILE_OF[id(doc)], config)
+            for index, body in enumerate(bodies):
+                yield Resource(f"{symbol}[{index}]", res["type"], res["existing"], condition, body)
+            continue
         # `resource x '...' = if (cond) { ... }` parses as {"condition": ..., "config": {...}}.
         if set(config) == {"condition", "config"}:
             condition, config = config["condition"], config["config"]
@@ -177,6 +190,57 @@ def _is_literal(value: Json) -> bool:
     return isinstance(value, (str, int, float, bool))
 
 
+def _is_function(value: Json, kind: str) -> bool:
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("function"), dict)
+        and value["function"].get("type") == kind
+    )
+
+
+def expand_loop(relative: str, loop: dict[str, Json]) -> tuple[Json | None, list[Json]]:
+    """(condition, one body per element) of `[for x in array: body]` or `[for (x, i) in ...]`.
+
+    The array must resolve to a list; `cond ? array : []` expands `array` under `cond`."""
+    detail = loop["loop_type"]["detail"]
+    array, condition = detail["array_name"], None
+    if _is_operator(array, "conditional") and array["operator"]["operands"]["false_value"] == []:
+        condition = array["operator"]["operands"]["condition"]
+        array = array["operator"]["operands"]["true_value"]
+    elements = resolve(relative, array)
+    assert isinstance(elements, list), f"cannot expand a loop over {array!r}"
+    bodies = []
+    for index, element in enumerate(elements):
+        bindings: dict[str, Json] = {detail["item_name"]: element}
+        if "index_name" in detail:
+            bindings[detail["index_name"]] = index
+        bodies.append(_substitute(loop["config"], bindings))
+    return condition, bodies
+
+
+def _substitute(value: Json, bindings: dict[str, Json]) -> Json:
+    """`value` with a loop's item and index names replaced by one element's values: `x` and
+    `x.field` by the element's, and `symbol[i]` by the expanded resource's name `symbol[<i>]`."""
+    if isinstance(value, str):
+        return bindings.get(value, value)
+    if isinstance(value, list):
+        return [_substitute(item, bindings) for item in value]
+    if not isinstance(value, dict):
+        return value
+    operator = value.get("operator")
+    if isinstance(operator, dict) and operator.get("type") == "property_accessor":
+        owner = _substitute(operator["operands"]["operand_1"], bindings)
+        field = operator["operands"]["operand_2"]
+        if isinstance(owner, dict) and isinstance(field, str) and field in owner:
+            return owner[field]
+    if isinstance(operator, dict) and operator.get("type") == "index_accessor":
+        symbol = operator["operands"]["operand_1"]
+        index = _substitute(operator["operands"]["operand_2"], bindings)
+        if isinstance(symbol, str) and isinstance(index, int):
+            return f"{symbol}[{index}]"
+    return {key: _substitute(item, bindings) for key, item in value.items()}
+
+
 def resolve(relative: str, value: Json, _depth: int = 0) -> Json:
     """Evaluate `value` from infra/<relative> as deployed by `azd up` with default parameters.
 
@@ -205,6 +269,20 @@ def resolve(relative: str, value: Json, _depth: int = 0) -> Json:
             chosen = operands["true_value"] if condition else operands["false_value"]
             return resolve(relative, chosen, _depth + 1)
         return value
+    if isinstance(value, dict) and "loop_type" in value:
+        condition, bodies = expand_loop(relative, value)
+        if condition is not None:
+            return value
+        return [_resolve_object(relative, body, _depth) for body in bodies]
+    if _is_function(value, "concat"):
+        parts = [
+            resolve(relative, part, _depth + 1) for part in value["function"]["parameters"].values()
+        ]
+        return (
+            [item for part in parts for item in part]
+            if all(isinstance(p, list) for p in parts)
+            else value
+        )
     chain = accessor_chain(value)
     if chain is not None and len(chain) > 1:
         return _resolve_chain(relative, chain, value, _depth)
@@ -222,6 +300,15 @@ def resolve(relative: str, value: Json, _depth: int = 0) -> Json:
                 return resolve(MAIN, passed[value], _depth + 1)
         return resolve(relative, parameters[value]["default"], _depth + 1)
     return value
+
+
+def _resolve_object(relative: str, value: Json, depth: int) -> Json:
+    """An object or array literal with each of its values resolved."""
+    if isinstance(value, list):
+        return [_resolve_object(relative, item, depth) for item in value]
+    if isinstance(value, dict) and not {"operator", "function", "loop_type"} & set(value):
+        return {key: _resolve_object(relative, item, depth) for key, item in value.items()}
+    return resolve(relative, value, depth + 1)
 
 
 def accessor_chain(value: Json) -> list[str] | None:
@@ -252,7 +339,8 @@ def _resolve_chain(relative: str, chain: list[str], original: Json, depth: int) 
         target = modules[head]["detail"]["path"]
         output = parse(target)["outputs"].get(rest[1])
         return original if output is None else resolve(target, output["value"], depth + 1)
-    if head in doc.get("resources", {}) and rest == ["name"]:
-        body = next(r.body for r in resources(doc) if r.symbol == head)
-        return resolve(relative, body["name"], depth + 1)
+    if rest == ["name"]:
+        body = next((r.body for r in resources(doc) if r.symbol == head), None)
+        if body is not None:
+            return resolve(relative, body["name"], depth + 1)
     return original

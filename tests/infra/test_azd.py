@@ -111,6 +111,15 @@ def test_entity_outputs_name_what_was_deployed(output: str, deployed: str) -> No
     assert resolve(MAIN, parse(MAIN)["outputs"][output]["value"]) == deployed
 
 
+def test_the_subscriptions_output_names_every_consumer_subscription_deployed() -> None:
+    """One output for the array (outputs cannot be named in a loop): each element the setting
+    and the subscription messaging.bicep's loop deployed for it."""
+    from .bicep_model import DEPLOYED_SUBSCRIPTIONS, resolve
+
+    found = resolve(MAIN, parse(MAIN)["outputs"]["ORDER_EVENTS_SUBSCRIPTIONS"]["value"])
+    assert {entry["setting"]: entry["name"] for entry in found} == DEPLOYED_SUBSCRIPTIONS
+
+
 def test_status_sessions_is_an_off_by_default_parameter_the_app_setting_follows() -> None:
     param = parse(MAIN)["parameters"]["statusSessions"]
     assert param["type"] == "bool" and param["default"] is False

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -241,3 +244,47 @@ def test_every_azure_messaging_entity_exists_in_the_emulator_config() -> None:
     }
     assert len(azure) == 6
     assert azure <= local, azure - local
+
+
+def _derived_config(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "derived_config.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_consumer_subscriptions_are_generated_from_the_registry() -> None:
+    """`make derived-config` has run since the registry last changed: the checked-in files are
+    what it writes, one subscription and one setting per consumer on the topic."""
+    from orders.service.registry import subscription_consumers
+
+    result = _derived_config("--check")
+    assert result.returncode == 0, result.stderr
+    (namespace,) = _config()["UserConfig"]["Namespaces"]
+    (topic,) = namespace["Topics"]
+    names = [s["Name"] for s in topic["Subscriptions"]]
+    assert {spec.name for spec in subscription_consumers()} <= set(names)
+    sample = json.loads((REPO_ROOT / "local.settings.sample.json").read_text(encoding="utf-8"))
+    for spec in subscription_consumers():
+        assert sample["Values"][spec.setting] == spec.name
+
+
+def test_a_stale_config_fails_the_check_and_is_regenerated(tmp_path: Path) -> None:
+    config = _config()
+    (topic,) = config["UserConfig"]["Namespaces"][0]["Topics"]
+    topic["Subscriptions"] = [s for s in topic["Subscriptions"] if s["Name"] != "billing"]
+    stale = tmp_path / "config.json"
+    stale.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+
+    sample = tmp_path / "local.settings.sample.json"
+    shutil.copy2(REPO_ROOT / "local.settings.sample.json", sample)
+    files = ("--config", str(stale), "--local-settings", str(sample))
+
+    checked = _derived_config(*files, "--check")
+    written = _derived_config(*files)
+
+    assert checked.returncode == 1 and "make derived-config" in checked.stderr
+    assert written.returncode == 0, written.stderr
+    assert stale.read_text(encoding="utf-8") == CONFIG.read_text(encoding="utf-8")

@@ -143,31 +143,25 @@ def test_every_trigger_can_scale_on_its_entitys_length() -> None:
 
 
 def _service_bus_triggers() -> set[tuple[str, str]]:
-    """(queue|topic, deployed entity) of every Service Bus trigger in function_app.py, through
+    """(queue|topic, deployed entity) of every Service Bus trigger function_app.py declares (as
+    the host indexes it: the consumers' triggers come from a loop over the registry), through
     the %SETTING% its binding names and the Bicep's value of that setting (both status queues
     for the status trigger: the setting picks one by STATUS_SESSIONS)."""
-    import ast
+    from function_index import indexed_functions
 
-    from .bicep_model import DEPLOYED_ENTITY_NAMES, REPO_ROOT
+    from .bicep_model import DEPLOYED_ENTITY_NAMES
 
-    tree = ast.parse((REPO_ROOT / "function_app.py").read_text(encoding="utf-8"))
     found: set[tuple[str, str]] = set()
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
-            continue
-        kind = {"service_bus_queue_trigger": "queue", "service_bus_topic_trigger": "topic"}.get(
-            node.func.attr
-        )
-        if kind is None:
-            continue
-        keyword = {"queue": "queue_name", "topic": "topic_name"}[kind]
-        (value,) = [k.value for k in node.keywords if k.arg == keyword]
-        assert isinstance(value, ast.Constant) and isinstance(value.value, str)
-        setting = value.value.strip("%")
-        if setting == "STATUS_QUEUE":
-            found |= {(kind, STATUS[1]), (kind, STATUS_SESSIONS[1])}
-        else:
-            found.add((kind, DEPLOYED_ENTITY_NAMES[setting]))
+    for bindings in indexed_functions().values():
+        for binding in bindings:
+            if binding["type"] != "serviceBusTrigger":
+                continue
+            kind = "queue" if "queueName" in binding else "topic"
+            setting = str(binding["queueName" if kind == "queue" else "topicName"]).strip("%")
+            if setting == "STATUS_QUEUE":
+                found |= {(kind, STATUS[1]), (kind, STATUS_SESSIONS[1])}
+            else:
+                found.add((kind, DEPLOYED_ENTITY_NAMES[setting]))
     assert found, "no Service Bus trigger found in function_app.py"
     return found
 

@@ -14,7 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from .bicep_model import DEPLOYED_ENTITY_NAMES, REPO_ROOT, one_resource, parse, resolve
+from .bicep_model import (
+    DEPLOYED_ENTITY_NAMES,
+    DEPLOYED_SUBSCRIPTIONS,
+    REPO_ROOT,
+    one_resource,
+    parse,
+    resolve,
+    resources,
+)
 
 FUNCTION_MODULE = "modules/functionapp.bicep"
 
@@ -91,7 +99,9 @@ FORBIDDEN_ON_FLEX = frozenset({"FUNCTIONS_WORKER_RUNTIME", "FUNCTIONS_EXTENSION_
 
 def bicep_app_settings() -> dict[str, object]:
     site = one_resource(parse(FUNCTION_MODULE), "Microsoft.Web/sites")
-    entries = site.body["properties"]["siteConfig"]["appSettings"]
+    # The fixed settings concatenated with one per consumer subscription (a loop).
+    entries = resolve(FUNCTION_MODULE, site.body["properties"]["siteConfig"]["appSettings"])
+    assert isinstance(entries, list), entries
     names = [entry["name"] for entry in entries]
     assert len(names) == len(set(names)), f"duplicate app settings: {sorted(names)}"
     return {entry["name"]: entry["value"] for entry in entries}
@@ -101,6 +111,8 @@ def code_setting_names() -> frozenset[str]:
     try:
         settings = importlib.import_module("orders.settings")
         names = settings.APP_SETTING_NAMES
+        # Each registered consumer's `<NAME>_SUBSCRIPTION` comes from the registry.
+        names = importlib.import_module("orders.service.registry").app_setting_names()
     except (ImportError, AttributeError) as exc:
         pytest.fail(
             "orders.settings.APP_SETTING_NAMES is missing: src/orders/settings.py must declare the "
@@ -302,6 +314,7 @@ def test_the_connection_check_fails_without_the_cosmos_trigger_settings() -> Non
 
 def test_the_deployed_names_are_the_codes_defaults() -> None:
     """An app setting left unset (an older deployment, a laptop) still finds what Bicep deploys."""
+    from orders.service.registry import CONSUMERS
     from orders.settings import Settings
 
     defaults = Settings.from_env({"COSMOS_ENDPOINT": "https://127.0.0.1:8081/"})
@@ -313,8 +326,41 @@ def test_the_deployed_names_are_the_codes_defaults() -> None:
         "COSMOS_INBOX_CONTAINER": defaults.cosmos_inbox_container,
         "COSMOS_LEASES_CONTAINER": defaults.cosmos_leases_container,
         "ORDER_EVENTS_TOPIC": defaults.order_events_topic,
-        "BILLING_SUBSCRIPTION": defaults.billing_subscription,
-        "SHIPPING_SUBSCRIPTION": defaults.shipping_subscription,
+        **{
+            spec.setting: str(spec.source(defaults).subscription)
+            for spec in CONSUMERS
+            if spec.on_topic
+        },
         "STATUS_QUEUE": defaults.status_queue,
         "STATUS_SESSIONS": "true" if defaults.status_sessions else "false",
-    } == DEPLOYED_ENTITY_NAMES
+    } == DEPLOYED_ENTITY_NAMES | DEPLOYED_SUBSCRIPTIONS
+
+
+def test_the_bicep_subscriptions_are_the_registrys() -> None:
+    """main.bicep's consumerSubscriptions array has one element per consumer the app registers on
+    the events topic, with the setting the app reads it from: the array drives the Bicep (the
+    subscriptions, their roles, the app settings, the outputs), the registry drives the app."""
+    from orders.service.registry import subscription_consumers
+
+    array = resolve("main.bicep", "consumerSubscriptions")
+    assert [(entry["name"], entry["setting"]) for entry in array] == [
+        (spec.name, spec.setting) for spec in subscription_consumers()
+    ]
+    deployed = [
+        resolve("modules/messaging.bicep", r.body["name"])
+        for r in resources(parse("modules/messaging.bicep"))
+        if r.type == "Microsoft.ServiceBus/namespaces/topics/subscriptions"
+    ]
+    assert deployed == [entry["name"] for entry in array]
+    settings = bicep_app_settings()
+    assert all(settings[entry["setting"]] == entry["name"] for entry in array)
+    receivers = [
+        r
+        for r in resources(parse("modules/roles.bicep"))
+        if r.type == "Microsoft.Authorization/roleAssignments"
+        and str(r.body["scope"]).startswith("consumerSubscriptions[")
+    ]
+    assert [r.body["scope"] for r in receivers] == [
+        f"consumerSubscriptions[{i}]" for i in range(len(array))
+    ]
+    assert {r.condition for r in receivers} == {"grantUser"}

@@ -112,6 +112,13 @@ OUTPUTS = {
     "STATUS_QUEUE": "order-status-sessions",
     "STATUS_SESSIONS": "true",
     "ORDERS_DUPLICATE_WINDOW_SECONDS": "600",
+    # As azd keeps an array output: JSON. A renamed subscription, so the hook is seen to copy it.
+    "ORDER_EVENTS_SUBSCRIPTIONS": json.dumps(
+        [
+            {"name": "billing-eu", "setting": "BILLING_SUBSCRIPTION"},
+            {"name": "shipping", "setting": "SHIPPING_SUBSCRIPTION"},
+        ]
+    ),
     "APPLICATIONINSIGHTS_CONNECTION_STRING": "InstrumentationKey=k;IngestionEndpoint=https://i/",
     "AZURE_FUNCTION_IDENTITY_CLIENT_ID": "must-not-leak-into-local-settings",
 }
@@ -160,6 +167,10 @@ def test_hook_writes_the_settings_the_app_reads_for_the_deployed_resources(
     # The fan-out and the status mode the deployment chose, and the Cosmos DB trigger's account.
     assert values["ORDER_EVENTS_TOPIC"] == "order-events"
     assert values["COSMOS_LEASES_CONTAINER"] == "leases"
+    assert (values["BILLING_SUBSCRIPTION"], values["SHIPPING_SUBSCRIPTION"]) == (
+        "billing-eu",
+        "shipping",
+    )
     assert (values["STATUS_QUEUE"], values["STATUS_SESSIONS"]) == ("order-status-sessions", "true")
     assert values["CosmosConnection__accountEndpoint"] == OUTPUTS["COSMOS_ENDPOINT"]
     # Your login, never the function's identity, and never emulator keys.
@@ -175,10 +186,10 @@ def test_hook_writes_the_settings_the_app_reads_for_the_deployed_resources(
         assert absent not in values, absent
     assert "must-not-leak" not in target.read_text(encoding="utf-8")
     # Every setting it writes is one the app or the host reads.
-    from orders.settings import APP_SETTING_NAMES
+    from orders.service.registry import app_setting_names
 
     host = {"AzureWebJobsStorage", "FUNCTIONS_WORKER_RUNTIME", "AzureWebJobs.bill_order.Disabled"}
-    assert set(values) <= APP_SETTING_NAMES | host
+    assert set(values) <= app_setting_names() | host
     # The names it reads are outputs of main.bicep.
     sys.path.insert(0, str(HOOK.parent))
     try:
@@ -189,6 +200,7 @@ def test_hook_writes_the_settings_the_app_reads_for_the_deployed_resources(
     wanted = {
         *write_local_settings.FROM_OUTPUTS.values(),
         *write_local_settings.OPTIONAL_OUTPUTS.values(),
+        write_local_settings.SUBSCRIPTIONS_OUTPUT,
     }
     assert wanted <= set(outputs), wanted - set(outputs)
 

@@ -16,13 +16,16 @@ import orders.bootstrap as bootstrap
 from orders.bootstrap import (
     ProcessClients,
     console_runtime_from_env,
-    function_consumer_runtime,
-    function_dispatcher_runtime,
-    function_subscriber_runtimes,
     http_runtime_from_env,
     shared_process_clients,
 )
-from orders.service.subscribers import Source, Subscriber
+from orders.entrypoints.functions import (
+    function_consumer_runtime,
+    function_dispatcher_runtime,
+    function_subscriber_runtimes,
+)
+from orders.service.registry import consumer_names
+from orders.service.subscribers import Source
 from orders.settings import Settings
 from servicebus_emulator import start_in_background
 
@@ -70,7 +73,7 @@ async def test_the_seven_runtimes_share_one_credential_and_one_client_of_each_sd
     functions_process: list[str],
 ) -> None:
     consumer = await function_consumer_runtime.get()
-    subscribers = [await function_subscriber_runtimes[s].get() for s in Subscriber]
+    subscribers = [await function_subscriber_runtimes[name].get() for name in consumer_names()]
     dispatcher = await function_dispatcher_runtime.get()
     http = await http_runtime_from_env()
     console = await console_runtime_from_env()
@@ -91,6 +94,12 @@ async def test_the_seven_runtimes_share_one_credential_and_one_client_of_each_sd
     assert (await database.read())["id"] == "process-clients"
     await console.close()
     assert counts[Source(queue="orders")].active == 0
+    # Without ORDERS_CONSOLE_SUBSCRIPTIONS, the console shows every registered consumer's entity.
+    assert {
+        Source(topic="order-events", subscription="billing"),
+        Source(topic="order-events", subscription="shipping"),
+        Source(queue="order-status"),
+    } <= counts.keys()
     assert consumer.consumer is not None and dispatcher.dispatcher is not None
     assert {runtime.source for runtime in subscribers} == {
         Source(topic="order-events", subscription="billing"),

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from fakes import FakeOrderStore
 
-from orders.bootstrap import use_function_consumer
+from orders.entrypoints.functions import use_function_consumer
 from orders.service.consumer import OrderConsumer
 
 

@@ -30,19 +30,15 @@ from fakes import (
 from sdk_messages import received_message
 
 import function_app
-from orders.bootstrap import (
-    DispatcherRuntime,
-    SubscriberRuntime,
-    function_dispatcher_runtime,
-    function_subscriber_runtimes,
-)
+from orders.bootstrap import DispatcherRuntime, SubscriberRuntime
 from orders.domain.events import OrderEvent
+from orders.entrypoints.functions import function_dispatcher_runtime, function_subscriber_runtimes
 from orders.exceptions import TransientStoreError
 from orders.service.dispatcher import OutboxDispatcher
 from orders.service.ports import ChangePage
 from orders.service.saga import OrderSaga
 from orders.service.shipping import ShippingConsumer
-from orders.service.subscribers import Source, Subscriber
+from orders.service.subscribers import Source
 
 
 def received(body: bytes, message_id: str, delivery_count: int = 0) -> ServiceBusReceivedMessage:
@@ -200,15 +196,16 @@ def test_each_subscriber_is_a_peeklock_topic_trigger_on_its_subscription(
 
 async def test_the_shipping_trigger_runs_the_shipping_core_and_settles() -> None:
     inbox = FakeFencedDocuments()
-    lazy = function_subscriber_runtimes[Subscriber.SHIPPING]
+    lazy = function_subscriber_runtimes["shipping"]
     shipping = ShippingConsumer(inbox, OrderSaga(stored_orders("o-fn")))
     lazy.use(SubscriberRuntime(Source(queue="unused"), shipping))
     event = event_message("o-fn")
     message = received_message(event.message_id or "", data=event.body)
     try:
         first, again = FakeMessageActions(), FakeMessageActions()
-        await function_app.ship_order(received_message=message, message_actions=first)
-        await function_app.ship_order(received_message=message, message_actions=again)
+        ship_order = function_app.consumer_triggers["shipping"]
+        await ship_order(received_message=message, message_actions=first)
+        await ship_order(received_message=message, message_actions=again)
     finally:
         lazy.use(None)
 

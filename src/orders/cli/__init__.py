@@ -29,7 +29,7 @@ from orders.cli.shared import (
 )
 from orders.domain.leases import DEFAULT_LEASE_SECONDS
 from orders.domain.load_plan import LoadMix, plan_from_json, plan_load, plan_to_json
-from orders.service.subscribers import Subscriber
+from orders.service.registry import CONSUMERS, STATUS, consumer_named, consumer_names
 from orders.service.verify import VerifyReport
 
 if TYPE_CHECKING:
@@ -56,10 +56,12 @@ def worker(
         Path | None, typer.Option(help="Append one JSON line per decision to this file")
     ] = None,
     subscription: Annotated[
-        Subscriber | None,
+        str | None,
         typer.Option(
-            help="Consume this subscription of the events topic (billing, shipping), or the "
-            "status queue (status), instead of the orders queue"
+            help="Run this registered consumer ("
+            + ", ".join(consumer_names())
+            + ": a subscription of the events topic, or the status queue) instead of the "
+            "order consumer of the orders queue",
         ),
     ] = None,
 ) -> None:
@@ -67,12 +69,18 @@ def worker(
     from orders.entrypoints.worker import run_until_signalled
     from orders.service.worker_options import WorkerOptions
 
+    spec = None
+    if subscription is not None:
+        try:
+            spec = consumer_named(subscription)
+        except KeyError as unknown:
+            raise typer.BadParameter(str(unknown), param_hint="--subscription") from unknown
     configure_logging()
     settings = settings_or_exit()
     options = WorkerOptions(
         concurrency=concurrency, prefetch=prefetch, shutdown_grace_seconds=grace
     )
-    run_until_signalled(settings, options, decisions=decisions, subscriber=subscription)
+    run_until_signalled(settings, options, decisions=decisions, subscriber=spec)
 
 
 @app.command()
@@ -282,9 +290,8 @@ def verify(
     settings = settings_or_exit()
     require_reachable(settings)
     plan = plan_from_json(json.loads(manifest.read_text()))
-    # As `orders up` runs them: billing, shipping and the status consumer GET's status reads.
-    everything = {Subscriber.BILLING, Subscriber.SHIPPING, Subscriber.STATUS}
-    consumers = frozenset(everything) if fanout else frozenset()
+    # As `orders up` runs them: every registered consumer.
+    consumers = frozenset(spec.name for spec in CONSUMERS) if fanout else frozenset()
     report = asyncio.run(verify_run(settings, plan, fanout=consumers))
     print_report(report, as_json)
     raise typer.Exit(0 if report.ok else 1)
@@ -324,7 +331,7 @@ def print_demo_story(result: DemoResult, workers: int) -> None:
     for consumer, counts in sorted(result.subscriber_outcomes.items()):
         listed = ", ".join(f"{outcome} {count}" for outcome, count in sorted(counts.items()))
         out.print(f"{consumer} consumer, per delivery: {listed}")
-    status_stale = result.subscriber_outcomes.get(Subscriber.STATUS.value, {}).get("stale")
+    status_stale = result.subscriber_outcomes.get(STATUS, {}).get("stale")
     if report.status_updates and status_stale is not None:
         out.print(
             f"Stale twice over: the status consumer decided {status_stale} deliveries stale "

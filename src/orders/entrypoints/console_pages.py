@@ -372,8 +372,8 @@ def counters_page(available: bool) -> str:
     return layout(
         "Counters",
         '<table id="by-consumer"><caption>Decisions per consumer, since the journals began '
-        "(orders: the orders queue's workers; billing, shipping: the order-events "
-        "subscriptions; status: the status queue)</caption>"
+        "(orders: the orders queue's workers; every other: a registered consumer, on its "
+        "order-events subscription or the status queue)</caption>"
         f'<thead><tr><th scope="col">Consumer</th>{headings}</tr></thead>'
         '<tbody><tr><td colspan="6">Loading...</td></tr></tbody></table>'
         '<h2 id="all-heading">All consumers together</h2>'

@@ -20,7 +20,7 @@ from orders.bootstrap import prepare_local_cosmos, send_cancels, send_load, veri
 from orders.domain.load_plan import CancelPoint, LoadMix, LoadPlan, plan_load
 from orders.entrypoints.localstack import LocalStack, QueueOptions, local_stack
 from orders.service.cancels import CancelResults
-from orders.service.subscribers import Subscriber
+from orders.service.registry import CONSUMERS, SHIPPING, consumer_names
 from orders.service.verify import VerifyReport
 
 VERIFY_POLL_SECONDS = 1.0
@@ -43,9 +43,8 @@ class DemoOptions:
     cancels: int = 40
 
     @property
-    def audited_consumers(self) -> frozenset[Subscriber]:
-        everything = {Subscriber.BILLING, Subscriber.SHIPPING, Subscriber.STATUS}
-        return frozenset(everything) if self.fanout else frozenset()
+    def audited_consumers(self) -> frozenset[str]:
+        return frozenset(spec.name for spec in CONSUMERS) if self.fanout else frozenset()
 
 
 @dataclass
@@ -71,7 +70,7 @@ def subscriber_outcomes(stack: LocalStack) -> dict[str, dict[str, int]]:
     found: dict[str, Counter[str]] = {}
     for process in stack.processes:
         consumer = process.name.rsplit("-", 1)[0]
-        if consumer in {s.value for s in Subscriber}:
+        if consumer in consumer_names():
             counts = found.setdefault(consumer, Counter())
             counts.update(decision["outcome"] for decision in process.decisions())
     return {consumer: dict(counts) for consumer, counts in found.items()}
@@ -85,7 +84,7 @@ async def wait_for_audit(
     stack: LocalStack,
     plan: LoadPlan,
     within: float,
-    fanout: frozenset[Subscriber] = frozenset(),
+    fanout: frozenset[str] = frozenset(),
     cancel_results: CancelResults | None = None,
 ) -> VerifyReport:
     """Poll the verifier until it passes or the deadline comes; return the last report."""
@@ -124,7 +123,7 @@ async def load_and_cancel(
     results = await cancelling if cancelling is not None else CancelResults()
     on_stage(f"{len(early)} cancels before shipping answered")
     if defer_shipping:
-        stack.start_subscriber(Subscriber.SHIPPING.value)
+        stack.start_subscriber(SHIPPING)
         on_stage("shipping consumer started")
     if late:
         results = results.merged(await send_cancels(settings, late))
@@ -161,12 +160,16 @@ def run_demo(
         if options.fanout:
             stack.start_payments()
             stack.start_dispatcher()
-            stack.start_subscriber(Subscriber.BILLING.value)
-            if not defer_shipping:
-                stack.start_subscriber(Subscriber.SHIPPING.value)
+            # Every registered consumer of the events topic (shipping maybe later, see above).
+            for spec in CONSUMERS:
+                if spec.on_topic and not (defer_shipping and spec.name == SHIPPING):
+                    stack.start_subscriber(spec.name)
         if options.fanout or options.status_updates:
-            stack.start_subscriber(Subscriber.STATUS.value)
-            on_stage("payment service, dispatcher, billing, shipping and status consumers started")
+            for spec in CONSUMERS:
+                if not spec.on_topic:
+                    stack.start_subscriber(spec.name)
+            consumers = ", ".join(consumer_names())
+            on_stage(f"payment service, dispatcher and the {consumers} consumers started")
         cancel_results = asyncio.run(
             load_and_cancel(stack, plan, options, on_sent, on_stage, defer_shipping)
         )

@@ -1,22 +1,103 @@
-"""The Azure Functions Service Bus trigger's body (function_app.py only declares the binding)."""
+"""The Azure Functions triggers' bodies (function_app.py only declares the bindings).
+
+Each body turns the host's input into the core's through the composition root and runs it
+through a runtime built on first use (never at import: the host imports function_app.py before
+any setting or network is needed) over the process's one set of clients.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 from orders.bootstrap import (
+    ConsumerRuntime,
+    DispatcherRuntime,
+    FunctionsMessageActions,
+    Lazy,
+    SubscriberRuntime,
+    build_consumer_runtime,
+    build_dispatcher_runtime,
+    build_subscriber_runtime,
     configure_function_monitoring,
-    dispatch_function_documents,
-    process_function_event,
-    process_function_message,
+    from_functions_host,
+    shared_process_clients,
 )
+from orders.domain.outcomes import Decision
+from orders.service.consumer import OrderConsumer, settle
+from orders.service.registry import CONSUMERS, ConsumerSpec
 
 __all__ = [
     "configure_function_monitoring",
     "dispatch_outbox_changes",
+    "function_consumer_runtime",
+    "function_dispatcher_runtime",
+    "function_subscriber_runtimes",
     "process_event_message",
     "process_order_message",
+    "use_function_consumer",
 ]
 
-# The host hands over its message and message actions; the composition root does the rest.
-process_order_message = process_function_message
-process_event_message = process_function_event
-dispatch_outbox_changes = dispatch_function_documents
+
+async def _consumer_from_env() -> ConsumerRuntime:
+    clients = shared_process_clients()
+    return await build_consumer_runtime(clients.settings, clients=clients)
+
+
+def _subscriber_from_env(spec: ConsumerSpec) -> Callable[[], Awaitable[SubscriberRuntime]]:
+    async def build() -> SubscriberRuntime:
+        clients = shared_process_clients()
+        return await build_subscriber_runtime(clients.settings, spec, clients=clients)
+
+    return build
+
+
+async def _dispatcher_from_env() -> DispatcherRuntime:
+    clients = shared_process_clients()
+    return await build_dispatcher_runtime(clients.settings, clients=clients)
+
+
+# One runtime of each per Functions worker process. The host gives no shutdown hook, so they
+# live as long as the process.
+function_consumer_runtime: Lazy[ConsumerRuntime] = Lazy(_consumer_from_env, "order consumer")
+function_subscriber_runtimes: dict[str, Lazy[SubscriberRuntime]] = {
+    spec.name: Lazy(_subscriber_from_env(spec), f"{spec.name} consumer") for spec in CONSUMERS
+}
+function_dispatcher_runtime: Lazy[DispatcherRuntime] = Lazy(
+    _dispatcher_from_env, "outbox dispatcher"
+)
+
+
+def use_function_consumer(consumer: OrderConsumer | None) -> None:
+    """Let tests supply the consumer the Function uses (None: build from settings again)."""
+    function_consumer_runtime.use(ConsumerRuntime(consumer) if consumer is not None else None)
+
+
+async def process_order_message(
+    received_message: Any, message_actions: FunctionsMessageActions
+) -> Decision:
+    """The order trigger's body: the host's message and actions through the one core."""
+    runtime = await function_consumer_runtime.get()
+    message, settler = from_functions_host(received_message, message_actions)
+    return await runtime.consumer.handle_and_settle(message, settler)
+
+
+async def process_event_message(
+    consumer: str, received_message: Any, message_actions: FunctionsMessageActions
+) -> Decision:
+    """A registered consumer's trigger body: the host's message through that consumer's core."""
+    runtime = await function_subscriber_runtimes[consumer].get()
+    message, settler = from_functions_host(received_message, message_actions)
+    decision = await runtime.handler.handle(message)
+    await settle(decision, settler)
+    return decision
+
+
+async def dispatch_outbox_changes(documents: list[dict[str, Any]]) -> int:
+    """The Cosmos DB trigger's body: the host's batch of changes through the dispatcher's core.
+
+    The host keeps the checkpoint in its own lease container; a raised error (a failed publish)
+    makes its retry policy deliver the batch again, and the re-publish is a duplicate.
+    """
+    runtime = await function_dispatcher_runtime.get()
+    return await runtime.dispatcher.dispatch(documents)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from orders.domain.leases import DEFAULT_LEASE_SECONDS
+from orders.service.registry import CONSUMERS
 from orders.settings import EMULATOR_COSMOS_KEY, Settings
 
 DEFAULTS = Settings(cosmos_endpoint="")  # the settings' own defaults, for the child processes
@@ -43,9 +44,9 @@ class QueueOptions:
     lock_seconds: int = 30
     max_delivery_count: int = 10
     events_topic: str = DEFAULTS.order_events_topic
-    subscriptions: tuple[str, ...] = (
-        DEFAULTS.billing_subscription,
-        DEFAULTS.shipping_subscription,
+    # One per registered consumer of the events topic, under its own name.
+    subscriptions: tuple[str, ...] = tuple(
+        spec.name for spec in CONSUMERS if spec.subscription is not None
     )
     status_queue: str = DEFAULTS.status_queue
     # The status queue with sessions (SessionId = orderId) instead of versions alone.
@@ -314,7 +315,8 @@ class LocalStack:
     def start_subscriber(
         self, subscriber: str, *, extra_env: Mapping[str, str] | None = None
     ) -> ManagedProcess:
-        """A worker on one subscription of the events topic (`shipping`, `billing`)."""
+        """A worker for one registered consumer (`orders.service.registry`): its subscription of
+        the events topic, or the status queue."""
         name = f"{subscriber}-{sum(p.name.startswith(subscriber) for p in self.processes) + 1}"
         return self.spawn(
             name,

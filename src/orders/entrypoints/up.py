@@ -1,7 +1,7 @@
 """`orders up`: the whole local stack, kept running until Ctrl-C.
 
 Both emulators, the payment service stand-in, competing order workers, the outbox dispatcher,
-the billing, shipping and status consumers, and the HTTP API with the operations console
+every registered consumer (orders.service.registry), and the HTTP API with the operations console
 (/console), on free ports (the API on the port asked for). The broker's messages, the Cosmos
 emulator's account and the payment stand-in's charges are kept under the stack's folder, so a
 restart resumes where the last run stopped; `--fresh` deletes them all first. The settings
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from orders.bootstrap import prepare_local_cosmos
 from orders.entrypoints.localstack import LocalStack, QueueOptions, local_stack
-from orders.service.subscribers import Subscriber
+from orders.service.registry import CONSUMERS
 
 API_READY = re.compile(r"Uvicorn running on (http://\S+)")
 READY_TIMEOUT_SECONDS = 60.0
@@ -199,8 +199,8 @@ def _started(
         for _ in range(options.workers):
             stack.start_worker()
         stack.start_dispatcher()
-        for subscriber in (Subscriber.BILLING, Subscriber.SHIPPING, Subscriber.STATUS):
-            stack.start_subscriber(subscriber.value)
+        for spec in CONSUMERS:
+            stack.start_subscriber(spec.name)
         environment = stack.environment()
         # The console reads the workers' journals and respects the local queue's window.
         console_environment = {

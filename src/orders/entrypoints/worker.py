@@ -19,7 +19,7 @@ from pathlib import Path
 from orders.bootstrap import StoreFactory, run_subscriber, run_worker
 from orders.domain.outcomes import Decision, Outcome
 from orders.domain.payments import Charge, Refund
-from orders.service.subscribers import Subscriber
+from orders.service.registry import ConsumerSpec
 from orders.service.worker_options import WorkerOptions
 from orders.service.worker_stats import WorkerStats
 from orders.settings import Settings
@@ -122,12 +122,12 @@ def run_until_signalled(
     *,
     decisions: Path | None = None,
     store_factory: StoreFactory | None = None,
-    subscriber: Subscriber | None = None,
+    subscriber: ConsumerSpec | None = None,
 ) -> WorkerStats:
     """Run until SIGTERM or SIGINT; returns after a graceful stop.
 
-    Without `subscriber` it consumes the orders queue; with one, that consumer's subscription
-    of the events topic, through the same receive loop and settlement mapping.
+    Without `subscriber` it consumes the orders queue; with one (a registered consumer), that
+    consumer's subscription or queue, through the same receive loop and settlement mapping.
     """
 
     async def main(journal: DecisionHook | None) -> WorkerStats:

@@ -1,17 +1,9 @@
-"""The consumers of the events topic and where a worker competes for their messages."""
+"""Where a worker competes for a consumer's messages (the consumers are listed in
+`orders.service.registry`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
-
-
-class Subscriber(StrEnum):
-    """The consumers of the events topic, each on its own subscription."""
-
-    SHIPPING = "shipping"
-    BILLING = "billing"
-    STATUS = "status"  # the status queue (not a subscription): natural idempotency
 
 
 @dataclass(frozen=True)
