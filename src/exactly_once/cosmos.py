@@ -66,39 +66,53 @@ _CLAIM_ATTEMPTS = 3
 class RecordShape(Protocol):
     """How a record's own fields are laid out in its document.
 
-    The store owns the rest: `id` (the record's key), the partition key field, `ttl` (from
-    `expires_after_seconds`) and Cosmos DB's own properties (`_etag`, `_ts`), which stamp it."""
+    The store owns the rest: `id` (the record's key), the partition key field, `type` (the
+    shape's `record_type`, which tells its records from every other document and is checked on
+    every read), `ttl` (from `expires_after_seconds`) and Cosmos DB's own properties (`_etag`,
+    `_ts`), which stamp it."""
+
+    @property
+    def record_type(self) -> str:
+        """The `type` of this shape's documents."""
+        ...
 
     def fields(self, record: Record) -> dict[str, Any]:
         """The record's own fields, as JSON."""
         ...
 
     def record(self, document: Mapping[str, Any], key: str, partition: str) -> Record:
-        """The record a stored document holds (unstamped: the store adds the stamp and the
-        expiry). Raises `StoreError` for a document that holds none of this shape."""
+        """The record a stored document of this shape holds (unstamped: the store adds the
+        stamp and the expiry)."""
         ...
+
+
+def claim_fields(record: Record) -> dict[str, Any]:
+    """The claim's own fields under the core's names (`requestHash`, `status`, `owner`,
+    `leaseSeconds`, `attempts`): a shape of your own may keep them beside its fields."""
+    return {
+        "requestHash": record.request_hash,
+        "status": record.status.value,
+        "owner": record.owner,
+        "leaseSeconds": record.lease_seconds,
+        "attempts": record.attempts,
+    }
 
 
 class CoreRecordShape:
     """The core's own layout: every field of `Record` under its camelCase name, and `type`
     `exactlyOnceRecord` to tell records from an effect's documents in the same container."""
 
+    record_type = RECORD_TYPE
+
     def fields(self, record: Record) -> dict[str, Any]:
         return {
-            "type": RECORD_TYPE,
-            "requestHash": record.request_hash,
-            "status": record.status.value,
-            "owner": record.owner,
-            "leaseSeconds": record.lease_seconds,
-            "attempts": record.attempts,
+            **claim_fields(record),
             "downstreamKey": record.downstream_key,
             "result": record.result,
             "data": record.data,
         }
 
     def record(self, document: Mapping[str, Any], key: str, partition: str) -> Record:
-        if document.get("type") != RECORD_TYPE:
-            raise StoreError(f"{key!r} is not an exactly-once record")
         return Record(
             key=key,
             partition=partition,
@@ -229,13 +243,22 @@ class CosmosStore:
                 raise RecordChangedError(f"{document['id']!r} changed since it was read") from exc
 
     def _record_document(self, record: Record) -> dict[str, Any]:
-        document = self._shape.fields(record) | {"id": record.key, self._pk: record.partition}
+        document = self._shape.fields(record) | {
+            "id": record.key,
+            self._pk: record.partition,
+            "type": self._shape.record_type,
+        }
         if record.expires_after_seconds is not None:
             # Per-item TTL: takes effect where the container has a default TTL (-1 will do).
             document["ttl"] = record.expires_after_seconds
         return document
 
     def _record(self, document: dict[str, Any]) -> Record:
+        if document.get("type") != self._shape.record_type:
+            raise StoreError(
+                f"{document.get('id')!r} is not an exactly-once record "
+                f"of type {self._shape.record_type!r}"
+            )
         record = self._shape.record(document, str(document["id"]), str(document[self._pk]))
         ttl = document.get("ttl")
         return replace(

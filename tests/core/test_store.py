@@ -194,9 +194,10 @@ async def test_an_unreachable_store_is_transient_and_the_message_is_abandoned() 
 class FlatShape:
     """A shape of a user's own: flat fields under names another reader already knows."""
 
+    record_type = "myClaim"
+
     def fields(self, record: Record) -> dict[str, Any]:
         return {
-            "type": "myClaim",
             "hash": record.request_hash,
             "state": record.status.value,
             "by": record.owner,
@@ -206,8 +207,6 @@ class FlatShape:
         }
 
     def record(self, document: Mapping[str, Any], key: str, partition: str) -> Record:
-        if document.get("type") != "myClaim":
-            raise StoreError(f"{key!r} is not a claim of mine")
         return Record(
             key=key,
             partition=partition,
