@@ -7,6 +7,7 @@ after its lease, and the stale claimant's completion is fenced off by the real E
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -16,12 +17,18 @@ import pytest
 from azure.cosmos import PartitionKey
 from azure.cosmos.aio import ContainerProxy, CosmosClient
 from fakes import new_write, order_payload
-from http_support import LEASE_SECONDS, Api, api_over, new_order_id
+from http_support import Api, api_over, lease_over, new_order_id
 
 from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
+from orders.domain.hashing import request_hash
 from orders.domain.idempotency import record_id
+from orders.domain.messages import parse_order
+from orders.entrypoints.http_contract import accepted_response
 
 CONCURRENT_REQUESTS = 50
+# Leases are judged by the database's clock, which a test cannot advance: a lease this short
+# ends soon enough to wait for.
+SHORT_LEASE_SECONDS = 1.0
 
 
 @pytest.fixture
@@ -88,10 +95,18 @@ async def test_while_the_first_send_is_in_flight_every_other_request_gets_409(ap
     assert len(api.publisher.published) == 1
 
 
+@pytest.fixture
+async def short_lease_api(container: ContainerProxy) -> AsyncIterator[Api]:
+    store = CosmosIdempotencyStore(container)
+    async for value in api_over(store, lease_seconds=SHORT_LEASE_SECONDS):
+        yield value
+
+
 async def test_crashed_claim_is_taken_over_and_the_stale_completion_is_fenced(
-    api: Api, container: ContainerProxy, caplog: pytest.LogCaptureFixture
+    short_lease_api: Api, container: ContainerProxy, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # Given a claimant stuck in its send past the lease (as good as crashed)
+    # Given a claimant stuck in its send past its (short) lease: as good as crashed
+    api, store = short_lease_api, short_lease_api.store
     order_id = new_order_id()
     api.publisher.hold()
     stale = asyncio.create_task(api.post(order_payload(order_id), key="crash-key"))
@@ -99,19 +114,24 @@ async def test_crashed_claim_is_taken_over_and_the_stale_completion_is_fenced(
     item_id = record_id("app:tests", "crash-key")
     claimed = await container.read_item(item_id, partition_key=item_id)
 
-    # When a retry arrives after the lease ended, it takes over and publishes again
-    api.clock.advance(LEASE_SECONDS + 1)
+    # When a retry arrives after the lease ended by the database's clock, it takes over
+    # and publishes again
+    found = await store.read(item_id, item_id)
+    assert found.record is not None
+    await lease_over(store, found.record)
     takeover = asyncio.create_task(api.post(order_payload(order_id), key="crash-key"))
     await api.publisher.wait_for_calls(2)
     taken = await container.read_item(item_id, partition_key=item_id)
     api.publisher.release()
     stale_response, takeover_response = await asyncio.gather(stale, takeover)
 
-    # Then both answer 202; the record was completed once, by the new owner (If-Match fenced
-    # the stale claimant's replace: its ETag was the claim's, replaced by the takeover)
+    # Then both answer 202; the record was completed once, by the new owner (If-Match
+    # fenced the stale claimant's replace: its ETag was the claim's, replaced by the
+    # takeover)
     assert claimed["status"] == taken["status"] == "inProgress"
     assert taken["_etag"] != claimed["_etag"]
-    assert taken["leaseExpiresAt"] > claimed["leaseExpiresAt"]
+    assert taken["owner"] != claimed["owner"] and taken["attempts"] == 2
+    assert taken["_ts"] >= claimed["_ts"] + SHORT_LEASE_SECONDS  # the lease, dated by _ts
     assert stale_response.status_code == takeover_response.status_code == 202
     fenced = [r for r in caplog.records if "taken over before completion" in r.getMessage()]
     assert len(fenced) == 1  # the stale replace got 412 from Cosmos
@@ -146,3 +166,38 @@ async def test_fifty_simultaneous_cancels_with_one_key_publish_once(api: Api) ->
     assert set(kinds) <= {"first", "replay", "409"}, kinds
     [change] = api.publisher.statuses
     assert (change.order_id, change.status.value, change.version) == (order_id, "cancelled", 5)
+
+
+async def test_records_of_the_previous_version_are_replayed_and_their_leases_honoured(
+    api: Api, container: ContainerProxy
+) -> None:
+    """A user upgrading has records in the old shape (the claimant's `leaseExpiresAt`, no
+    owner) within their TTL: a completed one is replayed, a live one still answers 409."""
+    order_id = new_order_id()
+    payload = order_payload(order_id)
+    order = parse_order(httpx.Request("POST", "/", json=payload).content)
+
+    def legacy(key: str, status: str, response: Any) -> dict[str, Any]:
+        return {
+            "id": record_id("app:tests", key),
+            "type": "idempotencyRecord",
+            "scope": "app:tests",
+            "key": key,
+            "requestHash": request_hash(order.canonical_payload()),
+            "orderId": order_id,
+            "status": status,
+            "leaseExpiresAt": time.time() + 600,
+            "response": response,
+            "ttl": 600,
+        }
+
+    await container.create_item(legacy("old-done", "completed", accepted_response(order_id)))
+    await container.create_item(legacy("old-live", "inProgress", None))
+
+    replayed = await api.post(payload, key="old-done")
+    busy = await api.post(payload, key="old-live")
+
+    assert classify(replayed) == "replay" and replayed.json()["orderId"] == order_id
+    assert replayed.headers["location"] == f"/api/orders/{order_id}"
+    assert busy.status_code == 409 and busy.headers["retry-after"] == "1"
+    assert api.publisher.published == []
