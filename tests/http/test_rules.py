@@ -1,6 +1,5 @@
-"""The idempotency rules without any I/O: keys, record ids, Retry-After, the record's stored
-shape, the published body. (The verdicts on a found record are the core's `Claims`:
-tests/core.)"""
+"""The idempotency rules without any I/O: keys, record ids, the record's stored shape, the
+published body. (The verdicts on a found record and Retry-After are the core's: tests/core.)"""
 
 from __future__ import annotations
 
@@ -20,7 +19,6 @@ from orders.domain.idempotency import (
     RecordStatus,
     key_claim,
     record_id,
-    retry_after_seconds,
     validate_idempotency_key,
 )
 from orders.domain.messages import parse_order, parse_order_message
@@ -33,16 +31,6 @@ def claim(status: RecordStatus = RecordStatus.IN_PROGRESS) -> Record:
     if status is RecordStatus.COMPLETED:
         return replace(claimed, status=status, result=accepted_response("o-1"), attempts=2)
     return claimed
-
-
-@pytest.mark.parametrize(
-    ("seconds_left", "cap", "expected"),
-    [(0.2, 1, 1), (25.0, 1, 1), (25.0, 10, 10), (3.2, 10, 4), (0.0, 1, 1)],
-)
-def test_retry_after_is_at_least_one_and_at_most_the_cap(
-    seconds_left: float, cap: int, expected: int
-) -> None:
-    assert retry_after_seconds(seconds_left, cap) == expected
 
 
 def test_record_ids_are_cosmos_safe_and_unambiguous() -> None:

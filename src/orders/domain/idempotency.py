@@ -10,14 +10,13 @@ knows how a record is laid out in one.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from exactly_once import exceptions as core
+from exactly_once.keys import MAX_KEY_LENGTH, KeyFault, key_fault, key_record_id
 from exactly_once.records import (
     JsonObject,
     Record,
@@ -26,8 +25,6 @@ from exactly_once.records import (
     lease_seconds_left,
 )
 from orders.exceptions import InvalidIdempotencyKeyError, StoreError, TransientStoreError
-
-MAX_KEY_LENGTH = 255
 
 __all__ = [
     "MAX_KEY_LENGTH",
@@ -38,34 +35,33 @@ __all__ = [
     "eviction_refusal",
     "key_claim",
     "record_id",
-    "retry_after_seconds",
     "validate_idempotency_key",
 ]
 
 
 def validate_idempotency_key(value: str | None) -> str:
-    """The key as sent, if it is 1..255 printable ASCII characters (space to tilde)."""
-    if value is None or value == "":
-        raise InvalidIdempotencyKeyError("an idempotency key is required", missing=True)
-    if len(value) > MAX_KEY_LENGTH:
-        raise InvalidIdempotencyKeyError(
-            f"the idempotency key is {len(value)} characters long; "
-            f"at most {MAX_KEY_LENGTH} are allowed"
-        )
-    if any(not " " <= char <= "~" for char in value):
-        raise InvalidIdempotencyKeyError(
-            "the idempotency key may hold only printable ASCII characters"
-        )
-    return value
+    """The key as sent, if it is 1..255 printable ASCII characters (space to tilde): the core's
+    rule (`exactly_once.keys.key_fault`), told in the API's words."""
+    match key_fault(value):
+        case None:
+            return str(value)
+        case KeyFault.MISSING:
+            raise InvalidIdempotencyKeyError("an idempotency key is required", missing=True)
+        case KeyFault.TOO_LONG:
+            raise InvalidIdempotencyKeyError(
+                f"the idempotency key is {len(str(value))} characters long; "
+                f"at most {MAX_KEY_LENGTH} are allowed"
+            )
+        case _:
+            raise InvalidIdempotencyKeyError(
+                "the idempotency key may hold only printable ASCII characters"
+            )
 
 
 def record_id(scope: str, key: str) -> str:
-    """A store-safe id for (scope, key).
-
-    Hashed because keys may hold characters Cosmos ids forbid (`/ \\ ? #`) and scope + key may
-    exceed the 255-character id limit; the JSON array keeps ("a", "bc") apart from ("ab", "c").
-    """
-    return hashlib.sha256(json.dumps([scope, key]).encode("utf-8")).hexdigest()
+    """The id of (scope, key)'s record: the core's (`exactly_once.keys.key_record_id`), a hash,
+    because keys may hold characters Cosmos ids forbid and scope plus key may exceed 255."""
+    return key_record_id(scope, key)
 
 
 def key_claim(
@@ -158,15 +154,6 @@ def eviction_refusal(record: Record, database_now_ms: int, *, force: bool) -> st
             "wait for it, or use --force"
         )
     return None
-
-
-def retry_after_seconds(seconds_left: float, cap: int) -> int:
-    """Seconds until a live claim finishes or its lease ends, at least 1 and at most `cap`.
-
-    A claim normally completes in milliseconds, so a short cap lets the retry replay soon
-    rather than wait for the whole lease.
-    """
-    return max(1, min(cap, math.ceil(seconds_left)))
 
 
 @contextmanager

@@ -20,16 +20,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from exactly_once.claims import Claims
 from exactly_once.exceptions import InProgressElsewhereError, PayloadMismatchError
+from exactly_once.keys import KeyedRequests, retry_after_seconds
 from exactly_once.records import JsonObject, Record, RecordStatus
 from orders.domain.hashing import request_hash
-from orders.domain.idempotency import (
-    OrderIdClaim,
-    core_store_errors,
-    key_claim,
-    retry_after_seconds,
-)
+from orders.domain.idempotency import OrderIdClaim, core_store_errors, key_claim
 from orders.domain.leases import DEFAULT_LEASE_SECONDS
 from orders.domain.model import OrderPlaced
 from orders.domain.status import OrderStatus, OrderStatusChanged
@@ -77,6 +72,7 @@ class IdempotentOrderIntake:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
+        self._requests = KeyedRequests(store)
         self._publisher = publisher
         self._status = status
         self._saga = saga
@@ -190,14 +186,11 @@ class IdempotentOrderIntake:
             lease_seconds=self._lease_seconds,
             ttl_seconds=self._ttl_seconds,
         )
-        # One owner per request: a second request under a live claim is refused at once
-        # (max_wait_seconds=0), never made to wait; the caller retries after Retry-After.
-        claims = Claims(
-            self._store, owner=wanted.owner, lease_seconds=self._lease_seconds, max_wait_seconds=0
-        )
+        # One owner per request: a second request under a live claim is refused at once,
+        # never made to wait; the caller retries after Retry-After.
         try:
             with core_store_errors():
-                owned = await claims.own(wanted)
+                owned = await self._requests.begin(wanted)
         except PayloadMismatchError:
             raise IdempotencyKeyReusedError(
                 "this Idempotency-Key was first used with a different request body"
@@ -223,10 +216,10 @@ class IdempotentOrderIntake:
             # Refused or failed before anything was acknowledged: free the key so the
             # caller's retry is answered at once rather than after the lease (a failure to
             # free it is logged; the lease ends the claim then).
-            await claims.release(owned)
+            await self._requests.release(owned)
             raise
         answer = first_response()
-        await self._complete(claims, owned, answer, order_id)
+        await self._complete(owned, answer, order_id)
         return SubmitResult(answer, replayed=False, took_over=took_over)
 
     async def _claim_order_id(self, order: OrderPlaced, incoming_hash: str, scope: str) -> None:
@@ -245,11 +238,9 @@ class IdempotentOrderIntake:
                 "choose a new orderId for a different order"
             )
 
-    async def _complete(
-        self, claims: Claims, owned: Record, answer: JsonObject, order_id: str
-    ) -> None:
+    async def _complete(self, owned: Record, answer: JsonObject, order_id: str) -> None:
         with core_store_errors():
-            recorded = await claims.finish(owned, answer)
+            recorded = await self._requests.finish(owned, answer)
         if not recorded:
             # Our lease ran out during the send and a retry owns the key now; it sends the
             # same request again (deduplicated downstream) and records the same answer.
