@@ -31,25 +31,19 @@ CONCURRENT_REQUESTS = 50
 SHORT_LEASE_SECONDS = 1.0
 
 
-class RequestLog:
-    """Every HTTP request the real SDK sends (an azure-core raw request hook)."""
-
-    def __init__(self) -> None:
-        self.requests: list[str] = []
-
-    def __call__(self, request: Any) -> None:
-        self.requests.append(f"{request.http_request.method} {request.http_request.url}")
+@pytest.fixture
+def request_log() -> list[str]:
+    """Every HTTP request the real SDK sends (filled by an azure-core raw request hook)."""
+    return []
 
 
 @pytest.fixture
-def request_log() -> RequestLog:
-    return RequestLog()
+async def container(python_cosmos: Any, request_log: list[str]) -> AsyncIterator[ContainerProxy]:
+    def log(request: Any) -> None:
+        request_log.append(f"{request.http_request.method} {request.http_request.url}")
 
-
-@pytest.fixture
-async def container(python_cosmos: Any, request_log: RequestLog) -> AsyncIterator[ContainerProxy]:
     async with CosmosClient(
-        python_cosmos.endpoint, credential=python_cosmos.key, raw_request_hook=request_log
+        python_cosmos.endpoint, credential=python_cosmos.key, raw_request_hook=log
     ) as client:
         database = await client.create_database_if_not_exists("http-api")
         yield await database.create_container_if_not_exists(
@@ -221,7 +215,7 @@ async def test_records_of_the_previous_version_are_replayed_and_their_leases_hon
 
 
 async def test_a_new_order_costs_three_requests_and_a_replay_two(
-    api: Api, request_log: RequestLog
+    api: Api, request_log: list[str]
 ) -> None:
     """On the wire, as docs/http-api.md says: a first request creates the key's record and the
     orderId's claim and completes the record (one If-Match replace); a replay is one failed
@@ -231,12 +225,12 @@ async def test_a_new_order_costs_three_requests_and_a_replay_two(
         assert (await api.post(order_payload(warm_order), key="warm")).status_code == 202
     order_id = new_order_id()
 
-    request_log.requests.clear()
+    request_log.clear()
     first = await api.post(order_payload(order_id), key="counted")
-    first_requests = list(request_log.requests)
-    request_log.requests.clear()
+    first_requests = list(request_log)
+    request_log.clear()
     replay = await api.post(order_payload(order_id), key="counted")
-    replay_requests = list(request_log.requests)
+    replay_requests = list(request_log)
 
     assert classify(first) == "first" and classify(replay) == "replay"
     assert len(first_requests) == 3, first_requests
