@@ -7,16 +7,27 @@ with the stored record, exactly like the Cosmos adapter; it is for fast unit tes
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import itertools
 import json
+import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from exactly_once.exceptions import RecordChangedError, RecordExistsError
+from exactly_once.records import JsonInput, JsonValue, Record, RecordRead, RecordStatus, Stamp
+from orders.adapters.cosmos_idempotency import (
+    RECORD_DOCUMENT_TYPE,
+    IntakeRecordShape,
+    order_claim,
+    order_claim_document,
+    order_claim_id,
+)
 from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, Selection
 from orders.domain.decision_counters import DecisionCounters
 from orders.domain.documents import (
@@ -27,14 +38,7 @@ from orders.domain.documents import (
 )
 from orders.domain.events import OrderAccepted, OrderCancelled
 from orders.domain.hashing import request_hash
-from orders.domain.idempotency import (
-    RECORD_DOCUMENT_TYPE,
-    IdempotencyRecord,
-    IdempotencyRecordExistsError,
-    OrderIdClaim,
-    RecordStatus,
-    validate_idempotency_key,
-)
+from orders.domain.idempotency import KeyRecord, OrderIdClaim, validate_idempotency_key
 from orders.domain.leases import DatabaseRead
 from orders.domain.messages import parse_order
 from orders.domain.model import OrderPlaced
@@ -226,80 +230,115 @@ def new_write(order_id: str, **overrides: Any) -> OrderWrite:
 
 
 class FakeIdempotencyStore:
-    """`IdempotencyStore` in memory, with the Cosmos adapter's contract: a create conflicts
-    with the stored record (and its ETag) attached, fenced writes fail with `LeaseLostError`
-    when the ETag moved on."""
+    """`IdempotencyStore` in memory, with the Cosmos adapter's contract: documents in the
+    intake's shape, stamped with an ETag and `_ts` by `database_clock` (the fake's database
+    time, which judges leases); a create conflicts with the stored record and the database's
+    time attached; If-Match writes fail with `RecordChangedError` when the ETag moved on."""
 
-    def __init__(self) -> None:
+    def __init__(self, database_clock: Callable[[], float] = time.time) -> None:
         self.documents: dict[str, dict[str, Any]] = {}
         self.calls: list[str] = []
+        self.database_clock = database_clock
         self._failures: dict[str, list[BaseException]] = {}
+        self._before: dict[str, list[Callable[[], Awaitable[None]]]] = {}
+        self._shape = IntakeRecordShape()
 
     def fail_next(self, operation: str, error: BaseException) -> None:
         self._failures.setdefault(operation, []).append(error)
 
-    def record(self, record_id: str) -> IdempotencyRecord | None:
-        document = self.documents.get(record_id)
-        return IdempotencyRecord.from_document(document) if document else None
+    def before_next(self, operation: str, action: Callable[[], Awaitable[None]]) -> None:
+        """Run `action` just before the next `operation` (another writer moving first)."""
+        self._before.setdefault(operation, []).append(action)
 
-    def _enter(self, operation: str) -> None:
+    def record(self, record_id: str) -> Record | None:
+        document = self.documents.get(record_id)
+        return self._record(document) if document is not None else None
+
+    def _now_ms(self) -> int:
+        return int(self.database_clock() * 1000)
+
+    def _record(self, document: dict[str, Any]) -> Record:
+        identifier = str(document["id"])
+        record = self._shape.record(document, identifier, identifier)
+        ttl = document.get("ttl")
+        return replace(
+            record,
+            expires_after_seconds=int(ttl) if ttl is not None else None,
+            stamp=Stamp(etag=str(document["_etag"]), written_at_s=int(document["_ts"])),
+        )
+
+    async def _enter(self, operation: str) -> None:
+        await asyncio.sleep(0)  # let concurrent requests interleave before the atomic step
+        for action in self._before.pop(operation, []):
+            await action()
         self.calls.append(operation)
         failures = self._failures.get(operation)
         if failures:
             raise failures.pop(0)
 
-    def _write(self, record: IdempotencyRecord) -> IdempotencyRecord:
-        document = record.to_document() | {"_etag": f'"{uuid.uuid4()}"'}
-        self.documents[record.record_id] = document
-        return IdempotencyRecord.from_document(copy.deepcopy(document))
+    def _write(self, record: Record) -> Record:
+        document = self._shape.fields(record) | {
+            "id": record.key,
+            "type": self._shape.record_type,
+            "_etag": f'"{uuid.uuid4()}"',
+            "_ts": int(self.database_clock()),
+        }
+        if record.expires_after_seconds is not None:
+            document["ttl"] = record.expires_after_seconds
+        self.documents[record.key] = document
+        return self._record(copy.deepcopy(document))
 
-    async def claim(self, record: IdempotencyRecord) -> IdempotencyRecord:
-        await asyncio.sleep(0)  # let concurrent requests interleave before the atomic step
-        self._enter("claim")
-        existing = self.record(record.record_id)
+    def _fenced(self, record: Record) -> dict[str, Any]:
+        current = self.documents.get(record.key)
+        if current is None or record.stamp is None or current["_etag"] != record.stamp.etag:
+            raise RecordChangedError(f"record {record.key!r} changed since it was read")
+        return current
+
+    async def claim(self, record: Record) -> Record:
+        await self._enter("claim")
+        existing = self.record(record.key)
         if existing is not None:
-            raise IdempotencyRecordExistsError(existing)
+            raise RecordExistsError(existing, self._now_ms())
         return self._write(record)
 
-    async def take_over(self, record: IdempotencyRecord, *, etag: str) -> IdempotencyRecord:
-        return await self._replace("take_over", record, etag)
+    async def read(self, key: str, partition: str) -> RecordRead:
+        await self._enter("read")
+        return RecordRead(self.record(key), self._now_ms())
 
-    async def complete(self, record: IdempotencyRecord, *, etag: str) -> IdempotencyRecord:
-        return await self._replace("complete", record, etag)
+    async def take_over(self, existing: Record, owner: str, lease_seconds: float) -> Record:
+        await self._enter("take_over")
+        self._fenced(existing)
+        return self._write(existing.owned_by(owner, lease_seconds))
 
-    async def _replace(
-        self, operation: str, record: IdempotencyRecord, etag: str
-    ) -> IdempotencyRecord:
-        await asyncio.sleep(0)
-        self._enter(operation)
-        current = self.documents.get(record.record_id)
-        if current is None or current["_etag"] != etag:
-            raise LeaseLostError(f"record {record.record_id!r} changed owner")
-        return self._write(record)
+    async def complete(
+        self, owned: Record, result: JsonInput, status: RecordStatus = RecordStatus.COMPLETED
+    ) -> Record:
+        await self._enter("complete")
+        self._fenced(owned)
+        stored: JsonValue = json.loads(json.dumps(result))
+        return self._write(replace(owned, status=status, result=stored))
 
-    async def release(self, record_id: str, *, etag: str) -> None:
-        await asyncio.sleep(0)
-        self._enter("release")
-        current = self.documents.get(record_id)
-        if current is None:
-            return
-        if current["_etag"] != etag:
-            raise LeaseLostError(f"record {record_id!r} changed owner")
-        del self.documents[record_id]
+    async def release(self, owned: Record) -> None:
+        await self._enter("release")
+        with contextlib.suppress(RecordChangedError):
+            self._fenced(owned)
+            del self.documents[owned.key]
 
     async def claim_order_id(self, claim: OrderIdClaim) -> OrderIdClaim:
-        await asyncio.sleep(0)
-        self._enter("claim_order_id")
-        existing = self.documents.setdefault(claim.document_id, claim.to_document())
-        return OrderIdClaim.from_document(existing)
+        await self._enter("claim_order_id")
+        identifier = order_claim_id(claim.order_id)
+        existing = self.documents.setdefault(
+            identifier, order_claim_document(claim) | {"id": identifier}
+        )
+        return order_claim(existing)
 
     async def read_order_id_claim(self, order_id: str) -> OrderIdClaim | None:
-        self._enter("read_order_id_claim")
-        found = self.documents.get(OrderIdClaim(order_id, "").document_id)
-        return OrderIdClaim.from_document(found) if found is not None else None
+        await self._enter("read_order_id_claim")
+        found = self.documents.get(order_claim_id(order_id))
+        return order_claim(found) if found is not None else None
 
-    async def find_order(self, scope: str, order_id: str) -> IdempotencyRecord | None:
-        self._enter("find_order")
+    async def find_order(self, scope: str, order_id: str) -> KeyRecord | None:
+        await self._enter("find_order")
         for document in self.documents.values():
             if (
                 document.get("type") == RECORD_DOCUMENT_TYPE
@@ -307,7 +346,7 @@ class FakeIdempotencyStore:
                 and document["scope"] == scope
                 and document["status"] == RecordStatus.COMPLETED.value
             ):
-                return IdempotencyRecord.from_document(document)
+                return KeyRecord.of(self._record(document))
         return None
 
 

@@ -5,7 +5,7 @@ See README.md in this folder for the guide.
 """
 
 from exactly_once.claims import Claims
-from exactly_once.cosmos import CosmosStore
+from exactly_once.cosmos import CoreRecordShape, CosmosStore, RecordShape
 from exactly_once.decisions import (
     DeadLetterReason,
     Decision,
@@ -60,6 +60,7 @@ from exactly_once.worker import (
 
 __all__ = [
     "Claims",
+    "CoreRecordShape",
     "CosmosStore",
     "DeadLetterReason",
     "Decision",
@@ -83,6 +84,7 @@ __all__ = [
     "RecordChangedError",
     "RecordExistsError",
     "RecordRead",
+    "RecordShape",
     "RecordStatus",
     "RecordStore",
     "Refused",

@@ -5,15 +5,21 @@ can be written in the same transactional batch as the documents it guards. Every
 write goes through one If-Match helper; a lease is dated by the `_ts` of its claim's write and
 judged against `GetCurrentTimestamp()` read in the same query as the record, never by a
 worker's clock.
+
+A record's own fields are laid out by a `RecordShape`: the core's (`CoreRecordShape`) by
+default, or one of yours for records that other readers (a console, an audit, an operator's
+tool) already know in a shape of their own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator, Sequence
+import json
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import replace
+from typing import Any, Protocol
 
 import aiohttp
 from azure.core import MatchConditions
@@ -32,6 +38,7 @@ from exactly_once.records import (
     JsonInput,
     JsonMapping,
     JsonObject,
+    JsonValue,
     Record,
     RecordRead,
     RecordStatus,
@@ -56,15 +63,87 @@ _READ_WITH_CLOCK = "SELECT c AS doc, GetCurrentTimestamp() AS now FROM c WHERE c
 _CLAIM_ATTEMPTS = 3
 
 
+class RecordShape(Protocol):
+    """How a record's own fields are laid out in its document.
+
+    The store owns the rest: `id` (the record's key), the partition key field, `type` (the
+    shape's `record_type`, which tells its records from every other document and is checked on
+    every read), `ttl` (from `expires_after_seconds`) and Cosmos DB's own properties (`_etag`,
+    `_ts`), which stamp it."""
+
+    @property
+    def record_type(self) -> str:
+        """The `type` of this shape's documents."""
+        ...
+
+    def fields(self, record: Record) -> dict[str, Any]:
+        """The record's own fields, as JSON."""
+        ...
+
+    def record(self, document: Mapping[str, Any], key: str, partition: str) -> Record:
+        """The record a stored document of this shape holds (unstamped: the store adds the
+        stamp and the expiry)."""
+        ...
+
+
+def claim_fields(record: Record) -> dict[str, Any]:
+    """The claim's own fields under the core's names (`requestHash`, `status`, `owner`,
+    `leaseSeconds`, `attempts`): a shape of your own may keep them beside its fields."""
+    return {
+        "requestHash": record.request_hash,
+        "status": record.status.value,
+        "owner": record.owner,
+        "leaseSeconds": record.lease_seconds,
+        "attempts": record.attempts,
+    }
+
+
+class CoreRecordShape:
+    """The core's own layout: every field of `Record` under its camelCase name, and `type`
+    `exactlyOnceRecord` to tell records from an effect's documents in the same container."""
+
+    record_type = RECORD_TYPE
+
+    def fields(self, record: Record) -> dict[str, Any]:
+        return {
+            **claim_fields(record),
+            "downstreamKey": record.downstream_key,
+            "result": record.result,
+            "data": record.data,
+        }
+
+    def record(self, document: Mapping[str, Any], key: str, partition: str) -> Record:
+        return Record(
+            key=key,
+            partition=partition,
+            request_hash=str(document["requestHash"]),
+            status=RecordStatus(document["status"]),
+            owner=str(document["owner"]),
+            lease_seconds=float(document["leaseSeconds"]),
+            attempts=int(document["attempts"]),
+            downstream_key=document.get("downstreamKey"),
+            result=document.get("result"),
+            data=document.get("data"),
+        )
+
+
 class CosmosStore:
     """`RecordStore` and `DocumentStore` over one container.
 
     `partition_key_field` is the top-level field the container is partitioned by (path
-    `/<field>`): the adapter writes a record's partition there."""
+    `/<field>`): the adapter writes a record's partition there. `shape` lays out the record's
+    own fields (`CoreRecordShape` by default)."""
 
-    def __init__(self, container: ContainerProxy, *, partition_key_field: str = "pk") -> None:
+    def __init__(
+        self,
+        container: ContainerProxy,
+        *,
+        partition_key_field: str = "pk",
+        shape: RecordShape | None = None,
+    ) -> None:
         self._container = container
         self._pk = partition_key_field
+        self._shape: RecordShape = shape or CoreRecordShape()
 
     # --- RecordStore ------------------------------------------------------------------------
 
@@ -103,8 +182,9 @@ class CosmosStore:
     async def complete(
         self, owned: Record, result: JsonInput, status: RecordStatus = RecordStatus.COMPLETED
     ) -> Record:
-        done = self._record_document(owned) | {"status": status.value, "result": result}
-        return self._record(await self._replace_if_match(done, owned))
+        stored_result: JsonValue = json.loads(json.dumps(result))
+        done = replace(owned, status=status, result=stored_result)
+        return self._record(await self._replace_if_match(self._record_document(done), owned))
 
     async def release(self, owned: Record) -> None:
         # Another owner moved on, or it is gone: nothing of ours to release.
@@ -163,18 +243,10 @@ class CosmosStore:
                 raise RecordChangedError(f"{document['id']!r} changed since it was read") from exc
 
     def _record_document(self, record: Record) -> dict[str, Any]:
-        document: dict[str, Any] = {
+        document = self._shape.fields(record) | {
             "id": record.key,
             self._pk: record.partition,
-            "type": RECORD_TYPE,
-            "requestHash": record.request_hash,
-            "status": record.status.value,
-            "owner": record.owner,
-            "leaseSeconds": record.lease_seconds,
-            "attempts": record.attempts,
-            "downstreamKey": record.downstream_key,
-            "result": record.result,
-            "data": record.data,
+            "type": self._shape.record_type,
         }
         if record.expires_after_seconds is not None:
             # Per-item TTL: takes effect where the container has a default TTL (-1 will do).
@@ -182,20 +254,15 @@ class CosmosStore:
         return document
 
     def _record(self, document: dict[str, Any]) -> Record:
-        if document.get("type") != RECORD_TYPE:
-            raise StoreError(f"{document.get('id')!r} is not an exactly-once record")
+        if document.get("type") != self._shape.record_type:
+            raise StoreError(
+                f"{document.get('id')!r} is not an exactly-once record "
+                f"of type {self._shape.record_type!r}"
+            )
+        record = self._shape.record(document, str(document["id"]), str(document[self._pk]))
         ttl = document.get("ttl")
-        return Record(
-            key=str(document["id"]),
-            partition=str(document[self._pk]),
-            request_hash=str(document["requestHash"]),
-            status=RecordStatus(document["status"]),
-            owner=str(document["owner"]),
-            lease_seconds=float(document["leaseSeconds"]),
-            attempts=int(document["attempts"]),
-            downstream_key=document.get("downstreamKey"),
-            result=document.get("result"),
-            data=document.get("data"),
+        return replace(
+            record,
             expires_after_seconds=int(ttl) if ttl is not None else None,
             stamp=Stamp(etag=str(document["_etag"]), written_at_s=int(document["_ts"])),
         )

@@ -17,17 +17,21 @@ first attempt crashed (its lease ended, by the database's clock) takes the recor
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 import uuid
 from collections.abc import AsyncIterator, Mapping
 
 from fastapi import HTTPException, Request
 from fastapi.responses import JSONResponse
 
-from exactly_once.claims import Claims
 from exactly_once.exceptions import InProgressElsewhereError, PayloadMismatchError
+from exactly_once.keys import (
+    MAX_KEY_LENGTH,
+    KeyedRequests,
+    KeyFault,
+    key_fault,
+    key_record_id,
+    retry_after_seconds,
+)
 from exactly_once.ports import RecordStore
 from exactly_once.records import (
     DEFAULT_LEASE_SECONDS,
@@ -39,18 +43,17 @@ from exactly_once.records import (
 )
 
 HEADER = "Idempotency-Key"
-MAX_KEY_LENGTH = 255
 # How long a completed key is replayed: a day, as the payment APIs that made the header common.
 DEFAULT_EXPIRES_AFTER_SECONDS = 24 * 3600
-# A retry is told to come back within this many seconds, however long the lease.
-MAX_RETRY_AFTER_SECONDS = 5
 
 
 class KeyClaim:
     """What the endpoint gets: the response to replay, or the claim to complete."""
 
-    def __init__(self, store: RecordStore, owned: Record | None, replay: JSONResponse | None):
-        self._store = store
+    def __init__(
+        self, requests: KeyedRequests, owned: Record | None, replay: JSONResponse | None
+    ) -> None:
+        self._requests = requests
         self._owned = owned
         self.replay = replay
         self.completed = False
@@ -58,18 +61,20 @@ class KeyClaim:
     async def complete(
         self, status_code: int, body: JsonInput, headers: Mapping[str, str] | None = None
     ) -> JSONResponse:
-        """Record the response (replayed to every retry) and return it."""
+        """Record the response (replayed to every retry) and return it. A request whose lease
+        ended while it ran, and was taken over by a retry, still answers: the retry records
+        the same response (the store keeps the retry's)."""
         if self._owned is None:
             raise RuntimeError("a replayed request has nothing to complete")
         stored: JsonInput = {"statusCode": status_code, "body": body, "headers": headers or {}}
-        await self._store.complete(self._owned, stored)
+        await self._requests.finish(self._owned, stored)
         self.completed = True
         return _response(stored)
 
     async def release(self) -> None:
         """Forget the claim, so that a retry runs the request again."""
         if self._owned is not None and not self.completed:
-            await self._store.release(self._owned)
+            await self._requests.release(self._owned)
 
 
 class IdempotencyKeys:
@@ -85,7 +90,7 @@ class IdempotencyKeys:
         expires_after_seconds: int = DEFAULT_EXPIRES_AFTER_SECONDS,
         owner: str | None = None,
     ) -> None:
-        self._store = store
+        self._requests = KeyedRequests(store)
         self._scope = scope
         self._lease_seconds = lease_seconds
         self._expires_after_seconds = expires_after_seconds
@@ -105,8 +110,7 @@ class IdempotencyKeys:
     async def claim(self, key: str | None, method: str, path: str, body: bytes) -> KeyClaim:
         """The claim for one request: owned (run it), or a replay; else an `HTTPException`."""
         key = validate_key(key)
-        # The JSON array keeps ("a", "bc") apart from ("ab", "c"); hashed, any key is a safe id.
-        record_key = hashlib.sha256(json.dumps([self._scope, key]).encode("utf-8")).hexdigest()
+        record_key = key_record_id(self._scope, key)
         wanted = Record(
             key=record_key,
             partition=record_key,
@@ -116,41 +120,34 @@ class IdempotencyKeys:
             lease_seconds=self._lease_seconds,
             expires_after_seconds=self._expires_after_seconds,
         )
-        # One owner per request: a second request under a live claim is refused, even from
-        # this process, and never waits (max_wait_seconds=0): the caller retries.
-        claims = Claims(
-            self._store,
-            owner=wanted.owner,
-            lease_seconds=self._lease_seconds,
-            max_wait_seconds=0,
-        )
         try:
-            owned = await claims.own(wanted)
+            owned = await self._requests.begin(wanted)
         except PayloadMismatchError:
             raise HTTPException(
                 422, f"the {HEADER} {key!r} was used with another request; use a new key"
             ) from None
         except InProgressElsewhereError as busy:
-            retry_after = max(1, min(MAX_RETRY_AFTER_SECONDS, math.ceil(busy.seconds_left)))
             raise HTTPException(
                 409,
                 f"a request with this {HEADER} is in progress; retry later",
-                headers={"Retry-After": str(retry_after)},
+                headers={"Retry-After": str(retry_after_seconds(busy.seconds_left))},
             ) from None
         if owned.status is RecordStatus.COMPLETED:
-            return KeyClaim(self._store, None, _response(owned.result))
-        return KeyClaim(self._store, owned, None)
+            return KeyClaim(self._requests, None, _response(owned.result))
+        return KeyClaim(self._requests, owned, None)
 
 
 def validate_key(value: str | None) -> str:
     """The key as sent, if it is 1..255 printable ASCII characters; else a 400."""
-    if not value:
-        raise HTTPException(400, f"the {HEADER} header is required")
-    if len(value) > MAX_KEY_LENGTH or any(not " " <= char <= "~" for char in value):
-        raise HTTPException(
-            400, f"the {HEADER} must be 1..{MAX_KEY_LENGTH} printable ASCII characters"
-        )
-    return value
+    match key_fault(value):
+        case None:
+            return str(value)
+        case KeyFault.MISSING:
+            raise HTTPException(400, f"the {HEADER} header is required")
+        case _:
+            raise HTTPException(
+                400, f"the {HEADER} must be 1..{MAX_KEY_LENGTH} printable ASCII characters"
+            )
 
 
 def _response(stored: JsonInput) -> JSONResponse:

@@ -18,6 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
+from exactly_once.records import JsonObject
 from orders.adapters.cosmos_audit import documents_of_run
 from orders.adapters.cosmos_client import (
     create_cosmos_client,
@@ -54,7 +55,6 @@ from orders.adapters.servicebus_publisher import (
     ServiceBusStatusPublisher,
 )
 from orders.adapters.servicebus_worker import run_session_worker_on, run_worker_on
-from orders.domain.idempotency import StoredResponse
 from orders.domain.leases import DEFAULT_LEASE_SECONDS
 from orders.domain.load_plan import LoadPlan, PlannedCancel
 from orders.domain.outcomes import Decision
@@ -760,8 +760,10 @@ async def send_cancels(
         return await run_cancels(tuple(cancels), cancel, probe)
 
 
-def _load_cancel_response(order_id: str) -> StoredResponse:
-    return StoredResponse(200, {"orderId": order_id, "status": "cancelled"}, {})
+def _load_cancel_response(order_id: str) -> JsonObject:
+    # In the HTTP entrypoint's stored-response shape (`http_contract.StoredResponse`), so that
+    # a caller replaying the load's key through the API gets an answer it can map.
+    return {"statusCode": 200, "body": {"orderId": order_id, "status": "cancelled"}, "headers": {}}
 
 
 async def verify_run(

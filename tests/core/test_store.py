@@ -4,6 +4,9 @@ contract (the create is the lock, every later write If-Match) and the document p
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
 
 import pytest
 from azure.cosmos import PartitionKey
@@ -12,6 +15,7 @@ from core_support import lease_ended, unique
 
 from cosmos_emulator import start_in_background
 from exactly_once import (
+    Claims,
     CosmosStore,
     DocumentExistsError,
     Outcome,
@@ -185,3 +189,65 @@ async def test_an_unreachable_store_is_transient_and_the_message_is_abandoned() 
         Outcome.TRANSIENT_FAILURE,
         Settlement.ABANDON,
     )
+
+
+class FlatShape:
+    """A shape of a user's own: flat fields under names another reader already knows."""
+
+    record_type = "myClaim"
+
+    def fields(self, record: Record) -> dict[str, Any]:
+        return {
+            "hash": record.request_hash,
+            "state": record.status.value,
+            "by": record.owner,
+            "leaseSeconds": record.lease_seconds,
+            "attempts": record.attempts,
+            "answer": record.result,
+        }
+
+    def record(self, document: Mapping[str, Any], key: str, partition: str) -> Record:
+        return Record(
+            key=key,
+            partition=partition,
+            request_hash=str(document["hash"]),
+            status=RecordStatus(document["state"]),
+            owner=str(document["by"]),
+            lease_seconds=float(document["leaseSeconds"]),
+            attempts=int(document["attempts"]),
+            result=document.get("answer"),
+        )
+
+
+async def test_a_shape_of_your_own_lays_out_the_records_fields(
+    container: ContainerProxy,
+) -> None:
+    store = CosmosStore(container, shape=FlatShape())
+    claims = Claims(store, owner="owner-a", max_wait_seconds=0)
+    wanted = replace(new_record(), downstream_key=None, data=None, expires_after_seconds=60)
+
+    owned = await claims.own(wanted)
+    assert await claims.finish(owned, {"answer": 42})
+    again = await Claims(store, owner="owner-b").own(replace(wanted, owner="owner-b"))
+
+    stored = await container.read_item(wanted.key, partition_key=wanted.partition)
+    assert {key: stored[key] for key in ("type", "hash", "state", "by", "answer", "ttl")} == {
+        "type": "myClaim",
+        "hash": "hash-1",
+        "state": "completed",
+        "by": "owner-a",
+        "answer": {"answer": 42},
+        "ttl": 60,
+    }
+    assert "requestHash" not in stored and "result" not in stored
+    assert again.status is RecordStatus.COMPLETED and again.result == {"answer": 42}
+    assert again.expires_after_seconds == 60 and again.stamp is not None
+
+
+async def test_a_shape_refuses_a_document_that_is_not_its_record(
+    container: ContainerProxy, store: CosmosStore
+) -> None:
+    core_record = await store.claim(new_record())
+
+    with pytest.raises(StoreError):
+        await CosmosStore(container, shape=FlatShape()).read(core_record.key, core_record.partition)

@@ -13,9 +13,9 @@ import os
 import re
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,8 @@ from e2e_support import FAST_QUEUE
 from orders.adapters.cosmos_client import create_cosmos_client, idempotency_container
 from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
 from orders.bootstrap import prepare_local_cosmos
-from orders.domain.idempotency import IdempotencyRecord, RecordStatus, StoredResponse, record_id
+from orders.domain.idempotency import key_claim
+from orders.entrypoints.http_contract import StoredResponse
 from orders.entrypoints.localstack import LocalStack, local_stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cli_output"), pytest.mark.timeout(180)]
@@ -118,26 +119,21 @@ def test_keys_show_prints_json_and_iso_times(stack: LocalStack) -> None:
     settings = stack.settings()
     scope = f"app:{settings.idempotency_scope}"
     key = f"key-{uuid.uuid4().hex[:8]}"
-    lease = time.time() + 600
+    lease_seconds = 600
 
-    async def claim() -> None:
+    async def claim() -> float:
         async with create_cosmos_client(settings) as client:
             store = CosmosIdempotencyStore(idempotency_container(client, settings))
-            await store.claim(
-                IdempotencyRecord(
-                    record_id=record_id(scope, key),
-                    scope=scope,
-                    key=key,
-                    request_hash="h",
-                    order_id="o-1",
-                    status=RecordStatus.IN_PROGRESS,
-                    lease_expires_at=lease,
-                    ttl_seconds=3600,
-                    response=StoredResponse(202, {"orderId": "o-1"}, {"location": "/x"}),
-                )
+            claimed = key_claim(
+                scope, key, "o-1", "h", owner="http-1", lease_seconds=600, ttl_seconds=3600
             )
+            answer = StoredResponse(202, {"orderId": "o-1"}, {"location": "/x"}).to_json()
+            stored = await store.claim(replace(claimed, result=answer))
+            assert stored.stamp is not None
+            # The lease ends by the database's clock: the end of the write's second + 600 s.
+            return stored.stamp.written_at_s + 1 + lease_seconds
 
-    asyncio.run(claim())
+    lease = asyncio.run(claim())
 
     text = cli(stack, "keys", "show", key)
     as_json = json.loads(cli(stack, "keys", "show", key, "--json").stdout)

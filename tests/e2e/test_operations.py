@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from typing import Any
 
 import pytest
@@ -13,7 +12,7 @@ from e2e_support import orders_cli
 
 from orders.adapters.cosmos_client import create_cosmos_client, idempotency_container
 from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
-from orders.domain.idempotency import IdempotencyRecord, RecordStatus, record_id
+from orders.domain.idempotency import key_claim
 from orders.entrypoints.localstack import LocalStack
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -96,15 +95,8 @@ def test_keys_are_shown_and_a_live_claim_is_evicted_only_with_force(stack: Local
         async with create_cosmos_client(settings) as client:
             store = CosmosIdempotencyStore(idempotency_container(client, settings))
             await store.claim(
-                IdempotencyRecord(
-                    record_id=record_id(scope, "key-1"),
-                    scope=scope,
-                    key="key-1",
-                    request_hash="h",
-                    order_id="o-1",
-                    status=RecordStatus.IN_PROGRESS,
-                    lease_expires_at=time.time() + 600,
-                    ttl_seconds=3600,
+                key_claim(
+                    scope, "key-1", "o-1", "h", owner="http-1", lease_seconds=600, ttl_seconds=3600
                 )
             )
 

@@ -6,14 +6,24 @@ A module of its own rather than conftest.py: several test areas have a conftest.
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from fakes import FakeOrderDocuments, FakeOrderReader, FakeOrderStore, RecordingPublisher
+from fakes import (
+    FakeIdempotencyStore,
+    FakeOrderDocuments,
+    FakeOrderReader,
+    FakeOrderStore,
+    RecordingPublisher,
+)
 
+from exactly_once.ports import RecordStore
+from exactly_once.records import Record, lease_is_live
 from orders.bootstrap import HttpRuntime
 from orders.entrypoints.http_api import create_app
 from orders.service.idempotency import IdempotentOrderIntake
@@ -82,10 +92,14 @@ def runtime_over(
     )
 
 
-async def api_over(store: IdempotencyStore) -> AsyncIterator[Api]:
+async def api_over(
+    store: IdempotencyStore, *, lease_seconds: float = LEASE_SECONDS
+) -> AsyncIterator[Api]:
     publisher = RecordingPublisher()
     order_store = FakeOrderStore()
     clock = FakeClock()
+    if isinstance(store, FakeIdempotencyStore):
+        store.database_clock = clock  # leases are judged by the (fake) database's clock
     builds: list[HttpRuntime] = []
 
     async def factory() -> HttpRuntime:
@@ -94,6 +108,7 @@ async def api_over(store: IdempotencyStore) -> AsyncIterator[Api]:
             publisher,
             FakeOrderReader(order_store),
             clock,
+            lease_seconds=lease_seconds,
             orders=FakeOrderDocuments(order_store),
         )
         builds.append(runtime)
@@ -119,3 +134,15 @@ def assert_problem(response: httpx.Response, status: int, slug: str) -> dict[str
     assert body["type"] == f"urn:orders:problem:{slug}"
     assert body["title"] and body["detail"]
     return body
+
+
+async def lease_over(records: RecordStore, record: Record, within: float = 10.0) -> None:
+    """Poll (with a deadline) until the database's clock says the record's lease has ended:
+    leases are judged by the database's time alone, which a test cannot advance."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        found = await records.read(record.key, record.partition)
+        if found.record is None or not lease_is_live(found.record, found.database_now_ms):
+            return
+        await asyncio.sleep(0.1)  # polling the database's clock, bounded by the deadline
+    raise AssertionError(f"the lease of {record.key} did not end within {within} s")

@@ -25,13 +25,13 @@ from http_support import (
     runtime_over,
 )
 
+from exactly_once.records import Record
 from orders.adapters.servicebus_publisher import order_message_body
 from orders.bootstrap import HttpRuntime
-from orders.domain.idempotency import IdempotencyRecord, RecordStatus, record_id
+from orders.domain.idempotency import RecordStatus, key_claim, record_id
 from orders.domain.received import ReceivedOrderMessage
 from orders.entrypoints.http_api import create_app
 from orders.exceptions import (
-    LeaseLostError,
     PublishError,
     StoreError,
     TransientPublishError,
@@ -60,8 +60,8 @@ async def test_first_request_publishes_once_and_answers_202_with_a_link(api: Api
     assert [order.order_id for order in api.publisher.published] == [order_id]
     record = fake_store(api).record(record_id("app:tests", "k-first"))
     assert record is not None and record.status is RecordStatus.COMPLETED
-    assert record.ttl_seconds == TTL_SECONDS
-    assert record.response is not None and record.response.body == response.json()
+    assert record.expires_after_seconds == TTL_SECONDS
+    assert isinstance(record.result, dict) and record.result["body"] == response.json()
 
 
 async def test_retry_with_the_same_body_replays_without_publishing(api: Api) -> None:
@@ -276,20 +276,19 @@ async def test_an_endless_body_is_413_without_being_read_to_its_end(api: Api) ->
 # --- crash safety ----------------------------------------------------------------------------
 
 
-def crashed_claim(api: Api, order_id: str, key: str) -> IdempotencyRecord:
+def crashed_claim(api: Api, order_id: str, key: str) -> Record:
     """The record a claimant leaves behind when it dies before publishing."""
     from orders.domain.hashing import request_hash
     from orders.domain.messages import parse_order
 
     order = parse_order(httpx.Request("POST", "/", json=order_payload(order_id)).content)
-    return IdempotencyRecord(
-        record_id=record_id("app:tests", key),
-        scope="app:tests",
-        key=key,
-        request_hash=request_hash(order.canonical_payload()),
-        order_id=order_id,
-        status=RecordStatus.IN_PROGRESS,
-        lease_expires_at=api.clock() + LEASE_SECONDS,
+    return key_claim(
+        "app:tests",
+        key,
+        order_id,
+        request_hash(order.canonical_payload()),
+        owner="http-crashed",
+        lease_seconds=LEASE_SECONDS,
         ttl_seconds=TTL_SECONDS,
     )
 
@@ -299,15 +298,16 @@ async def test_a_crashed_claim_blocks_until_its_lease_ends_then_is_taken_over(ap
     abandoned = await api.store.claim(crashed_claim(api, order_id, "k-crash"))
 
     blocked = await api.post(order_payload(order_id), key="k-crash")
-    api.clock.advance(LEASE_SECONDS + 0.001)
+    # The database stamps whole seconds (`_ts`): the lease counts from the end of that second.
+    api.clock.advance(LEASE_SECONDS + 1)
     taken_over = await api.post(order_payload(order_id), key="k-crash")
 
     assert_problem(blocked, 409, "request-in-progress")
     assert taken_over.status_code == 202 and "idempotent-replayed" not in taken_over.headers
     assert [order.order_id for order in api.publisher.published] == [order_id]
-    record = fake_store(api).record(abandoned.record_id)
+    record = fake_store(api).record(abandoned.key)
     assert record is not None and record.status is RecordStatus.COMPLETED
-    assert record.etag != abandoned.etag
+    assert record.stamp != abandoned.stamp
     assert fake_store(api).calls.count("take_over") == 1
 
 
@@ -337,11 +337,15 @@ async def test_a_stale_claimant_cannot_overwrite_the_new_owner(api: Api) -> None
 
 
 async def test_losing_the_race_for_an_expired_claim_is_409(api: Api) -> None:
-    # Another retry replaced the expired record between our read and our If-Match replace.
+    # Another retry replaces the expired record between our read and our If-Match replace.
     order_id = new_order_id()
-    await api.store.claim(crashed_claim(api, order_id, "k-race"))
+    expired = await api.store.claim(crashed_claim(api, order_id, "k-race"))
     api.clock.advance(LEASE_SECONDS + 1)
-    fake_store(api).fail_next("take_over", LeaseLostError("412"))
+
+    async def another_retry_takes_it_over() -> None:
+        await fake_store(api).take_over(expired, "http-other", LEASE_SECONDS)
+
+    fake_store(api).before_next("take_over", another_retry_takes_it_over)
 
     response = await api.post(order_payload(order_id), key="k-race")
 

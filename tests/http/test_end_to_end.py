@@ -21,15 +21,17 @@ from typing import Any
 import httpx
 import pytest
 from fakes import order_payload
+from http_support import lease_over
 from servers import free_port, stop_process, wait_for_port
 
+from exactly_once.records import Record
 from orders.adapters.cosmos_client import create_cosmos_client, idempotency_container
 from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
 from orders.adapters.servicebus import create_servicebus_client
 from orders.adapters.servicebus_publisher import ServiceBusOrderPublisher
 from orders.bootstrap import HttpRuntime, build_http_runtime, run_worker
 from orders.domain.hashing import request_hash
-from orders.domain.idempotency import IdempotencyRecord, RecordStatus, record_id
+from orders.domain.idempotency import key_claim, record_id
 from orders.domain.messages import parse_order
 from orders.entrypoints.http_api import create_app
 from orders.entrypoints.localstack import QueueOptions
@@ -175,7 +177,8 @@ async def test_a_crashed_claim_is_taken_over_and_the_broker_drops_the_second_sen
             await crashed.close()
         async with create_cosmos_client(settings) as cosmos:
             store = CosmosIdempotencyStore(idempotency_container(cosmos, settings))
-            await store.claim(abandoned_claim(order_id, key, settings))
+            abandoned = await store.claim(abandoned_claim(order_id, key, settings))
+            await lease_over(store, abandoned)  # its owner is gone and its lease has ended
 
             # When the client retries
             async def factory() -> HttpRuntime:
@@ -211,15 +214,15 @@ async def test_a_crashed_claim_is_taken_over_and_the_broker_drops_the_second_sen
     assert stats.received == 1 and left_in_queue == []
 
 
-def abandoned_claim(order_id: str, key: str, settings: Settings) -> IdempotencyRecord:
+def abandoned_claim(order_id: str, key: str, settings: Settings) -> Record:
     order = parse_order(json.dumps(order_payload(order_id)).encode())
-    return IdempotencyRecord(
-        record_id=record_id("app:default", key),
-        scope="app:default",
-        key=key,
-        request_hash=request_hash(order.canonical_payload()),
-        order_id=order_id,
-        status=RecordStatus.IN_PROGRESS,
-        lease_expires_at=time.time() - 1,  # its owner is gone and its lease has ended
+    # A lease of 0 s ends with the second of the claim's write, by the database's clock.
+    return key_claim(
+        "app:default",
+        key,
+        order_id,
+        request_hash(order.canonical_payload()),
+        owner="http-crashed",
+        lease_seconds=0,
         ttl_seconds=settings.idempotency_ttl_seconds,
     )

@@ -1,7 +1,8 @@
 """One contract for the idempotency store: the fake and the Cosmos adapter on our emulator.
 
-The fake drives the unit tests, so it must behave as the adapter does over a real Cosmos wire
-server: a create that conflicts carries the stored record, and fenced writes honour ETags.
+The fake drives the unit tests, so it must behave as the adapter (the core's `CosmosStore` in
+the intake's shape) does over a real Cosmos wire server: a create that conflicts carries the
+stored record and the database's time, and fenced writes honour ETags.
 """
 
 from __future__ import annotations
@@ -16,16 +17,11 @@ from azure.cosmos import PartitionKey
 from azure.cosmos.aio import CosmosClient
 from fakes import FakeIdempotencyStore
 
+from exactly_once.exceptions import RecordChangedError, RecordExistsError
+from exactly_once.records import Record, lease_is_live
 from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
-from orders.domain.idempotency import (
-    IdempotencyRecord,
-    IdempotencyRecordExistsError,
-    OrderIdClaim,
-    RecordStatus,
-    record_id,
-)
+from orders.domain.idempotency import KeyRecord, OrderIdClaim, RecordStatus, key_claim
 from orders.entrypoints.http_contract import accepted_response
-from orders.exceptions import LeaseLostError
 from orders.service.ports import IdempotencyStore
 
 
@@ -43,85 +39,88 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
         yield CosmosIdempotencyStore(container)
 
 
-def claim_for(key: str | None = None, *, scope: str = "app:t", order_id: str = "o-1") -> Any:
-    key = key or uuid.uuid4().hex
-    return IdempotencyRecord(
-        record_id=record_id(scope, key),
-        scope=scope,
-        key=key,
-        request_hash="hash-1",
-        order_id=order_id,
-        status=RecordStatus.IN_PROGRESS,
-        lease_expires_at=1_000.5,
+def claim_for(key: str | None = None, *, scope: str = "app:t", order_id: str = "o-1") -> Record:
+    return key_claim(
+        scope,
+        key or uuid.uuid4().hex,
+        order_id,
+        "hash-1",
+        owner="http-a",
+        lease_seconds=30,
         ttl_seconds=3600,
     )
 
 
-async def test_claim_returns_the_record_with_an_etag(store: IdempotencyStore) -> None:
+async def test_claim_returns_the_record_stamped(store: IdempotencyStore) -> None:
     claim = claim_for()
 
     owned = await store.claim(claim)
 
-    assert owned.etag
-    assert replace(owned, etag=None) == claim
+    assert owned.stamp is not None and owned.stamp.etag
+    assert replace(owned, stamp=None) == claim
 
 
-async def test_second_claim_conflicts_with_the_stored_record(store: IdempotencyStore) -> None:
+async def test_second_claim_conflicts_with_the_stored_record_and_a_live_lease(
+    store: IdempotencyStore,
+) -> None:
     claim = claim_for()
     owned = await store.claim(claim)
 
-    with pytest.raises(IdempotencyRecordExistsError) as conflict:
+    with pytest.raises(RecordExistsError) as conflict:
         await store.claim(replace(claim, request_hash="hash-2"))
 
     assert conflict.value.existing == owned
+    assert lease_is_live(conflict.value.existing, conflict.value.database_now_ms)
 
 
 async def test_complete_is_fenced_by_the_claimants_etag(store: IdempotencyStore) -> None:
     owned = await store.claim(claim_for())
-    completed = owned.completed(accepted_response(owned.order_id))
+    answer = accepted_response("o-1")
 
-    done = await store.complete(completed, etag=owned.etag or "")
-    with pytest.raises(LeaseLostError):
-        await store.complete(completed, etag=owned.etag or "")
+    done = await store.complete(owned, answer)
+    with pytest.raises(RecordChangedError):
+        await store.complete(owned, answer)
 
-    assert done.etag and done.etag != owned.etag
-    assert done.status is RecordStatus.COMPLETED and done.response is not None
-    with pytest.raises(IdempotencyRecordExistsError) as conflict:
-        await store.claim(claim_for(owned.key))
+    assert done.stamp is not None and owned.stamp is not None
+    assert done.stamp.etag != owned.stamp.etag
+    assert done.status is RecordStatus.COMPLETED and done.result == answer
+    with pytest.raises(RecordExistsError) as conflict:
+        await store.claim(claim_for(KeyRecord.of(owned).key))
     assert conflict.value.existing == done
 
 
 async def test_take_over_succeeds_once_per_etag(store: IdempotencyStore) -> None:
     owned = await store.claim(claim_for())
-    renewed = replace(owned, lease_expires_at=2_000.0, etag=None)
 
-    winner = await store.take_over(renewed, etag=owned.etag or "")
-    with pytest.raises(LeaseLostError):
-        await store.take_over(renewed, etag=owned.etag or "")
-    with pytest.raises(LeaseLostError):
-        await store.complete(owned.completed(accepted_response("o-1")), etag=owned.etag or "")
+    winner = await store.take_over(owned, "http-b", 60)
+    with pytest.raises(RecordChangedError):
+        await store.take_over(owned, "http-c", 60)
+    with pytest.raises(RecordChangedError):
+        await store.complete(owned, accepted_response("o-1"))
 
-    assert winner.lease_expires_at == 2_000.0
+    assert (winner.owner, winner.lease_seconds, winner.attempts) == ("http-b", 60, 2)
 
 
 async def test_release_is_fenced_and_frees_the_key(store: IdempotencyStore) -> None:
     owned = await store.claim(claim_for())
+    taken = await store.take_over(owned, "http-b", 30)
 
-    with pytest.raises(LeaseLostError):
-        await store.release(owned.record_id, etag='"not-the-etag"')
-    await store.release(owned.record_id, etag=owned.etag or "")
-    await store.release(owned.record_id, etag=owned.etag or "")  # already gone: fine
+    await store.release(owned)  # moved on: nothing of ours to release
+    assert (await store.read(owned.key, owned.partition)).record == taken
+    await store.release(taken)
+    await store.release(taken)  # already gone: fine
 
-    again = await store.claim(claim_for(owned.key))
-    assert again.etag
+    assert (await store.read(owned.key, owned.partition)).record is None
+    again = await store.claim(owned)
+    assert again.stamp is not None
 
 
 async def test_fenced_writes_on_a_vanished_record_lose_the_lease(store: IdempotencyStore) -> None:
     owned = await store.claim(claim_for())
-    await store.release(owned.record_id, etag=owned.etag or "")
+    await store.release(owned)
 
-    with pytest.raises(LeaseLostError):
-        await store.complete(owned.completed(accepted_response("o-1")), etag=owned.etag or "")
+    with pytest.raises(RecordChangedError):
+        await store.complete(owned, accepted_response("o-1"))
 
 
 async def test_find_order_sees_only_completed_records_of_the_scope(
@@ -131,12 +130,13 @@ async def test_find_order_sees_only_completed_records_of_the_scope(
     owned = await store.claim(claim_for(scope="app:mine", order_id=order_id))
 
     before = await store.find_order("app:mine", order_id)
-    await store.complete(owned.completed(accepted_response(order_id)), etag=owned.etag or "")
+    await store.complete(owned, accepted_response(order_id))
     mine = await store.find_order("app:mine", order_id)
     theirs = await store.find_order("app:theirs", order_id)
 
     assert before is None and theirs is None
     assert mine is not None and mine.order_id == order_id
+    assert mine.answer == accepted_response(order_id)
 
 
 async def test_an_order_id_claim_keeps_the_first_payload(store: IdempotencyStore) -> None:

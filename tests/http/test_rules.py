@@ -1,74 +1,36 @@
-"""The idempotency rules without any I/O: keys, record ids, verdicts, the published body."""
+"""The idempotency rules without any I/O: keys, record ids, the record's stored shape, the
+published body. (The verdicts on a found record and Retry-After are the core's: tests/core.)"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from decimal import Decimal
 
 import pytest
 from fakes import order_payload
 
+from exactly_once.records import Record
+from orders.adapters.cosmos_idempotency import IntakeRecordShape
 from orders.adapters.servicebus_publisher import order_message_body
 from orders.domain.hashing import request_hash
 from orders.domain.idempotency import (
-    IdempotencyRecord,
+    KeyRecord,
     RecordStatus,
-    Verdict,
-    judge,
+    key_claim,
     record_id,
-    retry_after_seconds,
     validate_idempotency_key,
 )
 from orders.domain.messages import parse_order, parse_order_message
-from orders.entrypoints.http_contract import accepted_response, order_location
+from orders.entrypoints.http_contract import StoredResponse, accepted_response, order_location
 from orders.exceptions import InvalidIdempotencyKeyError
 
-NOW = 1_000.0
 
-
-def record(
-    status: RecordStatus, *, lease_expires_at: float, hash_: str = "h1"
-) -> IdempotencyRecord:
-    return IdempotencyRecord(
-        record_id="r",
-        scope="s",
-        key="k",
-        request_hash=hash_,
-        order_id="o-1",
-        status=status,
-        lease_expires_at=lease_expires_at,
-        ttl_seconds=60,
-        response=accepted_response("o-1") if status is RecordStatus.COMPLETED else None,
-        etag='"e"',
-    )
-
-
-@pytest.mark.parametrize(
-    ("status", "lease_expires_at", "incoming_hash", "verdict"),
-    [
-        (RecordStatus.COMPLETED, NOW - 100, "h1", Verdict.REPLAY),
-        (RecordStatus.COMPLETED, NOW + 100, "h1", Verdict.REPLAY),
-        (RecordStatus.COMPLETED, NOW + 100, "h2", Verdict.MISMATCH),
-        (RecordStatus.IN_PROGRESS, NOW + 0.5, "h1", Verdict.IN_PROGRESS),
-        (RecordStatus.IN_PROGRESS, NOW + 0.5, "h2", Verdict.MISMATCH),
-        (RecordStatus.IN_PROGRESS, NOW, "h1", Verdict.TAKE_OVER),
-        (RecordStatus.IN_PROGRESS, NOW - 1, "h1", Verdict.TAKE_OVER),
-    ],
-)
-def test_verdicts(
-    status: RecordStatus, lease_expires_at: float, incoming_hash: str, verdict: Verdict
-) -> None:
-    assert judge(record(status, lease_expires_at=lease_expires_at), incoming_hash, NOW) is verdict
-
-
-@pytest.mark.parametrize(
-    ("remaining", "cap", "expected"), [(0.2, 1, 1), (25.0, 1, 1), (25.0, 10, 10), (3.2, 10, 4)]
-)
-def test_retry_after_is_at_least_one_and_at_most_the_cap(
-    remaining: float, cap: int, expected: int
-) -> None:
-    existing = record(RecordStatus.IN_PROGRESS, lease_expires_at=NOW + remaining)
-    assert retry_after_seconds(existing, NOW, cap) == expected
+def claim(status: RecordStatus = RecordStatus.IN_PROGRESS) -> Record:
+    claimed = key_claim("s", "k", "o-1", "h1", owner="http-1", lease_seconds=30, ttl_seconds=60)
+    if status is RecordStatus.COMPLETED:
+        return replace(claimed, status=status, result=accepted_response("o-1"), attempts=2)
+    return claimed
 
 
 def test_record_ids_are_cosmos_safe_and_unambiguous() -> None:
@@ -92,12 +54,69 @@ def test_invalid_keys(key: str | None, missing: bool) -> None:
     assert raised.value.missing is missing
 
 
-def test_record_document_round_trip_keeps_everything_and_sets_the_item_ttl() -> None:
-    original = record(RecordStatus.COMPLETED, lease_expires_at=NOW)
-    document = original.to_document() | {"_etag": '"e"'}
+@pytest.mark.parametrize("status", [RecordStatus.IN_PROGRESS, RecordStatus.COMPLETED])
+def test_the_record_shape_round_trips_in_the_fields_its_readers_know(
+    status: RecordStatus,
+) -> None:
+    original = claim(status)
+    shape = IntakeRecordShape()
 
-    assert document["ttl"] == 60 and document["id"] == "r"
-    assert IdempotencyRecord.from_document(document) == original
+    document = shape.fields(original)
+
+    assert shape.record_type == "idempotencyRecord"
+    assert {key: document[key] for key in ("scope", "key", "orderId", "status")} == {
+        "scope": "s",
+        "key": "k",
+        "orderId": "o-1",
+        "status": status.value,
+    }
+    assert document["response"] == original.result
+    # id, type, ttl and the stamp are the store's to write and read (CosmosStore)
+    assert not {"id", "type", "ttl", "_etag", "_ts"} & document.keys()
+    read = shape.record(document, original.key, original.partition)
+    assert read == replace(original, expires_after_seconds=None)
+    assert KeyRecord.of(read).answer == (
+        original.result if status is RecordStatus.COMPLETED else None
+    )
+
+
+def test_a_record_written_before_database_clock_leases_is_read_with_its_lease() -> None:
+    """Records written by the previous version (within their TTL after an upgrade) carry the
+    claimant's `leaseExpiresAt` and no owner: the lease left is counted from their `_ts`."""
+    identifier = record_id("s", "k")
+    legacy: dict[str, object] = {
+        "id": identifier,
+        "type": "idempotencyRecord",
+        "scope": "s",
+        "key": "k",
+        "requestHash": "h1",
+        "orderId": "o-1",
+        "status": "inProgress",
+        "leaseExpiresAt": 1_000.5 + 30,
+        "response": None,
+        "ttl": 60,
+        "_etag": '"e"',
+        "_ts": 1_000,
+    }
+
+    read = IntakeRecordShape().record(legacy, identifier, identifier)
+
+    # Its lease ran from the end of its `_ts` second (1001 s) to 1030.5 s.
+    assert (read.owner, read.attempts, read.lease_seconds) == ("", 1, 29.5)
+    assert KeyRecord.of(read) == KeyRecord(
+        identifier, "s", "k", "o-1", "h1", status=RecordStatus.IN_PROGRESS, answer=None
+    )
+
+
+def test_a_stored_response_is_json_the_entrypoint_maps_back() -> None:
+    answer = accepted_response("o-1")
+
+    assert answer == {
+        "statusCode": 202,
+        "body": {"orderId": "o-1", "status": "accepted", "location": "/api/orders/o-1"},
+        "headers": {"Location": "/api/orders/o-1"},
+    }
+    assert StoredResponse.of_json(answer).to_json() == answer
 
 
 def test_location_escapes_the_order_id() -> None:

@@ -6,18 +6,19 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
 from azure.cosmos import PartitionKey
 from azure.cosmos.aio import ContainerProxy, CosmosClient
+from azure.cosmos.exceptions import CosmosResourceExistsError
 from fakes import new_write
 from servers import CosmosServer
 
-from orders.adapters.cosmos_idempotency import CLAIM_ATTEMPTS, CosmosIdempotencyStore
+from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore, order_claim_id
 from orders.adapters.cosmos_store import CosmosOrderStore
-from orders.domain.idempotency import IdempotencyRecord, OrderIdClaim, RecordStatus, record_id
+from orders.domain.idempotency import OrderIdClaim, core_store_errors, key_claim
 from orders.exceptions import TransientStoreError
 
 
@@ -62,28 +63,57 @@ async def test_an_order_that_conflicts_then_vanishes_is_a_transient_failure(
     assert remaining_hits(python_cosmos, rule["id"]) == 0  # the 404 was really served
 
 
-async def test_a_key_record_that_keeps_vanishing_is_transient_after_bounded_attempts(
-    python_cosmos: CosmosServer, containers: dict[str, ContainerProxy]
-) -> None:
-    store = CosmosIdempotencyStore(containers["idempotency"])
-    key = uuid.uuid4().hex
-    record = IdempotencyRecord(
-        record_id=record_id("app:t", key),
-        scope="app:t",
-        key=key,
-        request_hash="h",
-        order_id="o-1",
-        status=RecordStatus.IN_PROGRESS,
-        lease_expires_at=1.0,
-        ttl_seconds=600,
-    )
-    await store.claim(record)
-    rule = vanish_on_read(python_cosmos, record.record_id, times=CLAIM_ATTEMPTS)
+class FlappingContainer:
+    """The real container, but another claimant releases the key between each conflict and
+    our read, and claims it again before our next create: the record keeps appearing and
+    vanishing (a query's empty answer cannot be staged with the emulator's fault rules)."""
 
-    with pytest.raises(TransientStoreError, match="kept conflicting and vanishing"):
+    def __init__(self, container: ContainerProxy, other: dict[str, Any]) -> None:
+        self._container = container
+        self._other = other
+        self.conflicts = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._container, name)
+
+    async def create_item(self, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        await self._container.upsert_item(self._other)  # the other claimant claims it again
+        try:
+            return dict(await self._container.create_item(body, **kwargs))
+        except CosmosResourceExistsError:
+            self.conflicts += 1
+            await self._container.delete_item(self._other["id"], partition_key=self._other["id"])
+            raise
+
+
+async def test_a_key_record_that_keeps_vanishing_is_transient_after_bounded_attempts(
+    containers: dict[str, ContainerProxy],
+) -> None:
+    record = key_claim(
+        "app:t", uuid.uuid4().hex, "o-1", "h", owner="http-a", lease_seconds=30, ttl_seconds=600
+    )
+    other = {
+        "id": record.key,
+        "type": "idempotencyRecord",
+        "scope": "app:t",
+        "key": "k",
+        "orderId": "o-1",
+        "requestHash": "h",
+        "status": "inProgress",
+        "owner": "http-b",
+        "leaseSeconds": 30,
+        "attempts": 1,
+    }
+    flapping = FlappingContainer(containers["idempotency"], other)
+    store = CosmosIdempotencyStore(cast(ContainerProxy, flapping))
+
+    with (
+        pytest.raises(TransientStoreError, match="keeps appearing and vanishing"),
+        core_store_errors(),  # as the intake calls the store
+    ):
         await store.claim(record)
 
-    assert remaining_hits(python_cosmos, rule["id"]) == 0
+    assert flapping.conflicts == 3  # bounded: the core's claim gives up after 3 attempts
 
 
 async def test_an_order_id_claim_that_vanishes_once_is_read_on_the_next_attempt(
@@ -92,7 +122,7 @@ async def test_an_order_id_claim_that_vanishes_once_is_read_on_the_next_attempt(
     store = CosmosIdempotencyStore(containers["idempotency"])
     claim = OrderIdClaim(f"race-{uuid.uuid4().hex[:10]}", "hash-1")
     await store.claim_order_id(claim)
-    vanish_on_read(python_cosmos, claim.document_id, times=1)
+    vanish_on_read(python_cosmos, order_claim_id(claim.order_id), times=1)
 
     first = await store.claim_order_id(OrderIdClaim(claim.order_id, "hash-2"))
 

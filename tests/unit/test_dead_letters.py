@@ -3,17 +3,19 @@ resubmitting or evicting would do harm."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from exactly_once.records import Record, Stamp
 from orders.domain.dead_letters import (
     DeadLetter,
     Selection,
     resubmit_refusal,
     resubmitted_properties,
 )
-from orders.domain.idempotency import IdempotencyRecord, RecordStatus, eviction_refusal
+from orders.domain.idempotency import RecordStatus, eviction_refusal, key_claim
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 WINDOW = timedelta(minutes=10)
@@ -82,17 +84,20 @@ def test_previews_escape_untrusted_bodies_and_say_when_they_are_cut() -> None:
     assert dead().preview.startswith("{oops\\n") and dead().preview.endswith("...")
 
 
-def record(status: RecordStatus, lease_expires_at: float) -> IdempotencyRecord:
-    return IdempotencyRecord("id", "app:t", "k", "h", "o-1", status, lease_expires_at, 60)
+def record(status: RecordStatus, written_at_s: int) -> Record:
+    """A key's record written at `written_at_s` (database time) with a 30 s lease."""
+    claimed = key_claim("app:t", "k", "o-1", "h", owner="http-1", lease_seconds=30, ttl_seconds=60)
+    return replace(claimed, status=status, stamp=Stamp('"e"', written_at_s))
 
 
 def test_a_live_claim_is_evicted_only_with_force() -> None:
-    live = record(RecordStatus.IN_PROGRESS, lease_expires_at=130.0)
+    # Leases are judged by the database's clock: written at 99 s, a 30 s lease runs to 130 s.
+    live = record(RecordStatus.IN_PROGRESS, written_at_s=99)
 
-    assert "in progress" in (eviction_refusal(live, 100.0, force=False) or "")
-    assert eviction_refusal(live, 100.0, force=True) is None
-    assert eviction_refusal(record(RecordStatus.IN_PROGRESS, 90.0), 100.0, force=False) is None
-    assert eviction_refusal(record(RecordStatus.COMPLETED, 130.0), 100.0, force=False) is None
+    assert "in progress" in (eviction_refusal(live, 100_000, force=False) or "")
+    assert eviction_refusal(live, 100_000, force=True) is None
+    assert eviction_refusal(record(RecordStatus.IN_PROGRESS, 59), 100_000, force=False) is None
+    assert eviction_refusal(record(RecordStatus.COMPLETED, 99), 100_000, force=False) is None
 
 
 def test_a_selection_of_sequence_numbers_is_finished_once_each_was_handled() -> None:

@@ -1,95 +1,130 @@
-"""Idempotency records on Cosmos DB (container partitioned by /id, per-item ttl).
+"""The HTTP intake's records on Cosmos DB (container partitioned by /id, per-item ttl).
 
-The create is the claim (409 = the key is taken), and every later write is conditioned on the
-ETag the claimant got (If-Match), so a stale attempt can never overwrite a newer owner.
+Key records run on the `exactly_once` core's one Cosmos implementation (`CosmosStore`): the
+create is the claim, every later write is If-Match the claimant's ETag, and a lease is judged
+by the database's clock (the record's `_ts` against `GetCurrentTimestamp()`). This module adds
+only the layout the console, `orders keys` and GET read (`IntakeRecordShape`), the orderId
+claims, and the lookups GET and operators need.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from azure.core import MatchConditions
 from azure.cosmos import exceptions as cosmos_errors
 from azure.cosmos.aio import ContainerProxy
 
-from orders.adapters.cosmos_errors import fenced_write, read_document, store_errors
-from orders.domain.idempotency import (
-    RECORD_DOCUMENT_TYPE,
-    IdempotencyRecord,
-    IdempotencyRecordExistsError,
-    OrderIdClaim,
-    RecordStatus,
-)
-from orders.exceptions import LeaseLostError, TransientStoreError
+from exactly_once import CosmosStore, DocumentExistsError, Record, RecordRead, RecordStatus
+from exactly_once.cosmos import claim_fields
+from orders.adapters.cosmos_errors import store_errors
+from orders.domain.idempotency import KeyRecord, OrderIdClaim, core_store_errors
+from orders.exceptions import TransientStoreError
 
-# A record can vanish between the 409 and the read (released after a failed send, or expired):
-# then the create is simply tried again, a few times at most.
-CLAIM_ATTEMPTS = 3
+RECORD_DOCUMENT_TYPE = "idempotencyRecord"
+ORDER_CLAIM_DOCUMENT_TYPE = "orderIdClaim"
+# An orderId claim that conflicts, then cannot be read, is created again this often.
+ORDER_CLAIM_ATTEMPTS = 3
 
 
-class CosmosIdempotencyStore:
-    """`IdempotencyStore` over one container partitioned by `/id` (so every record is a point)."""
+class IntakeRecordShape:
+    """A key's record as the intake has always stored it: flat `scope`, `key`, `orderId` and
+    the first answer under `response`, beside the core's claim fields (`owner`,
+    `leaseSeconds`, `attempts`).
+
+    Records written before the core judged leases carry `leaseExpiresAt` (the claimant's clock)
+    instead of `owner` and `leaseSeconds`; they are read as an unnamed owner's claim whose lease
+    runs from their `_ts` to that time, so a key claimed just before an upgrade is still
+    protected, and replayed once completed, within its TTL."""
+
+    record_type = RECORD_DOCUMENT_TYPE
+
+    def fields(self, record: Record) -> dict[str, Any]:
+        data = KeyRecord.of(record)
+        return {
+            "scope": data.scope,
+            "key": data.key,
+            "orderId": data.order_id,
+            **claim_fields(record),
+            "response": record.result,
+        }
+
+    def record(self, document: Mapping[str, Any], key: str, partition: str) -> Record:
+        lease_seconds = document.get("leaseSeconds")
+        if lease_seconds is None:  # written before the database's clock judged leases
+            written_at_s = int(document.get("_ts", 0))
+            legacy_end = float(document.get("leaseExpiresAt", 0.0))
+            lease_seconds = max(0.0, legacy_end - (written_at_s + 1))
+        return Record(
+            key=key,
+            partition=partition,
+            request_hash=str(document["requestHash"]),
+            status=RecordStatus(document["status"]),
+            owner=str(document.get("owner") or ""),
+            lease_seconds=float(lease_seconds),
+            attempts=int(document.get("attempts", 1)),
+            result=document.get("response"),
+            data={
+                "scope": str(document["scope"]),
+                "key": str(document["key"]),
+                "orderId": str(document["orderId"]),
+            },
+        )
+
+
+def order_claim_id(order_id: str) -> str:
+    # Record ids are SHA-256 hex, so the prefix keeps the two kinds of id apart.
+    return f"order:{order_id}"
+
+
+def order_claim_document(claim: OrderIdClaim) -> dict[str, Any]:
+    return {
+        "type": ORDER_CLAIM_DOCUMENT_TYPE,
+        "orderId": claim.order_id,
+        "requestHash": claim.request_hash,
+        "ownerScope": claim.owner_scope,
+    }
+
+
+def order_claim(document: Mapping[str, Any]) -> OrderIdClaim:
+    return OrderIdClaim(
+        order_id=str(document["orderId"]),
+        request_hash=str(document["requestHash"]),
+        owner_scope=document.get("ownerScope"),
+    )
+
+
+class CosmosIdempotencyStore(CosmosStore):
+    """`IdempotencyStore`: the core's `CosmosStore` over the intake's container (partitioned by
+    `/id`, so every record and claim is a point), in the intake's shape, plus orderId claims and
+    the lookups of GET and operators."""
 
     def __init__(self, container: ContainerProxy) -> None:
-        self._container = container
-
-    async def claim(self, record: IdempotencyRecord) -> IdempotencyRecord:
-        for _ in range(CLAIM_ATTEMPTS):
-            with store_errors():
-                try:
-                    stored = await self._container.create_item(body=record.to_document())
-                except cosmos_errors.CosmosResourceExistsError:
-                    stored = None
-            if stored is not None:
-                return IdempotencyRecord.from_document(stored)
-            existing = await self._read(record.record_id)
-            if existing is not None:
-                raise IdempotencyRecordExistsError(existing)
-        raise TransientStoreError(
-            f"idempotency record {record.record_id!r} kept conflicting and vanishing"
-        )
-
-    async def take_over(self, record: IdempotencyRecord, *, etag: str) -> IdempotencyRecord:
-        return await self._replace(record, etag)
-
-    async def complete(self, record: IdempotencyRecord, *, etag: str) -> IdempotencyRecord:
-        return await self._replace(record, etag)
-
-    async def release(self, record_id: str, *, etag: str) -> None:
-        with store_errors():
-            try:
-                await self._container.delete_item(
-                    item=record_id,
-                    partition_key=record_id,
-                    etag=etag,
-                    match_condition=MatchConditions.IfNotModified,
-                )
-            except cosmos_errors.CosmosResourceNotFoundError:
-                return
-            except cosmos_errors.CosmosAccessConditionFailedError as exc:
-                raise LeaseLostError(f"record {record_id!r} changed owner") from exc
+        super().__init__(container, partition_key_field="id", shape=IntakeRecordShape())
+        self._documents = container
 
     async def claim_order_id(self, claim: OrderIdClaim) -> OrderIdClaim:
-        for _ in range(CLAIM_ATTEMPTS):
-            with store_errors():
+        """Create the claim, or return the one stored first. Claims never expire, but one an
+        operator deleted between our conflict and our read is simply created again."""
+        document_id = order_claim_id(claim.order_id)
+        for _ in range(ORDER_CLAIM_ATTEMPTS):
+            with core_store_errors():
                 try:
-                    await self._container.create_item(body=claim.to_document())
+                    await self.create_all(document_id, [order_claim_document(claim)])
                     return claim
-                except cosmos_errors.CosmosResourceExistsError:
-                    pass
-            document = await read_document(self._container, claim.document_id, claim.document_id)
-            if document is not None:
-                return OrderIdClaim.from_document(document)
-        raise TransientStoreError(
-            f"order claim {claim.document_id!r} kept conflicting and vanishing"
-        )
+                except DocumentExistsError:
+                    stored = await self.get(document_id, document_id)
+            if stored is not None:
+                return order_claim(stored.body)
+        raise TransientStoreError(f"order claim {document_id!r} kept conflicting and vanishing")
 
     async def read_order_id_claim(self, order_id: str) -> OrderIdClaim | None:
-        document_id = OrderIdClaim(order_id, "").document_id
-        document = await read_document(self._container, document_id, document_id)
-        return OrderIdClaim.from_document(document) if document is not None else None
+        document_id = order_claim_id(order_id)
+        with core_store_errors():
+            stored = await self.get(document_id, document_id)
+        return order_claim(stored.body) if stored is not None else None
 
-    async def find_order(self, scope: str, order_id: str) -> IdempotencyRecord | None:
+    async def find_order(self, scope: str, order_id: str) -> KeyRecord | None:
         # Cross-partition, but only GET of an order that is not stored yet pays for it.
         query = (
             "SELECT * FROM c WHERE c.type = @type AND c.orderId = @orderId "
@@ -102,33 +137,28 @@ class CosmosIdempotencyStore:
             {"name": "@status", "value": RecordStatus.COMPLETED.value},
         ]
         with store_errors():
-            async for document in self._container.query_items(query, parameters=parameters):
-                return IdempotencyRecord.from_document(document)
+            async for document in self._documents.query_items(query, parameters=parameters):
+                identifier = str(document["id"])
+                return KeyRecord.of(IntakeRecordShape().record(document, identifier, identifier))
         return None
 
-    async def _replace(self, record: IdempotencyRecord, etag: str) -> IdempotencyRecord:
-        with fenced_write(f"record {record.record_id!r} changed owner"):
-            stored = await self._container.replace_item(
-                item=record.record_id,
-                body=record.to_document(),
-                etag=etag,
-                match_condition=MatchConditions.IfNotModified,
-            )
-        return IdempotencyRecord.from_document(stored)
+    async def read_key(self, record_id: str) -> RecordRead:
+        """A key's record as stored, with the database's time (operators' `orders keys`)."""
+        with core_store_errors():
+            return await self.read(record_id, record_id)
 
-    async def read(self, record_id: str) -> IdempotencyRecord | None:
-        """A key's record as stored (operators' `orders keys show`)."""
-        return await self._read(record_id)
+    def document(self, record: Record) -> dict[str, Any]:
+        """A key's record as stored (its shape, `id`, `ttl` and ETag): what operators see."""
+        document = self._record_document(record)
+        if record.stamp is not None:
+            document["_etag"] = record.stamp.etag
+        return document
 
     async def evict(self, record_id: str) -> bool:
         """Delete a key's record whatever its state; False when there was none."""
         with store_errors():
             try:
-                await self._container.delete_item(item=record_id, partition_key=record_id)
+                await self._documents.delete_item(item=record_id, partition_key=record_id)
             except cosmos_errors.CosmosResourceNotFoundError:
                 return False
         return True
-
-    async def _read(self, item_id: str) -> IdempotencyRecord | None:
-        document = await read_document(self._container, item_id, item_id)
-        return IdempotencyRecord.from_document(document) if document is not None else None

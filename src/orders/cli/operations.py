@@ -10,7 +10,6 @@ import asyncio
 import getpass
 import json
 import socket
-import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, TypeVar
@@ -273,13 +272,16 @@ def show_key(key: str, scope: Scope = None, as_json: AsJson = False) -> None:
     """A key's record: state, request hash, orderId, lease and the stored response."""
 
     async def read(tools: OperatorTools) -> dict[str, object] | None:
-        record = await tools.keys.read(record_id(scope_of(scope, tools), key))
+        record = (await tools.keys.read_key(record_id(scope_of(scope, tools), key))).record
         if record is None:
             return None
-        document = record.to_document()
-        # Times as ISO-8601, not the stored epoch seconds.
-        document["leaseExpiresAt"] = iso_time(record.lease_expires_at)
-        return document | {"_etag": record.etag}
+        document: dict[str, object] = tools.keys.document(record)
+        if record.stamp is not None:
+            # When the lease ends by the database's clock (it counts from the end of the
+            # second of the last write, `_ts`), as ISO-8601.
+            ends = record.stamp.written_at_s + 1 + record.lease_seconds
+            document["leaseExpiresAt"] = iso_time(ends)
+        return document
 
     found = with_tools(read)
     if found is None:
@@ -305,10 +307,10 @@ def evict_key(
 
     async def evict(tools: OperatorTools) -> str | None:
         identifier = record_id(scope_of(scope, tools), key)
-        record = await tools.keys.read(identifier)
-        if record is None:
+        found = await tools.keys.read_key(identifier)
+        if found.record is None:
             return "no record for this key in this scope"
-        refusal = eviction_refusal(record, time.time(), force=force)
+        refusal = eviction_refusal(found.record, found.database_now_ms, force=force)
         if refusal is not None:
             return refusal
         await tools.keys.evict(identifier)

@@ -20,6 +20,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
+from exactly_once.records import JsonObject
 from orders import __version__
 from orders.bootstrap import (
     ConsoleRuntime,
@@ -29,7 +30,7 @@ from orders.bootstrap import (
     console_runtime_from_env,
     http_runtime_from_env,
 )
-from orders.domain.idempotency import StoredResponse, validate_idempotency_key
+from orders.domain.idempotency import validate_idempotency_key
 from orders.domain.messages import MAX_BODY_BYTES, parse_order
 from orders.domain.model import is_entity_id
 from orders.domain.status import MAX_CANCEL_BODY_BYTES, parse_cancel_request
@@ -39,6 +40,7 @@ from orders.entrypoints.http_contract import (
     IDEMPOTENCY_KEY_HEADER,
     PRINCIPAL_HEADER,
     REPLAYED_HEADER,
+    StoredResponse,
     accepted_body,
     accepted_response,
     cancel_response,
@@ -71,7 +73,9 @@ RuntimeFactory = Callable[[], Awaitable[HttpRuntime]]
 logger = logging.getLogger("orders.http")
 
 
-def replay(response: StoredResponse, *, replayed: bool) -> JSONResponse:
+def replay(answer: JsonObject, *, replayed: bool) -> JSONResponse:
+    """The stored answer as the HTTP response it was, marked when it is a replay."""
+    response = StoredResponse.of_json(answer)
     headers = dict(response.headers)
     if replayed:
         headers[REPLAYED_HEADER] = "true"
@@ -160,7 +164,7 @@ def create_app(
             telemetry.replays.add(1)
         if result.took_over:
             telemetry.takeovers.add(1)
-        return replay(result.response, replayed=result.replayed)
+        return replay(result.answer, replayed=result.replayed)
 
     if console_factory is not None:
         console_runtime = install_console(app, console_factory)

@@ -1,15 +1,17 @@
 """The HTTP shapes of the intake: header names, the order route and the 202 it answers.
 
-Next to the routes, not in the domain: the domain keeps the key rules and stores whatever
-response the first request got, without knowing it is HTTP.
+Next to the routes, not in the domain: the domain keeps the key rules, and the intake stores
+whatever answer the first request got as opaque JSON, without knowing it is HTTP. Only this
+host gives that answer a meaning (`StoredResponse`), so it lives here.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from orders.domain.idempotency import StoredResponse
+from exactly_once.records import JsonObject
 
 IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -20,6 +22,31 @@ ORDER_PATH_TEMPLATE = "/api/orders/{order_id}"
 ORDER_STATUS_ACCEPTED = "accepted"
 # While an order is still queued: poll again soon.
 ACCEPTED_RETRY_AFTER = 1
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    """The HTTP response of a key's first request, replayed verbatim to every retry. The
+    intake stores it as JSON (`to_json`) in the key's record, under `response`: the shape
+    records have always had, which `orders keys show` and the console print."""
+
+    status_code: int
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+    def to_json(self) -> JsonObject:
+        return {"statusCode": self.status_code, "body": self.body, "headers": dict(self.headers)}
+
+    @classmethod
+    def of_json(cls, stored: JsonObject) -> StoredResponse:
+        body, headers = stored.get("body"), stored.get("headers")
+        return cls(
+            status_code=int(str(stored["statusCode"])),
+            body=dict(body) if isinstance(body, dict) else {},
+            headers={str(k): str(v) for k, v in headers.items()}
+            if isinstance(headers, dict)
+            else {},
+        )
 
 
 def order_location(order_id: str) -> str:
@@ -34,19 +61,19 @@ def accepted_body(order_id: str) -> dict[str, Any]:
     }
 
 
-def accepted_response(order_id: str) -> StoredResponse:
+def accepted_response(order_id: str) -> JsonObject:
     """The first answer to a new order, stored and replayed verbatim to every retry."""
     return StoredResponse(
         status_code=202,
         body=accepted_body(order_id),
         headers={"Location": order_location(order_id)},
-    )
+    ).to_json()
 
 
 CANCEL_STATUS_CANCELLED = "cancelled"
 
 
-def cancel_response(order_id: str) -> StoredResponse:
+def cancel_response(order_id: str) -> JsonObject:
     """The answer to a cancel that took effect, stored and replayed verbatim to every retry."""
     return StoredResponse(
         status_code=200,
@@ -56,4 +83,4 @@ def cancel_response(order_id: str) -> StoredResponse:
             "location": order_location(order_id),
         },
         headers={"Location": order_location(order_id)},
-    )
+    ).to_json()

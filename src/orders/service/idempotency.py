@@ -1,42 +1,41 @@
 """The idempotent order intake: claim the key, publish once, store the answer, replay it.
 
-Write first, read only on conflict (as the consumer does): creating the record IS the claim, and
-the conflict carries the existing record, so a first request costs two creates (the key's record
-and the orderId's claim), one send and one fenced replace, and a replay costs one failed create
-plus the read the store does for it.
+The key's record runs through the `exactly_once` core's claim state machine (`Claims`: claim,
+judge, take over, complete or release), with its lease judged by the database's clock. Write
+first, read only on conflict (as the consumer does): creating the record IS the claim, and the
+conflict carries the existing record, so a first request costs two creates (the key's record
+and the orderId's claim), one send and one fenced replace, and a replay costs one failed
+create plus the read (with the database's time) the store does for it.
+
+The answer a first request got is opaque JSON here (the entrypoint decides what it holds and
+maps it to HTTP); it is stored as the record's result and replayed verbatim.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from exactly_once.exceptions import InProgressElsewhereError, PayloadMismatchError
+from exactly_once.keys import KeyedRequests, retry_after_seconds
+from exactly_once.records import JsonObject, Record, RecordStatus
 from orders.domain.hashing import request_hash
-from orders.domain.idempotency import (
-    IdempotencyRecord,
-    IdempotencyRecordExistsError,
-    OrderIdClaim,
-    RecordStatus,
-    StoredResponse,
-    Verdict,
-    judge,
-    record_id,
-    retry_after_seconds,
-)
+from orders.domain.idempotency import OrderIdClaim, core_store_errors, key_claim
 from orders.domain.leases import DEFAULT_LEASE_SECONDS
 from orders.domain.model import OrderPlaced
 from orders.domain.status import OrderStatus, OrderStatusChanged
 from orders.exceptions import (
     IdempotencyKeyReusedError,
-    LeaseLostError,
     OrderAlreadyShippedError,
     OrderIdConflictError,
     OrderNotStoredYetError,
     PublishError,
     RequestInProgressError,
+    StoreError,
     UnknownOrderError,
 )
 from orders.observability import log_value
@@ -47,11 +46,13 @@ logger = logging.getLogger("orders.http")
 
 # An in-progress claim normally completes within milliseconds: ask for a quick retry.
 DEFAULT_RETRY_AFTER_CAP = 1
+# Each request's claim is owned by `http-<random>`: one owner per request.
+OWNER_PREFIX = "http"
 
 
 @dataclass(frozen=True)
 class SubmitResult:
-    response: StoredResponse
+    answer: JsonObject  # the first request's answer, as the entrypoint made it
     replayed: bool
     took_over: bool = False  # a crashed claimant's expired claim was taken over
 
@@ -71,6 +72,7 @@ class IdempotentOrderIntake:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
+        self._requests = KeyedRequests(store)
         self._publisher = publisher
         self._status = status
         self._saga = saga
@@ -80,6 +82,7 @@ class IdempotentOrderIntake:
         self._ttl_seconds = ttl_seconds
         self._lease_seconds = lease_seconds
         self._retry_after_cap = retry_after_cap
+        # Dates the cancel's status update; leases are judged by the database's clock alone.
         self._clock = clock
 
     async def submit(
@@ -87,7 +90,7 @@ class IdempotentOrderIntake:
         scope: str,
         key: str,
         order: OrderPlaced,
-        first_response: Callable[[OrderPlaced], StoredResponse],
+        first_response: Callable[[OrderPlaced], JsonObject],
     ) -> SubmitResult:
         """Accept `order` once per (scope, key); raise the error a retry earns.
 
@@ -96,7 +99,7 @@ class IdempotentOrderIntake:
         """
         incoming_hash = request_hash(order.canonical_payload())
 
-        async def accept(owned: IdempotencyRecord) -> None:
+        async def accept() -> None:
             await self._claim_order_id(order, incoming_hash, scope)
             await self._publisher.publish(order)
 
@@ -110,7 +113,7 @@ class IdempotentOrderIntake:
         key: str,
         order_id: str,
         reason: str | None,
-        first_response: Callable[[str], StoredResponse],
+        first_response: Callable[[str], JsonObject],
     ) -> SubmitResult:
         """Cancel the order once per (scope, key), deciding now on the order document.
 
@@ -124,14 +127,15 @@ class IdempotentOrderIntake:
         if self._saga is None or self._status is None:
             raise RuntimeError("the intake was built without the saga or a status publisher")
         saga, status = self._saga, self._status
-        claim = await self._store.read_order_id_claim(order_id)
+        with core_store_errors():
+            claim = await self._store.read_order_id_claim(order_id)
         owner = claim.owner_scope if claim is not None and claim.owner_scope else None
         if (owner or self._unclaimed_owner) != scope:
             raise UnknownOrderError(f"no order {order_id!r} is known")
         # Namespaced, so a cancel can never share a request hash with an order.
         incoming_hash = request_hash({"cancel": {"orderId": order_id, "reason": reason}})
 
-        async def accept(owned: IdempotencyRecord) -> None:
+        async def accept() -> None:
             match await saga.cancel(order_id, reason):
                 case CancelResult.ALREADY_SHIPPED:
                     raise OrderAlreadyShippedError(
@@ -168,51 +172,55 @@ class IdempotentOrderIntake:
         key: str,
         incoming_hash: str,
         order_id: str,
-        accept: Callable[[IdempotencyRecord], Awaitable[None]],
-        first_response: Callable[[], StoredResponse],
+        accept: Callable[[], Awaitable[None]],
+        first_response: Callable[[], JsonObject],
     ) -> SubmitResult:
-        """Claim the key, run `accept` once, store and return the first response; a retry gets
-        the stored response, the error its state earns, or takes an expired claim over."""
-        claim = IdempotencyRecord(
-            record_id=record_id(scope, key),
-            scope=scope,
-            key=key,
-            request_hash=incoming_hash,
-            order_id=order_id,
-            status=RecordStatus.IN_PROGRESS,
-            lease_expires_at=self._clock() + self._lease_seconds,
+        """Claim the key, run `accept` once, store and return the first answer; a retry gets
+        the stored answer, the error its state earns, or takes an expired claim over."""
+        wanted = key_claim(
+            scope,
+            key,
+            order_id,
+            incoming_hash,
+            owner=f"{OWNER_PREFIX}-{uuid.uuid4().hex[:12]}",
+            lease_seconds=self._lease_seconds,
             ttl_seconds=self._ttl_seconds,
         )
-        took_over = False
+        # One owner per request: a second request under a live claim is refused at once,
+        # never made to wait; the caller retries after Retry-After.
         try:
-            owned = await self._store.claim(claim)
-        except IdempotencyRecordExistsError as conflict:
-            existing = conflict.existing
-            now = self._clock()
-            match judge(existing, incoming_hash, now):
-                case Verdict.REPLAY:
-                    assert existing.response is not None
-                    return SubmitResult(existing.response, replayed=True)
-                case Verdict.MISMATCH:
-                    raise IdempotencyKeyReusedError(
-                        "this Idempotency-Key was first used with a different request body"
-                    ) from None
-                case Verdict.IN_PROGRESS:
-                    raise RequestInProgressError(
-                        retry_after_seconds(existing, now, self._retry_after_cap)
-                    ) from None
-                case Verdict.TAKE_OVER:
-                    owned = await self._take_over(claim, existing)
-                    took_over = True
+            with core_store_errors():
+                owned = await self._requests.begin(wanted)
+        except PayloadMismatchError:
+            raise IdempotencyKeyReusedError(
+                "this Idempotency-Key was first used with a different request body"
+            ) from None
+        except InProgressElsewhereError as busy:
+            raise RequestInProgressError(
+                retry_after_seconds(busy.seconds_left, self._retry_after_cap)
+            ) from None
+        if owned.status is RecordStatus.COMPLETED:
+            if not isinstance(owned.result, dict):
+                raise StoreError(f"key record {owned.key!r} is completed without an answer")
+            return SubmitResult(owned.result, replayed=True)
+        took_over = owned.attempts > 1
+        if took_over:
+            logger.warning(
+                "took over the expired claim of order %s (key record %s): publishing again",
+                log_value(order_id),
+                owned.key,
+            )
         try:
-            await accept(owned)
+            await accept()
         except Exception:
             # Refused or failed before anything was acknowledged: free the key so the
-            # caller's retry is answered at once rather than after the lease.
-            await self._release(owned)
+            # caller's retry is answered at once rather than after the lease (a failure to
+            # free it is logged; the lease ends the claim then).
+            await self._requests.release(owned)
             raise
-        result = await self._complete(owned, first_response())
-        return replace(result, took_over=took_over)
+        answer = first_response()
+        await self._complete(owned, answer, order_id)
+        return SubmitResult(answer, replayed=False, took_over=took_over)
 
     async def _claim_order_id(self, order: OrderPlaced, incoming_hash: str, scope: str) -> None:
         """Refuse an orderId taken by a different payload, before anything is published.
@@ -220,52 +228,23 @@ class IdempotentOrderIntake:
         The same payload under another key (or from another caller) passes: it is the same
         order, published again and deduplicated downstream (and still owned by the first).
         """
-        first = await self._store.claim_order_id(
-            OrderIdClaim(order.order_id, incoming_hash, owner_scope=scope)
-        )
+        with core_store_errors():
+            first = await self._store.claim_order_id(
+                OrderIdClaim(order.order_id, incoming_hash, owner_scope=scope)
+            )
         if first.request_hash != incoming_hash:
             raise OrderIdConflictError(
                 f"orderId {order.order_id!r} was already accepted with a different payload; "
                 "choose a new orderId for a different order"
             )
 
-    async def _take_over(
-        self, claim: IdempotencyRecord, expired: IdempotencyRecord
-    ) -> IdempotencyRecord:
-        assert expired.etag is not None
-        try:
-            owned = await self._store.take_over(claim, etag=expired.etag)
-        except LeaseLostError:
-            # Another retry took it over first and is now the one in progress.
-            raise RequestInProgressError(self._retry_after_cap) from None
-        logger.warning(
-            "took over the expired claim of order %s (key record %s): publishing again",
-            log_value(claim.order_id),
-            claim.record_id,
-        )
-        return owned
-
-    async def _complete(self, owned: IdempotencyRecord, response: StoredResponse) -> SubmitResult:
-        assert owned.etag is not None
-        try:
-            await self._store.complete(owned.completed(response), etag=owned.etag)
-        except LeaseLostError:
+    async def _complete(self, owned: Record, answer: JsonObject, order_id: str) -> None:
+        with core_store_errors():
+            recorded = await self._requests.finish(owned, answer)
+        if not recorded:
             # Our lease ran out during the send and a retry owns the key now; it sends the
-            # same request again (deduplicated downstream) and records the same response.
+            # same request again (deduplicated downstream) and records the same answer.
             logger.warning(
                 "claim of order %s was taken over before completion; answering anyway",
-                log_value(owned.order_id),
-            )
-        return SubmitResult(response, replayed=False)
-
-    async def _release(self, owned: IdempotencyRecord) -> None:
-        """Free the key after a failed send so the client's retry need not wait out the lease."""
-        assert owned.etag is not None
-        try:
-            await self._store.release(owned.record_id, etag=owned.etag)
-        except Exception:
-            logger.warning(
-                "could not release the claim of order %s; it frees itself when its lease ends",
-                log_value(owned.order_id),
-                exc_info=True,
+                log_value(order_id),
             )

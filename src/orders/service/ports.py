@@ -7,11 +7,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from exactly_once.ports import RecordStore
 from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, Selection
 from orders.domain.decision_counters import DecisionCounters
 from orders.domain.documents import OrderWrite
 from orders.domain.events import OrderEvent
-from orders.domain.idempotency import IdempotencyRecord, OrderIdClaim
+from orders.domain.idempotency import KeyRecord, OrderIdClaim
 from orders.domain.leases import DatabaseRead
 from orders.domain.model import OrderPlaced
 from orders.domain.outcomes import Decision
@@ -52,30 +53,14 @@ class MessageHandler(Protocol):
     async def handle(self, message: ReceivedOrderMessage) -> Decision: ...
 
 
-class IdempotencyStore(Protocol):
-    """Four primitives over idempotency records (the create is the lock, the other writes are
-    fenced by the ETag), plus the lookup GET needs.
+class IdempotencyStore(RecordStore, Protocol):
+    """The intake's records: its keys' records through the `exactly_once` core's record-store
+    port (the create is the lock, every later write If-Match, leases by the database's clock),
+    plus the orderId claims and the lookup GET needs.
 
-    Every write returns the record as stored, with its new ETag. `TransientStoreError` means a
-    retry may succeed, `StoreError` anything else.
+    The core's `TransientStoreError` / `StoreError` (or the app's) mean a retry may succeed, or
+    not.
     """
-
-    async def claim(self, record: IdempotencyRecord) -> IdempotencyRecord:
-        """Create the record; if its id exists raise `IdempotencyRecordExistsError(existing)`."""
-        ...
-
-    async def take_over(self, record: IdempotencyRecord, *, etag: str) -> IdempotencyRecord:
-        """Replace the record if its ETag is still `etag`, else raise `LeaseLostError`."""
-        ...
-
-    async def complete(self, record: IdempotencyRecord, *, etag: str) -> IdempotencyRecord:
-        """Replace the record if its ETag is still `etag`, else raise `LeaseLostError`."""
-        ...
-
-    async def release(self, record_id: str, *, etag: str) -> None:
-        """Delete the record if its ETag is still `etag` (`LeaseLostError` if not); a missing
-        record is already released."""
-        ...
 
     async def claim_order_id(self, claim: OrderIdClaim) -> OrderIdClaim:
         """Create the claim, or return the claim stored first for that orderId (unchanged)."""
@@ -85,7 +70,7 @@ class IdempotencyStore(Protocol):
         """The orderId's claim (who placed it, with which payload), if the API accepted it."""
         ...
 
-    async def find_order(self, scope: str, order_id: str) -> IdempotencyRecord | None:
+    async def find_order(self, scope: str, order_id: str) -> KeyRecord | None:
         """A completed record of this scope that accepted `order_id`, if any."""
         ...
 
