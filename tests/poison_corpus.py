@@ -3,7 +3,9 @@
 One list drives every entry point: real `orders worker` processes (tests/e2e/test_poison.py),
 the Functions trigger (tests/unit/test_poison_functions.py), `POST /api/orders`
 (tests/http/test_poison_http.py) and the benchmark that prints what a rejection costs
-(scripts/bench_poison.py). Each case is built for one order id so runs never collide.
+(scripts/bench_poison.py). Each case is built for one order id so runs never collide. The
+exactly_once core's cases (its consumer's message path, its `Idempotency-Key` dependency, its
+stored records) are at the end: tests/core/test_poison_core.py and scripts/bench_core_poison.py.
 
 When you add a parser or an endpoint, add its hostile cases here.
 """
@@ -15,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from exactly_once import Rejected
+from exactly_once.decisions import DeadLetterReason as CoreReason
 from orders.domain.events import MAX_EVENT_BODY_BYTES
 from orders.domain.messages import MAX_BODY_BYTES, MAX_LINES_PER_ORDER, DeadLetterReason
 from orders.domain.received import BodyKind
@@ -416,3 +420,217 @@ def status_poison_cases(prefix: str) -> list[PoisonCase]:
     return _small_message_cases(
         prefix, "s", valid_status_document, lambda oid: f"{oid}:status:2", MAX_STATUS_BODY_BYTES
     )
+
+
+# --- The exactly_once core: its message consumer, its Idempotency-Key dependency, its records --
+#
+# The core's consumer hands a message's bytes to a parser of the user's; the cases below run
+# through `ExactlyOnceConsumer` with `core_parse` (tests/core/test_poison_core.py, on our Service
+# Bus and Cosmos DB emulators through the real SDKs). Bound the consumer with
+# `CORE_MAX_BODY_BYTES`: our emulator's queues take a quarter-megabyte message, not the core's
+# default megabyte.
+
+CORE_MAX_BODY_BYTES = 64 * 1024
+CORE_INVALID = CoreReason.INVALID_MESSAGE.value
+CORE_TOO_LARGE = CoreReason.BODY_TOO_LARGE.value
+CORE_NOT_DATA = CoreReason.UNSUPPORTED_BODY_TYPE.value
+CORE_NO_ID = CoreReason.MISSING_MESSAGE_ID.value
+NOT_A_GREETING = "NotAGreeting"  # the reason `core_parse` gives its own `Rejected`
+
+
+class UnrenderableError(Exception):
+    """A parser's exception whose message itself fails (a broken `__str__`)."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("this exception cannot say what went wrong")
+
+
+def core_parse(body: bytes) -> dict[str, Any]:
+    """A user's parser as the core's guide writes one: JSON, an object with a text. It lets
+    every decoder error escape (the core must dead-letter whatever a parser raises)."""
+    if body == b"raise-unrenderable":
+        raise UnrenderableError
+    document = json.loads(body)
+    if not isinstance(document, dict) or not isinstance(document.get("text"), str):
+        raise Rejected("a greeting is an object with a text", reason=NOT_A_GREETING)
+    return document
+
+
+def greeting_body(text: str = "hello") -> bytes:
+    return dumps({"text": text})
+
+
+def core_poison_cases(prefix: str) -> list[PoisonCase]:
+    """Messages the core's consumer must dead-letter on their first delivery, with the reason:
+    before the parser (no id, too large, not a data body) or because the parser raised."""
+    builders: list[tuple[str, str, bytes]] = [
+        ("empty-body", CORE_INVALID, b""),
+        ("not-json", CORE_INVALID, b"hello, world"),
+        ("invalid-utf8", CORE_INVALID, b'{"text": "\xff\xfe"}'),
+        ("truncated", CORE_INVALID, greeting_body()[:-2]),
+        ("trailing-garbage", CORE_INVALID, greeting_body() + b" x"),
+        # Within the size bound, past the decoder's depth: refused at the depth, at once.
+        ("nested-30k", CORE_INVALID, nested(30_000).encode()),
+        ("int-5000-digits", CORE_INVALID, b'{"text": "a", "n": ' + b"1" * 5000 + b"}"),
+        ("parser-exception-unrenderable", CORE_INVALID, b"raise-unrenderable"),
+        ("array", NOT_A_GREETING, b"[]"),
+        ("text-number", NOT_A_GREETING, b'{"text": 5}'),
+        ("body-over-bound", CORE_TOO_LARGE, greeting_body("x" * CORE_MAX_BODY_BYTES)),
+    ]
+    cases = [
+        PoisonCase(name, reason, body, f"{prefix}-core{number:02d}")
+        for number, (name, reason, body) in enumerate(builders)
+    ]
+    valid = json.dumps({"text": "hello"})
+    return [
+        *cases,
+        # Only a host of one's own can deliver it: the SDK and our emulator give a message an id.
+        PoisonCase("message-id-missing", CORE_NO_ID, greeting_body(), None, body_only=False),
+        PoisonCase(
+            "amqp-value-body",
+            CORE_NOT_DATA,
+            b"",
+            f"{prefix}-core-v1",
+            body_kind=BodyKind.VALUE,
+            body_only=False,
+            value=valid,
+        ),
+        PoisonCase(
+            "amqp-value-bytes-body",  # the SDK hands a bytes value over as if it were data
+            CORE_NOT_DATA,
+            b"",
+            f"{prefix}-core-v2",
+            body_kind=BodyKind.VALUE,
+            body_only=False,
+            value=valid.encode(),
+        ),
+        PoisonCase(
+            "amqp-sequence-body",
+            CORE_NOT_DATA,
+            b"",
+            f"{prefix}-core-s1",
+            body_kind=BodyKind.SEQUENCE,
+            body_only=False,
+            value=[[valid]],
+        ),
+    ]
+
+
+def core_hostile_message_ids(prefix: str) -> list[tuple[str, str]]:
+    """(name, MessageId) of valid messages whose ids Cosmos DB refuses as ids, or that forge
+    log lines: the consumer's records must take them (hashed), and process each message once.
+    All fit Service Bus's 128-character MessageId."""
+    return [
+        ("id-newline", f"{prefix}-n\nINFO forged outcome=processed"),
+        ("id-trailing-space", f"{prefix}-t "),
+        ("id-slash-backslash-question-hash", f"{prefix}/a\\b?c#d"),
+        ("id-c0-control", f"{prefix}-\x01"),
+        ("id-c1-control", f"{prefix}-\x85"),
+        ("id-del", f"{prefix}-\x7f"),
+        ("id-not-nfc", f"{prefix}-e\u0301"),
+        # The same in every run: the tests give each run a container of its own.
+        ("id-ideographic-space-only", "\u3000\u3000"),
+        ("id-128-chars-with-slashes", (f"{prefix}/" * 128)[:128]),
+    ]
+
+
+def core_parseable_hostile_bodies() -> list[tuple[str, bytes]]:
+    """(name, body) a parser accepts (so do JSON decoders), on which the core's request hash
+    must still exist and be the same on every delivery: it was raising on some."""
+    return [
+        # `json.loads` takes UTF-16 and UTF-32 bytes too (a parser's choice, not the core's).
+        ("utf16-body", json.dumps({"text": "hi"}).encode("utf-16")),
+        ("lone-surrogate", b'{"text": "\\ud800"}'),
+        ("lone-low-surrogate-key", b'{"text": "a", "\\udc00": 1}'),
+        ("nan-and-infinity", b'{"text": "a", "x": [NaN, Infinity, -Infinity]}'),
+        ("float-overflow", b'{"text": "a", "x": 1E+999999999999}'),
+        ("int-4300-digits", b'{"text": "a", "x": ' + b"9" * 4300 + b"}"),
+        ("duplicate-keys", b'{"text": "a", "text": "b"}'),
+        ("nul-in-text", b'{"text": "a\\u0000b"}'),
+        ("nested-900-in-a-field", b'{"text": "a", "x": ' + nested(900).encode() + b"}"),
+    ]
+
+
+@dataclass(frozen=True)
+class HeaderCase:
+    """Raw `Idempotency-Key` headers and the status the core's dependency answers."""
+
+    name: str
+    headers: list[tuple[bytes, bytes]]
+    status: int
+
+
+def idempotency_key_header_cases() -> list[HeaderCase]:
+    """Every hostile shape of the header (sent raw, past an HTTP server's own checks)."""
+    key = b"Idempotency-Key"
+    values: list[tuple[str, bytes]] = [
+        ("empty", b""),
+        ("256-chars", b"k" * 256),
+        ("64k-chars", b"k" * 65_536),
+        ("nul", b"k\x00"),
+        ("newline", b"k\nX-Forged: 1"),
+        ("carriage-return", b"k\r"),
+        ("tab", b"k\tk"),
+        ("del", b"k\x7f"),
+        ("escape-sequence", b"\x1b[31mred"),
+        ("latin-1-byte", "café".encode("latin-1")),
+        ("utf-8-bytes", "café".encode()),
+        ("utf-8-bom", b"\xef\xbb\xbfk"),
+        ("invalid-utf-8", b"\xff\xfe"),
+    ]
+    return [
+        HeaderCase("missing", [], 400),
+        *(HeaderCase(name, [(key, value)], 400) for name, value in values),
+        HeaderCase("repeated-same", [(key, b"k-1"), (key, b"k-1")], 400),
+        HeaderCase("repeated-different", [(key, b"k-1"), (key, b"k-2")], 400),
+        HeaderCase("repeated-lowercase", [(key, b"k-1"), (key.lower(), b"k-2")], 400),
+    ]
+
+
+def idempotency_key_body_cases(max_body_bytes: int) -> list[tuple[str, bytes, int]]:
+    """(name, body, status) of request bodies the request hash must take (201, and the same
+    hash on a retry) or refuse by size before decoding (413)."""
+    hashed = [
+        ("empty", b""),
+        ("not-json", b"hello, world"),
+        ("invalid-utf8", b"\xff\xfe{}"),
+        ("nested-100k", nested(100_000).encode()),
+        ("int-5000-digits", b"1" * 5000),
+        ("cpu-bomb-exponent", b"1E+999999999999"),
+        *core_parseable_hostile_bodies(),
+    ]
+    return [
+        *((name, body, 201) for name, body in hashed),
+        ("body-over-bound", b'"' + b"x" * max_body_bytes + b'"', 413),
+    ]
+
+
+# A stored record, read back: the field to change and the value it gets (`MISSING` removes
+# it). Each must be the core's `CorruptRecordError`, never a KeyError or TypeError.
+MISSING = object()
+
+
+def corrupt_record_cases() -> list[tuple[str, str, object]]:
+    """(name, field, value) that turn a stored exactly-once record into one the core cannot
+    read: something else wrote its id, or an operator edited it."""
+    return [
+        ("status-missing", "status", MISSING),
+        ("status-unknown", "status", "done"),
+        ("status-number", "status", 1),
+        ("status-null", "status", None),
+        ("request-hash-missing", "requestHash", MISSING),
+        ("request-hash-null", "requestHash", None),
+        ("request-hash-number", "requestHash", 5),
+        ("owner-missing", "owner", MISSING),
+        ("owner-list", "owner", ["a"]),
+        ("lease-string", "leaseSeconds", "30"),
+        ("lease-bool", "leaseSeconds", True),
+        ("lease-missing", "leaseSeconds", MISSING),
+        ("attempts-float", "attempts", 1.5),
+        ("attempts-string", "attempts", "1"),
+        ("attempts-bool", "attempts", True),
+        ("attempts-missing", "attempts", MISSING),
+        ("downstream-key-number", "downstreamKey", 5),
+        ("type-missing", "type", MISSING),
+        ("type-other-document", "type", "order"),
+    ]

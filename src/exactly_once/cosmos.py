@@ -28,6 +28,7 @@ from azure.cosmos import exceptions as cosmos_errors
 from azure.cosmos.aio import ContainerProxy
 
 from exactly_once.exceptions import (
+    CorruptRecordError,
     DocumentExistsError,
     RecordChangedError,
     RecordExistsError,
@@ -82,7 +83,8 @@ class RecordShape(Protocol):
 
     def record(self, document: Mapping[str, Any], key: str, partition: str) -> Record:
         """The record a stored document of this shape holds (unstamped: the store adds the
-        stamp and the expiry)."""
+        stamp and the expiry). A document it cannot read raises: `CorruptRecordError`, or a
+        `KeyError`, `TypeError` or `ValueError`, which the store turns into one."""
         ...
 
 
@@ -113,15 +115,16 @@ class CoreRecordShape:
         }
 
     def record(self, document: Mapping[str, Any], key: str, partition: str) -> Record:
+        fields = RecordFields(document)
         return Record(
             key=key,
             partition=partition,
-            request_hash=str(document["requestHash"]),
-            status=RecordStatus(document["status"]),
-            owner=str(document["owner"]),
-            lease_seconds=float(document["leaseSeconds"]),
-            attempts=int(document["attempts"]),
-            downstream_key=document.get("downstreamKey"),
+            request_hash=fields.text("requestHash"),
+            status=fields.status("status"),
+            owner=fields.text("owner"),
+            lease_seconds=fields.number("leaseSeconds"),
+            attempts=fields.integer("attempts"),
+            downstream_key=fields.optional_text("downstreamKey"),
             result=document.get("result"),
             data=document.get("data"),
         )
@@ -173,7 +176,7 @@ class CosmosStore:
             ]
         if not rows:
             return RecordRead(None, 0)
-        return RecordRead(self._record(rows[0]["doc"]), int(rows[0]["now"]))
+        return RecordRead(self._record(rows[0].get("doc")), int(rows[0]["now"]))
 
     async def take_over(self, existing: Record, owner: str, lease_seconds: float) -> Record:
         taken = existing.owned_by(owner, lease_seconds)
@@ -253,19 +256,89 @@ class CosmosStore:
             document["ttl"] = record.expires_after_seconds
         return document
 
-    def _record(self, document: dict[str, Any]) -> Record:
+    def _record(self, document: object) -> Record:
+        """The record a stored document holds; `CorruptRecordError` for anything else.
+
+        Stored documents are read back as untrusted input: something else may have written
+        the id, or an operator edited it. A bad field is the core's store error, never a
+        KeyError or TypeError from deep inside (whichever shape reads it)."""
+        if not isinstance(document, dict):
+            raise CorruptRecordError(f"a stored record is a {type(document).__name__}")
         if document.get("type") != self._shape.record_type:
-            raise StoreError(
-                f"{document.get('id')!r} is not an exactly-once record "
+            raise CorruptRecordError(
+                f"{_shown(document.get('id'))} is not an exactly-once record "
                 f"of type {self._shape.record_type!r}"
             )
-        record = self._shape.record(document, str(document["id"]), str(document[self._pk]))
-        ttl = document.get("ttl")
+        fields = RecordFields(document)
+        key, partition = fields.text("id"), fields.text(self._pk)
+        try:
+            record = self._shape.record(document, key, partition)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptRecordError(f"record {_shown(key)}: {exc!r:.200}") from exc
         return replace(
             record,
-            expires_after_seconds=int(ttl) if ttl is not None else None,
-            stamp=Stamp(etag=str(document["_etag"]), written_at_s=int(document["_ts"])),
+            expires_after_seconds=fields.optional_integer("ttl"),
+            stamp=Stamp(etag=fields.text("_etag"), written_at_s=fields.integer("_ts")),
         )
+
+
+def _shown(value: object) -> str:
+    """A stored value for an error message: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+class RecordFields:
+    """Typed reads of one stored record's fields, for a `RecordShape`: a field missing or of
+    another type is a `CorruptRecordError` naming it."""
+
+    def __init__(self, document: Mapping[str, Any]) -> None:
+        self._document = document
+
+    def corrupt(self, name: str, problem: str) -> CorruptRecordError:
+        """The error for field `name`, which `problem`."""
+        value = _shown(self._document.get(name))
+        record = _shown(self._document.get("id"))
+        return CorruptRecordError(f"record {record}: {name!r} {problem} (found {value})")
+
+    def text(self, name: str) -> str:
+        """A string field."""
+        value = self._document.get(name)
+        if not isinstance(value, str):
+            raise self.corrupt(name, "is not a string")
+        return value
+
+    def optional_text(self, name: str) -> str | None:
+        """A string field, or None when absent or null."""
+        return None if self._document.get(name) is None else self.text(name)
+
+    def integer(self, name: str) -> int:
+        """An integer field (a bool is an int to Python, never to a record)."""
+        value = self._document.get(name)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise self.corrupt(name, "is not an integer")
+        return value
+
+    def optional_integer(self, name: str) -> int | None:
+        """An integer field, or None when absent or null."""
+        return None if self._document.get(name) is None else self.integer(name)
+
+    def number(self, name: str) -> float:
+        """A number field."""
+        value = self._document.get(name)
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise self.corrupt(name, "is not a number")
+        return float(value)
+
+    def status(self, name: str) -> RecordStatus:
+        """A `RecordStatus` field."""
+        value = self.text(name)
+        if value not in _STATUSES:
+            raise self.corrupt(name, "is not a record status")
+        return RecordStatus(value)
+
+
+_STATUSES = frozenset(status.value for status in RecordStatus)
 
 
 def _if_match(etag: str) -> dict[str, Any]:

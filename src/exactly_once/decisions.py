@@ -24,6 +24,7 @@ class Outcome(StrEnum):
     MISMATCH = "mismatch"  # the key was first used with another payload
     REFUSED = "refused"  # the effect (or its downstream) refused for good
     EFFECT_CONFLICT = "effect_conflict"  # an effect's document exists but its marker does not
+    CORRUPT_RECORD = "corrupt_record"  # the message's record is stored, but unreadable
     IN_PROGRESS_ELSEWHERE = "in_progress_elsewhere"  # another owner's lease is live
     TRANSIENT_FAILURE = "transient_failure"  # the store failed or moved under us: retry
     UNEXPECTED_FAILURE = "unexpected_failure"  # a bug or an unknown error: retry, and look
@@ -42,6 +43,9 @@ class DeadLetterReason(StrEnum):
 
     INVALID_MESSAGE = "InvalidMessage"
     MISSING_MESSAGE_ID = "MissingMessageId"
+    BODY_TOO_LARGE = "BodyTooLarge"
+    UNSUPPORTED_BODY_TYPE = "UnsupportedBodyType"  # an AMQP value or sequence body, not data
+    CORRUPT_RECORD = "CorruptRecord"
     REQUEST_HASH_MISMATCH = "RequestHashMismatch"
     DOWNSTREAM_REFUSED = "DownstreamRefused"
     EFFECT_DOCUMENT_EXISTS = "EffectDocumentExists"

@@ -13,6 +13,11 @@ class StoreError(ExactlyOnceError):
     """The store failed in a way a retry will not fix (a bad request, a refused credential)."""
 
 
+class CorruptRecordError(StoreError):
+    """A stored record the core cannot read (a field missing or of the wrong type, a document
+    of another kind under a record's id): no retry reads it differently."""
+
+
 class TransientStoreError(StoreError):
     """The store failed in a way a later attempt may not (throttling, timeout, outage)."""
 

@@ -45,6 +45,9 @@ from exactly_once.records import (
 HEADER = "Idempotency-Key"
 # How long a completed key is replayed: a day, as the payment APIs that made the header common.
 DEFAULT_EXPIRES_AFTER_SECONDS = 24 * 3600
+# A body above this is refused (413) before it is hashed: the request hash decodes JSON, and
+# no request may cost more than its size allows. Raise it with the endpoint's own limit.
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 
 
 class KeyClaim:
@@ -89,8 +92,10 @@ class IdempotencyKeys:
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         expires_after_seconds: int = DEFAULT_EXPIRES_AFTER_SECONDS,
         owner: str | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         self._requests = KeyedRequests(store)
+        self.max_body_bytes = max_body_bytes
         self._scope = scope
         self._lease_seconds = lease_seconds
         self._expires_after_seconds = expires_after_seconds
@@ -99,9 +104,18 @@ class IdempotencyKeys:
 
     async def __call__(self, request: Request) -> AsyncIterator[KeyClaim]:
         """Claim, then hand the claim to the endpoint; release it if the endpoint fails."""
-        claim = await self.claim(
-            request.headers.get(HEADER), request.method, request.url.path, await request.body()
-        )
+        sent = request.headers.getlist(HEADER)
+        if len(sent) > 1:
+            # Which one the client meant is a guess; a guess would run the request twice.
+            raise HTTPException(
+                400, f"the {HEADER} header must be sent once, not {len(sent)} times"
+            )
+        body = await request.body()
+        if len(body) > self.max_body_bytes:
+            raise HTTPException(
+                413, f"the body has {len(body)} bytes; at most {self.max_body_bytes} are taken"
+            )
+        claim = await self.claim(sent[0] if sent else None, request.method, request.url.path, body)
         try:
             yield claim
         finally:

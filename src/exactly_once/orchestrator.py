@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import unicodedata
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -44,6 +45,8 @@ INBOX_TYPE = "exactlyOnceInbox"
 # Characters Cosmos DB ids may not hold, and its id length limit.
 _FORBIDDEN_ID_CHARACTERS = frozenset("/\\?#")
 _MAX_ID_LENGTH = 255
+# A hashed id keeps a readable prefix ("inbox", "two-phase") up to this length.
+_MAX_PREFIX_LENGTH = 64
 
 # An external call: given the downstream key, returns what to record (JSON).
 DownstreamCall = Callable[[str], Awaitable[JsonInput]]
@@ -51,12 +54,31 @@ DownstreamCall = Callable[[str], Awaitable[JsonInput]]
 VersionedChange = Callable[[JsonObject | None], JsonMapping]
 
 
+def _is_safe_id(text: str) -> bool:
+    """Whether Cosmos DB takes `text` as an id as it is, and logs and URLs show it unchanged:
+    1..255 printable characters (no controls, no lone surrogates), none of / \\ ? #, no
+    trailing space, Unicode NFC."""
+    return (
+        0 < len(text) <= _MAX_ID_LENGTH
+        and text.isprintable()
+        and not _FORBIDDEN_ID_CHARACTERS.intersection(text)
+        and not text.endswith(" ")
+        and unicodedata.is_normalized("NFC", text)
+    )
+
+
 def safe_id(text: str) -> str:
-    """`text` as a store-safe id: itself when it is one, else a prefix and its SHA-256."""
-    if len(text) <= _MAX_ID_LENGTH and not _FORBIDDEN_ID_CHARACTERS.intersection(text):
+    """`text` as a store-safe id: itself when it is one, else its first `:`-separated part
+    (when that is safe and short) and the SHA-256 of the whole text.
+
+    A message id is the producer's bytes: whatever it holds, the record's id is one the store
+    accepts, so a hostile id can never turn into a store error on every delivery."""
+    if _is_safe_id(text):
         return text
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
     prefix = text.split(":", 1)[0]
-    return f"{prefix}:{hashlib.sha256(text.encode('utf-8')).hexdigest()}"
+    keep_prefix = prefix != text and len(prefix) <= _MAX_PREFIX_LENGTH and _is_safe_id(prefix)
+    return f"{prefix}:{digest}" if keep_prefix else digest
 
 
 @dataclass(frozen=True)

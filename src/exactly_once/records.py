@@ -30,17 +30,22 @@ def fingerprint(value: JsonValue) -> str:
     """SHA-256 of `value` as canonical JSON (sorted keys, no spaces): the request hash that
     tells a duplicate (same hash) from a conflicting payload under the same key."""
     canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    # "surrogatepass": JSON may spell a lone surrogate ("\\ud800"), which UTF-8 cannot encode;
+    # the hash of any decodable JSON must exist, never raise.
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def body_fingerprint(body: bytes) -> str:
     """The request hash of a message body: of its canonical JSON when it is JSON (so spacing
-    and key order do not make a duplicate look like a conflict), else of its bytes."""
+    and key order do not make a duplicate look like a conflict), else of its bytes.
+
+    Total: bytes that are not JSON, JSON nested deeper than the decoder (or encoder) goes, or
+    integers longer than Python converts are hashed as bytes. The caller bounds the size."""
     try:
         decoded: JsonValue = json.loads(body)
-    except (ValueError, UnicodeDecodeError, RecursionError):
+        return fingerprint(decoded)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return hashlib.sha256(body).hexdigest()
-    return fingerprint(decoded)
 
 
 class RecordStatus(StrEnum):

@@ -17,10 +17,12 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from azure.servicebus import ServiceBusReceivedMessage
 from azure.servicebus.aio import ServiceBusReceiver
+from azure.servicebus.amqp import AmqpMessageBodyType
 
 from exactly_once.claims import DEFAULT_MAX_WAIT_SECONDS
-from exactly_once.decisions import DeadLetterReason, Decision, Outcome, Settler, settle
+from exactly_once.decisions import DeadLetterReason, Decision, Outcome, Settler, settle, truncate
 from exactly_once.exceptions import (
+    CorruptRecordError,
     DocumentExistsError,
     InProgressElsewhereError,
     PayloadMismatchError,
@@ -30,6 +32,7 @@ from exactly_once.exceptions import (
     Rejected,
     TransientStoreError,
 )
+from exactly_once.logs import log_value
 from exactly_once.orchestrator import Effects
 from exactly_once.ports import DocumentStore, RecordStore, Store
 from exactly_once.records import DEFAULT_LEASE_SECONDS, body_fingerprint
@@ -42,6 +45,9 @@ Message = TypeVar("Message")
 Effect = Callable[[Message, Effects], Awaitable[Outcome | Decision]]
 # Your parser: the body's bytes -> your message model (raise anything to reject it).
 Parser = Callable[[bytes], Message]
+# A body above this is dead-lettered before your parser sees it: Premium's default maximum
+# message size (Standard's is 256 KB). Larger messages need `max_body_bytes` raised with it.
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 
 
 class FunctionsMessageActions(Protocol):
@@ -146,8 +152,10 @@ class ExactlyOnceConsumer(Generic[Message]):
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS,
         telemetry: Telemetry | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         self.consumer = consumer
+        self.max_body_bytes = max_body_bytes
         self._effect = effect
         self._parse = parse
         self._records = records
@@ -159,15 +167,33 @@ class ExactlyOnceConsumer(Generic[Message]):
 
     async def decide(self, body: bytes, message_id: str | None) -> Decision:
         """Parse, run the effect, and decide; no settlement (any host can settle it)."""
-        with self._telemetry.message_span(self.consumer, message_id) as span:
-            decision = await self._decide(body, message_id)
-            self._telemetry.record(span, self.consumer, decision)
-            return decision
+        return await self._observed(message_id, self._decide(body, message_id))
 
     async def decide_message(self, message: ServiceBusReceivedMessage) -> Decision:
         """Decide on a received message; no settlement (`run_worker`'s `handle`)."""
         message_id = str(message.message_id) if message.message_id is not None else None
+        if message.body_type is not AmqpMessageBodyType.DATA:
+            # A value or sequence section is not the bytes a parser expects (the SDK would hand
+            # a value's bytes over as if they were data); no delivery will make it so.
+            kind = getattr(message.body_type, "value", message.body_type)
+            return await self._observed(
+                message_id,
+                _decided(
+                    Decision.dead_letter(
+                        Outcome.REJECTED,
+                        DeadLetterReason.UNSUPPORTED_BODY_TYPE,
+                        f"the body is an AMQP {kind} section; send the message's bytes as data",
+                    )
+                ),
+            )
         return await self.decide(body_bytes(message), message_id)
+
+    async def _observed(self, message_id: str | None, deciding: Awaitable[Decision]) -> Decision:
+        """One span and one count for each decision, however it was reached."""
+        with self._telemetry.message_span(self.consumer, message_id) as span:
+            decision = await deciding
+            self._telemetry.record(span, self.consumer, decision)
+            return decision
 
     async def process(self, message: ServiceBusReceivedMessage, settler: Settler) -> Decision:
         """Decide on `message` and settle it through `settler`."""
@@ -194,14 +220,24 @@ class ExactlyOnceConsumer(Generic[Message]):
                 DeadLetterReason.MISSING_MESSAGE_ID,
                 "the message has no MessageId, which names its records",
             )
+        if len(body) > self.max_body_bytes:
+            # Bounded before any parsing: no body costs more than its size allows.
+            return Decision.dead_letter(
+                Outcome.REJECTED,
+                DeadLetterReason.BODY_TOO_LARGE,
+                f"the body has {len(body)} bytes; this consumer takes at most "
+                f"{self.max_body_bytes}",
+            )
         try:
             parsed = self._parse(body)
         except Rejected as rejected:
-            return Decision.dead_letter(Outcome.REJECTED, rejected.reason, rejected.description)
+            return Decision.dead_letter(
+                Outcome.REJECTED, str(rejected.reason), str(rejected.description)
+            )
         except Exception as exc:
             # A parser is a pure function of the body: what fails now fails on every delivery.
             return Decision.dead_letter(
-                Outcome.REJECTED, DeadLetterReason.INVALID_MESSAGE, f"{type(exc).__name__}: {exc}"
+                Outcome.REJECTED, DeadLetterReason.INVALID_MESSAGE, _described(exc)
             )
         effects = Effects(
             consumer=self.consumer,
@@ -250,13 +286,34 @@ class ExactlyOnceConsumer(Generic[Message]):
                 return Decision.dead_letter(
                     Outcome.EFFECT_CONFLICT, DeadLetterReason.EFFECT_DOCUMENT_EXISTS, str(exc)
                 )
+            case CorruptRecordError():
+                # The message's own record cannot be read: every delivery would read it alike.
+                return Decision.dead_letter(
+                    Outcome.CORRUPT_RECORD, DeadLetterReason.CORRUPT_RECORD, str(exc)
+                )
             case InProgressElsewhereError():
                 return Decision.abandon(Outcome.IN_PROGRESS_ELSEWHERE, str(exc))
             case TransientStoreError() | RecordChangedError():
                 return Decision.abandon(Outcome.TRANSIENT_FAILURE, str(exc))
             case _:
-                logger.exception("%s: unexpected failure on message %s", self.consumer, message_id)
-                return Decision.abandon(Outcome.UNEXPECTED_FAILURE, f"{type(exc).__name__}: {exc}")
+                logger.exception(
+                    "%s: unexpected failure on message %s", self.consumer, log_value(message_id)
+                )
+                return Decision.abandon(Outcome.UNEXPECTED_FAILURE, _described(exc))
+
+
+async def _decided(decision: Decision) -> Decision:
+    return decision
+
+
+def _described(exc: BaseException) -> str:
+    """`Type: message` of an exception, cut to a dead-letter description; an exception whose
+    message cannot be rendered is named by its type alone (this must not raise)."""
+    try:
+        text = str(exc)
+    except Exception:
+        text = "<its message could not be rendered>"
+    return truncate(f"{type(exc).__name__}: {text}")
 
 
 def exactly_once(
@@ -268,6 +325,7 @@ def exactly_once(
     lease_seconds: float = DEFAULT_LEASE_SECONDS,
     max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS,
     telemetry: Telemetry | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> Callable[[Effect[Message]], ExactlyOnceConsumer[Message]]:
     """Decorate your effect (`async def effect(message, effects) -> Outcome`) into the
     `ExactlyOnceConsumer` a trigger calls; `store` holds its records and documents."""
@@ -283,6 +341,7 @@ def exactly_once(
             lease_seconds=lease_seconds,
             max_wait_seconds=max_wait_seconds,
             telemetry=telemetry,
+            max_body_bytes=max_body_bytes,
         )
 
     return wrap
