@@ -1,19 +1,17 @@
 """`IdempotencyKeys` on a FastAPI app over `CosmosStore` on our Cosmos DB emulator: a request
 in progress is refused with Retry-After, a failed one is released, an abandoned one is taken
-over once its lease ends by the database's clock.
+over once its lease ends by the database's clock (the app: idempotency_app.py)."""
 
-No `from __future__ import annotations` here: FastAPI reads the route's annotations at run time,
-and the dependency they name is local to `app_for`."""
+from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Annotated
 
 import httpx
 import pytest
 from core_support import lease_ended, unique
-from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse
+from idempotency_app import app_for
 
 from exactly_once import CosmosStore
 from exactly_once.idempotency_key import IdempotencyKeys, KeyClaim
@@ -39,16 +37,6 @@ class Endpoint:
             self.fail_next = False
             raise RuntimeError("the endpoint failed")
         return await claim.complete(201, {"run": self.runs}, {"Location": f"/things/{self.runs}"})
-
-
-def app_for(keys: IdempotencyKeys, endpoint: Endpoint) -> FastAPI:
-    app = FastAPI()
-
-    @app.post("/things")
-    async def post_thing(claim: Annotated[KeyClaim, Depends(keys)]) -> JSONResponse:
-        return await endpoint(claim)
-
-    return app
 
 
 @pytest.fixture

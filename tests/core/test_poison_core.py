@@ -9,16 +9,16 @@ it by size first. A stored record with a field missing or mistyped is the core's
 `CorruptRecordError`, and the consumer dead-letters its message with that reason.
 
 No timings are asserted: `scripts/bench_core_poison.py` prints what each case costs.
-
-No `from __future__ import annotations`: FastAPI reads the route's annotations at run time.
 """
+
+from __future__ import annotations
 
 import hashlib
 import json
 import logging
 import uuid
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Any
 
 import httpx
 import pytest
@@ -27,8 +27,8 @@ from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, Servi
 from azure.servicebus.aio import ServiceBusClient
 from azure.servicebus.amqp import AmqpAnnotatedMessage
 from core_support import QUEUE, unique
-from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse
+from idempotency_app import app_for
 from poison_corpus import (
     CORE_MAX_BODY_BYTES,
     CORE_NO_ID,
@@ -320,16 +320,6 @@ class Endpoint:
             return claim.replay
         self.runs += 1
         return await claim.complete(201, {"run": self.runs})
-
-
-def app_for(keys: IdempotencyKeys, endpoint: Endpoint) -> FastAPI:
-    app = FastAPI()
-
-    @app.post("/things")
-    async def post_thing(claim: Annotated[KeyClaim, Depends(keys)]) -> JSONResponse:
-        return await endpoint(claim)
-
-    return app
 
 
 @pytest.fixture
