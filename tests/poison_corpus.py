@@ -634,3 +634,20 @@ def corrupt_record_cases() -> list[tuple[str, str, object]]:
         ("type-missing", "type", MISSING),
         ("type-other-document", "type", "order"),
     ]
+
+
+def corrupt_response_cases() -> list[tuple[str, object]]:
+    """(name, stored result) of a completed `Idempotency-Key` record that holds no response
+    to replay: the core's `CorruptRecordError`, never a ValueError or a made-up 200."""
+    return [
+        ("result-null", None),
+        ("result-text", "201"),
+        ("result-list", [201, {}]),
+        ("status-missing", {"body": {}, "headers": {}}),
+        ("status-text", {"statusCode": "201", "body": {}, "headers": {}}),
+        ("status-bool", {"statusCode": True, "body": {}, "headers": {}}),
+        ("status-99", {"statusCode": 99, "body": {}, "headers": {}}),
+        ("status-float", {"statusCode": 201.0, "body": {}, "headers": {}}),
+        ("headers-list", {"statusCode": 201, "body": {}, "headers": ["Location"]}),
+        ("header-value-number", {"statusCode": 201, "body": {}, "headers": {"Retry-After": 5}}),
+    ]

@@ -23,7 +23,11 @@ from collections.abc import AsyncIterator, Mapping
 from fastapi import HTTPException, Request
 from fastapi.responses import JSONResponse
 
-from exactly_once.exceptions import InProgressElsewhereError, PayloadMismatchError
+from exactly_once.exceptions import (
+    CorruptRecordError,
+    InProgressElsewhereError,
+    PayloadMismatchError,
+)
 from exactly_once.keys import (
     MAX_KEY_LENGTH,
     KeyedRequests,
@@ -165,13 +169,18 @@ def validate_key(value: str | None) -> str:
 
 
 def _response(stored: JsonInput) -> JSONResponse:
+    """The recorded response, replayed; `CorruptRecordError` when the record holds none (it
+    was read back from the store: untrusted, like any stored record)."""
     if not isinstance(stored, Mapping):
-        raise ValueError("the record holds no response")
+        raise CorruptRecordError(f"the record holds no response (found a {type(stored).__name__})")
     status, body, headers = stored.get("statusCode"), stored.get("body"), stored.get("headers")
-    return JSONResponse(
-        content=body,
-        status_code=int(status) if isinstance(status, int) else 200,
-        headers={str(k): str(v) for k, v in headers.items()}
+    if not isinstance(status, int) or isinstance(status, bool) or not 100 <= status <= 599:
+        raise CorruptRecordError(f"the recorded response has no HTTP status (found {status!r:.40})")
+    texts = (
+        {name: value for name, value in headers.items() if isinstance(value, str)}
         if isinstance(headers, Mapping)
-        else None,
+        else {}
     )
+    if not isinstance(headers, Mapping) or len(texts) != len(headers):
+        raise CorruptRecordError("the recorded response's headers are not names and texts")
+    return JSONResponse(content=body, status_code=status, headers=texts)

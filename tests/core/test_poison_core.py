@@ -42,6 +42,7 @@ from poison_corpus import (
     core_parseable_hostile_bodies,
     core_poison_cases,
     corrupt_record_cases,
+    corrupt_response_cases,
     greeting_body,
     idempotency_key_body_cases,
     idempotency_key_header_cases,
@@ -450,3 +451,23 @@ async def test_a_corrupt_record_under_an_idempotency_key_fails_that_request_only
 
     assert broken.status_code == 500
     assert (after.status_code, endpoint.runs) == (201, 1)
+
+
+RESPONSES = corrupt_response_cases()
+
+
+@pytest.mark.parametrize(
+    ("name", "result"), [pytest.param(*case, id=case[0]) for case in RESPONSES]
+)
+async def test_a_completed_key_whose_record_holds_no_response_is_a_corrupt_record(
+    store: CosmosStore, container: ContainerProxy, name: str, result: object
+) -> None:
+    keys = IdempotencyKeys(store, scope="things")
+    key = unique(name)
+    first = await keys.claim(key, "POST", "/things", b"{}")
+    await first.complete(201, {"run": 1})
+    assert first._owned is not None
+    await corrupt(container, first._owned, "result", result)
+
+    with pytest.raises(CorruptRecordError):
+        await keys.claim(key, "POST", "/things", b"{}")
