@@ -13,6 +13,7 @@ from exactly_once.decisions import (
     Settleable,
     Settlement,
     Settler,
+    decision_for_error,
     settle,
 )
 from exactly_once.exceptions import (
@@ -28,7 +29,13 @@ from exactly_once.exceptions import (
     StoreError,
     TransientStoreError,
 )
-from exactly_once.orchestrator import Effects, TwoPhaseResult
+from exactly_once.orchestrator import (
+    Effects,
+    TwoPhaseResult,
+    apply_version,
+    create_entity,
+    inbox_batch,
+)
 from exactly_once.ports import DocumentStore, RecordStore, Store
 from exactly_once.records import (
     JsonInput,
@@ -102,8 +109,12 @@ __all__ = [
     "Worker",
     "WorkerOptions",
     "WorkerStats",
+    "apply_version",
+    "create_entity",
+    "decision_for_error",
     "exactly_once",
     "fingerprint",
+    "inbox_batch",
     "run_session_worker",
     "run_worker",
     "settle",

@@ -6,9 +6,24 @@ provides Service Bus's two (the SDK receiver, Functions' message actions).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
+
+from exactly_once.exceptions import (
+    CorruptRecordError,
+    DocumentExistsError,
+    InProgressElsewhereError,
+    PayloadMismatchError,
+    PreviouslyFailedError,
+    RecordChangedError,
+    Refused,
+    TransientStoreError,
+)
+from exactly_once.logs import log_value
+
+logger = logging.getLogger("exactly_once")
 
 # Service Bus limits a dead-letter description; ours stay well inside it.
 MAX_DESCRIPTION_CHARS = 1024
@@ -141,3 +156,54 @@ async def settle(decision: Settleable, settler: Settler) -> None:
                 reason=decision.dead_letter_reason or "Unspecified",
                 description=decision.dead_letter_description or "",
             )
+
+
+def decision_for_error(exc: Exception, *, consumer: str, message_id: str | None) -> Decision:
+    """The one error frame: every exception an effect raises, as a decision.
+
+    `ExactlyOnceConsumer` decides through it; an application with a decision type of its own
+    maps this one onto it rather than writing the frame again. An exception it does not know
+    is logged (with its traceback) and abandoned as `UNEXPECTED_FAILURE`."""
+    match exc:
+        case PayloadMismatchError():
+            return Decision.dead_letter(
+                Outcome.MISMATCH, DeadLetterReason.REQUEST_HASH_MISMATCH, str(exc)
+            )
+        case Refused():
+            return Decision.dead_letter(Outcome.REFUSED, exc.reason, exc.description)
+        case PreviouslyFailedError():
+            why = exc.existing.result
+            reason = why.get("reason") if isinstance(why, dict) else None
+            return Decision.dead_letter(
+                Outcome.REFUSED,
+                str(reason or DeadLetterReason.DOWNSTREAM_REFUSED),
+                f"refused by an earlier attempt: {why}",
+            )
+        case DocumentExistsError():
+            return Decision.dead_letter(
+                Outcome.EFFECT_CONFLICT, DeadLetterReason.EFFECT_DOCUMENT_EXISTS, str(exc)
+            )
+        case CorruptRecordError():
+            # The message's own record cannot be read: every delivery would read it alike.
+            return Decision.dead_letter(
+                Outcome.CORRUPT_RECORD, DeadLetterReason.CORRUPT_RECORD, str(exc)
+            )
+        case InProgressElsewhereError():
+            return Decision.abandon(Outcome.IN_PROGRESS_ELSEWHERE, str(exc))
+        case TransientStoreError() | RecordChangedError():
+            return Decision.abandon(Outcome.TRANSIENT_FAILURE, str(exc))
+        case _:
+            logger.exception(
+                "%s: unexpected failure on message %s", consumer, log_value(message_id or "")
+            )
+            return Decision.abandon(Outcome.UNEXPECTED_FAILURE, described(exc))
+
+
+def described(exc: BaseException) -> str:
+    """`Type: message` of an exception, cut to a dead-letter description; an exception whose
+    message cannot be rendered is named by its type alone (this must not raise)."""
+    try:
+        text = str(exc)
+    except Exception:
+        text = "<its message could not be rendered>"
+    return truncate(f"{type(exc).__name__}: {text}")

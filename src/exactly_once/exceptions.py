@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from exactly_once.records import Record
+from exactly_once.records import Record, StoredDocument
 
 
 class ExactlyOnceError(Exception):
@@ -39,12 +39,16 @@ class RecordChangedError(ExactlyOnceError):
 
 class DocumentExistsError(ExactlyOnceError):
     """A transactional create found one of its documents already stored; nothing was written.
-    `index` is the position of that document in the batch."""
+    `index` is the position of that document in the batch; `existing` the document found,
+    when the store learnt it in the same call (then the orchestrator reads nothing more)."""
 
-    def __init__(self, document_id: str, index: int) -> None:
+    def __init__(
+        self, document_id: str, index: int, existing: StoredDocument | None = None
+    ) -> None:
         super().__init__(f"document {document_id!r} (batch position {index}) already exists")
         self.document_id = document_id
         self.index = index
+        self.existing = existing
 
 
 class PayloadMismatchError(ExactlyOnceError):

@@ -135,17 +135,14 @@ class Effects:
 
         Raises `PayloadMismatchError` when the entity holds another hash, `DocumentExistsError`
         when one of `others` exists without the entity."""
-        marked = {**entity, hash_field: self.request_hash}
-        try:
-            await self._documents.create_all(partition, [marked, *others])
-            return Outcome.PROCESSED
-        except DocumentExistsError as exists:
-            if exists.index != 0:
-                raise
-        stored = await self._documents.get(str(entity["id"]), partition)
-        if stored is None:
-            raise RecordChangedError(f"{entity['id']!r} vanished after its create conflicted")
-        return self._duplicate_or_mismatch(str(entity["id"]), stored.body.get(hash_field))
+        return await create_entity(
+            self._documents,
+            partition,
+            entity,
+            *others,
+            request_hash=self.request_hash,
+            hash_field=hash_field,
+        )
 
     # --- (2) an inbox record in the effect's batch --------------------------------------------
 
@@ -155,24 +152,16 @@ class Effects:
 
         Raises `PayloadMismatchError` when the record holds another hash, `DocumentExistsError`
         when one of `documents` exists without the record."""
-        record_id = safe_id(f"inbox:{self.consumer}:{self.message_id}")
         marker: JsonMapping = {
-            "id": record_id,
+            "id": safe_id(f"inbox:{self.consumer}:{self.message_id}"),
             "type": INBOX_TYPE,
             "consumer": self.consumer,
             "messageId": self.message_id,
             "requestHash": self.request_hash,
         }
-        try:
-            await self._documents.create_all(partition, [marker, *documents])
-            return Outcome.PROCESSED
-        except DocumentExistsError as exists:
-            if exists.index != 0:
-                raise
-        stored = await self._documents.get(record_id, partition)
-        if stored is None:
-            raise RecordChangedError(f"{record_id!r} vanished after its create conflicted")
-        return self._duplicate_or_mismatch(record_id, stored.body.get("requestHash"))
+        return await inbox_batch(
+            self._documents, partition, marker, documents, request_hash=self.request_hash
+        )
 
     # --- (3) two phases around an external call -----------------------------------------------
 
@@ -232,28 +221,128 @@ class Effects:
 
         Reads first: the comparison needs the stored version. A write that lost a race reads
         again (bounded), then `RecordChangedError`."""
-        for _ in range(MAX_RACES):
-            stored = await self._documents.get(document_id, partition)
-            if stored is not None:
-                current = stored.body.get(version_field)
-                if isinstance(current, int) and current >= version:
-                    return Outcome.STALE
-            updated = {
-                **change(stored.body if stored else None),
-                "id": document_id,
-                version_field: version,
-            }
-            try:
-                if stored is None:
-                    await self._documents.create_all(partition, [updated])
-                else:
-                    await self._documents.replace(updated, partition, etag=stored.etag)
-                return Outcome.PROCESSED
-            except (DocumentExistsError, RecordChangedError):
-                continue  # another version landed first: compare against it
-        raise RecordChangedError(f"{document_id!r} kept changing; {MAX_RACES} writes lost")
+        return await apply_version(
+            self._documents, partition, document_id, version, change, version_field=version_field
+        )
 
-    def _duplicate_or_mismatch(self, key: str, stored_hash: object) -> Outcome:
-        if stored_hash == self.request_hash:
+
+# --- The mechanisms that need no record store, on any `DocumentStore` -------------------------
+# `Effects` binds them to one message; an application whose documents already have a shape of
+# their own (an entity id, an inbox record's fields) calls them directly.
+
+
+async def create_entity(
+    documents: DocumentStore,
+    partition: str,
+    entity: JsonMapping,
+    *others: JsonMapping,
+    request_hash: str,
+    hash_field: str = "requestHash",
+) -> Outcome:
+    """Create `entity` (stamped with `request_hash` in `hash_field`) and `others` in one batch
+    of `documents`: `PROCESSED`; or find the entity with the same hash: `DUPLICATE`.
+
+    One request for a new entity; a conflict costs one more (the point read), none when the
+    store's `DocumentExistsError` carries the document it found. Raises `PayloadMismatchError`
+    when the entity holds another hash, `DocumentExistsError` when one of `others` exists
+    without the entity, `RecordChangedError` when the entity vanished after its conflict."""
+    marked = {**entity, hash_field: request_hash}
+    return await _create_marked(
+        documents, partition, marked, others, request_hash=request_hash, hash_field=hash_field
+    )
+
+
+async def inbox_batch(
+    documents: DocumentStore,
+    partition: str,
+    marker: JsonMapping,
+    effect_documents: Sequence[JsonMapping],
+    *,
+    request_hash: str | None,
+    hash_field: str = "requestHash",
+) -> Outcome:
+    """Create `marker` (an inbox record, first) and `effect_documents` in one batch of
+    `documents`: `PROCESSED`; or find the marker: `DUPLICATE` when it holds `request_hash` in
+    `hash_field`, `PayloadMismatchError` when it holds another.
+
+    `request_hash=None` lets the marker's id alone decide (a message whose id names its payload
+    for good, such as an event derived from a stored entity): a found marker is a duplicate
+    without a read, so a duplicate costs one request. Raises `DocumentExistsError` when one of
+    `effect_documents` exists without the marker."""
+    return await _create_marked(
+        documents,
+        partition,
+        marker,
+        effect_documents,
+        request_hash=request_hash,
+        hash_field=hash_field,
+    )
+
+
+async def _create_marked(
+    documents: DocumentStore,
+    partition: str,
+    marker: JsonMapping,
+    others: Sequence[JsonMapping],
+    *,
+    request_hash: str | None,
+    hash_field: str,
+) -> Outcome:
+    """The one write-first mechanism: the marker first in one batch with `others`; a conflict
+    on the marker is a duplicate or a mismatch, a conflict on any other document propagates."""
+    marker_id = str(marker["id"])
+    try:
+        await documents.create_all(partition, [marker, *others])
+        return Outcome.PROCESSED
+    except DocumentExistsError as exists:
+        if exists.index != 0:
+            raise
+        if request_hash is None:
             return Outcome.DUPLICATE
-        raise PayloadMismatchError(key, str(stored_hash), self.request_hash)
+        stored = exists.existing or await documents.get(marker_id, partition)
+    if stored is None:
+        raise RecordChangedError(f"{marker_id!r} vanished after its create conflicted")
+    stored_hash = stored.body.get(hash_field)
+    if stored_hash == request_hash:
+        return Outcome.DUPLICATE
+    raise PayloadMismatchError(marker_id, str(stored_hash), request_hash)
+
+
+async def apply_version(
+    documents: DocumentStore,
+    partition: str,
+    document_id: str,
+    version: int,
+    change: VersionedChange,
+    *,
+    version_field: str = "version",
+    absent_version: int | None = None,
+    max_races: int = MAX_RACES,
+) -> Outcome:
+    """Write `change(stored)` at `version` into `documents`, If-Match the stored ETag (or
+    create it): `PROCESSED`; a stored version at or above `version`: `STALE`, nothing written.
+
+    A missing document stands at `absent_version` when one is given (an entity whose first
+    state is implied: an update at or below it is stale too); else any version creates it.
+    `change` may raise to refuse an update (an illegal transition); it propagates and nothing
+    is written. Reads first: the comparison needs the stored version. A write that lost a race
+    reads again (at most `max_races` writes), then `RecordChangedError`."""
+    for _ in range(max_races):
+        stored = await documents.get(document_id, partition)
+        current = stored.body.get(version_field) if stored is not None else absent_version
+        if isinstance(current, int) and current >= version:
+            return Outcome.STALE
+        updated = {
+            **change(stored.body if stored else None),
+            "id": document_id,
+            version_field: version,
+        }
+        try:
+            if stored is None:
+                await documents.create_all(partition, [updated])
+            else:
+                await documents.replace(updated, partition, etag=stored.etag)
+            return Outcome.PROCESSED
+        except (DocumentExistsError, RecordChangedError):
+            continue  # another version landed first: compare against it
+    raise RecordChangedError(f"{document_id!r} kept changing; {max_races} writes lost")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Generic, Protocol, TypeVar
@@ -20,25 +19,20 @@ from azure.servicebus.aio import ServiceBusReceiver
 from azure.servicebus.amqp import AmqpMessageBodyType
 
 from exactly_once.claims import DEFAULT_MAX_WAIT_SECONDS
-from exactly_once.decisions import DeadLetterReason, Decision, Outcome, Settler, settle, truncate
-from exactly_once.exceptions import (
-    CorruptRecordError,
-    DocumentExistsError,
-    InProgressElsewhereError,
-    PayloadMismatchError,
-    PreviouslyFailedError,
-    RecordChangedError,
-    Refused,
-    Rejected,
-    TransientStoreError,
+from exactly_once.decisions import (
+    DeadLetterReason,
+    Decision,
+    Outcome,
+    Settler,
+    decision_for_error,
+    described,
+    settle,
 )
-from exactly_once.logs import log_value
+from exactly_once.exceptions import Rejected
 from exactly_once.orchestrator import Effects
 from exactly_once.ports import DocumentStore, RecordStore, Store
 from exactly_once.records import DEFAULT_LEASE_SECONDS, body_fingerprint
 from exactly_once.telemetry import Telemetry
-
-logger = logging.getLogger("exactly_once")
 
 Message = TypeVar("Message")
 # Your effect: the parsed message and the mechanisms bound to it -> what happened.
@@ -237,7 +231,7 @@ class ExactlyOnceConsumer(Generic[Message]):
         except Exception as exc:
             # A parser is a pure function of the body: what fails now fails on every delivery.
             return Decision.dead_letter(
-                Outcome.REJECTED, DeadLetterReason.INVALID_MESSAGE, _described(exc)
+                Outcome.REJECTED, DeadLetterReason.INVALID_MESSAGE, described(exc)
             )
         effects = Effects(
             consumer=self.consumer,
@@ -266,54 +260,11 @@ class ExactlyOnceConsumer(Generic[Message]):
         )
 
     def _failure(self, message_id: str, exc: Exception) -> Decision:
-        """The one error frame: every exception an effect raises, as a decision."""
-        match exc:
-            case PayloadMismatchError():
-                return Decision.dead_letter(
-                    Outcome.MISMATCH, DeadLetterReason.REQUEST_HASH_MISMATCH, str(exc)
-                )
-            case Refused():
-                return Decision.dead_letter(Outcome.REFUSED, exc.reason, exc.description)
-            case PreviouslyFailedError():
-                why = exc.existing.result
-                reason = why.get("reason") if isinstance(why, dict) else None
-                return Decision.dead_letter(
-                    Outcome.REFUSED,
-                    str(reason or DeadLetterReason.DOWNSTREAM_REFUSED),
-                    f"refused by an earlier attempt: {why}",
-                )
-            case DocumentExistsError():
-                return Decision.dead_letter(
-                    Outcome.EFFECT_CONFLICT, DeadLetterReason.EFFECT_DOCUMENT_EXISTS, str(exc)
-                )
-            case CorruptRecordError():
-                # The message's own record cannot be read: every delivery would read it alike.
-                return Decision.dead_letter(
-                    Outcome.CORRUPT_RECORD, DeadLetterReason.CORRUPT_RECORD, str(exc)
-                )
-            case InProgressElsewhereError():
-                return Decision.abandon(Outcome.IN_PROGRESS_ELSEWHERE, str(exc))
-            case TransientStoreError() | RecordChangedError():
-                return Decision.abandon(Outcome.TRANSIENT_FAILURE, str(exc))
-            case _:
-                logger.exception(
-                    "%s: unexpected failure on message %s", self.consumer, log_value(message_id)
-                )
-                return Decision.abandon(Outcome.UNEXPECTED_FAILURE, _described(exc))
+        return decision_for_error(exc, consumer=self.consumer, message_id=message_id)
 
 
 async def _decided(decision: Decision) -> Decision:
     return decision
-
-
-def _described(exc: BaseException) -> str:
-    """`Type: message` of an exception, cut to a dead-letter description; an exception whose
-    message cannot be rendered is named by its type alone (this must not raise)."""
-    try:
-        text = str(exc)
-    except Exception:
-        text = "<its message could not be rendered>"
-    return truncate(f"{type(exc).__name__}: {text}")
 
 
 def exactly_once(

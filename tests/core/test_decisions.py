@@ -32,6 +32,7 @@ from exactly_once import (
     Settlement,
     Telemetry,
     TransientStoreError,
+    decision_for_error,
     exactly_once,
     settle,
 )
@@ -212,3 +213,15 @@ async def test_each_settlement_goes_to_the_message_actions_with_its_reason() -> 
     dead_letter = actions.calls[-1][2]
     assert dead_letter["deadletter_reason"] == "RequestHashMismatch"
     assert len(dead_letter["deadletter_error_description"]) == 1024  # within the broker's limit
+
+
+def test_the_error_frame_is_one_function_an_app_can_call() -> None:
+    for case, (behaviour, (outcome, settlement, reason)) in CASES.items():
+        if not isinstance(behaviour, Exception):
+            continue
+        decision = decision_for_error(behaviour, consumer="cases", message_id="m")
+        assert (decision.outcome, decision.settlement, decision.dead_letter_reason) == (
+            outcome,
+            settlement,
+            reason,
+        ), case

@@ -20,6 +20,8 @@ from exactly_once import (
     Record,
     RecordStatus,
     Refused,
+    apply_version,
+    inbox_batch,
 )
 from exactly_once.claims import Claims
 from exactly_once.orchestrator import safe_id
@@ -245,3 +247,43 @@ def test_safe_id_keeps_plain_ids_and_hashes_the_rest() -> None:
     hashed = safe_id("inbox:shipping:a/b?c#d")
     assert hashed.startswith("inbox:") and len(hashed) == len("inbox:") + 64
     assert safe_id("x:" + "y" * 300) != safe_id("x:" + "y" * 301)
+
+
+async def test_a_missing_versioned_document_stands_at_its_absent_version(
+    store: CosmosStore,
+) -> None:
+    partition = unique("order")
+
+    stale = await apply_version(store, partition, "status", 1, lambda _: {}, absent_version=1)
+    written = await apply_version(store, partition, "status", 2, lambda _: {}, absent_version=1)
+
+    assert (stale, written) == (Outcome.STALE, Outcome.PROCESSED)
+    stored = await store.get("status", partition)
+    assert stored is not None and stored.body["version"] == 2
+
+
+async def test_a_change_that_refuses_writes_nothing(store: CosmosStore) -> None:
+    partition = unique("order")
+
+    def refuse(_: object) -> dict[str, str]:
+        raise Refused("not reachable from the stored state", reason="IllegalTransition")
+
+    with pytest.raises(Refused):
+        await apply_version(store, partition, "status", 3, refuse)
+
+    assert await store.get("status", partition) is None
+
+
+async def test_a_marker_without_a_hash_is_a_duplicate_by_its_id_alone(
+    store: CosmosStore,
+) -> None:
+    partition = unique("order")
+    marker = {"id": unique("shipping"), "type": "inbox"}
+    effect = [{"id": f"{partition}:shipment"}]
+
+    first = await inbox_batch(store, partition, marker, effect, request_hash=None)
+    again = await inbox_batch(store, partition, marker, effect, request_hash=None)
+
+    assert (first, again) == (Outcome.PROCESSED, Outcome.DUPLICATE)
+    stored = await store.get(str(marker["id"]), partition)
+    assert stored is not None and "requestHash" not in stored.body

@@ -4,7 +4,7 @@ SDK sends is counted (an azure-core raw request hook), once the client is warm."
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
@@ -13,7 +13,17 @@ from azure.cosmos.aio import CosmosClient
 from core_support import unique
 from servers import CosmosServer
 
-from exactly_once import CosmosStore, Effects, Outcome
+from exactly_once import (
+    CosmosStore,
+    DocumentExistsError,
+    Effects,
+    JsonMapping,
+    Outcome,
+    PayloadMismatchError,
+    StoredDocument,
+    create_entity,
+    inbox_batch,
+)
 
 
 class RequestLog:
@@ -101,3 +111,58 @@ async def test_each_mechanism_costs_what_the_readme_says(
         Outcome.STALE,
         1,
     )
+
+
+async def test_a_marker_named_by_its_id_alone_costs_one_request_when_duplicate(
+    counted: tuple[CosmosStore, RequestLog],
+) -> None:
+    store, log = counted
+    partition = unique("p")
+    marker = {"id": unique("shipping"), "consumer": "shipping"}
+    effect = [{"id": f"{partition}:shipment"}]
+
+    assert await requests_of(
+        log, inbox_batch(store, partition, marker, effect, request_hash=None)
+    ) == (Outcome.PROCESSED, 1)
+    assert await requests_of(
+        log, inbox_batch(store, partition, marker, effect, request_hash=None)
+    ) == (Outcome.DUPLICATE, 1)
+
+
+class FoundOnConflict:
+    """A `DocumentStore` whose conflict carries the document it found (as a store that learns
+    it in the same call does): the orchestrator must not read it again."""
+
+    def __init__(self, store: CosmosStore) -> None:
+        self.store = store
+        self.gets = 0
+
+    async def create_all(self, partition: str, documents: Sequence[JsonMapping]) -> None:
+        try:
+            await self.store.create_all(partition, documents)
+        except DocumentExistsError as exists:
+            found = await self.store.get(exists.document_id, partition)
+            raise DocumentExistsError(exists.document_id, exists.index, found) from exists
+
+    async def get(self, document_id: str, partition: str) -> StoredDocument | None:
+        self.gets += 1
+        return await self.store.get(document_id, partition)
+
+    async def replace(self, document: JsonMapping, partition: str, *, etag: str) -> None:
+        await self.store.replace(document, partition, etag=etag)
+
+
+async def test_a_conflict_that_carries_the_entity_is_judged_without_another_read(
+    counted: tuple[CosmosStore, RequestLog],
+) -> None:
+    store, _ = counted
+    documents, partition = FoundOnConflict(store), unique("p")
+    entity = {"id": unique("entity")}
+
+    first = await create_entity(documents, partition, entity, request_hash="h")
+    again = await create_entity(documents, partition, entity, request_hash="h")
+
+    assert (first, again, documents.gets) == (Outcome.PROCESSED, Outcome.DUPLICATE, 0)
+    with pytest.raises(PayloadMismatchError):
+        await create_entity(documents, partition, entity, request_hash="other")
+    assert documents.gets == 0
