@@ -28,7 +28,7 @@ from azure.cosmos.aio import ContainerProxy
 from orders.adapters.servicebus import create_servicebus_client
 from orders.adapters.servicebus_load import count_active_messages
 from orders.bootstrap import prepare_local_cosmos, send_load
-from orders.domain.documents import OrderWrite
+from orders.domain.documents import OrderRecord, OrderWrite
 from orders.domain.load_plan import LoadMix, SendKind, plan_load
 from orders.domain.rejections import OrderRejection
 from orders.entrypoints.localstack import LocalStack, ManagedProcess, QueueOptions, local_stack
@@ -59,6 +59,9 @@ class NaiveOrderStore:
             ("upsert", (document,)) for document in write.documents
         ]
         await self._container.execute_item_batch(operations, partition_key=write.order_id)
+
+    async def read_order(self, order_id: str) -> OrderRecord | None:
+        return None  # never asked: an upsert never conflicts
 
     async def record_rejection(self, rejection: OrderRejection) -> None:
         return None

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from exactly_once import StoredDocument
 from exactly_once.exceptions import RecordChangedError, RecordExistsError
 from exactly_once.records import JsonInput, JsonValue, Record, RecordRead, RecordStatus, Stamp
 from orders.adapters.cosmos_idempotency import (
@@ -88,7 +89,7 @@ class FakeOrderStore:
         for index, document in enumerate(write.documents):
             if document["id"] in partition:
                 if index == 0:
-                    existing = await self._read_record(write.order_id)
+                    existing = await self.read_order(write.order_id)
                     assert existing is not None
                     raise OrderAlreadyExistsError(existing)
                 raise StoreError(f"batch operation {index} conflicted: nothing was written")
@@ -102,7 +103,7 @@ class FakeOrderStore:
             raise self._failures.pop(0)
         self.seed_document(rejection.order_id, rejection.to_document())
 
-    async def _read_record(self, order_id: str) -> OrderRecord | None:
+    async def read_order(self, order_id: str) -> OrderRecord | None:
         self.read_calls += 1
         document = self.partitions.get(order_id, {}).get(order_id)
         if document is None:
@@ -450,15 +451,15 @@ class FakeFencedDocuments:
         """What fails a batch of creates before anything of it is written."""
         self._check_partition(partition_key, documents)
         seen: set[tuple[str, str]] = set()
-        for document in documents:
+        for index, document in enumerate(documents):
             key = self.key_of(document)
             if key in self.documents or key in seen:
-                raise DocumentExistsError(document["id"])
+                raise DocumentExistsError(document["id"], document_id=document["id"], index=index)
             seen.add(key)
 
     async def create(self, document: dict[str, Any]) -> dict[str, Any]:
         if self.key_of(document) in self.documents:
-            raise DocumentExistsError(document["id"])
+            raise DocumentExistsError(document["id"], document_id=document["id"])
         return self._stored(document)
 
     async def read(self, document_id: str, partition_key: str) -> DatabaseRead:
@@ -485,6 +486,13 @@ class FakeFencedDocuments:
 
     async def get(self, document_id: str, partition_key: str) -> dict[str, Any] | None:
         return self._found(document_id, partition_key)
+
+    async def get_stored(self, document_id: str, partition_key: str) -> StoredDocument | None:
+        found = self._found(document_id, partition_key)
+        if found is None:
+            return None
+        body = {key: value for key, value in found.items() if not key.startswith("_")}
+        return StoredDocument(body=body, etag=found["_etag"])
 
     async def replace_and_create(
         self,

@@ -223,7 +223,7 @@ class CosmosStore:
                 stored = await self._container.read_item(item=document_id, partition_key=partition)
             except cosmos_errors.CosmosResourceNotFoundError:
                 return None
-        return StoredDocument(body=_user_fields(stored), etag=str(stored["_etag"]))
+        return StoredDocument(body=user_fields(stored), etag=str(stored["_etag"]))
 
     async def replace(self, document: JsonMapping, partition: str, *, etag: str) -> None:
         await self._replace_if_match({**document, self._pk: partition}, etag)
@@ -352,7 +352,7 @@ def _etag_of(record: Record) -> str:
     return record.stamp.etag
 
 
-def _user_fields(stored: dict[str, Any]) -> JsonObject:
+def user_fields(stored: dict[str, Any]) -> JsonObject:
     """A stored document without the store's own properties (`_etag`, `_ts`, `_rid`, ...)."""
     return {key: value for key, value in stored.items() if not key.startswith("_")}
 

@@ -85,7 +85,13 @@ class LeaseLostError(ConflictSignal):
 
 
 class DocumentExistsError(ConflictSignal):
-    """A create found the document (an inbox record, a lease) already there: seen before."""
+    """A create found the document (an inbox record, a lease) already there: seen before.
+    `document_id` names it and `index` is its position in the batch (0 for a single create)."""
+
+    def __init__(self, message: str, *, document_id: str = "", index: int = 0) -> None:
+        super().__init__(message)
+        self.document_id = document_id
+        self.index = index
 
 
 class PublishError(OrdersError):

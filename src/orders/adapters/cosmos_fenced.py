@@ -9,6 +9,8 @@ from azure.core import MatchConditions
 from azure.cosmos import exceptions as cosmos_errors
 from azure.cosmos.aio import ContainerProxy
 
+from exactly_once.cosmos import user_fields
+from exactly_once.records import StoredDocument
 from orders.adapters.cosmos_errors import (
     fenced_write,
     read_document,
@@ -30,6 +32,12 @@ class CosmosFencedDocuments:
 
     async def get(self, document_id: str, partition_key: str) -> dict[str, Any] | None:
         return await read_document(self._container, document_id, partition_key)
+
+    async def get_stored(self, document_id: str, partition_key: str) -> StoredDocument | None:
+        found = await read_document(self._container, document_id, partition_key)
+        if found is None:
+            return None
+        return StoredDocument(body=user_fields(found), etag=str(found["_etag"]))
 
     async def replace_and_create(
         self,
@@ -54,7 +62,7 @@ class CosmosFencedDocuments:
                 if status in (404, 412):
                     raise LeaseLostError(f"{replaced['id']!r} changed since it was read") from exc
                 if status == 409:
-                    raise DocumentExistsError(f"{documents[index]['id']!r} exists") from exc
+                    raise _exists(documents, index) from exc
                 raise store_error_for(status, f"batch operation {index} failed") from exc
 
     async def create(self, document: dict[str, Any]) -> dict[str, Any]:
@@ -62,7 +70,7 @@ class CosmosFencedDocuments:
             try:
                 return await self._container.create_item(body=document)
             except cosmos_errors.CosmosResourceExistsError as exc:
-                raise DocumentExistsError(f"{document['id']!r} exists") from exc
+                raise _exists([document], 0) from exc
 
     async def read(self, document_id: str, partition_key: str) -> DatabaseRead:
         with store_errors():
@@ -108,12 +116,18 @@ class CosmosFencedDocuments:
             except cosmos_errors.CosmosBatchOperationError as exc:
                 status, index = _failed_operation(exc)
                 if status == 409:
-                    raise DocumentExistsError(f"{documents[index]['id']!r} exists") from exc
+                    raise _exists(documents, index) from exc
                 raise store_error_for(status, f"batch operation {index} failed") from exc
             except cosmos_errors.CosmosHttpResponseError as exc:
+                # A gateway may answer a failed batch with the failing status on the response.
                 if exc.status_code == 409:
-                    raise DocumentExistsError(f"{documents[0]['id']!r} exists") from exc
+                    raise _exists(documents, 0) from exc
                 raise
+
+
+def _exists(documents: list[dict[str, Any]], index: int) -> DocumentExistsError:
+    document_id = str(documents[index]["id"])
+    return DocumentExistsError(f"{document_id!r} exists", document_id=document_id, index=index)
 
 
 def _failed_operation(exc: cosmos_errors.CosmosBatchOperationError) -> tuple[int, int]:

@@ -42,7 +42,7 @@ class CosmosOrderStore:
         # The order document exists: the one case that reads, to return the stored record.
         raise await self._conflict(write.order_id)
 
-    async def _read_record(self, order_id: str) -> OrderRecord | None:
+    async def read_order(self, order_id: str) -> OrderRecord | None:
         document = await read_document(self._container, order_id, order_id)
         if document is None:
             return None
@@ -53,7 +53,7 @@ class CosmosOrderStore:
             await self._container.upsert_item(body=rejection.to_document())
 
     async def _conflict(self, order_id: str) -> StoreError | OrderAlreadyExistsError:
-        existing = await self._read_record(order_id)
+        existing = await self.read_order(order_id)
         if existing is None:
             # 409 then 404: the order vanished in between (deleted or expired); let the
             # broker redeliver and the create decide again.

@@ -26,6 +26,8 @@ class Outcome(StrEnum):
     NOTHING_TO_REFUND = "nothing_to_refund"
     REFUNDED = "refunded"  # billing paid a cancelled order's charge back
     IGNORED = "ignored"  # an event this consumer has nothing to do for (shipping: a cancel)
+    # An effect's document exists without the record that guards it: dead-lettered, to look at.
+    EFFECT_CONFLICT = "effect_conflict"
 
 
 class Settlement(StrEnum):

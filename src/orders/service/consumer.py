@@ -1,7 +1,9 @@
 """The Idempotent Consumer: one received message -> exactly one decision.
 
 Write first, read only on conflict: the atomic create of the order document (id = orderId) IS
-the duplicate check, so a new order costs one store request and a duplicate at most two.
+the duplicate check, so a new order costs one store request and a duplicate at most two. The
+mechanism is the `exactly_once` core's `create_entity`; the error frame is the one every consumer
+shares (`subscriber.decided`).
 """
 
 from __future__ import annotations
@@ -12,37 +14,40 @@ from datetime import UTC, datetime
 
 # The one mapping from a decision to a settlement is the core's; the app's hosts import it here.
 from exactly_once.decisions import settle as settle
-from orders.domain.documents import OrderAlreadyExistsError, OrderRecord, build_order_write
+from exactly_once.exceptions import PayloadMismatchError
+from exactly_once.orchestrator import create_entity
+from orders.domain.documents import OrderWrite, build_order_write
 from orders.domain.hashing import request_hash
 from orders.domain.messages import DeadLetterReason, MessageRejected, parse_received_order
 from orders.domain.model import is_entity_id
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.rejections import OrderRejection, body_digest
-from orders.exceptions import TransientStoreError
 from orders.observability import ConsumerTelemetry, log_value
+from orders.service.core_documents import OrderDocumentStore
 from orders.service.ports import MessageSettler, OrderStore
+from orders.service.subscriber import decided
 from orders.tracing import current_trace_properties
 
 logger = logging.getLogger("orders.consumer")
+# The name the order consumer's failures are logged under.
+CONSUMER = "orders"
 
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-def duplicate_or_mismatch(existing: OrderRecord, incoming_hash: str) -> Decision:
-    if existing.request_hash == incoming_hash:
-        return Decision(Outcome.DUPLICATE, Settlement.COMPLETE, existing.order_id, incoming_hash)
+def mismatch(order_id: str, stored_hash: str, incoming_hash: str) -> Decision:
     return Decision(
         Outcome.MISMATCH,
         Settlement.DEAD_LETTER,
-        existing.order_id,
+        order_id,
         incoming_hash,
         dead_letter_reason=DeadLetterReason.REQUEST_HASH_MISMATCH.value,
         dead_letter_description=(
-            f"orderId {existing.order_id!r} was first stored with requestHash "
-            f"{existing.request_hash}; this message has requestHash {incoming_hash}"
+            f"orderId {order_id!r} was first stored with requestHash "
+            f"{stored_hash}; this message has requestHash {incoming_hash}"
         ),
     )
 
@@ -55,6 +60,7 @@ class OrderConsumer:
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self._store = store
+        self._documents = OrderDocumentStore(store)
         self._telemetry = telemetry or ConsumerTelemetry()
         self._clock = clock
 
@@ -99,31 +105,32 @@ class OrderConsumer:
             processed_at=self._clock(),
             trace_context=current_trace_properties(),
         )
+        return await decided(
+            lambda: self._store_order(message, write),
+            consumer=CONSUMER,
+            order_id=order.order_id,
+            request_hash=incoming_hash,
+        )
+
+    async def _store_order(self, message: ReceivedOrderMessage, write: OrderWrite) -> Decision:
+        """The core's `create_entity`: the order document (id = orderId) is its own marker, its
+        outbox event and lines ride in the same batch; a conflict compares the request hash."""
+        order_document, *others = write.documents
         try:
-            await self._store.create_order(write)
-        except OrderAlreadyExistsError as conflict:
-            decision = duplicate_or_mismatch(conflict.existing, incoming_hash)
-            if decision.outcome is Outcome.MISMATCH:
-                await self._remember_rejection(message, decision)
+            done = await create_entity(
+                self._documents,
+                write.order_id,
+                order_document,
+                *others,
+                request_hash=write.request_hash,
+            )
+        except PayloadMismatchError as conflict:
+            decision = mismatch(write.order_id, conflict.stored_hash, write.request_hash)
+            await self._remember_rejection(message, decision)
             return decision
-        except TransientStoreError as exc:
-            return Decision(
-                Outcome.TRANSIENT_FAILURE,
-                Settlement.ABANDON,
-                order.order_id,
-                incoming_hash,
-                error=str(exc),
-            )
-        except Exception as exc:
-            logger.exception("unexpected failure storing order %s", log_value(order.order_id))
-            return Decision(
-                Outcome.UNEXPECTED_FAILURE,
-                Settlement.ABANDON,
-                order.order_id,
-                incoming_hash,
-                error=f"{type(exc).__name__}: {exc}",
-            )
-        return Decision(Outcome.PROCESSED, Settlement.COMPLETE, order.order_id, incoming_hash)
+        return Decision(
+            Outcome(done.value), Settlement.COMPLETE, write.order_id, write.request_hash
+        )
 
     async def _remember_rejection(self, message: ReceivedOrderMessage, decision: Decision) -> None:
         """File the rejection in the order's partition, for GET to report; best effort.

@@ -8,9 +8,10 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from exactly_once.ports import RecordStore
+from exactly_once.records import StoredDocument
 from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, Selection
 from orders.domain.decision_counters import DecisionCounters
-from orders.domain.documents import OrderWrite
+from orders.domain.documents import OrderRecord, OrderWrite
 from orders.domain.events import OrderEvent
 from orders.domain.idempotency import KeyRecord, OrderIdClaim
 from orders.domain.leases import DatabaseRead
@@ -30,6 +31,10 @@ class OrderStore(Protocol):
         `TransientStoreError` when a retry may succeed, `StoreError` otherwise. Returns only
         once the write is durable.
         """
+        ...
+
+    async def read_order(self, order_id: str) -> OrderRecord | None:
+        """The stored order's id and request hash (one point read), or None."""
         ...
 
     async def record_rejection(self, rejection: OrderRejection) -> None:
@@ -181,6 +186,24 @@ class OrderDocuments(Protocol):
         """One transactional batch: replace `replaced` If-Match `etag`, create `created`.
         `LeaseLostError` if the ETag moved on (nothing written); `DocumentExistsError` if a
         created id exists (nothing written)."""
+        ...
+
+
+class FencedBatches(Protocol):
+    """What the core's mechanisms need of fenced documents (`core_documents.FencedDocumentStore`):
+    a batch of creates, a point read with the ETag apart, an If-Match replace."""
+
+    async def create_together(self, partition_key: str, documents: list[dict[str, Any]]) -> None:
+        """As `InboxStore.create_together`; `DocumentExistsError` names the document and its
+        position in the batch."""
+        ...
+
+    async def get_stored(self, document_id: str, partition_key: str) -> StoredDocument | None:
+        """One point read: the document's own fields and its ETag apart, or None."""
+        ...
+
+    async def replace(self, document: dict[str, Any], *, etag: str) -> dict[str, Any]:
+        """Replace if the stored ETag is still `etag`, else `LeaseLostError`."""
         ...
 
 

@@ -1,11 +1,14 @@
-"""What the fan-out subscribers share: reading the event, and the decisions every one makes."""
+"""What every consumer shares: the one error frame (`decided`), and for the fan-out subscribers
+reading the event and announcing the status their effect produced."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 
+from exactly_once.decisions import Decision as CoreDecision
+from exactly_once.decisions import Outcome as CoreOutcome
+from exactly_once.decisions import decision_for_error
 from orders.domain.events import OrderEvent, parse_order_event
 from orders.domain.messages import MessageRejected
 from orders.domain.model import is_entity_id
@@ -17,7 +20,6 @@ from orders.observability import log_value
 from orders.service.ports import StatusPublisher
 from orders.service.saga import EventRefused
 
-logger = logging.getLogger("orders.subscriber")
 # Failures every subscriber retries through the broker (abandon, redelivery).
 TRANSIENT_ERRORS: tuple[type[Exception], ...] = (TransientStoreError, TransientPublishError)
 
@@ -47,20 +49,6 @@ def read_event(message: ReceivedOrderMessage) -> OrderEvent:
         ) from rejection
 
 
-def transient(event: OrderEvent, error: Exception) -> Decision:
-    """A failure worth retrying (store, payment service or status publish): abandon."""
-    return Decision(Outcome.TRANSIENT_FAILURE, Settlement.ABANDON, event.order_id, error=str(error))
-
-
-def unexpected(event: OrderEvent, error: Exception) -> Decision:
-    return Decision(
-        Outcome.UNEXPECTED_FAILURE,
-        Settlement.ABANDON,
-        event.order_id,
-        error=f"{type(error).__name__}: {error}",
-    )
-
-
 async def announce(
     status: StatusPublisher | None, event: OrderEvent, new_status: OrderStatus, now: datetime
 ) -> None:
@@ -73,6 +61,51 @@ async def announce(
         )
 
 
+async def decided(
+    effect: Callable[[], Awaitable[Decision]],
+    *,
+    consumer: str,
+    order_id: str | None,
+    request_hash: str | None = None,
+    transient_errors: tuple[type[Exception], ...] = TRANSIENT_ERRORS,
+) -> Decision:
+    """The one error frame of every consumer: the effect's decision, or what its exception
+    means. A refused event carries its dead-letter decision; the app's failures worth retrying
+    abandon; everything else is the core's frame (`exactly_once.decisions.decision_for_error`:
+    a mismatch or a refusal dead-letters, a lost race or a busy lease abandons, a bug abandons
+    and is logged), never letting the lock be renewed for minutes."""
+    try:
+        return await effect()
+    except EventRefused as refused:
+        return refused.decision  # no stored order vouches for it: dead-lettered, ALERT logged
+    except transient_errors as exc:
+        return Decision(
+            Outcome.TRANSIENT_FAILURE, Settlement.ABANDON, order_id, request_hash, error=str(exc)
+        )
+    except Exception as exc:
+        core = decision_for_error(exc, consumer=consumer, message_id=log_value(order_id or ""))
+        return from_core(core, order_id, request_hash)
+
+
+def from_core(core: CoreDecision, order_id: str | None, request_hash: str | None) -> Decision:
+    """The core's decision as the app's: the same settlement and reasons, the app's outcome of
+    the same name (the core's `refused` is the app's `downstream_refused`)."""
+    outcome = (
+        Outcome.DOWNSTREAM_REFUSED
+        if core.outcome is CoreOutcome.REFUSED
+        else Outcome(core.outcome.value)
+    )
+    return Decision(
+        outcome,
+        Settlement(core.settlement.value),
+        order_id,
+        request_hash,
+        dead_letter_reason=core.dead_letter_reason,
+        dead_letter_description=core.dead_letter_description,
+        error=core.error,
+    )
+
+
 async def handle_event(
     message: ReceivedOrderMessage,
     effect: Callable[[OrderEvent], Awaitable[Decision]],
@@ -81,19 +114,14 @@ async def handle_event(
     transient_errors: tuple[type[Exception], ...] = TRANSIENT_ERRORS,
 ) -> Decision:
     """One subscriber's decision for one message: a malformed event is dead-lettered, and so
-    is one no stored order vouches for; the effect decides otherwise, a failure worth retrying
-    abandons, and a bug abandons too (logged),
-    never letting the lock be renewed for minutes."""
+    is one no stored order vouches for; the effect decides otherwise, through `decided`."""
     try:
         event = read_event(message)
     except EventRejected as rejected:
         return rejected.decision
-    try:
-        return await effect(event)
-    except EventRefused as refused:
-        return refused.decision  # no stored order vouches for it: dead-lettered, ALERT logged
-    except transient_errors as exc:
-        return transient(event, exc)
-    except Exception as exc:
-        logger.exception("%s of %s failed unexpectedly", consumer, log_value(event.order_id))
-        return unexpected(event, exc)
+    return await decided(
+        lambda: effect(event),
+        consumer=consumer,
+        order_id=event.order_id,
+        transient_errors=transient_errors,
+    )
