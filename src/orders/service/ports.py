@@ -194,8 +194,10 @@ class FencedBatches(Protocol):
     a batch of creates, a point read with the ETag apart, an If-Match replace."""
 
     async def create_together(self, partition_key: str, documents: list[dict[str, Any]]) -> None:
-        """As `InboxStore.create_together`; `DocumentExistsError` names the document and its
-        position in the batch."""
+        """Create all documents in one transactional batch, all or nothing:
+        `DocumentExistsError` if any of them exists (the inbox record, first, when the message
+        was seen before) or one id comes twice, naming the document and its position in the
+        batch; `StoreError` if a document is not in `partition_key`."""
         ...
 
     async def get_stored(self, document_id: str, partition_key: str) -> StoredDocument | None:
@@ -207,12 +209,8 @@ class FencedBatches(Protocol):
         ...
 
 
-class InboxStore(FencedDocuments, Protocol):
-    async def create_together(self, partition_key: str, documents: list[dict[str, Any]]) -> None:
-        """Create all documents in one transactional batch, all or nothing:
-        `DocumentExistsError` if any of them exists (the inbox record, first, when the message
-        was seen before) or one id comes twice; `StoreError` if a document is not in
-        `partition_key`."""
+class InboxStore(FencedDocuments, FencedBatches, Protocol):
+    """The inbox container: fenced documents and the batches the core's `inbox_batch` writes."""
 
 
 class DeadLetterQueue(Protocol):

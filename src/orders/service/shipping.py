@@ -2,8 +2,9 @@
 
 The event is verified against the order document, and the shipment reserved on it with
 If-Match (a cancel that committed first wins: no shipment, `skipped_cancelled`). Then the inbox
-record and the shipment are one transactional batch, so the record exists if and only if the
-effect does; a redelivery finds the reservation its own and the record, and stops.
+record and the shipment are one transactional batch (the `exactly_once` core's `inbox_batch`),
+so the record exists if and only if the effect does; a redelivery finds the reservation its own
+and the record, and stops.
 """
 
 from __future__ import annotations
@@ -12,14 +13,17 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from exactly_once.decisions import Outcome as CoreOutcome
+from exactly_once.exceptions import DocumentExistsError
+from exactly_once.orchestrator import inbox_batch
 from orders.domain.events import OrderAccepted, OrderEvent
 from orders.domain.inbox import shipping_documents
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.saga import ShipVerdict
 from orders.domain.status import OrderStatus
-from orders.exceptions import DocumentExistsError
 from orders.observability import log_value
+from orders.service.core_documents import FencedDocumentStore
 from orders.service.ports import InboxStore, StatusPublisher
 from orders.service.saga import OrderSaga
 from orders.service.subscriber import announce, handle_event
@@ -35,7 +39,7 @@ class ShippingConsumer:
         status: StatusPublisher | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
-        self._inbox = inbox
+        self._documents = FencedDocumentStore(inbox)
         self._saga = saga
         self._status = status
         self._clock = clock
@@ -55,12 +59,20 @@ class ShippingConsumer:
                 "order %s was cancelled before shipping: no shipment", log_value(event.order_id)
             )
             return Decision(Outcome.SKIPPED_CANCELLED, Settlement.COMPLETE, event.order_id)
-        documents = shipping_documents(event, message_id=event.event_id, processed_at=self._clock())
-        outcome = Outcome.PROCESSED
+        record, shipment = shipping_documents(
+            event, message_id=event.event_id, processed_at=self._clock()
+        )
         try:
-            await self._inbox.create_together(event.order_id, list(documents))
+            # The event's id names its payload for good (derived from the stored order): the
+            # record's id alone decides, and a duplicate costs the one batch.
+            done = await inbox_batch(
+                self._documents, event.order_id, record, [shipment], request_hash=None
+            )
         except DocumentExistsError:
-            outcome = Outcome.DUPLICATE
+            # The order's one shipment exists without this message's record: it was requested
+            # already, and shipping has always completed such a message as a duplicate.
+            done = CoreOutcome.DUPLICATE
+        outcome = Outcome(done.value)
         await announce(self._status, event, OrderStatus.SHIPPED, self._clock())
         if outcome is Outcome.PROCESSED:
             logger.info("shipment requested: order_id=%s", log_value(event.order_id))
