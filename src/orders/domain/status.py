@@ -23,6 +23,7 @@ not decided here but on the order document (`domain/saga.py`): these updates onl
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -138,23 +139,28 @@ def status_document_id(order_id: str) -> str:
     return f"{order_id}:status"
 
 
+# One entry of a status document's history: the status, its version and when it changed.
+HistoryEntry = Mapping[str, object]
+
+
 @dataclass(frozen=True)
 class StoredStatus:
+    """An order's status as stored: plain data, whatever store holds it (the store's version
+    and fields stay in its adapter)."""
+
     status: OrderStatus
     version: int
-    etag: str | None  # None: no status document yet (the order is as placed)
-    document: dict[str, Any] | None
+    history: tuple[HistoryEntry, ...] = ()
 
     @classmethod
-    def of(cls, document: dict[str, Any] | None) -> StoredStatus:
+    def of(cls, document: Mapping[str, Any] | None) -> StoredStatus:
+        """The status a status document holds; no document: the order as placed."""
         if document is None:
-            # No update yet: the order as placed.
-            return cls(OrderStatus.PLACED, PRODUCER_VERSIONS[OrderStatus.PLACED], None, None)
+            return cls(OrderStatus.PLACED, PRODUCER_VERSIONS[OrderStatus.PLACED])
         return cls(
             OrderStatus(document["status"]),
             int(document["version"]),
-            str(document["_etag"]),
-            document,
+            tuple(document.get("history", ())),
         )
 
 
@@ -177,7 +183,6 @@ def judge_update(stored: StoredStatus, update: OrderStatusChanged) -> Verdict:
 def applied_document(stored: StoredStatus, update: OrderStatusChanged) -> dict[str, Any]:
     """The status document after `update`, with a bounded history of what it replaced."""
     entry = {"status": update.status.value, "version": update.version, "at": update.changed_at}
-    history = list(stored.document.get("history", [])) if stored.document else []
     document: dict[str, Any] = {
         "id": status_document_id(update.order_id),
         "orderId": update.order_id,
@@ -185,7 +190,7 @@ def applied_document(stored: StoredStatus, update: OrderStatusChanged) -> dict[s
         "status": update.status.value,
         "version": update.version,
         "changedAt": update.changed_at,
-        "history": [*history, entry][-MAX_HISTORY:],
+        "history": [*stored.history, entry][-MAX_HISTORY:],
     }
     if update.reason:
         document["reason"] = update.reason

@@ -52,7 +52,7 @@ def order_view(documents: list[dict[str, Any]]) -> dict[str, Any] | None:
         "orderId": order["orderId"],
         "status": shown.value,
         "statusVersion": version,
-        "statusHistory": list(status.document.get("history", [])) if status.document else [],
+        "statusHistory": list(status.history),
         "customerId": order["customerId"],
         "currency": order["currency"],
         "totalAmount": order["totalAmount"],

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from orders.domain.payments import Charge
 from orders.service.billing import AfterCharge, AfterRefund, BillingConsumer
 from orders.service.payment_port import PaymentGateway
-from orders.service.ports import FencedDocuments, InboxStore, MessageHandler, StatusPublisher
+from orders.service.ports import FencedBatches, InboxStore, MessageHandler, StatusPublisher
 from orders.service.saga import OrderSaga
 from orders.service.shipping import ShippingConsumer
 from orders.service.status import StatusConsumer
@@ -46,8 +46,9 @@ class ConsumerWiring(Protocol):
         """The inbox container: consumers' records and effects, scoped by consumer."""
         ...
 
-    def orders(self) -> FencedDocuments:
-        """The orders container (the status consumer's conditional replace)."""
+    def orders(self) -> FencedBatches:
+        """The orders container (the status consumer's versioned replace, through the core's
+        `apply_version`)."""
         ...
 
     def saga(self) -> OrderSaga:

@@ -1,20 +1,25 @@
 """The status consumer: natural idempotency, no dedup store.
 
-Each update is applied by a conditional write of the order's status document: a version at or
-below the stored one completes as stale with no write; a newer, legal one replaces the document
-If-Match its ETag (a 412 means another update got there first: read again and decide again);
-an update the state machine cannot reach from the stored status is dead-lettered.
+Each update is applied by the `exactly_once` core's `apply_version` on the order's status
+document: a version at or below the stored one completes as stale with no write (a missing
+document stands at `placed`'s version); a newer, legal one replaces the document If-Match its
+ETag (a lost race reads again and decides again); an update the state machine cannot reach from
+the stored status is dead-lettered.
 """
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Mapping
+from typing import Any
 
+from exactly_once.orchestrator import apply_version
 from orders.domain.messages import DeadLetterReason, MessageRejected
 from orders.domain.model import is_entity_id
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.status import (
+    PRODUCER_VERSIONS,
+    OrderStatus,
     OrderStatusChanged,
     StoredStatus,
     Verdict,
@@ -23,19 +28,26 @@ from orders.domain.status import (
     parse_status_changed,
     status_document_id,
 )
-from orders.exceptions import DocumentExistsError, LeaseLostError, TransientStoreError
-from orders.observability import log_value
-from orders.service.ports import FencedDocuments
-
-logger = logging.getLogger("orders.status")
+from orders.service.core_documents import FencedDocumentStore
+from orders.service.ports import FencedBatches
+from orders.service.subscriber import decided
 
 # Concurrent updates of one order each cost a re-read; past this many the broker retries later.
 MAX_ATTEMPTS = 8
 
 
+class IllegalTransitionError(Exception):
+    """The update cannot follow the stored status: nothing is written, the message is
+    dead-lettered."""
+
+    def __init__(self, stored: StoredStatus) -> None:
+        super().__init__(f"not reachable from {stored.status.value} (version {stored.version})")
+        self.stored = stored
+
+
 class StatusConsumer:
-    def __init__(self, documents: FencedDocuments) -> None:
-        self._documents = documents
+    def __init__(self, documents: FencedBatches) -> None:
+        self._documents = FencedDocumentStore(documents)
 
     async def handle(self, message: ReceivedOrderMessage) -> Decision:
         try:
@@ -49,45 +61,30 @@ class StatusConsumer:
                 dead_letter_reason=rejection.reason.value,
                 dead_letter_description=rejection.description,
             )
-        try:
-            return await self._apply(update)
-        except TransientStoreError as exc:
-            return Decision(
-                Outcome.TRANSIENT_FAILURE, Settlement.ABANDON, update.order_id, error=str(exc)
-            )
-        except Exception as exc:
-            logger.exception("status update of %s failed", log_value(update.order_id))
-            return Decision(
-                Outcome.UNEXPECTED_FAILURE,
-                Settlement.ABANDON,
-                update.order_id,
-                error=f"{type(exc).__name__}: {exc}",
-            )
+        return await decided(
+            lambda: self._apply(update), consumer="status", order_id=update.order_id
+        )
 
     async def _apply(self, update: OrderStatusChanged) -> Decision:
-        for _ in range(MAX_ATTEMPTS):
-            read = await self._documents.read(status_document_id(update.order_id), update.order_id)
-            stored = StoredStatus.of(read.document)
-            verdict = judge_update(stored, update)
-            if verdict is Verdict.STALE:
-                return Decision(Outcome.STALE, Settlement.COMPLETE, update.order_id)
-            if verdict is Verdict.ILLEGAL:
-                return _illegal(stored, update)
-            document = applied_document(stored, update)
-            try:
-                if stored.etag is None:
-                    await self._documents.create(document)
-                else:
-                    await self._documents.replace(document, etag=stored.etag)
-            except (DocumentExistsError, LeaseLostError):
-                continue  # another update of this order landed in between: decide again
-            return Decision(Outcome.PROCESSED, Settlement.COMPLETE, update.order_id)
-        return Decision(
-            Outcome.TRANSIENT_FAILURE,
-            Settlement.ABANDON,
-            update.order_id,
-            error=f"{MAX_ATTEMPTS} concurrent updates raced this one; retrying later",
-        )
+        def change(document: Mapping[str, Any] | None) -> dict[str, Any]:
+            stored = StoredStatus.of(document)
+            if judge_update(stored, update) is Verdict.ILLEGAL:
+                raise IllegalTransitionError(stored)
+            return applied_document(stored, update)
+
+        try:
+            done = await apply_version(
+                self._documents,
+                update.order_id,
+                status_document_id(update.order_id),
+                update.version,
+                change,
+                absent_version=PRODUCER_VERSIONS[OrderStatus.PLACED],
+                max_races=MAX_ATTEMPTS,
+            )
+        except IllegalTransitionError as illegal:
+            return _illegal(illegal.stored, update)
+        return Decision(Outcome(done.value), Settlement.COMPLETE, update.order_id)
 
 
 def _illegal(stored: StoredStatus, update: OrderStatusChanged) -> Decision:
