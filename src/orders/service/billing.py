@@ -33,7 +33,6 @@ from decimal import Decimal
 from typing import TypeVar
 
 from exactly_once.claims import Claims
-from exactly_once.exceptions import InProgressElsewhereError
 from exactly_once.records import Record, RecordStatus
 from orders.domain.events import (
     ORDER_ACCEPTED,
@@ -192,9 +191,9 @@ class BillingConsumer:
 
     async def _charge_phase(self, record: BillingRecord) -> Charged | Decision:
         """The order's charge: made now, or found made; else what to do with the message."""
-        claimed = await self._own(self._charges, charge_record(record))
-        if isinstance(claimed, Decision):
-            return claimed
+        # Another owner's live lease (after the bounded wait) raises InProgressElsewhereError:
+        # the one error frame abandons the message.
+        claimed = await self._charges.own(charge_record(record))
         owned = as_charge(claimed)
         if owned.status is BillingStatus.COMPLETED:
             assert owned.payment_id is not None
@@ -262,9 +261,7 @@ class BillingConsumer:
             currency=charged.currency,
             refund_key=refund_key(event.order_id),
         )
-        claimed = await self._own(self._refunds, refund_record(record))
-        if isinstance(claimed, Decision):
-            return claimed
+        claimed = await self._refunds.own(refund_record(record))
         owned = as_refund(claimed)
         if owned.status is not BillingStatus.COMPLETED:
             request = RefundRequest(
@@ -295,19 +292,6 @@ class BillingConsumer:
         return Decision(Outcome.REFUNDED, Settlement.COMPLETE, event.order_id)
 
     # --- The two-phase record, shared by the charge and the refund: the core's state machine
-
-    async def _own(self, claims: Claims, wanted: Record) -> Record | Decision:
-        """The record owned by us (new, or taken over), or completed by anyone; else the
-        decision to hand the message back to the broker."""
-        try:
-            return await claims.own(wanted)
-        except InProgressElsewhereError as busy:
-            return Decision(
-                Outcome.IN_PROGRESS_ELSEWHERE,
-                Settlement.ABANDON,
-                wanted.partition,
-                error=str(busy),
-            )
 
     async def _ask(
         self,
