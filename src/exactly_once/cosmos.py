@@ -9,6 +9,11 @@ worker's clock.
 A record's own fields are laid out by a `RecordShape`: the core's (`CoreRecordShape`) by
 default, or one of yours for records that other readers (a console, an audit, an operator's
 tool) already know in a shape of their own.
+
+The translation of the SDK's errors (`store_errors`, `if_match_write`), the two reads
+(`point_read`, `read_with_clock`) and the batch's failed operation are public and take the
+exceptions to raise (`ErrorKinds`): an application's own Cosmos adapters reuse them rather than
+translating the SDK a second time.
 """
 
 from __future__ import annotations
@@ -16,9 +21,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import aiohttp
@@ -152,7 +157,7 @@ class CosmosStore:
 
     async def claim(self, record: Record) -> Record:
         for _ in range(_CLAIM_ATTEMPTS):
-            with _store_errors():
+            with store_errors():
                 try:
                     stored = await self._container.create_item(body=self._record_document(record))
                     return self._record(stored)
@@ -165,18 +170,10 @@ class CosmosStore:
         raise RecordChangedError(f"record {record.key!r} keeps appearing and vanishing")
 
     async def read(self, key: str, partition: str) -> RecordRead:
-        with _store_errors():
-            rows = [
-                row
-                async for row in self._container.query_items(
-                    _READ_WITH_CLOCK,
-                    parameters=[{"name": "@id", "value": key}],
-                    partition_key=partition,
-                )
-            ]
-        if not rows:
+        found = await read_with_clock(self._container, key, partition)
+        if found is None:
             return RecordRead(None, 0)
-        return RecordRead(self._record(rows[0].get("doc")), int(rows[0]["now"]))
+        return RecordRead(self._record(found[0]), found[1])
 
     async def take_over(self, existing: Record, owner: str, lease_seconds: float) -> Record:
         taken = existing.owned_by(owner, lease_seconds)
@@ -195,9 +192,9 @@ class CosmosStore:
             cosmos_errors.CosmosAccessConditionFailedError,
             cosmos_errors.CosmosResourceNotFoundError,
         )
-        with _store_errors(), moved_or_gone:
+        with store_errors(), moved_or_gone:
             await self._container.delete_item(
-                item=owned.key, partition_key=owned.partition, **_if_match(_etag_of(owned))
+                item=owned.key, partition_key=owned.partition, **if_match(_etag_of(owned))
             )
 
     # --- DocumentStore ----------------------------------------------------------------------
@@ -206,23 +203,21 @@ class CosmosStore:
         operations: list[tuple[str, tuple[Any, ...]]] = [
             ("create", ({**document, self._pk: partition},)) for document in documents
         ]
-        with _store_errors():
+        with store_errors():
             try:
                 await self._container.execute_item_batch(
                     batch_operations=operations, partition_key=partition
                 )
-            except cosmos_errors.CosmosBatchOperationError as exc:
-                status, index = _failed_operation(exc)
+            except BATCH_ERRORS as exc:
+                status, index = failed_operation(exc)
                 if status == 409:
                     raise DocumentExistsError(str(documents[index].get("id")), index) from exc
-                raise _store_error_for(status, f"batch operation {index} failed") from exc
+                raise store_error_for(status, f"batch operation {index} failed") from exc
 
     async def get(self, document_id: str, partition: str) -> StoredDocument | None:
-        with _store_errors():
-            try:
-                stored = await self._container.read_item(item=document_id, partition_key=partition)
-            except cosmos_errors.CosmosResourceNotFoundError:
-                return None
+        stored = await point_read(self._container, document_id, partition)
+        if stored is None:
+            return None
         return StoredDocument(body=user_fields(stored), etag=str(stored["_etag"]))
 
     async def replace(self, document: JsonMapping, partition: str, *, etag: str) -> None:
@@ -234,16 +229,10 @@ class CosmosStore:
         self, document: dict[str, Any], fence: Record | str
     ) -> dict[str, Any]:
         etag = fence if isinstance(fence, str) else _etag_of(fence)
-        with _store_errors():
-            try:
-                return await self._container.replace_item(
-                    item=document["id"], body=document, **_if_match(etag)
-                )
-            except (
-                cosmos_errors.CosmosAccessConditionFailedError,
-                cosmos_errors.CosmosResourceNotFoundError,
-            ) as exc:
-                raise RecordChangedError(f"{document['id']!r} changed since it was read") from exc
+        with if_match_write(f"{document['id']!r} changed since it was read"):
+            return await self._container.replace_item(
+                item=document["id"], body=document, **if_match(etag)
+            )
 
     def _record_document(self, record: Record) -> dict[str, Any]:
         document = self._shape.fields(record) | {
@@ -341,7 +330,21 @@ class RecordFields:
 _STATUSES = frozenset(status.value for status in RecordStatus)
 
 
-def _if_match(etag: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ErrorKinds:
+    """The exceptions the one translation raises, each built from a message: the core's by
+    default. An application whose adapters raise exceptions of their own passes them here and
+    keeps this translation rather than writing another (the orders app does)."""
+
+    failure: Callable[[str], Exception] = StoreError
+    transient: Callable[[str], Exception] = TransientStoreError
+    changed: Callable[[str], Exception] = RecordChangedError
+
+
+CORE_ERRORS = ErrorKinds()
+
+
+def if_match(etag: str) -> dict[str, Any]:
     """The SDK's keywords for "only if the item still has this ETag"."""
     return {"etag": etag, "match_condition": MatchConditions.IfNotModified}
 
@@ -357,25 +360,86 @@ def user_fields(stored: dict[str, Any]) -> JsonObject:
     return {key: value for key, value in stored.items() if not key.startswith("_")}
 
 
-def _store_error_for(status: int | None, message: str) -> StoreError:
-    if status is not None and (status in TRANSIENT_STATUS_CODES or status >= 500):
-        return TransientStoreError(f"Cosmos DB answered {status}: {message}")
-    return StoreError(f"Cosmos DB answered {status}: {message}")
+def is_transient_status(status: int | None) -> bool:
+    """Whether a Cosmos DB status may succeed later: throttling, timeouts, every 5xx."""
+    return status is not None and (status in TRANSIENT_STATUS_CODES or status >= 500)
+
+
+def store_error_for(status: int | None, message: str, kinds: ErrorKinds = CORE_ERRORS) -> Exception:
+    """A failed status as `kinds.transient` or `kinds.failure`."""
+    if is_transient_status(status):
+        return kinds.transient(f"Cosmos DB answered {status}: {message}")
+    return kinds.failure(f"Cosmos DB answered {status}: {message}")
 
 
 @contextmanager
-def _store_errors() -> Iterator[None]:
+def store_errors(kinds: ErrorKinds = CORE_ERRORS) -> Iterator[None]:
     """Translate what the block's SDK calls raise; expected statuses are caught inside it."""
     try:
         yield
     except cosmos_errors.CosmosHttpResponseError as exc:
-        raise _store_error_for(exc.status_code, str(exc.message)) from exc
+        raise store_error_for(exc.status_code, str(exc.message), kinds) from exc
     except NETWORK_ERRORS as exc:
-        raise TransientStoreError(f"Cosmos DB unreachable: {exc!r}") from exc
+        raise kinds.transient(f"Cosmos DB unreachable: {exc!r}") from exc
 
 
-def _failed_operation(exc: cosmos_errors.CosmosBatchOperationError) -> tuple[int, int]:
-    """(status, index) of the operation that failed the batch."""
+@contextmanager
+def if_match_write(changed: str, kinds: ErrorKinds = CORE_ERRORS) -> Iterator[None]:
+    """The one If-Match write translation: a moved ETag (412) or a missing item (404) is
+    `kinds.changed(changed)`, anything else as `store_errors` says."""
+    with store_errors(kinds):
+        try:
+            yield
+        except (
+            cosmos_errors.CosmosAccessConditionFailedError,
+            cosmos_errors.CosmosResourceNotFoundError,
+        ) as exc:
+            raise kinds.changed(changed) from exc
+
+
+async def point_read(
+    container: ContainerProxy, item_id: str, partition: str, kinds: ErrorKinds = CORE_ERRORS
+) -> dict[str, Any] | None:
+    """One point read (the cheapest request); None when the item does not exist."""
+    with store_errors(kinds):
+        try:
+            return await container.read_item(item=item_id, partition_key=partition)
+        except cosmos_errors.CosmosResourceNotFoundError:
+            return None
+
+
+async def read_with_clock(
+    container: ContainerProxy, item_id: str, partition: str, kinds: ErrorKinds = CORE_ERRORS
+) -> tuple[Any, int] | None:
+    """The stored item and the database's time in ms, in one request; None when nothing is
+    stored (the query returns no row). The item is as stored: untrusted, for its reader to
+    check (a row may even lack it)."""
+    with store_errors(kinds):
+        rows = [
+            row
+            async for row in container.query_items(
+                _READ_WITH_CLOCK,
+                parameters=[{"name": "@id", "value": item_id}],
+                partition_key=partition,
+            )
+        ]
+    if not rows:
+        return None
+    return rows[0].get("doc"), int(rows[0]["now"])
+
+
+# What a failed transactional batch raises: the SDK's batch error (not a CosmosHttpResponseError),
+# or, from a gateway that answers with the failing status on the response, a response error.
+BATCH_ERRORS = (cosmos_errors.CosmosBatchOperationError, cosmos_errors.CosmosHttpResponseError)
+
+
+def failed_operation(
+    exc: cosmos_errors.CosmosBatchOperationError | cosmos_errors.CosmosHttpResponseError,
+) -> tuple[int, int]:
+    """(status, index) of the operation that failed a transactional batch. A gateway may answer
+    a failed batch with the failing status on the response itself: then the first operation."""
+    if not isinstance(exc, cosmos_errors.CosmosBatchOperationError):
+        return exc.status_code or 500, 0
     responses = exc.operation_responses or []
     index = exc.error_index or 0
     found = responses[index].get("statusCode") if index < len(responses) else None

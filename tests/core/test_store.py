@@ -28,6 +28,16 @@ from exactly_once import (
     TransientStoreError,
     exactly_once,
 )
+from exactly_once.cosmos import (
+    ErrorKinds,
+    if_match,
+    if_match_write,
+    is_transient_status,
+    point_read,
+    read_with_clock,
+    store_error_for,
+    store_errors,
+)
 from exactly_once.records import lease_is_live
 
 
@@ -251,3 +261,46 @@ async def test_a_shape_refuses_a_document_that_is_not_its_record(
 
     with pytest.raises(StoreError):
         await CosmosStore(container, shape=FlatShape()).read(core_record.key, core_record.partition)
+
+
+class AppFailure(Exception):
+    """An application's own failure (as the orders app's StoreError)."""
+
+
+class AppTransient(AppFailure):
+    """An application's own transient failure."""
+
+
+class AppLeaseLost(Exception):
+    """An application's own lost-race signal (as the orders app's LeaseLostError)."""
+
+
+APP_ERRORS = ErrorKinds(failure=AppFailure, transient=AppTransient, changed=AppLeaseLost)
+
+
+async def test_the_one_translation_raises_an_applications_own_exceptions(
+    container: ContainerProxy,
+) -> None:
+    partition = unique("partition")
+    created = await container.create_item({"id": "doc", "pk": partition, "n": 1})
+    await container.replace_item("doc", {"id": "doc", "pk": partition, "n": 2})
+
+    with pytest.raises(AppLeaseLost), if_match_write("moved", APP_ERRORS):
+        await container.replace_item(
+            "doc", {"id": "doc", "pk": partition, "n": 3}, **if_match(created["_etag"])
+        )
+    with pytest.raises(AppFailure), store_errors(APP_ERRORS):
+        await container.create_item({"pk": partition})  # no id: a 400, never worth a retry
+    assert await point_read(container, "missing", partition, APP_ERRORS) is None
+    found = await read_with_clock(container, "doc", partition, APP_ERRORS)
+    assert found is not None
+    stored, now_ms = found
+    assert stored["n"] == 2 and now_ms >= stored["_ts"] * 1000
+    assert await read_with_clock(container, "missing", partition, APP_ERRORS) is None
+
+
+def test_transient_statuses_are_the_retryable_ones() -> None:
+    assert [is_transient_status(s) for s in (408, 410, 429, 449, 500, 503)] == [True] * 6
+    assert [is_transient_status(s) for s in (None, 400, 403, 404, 409, 412)] == [False] * 6
+    assert isinstance(store_error_for(429, "throttled", APP_ERRORS), AppTransient)
+    assert type(store_error_for(400, "bad", APP_ERRORS)) is AppFailure

@@ -1,72 +1,71 @@
-"""Cosmos SDK failures as the store's own exceptions, in one place for every Cosmos adapter."""
+"""Cosmos SDK failures as the app's own exceptions, for every Cosmos adapter of the app.
+
+The translation itself is the `exactly_once` core's (`exactly_once.cosmos`): one set of transient
+statuses, one If-Match write, one point read, one read with the database's clock. Here it is
+only bound to the app's exceptions (`ORDERS_ERRORS`), so that `except TransientStoreError`,
+`LeaseLostError` and `StoreError` in the app keep meaning what they say.
+"""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
-import aiohttp
-from azure.core.exceptions import ServiceRequestError, ServiceResponseError
-from azure.cosmos import exceptions as cosmos_errors
 from azure.cosmos.aio import ContainerProxy
 
+from exactly_once import cosmos as core
+from orders.domain.leases import DatabaseRead
 from orders.exceptions import LeaseLostError, StoreError, TransientStoreError
 
-# Throttling, timeouts, "retry with" and every server-side failure may succeed on redelivery.
-TRANSIENT_STATUS_CODES = frozenset({408, 410, 429, 449})
-NETWORK_ERRORS: tuple[type[BaseException], ...] = (
-    ServiceRequestError,
-    ServiceResponseError,
-    cosmos_errors.CosmosClientTimeoutError,
-    aiohttp.ClientError,
-    asyncio.TimeoutError,
-    ConnectionError,
+ORDERS_ERRORS = core.ErrorKinds(
+    failure=StoreError, transient=TransientStoreError, changed=LeaseLostError
 )
+is_transient_status = core.is_transient_status
+failed_operation = core.failed_operation
+BATCH_ERRORS = core.BATCH_ERRORS
+if_match = core.if_match
 
 
-def is_transient_status(status: int | None) -> bool:
-    return status is not None and (status in TRANSIENT_STATUS_CODES or status >= 500)
+def store_error_for(status: int | None, message: str) -> Exception:
+    """A failed status as the app's `TransientStoreError` or `StoreError`."""
+    return core.store_error_for(status, message, ORDERS_ERRORS)
 
 
-def store_error_for(status: int | None, message: str) -> StoreError:
-    if is_transient_status(status):
-        return TransientStoreError(f"Cosmos DB answered {status}: {message}")
-    return StoreError(f"Cosmos DB answered {status}: {message}")
-
-
-@contextmanager
-def store_errors() -> Iterator[None]:
+def store_errors() -> AbstractContextManager[None]:
     """Translate what the block's SDK calls raise; expected statuses are caught inside it."""
-    try:
-        yield
-    except cosmos_errors.CosmosHttpResponseError as exc:
-        raise store_error_for(exc.status_code, str(exc.message)) from exc
-    except NETWORK_ERRORS as exc:
-        raise TransientStoreError(f"Cosmos DB unreachable: {exc!r}") from exc
+    return core.store_errors(ORDERS_ERRORS)
 
 
-@contextmanager
-def fenced_write(lost: str) -> Iterator[None]:
+def fenced_write(lost: str) -> AbstractContextManager[None]:
     """An If-Match write: a moved ETag (412) or a missing item (404) is `LeaseLostError(lost)`,
     anything else as `store_errors` says."""
-    with store_errors():
-        try:
-            yield
-        except (
-            cosmos_errors.CosmosAccessConditionFailedError,
-            cosmos_errors.CosmosResourceNotFoundError,
-        ) as exc:
-            raise LeaseLostError(lost) from exc
+    return core.if_match_write(lost, ORDERS_ERRORS)
 
 
 async def read_document(
     container: ContainerProxy, item_id: str, partition_key: str
 ) -> dict[str, Any] | None:
     """Point read (the cheapest Cosmos request); None when the item does not exist."""
-    with store_errors():
-        try:
-            return await container.read_item(item=item_id, partition_key=partition_key)
-        except cosmos_errors.CosmosResourceNotFoundError:
-            return None
+    return await core.point_read(container, item_id, partition_key, ORDERS_ERRORS)
+
+
+async def read_with_clock(
+    container: ContainerProxy, item_id: str, partition_key: str
+) -> DatabaseRead:
+    """The stored item (or None) and the database's time, in one request."""
+    found = await core.read_with_clock(container, item_id, partition_key, ORDERS_ERRORS)
+    return DatabaseRead(None, 0) if found is None else DatabaseRead(found[0], found[1])
+
+
+__all__ = [
+    "BATCH_ERRORS",
+    "ORDERS_ERRORS",
+    "failed_operation",
+    "fenced_write",
+    "if_match",
+    "is_transient_status",
+    "read_document",
+    "read_with_clock",
+    "store_error_for",
+    "store_errors",
+]

@@ -6,11 +6,10 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from azure.core import MatchConditions
 from azure.cosmos import exceptions as cosmos_errors
 from azure.cosmos.aio import ContainerProxy
 
-from orders.adapters.cosmos_errors import store_errors
+from orders.adapters.cosmos_errors import if_match, store_errors
 from orders.service.ports import ChangePage
 
 
@@ -58,8 +57,7 @@ class CosmosOutboxFeed:
                 await self._container.replace_item(
                     item=document["id"],
                     body=marked,
-                    etag=document["_etag"],
-                    match_condition=MatchConditions.IfNotModified,
+                    **if_match(document["_etag"]),
                 )
             except cosmos_errors.CosmosAccessConditionFailedError:
                 return  # another dispatcher marked it (or it changed): nothing left to do

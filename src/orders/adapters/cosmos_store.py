@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from azure.cosmos import exceptions as cosmos_errors
 from azure.cosmos.aio import ContainerProxy
 
-from orders.adapters.cosmos_errors import read_document, store_error_for, store_errors
+from orders.adapters.cosmos_errors import (
+    BATCH_ERRORS,
+    failed_operation,
+    read_document,
+    store_error_for,
+    store_errors,
+)
 from orders.domain.documents import OrderAlreadyExistsError, OrderRecord, OrderWrite
 from orders.domain.rejections import OrderRejection
 from orders.exceptions import StoreError, TransientStoreError
@@ -29,16 +34,11 @@ class CosmosOrderStore:
                     batch_operations=operations, partition_key=write.order_id
                 )
                 return
-            except cosmos_errors.CosmosBatchOperationError as exc:
-                failed_status = _failed_operation_status(exc)
-                if exc.error_index != 0 or failed_status != 409:
-                    raise store_error_for(
-                        failed_status, f"batch operation {exc.error_index} failed"
-                    ) from exc
-            except cosmos_errors.CosmosHttpResponseError as exc:
+            except BATCH_ERRORS as exc:
                 # A gateway may answer a failed batch with the failing status on the response.
-                if exc.status_code != 409:
-                    raise
+                status, index = failed_operation(exc)
+                if index != 0 or status != 409:
+                    raise store_error_for(status, f"batch operation {index} failed") from exc
         # The order document exists: the one case that reads, to return the stored record.
         raise await self._conflict(write.order_id)
 
@@ -59,11 +59,3 @@ class CosmosOrderStore:
             # broker redeliver and the create decide again.
             return TransientStoreError(f"order {order_id!r} conflicted but could not be read")
         return OrderAlreadyExistsError(existing)
-
-
-def _failed_operation_status(exc: cosmos_errors.CosmosBatchOperationError) -> int | None:
-    responses = exc.operation_responses or []
-    if exc.error_index is not None and exc.error_index < len(responses):
-        status = responses[exc.error_index].get("statusCode")
-        return int(status) if status is not None else exc.status_code
-    return exc.status_code
