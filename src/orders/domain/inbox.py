@@ -68,7 +68,8 @@ class BillingStatus(StrEnum):
 
 @dataclass(frozen=True)
 class BillingRecord:
-    """The billing consumer's two-phase record for one message (key `billing:<messageId>`)."""
+    """The billing consumer's two-phase record for one message (key `billing:<messageId>`):
+    plain data; the store's version of it (ETag, write time) stays with the record store."""
 
     record_id: str
     order_id: str
@@ -81,8 +82,6 @@ class BillingRecord:
     payment_key: str  # the Idempotency-Key sent downstream: billing:<orderId>
     payment_id: str | None = None
     attempts: int = 1
-    written_at_s: int = 0  # the stored `_ts` (database time of the last write)
-    etag: str = ""
 
     def to_document(self) -> dict[str, Any]:
         return {
@@ -115,8 +114,6 @@ class BillingRecord:
             payment_key=document["paymentKey"],
             payment_id=document.get("paymentId"),
             attempts=int(document.get("attempts", 1)),
-            written_at_s=int(document.get("_ts", 0)),
-            etag=str(document.get("_etag", "")),
         )
 
 
@@ -161,8 +158,6 @@ class RefundRecord:
     refund_key: str  # the Idempotency-Key sent downstream: refund:<orderId>
     refund_id: str | None = None
     attempts: int = 1
-    written_at_s: int = 0
-    etag: str = ""
 
     def to_document(self) -> dict[str, Any]:
         return {
@@ -195,6 +190,4 @@ class RefundRecord:
             refund_key=document["refundKey"],
             refund_id=document.get("refundId"),
             attempts=int(document.get("attempts", 1)),
-            written_at_s=int(document.get("_ts", 0)),
-            etag=str(document.get("_etag", "")),
         )

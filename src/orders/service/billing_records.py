@@ -45,6 +45,7 @@ def _core_record(
     downstream_key: str,
     result: str | None,
     data: dict[str, JsonValue],
+    stamp: Stamp | None,
 ) -> Record:
     """What both of billing's records hold, as the core's record."""
     return Record(
@@ -58,7 +59,7 @@ def _core_record(
         downstream_key=downstream_key,
         result=result,
         data=data,
-        stamp=Stamp(record.etag, record.written_at_s) if record.etag else None,
+        stamp=stamp,
     )
 
 
@@ -71,8 +72,6 @@ class _BillingFields(TypedDict):
     amount: str
     currency: str
     attempts: int
-    written_at_s: int
-    etag: str
 
 
 def _billing_fields(record: Record) -> _BillingFields:
@@ -87,12 +86,10 @@ def _billing_fields(record: Record) -> _BillingFields:
         amount=_field(record.data, "amount"),
         currency=_field(record.data, "currency"),
         attempts=record.attempts,
-        written_at_s=record.stamp.written_at_s if record.stamp else 0,
-        etag=record.stamp.etag if record.stamp else "",
     )
 
 
-def charge_record(charge: BillingRecord) -> Record:
+def charge_record(charge: BillingRecord, stamp: Stamp | None = None) -> Record:
     """A charge's record as the core's: the payment key is the downstream key, the payment id
     the result, the message id, amount and currency what the claim carries."""
     return _core_record(
@@ -100,6 +97,7 @@ def charge_record(charge: BillingRecord) -> Record:
         downstream_key=charge.payment_key,
         result=charge.payment_id,
         data={"messageId": charge.message_id, "amount": charge.amount, "currency": charge.currency},
+        stamp=stamp,
     )
 
 
@@ -113,7 +111,7 @@ def as_charge(record: Record) -> BillingRecord:
     )
 
 
-def refund_record(refund: RefundRecord) -> Record:
+def refund_record(refund: RefundRecord, stamp: Stamp | None = None) -> Record:
     """A refund's record as the core's: the refund key is the downstream key, the refund id
     the result, the charge's payment id, amount and currency what the claim carries."""
     return _core_record(
@@ -121,6 +119,7 @@ def refund_record(refund: RefundRecord) -> Record:
         downstream_key=refund.refund_key,
         result=refund.refund_id,
         data={"paymentId": refund.payment_id, "amount": refund.amount, "currency": refund.currency},
+        stamp=stamp,
     )
 
 
@@ -138,8 +137,15 @@ def _charge_document(record: Record) -> dict[str, Any]:
     return as_charge(record).to_document()
 
 
+def _stamp(document: dict[str, Any]) -> Stamp | None:
+    """The version the fenced-documents port hands back with every document (its ETag and
+    write time), for the core's record: the domain's records never see it."""
+    etag = document.get("_etag")
+    return Stamp(str(etag), int(document.get("_ts", 0))) if etag else None
+
+
 def _charge_from_document(document: dict[str, Any]) -> Record:
-    return charge_record(BillingRecord.from_document(document))
+    return charge_record(BillingRecord.from_document(document), _stamp(document))
 
 
 def _refund_document(record: Record) -> dict[str, Any]:
@@ -147,7 +153,7 @@ def _refund_document(record: Record) -> dict[str, Any]:
 
 
 def _refund_from_document(document: dict[str, Any]) -> Record:
-    return refund_record(RefundRecord.from_document(document))
+    return refund_record(RefundRecord.from_document(document), _stamp(document))
 
 
 class FencedRecords:
