@@ -28,6 +28,8 @@ class Outcome(StrEnum):
     IGNORED = "ignored"  # an event this consumer has nothing to do for (shipping: a cancel)
     # An effect's document exists without the record that guards it: dead-lettered, to look at.
     EFFECT_CONFLICT = "effect_conflict"
+    # A record the store holds cannot be read (the core's CorruptRecordError): dead-lettered.
+    CORRUPT_RECORD = "corrupt_record"
 
 
 class Settlement(StrEnum):

@@ -16,7 +16,6 @@ from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.status import OrderStatus, OrderStatusChanged
 from orders.exceptions import TransientPublishError, TransientStoreError
-from orders.observability import log_value
 from orders.service.ports import StatusPublisher
 from orders.service.saga import EventRefused
 
@@ -83,7 +82,7 @@ async def decided(
             Outcome.TRANSIENT_FAILURE, Settlement.ABANDON, order_id, request_hash, error=str(exc)
         )
     except Exception as exc:
-        core = decision_for_error(exc, consumer=consumer, message_id=log_value(order_id or ""))
+        core = decision_for_error(exc, consumer=consumer, message_id=order_id)
         return from_core(core, order_id, request_hash)
 
 

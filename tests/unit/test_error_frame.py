@@ -1,0 +1,65 @@
+"""The one error frame every consumer decides through (`subscriber.decided`): the app's own
+signals first, then the core's frame, mapped onto the app's decisions."""
+
+from __future__ import annotations
+
+import pytest
+
+from exactly_once.decisions import Decision as CoreDecision
+from exactly_once.decisions import Outcome as CoreOutcome
+from exactly_once.decisions import Settlement as CoreSettlement
+from exactly_once.exceptions import InProgressElsewhereError, PayloadMismatchError
+from exactly_once.records import Record, RecordStatus
+from orders.domain.outcomes import Decision, Outcome, Settlement
+from orders.exceptions import TransientPublishError
+from orders.service.subscriber import decided, from_core
+
+
+@pytest.mark.parametrize("outcome", list(CoreOutcome))
+def test_every_core_outcome_has_the_apps(outcome: CoreOutcome) -> None:
+    mapped = from_core(CoreDecision(outcome, CoreSettlement.ABANDON, error="e"), "o-1", "h")
+
+    expected = Outcome.DOWNSTREAM_REFUSED if outcome is CoreOutcome.REFUSED else outcome.value
+    assert (mapped.outcome, mapped.settlement, mapped.order_id) == (
+        expected,
+        Settlement.ABANDON,
+        "o-1",
+    )
+
+
+async def fails_with(error: Exception) -> Decision:
+    async def effect() -> Decision:
+        raise error
+
+    return await decided(effect, consumer="test", order_id="o-1", request_hash="h")
+
+
+async def test_each_failure_is_decided_once_for_every_consumer() -> None:
+    busy = Record(
+        key="k", partition="o-1", request_hash="h", status=RecordStatus.IN_PROGRESS, owner="other"
+    )
+
+    mismatch = await fails_with(PayloadMismatchError("k", "h1", "h2"))
+    transient = await fails_with(TransientPublishError("busy broker"))
+    elsewhere = await fails_with(InProgressElsewhereError(busy, 10))
+    bug = await fails_with(ZeroDivisionError("boom"))
+
+    assert (mismatch.outcome, mismatch.settlement, mismatch.dead_letter_reason) == (
+        Outcome.MISMATCH,
+        Settlement.DEAD_LETTER,
+        "RequestHashMismatch",
+    )
+    assert (transient.outcome, transient.settlement) == (
+        Outcome.TRANSIENT_FAILURE,
+        Settlement.ABANDON,
+    )
+    assert (elsewhere.outcome, elsewhere.settlement) == (
+        Outcome.IN_PROGRESS_ELSEWHERE,
+        Settlement.ABANDON,
+    )
+    assert (bug.outcome, bug.settlement, bug.error) == (
+        Outcome.UNEXPECTED_FAILURE,
+        Settlement.ABANDON,
+        "ZeroDivisionError: boom",
+    )
+    assert {d.order_id for d in (mismatch, transient, elsewhere, bug)} == {"o-1"}
