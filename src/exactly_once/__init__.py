@@ -36,7 +36,7 @@ from exactly_once.orchestrator import (
     create_entity,
     inbox_batch,
 )
-from exactly_once.ports import DocumentStore, RecordStore, Store
+from exactly_once.ports import DocumentCreator, DocumentStore, RecordStore, Store
 from exactly_once.records import (
     JsonInput,
     JsonMapping,
@@ -71,6 +71,7 @@ __all__ = [
     "CosmosStore",
     "DeadLetterReason",
     "Decision",
+    "DocumentCreator",
     "DocumentExistsError",
     "DocumentStore",
     "Effects",

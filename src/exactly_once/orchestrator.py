@@ -29,7 +29,7 @@ from exactly_once.exceptions import (
     RecordChangedError,
     Refused,
 )
-from exactly_once.ports import DocumentStore, RecordStore
+from exactly_once.ports import DocumentCreator, DocumentStore, RecordStore
 from exactly_once.records import (
     DEFAULT_LEASE_SECONDS,
     JsonInput,
@@ -226,13 +226,13 @@ class Effects:
         )
 
 
-# --- The mechanisms that need no record store, on any `DocumentStore` -------------------------
+# --- The mechanisms that need no record store, on any `DocumentCreator` / `DocumentStore` -----
 # `Effects` binds them to one message; an application whose documents already have a shape of
 # their own (an entity id, an inbox record's fields) calls them directly.
 
 
 async def create_entity(
-    documents: DocumentStore,
+    documents: DocumentCreator,
     partition: str,
     entity: JsonMapping,
     *others: JsonMapping,
@@ -253,7 +253,7 @@ async def create_entity(
 
 
 async def inbox_batch(
-    documents: DocumentStore,
+    documents: DocumentCreator,
     partition: str,
     marker: JsonMapping,
     effect_documents: Sequence[JsonMapping],
@@ -280,7 +280,7 @@ async def inbox_batch(
 
 
 async def _create_marked(
-    documents: DocumentStore,
+    documents: DocumentCreator,
     partition: str,
     marker: JsonMapping,
     others: Sequence[JsonMapping],

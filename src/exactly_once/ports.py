@@ -3,7 +3,8 @@
 `RecordStore` is the record-store contract of AWS Powertools' persistence layer (claim, read,
 take over, complete, release), with the lease judged by the database's clock: every record it
 returns carries the `Stamp` of its last write, and reads carry the database's time.
-`DocumentStore` writes an effect's own documents: all or nothing, or under an ETag.
+`DocumentStore` writes an effect's own documents: all or nothing, or under an ETag
+(`DocumentCreator` is its create-and-read half).
 """
 
 from __future__ import annotations
@@ -55,8 +56,10 @@ class RecordStore(Protocol):
         ...
 
 
-class DocumentStore(Protocol):
-    """An effect's documents, in the same partitions as the records that guard them."""
+class DocumentCreator(Protocol):
+    """What creating an effect's documents needs (`create_entity`, `inbox_batch`): a batch
+    and, on a conflict, a point read. A store whose documents are never replaced (an entity
+    written once) implements only this."""
 
     async def create_all(self, partition: str, documents: Sequence[JsonMapping]) -> None:
         """Create every document in one transactional batch: all or nothing.
@@ -67,6 +70,10 @@ class DocumentStore(Protocol):
     async def get(self, document_id: str, partition: str) -> StoredDocument | None:
         """One document with its ETag, or None (a point read)."""
         ...
+
+
+class DocumentStore(DocumentCreator, Protocol):
+    """An effect's documents, in the same partitions as the records that guard them."""
 
     async def replace(self, document: JsonMapping, partition: str, *, etag: str) -> None:
         """Replace the document If-Match `etag`; `RecordChangedError` when it moved or is gone."""

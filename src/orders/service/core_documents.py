@@ -28,7 +28,8 @@ def _order_body(record: OrderRecord) -> JsonObject:
 
 
 class OrderDocumentStore:
-    """The core's `DocumentStore` over the `OrderStore`: one batch per new order, and a
+    """The core's `DocumentCreator` over the `OrderStore` (an order is written once, never
+    replaced by its consumer, so it has no `replace`): one batch per new order, and a
     conflict that carries the stored order's request hash (so a duplicate costs the batch and
     the store's one read, P2 = 2)."""
 
@@ -55,10 +56,6 @@ class OrderDocumentStore:
         if record is None or record.order_id != document_id:
             return None
         return StoredDocument(_order_body(record), _NO_ETAG)
-
-    async def replace(self, document: JsonMapping, partition: str, *, etag: str) -> None:
-        """Orders are written once: the order consumer never replaces one."""
-        raise NotImplementedError("an order is created once and never replaced by its consumer")
 
 
 class FencedDocumentStore:
