@@ -1,15 +1,17 @@
 """Fuzzing the parser of untrusted order bodies: it is total (an order or a `MessageRejected`,
-never another exception) and bounded (each example within a per-example deadline).
+never another exception).
 
 Three generators: arbitrary JSON values, valid orders with one field swapped for an arbitrary
-value or a hostile number, and raw byte mutations of a valid body. The deadline is generous
-for CI noise; the milliseconds a rejection really costs are printed by scripts/bench_poison.py.
+value or a hostile number, and raw byte mutations of a valid body. That it is bounded is the
+size, element-count and digit bounds checked before decoding (tests/unit/test_consumer.py,
+the poison corpus); what a rejection costs is printed by scripts/bench_poison.py, never timed
+here (a per-example deadline failed on a loaded 2-core machine).
 """
 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -23,7 +25,7 @@ from orders.domain.model import OrderPlaced, is_entity_id
 
 FUZZ = settings(
     max_examples=300,
-    deadline=timedelta(milliseconds=250),
+    deadline=None,
     derandomize=True,  # the same examples on every run: a CI failure is reproducible
     database=None,
     suppress_health_check=[HealthCheck.too_slow],
