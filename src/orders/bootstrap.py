@@ -13,7 +13,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -58,24 +58,16 @@ from orders.adapters.servicebus_worker import run_session_worker_on, run_worker_
 from orders.domain.leases import DEFAULT_LEASE_SECONDS
 from orders.domain.load_plan import LoadPlan, PlannedCancel
 from orders.domain.outcomes import Decision
-from orders.domain.payments import Charge, Refund
 from orders.domain.received import ReceivedOrderMessage
 from orders.exceptions import (
-    OrderAlreadyShippedError,
-    OrderNotStoredYetError,
-    RequestInProgressError,
     ServiceNotReadyError,
-    TransientPublishError,
-    TransientStoreError,
-    UnknownOrderError,
 )
 from orders.observability import ConsumerTelemetry, SubscriberTelemetry
 from orders.service.billing import AfterCharge, AfterRefund
 from orders.service.cancels import (
-    CancelAnswer,
-    CancelNotYet,
     CancelResults,
     StoreProbe,
+    intake_canceller,
     run_cancels,
 )
 from orders.service.console import OperationsConsole
@@ -101,17 +93,12 @@ from orders.service.ports import (
 from orders.service.registry import (
     BILLING,
     CONSUMERS,
-    SHIPPING,
-    STATUS,
-    AuditInputs,
     ConsumerSpec,
 )
 from orders.service.saga import OrderSaga
 from orders.service.subscribers import Source
-from orders.service.verify import VerifyReport, audit
-from orders.service.verify_fanout import stored_orders
-from orders.service.verify_saga import audit_saga, saga_facts
-from orders.service.verify_status import audit_statuses, produced_updates
+from orders.service.verify import VerifyReport
+from orders.service.verify_run import RunRecords, audit_run
 from orders.service.worker_options import WorkerOptions
 from orders.service.worker_stats import WorkerStats
 from orders.settings import MonitoringSettings, Settings
@@ -739,24 +726,7 @@ async def send_cancels(
             CosmosFencedDocuments(inbox_container(cosmos, settings)),
         )
         scope = f"app:{settings.idempotency_scope}"
-
-        async def cancel(order_id: str, key: str) -> CancelAnswer:
-            try:
-                await runtime.intake.cancel(
-                    scope, key, order_id, "load", first_response=_load_cancel_response
-                )
-            except OrderAlreadyShippedError:
-                return CancelAnswer.ALREADY_SHIPPED
-            except (
-                UnknownOrderError,  # sent straight to the queue: no claim, not stored yet
-                OrderNotStoredYetError,
-                RequestInProgressError,  # the other key's twin holds the order's race
-                TransientStoreError,
-                TransientPublishError,
-            ) as not_yet:
-                raise CancelNotYet(str(not_yet)) from not_yet
-            return CancelAnswer.CANCELLED
-
+        cancel = intake_canceller(runtime.intake, scope, _load_cancel_response)
         return await run_cancels(tuple(cancels), cancel, probe)
 
 
@@ -773,60 +743,27 @@ async def verify_run(
     fanout: frozenset[str] = frozenset(),
     cancel_results: CancelResults | None = None,
 ) -> VerifyReport:
-    """Audit Cosmos and the dead-letter queue against what a load run sent; with `fanout` (names
-    of registered consumers), also each one's audit from the registry (shipments; charges and
-    refunds at the payment service) and, with both billing and shipping, the saga's invariants
-    (GET's status too when `fanout` names the status consumer)."""
+    """Read what the stores hold for the run (Cosmos, the dead-letter queues and, with billing
+    in `fanout`, the payment service) and audit it (`verify_run.audit_run`)."""
     async with AsyncExitStack() as stack:
         clients = _clients(stack, settings, None)
         cosmos = await clients.cosmos(create_local_resources=False)
         bus = clients.servicebus()
         documents = await documents_of_run(orders_container(cosmos, settings), plan.run_id)
-        dead_letters = await peek_dead_letters(bus, settings.orders_queue)
-        report = audit(plan, documents, dead_letters)
-        inbox = (
-            await documents_of_run(inbox_container(cosmos, settings), plan.run_id) if fanout else []
-        )
-        charges: list[Charge] = []
-        refunds: list[Refund] = []
+        records = RunRecords(documents, await peek_dead_letters(bus, settings.orders_queue))
+        if fanout:
+            inbox = await documents_of_run(inbox_container(cosmos, settings), plan.run_id)
+            records = replace(records, inbox=inbox)
         if BILLING in fanout:
             async with HttpPaymentGateway(
                 settings.require_payments(), settings.payments_timeout_seconds
             ) as payments:
-                charges = await payments.list_all_charges()
-                refunds = await payments.list_all_refunds()
-        whole_saga = {BILLING, SHIPPING} <= fanout
-        stored = {order.order_id for order in stored_orders(documents)}
+                records = replace(
+                    records,
+                    charges=await payments.list_all_charges(),
+                    refunds=await payments.list_all_refunds(),
+                )
         if plan.status_updates:
             status_dead_letters = await peek_dead_letters(bus, settings.status_queue)
-            if whole_saga:
-                produced = saga_facts(documents, inbox, charges, refunds).produced_statuses(stored)
-            else:
-                produced = produced_updates(
-                    stored,
-                    billing=BILLING in fanout,
-                    shipping=SHIPPING in fanout,
-                )
-            report = report.with_statuses(
-                audit_statuses(plan, documents, status_dead_letters, produced)
-            )
-    orders = stored_orders(documents)
-    cancelled = saga_facts(documents, inbox, charges, refunds).cancelled
-    found = AuditInputs(orders, inbox, charges, cancelled)
-    for spec in CONSUMERS:
-        if spec.name in fanout and spec.audit is not None:
-            report = report.with_consumer(spec.name, spec.audit(found))
-    if whole_saga:
-        report = report.with_invariants(
-            audit_saga(
-                documents,
-                inbox,
-                charges,
-                refunds,
-                run_prefix=f"{plan.run_id}-",
-                status_driven=frozenset(update.order_id for update in plan.status_updates),
-                cancel_results=cancel_results,
-                check_status=STATUS in fanout,
-            )
-        )
-    return report
+            records = replace(records, status_dead_letters=status_dead_letters)
+    return audit_run(plan, records, fanout=fanout, cancel_results=cancel_results)

@@ -16,9 +16,19 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
+from exactly_once.records import JsonObject
 from orders.domain.events import outbox_document_id
 from orders.domain.inbox import BILLING, BillingStatus, inbox_record_id, shipment_document_id
 from orders.domain.load_plan import CancelPoint, PlannedCancel
+from orders.exceptions import (
+    OrderAlreadyShippedError,
+    OrderNotStoredYetError,
+    RequestInProgressError,
+    TransientPublishError,
+    TransientStoreError,
+    UnknownOrderError,
+)
+from orders.service.idempotency import IdempotentOrderIntake
 from orders.service.ports import OrderDocuments
 
 DEFAULT_DEADLINE_SECONDS = 60.0
@@ -49,6 +59,30 @@ class CancelNotYet(Exception):
 
 # (order id, Idempotency-Key) -> the answer; raises `CancelNotYet` to be asked again.
 Canceller = Callable[[str, str], Awaitable[CancelAnswer]]
+
+
+def intake_canceller(
+    intake: IdempotentOrderIntake, scope: str, first_response: Callable[[str], JsonObject]
+) -> Canceller:
+    """The API cancel route's core as a `Canceller` for the load, in caller scope `scope`:
+    what the route answers 409 or retries becomes `ALREADY_SHIPPED` or `CancelNotYet`."""
+
+    async def cancel(order_id: str, key: str) -> CancelAnswer:
+        try:
+            await intake.cancel(scope, key, order_id, "load", first_response=first_response)
+        except OrderAlreadyShippedError:
+            return CancelAnswer.ALREADY_SHIPPED
+        except (
+            UnknownOrderError,  # sent straight to the queue: no claim, not stored yet
+            OrderNotStoredYetError,
+            RequestInProgressError,  # the other key's twin holds the order's race
+            TransientStoreError,
+            TransientPublishError,
+        ) as not_yet:
+            raise CancelNotYet(str(not_yet)) from not_yet
+        return CancelAnswer.CANCELLED
+
+    return cancel
 
 
 @dataclass
