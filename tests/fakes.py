@@ -20,6 +20,7 @@ from decimal import Decimal
 from typing import Any
 
 from exactly_once import StoredDocument
+from exactly_once.cosmos import user_fields
 from exactly_once.exceptions import RecordChangedError, RecordExistsError
 from exactly_once.records import JsonInput, JsonValue, Record, RecordRead, RecordStatus, Stamp
 from orders.adapters.cosmos_idempotency import (
@@ -129,10 +130,12 @@ class FakeOrderDocuments:
         self._store.partitions.setdefault(partition_key, {})[document["id"]] = stored
         return copy.deepcopy(stored)
 
-    async def get(self, document_id: str, partition_key: str) -> dict[str, Any] | None:
+    async def get_stored(self, document_id: str, partition_key: str) -> StoredDocument | None:
         await asyncio.sleep(0)
         found = self._current(document_id, partition_key)
-        return copy.deepcopy(found) if found is not None else None
+        if found is None:
+            return None
+        return StoredDocument(body=user_fields(copy.deepcopy(found)), etag=found["_etag"])
 
     async def replace(self, document: dict[str, Any], *, etag: str) -> dict[str, Any]:
         await asyncio.sleep(0)
@@ -484,15 +487,11 @@ class FakeFencedDocuments:
         for document in documents:
             self._stored(document)
 
-    async def get(self, document_id: str, partition_key: str) -> dict[str, Any] | None:
-        return self._found(document_id, partition_key)
-
     async def get_stored(self, document_id: str, partition_key: str) -> StoredDocument | None:
         found = self._found(document_id, partition_key)
         if found is None:
             return None
-        body = {key: value for key, value in found.items() if not key.startswith("_")}
-        return StoredDocument(body=body, etag=found["_etag"])
+        return StoredDocument(body=user_fields(found), etag=found["_etag"])
 
     async def replace_and_create(
         self,

@@ -115,6 +115,12 @@ def user_fields(stored: dict[str, Any] | None) -> dict[str, Any] | None:
     return {key: value for key, value in stored.items() if not key.startswith("_")}
 
 
+async def body_of(store: FencedStore, document_id: str, partition: str) -> dict[str, Any] | None:
+    """The document's own fields as the ports hand them over (the ETag apart), or None."""
+    found = await store.get_stored(document_id, partition)
+    return found.body if found is not None else None
+
+
 # --- create ----------------------------------------------------------------------------------
 
 
@@ -129,8 +135,8 @@ async def test_create_returns_the_stored_document_with_its_etag_and_timestamp(
     assert user_fields(stored) == written
     assert isinstance(stored["_etag"], str) and stored["_etag"]
     assert isinstance(stored["_ts"], int) and stored["_ts"] > 0
-    found = await store.get(written["id"], partition)
-    assert found is not None and found["_etag"] == stored["_etag"]
+    found = await store.get_stored(written["id"], partition)
+    assert found is not None and found.etag == stored["_etag"]
 
 
 async def test_create_refuses_an_id_that_exists_in_the_partition_and_keeps_the_first(
@@ -143,7 +149,7 @@ async def test_create_refuses_an_id_that_exists_in_the_partition_and_keeps_the_f
     with pytest.raises(DocumentExistsError):
         await store.create({**first, "owner": "b"})
 
-    assert user_fields(await store.get(first["id"], partition)) == first
+    assert await body_of(store, first["id"], partition) == first
 
 
 async def test_the_same_id_in_two_partitions_is_two_documents(store: FencedStore) -> None:
@@ -153,10 +159,8 @@ async def test_the_same_id_in_two_partitions_is_two_documents(store: FencedStore
     await store.create(document(shared_id, one, owner="a"))
     await store.create(document(shared_id, other, owner="b"))
 
-    found_one = await store.get(shared_id, one)
-    found_other = await store.get(shared_id, other)
-    assert found_one is not None and found_one["owner"] == "a"
-    assert found_other is not None and found_other["owner"] == "b"
+    assert await body_of(store, shared_id, one) == document(shared_id, one, owner="a")
+    assert await body_of(store, shared_id, other) == document(shared_id, other, owner="b")
 
 
 # --- get and read (the latter with the database's clock) -----------------------------------------
@@ -178,7 +182,7 @@ async def test_read_returns_the_document_and_a_database_clock_not_before_its_wri
 
 async def found(store: FencedStore, lookup: str, document_id: str, partition: str) -> Any:
     if lookup == "get":
-        return await store.get(document_id, partition)
+        return await store.get_stored(document_id, partition)
     return (await store.read(document_id, partition)).document
 
 
@@ -215,8 +219,8 @@ async def test_replace_with_the_current_etag_writes_and_moves_the_etag(store: Fe
     replaced = await store.replace({**stored, "owner": "b"}, etag=stored["_etag"])
 
     assert replaced["owner"] == "b" and replaced["_etag"] != stored["_etag"]
-    found = await store.get(stored["id"], partition)
-    assert found is not None and found["owner"] == "b" and found["_etag"] == replaced["_etag"]
+    found = await store.get_stored(stored["id"], partition)
+    assert found is not None and found.body["owner"] == "b" and found.etag == replaced["_etag"]
 
 
 async def test_replace_with_a_stale_etag_is_a_lost_lease_and_writes_nothing(
@@ -229,8 +233,8 @@ async def test_replace_with_a_stale_etag_is_a_lost_lease_and_writes_nothing(
     with pytest.raises(LeaseLostError):
         await store.replace({**stored, "owner": "c"}, etag=stored["_etag"])
 
-    found = await store.get(stored["id"], partition)
-    assert found is not None and found["owner"] == "b" and found["_etag"] == moved["_etag"]
+    found = await store.get_stored(stored["id"], partition)
+    assert found is not None and found.body["owner"] == "b" and found.etag == moved["_etag"]
 
 
 async def test_replace_of_a_missing_document_is_a_lost_lease(store: FencedStore) -> None:
@@ -243,7 +247,7 @@ async def test_replace_of_a_missing_document_is_a_lost_lease(store: FencedStore)
     with pytest.raises(LeaseLostError):
         await store.replace(document(elsewhere["id"], unique_id("order")), etag=elsewhere["_etag"])
 
-    assert user_fields(await store.get(elsewhere["id"], partition)) == user_fields(elsewhere)
+    assert await body_of(store, elsewhere["id"], partition) == user_fields(elsewhere)
 
 
 # --- delete (If-Match) -----------------------------------------------------------------------
@@ -256,8 +260,8 @@ async def test_delete_with_the_current_etag_removes_only_that_document(store: Fe
 
     await store.delete(stored["id"], partition, etag=stored["_etag"])
 
-    assert await store.get(stored["id"], partition) is None
-    assert user_fields(await store.get(twin["id"], other_partition)) == user_fields(twin)
+    assert await store.get_stored(stored["id"], partition) is None
+    assert await body_of(store, twin["id"], other_partition) == user_fields(twin)
 
 
 async def test_delete_with_a_stale_etag_or_of_a_missing_document_is_a_lost_lease(
@@ -272,7 +276,7 @@ async def test_delete_with_a_stale_etag_or_of_a_missing_document_is_a_lost_lease
     with pytest.raises(LeaseLostError):
         await store.delete(unique_id(), partition, etag=moved["_etag"])
 
-    assert user_fields(await store.get(stored["id"], partition)) == user_fields(moved)
+    assert await body_of(store, stored["id"], partition) == user_fields(moved)
 
 
 # --- replace_and_create (one transactional batch) --------------------------------------------
@@ -287,11 +291,11 @@ async def test_replace_and_create_writes_both_in_one_batch(store: FencedStore) -
         partition, {**stored, "state": "cancelled"}, etag=stored["_etag"], created=created
     )
 
-    found = await store.get(stored["id"], partition)
-    assert found is not None and found["state"] == "cancelled"
-    assert found["_etag"] != stored["_etag"]
+    found = await store.get_stored(stored["id"], partition)
+    assert found is not None and found.body["state"] == "cancelled"
+    assert found.etag != stored["_etag"]
     for expected in created:
-        assert user_fields(await store.get(expected["id"], partition)) == expected
+        assert await body_of(store, expected["id"], partition) == expected
 
 
 async def test_replace_and_create_with_a_stale_etag_writes_nothing(store: FencedStore) -> None:
@@ -305,9 +309,9 @@ async def test_replace_and_create_with_a_stale_etag_writes_nothing(store: Fenced
             partition, {**stored, "state": "cancelled"}, etag=stored["_etag"], created=[created]
         )
 
-    found = await store.get(stored["id"], partition)
-    assert found is not None and found["state"] == "paid"
-    assert await store.get(created["id"], partition) is None
+    found = await store.get_stored(stored["id"], partition)
+    assert found is not None and found.body["state"] == "paid"
+    assert await store.get_stored(created["id"], partition) is None
 
 
 async def test_replace_and_create_with_an_existing_id_writes_nothing(store: FencedStore) -> None:
@@ -324,10 +328,10 @@ async def test_replace_and_create_with_an_existing_id_writes_nothing(store: Fenc
             created=[fresh, document(existing["id"], partition, n=2)],
         )
 
-    found = await store.get(stored["id"], partition)
-    assert found is not None and found["state"] == "placed" and found["_etag"] == stored["_etag"]
-    assert await store.get(fresh["id"], partition) is None
-    assert user_fields(await store.get(existing["id"], partition)) == user_fields(existing)
+    found = await store.get_stored(stored["id"], partition)
+    assert found is not None and found.body["state"] == "placed" and found.etag == stored["_etag"]
+    assert await store.get_stored(fresh["id"], partition) is None
+    assert await body_of(store, existing["id"], partition) == user_fields(existing)
 
 
 # --- create_together (one transactional batch) -----------------------------------------------
@@ -340,7 +344,7 @@ async def test_create_together_writes_every_document(store: FencedStore) -> None
     await store.create_together(partition, documents)
 
     for expected in documents:
-        assert user_fields(await store.get(expected["id"], partition)) == expected
+        assert await body_of(store, expected["id"], partition) == expected
 
 
 @pytest.mark.parametrize("existing_at", [0, 2])
@@ -360,8 +364,8 @@ async def test_create_together_with_an_existing_id_writes_nothing(
         existing_at,
     )
     for index, expected in enumerate(documents):
-        found = user_fields(await store.get(expected["id"], partition))
-        assert found == ({**expected, "n": -1} if index == existing_at else None)
+        found_body = await body_of(store, expected["id"], partition)
+        assert found_body == ({**expected, "n": -1} if index == existing_at else None)
 
 
 async def test_create_together_with_one_id_twice_writes_nothing(store: FencedStore) -> None:
@@ -372,8 +376,8 @@ async def test_create_together_with_one_id_twice_writes_nothing(store: FencedSto
     with pytest.raises(DocumentExistsError):
         await store.create_together(partition, [first, twice, {**twice, "n": 2}])
 
-    assert await store.get(first["id"], partition) is None
-    assert await store.get(twice["id"], partition) is None
+    assert await store.get_stored(first["id"], partition) is None
+    assert await store.get_stored(twice["id"], partition) is None
 
 
 async def test_create_together_refuses_a_document_of_another_partition_and_writes_nothing(
@@ -386,5 +390,5 @@ async def test_create_together_refuses_a_document_of_another_partition_and_write
     with pytest.raises(StoreError):
         await store.create_together(partition, [mine, stranger])
 
-    assert await store.get(mine["id"], partition) is None
-    assert await store.get(stranger["id"], stranger[PARTITION_KEY_PATH]) is None
+    assert await store.get_stored(mine["id"], partition) is None
+    assert await store.get_stored(stranger["id"], stranger[PARTITION_KEY_PATH]) is None

@@ -31,9 +31,6 @@ class CosmosFencedDocuments:
     def __init__(self, container: ContainerProxy) -> None:
         self._container = container
 
-    async def get(self, document_id: str, partition_key: str) -> dict[str, Any] | None:
-        return await read_document(self._container, document_id, partition_key)
-
     async def get_stored(self, document_id: str, partition_key: str) -> StoredDocument | None:
         found = await read_document(self._container, document_id, partition_key)
         if found is None:

@@ -167,8 +167,8 @@ class FencedDocuments(Protocol):
 class OrderDocuments(Protocol):
     """The orders container as the saga sees it: the order document, point-read and fenced."""
 
-    async def get(self, document_id: str, partition_key: str) -> dict[str, Any] | None:
-        """One point read: the stored document (with its `_etag`), or None."""
+    async def get_stored(self, document_id: str, partition_key: str) -> StoredDocument | None:
+        """One point read: the document's own fields and its ETag apart, or None."""
         ...
 
     async def replace(self, document: dict[str, Any], *, etag: str) -> dict[str, Any]:
