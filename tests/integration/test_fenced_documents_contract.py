@@ -108,13 +108,6 @@ def document(document_id: str, partition_key: str, **fields: Any) -> dict[str, A
     return {"id": document_id, PARTITION_KEY_PATH: partition_key, **fields}
 
 
-def user_fields(stored: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A stored document without the store's own properties (`_etag`, `_ts`, `_rid`, ...)."""
-    if stored is None:
-        return None
-    return {key: value for key, value in stored.items() if not key.startswith("_")}
-
-
 async def body_of(store: FencedStore, document_id: str, partition: str) -> dict[str, Any] | None:
     """The document's own fields as the ports hand them over (the ETag apart), or None."""
     found = await store.get_stored(document_id, partition)
@@ -132,11 +125,11 @@ async def test_create_returns_the_stored_document_with_its_etag_and_timestamp(
 
     stored = await store.create(written)
 
-    assert user_fields(stored) == written
-    assert isinstance(stored["_etag"], str) and stored["_etag"]
-    assert isinstance(stored["_ts"], int) and stored["_ts"] > 0
+    assert stored.body == written
+    assert isinstance(stored.stamp.etag, str) and stored.stamp.etag
+    assert isinstance(stored.stamp.written_at_s, int) and stored.stamp.written_at_s > 0
     found = await store.get_stored(written["id"], partition)
-    assert found is not None and found.etag == stored["_etag"]
+    assert found is not None and found.etag == stored.stamp.etag
 
 
 async def test_create_refuses_an_id_that_exists_in_the_partition_and_keeps_the_first(
@@ -172,12 +165,12 @@ async def test_read_returns_the_document_and_a_database_clock_not_before_its_wri
     partition = unique_id("order")
     stored = await store.create(document(unique_id(), partition, owner="a"))
 
-    read = await store.read(stored["id"], partition)
+    read = await store.read(stored.body["id"], partition)
 
-    assert read.document is not None and read.document["_etag"] == stored["_etag"]
-    assert user_fields(read.document) == user_fields(stored)
+    assert read.document is not None and read.document.stamp.etag == stored.stamp.etag
+    assert read.document.body == stored.body
     # `_ts` has whole seconds; the clock is in milliseconds, read after the write.
-    assert read.database_now_ms >= stored["_ts"] * 1000
+    assert read.database_now_ms >= stored.stamp.written_at_s * 1000
 
 
 async def found(store: FencedStore, lookup: str, document_id: str, partition: str) -> Any:
@@ -190,10 +183,10 @@ async def test_get_stored_gives_the_fields_and_the_etag_apart(store: FencedStore
     partition = unique_id("order")
     stored = await store.create(document(unique_id(), partition, owner="a"))
 
-    found = await store.get_stored(stored["id"], partition)
+    found = await store.get_stored(stored.body["id"], partition)
 
     assert found is not None
-    assert (found.body, found.etag) == (user_fields(stored), stored["_etag"])
+    assert (found.body, found.etag) == (stored.body, stored.stamp.etag)
     assert await store.get_stored(unique_id(), partition) is None
 
 
@@ -216,11 +209,11 @@ async def test_replace_with_the_current_etag_writes_and_moves_the_etag(store: Fe
     partition = unique_id("order")
     stored = await store.create(document(unique_id(), partition, owner="a"))
 
-    replaced = await store.replace({**stored, "owner": "b"}, etag=stored["_etag"])
+    replaced = await store.replace({**stored.body, "owner": "b"}, etag=stored.stamp.etag)
 
-    assert replaced["owner"] == "b" and replaced["_etag"] != stored["_etag"]
-    found = await store.get_stored(stored["id"], partition)
-    assert found is not None and found.body["owner"] == "b" and found.etag == replaced["_etag"]
+    assert replaced.body["owner"] == "b" and replaced.stamp.etag != stored.stamp.etag
+    found = await store.get_stored(stored.body["id"], partition)
+    assert found is not None and found.body["owner"] == "b" and found.etag == replaced.stamp.etag
 
 
 async def test_replace_with_a_stale_etag_is_a_lost_lease_and_writes_nothing(
@@ -228,13 +221,13 @@ async def test_replace_with_a_stale_etag_is_a_lost_lease_and_writes_nothing(
 ) -> None:
     partition = unique_id("order")
     stored = await store.create(document(unique_id(), partition, owner="a"))
-    moved = await store.replace({**stored, "owner": "b"}, etag=stored["_etag"])
+    moved = await store.replace({**stored.body, "owner": "b"}, etag=stored.stamp.etag)
 
     with pytest.raises(LeaseLostError):
-        await store.replace({**stored, "owner": "c"}, etag=stored["_etag"])
+        await store.replace({**stored.body, "owner": "c"}, etag=stored.stamp.etag)
 
-    found = await store.get_stored(stored["id"], partition)
-    assert found is not None and found.body["owner"] == "b" and found.etag == moved["_etag"]
+    found = await store.get_stored(stored.body["id"], partition)
+    assert found is not None and found.body["owner"] == "b" and found.etag == moved.stamp.etag
 
 
 async def test_replace_of_a_missing_document_is_a_lost_lease(store: FencedStore) -> None:
@@ -242,12 +235,14 @@ async def test_replace_of_a_missing_document_is_a_lost_lease(store: FencedStore)
     elsewhere = await store.create(document(unique_id(), partition, owner="a"))
 
     with pytest.raises(LeaseLostError):
-        await store.replace(document(unique_id(), partition), etag=elsewhere["_etag"])
+        await store.replace(document(unique_id(), partition), etag=elsewhere.stamp.etag)
     # The same id in another partition is another document: nothing there to replace.
     with pytest.raises(LeaseLostError):
-        await store.replace(document(elsewhere["id"], unique_id("order")), etag=elsewhere["_etag"])
+        await store.replace(
+            document(elsewhere.body["id"], unique_id("order")), etag=elsewhere.stamp.etag
+        )
 
-    assert await body_of(store, elsewhere["id"], partition) == user_fields(elsewhere)
+    assert await body_of(store, elsewhere.body["id"], partition) == elsewhere.body
 
 
 # --- delete (If-Match) -----------------------------------------------------------------------
@@ -256,12 +251,12 @@ async def test_replace_of_a_missing_document_is_a_lost_lease(store: FencedStore)
 async def test_delete_with_the_current_etag_removes_only_that_document(store: FencedStore) -> None:
     partition, other_partition = unique_id("order"), unique_id("order")
     stored = await store.create(document(unique_id(), partition, owner="a"))
-    twin = await store.create(document(stored["id"], other_partition, owner="b"))
+    twin = await store.create(document(stored.body["id"], other_partition, owner="b"))
 
-    await store.delete(stored["id"], partition, etag=stored["_etag"])
+    await store.delete(stored.body["id"], partition, etag=stored.stamp.etag)
 
-    assert await store.get_stored(stored["id"], partition) is None
-    assert await body_of(store, twin["id"], other_partition) == user_fields(twin)
+    assert await store.get_stored(stored.body["id"], partition) is None
+    assert await body_of(store, twin.body["id"], other_partition) == twin.body
 
 
 async def test_delete_with_a_stale_etag_or_of_a_missing_document_is_a_lost_lease(
@@ -269,14 +264,16 @@ async def test_delete_with_a_stale_etag_or_of_a_missing_document_is_a_lost_lease
 ) -> None:
     partition = unique_id("order")
     stored = await store.create(document(unique_id(), partition, owner="a"))
-    moved = await store.replace(document(stored["id"], partition, owner="b"), etag=stored["_etag"])
+    moved = await store.replace(
+        document(stored.body["id"], partition, owner="b"), etag=stored.stamp.etag
+    )
 
     with pytest.raises(LeaseLostError):
-        await store.delete(stored["id"], partition, etag=stored["_etag"])
+        await store.delete(stored.body["id"], partition, etag=stored.stamp.etag)
     with pytest.raises(LeaseLostError):
-        await store.delete(unique_id(), partition, etag=moved["_etag"])
+        await store.delete(unique_id(), partition, etag=moved.stamp.etag)
 
-    assert await body_of(store, stored["id"], partition) == user_fields(moved)
+    assert await body_of(store, stored.body["id"], partition) == moved.body
 
 
 # --- replace_and_create (one transactional batch) --------------------------------------------
@@ -288,12 +285,12 @@ async def test_replace_and_create_writes_both_in_one_batch(store: FencedStore) -
     created = [document(unique_id(), partition, n=1), document(unique_id(), partition, n=2)]
 
     await store.replace_and_create(
-        partition, {**stored, "state": "cancelled"}, etag=stored["_etag"], created=created
+        partition, {**stored.body, "state": "cancelled"}, etag=stored.stamp.etag, created=created
     )
 
-    found = await store.get_stored(stored["id"], partition)
+    found = await store.get_stored(stored.body["id"], partition)
     assert found is not None and found.body["state"] == "cancelled"
-    assert found.etag != stored["_etag"]
+    assert found.etag != stored.stamp.etag
     for expected in created:
         assert await body_of(store, expected["id"], partition) == expected
 
@@ -301,15 +298,18 @@ async def test_replace_and_create_writes_both_in_one_batch(store: FencedStore) -
 async def test_replace_and_create_with_a_stale_etag_writes_nothing(store: FencedStore) -> None:
     partition = unique_id("order")
     stored = await store.create(document(unique_id(), partition, state="placed"))
-    await store.replace({**stored, "state": "paid"}, etag=stored["_etag"])
+    await store.replace({**stored.body, "state": "paid"}, etag=stored.stamp.etag)
     created = document(unique_id(), partition)
 
     with pytest.raises(LeaseLostError):
         await store.replace_and_create(
-            partition, {**stored, "state": "cancelled"}, etag=stored["_etag"], created=[created]
+            partition,
+            {**stored.body, "state": "cancelled"},
+            etag=stored.stamp.etag,
+            created=[created],
         )
 
-    found = await store.get_stored(stored["id"], partition)
+    found = await store.get_stored(stored.body["id"], partition)
     assert found is not None and found.body["state"] == "paid"
     assert await store.get_stored(created["id"], partition) is None
 
@@ -323,15 +323,15 @@ async def test_replace_and_create_with_an_existing_id_writes_nothing(store: Fenc
     with pytest.raises(DocumentExistsError):
         await store.replace_and_create(
             partition,
-            {**stored, "state": "cancelled"},
-            etag=stored["_etag"],
-            created=[fresh, document(existing["id"], partition, n=2)],
+            {**stored.body, "state": "cancelled"},
+            etag=stored.stamp.etag,
+            created=[fresh, document(existing.body["id"], partition, n=2)],
         )
 
-    found = await store.get_stored(stored["id"], partition)
-    assert found is not None and found.body["state"] == "placed" and found.etag == stored["_etag"]
+    found = await store.get_stored(stored.body["id"], partition)
+    assert found is not None and found.body["state"] == "placed" and found.etag == stored.stamp.etag
     assert await store.get_stored(fresh["id"], partition) is None
-    assert await body_of(store, existing["id"], partition) == user_fields(existing)
+    assert await body_of(store, existing.body["id"], partition) == existing.body
 
 
 # --- create_together (one transactional batch) -----------------------------------------------
