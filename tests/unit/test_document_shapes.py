@@ -1,10 +1,11 @@
-"""The store's own shapes stay in the Cosmos adapters: the domain holds plain data and rules.
+"""The store's own shapes stay in the Cosmos adapters: the domain holds plain data and rules,
+and the service layer works on what the ports hand over.
 
 Cosmos adds `_etag`, `_ts`, `_rid`, ... to every document and expires one by its `ttl`; the
 adapters (and the fakes that stand in for them) read and write those, and hand the domain a
-document's own fields with its version apart (`exactly_once.records.StoredDocument`, `Stamp`).
-A domain module that names one of them, or strips them by their leading underscore, has taken
-the storage shape back in.
+document's own fields with its version apart (`exactly_once.records.StoredDocument`,
+`orders.domain.leases.StampedDocument`). A domain or service module that names one of them, or
+strips them by their leading underscore, has taken the storage shape back in.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-DOMAIN = Path(__file__).resolve().parents[2] / "src" / "orders" / "domain"
+ORDERS = Path(__file__).resolve().parents[2] / "src" / "orders"
 
 STORE_SHAPE = re.compile(
     r"""["'](?:_etag|_ts|_rid|_self|_attachments|_lsn|ttl)["']"""  # a system property by name
@@ -31,9 +32,10 @@ def store_shapes_in(root: Path) -> list[str]:
     ]
 
 
-def test_the_domain_names_none_of_the_stores_own_properties() -> None:
-    assert DOMAIN.is_dir()
-    assert store_shapes_in(DOMAIN) == []
+@pytest.mark.parametrize("layer", ["domain", "service"])
+def test_the_layer_names_none_of_the_stores_own_properties(layer: str) -> None:
+    assert (ORDERS / layer).is_dir()
+    assert store_shapes_in(ORDERS / layer) == []
 
 
 @pytest.mark.parametrize(
