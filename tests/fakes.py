@@ -20,8 +20,10 @@ from decimal import Decimal
 from typing import Any
 
 from exactly_once import StoredDocument
+from exactly_once.cosmos import user_fields
 from exactly_once.exceptions import RecordChangedError, RecordExistsError
 from exactly_once.records import JsonInput, JsonValue, Record, RecordRead, RecordStatus, Stamp
+from orders.adapters.cosmos_errors import stamped
 from orders.adapters.cosmos_idempotency import (
     RECORD_DOCUMENT_TYPE,
     IntakeRecordShape,
@@ -40,7 +42,7 @@ from orders.domain.documents import (
 from orders.domain.events import OrderAccepted, OrderCancelled
 from orders.domain.hashing import request_hash
 from orders.domain.idempotency import KeyRecord, OrderIdClaim, validate_idempotency_key
-from orders.domain.leases import DatabaseRead
+from orders.domain.leases import DatabaseRead, StampedDocument
 from orders.domain.messages import parse_order
 from orders.domain.model import OrderPlaced
 from orders.domain.payments import Charge, ChargeRequest, Refund, RefundRequest
@@ -124,17 +126,19 @@ class FakeOrderDocuments:
             found["_etag"] = f'"{next(_ETAGS)}"'
         return found
 
-    def _put(self, partition_key: str, document: dict[str, Any]) -> dict[str, Any]:
+    def _put(self, partition_key: str, document: dict[str, Any]) -> StampedDocument:
         stored = {**copy.deepcopy(document), "_etag": f'"{next(_ETAGS)}"'}
         self._store.partitions.setdefault(partition_key, {})[document["id"]] = stored
-        return copy.deepcopy(stored)
+        return stamped(copy.deepcopy(stored))
 
-    async def get(self, document_id: str, partition_key: str) -> dict[str, Any] | None:
+    async def get_stored(self, document_id: str, partition_key: str) -> StoredDocument | None:
         await asyncio.sleep(0)
         found = self._current(document_id, partition_key)
-        return copy.deepcopy(found) if found is not None else None
+        if found is None:
+            return None
+        return StoredDocument(body=user_fields(copy.deepcopy(found)), etag=found["_etag"])
 
-    async def replace(self, document: dict[str, Any], *, etag: str) -> dict[str, Any]:
+    async def replace(self, document: dict[str, Any], *, etag: str) -> StampedDocument:
         await asyncio.sleep(0)
         current = self._current(document["id"], document["orderId"])
         if current is None or current["_etag"] != etag:
@@ -426,7 +430,7 @@ class FakeFencedDocuments:
     def key_of(self, document: dict[str, Any]) -> tuple[str, str]:
         return (document[self.partition_key_path], document["id"])
 
-    def _stored(self, document: dict[str, Any]) -> dict[str, Any]:
+    def _stored(self, document: dict[str, Any]) -> StampedDocument:
         stored = {
             **copy.deepcopy(document),
             "_ts": self.database_now_ms // 1000,
@@ -435,7 +439,7 @@ class FakeFencedDocuments:
             "_etag": f'"{next(_ETAGS)}"',
         }
         self.documents[self.key_of(document)] = stored
-        return copy.deepcopy(stored)
+        return stamped(copy.deepcopy(stored))
 
     def _found(self, document_id: str, partition_key: str) -> dict[str, Any] | None:
         found = self.documents.get((partition_key, document_id))
@@ -457,7 +461,7 @@ class FakeFencedDocuments:
                 raise DocumentExistsError(document["id"], document_id=document["id"], index=index)
             seen.add(key)
 
-    async def create(self, document: dict[str, Any]) -> dict[str, Any]:
+    async def create(self, document: dict[str, Any]) -> StampedDocument:
         if self.key_of(document) in self.documents:
             raise DocumentExistsError(document["id"], document_id=document["id"])
         return self._stored(document)
@@ -465,9 +469,11 @@ class FakeFencedDocuments:
     async def read(self, document_id: str, partition_key: str) -> DatabaseRead:
         found = self._found(document_id, partition_key)
         # The adapter's one query returns no row, hence no clock, for a missing document.
-        return DatabaseRead(found, self.database_now_ms if found else 0)
+        if found is None:
+            return DatabaseRead(None, 0)
+        return DatabaseRead(stamped(found), self.database_now_ms)
 
-    async def replace(self, document: dict[str, Any], *, etag: str) -> dict[str, Any]:
+    async def replace(self, document: dict[str, Any], *, etag: str) -> StampedDocument:
         current = self.documents.get(self.key_of(document))
         if current is None or current["_etag"] != etag:
             raise LeaseLostError(document["id"])
@@ -484,15 +490,11 @@ class FakeFencedDocuments:
         for document in documents:
             self._stored(document)
 
-    async def get(self, document_id: str, partition_key: str) -> dict[str, Any] | None:
-        return self._found(document_id, partition_key)
-
     async def get_stored(self, document_id: str, partition_key: str) -> StoredDocument | None:
         found = self._found(document_id, partition_key)
         if found is None:
             return None
-        body = {key: value for key, value in found.items() if not key.startswith("_")}
-        return StoredDocument(body=body, etag=found["_etag"])
+        return StoredDocument(body=user_fields(found), etag=found["_etag"])
 
     async def replace_and_create(
         self,

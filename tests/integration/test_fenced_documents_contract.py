@@ -108,11 +108,10 @@ def document(document_id: str, partition_key: str, **fields: Any) -> dict[str, A
     return {"id": document_id, PARTITION_KEY_PATH: partition_key, **fields}
 
 
-def user_fields(stored: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A stored document without the store's own properties (`_etag`, `_ts`, `_rid`, ...)."""
-    if stored is None:
-        return None
-    return {key: value for key, value in stored.items() if not key.startswith("_")}
+async def body_of(store: FencedStore, document_id: str, partition: str) -> dict[str, Any] | None:
+    """The document's own fields as the ports hand them over (the ETag apart), or None."""
+    found = await store.get_stored(document_id, partition)
+    return found.body if found is not None else None
 
 
 # --- create ----------------------------------------------------------------------------------
@@ -126,11 +125,11 @@ async def test_create_returns_the_stored_document_with_its_etag_and_timestamp(
 
     stored = await store.create(written)
 
-    assert user_fields(stored) == written
-    assert isinstance(stored["_etag"], str) and stored["_etag"]
-    assert isinstance(stored["_ts"], int) and stored["_ts"] > 0
-    found = await store.get(written["id"], partition)
-    assert found is not None and found["_etag"] == stored["_etag"]
+    assert stored.body == written
+    assert isinstance(stored.stamp.etag, str) and stored.stamp.etag
+    assert isinstance(stored.stamp.written_at_s, int) and stored.stamp.written_at_s > 0
+    found = await store.get_stored(written["id"], partition)
+    assert found is not None and found.etag == stored.stamp.etag
 
 
 async def test_create_refuses_an_id_that_exists_in_the_partition_and_keeps_the_first(
@@ -143,7 +142,7 @@ async def test_create_refuses_an_id_that_exists_in_the_partition_and_keeps_the_f
     with pytest.raises(DocumentExistsError):
         await store.create({**first, "owner": "b"})
 
-    assert user_fields(await store.get(first["id"], partition)) == first
+    assert await body_of(store, first["id"], partition) == first
 
 
 async def test_the_same_id_in_two_partitions_is_two_documents(store: FencedStore) -> None:
@@ -153,10 +152,8 @@ async def test_the_same_id_in_two_partitions_is_two_documents(store: FencedStore
     await store.create(document(shared_id, one, owner="a"))
     await store.create(document(shared_id, other, owner="b"))
 
-    found_one = await store.get(shared_id, one)
-    found_other = await store.get(shared_id, other)
-    assert found_one is not None and found_one["owner"] == "a"
-    assert found_other is not None and found_other["owner"] == "b"
+    assert await body_of(store, shared_id, one) == document(shared_id, one, owner="a")
+    assert await body_of(store, shared_id, other) == document(shared_id, other, owner="b")
 
 
 # --- get and read (the latter with the database's clock) -----------------------------------------
@@ -168,17 +165,17 @@ async def test_read_returns_the_document_and_a_database_clock_not_before_its_wri
     partition = unique_id("order")
     stored = await store.create(document(unique_id(), partition, owner="a"))
 
-    read = await store.read(stored["id"], partition)
+    read = await store.read(stored.body["id"], partition)
 
-    assert read.document is not None and read.document["_etag"] == stored["_etag"]
-    assert user_fields(read.document) == user_fields(stored)
+    assert read.document is not None and read.document.stamp.etag == stored.stamp.etag
+    assert read.document.body == stored.body
     # `_ts` has whole seconds; the clock is in milliseconds, read after the write.
-    assert read.database_now_ms >= stored["_ts"] * 1000
+    assert read.database_now_ms >= stored.stamp.written_at_s * 1000
 
 
 async def found(store: FencedStore, lookup: str, document_id: str, partition: str) -> Any:
     if lookup == "get":
-        return await store.get(document_id, partition)
+        return await store.get_stored(document_id, partition)
     return (await store.read(document_id, partition)).document
 
 
@@ -186,10 +183,10 @@ async def test_get_stored_gives_the_fields_and_the_etag_apart(store: FencedStore
     partition = unique_id("order")
     stored = await store.create(document(unique_id(), partition, owner="a"))
 
-    found = await store.get_stored(stored["id"], partition)
+    found = await store.get_stored(stored.body["id"], partition)
 
     assert found is not None
-    assert (found.body, found.etag) == (user_fields(stored), stored["_etag"])
+    assert (found.body, found.etag) == (stored.body, stored.stamp.etag)
     assert await store.get_stored(unique_id(), partition) is None
 
 
@@ -212,11 +209,11 @@ async def test_replace_with_the_current_etag_writes_and_moves_the_etag(store: Fe
     partition = unique_id("order")
     stored = await store.create(document(unique_id(), partition, owner="a"))
 
-    replaced = await store.replace({**stored, "owner": "b"}, etag=stored["_etag"])
+    replaced = await store.replace({**stored.body, "owner": "b"}, etag=stored.stamp.etag)
 
-    assert replaced["owner"] == "b" and replaced["_etag"] != stored["_etag"]
-    found = await store.get(stored["id"], partition)
-    assert found is not None and found["owner"] == "b" and found["_etag"] == replaced["_etag"]
+    assert replaced.body["owner"] == "b" and replaced.stamp.etag != stored.stamp.etag
+    found = await store.get_stored(stored.body["id"], partition)
+    assert found is not None and found.body["owner"] == "b" and found.etag == replaced.stamp.etag
 
 
 async def test_replace_with_a_stale_etag_is_a_lost_lease_and_writes_nothing(
@@ -224,13 +221,13 @@ async def test_replace_with_a_stale_etag_is_a_lost_lease_and_writes_nothing(
 ) -> None:
     partition = unique_id("order")
     stored = await store.create(document(unique_id(), partition, owner="a"))
-    moved = await store.replace({**stored, "owner": "b"}, etag=stored["_etag"])
+    moved = await store.replace({**stored.body, "owner": "b"}, etag=stored.stamp.etag)
 
     with pytest.raises(LeaseLostError):
-        await store.replace({**stored, "owner": "c"}, etag=stored["_etag"])
+        await store.replace({**stored.body, "owner": "c"}, etag=stored.stamp.etag)
 
-    found = await store.get(stored["id"], partition)
-    assert found is not None and found["owner"] == "b" and found["_etag"] == moved["_etag"]
+    found = await store.get_stored(stored.body["id"], partition)
+    assert found is not None and found.body["owner"] == "b" and found.etag == moved.stamp.etag
 
 
 async def test_replace_of_a_missing_document_is_a_lost_lease(store: FencedStore) -> None:
@@ -238,12 +235,14 @@ async def test_replace_of_a_missing_document_is_a_lost_lease(store: FencedStore)
     elsewhere = await store.create(document(unique_id(), partition, owner="a"))
 
     with pytest.raises(LeaseLostError):
-        await store.replace(document(unique_id(), partition), etag=elsewhere["_etag"])
+        await store.replace(document(unique_id(), partition), etag=elsewhere.stamp.etag)
     # The same id in another partition is another document: nothing there to replace.
     with pytest.raises(LeaseLostError):
-        await store.replace(document(elsewhere["id"], unique_id("order")), etag=elsewhere["_etag"])
+        await store.replace(
+            document(elsewhere.body["id"], unique_id("order")), etag=elsewhere.stamp.etag
+        )
 
-    assert user_fields(await store.get(elsewhere["id"], partition)) == user_fields(elsewhere)
+    assert await body_of(store, elsewhere.body["id"], partition) == elsewhere.body
 
 
 # --- delete (If-Match) -----------------------------------------------------------------------
@@ -252,12 +251,12 @@ async def test_replace_of_a_missing_document_is_a_lost_lease(store: FencedStore)
 async def test_delete_with_the_current_etag_removes_only_that_document(store: FencedStore) -> None:
     partition, other_partition = unique_id("order"), unique_id("order")
     stored = await store.create(document(unique_id(), partition, owner="a"))
-    twin = await store.create(document(stored["id"], other_partition, owner="b"))
+    twin = await store.create(document(stored.body["id"], other_partition, owner="b"))
 
-    await store.delete(stored["id"], partition, etag=stored["_etag"])
+    await store.delete(stored.body["id"], partition, etag=stored.stamp.etag)
 
-    assert await store.get(stored["id"], partition) is None
-    assert user_fields(await store.get(twin["id"], other_partition)) == user_fields(twin)
+    assert await store.get_stored(stored.body["id"], partition) is None
+    assert await body_of(store, twin.body["id"], other_partition) == twin.body
 
 
 async def test_delete_with_a_stale_etag_or_of_a_missing_document_is_a_lost_lease(
@@ -265,14 +264,16 @@ async def test_delete_with_a_stale_etag_or_of_a_missing_document_is_a_lost_lease
 ) -> None:
     partition = unique_id("order")
     stored = await store.create(document(unique_id(), partition, owner="a"))
-    moved = await store.replace(document(stored["id"], partition, owner="b"), etag=stored["_etag"])
+    moved = await store.replace(
+        document(stored.body["id"], partition, owner="b"), etag=stored.stamp.etag
+    )
 
     with pytest.raises(LeaseLostError):
-        await store.delete(stored["id"], partition, etag=stored["_etag"])
+        await store.delete(stored.body["id"], partition, etag=stored.stamp.etag)
     with pytest.raises(LeaseLostError):
-        await store.delete(unique_id(), partition, etag=moved["_etag"])
+        await store.delete(unique_id(), partition, etag=moved.stamp.etag)
 
-    assert user_fields(await store.get(stored["id"], partition)) == user_fields(moved)
+    assert await body_of(store, stored.body["id"], partition) == moved.body
 
 
 # --- replace_and_create (one transactional batch) --------------------------------------------
@@ -284,30 +285,33 @@ async def test_replace_and_create_writes_both_in_one_batch(store: FencedStore) -
     created = [document(unique_id(), partition, n=1), document(unique_id(), partition, n=2)]
 
     await store.replace_and_create(
-        partition, {**stored, "state": "cancelled"}, etag=stored["_etag"], created=created
+        partition, {**stored.body, "state": "cancelled"}, etag=stored.stamp.etag, created=created
     )
 
-    found = await store.get(stored["id"], partition)
-    assert found is not None and found["state"] == "cancelled"
-    assert found["_etag"] != stored["_etag"]
+    found = await store.get_stored(stored.body["id"], partition)
+    assert found is not None and found.body["state"] == "cancelled"
+    assert found.etag != stored.stamp.etag
     for expected in created:
-        assert user_fields(await store.get(expected["id"], partition)) == expected
+        assert await body_of(store, expected["id"], partition) == expected
 
 
 async def test_replace_and_create_with_a_stale_etag_writes_nothing(store: FencedStore) -> None:
     partition = unique_id("order")
     stored = await store.create(document(unique_id(), partition, state="placed"))
-    await store.replace({**stored, "state": "paid"}, etag=stored["_etag"])
+    await store.replace({**stored.body, "state": "paid"}, etag=stored.stamp.etag)
     created = document(unique_id(), partition)
 
     with pytest.raises(LeaseLostError):
         await store.replace_and_create(
-            partition, {**stored, "state": "cancelled"}, etag=stored["_etag"], created=[created]
+            partition,
+            {**stored.body, "state": "cancelled"},
+            etag=stored.stamp.etag,
+            created=[created],
         )
 
-    found = await store.get(stored["id"], partition)
-    assert found is not None and found["state"] == "paid"
-    assert await store.get(created["id"], partition) is None
+    found = await store.get_stored(stored.body["id"], partition)
+    assert found is not None and found.body["state"] == "paid"
+    assert await store.get_stored(created["id"], partition) is None
 
 
 async def test_replace_and_create_with_an_existing_id_writes_nothing(store: FencedStore) -> None:
@@ -319,15 +323,15 @@ async def test_replace_and_create_with_an_existing_id_writes_nothing(store: Fenc
     with pytest.raises(DocumentExistsError):
         await store.replace_and_create(
             partition,
-            {**stored, "state": "cancelled"},
-            etag=stored["_etag"],
-            created=[fresh, document(existing["id"], partition, n=2)],
+            {**stored.body, "state": "cancelled"},
+            etag=stored.stamp.etag,
+            created=[fresh, document(existing.body["id"], partition, n=2)],
         )
 
-    found = await store.get(stored["id"], partition)
-    assert found is not None and found["state"] == "placed" and found["_etag"] == stored["_etag"]
-    assert await store.get(fresh["id"], partition) is None
-    assert user_fields(await store.get(existing["id"], partition)) == user_fields(existing)
+    found = await store.get_stored(stored.body["id"], partition)
+    assert found is not None and found.body["state"] == "placed" and found.etag == stored.stamp.etag
+    assert await store.get_stored(fresh["id"], partition) is None
+    assert await body_of(store, existing.body["id"], partition) == existing.body
 
 
 # --- create_together (one transactional batch) -----------------------------------------------
@@ -340,7 +344,7 @@ async def test_create_together_writes_every_document(store: FencedStore) -> None
     await store.create_together(partition, documents)
 
     for expected in documents:
-        assert user_fields(await store.get(expected["id"], partition)) == expected
+        assert await body_of(store, expected["id"], partition) == expected
 
 
 @pytest.mark.parametrize("existing_at", [0, 2])
@@ -360,8 +364,8 @@ async def test_create_together_with_an_existing_id_writes_nothing(
         existing_at,
     )
     for index, expected in enumerate(documents):
-        found = user_fields(await store.get(expected["id"], partition))
-        assert found == ({**expected, "n": -1} if index == existing_at else None)
+        found_body = await body_of(store, expected["id"], partition)
+        assert found_body == ({**expected, "n": -1} if index == existing_at else None)
 
 
 async def test_create_together_with_one_id_twice_writes_nothing(store: FencedStore) -> None:
@@ -372,8 +376,8 @@ async def test_create_together_with_one_id_twice_writes_nothing(store: FencedSto
     with pytest.raises(DocumentExistsError):
         await store.create_together(partition, [first, twice, {**twice, "n": 2}])
 
-    assert await store.get(first["id"], partition) is None
-    assert await store.get(twice["id"], partition) is None
+    assert await store.get_stored(first["id"], partition) is None
+    assert await store.get_stored(twice["id"], partition) is None
 
 
 async def test_create_together_refuses_a_document_of_another_partition_and_writes_nothing(
@@ -386,5 +390,5 @@ async def test_create_together_refuses_a_document_of_another_partition_and_write
     with pytest.raises(StoreError):
         await store.create_together(partition, [mine, stranger])
 
-    assert await store.get(mine["id"], partition) is None
-    assert await store.get(stranger["id"], stranger[PARTITION_KEY_PATH]) is None
+    assert await store.get_stored(mine["id"], partition) is None
+    assert await store.get_stored(stranger["id"], stranger[PARTITION_KEY_PATH]) is None

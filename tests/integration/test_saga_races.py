@@ -80,18 +80,20 @@ async def test_cancel_racing_ship_has_one_winner_per_order_and_the_loser_sees_it
     results = dict(zip(order_ids, await asyncio.gather(*map(race, order_ids)), strict=True))
 
     for order_id, (cancelled, shipped) in results.items():
-        document = await orders.get(order_id, order_id)
-        assert document is not None
-        state = SagaOrder.of(document).fulfilment
-        shipment = await inbox.get(f"{order_id}:shipment", order_id)
+        found = await orders.get_stored(order_id, order_id)
+        assert found is not None
+        state = SagaOrder.of(found.body).fulfilment
+        shipment = await inbox.get_stored(f"{order_id}:shipment", order_id)
         if cancelled is CancelResult.CANCELLED:
             assert shipped is Outcome.SKIPPED_CANCELLED, order_id
             assert state is Fulfilment.CANCELLED and shipment is None
-            assert await orders.get(f"{order_id}:outbox:OrderCancelled", order_id) is not None
+            assert (
+                await orders.get_stored(f"{order_id}:outbox:OrderCancelled", order_id) is not None
+            )
         else:
             assert (cancelled, shipped) == (CancelResult.ALREADY_SHIPPED, Outcome.PROCESSED)
             assert state is Fulfilment.SHIPPING and shipment is not None
-            assert await orders.get(f"{order_id}:outbox:OrderCancelled", order_id) is None
+            assert await orders.get_stored(f"{order_id}:outbox:OrderCancelled", order_id) is None
 
 
 async def test_a_cancel_with_a_stale_etag_writes_neither_the_order_nor_its_event(
@@ -101,9 +103,9 @@ async def test_a_cancel_with_a_stale_etag_writes_neither_the_order_nor_its_event
     orders = CosmosFencedDocuments(containers["orders"])
     order_id = f"stale-{uuid.uuid4().hex[:10]}"
     await CosmosOrderStore(containers["orders"]).create_order(new_write(order_id))
-    document = await orders.get(order_id, order_id)
-    assert document is not None
-    read = SagaOrder.of(document)
+    found = await orders.get_stored(order_id, order_id)
+    assert found is not None
+    read = SagaOrder.of(found.body, found.etag)
     await orders.replace(read.with_shipment_reserved("e", datetime.now(UTC)), etag=read.etag)
 
     with pytest.raises(LeaseLostError):
@@ -114,6 +116,6 @@ async def test_a_cancel_with_a_stale_etag_writes_neither_the_order_nor_its_event
             created=[{"id": f"{order_id}:outbox:OrderCancelled", "orderId": order_id}],
         )
 
-    assert await orders.get(f"{order_id}:outbox:OrderCancelled", order_id) is None
-    stored = await orders.get(order_id, order_id)
-    assert stored is not None and SagaOrder.of(stored).fulfilment is Fulfilment.SHIPPING
+    assert await orders.get_stored(f"{order_id}:outbox:OrderCancelled", order_id) is None
+    stored = await orders.get_stored(order_id, order_id)
+    assert stored is not None and SagaOrder.of(stored.body).fulfilment is Fulfilment.SHIPPING

@@ -16,6 +16,7 @@ from fakes import (
     stored_orders,
 )
 
+from orders.domain.leases import StampedDocument
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.payments import Charge
 from orders.domain.saga import Fulfilment, SagaOrder
@@ -137,7 +138,7 @@ class CancelsDuringTheReservation(FakeFencedDocuments):
         self.documents = source.documents
         self.raced = False
 
-    async def replace(self, document: dict[str, Any], *, etag: str) -> dict[str, Any]:
+    async def replace(self, document: dict[str, Any], *, etag: str) -> StampedDocument:
         if not self.raced:
             self.raced = True
             assert await OrderSaga(self).cancel("o-1", None) is CancelResult.CANCELLED

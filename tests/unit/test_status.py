@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from fakes import FakeFencedDocuments
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from orders.domain.leases import StampedDocument
 from orders.domain.messages import MessageRejected
 from orders.domain.outcomes import Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
@@ -100,7 +102,7 @@ async def test_a_lost_race_reads_again_and_decides_again() -> None:
     real_replace = documents.replace
     raced = False
 
-    async def replace_after_a_rival(document: dict[str, object], *, etag: str) -> dict[str, object]:
+    async def replace_after_a_rival(document: dict[str, Any], *, etag: str) -> StampedDocument:
         nonlocal raced
         if not raced:
             raced = True  # a rival's cancel (version 5) lands between our read and our write

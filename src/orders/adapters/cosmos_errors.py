@@ -14,7 +14,9 @@ from typing import Any
 from azure.cosmos.aio import ContainerProxy
 
 from exactly_once import cosmos as core
-from orders.domain.leases import DatabaseRead
+from exactly_once.cosmos import user_fields
+from exactly_once.records import Stamp
+from orders.domain.leases import DatabaseRead, StampedDocument
 from orders.exceptions import LeaseLostError, StoreError, TransientStoreError
 
 ORDERS_ERRORS = core.ErrorKinds(
@@ -54,7 +56,14 @@ async def read_with_clock(
 ) -> DatabaseRead:
     """The stored item (or None) and the database's time, in one request."""
     found = await core.read_with_clock(container, item_id, partition_key, ORDERS_ERRORS)
-    return DatabaseRead(None, 0) if found is None else DatabaseRead(found[0], found[1])
+    return DatabaseRead(None, 0) if found is None else DatabaseRead(stamped(found[0]), found[1])
+
+
+def stamped(stored: dict[str, Any]) -> StampedDocument:
+    """A stored item's own fields, and its ETag and write time (`_etag`, `_ts`) apart."""
+    return StampedDocument(
+        body=user_fields(stored), stamp=Stamp(str(stored["_etag"]), int(stored.get("_ts", 0)))
+    )
 
 
 __all__ = [
@@ -66,6 +75,7 @@ __all__ = [
     "is_transient_status",
     "read_document",
     "read_with_clock",
+    "stamped",
     "store_error_for",
     "store_errors",
 ]

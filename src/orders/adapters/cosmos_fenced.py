@@ -18,10 +18,11 @@ from orders.adapters.cosmos_errors import (
     if_match,
     read_document,
     read_with_clock,
+    stamped,
     store_error_for,
     store_errors,
 )
-from orders.domain.leases import DatabaseRead
+from orders.domain.leases import DatabaseRead, StampedDocument
 from orders.exceptions import DocumentExistsError, LeaseLostError
 
 
@@ -30,9 +31,6 @@ class CosmosFencedDocuments:
 
     def __init__(self, container: ContainerProxy) -> None:
         self._container = container
-
-    async def get(self, document_id: str, partition_key: str) -> dict[str, Any] | None:
-        return await read_document(self._container, document_id, partition_key)
 
     async def get_stored(self, document_id: str, partition_key: str) -> StoredDocument | None:
         found = await read_document(self._container, document_id, partition_key)
@@ -54,20 +52,22 @@ class CosmosFencedDocuments:
         ]
         await self._batch(partition_key, operations, [replaced, *created], fenced=True)
 
-    async def create(self, document: dict[str, Any]) -> dict[str, Any]:
+    async def create(self, document: dict[str, Any]) -> StampedDocument:
         with store_errors():
             try:
-                return await self._container.create_item(body=document)
+                return stamped(await self._container.create_item(body=document))
             except cosmos_errors.CosmosResourceExistsError as exc:
                 raise _exists([document], 0) from exc
 
     async def read(self, document_id: str, partition_key: str) -> DatabaseRead:
         return await read_with_clock(self._container, document_id, partition_key)
 
-    async def replace(self, document: dict[str, Any], *, etag: str) -> dict[str, Any]:
+    async def replace(self, document: dict[str, Any], *, etag: str) -> StampedDocument:
         with fenced_write(f"{document['id']!r} changed since it was read"):
-            return await self._container.replace_item(
-                item=document["id"], body=document, **if_match(etag)
+            return stamped(
+                await self._container.replace_item(
+                    item=document["id"], body=document, **if_match(etag)
+                )
             )
 
     async def delete(self, document_id: str, partition_key: str, *, etag: str) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from exactly_once.records import Stamp
+
 # How long a lease outlives its holder's last write (a claim, a renewal) when nothing says
 # otherwise: the HTTP intake's claims and the dispatcher's feed-range leases. Long enough for a
 # send through the SDK's own retries; a crashed holder blocks its work for at most this long.
@@ -20,10 +22,20 @@ DEFAULT_LEASE_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
+class StampedDocument:
+    """A document as stored: its own fields, and apart from them the store's version of it
+    (`exactly_once.records.Stamp`: the ETag a fenced write must match, the write's time a
+    lease is dated from). The adapter splits the two; the store's properties never reach here."""
+
+    body: dict[str, Any]
+    stamp: Stamp
+
+
+@dataclass(frozen=True)
 class DatabaseRead:
     """A document as stored (or None) and the database's time when it was read."""
 
-    document: dict[str, Any] | None
+    document: StampedDocument | None
     database_now_ms: int
 
 

@@ -41,7 +41,9 @@ class Fulfilment(StrEnum):
 
 @dataclass(frozen=True)
 class SagaOrder:
-    """What the saga reads off a stored order document."""
+    """What the saga reads off a stored order document: its own fields, and the version
+    (`etag`) a fenced write of it must match, which the store hands over apart (an audit's
+    read-only view has none: "")."""
 
     order_id: str
     customer_id: str
@@ -52,10 +54,10 @@ class SagaOrder:
     shipment_event_id: str | None  # the event whose delivery reserved the shipment
     cancelled_at: str | None
     etag: str
-    document: dict[str, Any]
+    document: dict[str, Any]  # the order's own fields: the store's properties stay in its adapter
 
     @classmethod
-    def of(cls, document: dict[str, Any]) -> SagaOrder:
+    def of(cls, document: dict[str, Any], etag: str = "") -> SagaOrder:
         found = document.get("fulfilment") or {}
         return cls(
             order_id=document["orderId"],
@@ -66,7 +68,7 @@ class SagaOrder:
             fulfilment=Fulfilment(found.get("state", Fulfilment.OPEN.value)),
             shipment_event_id=found.get("eventId"),
             cancelled_at=found.get("cancelledAt"),
-            etag=str(document.get("_etag", "")),
+            etag=etag,
             document=document,
         )
 
@@ -82,8 +84,7 @@ class SagaOrder:
         return self._with(fulfilment)
 
     def _with(self, fulfilment: dict[str, Any]) -> dict[str, Any]:
-        kept = {k: v for k, v in self.document.items() if not k.startswith("_")}
-        return {**kept, "fulfilment": fulfilment}
+        return {**self.document, "fulfilment": fulfilment}
 
 
 def _t(at: datetime) -> str:

@@ -174,7 +174,7 @@ class BillingConsumer:
         read = await self._records.read(inbox_record_id(BILLING, event.event_id), event.order_id)
         if read.document is None:
             return False
-        return BillingRecord.from_document(read.document).status is not BillingStatus.REFUSED
+        return BillingRecord.from_document(read.document.body).status is not BillingStatus.REFUSED
 
     def _new_charge_record(self, event: OrderAccepted) -> BillingRecord:
         return BillingRecord(
@@ -234,7 +234,7 @@ class BillingConsumer:
             # No charge was asked for. A delivery that is about to ask reads the order again
             # after its charge, sees the cancel and pays it back itself.
             return Decision(Outcome.NOTHING_TO_REFUND, Settlement.COMPLETE, order.order_id)
-        started = BillingRecord.from_document(read.document)
+        started = BillingRecord.from_document(read.document.body)
         if started.status is BillingStatus.REFUSED:
             return Decision(Outcome.NOTHING_TO_REFUND, Settlement.COMPLETE, order.order_id)
         # Still in progress: finish the charge (same key: never a second one), then refund it.

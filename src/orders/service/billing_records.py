@@ -17,6 +17,7 @@ from typing import Any, TypedDict
 from exactly_once.exceptions import RecordChangedError, RecordExistsError
 from exactly_once.records import JsonInput, JsonValue, Record, RecordRead, RecordStatus, Stamp
 from orders.domain.inbox import BillingRecord, BillingStatus, RefundRecord
+from orders.domain.leases import StampedDocument
 from orders.exceptions import DocumentExistsError, LeaseLostError
 from orders.service.ports import FencedDocuments
 
@@ -137,23 +138,18 @@ def _charge_document(record: Record) -> dict[str, Any]:
     return as_charge(record).to_document()
 
 
-def _stamp(document: dict[str, Any]) -> Stamp | None:
-    """The version the fenced-documents port hands back with every document (its ETag and
-    write time), for the core's record: the domain's records never see it."""
-    etag = document.get("_etag")
-    return Stamp(str(etag), int(document.get("_ts", 0))) if etag else None
-
-
-def _charge_from_document(document: dict[str, Any]) -> Record:
-    return charge_record(BillingRecord.from_document(document), _stamp(document))
+def _charge_from_document(stored: StampedDocument) -> Record:
+    """The stored charge as the core's record, with the version the fenced-documents port
+    hands over apart (its ETag and write time): the domain's records never see it."""
+    return charge_record(BillingRecord.from_document(stored.body), stored.stamp)
 
 
 def _refund_document(record: Record) -> dict[str, Any]:
     return as_refund(record).to_document()
 
 
-def _refund_from_document(document: dict[str, Any]) -> Record:
-    return refund_record(RefundRecord.from_document(document), _stamp(document))
+def _refund_from_document(stored: StampedDocument) -> Record:
+    return refund_record(RefundRecord.from_document(stored.body), stored.stamp)
 
 
 class FencedRecords:
@@ -163,7 +159,7 @@ class FencedRecords:
         self,
         documents: FencedDocuments,
         to_document: Callable[[Record], dict[str, Any]],
-        from_document: Callable[[dict[str, Any]], Record],
+        from_document: Callable[[StampedDocument], Record],
     ) -> None:
         self._documents = documents
         self._to_document = to_document

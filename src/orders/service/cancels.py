@@ -170,12 +170,12 @@ class StoreProbe:
         self._inbox = inbox
 
     async def stored(self, order_id: str) -> bool:
-        return await self._orders.get(order_id, order_id) is not None
+        return await self._orders.get_stored(order_id, order_id) is not None
 
     async def charged(self, order_id: str) -> bool:
         record_id = inbox_record_id(BILLING, outbox_document_id(order_id))
-        record = await self._inbox.get(record_id, order_id)
-        return record is not None and record.get("status") == BillingStatus.COMPLETED.value
+        record = await self._inbox.get_stored(record_id, order_id)
+        return record is not None and record.body.get("status") == BillingStatus.COMPLETED.value
 
     async def shipped(self, order_id: str) -> bool:
-        return await self._inbox.get(shipment_document_id(order_id), order_id) is not None
+        return await self._inbox.get_stored(shipment_document_id(order_id), order_id) is not None

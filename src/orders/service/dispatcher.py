@@ -29,7 +29,7 @@ from orders.domain.events import (
     is_undispatched_outbox,
     trace_context_of_outbox,
 )
-from orders.domain.leases import DEFAULT_LEASE_SECONDS, lease_is_live
+from orders.domain.leases import DEFAULT_LEASE_SECONDS, StampedDocument, lease_is_live
 from orders.exceptions import DocumentExistsError, LeaseLostError
 from orders.observability import DispatcherTelemetry, log_value
 from orders.service.ports import EventPublisher, FencedDocuments, OutboxFeed
@@ -57,7 +57,7 @@ class DispatcherStats:
 
 @dataclass
 class _OwnedLease:
-    document: dict[str, Any]
+    document: StampedDocument
     renewed_at: float  # our monotonic clock: only when to renew, never whether it is live
     continuation: str | None = field(default=None)
 
@@ -162,23 +162,23 @@ class OutboxDispatcher:
             if read.document is None:
                 stored = await self._leases.create({**mine, "continuation": None})
             else:
-                current = read.document
+                current = read.document.body
                 holder = current.get("owner")
                 if holder not in (None, self._owner) and lease_is_live(
-                    int(current.get("_ts", 0)),
+                    read.document.stamp.written_at_s,
                     float(current.get("leaseSeconds", self._lease_seconds)),
                     read.database_now_ms,
                 ):
                     return None
                 stored = await self._leases.replace(
                     {**mine, "continuation": current.get("continuation")},
-                    etag=str(current["_etag"]),
+                    etag=read.document.stamp.etag,
                 )
         except (DocumentExistsError, LeaseLostError):
             return None  # another dispatcher moved first
         self.stats.leases_taken += 1
         logger.info("dispatcher %s owns feed range lease %s", self._owner, lease_id)
-        owned = _OwnedLease(stored, time.monotonic(), stored.get("continuation"))
+        owned = _OwnedLease(stored, time.monotonic(), stored.body.get("continuation"))
         self._owned[feed_range] = owned
         return owned
 
@@ -189,16 +189,16 @@ class OutboxDispatcher:
         due = time.monotonic() - lease.renewed_at > self._lease_seconds / 3
         if not (moved or due):
             return
-        document = {**_without_system(lease.document), "continuation": continuation}
+        document = {**lease.document.body, "continuation": continuation}
         try:
-            stored = await self._leases.replace(document, etag=str(lease.document["_etag"]))
+            stored = await self._leases.replace(document, etag=lease.document.stamp.etag)
         except LeaseLostError:
             # Our lease lapsed and another dispatcher owns the range: what we published since
             # our last checkpoint it publishes again, as duplicates.
             logger.warning(
                 "dispatcher %s lost feed range lease %s",
                 self._owner,
-                log_value(lease.document["id"]),
+                log_value(lease.document.body["id"]),
             )
             self._owned.pop(feed_range, None)
             return
@@ -207,11 +207,7 @@ class OutboxDispatcher:
     async def release(self) -> None:
         """Give up the leases on a graceful stop so another dispatcher need not wait them out."""
         for feed_range, lease in list(self._owned.items()):
-            document = {**_without_system(lease.document), "owner": None}
+            document = {**lease.document.body, "owner": None}
             with contextlib.suppress(Exception):
-                await self._leases.replace(document, etag=str(lease.document["_etag"]))
+                await self._leases.replace(document, etag=lease.document.stamp.etag)
             self._owned.pop(feed_range, None)
-
-
-def _without_system(document: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in document.items() if not key.startswith("_")}

@@ -14,7 +14,7 @@ from orders.domain.decision_counters import DecisionCounters
 from orders.domain.documents import OrderRecord, OrderWrite
 from orders.domain.events import OrderEvent
 from orders.domain.idempotency import KeyRecord, OrderIdClaim
-from orders.domain.leases import DatabaseRead
+from orders.domain.leases import DatabaseRead, StampedDocument
 from orders.domain.model import OrderPlaced
 from orders.domain.outcomes import Decision
 from orders.domain.received import ReceivedOrderMessage
@@ -120,7 +120,7 @@ class OutboxFeed(Protocol):
         ...
 
     async def mark_dispatched(self, document: dict[str, Any]) -> None:
-        """Set `dispatched` if the document is unchanged since read (If-Match its `_etag`);
+        """Set `dispatched` if the document is unchanged since read (If-Match its ETag);
         a failed condition means another writer got there first and is not an error."""
         ...
 
@@ -146,7 +146,7 @@ class StatusPublisher(Protocol):
 class FencedDocuments(Protocol):
     """Create, read-with-the-database's-time and If-Match replace over one container."""
 
-    async def create(self, document: dict[str, Any]) -> dict[str, Any]:
+    async def create(self, document: dict[str, Any]) -> StampedDocument:
         """Create; `DocumentExistsError` if the id exists. Returns the stored document."""
         ...
 
@@ -154,7 +154,7 @@ class FencedDocuments(Protocol):
         """The document (None if absent) and the database's clock, in one request."""
         ...
 
-    async def replace(self, document: dict[str, Any], *, etag: str) -> dict[str, Any]:
+    async def replace(self, document: dict[str, Any], *, etag: str) -> StampedDocument:
         """Replace if the stored ETag is still `etag`, else `LeaseLostError`."""
         ...
 
@@ -167,11 +167,11 @@ class FencedDocuments(Protocol):
 class OrderDocuments(Protocol):
     """The orders container as the saga sees it: the order document, point-read and fenced."""
 
-    async def get(self, document_id: str, partition_key: str) -> dict[str, Any] | None:
-        """One point read: the stored document (with its `_etag`), or None."""
+    async def get_stored(self, document_id: str, partition_key: str) -> StoredDocument | None:
+        """One point read: the document's own fields and its ETag apart, or None."""
         ...
 
-    async def replace(self, document: dict[str, Any], *, etag: str) -> dict[str, Any]:
+    async def replace(self, document: dict[str, Any], *, etag: str) -> StampedDocument:
         """Replace if the stored ETag is still `etag`, else `LeaseLostError`."""
         ...
 
@@ -204,7 +204,7 @@ class FencedBatches(Protocol):
         """One point read: the document's own fields and its ETag apart, or None."""
         ...
 
-    async def replace(self, document: dict[str, Any], *, etag: str) -> dict[str, Any]:
+    async def replace(self, document: dict[str, Any], *, etag: str) -> StampedDocument:
         """Replace if the stored ETag is still `etag`, else `LeaseLostError`."""
         ...
 

@@ -58,18 +58,18 @@ class OrderSaga:
         self._clock = clock
 
     async def order(self, order_id: str) -> SagaOrder | None:
-        document = await self._orders.get(order_id, order_id)
-        if document is None or not is_order_document(document):
+        stored = await self._orders.get_stored(order_id, order_id)
+        if stored is None or not is_order_document(stored.body):
             return None
-        return SagaOrder.of(document)
+        return SagaOrder.of(stored.body, stored.etag)
 
     async def verified(self, event: OrderEvent, *, consumer: str) -> SagaOrder:
         """The stored order `event` is about, or `EventRefused` (with an ALERT logged)."""
-        document = await self._orders.get(event.order_id, event.order_id)
-        refusal = check_event(document, event)
+        stored = await self._orders.get_stored(event.order_id, event.order_id)
+        refusal = check_event(stored.body if stored is not None else None, event)
         if refusal is None:
-            assert document is not None
-            return SagaOrder.of(document)
+            assert stored is not None
+            return SagaOrder.of(stored.body, stored.etag)
         logger.error(
             "ALERT %s refused event %s: %s",
             consumer,
