@@ -35,12 +35,18 @@ upgrade: $(BIN)/.installed
 	$(BIN)/python scripts/lock.py --upgrade
 
 # The third-party Cosmos wire server (cross-check only) and the JavaScript SDKs that test our
-# emulators (tests/js); both skipped where Node is missing.
+# emulators (tests/js); both skipped where Node is missing. Each folder's `npm ci` runs again only
+# when its package-lock.json is newer than its last install (a stamp in node_modules), so a
+# second `make test` does not spend half a minute reinstalling the same packages.
+NODE_INSTALLS := emulators/cosmos/node_modules/.installed tests/js/node_modules/.installed
+
 node-crosscheck:
-	@if command -v npm >/dev/null 2>&1; then \
-		(cd emulators/cosmos && npm ci --no-audit --no-fund --loglevel=error) && \
-		(cd tests/js && npm ci --no-audit --no-fund --loglevel=error); \
+	@if command -v npm >/dev/null 2>&1; then $(MAKE) --no-print-directory $(NODE_INSTALLS); \
 	else echo "npm not found: the @vercel/cosmosdb-server cross-check and the JavaScript SDK tests will be skipped"; fi
+
+%/node_modules/.installed: %/package-lock.json %/package.json
+	cd $* && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
 
 # Headless Chromium and its driver for the console's browser tests (tests/browser): Debian's
 # packages where apt works (as root, or through passwordless sudo); elsewhere, without a browser,

@@ -59,8 +59,12 @@ def test_the_guide_type_checks_as_strictly_as_our_code(tmp_path: Path) -> None:
     copy = tmp_path / "guide.py"
     copy.write_text("\n\n".join(guide_blocks()))
 
+    # Incremental, in the repository's own cache: `make test` runs `make lint` first, so the
+    # core and the Azure SDKs it imports are already checked with the same settings and only the
+    # copy (a new file each run) is checked again: 0.6 s instead of 11 s. A change to the core
+    # invalidates its cache entries, so the result is what a clean run gives.
     result = subprocess.run(
-        [str(Path(sys.executable).with_name("mypy")), "--no-incremental", str(copy)],
+        [str(Path(sys.executable).with_name("mypy")), str(copy)],
         cwd=REPO,
         env={**os.environ, "MYPYPATH": str(REPO / "src")},
         capture_output=True,
