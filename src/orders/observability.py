@@ -72,16 +72,7 @@ class ConsumerTelemetry:
     @contextmanager
     def message_span(self, message: ReceivedOrderMessage) -> Iterator[Span]:
         # A child of the producer's span when the message carries its context.
-        with self._tracer.start_as_current_span(
-            "orders.process_message",
-            context=context_from(message.trace_context),
-            kind=trace.SpanKind.CONSUMER,
-            attributes={
-                "messaging.system": "servicebus",
-                "messaging.message.id": message.message_id or "",
-                "messaging.servicebus.message.delivery_count": message.delivery_count,
-            },
-        ) as span:
+        with _message_span(self._tracer, "orders.process_message", message) as span:
             yield span
 
     def record(self, span: Span, message: ReceivedOrderMessage, decision: Decision) -> None:
@@ -167,16 +158,9 @@ class SubscriberTelemetry:
     @contextmanager
     def message_span(self, message: ReceivedOrderMessage) -> Iterator[Span]:
         # A child of the dispatcher's (or producer's) span when the message carries its context.
-        with self._tracer.start_as_current_span(
-            f"orders.{self._consumer}.process_message",
-            context=context_from(message.trace_context),
-            kind=trace.SpanKind.CONSUMER,
-            attributes={
-                "messaging.system": "servicebus",
-                "messaging.message.id": message.message_id or "",
-                "messaging.servicebus.message.delivery_count": message.delivery_count,
-                "orders.consumer": self._consumer,
-            },
+        name = f"orders.{self._consumer}.process_message"
+        with _message_span(
+            self._tracer, name, message, {"orders.consumer": self._consumer}
         ) as span:
             yield span
 
@@ -251,3 +235,25 @@ class DispatcherTelemetry:
         self._failures.add(1, {"error": type(error).__name__})
         span.record_exception(error)
         span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+
+
+@contextmanager
+def _message_span(
+    tracer: trace.Tracer,
+    name: str,
+    message: ReceivedOrderMessage,
+    extra: Mapping[str, str] | None = None,
+) -> Iterator[Span]:
+    """A consumer span for one received message, a child of the context it carries."""
+    with tracer.start_as_current_span(
+        name,
+        context=context_from(message.trace_context),
+        kind=trace.SpanKind.CONSUMER,
+        attributes={
+            "messaging.system": "servicebus",
+            "messaging.message.id": message.message_id or "",
+            "messaging.servicebus.message.delivery_count": message.delivery_count,
+            **(extra or {}),
+        },
+    ) as span:
+        yield span
