@@ -27,6 +27,10 @@ def test_many_connections_each_message_processed_once(
     seen: dict[str, list[str]] = {}
     lock = threading.Lock()
     errors: list[BaseException] = []
+    # Every receiver has its link open before any receives: on a loaded machine the first one
+    # could otherwise drain the queue while the others are still connecting, and the test would
+    # prove nothing about competing.
+    all_open = threading.Barrier(4)
 
     def worker(name: str, prefetch: int) -> None:
         try:
@@ -34,6 +38,7 @@ def test_many_connections_each_message_processed_once(
                 ServiceBusClient.from_connection_string(emulator.connection_string) as client,
                 client.get_queue_receiver(queue_name, prefetch_count=prefetch) as receiver,
             ):
+                all_open.wait(timeout=30)
                 deadline = time.monotonic() + 20
                 while time.monotonic() < deadline:
                     with lock:
