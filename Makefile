@@ -78,10 +78,14 @@ derived-config: $(BIN)/.installed
 demo: $(BIN)/.installed
 	$(BIN)/orders demo
 
-# Lint first (seconds), then the suite on both cores, with branch coverage of the five packages
-# (what runs in this process tree; emulators and workers started as processes are not counted).
-# The slowest tests and the suite's wall time are printed last (tests/conftest.py).
-test: lint $(CHECKOV_VENV)/.installed node-crosscheck browser
+# The four preparations run side by side (on a fresh clone the venvs, npm and lint take about two
+# minutes one after the other, mostly waiting on installs), each one's output kept together; any
+# failure stops the run before pytest. Then the suite on both cores, with branch coverage of the
+# five packages (what runs in this process tree; emulators and workers started as processes are
+# not counted). The slowest tests and the suite's wall time are printed last (tests/conftest.py).
+test:
+	@$(MAKE) --no-print-directory -j4 --output-sync=target \
+		lint $(CHECKOV_VENV)/.installed node-crosscheck browser
 	$(BIN)/python -m pytest -n 2 --dist loadgroup --cov --cov-report=term --durations=15
 
 lint: $(BIN)/.installed
