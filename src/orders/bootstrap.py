@@ -665,6 +665,7 @@ async def build_dispatcher_runtime(
             CosmosOutboxFeed(orders_container(cosmos, settings)),
             publisher,
             CosmosFencedDocuments(leases_container(cosmos, settings)),
+            DOCUMENT_LAYOUT,
             after_publish=after_publish,
             poll_seconds=poll_seconds,
             lease_seconds=lease_seconds,

@@ -127,7 +127,7 @@ async def test_the_trace_continues_through_the_outbox_dispatcher_to_a_subscriber
     async with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
         events = ServiceBusEventPublisher(client, topic, tracer_provider=provider)
         unused = FakeFencedDocuments(partition_key_path="id")
-        dispatcher = OutboxDispatcher(MarkingFeed(), events, unused)
+        dispatcher = OutboxDispatcher(MarkingFeed(), events, unused, LAYOUT)
         assert await dispatcher.dispatch(store.documents(order_id)) == 1
         await events.close()
         async with client.get_subscription_receiver(topic, "shipping") as receiver:

@@ -17,6 +17,7 @@ from orders.adapters.cosmos_layout import (
     charge_of,
     order_write,
     outbox_document,
+    pending_event,
     refund_document,
     refund_of,
     rejection_document,
@@ -112,6 +113,18 @@ def test_a_cancels_outbox_entry_is_stored_under_its_event_id() -> None:
         "traceContext": {},
         "dispatched": False,
     }
+
+
+def test_the_dispatcher_is_handed_the_event_of_an_undispatched_outbox_entry_only() -> None:
+    event = OrderCancelled.of("o-1", cancelled_at=AT, reason="r")
+    entry = outbox_document(event, {"traceparent": "00-x"})
+
+    pending = pending_event({**entry, "traceContext": {"traceparent": "00-x", "odd": 7}})
+
+    assert pending is not None
+    assert (pending.event, pending.trace_context) == (event, {"traceparent": "00-x"})
+    assert pending_event({**entry, "dispatched": True}) is None
+    assert pending_event({**entry, "type": "order"}) is None
 
 
 def test_shipping_writes_its_inbox_record_and_the_orders_one_shipment() -> None:

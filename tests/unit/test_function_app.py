@@ -275,7 +275,9 @@ async def test_the_cosmos_trigger_publishes_and_marks_only_undispatched_outbox_d
     order, outbox = write.documents[0], write.documents[1]
     done = {**outbox, "id": "o-done:outbox:OrderAccepted", "dispatched": True}
     events, feed = RecordingEvents(), MarkingFeed()
-    dispatcher = OutboxDispatcher(feed, events, FakeFencedDocuments(partition_key_path="id"))
+    dispatcher = OutboxDispatcher(
+        feed, events, FakeFencedDocuments(partition_key_path="id"), LAYOUT
+    )
     function_dispatcher_runtime.use(DispatcherRuntime(dispatcher))
     try:
         changes = func.DocumentList([func.Document.from_dict(d) for d in (order, outbox, done)])

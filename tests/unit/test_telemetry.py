@@ -247,7 +247,7 @@ async def test_the_dispatcher_counts_publishes_failures_and_a_lag_that_grows_whi
     )
     events = FailingEvents(fail=True)
     dispatcher = OutboxDispatcher(
-        MarkOnlyFeed(), events, FakeFencedDocuments(), telemetry=telemetry
+        MarkOnlyFeed(), events, FakeFencedDocuments(), LAYOUT, telemetry=telemetry
     )
     batch = [_outbox("o-1", written_at=990)]
 

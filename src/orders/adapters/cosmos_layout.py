@@ -29,7 +29,7 @@ from orders.domain.documents import (
     OrderWrite,
     decimal_text,
 )
-from orders.domain.events import OUTBOX_DOCUMENT_TYPE, OrderAccepted, OrderEvent
+from orders.domain.events import OUTBOX_DOCUMENT_TYPE, OrderAccepted, OrderEvent, stored_event
 from orders.domain.inbox import (
     BILLING,
     BILLING_DOCUMENT_TYPE,
@@ -45,6 +45,7 @@ from orders.domain.inbox import (
 from orders.domain.model import OrderPlaced
 from orders.domain.rejections import REJECTION_DOCUMENT_TYPE, OrderRejection
 from orders.domain.status import STATUS_DOCUMENT_TYPE, HistoryEntry, OrderStatusChanged
+from orders.service.ports import PendingEvent
 
 # --- Ids: the documents' storage keys ----------------------------------------------------------
 
@@ -149,6 +150,20 @@ def outbox_document(
         "traceContext": dict(trace_context or {}),
         "dispatched": False,
     }
+
+
+def pending_event(document: Mapping[str, Any]) -> PendingEvent | None:
+    """The event an outbox entry holds while `dispatched` is false, and the trace stored with
+    it (string values only: the W3C properties); None for every other document."""
+    if document.get("type") != OUTBOX_DOCUMENT_TYPE or document.get("dispatched") is not False:
+        return None
+    stored = document.get("traceContext")
+    trace_context = (
+        {str(key): value for key, value in stored.items() if isinstance(value, str)}
+        if isinstance(stored, dict)
+        else {}
+    )
+    return PendingEvent(stored_event(document["event"]), trace_context)
 
 
 def rejection_document(rejection: OrderRejection) -> dict[str, Any]:
@@ -284,6 +299,7 @@ class CosmosLayout:
     handed to the consumers by the composition root."""
 
     order_write = staticmethod(order_write)
+    pending_event = staticmethod(pending_event)
     outbox_document = staticmethod(outbox_document)
     status_document_id = staticmethod(status_document_id)
     status_document = staticmethod(status_document)

@@ -7,7 +7,7 @@ The outbox document is written in the same transactional batch as the order, so 
 stored if and only if its event will be published. Its id is the event id and the MessageId the
 dispatcher publishes with: deterministic, so a re-publish after a crash is the same message to
 the broker's duplicate detection and to every subscriber's inbox. Its shape is the Cosmos
-adapter's (`adapters/cosmos_layout.py`); the dispatcher reads it back with the helpers below.
+adapter's (`adapters/cosmos_layout.py`), which hands the dispatcher the event it holds.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from decimal import Decimal
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, StrictInt
 
@@ -127,20 +127,10 @@ class _AnyOrderEvent(BaseModel):
     event: Annotated[OrderEvent, Field(discriminator="event_type")]
 
 
-def trace_context_of_outbox(document: dict[str, Any]) -> dict[str, str]:
-    stored = document.get("traceContext")
-    if not isinstance(stored, dict):
-        return {}
-    return {str(key): str(value) for key, value in stored.items() if isinstance(value, str)}
-
-
-def is_undispatched_outbox(document: dict[str, Any]) -> bool:
-    return document.get("type") == OUTBOX_DOCUMENT_TYPE and document.get("dispatched") is False
-
-
-def event_of_outbox(document: dict[str, Any]) -> OrderEvent:
-    """The event an outbox document holds (written by us, so a failure here is a bug)."""
-    return _AnyOrderEvent.model_validate({"event": document["event"]}).event
+def stored_event(data: object) -> OrderEvent:
+    """An event as this app stored it (`model_dump(mode="json")`, in the outbox): written by
+    us, so a failure here is a bug."""
+    return _AnyOrderEvent.model_validate({"event": data}).event
 
 
 def parse_order_accepted(message: ReceivedOrderMessage) -> OrderAccepted:

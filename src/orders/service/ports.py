@@ -49,7 +49,19 @@ class OrderStore(Protocol):
 # (`adapters/cosmos_layout.CosmosLayout` implements them all), pure mapping with no I/O.
 
 
+@dataclass(frozen=True)
+class PendingEvent:
+    """An outbox entry not yet published: its event and the trace the publish continues."""
+
+    event: OrderEvent
+    trace_context: dict[str, str]
+
+
 class EventLayout(Protocol):
+    def pending_event(self, document: Mapping[str, Any]) -> PendingEvent | None:
+        """The event an undispatched outbox entry holds; None for any other document."""
+        ...
+
     def outbox_document(
         self, event: OrderEvent, trace_context: dict[str, str] | None = None
     ) -> dict[str, Any]:
