@@ -31,14 +31,15 @@ from orders.adapters.cosmos_idempotency import (
     order_claim_document,
     order_claim_id,
 )
+from orders.adapters.cosmos_layout import (
+    CosmosLayout,
+    order_record,
+    order_write,
+    rejection_document,
+)
 from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, Selection
 from orders.domain.decision_counters import DecisionCounters
-from orders.domain.documents import (
-    OrderAlreadyExistsError,
-    OrderRecord,
-    OrderWrite,
-    build_order_write,
-)
+from orders.domain.documents import OrderAlreadyExistsError, OrderRecord, OrderWrite
 from orders.domain.events import OrderAccepted, OrderCancelled
 from orders.domain.hashing import request_hash
 from orders.domain.idempotency import KeyRecord, OrderIdClaim, validate_idempotency_key
@@ -60,6 +61,9 @@ from orders.exceptions import (
 )
 from orders.service.ports import EntityCounts
 from orders.service.subscribers import Source
+
+# The real documents layout: pure mapping, no I/O, so the fakes store what Cosmos would.
+LAYOUT = CosmosLayout()
 
 
 class FakeOrderStore:
@@ -103,14 +107,14 @@ class FakeOrderStore:
         await asyncio.sleep(0)
         if self._failures:
             raise self._failures.pop(0)
-        self.seed_document(rejection.order_id, rejection.to_document())
+        self.seed_document(rejection.order_id, rejection_document(rejection))
 
     async def read_order(self, order_id: str) -> OrderRecord | None:
         self.read_calls += 1
         document = self.partitions.get(order_id, {}).get(order_id)
         if document is None:
             return None
-        return OrderRecord.from_document(document)
+        return order_record(document)
 
 
 class FakeOrderDocuments:
@@ -223,7 +227,7 @@ def order_payload(order_id: str, **overrides: Any) -> dict[str, Any]:
 def new_write(order_id: str, **overrides: Any) -> OrderWrite:
     """The store write the consumer would make for `order_payload(order_id, **overrides)`."""
     order = parse_order(json.dumps(order_payload(order_id, **overrides)).encode())
-    return build_order_write(
+    return order_write(
         order,
         request_hash=request_hash(order.canonical_payload()),
         message_id=order_id,
@@ -684,7 +688,7 @@ def stored_orders(*order_ids: str, amount: str = "12.5") -> FakeFencedDocuments:
     orders = FakeFencedDocuments()
     for order_id in order_ids or ("o-1",):
         order = placed_order(order_id, amount)
-        write = build_order_write(
+        write = order_write(
             order,
             request_hash="h",
             message_id=order_id,

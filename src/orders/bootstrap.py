@@ -30,6 +30,7 @@ from orders.adapters.cosmos_client import (
 )
 from orders.adapters.cosmos_fenced import CosmosFencedDocuments
 from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
+from orders.adapters.cosmos_layout import CosmosLayout
 from orders.adapters.cosmos_order_reader import CosmosOrderReader
 from orders.adapters.cosmos_outbox import CosmosOutboxFeed
 from orders.adapters.cosmos_store import CosmosOrderStore
@@ -84,6 +85,7 @@ from orders.service.load import LoadResult, run_load
 from orders.service.order_lookup import OrderLookup
 from orders.service.payment_port import PaymentGateway
 from orders.service.ports import (
+    DocumentLayout,
     MessageHandler,
     MessageSettler,
     OrderPublisher,
@@ -111,6 +113,8 @@ logger = logging.getLogger("orders")
 
 # How the consumer's store is made from the orders container (a benchmark swaps in its own).
 StoreFactory = Callable[["ContainerProxy"], OrderStore]
+# How every consumer's documents and ids are laid out in Cosmos DB: one mapping, no I/O.
+DOCUMENT_LAYOUT: DocumentLayout = CosmosLayout()
 
 
 # --- Building blocks: each registers its cleanup before it can fail ---------------------------
@@ -222,7 +226,9 @@ async def build_consumer_runtime(
         shared = _clients(stack, settings, clients, **cosmos_client_options)
         client = await shared.cosmos(create_local_resources)
         make_store = store_factory or CosmosOrderStore
-        consumer = OrderConsumer(make_store(orders_container(client, settings)), telemetry)
+        consumer = OrderConsumer(
+            make_store(orders_container(client, settings)), DOCUMENT_LAYOUT, telemetry
+        )
         return ConsumerRuntime(consumer, stack.pop_all())
 
 
@@ -276,7 +282,9 @@ async def build_http_runtime(
             store,
             publisher,
             status=status,
-            saga=OrderSaga(CosmosFencedDocuments(orders_container(client, settings))),
+            saga=OrderSaga(
+                CosmosFencedDocuments(orders_container(client, settings)), DOCUMENT_LAYOUT
+            ),
             unclaimed_owner=unclaimed_owner(settings),
             ttl_seconds=settings.idempotency_ttl_seconds,
             lease_seconds=lease_seconds,
@@ -491,7 +499,7 @@ async def run_worker(
         clients = _clients(stack, settings, None)
         cosmos = await clients.cosmos()
         make_store = store_factory or CosmosOrderStore
-        consumer = OrderConsumer(make_store(orders_container(cosmos, settings)))
+        consumer = OrderConsumer(make_store(orders_container(cosmos, settings)), DOCUMENT_LAYOUT)
         servicebus = clients.servicebus()
         return await run_worker_on(
             servicebus, Source(queue=settings.orders_queue), consumer, options, stop, after_decision
@@ -534,6 +542,10 @@ class _Wiring:
         return self._clients.settings
 
     @property
+    def layout(self) -> DocumentLayout:
+        return DOCUMENT_LAYOUT
+
+    @property
     def after_charge(self) -> AfterCharge | None:
         return self._after_charge
 
@@ -548,7 +560,7 @@ class _Wiring:
         return CosmosFencedDocuments(orders_container(self._cosmos, self.settings))
 
     def saga(self) -> OrderSaga:
-        return OrderSaga(self.orders())
+        return OrderSaga(self.orders(), DOCUMENT_LAYOUT)
 
     def status_publisher(self) -> StatusPublisher:
         if self._status is None:
@@ -653,6 +665,7 @@ async def build_dispatcher_runtime(
             CosmosOutboxFeed(orders_container(cosmos, settings)),
             publisher,
             CosmosFencedDocuments(leases_container(cosmos, settings)),
+            DOCUMENT_LAYOUT,
             after_publish=after_publish,
             poll_seconds=poll_seconds,
             lease_seconds=lease_seconds,
@@ -724,6 +737,7 @@ async def send_cancels(
         probe = StoreProbe(
             CosmosFencedDocuments(orders_container(cosmos, settings)),
             CosmosFencedDocuments(inbox_container(cosmos, settings)),
+            DOCUMENT_LAYOUT,
         )
         scope = f"app:{settings.idempotency_scope}"
         cancel = intake_canceller(runtime.intake, scope, _load_cancel_response)

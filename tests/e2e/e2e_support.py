@@ -18,8 +18,8 @@ from azure.servicebus import ServiceBusMessage
 from azure.servicebus.amqp import AmqpAnnotatedMessage
 from poison_corpus import PoisonCase
 
+from orders.adapters.cosmos_layout import order_write
 from orders.bootstrap import send_load
-from orders.domain.documents import build_order_write
 from orders.domain.hashing import request_hash
 from orders.domain.load_plan import LoadMix, LoadPlan, plan_load
 from orders.domain.messages import parse_order
@@ -102,7 +102,7 @@ def store_order(stack: LocalStack, order: dict[str, Any]) -> None:
     """Write what the order consumer writes for `order` (its documents and its outbox event)
     straight into the stack's orders container: an order whose events are genuine."""
     placed = parse_order(json.dumps(order).encode())
-    write = build_order_write(
+    write = order_write(
         placed,
         request_hash=request_hash(placed.canonical_payload()),
         message_id=placed.order_id,

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 from fakes import (
+    LAYOUT,
     FakeIdempotencyStore,
     FakeOrderDocuments,
     FakeOrderReader,
@@ -80,7 +81,7 @@ def runtime_over(
         store,
         publisher,
         status=publisher if isinstance(publisher, RecordingPublisher) else None,
-        saga=OrderSaga(orders) if orders is not None else None,
+        saga=OrderSaga(orders, LAYOUT) if orders is not None else None,
         unclaimed_owner=f"app:{DEFAULT_SCOPE}",
         ttl_seconds=TTL_SECONDS,
         lease_seconds=lease_seconds,

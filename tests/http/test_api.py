@@ -9,6 +9,7 @@ from typing import Any, cast
 import httpx
 import pytest
 from fakes import (
+    LAYOUT,
     FakeIdempotencyStore,
     FakeOrderReader,
     FakeOrderStore,
@@ -446,7 +447,7 @@ async def test_a_runtime_that_cannot_be_built_is_503_problem_and_retried(api: Ap
 
 
 async def consume_published(api: Api) -> None:
-    consumer = OrderConsumer(api.order_store)
+    consumer = OrderConsumer(api.order_store, LAYOUT)
     for order in api.publisher.published:
         await consumer.handle(ReceivedOrderMessage(order_message_body(order), order.order_id))
 

@@ -10,6 +10,7 @@ import uuid
 import httpx
 import pytest
 from fakes import (
+    LAYOUT,
     FakeIdempotencyStore,
     FakeOrderReader,
     FakeOrderStore,
@@ -93,7 +94,7 @@ async def test_a_caller_learns_its_order_was_rejected_and_why(api: Api) -> None:
     then a mismatch: GET says accepted until the consumer decides, then rejected, never the
     other producer's order."""
     order_id = new_order_id()
-    consumer = OrderConsumer(api.order_store)
+    consumer = OrderConsumer(api.order_store, LAYOUT)
     other = order_payload(order_id, currency="USD")
     await consumer.handle(ReceivedOrderMessage(json.dumps(other).encode(), order_id))
     assert (await api.post(order_payload(order_id))).status_code == 202
@@ -120,7 +121,7 @@ async def test_a_rejected_direct_send_is_visible_to_get(api: Api) -> None:
     order_id = new_order_id()
     payload = order_payload(order_id)
     payload["lines"][0]["quantity"] = 0
-    consumer = OrderConsumer(api.order_store)
+    consumer = OrderConsumer(api.order_store, LAYOUT)
     await consumer.handle(ReceivedOrderMessage(json.dumps(payload).encode(), order_id))
 
     response = await api.client.get(f"/api/orders/{order_id}")

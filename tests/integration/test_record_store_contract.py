@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 import pytest
 from azure.cosmos import PartitionKey
 from azure.cosmos.aio import CosmosClient
-from fakes import FakeFencedDocuments
+from fakes import LAYOUT, FakeFencedDocuments
 from servers import CosmosServer
 
 from exactly_once import CosmosStore, Record, RecordStore
@@ -29,7 +29,7 @@ from orders.service.billing_records import FencedRecords
 @pytest.fixture(params=["core-cosmos", "billing-fake", "billing-cosmos"])
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[RecordStore]:
     if request.param == "billing-fake":
-        yield FencedRecords.charges(FakeFencedDocuments())
+        yield FencedRecords.charges(FakeFencedDocuments(), LAYOUT)
         return
     server: CosmosServer = request.getfixturevalue("python_cosmos")
     async with CosmosClient(server.endpoint, credential=server.key) as client:
@@ -43,7 +43,7 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[RecordStore]:
             container = await database.create_container_if_not_exists(
                 id="inbox", partition_key=PartitionKey(path="/orderId")
             )
-            yield FencedRecords.charges(CosmosFencedDocuments(container))
+            yield FencedRecords.charges(CosmosFencedDocuments(container), LAYOUT)
 
 
 def charge(owner: str = "worker-a") -> Record:

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 import pytest
 from azure.cosmos import PartitionKey
 from azure.cosmos.aio import ContainerProxy, CosmosClient
-from fakes import new_write
+from fakes import LAYOUT, new_write
 from servers import CosmosServer
 
 from orders.adapters.cosmos_fenced import CosmosFencedDocuments
@@ -60,14 +60,14 @@ async def test_cancel_racing_ship_has_one_winner_per_order_and_the_loser_sees_it
     order_ids = [f"race-{uuid.uuid4().hex[:10]}" for _ in range(ORDERS)]
     for order_id in order_ids:
         await store.create_order(new_write(order_id))
-    shipping = ShippingConsumer(inbox, OrderSaga(orders))
+    shipping = ShippingConsumer(inbox, OrderSaga(orders, LAYOUT), LAYOUT)
 
     async def race(order_id: str) -> tuple[CancelResult, Outcome]:
         start = asyncio.Event()
 
         async def cancel() -> CancelResult:
             await start.wait()
-            return await OrderSaga(orders).cancel(order_id, None)
+            return await OrderSaga(orders, LAYOUT).cancel(order_id, None)
 
         async def ship() -> Outcome:
             await start.wait()

@@ -19,6 +19,7 @@ from azure.cosmos.aio import ContainerProxy, CosmosClient
 from fakes import FakeOrderStore, new_write
 from servers import CosmosServer, KnownGaps, expect_known_gap
 
+from orders.adapters.cosmos_layout import rejection_document_id
 from orders.adapters.cosmos_store import CosmosOrderStore
 from orders.domain.documents import OrderAlreadyExistsError
 from orders.domain.messages import MAX_LINES_PER_ORDER
@@ -155,7 +156,7 @@ async def test_recording_a_rejection_twice_keeps_one_document(subject: StoreUnde
     await subject.store.record_rejection(rejection)
     await subject.store.record_rejection(rejection)
 
-    stored = await subject.read_document(order_id, rejection.document_id)
+    stored = await subject.read_document(order_id, rejection_document_id(rejection))
     assert stored is not None
     assert stored["reason"] == "RequestHashMismatch" and stored["requestHash"] == "h" * 64
     # Beside, not instead of, an order: the order's own id stays free.

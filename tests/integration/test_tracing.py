@@ -13,6 +13,7 @@ import httpx
 import pytest
 from azure.servicebus.aio import ServiceBusClient
 from fakes import (
+    LAYOUT,
     FakeFencedDocuments,
     FakeIdempotencyStore,
     FakeOrderReader,
@@ -84,7 +85,7 @@ async def test_one_trace_links_post_publish_and_consume(emulator: RunningEmulato
         await publisher.close()
         async with client.get_queue_receiver(QUEUE) as receiver:
             [message] = await receiver.receive_messages(max_message_count=1, max_wait_time=10)
-            consumer = OrderConsumer(store, ConsumerTelemetry(tracer_provider=provider))
+            consumer = OrderConsumer(store, LAYOUT, ConsumerTelemetry(tracer_provider=provider))
             decision = await consumer.handle(to_received_order_message(message))
             await receiver.complete_message(message)
 
@@ -120,13 +121,13 @@ async def test_the_trace_continues_through_the_outbox_dispatcher_to_a_subscriber
         message_id=order_id,
         trace_context={"traceparent": traceparent},
     )
-    await OrderConsumer(store, ConsumerTelemetry(tracer_provider=provider)).handle(received)
+    await OrderConsumer(store, LAYOUT, ConsumerTelemetry(tracer_provider=provider)).handle(received)
     topic = QueueOptions().events_topic
 
     async with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
         events = ServiceBusEventPublisher(client, topic, tracer_provider=provider)
         unused = FakeFencedDocuments(partition_key_path="id")
-        dispatcher = OutboxDispatcher(MarkingFeed(), events, unused)
+        dispatcher = OutboxDispatcher(MarkingFeed(), events, unused, LAYOUT)
         assert await dispatcher.dispatch(store.documents(order_id)) == 1
         await events.close()
         async with client.get_subscription_receiver(topic, "shipping") as receiver:

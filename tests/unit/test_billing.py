@@ -9,9 +9,9 @@ from collections.abc import Awaitable, Callable
 from decimal import Decimal
 
 import pytest
-from fakes import FakeFencedDocuments, FakePaymentGateway, event_message, stored_orders
+from fakes import LAYOUT, FakeFencedDocuments, FakePaymentGateway, event_message, stored_orders
 
-from orders.domain.events import outbox_document_id
+from orders.domain.events import order_event_id
 from orders.domain.inbox import BillingStatus, payment_key
 from orders.domain.outcomes import Outcome, Settlement
 from orders.domain.payments import Charge, ChargeRequest
@@ -59,7 +59,8 @@ def billing(
     return BillingConsumer(
         records,
         payments,
-        OrderSaga(orders if orders is not None else stored_orders("o-1", "o-2")),
+        OrderSaga(orders if orders is not None else stored_orders("o-1", "o-2"), LAYOUT),
+        LAYOUT,
         owner=owner,
         lease_seconds=10,
         sleep=sleep,
@@ -68,7 +69,7 @@ def billing(
 
 
 def record_of(records: FakeFencedDocuments, order_id: str = "o-1") -> dict[str, object]:
-    return records.documents[(order_id, f"billing:{outbox_document_id(order_id)}")]
+    return records.documents[(order_id, f"billing:{order_event_id(order_id)}")]
 
 
 async def test_a_new_event_is_charged_once_with_the_order_key_and_marked_completed(
@@ -98,11 +99,11 @@ def in_progress_by(records: FakeFencedDocuments, owner: str) -> None:
     """What a worker that recorded `inProgress` and then stalled or died leaves behind."""
     records.documents.clear()
     doc = {
-        "id": f"billing:{outbox_document_id('o-1')}",
+        "id": f"billing:{order_event_id('o-1')}",
         "orderId": "o-1",
         "type": "billing",
         "consumer": "billing",
-        "messageId": outbox_document_id("o-1"),
+        "messageId": order_event_id("o-1"),
         "status": "inProgress",
         "owner": owner,
         "leaseSeconds": 10,
@@ -230,8 +231,12 @@ async def test_one_consumers_record_never_blocks_the_others(
     """Billing stuck in progress on an event; shipping still ships it (same inbox store)."""
     in_progress_by(records, "owner-a")
 
-    shipped = await ShippingConsumer(records, OrderSaga(stored_orders())).handle(event_message())
-    again = await ShippingConsumer(records, OrderSaga(stored_orders())).handle(event_message())
+    shipped = await ShippingConsumer(records, OrderSaga(stored_orders(), LAYOUT), LAYOUT).handle(
+        event_message()
+    )
+    again = await ShippingConsumer(records, OrderSaga(stored_orders(), LAYOUT), LAYOUT).handle(
+        event_message()
+    )
 
     assert shipped.outcome is Outcome.PROCESSED and again.outcome is Outcome.DUPLICATE
     assert record_of(records)["status"] == "inProgress"

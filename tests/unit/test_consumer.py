@@ -6,7 +6,7 @@ import json
 import uuid
 
 import pytest
-from fakes import FakeOrderStore, RecordingSettler, order_payload
+from fakes import LAYOUT, FakeOrderStore, RecordingSettler, order_payload
 
 from orders.domain.messages import MAX_BODY_BYTES, MAX_LINES_PER_ORDER
 from orders.domain.outcomes import Outcome, Settlement
@@ -34,7 +34,7 @@ def store() -> FakeOrderStore:
 
 @pytest.fixture
 def consumer(store: FakeOrderStore) -> OrderConsumer:
-    return OrderConsumer(store)
+    return OrderConsumer(store, LAYOUT)
 
 
 async def test_new_order_writes_order_its_outbox_event_and_lines_and_completes(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from fakes import FakeFencedDocuments, new_write
+from fakes import LAYOUT, FakeFencedDocuments, new_write
 
 from orders.domain.events import OrderEvent
 from orders.exceptions import TransientPublishError
@@ -69,7 +69,7 @@ async def test_publishes_then_marks_each_event_once_and_checkpoints(
     leases: FakeFencedDocuments,
 ) -> None:
     feed, events = ListFeed(outbox_changes("a", "b")), Events()
-    dispatcher = OutboxDispatcher(feed, events, leases, owner="d1", page_size=100)
+    dispatcher = OutboxDispatcher(feed, events, leases, LAYOUT, owner="d1", page_size=100)
 
     await dispatcher.run_once()
     await dispatcher.run_once()  # nothing new: nothing published again
@@ -83,7 +83,7 @@ async def test_a_failed_publish_keeps_the_checkpoint_so_the_next_round_publishes
     leases: FakeFencedDocuments,
 ) -> None:
     feed, events = ListFeed(outbox_changes("a")), Events()
-    dispatcher = OutboxDispatcher(feed, events, leases, owner="d1")
+    dispatcher = OutboxDispatcher(feed, events, leases, LAYOUT, owner="d1")
     events.fail_next = TransientPublishError("broker busy")
 
     with pytest.raises(TransientPublishError):
@@ -98,11 +98,11 @@ async def test_a_live_lease_of_another_dispatcher_is_left_alone_until_it_ends(
     leases: FakeFencedDocuments,
 ) -> None:
     feed = ListFeed(outbox_changes("a"))
-    first = OutboxDispatcher(feed, Events(), leases, owner="d1", lease_seconds=10)
+    first = OutboxDispatcher(feed, Events(), leases, LAYOUT, owner="d1", lease_seconds=10)
     await first.run_once()
     feed.documents += outbox_changes("b")
     second_events = Events()
-    second = OutboxDispatcher(feed, second_events, leases, owner="d2", lease_seconds=10)
+    second = OutboxDispatcher(feed, second_events, leases, LAYOUT, owner="d2", lease_seconds=10)
 
     assert await second.run_once() == 0  # d1's lease is live by the database's clock
     leases.database_now_ms += 12_000  # d1 stopped renewing: its lease ends
@@ -114,12 +114,12 @@ async def test_a_live_lease_of_another_dispatcher_is_left_alone_until_it_ends(
 
 async def test_a_released_lease_is_taken_at_once(leases: FakeFencedDocuments) -> None:
     feed = ListFeed(outbox_changes("a"))
-    first = OutboxDispatcher(feed, Events(), leases, owner="d1", lease_seconds=10)
+    first = OutboxDispatcher(feed, Events(), leases, LAYOUT, owner="d1", lease_seconds=10)
     await first.run_once()
     await first.release()
     feed.documents += outbox_changes("b")
     second_events = Events()
 
-    await OutboxDispatcher(feed, second_events, leases, owner="d2").run_once()
+    await OutboxDispatcher(feed, second_events, leases, LAYOUT, owner="d2").run_once()
 
     assert second_events.published == ["b:outbox:OrderAccepted"]

@@ -6,6 +6,11 @@ adapters (and the fakes that stand in for them) read and write those, and hand t
 document's own fields with its version apart (`exactly_once.records.StoredDocument`,
 `orders.domain.leases.StampedDocument`). A domain or service module that names one of them, or
 strips them by their leading underscore, has taken the storage shape back in.
+
+The documents themselves (their ids, field names, the `id` that is each one's storage key) are
+laid out by the Cosmos adapter (`adapters/cosmos_layout.py`), which the service layer reaches
+through its `DocumentLayout` port: a domain record that maps itself to or from a document, or a
+domain module that builds a document with its `id`, has taken the layout back in.
 """
 
 from __future__ import annotations
@@ -23,13 +28,27 @@ STORE_SHAPE = re.compile(
 )
 
 
-def store_shapes_in(root: Path) -> list[str]:
+DOCUMENT_LAYOUT = re.compile(
+    r"""\bdef (?:to|from)_document\b"""  # a record that maps itself to or from a document
+    r"""|["']id["']\s*:"""  # a document literal with its storage key
+)
+
+
+def lines_matching(pattern: re.Pattern[str], root: Path) -> list[str]:
     return [
         f"{path.relative_to(root)}:{number}: {line.strip()}"
         for path in sorted(root.rglob("*.py"))
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
-        if STORE_SHAPE.search(line)
+        if pattern.search(line)
     ]
+
+
+def store_shapes_in(root: Path) -> list[str]:
+    return lines_matching(STORE_SHAPE, root)
+
+
+def document_layouts_in(root: Path) -> list[str]:
+    return lines_matching(DOCUMENT_LAYOUT, root)
 
 
 @pytest.mark.parametrize("layer", ["domain", "service"])
@@ -62,3 +81,38 @@ def test_names_that_merely_contain_the_words_pass(tmp_path: Path) -> None:
     )
 
     assert store_shapes_in(tmp_path) == []
+
+
+def test_the_domain_lays_out_no_document() -> None:
+    assert (ORDERS / "domain").is_dir()
+    assert document_layouts_in(ORDERS / "domain") == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "def to_document(self) -> dict[str, Any]:",  # what BillingRecord once had
+        "def from_document(cls, document: dict[str, Any]) -> OrderRecord:",
+        'return {"id": self.record_id, "orderId": self.order_id}',
+        "document = {'id': status_document_id(order_id)}",
+        '"id" : order.order_id,',
+    ],
+)
+def test_a_domain_module_that_lays_out_a_document_fails_the_check(
+    tmp_path: Path, line: str
+) -> None:
+    (tmp_path / "layout.py").write_text(f"class R:\n    {line}\n", encoding="utf-8")
+
+    assert document_layouts_in(tmp_path) == [f"layout.py:2: {line}"]
+
+
+def test_ids_and_documents_by_other_names_pass(tmp_path: Path) -> None:
+    (tmp_path / "plain.py").write_text(
+        "def to_documents_count(self): ...\n"
+        "event_id = document['id']\n"
+        'view = {"orderId": order_id, "identity": 1}\n'
+        "def order_event_id(order_id: str) -> str: ...\n",
+        encoding="utf-8",
+    )
+
+    assert document_layouts_in(tmp_path) == []

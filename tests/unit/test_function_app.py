@@ -19,6 +19,7 @@ import azure.functions as func
 import pytest
 from azure.servicebus import ServiceBusReceivedMessage
 from fakes import (
+    LAYOUT,
     FakeFencedDocuments,
     FakeMessageActions,
     FakeOrderStore,
@@ -197,7 +198,7 @@ def test_each_subscriber_is_a_peeklock_topic_trigger_on_its_subscription(
 async def test_the_shipping_trigger_runs_the_shipping_core_and_settles() -> None:
     inbox = FakeFencedDocuments()
     lazy = function_subscriber_runtimes["shipping"]
-    shipping = ShippingConsumer(inbox, OrderSaga(stored_orders("o-fn")))
+    shipping = ShippingConsumer(inbox, OrderSaga(stored_orders("o-fn"), LAYOUT), LAYOUT)
     lazy.use(SubscriberRuntime(Source(queue="unused"), shipping))
     event = event_message("o-fn")
     message = received_message(event.message_id or "", data=event.body)
@@ -274,7 +275,9 @@ async def test_the_cosmos_trigger_publishes_and_marks_only_undispatched_outbox_d
     order, outbox = write.documents[0], write.documents[1]
     done = {**outbox, "id": "o-done:outbox:OrderAccepted", "dispatched": True}
     events, feed = RecordingEvents(), MarkingFeed()
-    dispatcher = OutboxDispatcher(feed, events, FakeFencedDocuments(partition_key_path="id"))
+    dispatcher = OutboxDispatcher(
+        feed, events, FakeFencedDocuments(partition_key_path="id"), LAYOUT
+    )
     function_dispatcher_runtime.use(DispatcherRuntime(dispatcher))
     try:
         changes = func.DocumentList([func.Document.from_dict(d) for d in (order, outbox, done)])

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from poison_corpus import order
 
-from orders.domain.documents import build_order_write
+from orders.adapters.cosmos_layout import order_write
 from orders.domain.hashing import request_hash
 from orders.domain.messages import MAX_DESCRIPTION_CHARS, MessageRejected, parse_order
 from orders.domain.model import OrderPlaced, is_entity_id
@@ -76,7 +76,7 @@ def check(body: bytes) -> None:
     # What passes must be storable: valid ids, a hash, documents with bounded amount texts.
     assert isinstance(parsed, OrderPlaced)
     assert all(is_entity_id(v) for v in (parsed.order_id, parsed.customer_id))
-    write = build_order_write(
+    write = order_write(
         parsed,
         request_hash=request_hash(parsed.canonical_payload()),
         message_id=parsed.order_id,

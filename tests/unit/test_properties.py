@@ -7,7 +7,7 @@ import json
 from decimal import Decimal
 from typing import Any
 
-from fakes import FakeOrderStore
+from fakes import LAYOUT, FakeOrderStore
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -94,7 +94,7 @@ def test_any_interleaving_of_deliveries_yields_exactly_one_order(
     copies: int, data: st.DataObject
 ) -> None:
     store = FakeOrderStore()
-    consumer = OrderConsumer(store)
+    consumer = OrderConsumer(store, LAYOUT)
     body = json.dumps(
         {
             "orderId": "order-1",

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from fakes import (
+    LAYOUT,
     FakeFencedDocuments,
     FakePaymentGateway,
     cancel_message,
@@ -50,11 +51,13 @@ def billing(
 ) -> BillingConsumer:
     # 60 s: the billing lease the settings give by default (BILLING_LEASE_SECONDS).
     options.setdefault("lease_seconds", 60.0)
-    return BillingConsumer(inbox, payments, OrderSaga(orders), owner=owner, **options)
+    return BillingConsumer(
+        inbox, payments, OrderSaga(orders, LAYOUT), LAYOUT, owner=owner, **options
+    )
 
 
 def shipping(inbox: FakeFencedDocuments, orders: FakeFencedDocuments) -> ShippingConsumer:
-    return ShippingConsumer(inbox, OrderSaga(orders))
+    return ShippingConsumer(inbox, OrderSaga(orders, LAYOUT), LAYOUT)
 
 
 def outcome(decision: Decision) -> tuple[Outcome, Settlement]:
@@ -75,7 +78,9 @@ def fulfilment(orders: FakeFencedDocuments, order_id: str = "o-1") -> Fulfilment
 async def test_a_cancel_before_shipping_wins_and_shipping_skips_without_a_shipment(
     orders: FakeFencedDocuments, inbox: FakeFencedDocuments
 ) -> None:
-    assert await OrderSaga(orders).cancel("o-1", "changed my mind") is CancelResult.CANCELLED
+    assert (
+        await OrderSaga(orders, LAYOUT).cancel("o-1", "changed my mind") is CancelResult.CANCELLED
+    )
 
     decision = await shipping(inbox, orders).handle(event_message())
 
@@ -92,7 +97,7 @@ async def test_a_cancel_after_the_shipment_is_reserved_is_refused(
 ) -> None:
     await shipping(inbox, orders).handle(event_message())
 
-    assert await OrderSaga(orders).cancel("o-1", None) is CancelResult.ALREADY_SHIPPED
+    assert await OrderSaga(orders, LAYOUT).cancel("o-1", None) is CancelResult.ALREADY_SHIPPED
     assert fulfilment(orders) is Fulfilment.SHIPPING
     assert ("o-1", "o-1:outbox:OrderCancelled") not in orders.documents
     assert len(shipments(inbox)) == 1
@@ -127,7 +132,7 @@ async def test_a_cancel_that_loses_the_race_to_shipping_sees_it_and_is_refused(
 ) -> None:
     racing = ShipsDuringTheCancel(orders, inbox)
 
-    assert await OrderSaga(racing).cancel("o-1", None) is CancelResult.ALREADY_SHIPPED
+    assert await OrderSaga(racing, LAYOUT).cancel("o-1", None) is CancelResult.ALREADY_SHIPPED
     assert racing.raced and len(shipments(inbox)) == 1
     assert fulfilment(orders) is Fulfilment.SHIPPING
 
@@ -141,7 +146,7 @@ class CancelsDuringTheReservation(FakeFencedDocuments):
     async def replace(self, document: dict[str, Any], *, etag: str) -> StampedDocument:
         if not self.raced:
             self.raced = True
-            assert await OrderSaga(self).cancel("o-1", None) is CancelResult.CANCELLED
+            assert await OrderSaga(self, LAYOUT).cancel("o-1", None) is CancelResult.CANCELLED
         return await super().replace(document, etag=etag)
 
 
@@ -160,7 +165,7 @@ async def test_shipping_that_loses_the_race_to_a_cancel_makes_no_shipment(
 async def test_a_second_cancel_under_another_key_finds_the_order_cancelled(
     orders: FakeFencedDocuments,
 ) -> None:
-    saga = OrderSaga(orders)
+    saga = OrderSaga(orders, LAYOUT)
     assert await saga.cancel("o-1", None) is CancelResult.CANCELLED
     assert await saga.cancel("o-1", "again") is CancelResult.ALREADY_CANCELLED
     assert await saga.cancel("o-404", None) is CancelResult.NOT_STORED
@@ -169,7 +174,7 @@ async def test_a_second_cancel_under_another_key_finds_the_order_cancelled(
 async def test_shipping_ignores_a_cancel_event(
     orders: FakeFencedDocuments, inbox: FakeFencedDocuments
 ) -> None:
-    await OrderSaga(orders).cancel("o-1", None)
+    await OrderSaga(orders, LAYOUT).cancel("o-1", None)
     decision = await shipping(inbox, orders).handle(cancel_message())
     assert outcome(decision) == (Outcome.IGNORED, Settlement.COMPLETE)
 
@@ -180,7 +185,7 @@ async def test_shipping_ignores_a_cancel_event(
 async def test_an_order_cancelled_before_billing_is_never_charged(
     orders: FakeFencedDocuments, inbox: FakeFencedDocuments, payments: FakePaymentGateway
 ) -> None:
-    await OrderSaga(orders).cancel("o-1", None)
+    await OrderSaga(orders, LAYOUT).cancel("o-1", None)
 
     first = await billing(inbox, payments, orders).handle(event_message())
     refund = await billing(inbox, payments, orders).handle(cancel_message())
@@ -194,7 +199,7 @@ async def test_a_cancel_after_the_charge_refunds_it_once_in_full(
     orders: FakeFencedDocuments, inbox: FakeFencedDocuments, payments: FakePaymentGateway
 ) -> None:
     await billing(inbox, payments, orders).handle(event_message())
-    await OrderSaga(orders).cancel("o-1", None)
+    await OrderSaga(orders, LAYOUT).cancel("o-1", None)
 
     first = await billing(inbox, payments, orders, "x").handle(cancel_message())
     again = await billing(inbox, payments, orders, "y").handle(cancel_message())
@@ -240,7 +245,7 @@ async def test_a_cancel_event_finishes_a_charge_left_in_progress_then_refunds_it
     crashed = await billing(inbox, payments, orders, "dead").handle(event_message())
     assert crashed.settlement is Settlement.ABANDON
     inbox.database_now_ms += 120_000  # the dead owner's lease is over
-    await OrderSaga(orders).cancel("o-1", None)
+    await OrderSaga(orders, LAYOUT).cancel("o-1", None)
 
     decision = await billing(inbox, payments, orders, "alive").handle(cancel_message())
 
@@ -252,7 +257,7 @@ async def test_a_provider_failing_after_the_refund_is_asked_again_with_the_same_
     orders: FakeFencedDocuments, inbox: FakeFencedDocuments, payments: FakePaymentGateway
 ) -> None:
     await billing(inbox, payments, orders).handle(event_message())
-    await OrderSaga(orders).cancel("o-1", None)
+    await OrderSaga(orders, LAYOUT).cancel("o-1", None)
     payments.fail_next_refund(PaymentUnavailableError("answer lost"), after_refund=True)
 
     failed = await billing(inbox, payments, orders, "b").handle(cancel_message())

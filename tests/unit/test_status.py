@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from fakes import FakeFencedDocuments
+from fakes import LAYOUT, FakeFencedDocuments
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -64,7 +64,7 @@ def test_the_state_machine(source: OrderStatus, target: OrderStatus, legal: bool
 
 async def test_newer_applies_older_is_stale_and_a_repeat_changes_nothing() -> None:
     documents = FakeFencedDocuments()
-    consumer = StatusConsumer(documents)
+    consumer = StatusConsumer(documents, LAYOUT)
 
     shipped = await consumer.handle(message(update(OrderStatus.SHIPPED)))
     paid_late = await consumer.handle(message(update(OrderStatus.PAID)))
@@ -81,7 +81,7 @@ async def test_newer_applies_older_is_stale_and_a_repeat_changes_nothing() -> No
 
 async def test_an_illegal_transition_is_dead_lettered_with_a_reason() -> None:
     documents = FakeFencedDocuments()
-    consumer = StatusConsumer(documents)
+    consumer = StatusConsumer(documents, LAYOUT)
     await consumer.handle(message(update(OrderStatus.CANCELLED)))
 
     decision = await consumer.handle(message(update(OrderStatus.DELIVERED, version=9)))
@@ -97,7 +97,7 @@ async def test_an_illegal_transition_is_dead_lettered_with_a_reason() -> None:
 
 async def test_a_lost_race_reads_again_and_decides_again() -> None:
     documents = FakeFencedDocuments()
-    consumer = StatusConsumer(documents)
+    consumer = StatusConsumer(documents, LAYOUT)
     await consumer.handle(message(update(OrderStatus.PAID)))
     real_replace = documents.replace
     raced = False
@@ -120,7 +120,7 @@ async def test_a_lost_race_reads_again_and_decides_again() -> None:
 
 async def test_history_is_bounded() -> None:
     documents = FakeFencedDocuments()
-    consumer = StatusConsumer(documents)
+    consumer = StatusConsumer(documents, LAYOUT)
     steps = [OrderStatus.PAID, OrderStatus.SHIPPED, OrderStatus.DELIVERED]
     for version in range(2, MAX_HISTORY + 10):  # version 1 is the order as placed
         await consumer.handle(message(update(steps[min(version - 2, 2)], version=version)))
@@ -137,7 +137,7 @@ async def test_history_is_bounded() -> None:
         "_etag": '"0"',
         "_ts": 0,
     }
-    await StatusConsumer(many).handle(message(update(OrderStatus.SHIPPED)))
+    await StatusConsumer(many, LAYOUT).handle(message(update(OrderStatus.SHIPPED)))
     history = stored(many)["history"]
     assert isinstance(history, list) and len(history) == MAX_HISTORY
     assert history[-1] == {"status": "shipped", "version": 3, "at": NOW.isoformat()}
@@ -145,7 +145,9 @@ async def test_history_is_bounded() -> None:
 
 async def test_a_status_never_follows_itself_so_a_stray_placed_is_always_illegal() -> None:
     documents = FakeFencedDocuments()
-    decision = await StatusConsumer(documents).handle(message(update(OrderStatus.PLACED, 7)))
+    decision = await StatusConsumer(documents, LAYOUT).handle(
+        message(update(OrderStatus.PLACED, 7))
+    )
     assert decision.outcome is Outcome.ILLEGAL_TRANSITION and documents.documents == {}
 
 
@@ -162,7 +164,7 @@ async def test_any_order_with_duplicates_ends_at_the_highest_version(
     deliveries: list[OrderStatusChanged],
 ) -> None:
     documents = FakeFencedDocuments()
-    consumer = StatusConsumer(documents)
+    consumer = StatusConsumer(documents, LAYOUT)
     for delivery in deliveries:
         decision = await consumer.handle(message(delivery))
         assert decision.settlement is Settlement.COMPLETE

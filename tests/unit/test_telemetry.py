@@ -7,7 +7,7 @@ import logging
 from typing import Any
 
 import pytest
-from fakes import FakeFencedDocuments, FakeOrderStore, new_write, order_payload
+from fakes import LAYOUT, FakeFencedDocuments, FakeOrderStore, new_write, order_payload
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     HistogramDataPoint,
@@ -54,7 +54,7 @@ async def test_each_outcome_counts_and_spans_carry_the_dedup_key() -> None:
     tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
     telemetry = ConsumerTelemetry(MeterProvider(metric_readers=[reader]), tracer_provider)
     store = FakeOrderStore()
-    consumer = OrderConsumer(store, telemetry)
+    consumer = OrderConsumer(store, LAYOUT, telemetry)
 
     def message(payload: dict[str, object], delivery_count: int = 1) -> ReceivedOrderMessage:
         return ReceivedOrderMessage(
@@ -90,7 +90,9 @@ async def test_each_outcome_counts_and_spans_carry_the_dedup_key() -> None:
 
 
 async def test_untrusted_values_cannot_forge_log_lines(caplog: pytest.LogCaptureFixture) -> None:
-    consumer = OrderConsumer(FakeOrderStore(), ConsumerTelemetry(MeterProvider(), TracerProvider()))
+    consumer = OrderConsumer(
+        FakeOrderStore(), LAYOUT, ConsumerTelemetry(MeterProvider(), TracerProvider())
+    )
     forged = 't-9\nERROR ALERT outcome=processed dedup_key="x"'
 
     with caplog.at_level(logging.INFO, logger="orders.consumer"):
@@ -245,7 +247,7 @@ async def test_the_dispatcher_counts_publishes_failures_and_a_lag_that_grows_whi
     )
     events = FailingEvents(fail=True)
     dispatcher = OutboxDispatcher(
-        MarkOnlyFeed(), events, FakeFencedDocuments(), telemetry=telemetry
+        MarkOnlyFeed(), events, FakeFencedDocuments(), LAYOUT, telemetry=telemetry
     )
     batch = [_outbox("o-1", written_at=990)]
 

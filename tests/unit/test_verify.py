@@ -6,7 +6,7 @@ import asyncio
 import copy
 from typing import Any
 
-from fakes import FakeOrderStore
+from fakes import LAYOUT, FakeOrderStore
 
 from orders.domain.dead_letters import DeadLetteredMessage
 from orders.domain.load_plan import LoadMix, LoadPlan, SendKind, plan_load
@@ -24,7 +24,7 @@ def replay(
     """What an honest pipeline leaves behind: the broker drops what arrives inside its window
     with a MessageId it has seen (producer retries, and conflicts sent inside the window)."""
     store = FakeOrderStore()
-    consumer = OrderConsumer(store)
+    consumer = OrderConsumer(store, LAYOUT)
     dead: list[DeadLetteredMessage] = []
     sends = [s for s in plan.sends if s.kind not in broker_drops]
     if conflicts_first:

@@ -13,6 +13,7 @@ from orders.adapters.cosmos_errors import (
     store_error_for,
     store_errors,
 )
+from orders.adapters.cosmos_layout import order_record, rejection_document
 from orders.domain.documents import OrderAlreadyExistsError, OrderRecord, OrderWrite
 from orders.domain.rejections import OrderRejection
 from orders.exceptions import StoreError, TransientStoreError
@@ -46,11 +47,11 @@ class CosmosOrderStore:
         document = await read_document(self._container, order_id, order_id)
         if document is None:
             return None
-        return OrderRecord.from_document(document)
+        return order_record(document)
 
     async def record_rejection(self, rejection: OrderRejection) -> None:
         with store_errors():
-            await self._container.upsert_item(body=rejection.to_document())
+            await self._container.upsert_item(body=rejection_document(rejection))
 
     async def _conflict(self, order_id: str) -> StoreError | OrderAlreadyExistsError:
         existing = await self.read_order(order_id)

@@ -6,7 +6,8 @@ order document's If-Match replace that decides the cancel (`domain/saga.py`).
 The outbox document is written in the same transactional batch as the order, so an order is
 stored if and only if its event will be published. Its id is the event id and the MessageId the
 dispatcher publishes with: deterministic, so a re-publish after a crash is the same message to
-the broker's duplicate detection and to every subscriber's inbox.
+the broker's duplicate detection and to every subscriber's inbox. Its shape is the Cosmos
+adapter's (`adapters/cosmos_layout.py`), which hands the dispatcher the event it holds.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from decimal import Decimal
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, StrictInt
 
@@ -37,7 +38,9 @@ MAX_EVENT_BODY_BYTES = 4096
 _AMOUNT_TEXT = re.compile(r"(0|[1-9][0-9]{0,23})(\.[0-9]{1,4})?")
 
 
-def outbox_document_id(order_id: str, event_type: str = ORDER_ACCEPTED) -> str:
+def order_event_id(order_id: str, event_type: str = ORDER_ACCEPTED) -> str:
+    """The id of the order's one event of this type: the MessageId it is published with, and
+    what an event is verified by (`domain/saga.py`). The outbox entry is stored under it."""
     return f"{order_id}:outbox:{event_type}"
 
 
@@ -73,7 +76,7 @@ class OrderAccepted(BaseModel):
     def of(cls, order: OrderPlaced, *, total_amount: str, accepted_at: datetime) -> OrderAccepted:
         return cls.model_validate(
             {
-                "eventId": outbox_document_id(order.order_id),
+                "eventId": order_event_id(order.order_id),
                 "orderId": order.order_id,
                 "customerId": order.customer_id,
                 "currency": str(order.currency),
@@ -102,7 +105,7 @@ class OrderCancelled(BaseModel):
     def of(cls, order_id: str, *, cancelled_at: datetime, reason: str | None) -> OrderCancelled:
         return cls.model_validate(
             {
-                "eventId": outbox_document_id(order_id, ORDER_CANCELLED),
+                "eventId": order_event_id(order_id, ORDER_CANCELLED),
                 "orderId": order_id,
                 "cancelledAt": cancelled_at.isoformat(),
                 "reason": reason,
@@ -124,36 +127,10 @@ class _AnyOrderEvent(BaseModel):
     event: Annotated[OrderEvent, Field(discriminator="event_type")]
 
 
-def outbox_document(
-    event: OrderEvent, trace_context: dict[str, str] | None = None
-) -> dict[str, Any]:
-    """The outbox entry: the event as it will be published, whether it has been, and the trace
-    of the consumer that stored it (so the publish continues that trace)."""
-    return {
-        "id": event.event_id,
-        "orderId": event.order_id,
-        "type": OUTBOX_DOCUMENT_TYPE,
-        "eventType": event.event_type,
-        "event": event.model_dump(mode="json"),
-        "traceContext": dict(trace_context or {}),
-        "dispatched": False,
-    }
-
-
-def trace_context_of_outbox(document: dict[str, Any]) -> dict[str, str]:
-    stored = document.get("traceContext")
-    if not isinstance(stored, dict):
-        return {}
-    return {str(key): str(value) for key, value in stored.items() if isinstance(value, str)}
-
-
-def is_undispatched_outbox(document: dict[str, Any]) -> bool:
-    return document.get("type") == OUTBOX_DOCUMENT_TYPE and document.get("dispatched") is False
-
-
-def event_of_outbox(document: dict[str, Any]) -> OrderEvent:
-    """The event an outbox document holds (written by us, so a failure here is a bug)."""
-    return _AnyOrderEvent.model_validate({"event": document["event"]}).event
+def stored_event(data: object) -> OrderEvent:
+    """An event as this app stored it (`model_dump(mode="json")`, in the outbox): written by
+    us, so a failure here is a bug."""
+    return _AnyOrderEvent.model_validate({"event": data}).event
 
 
 def parse_order_accepted(message: ReceivedOrderMessage) -> OrderAccepted:

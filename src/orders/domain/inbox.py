@@ -1,20 +1,14 @@
-"""What the fan-out consumers store: consumer-scoped inbox records and their effects.
+"""What the fan-out consumers keep: billing's two-phase records and their downstream keys.
 
-All of it lives in the inbox container, partitioned by `/orderId` like the orders container, so
-an inbox record and its effect share a partition and can be one transactional batch. Record ids
-are scoped by consumer (`shipping:<messageId>`, `billing:<messageId>`): one consumer's record
-never blocks another's.
+Plain data and rules; how they are stored (ids, fields, the inbox container shared with
+shipping's records) is the Cosmos adapter's (`adapters/cosmos_layout.py`).
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from datetime import datetime
 from enum import StrEnum
-from typing import Any
-
-from orders.domain.events import OrderAccepted
 
 INBOX_DOCUMENT_TYPE = "inbox"
 SHIPMENT_DOCUMENT_TYPE = "shipment"
@@ -23,39 +17,6 @@ REFUND_DOCUMENT_TYPE = "refund"
 SHIPPING = "shipping"
 BILLING = "billing"
 REFUND = "refund"
-
-
-def inbox_record_id(consumer: str, message_id: str) -> str:
-    return f"{consumer}:{message_id}"
-
-
-def shipment_document_id(order_id: str) -> str:
-    return f"{order_id}:shipment"
-
-
-def shipping_documents(
-    event: OrderAccepted, *, message_id: str, processed_at: datetime
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The inbox record and the shipment: written together or not at all."""
-    at = processed_at.isoformat()
-    inbox = {
-        "id": inbox_record_id(SHIPPING, message_id),
-        "orderId": event.order_id,
-        "type": INBOX_DOCUMENT_TYPE,
-        "consumer": SHIPPING,
-        "messageId": message_id,
-        "processedAt": at,
-    }
-    shipment = {
-        "id": shipment_document_id(event.order_id),
-        "orderId": event.order_id,
-        "type": SHIPMENT_DOCUMENT_TYPE,
-        "customerId": event.customer_id,
-        "lineCount": event.line_count,
-        "status": "requested",
-        "requestedAt": at,
-    }
-    return inbox, shipment
 
 
 class BillingStatus(StrEnum):
@@ -68,8 +29,9 @@ class BillingStatus(StrEnum):
 
 @dataclass(frozen=True)
 class BillingRecord:
-    """The billing consumer's two-phase record for one message (key `billing:<messageId>`):
-    plain data; the store's version of it (ETag, write time) stays with the record store."""
+    """The billing consumer's two-phase record for one message: plain data. Its key is the
+    one the store's layout names (`DocumentLayout.charge_record_id`); the store's version of
+    it (ETag, write time) stays with the record store."""
 
     record_id: str
     order_id: str
@@ -82,39 +44,6 @@ class BillingRecord:
     payment_key: str  # the Idempotency-Key sent downstream: billing:<orderId>
     payment_id: str | None = None
     attempts: int = 1
-
-    def to_document(self) -> dict[str, Any]:
-        return {
-            "id": self.record_id,
-            "orderId": self.order_id,
-            "type": BILLING_DOCUMENT_TYPE,
-            "consumer": BILLING,
-            "messageId": self.message_id,
-            "status": self.status.value,
-            "owner": self.owner,
-            "leaseSeconds": self.lease_seconds,
-            "amount": self.amount,
-            "currency": self.currency,
-            "paymentKey": self.payment_key,
-            "paymentId": self.payment_id,
-            "attempts": self.attempts,
-        }
-
-    @classmethod
-    def from_document(cls, document: dict[str, Any]) -> BillingRecord:
-        return cls(
-            record_id=document["id"],
-            order_id=document["orderId"],
-            message_id=document["messageId"],
-            status=BillingStatus(document["status"]),
-            owner=document["owner"],
-            lease_seconds=float(document["leaseSeconds"]),
-            amount=document["amount"],
-            currency=document["currency"],
-            payment_key=document["paymentKey"],
-            payment_id=document.get("paymentId"),
-            attempts=int(document.get("attempts", 1)),
-        )
 
 
 def payment_key(order_id: str) -> str:
@@ -138,14 +67,10 @@ def _downstream_key(prefix: str, order_id: str) -> str:
     return f"{prefix}:sha256:{hashlib.sha256(order_id.encode('utf-8')).hexdigest()}"
 
 
-def refund_record_id(order_id: str) -> str:
-    """One refund record per order (not per message: two paths may ask for the refund)."""
-    return f"{REFUND}:{order_id}"
-
-
 @dataclass(frozen=True)
 class RefundRecord:
-    """The two-phase record of an order's refund (id `refund:<orderId>`), like billing's."""
+    """The two-phase record of an order's refund (one per order, its key named by the
+    layout's `refund_record_id`), like billing's."""
 
     record_id: str
     order_id: str
@@ -158,36 +83,3 @@ class RefundRecord:
     refund_key: str  # the Idempotency-Key sent downstream: refund:<orderId>
     refund_id: str | None = None
     attempts: int = 1
-
-    def to_document(self) -> dict[str, Any]:
-        return {
-            "id": self.record_id,
-            "orderId": self.order_id,
-            "type": REFUND_DOCUMENT_TYPE,
-            "consumer": BILLING,
-            "status": self.status.value,
-            "owner": self.owner,
-            "leaseSeconds": self.lease_seconds,
-            "paymentId": self.payment_id,
-            "amount": self.amount,
-            "currency": self.currency,
-            "refundKey": self.refund_key,
-            "refundId": self.refund_id,
-            "attempts": self.attempts,
-        }
-
-    @classmethod
-    def from_document(cls, document: dict[str, Any]) -> RefundRecord:
-        return cls(
-            record_id=document["id"],
-            order_id=document["orderId"],
-            status=BillingStatus(document["status"]),
-            owner=document["owner"],
-            lease_seconds=float(document["leaseSeconds"]),
-            payment_id=document["paymentId"],
-            amount=document["amount"],
-            currency=document["currency"],
-            refund_key=document["refundKey"],
-            refund_id=document.get("refundId"),
-            attempts=int(document.get("attempts", 1)),
-        )

@@ -3,7 +3,8 @@
 A dead letter is visible to operators only; the rejection document puts the reason where the
 order would have been (the order's own partition), so `GET /api/orders/{orderId}` can answer
 "rejected, because ..." instead of "accepted" forever. One document per distinct payload: a
-redelivery of the same rejected message rewrites the same document (upsert).
+redelivery of the same rejected message rewrites the same document (upsert). Its shape and id
+are the Cosmos adapter's (`adapters/cosmos_layout.py`).
 """
 
 from __future__ import annotations
@@ -26,23 +27,6 @@ class OrderRejection:
     request_hash: str | None  # only for a valid order (a reused orderId)
     body_digest: str  # SHA-256 of the raw body: names the payload when there is no hash
     rejected_at: datetime
-
-    @property
-    def document_id(self) -> str:
-        return f"{self.order_id}:rejection:{self.request_hash or self.body_digest}"
-
-    def to_document(self) -> dict[str, Any]:
-        return {
-            "id": self.document_id,
-            "orderId": self.order_id,
-            "type": REJECTION_DOCUMENT_TYPE,
-            "reason": self.reason,
-            "description": self.description,
-            "messageId": self.message_id,
-            "requestHash": self.request_hash,
-            "bodyDigest": self.body_digest,
-            "rejectedAt": self.rejected_at.isoformat(),
-        }
 
 
 def body_digest(body: bytes) -> str:

@@ -28,7 +28,7 @@ from orders.domain.events import (
     OrderAccepted,
     OrderCancelled,
     OrderEvent,
-    outbox_document_id,
+    order_event_id,
 )
 from orders.domain.messages import DeadLetterReason
 
@@ -121,9 +121,9 @@ def check_event(document: dict[str, Any] | None, event: OrderEvent) -> EventRefu
     assert document is not None
     order = SagaOrder.of(document)
     if isinstance(event, OrderCancelled):
-        if event.event_id != outbox_document_id(order.order_id, ORDER_CANCELLED):
+        if event.event_id != order_event_id(order.order_id, ORDER_CANCELLED):
             return _mismatch(
-                event, f"eventId should be {outbox_document_id(order.order_id, ORDER_CANCELLED)!r}"
+                event, f"eventId should be {order_event_id(order.order_id, ORDER_CANCELLED)!r}"
             )
         if order.fulfilment is not Fulfilment.CANCELLED:
             return _mismatch(event, f"the stored order is {order.fulfilment.value}, not cancelled")
@@ -132,7 +132,7 @@ def check_event(document: dict[str, Any] | None, event: OrderEvent) -> EventRefu
 
 
 def _check_accepted(order: SagaOrder, event: OrderAccepted) -> EventRefusal | None:
-    expected_id = outbox_document_id(order.order_id, ORDER_ACCEPTED)
+    expected_id = order_event_id(order.order_id, ORDER_ACCEPTED)
     differences = [
         f"{name} {theirs!r} != stored {ours!r}"
         for name, theirs, ours in (

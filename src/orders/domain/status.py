@@ -135,10 +135,6 @@ def status_message_id(order_id: str, version: int) -> str:
     return f"{order_id}:status:{version}"
 
 
-def status_document_id(order_id: str) -> str:
-    return f"{order_id}:status"
-
-
 # One entry of a status document's history: the status, its version and when it changed.
 HistoryEntry = Mapping[str, object]
 
@@ -180,21 +176,10 @@ def judge_update(stored: StoredStatus, update: OrderStatusChanged) -> Verdict:
     return Verdict.ILLEGAL
 
 
-def applied_document(stored: StoredStatus, update: OrderStatusChanged) -> dict[str, Any]:
-    """The status document after `update`, with a bounded history of what it replaced."""
+def history_after(stored: StoredStatus, update: OrderStatusChanged) -> tuple[HistoryEntry, ...]:
+    """The history the status keeps once `update` applied: bounded, the newest last."""
     entry = {"status": update.status.value, "version": update.version, "at": update.changed_at}
-    document: dict[str, Any] = {
-        "id": status_document_id(update.order_id),
-        "orderId": update.order_id,
-        "type": STATUS_DOCUMENT_TYPE,
-        "status": update.status.value,
-        "version": update.version,
-        "changedAt": update.changed_at,
-        "history": [*stored.history, entry][-MAX_HISTORY:],
-    }
-    if update.reason:
-        document["reason"] = update.reason
-    return document
+    return (*stored.history, entry)[-MAX_HISTORY:]
 
 
 def parse_status_changed(message: ReceivedOrderMessage) -> OrderStatusChanged:

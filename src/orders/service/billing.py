@@ -39,17 +39,14 @@ from orders.domain.events import (
     OrderAccepted,
     OrderCancelled,
     OrderEvent,
-    outbox_document_id,
+    order_event_id,
 )
 from orders.domain.inbox import (
-    BILLING,
     BillingRecord,
     BillingStatus,
     RefundRecord,
-    inbox_record_id,
     payment_key,
     refund_key,
-    refund_record_id,
 )
 from orders.domain.messages import DeadLetterReason, truncate
 from orders.domain.outcomes import Decision, Outcome, Settlement
@@ -67,7 +64,7 @@ from orders.service.billing_records import (
     refund_record,
 )
 from orders.service.payment_port import PaymentGateway
-from orders.service.ports import FencedDocuments, StatusPublisher
+from orders.service.ports import BillingLayout, FencedDocuments, StatusPublisher
 from orders.service.saga import OrderSaga
 from orders.service.subscriber import TRANSIENT_ERRORS, announce, handle_event
 
@@ -100,6 +97,7 @@ class BillingConsumer:
         records: FencedDocuments,
         payments: PaymentGateway,
         saga: OrderSaga,
+        layout: BillingLayout,
         *,
         owner: str | None = None,
         lease_seconds: float,
@@ -113,6 +111,7 @@ class BillingConsumer:
         self._records = records
         self._payments = payments
         self._saga = saga
+        self._layout = layout
         self._owner = owner or f"billing-{uuid.uuid4().hex[:12]}"
         self._lease_seconds = lease_seconds
         # A refused record is taken over at once by a resubmitted copy, which asks again.
@@ -125,7 +124,10 @@ class BillingConsumer:
                 sleep=sleep,
                 failed_is_final=False,
             )
-            for store in (FencedRecords.charges(records), FencedRecords.refunds(records))
+            for store in (
+                FencedRecords.charges(records, layout),
+                FencedRecords.refunds(records, layout),
+            )
         )
         self._after_charge = after_charge
         self._after_refund = after_refund
@@ -171,14 +173,17 @@ class BillingConsumer:
         )
 
     async def _charge_started(self, event: OrderAccepted) -> bool:
-        read = await self._records.read(inbox_record_id(BILLING, event.event_id), event.order_id)
-        if read.document is None:
-            return False
-        return BillingRecord.from_document(read.document.body).status is not BillingStatus.REFUSED
+        started = await self._charge_record(event.event_id, event.order_id)
+        return started is not None and started.status is not BillingStatus.REFUSED
+
+    async def _charge_record(self, event_id: str, order_id: str) -> BillingRecord | None:
+        """The charge record of the order's `OrderAccepted` `event_id`, if one was written."""
+        read = await self._records.read(self._layout.charge_record_id(event_id), order_id)
+        return self._layout.charge_of(read.document.body) if read.document is not None else None
 
     def _new_charge_record(self, event: OrderAccepted) -> BillingRecord:
         return BillingRecord(
-            record_id=inbox_record_id(BILLING, event.event_id),
+            record_id=self._layout.charge_record_id(event.event_id),
             order_id=event.order_id,
             message_id=event.event_id,
             status=BillingStatus.IN_PROGRESS,
@@ -228,13 +233,12 @@ class BillingConsumer:
 
     async def _on_cancel(self, event: OrderCancelled, order: SagaOrder) -> Decision:
         await announce(self._status, event, OrderStatus.CANCELLED, self._clock())
-        accepted_id = outbox_document_id(order.order_id, ORDER_ACCEPTED)
-        read = await self._records.read(inbox_record_id(BILLING, accepted_id), order.order_id)
-        if read.document is None:
+        accepted_id = order_event_id(order.order_id, ORDER_ACCEPTED)
+        started = await self._charge_record(accepted_id, order.order_id)
+        if started is None:
             # No charge was asked for. A delivery that is about to ask reads the order again
             # after its charge, sees the cancel and pays it back itself.
             return Decision(Outcome.NOTHING_TO_REFUND, Settlement.COMPLETE, order.order_id)
-        started = BillingRecord.from_document(read.document.body)
         if started.status is BillingStatus.REFUSED:
             return Decision(Outcome.NOTHING_TO_REFUND, Settlement.COMPLETE, order.order_id)
         # Still in progress: finish the charge (same key: never a second one), then refund it.
@@ -251,7 +255,7 @@ class BillingConsumer:
             # refuse a refund of 0.
             return Decision(Outcome.NOTHING_TO_REFUND, Settlement.COMPLETE, event.order_id)
         record = RefundRecord(
-            record_id=refund_record_id(event.order_id),
+            record_id=self._layout.refund_record_id(event.order_id),
             order_id=event.order_id,
             status=BillingStatus.IN_PROGRESS,
             owner=self._owner,

@@ -2,8 +2,9 @@
 
 Billing claims, takes over and completes them through the core's one state machine
 (`exactly_once.claims.Claims`); this module is the record store it runs on: the inbox
-container's fenced documents, in the shapes billing has always written (`type` `billing` /
-`refund`, flat fields), which the console, the audits and operators read.
+container's fenced documents, in the shapes the store's `BillingLayout` gives them (billing's
+flat documents of `type` `billing` / `refund`, which the console, the audits and operators
+read).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from exactly_once.records import JsonInput, JsonValue, Record, RecordRead, Recor
 from orders.domain.inbox import BillingRecord, BillingStatus, RefundRecord
 from orders.domain.leases import StampedDocument
 from orders.exceptions import DocumentExistsError, LeaseLostError
-from orders.service.ports import FencedDocuments
+from orders.service.ports import BillingLayout, FencedDocuments
 
 # Billing's records are named by message or order, never by payload: no request hash to compare.
 NO_REQUEST_HASH = ""
@@ -134,24 +135,6 @@ def as_refund(record: Record) -> RefundRecord:
     )
 
 
-def _charge_document(record: Record) -> dict[str, Any]:
-    return as_charge(record).to_document()
-
-
-def _charge_from_document(stored: StampedDocument) -> Record:
-    """The stored charge as the core's record, with the version the fenced-documents port
-    hands over apart (its ETag and write time): the domain's records never see it."""
-    return charge_record(BillingRecord.from_document(stored.body), stored.stamp)
-
-
-def _refund_document(record: Record) -> dict[str, Any]:
-    return as_refund(record).to_document()
-
-
-def _refund_from_document(stored: StampedDocument) -> Record:
-    return refund_record(RefundRecord.from_document(stored.body), stored.stamp)
-
-
 class FencedRecords:
     """The core's `RecordStore` over billing's fenced documents, in one of billing's shapes."""
 
@@ -166,14 +149,24 @@ class FencedRecords:
         self._from_document = from_document
 
     @classmethod
-    def charges(cls, documents: FencedDocuments) -> FencedRecords:
-        """Charge records (`billing:<eventId>`)."""
-        return cls(documents, _charge_document, _charge_from_document)
+    def charges(cls, documents: FencedDocuments, layout: BillingLayout) -> FencedRecords:
+        """Charge records, in the layout's shape. The version the fenced-documents port hands
+        over apart (ETag and write time) becomes the core record's stamp: billing's records
+        never see it."""
+        return cls(
+            documents,
+            lambda record: layout.charge_document(as_charge(record)),
+            lambda stored: charge_record(layout.charge_of(stored.body), stored.stamp),
+        )
 
     @classmethod
-    def refunds(cls, documents: FencedDocuments) -> FencedRecords:
-        """Refund records (`refund:<orderId>`)."""
-        return cls(documents, _refund_document, _refund_from_document)
+    def refunds(cls, documents: FencedDocuments, layout: BillingLayout) -> FencedRecords:
+        """Refund records, in the layout's shape (stamped like the charges)."""
+        return cls(
+            documents,
+            lambda record: layout.refund_document(as_refund(record)),
+            lambda stored: refund_record(layout.refund_of(stored.body), stored.stamp),
+        )
 
     async def claim(self, record: Record) -> Record:
         """Create the record (the create is the lock); a taken key raises the core's

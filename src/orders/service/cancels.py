@@ -17,8 +17,8 @@ from enum import StrEnum
 from typing import Protocol
 
 from exactly_once.records import JsonObject
-from orders.domain.events import outbox_document_id
-from orders.domain.inbox import BILLING, BillingStatus, inbox_record_id, shipment_document_id
+from orders.domain.events import order_event_id
+from orders.domain.inbox import BillingStatus
 from orders.domain.load_plan import CancelPoint, PlannedCancel
 from orders.exceptions import (
     OrderAlreadyShippedError,
@@ -29,7 +29,7 @@ from orders.exceptions import (
     UnknownOrderError,
 )
 from orders.service.idempotency import IdempotentOrderIntake
-from orders.service.ports import OrderDocuments
+from orders.service.ports import BillingLayout, OrderDocuments, ShippingLayout
 
 DEFAULT_DEADLINE_SECONDS = 60.0
 POLL_SECONDS = 0.2
@@ -162,20 +162,29 @@ def answer_mismatches(
     return wrong
 
 
+class ProbedLayout(BillingLayout, ShippingLayout, Protocol):
+    """The ids (and billing's record) the probe reads."""
+
+
 class StoreProbe:
     """`CancelProbe` by point reads: the order document, billing's record, the shipment."""
 
-    def __init__(self, orders: OrderDocuments, inbox: OrderDocuments) -> None:
+    def __init__(self, orders: OrderDocuments, inbox: OrderDocuments, layout: ProbedLayout) -> None:
         self._orders = orders
         self._inbox = inbox
+        self._layout = layout
 
     async def stored(self, order_id: str) -> bool:
         return await self._orders.get_stored(order_id, order_id) is not None
 
     async def charged(self, order_id: str) -> bool:
-        record_id = inbox_record_id(BILLING, outbox_document_id(order_id))
+        record_id = self._layout.charge_record_id(order_event_id(order_id))
         record = await self._inbox.get_stored(record_id, order_id)
-        return record is not None and record.body.get("status") == BillingStatus.COMPLETED.value
+        return (
+            record is not None
+            and self._layout.charge_of(record.body).status is BillingStatus.COMPLETED
+        )
 
     async def shipped(self, order_id: str) -> bool:
-        return await self._inbox.get_stored(shipment_document_id(order_id), order_id) is not None
+        shipment_id = self._layout.shipment_id(order_id)
+        return await self._inbox.get_stored(shipment_id, order_id) is not None

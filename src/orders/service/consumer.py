@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from exactly_once.decisions import settle as settle
 from exactly_once.exceptions import PayloadMismatchError
 from exactly_once.orchestrator import create_entity
-from orders.domain.documents import OrderWrite, build_order_write
+from orders.domain.documents import OrderWrite
 from orders.domain.hashing import request_hash
 from orders.domain.messages import DeadLetterReason, MessageRejected, parse_received_order
 from orders.domain.model import is_entity_id
@@ -25,7 +25,7 @@ from orders.domain.received import ReceivedOrderMessage
 from orders.domain.rejections import OrderRejection, body_digest
 from orders.observability import ConsumerTelemetry, log_value
 from orders.service.core_documents import OrderDocumentStore
-from orders.service.ports import MessageSettler, OrderStore
+from orders.service.ports import MessageSettler, OrderLayout, OrderStore
 from orders.service.subscriber import decided
 from orders.tracing import current_trace_properties
 
@@ -56,10 +56,12 @@ class OrderConsumer:
     def __init__(
         self,
         store: OrderStore,
+        layout: OrderLayout,
         telemetry: ConsumerTelemetry | None = None,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self._store = store
+        self._layout = layout
         self._documents = OrderDocumentStore(store)
         self._telemetry = telemetry or ConsumerTelemetry()
         self._clock = clock
@@ -98,7 +100,7 @@ class OrderConsumer:
             return decision
 
         incoming_hash = request_hash(order.canonical_payload())
-        write = build_order_write(
+        write = self._layout.order_write(
             order,
             request_hash=incoming_hash,
             message_id=order.order_id,

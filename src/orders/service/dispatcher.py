@@ -23,16 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from orders.domain.events import (
-    OrderEvent,
-    event_of_outbox,
-    is_undispatched_outbox,
-    trace_context_of_outbox,
-)
+from orders.domain.events import OrderEvent
 from orders.domain.leases import DEFAULT_LEASE_SECONDS, StampedDocument, lease_is_live
 from orders.exceptions import DocumentExistsError, LeaseLostError
 from orders.observability import DispatcherTelemetry, log_value
-from orders.service.ports import EventPublisher, FencedDocuments, OutboxFeed
+from orders.service.ports import EventLayout, EventPublisher, FencedDocuments, OutboxFeed
 
 logger = logging.getLogger("orders.dispatcher")
 
@@ -68,6 +63,7 @@ class OutboxDispatcher:
         feed: OutboxFeed,
         publisher: EventPublisher,
         leases: FencedDocuments,
+        layout: EventLayout,
         *,
         owner: str | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
@@ -79,6 +75,7 @@ class OutboxDispatcher:
         self._feed = feed
         self._publisher = publisher
         self._leases = leases
+        self._layout = layout
         self._owner = owner or f"dispatcher-{uuid.uuid4().hex[:12]}"
         self._lease_seconds = lease_seconds
         self._poll_seconds = poll_seconds
@@ -98,13 +95,13 @@ class OutboxDispatcher:
         with self._telemetry.batch_span(len(documents)) as span:
             try:
                 for document in documents:
-                    if not is_undispatched_outbox(document):
+                    pending = self._layout.pending_event(document)
+                    if pending is None:
                         continue
                     self._telemetry.attempting(document)
-                    event = event_of_outbox(document)
-                    await self._publisher.publish_event(event, trace_context_of_outbox(document))
+                    await self._publisher.publish_event(pending.event, pending.trace_context)
                     if self._after_publish is not None:
-                        self._after_publish(event)
+                        self._after_publish(pending.event)
                     await self._feed.mark_dispatched(document)
                     published += 1
             except Exception as error:

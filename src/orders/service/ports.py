@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -12,14 +12,15 @@ from exactly_once.records import StoredDocument
 from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, Selection
 from orders.domain.decision_counters import DecisionCounters
 from orders.domain.documents import OrderRecord, OrderWrite
-from orders.domain.events import OrderEvent
+from orders.domain.events import OrderAccepted, OrderEvent
 from orders.domain.idempotency import KeyRecord, OrderIdClaim
+from orders.domain.inbox import BillingRecord, RefundRecord
 from orders.domain.leases import DatabaseRead, StampedDocument
 from orders.domain.model import OrderPlaced
 from orders.domain.outcomes import Decision
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.rejections import OrderRejection
-from orders.domain.status import OrderStatusChanged
+from orders.domain.status import HistoryEntry, OrderStatusChanged
 from orders.service.subscribers import Source
 
 
@@ -40,6 +41,92 @@ class OrderStore(Protocol):
     async def record_rejection(self, rejection: OrderRejection) -> None:
         """Write (upsert) the rejection document in the order's partition."""
         ...
+
+
+# --- Document layouts: how the store lays out what the consumers write ----------------------
+# The consumers hand documents to the `exactly_once` core (`create_entity`, `inbox_batch`,
+# `apply_version`) and read records by id; the shapes and ids are the store adapter's
+# (`adapters/cosmos_layout.CosmosLayout` implements them all), pure mapping with no I/O.
+
+
+@dataclass(frozen=True)
+class PendingEvent:
+    """An outbox entry not yet published: its event and the trace the publish continues."""
+
+    event: OrderEvent
+    trace_context: dict[str, str]
+
+
+class EventLayout(Protocol):
+    def pending_event(self, document: Mapping[str, Any]) -> PendingEvent | None:
+        """The event an undispatched outbox entry holds; None for any other document."""
+        ...
+
+    def outbox_document(
+        self, event: OrderEvent, trace_context: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        """The outbox entry for `event`, to be written in the batch that decides it."""
+        ...
+
+
+class OrderLayout(EventLayout, Protocol):
+    def order_write(
+        self,
+        order: OrderPlaced,
+        *,
+        request_hash: str,
+        message_id: str,
+        processed_at: datetime,
+        trace_context: dict[str, str] | None = None,
+    ) -> OrderWrite:
+        """Every document a new order writes (the order document first), one batch."""
+        ...
+
+
+class ShippingLayout(Protocol):
+    def shipment_id(self, order_id: str) -> str:
+        """The id of the order's one shipment."""
+        ...
+
+    def shipping_documents(
+        self, event: OrderAccepted, *, message_id: str, processed_at: datetime
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Shipping's inbox record for the message and the shipment: one batch."""
+        ...
+
+
+class BillingLayout(Protocol):
+    def charge_record_id(self, event_id: str) -> str:
+        """The id of billing's charge record for an `OrderAccepted`."""
+        ...
+
+    def refund_record_id(self, order_id: str) -> str:
+        """The id of the order's one refund record."""
+        ...
+
+    def charge_document(self, charge: BillingRecord) -> dict[str, Any]: ...
+
+    def charge_of(self, document: Mapping[str, Any]) -> BillingRecord: ...
+
+    def refund_document(self, refund: RefundRecord) -> dict[str, Any]: ...
+
+    def refund_of(self, document: Mapping[str, Any]) -> RefundRecord: ...
+
+
+class StatusLayout(Protocol):
+    def status_document_id(self, order_id: str) -> str:
+        """The id of the order's one status document."""
+        ...
+
+    def status_document(
+        self, update: OrderStatusChanged, history: tuple[HistoryEntry, ...]
+    ) -> dict[str, Any]:
+        """The status document once `update` applied, keeping `history`."""
+        ...
+
+
+class DocumentLayout(OrderLayout, ShippingLayout, BillingLayout, StatusLayout, Protocol):
+    """Every layout at once: what the composition root wires into the consumers."""
 
 
 class MessageSettler(Protocol):

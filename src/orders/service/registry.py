@@ -22,7 +22,13 @@ from typing import Any, Protocol
 from orders.domain.payments import Charge
 from orders.service.billing import AfterCharge, AfterRefund, BillingConsumer
 from orders.service.payment_port import PaymentGateway
-from orders.service.ports import FencedBatches, InboxStore, MessageHandler, StatusPublisher
+from orders.service.ports import (
+    DocumentLayout,
+    FencedBatches,
+    InboxStore,
+    MessageHandler,
+    StatusPublisher,
+)
 from orders.service.saga import OrderSaga
 from orders.service.shipping import ShippingConsumer
 from orders.service.status import StatusConsumer
@@ -41,6 +47,11 @@ class ConsumerWiring(Protocol):
 
     @property
     def settings(self) -> Settings: ...
+
+    @property
+    def layout(self) -> DocumentLayout:
+        """How the store lays out the documents and ids the consumers write and read."""
+        ...
 
     def inbox(self) -> InboxStore:
         """The inbox container: consumers' records and effects, scoped by consumer."""
@@ -124,7 +135,7 @@ class ConsumerSpec:
 
 
 def _shipping(wiring: ConsumerWiring) -> MessageHandler:
-    return ShippingConsumer(wiring.inbox(), wiring.saga(), wiring.status_publisher())
+    return ShippingConsumer(wiring.inbox(), wiring.saga(), wiring.layout, wiring.status_publisher())
 
 
 def _billing(wiring: ConsumerWiring) -> MessageHandler:
@@ -132,6 +143,7 @@ def _billing(wiring: ConsumerWiring) -> MessageHandler:
         wiring.inbox(),
         wiring.payments(),
         wiring.saga(),
+        wiring.layout,
         lease_seconds=wiring.settings.billing_lease_seconds,
         after_charge=wiring.after_charge,
         after_refund=wiring.after_refund,
@@ -140,7 +152,7 @@ def _billing(wiring: ConsumerWiring) -> MessageHandler:
 
 
 def _status(wiring: ConsumerWiring) -> MessageHandler:
-    return StatusConsumer(wiring.orders())
+    return StatusConsumer(wiring.orders(), wiring.layout)
 
 
 def _audit_shipping(found: AuditInputs) -> ConsumerAudit:

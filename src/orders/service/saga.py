@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from enum import StrEnum
 
-from orders.domain.events import OrderCancelled, OrderEvent, outbox_document
+from orders.domain.events import OrderCancelled, OrderEvent
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.saga import (
     CancelVerdict,
@@ -25,7 +25,7 @@ from orders.domain.saga import (
 )
 from orders.exceptions import LeaseLostError, TransientStoreError
 from orders.observability import log_value
-from orders.service.ports import OrderDocuments
+from orders.service.ports import EventLayout, OrderDocuments
 
 logger = logging.getLogger("orders.saga")
 
@@ -52,9 +52,11 @@ class OrderSaga:
     def __init__(
         self,
         orders: OrderDocuments,
+        layout: EventLayout,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._orders = orders
+        self._layout = layout
         self._clock = clock
 
     async def order(self, order_id: str) -> SagaOrder | None:
@@ -121,7 +123,7 @@ class OrderSaga:
                     order_id,
                     order.cancelled(at, reason),
                     etag=order.etag,
-                    created=[outbox_document(event)],
+                    created=[self._layout.outbox_document(event)],
                 )
                 logger.info("order %s cancelled", log_value(order_id))
                 return CancelResult.CANCELLED

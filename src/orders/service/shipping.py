@@ -17,14 +17,13 @@ from exactly_once.decisions import Outcome as CoreOutcome
 from exactly_once.exceptions import DocumentExistsError
 from exactly_once.orchestrator import inbox_batch
 from orders.domain.events import OrderAccepted, OrderEvent
-from orders.domain.inbox import shipping_documents
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.saga import ShipVerdict
 from orders.domain.status import OrderStatus
 from orders.observability import log_value
 from orders.service.core_documents import FencedDocumentStore
-from orders.service.ports import InboxStore, StatusPublisher
+from orders.service.ports import InboxStore, ShippingLayout, StatusPublisher
 from orders.service.saga import OrderSaga
 from orders.service.subscriber import announce, handle_event
 
@@ -36,11 +35,13 @@ class ShippingConsumer:
         self,
         inbox: InboxStore,
         saga: OrderSaga,
+        layout: ShippingLayout,
         status: StatusPublisher | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._documents = FencedDocumentStore(inbox)
         self._saga = saga
+        self._layout = layout
         self._status = status
         self._clock = clock
 
@@ -59,7 +60,7 @@ class ShippingConsumer:
                 "order %s was cancelled before shipping: no shipment", log_value(event.order_id)
             )
             return Decision(Outcome.SKIPPED_CANCELLED, Settlement.COMPLETE, event.order_id)
-        record, shipment = shipping_documents(
+        record, shipment = self._layout.shipping_documents(
             event, message_id=event.event_id, processed_at=self._clock()
         )
         try:

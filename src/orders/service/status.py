@@ -23,13 +23,12 @@ from orders.domain.status import (
     OrderStatusChanged,
     StoredStatus,
     Verdict,
-    applied_document,
+    history_after,
     judge_update,
     parse_status_changed,
-    status_document_id,
 )
 from orders.service.core_documents import FencedDocumentStore
-from orders.service.ports import FencedBatches
+from orders.service.ports import FencedBatches, StatusLayout
 from orders.service.subscriber import decided
 
 # Concurrent updates of one order each cost a re-read; past this many the broker retries later.
@@ -46,8 +45,9 @@ class IllegalTransitionError(Exception):
 
 
 class StatusConsumer:
-    def __init__(self, documents: FencedBatches) -> None:
+    def __init__(self, documents: FencedBatches, layout: StatusLayout) -> None:
         self._documents = FencedDocumentStore(documents)
+        self._layout = layout
 
     async def handle(self, message: ReceivedOrderMessage) -> Decision:
         try:
@@ -70,13 +70,13 @@ class StatusConsumer:
             stored = StoredStatus.of(document)
             if judge_update(stored, update) is Verdict.ILLEGAL:
                 raise IllegalTransitionError(stored)
-            return applied_document(stored, update)
+            return self._layout.status_document(update, history_after(stored, update))
 
         try:
             done = await apply_version(
                 self._documents,
                 update.order_id,
-                status_document_id(update.order_id),
+                self._layout.status_document_id(update.order_id),
                 update.version,
                 change,
                 absent_version=PRODUCER_VERSIONS[OrderStatus.PLACED],

@@ -1,0 +1,313 @@
+"""How the app's records are laid out as Cosmos DB documents: ids, field names, types.
+
+The domain holds plain data (`BillingRecord`, `OrderRejection`, `OrderAccepted`, ...); this
+module is the one place that turns it into the documents the containers hold and back. The
+shapes are the ones the app has always written: the console, `orders verify`, the dead-letter
+tools and data already stored read them, so a field renamed here is a migration.
+
+Every document carries its partition key `orderId`, so an order's documents (and a consumer's
+inbox record with its effect) can go in one transactional batch. Record ids in the inbox
+container are scoped by consumer (`shipping:<messageId>`, `billing:<messageId>`): one
+consumer's record never blocks another's. Amounts are decimal strings: JSON numbers are doubles
+and money must stay exact.
+
+`CosmosLayout` is this module as the service layer's `DocumentLayout` port: pure mapping, no
+I/O, so unit tests over fakes use it as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from orders.domain.documents import (
+    LINE_DOCUMENT_TYPE,
+    ORDER_DOCUMENT_TYPE,
+    ORDER_STATUS_PLACED,
+    OrderRecord,
+    OrderWrite,
+    decimal_text,
+)
+from orders.domain.events import OUTBOX_DOCUMENT_TYPE, OrderAccepted, OrderEvent, stored_event
+from orders.domain.inbox import (
+    BILLING,
+    BILLING_DOCUMENT_TYPE,
+    INBOX_DOCUMENT_TYPE,
+    REFUND,
+    REFUND_DOCUMENT_TYPE,
+    SHIPMENT_DOCUMENT_TYPE,
+    SHIPPING,
+    BillingRecord,
+    BillingStatus,
+    RefundRecord,
+)
+from orders.domain.model import OrderPlaced
+from orders.domain.rejections import REJECTION_DOCUMENT_TYPE, OrderRejection
+from orders.domain.status import STATUS_DOCUMENT_TYPE, HistoryEntry, OrderStatusChanged
+from orders.service.ports import PendingEvent
+
+# --- Ids: the documents' storage keys ----------------------------------------------------------
+
+
+def inbox_record_id(consumer: str, message_id: str) -> str:
+    return f"{consumer}:{message_id}"
+
+
+def charge_record_id(event_id: str) -> str:
+    """Billing's record of the charge an `OrderAccepted` asks for: `billing:<eventId>`."""
+    return inbox_record_id(BILLING, event_id)
+
+
+def refund_record_id(order_id: str) -> str:
+    """One refund record per order (not per message: two paths may ask for the refund)."""
+    return f"{REFUND}:{order_id}"
+
+
+def shipment_document_id(order_id: str) -> str:
+    return f"{order_id}:shipment"
+
+
+def line_document_id(order_id: str, line_number: int) -> str:
+    return f"{order_id}:line:{line_number:03d}"
+
+
+def status_document_id(order_id: str) -> str:
+    return f"{order_id}:status"
+
+
+def rejection_document_id(rejection: OrderRejection) -> str:
+    """One rejection document per distinct payload: its request hash, else its body's digest."""
+    return f"{rejection.order_id}:rejection:{rejection.request_hash or rejection.body_digest}"
+
+
+# --- The orders container: an order, its outbox events, its status, its rejections ----------
+
+
+def order_write(
+    order: OrderPlaced,
+    *,
+    request_hash: str,
+    message_id: str,
+    processed_at: datetime,
+    trace_context: dict[str, str] | None = None,
+) -> OrderWrite:
+    """Everything a new order writes in one batch: the order document (id = orderId, first),
+    its `OrderAccepted` outbox entry (stored order <=> event to publish) and one per line."""
+    total_amount = decimal_text(order.total_amount)
+    order_document: dict[str, Any] = {
+        "id": order.order_id,
+        "orderId": order.order_id,
+        "type": ORDER_DOCUMENT_TYPE,
+        "customerId": order.customer_id,
+        "currency": str(order.currency),
+        "status": ORDER_STATUS_PLACED,
+        "lineCount": len(order.lines),
+        "totalQuantity": sum(line.quantity for line in order.lines),
+        "totalAmount": total_amount,
+        "requestHash": request_hash,
+        "messageId": message_id,
+        "processedAt": processed_at.isoformat(),
+    }
+    line_documents = [
+        {
+            "id": line_document_id(order.order_id, number),
+            "orderId": order.order_id,
+            "type": LINE_DOCUMENT_TYPE,
+            "lineNumber": number,
+            "sku": line.sku,
+            "quantity": line.quantity,
+            "unitPrice": decimal_text(line.unit_price),
+            "lineTotal": decimal_text(line.line_total),
+        }
+        for number, line in enumerate(order.lines, start=1)
+    ]
+    accepted = OrderAccepted.of(order, total_amount=total_amount, accepted_at=processed_at)
+    return OrderWrite(
+        order_id=order.order_id,
+        request_hash=request_hash,
+        documents=(order_document, outbox_document(accepted, trace_context), *line_documents),
+    )
+
+
+def order_record(document: Mapping[str, Any]) -> OrderRecord:
+    """What a stored order document tells about an order that already exists."""
+    return OrderRecord(order_id=document["orderId"], request_hash=document["requestHash"])
+
+
+def outbox_document(
+    event: OrderEvent, trace_context: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The outbox entry: the event as it will be published, whether it has been, and the trace
+    of the consumer that stored it (so the publish continues that trace). Its id is the event
+    id, the MessageId it is published with."""
+    return {
+        "id": event.event_id,
+        "orderId": event.order_id,
+        "type": OUTBOX_DOCUMENT_TYPE,
+        "eventType": event.event_type,
+        "event": event.model_dump(mode="json"),
+        "traceContext": dict(trace_context or {}),
+        "dispatched": False,
+    }
+
+
+def pending_event(document: Mapping[str, Any]) -> PendingEvent | None:
+    """The event an outbox entry holds while `dispatched` is false, and the trace stored with
+    it (string values only: the W3C properties); None for every other document."""
+    if document.get("type") != OUTBOX_DOCUMENT_TYPE or document.get("dispatched") is not False:
+        return None
+    stored = document.get("traceContext")
+    trace_context = (
+        {str(key): value for key, value in stored.items() if isinstance(value, str)}
+        if isinstance(stored, dict)
+        else {}
+    )
+    return PendingEvent(stored_event(document["event"]), trace_context)
+
+
+def rejection_document(rejection: OrderRejection) -> dict[str, Any]:
+    return {
+        "id": rejection_document_id(rejection),
+        "orderId": rejection.order_id,
+        "type": REJECTION_DOCUMENT_TYPE,
+        "reason": rejection.reason,
+        "description": rejection.description,
+        "messageId": rejection.message_id,
+        "requestHash": rejection.request_hash,
+        "bodyDigest": rejection.body_digest,
+        "rejectedAt": rejection.rejected_at.isoformat(),
+    }
+
+
+def status_document(
+    update: OrderStatusChanged, history: tuple[HistoryEntry, ...]
+) -> dict[str, Any]:
+    """The order's status document once `update` applied, with the history it keeps."""
+    document: dict[str, Any] = {
+        "id": status_document_id(update.order_id),
+        "orderId": update.order_id,
+        "type": STATUS_DOCUMENT_TYPE,
+        "status": update.status.value,
+        "version": update.version,
+        "changedAt": update.changed_at,
+        "history": list(history),
+    }
+    if update.reason:
+        document["reason"] = update.reason
+    return document
+
+
+# --- The inbox container: the fan-out consumers' records and effects --------------------------
+
+
+def shipping_documents(
+    event: OrderAccepted, *, message_id: str, processed_at: datetime
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The inbox record and the shipment: written together or not at all."""
+    at = processed_at.isoformat()
+    inbox = {
+        "id": inbox_record_id(SHIPPING, message_id),
+        "orderId": event.order_id,
+        "type": INBOX_DOCUMENT_TYPE,
+        "consumer": SHIPPING,
+        "messageId": message_id,
+        "processedAt": at,
+    }
+    shipment = {
+        "id": shipment_document_id(event.order_id),
+        "orderId": event.order_id,
+        "type": SHIPMENT_DOCUMENT_TYPE,
+        "customerId": event.customer_id,
+        "lineCount": event.line_count,
+        "status": "requested",
+        "requestedAt": at,
+    }
+    return inbox, shipment
+
+
+def charge_document(charge: BillingRecord) -> dict[str, Any]:
+    return {
+        "id": charge.record_id,
+        "orderId": charge.order_id,
+        "type": BILLING_DOCUMENT_TYPE,
+        "consumer": BILLING,
+        "messageId": charge.message_id,
+        "status": charge.status.value,
+        "owner": charge.owner,
+        "leaseSeconds": charge.lease_seconds,
+        "amount": charge.amount,
+        "currency": charge.currency,
+        "paymentKey": charge.payment_key,
+        "paymentId": charge.payment_id,
+        "attempts": charge.attempts,
+    }
+
+
+def charge_of(document: Mapping[str, Any]) -> BillingRecord:
+    return BillingRecord(
+        record_id=document["id"],
+        order_id=document["orderId"],
+        message_id=document["messageId"],
+        status=BillingStatus(document["status"]),
+        owner=document["owner"],
+        lease_seconds=float(document["leaseSeconds"]),
+        amount=document["amount"],
+        currency=document["currency"],
+        payment_key=document["paymentKey"],
+        payment_id=document.get("paymentId"),
+        attempts=int(document.get("attempts", 1)),
+    )
+
+
+def refund_document(refund: RefundRecord) -> dict[str, Any]:
+    return {
+        "id": refund.record_id,
+        "orderId": refund.order_id,
+        "type": REFUND_DOCUMENT_TYPE,
+        "consumer": BILLING,
+        "status": refund.status.value,
+        "owner": refund.owner,
+        "leaseSeconds": refund.lease_seconds,
+        "paymentId": refund.payment_id,
+        "amount": refund.amount,
+        "currency": refund.currency,
+        "refundKey": refund.refund_key,
+        "refundId": refund.refund_id,
+        "attempts": refund.attempts,
+    }
+
+
+def refund_of(document: Mapping[str, Any]) -> RefundRecord:
+    return RefundRecord(
+        record_id=document["id"],
+        order_id=document["orderId"],
+        status=BillingStatus(document["status"]),
+        owner=document["owner"],
+        lease_seconds=float(document["leaseSeconds"]),
+        payment_id=document["paymentId"],
+        amount=document["amount"],
+        currency=document["currency"],
+        refund_key=document["refundKey"],
+        refund_id=document.get("refundId"),
+        attempts=int(document.get("attempts", 1)),
+    )
+
+
+class CosmosLayout:
+    """The service layer's `DocumentLayout` port (`service/ports.py`): this module's mapping,
+    handed to the consumers by the composition root."""
+
+    order_write = staticmethod(order_write)
+    pending_event = staticmethod(pending_event)
+    outbox_document = staticmethod(outbox_document)
+    status_document_id = staticmethod(status_document_id)
+    status_document = staticmethod(status_document)
+    shipment_id = staticmethod(shipment_document_id)
+    shipping_documents = staticmethod(shipping_documents)
+    charge_record_id = staticmethod(charge_record_id)
+    refund_record_id = staticmethod(refund_record_id)
+    charge_document = staticmethod(charge_document)
+    charge_of = staticmethod(charge_of)
+    refund_document = staticmethod(refund_document)
+    refund_of = staticmethod(refund_of)

@@ -1,0 +1,270 @@
+"""The documents the app stores, pinned field by field: the console, `orders verify`, the
+dead-letter tools and data already stored read them, so the layout (`adapters/cosmos_layout.py`)
+may not drift. The expected documents are what the domain wrote before the layout moved into
+the adapter."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from fakes import placed_order
+
+from orders.adapters.cosmos_layout import (
+    CosmosLayout,
+    charge_document,
+    charge_of,
+    order_write,
+    outbox_document,
+    pending_event,
+    refund_document,
+    refund_of,
+    rejection_document,
+    shipping_documents,
+    status_document,
+)
+from orders.domain.events import OrderAccepted, OrderCancelled
+from orders.domain.inbox import BillingRecord, BillingStatus, RefundRecord
+from orders.domain.rejections import OrderRejection
+from orders.domain.status import OrderStatus, OrderStatusChanged, StoredStatus, history_after
+from orders.service.ports import DocumentLayout
+
+AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+STAMP = "2026-01-02T03:04:05+00:00"
+ACCEPTED_ID = "o-1:outbox:OrderAccepted"
+
+
+def accepted() -> OrderAccepted:
+    return OrderAccepted.of(placed_order(), total_amount="12.5", accepted_at=AT)
+
+
+def test_an_order_is_its_document_its_outbox_event_and_its_lines_in_one_write() -> None:
+    write = order_write(
+        placed_order(),
+        request_hash="h",
+        message_id="o-1",
+        processed_at=AT,
+        trace_context={"traceparent": "x"},
+    )
+
+    assert (write.order_id, write.request_hash) == ("o-1", "h")
+    assert list(write.documents) == [
+        {
+            "id": "o-1",
+            "orderId": "o-1",
+            "type": "order",
+            "customerId": "c-1",
+            "currency": "EUR",
+            "status": "placed",
+            "lineCount": 1,
+            "totalQuantity": 1,
+            "totalAmount": "12.5",
+            "requestHash": "h",
+            "messageId": "o-1",
+            "processedAt": STAMP,
+        },
+        {
+            "id": ACCEPTED_ID,
+            "orderId": "o-1",
+            "type": "outbox",
+            "eventType": "OrderAccepted",
+            "event": {
+                "eventType": "OrderAccepted",
+                "eventId": ACCEPTED_ID,
+                "orderId": "o-1",
+                "customerId": "c-1",
+                "currency": "EUR",
+                "totalAmount": "12.5",
+                "lineCount": 1,
+                "acceptedAt": STAMP,
+            },
+            "traceContext": {"traceparent": "x"},
+            "dispatched": False,
+        },
+        {
+            "id": "o-1:line:001",
+            "orderId": "o-1",
+            "type": "orderLine",
+            "lineNumber": 1,
+            "sku": "s",
+            "quantity": 1,
+            "unitPrice": "12.5",
+            "lineTotal": "12.5",
+        },
+    ]
+
+
+def test_a_cancels_outbox_entry_is_stored_under_its_event_id() -> None:
+    event = OrderCancelled.of("o-1", cancelled_at=AT, reason="r")
+
+    assert outbox_document(event) == {
+        "id": "o-1:outbox:OrderCancelled",
+        "orderId": "o-1",
+        "type": "outbox",
+        "eventType": "OrderCancelled",
+        "event": {
+            "eventType": "OrderCancelled",
+            "eventId": "o-1:outbox:OrderCancelled",
+            "orderId": "o-1",
+            "cancelledAt": STAMP,
+            "reason": "r",
+        },
+        "traceContext": {},
+        "dispatched": False,
+    }
+
+
+def test_the_dispatcher_is_handed_the_event_of_an_undispatched_outbox_entry_only() -> None:
+    event = OrderCancelled.of("o-1", cancelled_at=AT, reason="r")
+    entry = outbox_document(event, {"traceparent": "00-x"})
+
+    pending = pending_event({**entry, "traceContext": {"traceparent": "00-x", "odd": 7}})
+
+    assert pending is not None
+    assert (pending.event, pending.trace_context) == (event, {"traceparent": "00-x"})
+    assert pending_event({**entry, "dispatched": True}) is None
+    assert pending_event({**entry, "type": "order"}) is None
+
+
+def test_shipping_writes_its_inbox_record_and_the_orders_one_shipment() -> None:
+    assert shipping_documents(accepted(), message_id=ACCEPTED_ID, processed_at=AT) == (
+        {
+            "id": f"shipping:{ACCEPTED_ID}",
+            "orderId": "o-1",
+            "type": "inbox",
+            "consumer": "shipping",
+            "messageId": ACCEPTED_ID,
+            "processedAt": STAMP,
+        },
+        {
+            "id": "o-1:shipment",
+            "orderId": "o-1",
+            "type": "shipment",
+            "customerId": "c-1",
+            "lineCount": 1,
+            "status": "requested",
+            "requestedAt": STAMP,
+        },
+    )
+    assert CosmosLayout().shipment_id("o-1") == "o-1:shipment"
+
+
+def test_billings_charge_record_is_flat_and_reads_back_as_written() -> None:
+    layout = CosmosLayout()
+    charge = BillingRecord(
+        record_id=layout.charge_record_id(ACCEPTED_ID),
+        order_id="o-1",
+        message_id=ACCEPTED_ID,
+        status=BillingStatus.COMPLETED,
+        owner="me",
+        lease_seconds=10.0,
+        amount="12.5",
+        currency="EUR",
+        payment_key="billing:o-1",
+        payment_id="p-1",
+        attempts=2,
+    )
+
+    assert charge_document(charge) == {
+        "id": f"billing:{ACCEPTED_ID}",
+        "orderId": "o-1",
+        "type": "billing",
+        "consumer": "billing",
+        "messageId": ACCEPTED_ID,
+        "status": "completed",
+        "owner": "me",
+        "leaseSeconds": 10.0,
+        "amount": "12.5",
+        "currency": "EUR",
+        "paymentKey": "billing:o-1",
+        "paymentId": "p-1",
+        "attempts": 2,
+    }
+    assert charge_of(charge_document(charge)) == charge
+
+
+def test_a_refund_record_is_one_per_order_and_reads_back_as_written() -> None:
+    refund = RefundRecord(
+        record_id=CosmosLayout().refund_record_id("o-1"),
+        order_id="o-1",
+        status=BillingStatus.IN_PROGRESS,
+        owner="me",
+        lease_seconds=10.0,
+        payment_id="p-1",
+        amount="12.5",
+        currency="EUR",
+        refund_key="refund:o-1",
+    )
+
+    assert refund_document(refund) == {
+        "id": "refund:o-1",
+        "orderId": "o-1",
+        "type": "refund",
+        "consumer": "billing",
+        "status": "inProgress",
+        "owner": "me",
+        "leaseSeconds": 10.0,
+        "paymentId": "p-1",
+        "amount": "12.5",
+        "currency": "EUR",
+        "refundKey": "refund:o-1",
+        "refundId": None,
+        "attempts": 1,
+    }
+    assert refund_of(refund_document(refund)) == refund
+
+
+@pytest.mark.parametrize(
+    ("request_hash", "document_id"), [("h", "o-1:rejection:h"), (None, "o-1:rejection:dig")]
+)
+def test_a_rejection_is_named_by_its_request_hash_else_its_bodys_digest(
+    request_hash: str | None, document_id: str
+) -> None:
+    rejection = OrderRejection("o-1", "R", "d", "m", request_hash, "dig", AT)
+
+    assert rejection_document(rejection) == {
+        "id": document_id,
+        "orderId": "o-1",
+        "type": "orderRejection",
+        "reason": "R",
+        "description": "d",
+        "messageId": "m",
+        "requestHash": request_hash,
+        "bodyDigest": "dig",
+        "rejectedAt": STAMP,
+    }
+
+
+def test_the_status_document_keeps_a_bounded_history_and_a_reason_only_when_given() -> None:
+    placed = StoredStatus.of(None)
+    paid = OrderStatusChanged.of("o-1", OrderStatus.PAID, changed_at=AT)
+    long_ago: tuple[dict[str, Any], ...] = tuple(
+        {"status": "paid", "version": 2, "at": str(n)} for n in range(20)
+    )
+    cancelled = OrderStatusChanged.of("o-1", OrderStatus.CANCELLED, changed_at=AT, reason="why")
+
+    assert status_document(paid, history_after(placed, paid)) == {
+        "id": "o-1:status",
+        "orderId": "o-1",
+        "type": "orderStatus",
+        "status": "paid",
+        "version": 2,
+        "changedAt": STAMP,
+        "history": [{"status": "paid", "version": 2, "at": STAMP}],
+    }
+    after_many = status_document(
+        cancelled, history_after(StoredStatus(OrderStatus.PAID, 2, long_ago), cancelled)
+    )
+    assert after_many["reason"] == "why"
+    assert after_many["history"] == [
+        *long_ago[1:],
+        {"status": "cancelled", "version": 5, "at": STAMP},
+    ]
+    assert CosmosLayout().status_document_id("o-1") == "o-1:status"
+
+
+def test_the_cosmos_layout_is_the_services_document_layout() -> None:
+    layout: DocumentLayout = CosmosLayout()
+
+    assert layout.charge_record_id("e-1") == "billing:e-1"
