@@ -202,10 +202,11 @@ async def _holds_everything(receiver: ServiceBusReceiver, held: set[int | None])
     """Whether the dead-letter queue holds nothing but the dead letters `held` (locked by this
     command): a peek answers at once, where an empty receive would wait RECEIVE_WAIT_SECONDS
     for nothing. A peek sees locked messages too, so one locked by someone else only costs
-    that wait (the receive then finds nothing), as before."""
+    that wait (the receive then finds nothing), as before. A peek asks for one message more
+    than `held` (a page at most): the bodies it transfers are few more than those held."""
     next_sequence = 1
     while page := await receiver.peek_messages(
-        max_message_count=PAGE, sequence_number=next_sequence
+        max_message_count=min(PAGE, len(held) + 1), sequence_number=next_sequence
     ):
         if any(message.sequence_number not in held for message in page):
             return False
