@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage
+from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
 from fakes import FakeEntityCounter, FakeOrderReader, FakeOrderStore
 from servers import CosmosServer
@@ -316,6 +316,43 @@ async def test_a_copy_the_sdk_cannot_send_is_kept_with_its_reason(
     assert len(outcome.done) == 1 and len(outcome.refused) == 1
     assert "cannot be sent again" in next(iter(outcome.refused.values()))
     assert [dead.message_id for dead in left] == ["odd"]
+
+
+@pytest.mark.slow
+async def test_a_dead_letter_locked_elsewhere_stays_and_the_others_are_purged(
+    sessions_emulator: RunningEmulator,
+) -> None:
+    """A command ends when a peek shows the dead-letter queue holds only what it locked. A
+    peek sees a dead letter another receiver holds too: the command then receives once more,
+    finds nothing, and ends with the others taken and that one left where it is."""
+    source = Source(queue=PLAIN_QUEUE)
+    async with ServiceBusClient.from_connection_string(
+        sessions_emulator.connection_string
+    ) as client:
+        async with client.get_queue_sender(PLAIN_QUEUE) as sender:
+            await sender.send_messages(
+                [ServiceBusMessage(b"{}", message_id=f"m{i}") for i in range(3)]
+            )
+        async with client.get_queue_receiver(PLAIN_QUEUE) as receiver:
+            received: list[ServiceBusReceivedMessage] = []
+            while len(received) < 3:
+                page = await receiver.receive_messages(max_message_count=3, max_wait_time=10)
+                assert page, "a sent message never arrived"
+                received += page
+            for message in received:
+                await receiver.dead_letter_message(message, reason="Manual")
+        dead_letters = ServiceBusDeadLetters(client, source)
+        async with client.get_queue_receiver(
+            PLAIN_QUEUE, sub_queue=ServiceBusSubQueue.DEAD_LETTER
+        ) as elsewhere:
+            [held] = await elsewhere.receive_messages(max_message_count=1, max_wait_time=10)
+            outcome = await dead_letters.purge(Selection(everything=True))
+            await elsewhere.abandon_message(held)
+        left = await dead_letters.browse(10)
+
+    others = {message.sequence_number for message in received} - {held.sequence_number}
+    assert set(outcome.done) == others and outcome.refused == {}
+    assert [dead.message_id for dead in left] == [held.message_id]
 
 
 @pytest.mark.slow

@@ -20,6 +20,7 @@ from azure.servicebus import (
     ServiceBusReceiveMode,
     ServiceBusSubQueue,
 )
+from sb_receive import receive_all
 from sb_support import queue_config, queue_entry, subscription_entry, topic_config, topic_entry
 
 from servicebus_emulator import RunningEmulator, journal, start_in_background
@@ -77,15 +78,10 @@ def _send(emu: RunningEmulator, queue: str, *messages: ServiceBusMessage) -> Non
 def _drain(
     emu: RunningEmulator, queue: str, sub_queue: ServiceBusSubQueue | None = None
 ) -> list[ServiceBusReceivedMessage]:
-    """Receive and complete everything available; returns what came."""
-    got: list[ServiceBusReceivedMessage] = []
+    """Receive and complete everything there; returns what came."""
     with _client(emu) as client, client.get_queue_receiver(queue, sub_queue=sub_queue) as receiver:
-        # 0.5 s without a message: the SDK's own latency here is a few milliseconds.
-        while batch := receiver.receive_messages(max_message_count=50, max_wait_time=0.5):
-            for msg in batch:
-                receiver.complete_message(msg)
-            got += batch
-    return got
+        # 0.5 s for a peeked message to arrive: the SDK's own latency here is milliseconds.
+        return receive_all(receiver, wait=0.5)
 
 
 def test_restart_keeps_messages_and_their_delivery_counts_and_sequence_numbers(
@@ -261,11 +257,7 @@ def test_topic_copies_subscription_dead_letters_and_topic_dedup_survive(
             with client.get_subscription_receiver(
                 "events", subscription, sub_queue=sub_queue
             ) as receiver:
-                got = []
-                while batch := receiver.receive_messages(max_message_count=10, max_wait_time=1):
-                    for msg in batch:
-                        receiver.complete_message(msg)
-                    got += batch
+                got = receive_all(receiver, wait=1)
                 received[name] = [(str(m), m.sequence_number) for m in got]
 
     assert received == {

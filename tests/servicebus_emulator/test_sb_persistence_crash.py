@@ -10,6 +10,7 @@ import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.exceptions import MessageLockLostError
 from sb_process import EmulatorProcess, wait_until
+from sb_receive import receive_all
 from sb_support import queue_config, queue_entry
 
 QUEUE = "crash"
@@ -67,16 +68,11 @@ def _receiver(conn_str: str, ledger: Ledger, stop: threading.Event) -> None:
 
 
 def _drain(conn_str: str) -> list[str]:
-    drained: list[str] = []
     with (
         ServiceBusClient.from_connection_string(conn_str) as client,
         client.get_queue_receiver(QUEUE) as receiver,
     ):
-        while batch := receiver.receive_messages(max_message_count=100, max_wait_time=2):
-            for msg in batch:
-                receiver.complete_message(msg)
-                drained.append(str(msg.message_id))
-    return drained
+        return [str(msg.message_id) for msg in receive_all(receiver, wait=2)]
 
 
 @pytest.mark.slow

@@ -22,8 +22,10 @@ def test_send_receive_complete_sync(emulator: RunningEmulator, queue_name: str) 
             assert msg.locked_until_utc is not None
             assert msg.enqueued_time_utc is not None
             receiver.complete_message(msg)
-        with client.get_queue_receiver(queue_name, max_wait_time=1) as receiver:
-            assert receiver.receive_messages(max_message_count=1, max_wait_time=1) == []
+        # Completed means gone: a peek sees every message, locked or not, and answers at once
+        # (an empty receive would wait, and could not see the message still locked).
+        with client.get_queue_receiver(queue_name) as receiver:
+            assert receiver.peek_messages(max_message_count=1, sequence_number=1) == []
 
 
 async def test_send_receive_complete_aio(emulator: RunningEmulator, queue_name: str) -> None:
@@ -34,7 +36,7 @@ async def test_send_receive_complete_aio(emulator: RunningEmulator, queue_name: 
             msgs = await receiver.receive_messages(max_message_count=1, max_wait_time=5)
             assert [str(m) for m in msgs] == ["x"]
             await receiver.complete_message(msgs[0])
-            assert await receiver.receive_messages(max_message_count=1, max_wait_time=1) == []
+            assert await receiver.peek_messages(max_message_count=1, sequence_number=1) == []
 
 
 def test_project_config_round_trip(project_emulator: RunningEmulator) -> None:
@@ -48,4 +50,5 @@ def test_project_config_round_trip(project_emulator: RunningEmulator) -> None:
         (msg,) = receiver.receive_messages(max_message_count=5, max_wait_time=5)
         assert str(msg) == "order"
         receiver.complete_message(msg)
-        assert receiver.receive_messages(max_message_count=1, max_wait_time=0.5) == []
+        # The duplicate was dropped, the original completed: nothing at all is left.
+        assert receiver.peek_messages(max_message_count=1, sequence_number=1) == []

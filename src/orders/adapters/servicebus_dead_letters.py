@@ -24,6 +24,8 @@ from orders.service.subscribers import Source
 PAGE = 100
 # A command acts on at most this many dead letters, and holds their locks meanwhile.
 MAX_PER_COMMAND = 1000
+# How long a receive waits for dead letters a peek showed are there (they are at rest: the
+# broker delivers them as soon as the link has credit; this bounds a slow broker).
 RECEIVE_WAIT_SECONDS = 2.0
 
 
@@ -167,6 +169,9 @@ class ServiceBusDeadLetters:
                 while len(outcome.done) + len(kept) < MAX_PER_COMMAND and not selection.all_handled(
                     outcome.done, outcome.refused
                 ):
+                    held = {message.sequence_number for message in kept}
+                    if await _holds_everything(receiver, held):
+                        break
                     page = await receiver.receive_messages(
                         max_message_count=PAGE, max_wait_time=RECEIVE_WAIT_SECONDS
                     )
@@ -191,3 +196,19 @@ class ServiceBusDeadLetters:
                 for message in kept:
                     await receiver.abandon_message(message)
         return outcome
+
+
+async def _holds_everything(receiver: ServiceBusReceiver, held: set[int | None]) -> bool:
+    """Whether the dead-letter queue holds nothing but the dead letters `held` (locked by this
+    command): a peek answers at once, where an empty receive would wait RECEIVE_WAIT_SECONDS
+    for nothing. A peek sees locked messages too, so one locked by someone else only costs
+    that wait (the receive then finds nothing), as before. A peek asks for one message more
+    than `held` (a page at most): the bodies it transfers are few more than those held."""
+    next_sequence = 1
+    while page := await receiver.peek_messages(
+        max_message_count=min(PAGE, len(held) + 1), sequence_number=next_sequence
+    ):
+        if any(message.sequence_number not in held for message in page):
+            return False
+        next_sequence = (page[-1].sequence_number or 0) + 1
+    return True
