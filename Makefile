@@ -83,9 +83,12 @@ demo: $(BIN)/.installed
 # failure stops the run before pytest. Then the suite on both cores, with branch coverage of the
 # five packages (what runs in this process tree; emulators and workers started as processes are
 # not counted). The slowest tests and the suite's wall time are printed last (tests/conftest.py).
+# The suite starts hundreds of Python processes (emulators, workers, the CLI) from src/: compiled
+# once first, they do not each compile it again where the environment sets PYTHONDONTWRITEBYTECODE.
 test:
 	@$(MAKE) --no-print-directory -j4 --output-sync=target \
 		lint $(CHECKOV_VENV)/.installed node-crosscheck browser
+	$(BIN)/python -m compileall -q src
 	$(BIN)/python -m pytest -n 2 --dist loadgroup --cov --cov-report=term --durations=15
 
 lint: $(BIN)/.installed
