@@ -2,68 +2,135 @@
 
 The broker delivers at least once; this package makes the effect of each message happen once.
 See README.md in this folder for the guide.
+
+Importing the package is cheap: each public name is imported from its module on first use (PEP
+562), so a program that needs the records, decisions or exceptions alone never loads the Azure
+SDKs (the Cosmos store and the Service Bus parts import them).
 """
 
-from exactly_once.claims import Claims
-from exactly_once.cosmos import CoreRecordShape, CosmosStore, RecordShape
-from exactly_once.decisions import (
-    DeadLetterReason,
-    Decision,
-    Outcome,
-    Settleable,
-    Settlement,
-    Settler,
-    decision_for_error,
-    settle,
-)
-from exactly_once.exceptions import (
-    DocumentExistsError,
-    ExactlyOnceError,
-    InProgressElsewhereError,
-    PayloadMismatchError,
-    PreviouslyFailedError,
-    RecordChangedError,
-    RecordExistsError,
-    Refused,
-    Rejected,
-    StoreError,
-    TransientStoreError,
-)
-from exactly_once.orchestrator import (
-    Effects,
-    TwoPhaseResult,
-    apply_version,
-    create_entity,
-    inbox_batch,
-)
-from exactly_once.ports import DocumentCreator, DocumentStore, RecordStore, Store
-from exactly_once.records import (
-    JsonInput,
-    JsonMapping,
-    JsonObject,
-    JsonValue,
-    Record,
-    RecordRead,
-    RecordStatus,
-    Stamp,
-    StoredDocument,
-    fingerprint,
-)
-from exactly_once.servicebus import (
-    ExactlyOnceConsumer,
-    MessageActionsSettler,
-    ReceiverSettler,
-    exactly_once,
-)
-from exactly_once.telemetry import Telemetry
-from exactly_once.worker import (
-    Handle,
-    Worker,
-    WorkerOptions,
-    WorkerStats,
-    run_session_worker,
-    run_worker,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from exactly_once.claims import Claims
+    from exactly_once.cosmos import CoreRecordShape, CosmosStore, RecordShape
+    from exactly_once.decisions import (
+        DeadLetterReason,
+        Decision,
+        Outcome,
+        Settleable,
+        Settlement,
+        Settler,
+        decision_for_error,
+        settle,
+    )
+    from exactly_once.exceptions import (
+        DocumentExistsError,
+        ExactlyOnceError,
+        InProgressElsewhereError,
+        PayloadMismatchError,
+        PreviouslyFailedError,
+        RecordChangedError,
+        RecordExistsError,
+        Refused,
+        Rejected,
+        StoreError,
+        TransientStoreError,
+    )
+    from exactly_once.orchestrator import (
+        Effects,
+        TwoPhaseResult,
+        apply_version,
+        create_entity,
+        inbox_batch,
+    )
+    from exactly_once.ports import DocumentCreator, DocumentStore, RecordStore, Store
+    from exactly_once.records import (
+        JsonInput,
+        JsonMapping,
+        JsonObject,
+        JsonValue,
+        Record,
+        RecordRead,
+        RecordStatus,
+        Stamp,
+        StoredDocument,
+        fingerprint,
+    )
+    from exactly_once.servicebus import (
+        ExactlyOnceConsumer,
+        MessageActionsSettler,
+        ReceiverSettler,
+        exactly_once,
+    )
+    from exactly_once.telemetry import Telemetry
+    from exactly_once.worker import (
+        Handle,
+        Worker,
+        WorkerOptions,
+        WorkerStats,
+        run_session_worker,
+        run_worker,
+    )
+
+# Public name -> the module of the package that defines it.
+_MODULE_OF: dict[str, str] = {
+    "Claims": "claims",
+    "CoreRecordShape": "cosmos",
+    "CosmosStore": "cosmos",
+    "DeadLetterReason": "decisions",
+    "Decision": "decisions",
+    "DocumentCreator": "ports",
+    "DocumentExistsError": "exceptions",
+    "DocumentStore": "ports",
+    "Effects": "orchestrator",
+    "ExactlyOnceConsumer": "servicebus",
+    "ExactlyOnceError": "exceptions",
+    "Handle": "worker",
+    "InProgressElsewhereError": "exceptions",
+    "JsonInput": "records",
+    "JsonMapping": "records",
+    "JsonObject": "records",
+    "JsonValue": "records",
+    "MessageActionsSettler": "servicebus",
+    "Outcome": "decisions",
+    "PayloadMismatchError": "exceptions",
+    "PreviouslyFailedError": "exceptions",
+    "ReceiverSettler": "servicebus",
+    "Record": "records",
+    "RecordChangedError": "exceptions",
+    "RecordExistsError": "exceptions",
+    "RecordRead": "records",
+    "RecordShape": "cosmos",
+    "RecordStatus": "records",
+    "RecordStore": "ports",
+    "Refused": "exceptions",
+    "Rejected": "exceptions",
+    "Settleable": "decisions",
+    "Settlement": "decisions",
+    "Settler": "decisions",
+    "Stamp": "records",
+    "Store": "ports",
+    "StoreError": "exceptions",
+    "StoredDocument": "records",
+    "Telemetry": "telemetry",
+    "TransientStoreError": "exceptions",
+    "TwoPhaseResult": "orchestrator",
+    "Worker": "worker",
+    "WorkerOptions": "worker",
+    "WorkerStats": "worker",
+    "apply_version": "orchestrator",
+    "create_entity": "orchestrator",
+    "decision_for_error": "decisions",
+    "exactly_once": "servicebus",
+    "fingerprint": "records",
+    "inbox_batch": "orchestrator",
+    "run_session_worker": "worker",
+    "run_worker": "worker",
+    "settle": "decisions",
+}
 
 __all__ = [
     "Claims",
@@ -120,3 +187,18 @@ __all__ = [
     "run_worker",
     "settle",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The public name from its module, imported now (and kept, so this runs once a name)."""
+    module = _MODULE_OF.get(name)
+    if module is None:
+        # Not ours to resolve: `from exactly_once import cosmos` then imports the submodule.
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

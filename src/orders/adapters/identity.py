@@ -2,15 +2,19 @@
 
 Created only when a setting needs it (no keys, no connection string) and closed by the
 process's `ProcessClients` (bootstrap) after the clients that use it: the SDK clients do not
-close a credential they were given.
+close a credential they were given. Imported then too: azure.identity (with MSAL and its
+cryptography) is a tenth of a second of every process's start that keys never use.
 """
 
 from __future__ import annotations
 
-from azure.core.credentials_async import AsyncTokenCredential
-from azure.identity.aio import DefaultAzureCredential
+from typing import TYPE_CHECKING
 
 from orders.settings import Settings
+
+if TYPE_CHECKING:
+    from azure.core.credentials_async import AsyncTokenCredential
+    from azure.identity.aio import DefaultAzureCredential
 
 
 class ProcessCredential:
@@ -20,6 +24,8 @@ class ProcessCredential:
 
     def get(self) -> AsyncTokenCredential:
         if self._credential is None:
+            from azure.identity.aio import DefaultAzureCredential
+
             self._credential = DefaultAzureCredential(
                 managed_identity_client_id=self._settings.azure_client_id
             )

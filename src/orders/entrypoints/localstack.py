@@ -353,7 +353,11 @@ class LocalStack:
         return [p for p in self.processes if p.name.startswith("worker-")]
 
     def stop_workers(self) -> list[int]:
-        return [worker.stop() for worker in self.workers() if worker.process.returncode is None]
+        """Stop the order workers still running, all at once (each drains in parallel), and
+        return their exit codes in start order."""
+        running = [worker for worker in self.workers() if worker.process.returncode is None]
+        stop_together(running, lambda line: None)
+        return [worker.process.wait() for worker in running]
 
     def stop(self, report: Callable[[str], None] | None = None) -> None:
         """Workers, dispatchers and services first, all at once (they drain through the
