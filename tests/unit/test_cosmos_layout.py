@@ -5,7 +5,9 @@ the adapter."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -15,18 +17,22 @@ from orders.adapters.cosmos_layout import (
     CosmosLayout,
     charge_document,
     charge_of,
+    order_cancelled,
     order_write,
     outbox_document,
     pending_event,
     refund_document,
     refund_of,
     rejection_document,
+    saga_order,
+    shipment_reserved,
     shipping_documents,
     status_document,
 )
 from orders.domain.events import OrderAccepted, OrderCancelled
 from orders.domain.inbox import BillingRecord, BillingStatus, RefundRecord
 from orders.domain.rejections import OrderRejection
+from orders.domain.saga import Fulfilment, SagaOrder
 from orders.domain.status import OrderStatus, OrderStatusChanged, StoredStatus, history_after
 from orders.service.ports import DocumentLayout
 
@@ -93,6 +99,55 @@ def test_an_order_is_its_document_its_outbox_event_and_its_lines_in_one_write() 
             "lineTotal": "12.5",
         },
     ]
+
+
+def stored_order() -> dict[str, Any]:
+    """The order document as stored (pinned above), with a field the layout does not know."""
+    written = order_write(placed_order(), request_hash="h", message_id="o-1", processed_at=AT)
+    return {**written.documents[0], "addedLater": "kept"}
+
+
+def test_the_saga_reads_its_order_off_the_order_document_only() -> None:
+    open_order = SagaOrder("o-1", "c-1", "EUR", Decimal("12.5"), 1, Fulfilment.OPEN, None, None)
+
+    assert saga_order(stored_order()) == open_order
+    assert saga_order(None) is None
+    assert saga_order({**stored_order(), "type": "orderStatus"}) is None
+    assert saga_order(shipment_reserved(stored_order(), "e-1", AT)) == SagaOrder(
+        "o-1", "c-1", "EUR", Decimal("12.5"), 1, Fulfilment.SHIPPING, "e-1", None
+    )
+    assert saga_order(order_cancelled(stored_order(), AT, None)) == SagaOrder(
+        "o-1", "c-1", "EUR", Decimal("12.5"), 1, Fulfilment.CANCELLED, None, STAMP
+    )
+
+
+@pytest.mark.parametrize(
+    ("rewritten", "fulfilment"),
+    [
+        (
+            shipment_reserved(stored_order(), "e-1", AT),
+            {"state": "shipping", "eventId": "e-1", "at": STAMP},
+        ),
+        (
+            order_cancelled(stored_order(), AT, "changed my mind"),
+            {"state": "cancelled", "cancelledAt": STAMP, "reason": "changed my mind"},
+        ),
+        (order_cancelled(stored_order(), AT, None), {"state": "cancelled", "cancelledAt": STAMP}),
+    ],
+)
+def test_a_fulfilment_rewrites_the_order_document_keeping_every_field_it_had(
+    rewritten: dict[str, Any], fulfilment: dict[str, Any]
+) -> None:
+    # json.dumps keeps the keys' order: the stored bytes, not only the same dict.
+    assert json.dumps(rewritten) == json.dumps({**stored_order(), "fulfilment": fulfilment})
+
+
+def test_a_second_fulfilment_replaces_the_first_in_its_place() -> None:
+    reserved = shipment_reserved(stored_order(), "e-1", AT)
+    again = shipment_reserved(reserved, "e-2", AT)
+
+    assert list(again) == [*stored_order(), "fulfilment"]
+    assert again["fulfilment"] == {"state": "shipping", "eventId": "e-2", "at": STAMP}
 
 
 def test_a_cancels_outbox_entry_is_stored_under_its_event_id() -> None:
@@ -268,3 +323,4 @@ def test_the_cosmos_layout_is_the_services_document_layout() -> None:
     layout: DocumentLayout = CosmosLayout()
 
     assert layout.charge_record_id("e-1") == "billing:e-1"
+    assert layout.saga_order(stored_order()) == saga_order(stored_order())

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from orders.domain.documents import (
@@ -44,6 +45,7 @@ from orders.domain.inbox import (
 )
 from orders.domain.model import OrderPlaced
 from orders.domain.rejections import REJECTION_DOCUMENT_TYPE, OrderRejection
+from orders.domain.saga import Fulfilment, SagaOrder
 from orders.domain.status import STATUS_DOCUMENT_TYPE, HistoryEntry, OrderStatusChanged
 from orders.service.ports import PendingEvent
 
@@ -133,6 +135,44 @@ def order_write(
 def order_record(document: Mapping[str, Any]) -> OrderRecord:
     """What a stored order document tells about an order that already exists."""
     return OrderRecord(order_id=document["orderId"], request_hash=document["requestHash"])
+
+
+def saga_order(document: Mapping[str, Any] | None) -> SagaOrder | None:
+    """What the saga decides on, read off the order document; None for no document or another
+    type (`orderId` is also the id of nothing else, but a read by id is checked all the same)."""
+    if document is None or document.get("type") != ORDER_DOCUMENT_TYPE:
+        return None
+    found = document.get("fulfilment") or {}
+    return SagaOrder(
+        order_id=document["orderId"],
+        customer_id=document["customerId"],
+        currency=document["currency"],
+        total_amount=Decimal(document["totalAmount"]),
+        line_count=int(document["lineCount"]),
+        fulfilment=Fulfilment(found.get("state", Fulfilment.OPEN.value)),
+        shipment_event_id=found.get("eventId"),
+        cancelled_at=found.get("cancelledAt"),
+    )
+
+
+def shipment_reserved(document: Mapping[str, Any], event_id: str, at: datetime) -> dict[str, Any]:
+    """The order document with the shipment reserved by `event_id`'s delivery: every field it
+    had, `fulfilment` replaced."""
+    fulfilment = {"state": Fulfilment.SHIPPING.value, "eventId": event_id, "at": at.isoformat()}
+    return {**document, "fulfilment": fulfilment}
+
+
+def order_cancelled(
+    document: Mapping[str, Any], at: datetime, reason: str | None
+) -> dict[str, Any]:
+    """The order document, cancelled: every field it had, `fulfilment` replaced."""
+    fulfilment: dict[str, Any] = {
+        "state": Fulfilment.CANCELLED.value,
+        "cancelledAt": at.isoformat(),
+    }
+    if reason:
+        fulfilment["reason"] = reason
+    return {**document, "fulfilment": fulfilment}
 
 
 def outbox_document(
@@ -299,6 +339,9 @@ class CosmosLayout:
     handed to the consumers by the composition root."""
 
     order_write = staticmethod(order_write)
+    saga_order = staticmethod(saga_order)
+    shipment_reserved = staticmethod(shipment_reserved)
+    order_cancelled = staticmethod(order_cancelled)
     pending_event = staticmethod(pending_event)
     outbox_document = staticmethod(outbox_document)
     status_document_id = staticmethod(status_document_id)

@@ -8,14 +8,14 @@ from typing import Any
 
 from orders.domain.documents import LINE_DOCUMENT_TYPE, ORDER_DOCUMENT_TYPE
 from orders.domain.rejections import REJECTION_DOCUMENT_TYPE, rejection_view
-from orders.domain.saga import Fulfilment, SagaOrder
+from orders.domain.saga import Fulfilment
 from orders.domain.status import (
     PRODUCER_VERSIONS,
     STATUS_DOCUMENT_TYPE,
     OrderStatus,
     StoredStatus,
 )
-from orders.service.ports import IdempotencyStore, OrderReader
+from orders.service.ports import IdempotencyStore, OrderReader, OrderViewLayout
 
 
 class OrderState(StrEnum):
@@ -31,10 +31,11 @@ class OrderLookupResult:
     body: dict[str, Any] | None = None
 
 
-def order_view(documents: list[dict[str, Any]]) -> dict[str, Any] | None:
+def order_view(documents: list[dict[str, Any]], layout: OrderViewLayout) -> dict[str, Any] | None:
     """The public view of a stored order: amounts stay decimal strings, lines in order."""
     order = next((d for d in documents if d.get("type") == ORDER_DOCUMENT_TYPE), None)
-    if order is None:
+    saga_order = layout.saga_order(order)
+    if order is None or saga_order is None:
         return None
     lines = sorted(
         (d for d in documents if d.get("type") == LINE_DOCUMENT_TYPE),
@@ -45,7 +46,7 @@ def order_view(documents: list[dict[str, Any]]) -> dict[str, Any] | None:
     )
     shown, version = status.status, status.version
     cancelled = PRODUCER_VERSIONS[OrderStatus.CANCELLED]
-    if SagaOrder.of(order).fulfilment is Fulfilment.CANCELLED and version < cancelled:
+    if saga_order.fulfilment is Fulfilment.CANCELLED and version < cancelled:
         # The cancel is decided on the order document; its status update may still be queued.
         shown, version = OrderStatus.CANCELLED, cancelled
     return {
@@ -85,9 +86,12 @@ def latest_rejection(
 
 
 class OrderLookup:
-    def __init__(self, reader: OrderReader, idempotency_store: IdempotencyStore) -> None:
+    def __init__(
+        self, reader: OrderReader, idempotency_store: IdempotencyStore, layout: OrderViewLayout
+    ) -> None:
         self._reader = reader
         self._idempotency_store = idempotency_store
+        self._layout = layout
 
     async def find(self, scope: str, order_id: str) -> OrderLookupResult:
         documents = await self._reader.read_order_documents(order_id)
@@ -103,7 +107,7 @@ class OrderLookup:
                 return OrderLookupResult(OrderState.ACCEPTED)
         # A stored order is shown to every authorised caller (function key or Entra ID): the
         # orders container holds no owner. Scope it here if your callers must not see others'.
-        view = order_view(documents)
+        view = order_view(documents, self._layout)
         if view is not None:
             return OrderLookupResult(OrderState.STORED, view)
         # So is a rejection of a message sent straight to the queue (no key record).

@@ -20,6 +20,7 @@ from orders.domain.model import OrderPlaced
 from orders.domain.outcomes import Decision
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.rejections import OrderRejection
+from orders.domain.saga import SagaOrder
 from orders.domain.status import HistoryEntry, OrderStatusChanged
 from orders.service.subscribers import Source
 
@@ -66,6 +67,32 @@ class EventLayout(Protocol):
         self, event: OrderEvent, trace_context: dict[str, str] | None = None
     ) -> dict[str, Any]:
         """The outbox entry for `event`, to be written in the batch that decides it."""
+        ...
+
+
+class SagaOrderReader(Protocol):
+    def saga_order(self, document: Mapping[str, Any] | None) -> SagaOrder | None:
+        """What the saga decides on, read off an order document; None for none or another."""
+        ...
+
+
+class OrderViewLayout(SagaOrderReader, Protocol):
+    """What GET and `orders verify` read off an order's stored documents."""
+
+
+class SagaLayout(EventLayout, SagaOrderReader, Protocol):
+    """The order document as the saga reads and rewrites it (If-Match, `OrderDocuments`)."""
+
+    def shipment_reserved(
+        self, document: Mapping[str, Any], event_id: str, at: datetime
+    ) -> dict[str, Any]:
+        """The stored order document, every field kept, with the shipment reserved."""
+        ...
+
+    def order_cancelled(
+        self, document: Mapping[str, Any], at: datetime, reason: str | None
+    ) -> dict[str, Any]:
+        """The stored order document, every field kept, cancelled."""
         ...
 
 
@@ -125,7 +152,15 @@ class StatusLayout(Protocol):
         ...
 
 
-class DocumentLayout(OrderLayout, ShippingLayout, BillingLayout, StatusLayout, Protocol):
+class DocumentLayout(
+    OrderLayout,
+    SagaLayout,
+    OrderViewLayout,
+    ShippingLayout,
+    BillingLayout,
+    StatusLayout,
+    Protocol,
+):
     """Every layout at once: what the composition root wires into the consumers."""
 
 

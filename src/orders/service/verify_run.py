@@ -13,6 +13,7 @@ from orders.domain.dead_letters import DeadLetteredMessage
 from orders.domain.load_plan import LoadPlan
 from orders.domain.payments import Charge, Refund
 from orders.service.cancels import CancelResults
+from orders.service.ports import OrderViewLayout
 from orders.service.registry import BILLING, CONSUMERS, SHIPPING, STATUS, AuditInputs
 from orders.service.verify import VerifyReport, audit
 from orders.service.verify_fanout import stored_orders
@@ -37,6 +38,7 @@ class RunRecords:
 def audit_run(
     plan: LoadPlan,
     records: RunRecords,
+    layout: OrderViewLayout,
     *,
     fanout: frozenset[str] = frozenset(),
     cancel_results: CancelResults | None = None,
@@ -49,7 +51,7 @@ def audit_run(
     report = audit(plan, documents, records.dead_letters)
     whole_saga = {BILLING, SHIPPING} <= fanout
     orders = stored_orders(documents)
-    facts = saga_facts(documents, inbox, charges, refunds)
+    facts = saga_facts(documents, inbox, charges, refunds, layout)
     if plan.status_updates:
         stored = {order.order_id for order in orders}
         if whole_saga:
@@ -72,6 +74,7 @@ def audit_run(
                 inbox,
                 charges,
                 refunds,
+                layout,
                 run_prefix=f"{plan.run_id}-",
                 status_driven=frozenset(update.order_id for update in plan.status_updates),
                 cancel_results=cancel_results,

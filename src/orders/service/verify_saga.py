@@ -14,13 +14,13 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from orders.domain.documents import ORDER_DOCUMENT_TYPE
 from orders.domain.inbox import SHIPMENT_DOCUMENT_TYPE
 from orders.domain.payments import Charge, Refund
 from orders.domain.saga import Fulfilment, SagaOrder
 from orders.domain.status import OrderStatus
 from orders.service.cancels import CancelResults, answer_mismatches
 from orders.service.order_lookup import order_view
+from orders.service.ports import OrderViewLayout
 
 
 @dataclass(frozen=True)
@@ -76,17 +76,25 @@ class SagaFacts:
         return produced
 
 
+def stored_saga_orders(
+    order_documents: list[dict[str, Any]], layout: OrderViewLayout
+) -> dict[str, SagaOrder]:
+    """The orders the documents hold, by orderId, as the saga reads them."""
+    read = (layout.saga_order(document) for document in order_documents)
+    return {order.order_id: order for order in read if order is not None}
+
+
 def saga_facts(
     order_documents: list[dict[str, Any]],
     inbox_documents: list[dict[str, Any]],
     charges: list[Charge],
     refunds: list[Refund],
+    layout: OrderViewLayout,
 ) -> SagaFacts:
     cancelled = {
-        d["orderId"]
-        for d in order_documents
-        if d.get("type") == ORDER_DOCUMENT_TYPE
-        and SagaOrder.of(d).fulfilment is Fulfilment.CANCELLED
+        order_id
+        for order_id, order in stored_saga_orders(order_documents, layout).items()
+        if order.fulfilment is Fulfilment.CANCELLED
     }
     return SagaFacts(
         cancelled=frozenset(cancelled),
@@ -115,6 +123,7 @@ def audit_saga(
     inbox_documents: list[dict[str, Any]],
     charges: list[Charge],
     refunds: list[Refund],
+    layout: OrderViewLayout,
     *,
     run_prefix: str,
     status_driven: frozenset[str] = frozenset(),
@@ -126,15 +135,11 @@ def audit_saga(
     audit's to judge, not this one's; `check_status` only where the status consumer runs."""
     charges = [c for c in charges if c.order_id.startswith(run_prefix)]
     refunds = [r for r in refunds if r.order_id.startswith(run_prefix)]
-    facts = saga_facts(order_documents, inbox_documents, charges, refunds)
+    facts = saga_facts(order_documents, inbox_documents, charges, refunds, layout)
     by_order: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for document in order_documents:
         by_order[document["orderId"]].append(document)
-    stored = {
-        order_id: SagaOrder.of(next(d for d in docs if d.get("type") == ORDER_DOCUMENT_TYPE))
-        for order_id, docs in by_order.items()
-        if any(d.get("type") == ORDER_DOCUMENT_TYPE for d in docs)
-    }
+    stored = stored_saga_orders(order_documents, layout)
     charges_of: dict[str, list[Charge]] = defaultdict(list)
     for charge in charges:
         charges_of[charge.order_id].append(charge)
@@ -155,7 +160,7 @@ def audit_saga(
         )
 
     def status_mismatch(order_id: str) -> bool:
-        view = order_view(by_order[order_id])
+        view = order_view(by_order[order_id], layout)
         return view is not None and view["status"] != expected_status(order_id, facts).value
 
     return SagaInvariants(
