@@ -17,6 +17,7 @@ from orders.adapters.cosmos_layout import (
     CosmosLayout,
     charge_document,
     charge_of,
+    filed_rejection,
     order_cancelled,
     order_write,
     outbox_document,
@@ -28,10 +29,11 @@ from orders.adapters.cosmos_layout import (
     shipment_reserved,
     shipping_documents,
     status_document,
+    stored_status,
 )
 from orders.domain.events import OrderAccepted, OrderCancelled
 from orders.domain.inbox import BillingRecord, BillingStatus, RefundRecord
-from orders.domain.rejections import OrderRejection
+from orders.domain.rejections import FiledRejection, OrderRejection
 from orders.domain.saga import Fulfilment, SagaOrder
 from orders.domain.status import OrderStatus, OrderStatusChanged, StoredStatus, history_after
 from orders.service.ports import DocumentLayout
@@ -291,8 +293,28 @@ def test_a_rejection_is_named_by_its_request_hash_else_its_bodys_digest(
     }
 
 
+@pytest.mark.parametrize("request_hash", ["h", None])
+def test_get_reads_back_what_a_rejection_document_tells(request_hash: str | None) -> None:
+    rejection = OrderRejection("o-1", "R", "d", "m", request_hash, "dig", AT)
+
+    assert filed_rejection(rejection_document(rejection)) == FiledRejection(
+        "o-1", "R", "d", STAMP, request_hash
+    )
+    assert filed_rejection(stored_order()) is None
+
+
+def test_a_status_document_reads_back_as_its_status_version_and_history() -> None:
+    cancelled = OrderStatusChanged.of("o-1", OrderStatus.CANCELLED, changed_at=AT, reason="why")
+    history = ({"status": "paid", "version": 2, "at": "earlier"},)
+
+    assert stored_status(status_document(cancelled, history)) == StoredStatus(
+        OrderStatus.CANCELLED, 5, history
+    )
+    assert stored_status(None) == StoredStatus(OrderStatus.PLACED, 1)
+
+
 def test_the_status_document_keeps_a_bounded_history_and_a_reason_only_when_given() -> None:
-    placed = StoredStatus.of(None)
+    placed = stored_status(None)
     paid = OrderStatusChanged.of("o-1", OrderStatus.PAID, changed_at=AT)
     long_ago: tuple[dict[str, Any], ...] = tuple(
         {"status": "paid", "version": 2, "at": str(n)} for n in range(20)
@@ -324,3 +346,4 @@ def test_the_cosmos_layout_is_the_services_document_layout() -> None:
 
     assert layout.charge_record_id("e-1") == "billing:e-1"
     assert layout.saga_order(stored_order()) == saga_order(stored_order())
+    assert layout.stored_status(None) == stored_status(None)

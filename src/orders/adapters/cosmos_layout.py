@@ -44,9 +44,15 @@ from orders.domain.inbox import (
     RefundRecord,
 )
 from orders.domain.model import OrderPlaced
-from orders.domain.rejections import REJECTION_DOCUMENT_TYPE, OrderRejection
+from orders.domain.rejections import REJECTION_DOCUMENT_TYPE, FiledRejection, OrderRejection
 from orders.domain.saga import Fulfilment, SagaOrder
-from orders.domain.status import STATUS_DOCUMENT_TYPE, HistoryEntry, OrderStatusChanged
+from orders.domain.status import (
+    STATUS_DOCUMENT_TYPE,
+    HistoryEntry,
+    OrderStatus,
+    OrderStatusChanged,
+    StoredStatus,
+)
 from orders.service.ports import PendingEvent
 
 # --- Ids: the documents' storage keys ----------------------------------------------------------
@@ -220,6 +226,30 @@ def rejection_document(rejection: OrderRejection) -> dict[str, Any]:
     }
 
 
+def filed_rejection(document: Mapping[str, Any]) -> FiledRejection | None:
+    """What GET tells of a rejection document; None for every other document."""
+    if document.get("type") != REJECTION_DOCUMENT_TYPE:
+        return None
+    return FiledRejection(
+        order_id=document["orderId"],
+        reason=document["reason"],
+        description=document["description"],
+        rejected_at=document["rejectedAt"],
+        request_hash=document.get("requestHash"),
+    )
+
+
+def stored_status(document: Mapping[str, Any] | None) -> StoredStatus:
+    """The status a status document holds; no document: the order as placed."""
+    if document is None:
+        return StoredStatus.placed()
+    return StoredStatus(
+        OrderStatus(document["status"]),
+        int(document["version"]),
+        tuple(document.get("history", ())),
+    )
+
+
 def status_document(
     update: OrderStatusChanged, history: tuple[HistoryEntry, ...]
 ) -> dict[str, Any]:
@@ -346,6 +376,8 @@ class CosmosLayout:
     outbox_document = staticmethod(outbox_document)
     status_document_id = staticmethod(status_document_id)
     status_document = staticmethod(status_document)
+    stored_status = staticmethod(stored_status)
+    filed_rejection = staticmethod(filed_rejection)
     shipment_id = staticmethod(shipment_document_id)
     shipping_documents = staticmethod(shipping_documents)
     charge_record_id = staticmethod(charge_record_id)

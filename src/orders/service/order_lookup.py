@@ -7,13 +7,12 @@ from enum import StrEnum
 from typing import Any
 
 from orders.domain.documents import LINE_DOCUMENT_TYPE, ORDER_DOCUMENT_TYPE
-from orders.domain.rejections import REJECTION_DOCUMENT_TYPE, rejection_view
+from orders.domain.rejections import FiledRejection, rejection_view
 from orders.domain.saga import Fulfilment
 from orders.domain.status import (
     PRODUCER_VERSIONS,
     STATUS_DOCUMENT_TYPE,
     OrderStatus,
-    StoredStatus,
 )
 from orders.service.ports import IdempotencyStore, OrderReader, OrderViewLayout
 
@@ -41,7 +40,7 @@ def order_view(documents: list[dict[str, Any]], layout: OrderViewLayout) -> dict
         (d for d in documents if d.get("type") == LINE_DOCUMENT_TYPE),
         key=lambda line: int(line["lineNumber"]),
     )
-    status = StoredStatus.of(
+    status = layout.stored_status(
         next((d for d in documents if d.get("type") == STATUS_DOCUMENT_TYPE), None)
     )
     shown, version = status.status, status.version
@@ -73,16 +72,17 @@ def order_view(documents: list[dict[str, Any]], layout: OrderViewLayout) -> dict
 
 
 def latest_rejection(
-    documents: list[dict[str, Any]], request_hash: str | None = None
-) -> dict[str, Any] | None:
+    documents: list[dict[str, Any]], layout: OrderViewLayout, request_hash: str | None = None
+) -> FiledRejection | None:
     """The newest rejection filed for the order (for one payload when `request_hash` is set)."""
+    filed = (layout.filed_rejection(document) for document in documents)
     rejections = [
-        d
-        for d in documents
-        if d.get("type") == REJECTION_DOCUMENT_TYPE
-        and (request_hash is None or d.get("requestHash") == request_hash)
+        rejection
+        for rejection in filed
+        if rejection is not None
+        and (request_hash is None or rejection.request_hash == request_hash)
     ]
-    return max(rejections, key=lambda d: str(d.get("rejectedAt")), default=None)
+    return max(rejections, key=lambda rejection: rejection.rejected_at, default=None)
 
 
 class OrderLookup:
@@ -100,7 +100,7 @@ class OrderLookup:
         if accepted is not None:
             # The caller's own submission decides: rejected, stored as sent, or still queued
             # (an order stored from another payload is not the caller's order).
-            rejection = latest_rejection(documents, accepted.request_hash)
+            rejection = latest_rejection(documents, self._layout, accepted.request_hash)
             if rejection is not None:
                 return OrderLookupResult(OrderState.REJECTED, rejection_view(rejection))
             if stored is None or stored.get("requestHash") != accepted.request_hash:
@@ -111,7 +111,7 @@ class OrderLookup:
         if view is not None:
             return OrderLookupResult(OrderState.STORED, view)
         # So is a rejection of a message sent straight to the queue (no key record).
-        rejection = latest_rejection(documents)
+        rejection = latest_rejection(documents, self._layout)
         if rejection is not None:
             return OrderLookupResult(OrderState.REJECTED, rejection_view(rejection))
         return OrderLookupResult(OrderState.UNKNOWN)

@@ -19,9 +19,9 @@ from orders.domain.leases import DatabaseRead, StampedDocument
 from orders.domain.model import OrderPlaced
 from orders.domain.outcomes import Decision
 from orders.domain.received import ReceivedOrderMessage
-from orders.domain.rejections import OrderRejection
+from orders.domain.rejections import FiledRejection, OrderRejection
 from orders.domain.saga import SagaOrder
-from orders.domain.status import HistoryEntry, OrderStatusChanged
+from orders.domain.status import HistoryEntry, OrderStatusChanged, StoredStatus
 from orders.service.subscribers import Source
 
 
@@ -76,8 +76,18 @@ class SagaOrderReader(Protocol):
         ...
 
 
-class OrderViewLayout(SagaOrderReader, Protocol):
+class StatusReader(Protocol):
+    def stored_status(self, document: Mapping[str, Any] | None) -> StoredStatus:
+        """The status a status document holds; None (no document): the order as placed."""
+        ...
+
+
+class OrderViewLayout(SagaOrderReader, StatusReader, Protocol):
     """What GET and `orders verify` read off an order's stored documents."""
+
+    def filed_rejection(self, document: Mapping[str, Any]) -> FiledRejection | None:
+        """What a rejection document tells; None for any other document."""
+        ...
 
 
 class SagaLayout(EventLayout, SagaOrderReader, Protocol):
@@ -140,7 +150,7 @@ class BillingLayout(Protocol):
     def refund_of(self, document: Mapping[str, Any]) -> RefundRecord: ...
 
 
-class StatusLayout(Protocol):
+class StatusLayout(StatusReader, Protocol):
     def status_document_id(self, order_id: str) -> str:
         """The id of the order's one status document."""
         ...
