@@ -19,6 +19,7 @@ from orders.adapters.cosmos_layout import (
     charge_of,
     filed_rejection,
     order_cancelled,
+    order_partition,
     order_write,
     outbox_document,
     pending_event,
@@ -36,7 +37,7 @@ from orders.domain.inbox import BillingRecord, BillingStatus, RefundRecord
 from orders.domain.rejections import FiledRejection, OrderRejection
 from orders.domain.saga import Fulfilment, SagaOrder
 from orders.domain.status import OrderStatus, OrderStatusChanged, StoredStatus, history_after
-from orders.service.ports import DocumentLayout
+from orders.service.ports import DocumentLayout, OrderPartition, StoredLine, StoredOrderView
 
 AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 STAMP = "2026-01-02T03:04:05+00:00"
@@ -313,6 +314,38 @@ def test_a_status_document_reads_back_as_its_status_version_and_history() -> Non
     assert stored_status(None) == StoredStatus(OrderStatus.PLACED, 1)
 
 
+def test_an_order_partition_reads_as_its_order_lines_status_and_rejections() -> None:
+    written = order_write(
+        placed_order(), request_hash="h", message_id="o-1", processed_at=AT
+    ).documents
+    paid = OrderStatusChanged.of("o-1", OrderStatus.PAID, changed_at=AT)
+    refused = OrderRejection("o-1", "R", "d", "m", "other", "dig", AT)
+    second_line = {**written[2], "id": "o-1:line:002", "lineNumber": 2, "sku": "t"}
+    documents = [
+        rejection_document(refused),
+        second_line,
+        status_document(paid, ()),
+        *reversed(written),  # the outbox entry is not shown
+    ]
+
+    assert order_partition(documents) == OrderPartition(
+        StoredOrderView(
+            order=SagaOrder("o-1", "c-1", "EUR", Decimal("12.5"), 1, Fulfilment.OPEN, None, None),
+            request_hash="h",
+            total_quantity=1,
+            total_amount="12.5",
+            processed_at=STAMP,
+            lines=(
+                StoredLine(1, "s", 1, "12.5", "12.5"),
+                StoredLine(2, "t", 1, "12.5", "12.5"),
+            ),
+        ),
+        StoredStatus(OrderStatus.PAID, 2, ()),
+        (FiledRejection("o-1", "R", "d", STAMP, "other"),),
+    )
+    assert order_partition([]) == OrderPartition(None, stored_status(None), ())
+
+
 def test_the_status_document_keeps_a_bounded_history_and_a_reason_only_when_given() -> None:
     placed = stored_status(None)
     paid = OrderStatusChanged.of("o-1", OrderStatus.PAID, changed_at=AT)
@@ -347,3 +380,4 @@ def test_the_cosmos_layout_is_the_services_document_layout() -> None:
     assert layout.charge_record_id("e-1") == "billing:e-1"
     assert layout.saga_order(stored_order()) == saga_order(stored_order())
     assert layout.stored_status(None) == stored_status(None)
+    assert layout.order_partition([stored_order()]) == order_partition([stored_order()])

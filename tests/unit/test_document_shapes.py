@@ -125,7 +125,7 @@ def document_parameters_in(root: Path) -> list[str]:
     """Every function (or method, or lambda) with a parameter named after a document: found by
     the parse tree, so a signature over many lines is found too."""
     found = []
-    for path in sorted(root.rglob("*.py")):
+    for path in [root] if root.is_file() else sorted(root.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
@@ -138,16 +138,25 @@ def document_parameters_in(root: Path) -> list[str]:
                 ]
                 name = node.name if not isinstance(node, ast.Lambda) else "<lambda>"
                 found += [
-                    f"{path.relative_to(root)}:{node.lineno}: {name}({argument.arg})"
+                    f"{path.relative_to(root.parent if root.is_file() else root)}:"
+                    f"{node.lineno}: {name}({argument.arg})"
                     for argument in every
                     if "document" in argument.arg.lower()
                 ]
     return found
 
 
-def test_no_domain_function_takes_a_document() -> None:
-    assert (ORDERS / "domain").is_dir()
-    assert document_parameters_in(ORDERS / "domain") == []
+@pytest.mark.parametrize(
+    "where",
+    [
+        "domain",
+        # GET's answer is built from the layout's `OrderPartition`, not from documents
+        "service/order_lookup.py",
+    ],
+)
+def test_neither_the_domain_nor_gets_lookup_takes_a_document(where: str) -> None:
+    assert (ORDERS / where).exists()
+    assert document_parameters_in(ORDERS / where) == []
 
 
 @pytest.mark.parametrize(

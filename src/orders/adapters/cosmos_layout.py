@@ -17,7 +17,7 @@ I/O, so unit tests over fakes use it as it is.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -53,7 +53,12 @@ from orders.domain.status import (
     OrderStatusChanged,
     StoredStatus,
 )
-from orders.service.ports import PendingEvent
+from orders.service.ports import (
+    OrderPartition,
+    PendingEvent,
+    StoredLine,
+    StoredOrderView,
+)
 
 # --- Ids: the documents' storage keys ----------------------------------------------------------
 
@@ -179,6 +184,54 @@ def order_cancelled(
     if reason:
         fulfilment["reason"] = reason
     return {**document, "fulfilment": fulfilment}
+
+
+def order_partition(documents: Iterable[Mapping[str, Any]]) -> OrderPartition:
+    """An order's partition read: its order document with its lines, its status document and
+    its rejections (every other document, the outbox's, is not shown)."""
+    order: Mapping[str, Any] | None = None
+    lines: list[StoredLine] = []
+    status: Mapping[str, Any] | None = None
+    rejections: list[FiledRejection] = []
+    for document in documents:
+        kind = document.get("type")
+        if kind == ORDER_DOCUMENT_TYPE:
+            order = document
+        elif kind == LINE_DOCUMENT_TYPE:
+            lines.append(_stored_line(document))
+        elif kind == STATUS_DOCUMENT_TYPE:
+            status = document
+        elif (rejection := filed_rejection(document)) is not None:
+            rejections.append(rejection)
+    in_order = tuple(sorted(lines, key=lambda line: line.line_number))
+    return OrderPartition(
+        None if order is None else _order_view(order, in_order),
+        stored_status(status),
+        tuple(rejections),
+    )
+
+
+def _order_view(document: Mapping[str, Any], lines: tuple[StoredLine, ...]) -> StoredOrderView:
+    read = saga_order(document)
+    assert read is not None  # an order document, by its type
+    return StoredOrderView(
+        order=read,
+        request_hash=document["requestHash"],
+        total_quantity=document["totalQuantity"],
+        total_amount=document["totalAmount"],
+        processed_at=document["processedAt"],
+        lines=lines,
+    )
+
+
+def _stored_line(document: Mapping[str, Any]) -> StoredLine:
+    return StoredLine(
+        line_number=int(document["lineNumber"]),
+        sku=document["sku"],
+        quantity=document["quantity"],
+        unit_price=document["unitPrice"],
+        line_total=document["lineTotal"],
+    )
 
 
 def outbox_document(
@@ -378,6 +431,7 @@ class CosmosLayout:
     status_document = staticmethod(status_document)
     stored_status = staticmethod(stored_status)
     filed_rejection = staticmethod(filed_rejection)
+    order_partition = staticmethod(order_partition)
     shipment_id = staticmethod(shipment_document_id)
     shipping_documents = staticmethod(shipping_documents)
     charge_record_id = staticmethod(charge_record_id)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -76,6 +76,40 @@ class SagaOrderReader(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class StoredLine:
+    """One stored order line; amounts stay the decimal text they were stored as."""
+
+    line_number: int
+    sku: str
+    quantity: int
+    unit_price: str
+    line_total: str
+
+
+@dataclass(frozen=True)
+class StoredOrderView:
+    """The order document read for GET: the saga's view of it and the fields shown besides
+    (amounts as their stored decimal text), with its lines in line-number order."""
+
+    order: SagaOrder
+    request_hash: str
+    total_quantity: int
+    total_amount: str
+    processed_at: str
+    lines: tuple[StoredLine, ...]
+
+
+@dataclass(frozen=True)
+class OrderPartition:
+    """What an order's partition holds, read: the order (None until stored), its status
+    (placed while no status document exists) and the rejections filed under its id."""
+
+    order: StoredOrderView | None
+    status: StoredStatus
+    rejections: tuple[FiledRejection, ...]
+
+
 class StatusReader(Protocol):
     def stored_status(self, document: Mapping[str, Any] | None) -> StoredStatus:
         """The status a status document holds; None (no document): the order as placed."""
@@ -87,6 +121,10 @@ class OrderViewLayout(SagaOrderReader, StatusReader, Protocol):
 
     def filed_rejection(self, document: Mapping[str, Any]) -> FiledRejection | None:
         """What a rejection document tells; None for any other document."""
+        ...
+
+    def order_partition(self, documents: Iterable[Mapping[str, Any]]) -> OrderPartition:
+        """An order's documents (one partition, any order, any other types) read."""
         ...
 
 

@@ -43,7 +43,7 @@ class EventRefused(Exception):
 
 
 @dataclass(frozen=True)
-class StoredOrder:
+class FencedOrder:
     """The order as read for the saga: what it decides on (`order`), and the stored document
     with its ETag that a fenced rewrite starts from (the layout keeps every field it had)."""
 
@@ -70,14 +70,14 @@ class OrderSaga:
         self._layout = layout
         self._clock = clock
 
-    async def order(self, order_id: str) -> StoredOrder | None:
+    async def order(self, order_id: str) -> FencedOrder | None:
         stored = await self._orders.get_stored(order_id, order_id)
         if stored is None:
             return None
         order = self._layout.saga_order(stored.body)
-        return None if order is None else StoredOrder(order, stored.body, stored.etag)
+        return None if order is None else FencedOrder(order, stored.body, stored.etag)
 
-    async def verified(self, event: OrderEvent, *, consumer: str) -> StoredOrder:
+    async def verified(self, event: OrderEvent, *, consumer: str) -> FencedOrder:
         """The stored order `event` is about, or `EventRefused` (with an ALERT logged)."""
         stored = await self.order(event.order_id)
         refusal = check_event(None if stored is None else stored.order, event)
@@ -100,7 +100,7 @@ class OrderSaga:
             )
         )
 
-    async def reserve_shipment(self, stored: StoredOrder, event_id: str) -> ShipVerdict:
+    async def reserve_shipment(self, stored: FencedOrder, event_id: str) -> ShipVerdict:
         """RESERVED once the shipment is reserved for `event_id` (now or before), or
         SKIP_CANCELLED when a cancel won."""
         for _ in range(MAX_RACES):
@@ -143,7 +143,7 @@ class OrderSaga:
                 stored = await self.order(order_id)  # shipping (or another cancel) moved first
         raise TransientStoreError(f"order {order_id!r} changed {MAX_RACES} times in a row")
 
-    async def _reread(self, order_id: str) -> StoredOrder:
+    async def _reread(self, order_id: str) -> FencedOrder:
         stored = await self.order(order_id)
         if stored is None:
             raise TransientStoreError(f"order {order_id!r} vanished during the saga")

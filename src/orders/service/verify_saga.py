@@ -160,7 +160,7 @@ def audit_saga(
         )
 
     def status_mismatch(order_id: str) -> bool:
-        view = order_view(by_order[order_id], layout)
+        view = order_view(layout.order_partition(by_order[order_id]))
         return view is not None and view["status"] != expected_status(order_id, facts).value
 
     return SagaInvariants(
