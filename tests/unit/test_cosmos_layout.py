@@ -20,6 +20,7 @@ from orders.adapters.cosmos_layout import (
     filed_rejection,
     order_cancelled,
     order_partition,
+    order_partitions,
     order_write,
     outbox_document,
     pending_event,
@@ -344,6 +345,11 @@ def test_an_order_partition_reads_as_its_order_lines_status_and_rejections() -> 
         (FiledRejection("o-1", "R", "d", STAMP, "other"),),
     )
     assert order_partition([]) == OrderPartition(None, stored_status(None), ())
+    other = status_document(OrderStatusChanged.of("o-2", OrderStatus.PAID, changed_at=AT), ())
+    assert order_partitions([other, *documents]) == {
+        "o-2": OrderPartition(None, StoredStatus(OrderStatus.PAID, 2, ()), ()),
+        "o-1": order_partition(documents),
+    }
 
 
 def test_the_status_document_keeps_a_bounded_history_and_a_reason_only_when_given() -> None:

@@ -211,6 +211,14 @@ def order_partition(documents: Iterable[Mapping[str, Any]]) -> OrderPartition:
     )
 
 
+def order_partitions(documents: Iterable[Mapping[str, Any]]) -> dict[str, OrderPartition]:
+    """Many orders' documents (an audit's read of a run) read, partition by partition."""
+    by_order: dict[str, list[Mapping[str, Any]]] = {}
+    for document in documents:
+        by_order.setdefault(document["orderId"], []).append(document)
+    return {order_id: order_partition(found) for order_id, found in by_order.items()}
+
+
 def _order_view(document: Mapping[str, Any], lines: tuple[StoredLine, ...]) -> StoredOrderView:
     read = saga_order(document)
     assert read is not None  # an order document, by its type
@@ -432,6 +440,7 @@ class CosmosLayout:
     stored_status = staticmethod(stored_status)
     filed_rejection = staticmethod(filed_rejection)
     order_partition = staticmethod(order_partition)
+    order_partitions = staticmethod(order_partitions)
     shipment_id = staticmethod(shipment_document_id)
     shipping_documents = staticmethod(shipping_documents)
     charge_record_id = staticmethod(charge_record_id)

@@ -127,6 +127,10 @@ class OrderViewLayout(SagaOrderReader, StatusReader, Protocol):
         """An order's documents (one partition, any order, any other types) read."""
         ...
 
+    def order_partitions(self, documents: Iterable[Mapping[str, Any]]) -> dict[str, OrderPartition]:
+        """Many orders' documents read, by orderId."""
+        ...
+
 
 class SagaLayout(EventLayout, SagaOrderReader, Protocol):
     """The order document as the saga reads and rewrites it (If-Match, `OrderDocuments`)."""

@@ -50,8 +50,9 @@ def audit_run(
     charges, refunds = records.charges, records.refunds
     report = audit(plan, documents, records.dead_letters)
     whole_saga = {BILLING, SHIPPING} <= fanout
-    orders = stored_orders(documents)
-    facts = saga_facts(documents, inbox, charges, refunds, layout)
+    partitions = layout.order_partitions(documents)
+    orders = stored_orders(partitions)
+    facts = saga_facts(partitions, inbox, charges, refunds)
     if plan.status_updates:
         stored = {order.order_id for order in orders}
         if whole_saga:
@@ -61,7 +62,7 @@ def audit_run(
                 stored, billing=BILLING in fanout, shipping=SHIPPING in fanout
             )
         report = report.with_statuses(
-            audit_statuses(plan, documents, records.status_dead_letters, produced)
+            audit_statuses(plan, partitions, records.status_dead_letters, produced)
         )
     found = AuditInputs(orders, inbox, charges, facts.cancelled)
     for spec in CONSUMERS:
@@ -70,11 +71,10 @@ def audit_run(
     if whole_saga:
         report = report.with_invariants(
             audit_saga(
-                documents,
+                partitions,
                 inbox,
                 charges,
                 refunds,
-                layout,
                 run_prefix=f"{plan.run_id}-",
                 status_driven=frozenset(update.order_id for update in plan.status_updates),
                 cancel_results=cancel_results,

@@ -11,6 +11,7 @@ be cancelled and billing charges every order that is not.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -20,7 +21,7 @@ from orders.domain.saga import Fulfilment, SagaOrder
 from orders.domain.status import OrderStatus
 from orders.service.cancels import CancelResults, answer_mismatches
 from orders.service.order_lookup import order_view
-from orders.service.ports import OrderViewLayout
+from orders.service.ports import OrderPartition
 
 
 @dataclass(frozen=True)
@@ -76,24 +77,24 @@ class SagaFacts:
         return produced
 
 
-def stored_saga_orders(
-    order_documents: list[dict[str, Any]], layout: OrderViewLayout
-) -> dict[str, SagaOrder]:
-    """The orders the documents hold, by orderId, as the saga reads them."""
-    read = (layout.saga_order(document) for document in order_documents)
-    return {order.order_id: order for order in read if order is not None}
+def stored_saga_orders(partitions: Mapping[str, OrderPartition]) -> dict[str, SagaOrder]:
+    """The stored orders, by orderId, as the saga reads them."""
+    return {
+        order_id: partition.order.order
+        for order_id, partition in partitions.items()
+        if partition.order is not None
+    }
 
 
 def saga_facts(
-    order_documents: list[dict[str, Any]],
+    partitions: Mapping[str, OrderPartition],
     inbox_documents: list[dict[str, Any]],
     charges: list[Charge],
     refunds: list[Refund],
-    layout: OrderViewLayout,
 ) -> SagaFacts:
     cancelled = {
         order_id
-        for order_id, order in stored_saga_orders(order_documents, layout).items()
+        for order_id, order in stored_saga_orders(partitions).items()
         if order.fulfilment is Fulfilment.CANCELLED
     }
     return SagaFacts(
@@ -119,11 +120,10 @@ def expected_status(order_id: str, facts: SagaFacts) -> OrderStatus:
 
 
 def audit_saga(
-    order_documents: list[dict[str, Any]],
+    partitions: Mapping[str, OrderPartition],
     inbox_documents: list[dict[str, Any]],
     charges: list[Charge],
     refunds: list[Refund],
-    layout: OrderViewLayout,
     *,
     run_prefix: str,
     status_driven: frozenset[str] = frozenset(),
@@ -135,11 +135,8 @@ def audit_saga(
     audit's to judge, not this one's; `check_status` only where the status consumer runs."""
     charges = [c for c in charges if c.order_id.startswith(run_prefix)]
     refunds = [r for r in refunds if r.order_id.startswith(run_prefix)]
-    facts = saga_facts(order_documents, inbox_documents, charges, refunds, layout)
-    by_order: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for document in order_documents:
-        by_order[document["orderId"]].append(document)
-    stored = stored_saga_orders(order_documents, layout)
+    facts = saga_facts(partitions, inbox_documents, charges, refunds)
+    stored = stored_saga_orders(partitions)
     charges_of: dict[str, list[Charge]] = defaultdict(list)
     for charge in charges:
         charges_of[charge.order_id].append(charge)
@@ -160,7 +157,7 @@ def audit_saga(
         )
 
     def status_mismatch(order_id: str) -> bool:
-        view = order_view(layout.order_partition(by_order[order_id]))
+        view = order_view(partitions[order_id])
         return view is not None and view["status"] != expected_status(order_id, facts).value
 
     return SagaInvariants(
