@@ -289,7 +289,9 @@ async def build_http_runtime(
             ttl_seconds=settings.idempotency_ttl_seconds,
             lease_seconds=lease_seconds,
         )
-        lookup = OrderLookup(CosmosOrderReader(orders_container(client, settings)), store)
+        lookup = OrderLookup(
+            CosmosOrderReader(orders_container(client, settings)), store, DOCUMENT_LAYOUT
+        )
         return HttpRuntime(
             intake,
             lookup,
@@ -780,4 +782,4 @@ async def verify_run(
         if plan.status_updates:
             status_dead_letters = await peek_dead_letters(bus, settings.status_queue)
             records = replace(records, status_dead_letters=status_dead_letters)
-    return audit_run(plan, records, fanout=fanout, cancel_results=cancel_results)
+    return audit_run(plan, records, DOCUMENT_LAYOUT, fanout=fanout, cancel_results=cancel_results)

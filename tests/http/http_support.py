@@ -89,7 +89,10 @@ def runtime_over(
     )
     # As behind App Service authentication: the platform sets the principal header.
     return HttpRuntime(
-        intake, OrderLookup(reader, store), default_scope=DEFAULT_SCOPE, trust_principal_header=True
+        intake,
+        OrderLookup(reader, store, LAYOUT),
+        default_scope=DEFAULT_SCOPE,
+        trust_principal_header=True,
     )
 
 

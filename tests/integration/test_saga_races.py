@@ -23,7 +23,7 @@ from orders.adapters.cosmos_store import CosmosOrderStore
 from orders.domain.events import OrderAccepted
 from orders.domain.outcomes import Outcome
 from orders.domain.received import ReceivedOrderMessage
-from orders.domain.saga import Fulfilment, SagaOrder
+from orders.domain.saga import Fulfilment
 from orders.exceptions import LeaseLostError
 from orders.service.saga import CancelResult, OrderSaga
 from orders.service.shipping import ShippingConsumer
@@ -82,7 +82,9 @@ async def test_cancel_racing_ship_has_one_winner_per_order_and_the_loser_sees_it
     for order_id, (cancelled, shipped) in results.items():
         found = await orders.get_stored(order_id, order_id)
         assert found is not None
-        state = SagaOrder.of(found.body).fulfilment
+        read = LAYOUT.saga_order(found.body)
+        assert read is not None
+        state = read.fulfilment
         shipment = await inbox.get_stored(f"{order_id}:shipment", order_id)
         if cancelled is CancelResult.CANCELLED:
             assert shipped is Outcome.SKIPPED_CANCELLED, order_id
@@ -105,17 +107,19 @@ async def test_a_cancel_with_a_stale_etag_writes_neither_the_order_nor_its_event
     await CosmosOrderStore(containers["orders"]).create_order(new_write(order_id))
     found = await orders.get_stored(order_id, order_id)
     assert found is not None
-    read = SagaOrder.of(found.body, found.etag)
-    await orders.replace(read.with_shipment_reserved("e", datetime.now(UTC)), etag=read.etag)
+    await orders.replace(
+        LAYOUT.shipment_reserved(found.body, "e", datetime.now(UTC)), etag=found.etag
+    )
 
     with pytest.raises(LeaseLostError):
         await orders.replace_and_create(
             order_id,
-            read.cancelled(datetime.now(UTC), None),
-            etag=read.etag,
+            LAYOUT.order_cancelled(found.body, datetime.now(UTC), None),
+            etag=found.etag,
             created=[{"id": f"{order_id}:outbox:OrderCancelled", "orderId": order_id}],
         )
 
     assert await orders.get_stored(f"{order_id}:outbox:OrderCancelled", order_id) is None
     stored = await orders.get_stored(order_id, order_id)
-    assert stored is not None and SagaOrder.of(stored.body).fulfilment is Fulfilment.SHIPPING
+    after = LAYOUT.saga_order(stored.body) if stored is not None else None
+    assert after is not None and after.fulfilment is Fulfilment.SHIPPING

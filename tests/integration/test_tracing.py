@@ -68,7 +68,7 @@ async def test_one_trace_links_post_publish_and_consume(emulator: RunningEmulato
         intake = IdempotentOrderIntake(keys, publisher, ttl_seconds=600)
 
         async def runtime() -> HttpRuntime:
-            return HttpRuntime(intake, OrderLookup(FakeOrderReader(store), keys), "tests")
+            return HttpRuntime(intake, OrderLookup(FakeOrderReader(store), keys, LAYOUT), "tests")
 
         app = create_app(runtime, tracer_provider=provider)
         transport = httpx.ASGITransport(app=app)

@@ -5,7 +5,9 @@ the adapter."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -15,20 +17,28 @@ from orders.adapters.cosmos_layout import (
     CosmosLayout,
     charge_document,
     charge_of,
+    filed_rejection,
+    order_cancelled,
+    order_partition,
+    order_partitions,
     order_write,
     outbox_document,
     pending_event,
     refund_document,
     refund_of,
     rejection_document,
+    saga_order,
+    shipment_reserved,
     shipping_documents,
     status_document,
+    stored_status,
 )
 from orders.domain.events import OrderAccepted, OrderCancelled
 from orders.domain.inbox import BillingRecord, BillingStatus, RefundRecord
-from orders.domain.rejections import OrderRejection
+from orders.domain.rejections import FiledRejection, OrderRejection
+from orders.domain.saga import Fulfilment, SagaOrder
 from orders.domain.status import OrderStatus, OrderStatusChanged, StoredStatus, history_after
-from orders.service.ports import DocumentLayout
+from orders.service.ports import DocumentLayout, OrderPartition, StoredLine, StoredOrderView
 
 AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 STAMP = "2026-01-02T03:04:05+00:00"
@@ -93,6 +103,55 @@ def test_an_order_is_its_document_its_outbox_event_and_its_lines_in_one_write() 
             "lineTotal": "12.5",
         },
     ]
+
+
+def stored_order() -> dict[str, Any]:
+    """The order document as stored (pinned above), with a field the layout does not know."""
+    written = order_write(placed_order(), request_hash="h", message_id="o-1", processed_at=AT)
+    return {**written.documents[0], "addedLater": "kept"}
+
+
+def test_the_saga_reads_its_order_off_the_order_document_only() -> None:
+    open_order = SagaOrder("o-1", "c-1", "EUR", Decimal("12.5"), 1, Fulfilment.OPEN, None, None)
+
+    assert saga_order(stored_order()) == open_order
+    assert saga_order(None) is None
+    assert saga_order({**stored_order(), "type": "orderStatus"}) is None
+    assert saga_order(shipment_reserved(stored_order(), "e-1", AT)) == SagaOrder(
+        "o-1", "c-1", "EUR", Decimal("12.5"), 1, Fulfilment.SHIPPING, "e-1", None
+    )
+    assert saga_order(order_cancelled(stored_order(), AT, None)) == SagaOrder(
+        "o-1", "c-1", "EUR", Decimal("12.5"), 1, Fulfilment.CANCELLED, None, STAMP
+    )
+
+
+@pytest.mark.parametrize(
+    ("rewritten", "fulfilment"),
+    [
+        (
+            shipment_reserved(stored_order(), "e-1", AT),
+            {"state": "shipping", "eventId": "e-1", "at": STAMP},
+        ),
+        (
+            order_cancelled(stored_order(), AT, "changed my mind"),
+            {"state": "cancelled", "cancelledAt": STAMP, "reason": "changed my mind"},
+        ),
+        (order_cancelled(stored_order(), AT, None), {"state": "cancelled", "cancelledAt": STAMP}),
+    ],
+)
+def test_a_fulfilment_rewrites_the_order_document_keeping_every_field_it_had(
+    rewritten: dict[str, Any], fulfilment: dict[str, Any]
+) -> None:
+    # json.dumps keeps the keys' order: the stored bytes, not only the same dict.
+    assert json.dumps(rewritten) == json.dumps({**stored_order(), "fulfilment": fulfilment})
+
+
+def test_a_second_fulfilment_replaces_the_first_in_its_place() -> None:
+    reserved = shipment_reserved(stored_order(), "e-1", AT)
+    again = shipment_reserved(reserved, "e-2", AT)
+
+    assert list(again) == [*stored_order(), "fulfilment"]
+    assert again["fulfilment"] == {"state": "shipping", "eventId": "e-2", "at": STAMP}
 
 
 def test_a_cancels_outbox_entry_is_stored_under_its_event_id() -> None:
@@ -236,8 +295,65 @@ def test_a_rejection_is_named_by_its_request_hash_else_its_bodys_digest(
     }
 
 
+@pytest.mark.parametrize("request_hash", ["h", None])
+def test_get_reads_back_what_a_rejection_document_tells(request_hash: str | None) -> None:
+    rejection = OrderRejection("o-1", "R", "d", "m", request_hash, "dig", AT)
+
+    assert filed_rejection(rejection_document(rejection)) == FiledRejection(
+        "o-1", "R", "d", STAMP, request_hash
+    )
+    assert filed_rejection(stored_order()) is None
+
+
+def test_a_status_document_reads_back_as_its_status_version_and_history() -> None:
+    cancelled = OrderStatusChanged.of("o-1", OrderStatus.CANCELLED, changed_at=AT, reason="why")
+    history = ({"status": "paid", "version": 2, "at": "earlier"},)
+
+    assert stored_status(status_document(cancelled, history)) == StoredStatus(
+        OrderStatus.CANCELLED, 5, history
+    )
+    assert stored_status(None) == StoredStatus(OrderStatus.PLACED, 1)
+
+
+def test_an_order_partition_reads_as_its_order_lines_status_and_rejections() -> None:
+    written = order_write(
+        placed_order(), request_hash="h", message_id="o-1", processed_at=AT
+    ).documents
+    paid = OrderStatusChanged.of("o-1", OrderStatus.PAID, changed_at=AT)
+    refused = OrderRejection("o-1", "R", "d", "m", "other", "dig", AT)
+    second_line = {**written[2], "id": "o-1:line:002", "lineNumber": 2, "sku": "t"}
+    documents = [
+        rejection_document(refused),
+        second_line,
+        status_document(paid, ()),
+        *reversed(written),  # the outbox entry is not shown
+    ]
+
+    assert order_partition(documents) == OrderPartition(
+        StoredOrderView(
+            order=SagaOrder("o-1", "c-1", "EUR", Decimal("12.5"), 1, Fulfilment.OPEN, None, None),
+            request_hash="h",
+            total_quantity=1,
+            total_amount="12.5",
+            processed_at=STAMP,
+            lines=(
+                StoredLine(1, "s", 1, "12.5", "12.5"),
+                StoredLine(2, "t", 1, "12.5", "12.5"),
+            ),
+        ),
+        StoredStatus(OrderStatus.PAID, 2, ()),
+        (FiledRejection("o-1", "R", "d", STAMP, "other"),),
+    )
+    assert order_partition([]) == OrderPartition(None, stored_status(None), ())
+    other = status_document(OrderStatusChanged.of("o-2", OrderStatus.PAID, changed_at=AT), ())
+    assert order_partitions([other, *documents]) == {
+        "o-2": OrderPartition(None, StoredStatus(OrderStatus.PAID, 2, ()), ()),
+        "o-1": order_partition(documents),
+    }
+
+
 def test_the_status_document_keeps_a_bounded_history_and_a_reason_only_when_given() -> None:
-    placed = StoredStatus.of(None)
+    placed = stored_status(None)
     paid = OrderStatusChanged.of("o-1", OrderStatus.PAID, changed_at=AT)
     long_ago: tuple[dict[str, Any], ...] = tuple(
         {"status": "paid", "version": 2, "at": str(n)} for n in range(20)
@@ -268,3 +384,6 @@ def test_the_cosmos_layout_is_the_services_document_layout() -> None:
     layout: DocumentLayout = CosmosLayout()
 
     assert layout.charge_record_id("e-1") == "billing:e-1"
+    assert layout.saga_order(stored_order()) == saga_order(stored_order())
+    assert layout.stored_status(None) == stored_status(None)
+    assert layout.order_partition([stored_order()]) == order_partition([stored_order()])

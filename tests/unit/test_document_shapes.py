@@ -10,11 +10,14 @@ strips them by their leading underscore, has taken the storage shape back in.
 The documents themselves (their ids, field names, the `id` that is each one's storage key) are
 laid out by the Cosmos adapter (`adapters/cosmos_layout.py`), which the service layer reaches
 through its `DocumentLayout` port: a domain record that maps itself to or from a document, or a
-domain module that builds a document with its `id`, has taken the layout back in.
+domain module that builds a document with its `id`, has taken the layout back in. So has a
+domain function that takes a document at all: the layout reads documents into the domain's
+values (`SagaOrder`, `StoredStatus`, `FiledRejection`, ...), and the domain decides on those.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -116,3 +119,81 @@ def test_ids_and_documents_by_other_names_pass(tmp_path: Path) -> None:
     )
 
     assert document_layouts_in(tmp_path) == []
+
+
+def document_parameters_in(root: Path) -> list[str]:
+    """Every function (or method, or lambda) with a parameter named after a document: found by
+    the parse tree, so a signature over many lines is found too."""
+    found = []
+    for path in [root] if root.is_file() else sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                arguments = node.args
+                every = [
+                    *arguments.posonlyargs,
+                    *arguments.args,
+                    *arguments.kwonlyargs,
+                    *filter(None, (arguments.vararg, arguments.kwarg)),
+                ]
+                name = node.name if not isinstance(node, ast.Lambda) else "<lambda>"
+                found += [
+                    f"{path.relative_to(root.parent if root.is_file() else root)}:"
+                    f"{node.lineno}: {name}({argument.arg})"
+                    for argument in every
+                    if "document" in argument.arg.lower()
+                ]
+    return found
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "domain",
+        # GET's answer is built from the layout's `OrderPartition`, not from documents
+        "service/order_lookup.py",
+    ],
+)
+def test_neither_the_domain_nor_gets_lookup_takes_a_document(where: str) -> None:
+    assert (ORDERS / where).exists()
+    assert document_parameters_in(ORDERS / where) == []
+
+
+@pytest.mark.parametrize(
+    ("source", "found"),
+    [
+        # what domain/saga.py, status.py and rejections.py had before the layout read them
+        (
+            "def check_event(document: dict[str, Any] | None, event: OrderEvent) -> None: ...",
+            "check_event(document)",
+        ),
+        (
+            "class StoredStatus:\n"
+            "    @classmethod\n"
+            "    def of(\n"
+            "        cls,\n"
+            "        document: Mapping[str, Any] | None,\n"
+            "    ) -> StoredStatus: ...",
+            "of(document)",
+        ),
+        ("async def read(*, stored_document: dict) -> None: ...", "read(stored_document)"),
+        ("views = map(lambda documents: len(documents), pages)", "<lambda>(documents)"),
+    ],
+)
+def test_a_domain_function_that_takes_a_document_fails_the_check(
+    tmp_path: Path, source: str, found: str
+) -> None:
+    (tmp_path / "reads.py").write_text(source + "\n", encoding="utf-8")
+
+    assert [line.split(": ", 1)[1] for line in document_parameters_in(tmp_path)] == [found]
+
+
+def test_documents_that_are_not_parameters_pass(tmp_path: Path) -> None:
+    (tmp_path / "plain.py").write_text(
+        "def validate_document(model: type, decoded: object) -> None: ...\n"
+        "def order_of(order: object, docs: list[object]) -> None:\n"
+        "    document = order\n",
+        encoding="utf-8",
+    )
+
+    assert document_parameters_in(tmp_path) == []

@@ -20,7 +20,7 @@ from fakes import (
 from orders.domain.leases import StampedDocument
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.payments import Charge
-from orders.domain.saga import Fulfilment, SagaOrder
+from orders.domain.saga import Fulfilment
 from orders.exceptions import PaymentUnavailableError
 from orders.service.billing import BillingConsumer
 from orders.service.saga import CancelResult, OrderSaga
@@ -69,7 +69,9 @@ def shipments(inbox: FakeFencedDocuments) -> list[dict[str, Any]]:
 
 
 def fulfilment(orders: FakeFencedDocuments, order_id: str = "o-1") -> Fulfilment:
-    return SagaOrder.of(orders.documents[(order_id, order_id)]).fulfilment
+    order = LAYOUT.saga_order(orders.documents[(order_id, order_id)])
+    assert order is not None
+    return order.fulfilment
 
 
 # --- Cancel against ship: one document decides ---------------------------------------------
@@ -223,8 +225,8 @@ async def test_a_cancel_that_lands_during_the_charge_is_refunded_by_billing_itse
     cancelled: list[CancelResult] = []
 
     def cancel_now(charge: Charge) -> None:
-        order = SagaOrder.of(orders.documents[("o-1", "o-1")])
-        orders._stored(order.cancelled(datetime.now(UTC), None))
+        document = orders.documents[("o-1", "o-1")]
+        orders._stored(LAYOUT.order_cancelled(document, datetime.now(UTC), None))
         cancelled.append(CancelResult.CANCELLED)
 
     decision = await billing(inbox, payments, orders, after_charge=cancel_now).handle(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from fakes import LAYOUT
+
 from orders.domain.dead_letters import DeadLetteredMessage
 from orders.domain.load_plan import LoadMix, StatusKind, plan_load
 from orders.domain.status import status_message_id
@@ -26,15 +28,22 @@ def settled_documents(
     for order_id, applied in versions.items():
         top = max(applied) - (1 if order_id == lose else 0)
         history = [{"version": v} for v in sorted(applied)]
+        # the audit reads versions and history; a status document always names its status too
         documents.append(
-            {"orderId": order_id, "type": "orderStatus", "version": top, "history": history}
+            {
+                "orderId": order_id,
+                "type": "orderStatus",
+                "status": "paid",
+                "version": top,
+                "history": history,
+            }
         )
     return documents, dead
 
 
 def test_a_settled_run_passes() -> None:
     documents, dead = settled_documents()
-    found = audit_statuses(PLAN, documents, dead, produced=set())
+    found = audit_statuses(PLAN, LAYOUT.order_partitions(documents), dead, produced=set())
     assert found.ok and found.final_state_mismatches == 0
     assert found.illegal_dead_lettered == found.illegal_sent > 0
     assert found.stale == found.distinct_updates - found.applied - found.illegal_dead_lettered
@@ -43,13 +52,13 @@ def test_a_settled_run_passes() -> None:
 def test_a_lost_update_is_a_final_state_mismatch() -> None:
     victim = PLAN.status_updates[0].order_id
     documents, dead = settled_documents(lose=victim)
-    found = audit_statuses(PLAN, documents, dead, produced=set())
+    found = audit_statuses(PLAN, LAYOUT.order_partitions(documents), dead, produced=set())
     assert not found.ok and found.final_state_mismatches == 1
 
 
 def test_an_illegal_update_not_dead_lettered_fails() -> None:
     documents, dead = settled_documents()
-    found = audit_statuses(PLAN, documents, dead[1:], produced=set())
+    found = audit_statuses(PLAN, LAYOUT.order_partitions(documents), dead[1:], produced=set())
     assert not found.ok
 
 
@@ -62,11 +71,11 @@ def test_producers_updates_count_and_their_dead_letters_are_honoured() -> None:
     dead.append(
         DeadLetteredMessage(status_message_id(order_id, 3), "IllegalStatusTransition", "", b"")
     )
-    found = audit_statuses(PLAN, documents, dead, produced)
+    found = audit_statuses(PLAN, LAYOUT.order_partitions(documents), dead, produced)
     assert found.illegal_dead_lettered == found.illegal_sent + 1  # the producer's, counted
     assert found.final_state_mismatches == 0  # every path here ends above version 3
 
-    without_producers = audit_statuses(PLAN, documents, dead[:-1], set())
+    without_producers = audit_statuses(PLAN, LAYOUT.order_partitions(documents), dead[:-1], set())
     assert found.distinct_updates - without_producers.distinct_updates == len(
         produced - {(u.order_id, u.version) for u in PLAN.status_updates}
     )

@@ -17,8 +17,9 @@ I/O, so unit tests over fakes use it as it is.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from orders.domain.documents import (
@@ -43,9 +44,21 @@ from orders.domain.inbox import (
     RefundRecord,
 )
 from orders.domain.model import OrderPlaced
-from orders.domain.rejections import REJECTION_DOCUMENT_TYPE, OrderRejection
-from orders.domain.status import STATUS_DOCUMENT_TYPE, HistoryEntry, OrderStatusChanged
-from orders.service.ports import PendingEvent
+from orders.domain.rejections import REJECTION_DOCUMENT_TYPE, FiledRejection, OrderRejection
+from orders.domain.saga import Fulfilment, SagaOrder
+from orders.domain.status import (
+    STATUS_DOCUMENT_TYPE,
+    HistoryEntry,
+    OrderStatus,
+    OrderStatusChanged,
+    StoredStatus,
+)
+from orders.service.ports import (
+    OrderPartition,
+    PendingEvent,
+    StoredLine,
+    StoredOrderView,
+)
 
 # --- Ids: the documents' storage keys ----------------------------------------------------------
 
@@ -135,6 +148,100 @@ def order_record(document: Mapping[str, Any]) -> OrderRecord:
     return OrderRecord(order_id=document["orderId"], request_hash=document["requestHash"])
 
 
+def saga_order(document: Mapping[str, Any] | None) -> SagaOrder | None:
+    """What the saga decides on, read off the order document; None for no document or another
+    type (`orderId` is also the id of nothing else, but a read by id is checked all the same)."""
+    if document is None or document.get("type") != ORDER_DOCUMENT_TYPE:
+        return None
+    found = document.get("fulfilment") or {}
+    return SagaOrder(
+        order_id=document["orderId"],
+        customer_id=document["customerId"],
+        currency=document["currency"],
+        total_amount=Decimal(document["totalAmount"]),
+        line_count=int(document["lineCount"]),
+        fulfilment=Fulfilment(found.get("state", Fulfilment.OPEN.value)),
+        shipment_event_id=found.get("eventId"),
+        cancelled_at=found.get("cancelledAt"),
+    )
+
+
+def shipment_reserved(document: Mapping[str, Any], event_id: str, at: datetime) -> dict[str, Any]:
+    """The order document with the shipment reserved by `event_id`'s delivery: every field it
+    had, `fulfilment` replaced."""
+    fulfilment = {"state": Fulfilment.SHIPPING.value, "eventId": event_id, "at": at.isoformat()}
+    return {**document, "fulfilment": fulfilment}
+
+
+def order_cancelled(
+    document: Mapping[str, Any], at: datetime, reason: str | None
+) -> dict[str, Any]:
+    """The order document, cancelled: every field it had, `fulfilment` replaced."""
+    fulfilment: dict[str, Any] = {
+        "state": Fulfilment.CANCELLED.value,
+        "cancelledAt": at.isoformat(),
+    }
+    if reason:
+        fulfilment["reason"] = reason
+    return {**document, "fulfilment": fulfilment}
+
+
+def order_partition(documents: Iterable[Mapping[str, Any]]) -> OrderPartition:
+    """An order's partition read: its order document with its lines, its status document and
+    its rejections (every other document, the outbox's, is not shown)."""
+    order: Mapping[str, Any] | None = None
+    lines: list[StoredLine] = []
+    status: Mapping[str, Any] | None = None
+    rejections: list[FiledRejection] = []
+    for document in documents:
+        kind = document.get("type")
+        if kind == ORDER_DOCUMENT_TYPE:
+            order = document
+        elif kind == LINE_DOCUMENT_TYPE:
+            lines.append(_stored_line(document))
+        elif kind == STATUS_DOCUMENT_TYPE:
+            status = document
+        elif (rejection := filed_rejection(document)) is not None:
+            rejections.append(rejection)
+    in_order = tuple(sorted(lines, key=lambda line: line.line_number))
+    return OrderPartition(
+        None if order is None else _order_view(order, in_order),
+        stored_status(status),
+        tuple(rejections),
+    )
+
+
+def order_partitions(documents: Iterable[Mapping[str, Any]]) -> dict[str, OrderPartition]:
+    """Many orders' documents (an audit's read of a run) read, partition by partition."""
+    by_order: dict[str, list[Mapping[str, Any]]] = {}
+    for document in documents:
+        by_order.setdefault(document["orderId"], []).append(document)
+    return {order_id: order_partition(found) for order_id, found in by_order.items()}
+
+
+def _order_view(document: Mapping[str, Any], lines: tuple[StoredLine, ...]) -> StoredOrderView:
+    read = saga_order(document)
+    assert read is not None  # an order document, by its type
+    return StoredOrderView(
+        order=read,
+        request_hash=document["requestHash"],
+        total_quantity=document["totalQuantity"],
+        total_amount=document["totalAmount"],
+        processed_at=document["processedAt"],
+        lines=lines,
+    )
+
+
+def _stored_line(document: Mapping[str, Any]) -> StoredLine:
+    return StoredLine(
+        line_number=int(document["lineNumber"]),
+        sku=document["sku"],
+        quantity=document["quantity"],
+        unit_price=document["unitPrice"],
+        line_total=document["lineTotal"],
+    )
+
+
 def outbox_document(
     event: OrderEvent, trace_context: dict[str, str] | None = None
 ) -> dict[str, Any]:
@@ -178,6 +285,30 @@ def rejection_document(rejection: OrderRejection) -> dict[str, Any]:
         "bodyDigest": rejection.body_digest,
         "rejectedAt": rejection.rejected_at.isoformat(),
     }
+
+
+def filed_rejection(document: Mapping[str, Any]) -> FiledRejection | None:
+    """What GET tells of a rejection document; None for every other document."""
+    if document.get("type") != REJECTION_DOCUMENT_TYPE:
+        return None
+    return FiledRejection(
+        order_id=document["orderId"],
+        reason=document["reason"],
+        description=document["description"],
+        rejected_at=document["rejectedAt"],
+        request_hash=document.get("requestHash"),
+    )
+
+
+def stored_status(document: Mapping[str, Any] | None) -> StoredStatus:
+    """The status a status document holds; no document: the order as placed."""
+    if document is None:
+        return StoredStatus.placed()
+    return StoredStatus(
+        OrderStatus(document["status"]),
+        int(document["version"]),
+        tuple(document.get("history", ())),
+    )
 
 
 def status_document(
@@ -299,10 +430,17 @@ class CosmosLayout:
     handed to the consumers by the composition root."""
 
     order_write = staticmethod(order_write)
+    saga_order = staticmethod(saga_order)
+    shipment_reserved = staticmethod(shipment_reserved)
+    order_cancelled = staticmethod(order_cancelled)
     pending_event = staticmethod(pending_event)
     outbox_document = staticmethod(outbox_document)
     status_document_id = staticmethod(status_document_id)
     status_document = staticmethod(status_document)
+    stored_status = staticmethod(stored_status)
+    filed_rejection = staticmethod(filed_rejection)
+    order_partition = staticmethod(order_partition)
+    order_partitions = staticmethod(order_partitions)
     shipment_id = staticmethod(shipment_document_id)
     shipping_documents = staticmethod(shipping_documents)
     charge_record_id = staticmethod(charge_record_id)

@@ -80,9 +80,9 @@ def describe_validation_error(error: ValidationError) -> str:
     return text
 
 
-def check_line_count(document: Any) -> None:
+def check_line_count(decoded: Any) -> None:
     """Refuse too many lines before validating them: validation costs per line, counting doesn't."""
-    lines = document.get("lines") if isinstance(document, dict) else None
+    lines = decoded.get("lines") if isinstance(decoded, dict) else None
     if isinstance(lines, list) and len(lines) > MAX_LINES_PER_ORDER:
         raise MessageRejected(
             DeadLetterReason.ORDER_TOO_LARGE,
@@ -175,10 +175,10 @@ def decode_small_message(message: ReceivedOrderMessage, *, max_bytes: int, what:
     return document
 
 
-def validate_document(model: type[Model], document: Any) -> Model:
+def validate_document(model: type[Model], decoded: Any) -> Model:
     """`model` from decoded JSON; any validation failure is a `SchemaViolation` rejection."""
     try:
-        return model.model_validate(document)
+        return model.model_validate(decoded)
     except ValidationError as exc:
         raise MessageRejected(
             DeadLetterReason.SCHEMA_VIOLATION, describe_validation_error(exc)

@@ -33,12 +33,23 @@ def body_digest(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
 
 
-def rejection_view(document: dict[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class FiledRejection:
+    """A rejection as read back for GET: why, and when as it was stored (the text, unparsed)."""
+
+    order_id: str
+    reason: str
+    description: str
+    rejected_at: str
+    request_hash: str | None  # which payload it refused, when it was a valid order
+
+
+def rejection_view(rejection: FiledRejection) -> dict[str, Any]:
     """The public view of a rejection (what GET answers)."""
     return {
-        "orderId": document["orderId"],
+        "orderId": rejection.order_id,
         "status": ORDER_STATUS_REJECTED,
-        "reason": document["reason"],
-        "description": document["description"],
-        "rejectedAt": document["rejectedAt"],
+        "reason": rejection.reason,
+        "description": rejection.description,
+        "rejectedAt": rejection.rejected_at,
     }

@@ -10,18 +10,16 @@ completes with no shipment (`skipped_cancelled`).
 
 The same read verifies an event against the store: billing and shipping act only on an order
 that exists and whose stored total, currency and customer are the event's. Nothing here talks to
-a store.
+a store or reads a document: the Cosmos layout (`adapters/cosmos_layout.py`) reads a `SagaOrder`
+off the order document and writes the fulfilment decided here back onto it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
-from typing import Any
 
-from orders.domain.documents import ORDER_DOCUMENT_TYPE
 from orders.domain.events import (
     ORDER_ACCEPTED,
     ORDER_CANCELLED,
@@ -41,9 +39,9 @@ class Fulfilment(StrEnum):
 
 @dataclass(frozen=True)
 class SagaOrder:
-    """What the saga reads off a stored order document: its own fields, and the version
-    (`etag`) a fenced write of it must match, which the store hands over apart (an audit's
-    read-only view has none: "")."""
+    """What the saga decides on: the stored order's own fields and its fulfilment. The store
+    adapter reads it off the order document (`DocumentLayout.saga_order`) and writes the
+    fulfilment back onto that document; the document itself never reaches the domain."""
 
     order_id: str
     customer_id: str
@@ -53,46 +51,6 @@ class SagaOrder:
     fulfilment: Fulfilment
     shipment_event_id: str | None  # the event whose delivery reserved the shipment
     cancelled_at: str | None
-    etag: str
-    document: dict[str, Any]  # the order's own fields: the store's properties stay in its adapter
-
-    @classmethod
-    def of(cls, document: dict[str, Any], etag: str = "") -> SagaOrder:
-        found = document.get("fulfilment") or {}
-        return cls(
-            order_id=document["orderId"],
-            customer_id=document["customerId"],
-            currency=document["currency"],
-            total_amount=Decimal(document["totalAmount"]),
-            line_count=int(document["lineCount"]),
-            fulfilment=Fulfilment(found.get("state", Fulfilment.OPEN.value)),
-            shipment_event_id=found.get("eventId"),
-            cancelled_at=found.get("cancelledAt"),
-            etag=etag,
-            document=document,
-        )
-
-    def with_shipment_reserved(self, event_id: str, at: datetime) -> dict[str, Any]:
-        """The order document with the shipment reserved by `event_id`'s delivery."""
-        return self._with({"state": Fulfilment.SHIPPING.value, "eventId": event_id, "at": _t(at)})
-
-    def cancelled(self, at: datetime, reason: str | None) -> dict[str, Any]:
-        """The order document, cancelled."""
-        fulfilment: dict[str, Any] = {"state": Fulfilment.CANCELLED.value, "cancelledAt": _t(at)}
-        if reason:
-            fulfilment["reason"] = reason
-        return self._with(fulfilment)
-
-    def _with(self, fulfilment: dict[str, Any]) -> dict[str, Any]:
-        return {**self.document, "fulfilment": fulfilment}
-
-
-def _t(at: datetime) -> str:
-    return at.isoformat()
-
-
-def is_order_document(document: dict[str, Any] | None) -> bool:
-    return document is not None and document.get("type") == ORDER_DOCUMENT_TYPE
 
 
 @dataclass(frozen=True)
@@ -103,8 +61,9 @@ class EventRefusal:
     description: str
 
 
-def check_event(document: dict[str, Any] | None, event: OrderEvent) -> EventRefusal | None:
-    """None if the stored order vouches for `event`, else why not.
+def check_event(order: SagaOrder | None, event: OrderEvent) -> EventRefusal | None:
+    """None if the stored order vouches for `event`, else why not (`order` is None when no
+    order document is stored under the event's orderId).
 
     An `OrderAccepted` must name a stored order, with its outbox event's id (written in the
     order's own batch, so the id proves the event came from that write), its total, currency,
@@ -112,14 +71,12 @@ def check_event(document: dict[str, Any] | None, event: OrderEvent) -> EventRefu
     cancelled. Anything else was not produced by this system's dispatcher: a misrouted
     producer, a test tool on the wrong namespace, a forgery.
     """
-    if not is_order_document(document):
+    if order is None:
         return EventRefusal(
             DeadLetterReason.UNKNOWN_ORDER,
             f"{event.event_type} {event.event_id!r} names order {event.order_id!r}, "
             "which is not stored",
         )
-    assert document is not None
-    order = SagaOrder.of(document)
     if isinstance(event, OrderCancelled):
         if event.event_id != order_event_id(order.order_id, ORDER_CANCELLED):
             return _mismatch(

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BaseModel, Field, StrictInt, ValidationError
 
@@ -142,22 +142,16 @@ HistoryEntry = Mapping[str, object]
 @dataclass(frozen=True)
 class StoredStatus:
     """An order's status as stored: plain data, whatever store holds it (the store's version
-    and fields stay in its adapter)."""
+    and fields stay in its adapter, which reads this off the status document)."""
 
     status: OrderStatus
     version: int
     history: tuple[HistoryEntry, ...] = ()
 
     @classmethod
-    def of(cls, document: Mapping[str, Any] | None) -> StoredStatus:
-        """The status a status document holds; no document: the order as placed."""
-        if document is None:
-            return cls(OrderStatus.PLACED, PRODUCER_VERSIONS[OrderStatus.PLACED])
-        return cls(
-            OrderStatus(document["status"]),
-            int(document["version"]),
-            tuple(document.get("history", ())),
-        )
+    def placed(cls) -> StoredStatus:
+        """The status of an order nothing has been stored about yet: placed."""
+        return cls(OrderStatus.PLACED, PRODUCER_VERSIONS[OrderStatus.PLACED])
 
 
 class Verdict(StrEnum):

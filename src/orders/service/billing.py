@@ -145,7 +145,7 @@ class BillingConsumer:
         )
 
     async def _on_event(self, event: OrderEvent) -> Decision:
-        order = await self._saga.verified(event, consumer="billing")
+        order = (await self._saga.verified(event, consumer="billing")).order
         if isinstance(event, OrderCancelled):
             return await self._on_cancel(event, order)
         return await self._bill(event, order)
@@ -164,7 +164,7 @@ class BillingConsumer:
         await announce(self._status, event, OrderStatus.PAID, self._clock())
         # A cancel that committed while we charged saw no charge to pay back: we do it.
         latest = await self._saga.order(event.order_id)
-        if latest is not None and latest.fulfilment is Fulfilment.CANCELLED:
+        if latest is not None and latest.order.fulfilment is Fulfilment.CANCELLED:
             return await self._refund_phase(event, charged)
         return Decision(
             Outcome.PROCESSED if charged.fresh else Outcome.DUPLICATE,

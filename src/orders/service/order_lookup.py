@@ -6,16 +6,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from orders.domain.documents import LINE_DOCUMENT_TYPE, ORDER_DOCUMENT_TYPE
-from orders.domain.rejections import REJECTION_DOCUMENT_TYPE, rejection_view
-from orders.domain.saga import Fulfilment, SagaOrder
-from orders.domain.status import (
-    PRODUCER_VERSIONS,
-    STATUS_DOCUMENT_TYPE,
-    OrderStatus,
-    StoredStatus,
-)
-from orders.service.ports import IdempotencyStore, OrderReader
+from orders.domain.rejections import FiledRejection, rejection_view
+from orders.domain.saga import Fulfilment
+from orders.domain.status import PRODUCER_VERSIONS, OrderStatus
+from orders.service.ports import IdempotencyStore, OrderPartition, OrderReader, OrderViewLayout
 
 
 class OrderState(StrEnum):
@@ -31,83 +25,80 @@ class OrderLookupResult:
     body: dict[str, Any] | None = None
 
 
-def order_view(documents: list[dict[str, Any]]) -> dict[str, Any] | None:
+def order_view(partition: OrderPartition) -> dict[str, Any] | None:
     """The public view of a stored order: amounts stay decimal strings, lines in order."""
-    order = next((d for d in documents if d.get("type") == ORDER_DOCUMENT_TYPE), None)
-    if order is None:
+    stored = partition.order
+    if stored is None:
         return None
-    lines = sorted(
-        (d for d in documents if d.get("type") == LINE_DOCUMENT_TYPE),
-        key=lambda line: int(line["lineNumber"]),
-    )
-    status = StoredStatus.of(
-        next((d for d in documents if d.get("type") == STATUS_DOCUMENT_TYPE), None)
-    )
+    order, status = stored.order, partition.status
     shown, version = status.status, status.version
     cancelled = PRODUCER_VERSIONS[OrderStatus.CANCELLED]
-    if SagaOrder.of(order).fulfilment is Fulfilment.CANCELLED and version < cancelled:
+    if order.fulfilment is Fulfilment.CANCELLED and version < cancelled:
         # The cancel is decided on the order document; its status update may still be queued.
         shown, version = OrderStatus.CANCELLED, cancelled
     return {
-        "orderId": order["orderId"],
+        "orderId": order.order_id,
         "status": shown.value,
         "statusVersion": version,
         "statusHistory": list(status.history),
-        "customerId": order["customerId"],
-        "currency": order["currency"],
-        "totalAmount": order["totalAmount"],
-        "totalQuantity": order["totalQuantity"],
-        "processedAt": order["processedAt"],
+        "customerId": order.customer_id,
+        "currency": order.currency,
+        "totalAmount": stored.total_amount,
+        "totalQuantity": stored.total_quantity,
+        "processedAt": stored.processed_at,
         "lines": [
             {
-                "lineNumber": line["lineNumber"],
-                "sku": line["sku"],
-                "quantity": line["quantity"],
-                "unitPrice": line["unitPrice"],
-                "lineTotal": line["lineTotal"],
+                "lineNumber": line.line_number,
+                "sku": line.sku,
+                "quantity": line.quantity,
+                "unitPrice": line.unit_price,
+                "lineTotal": line.line_total,
             }
-            for line in lines
+            for line in stored.lines
         ],
     }
 
 
 def latest_rejection(
-    documents: list[dict[str, Any]], request_hash: str | None = None
-) -> dict[str, Any] | None:
+    partition: OrderPartition, request_hash: str | None = None
+) -> FiledRejection | None:
     """The newest rejection filed for the order (for one payload when `request_hash` is set)."""
     rejections = [
-        d
-        for d in documents
-        if d.get("type") == REJECTION_DOCUMENT_TYPE
-        and (request_hash is None or d.get("requestHash") == request_hash)
+        rejection
+        for rejection in partition.rejections
+        if request_hash is None or rejection.request_hash == request_hash
     ]
-    return max(rejections, key=lambda d: str(d.get("rejectedAt")), default=None)
+    return max(rejections, key=lambda rejection: rejection.rejected_at, default=None)
 
 
 class OrderLookup:
-    def __init__(self, reader: OrderReader, idempotency_store: IdempotencyStore) -> None:
+    def __init__(
+        self, reader: OrderReader, idempotency_store: IdempotencyStore, layout: OrderViewLayout
+    ) -> None:
         self._reader = reader
         self._idempotency_store = idempotency_store
+        self._layout = layout
 
     async def find(self, scope: str, order_id: str) -> OrderLookupResult:
         documents = await self._reader.read_order_documents(order_id)
+        partition = self._layout.order_partition(documents)
         accepted = await self._idempotency_store.find_order(scope, order_id)
-        stored = next((d for d in documents if d.get("type") == ORDER_DOCUMENT_TYPE), None)
+        stored = partition.order
         if accepted is not None:
             # The caller's own submission decides: rejected, stored as sent, or still queued
             # (an order stored from another payload is not the caller's order).
-            rejection = latest_rejection(documents, accepted.request_hash)
+            rejection = latest_rejection(partition, accepted.request_hash)
             if rejection is not None:
                 return OrderLookupResult(OrderState.REJECTED, rejection_view(rejection))
-            if stored is None or stored.get("requestHash") != accepted.request_hash:
+            if stored is None or stored.request_hash != accepted.request_hash:
                 return OrderLookupResult(OrderState.ACCEPTED)
         # A stored order is shown to every authorised caller (function key or Entra ID): the
         # orders container holds no owner. Scope it here if your callers must not see others'.
-        view = order_view(documents)
+        view = order_view(partition)
         if view is not None:
             return OrderLookupResult(OrderState.STORED, view)
         # So is a rejection of a message sent straight to the queue (no key record).
-        rejection = latest_rejection(documents)
+        rejection = latest_rejection(partition)
         if rejection is not None:
             return OrderLookupResult(OrderState.REJECTED, rejection_view(rejection))
         return OrderLookupResult(OrderState.UNKNOWN)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -19,8 +19,9 @@ from orders.domain.leases import DatabaseRead, StampedDocument
 from orders.domain.model import OrderPlaced
 from orders.domain.outcomes import Decision
 from orders.domain.received import ReceivedOrderMessage
-from orders.domain.rejections import OrderRejection
-from orders.domain.status import HistoryEntry, OrderStatusChanged
+from orders.domain.rejections import FiledRejection, OrderRejection
+from orders.domain.saga import SagaOrder
+from orders.domain.status import HistoryEntry, OrderStatusChanged, StoredStatus
 from orders.service.subscribers import Source
 
 
@@ -69,6 +70,84 @@ class EventLayout(Protocol):
         ...
 
 
+class SagaOrderReader(Protocol):
+    def saga_order(self, document: Mapping[str, Any] | None) -> SagaOrder | None:
+        """What the saga decides on, read off an order document; None for none or another."""
+        ...
+
+
+@dataclass(frozen=True)
+class StoredLine:
+    """One stored order line; amounts stay the decimal text they were stored as."""
+
+    line_number: int
+    sku: str
+    quantity: int
+    unit_price: str
+    line_total: str
+
+
+@dataclass(frozen=True)
+class StoredOrderView:
+    """The order document read for GET: the saga's view of it and the fields shown besides
+    (amounts as their stored decimal text), with its lines in line-number order."""
+
+    order: SagaOrder
+    request_hash: str
+    total_quantity: int
+    total_amount: str
+    processed_at: str
+    lines: tuple[StoredLine, ...]
+
+
+@dataclass(frozen=True)
+class OrderPartition:
+    """What an order's partition holds, read: the order (None until stored), its status
+    (placed while no status document exists) and the rejections filed under its id."""
+
+    order: StoredOrderView | None
+    status: StoredStatus
+    rejections: tuple[FiledRejection, ...]
+
+
+class StatusReader(Protocol):
+    def stored_status(self, document: Mapping[str, Any] | None) -> StoredStatus:
+        """The status a status document holds; None (no document): the order as placed."""
+        ...
+
+
+class OrderViewLayout(SagaOrderReader, StatusReader, Protocol):
+    """What GET and `orders verify` read off an order's stored documents."""
+
+    def filed_rejection(self, document: Mapping[str, Any]) -> FiledRejection | None:
+        """What a rejection document tells; None for any other document."""
+        ...
+
+    def order_partition(self, documents: Iterable[Mapping[str, Any]]) -> OrderPartition:
+        """An order's documents (one partition, any order, any other types) read."""
+        ...
+
+    def order_partitions(self, documents: Iterable[Mapping[str, Any]]) -> dict[str, OrderPartition]:
+        """Many orders' documents read, by orderId."""
+        ...
+
+
+class SagaLayout(EventLayout, SagaOrderReader, Protocol):
+    """The order document as the saga reads and rewrites it (If-Match, `OrderDocuments`)."""
+
+    def shipment_reserved(
+        self, document: Mapping[str, Any], event_id: str, at: datetime
+    ) -> dict[str, Any]:
+        """The stored order document, every field kept, with the shipment reserved."""
+        ...
+
+    def order_cancelled(
+        self, document: Mapping[str, Any], at: datetime, reason: str | None
+    ) -> dict[str, Any]:
+        """The stored order document, every field kept, cancelled."""
+        ...
+
+
 class OrderLayout(EventLayout, Protocol):
     def order_write(
         self,
@@ -113,7 +192,7 @@ class BillingLayout(Protocol):
     def refund_of(self, document: Mapping[str, Any]) -> RefundRecord: ...
 
 
-class StatusLayout(Protocol):
+class StatusLayout(StatusReader, Protocol):
     def status_document_id(self, order_id: str) -> str:
         """The id of the order's one status document."""
         ...
@@ -125,7 +204,15 @@ class StatusLayout(Protocol):
         ...
 
 
-class DocumentLayout(OrderLayout, ShippingLayout, BillingLayout, StatusLayout, Protocol):
+class DocumentLayout(
+    OrderLayout,
+    SagaLayout,
+    OrderViewLayout,
+    ShippingLayout,
+    BillingLayout,
+    StatusLayout,
+    Protocol,
+):
     """Every layout at once: what the composition root wires into the consumers."""
 
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
+from typing import Any
 
 from orders.domain.events import OrderCancelled, OrderEvent
 from orders.domain.outcomes import Decision, Outcome, Settlement
@@ -19,13 +21,12 @@ from orders.domain.saga import (
     SagaOrder,
     ShipVerdict,
     check_event,
-    is_order_document,
     judge_cancel,
     judge_shipment,
 )
 from orders.exceptions import LeaseLostError, TransientStoreError
 from orders.observability import log_value
-from orders.service.ports import EventLayout, OrderDocuments
+from orders.service.ports import OrderDocuments, SagaLayout
 
 logger = logging.getLogger("orders.saga")
 
@@ -41,6 +42,16 @@ class EventRefused(Exception):
         self.decision = decision
 
 
+@dataclass(frozen=True)
+class FencedOrder:
+    """The order as read for the saga: what it decides on (`order`), and the stored document
+    with its ETag that a fenced rewrite starts from (the layout keeps every field it had)."""
+
+    order: SagaOrder
+    document: dict[str, Any]
+    etag: str
+
+
 class CancelResult(StrEnum):
     CANCELLED = "cancelled"  # this request cancelled the order
     ALREADY_CANCELLED = "already_cancelled"  # an earlier cancel did
@@ -52,26 +63,27 @@ class OrderSaga:
     def __init__(
         self,
         orders: OrderDocuments,
-        layout: EventLayout,
+        layout: SagaLayout,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._orders = orders
         self._layout = layout
         self._clock = clock
 
-    async def order(self, order_id: str) -> SagaOrder | None:
+    async def order(self, order_id: str) -> FencedOrder | None:
         stored = await self._orders.get_stored(order_id, order_id)
-        if stored is None or not is_order_document(stored.body):
+        if stored is None:
             return None
-        return SagaOrder.of(stored.body, stored.etag)
+        order = self._layout.saga_order(stored.body)
+        return None if order is None else FencedOrder(order, stored.body, stored.etag)
 
-    async def verified(self, event: OrderEvent, *, consumer: str) -> SagaOrder:
+    async def verified(self, event: OrderEvent, *, consumer: str) -> FencedOrder:
         """The stored order `event` is about, or `EventRefused` (with an ALERT logged)."""
-        stored = await self._orders.get_stored(event.order_id, event.order_id)
-        refusal = check_event(stored.body if stored is not None else None, event)
+        stored = await self.order(event.order_id)
+        refusal = check_event(None if stored is None else stored.order, event)
         if refusal is None:
             assert stored is not None
-            return SagaOrder.of(stored.body, stored.etag)
+            return stored
         logger.error(
             "ALERT %s refused event %s: %s",
             consumer,
@@ -88,30 +100,30 @@ class OrderSaga:
             )
         )
 
-    async def reserve_shipment(self, order: SagaOrder, event_id: str) -> ShipVerdict:
+    async def reserve_shipment(self, stored: FencedOrder, event_id: str) -> ShipVerdict:
         """RESERVED once the shipment is reserved for `event_id` (now or before), or
         SKIP_CANCELLED when a cancel won."""
         for _ in range(MAX_RACES):
-            verdict = judge_shipment(order)
+            verdict = judge_shipment(stored.order)
             if verdict is not ShipVerdict.RESERVE:
                 return verdict
+            reserved = self._layout.shipment_reserved(stored.document, event_id, self._clock())
             try:
-                await self._orders.replace(
-                    order.with_shipment_reserved(event_id, self._clock()), etag=order.etag
-                )
+                await self._orders.replace(reserved, etag=stored.etag)
                 return ShipVerdict.RESERVED
             except LeaseLostError:
-                order = await self._reread(order.order_id)
-        raise TransientStoreError(f"order {order.order_id!r} changed {MAX_RACES} times in a row")
+                stored = await self._reread(stored.order.order_id)
+        order_id = stored.order.order_id
+        raise TransientStoreError(f"order {order_id!r} changed {MAX_RACES} times in a row")
 
     async def cancel(self, order_id: str, reason: str | None) -> CancelResult:
         """Decide the cancel now: cancelled (with its `OrderCancelled` event, one batch), or
         refused because the shipment was reserved first."""
-        order = await self.order(order_id)
+        stored = await self.order(order_id)
         for _ in range(MAX_RACES):
-            if order is None:
+            if stored is None:
                 return CancelResult.NOT_STORED
-            match judge_cancel(order):
+            match judge_cancel(stored.order):
                 case CancelVerdict.ALREADY_CANCELLED:
                     return CancelResult.ALREADY_CANCELLED
                 case CancelVerdict.ALREADY_SHIPPED:
@@ -121,18 +133,18 @@ class OrderSaga:
             try:
                 await self._orders.replace_and_create(
                     order_id,
-                    order.cancelled(at, reason),
-                    etag=order.etag,
+                    self._layout.order_cancelled(stored.document, at, reason),
+                    etag=stored.etag,
                     created=[self._layout.outbox_document(event)],
                 )
                 logger.info("order %s cancelled", log_value(order_id))
                 return CancelResult.CANCELLED
             except LeaseLostError:
-                order = await self.order(order_id)  # shipping (or another cancel) moved first
+                stored = await self.order(order_id)  # shipping (or another cancel) moved first
         raise TransientStoreError(f"order {order_id!r} changed {MAX_RACES} times in a row")
 
-    async def _reread(self, order_id: str) -> SagaOrder:
-        order = await self.order(order_id)
-        if order is None:
+    async def _reread(self, order_id: str) -> FencedOrder:
+        stored = await self.order(order_id)
+        if stored is None:
             raise TransientStoreError(f"order {order_id!r} vanished during the saga")
-        return order
+        return stored

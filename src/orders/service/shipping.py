@@ -51,11 +51,11 @@ class ShippingConsumer:
     async def _ship(self, event: OrderEvent) -> Decision:
         # Every event is verified, a cancel too: a forged one is dead-lettered and alerted on
         # here as in billing, whatever this consumer would have done with it.
-        order = await self._saga.verified(event, consumer="shipping")
+        stored = await self._saga.verified(event, consumer="shipping")
         if not isinstance(event, OrderAccepted):
             # A cancel concerns billing; shipping learns of it from the order document.
             return Decision(Outcome.IGNORED, Settlement.COMPLETE, event.order_id)
-        if await self._saga.reserve_shipment(order, event.event_id) is ShipVerdict.SKIP_CANCELLED:
+        if await self._saga.reserve_shipment(stored, event.event_id) is ShipVerdict.SKIP_CANCELLED:
             logger.info(
                 "order %s was cancelled before shipping: no shipment", log_value(event.order_id)
             )

@@ -67,7 +67,7 @@ class StatusConsumer:
 
     async def _apply(self, update: OrderStatusChanged) -> Decision:
         def change(document: Mapping[str, Any] | None) -> dict[str, Any]:
-            stored = StoredStatus.of(document)
+            stored = self._layout.stored_status(document)
             if judge_update(stored, update) is Verdict.ILLEGAL:
                 raise IllegalTransitionError(stored)
             return self._layout.status_document(update, history_after(stored, update))

@@ -7,11 +7,11 @@ container's documents and the payment provider's charges.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from decimal import Decimal
 from typing import Any
 
-from orders.domain.documents import ORDER_DOCUMENT_TYPE
 from orders.domain.inbox import (
     BILLING,
     BILLING_DOCUMENT_TYPE,
@@ -19,6 +19,7 @@ from orders.domain.inbox import (
     BillingStatus,
 )
 from orders.domain.payments import Charge
+from orders.service.ports import OrderPartition
 
 
 @dataclass(frozen=True)
@@ -46,11 +47,10 @@ class StoredOrder:
     currency: str
 
 
-def stored_orders(documents: list[dict[str, Any]]) -> list[StoredOrder]:
+def stored_orders(partitions: Mapping[str, OrderPartition]) -> list[StoredOrder]:
     return [
-        StoredOrder(d["orderId"], Decimal(d["totalAmount"]), d["currency"])
-        for d in documents
-        if d.get("type") == ORDER_DOCUMENT_TYPE
+        StoredOrder(order.order_id, order.total_amount, order.currency)
+        for order in (p.order.order for p in partitions.values() if p.order is not None)
     ]
 
 

@@ -13,6 +13,7 @@ from orders.domain.dead_letters import DeadLetteredMessage
 from orders.domain.load_plan import LoadPlan
 from orders.domain.payments import Charge, Refund
 from orders.service.cancels import CancelResults
+from orders.service.ports import OrderViewLayout
 from orders.service.registry import BILLING, CONSUMERS, SHIPPING, STATUS, AuditInputs
 from orders.service.verify import VerifyReport, audit
 from orders.service.verify_fanout import stored_orders
@@ -37,6 +38,7 @@ class RunRecords:
 def audit_run(
     plan: LoadPlan,
     records: RunRecords,
+    layout: OrderViewLayout,
     *,
     fanout: frozenset[str] = frozenset(),
     cancel_results: CancelResults | None = None,
@@ -48,8 +50,9 @@ def audit_run(
     charges, refunds = records.charges, records.refunds
     report = audit(plan, documents, records.dead_letters)
     whole_saga = {BILLING, SHIPPING} <= fanout
-    orders = stored_orders(documents)
-    facts = saga_facts(documents, inbox, charges, refunds)
+    partitions = layout.order_partitions(documents)
+    orders = stored_orders(partitions)
+    facts = saga_facts(partitions, inbox, charges, refunds)
     if plan.status_updates:
         stored = {order.order_id for order in orders}
         if whole_saga:
@@ -59,7 +62,7 @@ def audit_run(
                 stored, billing=BILLING in fanout, shipping=SHIPPING in fanout
             )
         report = report.with_statuses(
-            audit_statuses(plan, documents, records.status_dead_letters, produced)
+            audit_statuses(plan, partitions, records.status_dead_letters, produced)
         )
     found = AuditInputs(orders, inbox, charges, facts.cancelled)
     for spec in CONSUMERS:
@@ -68,7 +71,7 @@ def audit_run(
     if whole_saga:
         report = report.with_invariants(
             audit_saga(
-                documents,
+                partitions,
                 inbox,
                 charges,
                 refunds,

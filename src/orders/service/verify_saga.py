@@ -11,16 +11,17 @@ be cancelled and billing charges every order that is not.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from orders.domain.documents import ORDER_DOCUMENT_TYPE
 from orders.domain.inbox import SHIPMENT_DOCUMENT_TYPE
 from orders.domain.payments import Charge, Refund
 from orders.domain.saga import Fulfilment, SagaOrder
 from orders.domain.status import OrderStatus
 from orders.service.cancels import CancelResults, answer_mismatches
 from orders.service.order_lookup import order_view
+from orders.service.ports import OrderPartition
 
 
 @dataclass(frozen=True)
@@ -76,17 +77,25 @@ class SagaFacts:
         return produced
 
 
+def stored_saga_orders(partitions: Mapping[str, OrderPartition]) -> dict[str, SagaOrder]:
+    """The stored orders, by orderId, as the saga reads them."""
+    return {
+        order_id: partition.order.order
+        for order_id, partition in partitions.items()
+        if partition.order is not None
+    }
+
+
 def saga_facts(
-    order_documents: list[dict[str, Any]],
+    partitions: Mapping[str, OrderPartition],
     inbox_documents: list[dict[str, Any]],
     charges: list[Charge],
     refunds: list[Refund],
 ) -> SagaFacts:
     cancelled = {
-        d["orderId"]
-        for d in order_documents
-        if d.get("type") == ORDER_DOCUMENT_TYPE
-        and SagaOrder.of(d).fulfilment is Fulfilment.CANCELLED
+        order_id
+        for order_id, order in stored_saga_orders(partitions).items()
+        if order.fulfilment is Fulfilment.CANCELLED
     }
     return SagaFacts(
         cancelled=frozenset(cancelled),
@@ -111,7 +120,7 @@ def expected_status(order_id: str, facts: SagaFacts) -> OrderStatus:
 
 
 def audit_saga(
-    order_documents: list[dict[str, Any]],
+    partitions: Mapping[str, OrderPartition],
     inbox_documents: list[dict[str, Any]],
     charges: list[Charge],
     refunds: list[Refund],
@@ -126,15 +135,8 @@ def audit_saga(
     audit's to judge, not this one's; `check_status` only where the status consumer runs."""
     charges = [c for c in charges if c.order_id.startswith(run_prefix)]
     refunds = [r for r in refunds if r.order_id.startswith(run_prefix)]
-    facts = saga_facts(order_documents, inbox_documents, charges, refunds)
-    by_order: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for document in order_documents:
-        by_order[document["orderId"]].append(document)
-    stored = {
-        order_id: SagaOrder.of(next(d for d in docs if d.get("type") == ORDER_DOCUMENT_TYPE))
-        for order_id, docs in by_order.items()
-        if any(d.get("type") == ORDER_DOCUMENT_TYPE for d in docs)
-    }
+    facts = saga_facts(partitions, inbox_documents, charges, refunds)
+    stored = stored_saga_orders(partitions)
     charges_of: dict[str, list[Charge]] = defaultdict(list)
     for charge in charges:
         charges_of[charge.order_id].append(charge)
@@ -155,7 +157,7 @@ def audit_saga(
         )
 
     def status_mismatch(order_id: str) -> bool:
-        view = order_view(by_order[order_id])
+        view = order_view(partitions[order_id])
         return view is not None and view["status"] != expected_status(order_id, facts).value
 
     return SagaInvariants(

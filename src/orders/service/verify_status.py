@@ -9,6 +9,7 @@ arrived stale, and the order's final version must be the highest of them.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -17,10 +18,10 @@ from orders.domain.load_plan import LoadPlan, StatusKind
 from orders.domain.messages import DeadLetterReason
 from orders.domain.status import (
     PRODUCER_VERSIONS,
-    STATUS_DOCUMENT_TYPE,
     OrderStatus,
     status_message_id,
 )
+from orders.service.ports import OrderPartition
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ def produced_updates(order_ids: set[str], *, billing: bool, shipping: bool) -> s
 
 def audit_statuses(
     plan: LoadPlan,
-    order_documents: list[dict[str, Any]],
+    partitions: Mapping[str, OrderPartition],
     status_dead_letters: list[DeadLetteredMessage],
     produced: set[tuple[str, int]],
 ) -> StatusAudit:
@@ -71,15 +72,15 @@ def audit_statuses(
     legal_versions: dict[str, list[int]] = defaultdict(list)
     for order_id, version in distinct - illegal:
         legal_versions[order_id].append(version)
-    stored = {d["orderId"]: d for d in order_documents if d.get("type") == STATUS_DOCUMENT_TYPE}
     placed = PRODUCER_VERSIONS[OrderStatus.PLACED]
     mismatches = sum(
         1
         for order_id in {order_id for order_id, _ in distinct}
-        if int(stored.get(order_id, {}).get("version", placed))
+        if (partitions[order_id].status.version if order_id in partitions else placed)
         != max(legal_versions.get(order_id, []), default=placed)
     )
-    applied = sum(len(document.get("history", [])) for document in stored.values())
+    # an order without a status document stands at placed, with no history
+    applied = sum(len(partition.status.history) for partition in partitions.values())
     strays = {(u.order_id, u.version) for u in plan.status_updates if u.kind is StatusKind.ILLEGAL}
     return StatusAudit(
         sent=len(plan.status_updates),
