@@ -6,6 +6,7 @@ the adapter."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -18,6 +19,7 @@ from orders.adapters.cosmos_layout import (
     charge_document,
     charge_of,
     filed_rejection,
+    inbox_partitions,
     order_cancelled,
     order_partition,
     order_partitions,
@@ -38,7 +40,15 @@ from orders.domain.inbox import BillingRecord, BillingStatus, RefundRecord
 from orders.domain.rejections import FiledRejection, OrderRejection
 from orders.domain.saga import Fulfilment, SagaOrder
 from orders.domain.status import OrderStatus, OrderStatusChanged, StoredStatus, history_after
-from orders.service.ports import DocumentLayout, OrderPartition, StoredLine, StoredOrderView
+from orders.service.ports import (
+    DocumentLayout,
+    InboxPartition,
+    InboxRecord,
+    OrderPartition,
+    StoredLine,
+    StoredOrderView,
+    StoredShipment,
+)
 
 AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 STAMP = "2026-01-02T03:04:05+00:00"
@@ -209,10 +219,9 @@ def test_shipping_writes_its_inbox_record_and_the_orders_one_shipment() -> None:
     assert CosmosLayout().shipment_id("o-1") == "o-1:shipment"
 
 
-def test_billings_charge_record_is_flat_and_reads_back_as_written() -> None:
-    layout = CosmosLayout()
-    charge = BillingRecord(
-        record_id=layout.charge_record_id(ACCEPTED_ID),
+def a_charge() -> BillingRecord:
+    return BillingRecord(
+        record_id=CosmosLayout().charge_record_id(ACCEPTED_ID),
         order_id="o-1",
         message_id=ACCEPTED_ID,
         status=BillingStatus.COMPLETED,
@@ -224,6 +233,24 @@ def test_billings_charge_record_is_flat_and_reads_back_as_written() -> None:
         payment_id="p-1",
         attempts=2,
     )
+
+
+def a_refund() -> RefundRecord:
+    return RefundRecord(
+        record_id=CosmosLayout().refund_record_id("o-1"),
+        order_id="o-1",
+        status=BillingStatus.IN_PROGRESS,
+        owner="me",
+        lease_seconds=10.0,
+        payment_id="p-1",
+        amount="12.5",
+        currency="EUR",
+        refund_key="refund:o-1",
+    )
+
+
+def test_billings_charge_record_is_flat_and_reads_back_as_written() -> None:
+    charge = a_charge()
 
     assert charge_document(charge) == {
         "id": f"billing:{ACCEPTED_ID}",
@@ -244,17 +271,7 @@ def test_billings_charge_record_is_flat_and_reads_back_as_written() -> None:
 
 
 def test_a_refund_record_is_one_per_order_and_reads_back_as_written() -> None:
-    refund = RefundRecord(
-        record_id=CosmosLayout().refund_record_id("o-1"),
-        order_id="o-1",
-        status=BillingStatus.IN_PROGRESS,
-        owner="me",
-        lease_seconds=10.0,
-        payment_id="p-1",
-        amount="12.5",
-        currency="EUR",
-        refund_key="refund:o-1",
-    )
+    refund = a_refund()
 
     assert refund_document(refund) == {
         "id": "refund:o-1",
@@ -352,6 +369,32 @@ def test_an_order_partition_reads_as_its_order_lines_status_and_rejections() -> 
     }
 
 
+def test_the_inbox_container_reads_as_each_orders_shipments_charges_refunds_and_records() -> None:
+    record, shipment = shipping_documents(accepted(), message_id=ACCEPTED_ID, processed_at=AT)
+    in_progress = replace(a_charge(), record_id="billing:e-2", status=BillingStatus.IN_PROGRESS)
+    elsewhere = replace(a_refund(), record_id="refund:o-2", order_id="o-2")
+    documents = [
+        charge_document(a_charge()),
+        refund_document(elsewhere),
+        {"id": "x", "orderId": "o-3", "type": "notOurs"},  # not shown, nor its order
+        shipment,
+        charge_document(in_progress),
+        record,
+        refund_document(a_refund()),
+    ]
+
+    assert inbox_partitions(documents) == {
+        "o-1": InboxPartition(
+            shipments=(StoredShipment("o-1", "c-1", 1, "requested", STAMP),),
+            charges=(a_charge(), in_progress),
+            refunds=(a_refund(),),
+            records=(InboxRecord("shipping", ACCEPTED_ID, STAMP),),
+        ),
+        "o-2": InboxPartition(refunds=(elsewhere,)),
+    }
+    assert inbox_partitions([]) == {}
+
+
 def test_the_status_document_keeps_a_bounded_history_and_a_reason_only_when_given() -> None:
     placed = stored_status(None)
     paid = OrderStatusChanged.of("o-1", OrderStatus.PAID, changed_at=AT)
@@ -387,3 +430,6 @@ def test_the_cosmos_layout_is_the_services_document_layout() -> None:
     assert layout.saga_order(stored_order()) == saga_order(stored_order())
     assert layout.stored_status(None) == stored_status(None)
     assert layout.order_partition([stored_order()]) == order_partition([stored_order()])
+    assert layout.inbox_partitions([refund_document(a_refund())]) == {
+        "o-1": InboxPartition(refunds=(a_refund(),))
+    }

@@ -54,10 +54,13 @@ from orders.domain.status import (
     StoredStatus,
 )
 from orders.service.ports import (
+    InboxPartition,
+    InboxRecord,
     OrderPartition,
     PendingEvent,
     StoredLine,
     StoredOrderView,
+    StoredShipment,
 )
 
 # --- Ids: the documents' storage keys ----------------------------------------------------------
@@ -425,6 +428,52 @@ def refund_of(document: Mapping[str, Any]) -> RefundRecord:
     )
 
 
+def inbox_partitions(documents: Iterable[Mapping[str, Any]]) -> dict[str, InboxPartition]:
+    """The inbox container's documents of many orders (an audit's read of a run), read by
+    orderId: shipments, charge and refund records, inbox records; other types are not shown."""
+    shipments: dict[str, list[StoredShipment]] = {}
+    charges: dict[str, list[BillingRecord]] = {}
+    refunds: dict[str, list[RefundRecord]] = {}
+    records: dict[str, list[InboxRecord]] = {}
+    for document in documents:
+        kind, order_id = document.get("type"), document["orderId"]
+        if kind == SHIPMENT_DOCUMENT_TYPE:
+            shipments.setdefault(order_id, []).append(_stored_shipment(document))
+        elif kind == BILLING_DOCUMENT_TYPE:
+            charges.setdefault(order_id, []).append(charge_of(document))
+        elif kind == REFUND_DOCUMENT_TYPE:
+            refunds.setdefault(order_id, []).append(refund_of(document))
+        elif kind == INBOX_DOCUMENT_TYPE:
+            records.setdefault(order_id, []).append(_inbox_record(document))
+    return {
+        order_id: InboxPartition(
+            shipments=tuple(shipments.get(order_id, ())),
+            charges=tuple(charges.get(order_id, ())),
+            refunds=tuple(refunds.get(order_id, ())),
+            records=tuple(records.get(order_id, ())),
+        )
+        for order_id in {**shipments, **charges, **refunds, **records}
+    }
+
+
+def _stored_shipment(document: Mapping[str, Any]) -> StoredShipment:
+    return StoredShipment(
+        order_id=document["orderId"],
+        customer_id=document["customerId"],
+        line_count=int(document["lineCount"]),
+        status=document["status"],
+        requested_at=document["requestedAt"],
+    )
+
+
+def _inbox_record(document: Mapping[str, Any]) -> InboxRecord:
+    return InboxRecord(
+        consumer=document["consumer"],
+        message_id=document["messageId"],
+        processed_at=document["processedAt"],
+    )
+
+
 class CosmosLayout:
     """The service layer's `DocumentLayout` port (`service/ports.py`): this module's mapping,
     handed to the consumers by the composition root."""
@@ -441,6 +490,7 @@ class CosmosLayout:
     filed_rejection = staticmethod(filed_rejection)
     order_partition = staticmethod(order_partition)
     order_partitions = staticmethod(order_partitions)
+    inbox_partitions = staticmethod(inbox_partitions)
     shipment_id = staticmethod(shipment_document_id)
     shipping_documents = staticmethod(shipping_documents)
     charge_record_id = staticmethod(charge_record_id)

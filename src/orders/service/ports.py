@@ -110,6 +110,37 @@ class OrderPartition:
     rejections: tuple[FiledRejection, ...]
 
 
+@dataclass(frozen=True)
+class StoredShipment:
+    """Shipping's effect for an order, as stored."""
+
+    order_id: str
+    customer_id: str
+    line_count: int
+    status: str
+    requested_at: str
+
+
+@dataclass(frozen=True)
+class InboxRecord:
+    """A consumer's record that it handled a message (shipping's, written with the shipment)."""
+
+    consumer: str
+    message_id: str
+    processed_at: str
+
+
+@dataclass(frozen=True)
+class InboxPartition:
+    """What the inbox container holds for one order, read: the fan-out consumers' records and
+    effects (a shipment is stored once per order by its id; a tuple, so an audit sees two)."""
+
+    shipments: tuple[StoredShipment, ...] = ()
+    charges: tuple[BillingRecord, ...] = ()
+    refunds: tuple[RefundRecord, ...] = ()
+    records: tuple[InboxRecord, ...] = ()
+
+
 class StatusReader(Protocol):
     def stored_status(self, document: Mapping[str, Any] | None) -> StoredStatus:
         """The status a status document holds; None (no document): the order as placed."""
@@ -129,6 +160,15 @@ class OrderViewLayout(SagaOrderReader, StatusReader, Protocol):
 
     def order_partitions(self, documents: Iterable[Mapping[str, Any]]) -> dict[str, OrderPartition]:
         """Many orders' documents read, by orderId."""
+        ...
+
+
+class AuditLayout(OrderViewLayout, Protocol):
+    """What `orders verify` reads off a run's stored documents."""
+
+    def inbox_partitions(self, documents: Iterable[Mapping[str, Any]]) -> dict[str, InboxPartition]:
+        """The inbox container's documents of many orders read, by orderId (documents of
+        other types are not shown)."""
         ...
 
 
@@ -207,7 +247,7 @@ class StatusLayout(StatusReader, Protocol):
 class DocumentLayout(
     OrderLayout,
     SagaLayout,
-    OrderViewLayout,
+    AuditLayout,
     ShippingLayout,
     BillingLayout,
     StatusLayout,

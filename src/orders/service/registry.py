@@ -15,9 +15,9 @@ host runs it whatever else it runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from orders.domain.payments import Charge
 from orders.service.billing import AfterCharge, AfterRefund, BillingConsumer
@@ -25,6 +25,7 @@ from orders.service.payment_port import PaymentGateway
 from orders.service.ports import (
     DocumentLayout,
     FencedBatches,
+    InboxPartition,
     InboxStore,
     MessageHandler,
     StatusPublisher,
@@ -88,7 +89,7 @@ class AuditInputs:
     """What `orders verify` read for a run: the consumer audits are pure functions of it."""
 
     orders: list[StoredOrder]
-    inbox: list[dict[str, Any]]
+    inbox: Mapping[str, InboxPartition]  # by orderId
     charges: list[Charge]
     cancelled: frozenset[str]
 

@@ -1,25 +1,20 @@
 """The fan-out audit: every stored order shipped once and charged once, with its amount.
 
 Pure logic over plain data, like the order audit: the adapters fetch the stored orders, the inbox
-container's documents and the payment provider's charges.
+container's records (read by the layout, `InboxPartition`) and the payment provider's charges.
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from decimal import Decimal
 from typing import Any
 
-from orders.domain.inbox import (
-    BILLING,
-    BILLING_DOCUMENT_TYPE,
-    SHIPMENT_DOCUMENT_TYPE,
-    BillingStatus,
-)
+from orders.domain.inbox import BillingStatus
 from orders.domain.payments import Charge
-from orders.service.ports import OrderPartition
+from orders.service.ports import InboxPartition, OrderPartition
 
 
 @dataclass(frozen=True)
@@ -56,18 +51,18 @@ def stored_orders(partitions: Mapping[str, OrderPartition]) -> list[StoredOrder]
 
 def audit_shipping(
     orders: list[StoredOrder],
-    inbox_documents: list[dict[str, Any]],
+    inbox: Mapping[str, InboxPartition],
     *,
     cancelled: frozenset[str] = frozenset(),
 ) -> ConsumerAudit:
     """Every stored order that was not cancelled shipped once (a cancelled one shipped is the
     saga's `cancelled_and_shipped`)."""
     expected = {order.order_id for order in orders} - cancelled
-    shipments = Counter(
-        d["orderId"]
-        for d in inbox_documents
-        if d.get("type") == SHIPMENT_DOCUMENT_TYPE and d.get("orderId") in expected
-    )
+    shipments = {
+        order_id: len(partition.shipments)
+        for order_id, partition in inbox.items()
+        if order_id in expected and partition.shipments
+    }
     return ConsumerAudit(
         expected=len(expected),
         effects=sum(shipments.values()),
@@ -79,7 +74,7 @@ def audit_shipping(
 
 def audit_billing(
     orders: list[StoredOrder],
-    inbox_documents: list[dict[str, Any]],
+    inbox: Mapping[str, InboxPartition],
     charges: list[Charge],
     *,
     cancelled: frozenset[str] = frozenset(),
@@ -100,11 +95,10 @@ def audit_billing(
             wrong_or_doubled += 1
     stuck = sum(
         1
-        for d in inbox_documents
-        if d.get("type") == BILLING_DOCUMENT_TYPE
-        and d.get("consumer") == BILLING
-        and d.get("orderId") in by_id
-        and d.get("status") == BillingStatus.IN_PROGRESS.value
+        for order_id, partition in inbox.items()
+        if order_id in by_id
+        for record in partition.charges
+        if record.status is BillingStatus.IN_PROGRESS
     )
     return ConsumerAudit(
         expected=len(by_id.keys() - cancelled),

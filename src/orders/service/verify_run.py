@@ -13,7 +13,7 @@ from orders.domain.dead_letters import DeadLetteredMessage
 from orders.domain.load_plan import LoadPlan
 from orders.domain.payments import Charge, Refund
 from orders.service.cancels import CancelResults
-from orders.service.ports import OrderViewLayout
+from orders.service.ports import AuditLayout
 from orders.service.registry import BILLING, CONSUMERS, SHIPPING, STATUS, AuditInputs
 from orders.service.verify import VerifyReport, audit
 from orders.service.verify_fanout import stored_orders
@@ -38,7 +38,7 @@ class RunRecords:
 def audit_run(
     plan: LoadPlan,
     records: RunRecords,
-    layout: OrderViewLayout,
+    layout: AuditLayout,
     *,
     fanout: frozenset[str] = frozenset(),
     cancel_results: CancelResults | None = None,
@@ -46,11 +46,12 @@ def audit_run(
     """The run's report: the orders against the plan; with `fanout` (names of registered
     consumers) each one's audit from the registry and, with both billing and shipping, the
     saga's invariants (GET's status too when `fanout` names the status consumer)."""
-    documents, inbox = records.documents, records.inbox
+    documents = records.documents
     charges, refunds = records.charges, records.refunds
     report = audit(plan, documents, records.dead_letters)
     whole_saga = {BILLING, SHIPPING} <= fanout
     partitions = layout.order_partitions(documents)
+    inbox = layout.inbox_partitions(records.inbox)
     orders = stored_orders(partitions)
     facts = saga_facts(partitions, inbox, charges, refunds)
     if plan.status_updates:

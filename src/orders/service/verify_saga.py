@@ -1,11 +1,11 @@
 """The saga's invariants: what the customer was promised, checked against every store at once.
 
-Pure logic over plain data: the orders container's documents (orders with their fulfilment,
-status documents), the inbox container's (shipments), and the payment service's charges and
-refunds. Every counter must be 0. Ship-after-pay is NOT the design here (billing and shipping
-run side by side), so `shipped_not_paid` holds at the end of a settled run, not at every
-instant: every shipped order has been charged by then, because a shipped order can no longer
-be cancelled and billing charges every order that is not.
+Pure logic over plain data, as the layout reads it: the orders container's partitions (orders
+with their fulfilment, statuses) and the inbox container's (shipments), and the payment
+service's charges and refunds. Every counter must be 0. Ship-after-pay is NOT the design here
+(billing and shipping run side by side), so `shipped_not_paid` holds at the end of a settled
+run, not at every instant: every shipped order has been charged by then, because a shipped
+order can no longer be cancelled and billing charges every order that is not.
 """
 
 from __future__ import annotations
@@ -13,15 +13,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
 
-from orders.domain.inbox import SHIPMENT_DOCUMENT_TYPE
 from orders.domain.payments import Charge, Refund
 from orders.domain.saga import Fulfilment, SagaOrder
 from orders.domain.status import OrderStatus
 from orders.service.cancels import CancelResults, answer_mismatches
 from orders.service.order_lookup import order_view
-from orders.service.ports import OrderPartition
+from orders.service.ports import InboxPartition, OrderPartition
 
 
 @dataclass(frozen=True)
@@ -88,7 +86,7 @@ def stored_saga_orders(partitions: Mapping[str, OrderPartition]) -> dict[str, Sa
 
 def saga_facts(
     partitions: Mapping[str, OrderPartition],
-    inbox_documents: list[dict[str, Any]],
+    inbox: Mapping[str, InboxPartition],
     charges: list[Charge],
     refunds: list[Refund],
 ) -> SagaFacts:
@@ -99,9 +97,7 @@ def saga_facts(
     }
     return SagaFacts(
         cancelled=frozenset(cancelled),
-        shipped=frozenset(
-            d["orderId"] for d in inbox_documents if d.get("type") == SHIPMENT_DOCUMENT_TYPE
-        ),
+        shipped=frozenset(order_id for order_id, found in inbox.items() if found.shipments),
         charged=frozenset(c.order_id for c in charges),
         charged_money=frozenset(c.order_id for c in charges if c.amount > 0),
         refunded=frozenset(r.order_id for r in refunds),
@@ -121,7 +117,7 @@ def expected_status(order_id: str, facts: SagaFacts) -> OrderStatus:
 
 def audit_saga(
     partitions: Mapping[str, OrderPartition],
-    inbox_documents: list[dict[str, Any]],
+    inbox: Mapping[str, InboxPartition],
     charges: list[Charge],
     refunds: list[Refund],
     *,
@@ -135,7 +131,7 @@ def audit_saga(
     audit's to judge, not this one's; `check_status` only where the status consumer runs."""
     charges = [c for c in charges if c.order_id.startswith(run_prefix)]
     refunds = [r for r in refunds if r.order_id.startswith(run_prefix)]
-    facts = saga_facts(partitions, inbox_documents, charges, refunds)
+    facts = saga_facts(partitions, inbox, charges, refunds)
     stored = stored_saga_orders(partitions)
     charges_of: dict[str, list[Charge]] = defaultdict(list)
     for charge in charges:
