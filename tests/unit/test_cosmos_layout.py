@@ -33,6 +33,7 @@ from orders.adapters.cosmos_layout import (
     shipment_reserved,
     shipping_documents,
     status_document,
+    stored_run,
     stored_status,
 )
 from orders.domain.events import OrderAccepted, OrderCancelled
@@ -41,12 +42,16 @@ from orders.domain.rejections import FiledRejection, OrderRejection
 from orders.domain.saga import Fulfilment, SagaOrder
 from orders.domain.status import OrderStatus, OrderStatusChanged, StoredStatus, history_after
 from orders.service.ports import (
+    AuditedLine,
+    AuditedOrder,
+    AuditedRejection,
     DocumentLayout,
     InboxPartition,
     InboxRecord,
     OrderPartition,
     StoredLine,
     StoredOrderView,
+    StoredRun,
     StoredShipment,
 )
 
@@ -393,6 +398,44 @@ def test_the_inbox_container_reads_as_each_orders_shipments_charges_refunds_and_
         "o-2": InboxPartition(refunds=(elsewhere,)),
     }
     assert inbox_partitions([]) == {}
+
+
+def test_the_integrity_audit_reads_a_run_with_nothing_merged_and_missing_fields_as_none() -> None:
+    order, accepted_entry, line = order_write(
+        placed_order(), request_hash="h", message_id="o-1", processed_at=AT
+    ).documents
+    cancelled = order_cancelled(order, AT, None)
+    cancel_entry = outbox_document(OrderCancelled.of("o-1", cancelled_at=AT, reason=None))
+    later_line = {**line, "id": "o-1:line:002", "lineNumber": 2, "sku": "t", "quantity": 3}
+    refused = OrderRejection("o-1", "R", "d", "m", "h", "dig", AT)
+    paid = status_document(OrderStatusChanged.of("o-1", OrderStatus.PAID, changed_at=AT), ())
+    documents = [
+        later_line,
+        {k: v for k, v in order.items() if k != "requestHash"},  # stored twice, once without
+        cancelled,
+        {"id": "o-2:line:001", "orderId": "o-2", "type": "orderLine"},  # no order, no fields
+        accepted_entry,
+        {**accepted_entry, "id": "again"},
+        cancel_entry,
+        line,
+        paid,  # the status audit's
+        rejection_document(refused),
+        {"orderId": "o-1", "type": "rejectionLike"},
+        {"id": "what", "orderId": "o-3"},
+    ]
+
+    assert stored_run(documents) == StoredRun(
+        orders={"o-1": (AuditedOrder(None, False), AuditedOrder("h", True))},
+        lines={
+            "o-1": (AuditedLine("s", 1), AuditedLine("t", 3)),
+            "o-2": (AuditedLine(None, None),),
+        },
+        outbox_events={"o-1": 2},
+        cancel_events={"o-1": 1},
+        rejections=(AuditedRejection("o-1:rejection:h", "m", "R"),),
+        unexpected=(None, "what"),
+    )
+    assert CosmosLayout().stored_run([]) == StoredRun({}, {}, {}, {}, (), ())
 
 
 def test_the_status_document_keeps_a_bounded_history_and_a_reason_only_when_given() -> None:

@@ -56,7 +56,7 @@ PLAN = plan_load(60, LoadMix(), seed=11, run_id="audit")
 def test_an_honest_run_passes() -> None:
     documents, dead = replay(PLAN)
 
-    report = audit(PLAN, documents, dead)
+    report = audit(PLAN, LAYOUT.stored_run(documents), dead)
 
     assert report.violations == []
     assert report.ok and report.unique_orders == 60 and report.orders_in_store == 60
@@ -70,7 +70,7 @@ def test_conflicts_inside_the_window_are_reported_apart_as_dropped_by_the_broker
     in_window = sum(1 for s in PLAN.sends if s.kind is SendKind.CONFLICT_IN_WINDOW)
     documents, dead = replay(PLAN)
 
-    report = audit(PLAN, documents, dead)
+    report = audit(PLAN, LAYOUT.stored_run(documents), dead)
 
     assert in_window > 0
     assert report.conflicts_in_window == {
@@ -83,7 +83,7 @@ def test_conflicts_inside_the_window_are_reported_apart_as_dropped_by_the_broker
 def test_a_conflict_inside_the_window_that_got_through_is_an_allowed_mismatch() -> None:
     documents, dead = replay(PLAN, broker_drops={SendKind.PRODUCER_RETRY})
 
-    report = audit(PLAN, documents, dead)
+    report = audit(PLAN, LAYOUT.stored_run(documents), dead)
 
     assert report.ok, report.violations
     assert report.conflicts_in_window["dead_lettered"] == report.conflicts_in_window["sent"] > 0
@@ -100,7 +100,7 @@ def test_a_rejection_record_nobody_expected_is_reported() -> None:
         "reason": "SchemaViolation",
     }
 
-    report = audit(PLAN, [*documents, stray], dead)
+    report = audit(PLAN, LAYOUT.stored_run([*documents, stray]), dead)
 
     assert not report.ok
     assert "unexpected rejection record 'audit-000001:rejection:abc'" in report.violations
@@ -111,7 +111,7 @@ def test_a_conflicting_payload_that_won_the_race_is_accepted_when_the_first_is_d
 ):
     documents, dead = replay(PLAN, conflicts_first=True)
 
-    report = audit(PLAN, documents, dead)
+    report = audit(PLAN, LAYOUT.stored_run(documents), dead)
 
     assert report.ok, report.violations
     assert report.stored_conflicting_payload == sum(
@@ -124,7 +124,7 @@ def test_a_lost_order_is_reported() -> None:
     lost = next(d["orderId"] for d in documents if d["type"] == "order")
     documents = [d for d in documents if d["orderId"] != lost]
 
-    report = audit(PLAN, documents, dead)
+    report = audit(PLAN, LAYOUT.stored_run(documents), dead)
 
     assert not report.ok and report.missing_orders == 1
     assert f"order {lost} was sent but is not stored" in report.violations
@@ -136,7 +136,7 @@ def test_a_doubled_order_and_an_orphan_line_are_reported() -> None:
     doubled = copy.deepcopy(order)
     orphan = {"id": "audit-999999:line:001", "orderId": "audit-999999", "type": "orderLine"}
 
-    report = audit(PLAN, [*documents, doubled, orphan], dead)
+    report = audit(PLAN, LAYOUT.stored_run([*documents, doubled, orphan]), dead)
 
     assert report.duplicate_orders == 1
     assert any("stored 2 times" in v for v in report.violations)
@@ -148,7 +148,7 @@ def test_an_extra_line_is_a_doubled_effect() -> None:
     line = next(d for d in documents if d["type"] == "orderLine")
     extra = {**line, "id": line["id"] + "-again", "lineNumber": 99}
 
-    report = audit(PLAN, [*documents, extra], dead)
+    report = audit(PLAN, LAYOUT.stored_run([*documents, extra]), dead)
 
     assert not report.ok and report.duplicate_orders == 1
 
@@ -157,7 +157,7 @@ def test_missing_and_unexplained_dead_letters_are_reported() -> None:
     documents, dead = replay(PLAN)
     stranger = DeadLetteredMessage("audit-000001", "MaxDeliveryCountExceeded", "", b"{}")
 
-    report = audit(PLAN, documents, [*dead[1:], stranger])
+    report = audit(PLAN, LAYOUT.stored_run(documents), [*dead[1:], stranger])
 
     assert report.unexpected_dead_letters == 1
     assert any("is missing" in v for v in report.violations)
@@ -168,4 +168,4 @@ def test_dead_letters_of_other_runs_are_ignored() -> None:
     documents, dead = replay(PLAN)
     other = DeadLetteredMessage("otherrun-000001", "InvalidJson", "", b"x")
 
-    assert audit(PLAN, documents, [*dead, other]).ok
+    assert audit(PLAN, LAYOUT.stored_run(documents), [*dead, other]).ok

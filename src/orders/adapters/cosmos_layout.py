@@ -17,6 +17,7 @@ I/O, so unit tests over fakes use it as it is.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from decimal import Decimal
@@ -30,7 +31,13 @@ from orders.domain.documents import (
     OrderWrite,
     decimal_text,
 )
-from orders.domain.events import OUTBOX_DOCUMENT_TYPE, OrderAccepted, OrderEvent, stored_event
+from orders.domain.events import (
+    ORDER_CANCELLED,
+    OUTBOX_DOCUMENT_TYPE,
+    OrderAccepted,
+    OrderEvent,
+    stored_event,
+)
 from orders.domain.inbox import (
     BILLING,
     BILLING_DOCUMENT_TYPE,
@@ -54,12 +61,16 @@ from orders.domain.status import (
     StoredStatus,
 )
 from orders.service.ports import (
+    AuditedLine,
+    AuditedOrder,
+    AuditedRejection,
     InboxPartition,
     InboxRecord,
     OrderPartition,
     PendingEvent,
     StoredLine,
     StoredOrderView,
+    StoredRun,
     StoredShipment,
 )
 
@@ -242,6 +253,53 @@ def _stored_line(document: Mapping[str, Any]) -> StoredLine:
         quantity=document["quantity"],
         unit_price=document["unitPrice"],
         line_total=document["lineTotal"],
+    )
+
+
+def stored_run(documents: Iterable[Mapping[str, Any]]) -> StoredRun:
+    """A run's orders container as the integrity audit reads it: every order document and line
+    kept apart (none merged), the outbox entries counted, fields read with `.get` (a missing
+    one is the audit's finding, not a crash), documents of no known type named by their id."""
+    orders: dict[str, list[AuditedOrder]] = {}
+    lines: dict[str, list[tuple[int, AuditedLine]]] = {}
+    outbox_events: Counter[str] = Counter()
+    cancel_events: Counter[str] = Counter()
+    rejections: list[AuditedRejection] = []
+    unexpected: list[str | None] = []
+    for document in documents:
+        kind = document.get("type")
+        if kind == ORDER_DOCUMENT_TYPE:
+            fulfilment = document.get("fulfilment") or {}
+            cancelled = fulfilment.get("state") == Fulfilment.CANCELLED.value
+            orders.setdefault(document["orderId"], []).append(
+                AuditedOrder(document.get("requestHash"), cancelled)
+            )
+        elif kind == LINE_DOCUMENT_TYPE:
+            line = AuditedLine(document.get("sku"), document.get("quantity"))
+            number = int(document.get("lineNumber", 0))
+            lines.setdefault(document["orderId"], []).append((number, line))
+        elif kind == REJECTION_DOCUMENT_TYPE:
+            rejections.append(
+                AuditedRejection(
+                    document.get("id"), document.get("messageId"), document.get("reason")
+                )
+            )
+        elif kind == OUTBOX_DOCUMENT_TYPE and document.get("eventType") == ORDER_CANCELLED:
+            cancel_events[document["orderId"]] += 1
+        elif kind == OUTBOX_DOCUMENT_TYPE:
+            outbox_events[document["orderId"]] += 1
+        elif kind != STATUS_DOCUMENT_TYPE:  # a status document is the status audit's
+            unexpected.append(document.get("id"))
+    return StoredRun(
+        orders={order_id: tuple(found) for order_id, found in orders.items()},
+        lines={
+            order_id: tuple(line for _, line in sorted(found, key=lambda numbered: numbered[0]))
+            for order_id, found in lines.items()
+        },
+        outbox_events=dict(outbox_events),
+        cancel_events=dict(cancel_events),
+        rejections=tuple(rejections),
+        unexpected=tuple(unexpected),
     )
 
 
@@ -491,6 +549,7 @@ class CosmosLayout:
     order_partition = staticmethod(order_partition)
     order_partitions = staticmethod(order_partitions)
     inbox_partitions = staticmethod(inbox_partitions)
+    stored_run = staticmethod(stored_run)
     shipment_id = staticmethod(shipment_document_id)
     shipping_documents = staticmethod(shipping_documents)
     charge_record_id = staticmethod(charge_record_id)

@@ -141,6 +141,43 @@ class InboxPartition:
     records: tuple[InboxRecord, ...] = ()
 
 
+@dataclass(frozen=True)
+class AuditedOrder:
+    """One order document as the integrity audit reads it: a field it lacks is None (a finding
+    for the audit, not a crash)."""
+
+    request_hash: str | None
+    cancelled: bool  # its fulfilment says cancelled
+
+
+@dataclass(frozen=True)
+class AuditedLine:
+    sku: str | None
+    quantity: int | None
+
+
+@dataclass(frozen=True)
+class AuditedRejection:
+    document_id: str | None
+    message_id: str | None
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """A run's orders container as the integrity audit reads it: everything a typed
+    `OrderPartition` cannot hold. Nothing is merged: an order stored twice is two entries, lines
+    are kept without their order, events are counted, and a document of no known type is
+    named by its id."""
+
+    orders: dict[str, tuple[AuditedOrder, ...]]  # by orderId
+    lines: dict[str, tuple[AuditedLine, ...]]  # by orderId, in line-number order
+    outbox_events: dict[str, int]  # outbox entries but cancels (`OrderAccepted`), by orderId
+    cancel_events: dict[str, int]  # `OrderCancelled` outbox entries, by orderId
+    rejections: tuple[AuditedRejection, ...]
+    unexpected: tuple[str | None, ...]  # ids, in the order read
+
+
 class StatusReader(Protocol):
     def stored_status(self, document: Mapping[str, Any] | None) -> StoredStatus:
         """The status a status document holds; None (no document): the order as placed."""
@@ -169,6 +206,11 @@ class AuditLayout(OrderViewLayout, Protocol):
     def inbox_partitions(self, documents: Iterable[Mapping[str, Any]]) -> dict[str, InboxPartition]:
         """The inbox container's documents of many orders read, by orderId (documents of
         other types are not shown)."""
+        ...
+
+    def stored_run(self, documents: Iterable[Mapping[str, Any]]) -> StoredRun:
+        """A run's orders container read for the integrity audit, tolerating what the typed
+        read refuses."""
         ...
 
 

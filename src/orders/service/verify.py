@@ -1,23 +1,21 @@
 """The audit: what a load run sent (its plan) against what the store and the DLQ hold.
 
 Pure logic over plain data, so every rule is unit-testable; the adapters fetch the documents
-and dead-lettered messages.
+and dead-lettered messages, and the layout reads the documents into a `StoredRun`: what is
+stored, counted, with nothing merged. What is a violation is decided here.
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from orders.domain.dead_letters import DeadLetteredMessage
-from orders.domain.documents import LINE_DOCUMENT_TYPE, ORDER_DOCUMENT_TYPE
-from orders.domain.events import ORDER_CANCELLED, OUTBOX_DOCUMENT_TYPE
 from orders.domain.hashing import request_hash
 from orders.domain.load_plan import LoadPlan, PlannedSend, SendKind
 from orders.domain.messages import DeadLetterReason, MessageRejected, parse_order
-from orders.domain.rejections import REJECTION_DOCUMENT_TYPE
-from orders.domain.status import STATUS_DOCUMENT_TYPE
+from orders.service.ports import AuditedOrder, StoredRun
 from orders.service.verify_fanout import ConsumerAudit
 
 if TYPE_CHECKING:
@@ -103,40 +101,6 @@ def _lines_of(body: str) -> list[tuple[str, int]]:
 
 
 @dataclass
-class _StoredDocuments:
-    """The run's documents by kind (order and line documents by orderId)."""
-
-    orders: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
-    lines: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
-    rejections: list[dict[str, Any]] = field(default_factory=list)
-    outbox: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
-    # A cancel's `OrderCancelled` event, written in the cancel's batch.
-    cancels: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
-    statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    @classmethod
-    def sort(cls, documents: list[dict[str, Any]], violations: list[str]) -> _StoredDocuments:
-        stored = cls()
-        for document in documents:
-            kind = document.get("type")
-            if kind == ORDER_DOCUMENT_TYPE:
-                stored.orders[document["orderId"]].append(document)
-            elif kind == LINE_DOCUMENT_TYPE:
-                stored.lines[document["orderId"]].append(document)
-            elif kind == REJECTION_DOCUMENT_TYPE:
-                stored.rejections.append(document)
-            elif kind == OUTBOX_DOCUMENT_TYPE and document.get("eventType") == ORDER_CANCELLED:
-                stored.cancels[document["orderId"]].append(document)
-            elif kind == OUTBOX_DOCUMENT_TYPE:
-                stored.outbox[document["orderId"]].append(document)
-            elif kind == STATUS_DOCUMENT_TYPE:
-                stored.statuses[document["orderId"]] = document
-            else:
-                violations.append(f"unexpected document {document.get('id')!r} in the store")
-        return stored
-
-
-@dataclass
 class _OrderFindings:
     duplicate_orders: int = 0
     stored_first: int = 0
@@ -144,7 +108,7 @@ class _OrderFindings:
     missing: list[str] = field(default_factory=list)
 
 
-def _audit_orders(sends: _Sends, stored: _StoredDocuments, violations: list[str]) -> _OrderFindings:
+def _audit_orders(sends: _Sends, stored: StoredRun, violations: list[str]) -> _OrderFindings:
     """Every order stored once, with a payload that was sent for it and all its lines."""
     found = _OrderFindings()
     for order_id, docs in stored.orders.items():
@@ -154,7 +118,7 @@ def _audit_orders(sends: _Sends, stored: _StoredDocuments, violations: list[str]
         if order_id not in sends.originals:
             violations.append(f"order {order_id} is in the store but was never sent as an order")
             continue
-        stored_hash = docs[0].get("requestHash")
+        stored_hash = docs[0].request_hash
         original = sends.originals[order_id]
         conflict = sends.conflicts.get(order_id) or sends.in_window.get(order_id)
         if stored_hash == original.request_hash:
@@ -169,10 +133,7 @@ def _audit_orders(sends: _Sends, stored: _StoredDocuments, violations: list[str]
             violations.append(f"order {order_id} has requestHash {stored_hash} matching no send")
             continue
         expected_lines = _lines_of(stored_body)
-        stored_lines = sorted(
-            stored.lines.get(order_id, []), key=lambda d: int(d.get("lineNumber", 0))
-        )
-        actual_lines = [(d.get("sku"), d.get("quantity")) for d in stored_lines]
+        actual_lines = [(line.sku, line.quantity) for line in stored.lines.get(order_id, ())]
         if actual_lines != expected_lines:
             if len(actual_lines) > len(expected_lines):
                 found.duplicate_orders += 1
@@ -184,17 +145,14 @@ def _audit_orders(sends: _Sends, stored: _StoredDocuments, violations: list[str]
             f"{len(stored.lines[order_id])} line(s) of {order_id} without their order"
         )
     # The outbox event rides in the order's batch: exactly one per stored order, none without.
-    for order_id in stored.orders.keys() | stored.outbox.keys():
-        events = len(stored.outbox.get(order_id, []))
+    for order_id in stored.orders.keys() | stored.outbox_events.keys():
+        events = stored.outbox_events.get(order_id, 0)
         if events != 1 or order_id not in stored.orders:
             violations.append(f"order {order_id} has {events} outbox event(s), expected 1")
     # A cancel's event rides in the cancel's batch: one per cancelled order, none otherwise.
-    for order_id in stored.cancels.keys() | stored.orders.keys():
-        cancelled = any(
-            (d.get("fulfilment") or {}).get("state") == "cancelled"
-            for d in stored.orders.get(order_id, [])
-        )
-        events = len(stored.cancels.get(order_id, []))
+    for order_id in stored.cancel_events.keys() | stored.orders.keys():
+        cancelled = any(order.cancelled for order in stored.orders.get(order_id, ()))
+        events = stored.cancel_events.get(order_id, 0)
         if events != int(cancelled):
             violations.append(
                 f"order {order_id} has {events} cancel event(s), expected {int(cancelled)}"
@@ -220,7 +178,7 @@ def _audit_dead_letters(
     plan: LoadPlan,
     sends: _Sends,
     dead_letters: list[DeadLetteredMessage],
-    stored: _StoredDocuments,
+    stored: StoredRun,
     violations: list[str],
 ) -> _DeadLetterFindings:
     """Dead letters as a multiset of (message id, reason) expected, matched one for one."""
@@ -255,9 +213,9 @@ def _audit_dead_letters(
             violations.append(f"expected dead letter {message_id} reason={reason} is missing")
     # Every rejection the consumer filed must be one it was expected to dead-letter.
     for rejection in stored.rejections:
-        filed: DeadLetterKey = (rejection.get("messageId"), rejection.get("reason"))
+        filed: DeadLetterKey = (rejection.message_id, rejection.reason)
         if filed not in expected and filed not in found.allowed:
-            violations.append(f"unexpected rejection record {rejection.get('id')!r}")
+            violations.append(f"unexpected rejection record {rejection.document_id!r}")
     return found
 
 
@@ -279,12 +237,11 @@ class _Sends:
 
 def audit(
     plan: LoadPlan,
-    documents: list[dict[str, Any]],
+    stored: StoredRun,
     dead_letters: list[DeadLetteredMessage],
 ) -> VerifyReport:
-    violations: list[str] = []
+    violations = [f"unexpected document {found!r} in the store" for found in stored.unexpected]
     sends = _Sends.of(plan)
-    stored = _StoredDocuments.sort(documents, violations)
     orders = _audit_orders(sends, stored, violations)
     letters = _audit_dead_letters(plan, sends, dead_letters, stored, violations)
     return VerifyReport(
@@ -313,14 +270,14 @@ def audit(
 
 def _check_mismatch(
     dead: DeadLetteredMessage,
-    order_docs: dict[str, list[dict[str, Any]]],
+    orders: dict[str, tuple[AuditedOrder, ...]],
     violations: list[str],
 ) -> None:
     """The dead-lettered copy must be the payload that did NOT win."""
-    stored = order_docs.get(dead.message_id or "")
+    stored = orders.get(dead.message_id or "")
     if not stored:
         return  # reported as missing already
-    if _request_hash_of(dead.body) == stored[0].get("requestHash"):
+    if _request_hash_of(dead.body) == stored[0].request_hash:
         violations.append(
             f"{dead.message_id} was dead-lettered as a mismatch with the stored payload itself"
         )

@@ -48,7 +48,7 @@ def audit_run(
     saga's invariants (GET's status too when `fanout` names the status consumer)."""
     documents = records.documents
     charges, refunds = records.charges, records.refunds
-    report = audit(plan, documents, records.dead_letters)
+    report = audit(plan, layout.stored_run(documents), records.dead_letters)
     whole_saga = {BILLING, SHIPPING} <= fanout
     partitions = layout.order_partitions(documents)
     inbox = layout.inbox_partitions(records.inbox)
