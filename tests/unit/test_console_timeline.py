@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from orders.adapters import cosmos_layout
+from orders.service import console
 from orders.service.console import current_status, order_timeline
 
 ORDER = {"id": "o-1", "orderId": "o-1", "type": "order", "status": "placed",
@@ -84,3 +86,14 @@ def test_a_fresh_order_is_placed_and_untrusted_fields_are_ignored() -> None:
     ]
     assert [step.status for step in order_timeline(documents)] == ["placed"]
     assert current_status(documents) is None
+
+
+def test_the_console_tells_documents_apart_by_the_types_the_layout_writes() -> None:
+    """The console reads documents raw and cannot import the adapter: its copy of the type
+    names must be the layout's, or a renamed type would vanish from the order page."""
+    names = [name for name in vars(cosmos_layout) if name.endswith("_DOCUMENT_TYPE")]
+
+    assert len(names) == 9
+    assert {name: getattr(console, name) for name in names} == {
+        name: getattr(cosmos_layout, name) for name in names
+    }

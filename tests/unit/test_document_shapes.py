@@ -121,6 +121,46 @@ def test_ids_and_documents_by_other_names_pass(tmp_path: Path) -> None:
     assert document_layouts_in(tmp_path) == []
 
 
+# A document's `type` is the layout's too: the domain has no use for the names (the console, which
+# shows documents raw, keeps its own copy, held equal to the layout's).
+DOCUMENT_TYPE_NAME = re.compile(r"\b[A-Z_]*DOCUMENT_TYPE\b")
+
+
+def document_type_names_in(root: Path) -> list[str]:
+    return lines_matching(DOCUMENT_TYPE_NAME, root)
+
+
+def test_the_domain_names_no_document_type() -> None:
+    assert (ORDERS / "domain").is_dir()
+    assert document_type_names_in(ORDERS / "domain") == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'SHIPMENT_DOCUMENT_TYPE = "shipment"',  # what domain/inbox.py once held
+        'if document.get("type") == STATUS_DOCUMENT_TYPE:',
+        "from orders.adapters.cosmos_layout import ORDER_DOCUMENT_TYPE",
+        "kinds = (LINE_DOCUMENT_TYPE, OUTBOX_DOCUMENT_TYPE)",
+    ],
+)
+def test_a_domain_module_that_names_a_document_type_fails_the_check(
+    tmp_path: Path, line: str
+) -> None:
+    (tmp_path / "kinds.py").write_text(f"def f(document):\n    {line}\n", encoding="utf-8")
+
+    assert document_type_names_in(tmp_path) == [f"kinds.py:2: {line}"]
+
+
+def test_types_by_other_names_pass(tmp_path: Path) -> None:
+    (tmp_path / "plain.py").write_text(
+        "DOCUMENT_TYPES_SHOWN = 3\ndocument_type = kind_of(event)\nMY_DOCUMENT_TYPE_COUNT = 1\n",
+        encoding="utf-8",
+    )
+
+    assert document_type_names_in(tmp_path) == []
+
+
 def document_parameters_in(root: Path) -> list[str]:
     """Every function (or method, or lambda) with a parameter named after a document: found by
     the parse tree, so a signature over many lines is found too."""

@@ -16,9 +16,9 @@ from poison_corpus import PoisonCase, poison_cases, valid_order_body
 from sdk_messages import received_message
 
 import function_app
+from orders.adapters.cosmos_layout import REJECTION_DOCUMENT_TYPE
 from orders.domain.model import is_entity_id
 from orders.domain.received import BodyKind
-from orders.domain.rejections import REJECTION_DOCUMENT_TYPE
 
 RUN = f"fn{uuid.uuid4().hex[:6]}"
 CASES = poison_cases(RUN)

@@ -19,7 +19,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from orders.domain.events import OUTBOX_DOCUMENT_TYPE, OrderEvent
+from orders.adapters.cosmos_layout import OUTBOX_DOCUMENT_TYPE
+from orders.domain.events import OrderEvent
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
 from orders.exceptions import TransientPublishError, TransientStoreError

@@ -23,38 +23,25 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from orders.domain.documents import (
-    LINE_DOCUMENT_TYPE,
-    ORDER_DOCUMENT_TYPE,
-    ORDER_STATUS_PLACED,
-    OrderRecord,
-    OrderWrite,
-    decimal_text,
-)
+from orders.domain.documents import OrderRecord, OrderWrite, decimal_text
 from orders.domain.events import (
     ORDER_CANCELLED,
-    OUTBOX_DOCUMENT_TYPE,
     OrderAccepted,
     OrderEvent,
     stored_event,
 )
 from orders.domain.inbox import (
     BILLING,
-    BILLING_DOCUMENT_TYPE,
-    INBOX_DOCUMENT_TYPE,
     REFUND,
-    REFUND_DOCUMENT_TYPE,
-    SHIPMENT_DOCUMENT_TYPE,
     SHIPPING,
     BillingRecord,
     BillingStatus,
     RefundRecord,
 )
 from orders.domain.model import OrderPlaced
-from orders.domain.rejections import REJECTION_DOCUMENT_TYPE, FiledRejection, OrderRejection
+from orders.domain.rejections import FiledRejection, OrderRejection
 from orders.domain.saga import Fulfilment, SagaOrder
 from orders.domain.status import (
-    STATUS_DOCUMENT_TYPE,
     HistoryEntry,
     OrderStatus,
     OrderStatusChanged,
@@ -73,6 +60,20 @@ from orders.service.ports import (
     StoredRun,
     StoredShipment,
 )
+
+# --- Types: each document's `type`, what readers (the console too) tell documents apart by --
+
+ORDER_DOCUMENT_TYPE = "order"
+LINE_DOCUMENT_TYPE = "orderLine"
+OUTBOX_DOCUMENT_TYPE = "outbox"
+STATUS_DOCUMENT_TYPE = "orderStatus"
+REJECTION_DOCUMENT_TYPE = "orderRejection"
+INBOX_DOCUMENT_TYPE = "inbox"
+SHIPMENT_DOCUMENT_TYPE = "shipment"
+BILLING_DOCUMENT_TYPE = "billing"
+REFUND_DOCUMENT_TYPE = "refund"
+# The order document's own `status`: what it was stored with (the status document moves on).
+ORDER_STATUS_PLACED = "placed"
 
 # --- Ids: the documents' storage keys ----------------------------------------------------------
 

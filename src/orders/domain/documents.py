@@ -15,10 +15,6 @@ from typing import Any
 
 from orders.exceptions import ConflictSignal
 
-ORDER_DOCUMENT_TYPE = "order"
-LINE_DOCUMENT_TYPE = "orderLine"
-ORDER_STATUS_PLACED = "placed"
-
 
 def decimal_text(value: Decimal) -> str:
     """Plain notation without trailing zeros (`1E+2` -> "100", `3.750` -> "3.75").

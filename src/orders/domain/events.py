@@ -29,7 +29,6 @@ from orders.domain.messages import (
 from orders.domain.model import MAX_ID_LENGTH, WIRE_NAMES, CurrencyCode, EntityId, OrderPlaced
 from orders.domain.received import ReceivedOrderMessage
 
-OUTBOX_DOCUMENT_TYPE = "outbox"
 ORDER_ACCEPTED: Final = "OrderAccepted"
 ORDER_CANCELLED: Final = "OrderCancelled"
 # An event is a few hundred bytes; anything near this is not one of ours.

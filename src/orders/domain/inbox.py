@@ -10,10 +10,6 @@ import hashlib
 from dataclasses import dataclass
 from enum import StrEnum
 
-INBOX_DOCUMENT_TYPE = "inbox"
-SHIPMENT_DOCUMENT_TYPE = "shipment"
-BILLING_DOCUMENT_TYPE = "billing"
-REFUND_DOCUMENT_TYPE = "refund"
 SHIPPING = "shipping"
 BILLING = "billing"
 REFUND = "refund"

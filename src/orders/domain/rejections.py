@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-REJECTION_DOCUMENT_TYPE = "orderRejection"
 ORDER_STATUS_REJECTED = "rejected"
 
 

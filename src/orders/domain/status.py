@@ -42,7 +42,6 @@ from orders.domain.received import ReceivedOrderMessage
 from orders.domain.untrusted_json import UntrustedJsonError, decode_untrusted_json
 from orders.exceptions import InvalidCancelRequestError
 
-STATUS_DOCUMENT_TYPE = "orderStatus"
 MAX_STATUS_BODY_BYTES = 2048
 MAX_VERSION = 1_000_000_000
 # The status document keeps this many past states: bounded, however many updates an order gets.

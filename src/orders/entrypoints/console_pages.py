@@ -14,8 +14,13 @@ from typing import Any
 from urllib.parse import urlencode
 
 from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, printable
-from orders.domain.documents import LINE_DOCUMENT_TYPE, ORDER_DOCUMENT_TYPE
-from orders.service.console import current_status, order_timeline, origin_of
+from orders.service.console import (
+    LINE_DOCUMENT_TYPE,
+    ORDER_DOCUMENT_TYPE,
+    current_status,
+    order_timeline,
+    origin_of,
+)
 from orders.service.ports import EntityCounts
 from orders.service.subscribers import Source
 

@@ -15,17 +15,7 @@ from typing import Any
 
 from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, Selection, resubmit_refusal
 from orders.domain.decision_counters import DecisionCounters
-from orders.domain.documents import LINE_DOCUMENT_TYPE, ORDER_DOCUMENT_TYPE
-from orders.domain.events import OUTBOX_DOCUMENT_TYPE
-from orders.domain.inbox import (
-    BILLING_DOCUMENT_TYPE,
-    INBOX_DOCUMENT_TYPE,
-    REFUND_DOCUMENT_TYPE,
-    SHIPMENT_DOCUMENT_TYPE,
-)
 from orders.domain.payments import Charge, Refund
-from orders.domain.rejections import REJECTION_DOCUMENT_TYPE
-from orders.domain.status import STATUS_DOCUMENT_TYPE
 from orders.exceptions import PaymentError
 from orders.service.payment_port import PaymentGateway
 from orders.service.ports import (
@@ -37,6 +27,19 @@ from orders.service.ports import (
 )
 from orders.service.subscribers import Source
 
+# The stored documents' types, as the Cosmos layout writes them (`adapters/cosmos_layout.py`).
+# The console shows documents raw, as they are stored, on purpose: it reads them as any tool
+# reading the database would, and cannot import the adapter. tests/unit/test_console_timeline.py
+# holds them equal to the layout's.
+ORDER_DOCUMENT_TYPE = "order"
+LINE_DOCUMENT_TYPE = "orderLine"
+OUTBOX_DOCUMENT_TYPE = "outbox"
+STATUS_DOCUMENT_TYPE = "orderStatus"
+REJECTION_DOCUMENT_TYPE = "orderRejection"
+INBOX_DOCUMENT_TYPE = "inbox"
+SHIPMENT_DOCUMENT_TYPE = "shipment"
+BILLING_DOCUMENT_TYPE = "billing"
+REFUND_DOCUMENT_TYPE = "refund"
 # The payment service's records shown beside the order's documents.
 PAYMENT_DOCUMENT_TYPE = "payment"
 # A refund as the payment service holds it (billing's own record is `refund`, in the inbox).
