@@ -14,6 +14,7 @@ from orders.domain.outcomes import Settlement
 from orders.domain.received import ReceivedOrderMessage
 from orders.service.consumer import OrderConsumer
 from orders.service.verify import audit
+from orders.service.verify_run import RunRecords, audit_run
 
 BROKER_DROPS = {SendKind.PRODUCER_RETRY, SendKind.CONFLICT_IN_WINDOW}
 
@@ -169,3 +170,20 @@ def test_dead_letters_of_other_runs_are_ignored() -> None:
     other = DeadLetteredMessage("otherrun-000001", "InvalidJson", "", b"x")
 
     assert audit(PLAN, LAYOUT.stored_run(documents), [*dead, other]).ok
+
+
+def test_the_whole_run_audit_reports_a_malformed_line_instead_of_failing() -> None:
+    # `orders verify` reads the run twice: the integrity audit's tolerant read, and the typed
+    # partitions the saga and status audits decide on. A line missing its fields is the
+    # integrity audit's finding; the typed read must not stop the report before it is made.
+    documents, dead = replay(PLAN)
+    orphan = {"id": "audit-999999:line:001", "orderId": "audit-999999", "type": "orderLine"}
+    line = next(d for d in documents if d["type"] == "orderLine")
+    broken = {key: value for key, value in line.items() if key != "sku"}
+    documents = [d for d in documents if d is not line]
+
+    report = audit_run(PLAN, RunRecords([*documents, broken, orphan], dead), LAYOUT)
+
+    assert not report.ok
+    assert any("without their order" in v for v in report.violations)
+    assert any(f"order {line['orderId']} has lines" in v for v in report.violations)

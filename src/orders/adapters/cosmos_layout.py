@@ -201,9 +201,12 @@ def order_cancelled(
     return {**document, "fulfilment": fulfilment}
 
 
-def order_partition(documents: Iterable[Mapping[str, Any]]) -> OrderPartition:
+def order_partition(
+    documents: Iterable[Mapping[str, Any]], *, skip_unreadable_lines: bool = False
+) -> OrderPartition:
     """An order's partition read: its order document with its lines, its status document and
-    its rejections (every other document, the outbox's, is not shown)."""
+    its rejections (every other document, the outbox's, is not shown). A line missing a field
+    fails the read, unless `skip_unreadable_lines` (an audit's read, which reports it)."""
     order: Mapping[str, Any] | None = None
     lines: list[StoredLine] = []
     status: Mapping[str, Any] | None = None
@@ -213,7 +216,11 @@ def order_partition(documents: Iterable[Mapping[str, Any]]) -> OrderPartition:
         if kind == ORDER_DOCUMENT_TYPE:
             order = document
         elif kind == LINE_DOCUMENT_TYPE:
-            lines.append(_stored_line(document))
+            try:
+                lines.append(_stored_line(document))
+            except (KeyError, TypeError, ValueError):
+                if not skip_unreadable_lines:
+                    raise
         elif kind == STATUS_DOCUMENT_TYPE:
             status = document
         elif (rejection := filed_rejection(document)) is not None:
@@ -227,11 +234,16 @@ def order_partition(documents: Iterable[Mapping[str, Any]]) -> OrderPartition:
 
 
 def order_partitions(documents: Iterable[Mapping[str, Any]]) -> dict[str, OrderPartition]:
-    """Many orders' documents (an audit's read of a run) read, partition by partition."""
+    """Many orders' documents (an audit's read of a run) read, partition by partition. Lines
+    it cannot read are left out: the integrity audit (`stored_run`, read with `.get`) reports
+    them, and the audits that decide on these partitions look at orders, not lines."""
     by_order: dict[str, list[Mapping[str, Any]]] = {}
     for document in documents:
         by_order.setdefault(document["orderId"], []).append(document)
-    return {order_id: order_partition(found) for order_id, found in by_order.items()}
+    return {
+        order_id: order_partition(found, skip_unreadable_lines=True)
+        for order_id, found in by_order.items()
+    }
 
 
 def _order_view(document: Mapping[str, Any], lines: tuple[StoredLine, ...]) -> StoredOrderView:
