@@ -10,7 +10,7 @@ from fakes import LAYOUT, FakeFencedDocuments, new_write
 
 from orders.domain.events import OrderEvent
 from orders.exceptions import TransientPublishError
-from orders.service.dispatcher import OutboxDispatcher, lease_id_for
+from orders.service.dispatcher import OutboxDispatcher
 from orders.service.ports import ChangePage
 
 RANGE = '{"range": "all"}'
@@ -57,7 +57,7 @@ def outbox_changes(*order_ids: str) -> list[dict[str, Any]]:
 
 
 # The leases container is partitioned by /id: a lease's partition key is its id.
-LEASE_KEY = (lease_id_for(RANGE), lease_id_for(RANGE))
+LEASE_KEY = (LAYOUT.lease_id(RANGE), LAYOUT.lease_id(RANGE))
 
 
 @pytest.fixture

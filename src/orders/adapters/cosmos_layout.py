@@ -17,6 +17,7 @@ I/O, so unit tests over fakes use it as it is.
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -38,6 +39,7 @@ from orders.domain.inbox import (
     BillingStatus,
     RefundRecord,
 )
+from orders.domain.leases import FeedLease
 from orders.domain.model import OrderPlaced
 from orders.domain.rejections import FiledRejection, OrderRejection
 from orders.domain.saga import Fulfilment, SagaOrder
@@ -545,6 +547,37 @@ def _inbox_record(document: Mapping[str, Any]) -> InboxRecord:
     )
 
 
+# --- The leases container: the outbox dispatcher's feed-range leases ---------------------------
+
+LEASE_DOCUMENT_TYPE = "dispatcherLease"
+
+
+def lease_id(feed_range: str) -> str:
+    """A feed range's lease id (the leases container's partition key too): a digest, because a
+    feed range is a long JSON string with characters ids may not hold."""
+    return "dispatcher-" + hashlib.sha256(feed_range.encode("utf-8")).hexdigest()[:32]
+
+
+def lease_document(lease: FeedLease) -> dict[str, Any]:
+    return {
+        "id": lease_id(lease.feed_range),
+        "type": LEASE_DOCUMENT_TYPE,
+        "feedRange": lease.feed_range,
+        "owner": lease.owner,
+        "leaseSeconds": lease.lease_seconds,
+        "continuation": lease.continuation,
+    }
+
+
+def feed_lease(document: Mapping[str, Any], default_seconds: float) -> FeedLease:
+    return FeedLease(
+        feed_range=document["feedRange"],
+        owner=document.get("owner"),
+        lease_seconds=float(document.get("leaseSeconds", default_seconds)),
+        continuation=document.get("continuation"),
+    )
+
+
 class CosmosLayout:
     """The service layer's `DocumentLayout` port (`service/ports.py`): this module's mapping,
     handed to the consumers by the composition root."""
@@ -571,3 +604,6 @@ class CosmosLayout:
     charge_of = staticmethod(charge_of)
     refund_document = staticmethod(refund_document)
     refund_of = staticmethod(refund_of)
+    lease_id = staticmethod(lease_id)
+    lease_document = staticmethod(lease_document)
+    feed_lease = staticmethod(feed_lease)

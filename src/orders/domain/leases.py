@@ -39,6 +39,17 @@ class DatabaseRead:
     database_now_ms: int
 
 
+@dataclass(frozen=True)
+class FeedLease:
+    """A dispatcher's hold on one change-feed range: who holds it (None: released), for how
+    long after its last write, and the continuation reading resumes from."""
+
+    feed_range: str
+    owner: str | None
+    lease_seconds: float
+    continuation: str | None = None
+
+
 def lease_is_live(written_at_s: int, lease_seconds: float, database_now_ms: int) -> bool:
     # `_ts` has whole seconds: the lease counts from the end of that second, never earlier.
     return database_now_ms < (written_at_s + 1 + lease_seconds) * 1000

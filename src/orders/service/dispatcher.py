@@ -15,32 +15,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
+from exactly_once.records import Stamp
 from orders.domain.events import OrderEvent
-from orders.domain.leases import DEFAULT_LEASE_SECONDS, StampedDocument, lease_is_live
+from orders.domain.leases import DEFAULT_LEASE_SECONDS, FeedLease, lease_is_live
 from orders.exceptions import DocumentExistsError, LeaseLostError
 from orders.observability import DispatcherTelemetry, log_value
-from orders.service.ports import EventLayout, EventPublisher, FencedDocuments, OutboxFeed
+from orders.service.ports import DispatcherLayout, EventPublisher, FencedDocuments, OutboxFeed
 
 logger = logging.getLogger("orders.dispatcher")
 
 DEFAULT_POLL_SECONDS = 0.5
 DEFAULT_PAGE_SIZE = 100
-LEASE_DOCUMENT_TYPE = "dispatcherLease"
 
 # Called after each publish and before the mark (crash drills exit here).
 AfterPublish = Callable[[OrderEvent], None]
-
-
-def lease_id_for(feed_range: str) -> str:
-    return "dispatcher-" + hashlib.sha256(feed_range.encode("utf-8")).hexdigest()[:32]
 
 
 @dataclass
@@ -52,9 +47,13 @@ class DispatcherStats:
 
 @dataclass
 class _OwnedLease:
-    document: StampedDocument
+    lease: FeedLease
+    stamp: Stamp  # the stored version a renewal must match
     renewed_at: float  # our monotonic clock: only when to renew, never whether it is live
-    continuation: str | None = field(default=None)
+
+    @property
+    def continuation(self) -> str | None:
+        return self.lease.continuation
 
 
 class OutboxDispatcher:
@@ -63,7 +62,7 @@ class OutboxDispatcher:
         feed: OutboxFeed,
         publisher: EventPublisher,
         leases: FencedDocuments,
-        layout: EventLayout,
+        layout: DispatcherLayout,
         *,
         owner: str | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
@@ -146,36 +145,27 @@ class OutboxDispatcher:
         owned = self._owned.get(feed_range)
         if owned is not None:
             return owned
-        lease_id = lease_id_for(feed_range)
+        lease_id = self._layout.lease_id(feed_range)
         read = await self._leases.read(lease_id, lease_id)
-        mine = {
-            "id": lease_id,
-            "type": LEASE_DOCUMENT_TYPE,
-            "feedRange": feed_range,
-            "owner": self._owner,
-            "leaseSeconds": self._lease_seconds,
-        }
+        mine = FeedLease(feed_range, self._owner, self._lease_seconds)
         try:
             if read.document is None:
-                stored = await self._leases.create({**mine, "continuation": None})
+                stored = await self._leases.create(self._layout.lease_document(mine))
             else:
-                current = read.document.body
-                holder = current.get("owner")
-                if holder not in (None, self._owner) and lease_is_live(
-                    read.document.stamp.written_at_s,
-                    float(current.get("leaseSeconds", self._lease_seconds)),
-                    read.database_now_ms,
+                current = self._layout.feed_lease(read.document.body, self._lease_seconds)
+                if current.owner not in (None, self._owner) and lease_is_live(
+                    read.document.stamp.written_at_s, current.lease_seconds, read.database_now_ms
                 ):
                     return None
+                mine = replace(mine, continuation=current.continuation)
                 stored = await self._leases.replace(
-                    {**mine, "continuation": current.get("continuation")},
-                    etag=read.document.stamp.etag,
+                    self._layout.lease_document(mine), etag=read.document.stamp.etag
                 )
         except (DocumentExistsError, LeaseLostError):
             return None  # another dispatcher moved first
         self.stats.leases_taken += 1
         logger.info("dispatcher %s owns feed range lease %s", self._owner, lease_id)
-        owned = _OwnedLease(stored, time.monotonic(), stored.body.get("continuation"))
+        owned = _OwnedLease(mine, stored.stamp, time.monotonic())
         self._owned[feed_range] = owned
         return owned
 
@@ -186,25 +176,29 @@ class OutboxDispatcher:
         due = time.monotonic() - lease.renewed_at > self._lease_seconds / 3
         if not (moved or due):
             return
-        document = {**lease.document.body, "continuation": continuation}
+        renewed = replace(lease.lease, continuation=continuation)
         try:
-            stored = await self._leases.replace(document, etag=lease.document.stamp.etag)
+            stored = await self._leases.replace(
+                self._layout.lease_document(renewed), etag=lease.stamp.etag
+            )
         except LeaseLostError:
             # Our lease lapsed and another dispatcher owns the range: what we published since
             # our last checkpoint it publishes again, as duplicates.
             logger.warning(
                 "dispatcher %s lost feed range lease %s",
                 self._owner,
-                log_value(lease.document.body["id"]),
+                log_value(self._layout.lease_id(feed_range)),
             )
             self._owned.pop(feed_range, None)
             return
-        self._owned[feed_range] = _OwnedLease(stored, time.monotonic(), continuation)
+        self._owned[feed_range] = _OwnedLease(renewed, stored.stamp, time.monotonic())
 
     async def release(self) -> None:
         """Give up the leases on a graceful stop so another dispatcher need not wait them out."""
         for feed_range, lease in list(self._owned.items()):
-            document = {**lease.document.body, "owner": None}
+            released = replace(lease.lease, owner=None)
             with contextlib.suppress(Exception):
-                await self._leases.replace(document, etag=lease.document.stamp.etag)
+                await self._leases.replace(
+                    self._layout.lease_document(released), etag=lease.stamp.etag
+                )
             self._owned.pop(feed_range, None)

@@ -15,7 +15,7 @@ from orders.domain.documents import OrderRecord, OrderWrite
 from orders.domain.events import OrderAccepted, OrderEvent
 from orders.domain.idempotency import KeyRecord, OrderIdClaim
 from orders.domain.inbox import BillingRecord, RefundRecord
-from orders.domain.leases import DatabaseRead, StampedDocument
+from orders.domain.leases import DatabaseRead, FeedLease, StampedDocument
 from orders.domain.model import OrderPlaced
 from orders.domain.outcomes import Decision
 from orders.domain.received import ReceivedOrderMessage
@@ -68,6 +68,26 @@ class EventLayout(Protocol):
     ) -> dict[str, Any]:
         """The outbox entry for `event`, to be written in the batch that decides it."""
         ...
+
+
+class LeaseLayout(Protocol):
+    """How the dispatcher's feed-range leases are stored."""
+
+    def lease_id(self, feed_range: str) -> str:
+        """The id (and partition key) of a feed range's lease."""
+        ...
+
+    def lease_document(self, lease: FeedLease) -> dict[str, Any]:
+        """The lease as stored."""
+        ...
+
+    def feed_lease(self, document: Mapping[str, Any], default_seconds: float) -> FeedLease:
+        """A stored lease read (`default_seconds` where it names no duration)."""
+        ...
+
+
+class DispatcherLayout(EventLayout, LeaseLayout, Protocol):
+    """What the outbox dispatcher reads and writes: outbox entries and its leases."""
 
 
 class SagaOrderReader(Protocol):
@@ -294,6 +314,7 @@ class DocumentLayout(
     ShippingLayout,
     BillingLayout,
     StatusLayout,
+    LeaseLayout,
     Protocol,
 ):
     """Every layout at once: what the composition root wires into the consumers."""
