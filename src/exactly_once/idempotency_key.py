@@ -1,9 +1,15 @@
 """`Idempotency-Key` for FastAPI over the same record-store port as the message consumers.
 
 The first request under a key claims a record (the create is the lock) and runs; its response
-is recorded and replayed to every retry with the same payload. A retry with another payload
-gets 422; one that arrives while the first still runs gets 409 with `Retry-After`; one whose
-first attempt crashed (its lease ended, by the database's clock) takes the record over.
+is recorded and replayed to every retry of the same request: the same method, path, query
+(parameters in any order) and body. A retry that differs in any of them gets 422; one that
+arrives while the first still runs gets 409 with `Retry-After`; one whose first attempt crashed
+(its lease ended, by the database's clock) takes the record over.
+
+The body is read by the dependency, at most `max_body_bytes` of it: a `Content-Length` over the
+limit is refused before a byte is read, a longer stream as soon as it passes the limit. The
+endpoint parses `claim.body`; a body parameter would make FastAPI read the whole body before
+any dependency runs.
 
     keys = IdempotencyKeys(store, scope="greetings")
 
@@ -11,6 +17,7 @@ first attempt crashed (its lease ended, by the database's clock) takes the recor
     async def create(claim: Annotated[KeyClaim, Depends(keys)]) -> Response:
         if claim.replay is not None:
             return claim.replay
+        greeting = Greeting.model_validate_json(claim.body)
         ...
         return await claim.complete(201, {"id": ...})
 """
@@ -19,6 +26,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Mapping
+from urllib.parse import parse_qsl, urlencode
 
 from fastapi import HTTPException, Request
 from fastapi.responses import JSONResponse
@@ -40,6 +48,7 @@ from exactly_once.ports import RecordStore
 from exactly_once.records import (
     DEFAULT_LEASE_SECONDS,
     JsonInput,
+    JsonValue,
     Record,
     RecordStatus,
     body_fingerprint,
@@ -58,11 +67,17 @@ class KeyClaim:
     """What the endpoint gets: the response to replay, or the claim to complete."""
 
     def __init__(
-        self, requests: KeyedRequests, owned: Record | None, replay: JSONResponse | None
+        self,
+        requests: KeyedRequests,
+        owned: Record | None,
+        replay: JSONResponse | None,
+        body: bytes = b"",
     ) -> None:
         self._requests = requests
         self._owned = owned
         self.replay = replay
+        # The request's body as the dependency read it (within `max_body_bytes`): parse this.
+        self.body = body
         self.completed = False
 
     async def complete(
@@ -114,25 +129,54 @@ class IdempotencyKeys:
             raise HTTPException(
                 400, f"the {HEADER} header must be sent once, not {len(sent)} times"
             )
-        body = await request.body()
-        if len(body) > self.max_body_bytes:
-            raise HTTPException(
-                413, f"the body has {len(body)} bytes; at most {self.max_body_bytes} are taken"
-            )
-        claim = await self.claim(sent[0] if sent else None, request.method, request.url.path, body)
+        body = await self._bounded_body(request)
+        claim = await self.claim(
+            sent[0] if sent else None,
+            request.method,
+            request.url.path,
+            body,
+            query=request.url.query,
+        )
         try:
             yield claim
         finally:
             await claim.release()
 
-    async def claim(self, key: str | None, method: str, path: str, body: bytes) -> KeyClaim:
+    async def _bounded_body(self, request: Request) -> bytes:
+        """The body, read no further than the limit: `Content-Length` is judged before any
+        byte is read, and a stream without one (chunked) is cut off once it passes the limit,
+        so a refused body costs at most the limit plus one chunk of memory."""
+        declared = request.headers.getlist("content-length")
+        if declared:
+            if len(declared) > 1 or not (declared[0].isascii() and declared[0].isdigit()):
+                raise HTTPException(400, "the Content-Length header must be one decimal number")
+            if len(declared[0]) > 20 or int(declared[0]) > self.max_body_bytes:
+                raise HTTPException(413, self._too_large(f"announces {declared[0]} bytes"))
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise HTTPException(413, self._too_large(f"has over {self.max_body_bytes} bytes"))
+            chunks.append(chunk)
+        body = b"".join(chunks)
+        # Starlette reads `_body` first, so the endpoint (or FastAPI) can read the body again.
+        request._body = body
+        return body
+
+    def _too_large(self, found: str) -> str:
+        return f"the body {found}; at most {self.max_body_bytes} are taken"
+
+    async def claim(
+        self, key: str | None, method: str, path: str, body: bytes, *, query: str = ""
+    ) -> KeyClaim:
         """The claim for one request: owned (run it), or a replay; else an `HTTPException`."""
         key = validate_key(key)
         record_key = key_record_id(self._scope, key)
         wanted = Record(
             key=record_key,
             partition=record_key,
-            request_hash=fingerprint([method, path, body_fingerprint(body)]),
+            request_hash=request_fingerprint(method, path, query, body),
             status=RecordStatus.IN_PROGRESS,
             owner=f"{self._owner}-{uuid.uuid4().hex[:12]}",
             lease_seconds=self._lease_seconds,
@@ -151,8 +195,20 @@ class IdempotencyKeys:
                 headers={"Retry-After": str(retry_after_seconds(busy.seconds_left))},
             ) from None
         if owned.status is RecordStatus.COMPLETED:
-            return KeyClaim(self._requests, None, _response(owned.result))
-        return KeyClaim(self._requests, owned, None)
+            return KeyClaim(self._requests, None, _response(owned.result), body)
+        return KeyClaim(self._requests, owned, None, body)
+
+
+def request_fingerprint(method: str, path: str, query: str, body: bytes) -> str:
+    """The request hash of the whole request: method, path, the query's parameters sorted by
+    name (a name's repeated values keep their order: `?a=1&a=2` is not `?a=2&a=1`) and the
+    body's canonical JSON. A request without a query hashes as it did before queries counted,
+    so keys recorded by an earlier version still replay."""
+    parts: list[JsonValue] = [method, path, body_fingerprint(body)]
+    if query:
+        pairs = sorted(parse_qsl(query, keep_blank_values=True), key=lambda pair: pair[0])
+        parts.append(urlencode(pairs))
+    return fingerprint(parts)
 
 
 def validate_key(value: str | None) -> str:

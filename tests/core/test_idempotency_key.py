@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 from core_support import lease_ended, unique
+from fastapi import HTTPException
 from fastapi.responses import JSONResponse
 from idempotency_app import app_for
 
@@ -133,3 +134,138 @@ async def test_a_missing_or_malformed_key_is_a_400(
 
     assert response.status_code == 400
     assert endpoint.runs == 0
+
+
+# --- the whole request is the fingerprint, and the body is read no further than the limit -----
+
+
+async def test_the_same_key_with_another_query_is_a_422_not_a_replay(
+    http: tuple[httpx.AsyncClient, Endpoint],
+) -> None:
+    client, endpoint = http
+    key = {"Idempotency-Key": unique("key")}
+
+    first = await client.post("/things?to=alice&note=1", json={"a": 1}, headers=key)
+    reordered = await client.post("/things?note=1&to=alice", json={"a": 1}, headers=key)
+    other = await client.post("/things?to=mallory&note=1", json={"a": 1}, headers=key)
+    dropped = await client.post("/things", json={"a": 1}, headers=key)
+
+    assert first.status_code == 201
+    assert (reordered.status_code, reordered.json()) == (201, first.json())  # a replay
+    assert (other.status_code, dropped.status_code) == (422, 422)
+    assert endpoint.runs == 1
+
+
+async def test_a_repeated_query_parameter_keeps_its_order(
+    http: tuple[httpx.AsyncClient, Endpoint],
+) -> None:
+    client, endpoint = http
+    key = {"Idempotency-Key": unique("key")}
+
+    first = await client.post("/things?to=a&to=b", json={}, headers=key)
+    swapped = await client.post("/things?to=b&to=a", json={}, headers=key)
+
+    assert (first.status_code, swapped.status_code) == (201, 422)
+    assert endpoint.runs == 1
+
+
+async def test_the_same_key_with_another_method_or_path_is_a_422(
+    store: CosmosStore, http: tuple[httpx.AsyncClient, Endpoint]
+) -> None:
+    client, _ = http
+    key = unique("key")
+    keys = IdempotencyKeys(store, scope="things")
+    assert (await client.post("/things", json={}, headers={"Idempotency-Key": key})).is_success
+
+    for method, path in [("PUT", "/things"), ("POST", "/things/1")]:
+        with pytest.raises(HTTPException) as refused:
+            await keys.claim(key, method, path, b"{}")
+        assert refused.value.status_code == 422
+
+
+class CountedBody:
+    """A request body of `total` bytes sent in `chunk`-sized pieces, counting what was read."""
+
+    def __init__(self, total: int, chunk: int = 64 * 1024) -> None:
+        self.total, self.chunk, self.read = total, chunk, 0
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while self.read < self.total:
+            piece = b" " * min(self.chunk, self.total - self.read)
+            self.read += len(piece)
+            yield piece
+
+
+BOUND = 64 * 1024
+
+
+@pytest.fixture
+async def bounded(store: CosmosStore) -> AsyncIterator[tuple[httpx.AsyncClient, Endpoint]]:
+    endpoint = Endpoint()
+    app = app_for(IdempotencyKeys(store, scope="things", max_body_bytes=BOUND), endpoint)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        yield client, endpoint
+
+
+async def test_a_content_length_over_the_limit_is_refused_before_a_byte_is_read(
+    bounded: tuple[httpx.AsyncClient, Endpoint],
+) -> None:
+    client, endpoint = bounded
+    body = CountedBody(150 * 1024 * 1024)
+    headers = {"Idempotency-Key": unique("key"), "Content-Length": str(body.total)}
+
+    refused = await client.post("/things", content=body, headers=headers)
+
+    assert refused.status_code == 413
+    assert str(BOUND) in refused.json()["detail"]
+    assert body.read == 0
+    assert endpoint.runs == 0
+
+
+async def test_a_chunked_body_is_read_no_further_than_the_limit(
+    bounded: tuple[httpx.AsyncClient, Endpoint],
+) -> None:
+    client, endpoint = bounded
+    body = CountedBody(150 * 1024 * 1024)  # no Content-Length: sent chunked
+
+    refused = await client.post("/things", content=body, headers={"Idempotency-Key": unique("k")})
+
+    assert refused.status_code == 413
+    assert body.read <= BOUND + 2 * body.chunk  # the limit, and the chunk that passed it
+    assert endpoint.runs == 0
+
+
+@pytest.mark.parametrize("length", ["abc", "1,2", "\u00b2", "9" * 40])
+async def test_a_malformed_or_absurd_content_length_is_refused(
+    bounded: tuple[httpx.AsyncClient, Endpoint], length: str
+) -> None:
+    client, endpoint = bounded
+    headers = [
+        (b"Idempotency-Key", unique("key").encode()),
+        (b"Content-Length", length.encode("latin-1")),
+    ]
+
+    refused = await client.post("/things", content=CountedBody(0), headers=headers)
+
+    assert refused.status_code in (400, 413)
+    assert endpoint.runs == 0
+
+
+async def test_a_body_within_the_limit_reaches_the_endpoint_whole(
+    store: CosmosStore,
+) -> None:
+    seen: list[bytes] = []
+
+    async def endpoint(claim: KeyClaim) -> JSONResponse:
+        seen.append(claim.body)
+        return await claim.complete(201, {})
+
+    app = app_for(IdempotencyKeys(store, scope="things", max_body_bytes=BOUND), endpoint)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        body = b'{"pad": "' + b"x" * (BOUND - 20) + b'"}'
+        sent = await client.post("/things", content=body, headers={"Idempotency-Key": unique("k")})
+
+    assert sent.status_code == 201
+    assert seen == [body]
