@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from idempotency_app import app_for
 
 from exactly_once import CosmosStore
-from exactly_once.idempotency_key import IdempotencyKeys, KeyClaim
+from exactly_once.idempotency_key import DEFAULT_MAX_BODY_BYTES, IdempotencyKeys, KeyClaim
 
 
 class Endpoint:
@@ -196,22 +196,13 @@ class CountedBody:
             yield piece
 
 
-BOUND = 64 * 1024
-
-
-@pytest.fixture
-async def bounded(store: CosmosStore) -> AsyncIterator[tuple[httpx.AsyncClient, Endpoint]]:
-    endpoint = Endpoint()
-    app = app_for(IdempotencyKeys(store, scope="things", max_body_bytes=BOUND), endpoint)
-    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-        yield client, endpoint
+BOUND = DEFAULT_MAX_BODY_BYTES
 
 
 async def test_a_content_length_over_the_limit_is_refused_before_a_byte_is_read(
-    bounded: tuple[httpx.AsyncClient, Endpoint],
+    http: tuple[httpx.AsyncClient, Endpoint],
 ) -> None:
-    client, endpoint = bounded
+    client, endpoint = http
     body = CountedBody(150 * 1024 * 1024)
     headers = {"Idempotency-Key": unique("key"), "Content-Length": str(body.total)}
 
@@ -224,9 +215,9 @@ async def test_a_content_length_over_the_limit_is_refused_before_a_byte_is_read(
 
 
 async def test_a_chunked_body_is_read_no_further_than_the_limit(
-    bounded: tuple[httpx.AsyncClient, Endpoint],
+    http: tuple[httpx.AsyncClient, Endpoint],
 ) -> None:
-    client, endpoint = bounded
+    client, endpoint = http
     body = CountedBody(150 * 1024 * 1024)  # no Content-Length: sent chunked
 
     refused = await client.post("/things", content=body, headers={"Idempotency-Key": unique("k")})
@@ -238,9 +229,9 @@ async def test_a_chunked_body_is_read_no_further_than_the_limit(
 
 @pytest.mark.parametrize("length", ["abc", "1,2", "\u00b2", "9" * 40])
 async def test_a_malformed_or_absurd_content_length_is_refused(
-    bounded: tuple[httpx.AsyncClient, Endpoint], length: str
+    http: tuple[httpx.AsyncClient, Endpoint], length: str
 ) -> None:
-    client, endpoint = bounded
+    client, endpoint = http
     headers = [
         (b"Idempotency-Key", unique("key").encode()),
         (b"Content-Length", length.encode("latin-1")),
