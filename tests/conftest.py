@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 from servers import (
     CosmosServer,
+    reaped_processes,
     skip_or_fail,
     vercel_cosmos_server,
     vercel_server_unavailable_reason,
@@ -38,6 +39,14 @@ def python_cosmos() -> Iterator[CosmosServer]:
         yield CosmosServer("python-emulator", emulator.url, emulator.key)
     finally:
         emulator.stop()
+
+
+@pytest.fixture
+def reaped_env() -> Iterator[dict[str, str]]:
+    """The environment for the processes a test starts: on teardown, however the test ended,
+    every process started under it (children and grandchildren) is killed (servers.py)."""
+    with reaped_processes() as env:
+        yield env
 
 
 _SESSION_STARTED = time.monotonic()

@@ -9,7 +9,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +73,44 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             os.kill(process.pid, signal.SIGKILL)
             process.wait(timeout=10)
+
+
+TAG_VARIABLE = "ORDERS_TEST_TAG"
+
+
+def processes_tagged(tag: str) -> list[int]:
+    """Pids whose environment carries `tag`: every process a test started and every process
+    those started in turn (children inherit the environment, whatever session or process
+    group they put themselves in; /proc tells the truth)."""
+    marker = f"{TAG_VARIABLE}={tag}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@contextmanager
+def reaped_processes() -> Iterator[dict[str, str]]:
+    """An environment for the processes a test starts, tagged; when the block ends, however it
+    ends, every process that still carries the tag is killed (SIGKILL, which no disposition a
+    suite inherits can ignore) and waited for. The demo and `orders up` put their children in
+    sessions of their own, so a process group would not reach them: the tag does."""
+    tag = os.urandom(8).hex()
+    try:
+        yield {**os.environ, TAG_VARIABLE: tag}
+    finally:
+        deadline = time.monotonic() + 30
+        while (left := processes_tagged(tag)) and time.monotonic() < deadline:
+            for pid in left:
+                with suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.05)  # reaping takes a moment; bounded by the deadline above
 
 
 def vercel_server_unavailable_reason() -> str | None:

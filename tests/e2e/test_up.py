@@ -37,7 +37,9 @@ def processes_mentioning(text: str) -> list[int]:
     return found
 
 
-def test_up_serves_the_whole_stack_and_ctrl_c_stops_every_process(tmp_path: Path) -> None:
+def test_up_serves_the_whole_stack_and_ctrl_c_stops_every_process(
+    tmp_path: Path, reaped_env: dict[str, str]
+) -> None:
     directory = tmp_path / "local"
     port = free_port()
     log = tmp_path / "up.log"
@@ -45,7 +47,7 @@ def test_up_serves_the_whole_stack_and_ctrl_c_stops_every_process(tmp_path: Path
         up = subprocess.Popen(
             [sys.executable, "-m", "orders", "up", "--workers", "1", "--port", str(port),
              "--dir", str(directory)],
-            stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+            stdout=output, stderr=subprocess.STDOUT, start_new_session=True, env=reaped_env,
         )  # fmt: skip
     try:
         poll_until(lambda: "ready" in log.read_text(), 120, "orders up to report ready")
@@ -101,12 +103,14 @@ def test_up_serves_the_whole_stack_and_ctrl_c_stops_every_process(tmp_path: Path
     assert processes_mentioning(f"--port {port}") == []
 
 
-def start_up(directory: Path, port: int, log: Path, *extra: str) -> subprocess.Popen[bytes]:
+def start_up(
+    directory: Path, port: int, log: Path, env: dict[str, str], *extra: str
+) -> subprocess.Popen[bytes]:
     with log.open("wb") as output:
         up = subprocess.Popen(
             [sys.executable, "-m", "orders", "up", "--workers", "1", "--port", str(port),
              "--dir", str(directory), *extra],
-            stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+            stdout=output, stderr=subprocess.STDOUT, start_new_session=True, env=env,
         )  # fmt: skip
     poll_until(lambda: "ready" in log.read_text() or up.poll() is not None, 120, "ready")
     assert up.poll() is None, log.read_text()[-3000:]
@@ -132,14 +136,14 @@ def peeked(directory: Path, entity: str, sub_queue: ServiceBusSubQueue | None) -
 
 
 def test_a_restart_keeps_orders_messages_and_dead_letters_and_fresh_starts_empty(
-    tmp_path: Path,
+    tmp_path: Path, reaped_env: dict[str, str]
 ) -> None:
     directory, port = tmp_path / "local", free_port()
     api = f"http://127.0.0.1:{port}"
     order_id = f"o-restart-{port}"
 
     # Given a stack with a stored order, a scheduled message and a dead letter
-    first = start_up(directory, port, tmp_path / "first.log")
+    first = start_up(directory, port, tmp_path / "first.log", reaped_env)
     try:
         httpx.post(
             f"{api}/api/orders", json=order_payload(order_id), headers={"Idempotency-Key": "k"}
@@ -174,7 +178,7 @@ def test_a_restart_keeps_orders_messages_and_dead_letters_and_fresh_starts_empty
         stopping = ctrl_c(first, tmp_path / "first.log")
 
     # When it is stopped with Ctrl-C and started again
-    second = start_up(directory, port, tmp_path / "second.log")
+    second = start_up(directory, port, tmp_path / "second.log", reaped_env)
     try:
         again = httpx.get(f"{api}/api/orders/{order_id}")
         scheduled = peeked(directory, "orders", None)
@@ -183,7 +187,7 @@ def test_a_restart_keeps_orders_messages_and_dead_letters_and_fresh_starts_empty
         ctrl_c(second, tmp_path / "second.log")
 
     # And once more with --fresh
-    third = start_up(directory, port, tmp_path / "third.log", "--fresh")
+    third = start_up(directory, port, tmp_path / "third.log", reaped_env, "--fresh")
     try:
         forgotten = httpx.get(f"{api}/api/orders/{order_id}")
         fresh_dead_letters = peeked(directory, "orders", ServiceBusSubQueue.DEAD_LETTER)
@@ -208,13 +212,15 @@ def test_a_restart_keeps_orders_messages_and_dead_letters_and_fresh_starts_empty
     assert f"--fresh: deleted {directory / 'payments'}" in (tmp_path / "third.log").read_text()
 
 
-def test_ctrl_c_while_starting_stops_what_was_started(tmp_path: Path) -> None:
+def test_ctrl_c_while_starting_stops_what_was_started(
+    tmp_path: Path, reaped_env: dict[str, str]
+) -> None:
     directory, log = tmp_path / "local", tmp_path / "up.log"
     with log.open("wb") as output:
         up = subprocess.Popen(
             [sys.executable, "-m", "orders", "up", "--workers", "1", "--port", str(free_port()),
              "--dir", str(directory)],
-            stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+            stdout=output, stderr=subprocess.STDOUT, start_new_session=True, env=reaped_env,
         )  # fmt: skip
     try:
         # The emulators are being started: their logs exist before they report ready.

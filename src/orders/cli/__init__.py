@@ -391,8 +391,11 @@ def demo(
     from orders.entrypoints.demo import DemoOptions, run_demo
 
     configure_logging(logging.WARNING)
-    # SIGTERM unwinds like Ctrl-C, so the stack's cleanup stops every process it started.
+    # SIGTERM unwinds like Ctrl-C, so the stack's cleanup stops every process it started. SIGINT
+    # is set too: Python leaves it ignored when the demo is started with it ignored (a
+    # background job of a script, `make test &`), and then a SIGINT would not stop the demo.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     options = DemoOptions(orders=orders, workers=workers, seed=seed, cancels=cancels)
     with progress_bar() as progress:
         task = progress.add_task("send", total=None)
