@@ -37,7 +37,13 @@ from orders.adapters.cosmos_layout import (
     order_write,
     rejection_document,
 )
-from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, Selection
+from orders.domain.dead_letters import (
+    DeadLetter,
+    DeadLetterOutcome,
+    DeadLetterPlan,
+    Selection,
+    plan_for,
+)
 from orders.domain.decision_counters import DecisionCounters
 from orders.domain.documents import OrderAlreadyExistsError, OrderRecord, OrderWrite
 from orders.domain.events import OrderAccepted, OrderCancelled
@@ -731,6 +737,11 @@ class FakeDeadLetterQueue:
             self.resubmitted.append((dead, by))
             outcome.done.append(dead.sequence_number)
         return outcome
+
+    async def plan(
+        self, selection: Selection, refusal: Callable[[DeadLetter], str | None]
+    ) -> DeadLetterPlan:
+        return plan_for(selection, self.dead_letters, refusal)
 
     async def purge(self, selection: Selection) -> DeadLetterOutcome:
         gone = [d for d in self.dead_letters if selection.matches(d)]

@@ -221,6 +221,24 @@ async def test_confirm_page_shows_the_dead_letter_and_a_post_form(console: Conso
     assert len(console.queue.dead_letters) == 2  # nothing happens before the confirmation
 
 
+async def test_confirm_page_says_which_dead_letters_before_it_will_be_passed_over(
+    console: Console,
+) -> None:
+    last = await console.client.get(
+        "/console/dead-letters/confirm",
+        params={"source": "orders", "action": "purge", "sequence": "7"},
+    )
+    first = await console.client.get(
+        "/console/dead-letters/confirm",
+        params={"source": "orders", "action": "purge", "sequence": "3"},
+    )
+
+    page = assert_html(last, 200)
+    assert 'id="passed-over"' in page and "1 other dead letter(s) lie before it: 3." in page
+    assert "delivery count goes up by 1" in page
+    assert 'id="passed-over"' not in assert_html(first, 200)
+
+
 async def test_confirm_page_of_a_missing_dead_letter_is_404(console: Console) -> None:
     response = await console.client.get(
         "/console/dead-letters/confirm",

@@ -5,7 +5,6 @@ is replaced on the next peek."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,7 +15,7 @@ from orders.adapters.servicebus_counts import ServiceBusEntityCounter
 from orders.adapters.servicebus_dead_letters import ServiceBusDeadLetters
 from orders.adapters.servicebus_peek import PeekReceivers
 from orders.service.subscribers import Source
-from servicebus_emulator import RunningEmulator, start_in_background
+from servicebus_emulator import RunningEmulator
 
 QUEUE = "orders"
 SOURCE = Source(queue=QUEUE)
@@ -33,32 +32,11 @@ class CountingClient(ServiceBusClient):
         return receiver
 
 
-def counting_client(emulator: RunningEmulator) -> CountingClient:
-    client = CountingClient.from_connection_string(emulator.connection_string)
+def counting_client(orders_queue_emulator: RunningEmulator) -> CountingClient:
+    client = CountingClient.from_connection_string(orders_queue_emulator.connection_string)
     assert isinstance(client, CountingClient)
     client.made = []
     return client
-
-
-@pytest.fixture
-def emulator() -> Iterator[RunningEmulator]:
-    properties = {"LockDuration": "PT30S", "MaxDeliveryCount": 3, "RequiresSession": False}
-    running = start_in_background(
-        config={
-            "UserConfig": {
-                "Namespaces": [
-                    {
-                        "Name": "sbemulatorns",
-                        "Queues": [{"Name": QUEUE, "Properties": properties}],
-                        "Topics": [],
-                    }
-                ],
-                "Logging": {"Type": "Console"},
-            }
-        }
-    )
-    yield running
-    running.stop()
 
 
 async def send(client: ServiceBusClient, bodies: list[str]) -> None:
@@ -67,9 +45,9 @@ async def send(client: ServiceBusClient, bodies: list[str]) -> None:
 
 
 async def test_pages_share_one_receiver_per_sub_queue_and_always_start_where_asked(
-    emulator: RunningEmulator,
+    orders_queue_emulator: RunningEmulator,
 ) -> None:
-    client = counting_client(emulator)
+    client = counting_client(orders_queue_emulator)
     async with client:
         peeks = PeekReceivers(client)
         counter = ServiceBusEntityCounter(client, peeks)
@@ -98,9 +76,9 @@ async def test_pages_share_one_receiver_per_sub_queue_and_always_start_where_ask
 
 
 async def test_a_failed_peek_drops_its_receiver_and_the_next_peek_opens_another(
-    emulator: RunningEmulator,
+    orders_queue_emulator: RunningEmulator,
 ) -> None:
-    client = counting_client(emulator)
+    client = counting_client(orders_queue_emulator)
     async with client:
         peeks = PeekReceivers(client)
         await send(client, ["a"])

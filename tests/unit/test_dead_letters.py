@@ -12,6 +12,8 @@ from exactly_once.records import Record, Stamp
 from orders.domain.dead_letters import (
     DeadLetter,
     Selection,
+    delivery_count_meaning,
+    plan_for,
     resubmit_refusal,
     resubmitted_properties,
 )
@@ -108,3 +110,48 @@ def test_a_selection_of_sequence_numbers_is_finished_once_each_was_handled() -> 
     # A reason or --all can match more at any time: only an empty receive ends them.
     assert not Selection(frozenset({3}), reason="InvalidJson").all_handled([3], {})
     assert not Selection(everything=True).all_handled([3, 7], {})
+
+
+def queue_of(*reasons: str) -> list[DeadLetter]:
+    return [replace(dead(reason), sequence_number=10 + i) for i, reason in enumerate(reasons)]
+
+
+def test_a_plan_passes_over_only_what_lies_before_its_last_target() -> None:
+    peeked = queue_of("InvalidJson", "SchemaViolation", "InvalidJson", "SchemaViolation")
+
+    first = plan_for(Selection(frozenset({10})), peeked)
+    third = plan_for(Selection(frozenset({12})), peeked)
+    by_reason = plan_for(Selection(reason="InvalidJson"), peeked)
+    everything = plan_for(Selection(everything=True), peeked)
+    missing = plan_for(Selection(frozenset({99})), peeked)
+
+    assert (first.targets, first.passed_over, first.reach) == (frozenset({10}), (), 1)
+    assert (third.targets, third.passed_over, third.reach) == (frozenset({12}), (10, 11), 3)
+    assert (by_reason.targets, by_reason.passed_over, by_reason.reach) == (
+        frozenset({10, 12}),
+        (11,),
+        3,
+    )
+    assert (everything.passed_over, everything.reach) == ((), 4)
+    assert (missing.targets, missing.passed_over, missing.reach) == (frozenset(), (), 0)
+
+
+def test_a_refused_dead_letter_is_reported_and_passed_over_only_before_a_target() -> None:
+    peeked = queue_of("RequestHashMismatch", "InvalidJson", "RequestHashMismatch")
+
+    def refusal(letter: DeadLetter) -> str | None:
+        return resubmit_refusal(letter, force=False, now=NOW, duplicate_window=WINDOW)
+
+    plan = plan_for(Selection(everything=True), peeked, refusal)
+
+    assert plan.targets == {11} and set(plan.refused) == {10, 12}
+    assert (plan.passed_over, plan.reach) == ((10,), 2)  # 12 lies after the target: untouched
+
+
+def test_a_delivery_count_is_explained_by_what_is_known_only() -> None:
+    """An operator's command that passed over a dead letter raised its count too: the text
+    never says the consumer abandoned it that often."""
+    assert "first delivery" in delivery_count_meaning(0)
+    assert "never passed over" in delivery_count_meaning(0)
+    two = delivery_count_meaning(2)
+    assert "passed over" in two and "abandoned" not in two

@@ -15,14 +15,17 @@ from orders.adapters.servicebus_peek import PeekReceivers, receiver_for
 from orders.domain.dead_letters import (
     DeadLetter,
     DeadLetterOutcome,
+    DeadLetterPlan,
     Selection,
+    plan_for,
     resubmitted_properties,
 )
 from orders.exceptions import ResubmitUnsupportedError
 from orders.service.subscribers import Source
 
 PAGE = 100
-# A command acts on at most this many dead letters, and holds their locks meanwhile.
+# A command looks at (peeks) at most this many dead letters, the oldest, and acts on those it
+# selects among them, holding the locks of those before the last one meanwhile.
 MAX_PER_COMMAND = 1000
 # How long a receive waits for dead letters a peek showed are there (they are at rest: the
 # broker delivers them as soon as the link has credit; this bounds a slow broker).
@@ -152,49 +155,59 @@ class ServiceBusDeadLetters:
 
         return await self._take(selection, lambda dead: None, nothing)
 
+    async def plan(
+        self, selection: Selection, refusal: Callable[[DeadLetter], str | None]
+    ) -> DeadLetterPlan:
+        """What a command with `selection` would do now (a peek: nothing is locked)."""
+        return plan_for(selection, await self.browse(MAX_PER_COMMAND), refusal)
+
     async def _take(
         self,
         selection: Selection,
         refusal: Callable[[DeadLetter], str | None],
         act: Callable[[DeadLetter, ServiceBusReceivedMessage], Awaitable[str | None]],
     ) -> DeadLetterOutcome:
-        """Lock dead letters one page at a time; act on the selected, then remove them. What is
-        not selected (or refused, before or by `act`) stays locked until the end, so no page
-        sees it twice, then is abandoned: it stays in the dead-letter queue, its delivery count
-        one higher."""
-        outcome = DeadLetterOutcome()
+        """Lock dead letters in order, no further than the plan's last target (a peek first
+        says which); act on the targets, then remove them. The others received on the way
+        (not selected, or refused) stay locked until the end, so no page sees them twice, then
+        are abandoned (`passed_over`): they stay in the dead-letter queue, their delivery count
+        one higher. Dead letters after the last target are never received."""
+        plan = await self.plan(selection, refusal)
+        outcome = DeadLetterOutcome(refused=dict(plan.refused))
         kept: list[ServiceBusReceivedMessage] = []
+        received = 0
         async with self._dead_letter_receiver() as receiver:
             try:
-                while len(outcome.done) + len(kept) < MAX_PER_COMMAND and not selection.all_handled(
-                    outcome.done, outcome.refused
-                ):
+                while received < plan.reach and not plan.targets <= {
+                    *outcome.done,
+                    *outcome.refused,
+                }:
                     held = {message.sequence_number for message in kept}
                     if await _holds_everything(receiver, held):
                         break
                     page = await receiver.receive_messages(
-                        max_message_count=PAGE, max_wait_time=RECEIVE_WAIT_SECONDS
+                        max_message_count=min(PAGE, plan.reach - received),
+                        max_wait_time=RECEIVE_WAIT_SECONDS,
                     )
                     if not page:
                         break
+                    received += len(page)
                     for message in page:
                         dead = to_dead_letter(message)
-                        refused = refusal(dead) if selection.matches(dead) else None
-                        if not selection.matches(dead) or refused is not None:
-                            if refused is not None:
-                                outcome.refused[dead.sequence_number] = refused
-                            kept.append(message)
-                            continue
-                        refused = await act(dead, message)
-                        if refused is not None:
+                        if dead.sequence_number in plan.targets:
+                            refused = refusal(dead)
+                            if refused is None:
+                                refused = await act(dead, message)
+                            if refused is None:
+                                await receiver.complete_message(message)
+                                outcome.done.append(dead.sequence_number)
+                                continue
                             outcome.refused[dead.sequence_number] = refused
-                            kept.append(message)
-                            continue
-                        await receiver.complete_message(message)
-                        outcome.done.append(dead.sequence_number)
+                        kept.append(message)
             finally:
                 for message in kept:
                     await receiver.abandon_message(message)
+                    outcome.passed_over.append(message.sequence_number or 0)
         return outcome
 
 

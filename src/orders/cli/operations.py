@@ -10,6 +10,7 @@ import asyncio
 import getpass
 import json
 import socket
+import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, TypeVar
@@ -27,7 +28,16 @@ from orders.cli.shared import (
     require_reachable,
     settings_or_exit,
 )
-from orders.domain.dead_letters import DeadLetter, Selection, printable, resubmit_refusal
+from orders.domain.dead_letters import (
+    DELIVERY_COUNT_CAPTION,
+    DeadLetter,
+    DeadLetterOutcome,
+    DeadLetterPlan,
+    Selection,
+    delivery_count_meaning,
+    printable,
+    resubmit_refusal,
+)
 from orders.domain.idempotency import eviction_refusal, record_id
 from orders.exceptions import ResubmitUnsupportedError
 from orders.service.subscribers import Source
@@ -108,20 +118,39 @@ def selection_or_exit(numbers: list[int] | None, reason: str | None, everything:
         raise typer.Exit(2) from exc
 
 
-def deliveries(count: int) -> str:
-    """What a dead letter's delivery count means: the deliveries that failed before the one
-    that dead-lettered it (abandoned, or the lock expired), not the deliveries in total."""
-    if count == 0:
-        return "0 (dead-lettered on its first delivery, before any abandon)"
-    return f"{count} (abandoned or lock lost {count} time(s) before it was dead-lettered)"
+def confirm_plan(plan: DeadLetterPlan, *, confirmed: bool) -> None:
+    """Say, before anything is locked, what the command will do to the dead letters it does
+    not act on, and go on only when that is confirmed: `--yes`, or yes at a terminal's prompt."""
+    if not plan.passed_over:
+        return
+    err.print(
+        f"{len(plan.passed_over)} dead letter(s) that this command does not act on lie before "
+        f"the ones it does: {list(plan.passed_over)}. Service Bus reaches a dead letter only by "
+        "locking every one before it, so these will be locked and given back: each one's "
+        "delivery count goes up by 1, nothing else about them changes.",
+        highlight=False,
+    )
+    if confirmed:
+        return
+    if sys.stdin.isatty():
+        if typer.confirm("Go on?", default=False, err=True):
+            return
+        raise typer.Exit(1)
+    err.print("[red]not confirmed: add --yes to go on[/red]")
+    raise typer.Exit(2)
+
+
+def report_passed_over(outcome: DeadLetterOutcome) -> None:
+    if outcome.passed_over:
+        out.print(
+            f"passed over {len(outcome.passed_over)}: {sorted(outcome.passed_over)} "
+            "(locked and given back: delivery count +1)",
+            highlight=False,
+        )
 
 
 def dead_letter_table(dead_letters: list[DeadLetter]) -> Table:
-    table = Table(
-        title=f"{len(dead_letters)} dead letter(s)",
-        caption="deliveries: failed deliveries before the one that dead-lettered it "
-        "(0: refused on its first delivery)",
-    )
+    table = Table(title=f"{len(dead_letters)} dead letter(s)", caption=DELIVERY_COUNT_CAPTION)
     for column in ("seq", "reason", "description", "deliveries", "enqueued", "MessageId", "body"):
         table.add_column(column, overflow="fold")
     for dead in dead_letters:
@@ -181,7 +210,7 @@ def show_dead_letter(
     if as_json:
         out.print_json(json.dumps(view))
     else:
-        print_fields(view | {"deliveryCount": deliveries(found[0].delivery_count)})
+        print_fields(view | {"deliveryCount": delivery_count_meaning(found[0].delivery_count)})
 
 
 @dead_letters_app.command("resubmit")
@@ -211,6 +240,14 @@ def resubmit_dead_letters(
             "them to every subscription (each must drop a MessageId it already handled)",
         ),
     ] = False,
+    yes: Annotated[
+        bool,
+        typer.Option(
+            "--yes",
+            help="Confirm what the command says it will do to the dead letters before the "
+            "selected ones (locked and given back: delivery count +1)",
+        ),
+    ] = False,
 ) -> None:
     """Send selected dead letters back whole (MessageId, SessionId, ReplyTo, To, TTL, every
     property) so the idempotent consumer still recognises them, recording when and by whom."""
@@ -222,14 +259,18 @@ def resubmit_dead_letters(
     window = timedelta(
         seconds=settings.duplicate_window_seconds if duplicate_window is None else duplicate_window
     )
+
+    def refusal(dead: DeadLetter) -> str | None:
+        return resubmit_refusal(dead, force=force, now=now, duplicate_window=window)
+
+    confirm_plan(
+        with_tools(lambda tools: tools.dead_letters.plan(selection, refusal), source, settings),
+        confirmed=yes,
+    )
     try:
         outcome = with_tools(
             lambda tools: tools.dead_letters.resubmit(
-                selection,
-                lambda dead: resubmit_refusal(dead, force=force, now=now, duplicate_window=window),
-                by=who,
-                now=now,
-                to_topic=to_topic,
+                selection, refusal, by=who, now=now, to_topic=to_topic
             ),
             source,
             settings,
@@ -240,6 +281,7 @@ def resubmit_dead_letters(
     out.print(f"resubmitted {len(outcome.done)}: {sorted(outcome.done)}")
     for sequence, why in sorted(outcome.refused.items()):
         out.print(f"[yellow]kept {sequence}:[/yellow] {why}", highlight=False)
+    report_passed_over(outcome)
     raise typer.Exit(1 if outcome.refused else 0)
 
 
@@ -248,7 +290,14 @@ def purge_dead_letters(
     numbers: Numbers = None,
     reason: Reason = None,
     everything: All = False,
-    yes: Annotated[bool, typer.Option("--yes", help="Confirm: they are gone for good")] = False,
+    yes: Annotated[
+        bool,
+        typer.Option(
+            "--yes",
+            help="Confirm: they are gone for good (and the dead letters before them are "
+            "locked and given back: delivery count +1)",
+        ),
+    ] = False,
     queue: Queue = None,
     topic: Topic = None,
     subscription: Subscription = None,
@@ -259,8 +308,16 @@ def purge_dead_letters(
     if not yes:
         err.print("[red]purge deletes dead letters for good: add --yes to confirm[/red]")
         raise typer.Exit(2)
-    outcome = with_tools(lambda tools: tools.dead_letters.purge(selection), source)
+    settings = settings_or_exit()
+    confirm_plan(
+        with_tools(
+            lambda tools: tools.dead_letters.plan(selection, lambda dead: None), source, settings
+        ),
+        confirmed=yes,
+    )
+    outcome = with_tools(lambda tools: tools.dead_letters.purge(selection), source, settings)
     out.print(f"purged {len(outcome.done)}: {sorted(outcome.done)}")
+    report_passed_over(outcome)
 
 
 def scope_of(scope: str | None, tools: OperatorTools) -> str:

@@ -4,7 +4,7 @@ resubmitting one would do harm. Nothing here talks to a broker."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -91,10 +91,12 @@ class DeadLetter:
 
 @dataclass
 class DeadLetterOutcome:
-    """What a resubmit or purge did, by sequence number."""
+    """What a resubmit or purge did, by sequence number: `passed_over` were locked on the way
+    to a selected one and given back (not selected, or refused), their delivery count +1."""
 
     done: list[int] = field(default_factory=list)
     refused: dict[int, str] = field(default_factory=dict)
+    passed_over: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,69 @@ class Selection:
         if self.sequence_numbers and dead.sequence_number not in self.sequence_numbers:
             return False
         return self.reason is None or dead.reason == self.reason
+
+
+@dataclass(frozen=True)
+class DeadLetterPlan:
+    """What a resubmit or purge will do, decided on a peek before anything is locked.
+
+    Service Bus hands out a queue's messages in order and cannot receive one by its sequence
+    number, so a command reaches a dead letter only by locking every one before it. Those it
+    does not act on (`passed_over`: not selected, or refused) are given back, and the broker
+    counts that as a delivery: their delivery count goes up by one. Dead letters after the last
+    target are never touched: the command receives no more than `reach` messages."""
+
+    targets: frozenset[int]
+    refused: dict[int, str]
+    passed_over: tuple[int, ...]
+    reach: int
+
+
+def plan_for(
+    selection: Selection,
+    peeked: Iterable[DeadLetter],
+    refusal: Callable[[DeadLetter], str | None] = lambda dead: None,
+) -> DeadLetterPlan:
+    """The plan for `selection` over the dead letters a peek found (oldest first)."""
+    ordered = sorted(peeked, key=lambda dead: dead.sequence_number)
+    refused: dict[int, str] = {}
+    targets: set[int] = set()
+    for dead in ordered:
+        if not selection.matches(dead):
+            continue
+        why = refusal(dead)
+        if why is None:
+            targets.add(dead.sequence_number)
+        else:
+            refused[dead.sequence_number] = why
+    last = max(targets, default=0)
+    before_last = [dead.sequence_number for dead in ordered if dead.sequence_number <= last]
+    return DeadLetterPlan(
+        targets=frozenset(targets),
+        refused=refused,
+        passed_over=tuple(number for number in before_last if number not in targets),
+        reach=len(before_last),
+    )
+
+
+def delivery_count_meaning(count: int) -> str:
+    """What a dead letter's delivery count can be said to mean, and no more: the broker counts
+    every delivery that did not remove the message, whoever received it (a consumer that
+    abandoned it or lost its lock before it was dead-lettered, or an operator's command that
+    passed over it since), and the dead letter does not say which."""
+    if count == 0:
+        return "0 (dead-lettered on its first delivery, and never passed over since)"
+    return (
+        f"{count} (deliveries that did not remove it: a consumer's abandons or lost locks "
+        "before it was dead-lettered, and operator commands that passed over it since)"
+    )
+
+
+DELIVERY_COUNT_CAPTION = (
+    "deliveries: the broker's count of deliveries that did not remove it (a consumer's "
+    "abandons before it was dead-lettered, and resubmits or purges that passed over it since); "
+    "0: dead-lettered on its first delivery and never passed over"
+)
 
 
 def resubmit_refusal(

@@ -13,7 +13,12 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlencode
 
-from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, printable
+from orders.domain.dead_letters import (
+    DELIVERY_COUNT_CAPTION,
+    DeadLetter,
+    DeadLetterOutcome,
+    printable,
+)
 from orders.service.console import (
     LINE_DOCUMENT_TYPE,
     ORDER_DOCUMENT_TYPE,
@@ -102,8 +107,7 @@ def overview_page(all_counts: Iterable[EntityCounts]) -> str:
 # wrapping long untrusted text instead of widening the page.
 DEAD_LETTER_HEADINGS = (
     '<th scope="col" class="reason">Reason</th><th scope="col">Description</th>'
-    '<th scope="col" class="narrow" title="Failed deliveries before the one that dead-lettered '
-    'it (0: refused on its first delivery)">Deliveries</th>'
+    f'<th scope="col" class="narrow" title="{text(DELIVERY_COUNT_CAPTION)}">Deliveries</th>'
     '<th scope="col" class="time">Enqueued</th><th scope="col" class="id">MessageId</th>'
     '<th scope="col">Body</th>'
 )
@@ -169,9 +173,17 @@ def confirm_page(
     sequence: int | None,
     dead: DeadLetter | None,
     csrf_token: str = "",
+    passed_over: tuple[int, ...] = (),
 ) -> str:
     what = f"dead letter {sequence}" if sequence is not None else f"every dead letter of {source}"
-    details = ""
+    details = warning = ""
+    if passed_over:
+        warning = (
+            f'<p id="passed-over" role="alert">{len(passed_over)} other dead letter(s) lie before '
+            f"it: {text(', '.join(str(number) for number in passed_over))}. Service Bus reaches "
+            "a dead letter only by locking every one before it, so these will be locked and "
+            "given back: each one's delivery count goes up by 1, nothing else changes.</p>"
+        )
     if dead is not None:
         details = (
             f'<table class="listing"><thead><tr>{DEAD_LETTER_HEADINGS}</tr></thead>'
@@ -202,7 +214,7 @@ def confirm_page(
     )
     return layout(
         f"{verb} {what}?",
-        f"{details}<p>{text(consequence)}</p>{form}",
+        f"{details}<p>{text(consequence)}</p>{warning}{form}",
         current=PREFIX,
     )
 
@@ -215,6 +227,12 @@ def outcome_page(action: str, source: Source, outcome: DeadLetterOutcome) -> str
         for sequence, why in sorted(outcome.refused.items())
     )
     body = f'<p role="status" id="outcome">{past}: {text(done)}.</p>'
+    if outcome.passed_over:
+        numbers = ", ".join(str(sequence) for sequence in sorted(outcome.passed_over))
+        body += (
+            f'<p id="passed-over">Passed over: {text(numbers)} (locked and given back: '
+            "delivery count +1).</p>"
+        )
     if kept:
         body += f'<ul id="refused" role="alert">{kept}</ul>'
         if any("--force" in why for why in outcome.refused.values()):

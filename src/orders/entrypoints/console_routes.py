@@ -261,8 +261,16 @@ def install_console(app: FastAPI, factory: ConsoleFactory) -> Lazy[ConsoleRuntim
                     404,
                 )
         session = CsrfTokens.session_of(request) or secrets.token_urlsafe(32)
+        passed_over = await services.console.passed_over(source, sequence)
         response = page(
-            pages.confirm_page(action, source, sequence, dead, csrf_token=tokens.token(session))
+            pages.confirm_page(
+                action,
+                source,
+                sequence,
+                dead,
+                csrf_token=tokens.token(session),
+                passed_over=passed_over,
+            )
         )
         response.set_cookie(
             SESSION_COOKIE,

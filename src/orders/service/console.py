@@ -109,10 +109,13 @@ class OperationsConsole:
 
     async def purge(self, source: Source, sequence: int | None) -> DeadLetterOutcome:
         """One dead letter, or (None) every one, gone for good."""
-        selection = (
-            Selection(everything=True) if sequence is None else Selection(frozenset({sequence}))
-        )
-        return await self._dead_letter_queue(source).purge(selection)
+        return await self._dead_letter_queue(source).purge(_selection(sequence))
+
+    async def passed_over(self, source: Source, sequence: int | None) -> tuple[int, ...]:
+        """The dead letters a resubmit or purge of `sequence` would lock and give back (those
+        before it), for the confirmation page to say so."""
+        plan = await self._dead_letter_queue(source).plan(_selection(sequence), lambda dead: None)
+        return plan.passed_over
 
     async def order_documents(self, order_id: str) -> list[dict[str, Any]]:
         """The order's documents (order, lines, outbox, status), the consumers' inbox records
@@ -288,3 +291,7 @@ def current_status(documents: Sequence[dict[str, Any]]) -> tuple[str, int] | Non
             if isinstance(status, str) and isinstance(version, int):
                 return status, version
     return None
+
+
+def _selection(sequence: int | None) -> Selection:
+    return Selection(everything=True) if sequence is None else Selection(frozenset({sequence}))

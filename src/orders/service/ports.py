@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from exactly_once.ports import RecordStore
 from exactly_once.records import StoredDocument
-from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, Selection
+from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, DeadLetterPlan, Selection
 from orders.domain.decision_counters import DecisionCounters
 from orders.domain.documents import OrderRecord, OrderWrite
 from orders.domain.events import OrderAccepted, OrderEvent
@@ -511,6 +511,13 @@ class DeadLetterQueue(Protocol):
         ...
 
     async def purge(self, selection: Selection) -> DeadLetterOutcome: ...
+
+    async def plan(
+        self, selection: Selection, refusal: Callable[[DeadLetter], str | None]
+    ) -> DeadLetterPlan:
+        """What `resubmit` or `purge` with `selection` would do now, above all to the dead
+        letters it does not act on (a peek: nothing is locked)."""
+        ...
 
 
 @dataclass(frozen=True)
