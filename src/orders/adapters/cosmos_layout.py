@@ -7,7 +7,7 @@ tools and data already stored read them, so a field renamed here is a migration.
 
 Every document carries its partition key `orderId`, so an order's documents (and a consumer's
 inbox record with its effect) can go in one transactional batch. Record ids in the inbox
-container are scoped by consumer (`shipping:<messageId>`, `billing:<messageId>`): one
+container are scoped by consumer (`shipping:<eventId>`, `billing:<eventId>`): one
 consumer's record never blocks another's. Amounts are decimal strings: JSON numbers are doubles
 and money must stay exact.
 
