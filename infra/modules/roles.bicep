@@ -128,6 +128,9 @@ resource appQueueOwner 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
 // subscription alone is not enough), and the topic scope covers both subscriptions (receive,
 // settle, dead-letter) and the outbox dispatcher's publish. Without it both triggers fall back to
 // incremental scaling, and billing, the slowest consumer, is the one throttled.
+// It is the only send right on the topic: nobody else is granted Data Sender or Owner there or
+// on the namespace (the user gets Receiver on the subscriptions only), so only the dispatcher
+// publishes order events (docs/fanout.md, "Who may send to the topic and the subscriptions").
 resource appTopicOwner 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   name: guid(topic.id, appPrincipalId, serviceBusDataOwner)
   scope: topic

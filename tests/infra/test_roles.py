@@ -126,6 +126,23 @@ def test_service_bus_owner_is_the_apps_alone_and_never_namespace_wide() -> None:
     assert resolve(ROLES, "serviceBusDataOwner") == SERVICE_BUS_DATA_OWNER
 
 
+def test_the_apps_identity_alone_may_send_to_the_events_topic_at_the_topics_scope() -> None:
+    """Who may publish an order event (issue 37, the README's security notes): a send right on
+    `order-events` is Data Sender or Data Owner granted at the topic or at the namespace. The
+    app's identity alone holds one, Data Owner scoped to the topic; the subscriptions (which
+    nobody sends to: the topic fills them) grant Receiver to the opted-in user and no more."""
+    grants = [(who, role, scope) for who, role, scope, _, _ in _rbac_assignments()]
+    may_publish = {
+        (who, role, scope)
+        for who, role, scope in grants
+        if role in (SENDER, OWNER) and (scope == EVENTS or scope[0] == NAMESPACE)
+    }
+    on_subscriptions = {(who, role) for who, role, scope in grants if scope[0] == SUBSCRIPTION}
+
+    assert may_publish == {("app", OWNER, EVENTS)}
+    assert on_subscriptions == {("user", RECEIVER)}
+
+
 def test_every_trigger_can_scale_on_its_entitys_length() -> None:
     """Target-based scaling for every Service Bus trigger of function_app.py: the app holds Data
     Owner on each entity a trigger listens to, and for a topic trigger at TOPIC scope (Owner on a

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -109,6 +110,7 @@ def test_an_order_is_its_document_its_outbox_event_and_its_lines_in_one_write() 
                 "lineCount": 1,
                 "acceptedAt": STAMP,
             },
+            "messageId": drawn_message_id(write.documents[1], ACCEPTED_ID),
             "traceContext": {"traceparent": "x"},
             "dispatched": False,
         },
@@ -174,10 +176,19 @@ def test_a_second_fulfilment_replaces_the_first_in_its_place() -> None:
     assert again["fulfilment"] == {"state": "shipping", "eventId": "e-2", "at": STAMP}
 
 
+def drawn_message_id(entry: dict[str, Any], event_id: str) -> str:
+    """The MessageId an outbox entry was written with: random, so not pinned, but always its
+    event id, ':' and 32 lowercase hex digits (128 bits)."""
+    message_id = entry["messageId"]
+    assert re.fullmatch(re.escape(event_id) + ":[0-9a-f]{32}", message_id), message_id
+    return str(message_id)
+
+
 def test_a_cancels_outbox_entry_is_stored_under_its_event_id() -> None:
     event = OrderCancelled.of("o-1", cancelled_at=AT, reason="r")
+    entry = outbox_document(event)
 
-    assert outbox_document(event) == {
+    assert entry == {
         "id": "o-1:outbox:OrderCancelled",
         "orderId": "o-1",
         "type": "outbox",
@@ -189,9 +200,20 @@ def test_a_cancels_outbox_entry_is_stored_under_its_event_id() -> None:
             "cancelledAt": STAMP,
             "reason": "r",
         },
+        "messageId": drawn_message_id(entry, "o-1:outbox:OrderCancelled"),
         "traceContext": {},
         "dispatched": False,
     }
+
+
+def test_every_outbox_entry_draws_a_message_id_of_its_own_that_no_sender_can_guess() -> None:
+    """The MessageId is drawn when the entry is written (issue 37): two entries of one event
+    (a cancel written twice, say) never share one, and none is the bare event id."""
+    event = OrderCancelled.of("o-1", cancelled_at=AT, reason=None)
+    drawn = {outbox_document(event)["messageId"] for _ in range(50)}
+
+    assert len(drawn) == 50
+    assert event.event_id not in drawn
 
 
 def test_the_dispatcher_is_handed_the_event_of_an_undispatched_outbox_entry_only() -> None:
@@ -201,9 +223,44 @@ def test_the_dispatcher_is_handed_the_event_of_an_undispatched_outbox_entry_only
     pending = pending_event({**entry, "traceContext": {"traceparent": "00-x", "odd": 7}})
 
     assert pending is not None
-    assert (pending.event, pending.trace_context) == (event, {"traceparent": "00-x"})
+    assert (pending.event, pending.message_id, pending.trace_context) == (
+        event,
+        entry["messageId"],
+        {"traceparent": "00-x"},
+    )
     assert pending_event({**entry, "dispatched": True}) is None
     assert pending_event({**entry, "type": "order"}) is None
+
+
+def test_an_outbox_entry_stored_before_message_ids_were_drawn_is_published_under_its_event_id() -> (
+    None
+):
+    """The shape every outbox entry had before issue 37: no `messageId`. It goes out under its
+    event id, the same on every dispatch; so does an entry whose stored `messageId` does not
+    name its event (never written by this app, and never worth publishing another event's
+    id for)."""
+    old_shape = {
+        "id": "o-1:outbox:OrderCancelled",
+        "orderId": "o-1",
+        "type": "outbox",
+        "eventType": "OrderCancelled",
+        "event": {
+            "eventType": "OrderCancelled",
+            "eventId": "o-1:outbox:OrderCancelled",
+            "orderId": "o-1",
+            "cancelledAt": STAMP,
+            "reason": None,
+        },
+        "traceContext": {},
+        "dispatched": False,
+    }
+
+    pending = pending_event(old_shape)
+    odd = pending_event({**old_shape, "messageId": "o-2:outbox:OrderCancelled:" + "0" * 32})
+
+    assert pending is not None and pending.message_id == "o-1:outbox:OrderCancelled"
+    assert pending.event == OrderCancelled.of("o-1", cancelled_at=AT, reason=None)
+    assert odd is not None and odd.message_id == "o-1:outbox:OrderCancelled"
 
 
 def test_shipping_writes_its_inbox_record_and_the_orders_one_shipment() -> None:

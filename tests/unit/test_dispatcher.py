@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from fakes import LAYOUT, FakeFencedDocuments, new_write
 
-from orders.domain.events import OrderEvent
+from orders.domain.events import OrderEvent, message_id_names_event
 from orders.exceptions import TransientPublishError
 from orders.service.dispatcher import OutboxDispatcher
 from orders.service.ports import ChangePage
@@ -40,13 +40,17 @@ class ListFeed:
 class Events:
     def __init__(self) -> None:
         self.published: list[str] = []
+        self.message_ids: list[str] = []
         self.fail_next: Exception | None = None
 
-    async def publish_event(self, event: OrderEvent, trace_context: dict[str, str]) -> None:
+    async def publish_event(
+        self, event: OrderEvent, trace_context: dict[str, str], *, message_id: str
+    ) -> None:
         if self.fail_next is not None:
             failure, self.fail_next = self.fail_next, None
             raise failure
         self.published.append(event.event_id)
+        self.message_ids.append(message_id)
 
 
 def outbox_changes(*order_ids: str) -> list[dict[str, Any]]:
@@ -92,6 +96,46 @@ async def test_a_failed_publish_keeps_the_checkpoint_so_the_next_round_publishes
 
     assert events.published == ["a:outbox:OrderAccepted"]
     assert leases.documents[LEASE_KEY]["continuation"] == str(len(feed.documents))
+
+
+async def test_every_dispatch_of_one_outbox_document_sends_the_message_id_stored_on_it(
+    leases: FakeFencedDocuments,
+) -> None:
+    """A crash between publish and mark (or the Functions trigger's retry of a batch) publishes
+    the document again: with the same MessageId, so the topic's duplicate detection drops the
+    copy. That MessageId is the one drawn when the document was written, not the event id
+    another sender could guess (issue 37)."""
+    changes = outbox_changes("a", "b")
+    [first_entry, second_entry] = [d for d in changes if d["type"] == "outbox"]
+    events = Events()
+    dispatcher = OutboxDispatcher(ListFeed(changes), events, leases, LAYOUT, owner="d1")
+
+    await dispatcher.dispatch(changes)
+    await dispatcher.dispatch(changes)  # the mark never landed: the same documents again
+
+    assert events.published == ["a:outbox:OrderAccepted", "b:outbox:OrderAccepted"] * 2
+    assert events.message_ids == [first_entry["messageId"], second_entry["messageId"]] * 2
+    assert first_entry["messageId"] != second_entry["messageId"]
+    for entry in (first_entry, second_entry):
+        assert entry["messageId"] != entry["id"]  # not the predictable event id
+        assert message_id_names_event(entry["messageId"], entry["id"])
+
+
+async def test_an_outbox_document_written_before_the_stored_message_id_is_sent_under_its_event_id(
+    leases: FakeFencedDocuments,
+) -> None:
+    """An entry written before this change has no `messageId`: it is published under its event
+    id, the MessageId it had then, on every dispatch (a nonce drawn at dispatch would differ
+    on each retry, and from a publish of it made before the upgrade)."""
+    [old_entry] = [d for d in outbox_changes("old") if d["type"] == "outbox"]
+    del old_entry["messageId"]
+    events = Events()
+    dispatcher = OutboxDispatcher(ListFeed([old_entry]), events, leases, LAYOUT, owner="d1")
+
+    await dispatcher.dispatch([old_entry])
+    await dispatcher.dispatch([old_entry])
+
+    assert events.message_ids == ["old:outbox:OrderAccepted"] * 2
 
 
 async def test_a_live_lease_of_another_dispatcher_is_left_alone_until_it_ends(

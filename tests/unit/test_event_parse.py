@@ -12,9 +12,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orders.domain.events import MAX_EVENT_BODY_BYTES, OrderAccepted, parse_order_accepted
+from orders.domain.events import (
+    MAX_EVENT_BODY_BYTES,
+    ORDER_CANCELLED,
+    OrderAccepted,
+    new_event_message_id,
+    order_event_id,
+    parse_order_accepted,
+)
 from orders.domain.messages import MessageRejected
-from orders.domain.model import OrderPlaced
+from orders.domain.model import MAX_ID_LENGTH, OrderPlaced
 from orders.domain.received import BodyKind, ReceivedOrderMessage
 
 FUZZ = settings(
@@ -104,10 +111,42 @@ def test_hostile_bodies_are_rejected_with_a_reason(body: bytes, reason: str) -> 
     assert caught.value.reason.value == reason
 
 
-def test_a_message_id_other_than_the_event_id_is_refused() -> None:
+@pytest.mark.parametrize(
+    "message_id",
+    [
+        "o-1",
+        "o-2:outbox:OrderAccepted",
+        "o-1:outbox:OrderAccepted:",
+        "o-1:outbox:OrderAccepted:" + "a" * 31,
+        "o-1:outbox:OrderAccepted:" + "A" * 32,
+        "o-1:outbox:OrderAccepted:" + "a" * 33,
+        "o-1:outbox:OrderAcceptedx:" + "a" * 32,
+        None,
+    ],
+)
+def test_a_message_id_that_does_not_name_the_event_is_refused(message_id: str | None) -> None:
     with pytest.raises(MessageRejected) as caught:
-        parse_order_accepted(received(json.dumps(valid_event()).encode(), message_id="o-1"))
+        parse_order_accepted(received(json.dumps(valid_event()).encode(), message_id=message_id))
     assert caught.value.reason.value == "MessageIdMismatch"
+
+
+@pytest.mark.parametrize(
+    "message_id",
+    [
+        new_event_message_id("o-1:outbox:OrderAccepted"),  # what the dispatcher sends now
+        "o-1:outbox:OrderAccepted",  # an outbox entry written before the nonce
+    ],
+)
+def test_the_event_id_with_its_nonce_or_bare_is_accepted(message_id: str) -> None:
+    event = parse_order_accepted(received(json.dumps(valid_event()).encode(), message_id))
+    assert event.event_id == "o-1:outbox:OrderAccepted"
+
+
+def test_the_longest_events_message_id_fits_service_bus() -> None:
+    """Service Bus refuses a MessageId over 128 characters: the longest orderId's cancel event
+    with its nonce must still fit."""
+    longest = order_event_id("x" * MAX_ID_LENGTH, ORDER_CANCELLED)
+    assert len(new_event_message_id(longest)) <= 128
 
 
 def test_an_amqp_value_body_is_refused_by_kind() -> None:

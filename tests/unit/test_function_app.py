@@ -248,7 +248,9 @@ class RecordingEvents:
     def __init__(self) -> None:
         self.published: list[str] = []
 
-    async def publish_event(self, event: OrderEvent, trace_context: dict[str, str]) -> None:
+    async def publish_event(
+        self, event: OrderEvent, trace_context: dict[str, str], *, message_id: str
+    ) -> None:
         self.published.append(event.event_id)
 
 

@@ -210,7 +210,9 @@ class FailingEvents:
         self.fail = fail
         self.published: list[str] = []
 
-    async def publish_event(self, event: OrderEvent, trace_context: dict[str, str]) -> None:
+    async def publish_event(
+        self, event: OrderEvent, trace_context: dict[str, str], *, message_id: str
+    ) -> None:
         if self.fail:
             raise TransientPublishError("broker unavailable")
         self.published.append(event.event_id)

@@ -7,7 +7,7 @@ tools and data already stored read them, so a field renamed here is a migration.
 
 Every document carries its partition key `orderId`, so an order's documents (and a consumer's
 inbox record with its effect) can go in one transactional batch. Record ids in the inbox
-container are scoped by consumer (`shipping:<messageId>`, `billing:<messageId>`): one
+container are scoped by consumer (`shipping:<eventId>`, `billing:<eventId>`): one
 consumer's record never blocks another's. Amounts are decimal strings: JSON numbers are doubles
 and money must stay exact.
 
@@ -29,6 +29,8 @@ from orders.domain.events import (
     ORDER_CANCELLED,
     OrderAccepted,
     OrderEvent,
+    message_id_names_event,
+    new_event_message_id,
     stored_event,
 )
 from orders.domain.inbox import (
@@ -323,21 +325,30 @@ def outbox_document(
 ) -> dict[str, Any]:
     """The outbox entry: the event as it will be published, whether it has been, and the trace
     of the consumer that stored it (so the publish continues that trace). Its id is the event
-    id, the MessageId it is published with."""
+    id; `messageId`, drawn here and so written in the batch that decides the event, is the
+    MessageId every dispatch of it publishes with (`domain/events.py` says why it is random)."""
     return {
         "id": event.event_id,
         "orderId": event.order_id,
         "type": OUTBOX_DOCUMENT_TYPE,
         "eventType": event.event_type,
         "event": event.model_dump(mode="json"),
+        "messageId": new_event_message_id(event.event_id),
         "traceContext": dict(trace_context or {}),
         "dispatched": False,
     }
 
 
 def pending_event(document: Mapping[str, Any]) -> PendingEvent | None:
-    """The event an outbox entry holds while `dispatched` is false, and the trace stored with
-    it (string values only: the W3C properties); None for every other document."""
+    """The event an outbox entry holds while `dispatched` is false, the MessageId to publish it
+    with and the trace stored with it (string values only: the W3C properties); None for every
+    other document.
+
+    An entry written before `messageId` was stored is published under its event id, the
+    MessageId it had then. Not a fresh nonce: nothing would keep one drawn here the same on the
+    next dispatch of that entry (a retry after a crash between publish and mark), and it must
+    be the same message to duplicate detection as any publish of it before the upgrade. Only
+    the entries still pending at the upgrade are published this way."""
     if document.get("type") != OUTBOX_DOCUMENT_TYPE or document.get("dispatched") is not False:
         return None
     stored = document.get("traceContext")
@@ -346,7 +357,11 @@ def pending_event(document: Mapping[str, Any]) -> PendingEvent | None:
         if isinstance(stored, dict)
         else {}
     )
-    return PendingEvent(stored_event(document["event"]), trace_context)
+    event = stored_event(document["event"])
+    message_id = document.get("messageId")
+    if not (isinstance(message_id, str) and message_id_names_event(message_id, event.event_id)):
+        message_id = event.event_id
+    return PendingEvent(event, message_id, trace_context)
 
 
 def rejection_document(rejection: OrderRejection) -> dict[str, Any]:

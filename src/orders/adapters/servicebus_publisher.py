@@ -1,5 +1,6 @@
-"""Publishing with a deterministic MessageId: an accepted order to the queue (orderId), an
-outbox event to the topic (eventId).
+"""Publishing with a MessageId that stays the same for every publish of one thing: an accepted
+order to the queue (orderId), an outbox event to the topic (the `messageId` stored on its outbox
+entry: its eventId and a nonce no other sender can guess).
 
 The MessageId is what makes a second publish harmless: the entity's duplicate detection drops it
 inside its window, and the idempotent consumers recognise it after that.
@@ -153,7 +154,7 @@ class ServiceBusStatusPublisher(_OneSender):
 
 
 class ServiceBusEventPublisher(_OneSender):
-    """`EventPublisher`: an outbox event to the events topic, MessageId = eventId.
+    """`EventPublisher`: an outbox event to the events topic, MessageId = its outbox entry's.
 
     The span continues the trace the consumer stored with the outbox entry, so one trace id
     follows the order from the HTTP request through the dispatcher to every subscriber.
@@ -167,16 +168,18 @@ class ServiceBusEventPublisher(_OneSender):
     ) -> None:
         super().__init__(client, topic_name, topic=True, tracer_provider=tracer_provider)
 
-    async def publish_event(self, event: OrderEvent, trace_context: dict[str, str]) -> None:
+    async def publish_event(
+        self, event: OrderEvent, trace_context: dict[str, str], *, message_id: str
+    ) -> None:
         with self._tracer.start_as_current_span(
             "orders.dispatch",
             context=context_from(trace_context),
             kind=trace.SpanKind.PRODUCER,
-            attributes={"messaging.system": "servicebus", "messaging.message.id": event.event_id},
+            attributes={"messaging.system": "servicebus", "messaging.message.id": message_id},
         ):
             message = ServiceBusMessage(
                 event.body(),
-                message_id=event.event_id,
+                message_id=message_id,
                 content_type="application/json",
                 subject=event.event_type,
                 correlation_id=event.order_id,

@@ -4,15 +4,25 @@
 order document's If-Match replace that decides the cancel (`domain/saga.py`).
 
 The outbox document is written in the same transactional batch as the order, so an order is
-stored if and only if its event will be published. Its id is the event id and the MessageId the
-dispatcher publishes with: deterministic, so a re-publish after a crash is the same message to
-the broker's duplicate detection and to every subscriber's inbox. Its shape is the Cosmos
-adapter's (`adapters/cosmos_layout.py`), which hands the dispatcher the event it holds.
+stored if and only if its event will be published. Its id is the event id: deterministic, what
+the saga verifies an event by and what billing's and shipping's records are keyed on, so a copy
+of an event is the same event to every subscriber however it arrived.
+
+The MessageId the dispatcher publishes with is NOT the bare event id. The topic's duplicate
+detection remembers every MessageId it accepted, from any sender: had the MessageId been the
+predictable event id, anyone able to send to the topic could publish a forgery under it first;
+the forgery is dead-lettered, but the real event, published later inside the window, is dropped
+as its duplicate. So the MessageId is the event id followed by a random 128-bit nonce drawn once,
+when the outbox document is written (in the batch that decides the event), stored on that
+document and reused on every dispatch of it: the dispatcher's retries are still one message to
+duplicate detection, and nobody else can know it before it is published. Its shape is the
+Cosmos adapter's (`adapters/cosmos_layout.py`), which hands the dispatcher the event it holds.
 """
 
 from __future__ import annotations
 
 import re
+import secrets
 from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Final, Literal
@@ -38,9 +48,32 @@ _AMOUNT_TEXT = re.compile(r"(0|[1-9][0-9]{0,23})(\.[0-9]{1,4})?")
 
 
 def order_event_id(order_id: str, event_type: str = ORDER_ACCEPTED) -> str:
-    """The id of the order's one event of this type: the MessageId it is published with, and
-    what an event is verified by (`domain/saga.py`). The outbox entry is stored under it."""
+    """The id of the order's one event of this type: what an event is verified by
+    (`domain/saga.py`) and the prefix of the MessageId it is published with
+    (`new_event_message_id`). The outbox entry is stored under it."""
     return f"{order_id}:outbox:{event_type}"
+
+
+# Hex digits of the nonce after the event id in a MessageId: 128 random bits.
+MESSAGE_ID_NONCE_HEX_DIGITS: Final = 32
+_MESSAGE_ID_NONCE = re.compile(rf":[0-9a-f]{{{MESSAGE_ID_NONCE_HEX_DIGITS}}}")
+
+
+def new_event_message_id(event_id: str) -> str:
+    """A MessageId for the event `event_id` that no other sender can guess: the event id (so the
+    dead-letter tools and logs still name the event) and a fresh random 128-bit nonce. Drawn
+    once per outbox document; at most 88 + 33 characters, inside Service Bus's 128."""
+    return f"{event_id}:{secrets.token_hex(MESSAGE_ID_NONCE_HEX_DIGITS // 2)}"
+
+
+def message_id_names_event(message_id: str | None, event_id: str) -> bool:
+    """Whether `message_id` is one the dispatcher publishes `event_id` under: the event id and a
+    nonce, or the bare event id (outbox documents written before the nonce, see
+    `adapters/cosmos_layout.pending_event`)."""
+    if message_id is None or not message_id.startswith(event_id):
+        return False
+    rest = message_id[len(event_id) :]
+    return rest == "" or _MESSAGE_ID_NONCE.fullmatch(rest) is not None
 
 
 def require_amount_text(value: str) -> str:
@@ -158,9 +191,10 @@ def parse_order_event(message: ReceivedOrderMessage) -> OrderEvent:
 
 
 def _require_message_id(message: ReceivedOrderMessage, event: OrderEvent) -> None:
-    if message.message_id != event.event_id:
+    if not message_id_names_event(message.message_id, event.event_id):
         raise MessageRejected(
             DeadLetterReason.MESSAGE_ID_MISMATCH,
-            f"MessageId {message.message_id!r} differs from eventId {event.event_id!r}",
+            f"MessageId {message.message_id!r} is not eventId {event.event_id!r} "
+            "followed by ':' and 32 lowercase hex digits",
             order_id=event.order_id,
         )

@@ -1,8 +1,9 @@
 """The outbox dispatcher: from the orders container's change feed to the `order-events` topic.
 
-Publish, then mark: each undispatched outbox document is published with MessageId = its id,
-then marked `dispatched` with If-Match. A crash between the two publishes it again on restart;
-the topic's duplicate detection and every subscriber's inbox absorb the copy.
+Publish, then mark: each undispatched outbox document is published with the MessageId stored
+on it (its event id and a random nonce drawn when it was written, `domain/events.py`), then
+marked `dispatched` with If-Match. A crash between the two publishes it again on restart, with
+the same MessageId: the topic's duplicate detection and every subscriber's inbox absorb the copy.
 
 Checkpoints: one lease document per feed range in the leases container holds the owner and the
 continuation. A dispatcher reads a range only while it owns its lease (judged by the database's
@@ -98,7 +99,9 @@ class OutboxDispatcher:
                     if pending is None:
                         continue
                     self._telemetry.attempting(document)
-                    await self._publisher.publish_event(pending.event, pending.trace_context)
+                    await self._publisher.publish_event(
+                        pending.event, pending.trace_context, message_id=pending.message_id
+                    )
                     if self._after_publish is not None:
                         self._after_publish(pending.event)
                     await self._feed.mark_dispatched(document)

@@ -52,9 +52,12 @@ class OrderStore(Protocol):
 
 @dataclass(frozen=True)
 class PendingEvent:
-    """An outbox entry not yet published: its event and the trace the publish continues."""
+    """An outbox entry not yet published: its event, the MessageId every publish of this entry
+    uses (stored on it, so retries are one message to duplicate detection) and the trace the
+    publish continues."""
 
     event: OrderEvent
+    message_id: str
     trace_context: dict[str, str]
 
 
@@ -404,9 +407,11 @@ class OutboxFeed(Protocol):
 
 
 class EventPublisher(Protocol):
-    async def publish_event(self, event: OrderEvent, trace_context: dict[str, str]) -> None:
-        """Send the event to the topic with MessageId = eventId, CorrelationId = orderId, in
-        the trace `trace_context` (W3C properties stored with the outbox entry) names.
+    async def publish_event(
+        self, event: OrderEvent, trace_context: dict[str, str], *, message_id: str
+    ) -> None:
+        """Send the event to the topic with `message_id` (the outbox entry's), CorrelationId =
+        orderId, in the trace `trace_context` (W3C properties stored with the outbox entry) names.
 
         Raises `TransientPublishError` when a retry may succeed, `PublishError` otherwise.
         """
