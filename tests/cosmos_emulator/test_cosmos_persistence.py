@@ -4,7 +4,7 @@ Through the real SDK: documents with their `_etag`, `_ts`, `_rid` and `_lsn`, ch
 continuations, databases, containers (and their replacements), offers, batches, deletes and TTL
 expiry. Then the journal itself: a torn last record is ignored, corruption and hostile records
 refuse the start without touching the file, a second emulator cannot share the directory, a
-failed write stops every acknowledgement, and compaction keeps what it rewrites.
+failed write is undone and refused, and compaction keeps what it rewrites.
 """
 
 from __future__ import annotations
@@ -22,7 +22,11 @@ from typing import Any
 
 import pytest
 from azure.cosmos import ContainerProxy, CosmosClient, PartitionKey, ThroughputProperties
-from azure.cosmos.exceptions import CosmosBatchOperationError, CosmosHttpResponseError
+from azure.cosmos.exceptions import (
+    CosmosBatchOperationError,
+    CosmosHttpResponseError,
+    CosmosResourceNotFoundError,
+)
 
 from cosmos_emulator import RunningCosmosEmulator, start_in_background
 from cosmos_emulator import journal as journal_module
@@ -360,22 +364,54 @@ def test_the_cli_exits_2_on_a_corrupt_journal(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
 def test_a_failed_write_is_never_acknowledged(tmp_path: Path) -> None:
+    """A journal that cannot even be truncated refuses every write until a restart, and
+    serves reads of what it holds (a real full disk: test_cosmos_persistence_full_disk.py)."""
+    data = tmp_path / "data"
+    with start_in_background(data_dir=data) as emu:
+        container = _client(emu).create_database("d").create_container("c", PartitionKey("/pk"))
+        before = container.create_item({"id": "before", "pk": "a"})
+        journal = emu._core.journal
+        assert journal is not None
+        full = os.open("/dev/full", os.O_WRONLY)  # writes fail with ENOSPC, truncation too
+        os.dup2(full, journal._fd)
+        os.close(full)
+        with pytest.raises(CosmosHttpResponseError) as info:
+            container.create_item({"id": "lost", "pk": "a"})
+        assert info.value.status_code == 503
+        assert "No space left on device" in str(info.value)
+        assert container.read_item("before", "a") == before  # reads are still answered
+        with pytest.raises(CosmosResourceNotFoundError):
+            container.read_item("lost", "a")  # undone in memory too
+        with pytest.raises(CosmosHttpResponseError) as info:
+            container.create_item({"id": "later", "pk": "a"})
+        assert info.value.status_code == 503
+        assert "until it is restarted" in str(info.value)
+    with start_in_background(data_dir=data) as emu:
+        assert [d["id"] for d in _container(emu).read_all_items()] == ["before"]
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_a_journal_that_cannot_be_read_back_after_a_failed_write_answers_nothing(
+    tmp_path: Path,
+) -> None:
+    """Memory may then hold the failed write: no answer may show it, reads included."""
     data = tmp_path / "data"
     with start_in_background(data_dir=data) as emu:
         container = _client(emu).create_database("d").create_container("c", PartitionKey("/pk"))
         container.create_item({"id": "before", "pk": "a"})
         journal = emu._core.journal
         assert journal is not None
-        full = os.open("/dev/full", os.O_WRONLY)  # every write fails with ENOSPC
+        full = os.open("/dev/full", os.O_WRONLY)
         os.dup2(full, journal._fd)
         os.close(full)
+        _journal(data).rename(data / "moved-away.jsonl")  # the file it would read back
         with pytest.raises(CosmosHttpResponseError) as info:
             container.create_item({"id": "lost", "pk": "a"})
         assert info.value.status_code == 503
         with pytest.raises(CosmosHttpResponseError) as info:
-            container.read_item("before", "a")  # nothing is answered any more
+            container.read_item("before", "a")
         assert info.value.status_code == 503
-        assert "cannot write its journal" in str(info.value)
+        assert "cannot read back its journal" in str(info.value)
 
 
 def test_fsync_mode_syncs_before_each_answer(
