@@ -9,6 +9,7 @@ failed write is undone and refused, and compaction keeps what it rewrites.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -412,6 +413,37 @@ def test_a_journal_that_cannot_be_read_back_after_a_failed_write_answers_nothing
             container.read_item("before", "a")
         assert info.value.status_code == 503
         assert "cannot read back its journal" in str(info.value)
+
+
+def test_a_compacted_journal_that_cannot_be_reopened_refuses_writes_not_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the rename, appending needs the new file open: without it no write is answered
+    as done (it would be in no file), and reads of what the snapshot holds go on."""
+    data = tmp_path / "data"
+    with start_in_background(data_dir=data) as emu:
+        _client(emu).create_database("d").create_container("c", PartitionKey("/pk"))
+        before = _container(emu).create_item({"id": "before", "pk": "a"})
+    real_open = os.open
+
+    def refuse_reopening(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if Path(path) == _journal(data) and flags == os.O_WRONLY | os.O_APPEND:
+            raise OSError(errno.EMFILE, "Too many open files (refused by the test)")
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refuse_reopening)  # the journal calls os.open
+    with start_in_background(data_dir=data) as emu:  # compacts at start, then cannot reopen
+        container = _container(emu)
+        assert container.read_item("before", "a") == before
+        with pytest.raises(CosmosHttpResponseError) as info:
+            container.create_item({"id": "lost", "pk": "a"})
+        assert info.value.status_code == 503
+        assert "until it is restarted" in str(info.value)
+        with pytest.raises(CosmosResourceNotFoundError):
+            container.read_item("lost", "a")
+    monkeypatch.undo()
+    with start_in_background(data_dir=data) as emu:
+        assert [d["id"] for d in _container(emu).read_all_items()] == ["before"]
 
 
 def test_fsync_mode_syncs_before_each_answer(
