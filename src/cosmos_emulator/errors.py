@@ -49,3 +49,12 @@ def unsupported(feature: str) -> CosmosError:
     return CosmosError(
         400, "BadRequest", f"cosmos-emulator does not support {feature} (see its README)"
     )
+
+
+def not_durable(message: str) -> CosmosError:
+    """A write the journal could not keep (a full disk): nothing was changed, retry later.
+
+    503 is what Cosmos answers when it did not process a request; the SDK raises it as a
+    `CosmosHttpResponseError` (after one retry of its own) and callers treat 5xx as transient.
+    Cosmos's 403 for a full collection is a permanent refusal: wrong for a disk that frees."""
+    return CosmosError(503, "ServiceUnavailable", message)

@@ -14,7 +14,7 @@ from typing import Any
 from .account import account_metadata
 from .auth import verify
 from .documents import Documents
-from .errors import CosmosError, bad_request, unsupported
+from .errors import CosmosError, bad_request, not_durable, unsupported
 from .faults import FaultInjector, FaultRule
 from .hosts import HostAllowList
 from .http11 import Request, Response
@@ -81,8 +81,8 @@ class Gateway:
         if path.startswith(ADMIN_PREFIX):
             return self._admin(request, path)
         journal = self.store.journal
-        if journal is not None and journal.failed is not None:
-            return error_response(_journal_failed())
+        if journal is not None and journal.out_of_sync is not None:
+            return error_response(not_durable(journal.out_of_sync))
         segments = [urllib.parse.unquote(s) for s in path.split("/") if s]
         activity = request.headers.get("x-ms-activity-id") or str(uuid.uuid4())
         try:
@@ -101,8 +101,8 @@ class Gateway:
                     response = self._route(request, segments)
                 finally:  # whatever changed (even before an error) is durable before answering
                     self.store.commit()
-        except JournalError:
-            response = error_response(_journal_failed())
+        except JournalError as exc:  # the write was undone: refused, never acknowledged
+            response = error_response(not_durable(str(exc)))
         except CosmosError as err:
             response = error_response(err)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -246,14 +246,6 @@ class Gateway:
     def _account(self, request: Request) -> dict[str, Any]:
         host = request.headers.get("host") or self.fallback_host
         return account_metadata(f"{self.scheme}://{host}/")
-
-
-def _journal_failed() -> CosmosError:
-    return CosmosError(
-        503,
-        "ServiceUnavailable",
-        "cosmos-emulator cannot write its journal (--data); restart it once the disk is fixed.",
-    )
 
 
 def _fault_error(rule: FaultRule) -> CosmosError:

@@ -24,6 +24,14 @@ and rewritten as a snapshot of it (temporary file, fsync, rename: compaction); i
 again whenever it grows past `COMPACT_RATIO` times the last snapshot (and `COMPACT_MIN_BYTES`).
 A last line cut short (a crash mid-write) is ignored; a bad line with good lines after it is
 corruption and the emulator refuses to start rather than drop what follows.
+
+A full (or failing) disk never takes the emulator out of service. A request changes memory
+first and the journal second, so when its line cannot be written the line's bytes are cut off
+the file again and memory is put back to what the file holds (the file replayed into a fresh
+store: exact by construction, and needing no space); the request is refused with
+`JournalWriteError`, and the next write tries again. A compaction that fails removes its
+temporary file and the journal goes on as it was; at start it is skipped, so a restart on a
+full disk serves what the journal holds.
 """
 
 from __future__ import annotations
@@ -55,6 +63,7 @@ _LOG = logging.getLogger("cosmos_emulator")
 
 JOURNAL_NAME = "cosmos-journal.jsonl"
 LOCK_NAME = "cosmos-journal.lock"
+COMPACTING_NAME = "cosmos-journal.compacting"  # the snapshot being written, renamed when whole
 COMPACT_RATIO = 4
 COMPACT_MIN_BYTES = 16 * 1024 * 1024
 SNAPSHOT_LINE_BYTES = 1024 * 1024  # a snapshot line holds items up to this size (or one item)
@@ -63,6 +72,10 @@ _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=Fa
 
 class JournalError(Exception):
     """The data directory cannot be used: corrupt in the middle, unwritable, or locked."""
+
+
+class JournalWriteError(JournalError):
+    """A change could not be made durable (a full disk): it was undone, nothing was answered."""
 
 
 def _framed(text: bytes) -> bytes:
@@ -84,16 +97,33 @@ class Journal:
         self._log: list[dict[str, Any]] = []
         self._fd = -1
         self._lock_fd = -1
-        self._size = 0
+        self._size = 0  # the file's length: every byte of it a whole, written line
         self._compact_at = COMPACT_MIN_BYTES
         self._written_counters = (0, 0)
-        self.failed: OSError | None = None
+        # The last write failed (and was undone); None again once a write succeeds.
+        self.write_error: OSError | None = None
+        # Why the file can take no more lines until a restart (a torn line could not be cut
+        # off it, or the compacted file could not be opened); reads are still served.
+        self.appends_refused: str | None = None
+        # Why memory may hold changes the file lacks (it could not be read back after a
+        # failed write): from then on nothing is answered.
+        self.out_of_sync: str | None = None
         self.compactions = 0
+
+    @property
+    def accepts_writes(self) -> bool:
+        """False while the disk refuses writes: the purge waits for a request's write to pass."""
+        return (
+            self.write_error is None and self.appends_refused is None and self.out_of_sync is None
+        )
 
     # ------------------------------------------------------------------ opening
 
     def open(self, store: Store) -> None:
-        """Lock the directory, replay the journal into the (empty) store and compact it."""
+        """Lock the directory, replay the journal into the (empty) store and compact it.
+
+        Replay only reads, so a full disk does not stop it; a compaction that fails is skipped
+        and the journal is appended to as it is."""
         try:
             if self.directory.exists() and not self.directory.is_dir():
                 raise JournalError(
@@ -102,10 +132,14 @@ class Journal:
                 )
             self.directory.mkdir(parents=True, exist_ok=True)
             self._lock_directory()
-            replay(self.path, store)
+            whole_lines_end = replay(self.path, store)
             self._store = store
             self._log = store.start_log()
-            self.compact()
+            try:
+                self.compact()
+            except OSError as exc:
+                _LOG.warning("start-up compaction skipped, the journal is kept as it is: %s", exc)
+                self._append_after(whole_lines_end)
         except OSError as exc:
             self.close()
             raise JournalError(f"cannot use the data directory {self.directory}: {exc}") from exc
@@ -113,6 +147,20 @@ class Journal:
             self.close()
             raise
         store.journal = self
+
+    def _append_after(self, whole_lines_end: int) -> None:
+        """Append to the journal as it is, cutting off a torn last line first (no space needed)."""
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size != whole_lines_end:
+                os.ftruncate(fd, whole_lines_end)  # a line appended after it would be corrupt
+        except OSError:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self._written_counters = self._counters()
+        self._size = whole_lines_end
+        self._compact_at = max(COMPACT_MIN_BYTES, 2 * whole_lines_end)
 
     def _lock_directory(self) -> None:
         self._lock_fd = os.open(self.directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
@@ -135,6 +183,7 @@ class Journal:
                 self.commit()
             os.close(self._fd)
             self._fd = -1
+        self._store = None
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
@@ -149,24 +198,38 @@ class Journal:
         """Write what changed since the last commit as one line; call under the store lock.
 
         A failed batch changes no item but has used LSNs, which are still written: a client
-        may have been handed the position. After a failed write (a full disk) every call
-        raises, so nothing more is acknowledged until the emulator is restarted."""
-        if self.failed is not None:
-            raise JournalError(f"the journal could not be written: {self.failed}")
-        if self._fd < 0:
-            return
+        may have been handed the position. When the line cannot be written (a full disk), the
+        changes are undone in memory and `JournalWriteError` says why: nothing of the request
+        is acknowledged, and the next commit tries the disk again."""
+        if self._store is None:
+            return  # not open (or closed)
         counters = self._counters()
         if not self._log and counters == self._written_counters:
-            return
+            return  # a read: nothing to make durable, whatever state the disk is in
+        if self.out_of_sync is not None:
+            raise JournalError(self.out_of_sync)
+        if self.appends_refused is not None:
+            self._undo_unwritten_changes()
+            raise JournalWriteError(
+                f"cosmos-emulator cannot append to its journal {self.path} until it is "
+                f"restarted ({self.appends_refused}); the write was not made"
+            )
         data = _line({"l": counters[0], "r": counters[1], "ops": self._log})
         try:
             _write_all(self._fd, data)
             if self.fsync:
                 os.fsync(self._fd)
         except OSError as exc:
-            self.failed = exc
-            _LOG.error("journal write failed, no more acknowledgements: %s", exc)
-            raise JournalError(f"the journal could not be written: {exc}") from exc
+            self.write_error = exc
+            _LOG.error("journal write failed, the write is undone and refused: %s", exc)
+            self._cut_off_unwritten_line(exc)
+            self._undo_unwritten_changes()
+            raise JournalWriteError(
+                f"cosmos-emulator could not write its journal {self.path}: {exc}. The disk "
+                f"holding --data {self.directory} is full or failing; the write was not made. "
+                "Writes work again once there is space, without a restart."
+            ) from exc
+        self.write_error = None
         self._log.clear()
         self._written_counters = counters
         self._size += len(data)
@@ -177,33 +240,68 @@ class Journal:
                 _LOG.warning("journal compaction failed, retried later: %s", exc)
                 self._compact_at = 2 * self._size
 
-    def compact(self) -> None:
-        """Rewrite the journal as the store's state (temporary file, fsync, rename)."""
-        assert self._store is not None
-        temporary = self.path.with_suffix(".compacting")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        size = 0
+    def _cut_off_unwritten_line(self, write_error: OSError) -> None:
+        """Truncate what a failed write left of its line: a line after it would be corrupt."""
         try:
-            for chunk in _chunks(snapshot(self._store)):
-                size += _write_all(fd, chunk)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temporary, self.path)
+            os.ftruncate(self._fd, self._size)  # shrinking a file needs no space
+        except OSError as exc:
+            self.appends_refused = (
+                f"a line that failed ({write_error}) could not be cut off the file: {exc}"
+            )
+            _LOG.error("journal: %s; no more writes until a restart", self.appends_refused)
+
+    def _undo_unwritten_changes(self) -> None:
+        """Put memory back to what the file holds: the file replayed into a fresh store."""
+        assert self._store is not None
+        durable = Store()
+        try:
+            replay(self.path, durable, missing_ok=False)  # gone is not an empty account
+        except (OSError, JournalError) as exc:
+            self.out_of_sync = (
+                f"cosmos-emulator cannot read back its journal {self.path} after a failed "
+                f"write ({exc}); restart it once the disk is fixed"
+            )
+            _LOG.error("%s", self.out_of_sync)
+            return
+        self._store.restore(durable)
+        self._written_counters = self._counters()
+
+    def compact(self) -> None:
+        """Rewrite the journal as the store's state (temporary file, fsync, rename).
+
+        On any error before the rename the temporary file is removed and the journal is left
+        as it was (OSError); a full disk must not be made fuller by a half-written snapshot."""
+        assert self._store is not None
+        temporary = self.directory / COMPACTING_NAME
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            size = 0
+            try:
+                for chunk in _chunks(snapshot(self._store)):
+                    size += _write_all(fd, chunk)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temporary, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                temporary.unlink(missing_ok=True)
+            raise
+        self._log.clear()  # the snapshot holds every change recorded so far
+        self._written_counters = self._counters()
+        self.compactions += 1
         try:
             new_fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         except OSError as exc:  # appending to the replaced file would lose what follows
-            self.failed = exc
-            raise JournalError(f"the compacted journal cannot be opened: {exc}") from exc
+            self.appends_refused = f"the compacted journal cannot be opened: {exc}"
+            _LOG.error("journal: %s; no more writes until a restart", self.appends_refused)
+            return
         _fsync_directory(self.directory)
         if self._fd >= 0:
             os.close(self._fd)
         self._fd = new_fd
-        self._log.clear()  # the snapshot holds every change recorded so far
-        self._written_counters = self._counters()
         self._size = size
         self._compact_at = max(COMPACT_MIN_BYTES, COMPACT_RATIO * size)
-        self.compactions += 1
 
 
 def _chunks(lines: Iterator[bytes]) -> Iterator[bytes]:
@@ -419,15 +517,20 @@ def _container_props(raw: Any) -> dict[str, Any]:
     return props
 
 
-def replay(path: Path, store: Store) -> None:
-    """Replay a journal file into an empty store. A torn tail (a crash mid-write) is
-    ignored; a bad line with good lines after it raises JournalError, never losing what
-    follows silently. Memory is bounded by the store it rebuilds plus its largest line."""
+def replay(path: Path, store: Store, *, missing_ok: bool = True) -> int:
+    """Replay a journal file into an empty store; returns where its whole lines end.
+
+    A torn tail (a crash mid-write) is ignored; a bad line with good lines after it raises
+    JournalError, never losing what follows silently. Memory is bounded by the store it
+    rebuilds plus its largest line. Only reads: it works on a full disk. A missing file is
+    an empty account when `missing_ok` (a first start), else FileNotFoundError."""
     state = _Replay(store)
     try:
         handle = path.open("rb")
     except FileNotFoundError:
-        return
+        if not missing_ok:
+            raise
+        return 0
     torn_at: int | None = None
     torn_line = 0
     with handle:
@@ -450,8 +553,10 @@ def replay(path: Path, store: Store) -> None:
                     ) from exc
             offset += len(line)
     state.finish()
-    if torn_at is not None:
-        _LOG.warning("%s: ignoring %d bytes of an incomplete last record", path, offset - torn_at)
+    if torn_at is None:
+        return offset
+    _LOG.warning("%s: ignoring %d bytes of an incomplete last record", path, offset - torn_at)
+    return torn_at
 
 
 def _checked_text(line: bytes) -> bytes | None:

@@ -103,13 +103,15 @@ class EmulatorCore:
     async def _purge_loop(self) -> None:
         while True:
             await asyncio.sleep(PURGE_INTERVAL_S)
-            if self.journal is not None and self.journal.failed is not None:
-                continue  # nothing is answered any more: no change may go unjournaled
+            if self.journal is not None and not self.journal.accepts_writes:
+                # Expired items are already invisible; purging on a full disk would only undo
+                # itself. A request's write that passes resumes it.
+                continue
             with self.store.lock:
                 self.store.purge_expired()
                 try:
                     self.store.commit()
-                except JournalError as exc:  # requests answer 503 from now on
+                except JournalError as exc:  # undone; the purge waits for the disk
                     _LOG.error("cosmos-emulator: %s", exc)
 
 

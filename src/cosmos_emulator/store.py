@@ -240,9 +240,22 @@ class Store:
         return self.log
 
     def commit(self) -> None:
-        """Make the changes so far durable (when journaling); call before answering."""
+        """Make the changes so far durable (when journaling); call before answering.
+
+        Changes are made in memory first; when the journal cannot write them it undoes them
+        (`restore`) and raises, so memory never holds what the file lacks."""
         if self.journal is not None:
             self.journal.commit()
+
+    def restore(self, durable: Store) -> None:
+        """Take the state of `durable` (the journal replayed): changes not written are gone."""
+        self.databases = durable.databases
+        self.rids = durable.rids
+        self.lsn = durable.lsn
+        if self.log is not None:
+            self.log.clear()  # shared with the journal: the same list, emptied
+            for coll in self.containers():
+                coll.log = self.log
 
     def containers(self) -> list[Container]:
         return [c for d in self.databases.values() for c in d.containers.values()]
@@ -378,9 +391,10 @@ class Store:
 
 
 class Committer(Protocol):
-    """The journal as the store sees it: `failed` once a write failed (no more answers)."""
+    """The journal as the store sees it: `out_of_sync` when memory may hold changes the file
+    lacks (then nothing is answered)."""
 
-    failed: OSError | None
+    out_of_sync: str | None
 
     def commit(self) -> None: ...
 

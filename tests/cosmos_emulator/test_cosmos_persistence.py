@@ -4,11 +4,12 @@ Through the real SDK: documents with their `_etag`, `_ts`, `_rid` and `_lsn`, ch
 continuations, databases, containers (and their replacements), offers, batches, deletes and TTL
 expiry. Then the journal itself: a torn last record is ignored, corruption and hostile records
 refuse the start without touching the file, a second emulator cannot share the directory, a
-failed write stops every acknowledgement, and compaction keeps what it rewrites.
+failed write is undone and refused, and compaction keeps what it rewrites.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -22,7 +23,11 @@ from typing import Any
 
 import pytest
 from azure.cosmos import ContainerProxy, CosmosClient, PartitionKey, ThroughputProperties
-from azure.cosmos.exceptions import CosmosBatchOperationError, CosmosHttpResponseError
+from azure.cosmos.exceptions import (
+    CosmosBatchOperationError,
+    CosmosHttpResponseError,
+    CosmosResourceNotFoundError,
+)
 
 from cosmos_emulator import RunningCosmosEmulator, start_in_background
 from cosmos_emulator import journal as journal_module
@@ -360,22 +365,85 @@ def test_the_cli_exits_2_on_a_corrupt_journal(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
 def test_a_failed_write_is_never_acknowledged(tmp_path: Path) -> None:
+    """A journal that cannot even be truncated refuses every write until a restart, and
+    serves reads of what it holds (a real full disk: test_cosmos_persistence_full_disk.py)."""
+    data = tmp_path / "data"
+    with start_in_background(data_dir=data) as emu:
+        container = _client(emu).create_database("d").create_container("c", PartitionKey("/pk"))
+        before = container.create_item({"id": "before", "pk": "a"})
+        journal = emu._core.journal
+        assert journal is not None
+        full = os.open("/dev/full", os.O_WRONLY)  # writes fail with ENOSPC, truncation too
+        os.dup2(full, journal._fd)
+        os.close(full)
+        with pytest.raises(CosmosHttpResponseError) as info:
+            container.create_item({"id": "lost", "pk": "a"})
+        assert info.value.status_code == 503
+        assert "No space left on device" in str(info.value)
+        assert container.read_item("before", "a") == before  # reads are still answered
+        with pytest.raises(CosmosResourceNotFoundError):
+            container.read_item("lost", "a")  # undone in memory too
+        with pytest.raises(CosmosHttpResponseError) as info:
+            container.create_item({"id": "later", "pk": "a"})
+        assert info.value.status_code == 503
+        assert "until it is restarted" in str(info.value)
+    with start_in_background(data_dir=data) as emu:
+        assert [d["id"] for d in _container(emu).read_all_items()] == ["before"]
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_a_journal_that_cannot_be_read_back_after_a_failed_write_answers_nothing(
+    tmp_path: Path,
+) -> None:
+    """Memory may then hold the failed write: no answer may show it, reads included."""
     data = tmp_path / "data"
     with start_in_background(data_dir=data) as emu:
         container = _client(emu).create_database("d").create_container("c", PartitionKey("/pk"))
         container.create_item({"id": "before", "pk": "a"})
         journal = emu._core.journal
         assert journal is not None
-        full = os.open("/dev/full", os.O_WRONLY)  # every write fails with ENOSPC
+        full = os.open("/dev/full", os.O_WRONLY)
         os.dup2(full, journal._fd)
         os.close(full)
+        _journal(data).rename(data / "moved-away.jsonl")  # the file it would read back
         with pytest.raises(CosmosHttpResponseError) as info:
             container.create_item({"id": "lost", "pk": "a"})
         assert info.value.status_code == 503
         with pytest.raises(CosmosHttpResponseError) as info:
-            container.read_item("before", "a")  # nothing is answered any more
+            container.read_item("before", "a")
         assert info.value.status_code == 503
-        assert "cannot write its journal" in str(info.value)
+        assert "cannot read back its journal" in str(info.value)
+
+
+def test_a_compacted_journal_that_cannot_be_reopened_refuses_writes_not_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the rename, appending needs the new file open: without it no write is answered
+    as done (it would be in no file), and reads of what the snapshot holds go on."""
+    data = tmp_path / "data"
+    with start_in_background(data_dir=data) as emu:
+        _client(emu).create_database("d").create_container("c", PartitionKey("/pk"))
+        before = _container(emu).create_item({"id": "before", "pk": "a"})
+    real_open = os.open
+
+    def refuse_reopening(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if Path(path) == _journal(data) and flags == os.O_WRONLY | os.O_APPEND:
+            raise OSError(errno.EMFILE, "Too many open files (refused by the test)")
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refuse_reopening)  # the journal calls os.open
+    with start_in_background(data_dir=data) as emu:  # compacts at start, then cannot reopen
+        container = _container(emu)
+        assert container.read_item("before", "a") == before
+        with pytest.raises(CosmosHttpResponseError) as info:
+            container.create_item({"id": "lost", "pk": "a"})
+        assert info.value.status_code == 503
+        assert "until it is restarted" in str(info.value)
+        with pytest.raises(CosmosResourceNotFoundError):
+            container.read_item("lost", "a")
+    monkeypatch.undo()
+    with start_in_background(data_dir=data) as emu:
+        assert [d["id"] for d in _container(emu).read_all_items()] == ["before"]
 
 
 def test_fsync_mode_syncs_before_each_answer(
