@@ -24,6 +24,8 @@ class CosmosServer:
     name: str
     endpoint: str
     key: str
+    # What our emulator's `/_emulator/faults` needs as `Authorization: Bearer` (others: "").
+    fault_token: str = ""
 
 
 # (server, test) -> (a server's known gap, the exception or exceptions it shows up as)

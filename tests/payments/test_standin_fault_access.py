@@ -146,3 +146,36 @@ def test_without_a_token_given_it_draws_one_and_prints_it_after_the_ready_line()
 
 def json_type() -> dict[str, str]:
     return {"Content-Type": "application/json"}
+
+
+def test_orders_payments_draws_a_token_prints_it_and_hands_it_to_the_stand_in() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PAYMENTS_STANDIN_FAULT_TOKEN"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "orders", "payments", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert process.stdout is not None and process.stderr is not None
+        url = process.stdout.readline().strip().removeprefix("payments service listening on ")
+        said = [process.stderr.readline() for _ in range(2)]
+        [token] = [
+            line.split("=", 1)[1].split()[0]
+            for line in said
+            if line.startswith("PAYMENTS_STANDIN_FAULT_TOKEN=")
+        ]
+        with httpx.Client(base_url=url) as http:
+            bearer = {"Authorization": f"Bearer {token}"}
+            assert http.post("/faults", content=RULE, headers=json_type()).status_code == 401
+            assert (
+                http.post("/faults", content=RULE, headers={**json_type(), **bearer}).status_code
+                == 201
+            )
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
