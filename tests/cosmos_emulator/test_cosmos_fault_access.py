@@ -145,6 +145,21 @@ def test_a_rule_not_sent_as_json_is_415_even_with_the_token(
     assert emulator.installed() == []
 
 
+def test_a_preflight_is_never_granted(emulator: Emulator, faults_url: str) -> None:
+    answer = httpx.request(
+        "OPTIONS",
+        faults_url,
+        headers={
+            "Origin": "http://attacker.example",
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type",
+        },
+    )
+
+    assert not [name for name in answer.headers if name.lower().startswith("access-control-")]
+    assert emulator.installed() == []
+
+
 def test_listing_and_clearing_need_the_token_too(emulator: Emulator, faults_url: str) -> None:
     httpx.post(faults_url, content=RULE, headers={**AS_JSON, **emulator.bearer()})
 

@@ -9,11 +9,14 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 from payment_service import SRC, StandinProcess
 from standin_http import PROBLEM, charge
+
+from orders.entrypoints.localstack import LocalStack
 
 RULE = '{"kind": "refuse", "count": 1000}'
 
@@ -91,6 +94,20 @@ def test_a_rule_not_sent_as_json_is_415_even_with_the_token(
     assert answer.status_code == 415
     assert answer.json()["type"] == PROBLEM + "unsupported-media-type"
     assert installed(client) == []
+
+
+def test_a_preflight_is_never_granted(anyone: httpx.Client) -> None:
+    answer = anyone.options(
+        "/faults",
+        headers={
+            "Origin": "http://attacker.example",
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type",
+        },
+    )
+
+    assert answer.status_code == 405
+    assert not [name for name in answer.headers if name.lower().startswith("access-control-")]
 
 
 def test_listing_and_clearing_need_the_token_too(
@@ -179,3 +196,15 @@ def test_orders_payments_draws_a_token_prints_it_and_hands_it_to_the_stand_in() 
         for stream in (process.stdout, process.stderr):
             if stream is not None:
                 stream.close()
+
+
+def test_the_local_stack_starts_the_stand_in_with_its_own_token(tmp_path: Path) -> None:
+    stack = LocalStack(tmp_path)
+    try:
+        stack.start_payments()
+        with httpx.Client(base_url=stack.payments_url) as http:
+            bearer = {"Authorization": f"Bearer {stack.fault_token}"}
+            assert http.get("/faults").status_code == 401
+            assert http.get("/faults", headers=bearer).json() == {"faults": []}
+    finally:
+        stack.stop()
