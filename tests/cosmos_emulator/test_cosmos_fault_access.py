@@ -7,6 +7,7 @@ The browser itself tries in tests/browser/test_fault_switches_in_browser.py."""
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -16,12 +17,15 @@ from pathlib import Path
 
 import httpx
 import pytest
+from servers import stop_process, wait_for_output
 
 from cosmos_emulator import RunningCosmosEmulator
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 READY_PREFIX = "cosmos-emulator listening on "
-TOKEN_PREFIX = "cosmos-emulator fault token: "
+DRAWN_TOKEN = re.compile(
+    r"cosmos-emulator listening on (?P<url>\S+)\ncosmos-emulator fault token: (?P<token>\S+)"
+)
 RULE = '{"status": 503, "count": 1000}'
 AS_JSON = {"Content-Type": "application/json"}
 
@@ -189,18 +193,28 @@ def test_the_token_a_same_origin_caller_and_json_install_the_rule(
     assert [rule["status"] for rule in emulator.installed()] == [503]
 
 
-def test_without_a_token_given_it_draws_one_and_prints_it_after_the_ready_line() -> None:
+def test_without_a_token_given_it_draws_one_and_prints_it_after_the_ready_line(
+    tmp_path: Path,
+) -> None:
     env = {k: v for k, v in os.environ.items() if k != "COSMOS_EMULATOR_FAULT_TOKEN"}
-    for process, url in run_emulator(env):
-        assert process.stdout is not None
-        line = process.stdout.readline().strip()
-        assert line.startswith(TOKEN_PREFIX), line
-        emulator = Emulator(url, line.removeprefix(TOKEN_PREFIX))
-        rule = httpx.post(
-            url + "_emulator/faults", content=RULE, headers={**AS_JSON, **emulator.bearer()}
+    output = tmp_path / "emulator.out"
+    with output.open("wb") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "cosmos_emulator", "--host", "127.0.0.1", "--port", "0"],
+            stdout=sink,
+            env={**env, "PYTHONPATH": str(SRC)},
         )
-        assert rule.status_code == 201
+    try:
+        printed = wait_for_output(output, DRAWN_TOKEN, process)
+        emulator = Emulator(printed["url"], printed["token"])
+        faults_url = emulator.url + "_emulator/faults"
+        assert httpx.post(faults_url, content=RULE, headers=AS_JSON).status_code == 401
+        assert (
+            httpx.post(faults_url, content=RULE, headers={**AS_JSON, **emulator.bearer()})
+        ).status_code == 201
         assert len(emulator.installed()) == 1
+    finally:
+        stop_process(process)
 
 
 def test_a_bad_token_stops_the_start_with_exit_2() -> None:

@@ -6,6 +6,7 @@ nothing. The browser itself tries in tests/browser/test_fault_switches_in_browse
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,11 +15,17 @@ from pathlib import Path
 import httpx
 import pytest
 from payment_service import SRC, StandinProcess
+from servers import stop_process, wait_for_output
 from standin_http import PROBLEM, charge
 
 from orders.entrypoints.localstack import LocalStack
 
 RULE = '{"kind": "refuse", "count": 1000}'
+DRAWN_TOKEN = re.compile(
+    r"payments-standin listening on (?P<address>\S+)\npayments-standin fault token: (?P<token>\S+)"
+)
+CLI_URL = re.compile(r"payments service listening on (?P<url>\S+)")
+CLI_TOKEN = re.compile(r"PAYMENTS_STANDIN_FAULT_TOKEN=(?P<token>\S+)")
 
 
 @pytest.fixture
@@ -135,54 +142,43 @@ def test_the_token_a_same_origin_caller_and_json_install_the_rule(
     assert [rule["kind"] for rule in installed(client)] == ["refuse"]
 
 
-def test_without_a_token_given_it_draws_one_and_prints_it_after_the_ready_line() -> None:
-    env = {k: v for k, v in os.environ.items() if k != "PAYMENTS_STANDIN_FAULT_TOKEN"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "payments_standin", "--port", "0"],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**env, "PYTHONPATH": str(SRC)},
-    )
-    standin = None
+def test_without_a_token_given_it_draws_one_and_prints_it_after_the_ready_line(
+    tmp_path: Path,
+) -> None:
+    output = tmp_path / "standin.out"
+    with output.open("wb") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "payments_standin", "--port", "0"],
+            stdout=sink,
+            env={**without_fault_token(), "PYTHONPATH": str(SRC)},
+        )
     try:
-        assert process.stdout is not None
-        url = "http://" + process.stdout.readline().strip().split(" listening on ")[1]
-        token = process.stdout.readline().strip().removeprefix("payments-standin fault token: ")
-        standin = StandinProcess(process, url, token)
-        with httpx.Client(base_url=url, headers=standin.fault_headers()) as http:
-            assert http.post("/faults", content=RULE, headers=json_type()).status_code == 201
-            http.headers.pop("Authorization")
-            assert http.get("/faults").status_code == 401
+        printed = wait_for_output(output, DRAWN_TOKEN, process)
+        bearer = {"Authorization": f"Bearer {printed['token']}"}
+        with httpx.Client(base_url=f"http://{printed['address']}") as http:
+            assert http.post("/faults", content=RULE, headers=json_type()).status_code == 401
+            assert (
+                http.post("/faults", content=RULE, headers={**json_type(), **bearer}).status_code
+                == 201
+            )
     finally:
-        if standin is not None:
-            standin.stop()
-        else:
-            process.kill()
-            process.wait(timeout=10)
+        stop_process(process)
 
 
-def json_type() -> dict[str, str]:
-    return {"Content-Type": "application/json"}
-
-
-def test_orders_payments_draws_a_token_prints_it_and_hands_it_to_the_stand_in() -> None:
-    env = {k: v for k, v in os.environ.items() if k != "PAYMENTS_STANDIN_FAULT_TOKEN"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "orders", "payments", "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+def test_orders_payments_draws_a_token_prints_it_and_hands_it_to_the_stand_in(
+    tmp_path: Path,
+) -> None:
+    output = tmp_path / "orders-payments.out"
+    with output.open("wb") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "orders", "payments", "--port", "0"],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env=without_fault_token(),
+        )
     try:
-        assert process.stdout is not None and process.stderr is not None
-        url = process.stdout.readline().strip().removeprefix("payments service listening on ")
-        said = [process.stderr.readline() for _ in range(2)]
-        [token] = [
-            line.split("=", 1)[1].split()[0]
-            for line in said
-            if line.startswith("PAYMENTS_STANDIN_FAULT_TOKEN=")
-        ]
+        url = wait_for_output(output, CLI_URL, process)["url"]
+        token = wait_for_output(output, CLI_TOKEN, process)["token"]
         with httpx.Client(base_url=url) as http:
             bearer = {"Authorization": f"Bearer {token}"}
             assert http.post("/faults", content=RULE, headers=json_type()).status_code == 401
@@ -191,11 +187,7 @@ def test_orders_payments_draws_a_token_prints_it_and_hands_it_to_the_stand_in() 
                 == 201
             )
     finally:
-        process.terminate()
-        process.wait(timeout=20)
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
-                stream.close()
+        stop_process(process)
 
 
 def test_the_local_stack_starts_the_stand_in_with_its_own_token(tmp_path: Path) -> None:
@@ -208,3 +200,11 @@ def test_the_local_stack_starts_the_stand_in_with_its_own_token(tmp_path: Path) 
             assert http.get("/faults", headers=bearer).json() == {"faults": []}
     finally:
         stack.stop()
+
+
+def without_fault_token() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "PAYMENTS_STANDIN_FAULT_TOKEN"}
+
+
+def json_type() -> dict[str, str]:
+    return {"Content-Type": "application/json"}
