@@ -36,7 +36,7 @@ def python_cosmos() -> Iterator[CosmosServer]:
         raise
     emulator = start_in_background(host="127.0.0.1", port=0)
     try:
-        yield CosmosServer("python-emulator", emulator.url, emulator.key)
+        yield CosmosServer("python-emulator", emulator.url, emulator.key, emulator.fault_token)
     finally:
         emulator.stop()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -13,12 +14,18 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 READY_PREFIX = "payments-standin listening on "
+FAULT_TOKEN_ENV = "PAYMENTS_STANDIN_FAULT_TOKEN"
 
 
 @dataclass(frozen=True)
 class StandinProcess:
     process: subprocess.Popen[str]
     url: str
+    fault_token: str
+
+    def fault_headers(self) -> dict[str, str]:
+        """What a tool sends to `/faults` (a JSON body goes with `Content-Type` of its own)."""
+        return {"Authorization": f"Bearer {self.fault_token}"}
 
     def signal(self, signum: int) -> int:
         """Send `signum` and wait for the exit; returns the exit code."""
@@ -39,6 +46,8 @@ class StandinProcess:
 
 
 def start_standin(data: Path | None = None, *extra: str) -> StandinProcess:
+    """Started as `orders up` starts it: the fault token in its environment."""
+    fault_token = secrets.token_urlsafe(32)
     command = [sys.executable, "-m", "payments_standin", "--host", "127.0.0.1", "--port", "0"]
     if data is not None:
         command += ["--data", str(data)]
@@ -46,7 +55,7 @@ def start_standin(data: Path | None = None, *extra: str) -> StandinProcess:
         [*command, *extra],
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(SRC)},
+        env={**os.environ, "PYTHONPATH": str(SRC), FAULT_TOKEN_ENV: fault_token},
     )
     assert process.stdout is not None
     line = process.stdout.readline().strip()
@@ -55,7 +64,7 @@ def start_standin(data: Path | None = None, *extra: str) -> StandinProcess:
         process.wait(timeout=10)
         process.stdout.close()
         raise RuntimeError(f"the stand-in did not start: {line!r}")
-    return StandinProcess(process, "http://" + line.removeprefix(READY_PREFIX))
+    return StandinProcess(process, "http://" + line.removeprefix(READY_PREFIX), fault_token)
 
 
 @contextmanager

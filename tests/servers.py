@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +26,8 @@ class CosmosServer:
     name: str
     endpoint: str
     key: str
+    # What our emulator's `/_emulator/faults` needs as `Authorization: Bearer` (others: "").
+    fault_token: str = ""
 
 
 # (server, test) -> (a server's known gap, the exception or exceptions it shows up as)
@@ -63,6 +67,22 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float = 
         except OSError:
             time.sleep(0.05)  # polling a port that is not yet bound; bounded by the deadline
     raise TimeoutError(f"nothing listened on 127.0.0.1:{port} within {timeout} s")
+
+
+def wait_for_output(
+    log: Path, pattern: re.Pattern[str], process: subprocess.Popen[Any], timeout: float = 30.0
+) -> re.Match[str]:
+    """The first match of `pattern` in what a process wrote to `log`; AssertionError when it
+    exits or the time is up first (a line that never comes must fail, not hang)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = pattern.search(log.read_text(errors="replace")) if log.exists() else None
+        if found:
+            return found
+        if process.poll() is not None:
+            break
+        time.sleep(0.05)  # polling a file another process writes; bounded by the deadline
+    raise AssertionError(f"no {pattern.pattern!r} in {log}: {log.read_text(errors='replace')!r}")
 
 
 def stop_process(process: subprocess.Popen[bytes]) -> None:

@@ -1,5 +1,9 @@
 """`python -m cosmos_emulator --host 127.0.0.1 --port 8081 [--https] [--data DIR [--fsync]]
-[--allowed-host NAME[:PORT]]...`."""
+[--allowed-host NAME[:PORT]]... [--fault-token TOKEN]`.
+
+The fault token comes from `--fault-token`, else from COSMOS_EMULATOR_FAULT_TOKEN (better: a
+command line is visible to every local user), else it is drawn at random and printed once, on
+the line after the ready line."""
 
 from __future__ import annotations
 
@@ -10,8 +14,16 @@ import signal
 import sys
 
 from .auth import WELL_KNOWN_KEY
+from .fault_access import FAULT_TOKEN_ENV, checked_fault_token
 from .journal import JournalError
 from .server import serve_forever
+
+
+def _fault_token(text: str) -> str:
+    try:
+        return checked_fault_token(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -39,6 +51,14 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--key", default=os.environ.get("COSMOS_EMULATOR_KEY", WELL_KNOWN_KEY))
     parser.add_argument(
+        "--fault-token",
+        type=_fault_token,
+        default=os.environ.get(FAULT_TOKEN_ENV) or None,
+        metavar="TOKEN",
+        help="what /_emulator/faults requests send as `Authorization: Bearer` (default: "
+        f"${FAULT_TOKEN_ENV}, else a random one, printed at start)",
+    )
+    parser.add_argument(
         "--log-requests", action="store_true", help="one line per request on stderr"
     )
     args = parser.parse_args(argv)
@@ -58,6 +78,7 @@ def main(argv: list[str] | None = None) -> None:
             args.log_requests,
             fsync=args.fsync,
             allowed_hosts=args.allowed_host,
+            fault_token=args.fault_token,
         )
 
     try:

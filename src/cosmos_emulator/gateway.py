@@ -1,4 +1,5 @@
-"""The Cosmos DB gateway REST protocol: routing, authentication and faults."""
+"""The Cosmos DB gateway REST protocol: routing, authentication and faults (whose switches
+need the fault token and are closed to web pages: fault_access.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from .account import account_metadata
 from .auth import verify
 from .documents import Documents
 from .errors import CosmosError, bad_request, not_durable, unsupported
+from .fault_access import fault_request_refusal
 from .faults import FaultInjector, FaultRule
 from .hosts import HostAllowList
 from .http11 import Request, Response
@@ -48,10 +50,13 @@ _UNSUPPORTED_TYPES = {
 
 
 class Gateway:
-    def __init__(self, store: Store, key: str, faults: FaultInjector, scheme: str) -> None:
+    def __init__(
+        self, store: Store, key: str, faults: FaultInjector, scheme: str, fault_token: str
+    ) -> None:
         self.store = store
         self.key = key
         self.faults = faults
+        self.fault_token = fault_token
         self.scheme = scheme
         self.fallback_host = "127.0.0.1"
         self.hosts: HostAllowList | None = None  # set once the port is known
@@ -150,6 +155,16 @@ class Gateway:
         try:
             if name == "health":
                 return json_response(200, {"status": "ok"})
+            if name == "faults":
+                refusal = fault_request_refusal(
+                    self.fault_token,
+                    self.hosts,
+                    self.scheme,
+                    request.headers,
+                    has_body=request.method == "POST",
+                )
+                if refusal is not None:
+                    return error_response(refusal)
             if name == "faults" and request.method == "POST":
                 spec = parse_json(request.body or b"{}", "The fault rule")
                 rule = self.faults.add(fault_rule_from(spec))

@@ -14,6 +14,7 @@ import urllib.parse
 from collections.abc import Iterable
 
 _WILDCARDS = ("0.0.0.0", "::", "")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def split_authority(authority: str) -> tuple[str, int | None]:
@@ -79,6 +80,20 @@ class HostAllowList:
         except ValueError:
             return False
         return self.allows(netloc.rsplit("@", 1)[-1])
+
+    def allows_origin(self, origin: str, scheme: str) -> bool:
+        """Whether `Origin` (`SCHEME://NAME[:PORT]`) is this emulator's own: its scheme and a
+        served host on the port served (`null`, another scheme or name is foreign). Unlike
+        `Host`, an origin without a port means the scheme's default port."""
+        origin_scheme, separator, rest = origin.strip().partition("://")
+        if not separator or origin_scheme.lower() != scheme:
+            return False
+        try:
+            name, port = split_authority(rest)
+        except ValueError:
+            return False
+        port = port if port is not None else _DEFAULT_PORTS[scheme]
+        return name in self.any_port or (name, port) in self.exact
 
     def describe(self) -> list[str]:
         return sorted(f"{n}:{p}" for n, p in self.exact) + sorted(self.any_port)

@@ -13,6 +13,7 @@ from types import TracebackType
 from typing import Any
 
 from .auth import WELL_KNOWN_KEY
+from .fault_access import checked_fault_token, new_fault_token
 from .faults import FaultInjector, FaultRule
 from .gateway import Gateway
 from .hosts import HostAllowList, split_authority
@@ -40,6 +41,7 @@ class EmulatorCore:
         *,
         fsync: bool = False,
         allowed_hosts: Sequence[str] = (),
+        fault_token: str | None = None,
     ) -> None:
         self.host = host
         self.limits = limits or HttpLimits()
@@ -51,10 +53,16 @@ class EmulatorCore:
             split_authority(spec)  # a malformed one fails at start, not per request
         self.allowed_hosts = tuple(allowed_hosts)
         self.key = key
+        # None: one of its own, which only the starter learns (`fault_token`, or printed).
+        self.fault_token = checked_fault_token(
+            new_fault_token() if fault_token is None else fault_token
+        )
         self.store = Store()
         self.journal: Journal | None = None
         self.faults = FaultInjector()
-        self.gateway = Gateway(self.store, key, self.faults, "https" if https else "http")
+        self.gateway = Gateway(
+            self.store, key, self.faults, "https" if https else "http", self.fault_token
+        )
         self.gateway.log_requests = log_requests
         self.port = 0
         self._http: HttpServer | None = None
@@ -138,6 +146,11 @@ class RunningCosmosEmulator:
     def port(self) -> int:
         return self._core.port
 
+    @property
+    def fault_token(self) -> str:
+        """What HTTP requests to `/_emulator/faults` send as `Authorization: Bearer`."""
+        return self._core.fault_token
+
     def inject_fault(
         self,
         status: int | None = 429,
@@ -215,12 +228,15 @@ def start_in_background(
     log_requests: bool = False,
     limits: HttpLimits | None = None,
     allowed_hosts: Sequence[str] = (),
+    fault_token: str | None = None,
 ) -> RunningCosmosEmulator:
     """Start an emulator on its own thread; `port=0` picks a free port (see `.url`).
 
     `data_dir` keeps the account in a journal there (see journal.py); `fsync` also syncs it
     to disk before each answer. `allowed_hosts` adds `NAME[:PORT]` values of `Host` to serve.
     `limits` replaces the HTTP limits (sizes, connections, timeouts): tests shorten them.
+    `fault_token` is what the fault endpoint requires (None: a random one, `.fault_token`);
+    `inject_fault()` needs none.
     """
     path = os.fspath(data_dir) if data_dir else None
     core = EmulatorCore(
@@ -233,6 +249,7 @@ def start_in_background(
         limits,
         fsync=fsync,
         allowed_hosts=allowed_hosts,
+        fault_token=fault_token,
     )
     loop = asyncio.new_event_loop()
     started = threading.Event()
@@ -272,12 +289,24 @@ async def serve_forever(
     *,
     fsync: bool = False,
     allowed_hosts: Sequence[str] = (),
+    fault_token: str | None = None,
 ) -> None:
+    """`fault_token` None: a random one, printed on the line after the ready line."""
     core = EmulatorCore(
-        host, port, https, data_dir, key, log_requests, fsync=fsync, allowed_hosts=allowed_hosts
+        host,
+        port,
+        https,
+        data_dir,
+        key,
+        log_requests,
+        fsync=fsync,
+        allowed_hosts=allowed_hosts,
+        fault_token=fault_token,
     )
     await core.start()
     print(f"cosmos-emulator listening on {core.url}", flush=True)
+    if fault_token is None:  # drawn here: whoever started it has no other way to know it
+        print(f"cosmos-emulator fault token: {core.fault_token}", flush=True)
     try:
         await stop.wait()
     finally:

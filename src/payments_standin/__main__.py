@@ -1,15 +1,21 @@
 """`python -m payments_standin --host 127.0.0.1 --port 0 [--data DIR] [--fault JSON]...
-[--allowed-host NAME[:PORT]]...`."""
+[--allowed-host NAME[:PORT]]... [--fault-token TOKEN]`.
+
+The fault token comes from `--fault-token`, else from PAYMENTS_STANDIN_FAULT_TOKEN (better: a
+command line is visible to every local user), else it is drawn at random and printed once, on
+the line after the ready line."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sqlite3
 import sys
 import threading
 from pathlib import Path
 
+from .fault_access import FAULT_TOKEN_ENV, checked_fault_token
 from .faults import FaultRule, fault_rule_from
 from .standin import PaymentStandin
 from .validation import InvalidInput, json_body
@@ -19,6 +25,13 @@ def _fault(text: str) -> FaultRule:
     try:
         return fault_rule_from(json_body(text.encode("utf-8", "surrogateescape")))
     except InvalidInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _fault_token(text: str) -> str:
+    try:
+        return checked_fault_token(text)
+    except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
@@ -54,6 +67,14 @@ def main(argv: list[str] | None = None) -> None:
         "address, localhost and 127.0.0.1 are always served",
     )
     parser.add_argument(
+        "--fault-token",
+        type=_fault_token,
+        default=os.environ.get(FAULT_TOKEN_ENV) or None,
+        metavar="TOKEN",
+        help="what /faults requests send as `Authorization: Bearer` (default: "
+        f"${FAULT_TOKEN_ENV}, else a random one, printed at start)",
+    )
+    parser.add_argument(
         "--log-requests", action="store_true", help="one line per request on stderr"
     )
     args = parser.parse_args(argv)
@@ -69,12 +90,15 @@ def main(argv: list[str] | None = None) -> None:
             faults=args.fault,
             log_requests=args.log_requests,
             allowed_hosts=args.allowed_host,
+            fault_token=args.fault_token,
         )
     except (OSError, ValueError, sqlite3.Error) as exc:  # busy port, unusable data directory
         print(f"payments-standin: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from exc
     standin.start()
     print(f"payments-standin listening on {standin.host}:{standin.port}", flush=True)
+    if args.fault_token is None:  # drawn here: whoever started it has no other way to know it
+        print(f"payments-standin fault token: {standin.fault_token}", flush=True)
     stop.wait()
     standin.stop()
 

@@ -1,6 +1,7 @@
 """HTTP/1.1 on the standard library's threading server: one thread per connection, capped.
 
-Routes: `POST|GET /payments`, `POST|GET /refunds`, `POST|GET|DELETE /faults`, `GET /health`.
+Routes: `POST|GET /payments`, `POST|GET /refunds`, `POST|GET|DELETE /faults` (with the fault
+token, never from a web page: fault_access.py), `GET /health`.
 Every error is `application/problem+json`; a request the stand-in cannot read, or one for a host
 it does not serve, is refused before its body is read, and the connection is then closed.
 """
@@ -18,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from socket import socket
 from typing import Any, TypeVar
 
+from .fault_access import fault_request_refusal
 from .faults import FaultInjector, FaultRule, fault_rule_from
 from .hosts import AllowedHosts
 from .store import Ledger, RefundRefused, RefundResult
@@ -86,10 +88,12 @@ class PaymentsServer(ThreadingHTTPServer):
         faults: FaultInjector,
         limits: ServerLimits,
         log_requests: bool,
+        fault_token: str,
         allowed_hosts: list[str] | None = None,
     ) -> None:
         self.ledger = ledger
         self.faults = faults
+        self.fault_token = fault_token
         self.limits = limits
         self.log_requests = log_requests
         self.stopping = threading.Event()
@@ -308,18 +312,34 @@ class PaymentsHandler(BaseHTTPRequestHandler):
     # --- faults and health --------------------------------------------------------------------
 
     def _add_fault(self) -> None:
+        self._check_fault_access(with_body=True)
         raw = self._read_body(MAX_FAULT_BODY_BYTES)
         rule = _valid(lambda: fault_rule_from(json_body(raw)))
         self._send_json(201, self.server.faults.add(rule).to_json())
 
     def _describe_faults(self) -> None:
+        self._check_fault_access(with_body=False)
         self._send_json(200, {"faults": self.server.faults.describe()})
 
     def _clear_faults(self) -> None:
+        self._check_fault_access(with_body=False)
         self.server.faults.clear()
         self.send_response(204)
         self.send_header("Content-Length", "0")
         self.end_headers()
+
+    def _check_fault_access(self, *, with_body: bool) -> None:
+        """A Problem unless the caller holds the token and is no web page (fault_access.py)."""
+        refusal = fault_request_refusal(
+            self.server.fault_token,
+            self.server.hosts,
+            origins=self.headers.get_all("Origin") or [],
+            authorizations=self.headers.get_all("Authorization") or [],
+            content_types=(self.headers.get_all("Content-Type") or []) if with_body else None,
+        )
+        if refusal is not None:
+            self.close_connection = True  # a body, if any, is unread
+            raise Problem(refusal.status, refusal.slug, refusal.detail, refusal.headers)
 
     def _health(self) -> None:
         self._send_json(200, {"status": "ok"})

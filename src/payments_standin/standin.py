@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from .fault_access import checked_fault_token, new_fault_token
 from .faults import FaultInjector, FaultRule
 from .server import PaymentsServer, ServerLimits
 from .store import Ledger
@@ -23,10 +24,15 @@ class PaymentStandin:
         limits: ServerLimits | None = None,
         log_requests: bool = False,
         allowed_hosts: list[str] | None = None,
+        fault_token: str | None = None,
     ) -> None:
         """`allowed_hosts`: `NAME[:PORT]` entries (the bound port when none is given) served
         besides the bound address, `localhost` and `127.0.0.1` with the bound port; a request
-        naming any other host is refused (421)."""
+        naming any other host is refused (421). `fault_token`: what `/faults` requests must
+        send as `Authorization: Bearer` (None: a new random one, see `.fault_token`)."""
+        self.fault_token = checked_fault_token(
+            new_fault_token() if fault_token is None else fault_token
+        )
         self.ledger = Ledger(data_dir)
         self.faults = FaultInjector()
         for rule in faults or []:
@@ -38,6 +44,7 @@ class PaymentStandin:
                 self.faults,
                 limits or ServerLimits(),
                 log_requests,
+                self.fault_token,
                 allowed_hosts,
             )
         except BaseException:

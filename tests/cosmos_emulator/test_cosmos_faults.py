@@ -70,29 +70,29 @@ def test_admin_endpoint_over_http(
     fresh_emulator: RunningCosmosEmulator, emu_container: ContainerProxy
 ) -> None:
     url = fresh_emulator.url + "_emulator/faults"
+    token = {"Authorization": f"Bearer {fresh_emulator.fault_token}"}
+    as_json = {**token, "Content-Type": "application/json"}
     spec = {"status": 429, "count": 2, "retry_after_ms": 5, "operation": "Batch"}
     request = urllib.request.Request(
-        url,
-        data=json.dumps(spec).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json"},
+        url, data=json.dumps(spec).encode(), method="POST", headers=as_json
     )
     with urllib.request.urlopen(request, timeout=5) as resp:
         assert resp.status == 201
         assert json.load(resp)["remaining"] == 2
-    with urllib.request.urlopen(url, timeout=5) as resp:
+    with urllib.request.urlopen(urllib.request.Request(url, headers=token), timeout=5) as resp:
         assert len(json.load(resp)["faults"]) == 1
     results = emu_container.execute_item_batch(
         [("create", ({"id": "b", "pk": "a"},))], partition_key="a"
     )
     assert results[0]["statusCode"] == 201
     assert fresh_emulator.operation_counts()["Batch"] == 3
-    bad = urllib.request.Request(url, data=b'{"bogus": 1}', method="POST")
+    bad = urllib.request.Request(url, data=b'{"bogus": 1}', method="POST", headers=as_json)
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(bad, timeout=5)
     assert err.value.code == 400
     fresh_emulator.inject_fault(status=503, count=5)
-    with urllib.request.urlopen(urllib.request.Request(url, method="DELETE"), timeout=5) as resp:
+    clear = urllib.request.Request(url, method="DELETE", headers=token)
+    with urllib.request.urlopen(clear, timeout=5) as resp:
         assert resp.status == 204
     assert fresh_emulator.pending_faults() == []
 

@@ -262,7 +262,13 @@ def test_a_hostile_batch_partition_key_is_a_failed_operation(
 def test_the_faults_endpoint_answers_bad_json_with_400(
     fresh_emulator: RunningCosmosEmulator, body: bytes
 ) -> None:
-    request = urllib.request.Request(fresh_emulator.url + "_emulator/faults", body, method="POST")
+    headers = {
+        "Authorization": f"Bearer {fresh_emulator.fault_token}",
+        "Content-Type": "application/json",
+    }
+    request = urllib.request.Request(
+        fresh_emulator.url + "_emulator/faults", body, headers, method="POST"
+    )
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(request, timeout=5)
     assert err.value.code == 400

@@ -141,6 +141,8 @@ class Fuzzed:
 # draws) must not change between hypothesis replaying an example and first drawing it. The run
 # lasts seconds, well inside the emulator's allowed clock skew.
 SIGNED_AT = formatdate(usegmt=True)
+# The fault endpoint's token: requests to it carry it, so they reach the rule parser.
+FAULT_TOKEN = "fuzz-fault-token-0123456789"
 
 
 @st.composite
@@ -157,7 +159,10 @@ def requests(draw: st.DrawFn) -> Fuzzed:
     headers: dict[str, str] = {"Host": "x", "x-ms-date": SIGNED_AT}
     segments = [s for s in path.split("/") if s] if path.startswith("/") else []
     resource_type, link = resource_of(segments)
-    if draw(st.integers(0, 9)):  # mostly signed, so requests reach the code behind auth
+    if draw(st.integers(0, 9)) and path.startswith("/_emulator/"):
+        headers["authorization"] = f"Bearer {FAULT_TOKEN}"
+        headers["Content-Type"] = "application/json"
+    elif draw(st.integers(0, 9)):  # mostly signed, so requests reach the code behind auth
         headers["authorization"] = authorization_header(
             WELL_KNOWN_KEY, method, resource_type, link, headers["x-ms-date"]
         )
@@ -234,7 +239,7 @@ def send(port: int, request: Fuzzed) -> bytes:
 
 def test_fuzzed_requests_get_well_formed_answers_and_the_sdk_is_served_after() -> None:
     # The fuzzed requests name the host `x`: served here, so they reach the code behind it.
-    with start_in_background("127.0.0.1", 0, allowed_hosts=["x"]) as emu:
+    with start_in_background("127.0.0.1", 0, allowed_hosts=["x"], fault_token=FAULT_TOKEN) as emu:
         client = CosmosClient(emu.url, emu.key)
         container = client.create_database(DB).create_container(
             COLL, PartitionKey("/pk"), default_ttl=-1
@@ -248,6 +253,7 @@ def test_fuzzed_requests_get_well_formed_answers_and_the_sdk_is_served_after() -
             check_answer(send(emu.port, request))
 
         fuzz()
+        emu.clear_faults()  # a fuzzed rule that parsed is a rule: it is no failure to serve
         after = client.create_database("after").create_container("c", PartitionKey("/pk"))
         after.create_item({"id": "x", "pk": "a"})
         found = [d["id"] for d in after.query_items("SELECT * FROM c", partition_key="a")]

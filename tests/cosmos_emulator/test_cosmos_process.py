@@ -17,7 +17,8 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def launch(*args: str) -> tuple[subprocess.Popen[str], str]:
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    # Given a fault token, as the local stack gives one: it draws and prints none of its own.
+    env = {**os.environ, "PYTHONPATH": str(SRC), "COSMOS_EMULATOR_FAULT_TOKEN": "t" * 32}
     proc = subprocess.Popen(
         [sys.executable, "-m", "cosmos_emulator", "--host", "127.0.0.1", "--port", "0", *args],
         stdout=subprocess.PIPE,

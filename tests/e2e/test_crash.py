@@ -90,12 +90,13 @@ def test_crash_between_write_and_settlement_is_completed_as_a_duplicate(
 
 def test_store_throttling_and_outage_abandon_then_store_exactly_once(stack: LocalStack) -> None:
     faults = f"{stack.cosmos_endpoint}_emulator/faults"
+    token = {"Authorization": f"Bearer {stack.fault_token}"}
     # 429s are absorbed by the Cosmos SDK's own retry policy (it honours x-ms-retry-after-ms);
     # 503s on the batch reach the consumer, which abandons so the broker redelivers.
     throttle = {"status": 429, "count": 4, "operation": "Batch", "retry_after_ms": 5}
     outage = {"status": 503, "count": 12, "operation": "Batch"}
     for rule in (throttle, outage):
-        httpx.post(faults, json=rule).raise_for_status()
+        httpx.post(faults, json=rule, headers=token).raise_for_status()
     worker = stack.start_worker(concurrency=2)
     plan = new_plan(10)
 
@@ -104,7 +105,8 @@ def test_store_throttling_and_outage_abandon_then_store_exactly_once(stack: Loca
 
     assert report.ok, report.violations
     assert report.orders_in_store == 10 and report.dead_lettered == 0
-    assert httpx.get(faults).json()["faults"] == []  # exhausted rules are removed: all hit
+    # Exhausted rules are removed: all were hit.
+    assert httpx.get(faults, headers=token).json()["faults"] == []
     outcomes = [(d["outcome"], d["settlement"]) for d in worker.decisions()]
     assert ("transient_failure", "abandon") in outcomes
     assert outcomes.count(("processed", "complete")) == 10

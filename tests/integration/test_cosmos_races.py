@@ -39,13 +39,17 @@ async def containers(python_cosmos: CosmosServer) -> AsyncIterator[dict[str, Con
 def vanish_on_read(server: CosmosServer, item_id: str, times: int) -> dict[str, Any]:
     """The next `times` point reads of `item_id` answer 404."""
     rule = {"status": 404, "count": times, "operation": "Read", "path_contains": item_id}
-    response = httpx.post(f"{server.endpoint}_emulator/faults", json=rule)
+    response = httpx.post(f"{server.endpoint}_emulator/faults", json=rule, headers=token(server))
     response.raise_for_status()
     return dict(response.json())
 
 
+def token(server: CosmosServer) -> dict[str, str]:
+    return {"Authorization": f"Bearer {server.fault_token}"}
+
+
 def remaining_hits(server: CosmosServer, rule_id: int) -> int:
-    rules = httpx.get(f"{server.endpoint}_emulator/faults").json()["faults"]
+    rules = httpx.get(f"{server.endpoint}_emulator/faults", headers=token(server)).json()["faults"]
     return next((rule["remaining"] for rule in rules if rule["id"] == rule_id), 0)
 
 

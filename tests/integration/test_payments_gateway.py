@@ -31,7 +31,7 @@ def standin() -> Iterator[StandinProcess]:
 
 @pytest.fixture
 def faults(standin: StandinProcess) -> Iterator[Callable[..., None]]:
-    with httpx.Client(base_url=standin.url) as client:
+    with httpx.Client(base_url=standin.url, headers=standin.fault_headers()) as client:
 
         def add(**rule: object) -> None:
             assert client.post("/faults", json=rule).status_code == 201

@@ -151,7 +151,7 @@ def test_a_malformed_rule_is_refused_and_nothing_is_injected(
     "raw", [b"", b"{", b'{"kind": NaN}', b'{"kind": "refuse", "kind": "delay"}', b"x" * 2000]
 )
 def test_a_rule_that_is_not_strict_json_is_refused(client: httpx.Client, raw: bytes) -> None:
-    response = client.post("/faults", content=raw)
+    response = client.post("/faults", content=raw, headers={"Content-Type": "application/json"})
 
     assert response.status_code in (400, 413)
     assert client.get("/faults").json() == {"faults": []}

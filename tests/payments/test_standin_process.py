@@ -127,7 +127,7 @@ def test_fault_flags_apply_from_the_start() -> None:
     rule = '{"kind": "refuse", "count": 1}'
     with (
         running_standin(None, "--fault", rule) as standin,
-        httpx.Client(base_url=standin.url) as client,
+        httpx.Client(base_url=standin.url, headers=standin.fault_headers()) as client,
     ):
         assert [r["kind"] for r in client.get("/faults").json()["faults"]] == ["refuse"]
         assert charge(client, "k", "o-flag").status_code == 503
@@ -144,6 +144,8 @@ def test_fault_flags_apply_from_the_start() -> None:
         ["--data", "TMP/ledger-dir"],  # where the database file should be, a directory is
         ["--allowed-host", "not a host"],
         ["--allowed-host", "host:70000"],
+        ["--fault-token", "short"],
+        ["--fault-token", "has space in the middle"],
     ],
 )
 def test_bad_arguments_exit_2_without_serving(args: list[str], tmp_path: Path) -> None:

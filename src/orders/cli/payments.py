@@ -6,6 +6,8 @@ runs as `python -m payments_standin`, exactly as a third-party service would run
 
 from __future__ import annotations
 
+import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -18,6 +20,8 @@ import typer
 from orders.cli.shared import err
 
 READY_PREFIX = "payments-standin listening on "
+# Where the stand-in reads the token its fault switches (`/faults`) need.
+FAULT_TOKEN_ENV = "PAYMENTS_STANDIN_FAULT_TOKEN"
 
 
 def payments(
@@ -31,14 +35,26 @@ def payments(
         list[str] | None,
         typer.Option(help='A fault rule as JSON, e.g. {"kind": "refuse", "count": 2}; repeatable'),
     ] = None,
+    fault_token: Annotated[
+        str | None,
+        typer.Option(
+            envvar=FAULT_TOKEN_ENV,
+            help="What POST/GET/DELETE /faults must send as `Authorization: Bearer` "
+            "(default: a random one, printed at start)",
+        ),
+    ] = None,
 ) -> None:
     """Serve the payment service stand-in (POST /payments with Idempotency-Key) until Ctrl-C."""
+    token = fault_token or secrets.token_urlsafe(32)
     command = [sys.executable, "-m", "payments_standin", "--host", host, "--port", str(port)]
     if data is not None:
         command += ["--data", str(data)]
     for rule in fault or []:
         command += ["--fault", rule]
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    # In the child's environment, not on its command line, which every local user can read.
+    child = subprocess.Popen(
+        command, stdout=subprocess.PIPE, text=True, env={**os.environ, FAULT_TOKEN_ENV: token}
+    )
 
     def forward(signum: int, frame: FrameType | None) -> None:
         if child.poll() is None:
@@ -55,4 +71,11 @@ def payments(
     address = line.removeprefix(READY_PREFIX)
     print(f"payments service listening on http://{address}", flush=True)
     err.print(f"PAYMENTS_URL=http://{address} points the app at it; Ctrl-C stops it.")
+    if fault_token is None:  # drawn here: the operator learns it only from this line
+        err.print(
+            f"{FAULT_TOKEN_ENV}={token} opens its fault switches (/faults, as "
+            "`Authorization: Bearer`)",
+            highlight=False,
+            soft_wrap=True,
+        )
     raise typer.Exit(child.wait())

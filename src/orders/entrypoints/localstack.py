@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -30,6 +31,9 @@ DEFAULTS = Settings(cosmos_endpoint="")  # the settings' own defaults, for the c
 SERVICEBUS_READY = re.compile(r"servicebus-emulator listening on (\S+):(\d+)")
 COSMOS_READY = re.compile(r"cosmos-emulator listening on (\S+)")
 PAYMENTS_READY = re.compile(r"payments-standin listening on (\S+):(\d+)")
+# Where the Cosmos emulator and the payment stand-in read the token their fault switches need.
+COSMOS_FAULT_TOKEN_ENV = "COSMOS_EMULATOR_FAULT_TOKEN"
+PAYMENTS_FAULT_TOKEN_ENV = "PAYMENTS_STANDIN_FAULT_TOKEN"
 STARTUP_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 30.0
 
@@ -234,6 +238,10 @@ class LocalStack:
     # account (each one's `--data`); None keeps them in memory.
     servicebus_data: Path | None = None
     cosmos_data: Path | None = None
+    # What the Cosmos emulator's and the payment stand-in's fault switches need as
+    # `Authorization: Bearer`: one per stack, handed to them in their environment (a command
+    # line is readable by every local user), never to the workers.
+    fault_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     _worker_count: int = 0
 
     def spawn(
@@ -267,6 +275,7 @@ class LocalStack:
         cosmos = self.spawn(
             "cosmos-emulator",
             ["-m", "cosmos_emulator", "--host", "127.0.0.1", "--port", "0", *cosmos_data],
+            env={COSMOS_FAULT_TOKEN_ENV: self.fault_token},
         )
         host, port = _wait_for_line(servicebus, SERVICEBUS_READY).groups()
         self.servicebus_connection_string = (
@@ -291,6 +300,14 @@ class LocalStack:
             "ORDERS_DUPLICATE_WINDOW_SECONDS": str(self.queue.duplicate_window_seconds),
             **({"PAYMENTS_URL": self.payments_url} if self.payments_url else {}),
         }
+
+    def fault_environment(self) -> dict[str, str]:
+        """The fault switches' tokens, under the names the emulator and the stand-in read:
+        what an operator exports to inject faults by hand (`orders env`)."""
+        tokens = {COSMOS_FAULT_TOKEN_ENV: self.fault_token}
+        if self.payments_url:
+            tokens[PAYMENTS_FAULT_TOKEN_ENV] = self.fault_token
+        return tokens
 
     def settings(self) -> Settings:
         return Settings.from_env(self.environment())
@@ -331,6 +348,7 @@ class LocalStack:
             "payments-standin",
             ["-m", "payments_standin", "--host", "127.0.0.1", "--port", "0",
              "--data", str(self.workdir / "payments"), *(extra_args or [])],
+            env={PAYMENTS_FAULT_TOKEN_ENV: self.fault_token},
         )  # fmt: skip
         host, port = _wait_for_line(payments, PAYMENTS_READY).groups()
         self.payments_url = f"http://{host}:{port}"

@@ -6,14 +6,16 @@ every registered consumer (orders.service.registry), and the HTTP API with the o
 emulator's account and the payment stand-in's charges are kept under the stack's folder, so a
 restart resumes where the last run stopped; `--fresh` deletes them all first. The settings
 the other tools need are printed, written as `env.json` (read by `orders env`, which prints
-them as `export` lines for a second shell) and as `local.settings.json` for `func start`
-users. Ctrl-C or SIGTERM stops every process it started, saying which, as each one stops.
+them as `export` lines for a second shell; with the fault switches' token, for an operator
+only) and as `local.settings.json` for `func start` users. Ctrl-C or SIGTERM stops every
+process it started, saying which, as each one stops.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import shlex
 import shutil
@@ -75,10 +77,23 @@ class RunningStack:
     directory: Path
 
 
-def write_settings(directory: Path, environment: dict[str, str], api_url: str) -> None:
+def write_settings(
+    directory: Path,
+    environment: dict[str, str],
+    api_url: str,
+    operator_environment: dict[str, str] | None = None,
+) -> None:
+    """`operator_environment` (the fault switches' tokens) goes to env.json only, readable by
+    its owner alone: the app and `func start` never need it."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / ENV_FILE).write_text(
-        json.dumps({**environment, "ORDERS_API_URL": api_url}, indent=2) + "\n"
+    env_file = directory / ENV_FILE
+    env_file.touch(mode=0o600)
+    os.chmod(env_file, 0o600)  # a file left by an older run keeps its mode otherwise
+    env_file.write_text(
+        json.dumps(
+            {**environment, "ORDERS_API_URL": api_url, **(operator_environment or {})}, indent=2
+        )
+        + "\n"
     )
     # What `func start` reads; the Functions host needs its own storage setting besides ours.
     local_settings = {
@@ -218,5 +233,5 @@ def _started(
             env={**environment, **console_environment},
         )  # fmt: skip
         api_url = _wait_for_api(stack, "http-api")
-        write_settings(options.directory, environment, api_url)
+        write_settings(options.directory, environment, api_url, stack.fault_environment())
         yield stack, api_url, environment
