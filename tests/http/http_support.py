@@ -82,7 +82,6 @@ def runtime_over(
         publisher,
         status=publisher if isinstance(publisher, RecordingPublisher) else None,
         saga=OrderSaga(orders, LAYOUT) if orders is not None else None,
-        unclaimed_owner=f"app:{DEFAULT_SCOPE}",
         ttl_seconds=TTL_SECONDS,
         lease_seconds=lease_seconds,
         clock=clock,

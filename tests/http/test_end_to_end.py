@@ -173,7 +173,9 @@ async def test_a_crashed_claim_is_taken_over_and_the_broker_drops_the_second_sen
     try:
         async with create_servicebus_client(settings) as servicebus:
             crashed = ServiceBusOrderPublisher(servicebus, settings.orders_queue)
-            await crashed.publish(parse_order(json.dumps(order_payload(order_id)).encode()))
+            await crashed.publish(
+                parse_order(json.dumps(order_payload(order_id)).encode()), "app:default"
+            )
             await crashed.close()
         async with create_cosmos_client(settings) as cosmos:
             store = CosmosIdempotencyStore(idempotency_container(cosmos, settings))

@@ -32,7 +32,7 @@ APP_SCHEME = "app:"
 
 # A scheme, then at least one character that is neither a control character nor whitespace at
 # either end (the API strips the principal header, so no scope it builds has any).
-_OWNER_SCOPE = re.compile(r"(?:principal|app):(?!\s)[^\x00-\x1f\x7f-\x9f]*(?<!\s)")
+_OWNER_SCOPE = re.compile(r"(?:principal|app):(?=\S)[^\x00-\x1f\x7f-\x9f]*(?<=\S)")
 
 
 def app_scope(name: str) -> str:
