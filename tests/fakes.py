@@ -37,6 +37,7 @@ from orders.adapters.cosmos_layout import (
     order_write,
     rejection_document,
 )
+from orders.adapters.servicebus_publisher import order_message_body
 from orders.domain.dead_letters import (
     DeadLetter,
     DeadLetterOutcome,
@@ -230,14 +231,16 @@ def order_payload(order_id: str, **overrides: Any) -> dict[str, Any]:
     return payload
 
 
-def new_write(order_id: str, **overrides: Any) -> OrderWrite:
-    """The store write the consumer would make for `order_payload(order_id, **overrides)`."""
+def new_write(order_id: str, *, owner_scope: str | None = None, **overrides: Any) -> OrderWrite:
+    """The store write the consumer would make for `order_payload(order_id, **overrides)`
+    sent with `owner_scope` as its owner (None: no owner, as a producer's that names none)."""
     order = parse_order(json.dumps(order_payload(order_id, **overrides)).encode())
     return order_write(
         order,
         request_hash=request_hash(order.canonical_payload()),
         message_id=order_id,
         processed_at=datetime.now(UTC),
+        owner_scope=owner_scope,
     )
 
 
@@ -370,6 +373,7 @@ class RecordingPublisher:
 
     def __init__(self) -> None:
         self.published: list[OrderPlaced] = []
+        self.owners: dict[str, str] = {}  # orderId -> the owner scope it was last published with
         self.statuses: list[OrderStatusChanged] = []
         self._failures: list[BaseException] = []
         self._released = asyncio.Event()
@@ -405,9 +409,16 @@ class RecordingPublisher:
         if self._failures:
             raise self._failures.pop(0)
 
-    async def publish(self, order: OrderPlaced) -> None:
+    async def publish(self, order: OrderPlaced, owner_scope: str) -> None:
         await self._sent()
         self.published.append(order)
+        self.owners[order.order_id] = owner_scope
+
+    def as_received(self, order: OrderPlaced) -> ReceivedOrderMessage:
+        """The published order as the consumer receives it: body, MessageId and owner."""
+        return ReceivedOrderMessage(
+            order_message_body(order), order.order_id, owner_property=self.owners[order.order_id]
+        )
 
 
 class FakeOrderReader:
@@ -699,6 +710,7 @@ def stored_orders(*order_ids: str, amount: str = "12.5") -> FakeFencedDocuments:
             request_hash="h",
             message_id=order_id,
             processed_at=datetime.now(UTC),
+            owner_scope=None,
         )
         for document in write.documents[:2]:
             orders._stored(document)

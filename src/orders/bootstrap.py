@@ -59,6 +59,7 @@ from orders.adapters.servicebus_worker import run_session_worker_on, run_worker_
 from orders.domain.leases import DEFAULT_LEASE_SECONDS
 from orders.domain.load_plan import LoadPlan, PlannedCancel
 from orders.domain.outcomes import Decision
+from orders.domain.ownership import app_scope
 from orders.domain.received import ReceivedOrderMessage
 from orders.exceptions import (
     ServiceNotReadyError,
@@ -285,7 +286,6 @@ async def build_http_runtime(
             saga=OrderSaga(
                 CosmosFencedDocuments(orders_container(client, settings)), DOCUMENT_LAYOUT
             ),
-            unclaimed_owner=unclaimed_owner(settings),
             ttl_seconds=settings.idempotency_ttl_seconds,
             lease_seconds=lease_seconds,
         )
@@ -299,12 +299,6 @@ async def build_http_runtime(
             trust_principal_header=settings.platform_auth_enabled,
             resources=stack.pop_all(),
         )
-
-
-def unclaimed_owner(settings: Settings) -> str | None:
-    """Who may cancel an order that reached the queue without the API: every caller where they
-    all share one scope, nobody where the platform names each caller."""
-    return None if settings.platform_auth_enabled else f"app:{settings.idempotency_scope}"
 
 
 async def http_runtime_from_env() -> HttpRuntime:
@@ -719,6 +713,8 @@ async def send_load(
                 settings.orders_queue,
                 settings.status_queue if plan.status_updates else None,
                 status_sessions=settings.status_sessions,
+                # The load's orders are the load's cancels' to cancel (`send_cancels`).
+                owner_scope=app_scope(settings.idempotency_scope),
             )
         )
         return await run_load(
@@ -741,7 +737,7 @@ async def send_cancels(
             CosmosFencedDocuments(inbox_container(cosmos, settings)),
             DOCUMENT_LAYOUT,
         )
-        scope = f"app:{settings.idempotency_scope}"
+        scope = app_scope(settings.idempotency_scope)
         cancel = intake_canceller(runtime.intake, scope, _load_cancel_response)
         return await run_cancels(tuple(cancels), cancel, probe)
 

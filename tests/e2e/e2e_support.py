@@ -107,6 +107,7 @@ def store_order(stack: LocalStack, order: dict[str, Any]) -> None:
         request_hash=request_hash(placed.canonical_payload()),
         message_id=placed.order_id,
         processed_at=datetime.now(UTC),
+        owner_scope=None,
     )
     settings = stack.settings()
     assert settings.cosmos_key is not None  # the local stack's emulator key

@@ -25,12 +25,15 @@ from fakes import (
 
 from exactly_once.ports import RecordStore
 from exactly_once.records import Record, lease_is_live
-from orders.bootstrap import HttpRuntime
+from orders.bootstrap import HttpRuntime, run_worker
 from orders.entrypoints.http_api import create_app
 from orders.service.idempotency import IdempotentOrderIntake
 from orders.service.order_lookup import OrderLookup
 from orders.service.ports import IdempotencyStore, OrderDocuments, OrderPublisher, OrderReader
 from orders.service.saga import OrderSaga
+from orders.service.worker_options import WorkerOptions
+from orders.service.worker_stats import WorkerStats
+from orders.settings import Settings
 
 LEASE_SECONDS = 30.0
 DEFAULT_SCOPE = "tests"
@@ -82,7 +85,6 @@ def runtime_over(
         publisher,
         status=publisher if isinstance(publisher, RecordingPublisher) else None,
         saga=OrderSaga(orders, LAYOUT) if orders is not None else None,
-        unclaimed_owner=f"app:{DEFAULT_SCOPE}",
         ttl_seconds=TTL_SECONDS,
         lease_seconds=lease_seconds,
         clock=clock,
@@ -150,3 +152,19 @@ async def lease_over(records: RecordStore, record: Record, within: float = 10.0)
             return
         await asyncio.sleep(0.1)  # polling the database's clock, bounded by the deadline
     raise AssertionError(f"the lease of {record.key} did not end within {within} s")
+
+
+class RunningWorker:
+    """The order worker (`run_worker`, the standalone host) on a real broker and store, running
+    in the test's event loop until `stopped()`."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.stop = asyncio.Event()
+        options = WorkerOptions(concurrency=2, prefetch=0, receive_wait_seconds=0.5)
+        self.task: asyncio.Task[WorkerStats] = asyncio.create_task(
+            run_worker(settings, options, self.stop)
+        )
+
+    async def stopped(self) -> WorkerStats:
+        self.stop.set()
+        return await asyncio.wait_for(self.task, timeout=30)

@@ -27,10 +27,8 @@ from http_support import (
 )
 
 from exactly_once.records import Record
-from orders.adapters.servicebus_publisher import order_message_body
 from orders.bootstrap import HttpRuntime
 from orders.domain.idempotency import RecordStatus, key_claim, record_id
-from orders.domain.received import ReceivedOrderMessage
 from orders.entrypoints.http_api import create_app
 from orders.exceptions import (
     PublishError,
@@ -449,7 +447,7 @@ async def test_a_runtime_that_cannot_be_built_is_503_problem_and_retried(api: Ap
 async def consume_published(api: Api) -> None:
     consumer = OrderConsumer(api.order_store, LAYOUT)
     for order in api.publisher.published:
-        await consumer.handle(ReceivedOrderMessage(order_message_body(order), order.order_id))
+        await consumer.handle(api.publisher.as_received(order))
 
 
 async def test_get_follows_an_order_from_accepted_to_stored(api: Api) -> None:

@@ -23,7 +23,8 @@ async def placed(api: Api, *, stored: bool = True, principal: str | None = None)
     response = await api.post(order_payload(order_id), key=f"place-{order_id}", **headers)
     assert response.status_code == 202
     if stored:
-        await api.order_store.create_order(new_write(order_id))
+        owner = api.publisher.owners[order_id]  # as the API published it
+        await api.order_store.create_order(new_write(order_id, owner_scope=owner))
     return order_id
 
 
@@ -158,7 +159,8 @@ async def test_a_cancel_of_an_order_not_stored_yet_is_409_with_retry_after(api: 
 
     assert_problem(response, 409, "order-not-stored-yet")
     assert response.headers["retry-after"] == "1"
-    await api.order_store.create_order(new_write(order_id))
+    owner = api.publisher.owners[order_id]
+    await api.order_store.create_order(new_write(order_id, owner_scope=owner))
     assert (await cancel(api, order_id)).status_code == 200  # the same key, once it is stored
 
 

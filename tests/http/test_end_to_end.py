@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 from fakes import order_payload
-from http_support import lease_over
+from http_support import RunningWorker, lease_over
 from servers import free_port, stop_process, wait_for_port
 
 from exactly_once.records import Record
@@ -29,14 +29,12 @@ from orders.adapters.cosmos_client import create_cosmos_client, idempotency_cont
 from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
 from orders.adapters.servicebus import create_servicebus_client
 from orders.adapters.servicebus_publisher import ServiceBusOrderPublisher
-from orders.bootstrap import HttpRuntime, build_http_runtime, run_worker
+from orders.bootstrap import HttpRuntime, build_http_runtime
 from orders.domain.hashing import request_hash
 from orders.domain.idempotency import key_claim, record_id
 from orders.domain.messages import parse_order
 from orders.entrypoints.http_api import create_app
 from orders.entrypoints.localstack import QueueOptions
-from orders.service.worker_options import WorkerOptions
-from orders.service.worker_stats import WorkerStats
 from orders.settings import Settings
 
 pytestmark = pytest.mark.slow
@@ -91,19 +89,6 @@ def served_url(environment: dict[str, str], tmp_path: Path) -> Iterator[str]:
 async def api(served_url: str) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(base_url=served_url, timeout=30) as client:
         yield client
-
-
-class RunningWorker:
-    def __init__(self, settings: Settings) -> None:
-        self.stop = asyncio.Event()
-        options = WorkerOptions(concurrency=2, prefetch=0, receive_wait_seconds=0.5)
-        self.task: asyncio.Task[WorkerStats] = asyncio.create_task(
-            run_worker(settings, options, self.stop)
-        )
-
-    async def stopped(self) -> WorkerStats:
-        self.stop.set()
-        return await asyncio.wait_for(self.task, timeout=30)
 
 
 async def poll_until_stored(client: httpx.AsyncClient, location: str) -> httpx.Response:
@@ -173,7 +158,9 @@ async def test_a_crashed_claim_is_taken_over_and_the_broker_drops_the_second_sen
     try:
         async with create_servicebus_client(settings) as servicebus:
             crashed = ServiceBusOrderPublisher(servicebus, settings.orders_queue)
-            await crashed.publish(parse_order(json.dumps(order_payload(order_id)).encode()))
+            await crashed.publish(
+                parse_order(json.dumps(order_payload(order_id)).encode()), "app:default"
+            )
             await crashed.close()
         async with create_cosmos_client(settings) as cosmos:
             store = CosmosIdempotencyStore(idempotency_container(cosmos, settings))

@@ -160,7 +160,8 @@ async def test_crashed_claim_is_taken_over_and_the_stale_completion_is_fenced(
 async def test_fifty_simultaneous_cancels_with_one_key_publish_once(api: Api) -> None:
     order_id = new_order_id()
     assert (await api.post(order_payload(order_id), key="place")).status_code == 202
-    await api.order_store.create_order(new_write(order_id))  # the consumer stored it
+    owner = api.publisher.owners[order_id]
+    await api.order_store.create_order(new_write(order_id, owner_scope=owner))  # as the consumer
     start = asyncio.Event()
 
     async def one_request() -> httpx.Response:

@@ -23,7 +23,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from poison_corpus import HTTP_PROBLEM, PoisonCase, poison_cases
 
-from orders.adapters.servicebus_publisher import order_message_body
 from orders.bootstrap import HttpRuntime
 from orders.domain.messages import MAX_REPORTED_ERRORS
 from orders.domain.received import ReceivedOrderMessage
@@ -89,32 +88,35 @@ async def test_get_during_an_outage_does_not_speak_of_idempotency_keys(api: Api)
     assert response.headers["retry-after"]
 
 
-async def test_a_caller_learns_its_order_was_rejected_and_why(api: Api) -> None:
-    """A direct producer stored the orderId first with another payload; the API's order is
-    then a mismatch: GET says accepted until the consumer decides, then rejected, never the
-    other producer's order."""
+async def test_a_caller_whose_payload_lost_the_order_id_learns_nothing_of_the_order(
+    api: Api,
+) -> None:
+    """A direct producer stored the orderId first, for alice, with another payload; the API's
+    order is then a mismatch. Its sender is told 404 by GET and by cancel, before and after the
+    consumer decides, as for an order that does not exist; alice sees and cancels her order."""
     order_id = new_order_id()
     consumer = OrderConsumer(api.order_store, LAYOUT)
     other = order_payload(order_id, currency="USD")
-    await consumer.handle(ReceivedOrderMessage(json.dumps(other).encode(), order_id))
+    await consumer.handle(
+        ReceivedOrderMessage(json.dumps(other).encode(), order_id, owner_property="principal:alice")
+    )
     assert (await api.post(order_payload(order_id))).status_code == 202
 
     queued = await api.client.get(f"/api/orders/{order_id}")
     [published] = api.publisher.published
-    await consumer.handle(ReceivedOrderMessage(order_message_body(published), order_id))
+    await consumer.handle(api.publisher.as_received(published))
     decided = await api.client.get(f"/api/orders/{order_id}")
-    someone_else = await api.client.get(
-        f"/api/orders/{order_id}", headers={"X-MS-CLIENT-PRINCIPAL-ID": "bob"}
+    cancel = await api.client.post(
+        f"/api/orders/{order_id}/cancel", headers={"Idempotency-Key": "c"}
     )
+    alice = {"X-MS-CLIENT-PRINCIPAL-ID": "alice"}
+    as_alice = await api.client.get(f"/api/orders/{order_id}", headers=alice)
 
-    assert queued.status_code == 202 and queued.json()["status"] == "accepted"
-    assert decided.status_code == 200
-    assert decided.json()["status"] == "rejected"
-    assert decided.json()["reason"] == "RequestHashMismatch"
-    assert decided.json()["rejectedAt"]
-    # Others see the stored order, as before.
-    assert someone_else.json()["status"] == "placed"
-    assert someone_else.json()["currency"] == "USD"
+    for answer in (queued, decided, cancel):
+        assert_problem(answer, 404, "order-not-found")
+    assert "USD" not in decided.text + cancel.text
+    assert as_alice.json()["status"] == "placed" and as_alice.json()["currency"] == "USD"
+    assert "fulfilment" not in api.order_store.partitions[order_id][order_id]
 
 
 async def test_a_rejected_direct_send_is_visible_to_get(api: Api) -> None:

@@ -104,6 +104,8 @@ async def test_one_trace_links_post_publish_and_consume(emulator: RunningEmulato
     properties = message.application_properties or {}
     assert properties[b"Diagnostic-Id"] == properties[b"traceparent"]
     assert message.correlation_id == CLIENT_TRACE
+    # The owner travels beside the trace and is kept on the stored order.
+    assert store.partitions[order_id][order_id]["ownerScope"] == "app:tests"
 
 
 async def test_the_trace_continues_through_the_outbox_dispatcher_to_a_subscriber(

@@ -38,12 +38,14 @@ from orders.adapters.cosmos_layout import (
     shipment_reserved,
     shipping_documents,
     status_document,
+    stored_owner,
     stored_run,
     stored_status,
 )
 from orders.domain.events import OrderAccepted, OrderCancelled
 from orders.domain.inbox import BillingRecord, BillingStatus, RefundRecord
 from orders.domain.leases import FeedLease
+from orders.domain.ownership import NO_OWNER, RecordedOwner, UnrecordedOwner
 from orders.domain.rejections import FiledRejection, OrderRejection
 from orders.domain.saga import Fulfilment, SagaOrder
 from orders.domain.status import OrderStatus, OrderStatusChanged, StoredStatus, history_after
@@ -76,6 +78,7 @@ def test_an_order_is_its_document_its_outbox_event_and_its_lines_in_one_write() 
         request_hash="h",
         message_id="o-1",
         processed_at=AT,
+        owner_scope="principal:alice",
         trace_context={"traceparent": "x"},
     )
 
@@ -94,6 +97,7 @@ def test_an_order_is_its_document_its_outbox_event_and_its_lines_in_one_write() 
             "requestHash": "h",
             "messageId": "o-1",
             "processedAt": STAMP,
+            "ownerScope": "principal:alice",
         },
         {
             "id": ACCEPTED_ID,
@@ -129,7 +133,9 @@ def test_an_order_is_its_document_its_outbox_event_and_its_lines_in_one_write() 
 
 def stored_order() -> dict[str, Any]:
     """The order document as stored (pinned above), with a field the layout does not know."""
-    written = order_write(placed_order(), request_hash="h", message_id="o-1", processed_at=AT)
+    written = order_write(
+        placed_order(), request_hash="h", message_id="o-1", processed_at=AT, owner_scope=None
+    )
     return {**written.documents[0], "addedLater": "kept"}
 
 
@@ -145,6 +151,20 @@ def test_the_saga_reads_its_order_off_the_order_document_only() -> None:
     assert saga_order(order_cancelled(stored_order(), AT, None)) == SagaOrder(
         "o-1", "c-1", "EUR", Decimal("12.5"), 1, Fulfilment.CANCELLED, None, STAMP
     )
+
+
+def test_the_owner_is_read_off_the_order_document_and_kept_by_every_rewrite() -> None:
+    owned = {**stored_order(), "ownerScope": "principal:alice"}
+    before_owners = {key: value for key, value in stored_order().items() if key != "ownerScope"}
+
+    assert stored_owner(owned) == RecordedOwner("principal:alice")
+    # Written as null when the message named no owner: nobody's, not an order from before.
+    assert stored_order()["ownerScope"] is None
+    assert stored_owner(stored_order()) == NO_OWNER
+    assert stored_owner(before_owners) == UnrecordedOwner("h")  # its request hash
+    for rewritten in (shipment_reserved(owned, "e-1", AT), order_cancelled(owned, AT, "r")):
+        read = saga_order(rewritten)
+        assert read is not None and read.owner == RecordedOwner("principal:alice")
 
 
 @pytest.mark.parametrize(
@@ -401,7 +421,7 @@ def test_a_status_document_reads_back_as_its_status_version_and_history() -> Non
 
 def test_an_order_partition_reads_as_its_order_lines_status_and_rejections() -> None:
     written = order_write(
-        placed_order(), request_hash="h", message_id="o-1", processed_at=AT
+        placed_order(), request_hash="h", message_id="o-1", processed_at=AT, owner_scope=None
     ).documents
     paid = OrderStatusChanged.of("o-1", OrderStatus.PAID, changed_at=AT)
     refused = OrderRejection("o-1", "R", "d", "m", "other", "dig", AT)
@@ -464,7 +484,7 @@ def test_the_inbox_container_reads_as_each_orders_shipments_charges_refunds_and_
 
 def test_the_integrity_audit_reads_a_run_with_nothing_merged_and_missing_fields_as_none() -> None:
     order, accepted_entry, line = order_write(
-        placed_order(), request_hash="h", message_id="o-1", processed_at=AT
+        placed_order(), request_hash="h", message_id="o-1", processed_at=AT, owner_scope=None
     ).documents
     cancelled = order_cancelled(order, AT, None)
     cancel_entry = outbox_document(OrderCancelled.of("o-1", cancelled_at=AT, reason=None))

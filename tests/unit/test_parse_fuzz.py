@@ -81,6 +81,7 @@ def check(body: bytes) -> None:
         request_hash=request_hash(parsed.canonical_payload()),
         message_id=parsed.order_id,
         processed_at=datetime(2026, 1, 1, tzinfo=UTC),
+        owner_scope=None,
     )
     assert all(len(json.dumps(d)) < 4096 for d in write.documents)
 

@@ -43,6 +43,7 @@ from orders.domain.inbox import (
 )
 from orders.domain.leases import FeedLease
 from orders.domain.model import OrderPlaced
+from orders.domain.ownership import RecordedOwner, StoredOwner, UnrecordedOwner
 from orders.domain.rejections import FiledRejection, OrderRejection
 from orders.domain.saga import Fulfilment, SagaOrder
 from orders.domain.status import (
@@ -122,10 +123,14 @@ def order_write(
     request_hash: str,
     message_id: str,
     processed_at: datetime,
+    owner_scope: str | None,
     trace_context: dict[str, str] | None = None,
 ) -> OrderWrite:
     """Everything a new order writes in one batch: the order document (id = orderId, first),
-    its `OrderAccepted` outbox entry (stored order <=> event to publish) and one per line."""
+    its `OrderAccepted` outbox entry (stored order <=> event to publish) and one per line.
+
+    `ownerScope` is written even when None (no API caller owns the order), so that an order
+    stored before owners were recorded (no such field) stays told apart from it."""
     total_amount = decimal_text(order.total_amount)
     order_document: dict[str, Any] = {
         "id": order.order_id,
@@ -140,6 +145,7 @@ def order_write(
         "requestHash": request_hash,
         "messageId": message_id,
         "processedAt": processed_at.isoformat(),
+        "ownerScope": owner_scope,
     }
     line_documents = [
         {
@@ -182,7 +188,16 @@ def saga_order(document: Mapping[str, Any] | None) -> SagaOrder | None:
         fulfilment=Fulfilment(found.get("state", Fulfilment.OPEN.value)),
         shipment_event_id=found.get("eventId"),
         cancelled_at=found.get("cancelledAt"),
+        owner=stored_owner(document),
     )
+
+
+def stored_owner(document: Mapping[str, Any]) -> StoredOwner:
+    """Who owns the stored order, as its document says (`domain/ownership.py`)."""
+    if "ownerScope" not in document:
+        return UnrecordedOwner(document["requestHash"])
+    scope = document["ownerScope"]
+    return RecordedOwner(scope if isinstance(scope, str) else None)
 
 
 def shipment_reserved(document: Mapping[str, Any], event_id: str, at: datetime) -> dict[str, Any]:

@@ -7,6 +7,8 @@ settlers are the `exactly_once` core's, under the names the app has always used.
 
 from __future__ import annotations
 
+import contextlib
+
 # Re-exported: the composition root names these types without importing the SDK itself.
 from azure.servicebus import ServiceBusReceivedMessage as ServiceBusReceivedMessage
 from azure.servicebus.aio import ServiceBusClient as ServiceBusClient
@@ -16,6 +18,7 @@ from exactly_once.servicebus import FunctionsMessageActions as FunctionsMessageA
 from exactly_once.servicebus import MessageActionsSettler, body_bytes
 from exactly_once.servicebus import ReceiverSettler as ReceiverSettler
 from orders.adapters.identity import ProcessCredential
+from orders.domain.ownership import OWNER_PROPERTY
 from orders.domain.received import BodyKind, ReceivedOrderMessage
 from orders.settings import Settings
 from orders.tracing import CARRIED
@@ -42,6 +45,11 @@ def to_received_order_message(message: ServiceBusReceivedMessage) -> ReceivedOrd
             value = value.decode(errors="replace")
         if isinstance(value, str):
             trace_context[name] = value
+    owner: object = properties.get(OWNER_PROPERTY.encode(), properties.get(OWNER_PROPERTY))
+    if isinstance(owner, bytes):
+        # Undecodable bytes stay bytes: the consumer refuses them as no owner scope.
+        with contextlib.suppress(UnicodeDecodeError):
+            owner = owner.decode()
     return ReceivedOrderMessage(
         body=message_body_bytes(message),
         message_id=str(message_id) if message_id is not None else None,
@@ -49,6 +57,7 @@ def to_received_order_message(message: ServiceBusReceivedMessage) -> ReceivedOrd
         correlation_id=str(correlation_id) if correlation_id is not None else None,
         body_kind=BODY_KINDS.get(message.body_type, BodyKind.VALUE),
         trace_context=trace_context,
+        owner_property=owner,
     )
 
 

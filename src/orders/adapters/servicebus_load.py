@@ -14,14 +14,19 @@ from opentelemetry import trace
 from orders.adapters.servicebus import message_body_bytes
 from orders.domain.dead_letters import DeadLetteredMessage
 from orders.domain.load_plan import PlannedSend, PlannedStatus
+from orders.domain.ownership import OWNER_PROPERTY
 from orders.tracing import current_trace_id, current_trace_properties
 
 PEEK_PAGE = 250
 _tracer = trace.get_tracer("orders.load")
 
 
-def to_message(send: PlannedSend) -> ServiceBusMessage:
+def to_message(send: PlannedSend, owner_scope: str | None = None) -> ServiceBusMessage:
+    """The planned send as a producer's message; `owner_scope` names who may cancel it through
+    the API (the load's cancels run in that scope)."""
     properties: dict[str | bytes, Any] = {"loadKind": send.kind.value}
+    if owner_scope is not None:
+        properties[OWNER_PROPERTY] = owner_scope
     properties.update(current_trace_properties())
     return ServiceBusMessage(
         send.body,
@@ -47,7 +52,8 @@ def to_status_message(update: PlannedStatus, *, sessions: bool) -> ServiceBusMes
 
 class ServiceBusLoadSender:
     """`LoadSender` over the orders queue's sender (batched sends; scheduled sends for bursts)
-    and the status queue's (SessionId = orderId on a session queue)."""
+    and the status queue's (SessionId = orderId on a session queue). Orders carry
+    `owner_scope` as their owner when it is given."""
 
     def __init__(
         self,
@@ -56,7 +62,9 @@ class ServiceBusLoadSender:
         status_queue: str | None = None,
         *,
         status_sessions: bool = False,
+        owner_scope: str | None = None,
     ) -> None:
+        self._owner_scope = owner_scope
         self._sender: ServiceBusSender = client.get_queue_sender(queue)
         self._status_sender = client.get_queue_sender(status_queue) if status_queue else None
         self._status_sessions = status_sessions
@@ -91,7 +99,7 @@ class ServiceBusLoadSender:
     async def _send(self, sends: Sequence[PlannedSend]) -> None:
         batch = await self._sender.create_message_batch()
         for send in sends:
-            message = to_message(send)
+            message = to_message(send, self._owner_scope)
             try:
                 batch.add_message(message)
             except ValueError:  # batch full: ship it and start another
@@ -102,7 +110,7 @@ class ServiceBusLoadSender:
             await self._sender.send_messages(batch)
 
     async def schedule(self, sends: Sequence[PlannedSend], at: datetime) -> None:
-        await self._sender.schedule_messages([to_message(s) for s in sends], at)
+        await self._sender.schedule_messages([to_message(s, self._owner_scope) for s in sends], at)
 
 
 async def peek_dead_letters(client: ServiceBusClient, queue: str) -> list[DeadLetteredMessage]:

@@ -27,6 +27,7 @@ from opentelemetry.trace import TracerProvider
 
 from orders.domain.events import OrderEvent
 from orders.domain.model import OrderPlaced
+from orders.domain.ownership import OWNER_PROPERTY
 from orders.domain.status import OrderStatusChanged
 from orders.exceptions import PublishError, TransientPublishError
 from orders.tracing import context_from, current_trace_id, current_trace_properties
@@ -94,7 +95,8 @@ class _OneSender:
 
 
 class ServiceBusOrderPublisher(_OneSender):
-    """`OrderPublisher`: the order to the orders queue, MessageId = orderId."""
+    """`OrderPublisher`: the order to the orders queue, MessageId = orderId, its owner in the
+    `orderOwner` application property."""
 
     def __init__(
         self,
@@ -104,19 +106,21 @@ class ServiceBusOrderPublisher(_OneSender):
     ) -> None:
         super().__init__(client, queue_name, tracer_provider=tracer_provider)
 
-    async def publish(self, order: OrderPlaced) -> None:
+    async def publish(self, order: OrderPlaced, owner_scope: str) -> None:
         with self._tracer.start_as_current_span(
             "orders.publish",
             kind=trace.SpanKind.PRODUCER,
             attributes={"messaging.system": "servicebus", "messaging.message.id": order.order_id},
         ):
+            properties: dict[str | bytes, Any] = {OWNER_PROPERTY: owner_scope}
+            properties.update(current_trace_properties())
             message = ServiceBusMessage(
                 order_message_body(order),
                 message_id=order.order_id,
                 content_type="application/json",
                 subject="OrderPlaced",
                 correlation_id=current_trace_id(),
-                application_properties=cast(dict[str | bytes, Any], current_trace_properties()),
+                application_properties=properties,
             )
             await self._send(message)
 

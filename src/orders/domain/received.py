@@ -23,3 +23,6 @@ class ReceivedOrderMessage:
     body_kind: BodyKind = BodyKind.DATA
     # W3C trace context the producer put on the message (traceparent, tracestate, Diagnostic-Id)
     trace_context: dict[str, str] = field(default_factory=dict)
+    # The `orderOwner` application property as it arrived (None: absent); the consumer checks it
+    # (`domain/ownership.py`), so a malformed one is a rejection with its rule, not a guess.
+    owner_property: object = None

@@ -29,6 +29,7 @@ from orders.domain.events import (
     order_event_id,
 )
 from orders.domain.messages import DeadLetterReason
+from orders.domain.ownership import NO_OWNER, StoredOwner
 
 
 class Fulfilment(StrEnum):
@@ -51,6 +52,8 @@ class SagaOrder:
     fulfilment: Fulfilment
     shipment_event_id: str | None  # the event whose delivery reserved the shipment
     cancelled_at: str | None
+    # Who may see and cancel it through the API (`domain/ownership.py`); set once, at creation.
+    owner: StoredOwner = NO_OWNER
 
 
 @dataclass(frozen=True)

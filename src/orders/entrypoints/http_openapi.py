@@ -157,7 +157,8 @@ CANCEL_ORDER_RESPONSES: dict[int | str, dict[str, Any]] = {
         },
     },
     400: PROBLEM_RESPONSE | {"description": "Missing/invalid key, invalid body"},
-    404: PROBLEM_RESPONSE | {"description": "Unknown order, or an order another principal placed"},
+    404: PROBLEM_RESPONSE
+    | {"description": "Unknown order, or one the caller does not own (another's, or nobody's)"},
     409: PROBLEM_RESPONSE
     | {
         "description": "`order-already-shipped`: the shipment was reserved first (final); "
@@ -186,7 +187,8 @@ CANCEL_ORDER_EXTRA: dict[str, Any] = {
 GET_ORDER_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"description": "Stored (`placed`), or rejected by the consumer (`rejected`)"},
     202: {"model": AcceptedOrder, "description": "Accepted, not yet stored (Retry-After)"},
-    404: PROBLEM_RESPONSE | {"description": "Unknown order"},
+    404: PROBLEM_RESPONSE
+    | {"description": "Unknown order, or one the caller does not own (another's, or nobody's)"},
     503: PROBLEM_RESPONSE | {"description": "Dependency unavailable (Retry-After)"},
 }
 

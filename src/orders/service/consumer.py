@@ -21,6 +21,7 @@ from orders.domain.hashing import request_hash
 from orders.domain.messages import DeadLetterReason, MessageRejected, parse_received_order
 from orders.domain.model import is_entity_id
 from orders.domain.outcomes import Decision, Outcome, Settlement
+from orders.domain.ownership import message_owner
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.rejections import OrderRejection, body_digest
 from orders.observability import ConsumerTelemetry, log_value
@@ -83,6 +84,7 @@ class OrderConsumer:
     async def _decide(self, message: ReceivedOrderMessage) -> Decision:
         try:
             order = parse_received_order(message)
+            owner_scope = message_owner(message.owner_property)
         except MessageRejected as rejection:
             # Filed under the order the producer meant: the body's orderId, else the MessageId
             # (the producer's contract makes them equal); neither when neither is a valid id.
@@ -105,6 +107,7 @@ class OrderConsumer:
             request_hash=incoming_hash,
             message_id=order.order_id,
             processed_at=self._clock(),
+            owner_scope=owner_scope,
             trace_context=current_trace_properties(),
         )
         return await decided(

@@ -27,6 +27,8 @@ from orders.domain.hashing import request_hash
 from orders.domain.idempotency import OrderIdClaim, core_store_errors, key_claim
 from orders.domain.leases import DEFAULT_LEASE_SECONDS
 from orders.domain.model import OrderPlaced
+from orders.domain.ownership import may_act
+from orders.domain.saga import SagaOrder
 from orders.domain.status import OrderStatus, OrderStatusChanged
 from orders.exceptions import (
     IdempotencyKeyReusedError,
@@ -65,7 +67,6 @@ class IdempotentOrderIntake:
         *,
         status: StatusPublisher | None = None,
         saga: OrderSaga | None = None,
-        unclaimed_owner: str | None = None,
         ttl_seconds: int,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         retry_after_cap: int = DEFAULT_RETRY_AFTER_CAP,
@@ -76,9 +77,6 @@ class IdempotentOrderIntake:
         self._publisher = publisher
         self._status = status
         self._saga = saga
-        # Who owns an order the API never accepted (sent straight to the queue): the shared
-        # scope of callers when principals are not trusted; no principal ever matches it.
-        self._unclaimed_owner = unclaimed_owner
         self._ttl_seconds = ttl_seconds
         self._lease_seconds = lease_seconds
         self._retry_after_cap = retry_after_cap
@@ -100,8 +98,8 @@ class IdempotentOrderIntake:
         incoming_hash = request_hash(order.canonical_payload())
 
         async def accept() -> None:
-            await self._claim_order_id(order, incoming_hash, scope)
-            await self._publisher.publish(order)
+            owner = await self._claim_order_id(order, incoming_hash, scope)
+            await self._publisher.publish(order, owner)
 
         return await self._once(
             scope, key, incoming_hash, order.order_id, accept, lambda: first_response(order)
@@ -117,34 +115,38 @@ class IdempotentOrderIntake:
     ) -> SubmitResult:
         """Cancel the order once per (scope, key), deciding now on the order document.
 
-        Only the caller that placed the order may cancel it (`UnknownOrderError`, as for an
-        order that does not exist). The cancel and its `OrderCancelled` event commit in one
-        batch unless the shipment was reserved first (`OrderAlreadyShippedError`); a cancel of
-        an order already cancelled (under any key) answers the same. Billing refunds a charge
-        when it handles the event; the `cancelled` status update is sent here for a prompt GET
-        and again by billing, durably.
+        Only the stored order's owner may cancel it (`domain/ownership.py`); anyone else is told
+        `UnknownOrderError`, as for an order that does not exist, and nothing is written. The
+        check is made on the document the cancel replaces, never on the orderId claim: a
+        caller whose own payload lost the orderId to another order owns nothing under it. Until
+        the order is stored, the caller whose claim placed it is told `OrderNotStoredYetError`.
+        The cancel and its `OrderCancelled` event commit in one batch unless the shipment was
+        reserved first (`OrderAlreadyShippedError`); a cancel of an order already cancelled
+        (under any key) answers the same. Billing refunds a charge when it handles the event;
+        the `cancelled` status update is sent here for a prompt GET and again by billing,
+        durably.
         """
         if self._saga is None or self._status is None:
             raise RuntimeError("the intake was built without the saga or a status publisher")
         saga, status = self._saga, self._status
         with core_store_errors():
             claim = await self._store.read_order_id_claim(order_id)
-        owner = claim.owner_scope if claim is not None and claim.owner_scope else None
-        if (owner or self._unclaimed_owner) != scope:
-            raise UnknownOrderError(f"no order {order_id!r} is known")
         # Namespaced, so a cancel can never share a request hash with an order.
         incoming_hash = request_hash({"cancel": {"orderId": order_id, "reason": reason}})
 
+        def owned(order: SagaOrder) -> bool:
+            return may_act(scope, order.owner, claim)
+
         async def accept() -> None:
-            match await saga.cancel(order_id, reason):
+            match await saga.cancel(order_id, reason, may_cancel=owned):
                 case CancelResult.ALREADY_SHIPPED:
                     raise OrderAlreadyShippedError(
                         f"order {order_id!r} has shipped (its shipment was reserved before "
                         "this cancel); it can no longer be cancelled"
                     )
-                case CancelResult.NOT_STORED if claim is not None:
+                case CancelResult.NOT_STORED if claim is not None and claim.owner_scope == scope:
                     raise OrderNotStoredYetError(order_id)
-                case CancelResult.NOT_STORED:
+                case CancelResult.NOT_STORED | CancelResult.NOT_OWNED:
                     raise UnknownOrderError(f"no order {order_id!r} is known")
             change = OrderStatusChanged.of(
                 order_id,
@@ -222,11 +224,13 @@ class IdempotentOrderIntake:
         await self._complete(owned, answer, order_id)
         return SubmitResult(answer, replayed=False, took_over=took_over)
 
-    async def _claim_order_id(self, order: OrderPlaced, incoming_hash: str, scope: str) -> None:
-        """Refuse an orderId taken by a different payload, before anything is published.
+    async def _claim_order_id(self, order: OrderPlaced, incoming_hash: str, scope: str) -> str:
+        """Refuse an orderId taken by a different payload, before anything is published; return
+        the scope the order is published as owned by.
 
         The same payload under another key (or from another caller) passes: it is the same
-        order, published again and deduplicated downstream (and still owned by the first).
+        order, published again and deduplicated downstream, and still owned by the first (a
+        claim from before owners were recorded names none: then the caller).
         """
         with core_store_errors():
             first = await self._store.claim_order_id(
@@ -237,6 +241,7 @@ class IdempotentOrderIntake:
                 f"orderId {order.order_id!r} was already accepted with a different payload; "
                 "choose a new orderId for a different order"
             )
+        return first.owner_scope or scope
 
     async def _complete(self, owned: Record, answer: JsonObject, order_id: str) -> None:
         with core_store_errors():

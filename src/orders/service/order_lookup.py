@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from orders.domain.ownership import UnrecordedOwner, may_act
 from orders.domain.rejections import FiledRejection, rejection_view
 from orders.domain.saga import Fulfilment
 from orders.domain.status import PRODUCER_VERSIONS, OrderStatus
@@ -80,24 +81,33 @@ class OrderLookup:
         self._layout = layout
 
     async def find(self, scope: str, order_id: str) -> OrderLookupResult:
+        """What `scope` is told of `order_id`: its stored order only if it owns it, its own
+        payload's fate while no order is stored, else nothing (as for an unknown order).
+
+        A stored order is checked against its owner (`domain/ownership.py`), as a cancel is,
+        so GET shows an order exactly to the callers that may cancel it. A caller whose payload
+        was rejected because another order holds the orderId learns nothing of that order.
+        """
         documents = await self._reader.read_order_documents(order_id)
         partition = self._layout.order_partition(documents)
-        accepted = await self._idempotency_store.find_order(scope, order_id)
         stored = partition.order
+        if stored is not None:
+            owner = stored.order.owner
+            claim = None
+            if isinstance(owner, UnrecordedOwner):  # stored before owners were recorded
+                claim = await self._idempotency_store.read_order_id_claim(order_id)
+            if may_act(scope, owner, claim):
+                return OrderLookupResult(OrderState.STORED, order_view(partition))
+            return OrderLookupResult(OrderState.UNKNOWN)
+        accepted = await self._idempotency_store.find_order(scope, order_id)
         if accepted is not None:
-            # The caller's own submission decides: rejected, stored as sent, or still queued
-            # (an order stored from another payload is not the caller's order).
+            # The caller's own submission, not stored yet: rejected, or still queued.
             rejection = latest_rejection(partition, accepted.request_hash)
             if rejection is not None:
                 return OrderLookupResult(OrderState.REJECTED, rejection_view(rejection))
-            if stored is None or stored.request_hash != accepted.request_hash:
-                return OrderLookupResult(OrderState.ACCEPTED)
-        # A stored order is shown to every authorised caller (function key or Entra ID): the
-        # orders container holds no owner. Scope it here if your callers must not see others'.
-        view = order_view(partition)
-        if view is not None:
-            return OrderLookupResult(OrderState.STORED, view)
-        # So is a rejection of a message sent straight to the queue (no key record).
+            return OrderLookupResult(OrderState.ACCEPTED)
+        # A rejection of a message sent straight to the queue (no key record) under an orderId
+        # no order holds: what the dead letter says, with no order's data in it.
         rejection = latest_rejection(partition)
         if rejection is not None:
             return OrderLookupResult(OrderState.REJECTED, rejection_view(rejection))

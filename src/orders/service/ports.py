@@ -262,9 +262,11 @@ class OrderLayout(EventLayout, Protocol):
         request_hash: str,
         message_id: str,
         processed_at: datetime,
+        owner_scope: str | None,
         trace_context: dict[str, str] | None = None,
     ) -> OrderWrite:
-        """Every document a new order writes (the order document first), one batch."""
+        """Every document a new order writes (the order document first), one batch; the order
+        document keeps `owner_scope` (None: no API caller owns the order)."""
         ...
 
 
@@ -362,8 +364,9 @@ class IdempotencyStore(RecordStore, Protocol):
 
 
 class OrderPublisher(Protocol):
-    async def publish(self, order: OrderPlaced) -> None:
-        """Send the order to the queue with MessageId = orderId.
+    async def publish(self, order: OrderPlaced, owner_scope: str) -> None:
+        """Send the order to the queue with MessageId = orderId, its owner's scope in the
+        `orderOwner` application property (`domain/ownership.py`).
 
         Raises `TransientPublishError` when a retry may succeed, `PublishError` otherwise.
         """

@@ -57,6 +57,7 @@ class CancelResult(StrEnum):
     ALREADY_CANCELLED = "already_cancelled"  # an earlier cancel did
     ALREADY_SHIPPED = "already_shipped"  # the shipment was reserved first
     NOT_STORED = "not_stored"  # no order document (yet)
+    NOT_OWNED = "not_owned"  # the stored order is not the caller's: nothing written
 
 
 class OrderSaga:
@@ -116,13 +117,22 @@ class OrderSaga:
         order_id = stored.order.order_id
         raise TransientStoreError(f"order {order_id!r} changed {MAX_RACES} times in a row")
 
-    async def cancel(self, order_id: str, reason: str | None) -> CancelResult:
+    async def cancel(
+        self,
+        order_id: str,
+        reason: str | None,
+        *,
+        may_cancel: Callable[[SagaOrder], bool] = lambda order: True,
+    ) -> CancelResult:
         """Decide the cancel now: cancelled (with its `OrderCancelled` event, one batch), or
-        refused because the shipment was reserved first."""
+        refused because the shipment was reserved first, or because `may_cancel` says the
+        order read is not the caller's (asked before anything else is told of it)."""
         stored = await self.order(order_id)
         for _ in range(MAX_RACES):
             if stored is None:
                 return CancelResult.NOT_STORED
+            if not may_cancel(stored.order):
+                return CancelResult.NOT_OWNED
             match judge_cancel(stored.order):
                 case CancelVerdict.ALREADY_CANCELLED:
                     return CancelResult.ALREADY_CANCELLED
