@@ -209,11 +209,11 @@ def _line(record: dict[str, Any]) -> bytes:
 class Journal:
     """The open journal of a running broker; queues and topics call its `record_*` hooks."""
 
-    def __init__(self, directory: Path, *, fsync: bool, reserve_bytes: int = RESERVE_BYTES) -> None:
+    def __init__(self, directory: Path, *, fsync: bool, reserve_bytes: int | None = None) -> None:
         self.directory = directory
         self.path = directory / JOURNAL_NAME
         self.fsync = fsync
-        self.reserve_bytes = reserve_bytes
+        self.reserve_bytes = RESERVE_BYTES if reserve_bytes is None else reserve_bytes
         self._pending: list[bytes] = []
         # Records of the open transaction (see `transaction`), written as one line.
         self._transaction: list[dict[str, Any]] | None = None
@@ -286,7 +286,7 @@ class Journal:
         if self._fd >= 0:
             with contextlib.suppress(JournalError, OSError):
                 self.sync()
-                os.close(self._fd)
+            os.close(self._fd)  # also after a failed write: the descriptor is ours to free
             self._fd = -1
         if self._reserve_fd >= 0:
             os.close(self._reserve_fd)
