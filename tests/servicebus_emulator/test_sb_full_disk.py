@@ -8,6 +8,7 @@ the real kernel error at its real write calls, with no seam in the code."""
 
 from __future__ import annotations
 
+import datetime
 import errno
 import os
 import shutil
@@ -35,7 +36,11 @@ from servicebus_emulator.journal import JOURNAL_NAME, read_journal
 QUEUE = "full-disk"
 # Room for the journal, its reserve (4 MiB) and a compaction; small enough to fill at once.
 DISK_BYTES = 12 * 1024 * 1024
-CONFIG = queue_config(queue_entry(QUEUE, LockDuration="PT30S"))
+SESSION_QUEUE = "full-disk-sessions"
+CONFIG = queue_config(
+    queue_entry(QUEUE, LockDuration="PT30S"),
+    queue_entry(SESSION_QUEUE, RequiresSession=True),
+)
 
 
 @pytest.fixture
@@ -91,6 +96,21 @@ def _send(connection_string: str, *bodies: str, queue: str = QUEUE) -> None:
         sender.send_messages([ServiceBusMessage(body, message_id=body[:64]) for body in bodies])
 
 
+def _schedule(connection_string: str, body: str) -> None:
+    in_an_hour = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)
+    with _client(connection_string) as client, client.get_queue_sender(QUEUE) as sender:
+        sender.schedule_messages(ServiceBusMessage(body, message_id=body), in_an_hour)
+
+
+def _set_session_state(connection_string: str, state: bytes) -> None:
+    with (
+        _client(connection_string) as client,
+        client.get_queue_receiver(SESSION_QUEUE, session_id="s") as receiver,
+    ):
+        assert receiver.session is not None
+        receiver.session.set_state(state)
+
+
 def _sent(connection_string: str, body: str) -> bool:
     """True when the send is accepted; False while the disk is still full."""
     try:
@@ -133,6 +153,10 @@ def test_a_full_disk_refuses_sends_with_a_quota_error_keeps_serving_and_recovers
         # A send that cannot be kept is refused as Service Bus refuses one to a full entity.
         with pytest.raises(ServiceBusQuotaExceededError, match="disk is full"):
             _send(emu.connection_string, "refused")
+        with pytest.raises(ServiceBusQuotaExceededError, match="disk is full"):
+            _schedule(emu.connection_string, "refused-scheduled")
+        with pytest.raises(ServiceBusQuotaExceededError, match="disk is full"):
+            _set_session_state(emu.connection_string, b"refused-state")
         # What the journal holds is still served: peeked, received, settled.
         assert _peek(emu.connection_string) == ["kept-1", "kept-2", "kept-3", "kept-4"]
         assert _receive_and_complete_one(emu.connection_string) == "kept-1"
