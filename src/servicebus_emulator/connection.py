@@ -32,7 +32,9 @@ from .codec import (
     decode_value,
     encode,
 )
+from .journal import JournalError
 from .management import (
+    Reply,
     Request,
     cbs_reply,
     encode_reply,
@@ -78,6 +80,18 @@ CLOSE_GRACE_SECONDS = 5.0
 INBOUND_CREDIT = 1000
 _frame_head = struct.Struct(">IBBH")
 _u32 = struct.Struct(">I").unpack_from
+
+# Service Bus's answer for a full entity; the SDKs raise their quota-exceeded error for it
+# (azure-servicebus: ServiceBusQuotaExceededError, not retried). The emulator gives it for a
+# full disk: the message is refused and nothing changed.
+QUOTA_EXCEEDED = "amqp:resource-limit-exceeded"
+# Management operations that store what a client sends: refused on a full disk, as messages are.
+_STORING_OPERATIONS = frozenset(
+    {"com.microsoft:schedule-message", "com.microsoft:set-session-state"}
+)
+# Phases whose output answers no link, so it acknowledges no change: it may go out even when
+# the journal failed (a new connection then learns why from the close after its open).
+_HANDSHAKE_PHASES = frozenset({"header", "sasl", "open", "refused"})
 
 _ACCEPTED = F.outcome(F.ACCEPTED)
 _RELEASED = F.outcome(F.RELEASED)
@@ -199,7 +213,12 @@ class AmqpConnection(asyncio.Protocol):
     def _flush(self) -> None:
         journal = self.broker.journal
         if journal is not None:  # what this output acknowledges is in the journal first
-            journal.sync()
+            try:
+                journal.sync()
+            except JournalError as exc:
+                if self._phase not in _HANDSHAKE_PHASES:
+                    self._close_unjournaled(str(exc))
+                    return
         if self._wbuf and self.transport is not None and not self.transport.is_closing():
             self.transport.write(b"".join(self._wbuf))
             self._wrote_since_beat = True
@@ -220,6 +239,21 @@ class AmqpConnection(asyncio.Protocol):
             self.send(0, F.CLOSE, [F.error_value(condition, description)])
         self._phase = "closed"
         self._flush()
+        self._close_transport()
+
+    def _close_unjournaled(self, description: str) -> None:
+        """The journal failed beyond what its reserve saves: the buffered output may
+        acknowledge changes that are not in it, so it is dropped, never sent; the peer gets
+        an AMQP close that says why instead of a reset socket."""
+        self._wbuf.clear()
+        self._wbuf_size = 0
+        if self._phase == "closed" or self.transport is None:
+            return
+        _LOG.info("closing connection %s: %s", self.peer, description)
+        if self._phase == "amqp":
+            body = F.described_list(F.CLOSE, [F.error_value("amqp:internal-error", description)])
+            self.transport.write(_frame_head.pack(8 + len(body), 2, F.FRAME_AMQP, 0) + body)
+        self._phase = "closed"
         self._close_transport()
 
     def _close_transport(self) -> None:
@@ -366,18 +400,16 @@ class AmqpConnection(asyncio.Protocol):
             0, F.OPEN, ["servicebus-emulator", hostname, UInt(MAX_FRAME_SIZE), UShort(CHANNEL_MAX)]
         )
         self._phase = "amqp"
+        journal = self.broker.journal
+        if journal is not None and journal.failed:
+            self._refuse("amqp:internal-error", str(journal.refusal(0)))
+            return
         if sum(1 for c in self._connections if c.opened) >= self._max_connections:
-            # AMQP refuses a connection by answering its open and closing at once. The socket
-            # stays up until the peer's close (or a grace period): a client that pipelined
-            # more frames behind its open reads the reason instead of a broken pipe.
-            description = (
+            self._refuse(
+                "amqp:resource-limit-exceeded",
                 f"The emulator allows {self._max_connections} concurrent connections and all "
-                "are in use (close some, or start it with a higher --max-connections)."
+                "are in use (close some, or start it with a higher --max-connections).",
             )
-            _LOG.info("refusing connection %s: %s", self.peer, description)
-            self.send(0, F.CLOSE, [F.error_value("amqp:resource-limit-exceeded", description)])
-            self._phase = "refused"
-            asyncio.get_running_loop().call_later(CLOSE_GRACE_SECONDS, self._close_transport)
             return
         self.opened = True
         if isinstance(idle_ms, int) and idle_ms > 0:
@@ -385,6 +417,15 @@ class AmqpConnection(asyncio.Protocol):
             # when a whole tick passed in silence keeps every silence under half of it.
             self._heartbeat_interval = max(idle_ms / 4000.0, 0.025)
             self._schedule_heartbeat()
+
+    def _refuse(self, condition: str, description: str) -> None:
+        # AMQP refuses a connection by answering its open and closing at once. The socket
+        # stays up until the peer's close (or a grace period): a client that pipelined
+        # more frames behind its open reads the reason instead of a broken pipe.
+        _LOG.info("refusing connection %s: %s", self.peer, description)
+        self.send(0, F.CLOSE, [F.error_value(condition, description)])
+        self._phase = "refused"
+        asyncio.get_running_loop().call_later(CLOSE_GRACE_SECONDS, self._close_transport)
 
     def _schedule_heartbeat(self) -> None:
         loop = asyncio.get_running_loop()
@@ -845,8 +886,17 @@ class AmqpConnection(asyncio.Protocol):
                 queue.check_session(parsed)
         except SessionIdMissingError as exc:
             return F.outcome(F.REJECTED, [F.error_value("amqp:not-allowed", str(exc))])
-        for parsed in parsed_all:
-            queue.send(parsed)  # duplicates are acknowledged and dropped, as in Service Bus
+        journal = self.broker.journal
+        if journal is None:
+            for parsed in parsed_all:
+                queue.send(parsed)  # duplicates are acknowledged and dropped, as in Service Bus
+            return _ACCEPTED
+        refusal = journal.refusal(len(payload))
+        if refusal is not None:  # before anything changes: refused, the batch left no trace
+            return F.outcome(F.REJECTED, [F.error_value(QUOTA_EXCEEDED, refusal)])
+        with journal.transaction():  # a batch is one record: a crash keeps all of it or none
+            for parsed in parsed_all:
+                queue.send(parsed)
         return _ACCEPTED
 
     def _request(self, link: InboundLink, payload: bytes) -> Described:
@@ -868,12 +918,8 @@ class AmqpConnection(asyncio.Protocol):
         if link.kind == "cbs":
             app = cbs_reply()
             body: Any = None
-        elif link.topic is not None:
-            reply = execute_on_topic(link.topic, request)
-            app = reply_application_properties(reply)
-            body = reply.body
         else:
-            reply = execute(link.queue, request)
+            reply = self._execute(link, request, len(payload))
             app = reply_application_properties(reply)
             body = reply.body
         reply_link = self._reply_links.get(
@@ -887,6 +933,19 @@ class AmqpConnection(asyncio.Protocol):
             )
         reply_link.send_reply(encode_reply(request.message_id, app, body))
         return _ACCEPTED
+
+    def _execute(self, link: InboundLink, request: Request, payload_bytes: int) -> Reply:
+        """A `$management` request; what it stores is refused on a full disk, and what one
+        request changes is one journal record."""
+        journal = self.broker.journal
+        if journal is None:
+            return _execute_on(link, request)
+        if text(request.app.get("operation", "")) in _STORING_OPERATIONS:
+            refusal = journal.refusal(payload_bytes)
+            if refusal is not None:
+                return Reply(403, None, QUOTA_EXCEEDED, refusal)
+        with journal.transaction():
+            return _execute_on(link, request)
 
     # ------------------------------------------------------------------ settlement
 
@@ -964,6 +1023,12 @@ class AmqpConnection(asyncio.Protocol):
         except LockLostError as exc:
             return _lock_lost(str(exc))
         return _lock_lost("unsupported outcome")
+
+
+def _execute_on(link: InboundLink, request: Request) -> Reply:
+    if link.topic is not None:
+        return execute_on_topic(link.topic, request)
+    return execute(link.queue, request)
 
 
 SESSION_FILTER = "com.microsoft:session-filter"

@@ -12,7 +12,10 @@ encoded message sections) are base64. Records name entities by lowercased path (
   count, state or application properties as they are now (abandon, release, lock expiry,
   defer);
 - `n` the next sequence number of an entity, `dup` a MessageId a topic accepted (duplicate
-  detection on topics), `ss` a session's state.
+  detection on topics), `ss` a session's state;
+- `t` a transaction: the records (`r`) of one client request, all in one line, so a crash
+  that cuts it restores all of them or none (a batch of messages, a topic's fan-out, a
+  schedule request of several messages).
 
 Records are buffered while the event loop handles input and written with one `os.write` (and
 `fsync` when asked) before any connection hands output to its socket (`sync`), so a sender's
@@ -23,6 +26,15 @@ expired lock does in Service Bus), or dead-lettered if that was its last attempt
 the journal is replayed and rewritten as a snapshot of the live state (compaction); it is
 compacted again whenever it grows past `COMPACT_RATIO` times the last snapshot (and at least
 `COMPACT_MIN_BYTES`).
+
+A full disk (see `Journal.refusal` and `Journal.sync`): beside the journal the emulator keeps
+`RESERVE_NAME`, a file of `RESERVE_BYTES` allocated ahead. When a write finds the disk full,
+the journal is cut back to its last whole record, the reserve gives up `RESERVE_STEP` bytes and
+the write is made again, so what was applied in memory reaches the file. From then on (or as
+soon as the free space is too small for a request) new messages are refused with
+`amqp:resource-limit-exceeded`, while receives and settlements go on in the reserve, until it
+can be allocated whole again. Only a write that fails even then (another error than a full
+disk, or the reserve used up) stops the emulator's acknowledgements.
 """
 
 from __future__ import annotations
@@ -30,15 +42,17 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import errno
 import json
 import logging
 import os
+import time
 import zlib
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from .message import AVAILABLE, DEFERRED, LOCKED, SCHEDULED, StoredMessage
 
@@ -51,6 +65,16 @@ _LOG = logging.getLogger("servicebus_emulator")
 
 JOURNAL_NAME = "servicebus-journal.jsonl"
 LOCK_NAME = "servicebus-journal.lock"
+RESERVE_NAME = "servicebus-journal.reserve"
+# Room for what is already applied in memory when the disk fills: a few maximum-size batches
+# (a 256 KB message is about 350 KB as a record) or thousands of locks and settlements.
+RESERVE_BYTES = 4 * 1024 * 1024
+# A write that finds the disk full gives up this much of the reserve at a time (or what it
+# needs, if more), so the rest stays held: also across a restart on the still full disk.
+RESERVE_STEP = 64 * 1024
+# While the disk is full, allocating the reserve again is tried at most this often.
+SPACE_RETRY_SECONDS = 0.5
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 COMPACT_RATIO = 4
 COMPACT_MIN_BYTES = 16 * 1024 * 1024
 DEAD_LETTER = "/$deadletterqueue"
@@ -63,7 +87,14 @@ _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
 
 
 class JournalError(Exception):
-    """The journal cannot be used: corrupt in the middle, unknown entities, or locked."""
+    """The journal cannot be used: corrupt in the middle, unknown entities, locked, or a
+    write failed that the reserve could not save (acknowledgements stop)."""
+
+
+def _record_bytes_bound(payload_bytes: int) -> int:
+    """At most what a request of this many bytes adds to the journal: base64 grows bytes by a
+    third, and each message record adds its fields."""
+    return 2 * payload_bytes + 4096
 
 
 def _b64(data: bytes) -> str:
@@ -178,40 +209,63 @@ def _line(record: dict[str, Any]) -> bytes:
 class Journal:
     """The open journal of a running broker; queues and topics call its `record_*` hooks."""
 
-    def __init__(self, directory: Path, *, fsync: bool) -> None:
+    def __init__(self, directory: Path, *, fsync: bool, reserve_bytes: int | None = None) -> None:
         self.directory = directory
         self.path = directory / JOURNAL_NAME
         self.fsync = fsync
+        self.reserve_bytes = RESERVE_BYTES if reserve_bytes is None else reserve_bytes
         self._pending: list[bytes] = []
+        # Records of the open transaction (see `transaction`), written as one line.
+        self._transaction: list[dict[str, Any]] | None = None
         self._fd = -1
         self._lock_fd = -1
-        self._size = 0
+        self._reserve_fd = -1
+        self._size = 0  # bytes of whole records in the file: a failed write is cut back to it
         self._compact_at = COMPACT_MIN_BYTES
         self._broker: Broker | None = None
         self._failed: OSError | None = None
+        # Why new messages are refused (the disk is full), None while they are accepted.
+        self.disk_full: str | None = None
+        self._space_retry_at = 0.0
         self.compactions = 0
 
     # ------------------------------------------------------------------ opening
 
     def open(self, broker: Broker) -> None:
-        """Lock the directory, replay the journal into the broker and compact it."""
+        """Lock the directory, replay the journal into the broker and compact it.
+
+        Replaying needs no free space: when the compaction cannot be written (a full disk)
+        the journal is kept as it is, its torn last record (if any) cut off, and the changes
+        the replay itself made (lost locks counted) are appended to it instead."""
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._lock_directory()
             state = read_journal(self.path)
+            # Hooked before the install: what activating the restored messages changes is
+            # journaled (and dropped again when the compaction below holds it).
+            for queue in _all_queues(broker):
+                queue.journal = self
+            for topic in broker.topics.values():
+                topic.journal = self
             state.install(broker)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            if os.fstat(self._fd).st_size != state.valid_bytes:
+                os.ftruncate(self._fd, state.valid_bytes)  # frees space: works on a full disk
+            self._size = state.valid_bytes
             self._broker = broker
-            self.compact()
+            self._allocate_reserve()
+            try:
+                self.compact()
+            except OSError as exc:
+                _LOG.warning("journal compaction at start skipped (%s): serving as it is", exc)
+                self._compact_at = max(COMPACT_MIN_BYTES, 2 * self._size)
+                self.sync()
         except OSError as exc:
             self.close()
             raise JournalError(f"cannot use the data directory {self.directory}: {exc}") from exc
         except BaseException:
             self.close()
             raise
-        for queue in _all_queues(broker):
-            queue.journal = self
-        for topic in broker.topics.values():
-            topic.journal = self
 
     def _lock_directory(self) -> None:
         self._lock_fd = os.open(self.directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
@@ -232,8 +286,11 @@ class Journal:
         if self._fd >= 0:
             with contextlib.suppress(JournalError, OSError):
                 self.sync()
-                os.close(self._fd)
+            os.close(self._fd)  # also after a failed write: the descriptor is ours to free
             self._fd = -1
+        if self._reserve_fd >= 0:
+            os.close(self._reserve_fd)
+            self._reserve_fd = -1
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
@@ -241,57 +298,186 @@ class Journal:
     # ------------------------------------------------------------------ writing
 
     def _append(self, record: dict[str, Any]) -> None:
+        if self._failed is not None:
+            return  # nothing is written any more (see `sync`): keep no backlog
+        if self._transaction is not None:
+            self._transaction.append(record)
+            return
         if not self._pending and self._broker is not None:
             # Nothing may stay buffered when no connection writes (a timer's change).
-            self._broker.loop.call_soon(self.sync)
+            self._broker.loop.call_soon(self._sync_unasked)
         self._pending.append(_line(record))
+
+    def _sync_unasked(self) -> None:
+        with contextlib.suppress(JournalError):  # logged once; the connections report it
+            self.sync()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Journal every change made inside as one line (`t`): a crash keeps all or none."""
+        if self._transaction is not None:  # nested: part of the outer one
+            yield
+            return
+        self._transaction = []
+        try:
+            yield
+        finally:
+            records, self._transaction = self._transaction, None
+            if len(records) == 1:
+                self._append(records[0])
+            elif records:
+                self._append({"o": "t", "r": records})
+
+    def refusal(self, payload_bytes: int) -> str | None:
+        """Why a request adding this many bytes cannot be accepted now (None: it can).
+
+        Asked before a client's message, schedule or session state is applied: refused, it
+        changes nothing. A full disk refuses until the reserve can be allocated again."""
+        if self._failed is not None:
+            return f"The emulator's journal could not be written: {self._failed}"
+        if self.disk_full is None:
+            free = _free_bytes(self._fd)
+            if free is None or free >= _record_bytes_bound(payload_bytes):
+                return None
+            self._enter_disk_full(f"{free} bytes free")
+        now = time.monotonic()
+        if now >= self._space_retry_at:
+            self._space_retry_at = now + SPACE_RETRY_SECONDS
+            if self._allocate_reserve():
+                free = _free_bytes(self._fd)
+                if free is None or free >= _record_bytes_bound(payload_bytes):
+                    _LOG.warning("journal: disk space is back, accepting messages again")
+                    self.disk_full = None
+                    return None
+        return (
+            f"The emulator's disk is full ({self.disk_full}): messages are refused until "
+            f"space is freed on {self.directory}; receiving and settling still work."
+        )
+
+    def _enter_disk_full(self, why: str) -> None:
+        if self.disk_full is None:
+            _LOG.warning("journal: the disk is full (%s), refusing new messages", why)
+        self.disk_full = why
+        self._space_retry_at = time.monotonic() + SPACE_RETRY_SECONDS
+
+    def _allocate_reserve(self) -> bool:
+        """Grow the reserve back to `reserve_bytes`; False when the disk has not the room (the
+        reserve then keeps what it held)."""
+        if self.reserve_bytes <= 0:
+            return True
+        held = 0
+        try:
+            if self._reserve_fd < 0:
+                self._reserve_fd = os.open(
+                    self.directory / RESERVE_NAME, os.O_RDWR | os.O_CREAT, 0o644
+                )
+            held = os.fstat(self._reserve_fd).st_size
+            if held >= self.reserve_bytes:
+                return True
+            _allocate(self._reserve_fd, self.reserve_bytes)
+        except OSError as exc:
+            if self._reserve_fd >= 0:
+                with contextlib.suppress(OSError):  # give back what the attempt took
+                    os.ftruncate(self._reserve_fd, held)
+            self._enter_disk_full(f"no room for the {self.reserve_bytes}-byte reserve: {exc}")
+            return False
+        return True
+
+    def _shrink_reserve(self, needed: int) -> bool:
+        """Free at least `needed` bytes of the reserve (RESERVE_STEP at least); False when
+        it holds nothing more."""
+        if self._reserve_fd < 0:
+            return False
+        try:
+            held = os.fstat(self._reserve_fd).st_size
+            if held == 0:
+                return False
+            os.ftruncate(self._reserve_fd, max(0, held - max(needed, RESERVE_STEP)))
+        except OSError:
+            return False
+        return True
 
     def sync(self) -> None:
         """Write the buffered records (one write; fsync when asked); before any output.
 
-        After a failed write (a full disk) every call raises JournalError, so no connection
-        hands out another acknowledgement: the emulator must be restarted."""
+        A failed write is cut back to the last whole record and made again in the space of
+        the reserve, so every change already applied (and about to be acknowledged) reaches
+        the file; new messages are then refused until space returns (`refusal`). Only when
+        that fails as well does every call raise JournalError: no connection hands out
+        another acknowledgement and the emulator must be restarted."""
         if self._failed is not None:
             raise JournalError(f"the journal could not be written: {self._failed}")
         if not self._pending or self._fd < 0:
             return
         data = b"".join(self._pending)
-        try:
-            _write_all(self._fd, data)
-            if self.fsync:
-                os.fsync(self._fd)
-        except OSError as exc:
-            self._failed = exc
-            _LOG.error("journal write failed, no more acknowledgements: %s", exc)
-            raise JournalError(f"the journal could not be written: {exc}") from exc
+        while True:
+            try:
+                self._write(data)
+                break
+            except OSError as exc:
+                if exc.errno not in _NO_SPACE or not self._shrink_reserve(len(data)):
+                    self._fail(exc)
+                self._enter_disk_full(f"a journal write failed: {exc}")
         self._pending.clear()
         self._size += len(data)
-        if self._size > self._compact_at:
+        if self._size > self._compact_at and self.disk_full is None:
             try:
                 self.compact()
             except OSError as exc:  # the journal as it is stays valid: try again later
                 _LOG.warning("journal compaction failed, retried later: %s", exc)
                 self._compact_at = 2 * self._size
 
-    def compact(self) -> None:
-        """Rewrite the journal as the broker's live state (temporary file, fsync, rename)."""
-        assert self._broker is not None
-        self._pending.clear()  # the snapshot holds every buffered change
-        temporary = self.path.with_suffix(".compacting")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        size = 0
+    def _write(self, data: bytes) -> None:
         try:
-            chunk: list[bytes] = []
-            for record in snapshot(self._broker):
-                chunk.append(_line(record))
-                if len(chunk) >= 1024:
-                    size += _write_all(fd, b"".join(chunk))
-                    chunk.clear()
-            size += _write_all(fd, b"".join(chunk))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temporary, self.path)
+            _write_all(self._fd, data)
+            if self.fsync:
+                os.fsync(self._fd)
+        except OSError as exc:
+            # A write cut short leaves part of a record: appending after it would make the
+            # journal unreadable. Cutting a file needs no free space; if it fails anyway,
+            # nothing more may be appended.
+            try:
+                os.ftruncate(self._fd, self._size)
+            except OSError:
+                self._fail(exc)
+            raise
+
+    def _fail(self, exc: OSError) -> NoReturn:
+        self._failed = exc
+        _LOG.error("journal write failed, no more acknowledgements: %s", exc)
+        raise JournalError(f"the journal could not be written: {exc}") from exc
+
+    @property
+    def failed(self) -> bool:
+        """True once a write failed that the reserve could not save."""
+        return self._failed is not None
+
+    def compact(self) -> None:
+        """Rewrite the journal as the broker's live state (temporary file, fsync, rename).
+
+        On any error the temporary file is removed and the journal stays as it was."""
+        assert self._broker is not None
+        temporary = self.path.with_suffix(".compacting")
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                size = 0
+                chunk: list[bytes] = []
+                for record in snapshot(self._broker):
+                    chunk.append(_line(record))
+                    if len(chunk) >= 1024:
+                        size += _write_all(fd, b"".join(chunk))
+                        chunk.clear()
+                size += _write_all(fd, b"".join(chunk))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temporary, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+        self._pending.clear()  # the snapshot holds every buffered change
         try:
             new_fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         except OSError as exc:  # appending to the replaced file would lose what follows
@@ -358,6 +544,28 @@ def _write_all(fd: int, data: bytes) -> int:
     while view:
         view = view[os.write(fd, view) :]
     return len(data)
+
+
+def _free_bytes(fd: int) -> int | None:
+    """Free bytes on the file system of `fd` for an unprivileged writer (None: unknown)."""
+    try:
+        stats = os.fstatvfs(fd)
+    except (OSError, AttributeError):  # not every platform has statvfs
+        return None
+    return stats.f_bavail * stats.f_frsize
+
+
+def _allocate(fd: int, size: int) -> None:
+    """Make the file `size` bytes long with its blocks allocated (ENOSPC when they are not
+    free)."""
+    allocate = getattr(os, "posix_fallocate", None)
+    if allocate is not None:
+        allocate(fd, 0, size)
+        return
+    os.ftruncate(fd, 0)  # elsewhere: write the bytes, which allocates them as well
+    zeros = bytes(64 * 1024)
+    for _ in range(0, size, len(zeros)):
+        _write_all(fd, zeros)
 
 
 def _fsync_directory(directory: Path) -> None:
@@ -428,12 +636,22 @@ class JournalState:
     # (dead-letter queue, seq) -> where its early removal record is; see `apply`.
     early_removals: dict[tuple[str, int], str] = field(default_factory=dict)
     repaired: int = 0  # such pairs replayed
+    valid_bytes: int = 0  # the file's length up to a torn last record
 
     def apply(self, record: Any, position: str = "") -> None:
         """Apply one record; raises ValueError / KeyError / TypeError when it is malformed."""
         if not isinstance(record, dict):
             raise ValueError("a record must be an object")
         op = record["o"]
+        if op == "t":
+            records = record["r"]
+            if not isinstance(records, list):
+                raise ValueError("a transaction holds a list of records")
+            for inner in records:
+                if isinstance(inner, dict) and inner.get("o") == "t":
+                    raise ValueError("a transaction inside a transaction")
+                self.apply(inner, position)
+            return
         entity = record["e"]
         if not isinstance(entity, str):
             raise ValueError("entity must be a string")
@@ -605,6 +823,7 @@ def read_journal(path: Path) -> JournalState:
         state.check_complete()
     except ValueError as exc:
         raise JournalError(f"{path}: {exc}. {_REMEDY}") from exc
+    state.valid_bytes = len(data) if torn_at is None else torn_at
     if torn_at is not None:
         _LOG.warning(
             "%s: ignoring %d bytes of an incomplete last record", path, len(data) - torn_at

@@ -734,6 +734,8 @@ class Queue:
             msg.delivery_count += 1
             if msg.state != DEFERRED and self._dead_letter_if_exhausted(msg):
                 return
+            if self.journal is not None:  # kept when the start-up compaction cannot be written
+                self.journal.record_updated(self, msg)
         if msg.state == SCHEDULED:
             assert msg.scheduled_ms is not None
             if msg.scheduled_ms > now:

@@ -20,6 +20,7 @@ from azure.servicebus import (
     ServiceBusReceiveMode,
     ServiceBusSubQueue,
 )
+from azure.servicebus.exceptions import ServiceBusConnectionError, ServiceBusError
 from sb_receive import receive_all
 from sb_support import queue_config, queue_entry, subscription_entry, topic_config, topic_entry
 
@@ -438,17 +439,22 @@ def test_deeply_nested_journal_lines_are_corruption_not_a_crash(tmp_path: Path) 
 
 
 def test_a_journal_write_failure_stops_acknowledgements(restart: Restart, queue_name: str) -> None:
+    """A write error that is not a full disk (the journal's descriptor turned read-only: EBADF;
+    a full disk is test_sb_full_disk.py's): the send in flight is not acknowledged (its
+    connection is closed with `amqp:internal-error`, which the SDK reports without the text),
+    and every later connection is told why at its open, never a dropped socket."""
     emu = restart()
     _send(emu, queue_name, ServiceBusMessage("before", message_id="before"))
     the_journal = emu.broker.journal
     assert the_journal is not None
-    # The journal's descriptor becomes read-only: its next write fails, as on a full disk.
     read_only = os.open(the_journal.path, os.O_RDONLY)
     emu.call(os.dup2, read_only, the_journal._fd)
     os.close(read_only)
 
-    with pytest.raises(Exception):  # noqa: B017 - the SDK's error for a connection that ends
+    with pytest.raises(ServiceBusError):
         _send(emu, queue_name, ServiceBusMessage("after", message_id="after"))
+    with pytest.raises(ServiceBusConnectionError, match="journal could not be written"):
+        _send(emu, queue_name, ServiceBusMessage("refused", message_id="refused"))
 
     emu = restart()
     assert [str(m) for m in _drain(emu, queue_name)] == ["before"]
