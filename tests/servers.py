@@ -95,6 +95,33 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
             process.wait(timeout=10)
 
 
+@contextmanager
+def small_tmpfs(mount_point: Path, size_bytes: int) -> Iterator[Path]:
+    """A tmpfs of `size_bytes` mounted at `mount_point` for a block, so that a test can fill a
+    real disk (ENOSPC from the kernel, not a mock); unmounted after it, never left mounted.
+    Needs root and mount(8): elsewhere the test skips (and fails in CI, `skip_or_fail`)."""
+    mount_point.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        skip_or_fail("a full disk needs a tmpfs mounted for the test: run as root with mount(8)")
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        skip_or_fail(f"cannot mount a tmpfs for a full disk: {mounted.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        unmounted = subprocess.run(
+            ["umount", str(mount_point)], capture_output=True, text=True, check=False
+        )
+        if unmounted.returncode != 0:  # a descriptor left open on it: never leave the mount
+            subprocess.run(["umount", "--lazy", str(mount_point)], check=True)
+            raise AssertionError(f"the small disk was still in use: {unmounted.stderr.strip()}")
+
+
 TAG_VARIABLE = "ORDERS_TEST_TAG"
 
 

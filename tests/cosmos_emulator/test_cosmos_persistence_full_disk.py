@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from typing import Any
 import pytest
 from azure.cosmos import ContainerProxy, CosmosClient, PartitionKey
 from azure.cosmos.exceptions import CosmosHttpResponseError, CosmosResourceNotFoundError
-from servers import skip_or_fail
+from servers import small_tmpfs
 
 from cosmos_emulator import WELL_KNOWN_KEY, start_in_background
 from cosmos_emulator import journal as journal_module
@@ -76,25 +75,8 @@ class SmallDisk:
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[SmallDisk]:
-    root = tmp_path / "disk"
-    root.mkdir()
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        skip_or_fail("a full disk needs a tmpfs mounted for the test: run as root with mount(8)")
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", "tmpfs", str(root)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if mounted.returncode != 0:
-        skip_or_fail(f"cannot mount a tmpfs for a full disk: {mounted.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path / "disk", DISK_BYTES) as root:
         yield SmallDisk(root)
-    finally:
-        unmounted = subprocess.run(["umount", str(root)], capture_output=True, text=True)
-        if unmounted.returncode != 0:  # still in use: detach it rather than leave it mounted
-            subprocess.run(["umount", "--lazy", str(root)], check=True)
-            pytest.fail(f"the small disk was still in use: {unmounted.stderr.strip()}")
 
 
 def _items(container: ContainerProxy) -> dict[str, dict[str, Any]]:

@@ -12,7 +12,6 @@ import datetime
 import errno
 import os
 import shutil
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +27,7 @@ from azure.servicebus.exceptions import (
 from sb_process import EmulatorProcess, wait_until
 from sb_receive import receive_all
 from sb_support import queue_config, queue_entry, subscription_entry, topic_config, topic_entry
-from servers import skip_or_fail
+from servers import small_tmpfs
 
 from servicebus_emulator import journal, start_in_background
 from servicebus_emulator.journal import JOURNAL_NAME, read_journal
@@ -46,27 +45,8 @@ CONFIG = queue_config(
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A tmpfs of DISK_BYTES mounted for this test only, unmounted after it."""
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    if shutil.which("mount") is None:
-        skip_or_fail("no mount command to make a small disk")
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", "tmpfs", str(mount_point)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if mounted.returncode != 0:
-        skip_or_fail(f"cannot mount a tmpfs to fill (root needed): {mounted.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path / "disk", DISK_BYTES) as mount_point:
         yield mount_point
-    finally:
-        unmounted = subprocess.run(
-            ["umount", str(mount_point)], capture_output=True, text=True, check=False
-        )
-        if unmounted.returncode != 0:  # a descriptor left open on it: never leave the mount
-            subprocess.run(["umount", "--lazy", str(mount_point)], check=True)
-            raise AssertionError(f"the disk was still in use: {unmounted.stderr.strip()}")
 
 
 def fill(disk: Path, leave: int = 0) -> None:
