@@ -46,6 +46,35 @@ def test_bad_settings_fail_with_a_clear_message(env: dict[str, str], message: st
         Settings.from_env(env)
 
 
+def test_the_records_retention_comes_from_the_entities_settings() -> None:
+    default = Settings.from_env({"COSMOS_ENDPOINT": "x"})
+    deployed = Settings.from_env(
+        {
+            "COSMOS_ENDPOINT": "x",
+            "ORDERS_LOCK_DURATION_SECONDS": "60",
+            "ORDERS_MAX_DELIVERY_COUNT": "5",
+            "ORDERS_MESSAGE_TTL_SECONDS": "3600",
+        }
+    )
+
+    # The Bicep's defaults (PT2M x 10 + P14D) and the 7-day margin for resubmitted dead letters.
+    assert default.record_ttl_seconds == 120 * 10 + 14 * 86400 + 7 * 86400
+    assert deployed.record_ttl_seconds == 60 * 5 + 3600 + 7 * 86400
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"ORDERS_LOCK_DURATION_SECONDS": "two minutes"},
+        {"ORDERS_MAX_DELIVERY_COUNT": "0"},
+        {"ORDERS_MESSAGE_TTL_SECONDS": "-5"},
+    ],
+)
+def test_a_malformed_entity_setting_fails_at_start(env: dict[str, str]) -> None:
+    with pytest.raises(SettingsError, match="must be a positive whole number"):
+        Settings.from_env({"COSMOS_ENDPOINT": "x", **env})
+
+
 def test_servicebus_is_required_where_used() -> None:
     settings = Settings.from_env({"COSMOS_ENDPOINT": "x"})
 
