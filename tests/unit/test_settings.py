@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-import pytest
+from contextlib import AsyncExitStack
+from typing import cast
 
+import pytest
+from azure.cosmos.aio import CosmosClient
+
+from orders import bootstrap
+from orders.adapters.cosmos_layout import CosmosLayout
 from orders.adapters.monitoring import configure_monitoring
 from orders.service.subscribers import Source
 from orders.settings import Settings, SettingsError
@@ -138,3 +144,16 @@ def test_a_worker_source_is_a_queue_or_a_subscription_of_a_topic() -> None:
     for half_done in ({}, {"topic": "events"}, {"queue": "q", "topic": "t", "subscription": "s"}):
         with pytest.raises(ValueError, match="a source is a queue"):
             Source(**half_done)
+
+
+async def test_the_consumers_lay_their_records_out_with_the_settings_retention() -> None:
+    """The composition root hands every consumer a layout whose records carry the ttl the
+    settings derive from the entities' values (the one line that joins the two)."""
+    settings = Settings.from_env({"COSMOS_ENDPOINT": "x", "ORDERS_MAX_DELIVERY_COUNT": "3"})
+    async with AsyncExitStack() as stack:
+        clients = bootstrap.ProcessClients(settings)
+        wiring = bootstrap._Wiring(stack, clients, cast(CosmosClient, None), None, None)
+        layout = wiring.layout
+
+    assert isinstance(layout, CosmosLayout)
+    assert layout.record_ttl_seconds == settings.record_ttl_seconds == 120 * 3 + 21 * 86400
