@@ -31,6 +31,7 @@ from exactly_once import (
     DeadLetterReason,
     Effects,
     ExactlyOnceConsumer,
+    JsonMapping,
     Outcome,
     PayloadMismatchError,
     Record,
@@ -113,7 +114,7 @@ def invoice_consumers(
 ) -> tuple[ExactlyOnceConsumer[InvoiceIssued], ExactlyOnceConsumer[InvoiceIssued]]:
     @exactly_once(consumer="invoicing", parse=parse_invoice, store=store)
     async def issue_invoice(invoice: InvoiceIssued, effects: Effects) -> Outcome:
-        documents = [
+        documents: list[JsonMapping] = [
             {"id": f"invoice-{invoice.invoice_id}", "amountCents": invoice.amount_cents},
             {"id": f"ledger-{invoice.invoice_id}", "debitCents": invoice.amount_cents},
         ]
@@ -388,7 +389,7 @@ async def test_every_record_carries_the_consumers_ttl_and_no_business_document_d
     records = [d for d in documents if d["id"] not in business]
     # The inbox record beside the invoice, the keys of the inbox and the entity in their home,
     # the two-phase record there, and the inbox record that is its own key (at home).
-    assert sorted(d.get("type") for d in records) == sorted(
+    assert sorted(str(d.get("type")) for d in records) == sorted(
         ["exactlyOnceInbox", KEY_TYPE, KEY_TYPE, "exactlyOnceRecord", "exactlyOnceInbox"]
     )
     assert {d.get("ttl") for d in records} == {retention.ttl_seconds}
