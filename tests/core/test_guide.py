@@ -75,6 +75,21 @@ def test_the_guide_type_checks_as_strictly_as_our_code(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout
 
 
+async def test_importing_the_guide_reaches_no_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client is built at import, and the import neither waits on the network nor fails
+    on it: nothing listens at the endpoint, and every block still runs."""
+    monkeypatch.setenv("COSMOS_ENDPOINT", "http://127.0.0.1:9/")  # discard: nothing answers
+    monkeypatch.setenv("COSMOS_KEY", "bm90LWEta2V5")  # base64 of "not-a-key": never sent
+    namespace: dict[str, Any] = {"__name__": "guide"}
+    started = time.monotonic()
+    for number, block in enumerate(guide_blocks(), start=1):
+        exec(compile(block, f"{GUIDE.name} python block {number}", "exec"), namespace)
+    await namespace["cosmos"].close()
+
+    assert time.monotonic() - started < 5
+    assert "send_greeting" in namespace and "main" in namespace
+
+
 @pytest.fixture
 async def guide(
     python_cosmos: CosmosServer, monkeypatch: pytest.MonkeyPatch
