@@ -85,6 +85,9 @@ param statusSessions bool = false
 // ISO 8601 duration added to the epoch, so any form the entities accept (PT10M, PT1H30M, P7D)
 // converts, and one parameter sets both the entities and the setting.
 var duplicateWindowSeconds = dateTimeToEpoch(dateTimeAdd('1970-01-01T00:00:00Z', duplicateDetectionHistoryTimeWindow))
+// The message TTL in whole seconds, the same way: with the lock duration and maxDeliveryCount the
+// entities get, it sizes how long the app keeps its exactly-once records (their per-item ttl).
+var messageTimeToLiveSeconds = dateTimeToEpoch(dateTimeAdd('1970-01-01T00:00:00Z', messageTimeToLive))
 // Billing charges through PAYMENTS_URL; without one every billing delivery would fail to build
 // its runtime, be abandoned ten times and dead-letter. So an empty paymentsUrl deploys
 // `bill_order` disabled on purpose (the app setting AzureWebJobs.bill_order.Disabled) and says so
@@ -279,6 +282,9 @@ module functionApp 'modules/functionapp.bicep' = {
     paymentsUrl: paymentsUrl
     billingEnabled: billingEnabled
     duplicateWindowSeconds: duplicateWindowSeconds
+    lockDurationSeconds: messaging.outputs.lockDurationSeconds
+    maxDeliveryCount: maxDeliveryCount
+    messageTimeToLiveSeconds: messageTimeToLiveSeconds
   }
 }
 

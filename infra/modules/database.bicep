@@ -141,8 +141,9 @@ resource idempotencyContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabase
 // The fan-out consumers' records, in the order's partition: shipping's inbox record and its
 // shipment in one transactional batch, billing's two-phase record `billing:<messageId>`. Reads
 // are by id (`SELECT ... WHERE c.id = @id` with the database's clock; id is always indexed) and
-// the verifier's STARTSWITH(c.orderId, ...), so only orderId is indexed. No defaultTtl: a record
-// must outlive every redelivery of its message, and the local containers have none either.
+// the verifier's STARTSWITH(c.orderId, ...), so only orderId is indexed. TTL on, no default
+// expiry: the records carry their own ttl (past every redelivery of their message, from the
+// entities' settings: ORDERS_LOCK_DURATION_SECONDS and its two siblings); shipments carry none.
 resource inboxContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2024-11-15' = {
   parent: database
   name: inboxContainerName
@@ -154,6 +155,8 @@ resource inboxContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/cont
         kind: 'Hash'
         version: 2
       }
+      // Must be set (-1) for the per-item ttl of the records to take effect.
+      defaultTtl: -1
       indexingPolicy: {
         indexingMode: 'consistent'
         automatic: true

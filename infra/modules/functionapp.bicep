@@ -72,6 +72,16 @@ param billingEnabled bool = !empty(paymentsUrl)
 @description('The broker duplicate-detection window in seconds (ORDERS_DUPLICATE_WINDOW_SECONDS), the same one messaging.bicep gives the entities.')
 param duplicateWindowSeconds int = 600
 
+// The redelivery window of the entities, as messaging.bicep gives it to them: the app keeps each
+// exactly-once record (an inbox record, a billing record) for lock duration x maxDeliveryCount +
+// message TTL + a margin for resubmitted dead letters (src/orders/settings.py), never less.
+@description('The entities\' lock duration in seconds (ORDERS_LOCK_DURATION_SECONDS).')
+param lockDurationSeconds int = 120
+@description('The entities\' maxDeliveryCount (ORDERS_MAX_DELIVERY_COUNT).')
+param maxDeliveryCount int = 10
+@description('The entities\' message TTL in seconds (ORDERS_MESSAGE_TTL_SECONDS).')
+param messageTimeToLiveSeconds int = 1209600
+
 var authEnabled = !empty(authClientId)
 
 resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
@@ -151,6 +161,10 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
         { name: 'AzureWebJobs.bill_order.Disabled', value: billingEnabled ? 'false' : 'true' }
         // What `orders dlq resubmit` and the console assume about the broker's window.
         { name: 'ORDERS_DUPLICATE_WINDOW_SECONDS', value: string(duplicateWindowSeconds) }
+        // How long the exactly-once records outlive their messages: from the entities' settings.
+        { name: 'ORDERS_LOCK_DURATION_SECONDS', value: string(lockDurationSeconds) }
+        { name: 'ORDERS_MAX_DELIVERY_COUNT', value: string(maxDeliveryCount) }
+        { name: 'ORDERS_MESSAGE_TTL_SECONDS', value: string(messageTimeToLiveSeconds) }
         // DefaultAzureCredential in the app picks the user-assigned identity through this.
         { name: 'AZURE_CLIENT_ID', value: identityClientId }
         { name: 'APPLICATIONINSIGHTS_CONNECTION_STRING', value: applicationInsightsConnectionString }

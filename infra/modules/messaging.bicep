@@ -180,3 +180,6 @@ output topicName string = topic.name
 output subscriptions array = [for (consumer, i) in subscriptions: { name: consumerSubscriptions[i].name, setting: consumer.setting }]
 output statusQueueName string = statusQueue.name
 output statusSessionsQueueName string = statusSessionsQueue.name
+// The lock every entity gets, in whole seconds: the app's record retention (lock duration x
+// maxDeliveryCount + message TTL + a margin, ORDERS_LOCK_DURATION_SECONDS) is sized from it.
+output lockDurationSeconds int = dateTimeToEpoch(dateTimeAdd('1970-01-01T00:00:00Z', lockDuration))

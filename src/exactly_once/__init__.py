@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         RecordExistsError,
         Refused,
         Rejected,
+        RetentionError,
         StoreError,
         TransientStoreError,
     )
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
         StoredDocument,
         fingerprint,
     )
+    from exactly_once.retention import Retention
     from exactly_once.servicebus import (
         ExactlyOnceConsumer,
         MessageActionsSettler,
@@ -108,6 +110,8 @@ _MODULE_OF: dict[str, str] = {
     "RecordStore": "ports",
     "Refused": "exceptions",
     "Rejected": "exceptions",
+    "Retention": "retention",
+    "RetentionError": "exceptions",
     "Settleable": "decisions",
     "Settlement": "decisions",
     "Settler": "decisions",
@@ -164,6 +168,8 @@ __all__ = [
     "RecordStore",
     "Refused",
     "Rejected",
+    "Retention",
+    "RetentionError",
     "Settleable",
     "Settlement",
     "Settler",

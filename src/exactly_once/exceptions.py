@@ -22,6 +22,11 @@ class TransientStoreError(StoreError):
     """The store failed in a way a later attempt may not (throttling, timeout, outage)."""
 
 
+class RetentionError(ExactlyOnceError, ValueError):
+    """A retention that would forget a message's records while the broker may still deliver
+    the message: raised when the consumer is built, never on a message."""
+
+
 class RecordExistsError(ExactlyOnceError):
     """A claim found the key already recorded: carries the existing record and the database's
     time it was read at (one request answers both)."""

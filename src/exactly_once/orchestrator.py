@@ -9,6 +9,12 @@ tells a duplicate from a conflicting payload happens only when the write found i
   effect's documents: the record exists if and only if the effect does.
 - `two_phase`: a record claimed before an external call and completed after it; the call
   carries a downstream key that stays the same on every attempt, so the downstream does it once.
+
+The key's home: a message's key (consumer, MessageId) is judged in a partition derived from the
+key alone (`Effects.key_partition`), never in one the payload names, so a MessageId reused with
+another body is a mismatch whatever partition that body names. An effect written in the key's
+home carries its key record in its own batch (one request); one written elsewhere writes the key
+record first (`Effects.hold_key`), then its batch. A two-phase record always lives there.
 - `apply_version`: natural idempotency. A versioned document replaced If-Match; an older or
   equal version changes nothing.
 """
@@ -38,10 +44,13 @@ from exactly_once.records import (
     Record,
     RecordStatus,
 )
+from exactly_once.retention import DEFAULT_RETENTION, Retention
 
 # A versioned document that keeps moving under us is given back to the broker after this many.
 MAX_RACES = 5
 INBOX_TYPE = "exactlyOnceInbox"
+# A message's key record in the key's home, written first when the effect's partition is another.
+KEY_TYPE = "exactlyOnceKey"
 # Characters Cosmos DB ids may not hold, and its id length limit.
 _FORBIDDEN_ID_CHARACTERS = frozenset("/\\?#")
 _MAX_ID_LENGTH = 255
@@ -81,6 +90,12 @@ def safe_id(text: str) -> str:
     return f"{prefix}:{digest}" if keep_prefix else digest
 
 
+def key_partition_of(consumer: str, message_id: str) -> str:
+    """The key's home by default: a partition of its own for each (consumer, MessageId), so
+    keys spread over the container's partitions and no payload can move one."""
+    return safe_id(f"{consumer}:{message_id}")
+
+
 @dataclass(frozen=True)
 class TwoPhaseResult:
     """A two-phase effect's outcome (`PROCESSED` now, `DUPLICATE` before) and what the
@@ -92,7 +107,10 @@ class TwoPhaseResult:
 
 class Effects:
     """The mechanisms, bound to one unit of work: the consumer, the message id and its request
-    hash name the records; `owner` names this process in them."""
+    hash name the records; `owner` names this attempt (one delivery) in them.
+
+    `key_partition` is the key's home (by default one partition per (consumer, MessageId));
+    every record carries `retention`'s ttl, and no business document is given one."""
 
     def __init__(
         self,
@@ -106,11 +124,15 @@ class Effects:
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        retention: Retention = DEFAULT_RETENTION,
+        key_partition: str | None = None,
     ) -> None:
         self.consumer = consumer
         self.message_id = message_id
         self.request_hash = request_hash
         self.owner = owner
+        self.key_partition = key_partition or key_partition_of(consumer, message_id)
+        self.ttl_seconds = retention.ttl_seconds
         self._documents = documents
         self._lease_seconds = lease_seconds
         self._claims = Claims(
@@ -120,6 +142,39 @@ class Effects:
             max_wait_seconds=max_wait_seconds,
             sleep=sleep,
         )
+
+    def _marker(self, kind: str, document_type: str) -> dict[str, JsonInput]:
+        """The record of this message's `kind` of effect: its id names the consumer and the
+        MessageId only, never the payload; it expires with the consumer's retention."""
+        return {
+            "id": safe_id(f"{kind}:{self.consumer}:{self.message_id}"),
+            "type": document_type,
+            "consumer": self.consumer,
+            "messageId": self.message_id,
+            "requestHash": self.request_hash,
+            "ttl": self.ttl_seconds,
+        }
+
+    async def hold_key(self, kind: str, partition: str) -> bool:
+        """Write this message's key record for `kind` in the key's home, before an effect in
+        `partition` (another partition): True when it is new; False when an earlier delivery
+        wrote it with the same request hash (the effect may be done: its own marker says).
+
+        Raises `PayloadMismatchError` when the key was first recorded with another hash,
+        whatever partition either body named."""
+        key = {**self._marker(kind, KEY_TYPE), "partition": partition}
+        key_id = str(key["id"])
+        try:
+            await self._documents.create_all(self.key_partition, [key])
+            return True
+        except DocumentExistsError as exists:
+            stored = exists.existing or await self._documents.get(key_id, self.key_partition)
+        if stored is None:
+            raise RecordChangedError(f"{key_id!r} vanished after its create conflicted")
+        stored_hash = stored.body.get("requestHash")
+        if stored_hash != self.request_hash:
+            raise PayloadMismatchError(key_id, str(stored_hash), self.request_hash)
+        return False
 
     # --- (1) the business entity as the marker ----------------------------------------------
 
@@ -133,13 +188,40 @@ class Effects:
         """Create `entity` (stamped with the request hash in `hash_field`) and `others` in one
         batch: `PROCESSED`; or find the entity and its hash the same: `DUPLICATE`.
 
-        Raises `PayloadMismatchError` when the entity holds another hash, `DocumentExistsError`
-        when one of `others` exists without the entity."""
-        return await create_entity(
+        In the key's home the message's key record rides in the batch; elsewhere it is written
+        first. Raises `PayloadMismatchError` when the key or the entity holds another hash,
+        `DocumentExistsError` when one of `others` exists without the entity."""
+        marked = {**entity, hash_field: self.request_hash}
+        if partition != self.key_partition:
+            await self.hold_key("entity", partition)
+            return await _create_marked(
+                self._documents,
+                partition,
+                marked,
+                others,
+                request_hash=self.request_hash,
+                hash_field=hash_field,
+            )
+        key = self._marker("entity", KEY_TYPE)
+        try:
+            return await _create_marked(
+                self._documents,
+                partition,
+                key,
+                [marked, *others],
+                request_hash=self.request_hash,
+                hash_field="requestHash",
+            )
+        except DocumentExistsError as exists:
+            if exists.index != 1:
+                raise
+        # The entity exists without this message's key: another message created it (a resend
+        # under a new MessageId): the entity's own hash decides, as it does elsewhere.
+        return await _create_marked(
             self._documents,
             partition,
-            entity,
-            *others,
+            marked,
+            others,
             request_hash=self.request_hash,
             hash_field=hash_field,
         )
@@ -150,17 +232,20 @@ class Effects:
         """Create this consumer's inbox record for the message and `documents` in one batch:
         `PROCESSED`; or find the record with the same hash: `DUPLICATE`.
 
-        Raises `PayloadMismatchError` when the record holds another hash, `DocumentExistsError`
-        when one of `documents` exists without the record."""
-        marker: JsonMapping = {
-            "id": safe_id(f"inbox:{self.consumer}:{self.message_id}"),
-            "type": INBOX_TYPE,
-            "consumer": self.consumer,
-            "messageId": self.message_id,
-            "requestHash": self.request_hash,
-        }
+        In the key's home the inbox record is the key record; elsewhere the key record is
+        written first. Raises `PayloadMismatchError` when the key holds another hash,
+        `DocumentExistsError` when one of `documents` exists without the record."""
+        marker = self._marker("inbox", INBOX_TYPE)
+        judged = False
+        if partition != self.key_partition:
+            judged = not await self.hold_key("inbox", partition)
+        # A key found with this hash was judged in its home: the marker's id decides alone.
         return await inbox_batch(
-            self._documents, partition, marker, documents, request_hash=self.request_hash
+            self._documents,
+            partition,
+            marker,
+            documents,
+            request_hash=None if judged else self.request_hash,
         )
 
     # --- (3) two phases around an external call -----------------------------------------------
@@ -171,19 +256,24 @@ class Effects:
         """Claim the work, call the downstream with a key that never changes for this message,
         record its answer: `PROCESSED`; or find it recorded: `DUPLICATE` with that answer.
 
-        A live claim of another owner is waited for (bounded), then `InProgressElsewhereError`;
-        an ended one is taken over (If-Match) and the call made again with the same key. A
-        `Refused` from the call marks the record failed, for good; any other error releases the
-        claim (the next attempt calls again, with the same key) and propagates."""
+        The record lives in the key's home, whatever `partition` the effect concerns (no
+        document rides with it, so only the key decides where it is). A live claim of another
+        attempt (another delivery, in this process or another) is waited for (bounded), then
+        `InProgressElsewhereError`; an ended one is taken over (If-Match) and the call made
+        again with the same key. A `Refused` from the call marks the record failed, for good;
+        any other error releases the claim (the next attempt calls again, with the same key)
+        and propagates."""
+        del partition  # kept in the signature: callers name the effect's partition
         key = safe_id(f"two-phase:{self.consumer}:{self.message_id}")
         wanted = Record(
             key=key,
-            partition=partition,
+            partition=self.key_partition,
             request_hash=self.request_hash,
             status=RecordStatus.IN_PROGRESS,
             owner=self.owner,
             lease_seconds=self._lease_seconds,
             downstream_key=downstream_key or f"{self.consumer}:{self.message_id}",
+            expires_after_seconds=self.ttl_seconds,
         )
         owned = await self.own(wanted)
         if owned.status is RecordStatus.COMPLETED:

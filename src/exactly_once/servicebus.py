@@ -32,6 +32,7 @@ from exactly_once.exceptions import Rejected
 from exactly_once.orchestrator import Effects
 from exactly_once.ports import DocumentStore, RecordStore, Store
 from exactly_once.records import DEFAULT_LEASE_SECONDS, body_fingerprint
+from exactly_once.retention import DEFAULT_RETENTION, Retention
 from exactly_once.telemetry import Telemetry
 
 Message = TypeVar("Message")
@@ -39,9 +40,12 @@ Message = TypeVar("Message")
 Effect = Callable[[Message, Effects], Awaitable[Outcome | Decision]]
 # Your parser: the body's bytes -> your message model (raise anything to reject it).
 Parser = Callable[[bytes], Message]
-# A body above this is dead-lettered before your parser sees it: Premium's default maximum
-# message size (Standard's is 256 KB). Larger messages need `max_body_bytes` raised with it.
-DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+# A body above this is dead-lettered before your parser sees it: the Standard tier's maximum
+# message size (256 KB, headers included), so no body the broker can deliver is larger. On
+# Premium (1 MiB by default, up to 100 MB) raise `max_body_bytes` with the entity's limit.
+DEFAULT_MAX_BODY_BYTES = 256 * 1024
+# The key's home of a message, from its MessageId (see `Effects.key_partition`).
+KeyPartition = Callable[[str], str]
 
 
 class FunctionsMessageActions(Protocol):
@@ -147,9 +151,13 @@ class ExactlyOnceConsumer(Generic[Message]):
         max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS,
         telemetry: Telemetry | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        retention: Retention = DEFAULT_RETENTION,
+        key_partition: KeyPartition | None = None,
     ) -> None:
         self.consumer = consumer
         self.max_body_bytes = max_body_bytes
+        self.retention = retention
+        self._key_partition = key_partition
         self._effect = effect
         self._parse = parse
         self._records = records
@@ -239,9 +247,13 @@ class ExactlyOnceConsumer(Generic[Message]):
             request_hash=body_fingerprint(body),
             records=self._records,
             documents=self._documents,
-            owner=self._owner,
+            # A claim belongs to one delivery, not to this process: a second copy of the
+            # message (here or elsewhere) waits for this one instead of taking its claim.
+            owner=f"{self._owner}/{uuid.uuid4().hex[:12]}",
             lease_seconds=self._lease_seconds,
             max_wait_seconds=self._max_wait_seconds,
+            retention=self.retention,
+            key_partition=self._key_partition(message_id) if self._key_partition else None,
         )
         try:
             done = await self._effect(parsed, effects)
@@ -277,9 +289,14 @@ def exactly_once(
     max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS,
     telemetry: Telemetry | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    retention: Retention = DEFAULT_RETENTION,
+    key_partition: KeyPartition | None = None,
 ) -> Callable[[Effect[Message]], ExactlyOnceConsumer[Message]]:
     """Decorate your effect (`async def effect(message, effects) -> Outcome`) into the
-    `ExactlyOnceConsumer` a trigger calls; `store` holds its records and documents."""
+    `ExactlyOnceConsumer` a trigger calls; `store` holds its records and documents.
+
+    `retention` sets the ttl of every record it writes (checked here, at start-up);
+    `key_partition` the key's home from the MessageId (one partition per key by default)."""
 
     def wrap(effect: Effect[Message]) -> ExactlyOnceConsumer[Message]:
         return ExactlyOnceConsumer(
@@ -293,6 +310,8 @@ def exactly_once(
             max_wait_seconds=max_wait_seconds,
             telemetry=telemetry,
             max_body_bytes=max_body_bytes,
+            retention=retention,
+            key_partition=key_partition,
         )
 
     return wrap

@@ -539,7 +539,8 @@ class _Wiring:
 
     @property
     def layout(self) -> DocumentLayout:
-        return DOCUMENT_LAYOUT
+        # The consumers' records expire past every redelivery of their message (issue 34).
+        return CosmosLayout(record_ttl_seconds=self.settings.record_ttl_seconds)
 
     @property
     def after_charge(self) -> AfterCharge | None:

@@ -7,9 +7,11 @@ Emulators differ from Azure in settings only, never in code paths: a connection 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from exactly_once.exceptions import RetentionError
+from exactly_once.retention import Retention
 from orders.exceptions import OrdersError
 
 # Every setting the Azure deployment (infra/) sets: tests/infra checks the Bicep sets exactly these.
@@ -47,6 +49,11 @@ APP_SETTING_NAMES = frozenset(
         # The broker's duplicate-detection window in seconds (issue 23): the Bicep derives it
         # from the same parameter it gives the entities, so the tools never assume a default.
         "ORDERS_DUPLICATE_WINDOW_SECONDS",
+        # The entities' lock duration, MaxDeliveryCount and message TTL (issue 34), from the same
+        # values the Bicep gives them: the exactly-once records outlive every redelivery.
+        "ORDERS_LOCK_DURATION_SECONDS",
+        "ORDERS_MAX_DELIVERY_COUNT",
+        "ORDERS_MESSAGE_TTL_SECONDS",
     }
 )
 # Only for the emulators: keys and connection strings never appear in the Azure deployment.
@@ -80,6 +87,11 @@ SUBSCRIPTION_SUFFIX = "_SUBSCRIPTION"
 DEFAULT_IDEMPOTENCY_TTL_SECONDS = 24 * 60 * 60
 # Azure's default for a queue's duplicate-detection history (ARM's PT10M).
 DEFAULT_DUPLICATE_WINDOW_SECONDS = 10 * 60
+# What infra/modules/messaging.bicep gives every entity by default (lockDuration PT2M,
+# maxDeliveryCount 10, defaultMessageTimeToLive P14D): the records' retention without settings.
+DEFAULT_RECORD_RETENTION = Retention(
+    lock_duration_seconds=120, max_delivery_count=10, message_ttl_seconds=14 * 24 * 60 * 60
+)
 
 
 class SettingsError(OrdersError, ValueError):
@@ -147,6 +159,9 @@ class Settings:
     console_enabled: bool = False
     console_subscriptions: tuple[tuple[str, str], ...] = ()
     duplicate_window_seconds: int = DEFAULT_DUPLICATE_WINDOW_SECONDS
+    # How long the consumers' exactly-once records (shipping's inbox records, billing's charge
+    # and refund records) are kept: their ttl, past every redelivery of their message.
+    record_retention: Retention = DEFAULT_RECORD_RETENTION
     decisions_folder: str | None = None
     allowed_hosts: tuple[str, ...] = ()
 
@@ -225,6 +240,7 @@ class Settings:
             ),
             console_subscriptions=parse_subscriptions(optional("ORDERS_CONSOLE_SUBSCRIPTIONS")),
             duplicate_window_seconds=window,
+            record_retention=record_retention(optional),
             decisions_folder=optional("ORDERS_DECISIONS_DIR"),
             allowed_hosts=tuple(
                 entry.strip()
@@ -233,6 +249,11 @@ class Settings:
             ),
             **named,
         )
+
+    @property
+    def record_ttl_seconds(self) -> int:
+        """The ttl of every exactly-once record the consumers write."""
+        return self.record_retention.ttl_seconds
 
     @property
     def monitoring(self) -> MonitoringSettings:
@@ -293,3 +314,34 @@ def parse_subscriptions(text: str | None) -> tuple[tuple[str, str], ...]:
             )
         pairs.append((topic.strip(), subscription.strip()))
     return tuple(pairs)
+
+
+def _positive_whole(name: str, text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or len(text) > 9 or int(text) == 0:
+        raise SettingsError(f"{name} must be a positive whole number: {text!r}")
+    return int(text)
+
+
+def record_retention(optional: Callable[[str], str | None]) -> Retention:
+    """The records' retention from the entities' settings, each defaulting to the Bicep's; a
+    malformed value or a window no ttl covers is a `SettingsError` at start-up."""
+    default = DEFAULT_RECORD_RETENTION
+    values = {
+        field: _positive_whole(name, text)
+        for field, name in (
+            ("lock_duration_seconds", "ORDERS_LOCK_DURATION_SECONDS"),
+            ("max_delivery_count", "ORDERS_MAX_DELIVERY_COUNT"),
+            ("message_ttl_seconds", "ORDERS_MESSAGE_TTL_SECONDS"),
+        )
+        if (text := optional(name)) is not None
+    }
+    try:
+        return Retention(
+            lock_duration_seconds=values.get(
+                "lock_duration_seconds", default.lock_duration_seconds
+            ),
+            max_delivery_count=values.get("max_delivery_count", default.max_delivery_count),
+            message_ttl_seconds=values.get("message_ttl_seconds", default.message_ttl_seconds),
+        )
+    except RetentionError as exc:
+        raise SettingsError(str(exc)) from exc

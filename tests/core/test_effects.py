@@ -75,11 +75,13 @@ async def test_two_phases_call_once_and_replay_the_recorded_answer(store: Cosmos
 
 
 def wanted(bound: Effects, partition: str, *, lease_seconds: float) -> Record:
-    """The record `two_phase` claims for `bound`: claimed directly, it is an owner that crashed
-    between its claim and its completion."""
+    """The record `two_phase` claims for `bound` (in the key's home, whatever `partition` the
+    effect names): claimed directly, it is an owner that crashed between its claim and its
+    completion."""
+    del partition  # the effect's partition places no two-phase record
     return Record(
         key=safe_id(f"two-phase:{bound.consumer}:{bound.message_id}"),
-        partition=partition,
+        partition=bound.key_partition,
         request_hash=bound.request_hash,
         status=RecordStatus.IN_PROGRESS,
         owner=bound.owner,
@@ -105,7 +107,7 @@ async def test_a_crashed_owner_is_left_alone_while_its_lease_lives_then_taken_ov
 
     assert taken.outcome is Outcome.PROCESSED
     assert downstream.calls == [f"billing:{message}"]  # the key the crashed owner had
-    record = (await store.read(claim.key, partition)).record
+    record = (await store.read(claim.key, claim.partition)).record
     assert record is not None
     assert (record.owner, record.attempts, record.status) == ("worker-b", 2, RecordStatus.COMPLETED)
 
@@ -172,7 +174,8 @@ async def test_a_failed_call_releases_the_claim_and_a_refusal_is_kept(
     with pytest.raises(ConnectionError):
         await effects(store, message).two_phase(partition, broken)
     key = safe_id(f"two-phase:billing:{message}")
-    assert (await store.read(key, partition)).record is None  # released: a retry claims anew
+    home = effects(store, message).key_partition
+    assert (await store.read(key, home)).record is None  # released: a retry claims anew
 
     with pytest.raises(Refused):
         await effects(store, message).two_phase(partition, refusing)

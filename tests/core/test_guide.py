@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -24,7 +25,6 @@ from typing import Any, TypeVar
 
 import httpx
 import pytest
-from azure.cosmos import PartitionKey
 from azure.cosmos.aio import ContainerProxy, CosmosClient
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
@@ -75,22 +75,34 @@ def test_the_guide_type_checks_as_strictly_as_our_code(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout
 
 
+async def test_importing_the_guide_reaches_no_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client is built at import, and the import neither waits on the network nor fails
+    on it: nothing listens at the endpoint, and every block still runs."""
+    monkeypatch.setenv("COSMOS_ENDPOINT", "http://127.0.0.1:9/")  # discard: nothing answers
+    monkeypatch.setenv("COSMOS_KEY", "bm90LWEta2V5")  # base64 of "not-a-key": never sent
+    namespace: dict[str, Any] = {"__name__": "guide"}
+    started = time.monotonic()
+    for number, block in enumerate(guide_blocks(), start=1):
+        exec(compile(block, f"{GUIDE.name} python block {number}", "exec"), namespace)
+    await namespace["cosmos"].close()
+
+    assert time.monotonic() - started < 5
+    assert "send_greeting" in namespace and "main" in namespace
+
+
 @pytest.fixture
 async def guide(
     python_cosmos: CosmosServer, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[dict[str, Any]]:
-    """The README's code, run as a module would be, with the environment it reads."""
+    """The README's code, run as a module would be, with the environment it reads; its
+    container created as the guide creates it."""
     monkeypatch.setenv("COSMOS_ENDPOINT", python_cosmos.endpoint)
     monkeypatch.setenv("COSMOS_KEY", python_cosmos.key)
-    async with CosmosClient(python_cosmos.endpoint, credential=python_cosmos.key) as admin:
-        database = await admin.create_database_if_not_exists("greetings")
-        await database.create_container_if_not_exists(
-            id="cards", partition_key=PartitionKey(path="/pk"), default_ttl=-1
-        )
     namespace: dict[str, Any] = {"__name__": "guide"}
     for number, block in enumerate(guide_blocks(), start=1):
         exec(compile(block, f"{GUIDE.name} python block {number}", "exec"), namespace)
     try:
+        await namespace["create_container"]()
         yield namespace
     finally:
         await namespace["cosmos"].close()
@@ -167,10 +179,15 @@ async def test_worker_a_duplicate_a_conflict_and_a_poison_message_end_as_the_gui
     assert documents[f"card-{greeting_id}"] == {
         "id": f"card-{greeting_id}",
         "text": "hello",
+        "length": 5,
         "pk": user,
     }
-    assert [d.get("type") for d in documents.values()].count("exactlyOnceInbox") == 1
+    inbox = [d for d in documents.values() if d.get("type") == "exactlyOnceInbox"]
+    assert len(inbox) == 1
     assert len(documents) == 2  # the card and its inbox record: once
+    # The record expires after the queue's redelivery window and the margin; the card never.
+    assert inbox[0]["ttl"] == 30 * 10 + 3600 + 7 * 24 * 3600
+    assert "ttl" not in documents[f"card-{greeting_id}"]
 
 
 async def test_two_competing_workers_process_each_message_once_and_stop_on_the_event(
@@ -206,6 +223,86 @@ async def test_two_competing_workers_process_each_message_once_and_stop_on_the_e
         key for key, document in documents.items() if document.get("type") == "exactlyOnceInbox"
     }
     assert len(documents) == 2 * len(ids)  # a card and an inbox record per message: once
+
+
+async def test_main_closes_the_cosmos_client_and_ends_on_sigterm(
+    guide: dict[str, Any], servicebus: RunningEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SERVICEBUS_CONNECTION_STRING", servicebus.connection_string)
+    user, ids = unique("user"), [unique("greeting") for _ in range(3)]
+    await send(
+        servicebus,
+        *(ServiceBusMessage(json.dumps(greeting(i, user, "hi")), message_id=i) for i in ids),
+    )
+    loop = asyncio.get_running_loop()
+    main = asyncio.create_task(guide["main"](asyncio.Event()))
+    try:
+        deadline = time.monotonic() + 30
+        while {f"card-{i}" for i in ids} - set(await cards_of(guide, user)):
+            assert time.monotonic() < deadline, "main did not process every message in 30 s"
+            assert not main.done(), "main ended before SIGTERM"
+            await asyncio.sleep(0.1)  # polling the store main writes, bounded by the deadline
+        os.kill(os.getpid(), signal.SIGTERM)  # main's handler sets its stop event
+        stats = await asyncio.wait_for(main, 30)
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+
+    assert (stats.received, stats.settled) == (3, 3)
+    with pytest.raises(ValueError, match="already been closed"):
+        await guide["container"].read()
+
+
+async def cards_of(guide: dict[str, Any], user: str) -> dict[str, dict[str, Any]]:
+    """A user's documents, read through a client of the test's own (main closes the guide's)."""
+    endpoint, key = os.environ["COSMOS_ENDPOINT"], os.environ["COSMOS_KEY"]
+    async with CosmosClient(endpoint, credential=key) as client:
+        container = client.get_database_client("greetings").get_container_client("cards")
+        return await stored(container, user)
+
+
+async def test_a_message_sent_without_a_message_id_is_new_on_every_resend(
+    guide: dict[str, Any], servicebus: RunningEmulator
+) -> None:
+    """Each copy gets a random MessageId: the resend is not a duplicate; its card
+    exists without its own inbox record, and it is dead-lettered as an effect conflict."""
+    user, greeting_id = unique("user"), unique("greeting")
+    body = json.dumps(greeting(greeting_id, user, "hello"))
+    await send(servicebus, ServiceBusMessage(body), ServiceBusMessage(body))
+
+    async with (
+        ServiceBusClient.from_connection_string(servicebus.connection_string) as client,
+        client.get_queue_receiver(QUEUE) as receiver,
+    ):
+        await guide["work"](receiver)
+
+    letters = await dead_letters(servicebus)
+    assert [reason for reason, _ in letters.values()] == ["EffectDocumentExists"]
+    (random_id,) = letters
+    assert random_id is not None and uuid.UUID(random_id)  # a random GUID, not ours
+    documents = await stored(guide["container"], user)
+    assert len(documents) == 2  # the card and the first copy's inbox record
+
+
+async def test_a_transient_downstream_failure_is_abandoned_and_called_again_with_its_key(
+    guide: dict[str, Any],
+) -> None:
+    sent = greeting(unique("greeting"), unique("user"), "sms")
+    provider = guide["send_text"]
+
+    async def unreachable(key: str, text: str) -> str:
+        raise ConnectionError("the provider is unreachable")
+
+    guide["send_text"] = unreachable
+    failed = await decide(guide, "text_user", sent)
+    guide["send_text"] = provider
+    done = await decide(guide, "text_user", sent)
+
+    assert (failed.outcome, failed.settlement) == (
+        Outcome.UNEXPECTED_FAILURE,
+        Settlement.ABANDON,
+    )
+    assert done.outcome is Outcome.PROCESSED
+    assert guide["sent_texts"] == {f"texts:{sent['greeting_id']}": "sms"}
 
 
 class ReceiverBackedActions:

@@ -64,7 +64,7 @@ from exactly_once import (
 from exactly_once.decisions import DeadLetterReason
 from exactly_once.exceptions import CorruptRecordError
 from exactly_once.idempotency_key import IdempotencyKeys, KeyClaim
-from exactly_once.orchestrator import safe_id
+from exactly_once.orchestrator import key_partition_of, safe_id
 from exactly_once.records import body_fingerprint
 from orders.domain.received import BodyKind
 from servicebus_emulator import RunningEmulator
@@ -398,11 +398,14 @@ async def test_a_corrupt_record_is_a_store_error_and_its_message_is_dead_lettere
     store: CosmosStore, container: ContainerProxy, name: str, field: str, value: object
 ) -> None:
     message_id = unique(name)
-    key = safe_id(f"two-phase:{CONSUMER}:{message_id}")
+    key, home = (
+        safe_id(f"two-phase:{CONSUMER}:{message_id}"),
+        key_partition_of(CONSUMER, message_id),
+    )
     claimed = await store.claim(
         Record(
             key=key,
-            partition=PARTITION,
+            partition=home,
             request_hash=body_fingerprint(greeting_body()),
             status=RecordStatus.IN_PROGRESS,
             owner="crashed",
@@ -422,7 +425,7 @@ async def test_a_corrupt_record_is_a_store_error_and_its_message_is_dead_lettere
     consumer = exactly_once(consumer=CONSUMER, parse=core_parse, store=store)(charge)
 
     with pytest.raises(CorruptRecordError) as read_error:
-        await store.read(key, PARTITION)
+        await store.read(key, home)
     decision = await consumer.decide(greeting_body(), message_id)
 
     assert field in str(read_error.value) or "not an exactly-once record" in str(read_error.value)

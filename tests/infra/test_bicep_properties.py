@@ -388,10 +388,10 @@ def test_cosmos_containers_match_the_code() -> None:
         assert resource["partitionKey"]["paths"] == [expected_keys[name]], name
         assert resource["partitionKey"]["kind"] == "Hash", name
         assert resolve(module, resource["id"]) == name
-    # TTL on (items carry their own ttl) where the code expires records; the inbox and the
-    # leases keep theirs, as the local containers do.
+    # TTL on (items carry their own ttl) where the code expires records (the inbox's records
+    # since issue 34); the leases keep theirs, as the local containers do.
     ttls = {name: resolve(module, r.get("defaultTtl")) for name, r in containers.items()}
-    assert ttls == {"orders": -1, "idempotency": -1, "inbox": None, "leases": None}
+    assert ttls == {"orders": -1, "idempotency": -1, "inbox": -1, "leases": None}
     # Trimmed: nothing is indexed unless listed; exactly the paths the code's queries filter on
     # (see the comments in database.bicep). The trigger's lease container keeps the default.
     trimmed = {name: r for name, r in containers.items() if name != "leases"}

@@ -113,6 +113,37 @@ def test_the_tools_window_comes_from_the_entities_parameter() -> None:
     assert "ORDERS_DUPLICATE_WINDOW_SECONDS" in main["outputs"]
 
 
+def test_the_records_retention_comes_from_the_entities_settings() -> None:
+    """ORDERS_LOCK_DURATION_SECONDS, ORDERS_MAX_DELIVERY_COUNT and ORDERS_MESSAGE_TTL_SECONDS are
+    the values messaging.bicep gives the entities, never copies of them (issue 34)."""
+    settings = _app_settings()
+    params = _call(FUNCTION)["config"]["params"]
+    for setting, param in (
+        ("ORDERS_LOCK_DURATION_SECONDS", "lockDurationSeconds"),
+        ("ORDERS_MAX_DELIVERY_COUNT", "maxDeliveryCount"),
+        ("ORDERS_MESSAGE_TTL_SECONDS", "messageTimeToLiveSeconds"),
+    ):
+        assert settings[setting] == {
+            "function": {"type": "string", "parameters": {"value_to_convert": param}}
+        }
+    assert params["maxDeliveryCount"] == "maxDeliveryCount"
+    assert params["messageTimeToLiveSeconds"] == "messageTimeToLiveSeconds"
+    assert json.dumps(params["lockDurationSeconds"]).count("lockDurationSeconds") == 1
+    assert "messaging" in json.dumps(params["lockDurationSeconds"])
+    messaging = _call("modules/messaging.bicep")["config"]["params"]
+    assert messaging["maxDeliveryCount"] == "maxDeliveryCount"
+    assert messaging["messageTimeToLive"] == "messageTimeToLive"
+    main = parse(MAIN)
+    seconds = main["variables"]["messageTimeToLiveSeconds"]["value"]["function"]
+    assert seconds["type"] == "date_time_to_epoch"
+    added = seconds["parameters"]["date_time"]["function"]["parameters"]
+    assert (added["base"], added["duration"]) == ("1970-01-01T00:00:00Z", "messageTimeToLive")
+    lock = parse("modules/messaging.bicep")["outputs"]["lockDurationSeconds"]["value"]["function"]
+    assert lock["type"] == "date_time_to_epoch"
+    added = lock["parameters"]["date_time"]["function"]["parameters"]
+    assert (added["base"], added["duration"]) == ("1970-01-01T00:00:00Z", "lockDuration")
+
+
 def test_the_window_setting_is_bounded_as_the_broker_bounds_it() -> None:
     decorators = parse(FUNCTION)["parameters"]["duplicateWindowSeconds"]["decorators"]
     text = json.dumps(decorators)

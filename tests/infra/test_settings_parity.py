@@ -63,6 +63,11 @@ ISSUE_13_SETTINGS = frozenset(
 ISSUE_14_SETTINGS = frozenset({"STATUS_QUEUE", "STATUS_SESSIONS"})
 # What issue 23 adds: the tools' duplicate-detection window, from the entities' own parameter.
 ISSUE_23_SETTINGS = frozenset({"ORDERS_DUPLICATE_WINDOW_SECONDS"})
+# What issue 34 adds: the entities' lock duration, MaxDeliveryCount and message TTL, from the
+# values messaging.bicep gives them, which size how long the exactly-once records are kept.
+ISSUE_34_SETTINGS = frozenset(
+    {"ORDERS_LOCK_DURATION_SECONDS", "ORDERS_MAX_DELIVERY_COUNT", "ORDERS_MESSAGE_TTL_SECONDS"}
+)
 # Local only: keys and connection strings exist for the emulators, never in Azure.
 EMULATOR_ONLY = frozenset({"COSMOS_KEY", "ServiceBusConnection", "CosmosConnection"})
 # Read with defaults by the HTTP API, billing and the console; Azure may leave them unset.
@@ -124,8 +129,14 @@ def code_setting_names() -> frozenset[str]:
     return names
 
 
-def test_bicep_sets_the_settings_issues_4_13_14_and_23_list() -> None:
-    expected = ISSUE_SETTINGS | ISSUE_13_SETTINGS | ISSUE_14_SETTINGS | ISSUE_23_SETTINGS
+def test_bicep_sets_the_settings_issues_4_13_14_23_and_34_list() -> None:
+    expected = (
+        ISSUE_SETTINGS
+        | ISSUE_13_SETTINGS
+        | ISSUE_14_SETTINGS
+        | ISSUE_23_SETTINGS
+        | ISSUE_34_SETTINGS
+    )
     assert set(bicep_app_settings()) - HOST_ONLY == expected
 
 

@@ -357,6 +357,23 @@ def test_billings_charge_record_is_flat_and_reads_back_as_written() -> None:
     assert charge_of(charge_document(charge)) == charge
 
 
+def test_the_records_carry_the_retentions_ttl_and_the_shipment_none() -> None:
+    layout = CosmosLayout(record_ttl_seconds=4321)
+
+    record, shipment = layout.shipping_documents(
+        accepted(), message_id=ACCEPTED_ID, processed_at=AT
+    )
+
+    assert record["ttl"] == 4321 and "ttl" not in shipment
+    assert layout.charge_document(a_charge())["ttl"] == 4321
+    assert layout.refund_document(a_refund())["ttl"] == 4321
+    assert charge_of(layout.charge_document(a_charge())) == a_charge()
+    # Without a retention the documents are the pinned ones above.
+    assert CosmosLayout().shipping_documents(
+        accepted(), message_id=ACCEPTED_ID, processed_at=AT
+    ) == shipping_documents(accepted(), message_id=ACCEPTED_ID, processed_at=AT)
+
+
 def test_a_refund_record_is_one_per_order_and_reads_back_as_written() -> None:
     refund = a_refund()
 

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-import pytest
+from contextlib import AsyncExitStack
+from typing import cast
 
+import pytest
+from azure.cosmos.aio import CosmosClient
+
+from orders import bootstrap
+from orders.adapters.cosmos_layout import CosmosLayout
 from orders.adapters.monitoring import configure_monitoring
 from orders.service.subscribers import Source
 from orders.settings import Settings, SettingsError
@@ -44,6 +50,35 @@ def test_azure_mode_has_no_keys() -> None:
 def test_bad_settings_fail_with_a_clear_message(env: dict[str, str], message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         Settings.from_env(env)
+
+
+def test_the_records_retention_comes_from_the_entities_settings() -> None:
+    default = Settings.from_env({"COSMOS_ENDPOINT": "x"})
+    deployed = Settings.from_env(
+        {
+            "COSMOS_ENDPOINT": "x",
+            "ORDERS_LOCK_DURATION_SECONDS": "60",
+            "ORDERS_MAX_DELIVERY_COUNT": "5",
+            "ORDERS_MESSAGE_TTL_SECONDS": "3600",
+        }
+    )
+
+    # The Bicep's defaults (PT2M x 10 + P14D) and the 7-day margin for resubmitted dead letters.
+    assert default.record_ttl_seconds == 120 * 10 + 14 * 86400 + 7 * 86400
+    assert deployed.record_ttl_seconds == 60 * 5 + 3600 + 7 * 86400
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"ORDERS_LOCK_DURATION_SECONDS": "two minutes"},
+        {"ORDERS_MAX_DELIVERY_COUNT": "0"},
+        {"ORDERS_MESSAGE_TTL_SECONDS": "-5"},
+    ],
+)
+def test_a_malformed_entity_setting_fails_at_start(env: dict[str, str]) -> None:
+    with pytest.raises(SettingsError, match="must be a positive whole number"):
+        Settings.from_env({"COSMOS_ENDPOINT": "x", **env})
 
 
 def test_servicebus_is_required_where_used() -> None:
@@ -109,3 +144,16 @@ def test_a_worker_source_is_a_queue_or_a_subscription_of_a_topic() -> None:
     for half_done in ({}, {"topic": "events"}, {"queue": "q", "topic": "t", "subscription": "s"}):
         with pytest.raises(ValueError, match="a source is a queue"):
             Source(**half_done)
+
+
+async def test_the_consumers_lay_their_records_out_with_the_settings_retention() -> None:
+    """The composition root hands every consumer a layout whose records carry the ttl the
+    settings derive from the entities' values (the one line that joins the two)."""
+    settings = Settings.from_env({"COSMOS_ENDPOINT": "x", "ORDERS_MAX_DELIVERY_COUNT": "3"})
+    async with AsyncExitStack() as stack:
+        clients = bootstrap.ProcessClients(settings)
+        wiring = bootstrap._Wiring(stack, clients, cast(CosmosClient, None), None, None)
+        layout = wiring.layout
+
+    assert isinstance(layout, CosmosLayout)
+    assert layout.record_ttl_seconds == settings.record_ttl_seconds == 120 * 3 + 21 * 86400

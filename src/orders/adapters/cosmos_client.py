@@ -67,8 +67,11 @@ async def ensure_local_resources(client: CosmosClient, settings: Settings) -> No
         partition_key=PartitionKey(path="/id"),
         default_ttl=-1,
     )
+    # TTL on, no default expiry: the consumers' records expire by their own ttl, as in Azure.
     await database.create_container_if_not_exists(
-        id=settings.cosmos_inbox_container, partition_key=PartitionKey(path="/orderId")
+        id=settings.cosmos_inbox_container,
+        partition_key=PartitionKey(path="/orderId"),
+        default_ttl=-1,
     )
     # Partitioned by /id, as the Functions Cosmos DB trigger requires of its lease container.
     await database.create_container_if_not_exists(

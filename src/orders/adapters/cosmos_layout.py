@@ -610,7 +610,33 @@ def feed_lease(document: Mapping[str, Any], default_seconds: float) -> FeedLease
 
 class CosmosLayout:
     """The service layer's `DocumentLayout` port (`service/ports.py`): this module's mapping,
-    handed to the consumers by the composition root."""
+    handed to the consumers by the composition root.
+
+    `record_ttl_seconds`, when given, is the `ttl` of every exactly-once record it lays out
+    (shipping's inbox records, billing's charge and refund records), never of a business
+    document (the shipment): the records expire once no redelivery of their message can come."""
+
+    def __init__(self, record_ttl_seconds: int | None = None) -> None:
+        self.record_ttl_seconds = record_ttl_seconds
+
+    def _expiring(self, record: dict[str, Any]) -> dict[str, Any]:
+        if self.record_ttl_seconds is None:
+            return record
+        return {**record, "ttl": self.record_ttl_seconds}
+
+    def shipping_documents(
+        self, event: OrderAccepted, *, message_id: str, processed_at: datetime
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        record, shipment = shipping_documents(
+            event, message_id=message_id, processed_at=processed_at
+        )
+        return self._expiring(record), shipment
+
+    def charge_document(self, charge: BillingRecord) -> dict[str, Any]:
+        return self._expiring(charge_document(charge))
+
+    def refund_document(self, refund: RefundRecord) -> dict[str, Any]:
+        return self._expiring(refund_document(refund))
 
     order_write = staticmethod(order_write)
     saga_order = staticmethod(saga_order)
@@ -627,12 +653,9 @@ class CosmosLayout:
     inbox_partitions = staticmethod(inbox_partitions)
     stored_run = staticmethod(stored_run)
     shipment_id = staticmethod(shipment_document_id)
-    shipping_documents = staticmethod(shipping_documents)
     charge_record_id = staticmethod(charge_record_id)
     refund_record_id = staticmethod(refund_record_id)
-    charge_document = staticmethod(charge_document)
     charge_of = staticmethod(charge_of)
-    refund_document = staticmethod(refund_document)
     refund_of = staticmethod(refund_of)
     lease_id = staticmethod(lease_id)
     lease_document = staticmethod(lease_document)
