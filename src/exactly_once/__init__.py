@@ -14,6 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from exactly_once.backoff import Backoff, Retrier, Retry
     from exactly_once.claims import Claims
     from exactly_once.cosmos import CoreRecordShape, CosmosStore, RecordShape
     from exactly_once.decisions import (
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
         Refused,
         Rejected,
         StoreError,
+        StoreRefusedError,
         TransientStoreError,
     )
     from exactly_once.orchestrator import (
@@ -77,6 +79,7 @@ if TYPE_CHECKING:
 
 # Public name -> the module of the package that defines it.
 _MODULE_OF: dict[str, str] = {
+    "Backoff": "backoff",
     "Claims": "claims",
     "CoreRecordShape": "cosmos",
     "CosmosStore": "cosmos",
@@ -108,12 +111,15 @@ _MODULE_OF: dict[str, str] = {
     "RecordStore": "ports",
     "Refused": "exceptions",
     "Rejected": "exceptions",
+    "Retrier": "backoff",
+    "Retry": "backoff",
     "Settleable": "decisions",
     "Settlement": "decisions",
     "Settler": "decisions",
     "Stamp": "records",
     "Store": "ports",
     "StoreError": "exceptions",
+    "StoreRefusedError": "exceptions",
     "StoredDocument": "records",
     "Telemetry": "telemetry",
     "TransientStoreError": "exceptions",
@@ -133,6 +139,7 @@ _MODULE_OF: dict[str, str] = {
 }
 
 __all__ = [
+    "Backoff",
     "Claims",
     "CoreRecordShape",
     "CosmosStore",
@@ -164,12 +171,15 @@ __all__ = [
     "RecordStore",
     "Refused",
     "Rejected",
+    "Retrier",
+    "Retry",
     "Settleable",
     "Settlement",
     "Settler",
     "Stamp",
     "Store",
     "StoreError",
+    "StoreRefusedError",
     "StoredDocument",
     "Telemetry",
     "TransientStoreError",

@@ -18,6 +18,7 @@ from azure.servicebus import ServiceBusReceivedMessage
 from azure.servicebus.aio import ServiceBusReceiver
 from azure.servicebus.amqp import AmqpMessageBodyType
 
+from exactly_once.backoff import Backoff, Retrier
 from exactly_once.claims import DEFAULT_MAX_WAIT_SECONDS
 from exactly_once.decisions import (
     DeadLetterReason,
@@ -147,6 +148,7 @@ class ExactlyOnceConsumer(Generic[Message]):
         max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS,
         telemetry: Telemetry | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        backoff: Backoff | None = None,
     ) -> None:
         self.consumer = consumer
         self.max_body_bytes = max_body_bytes
@@ -158,6 +160,7 @@ class ExactlyOnceConsumer(Generic[Message]):
         self._lease_seconds = lease_seconds
         self._max_wait_seconds = max_wait_seconds
         self._telemetry = telemetry or Telemetry()
+        self._retrier = Retrier(backoff, telemetry=self._telemetry)
 
     async def decide(self, body: bytes, message_id: str | None) -> Decision:
         """Parse, run the effect, and decide; no settlement (any host can settle it)."""
@@ -190,8 +193,12 @@ class ExactlyOnceConsumer(Generic[Message]):
             return decision
 
     async def process(self, message: ServiceBusReceivedMessage, settler: Settler) -> Decision:
-        """Decide on `message` and settle it through `settler`."""
-        decision = await self.decide_message(message)
+        """Decide on `message` and settle it through `settler`; a transient decision is decided
+        again after a backoff (the host renews the lock meanwhile) before it is abandoned."""
+        message_id = str(message.message_id) if message.message_id is not None else None
+        decision = await self._retrier.decide(
+            lambda: self.decide_message(message), message_id=message_id, source=self.consumer
+        )
         await settle(decision, settler)
         return decision
 
@@ -277,6 +284,7 @@ def exactly_once(
     max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS,
     telemetry: Telemetry | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    backoff: Backoff | None = None,
 ) -> Callable[[Effect[Message]], ExactlyOnceConsumer[Message]]:
     """Decorate your effect (`async def effect(message, effects) -> Outcome`) into the
     `ExactlyOnceConsumer` a trigger calls; `store` holds its records and documents."""
@@ -293,6 +301,7 @@ def exactly_once(
             max_wait_seconds=max_wait_seconds,
             telemetry=telemetry,
             max_body_bytes=max_body_bytes,
+            backoff=backoff,
         )
 
     return wrap
