@@ -192,9 +192,16 @@ class ExactlyOnceConsumer(Generic[Message]):
             self._telemetry.record(span, self.consumer, decision)
             return decision
 
-    async def process(self, message: ServiceBusReceivedMessage, settler: Settler) -> Decision:
-        """Decide on `message` and settle it through `settler`; a transient decision is decided
-        again after a backoff (the host renews the lock meanwhile) before it is abandoned."""
+    async def process(
+        self, message: ServiceBusReceivedMessage, settler: Settler, *, back_off: bool = True
+    ) -> Decision:
+        """Decide on `message` and settle it through `settler`. With `back_off`, a transient
+        decision is decided again after a backoff before it is abandoned: only where something
+        renews the lock meanwhile (the Functions host does; `run_worker` does its own)."""
+        if not back_off:
+            decision = await self.decide_message(message)
+            await settle(decision, settler)
+            return decision
         message_id = str(message.message_id) if message.message_id is not None else None
         decision = await self._retrier.decide(
             lambda: self.decide_message(message), message_id=message_id, source=self.consumer
@@ -205,14 +212,18 @@ class ExactlyOnceConsumer(Generic[Message]):
     async def with_message_actions(
         self, message: ServiceBusReceivedMessage, actions: FunctionsMessageActions
     ) -> Decision:
-        """The one call a `service_bus_queue_trigger` (auto_complete_messages=False) makes."""
+        """The one call a `service_bus_queue_trigger` (auto_complete_messages=False) makes; a
+        transient decision backs off while the host renews the lock (`maxAutoLockRenewalDuration`
+        in host.json must stay above the backoff's budget)."""
         return await self.process(message, MessageActionsSettler(actions, message))
 
     async def with_receiver(
         self, message: ServiceBusReceivedMessage, receiver: ServiceBusReceiver
     ) -> Decision:
-        """The one call a worker on an SDK receiver (PeekLock) makes per message."""
-        return await self.process(message, ReceiverSettler(receiver, message))
+        """The one call a loop of your own on an SDK receiver (PeekLock) makes per message. It
+        renews no lock, so a transient decision is abandoned at once: `run_worker` backs off
+        with the lock renewed."""
+        return await self.process(message, ReceiverSettler(receiver, message), back_off=False)
 
     async def _decide(self, body: bytes, message_id: str | None) -> Decision:
         if not message_id:

@@ -13,10 +13,25 @@ import re
 from pathlib import Path
 
 import pytest
+from fakes import FakeMessageActions
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
+from sdk_messages import received_message
 
-from exactly_once import Backoff, Decision, Outcome, Retrier, Retry, Telemetry, WorkerOptions
+from exactly_once import (
+    Backoff,
+    Decision,
+    Effects,
+    ExactlyOnceConsumer,
+    MessageActionsSettler,
+    Outcome,
+    Retrier,
+    Retry,
+    Telemetry,
+    TransientStoreError,
+    WorkerOptions,
+    exactly_once,
+)
 from exactly_once.backoff import is_retried
 from orders.domain.outcomes import Decision as AppDecision
 from orders.domain.outcomes import Outcome as AppOutcome
@@ -260,3 +275,49 @@ def test_the_functions_host_renews_the_lock_for_longer_than_the_default_backoff(
     assert renewal >= backoff.budget_seconds + backoff.max_delay_seconds + 60
     timeout = host.get("functionTimeout")
     assert timeout is None or iso_seconds(timeout) > renewal
+
+
+class FlakyEffect:
+    """An effect whose store is down for its first `failures` calls."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.calls = 0
+
+    async def __call__(self, message: bytes, effects: Effects) -> Outcome:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise TransientStoreError("Cosmos DB answered 503")
+        return Outcome.PROCESSED
+
+
+def flaky_consumer(effect: FlakyEffect) -> ExactlyOnceConsumer[bytes]:
+    short = Backoff(first_delay_seconds=0.01, max_delay_seconds=0.02, budget_seconds=1.0)
+    # The effect never touches the store: none is needed to decide.
+    return exactly_once(
+        consumer="flaky",
+        parse=bytes,
+        store=None,  # type: ignore[arg-type]
+        backoff=short,
+    )(effect)
+
+
+async def test_the_functions_call_backs_off_and_completes_in_the_same_delivery() -> None:
+    effect, actions = FlakyEffect(failures=2), FakeMessageActions()
+    message = received_message("m-1", data=b"{}")
+
+    decision = await flaky_consumer(effect).with_message_actions(message, actions)
+
+    assert decision.outcome is Outcome.PROCESSED and effect.calls == 3
+    assert [name for name, _, _ in actions.calls] == ["complete"]
+
+
+async def test_a_loop_that_renews_no_lock_has_its_transient_message_abandoned_at_once() -> None:
+    effect, actions = FlakyEffect(failures=2), FakeMessageActions()
+    message = received_message("m-1", data=b"{}")
+    settler = MessageActionsSettler(actions, message)
+
+    decision = await flaky_consumer(effect).process(message, settler, back_off=False)
+
+    assert decision.outcome is Outcome.TRANSIENT_FAILURE and effect.calls == 1
+    assert [name for name, _, _ in actions.calls] == ["abandon"]
