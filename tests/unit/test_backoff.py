@@ -38,8 +38,20 @@ from orders.domain.outcomes import Outcome as AppOutcome
 from orders.domain.outcomes import Settlement as AppSettlement
 
 ROOT = Path(__file__).resolve().parents[2]
-# The project's own Service Bus config: emulators/servicebus/config.json and the Bicep.
-MAX_DELIVERY_COUNT = 10
+
+
+def smallest_max_delivery_count() -> int:
+    """The fewest deliveries any entity of the project's own Service Bus config allows."""
+    config = json.loads((ROOT / "emulators/servicebus/config.json").read_text(encoding="utf-8"))
+    [namespace] = config["UserConfig"]["Namespaces"]
+    entities = [*namespace["Queues"]] + [
+        subscription for topic in namespace["Topics"] for subscription in topic["Subscriptions"]
+    ]
+    return min(int(entity["Properties"]["MaxDeliveryCount"]) for entity in entities)
+
+
+# The project's own MaxDeliveryCount (the Bicep's default is the same; tests/infra keeps them so).
+MAX_DELIVERY_COUNT = smallest_max_delivery_count()
 TRANSIENT = Decision.abandon(Outcome.TRANSIENT_FAILURE, "Cosmos DB answered 503")
 
 
