@@ -14,6 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from exactly_once.backoff import Backoff, Retrier, Retry
     from exactly_once.claims import Claims
     from exactly_once.cosmos import CoreRecordShape, CosmosStore, RecordShape
     from exactly_once.decisions import (
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
         Rejected,
         RetentionError,
         StoreError,
+        StoreRefusedError,
         TransientStoreError,
     )
     from exactly_once.orchestrator import (
@@ -79,6 +81,7 @@ if TYPE_CHECKING:
 
 # Public name -> the module of the package that defines it.
 _MODULE_OF: dict[str, str] = {
+    "Backoff": "backoff",
     "Claims": "claims",
     "CoreRecordShape": "cosmos",
     "CosmosStore": "cosmos",
@@ -112,12 +115,15 @@ _MODULE_OF: dict[str, str] = {
     "Rejected": "exceptions",
     "Retention": "retention",
     "RetentionError": "exceptions",
+    "Retrier": "backoff",
+    "Retry": "backoff",
     "Settleable": "decisions",
     "Settlement": "decisions",
     "Settler": "decisions",
     "Stamp": "records",
     "Store": "ports",
     "StoreError": "exceptions",
+    "StoreRefusedError": "exceptions",
     "StoredDocument": "records",
     "Telemetry": "telemetry",
     "TransientStoreError": "exceptions",
@@ -137,6 +143,7 @@ _MODULE_OF: dict[str, str] = {
 }
 
 __all__ = [
+    "Backoff",
     "Claims",
     "CoreRecordShape",
     "CosmosStore",
@@ -170,12 +177,15 @@ __all__ = [
     "Rejected",
     "Retention",
     "RetentionError",
+    "Retrier",
+    "Retry",
     "Settleable",
     "Settlement",
     "Settler",
     "Stamp",
     "Store",
     "StoreError",
+    "StoreRefusedError",
     "StoredDocument",
     "Telemetry",
     "TransientStoreError",

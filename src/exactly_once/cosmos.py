@@ -38,6 +38,7 @@ from exactly_once.exceptions import (
     RecordChangedError,
     RecordExistsError,
     StoreError,
+    StoreRefusedError,
     TransientStoreError,
 )
 from exactly_once.records import (
@@ -55,6 +56,12 @@ from exactly_once.records import (
 RECORD_TYPE = "exactlyOnceRecord"
 # Throttling, timeouts, "retry with" and every server-side failure may succeed later.
 TRANSIENT_STATUS_CODES = frozenset({408, 410, 429, 449})
+# The 4xx that are NOT a refusal of the request itself: 401/403 (the credential or its role)
+# and 404 (a database or container missing) are the deployment's problem, not the message's,
+# and dead-lettering every message until an operator fixes them would be worse than retrying;
+# 409 and 412 are conflicts the callers decide on. Every other 4xx that is not transient (400
+# for an id with `/` or a number Cosmos refuses, 413 for a document too large) is a refusal.
+NOT_REFUSAL_STATUS_CODES = frozenset({401, 403, 404, 409, 412})
 NETWORK_ERRORS: tuple[type[BaseException], ...] = (
     ServiceRequestError,
     ServiceResponseError,
@@ -212,7 +219,8 @@ class CosmosStore:
                 status, index = failed_operation(exc)
                 if status == 409:
                     raise DocumentExistsError(str(documents[index].get("id")), index) from exc
-                raise store_error_for(status, f"batch operation {index} failed") from exc
+                why = failed_operation_message(exc)
+                raise store_error_for(status, f"batch operation {index} failed: {why}") from exc
 
     async def get(self, document_id: str, partition: str) -> StoredDocument | None:
         stored = await point_read(self._container, document_id, partition)
@@ -339,9 +347,12 @@ class ErrorKinds:
     failure: Callable[[str], Exception] = StoreError
     transient: Callable[[str], Exception] = TransientStoreError
     changed: Callable[[str], Exception] = RecordChangedError
+    refused: Callable[[str], Exception] | None = None
+    """A refusal of the request itself (`is_refusal_status`); None: `failure`, so that an
+    application with no exception of that meaning keeps raising its own."""
 
 
-CORE_ERRORS = ErrorKinds()
+CORE_ERRORS = ErrorKinds(refused=StoreRefusedError)
 
 
 def if_match(etag: str) -> dict[str, Any]:
@@ -365,10 +376,23 @@ def is_transient_status(status: int | None) -> bool:
     return status is not None and (status in TRANSIENT_STATUS_CODES or status >= 500)
 
 
+def is_refusal_status(status: int | None) -> bool:
+    """Whether a Cosmos DB status refuses the request itself, for good: a 4xx that is neither
+    transient nor one of `NOT_REFUSAL_STATUS_CODES` (400, 413, ...)."""
+    return (
+        status is not None
+        and 400 <= status < 500
+        and status not in NOT_REFUSAL_STATUS_CODES
+        and not is_transient_status(status)
+    )
+
+
 def store_error_for(status: int | None, message: str, kinds: ErrorKinds = CORE_ERRORS) -> Exception:
-    """A failed status as `kinds.transient` or `kinds.failure`."""
+    """A failed status as `kinds.transient`, `kinds.refused` or `kinds.failure`."""
     if is_transient_status(status):
         return kinds.transient(f"Cosmos DB answered {status}: {message}")
+    if is_refusal_status(status) and kinds.refused is not None:
+        return kinds.refused(f"Cosmos DB answered {status}: {message}")
     return kinds.failure(f"Cosmos DB answered {status}: {message}")
 
 
@@ -444,3 +468,19 @@ def failed_operation(
     index = exc.error_index or 0
     found = responses[index].get("statusCode") if index < len(responses) else None
     return (int(found) if found is not None else exc.status_code or 500), index
+
+
+def failed_operation_message(
+    exc: cosmos_errors.CosmosBatchOperationError | cosmos_errors.CosmosHttpResponseError,
+) -> str:
+    """What the store said of the operation that failed a transactional batch: the failing
+    operation's own message where its response carries one, else the SDK's. A refusal's
+    dead letter carries it, so an operator reads why without the logs."""
+    if isinstance(exc, cosmos_errors.CosmosBatchOperationError):
+        responses = exc.operation_responses or []
+        index = exc.error_index or 0
+        found = responses[index] if index < len(responses) else {}
+        said = found.get("message") if isinstance(found, dict) else None
+        if isinstance(said, str) and said:
+            return said
+    return str(exc.message)

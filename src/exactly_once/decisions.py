@@ -19,6 +19,7 @@ from exactly_once.exceptions import (
     PreviouslyFailedError,
     RecordChangedError,
     Refused,
+    StoreRefusedError,
     TransientStoreError,
 )
 from exactly_once.logs import log_value
@@ -40,6 +41,7 @@ class Outcome(StrEnum):
     REFUSED = "refused"  # the effect (or its downstream) refused for good
     EFFECT_CONFLICT = "effect_conflict"  # an effect's document exists but its marker does not
     CORRUPT_RECORD = "corrupt_record"  # the message's record is stored, but unreadable
+    STORE_REFUSED = "store_refused"  # the store refused the message's write for good (a 400)
     IN_PROGRESS_ELSEWHERE = "in_progress_elsewhere"  # another owner's lease is live
     TRANSIENT_FAILURE = "transient_failure"  # the store failed or moved under us: retry
     UNEXPECTED_FAILURE = "unexpected_failure"  # a bug or an unknown error: retry, and look
@@ -64,6 +66,7 @@ class DeadLetterReason(StrEnum):
     REQUEST_HASH_MISMATCH = "RequestHashMismatch"
     DOWNSTREAM_REFUSED = "DownstreamRefused"
     EFFECT_DOCUMENT_EXISTS = "EffectDocumentExists"
+    STORE_REFUSED = "StoreRefused"  # a 4xx refusal of the write itself; the store's message
 
 
 def truncate(text: str, limit: int = MAX_DESCRIPTION_CHARS) -> str:
@@ -188,6 +191,10 @@ def decision_for_error(exc: Exception, *, consumer: str, message_id: str | None)
             return Decision.dead_letter(
                 Outcome.CORRUPT_RECORD, DeadLetterReason.CORRUPT_RECORD, str(exc)
             )
+        case StoreRefusedError():
+            # The store refuses this message's write itself (a 400, a 413): every delivery
+            # would be refused alike, so no retry and no traceback, its words in the dead letter.
+            return store_refused(consumer, message_id, str(exc))
         case InProgressElsewhereError():
             return Decision.abandon(Outcome.IN_PROGRESS_ELSEWHERE, str(exc))
         case TransientStoreError() | RecordChangedError():
@@ -197,6 +204,18 @@ def decision_for_error(exc: Exception, *, consumer: str, message_id: str | None)
                 "%s: unexpected failure on message %s", consumer, log_value(message_id or "")
             )
             return Decision.abandon(Outcome.UNEXPECTED_FAILURE, described(exc))
+
+
+def store_refused(consumer: str, message_id: str | None, description: str) -> Decision:
+    """The dead letter for a write the store refused for good (`StoreRefusedError`, or an
+    application's own exception of that meaning), with a one-line warning."""
+    logger.warning(
+        "%s: the store refused message %s for good, dead-lettering it: %s",
+        consumer,
+        log_value(message_id or ""),
+        log_value(truncate(description, 300)),
+    )
+    return Decision.dead_letter(Outcome.STORE_REFUSED, DeadLetterReason.STORE_REFUSED, description)
 
 
 def described(exc: BaseException) -> str:

@@ -18,6 +18,12 @@ class CorruptRecordError(StoreError):
     of another kind under a record's id): no retry reads it differently."""
 
 
+class StoreRefusedError(StoreError):
+    """The store refused the request itself for good (Cosmos DB: a 400 for an id or a value it
+    cannot take, a 413 for a document too large): every delivery of the message is refused
+    alike, so its message is dead-lettered at once (`StoreRefused`) with the store's words."""
+
+
 class TransientStoreError(StoreError):
     """The store failed in a way a later attempt may not (throttling, timeout, outage)."""
 

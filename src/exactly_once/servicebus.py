@@ -18,6 +18,7 @@ from azure.servicebus import ServiceBusReceivedMessage
 from azure.servicebus.aio import ServiceBusReceiver
 from azure.servicebus.amqp import AmqpMessageBodyType
 
+from exactly_once.backoff import Backoff, Retrier
 from exactly_once.claims import DEFAULT_MAX_WAIT_SECONDS
 from exactly_once.decisions import (
     DeadLetterReason,
@@ -153,6 +154,7 @@ class ExactlyOnceConsumer(Generic[Message]):
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         retention: Retention = DEFAULT_RETENTION,
         key_partition: KeyPartition | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         self.consumer = consumer
         self.max_body_bytes = max_body_bytes
@@ -166,6 +168,7 @@ class ExactlyOnceConsumer(Generic[Message]):
         self._lease_seconds = lease_seconds
         self._max_wait_seconds = max_wait_seconds
         self._telemetry = telemetry or Telemetry()
+        self._retrier = Retrier(backoff, telemetry=self._telemetry)
 
     async def decide(self, body: bytes, message_id: str | None) -> Decision:
         """Parse, run the effect, and decide; no settlement (any host can settle it)."""
@@ -197,23 +200,38 @@ class ExactlyOnceConsumer(Generic[Message]):
             self._telemetry.record(span, self.consumer, decision)
             return decision
 
-    async def process(self, message: ServiceBusReceivedMessage, settler: Settler) -> Decision:
-        """Decide on `message` and settle it through `settler`."""
-        decision = await self.decide_message(message)
+    async def process(
+        self, message: ServiceBusReceivedMessage, settler: Settler, *, back_off: bool = True
+    ) -> Decision:
+        """Decide on `message` and settle it through `settler`. With `back_off`, a transient
+        decision is decided again after a backoff before it is abandoned: only where something
+        renews the lock meanwhile (the Functions host does; `run_worker` does its own)."""
+        if not back_off:
+            decision = await self.decide_message(message)
+            await settle(decision, settler)
+            return decision
+        message_id = str(message.message_id) if message.message_id is not None else None
+        decision = await self._retrier.decide(
+            lambda: self.decide_message(message), message_id=message_id, source=self.consumer
+        )
         await settle(decision, settler)
         return decision
 
     async def with_message_actions(
         self, message: ServiceBusReceivedMessage, actions: FunctionsMessageActions
     ) -> Decision:
-        """The one call a `service_bus_queue_trigger` (auto_complete_messages=False) makes."""
+        """The one call a `service_bus_queue_trigger` (auto_complete_messages=False) makes; a
+        transient decision backs off while the host renews the lock (`maxAutoLockRenewalDuration`
+        in host.json must stay above the backoff's budget)."""
         return await self.process(message, MessageActionsSettler(actions, message))
 
     async def with_receiver(
         self, message: ServiceBusReceivedMessage, receiver: ServiceBusReceiver
     ) -> Decision:
-        """The one call a worker on an SDK receiver (PeekLock) makes per message."""
-        return await self.process(message, ReceiverSettler(receiver, message))
+        """The one call a loop of your own on an SDK receiver (PeekLock) makes per message. It
+        renews no lock, so a transient decision is abandoned at once: `run_worker` backs off
+        with the lock renewed."""
+        return await self.process(message, ReceiverSettler(receiver, message), back_off=False)
 
     async def _decide(self, body: bytes, message_id: str | None) -> Decision:
         if not message_id:
@@ -291,6 +309,7 @@ def exactly_once(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     retention: Retention = DEFAULT_RETENTION,
     key_partition: KeyPartition | None = None,
+    backoff: Backoff | None = None,
 ) -> Callable[[Effect[Message]], ExactlyOnceConsumer[Message]]:
     """Decorate your effect (`async def effect(message, effects) -> Outcome`) into the
     `ExactlyOnceConsumer` a trigger calls; `store` holds its records and documents.
@@ -312,6 +331,7 @@ def exactly_once(
             max_body_bytes=max_body_bytes,
             retention=retention,
             key_partition=key_partition,
+            backoff=backoff,
         )
 
     return wrap

@@ -15,6 +15,7 @@ from exactly_once.decisions import Decision
 
 INSTRUMENTATION_NAME = "exactly_once"
 MESSAGES_COUNTER = "exactly_once.messages"
+BACKOFFS_COUNTER = "exactly_once.backoffs"
 
 
 class Telemetry:
@@ -32,6 +33,12 @@ class Telemetry:
             MESSAGES_COUNTER,
             unit="{message}",
             description="Messages decided, by consumer, outcome and settlement",
+        )
+        self._backoffs = meter.create_counter(
+            BACKOFFS_COUNTER,
+            unit="{retry}",
+            description="Waits before deciding a message again in the same delivery, by outcome "
+            "and source (a transient failure backing off instead of being given back)",
         )
 
     @contextmanager
@@ -58,3 +65,10 @@ class Telemetry:
         if decision.error is not None:
             span.set_status(trace.Status(trace.StatusCode.ERROR, decision.error))
         self._messages.add(1, attributes)
+
+    def count_backoff(self, outcome: str, source: str) -> None:
+        """Count one wait before a message is decided again (see `exactly_once.backoff`)."""
+        attributes = {"exactly_once.outcome": outcome}
+        if source:
+            attributes["messaging.destination.name"] = source
+        self._backoffs.add(1, attributes)

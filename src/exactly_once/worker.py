@@ -37,7 +37,7 @@ import collections
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from azure.servicebus import (
@@ -48,6 +48,7 @@ from azure.servicebus import (
 from azure.servicebus.aio import AutoLockRenewer, ServiceBusClient, ServiceBusReceiver
 from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusError
 
+from exactly_once.backoff import Backoff, Retrier
 from exactly_once.decisions import Settleable, settle
 from exactly_once.logs import log_value
 from exactly_once.servicebus import ReceiverSettler
@@ -57,7 +58,8 @@ RECEIVE_BACKOFF_SECONDS = 5.0
 BUSY_RECEIVE_WAIT_SECONDS = 0.1
 
 Decided = TypeVar("Decided", bound=Settleable)
-"""The handler's decision type: the core's `Decision`, or any type of yours with its fields."""
+"""The handler's decision type: the core's `Decision`, or any type of yours with its fields
+(with an `outcome` too, a transient one is decided again after a backoff)."""
 Handle = Callable[[ServiceBusReceivedMessage], Awaitable[Decided]]
 """Your handler: one received message -> its decision, which the worker settles. Raising is a
 bug around the decision: the worker logs it and abandons the message at once."""
@@ -79,6 +81,19 @@ class WorkerOptions:
     """How long a session worker waits on an empty session before releasing it."""
     shutdown_grace_seconds: float = 20.0
     """After `stop`, how long messages in flight may finish before they are abandoned."""
+    backoff: Backoff = field(default_factory=Backoff)
+    """How long a transient decision is decided again, the message held under lock renewal,
+    before it is abandoned (`exactly_once.backoff`)."""
+
+    def __post_init__(self) -> None:
+        # A message may wait for a slot about as long as another backs off, then back off
+        # itself: both under the one renewal it was registered for on receipt.
+        if 2 * self.backoff.budget_seconds >= self.max_lock_renewal_seconds:
+            raise ValueError(
+                f"the backoff budget ({self.backoff.budget_seconds:g} s) must be under half of "
+                f"max_lock_renewal_seconds ({self.max_lock_renewal_seconds:g} s): a message "
+                "held that long would lose its lock and count a delivery"
+            )
 
 
 @dataclass
@@ -103,6 +118,9 @@ class Worker(Generic[Decided]):
         renewer: AutoLockRenewer,
         options: WorkerOptions | None = None,
         stats: WorkerStats | None = None,
+        *,
+        retrier: Retrier | None = None,
+        stop: asyncio.Event | None = None,
     ) -> None:
         self._handle = handle
         self._receiver = receiver
@@ -111,10 +129,14 @@ class Worker(Generic[Decided]):
         self.stats = stats or WorkerStats()
         """What this worker counted (shared when `stats` was given)."""
         self._wire = asyncio.Lock()
+        self._retrier = retrier or Retrier(self._options.backoff)
+        # Set by `run` (or given, for the session loop): a backoff ends early when it is set.
+        self._stop = stop
 
     async def run(self, stop: asyncio.Event) -> WorkerStats:
         """Receive, decide and settle until `stop` is set; then abandon what was received but
         never started, give messages in flight the grace period, and return the stats."""
+        self._stop = stop
         stopping = asyncio.create_task(stop.wait())
         in_flight: dict[asyncio.Task[None], ServiceBusReceivedMessage] = {}
         waiting: collections.deque[ServiceBusReceivedMessage] = collections.deque()
@@ -178,9 +200,17 @@ class Worker(Generic[Decided]):
     async def process(self, message: ServiceBusReceivedMessage) -> None:
         """Decide on one received message and settle it (the session loop's step, in order)."""
         settler = ReceiverSettler(self._receiver, message, self._wire)
+        message_id = str(message.message_id) if message.message_id is not None else None
         decision: Decided | None
         try:
-            decision = await self._handle(message)
+            # A transient decision is decided again after a backoff while the renewer keeps the
+            # lock; a stop ends the wait and the message is given back.
+            decision = await self._retrier.decide(
+                lambda: self._handle(message),
+                message_id=message_id,
+                source=self._receiver.entity_path,
+                stop=self._stop,
+            )
         except Exception:
             # The handler decides every outcome itself; reaching here is a bug around it. Hand
             # the message back at once rather than let its lock be renewed for minutes.
@@ -260,10 +290,12 @@ async def run_worker(
     topic_name: str | None = None,
     subscription_name: str | None = None,
     options: WorkerOptions | None = None,
+    retrier: Retrier | None = None,
 ) -> WorkerStats:
     """Compete for a queue (`queue_name`) or a subscription (`topic_name` and
     `subscription_name`) in PeekLock until `stop` is set; every message goes through `handle`
-    and is settled as its decision says. Returns what the worker counted."""
+    and is settled as its decision says, a transient one after backing off (`retrier`, by
+    default `options.backoff` counted on the global meter). Returns what the worker counted."""
     options = options or WorkerOptions()
     source = entity_name(queue_name, topic_name, subscription_name)
     receiver = peek_lock_receiver(
@@ -280,7 +312,7 @@ async def run_worker(
             options.concurrency,
             options.prefetch,
         )
-        stats = await Worker(handle, receiver, renewer, options).run(stop)
+        stats = await Worker(handle, receiver, renewer, options, retrier=retrier).run(stop)
     _log_stopped("worker", stats)
     return stats
 
@@ -302,6 +334,7 @@ async def run_session_worker(
     stop: asyncio.Event,
     queue_name: str,
     options: WorkerOptions | None = None,
+    retrier: Retrier | None = None,
 ) -> WorkerStats:
     """Compete for the sessions of a session-enabled queue until `stop` is set.
 
@@ -319,7 +352,7 @@ async def run_session_worker(
         )
         await asyncio.gather(
             *(
-                _session_loop(client, queue_name, handle, renewer, options, stop, stats)
+                _session_loop(client, queue_name, handle, renewer, options, stop, stats, retrier)
                 for _ in range(options.concurrency)
             )
         )
@@ -335,6 +368,7 @@ async def _session_loop(
     options: WorkerOptions,
     stop: asyncio.Event,
     stats: WorkerStats,
+    retrier: Retrier | None,
 ) -> None:
     while not stop.is_set():
         try:
@@ -353,7 +387,9 @@ async def _session_loop(
                 renewer.register(
                     receiver, session, max_lock_renewal_duration=options.max_lock_renewal_seconds
                 )
-                worker = Worker(handle, receiver, renewer, options, stats)
+                worker = Worker(
+                    handle, receiver, renewer, options, stats, retrier=retrier, stop=stop
+                )
                 while not stop.is_set():
                     batch = await receiver.receive_messages(
                         max_message_count=1, max_wait_time=options.session_idle_seconds

@@ -18,6 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
+from exactly_once.backoff import Retry
 from exactly_once.records import JsonObject
 from orders.adapters.cosmos_audit import documents_of_run
 from orders.adapters.cosmos_client import (
@@ -487,6 +488,7 @@ async def run_worker(
     *,
     after_decision: Callable[[Decision], None] | None = None,
     store_factory: StoreFactory | None = None,
+    on_retry: Callable[[Retry], None] | None = None,
 ) -> WorkerStats:
     """The consumer (Cosmos) and one Service Bus client on one credential; compete until `stop`."""
     settings.require_servicebus()
@@ -498,7 +500,13 @@ async def run_worker(
         consumer = OrderConsumer(make_store(orders_container(cosmos, settings)), DOCUMENT_LAYOUT)
         servicebus = clients.servicebus()
         return await run_worker_on(
-            servicebus, Source(queue=settings.orders_queue), consumer, options, stop, after_decision
+            servicebus,
+            Source(queue=settings.orders_queue),
+            consumer,
+            options,
+            stop,
+            after_decision,
+            on_retry,
         )
 
 
@@ -613,6 +621,7 @@ async def run_subscriber(
     after_decision: Callable[[Decision], None] | None = None,
     after_charge: AfterCharge | None = None,
     after_refund: AfterRefund | None = None,
+    on_retry: Callable[[Retry], None] | None = None,
 ) -> WorkerStats:
     """One registered consumer (a subscription of the events topic, or the status queue),
     competing until `stop`; the queue's sessions where its spec runs them and `STATUS_SESSIONS`
@@ -627,9 +636,11 @@ async def run_subscriber(
         )
         if spec.runs_sessions(settings):
             return await run_session_worker_on(
-                servicebus, source, handler, options, stop, after_decision
+                servicebus, source, handler, options, stop, after_decision, on_retry
             )
-        return await run_worker_on(servicebus, source, handler, options, stop, after_decision)
+        return await run_worker_on(
+            servicebus, source, handler, options, stop, after_decision, on_retry
+        )
 
 
 @dataclass

@@ -18,6 +18,11 @@ class StoreError(OrdersError):
     """The store failed: a bug, bad configuration or a 4xx; see `TransientStoreError`."""
 
 
+class StoreRefusedError(StoreError):
+    """The store refused the request itself for good (a 400 for a value it cannot take, a 413
+    for a document too large): no retry of the same write can succeed."""
+
+
 class TransientStoreError(StoreError):
     """The store is throttled, timed out or unreachable: worth retrying (the broker
     redelivers, a client retries with the same key)."""

@@ -92,7 +92,7 @@ class ConsumerTelemetry:
             case Outcome.MISMATCH:
                 self._mismatches.add(1, attributes)
                 self._dead_lettered.add(1, attributes)
-            case Outcome.REJECTED:
+            case Outcome.REJECTED | Outcome.STORE_REFUSED:
                 self._dead_lettered.add(1, attributes)
             case Outcome.TRANSIENT_FAILURE | Outcome.UNEXPECTED_FAILURE:
                 self._abandoned.add(1, attributes)

@@ -36,7 +36,7 @@ from exactly_once import (
     exactly_once,
     settle,
 )
-from exactly_once.exceptions import PreviouslyFailedError
+from exactly_once.exceptions import PreviouslyFailedError, StoreError, StoreRefusedError
 
 EXISTING = Record(
     key="k", partition="p", request_hash="h", status=RecordStatus.IN_PROGRESS, owner="other"
@@ -70,6 +70,14 @@ CASES: dict[str, tuple[Any, tuple[Outcome, Settlement, str | None]]] = {
     "effect conflict": (
         DocumentExistsError("doc", 1),
         (Outcome.EFFECT_CONFLICT, Settlement.DEAD_LETTER, "EffectDocumentExists"),
+    ),
+    "store refused": (
+        StoreRefusedError("Cosmos DB answered 400: the id contains '/'"),
+        (Outcome.STORE_REFUSED, Settlement.DEAD_LETTER, "StoreRefused"),
+    ),
+    "the deployment refused": (
+        StoreError("Cosmos DB answered 403: the role does not allow it"),
+        (Outcome.UNEXPECTED_FAILURE, Settlement.ABANDON, None),
     ),
     "in progress elsewhere": (
         InProgressElsewhereError(EXISTING, 3.0),

@@ -25,6 +25,7 @@ from exactly_once import (
     RecordStatus,
     Settlement,
     StoreError,
+    StoreRefusedError,
     TransientStoreError,
     exactly_once,
 )
@@ -32,6 +33,7 @@ from exactly_once.cosmos import (
     ErrorKinds,
     if_match,
     if_match_write,
+    is_refusal_status,
     is_transient_status,
     point_read,
     read_with_clock,
@@ -271,6 +273,10 @@ class AppTransient(AppFailure):
     """An application's own transient failure."""
 
 
+class AppRefused(AppFailure):
+    """An application's own refusal of the request itself."""
+
+
 class AppLeaseLost(Exception):
     """An application's own lost-race signal (as the orders app's LeaseLostError)."""
 
@@ -304,3 +310,16 @@ def test_transient_statuses_are_the_retryable_ones() -> None:
     assert [is_transient_status(s) for s in (None, 400, 403, 404, 409, 412)] == [False] * 6
     assert isinstance(store_error_for(429, "throttled", APP_ERRORS), AppTransient)
     assert type(store_error_for(400, "bad", APP_ERRORS)) is AppFailure
+
+
+def test_a_refusal_of_the_request_itself_is_its_own_error_and_the_deployments_are_not() -> None:
+    refusals = (400, 413, 414, 422)
+    assert [is_refusal_status(s) for s in refusals] == [True] * len(refusals)
+    # The credential, its role, a missing container, the conflicts and the transient ones.
+    others = (None, 401, 403, 404, 409, 412, 408, 429, 449, 500, 503)
+    assert [is_refusal_status(s) for s in others] == [False] * len(others)
+    assert type(store_error_for(400, "an id with /")) is StoreRefusedError
+    assert type(store_error_for(413, "too large")) is StoreRefusedError
+    assert type(store_error_for(403, "forbidden")) is StoreError
+    refusing = ErrorKinds(failure=AppFailure, transient=AppTransient, refused=AppRefused)
+    assert type(store_error_for(413, "too large", refusing)) is AppRefused

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx
 from azure.cosmos import CosmosClient
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.amqp import AmqpAnnotatedMessage
@@ -119,3 +120,18 @@ def store_order(stack: LocalStack, order: dict[str, Any]) -> None:
             [("create", (document,)) for document in write.documents],
             partition_key=placed.order_id,
         )
+
+
+def cosmos_faults_url(stack: LocalStack) -> str:
+    """The stack's Cosmos emulator's fault endpoint: the tests post to it here alone."""
+    return f"{stack.cosmos_endpoint}_emulator/faults"
+
+
+def begin_cosmos_outage(stack: LocalStack) -> None:
+    """Every request to the stack's Cosmos account answers 503 until `end_cosmos_outage`."""
+    outage = {"status": 503, "count": 1_000_000}
+    httpx.post(cosmos_faults_url(stack), json=outage, timeout=10).raise_for_status()
+
+
+def end_cosmos_outage(stack: LocalStack) -> None:
+    httpx.delete(cosmos_faults_url(stack), timeout=10).raise_for_status()

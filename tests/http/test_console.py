@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -182,6 +183,38 @@ async def test_counters_page_explains_its_counters_per_consumer(console: Console
     assert '<table id="by-consumer">' in page and '<th scope="col">Consumer</th>' in page
     assert '<th scope="col">Stale</th>' in page and 'id="count-stale"' in page
     assert '<ul class="legend" id="legend">' in page and "no second write" in page
+
+
+async def test_the_counters_page_lists_the_messages_waiting_out_a_backoff(
+    console: Console,
+) -> None:
+    in_a_minute = time.time() + 60
+    console.journal.lines += [
+        json.dumps(
+            {
+                "backoff": {
+                    "message_id": message_id,
+                    "attempt": 3,
+                    "outcome": "transient_failure",
+                    "retry_at": at,
+                },
+                "at": 1.0,
+            }
+        ).encode()
+        # The second message's wait ended long ago: it is not waiting any more.
+        for message_id, at in (("o-<b>held</b>", in_a_minute), ("o-done", 5.0))
+    ]
+
+    page = assert_html(await console.client.get("/console/counters"), 200)
+    body = (await console.client.get("/console/api/counters")).json()
+
+    table = page[page.index('<table id="backing-off"') :]
+    table = table[: table.index("</table>")]
+    assert "<code>o-&lt;b&gt;held&lt;/b&gt;</code></td><td>3</td><td>transient_failure" in table
+    assert table.count("<tr><td>orders</td>") == 1 and "2 wait(s)" in table
+    assert [(entry["messageId"], entry["attempt"]) for entry in body["backingOff"]] == [
+        ("o-<b>held</b>", 3)
+    ]
 
 
 async def test_message_ids_and_bodies_are_shown_as_they_are(console: Console) -> None:

@@ -4,16 +4,19 @@ files that grow under it), sequence numbers, and its settings."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from exactly_once import Retry
 from orders.adapters.decision_journals import JournalFolder, consumer_of
 from orders.domain.dead_letters import MAX_SEQUENCE_NUMBER, parse_sequence_number
 from orders.domain.decision_counters import (
     BUCKET_SECONDS,
+    MAX_BACKING_OFF,
     MAX_BUCKETS,
     MAX_CONSUMERS,
     MAX_LINE_BYTES,
@@ -21,6 +24,7 @@ from orders.domain.decision_counters import (
     counted_as,
     parse_journal_line,
 )
+from orders.entrypoints.worker import decision_journal
 from orders.settings import Settings, SettingsError
 
 
@@ -209,3 +213,77 @@ def test_untrusted_journal_names_add_a_bounded_number_of_consumers() -> None:
         counters.add_line(b'{"outcome": "processed", "at": 1.0}', f"consumer{index}")
     assert len(counters.by_consumer) <= MAX_CONSUMERS + 1
     assert counters.totals["processed"] == 100
+
+
+def backoff_line(
+    message_id: object, retry_at: object, at: float = 1.0, attempt: object = 1
+) -> bytes:
+    backoff = {
+        "message_id": message_id,
+        "attempt": attempt,
+        "outcome": "transient_failure",
+        "retry_at": retry_at,
+    }
+    return json.dumps({"backoff": backoff, "at": 1.0}).encode()
+
+
+async def test_a_workers_backoffs_reach_the_console_through_its_journal(tmp_path: Path) -> None:
+    with decision_journal(tmp_path / "billing-1.decisions.jsonl") as journal:
+        assert journal is not None
+        journal.retry(Retry("o-1", 2, 30.0, "transient_failure", "Cosmos DB answered 503"))
+        journal.retry(Retry("o-2", 1, 0.0, "in_progress_elsewhere", None))
+
+    counters = await JournalFolder(tmp_path).counters()
+    [waiting] = counters.waiting_out_a_backoff(time.time())
+
+    assert (waiting.consumer, waiting.message_id, waiting.attempt) == ("billing", "o-1", 2)
+    assert counters.backoffs == 2 and counters.totals == dict.fromkeys(counters.totals, 0)
+
+
+def test_only_the_latest_wait_of_a_message_counts_and_a_past_one_is_not_shown() -> None:
+    counters = DecisionCounters()
+    for entry in (
+        backoff_line("o-1", 100.0),
+        backoff_line("o-1", 140.0, attempt=2),
+        backoff_line("o-2", 90.0),
+    ):
+        counters.add_line(entry, "orders")
+
+    view = counters.to_json(now=95.0)
+
+    assert view["backoffs"] == 3
+    assert view["backingOff"] == [
+        {
+            "consumer": "orders",
+            "messageId": "o-1",
+            "attempt": 2,
+            "outcome": "transient_failure",
+            "retryInSeconds": 45.0,
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        backoff_line(7, 100.0),
+        backoff_line("o-1", "soon"),
+        backoff_line("o-1", 100.0, attempt=0),
+        backoff_line("o-1", 100.0, attempt=True),
+        json.dumps({"backoff": "o-1", "at": 1.0}).encode(),
+    ],
+)
+def test_a_malformed_backoff_line_is_skipped(bad: bytes) -> None:
+    counters = DecisionCounters()
+    counters.add_line(bad)
+    assert counters.skipped_lines == 1 and counters.backing_off == {}
+
+
+def test_untrusted_backoff_lines_are_remembered_in_a_bounded_number() -> None:
+    counters = DecisionCounters()
+    for number in range(MAX_BACKING_OFF + 50):
+        counters.add_line(backoff_line(f"o-{number}", 1000.0 + number))
+
+    assert len(counters.backing_off) == MAX_BACKING_OFF
+    # The soonest retries made room: the latest waits are the ones kept.
+    assert min(known.retry_at for known in counters.backing_off.values()) == 1050.0

@@ -11,7 +11,7 @@ from exactly_once.decisions import Settlement as CoreSettlement
 from exactly_once.exceptions import InProgressElsewhereError, PayloadMismatchError
 from exactly_once.records import Record, RecordStatus
 from orders.domain.outcomes import Decision, Outcome, Settlement
-from orders.exceptions import TransientPublishError
+from orders.exceptions import StoreRefusedError, TransientPublishError
 from orders.service.subscriber import decided, from_core
 
 
@@ -63,3 +63,14 @@ async def test_each_failure_is_decided_once_for_every_consumer() -> None:
         "ZeroDivisionError: boom",
     )
     assert {d.order_id for d in (mismatch, transient, elsewhere, bug)} == {"o-1"}
+
+
+async def test_a_write_the_store_refuses_for_good_is_dead_lettered_with_the_stores_words() -> None:
+    refused = await fails_with(StoreRefusedError("Cosmos DB answered 413: too large"))
+
+    assert (refused.outcome, refused.settlement, refused.dead_letter_reason) == (
+        Outcome.STORE_REFUSED,
+        Settlement.DEAD_LETTER,
+        "StoreRefused",
+    )
+    assert refused.dead_letter_description == "Cosmos DB answered 413: too large"

@@ -31,8 +31,10 @@ from fakes import (
 from sdk_messages import received_message
 
 import function_app
+from exactly_once import Backoff, Retrier
 from orders.bootstrap import DispatcherRuntime, SubscriberRuntime
 from orders.domain.events import OrderEvent
+from orders.entrypoints import functions
 from orders.entrypoints.functions import function_dispatcher_runtime, function_subscriber_runtimes
 from orders.exceptions import TransientStoreError
 from orders.service.dispatcher import OutboxDispatcher
@@ -143,9 +145,32 @@ async def test_bad_messages_are_dead_lettered_with_their_reason(
     assert kwargs["deadletter_error_description"]
 
 
-async def test_transient_store_failure_is_abandoned(function_store: FakeOrderStore) -> None:
+@pytest.fixture
+def short_backoff(monkeypatch: pytest.MonkeyPatch) -> Backoff:
+    """The Functions bodies' backoff, scaled down to milliseconds (the default waits for up to
+    120 s; tests/unit/test_backoff.py holds its arithmetic)."""
+    backoff = Backoff(first_delay_seconds=0.01, max_delay_seconds=0.02, budget_seconds=0.2)
+    monkeypatch.setattr(functions, "function_retrier", Retrier(backoff))
+    return backoff
+
+
+async def test_a_transient_store_failure_backs_off_and_is_stored_in_the_same_delivery(
+    function_store: FakeOrderStore, short_backoff: Backoff
+) -> None:
     order_id = f"o-{uuid.uuid4().hex[:8]}"
-    function_store.fail_next(TransientStoreError("429"))
+    function_store.fail_next(TransientStoreError("429"), times=2)
+
+    calls = await invoke(received(json.dumps(order_payload(order_id)).encode(), order_id))
+
+    assert [name for name, _, _ in calls] == ["complete"]
+    assert function_store.order_ids() == [order_id]
+
+
+async def test_a_transient_failure_that_outlasts_the_backoff_is_abandoned(
+    function_store: FakeOrderStore, short_backoff: Backoff
+) -> None:
+    order_id = f"o-{uuid.uuid4().hex[:8]}"
+    function_store.fail_next(TransientStoreError("503"), times=1000)
 
     calls = await invoke(received(json.dumps(order_payload(order_id)).encode(), order_id))
 

@@ -23,7 +23,7 @@ from orders.adapters.cosmos_layout import OUTBOX_DOCUMENT_TYPE
 from orders.domain.events import OrderEvent
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
-from orders.exceptions import TransientPublishError, TransientStoreError
+from orders.exceptions import StoreRefusedError, TransientPublishError, TransientStoreError
 from orders.observability import (
     ConsumerTelemetry,
     DispatcherTelemetry,
@@ -68,12 +68,14 @@ async def test_each_outcome_counts_and_spans_carry_the_dedup_key() -> None:
     await consumer.handle(ReceivedOrderMessage(b"nope", "t-2"))
     store.fail_next(TransientStoreError("503"))
     await consumer.handle(message(order_payload("t-3")))
+    store.fail_next(StoreRefusedError("Cosmos DB answered 413: too large"))
+    await consumer.handle(message(order_payload("t-4")))
 
     assert counter_totals(reader) == {
         "orders.processed": 1,
         "orders.duplicates": 1,
         "orders.mismatches": 1,
-        "orders.dead_lettered": 2,
+        "orders.dead_lettered": 3,
         "orders.abandoned": 1,
     }
     spans = exporter.get_finished_spans()
@@ -84,6 +86,7 @@ async def test_each_outcome_counts_and_spans_carry_the_dedup_key() -> None:
         "mismatch",
         "rejected",
         "transient_failure",
+        "store_refused",
     ]
     assert attributes[1]["orders.dedup_key"] == "t-1"
     assert attributes[1]["messaging.servicebus.message.delivery_count"] == 2

@@ -17,10 +17,13 @@ from exactly_once import cosmos as core
 from exactly_once.cosmos import user_fields
 from exactly_once.records import Stamp
 from orders.domain.leases import DatabaseRead, StampedDocument
-from orders.exceptions import LeaseLostError, StoreError, TransientStoreError
+from orders.exceptions import LeaseLostError, StoreError, StoreRefusedError, TransientStoreError
 
 ORDERS_ERRORS = core.ErrorKinds(
-    failure=StoreError, transient=TransientStoreError, changed=LeaseLostError
+    failure=StoreError,
+    transient=TransientStoreError,
+    changed=LeaseLostError,
+    refused=StoreRefusedError,
 )
 is_transient_status = core.is_transient_status
 failed_operation = core.failed_operation

@@ -16,6 +16,7 @@ from azure.servicebus import ServiceBusReceivedMessage
 from azure.servicebus.aio import ServiceBusClient
 
 from exactly_once import Handle, WorkerOptions, WorkerStats, run_session_worker, run_worker
+from exactly_once.backoff import Retrier, Retry
 from orders.adapters.servicebus import to_received_order_message
 from orders.domain.outcomes import Decision
 from orders.service.ports import MessageHandler
@@ -38,6 +39,12 @@ def order_handle(
     return handle
 
 
+def retrier_for(options: WorkerOptions, on_retry: Callable[[Retry], None] | None) -> Retrier:
+    """The core's backoff with the options' budget, telling `on_retry` (the journal) of each
+    wait; counted on the global meter the app's monitoring configures."""
+    return Retrier(options.backoff, on_retry=on_retry)
+
+
 async def run_worker_on(
     client: ServiceBusClient,
     source: Source,
@@ -45,6 +52,7 @@ async def run_worker_on(
     options: WorkerOptions,
     stop: asyncio.Event,
     after_decision: Callable[[Decision], None] | None = None,
+    on_retry: Callable[[Retry], None] | None = None,
 ) -> WorkerStats:
     """Compete for `source` (a queue or a subscription) in PeekLock until `stop` is set."""
     return await run_worker(
@@ -55,6 +63,7 @@ async def run_worker_on(
         topic_name=source.topic,
         subscription_name=source.subscription,
         options=options,
+        retrier=retrier_for(options, on_retry),
     )
 
 
@@ -65,6 +74,7 @@ async def run_session_worker_on(
     options: WorkerOptions,
     stop: asyncio.Event,
     after_decision: Callable[[Decision], None] | None = None,
+    on_retry: Callable[[Retry], None] | None = None,
 ) -> WorkerStats:
     """Compete for the sessions of a session-enabled queue until `stop` is set."""
     assert source.queue is not None, "sessions are consumed from a queue here"
@@ -74,4 +84,5 @@ async def run_session_worker_on(
         stop=stop,
         queue_name=source.queue,
         options=options,
+        retrier=retrier_for(options, on_retry),
     )

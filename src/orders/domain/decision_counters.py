@@ -20,6 +20,10 @@ BUCKET_SECONDS = 5
 # Five minutes of history in the chart; older buckets are dropped (the totals keep counting).
 MAX_BUCKETS = 60
 MAX_LINE_BYTES = 4096
+# Messages remembered as backing off (one entry per consumer and MessageId, the latest wait):
+# journal lines are untrusted, so the list is bounded and the soonest retry makes room.
+MAX_BACKING_OFF = 200
+MAX_SHOWN_TEXT = 200
 
 _BY_OUTCOME = {
     Outcome.PROCESSED.value: "processed",
@@ -56,6 +60,44 @@ def _zero() -> dict[str, int]:
     return dict.fromkeys(COUNTERS, 0)
 
 
+@dataclass(frozen=True)
+class BackingOff:
+    """A message a worker holds while it waits out a backoff (a `backoff` journal line)."""
+
+    consumer: str
+    message_id: str
+    attempt: int
+    outcome: str
+    retry_at: float
+
+    def to_json(self, now: float) -> dict[str, Any]:
+        return {
+            "consumer": self.consumer,
+            "messageId": self.message_id,
+            "attempt": self.attempt,
+            "outcome": self.outcome,
+            "retryInSeconds": round(max(self.retry_at - now, 0.0), 1),
+        }
+
+
+def backing_off_from(entry: Mapping[str, Any], consumer: str) -> BackingOff | None:
+    """The wait a `backoff` journal line announces, or None when it is not one (or is bad)."""
+    backoff = entry.get("backoff")
+    if not isinstance(backoff, dict):
+        return None
+    message_id, attempt = backoff.get("message_id"), backoff.get("attempt")
+    outcome, retry_at = backoff.get("outcome"), backoff.get("retry_at")
+    if not isinstance(message_id, str) or not isinstance(outcome, str):
+        return None
+    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
+        return None
+    if not isinstance(retry_at, int | float) or not math.isfinite(retry_at):
+        return None
+    return BackingOff(
+        consumer, message_id[:MAX_SHOWN_TEXT], attempt, outcome[:MAX_SHOWN_TEXT], retry_at
+    )
+
+
 @dataclass
 class DecisionCounters:
     """Totals since the journals began, and per-bucket counts over the last `MAX_BUCKETS`."""
@@ -66,12 +108,18 @@ class DecisionCounters:
     # that decide different things means little on its own.
     by_consumer: dict[str, dict[str, int]] = field(default_factory=dict)
     skipped_lines: int = 0
+    # The latest wait of each message backing off, and how many waits the journals announced.
+    backing_off: dict[tuple[str, str], BackingOff] = field(default_factory=dict)
+    backoffs: int = 0
 
     def add_line(self, line: bytes, consumer: str = DEFAULT_CONSUMER) -> None:
         entry = parse_journal_line(line)
         at = entry.get("at") if entry is not None else None
         if entry is None or not isinstance(at, int | float) or not math.isfinite(at) or at < 0:
             self.skipped_lines += 1
+            return
+        if "backoff" in entry:
+            self._add_backoff(entry, consumer)
             return
         names = counted_as(entry)
         if not names:
@@ -87,8 +135,26 @@ class DecisionCounters:
         while len(self.buckets) > MAX_BUCKETS:
             del self.buckets[min(self.buckets)]
 
+    def _add_backoff(self, entry: Mapping[str, Any], consumer: str) -> None:
+        waiting = backing_off_from(entry, consumer[:40])
+        if waiting is None:
+            self.skipped_lines += 1
+            return
+        self.backoffs += 1
+        key = (waiting.consumer, waiting.message_id)
+        if key not in self.backing_off and len(self.backing_off) >= MAX_BACKING_OFF:
+            soonest = min(self.backing_off.values(), key=lambda known: known.retry_at)
+            del self.backing_off[(soonest.consumer, soonest.message_id)]
+        self.backing_off[key] = waiting
+
+    def waiting_out_a_backoff(self, now: float) -> list[BackingOff]:
+        """The messages whose latest wait has not ended at `now`, the soonest retry first."""
+        waiting = [known for known in self.backing_off.values() if known.retry_at > now]
+        return sorted(waiting, key=lambda known: (known.retry_at, known.message_id))
+
     def to_json(self, now: float) -> dict[str, Any]:
-        """Totals, and one point per bucket up to `now` (empty buckets as zeros)."""
+        """Totals, one point per bucket up to `now` (empty buckets as zeros), and the messages
+        waiting out a backoff at `now`."""
         last = int(now // BUCKET_SECONDS) * BUCKET_SECONDS
         starts = [last - BUCKET_SECONDS * index for index in reversed(range(MAX_BUCKETS))]
         return {
@@ -97,4 +163,6 @@ class DecisionCounters:
             "bucketSeconds": BUCKET_SECONDS,
             "series": [{"at": start, **self.buckets.get(start, _zero())} for start in starts],
             "skippedLines": self.skipped_lines,
+            "backoffs": self.backoffs,
+            "backingOff": [known.to_json(now) for known in self.waiting_out_a_backoff(now)],
         }

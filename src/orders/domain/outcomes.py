@@ -30,6 +30,8 @@ class Outcome(StrEnum):
     EFFECT_CONFLICT = "effect_conflict"
     # A record the store holds cannot be read (the core's CorruptRecordError): dead-lettered.
     CORRUPT_RECORD = "corrupt_record"
+    # The store refused the message's write for good (a Cosmos 400 or 413): dead-lettered at once.
+    STORE_REFUSED = "store_refused"
 
 
 class Settlement(StrEnum):

@@ -19,6 +19,7 @@ from orders.domain.dead_letters import (
     DeadLetterOutcome,
     printable,
 )
+from orders.domain.decision_counters import DecisionCounters
 from orders.service.console import (
     LINE_DOCUMENT_TYPE,
     ORDER_DOCUMENT_TYPE,
@@ -372,8 +373,31 @@ COUNTER_MEANINGS = {
 }
 
 
-def counters_page(available: bool) -> str:
-    if not available:
+def backing_off_table(counters: DecisionCounters, now: float) -> str:
+    """The messages waiting out a backoff as this page is served (the journals' `backoff`
+    lines): held by a worker, their lock renewed, until they are decided again."""
+    rows = "".join(
+        f"<tr><td>{text(known.consumer)}</td><td><code>{text(printable(known.message_id))}"
+        f"</code></td><td>{known.attempt}</td><td>{text(known.outcome)}</td>"
+        f"<td>{max(known.retry_at - now, 0.0):.1f} s</td></tr>"
+        for known in counters.waiting_out_a_backoff(now)
+    )
+    empty = '<tr><td colspan="5">None right now.</td></tr>'
+    return (
+        '<h2 id="backoff-heading">Waiting out a backoff</h2>'
+        '<table id="backing-off" aria-labelledby="backoff-heading"><caption>Messages a worker '
+        "holds after a transient failure (the store or a downstream unavailable), its lock "
+        "renewed, until it decides them again; given back to the broker only when the backoff "
+        f"budget is spent. {counters.backoffs} wait(s) since the journals began; reload to "
+        'refresh.</caption><thead><tr><th scope="col">Consumer</th><th scope="col">'
+        'MessageId</th><th scope="col">After attempt</th><th scope="col">Outcome</th>'
+        f'<th scope="col">Decided again in</th></tr></thead><tbody>{rows or empty}</tbody>'
+        "</table>"
+    )
+
+
+def counters_page(counters: DecisionCounters | None, now: float) -> str:
+    if counters is None:
         return layout(
             "Counters",
             '<p role="status">No decision journals here. Locally, `orders up` (or '
@@ -406,6 +430,7 @@ def counters_page(available: bool) -> str:
         "5 seconds over the last 5 minutes, all consumers, from the workers' decision "
         f'journals</figcaption><ul class="legend" id="legend">{legend}</ul></figure>'
         '<p id="updated">Loading...</p>'
+        f"{backing_off_table(counters, now)}"
         f"<noscript><p>The counters need JavaScript; the data is at "
         f'<a href="{PREFIX}/api/counters">{PREFIX}/api/counters</a>.</p></noscript>',
         current=f"{PREFIX}/counters",

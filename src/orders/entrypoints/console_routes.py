@@ -319,7 +319,7 @@ def install_console(app: FastAPI, factory: ConsoleFactory) -> Lazy[ConsoleRuntim
         return page(pages.order_page(order_id, await services.console.order_documents(order_id)))
 
     async def counters(request: Request, services: ConsoleRuntime) -> HTMLResponse:
-        return page(pages.counters_page(await services.console.counters() is not None))
+        return page(pages.counters_page(await services.console.counters(), time.time()))
 
     router.add_api_route("", html_route(overview), methods=["GET"])
     router.add_api_route("/dead-letters", html_route(dead_letters), methods=["GET"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from exactly_once.backoff import Retrier
 from orders.bootstrap import (
     ConsumerRuntime,
     DispatcherRuntime,
@@ -24,6 +25,7 @@ from orders.bootstrap import (
     shared_process_clients,
 )
 from orders.domain.outcomes import Decision
+from orders.domain.received import ReceivedOrderMessage
 from orders.service.consumer import OrderConsumer, settle
 from orders.service.registry import CONSUMERS, ConsumerSpec
 
@@ -32,6 +34,7 @@ __all__ = [
     "dispatch_outbox_changes",
     "function_consumer_runtime",
     "function_dispatcher_runtime",
+    "function_retrier",
     "function_subscriber_runtimes",
     "process_event_message",
     "process_order_message",
@@ -68,6 +71,22 @@ function_dispatcher_runtime: Lazy[DispatcherRuntime] = Lazy(
 )
 
 
+# A transient decision is decided again after a backoff before the message is given back; the
+# host renews the lock meanwhile, up to host.json's maxAutoLockRenewalDuration (above the
+# budget: tests/infra hold them so). Counted on the global meter the monitoring configures.
+function_retrier = Retrier()
+
+
+async def _decided_with_backoff(
+    decide: Callable[[ReceivedOrderMessage], Awaitable[Decision]],
+    message: ReceivedOrderMessage,
+    source: str,
+) -> Decision:
+    return await function_retrier.decide(
+        lambda: decide(message), message_id=message.message_id, source=source
+    )
+
+
 def use_function_consumer(consumer: OrderConsumer | None) -> None:
     """Let tests supply the consumer the Function uses (None: build from settings again)."""
     function_consumer_runtime.use(ConsumerRuntime(consumer) if consumer is not None else None)
@@ -79,7 +98,9 @@ async def process_order_message(
     """The order trigger's body: the host's message and actions through the one core."""
     runtime = await function_consumer_runtime.get()
     message, settler = from_functions_host(received_message, message_actions)
-    return await runtime.consumer.handle_and_settle(message, settler)
+    decision = await _decided_with_backoff(runtime.consumer.handle, message, "orders")
+    await settle(decision, settler)
+    return decision
 
 
 async def process_event_message(
@@ -88,7 +109,7 @@ async def process_event_message(
     """A registered consumer's trigger body: the host's message through that consumer's core."""
     runtime = await function_subscriber_runtimes[consumer].get()
     message, settler = from_functions_host(received_message, message_actions)
-    decision = await runtime.handler.handle(message)
+    decision = await _decided_with_backoff(runtime.handler.handle, message, consumer)
     await settle(decision, settler)
     return decision
 

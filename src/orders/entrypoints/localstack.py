@@ -127,13 +127,22 @@ class ManagedProcess:
     def decisions_path(self) -> Path:
         return self.log_path.with_suffix(".decisions.jsonl")
 
-    def decisions(self) -> list[dict[str, Any]]:
-        """What a worker decided, one entry per message handled (`--decisions`)."""
+    def journal(self) -> list[dict[str, Any]]:
+        """Every line of a worker's journal (`--decisions`): decisions and backoffs."""
         if not self.decisions_path.exists():
             return []
         lines = self.decisions_path.read_text(encoding="utf-8").splitlines()
         # A line being written when a worker was killed is incomplete: it never counted.
         return [json.loads(line) for line in lines if line.endswith("}")]
+
+    def decisions(self) -> list[dict[str, Any]]:
+        """What a worker decided, one entry per decision made (a transient one decided again
+        after a backoff included)."""
+        return [entry for entry in self.journal() if "backoff" not in entry]
+
+    def backoffs(self) -> list[dict[str, Any]]:
+        """Each wait a worker announced before deciding a message again (`backoff` lines)."""
+        return [entry["backoff"] for entry in self.journal() if "backoff" in entry]
 
     @property
     def running(self) -> bool:

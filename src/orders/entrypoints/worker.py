@@ -14,8 +14,10 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+from exactly_once.backoff import Retry
 from orders.bootstrap import StoreFactory, run_subscriber, run_worker
 from orders.domain.outcomes import Decision, Outcome
 from orders.domain.payments import Charge, Refund
@@ -37,16 +39,41 @@ CRASH_AFTER_REFUND_ENV = "ORDERS_FAULT_CRASH_AFTER_REFUND"
 
 
 DecisionHook = Callable[[Decision], None]
+RetryHook = Callable[[Retry], None]
+
+
+@dataclass(frozen=True)
+class JournalHooks:
+    """What a worker tells its journal: each decision, and each backoff before one is made
+    again (the console lists the messages waiting one out)."""
+
+    decision: DecisionHook
+    retry: RetryHook
 
 
 @contextlib.contextmanager
-def decision_journal(path: Path | None) -> Iterator[DecisionHook | None]:
-    """One JSON line per decision, flushed as it is made: outcomes as data for the demo and
-    the tests, so the log's wording stays free to change."""
+def decision_journal(path: Path | None) -> Iterator[JournalHooks | None]:
+    """One JSON line per decision (each one decided again after a backoff included), and one
+    per backoff, flushed as it is made: outcomes as data for the demo, the console and the
+    tests, so the log's wording stays free to change."""
     if path is None:
         yield None
         return
     with path.open("a", encoding="utf-8") as journal:
+
+        def retry(waiting: Retry) -> None:
+            now = time.time()
+            entry = {
+                "backoff": {
+                    "message_id": waiting.message_id,
+                    "attempt": waiting.attempt,
+                    "outcome": waiting.outcome,
+                    "retry_at": now + waiting.delay_seconds,
+                },
+                "at": now,
+            }
+            journal.write(json.dumps(entry) + "\n")
+            journal.flush()
 
         def record(decision: Decision) -> None:
             entry = {
@@ -59,7 +86,7 @@ def decision_journal(path: Path | None) -> Iterator[DecisionHook | None]:
             journal.write(json.dumps(entry) + "\n")
             journal.flush()
 
-        yield record
+        yield JournalHooks(record, retry)
 
 
 def chain(*hooks: DecisionHook | None) -> DecisionHook | None:
@@ -130,13 +157,15 @@ def run_until_signalled(
     consumer's subscription or queue, through the same receive loop and settlement mapping.
     """
 
-    async def main(journal: DecisionHook | None) -> WorkerStats:
+    async def main(journal: JournalHooks | None) -> WorkerStats:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         # The journal first: a crash hook that exits must find the decision already recorded.
-        after_decision = chain(journal, crash_hook_from_env())
+        on_retry = journal.retry if journal is not None else None
+        recorded = journal.decision if journal is not None else None
+        after_decision = chain(recorded, crash_hook_from_env())
         if subscriber is not None:
             return await run_subscriber(
                 settings,
@@ -146,9 +175,15 @@ def run_until_signalled(
                 after_decision=after_decision,
                 after_charge=crash_after_charge_from_env(),
                 after_refund=crash_after_refund_from_env(),
+                on_retry=on_retry,
             )
         return await run_worker(
-            settings, options, stop, after_decision=after_decision, store_factory=store_factory
+            settings,
+            options,
+            stop,
+            after_decision=after_decision,
+            store_factory=store_factory,
+            on_retry=on_retry,
         )
 
     with decision_journal(decisions) as journal:

@@ -8,14 +8,14 @@ from datetime import datetime
 
 from exactly_once.decisions import Decision as CoreDecision
 from exactly_once.decisions import Outcome as CoreOutcome
-from exactly_once.decisions import decision_for_error
+from exactly_once.decisions import decision_for_error, store_refused
 from orders.domain.events import OrderEvent, parse_order_event
 from orders.domain.messages import MessageRejected
 from orders.domain.model import is_entity_id
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.status import OrderStatus, OrderStatusChanged
-from orders.exceptions import TransientPublishError, TransientStoreError
+from orders.exceptions import StoreRefusedError, TransientPublishError, TransientStoreError
 from orders.service.ports import StatusPublisher
 from orders.service.saga import EventRefused
 
@@ -70,8 +70,9 @@ async def decided(
 ) -> Decision:
     """The one error frame of every consumer: the effect's decision, or what its exception
     means. A refused event carries its dead-letter decision; the app's failures worth retrying
-    abandon; everything else is the core's frame (`exactly_once.decisions.decision_for_error`:
-    a mismatch or a refusal dead-letters, a lost race or a busy lease abandons, a bug abandons
+    abandon; a write the store refused for good dead-letters (`StoreRefused`); everything else
+    is the core's frame (`exactly_once.decisions.decision_for_error`: a mismatch or a refusal
+    dead-letters, a lost race or a busy lease abandons, a bug abandons
     and is logged), never letting the lock be renewed for minutes."""
     try:
         return await effect()
@@ -81,6 +82,9 @@ async def decided(
         return Decision(
             Outcome.TRANSIENT_FAILURE, Settlement.ABANDON, order_id, request_hash, error=str(exc)
         )
+    except StoreRefusedError as exc:
+        # The app's own exception of the core's meaning: the same dead letter, `StoreRefused`.
+        return from_core(store_refused(consumer, order_id, str(exc)), order_id, request_hash)
     except Exception as exc:
         core = decision_for_error(exc, consumer=consumer, message_id=order_id)
         return from_core(core, order_id, request_hash)

@@ -1,0 +1,165 @@
+"""Backing off in place: a transient decision is decided again, within the same delivery, after
+an exponential, jittered delay; only when the budget is spent is the message given back.
+
+Why in place: an abandoned message is redelivered at once, and every delivery counts towards
+the entity's MaxDeliveryCount (10 in this project's config). Abandoning at once, ten quick
+failures in a short store outage dead-letter a valid message. Held (its lock renewed: by the
+worker's `AutoLockRenewer`, or by the Functions host up to `maxAutoLockRenewalDuration`), the
+message spends time rather than deliveries.
+
+What is retried: a decision that abandons with the outcome `transient_failure` (the store or a
+downstream may answer later: timeouts, 408, 429, 449, 5xx, connection errors) or
+`in_progress_elsewhere` (another delivery holds the work). Everything else is settled at once:
+a bug (`unexpected_failure`) is handed back without waiting, a dead letter is final.
+
+The default budget (`Backoff()`): delays of 0.5, 1, 2, 4, 8, then 15 s (each between half and
+all of that, at random), for up to 120 s of one delivery. One delivery outlasts any outage that
+ends within the budget less one delay and one attempt (about 120 - 15 - the SDK's own retries);
+a longer outage costs one delivery per budget, so MaxDeliveryCount 10 covers about 20 minutes.
+`tests/unit/test_backoff.py` holds the arithmetic to a 60 s outage with a fake clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from exactly_once.decisions import Outcome, Settleable, Settlement
+from exactly_once.logs import log_value
+from exactly_once.telemetry import Telemetry
+
+logger = logging.getLogger("exactly_once.backoff")
+
+# The outcomes worth deciding again after a wait (the app's outcome types share these values).
+RETRIED_OUTCOMES = frozenset({Outcome.TRANSIENT_FAILURE.value, Outcome.IN_PROGRESS_ELSEWHERE.value})
+
+
+Decided = TypeVar("Decided", bound=Settleable)
+
+
+def is_retried(decision: Settleable) -> bool:
+    """Whether `decision` is worth deciding again after a wait: it abandons, and its `outcome`
+    (a decision type of yours may have none: then never) is a transient one."""
+    return str(decision.settlement) == Settlement.ABANDON.value and (
+        str(getattr(decision, "outcome", "")) in RETRIED_OUTCOMES
+    )
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """How long one delivery backs off before its message is given back.
+
+    The n-th wait is between half and all of `min(max_delay_seconds, first_delay_seconds *
+    2**(n-1))` (equal jitter: never a hot loop, never in step with other messages); no attempt
+    starts more than `budget_seconds` after the first. `budget_seconds=0` turns backing off
+    off (a transient failure is abandoned at once, as before)."""
+
+    first_delay_seconds: float = 0.5
+    max_delay_seconds: float = 15.0
+    budget_seconds: float = 120.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.first_delay_seconds <= self.max_delay_seconds:
+            raise ValueError("a backoff needs 0 < first_delay_seconds <= max_delay_seconds")
+        if self.budget_seconds < 0:
+            raise ValueError("a backoff budget cannot be negative")
+
+    def delay(self, retry: int, draw: Callable[[], float] = random.random) -> float:
+        """The wait before retry number `retry` (1 for the first), with `draw()` in [0, 1)."""
+        ceiling = min(self.max_delay_seconds, self.first_delay_seconds * 2 ** min(retry - 1, 30))
+        return float(ceiling / 2 + ceiling / 2 * draw())
+
+
+@dataclass(frozen=True)
+class Retry:
+    """One wait announced before it starts: what failed, and when it is decided again."""
+
+    message_id: str | None
+    attempt: int
+    """The attempt that failed (1 for the delivery's first)."""
+    delay_seconds: float
+    outcome: str
+    error: str | None
+
+
+async def _wait_unless_stopped(seconds: float, stop: asyncio.Event | None) -> bool:
+    """Wait `seconds`; False at once when `stop` is set (then the message is given back)."""
+    if stop is None:
+        await asyncio.sleep(seconds)
+        return True
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+    return not stop.is_set()
+
+
+class Retrier:
+    """Decides again, after a wait, while the decision is transient and the budget lasts; one
+    log line and one count (`exactly_once.backoffs`) per wait, and `on_retry` told of it."""
+
+    def __init__(
+        self,
+        backoff: Backoff | None = None,
+        *,
+        telemetry: Telemetry | None = None,
+        on_retry: Callable[[Retry], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wait: Callable[[float, asyncio.Event | None], Awaitable[bool]] = _wait_unless_stopped,
+        draw: Callable[[], float] = random.random,
+    ) -> None:
+        self.backoff = backoff or Backoff()
+        self._telemetry = telemetry or Telemetry()
+        self._on_retry = on_retry
+        self._clock = clock
+        self._wait = wait
+        self._draw = draw
+
+    async def decide(
+        self,
+        decide: Callable[[], Awaitable[Decided]],
+        *,
+        message_id: str | None,
+        source: str = "",
+        stop: asyncio.Event | None = None,
+    ) -> Decided:
+        """The first decision that is not transient, or the last one when the budget is spent
+        (or `stop` is set): the caller settles it."""
+        started = self._clock()
+        attempt = 1
+        while True:
+            decision = await decide()
+            if not is_retried(decision) or (stop is not None and stop.is_set()):
+                return decision
+            delay = self.backoff.delay(attempt, self._draw)
+            if self._clock() - started + delay > self.backoff.budget_seconds:
+                return decision
+            retry = Retry(
+                message_id,
+                attempt,
+                delay,
+                str(getattr(decision, "outcome", "")),
+                getattr(decision, "error", None),
+            )
+            self._announce(retry, source)
+            if not await self._wait(delay, stop):
+                return decision
+            attempt += 1
+
+    def _announce(self, retry: Retry, source: str) -> None:
+        logger.warning(
+            "message %s%s: %s after attempt %d, deciding again in %.1f s: %s",
+            log_value(retry.message_id or ""),
+            f" on {source}" if source else "",
+            retry.outcome,
+            retry.attempt,
+            retry.delay_seconds,
+            log_value(retry.error or ""),
+        )
+        self._telemetry.count_backoff(retry.outcome, source)
+        if self._on_retry is not None:
+            self._on_retry(retry)
