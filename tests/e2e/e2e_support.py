@@ -127,11 +127,23 @@ def cosmos_faults_url(stack: LocalStack) -> str:
     return f"{stack.cosmos_endpoint}_emulator/faults"
 
 
+def add_cosmos_fault(stack: LocalStack, rule: dict[str, Any]) -> None:
+    """Install a fault rule on the stack's Cosmos emulator, with the stack's fault token."""
+    httpx.post(
+        cosmos_faults_url(stack), json=rule, headers=fault_token_header(stack), timeout=10
+    ).raise_for_status()
+
+
+def fault_token_header(stack: LocalStack) -> dict[str, str]:
+    return {"Authorization": f"Bearer {stack.fault_token}"}
+
+
 def begin_cosmos_outage(stack: LocalStack) -> None:
     """Every request to the stack's Cosmos account answers 503 until `end_cosmos_outage`."""
-    outage = {"status": 503, "count": 1_000_000}
-    httpx.post(cosmos_faults_url(stack), json=outage, timeout=10).raise_for_status()
+    add_cosmos_fault(stack, {"status": 503, "count": 1_000_000})
 
 
 def end_cosmos_outage(stack: LocalStack) -> None:
-    httpx.delete(cosmos_faults_url(stack), timeout=10).raise_for_status()
+    httpx.delete(
+        cosmos_faults_url(stack), headers=fault_token_header(stack), timeout=10
+    ).raise_for_status()

@@ -13,7 +13,15 @@ import threading
 
 import httpx
 import pytest
-from e2e_support import new_plan, poll_until, send, wait_for_decision
+from e2e_support import (
+    add_cosmos_fault,
+    cosmos_faults_url,
+    fault_token_header,
+    new_plan,
+    poll_until,
+    send,
+    wait_for_decision,
+)
 
 from orders.adapters.servicebus import create_servicebus_client
 from orders.adapters.servicebus_load import count_active_messages
@@ -89,14 +97,12 @@ def test_crash_between_write_and_settlement_is_completed_as_a_duplicate(
 
 
 def test_store_throttling_and_outage_abandon_then_store_exactly_once(stack: LocalStack) -> None:
-    faults = f"{stack.cosmos_endpoint}_emulator/faults"
-    token = {"Authorization": f"Bearer {stack.fault_token}"}
     # 429s are absorbed by the Cosmos SDK's own retry policy (it honours x-ms-retry-after-ms);
     # 503s on the batch reach the consumer, which abandons so the broker redelivers.
     throttle = {"status": 429, "count": 4, "operation": "Batch", "retry_after_ms": 5}
     outage = {"status": 503, "count": 12, "operation": "Batch"}
     for rule in (throttle, outage):
-        httpx.post(faults, json=rule, headers=token).raise_for_status()
+        add_cosmos_fault(stack, rule)
     worker = stack.start_worker(concurrency=2)
     plan = new_plan(10)
 
@@ -106,7 +112,10 @@ def test_store_throttling_and_outage_abandon_then_store_exactly_once(stack: Loca
     assert report.ok, report.violations
     assert report.orders_in_store == 10 and report.dead_lettered == 0
     # Exhausted rules are removed: all were hit.
-    assert httpx.get(faults, headers=token).json()["faults"] == []
+    assert (
+        httpx.get(cosmos_faults_url(stack), headers=fault_token_header(stack)).json()["faults"]
+        == []
+    )
     outcomes = [(d["outcome"], d["settlement"]) for d in worker.decisions()]
     assert ("transient_failure", "abandon") in outcomes
     assert outcomes.count(("processed", "complete")) == 10
