@@ -380,10 +380,10 @@ def print_demo_story(result: DemoResult, workers: int) -> None:
     if report.ok and report.invariants is not None:
         out.print(
             f"[green]Proven for the customer:[/green] {len(result.plan.cancels)} orders "
-            "cancelled at every point of the saga; no cancelled order shipped, every charge "
-            "of a cancelled order refunded exactly once and in full, no charge without its "
-            "stored order or with another amount, and every order's status as it happened "
-            "(all invariants 0)."
+            "cancelled at every point of the saga; no cancelled order shipped, no order "
+            "shipped without a charge, every charge of a cancelled order refunded exactly "
+            "once and in full, no charge without its stored order or with another amount, "
+            "and every order's status as it happened (all invariants 0)."
         )
 
 

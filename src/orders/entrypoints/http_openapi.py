@@ -82,7 +82,8 @@ class StoredOrder(WireModel):
     order_id: str
     status: str = Field(
         description="`placed`, then `paid`, `shipped`, `delivered` or `cancelled` as absolute, "
-        "versioned status updates are applied"
+        "versioned status updates are applied; `payment_failed` when the payment provider "
+        "refused the charge for good (the order never ships)"
     )
     status_version: int = Field(description="The version of `status` (1: as placed)")
     status_history: list[StatusChange] = Field(
