@@ -1,8 +1,11 @@
-"""The order saga's decisions against the order document: verify, reserve, cancel.
+"""The order saga's decisions against the order document: verify, reserve, cancel, and
+billing's payment.
 
 Billing and shipping verify every event with one point read of the order document before they
 act; shipping reserves the shipment and the HTTP API cancels by an If-Match replace of that same
-document, so the two can never both win (`domain/saga.py`).
+document, so the two can never both win; billing records its charge, or a refusal that ends the
+order in `payment_failed`, on that document too, and shipping reserves only a charged order
+(`domain/saga.py`).
 """
 
 from __future__ import annotations
