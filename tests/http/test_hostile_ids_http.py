@@ -14,7 +14,7 @@ import pytest
 from fakes import order_payload
 from http_support import Api, assert_problem, new_order_id
 
-from orders.domain.ids import ID_RULE
+from orders.domain.ids import ID_PATTERN, ID_RULE, MAX_ID_LENGTH
 
 HOSTILE_IDS = [" abc", "a\u00a0b", "a\u200bb", "abc ", "caf\u00e9", "-abc", "a%2Fb"]
 
@@ -85,3 +85,21 @@ async def test_an_id_is_never_trimmed_into_another_order(api: Api) -> None:
 
     assert_problem(response, 400, "invalid-id")
     assert len(api.publisher.published) == 1
+
+
+async def test_the_openapi_document_states_the_grammar_wherever_an_order_id_goes(api: Api) -> None:
+    document = (await api.client.get("/api/openapi.json")).json()
+    order = document["components"]["schemas"]["OrderPlaced"]["properties"]["orderId"]
+    path_ids = [
+        parameter["schema"]
+        for path, operations in document["paths"].items()
+        if "{orderId}" in path
+        for operation in operations.values()
+        for parameter in operation["parameters"]
+        if parameter["in"] == "path"
+    ]
+
+    assert order["pattern"] == ID_PATTERN and order["maxLength"] == MAX_ID_LENGTH
+    assert len(path_ids) == 2  # GET and cancel
+    assert all(schema["pattern"] == ID_PATTERN for schema in path_ids)
+    assert "400" in document["paths"]["/api/orders/{orderId}"]["get"]["responses"]
