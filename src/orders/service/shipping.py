@@ -4,10 +4,9 @@ The event is verified against the order document, and the shipment reserved on i
 If-Match (a cancel that committed first wins: no shipment, `skipped_cancelled`). Only a charged
 order ships: until billing has recorded the charge on the order document, shipping polls it
 (bounded), then hands the message back (`awaiting_charge`); an order whose charge was refused
-is never shipped (`skipped_payment_failed`). Then the inbox
-record and the shipment are one transactional batch (the `exactly_once` core's `inbox_batch`),
-so the record exists if and only if the effect does; a redelivery finds the reservation its own
-and the record, and stops.
+is never shipped (`skipped_payment_failed`). Then the inbox record and the shipment are one
+transactional batch (the `exactly_once` core's `inbox_batch`), so the record exists if and only
+if the effect does; a redelivery finds the reservation its own and the record, and stops.
 """
 
 from __future__ import annotations
