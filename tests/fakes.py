@@ -699,9 +699,12 @@ def cancel_message(order_id: str = "o-1") -> ReceivedOrderMessage:
     return ReceivedOrderMessage(body=event.body(), message_id=event.event_id)
 
 
-def stored_orders(*order_ids: str, amount: str = "12.5") -> FakeFencedDocuments:
+def stored_orders(
+    *order_ids: str, amount: str = "12.5", charged: bool = False
+) -> FakeFencedDocuments:
     """An orders container holding what the order consumer writes for each id (the order
-    document and its outbox event), as `event_message` describes them."""
+    document and its outbox event), as `event_message` describes them; with `charged`, the
+    order document also carries billing's recorded charge (what shipping waits for)."""
     orders = FakeFencedDocuments()
     for order_id in order_ids or ("o-1",):
         order = placed_order(order_id, amount)
@@ -712,8 +715,13 @@ def stored_orders(*order_ids: str, amount: str = "12.5") -> FakeFencedDocuments:
             processed_at=datetime.now(UTC),
             owner_scope=None,
         )
-        for document in write.documents[:2]:
-            orders._stored(document)
+        order_document, event_document = write.documents[:2]
+        if charged:
+            order_document = LAYOUT.order_charged(
+                order_document, f"pay-{order_id}", datetime.now(UTC)
+            )
+        orders._stored(order_document)
+        orders._stored(event_document)
     return orders
 
 

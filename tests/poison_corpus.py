@@ -28,12 +28,14 @@ INVALID_JSON = DeadLetterReason.INVALID_JSON.value
 SCHEMA = DeadLetterReason.SCHEMA_VIOLATION.value
 TOO_LARGE = DeadLetterReason.ORDER_TOO_LARGE.value
 ID_MISMATCH = DeadLetterReason.MESSAGE_ID_MISMATCH.value
+INVALID_ID = DeadLetterReason.INVALID_ID.value
 
 # What POST /api/orders answers for a body rejected with each reason.
 HTTP_PROBLEM = {
     INVALID_JSON: (400, "invalid-json"),
     SCHEMA: (400, "invalid-order"),
     TOO_LARGE: (413, "order-too-large"),
+    INVALID_ID: (400, "invalid-id"),
 }
 
 SAME_AS_ORDER = "<orderId>"  # the message id is the case's own order id
@@ -154,9 +156,9 @@ def _body_cases() -> list[tuple[str, str, Callable[[str], bytes]]]:
         ("currency-unknown", SCHEMA, lambda oid: dumps(order(oid, currency="XXY"))),
         ("currency-number", SCHEMA, lambda oid: dumps(order(oid, currency=978))),
         ("customer-id-number", SCHEMA, lambda oid: dumps(order(oid, customerId=42))),
-        ("customer-id-newline", SCHEMA, lambda oid: dumps(order(oid, customerId="c\nALERT x"))),
-        ("sku-tab", SCHEMA, lambda oid: dumps(with_line(oid, sku="a\tb"))),
-        ("sku-trailing-space", SCHEMA, lambda oid: dumps(with_line(oid, sku="a "))),
+        ("customer-id-newline", INVALID_ID, lambda oid: dumps(order(oid, customerId="c\nALERT x"))),
+        ("sku-tab", INVALID_ID, lambda oid: dumps(with_line(oid, sku="a\tb"))),
+        ("sku-trailing-space", INVALID_ID, lambda oid: dumps(with_line(oid, sku="a "))),
         (
             "lines-missing",
             SCHEMA,
@@ -211,9 +213,10 @@ def _body_cases() -> list[tuple[str, str, Callable[[str], bytes]]]:
     ]
 
 
-def _id_cases() -> list[tuple[str, str]]:
-    """(name, raw JSON literal of the orderId) for ids Cosmos refuses or we refuse."""
-    return [
+def _id_cases() -> list[tuple[str, str, str]]:
+    """(name, reason, raw JSON literal of the orderId) for ids outside the one id grammar
+    (`orders/domain/ids.py`): refused as `InvalidId` before any party sees them."""
+    outside = [
         ("id-trailing-space", '"o-1 "'),
         ("id-c1-control", '"o-\\u0085"'),
         ("id-c0-control", '"o-\\u0001"'),
@@ -229,8 +232,20 @@ def _id_cases() -> list[tuple[str, str]]:
         ("id-empty", '""'),
         ("id-not-nfc", '"e\\u0301"'),
         ("id-lone-surrogate", '"o-\\ud800"'),
-        ("id-number", "1001"),
-        ("id-null", "null"),
+        # Ids Cosmos DB takes that another party refuses or rewrites: the payment provider
+        # refused to charge the first three while shipping shipped them.
+        ("id-leading-space", '" o-1"'),
+        ("id-no-break-space", '"o\\u00a01"'),
+        ("id-zero-width-space", '"o\\u200b1"'),
+        ("id-not-ascii", '"caf\\u00e9"'),
+        ("id-dot-segment", '".."'),
+        ("id-percent-escape", '"o%2F1"'),
+        ("id-leading-dash", '"-o-1"'),
+    ]
+    # Not a string at all: the schema's type, not the id grammar.
+    return [(name, INVALID_ID, literal) for name, literal in outside] + [
+        ("id-number", SCHEMA, "1001"),
+        ("id-null", SCHEMA, "null"),
     ]
 
 
@@ -240,9 +255,9 @@ def poison_cases(prefix: str) -> list[PoisonCase]:
     for number, (name, reason, build) in enumerate(_body_cases()):
         order_id = f"{prefix}-b{number:02d}"
         cases.append(PoisonCase(name, reason, build(order_id), order_id))
-    for number, (name, literal) in enumerate(_id_cases()):
+    for number, (name, reason, literal) in enumerate(_id_cases()):
         # The message id is a valid stand-in: the body's id is what must be refused.
-        cases.append(PoisonCase(name, SCHEMA, raw_id(literal), f"{prefix}-i{number:02d}"))
+        cases.append(PoisonCase(name, reason, raw_id(literal), f"{prefix}-i{number:02d}"))
     valid = dumps(order(f"{prefix}-m00"))
     cases += [
         PoisonCase("message-id-differs", ID_MISMATCH, valid, f"{prefix}-m99", body_only=False),
@@ -256,6 +271,14 @@ def poison_cases(prefix: str) -> list[PoisonCase]:
         ),
         PoisonCase(
             "message-id-trailing-space", ID_MISMATCH, valid, f"{prefix}-m00 ", body_only=False
+        ),
+        # What a producer that skips the API sends: the hostile id as orderId and MessageId.
+        PoisonCase(
+            "message-and-order-id-leading-space",
+            INVALID_ID,
+            dumps(order(f" {prefix}-m03")),
+            f" {prefix}-m03",
+            body_only=False,
         ),
         PoisonCase(
             "amqp-value-body",
@@ -332,7 +355,7 @@ def _small_message_cases(
         ("array", SCHEMA, lambda oid: b"[]"),
         ("unknown-field", SCHEMA, lambda oid: dumps(valid(oid) | {"extra": 1})),
         ("missing-order-id", SCHEMA, lambda oid: dumps({**valid(oid), "orderId": None})),
-        ("order-id-slash", SCHEMA, lambda oid: dumps({**valid(oid), "orderId": "a/b"})),
+        ("order-id-slash", INVALID_ID, lambda oid: dumps({**valid(oid), "orderId": "a/b"})),
         ("too-large", TOO_LARGE, lambda oid: dumps(valid(oid) | {"pad": "x" * max_bytes})),
     ]
     cases = [

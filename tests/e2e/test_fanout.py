@@ -35,6 +35,13 @@ BOTH = frozenset({SHIPPING, BILLING})
 SHORT_BILLING_LEASE = {"BILLING_LEASE_SECONDS": "3"}
 
 
+def start_billing(stack: LocalStack) -> None:
+    """The payment stand-in and one billing consumer: shipping ships only an order whose
+    charge billing recorded, so the shipping drills need them too (audited: shipping only)."""
+    stack.start_payments()
+    stack.start_subscriber("billing")
+
+
 def wait_for_fanout(
     stack: LocalStack, plan: LoadPlan, fanout: frozenset[str], within: float = 90.0
 ) -> VerifyReport:
@@ -57,6 +64,7 @@ def test_every_order_is_shipped_exactly_once_with_duplicate_sends(stack: LocalSt
     stack.start_dispatcher()  # a second one waits on the lease: only one reads the feed
     stack.start_subscriber("shipping")
     stack.start_subscriber("shipping")
+    start_billing(stack)
 
     send(stack, plan)
     report = wait_for_fanout(stack, plan, SHIPPING_ONLY)
@@ -77,6 +85,7 @@ def test_a_dispatcher_killed_between_publish_and_mark_republishes_and_nothing_do
         lease_seconds=4, extra_env={CRASH_AFTER_PUBLISH_ENV: victim_order}
     )
     stack.start_subscriber("shipping")
+    start_billing(stack)
 
     send(stack, plan)
     assert crashing.process.wait(timeout=60) == CRASH_EXIT_CODE
@@ -94,6 +103,7 @@ def test_a_stopped_dispatcher_hands_its_lease_over_at_once(stack: LocalStack) ->
     stack.start_worker()
     first = stack.start_dispatcher()
     stack.start_subscriber("shipping")
+    start_billing(stack)
     send(stack, first_plan)
     assert wait_for_fanout(stack, first_plan, SHIPPING_ONLY).ok
 

@@ -44,7 +44,8 @@ INVARIANTS = {
     "refund_amount_mismatch",
     "charged_without_stored_order",
     "charge_amount_mismatch",
-    "shipped_not_paid",
+    "shipped_without_charge",
+    "payment_failed_but_charged",
     "final_status_mismatch",
 }
 
@@ -158,6 +159,36 @@ def test_a_payment_service_failing_after_refunding_is_retried_into_the_same_refu
     assert report.invariants is not None and not any(report.invariants.values())
     assert report.fanout["shipping"]["effects"] == 1  # the one order not cancelled
     assert len(refunds(stack)) == 4
+
+
+def test_a_charge_refused_for_good_ends_the_order_payment_failed_and_it_never_ships(
+    stack: LocalStack,
+) -> None:
+    """The payment provider refuses one order's charge for good (its key was taken by another
+    charge: 422): billing dead-letters the event `PaymentRefused`, the order ends in
+    `payment_failed` and shipping never ships it, whichever of the two gets the event first.
+    Every invariant holds, `shipped_without_charge` among them, and GET's status says so."""
+    plan = new_plan(4)
+    victim = plan.sends[1].message_id
+    stack.start_payments()
+    taken = httpx.post(
+        f"{stack.payments_url}/payments",
+        json={"orderId": f"elsewhere-{victim}", "amount": "0.01", "currency": "EUR"},
+        headers={"Idempotency-Key": f"billing:{victim}"},
+        timeout=10,
+    )
+    assert taken.status_code == 201, taken.text
+    start_pipeline(stack)
+    stack.start_subscriber("billing")
+
+    send(stack, plan)
+    report = settle(stack, plan)
+
+    assert report.ok, report.violations
+    assert report.invariants is not None and not any(report.invariants.values())
+    assert {"shipped_without_charge", "payment_failed_but_charged"} <= set(report.invariants)
+    assert report.fanout["shipping"]["effects"] == plan.orders - 1
+    assert report.fanout["billing"]["effects"] == plan.orders - 1
 
 
 def test_random_kills_with_cancels_keep_every_invariant(stack: LocalStack) -> None:

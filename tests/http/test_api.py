@@ -475,9 +475,9 @@ async def test_get_of_an_unknown_order_is_404(api: Api) -> None:
     assert_problem(await api.client.get("/api/orders/nope"), 404, "order-not-found")
 
 
-async def test_get_of_an_id_that_can_never_exist_is_404(api: Api) -> None:
-    assert_problem(await api.client.get("/api/orders/has%23hash"), 404, "order-not-found")
-    assert_problem(await api.client.get("/api/orders/" + "x" * 65), 404, "order-not-found")
+async def test_get_of_an_id_outside_the_id_rule_is_400_naming_it(api: Api) -> None:
+    assert_problem(await api.client.get("/api/orders/has%23hash"), 400, "invalid-id")
+    assert_problem(await api.client.get("/api/orders/" + "x" * 65), 400, "invalid-id")
 
 
 async def test_a_queued_order_is_visible_only_to_the_caller_that_placed_it(api: Api) -> None:

@@ -181,7 +181,7 @@ async def test_refusals(api: Api) -> None:
     order_id = await placed(api)
     assert_problem(await cancel(api, order_id, key=None), 400, "missing-idempotency-key")
     assert_problem(await cancel(api, new_order_id()), 404, "order-not-found")
-    assert_problem(await cancel(api, "a%20"), 404, "order-not-found")  # no such id can exist
+    assert_problem(await cancel(api, "a%20"), 400, "invalid-id")  # outside the id rule
     for body in (
         b"[",
         b'{"reason": 1}',

@@ -125,7 +125,7 @@ def test_location_escapes_the_order_id() -> None:
 
 @pytest.mark.parametrize("price", ["0.0001", "12345678901.2345", "1E+2", "3", "1.250", "0"])
 def test_published_body_is_what_the_consumer_accepts_with_exact_amounts(price: str) -> None:
-    payload = order_payload('o-\u00e9"1', lines=[{"sku": "s", "quantity": 2, "unitPrice": 0}])
+    payload = order_payload("o-1:eu@shop_2.x", lines=[{"sku": "s", "quantity": 2, "unitPrice": 0}])
     text = json.dumps(payload).replace('"unitPrice": 0', f'"unitPrice": {price}')
     order = parse_order(text.encode())
 

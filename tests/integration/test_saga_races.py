@@ -60,6 +60,8 @@ async def test_cancel_racing_ship_has_one_winner_per_order_and_the_loser_sees_it
     order_ids = [f"race-{uuid.uuid4().hex[:10]}" for _ in range(ORDERS)]
     for order_id in order_ids:
         await store.create_order(new_write(order_id))
+        # Charged, as billing records it: shipping reserves only a charged order.
+        await OrderSaga(orders, LAYOUT).record_charge(order_id, f"pay-{order_id}")
     shipping = ShippingConsumer(inbox, OrderSaga(orders, LAYOUT), LAYOUT)
 
     async def race(order_id: str) -> tuple[CancelResult, Outcome]:
@@ -96,6 +98,57 @@ async def test_cancel_racing_ship_has_one_winner_per_order_and_the_loser_sees_it
             assert (cancelled, shipped) == (CancelResult.ALREADY_SHIPPED, Outcome.PROCESSED)
             assert state is Fulfilment.SHIPPING and shipment is not None
             assert await orders.get_stored(f"{order_id}:outbox:OrderCancelled", order_id) is None
+
+
+async def test_a_refused_charge_racing_shipping_ends_the_order_unshipped(
+    containers: dict[str, ContainerProxy],
+) -> None:
+    """Billing's refusal and a shipping delivery started together, per order: shipping waits
+    for a charge that never comes and skips the order once it is `payment_failed`; nothing
+    ships (the hole: a refused charge, and the order shipped anyway)."""
+    store = CosmosOrderStore(containers["orders"])
+    orders = CosmosFencedDocuments(containers["orders"])
+    inbox = CosmosFencedDocuments(containers["inbox"])
+    order_ids = [f"refused-{uuid.uuid4().hex[:10]}" for _ in range(ORDERS // 4)]
+    for order_id in order_ids:
+        await store.create_order(new_write(order_id))
+    # Waits far longer than the refusal takes: a deadline, not the synchronisation.
+    shipping = ShippingConsumer(inbox, OrderSaga(orders, LAYOUT), LAYOUT, charge_wait_seconds=30)
+
+    async def race(order_id: str) -> Outcome:
+        shipped = asyncio.create_task(shipping.handle(accepted_message(order_id)))
+        await OrderSaga(orders, LAYOUT).record_payment_failed(order_id, "card_declined")
+        return (await shipped).outcome
+
+    outcomes = await asyncio.gather(*map(race, order_ids))
+
+    assert set(outcomes) == {Outcome.SKIPPED_PAYMENT_FAILED}
+    for order_id in order_ids:
+        found = await orders.get_stored(order_id, order_id)
+        assert found is not None
+        read = LAYOUT.saga_order(found.body)
+        assert read is not None and read.fulfilment is Fulfilment.PAYMENT_FAILED
+        assert await inbox.get_stored(f"{order_id}:shipment", order_id) is None
+
+
+async def test_a_charge_recorded_after_a_refusal_reopens_the_order_for_shipping(
+    containers: dict[str, ContainerProxy],
+) -> None:
+    """An operator fixed the cause and had the event published again: the charge it makes
+    reopens the order, and shipping ships it on that delivery."""
+    orders = CosmosFencedDocuments(containers["orders"])
+    inbox = CosmosFencedDocuments(containers["inbox"])
+    order_id = f"reopened-{uuid.uuid4().hex[:10]}"
+    await CosmosOrderStore(containers["orders"]).create_order(new_write(order_id))
+    saga = OrderSaga(orders, LAYOUT)
+    await saga.record_payment_failed(order_id, "card_declined")
+
+    reopened = await saga.record_charge(order_id, "pay-1")
+    shipped = await ShippingConsumer(inbox, saga, LAYOUT).handle(accepted_message(order_id))
+
+    assert reopened.order.fulfilment is Fulfilment.OPEN and reopened.order.charged
+    assert shipped.outcome is Outcome.PROCESSED
+    assert await inbox.get_stored(f"{order_id}:shipment", order_id) is not None
 
 
 async def test_a_cancel_with_a_stale_etag_writes_neither_the_order_nor_its_event(

@@ -78,6 +78,23 @@ def test_a_cancelled_order_shows_its_refund_when_the_saga_writes_one() -> None:
     assert current_status(documents) == ("refunded", 6)
 
 
+def test_an_order_whose_charge_was_refused_shows_payment_failed_and_no_shipment() -> None:
+    failed = {
+        **ORDER,
+        "fulfilment": {"state": "payment_failed", "at": "2026-12-01T10:00:03+00:00"},
+    }
+    documents: list[dict[str, Any]] = [
+        failed,
+        {"type": "billing", "id": "billing:m-1", "orderId": "o-1", "status": "refused"},
+    ]
+
+    steps = order_timeline(documents)
+
+    assert [step.status for step in steps] == ["placed", "payment_failed"]
+    assert steps[1].at == "2026-12-01T10:00:03+00:00"
+    assert "refused" in steps[1].evidence[0].said
+
+
 def test_a_fresh_order_is_placed_and_untrusted_fields_are_ignored() -> None:
     documents: list[dict[str, Any]] = [
         ORDER,

@@ -132,7 +132,7 @@ async def test_same_order_id_with_different_payload_is_dead_lettered_as_mismatch
         (json.dumps(order_payload("o-1")).encode("utf-16"), "o-1", "InvalidJson"),
         (json.dumps({"orderId": "o-1"}).encode(), "o-1", "SchemaViolation"),
         (json.dumps(order_payload("o-1", currency="EURO")).encode(), "o-1", "SchemaViolation"),
-        (json.dumps(order_payload("o/1")).encode(), "o/1", "SchemaViolation"),
+        (json.dumps(order_payload("o/1")).encode(), "o/1", "InvalidId"),
         (json.dumps(order_payload("o-1", extra=True)).encode(), "o-1", "SchemaViolation"),
         (
             json.dumps(

@@ -85,3 +85,17 @@ def test_the_report_shows_the_status_audit_when_the_run_sent_updates() -> None:
     without = Collector()
     without.feed(render_report(VERIFY, [], seconds=1.0))
     assert "none sent in this run" in " ".join(without.text)
+
+
+def test_the_report_shows_the_saga_invariants_a_broken_one_included() -> None:
+    invariants = {"cancelled_and_shipped": 0, "shipped_without_charge": 1}
+    parsed = Collector()
+    parsed.feed(render_report({**VERIFY, "ok": False, "invariants": invariants}, [], 1.0))
+    text = " ".join(parsed.text)
+
+    assert "shipped_without_charge" in text and "cancelled_and_shipped" in text
+    assert "The saga's invariants (each must be 0)" in text
+
+    without = Collector()
+    without.feed(render_report(VERIFY, [], seconds=1.0))
+    assert "not audited in this run (the saga needs" in " ".join(without.text)

@@ -97,7 +97,7 @@ HOSTILE: list[tuple[str, bytes, str]] = [
         json.dumps({**valid_event(), "eventType": "OrderPlaced"}).encode(),
         "SchemaViolation",
     ),
-    ("id-with-slash", json.dumps({**valid_event(), "orderId": "a/b"}).encode(), "SchemaViolation"),
+    ("id-with-slash", json.dumps({**valid_event(), "orderId": "a/b"}).encode(), "InvalidId"),
     ("array", b"[]", "SchemaViolation"),
 ]
 

@@ -223,7 +223,8 @@ def test_each_subscriber_is_a_peeklock_topic_trigger_on_its_subscription(
 async def test_the_shipping_trigger_runs_the_shipping_core_and_settles() -> None:
     inbox = FakeFencedDocuments()
     lazy = function_subscriber_runtimes["shipping"]
-    shipping = ShippingConsumer(inbox, OrderSaga(stored_orders("o-fn"), LAYOUT), LAYOUT)
+    orders = stored_orders("o-fn", charged=True)
+    shipping = ShippingConsumer(inbox, OrderSaga(orders, LAYOUT), LAYOUT)
     lazy.use(SubscriberRuntime(Source(queue="unused"), shipping))
     event = event_message("o-fn")
     message = received_message(event.message_id or "", data=event.body)

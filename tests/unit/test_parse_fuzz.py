@@ -20,8 +20,9 @@ from poison_corpus import order
 
 from orders.adapters.cosmos_layout import order_write
 from orders.domain.hashing import request_hash
+from orders.domain.ids import is_entity_id
 from orders.domain.messages import MAX_DESCRIPTION_CHARS, MessageRejected, parse_order
-from orders.domain.model import OrderPlaced, is_entity_id
+from orders.domain.model import OrderPlaced
 
 FUZZ = settings(
     max_examples=300,

@@ -17,7 +17,7 @@ from sdk_messages import received_message
 
 import function_app
 from orders.adapters.cosmos_layout import REJECTION_DOCUMENT_TYPE
-from orders.domain.model import is_entity_id
+from orders.domain.ids import is_entity_id
 from orders.domain.received import BodyKind
 
 RUN = f"fn{uuid.uuid4().hex[:6]}"

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orders.domain.hashing import request_hash
+from orders.domain.ids import is_entity_id
 from orders.domain.messages import parse_order
-from orders.domain.model import is_entity_id
 from orders.domain.outcomes import Outcome
 from orders.domain.received import ReceivedOrderMessage
 from orders.service.consumer import OrderConsumer

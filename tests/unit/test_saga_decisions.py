@@ -29,7 +29,8 @@ from orders.service.shipping import ShippingConsumer
 
 @pytest.fixture
 def orders() -> FakeFencedDocuments:
-    return stored_orders("o-1")
+    # Charged, as billing records it: shipping ships only such an order.
+    return stored_orders("o-1", charged=True)
 
 
 @pytest.fixture

@@ -79,6 +79,8 @@ BILLING_DOCUMENT_TYPE = "billing"
 REFUND_DOCUMENT_TYPE = "refund"
 # The order document's own `status`: what it was stored with (the status document moves on).
 ORDER_STATUS_PLACED = "placed"
+# `payment.state` on an order document once billing recorded its charge there.
+CHARGED = "charged"
 
 # --- Ids: the documents' storage keys ----------------------------------------------------------
 
@@ -189,6 +191,7 @@ def saga_order(document: Mapping[str, Any] | None) -> SagaOrder | None:
         shipment_event_id=found.get("eventId"),
         cancelled_at=found.get("cancelledAt"),
         owner=stored_owner(document),
+        charged=(document.get("payment") or {}).get("state") == CHARGED,
     )
 
 
@@ -215,6 +218,26 @@ def order_cancelled(
         "state": Fulfilment.CANCELLED.value,
         "cancelledAt": at.isoformat(),
     }
+    if reason:
+        fulfilment["reason"] = reason
+    return {**document, "fulfilment": fulfilment}
+
+
+def order_charged(document: Mapping[str, Any], payment_id: str, at: datetime) -> dict[str, Any]:
+    """The order document with billing's charge recorded: every field it had, `payment` set
+    (beside `fulfilment`, which a shipment or a cancel replaces and this must survive). An
+    order whose payment had failed is open again (no `fulfilment`): it is charged now."""
+    reopened = (document.get("fulfilment") or {}).get("state") == Fulfilment.PAYMENT_FAILED.value
+    kept = {name: value for name, value in document.items() if not reopened or name != "fulfilment"}
+    return {**kept, "payment": {"state": CHARGED, "paymentId": payment_id, "at": at.isoformat()}}
+
+
+def order_payment_failed(
+    document: Mapping[str, Any], at: datetime, reason: str | None
+) -> dict[str, Any]:
+    """The order document, ended by a refused charge: every field it had, `fulfilment`
+    replaced."""
+    fulfilment: dict[str, Any] = {"state": Fulfilment.PAYMENT_FAILED.value, "at": at.isoformat()}
     if reason:
         fulfilment["reason"] = reason
     return {**document, "fulfilment": fulfilment}
@@ -642,6 +665,8 @@ class CosmosLayout:
     saga_order = staticmethod(saga_order)
     shipment_reserved = staticmethod(shipment_reserved)
     order_cancelled = staticmethod(order_cancelled)
+    order_charged = staticmethod(order_charged)
+    order_payment_failed = staticmethod(order_payment_failed)
     pending_event = staticmethod(pending_event)
     outbox_document = staticmethod(outbox_document)
     status_document_id = staticmethod(status_document_id)

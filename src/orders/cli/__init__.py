@@ -27,8 +27,15 @@ from orders.cli.shared import (
     settings_or_exit,
     unreachable,
 )
+from orders.domain.ids import InvalidIdError
 from orders.domain.leases import DEFAULT_LEASE_SECONDS
-from orders.domain.load_plan import LoadMix, plan_from_json, plan_load, plan_to_json
+from orders.domain.load_plan import (
+    LoadMix,
+    check_run_id,
+    plan_from_json,
+    plan_load,
+    plan_to_json,
+)
 from orders.service.registry import CONSUMERS, STATUS, consumer_named, consumer_names
 from orders.service.verify import VerifyReport
 
@@ -162,6 +169,12 @@ def load(
     """Send orders with injected duplicates, conflicts and poison; write a manifest."""
     from orders.bootstrap import send_cancels, send_load
 
+    # Refused before anything is sent or even reached: every id of the run derives from it.
+    if run_id is not None:
+        try:
+            check_run_id(run_id)
+        except InvalidIdError as invalid:
+            raise typer.BadParameter(str(invalid), param_hint="--run-id") from None
     configure_logging(logging.WARNING)
     settings = settings_or_exit()
     require_reachable(settings)
@@ -367,10 +380,10 @@ def print_demo_story(result: DemoResult, workers: int) -> None:
     if report.ok and report.invariants is not None:
         out.print(
             f"[green]Proven for the customer:[/green] {len(result.plan.cancels)} orders "
-            "cancelled at every point of the saga; no cancelled order shipped, every charge "
-            "of a cancelled order refunded exactly once and in full, no charge without its "
-            "stored order or with another amount, and every order's status as it happened "
-            "(all invariants 0)."
+            "cancelled at every point of the saga; no cancelled order shipped, no order "
+            "shipped without a charge, every charge of a cancelled order refunded exactly "
+            "once and in full, no charge without its stored order or with another amount, "
+            "and every order's status as it happened (all invariants 0)."
         )
 
 

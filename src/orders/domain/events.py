@@ -29,6 +29,7 @@ from typing import Annotated, Final, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, StrictInt
 
+from orders.domain.ids import MAX_ID_LENGTH
 from orders.domain.messages import (
     DeadLetterReason,
     MessageRejected,
@@ -36,7 +37,7 @@ from orders.domain.messages import (
     validate_document,
     validate_small_message,
 )
-from orders.domain.model import MAX_ID_LENGTH, WIRE_NAMES, CurrencyCode, EntityId, OrderPlaced
+from orders.domain.model import WIRE_NAMES, CurrencyCode, EntityId, OrderPlaced
 from orders.domain.received import ReceivedOrderMessage
 
 ORDER_ACCEPTED: Final = "OrderAccepted"

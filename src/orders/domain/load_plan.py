@@ -30,6 +30,7 @@ from enum import StrEnum
 from typing import Any
 
 from orders.domain.hashing import request_hash
+from orders.domain.ids import ID_RULE, MAX_ID_LENGTH, InvalidIdError, check_id
 from orders.domain.messages import MAX_LINES_PER_ORDER, DeadLetterReason, parse_order
 from orders.domain.status import OrderStatus, OrderStatusChanged
 
@@ -398,6 +399,23 @@ def plan_status_updates(
     return flat + after
 
 
+# The longest id a plan derives from its run id: `<run id>-poison-00000`.
+LONGEST_RUN_SUFFIX = len("-poison-00000")
+MAX_RUN_ID_LENGTH = MAX_ID_LENGTH - LONGEST_RUN_SUFFIX
+
+
+def check_run_id(run_id: str) -> str:
+    """`run_id` if every id the plan derives from it is in the id grammar, else
+    `InvalidIdError` naming the rule: a run never sends an order nobody could charge."""
+    check_id(run_id)
+    if len(run_id) > MAX_RUN_ID_LENGTH:
+        raise InvalidIdError(
+            f"a run id is at most {MAX_RUN_ID_LENGTH} characters, so that the ids derived "
+            f"from it stay within the id rule ({ID_RULE})"
+        )
+    return run_id
+
+
 def plan_load(
     orders: int,
     mix: LoadMix,
@@ -413,6 +431,7 @@ def plan_load(
     status comes from the saga alone (and `final_status_mismatch` can judge it)."""
     if orders < 1:
         raise ValueError("orders must be at least 1")
+    check_run_id(run_id)
     rng = random.Random(seed)
     order_ids = [f"{run_id}-{number:06d}" for number in range(orders)]
     bodies = {order_id: order_body(order_id, rng) for order_id in order_ids}

@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from orders.domain.ids import ID_ERROR_TYPE
 from orders.domain.model import OrderPlaced
 from orders.domain.received import BodyKind, ReceivedOrderMessage
 from orders.domain.untrusted_json import UntrustedJsonError, decode_untrusted_json
@@ -31,6 +32,8 @@ MAX_REPORTED_ERRORS = 10
 class DeadLetterReason(StrEnum):
     INVALID_JSON = "InvalidJson"
     SCHEMA_VIOLATION = "SchemaViolation"
+    # A schema violation whose only faults are ids outside the one id grammar (`domain/ids.py`).
+    INVALID_ID = "InvalidId"
     MESSAGE_ID_MISMATCH = "MessageIdMismatch"
     ORDER_TOO_LARGE = "OrderTooLarge"
     REQUEST_HASH_MISMATCH = "RequestHashMismatch"
@@ -180,9 +183,10 @@ def validate_document(model: type[Model], decoded: Any) -> Model:
     try:
         return model.model_validate(decoded)
     except ValidationError as exc:
-        raise MessageRejected(
-            DeadLetterReason.SCHEMA_VIOLATION, describe_validation_error(exc)
-        ) from exc
+        errors = exc.errors(include_url=False, include_input=False, include_context=False)
+        only_ids = all(error["type"] == ID_ERROR_TYPE for error in errors)
+        reason = DeadLetterReason.INVALID_ID if only_ids else DeadLetterReason.SCHEMA_VIOLATION
+        raise MessageRejected(reason, describe_validation_error(exc)) from exc
     except Exception as exc:
         # Total by rule: a validator failing in an unforeseen way on hostile input is still a
         # rejection with a reason, never the abandon-and-retry path.

@@ -1,13 +1,9 @@
 """The `OrderPlaced` message contract.
 
-Ids become Cosmos DB item ids, so the id rules are exactly the ones Cosmos enforces (plus a
-64-character cap that leaves room for line-document ids): a message Cosmos would refuse is a
-schema violation at once, never a store error retried until the broker gives up.
-
-Unicode policy for ids: compared and stored code point for code point, never normalised. Two
-spellings of one visible id (NFC "é" and NFD "e" + combining acute) would otherwise be two
-orders, so an id that is not in NFC is refused: the producer normalises, we never rewrite an id
-it chose (MessageId must equal it, and a changed id would break that contract).
+Ids (orderId, customerId, every sku) follow the one id grammar of `domain/ids.py`, the ids every
+party accepts: an id outside it is a schema violation at once (`InvalidId`), never a store or
+payment error found halfway through the saga. Nothing is normalised: we never rewrite an id the
+producer chose (MessageId must equal it).
 
 Types are strict, as the OpenAPI document says: `quantity` is a JSON integer (not `2.0`, `"2"`
 or `true`), `unitPrice` a JSON number (not `"1.25"`).
@@ -15,8 +11,6 @@ or `true`), `unitPrice` a JSON number (not `"1.25"`).
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from decimal import Decimal
 from typing import Annotated, Any
 
@@ -27,73 +21,23 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictInt,
-    StringConstraints,
 )
 from pydantic.alias_generators import to_camel
 from pydantic_extra_types.currency_code import ISO4217
 
-MAX_ID_LENGTH = 64
+from orders.domain.ids import ID_PATTERN, ID_RULE, MAX_ID_LENGTH, validate_entity_id
+
 MAX_QUANTITY = 1_000_000
-
-# Cosmos refuses these in ids (they are URL path separators in its REST API).
-FORBIDDEN_ID_CHARACTERS = frozenset("/\\?#")
-
-
-# One scan for every refused character (this runs for each id of every message); which rule
-# failed is worked out only for the message of a rejection.
-_REFUSED_ID_CHARACTER = re.compile("[/\\\\?#\x00-\x1f\x7f-\x9f\ud800-\udfff]")
-_CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f-\x9f]")
-
-
-def check_cosmos_id(value: str) -> str:
-    refused = _REFUSED_ID_CHARACTER.search(value)
-    if refused is not None:
-        if any(char in FORBIDDEN_ID_CHARACTERS for char in value):
-            raise ValueError(
-                "must not contain '/', '\\', '?' or '#' (Cosmos DB refuses them in ids)"
-            )
-        if _CONTROL_CHARACTER.search(value):
-            # C0, DEL and C1 controls: Cosmos refuses them, and they forge log lines and paths.
-            raise ValueError("must not contain control characters")
-        raise ValueError("must not contain unpaired surrogates (not encodable as UTF-8)")
-    if value.endswith(" "):
-        raise ValueError("must not end with a space (Cosmos DB refuses such ids)")
-    if not value.strip():
-        raise ValueError("must not be only whitespace")
-    if not unicodedata.is_normalized("NFC", value):
-        raise ValueError("must be in Unicode normalisation form NFC")
-    return value
-
-
-def is_entity_id(value: object) -> bool:
-    """Whether `value` passes the id rules (e.g. a MessageId that may name an order)."""
-    if not isinstance(value, str) or not 1 <= len(value) <= MAX_ID_LENGTH:
-        return False
-    try:
-        check_cosmos_id(value)
-    except ValueError:
-        return False
-    return True
-
-
-# The same rules for OpenAPI readers and generators (JSON Schema cannot say "NFC"): allowed
-# characters, one of them not whitespace, and no trailing space. Written without a lookahead:
-# generators such as schemathesis draw strings for a lookahead pattern by trial and error (seconds
-# per 64-character boundary case), and this form says the same thing (tests/unit/test_model.py).
-ID_JSON_SCHEMA_PATTERN = (
-    r"^[^/\\?#\x00-\x1f\x7f-\x9f]*[^/\\?#\x00-\x1f\x7f-\x9f\s]"
-    r"(?:[^/\\?#\x00-\x1f\x7f-\x9f]*[^/\\?#\x00-\x1f\x7f-\x9f ])?$"
-)
 
 EntityId = Annotated[
     str,
-    StringConstraints(min_length=1, max_length=MAX_ID_LENGTH),
-    AfterValidator(check_cosmos_id),
+    AfterValidator(validate_entity_id),
     Field(
         json_schema_extra={
-            "pattern": ID_JSON_SCHEMA_PATTERN,
-            "description": "A Cosmos DB id: none of / \\ ? # or control characters, no "
-            "trailing space, not only whitespace, Unicode NFC",
+            "pattern": ID_PATTERN,
+            "minLength": 1,
+            "maxLength": MAX_ID_LENGTH,
+            "description": ID_RULE[0].upper() + ID_RULE[1:],
         }
     ),
 ]

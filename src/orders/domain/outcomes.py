@@ -22,6 +22,10 @@ class Outcome(StrEnum):
     ILLEGAL_TRANSITION = "illegal_transition"  # not reachable from the stored status: DLQ
     # The order saga: shipping (or billing) found the order cancelled before its effect.
     SKIPPED_CANCELLED = "skipped_cancelled"
+    # Shipping: the charge was refused for good (the order is `payment_failed`): no shipment.
+    SKIPPED_PAYMENT_FAILED = "skipped_payment_failed"
+    # Shipping: billing has not recorded the charge within the wait: abandoned, offered again.
+    AWAITING_CHARGE = "awaiting_charge"
     # Billing's answer to a cancel of an order it never charged: nothing to pay back.
     NOTHING_TO_REFUND = "nothing_to_refund"
     REFUNDED = "refunded"  # billing paid a cancelled order's charge back

@@ -8,6 +8,14 @@ loser's replace fails its ETag condition, it reads the document again and sees t
 a cancel after the reservation is refused (`order-already-shipped`), shipping after a cancel
 completes with no shipment (`skipped_cancelled`).
 
+No shipment without a charge: billing writes the order's payment onto the same document, with
+the same If-Match. A charge made marks it `payment.state = "charged"`; a charge the provider
+refused for good ends an open order in `fulfilment.state = "payment_failed"`. Shipping reserves
+only a charged order: it waits for the charge (a bounded poll, then the broker's redelivery),
+and skips an order whose payment failed (`skipped_payment_failed`), as it skips a cancelled one.
+A refused charge therefore always finds the order unshipped, and the order ends in a state of its
+own, never shipped.
+
 The same read verifies an event against the store: billing and shipping act only on an order
 that exists and whose stored total, currency and customer are the event's. Nothing here talks to
 a store or reads a document: the Cosmos layout (`adapters/cosmos_layout.py`) reads a `SagaOrder`
@@ -36,6 +44,8 @@ class Fulfilment(StrEnum):
     OPEN = "open"  # neither shipped nor cancelled: both may still happen
     SHIPPING = "shipping"  # the shipment is reserved: a cancel is refused from now on
     CANCELLED = "cancelled"  # cancelled: no shipment will be made, a charge is paid back
+    # The provider refused the charge for good: no shipment will be made, nothing to pay back.
+    PAYMENT_FAILED = "payment_failed"
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,7 @@ class SagaOrder:
     cancelled_at: str | None
     # Who may see and cancel it through the API (`domain/ownership.py`); set once, at creation.
     owner: StoredOwner = NO_OWNER
+    charged: bool = False  # billing recorded the provider's charge on the order document
 
 
 @dataclass(frozen=True)
@@ -124,7 +135,9 @@ class CancelVerdict(StrEnum):
 
 def judge_cancel(order: SagaOrder) -> CancelVerdict:
     match order.fulfilment:
-        case Fulfilment.OPEN:
+        case Fulfilment.OPEN | Fulfilment.PAYMENT_FAILED:
+            # An order whose payment failed never ships: its customer may still cancel it
+            # (billing then finds nothing to refund).
             return CancelVerdict.CANCEL
         case Fulfilment.CANCELLED:
             return CancelVerdict.ALREADY_CANCELLED
@@ -133,9 +146,11 @@ def judge_cancel(order: SagaOrder) -> CancelVerdict:
 
 
 class ShipVerdict(StrEnum):
-    RESERVE = "reserve"  # open: reserve the shipment (If-Match), then write it
+    RESERVE = "reserve"  # open and charged: reserve the shipment (If-Match), then write it
     RESERVED = "reserved"  # reserved by this event's earlier delivery: write it (idempotent)
+    AWAIT_CHARGE = "await_charge"  # open, not charged yet: billing has not decided
     SKIP_CANCELLED = "skip_cancelled"  # cancelled first: no shipment
+    SKIP_PAYMENT_FAILED = "skip_payment_failed"  # the charge was refused: no shipment
 
 
 def judge_shipment(order: SagaOrder) -> ShipVerdict:
@@ -143,8 +158,30 @@ def judge_shipment(order: SagaOrder) -> ShipVerdict:
     only event that ships it (checked before this), so any reservation is this event's."""
     match order.fulfilment:
         case Fulfilment.OPEN:
-            return ShipVerdict.RESERVE
+            return ShipVerdict.RESERVE if order.charged else ShipVerdict.AWAIT_CHARGE
         case Fulfilment.SHIPPING:
             return ShipVerdict.RESERVED
+        case Fulfilment.PAYMENT_FAILED:
+            return ShipVerdict.SKIP_PAYMENT_FAILED
         case _:
             return ShipVerdict.SKIP_CANCELLED
+
+
+class PaymentVerdict(StrEnum):
+    RECORD = "record"  # write the payment's outcome on the order document (If-Match)
+    RECORDED = "recorded"  # already there, or the order moved on: nothing to write
+
+
+def judge_payment(order: SagaOrder, *, charged: bool) -> PaymentVerdict:
+    """Billing's outcome onto the order. A refusal ends an open, uncharged order in
+    `payment_failed`. A charge is recorded on an open order not marked yet, and reopens one
+    whose payment had failed (an operator fixed the cause and had the event published again:
+    shipping ships it on that delivery); a cancelled order is paid back instead. A shipped
+    order was charged before it shipped, so neither meets one."""
+    match order.fulfilment:
+        case Fulfilment.OPEN if not order.charged:
+            return PaymentVerdict.RECORD
+        case Fulfilment.PAYMENT_FAILED if charged:
+            return PaymentVerdict.RECORD
+        case _:
+            return PaymentVerdict.RECORDED

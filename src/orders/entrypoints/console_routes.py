@@ -30,7 +30,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from orders.bootstrap import ConsoleRuntime, Lazy
 from orders.domain.dead_letters import parse_sequence_number
-from orders.domain.model import MAX_ID_LENGTH, is_entity_id
+from orders.domain.ids import ID_RULE, is_entity_id
 from orders.entrypoints import console_pages as pages
 from orders.entrypoints.console_assets import SCRIPT, STYLESHEET
 from orders.entrypoints.http_problems import failure_problem, problem
@@ -311,10 +311,7 @@ def install_console(app: FastAPI, factory: ConsoleFactory) -> Lazy[ConsoleRuntim
         if order_id is None or order_id == "":
             return page(pages.order_page("", None))
         if not is_entity_id(order_id):
-            error = (
-                f"not an order id: 1 to {MAX_ID_LENGTH} characters, not all blank, without "
-                "/ \\ ? # or control characters"
-            )
+            error = f"not an order id: {ID_RULE}"
             return page(pages.order_page(order_id, None, error), 400)
         return page(pages.order_page(order_id, await services.console.order_documents(order_id)))
 

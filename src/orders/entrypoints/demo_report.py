@@ -97,6 +97,12 @@ def render_report(verify: dict[str, Any], decisions: list[dict[str, Any]], secon
     statuses = (
         table(sorted(status_updates.items())) if status_updates else "<p>none sent in this run</p>"
     )
+    invariants = verify.get("invariants")
+    saga = (
+        table(sorted(invariants.items()))
+        if invariants
+        else "<p>not audited in this run (the saga needs billing and shipping)</p>"
+    )
     fanout = "".join(
         f"<h3>{html.escape(str(consumer))}</h3>{table(sorted(found.items()))}"
         for consumer, found in sorted(verify.get("fanout", {}).items())
@@ -121,6 +127,8 @@ th,td{{border:1px solid #ccc;padding:.2em .6em;text-align:left}}</style></head>
 {table(outcomes)}
 <h2>After the order: each consumer's effects</h2>
 {fanout or "<p>not audited in this run</p>"}
+<h2>The saga's invariants (each must be 0)</h2>
+{saga}
 <h2>Status updates (versions, reordered and duplicated)</h2>
 {statuses}
 <h2>Violations</h2>

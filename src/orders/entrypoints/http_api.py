@@ -31,8 +31,8 @@ from orders.bootstrap import (
     http_runtime_from_env,
 )
 from orders.domain.idempotency import validate_idempotency_key
+from orders.domain.ids import is_entity_id
 from orders.domain.messages import MAX_BODY_BYTES, parse_order
-from orders.domain.model import is_entity_id
 from orders.domain.status import MAX_CANCEL_BODY_BYTES, parse_cancel_request
 from orders.entrypoints.console_routes import ConsoleFactory, install_console
 from orders.entrypoints.http_contract import (
@@ -61,7 +61,11 @@ from orders.entrypoints.http_openapi import (
     documented_app,
     openapi_document,
 )
-from orders.entrypoints.http_problems import install_problem_handlers, unknown_order
+from orders.entrypoints.http_problems import (
+    install_problem_handlers,
+    invalid_id,
+    unknown_order,
+)
 from orders.exceptions import InvalidIdempotencyKeyError
 from orders.observability import HttpTelemetry
 from orders.service.idempotency import SubmitResult
@@ -214,7 +218,7 @@ def create_app(
             key = validate_idempotency_key(single_header(request, IDEMPOTENCY_KEY_HEADER))
             cancel = parse_cancel_request(await capped_body(request, MAX_CANCEL_BODY_BYTES))
             if not is_entity_id(orderId):
-                return unknown_order(orderId)
+                return invalid_id("orderId", orderId)
             services = await runtime.get()
             result = await services.intake.cancel(
                 caller_scope(request, services),
@@ -233,7 +237,7 @@ def create_app(
     )
     async def get_order(request: Request, orderId: str) -> Response:
         if not is_entity_id(orderId):
-            return unknown_order(orderId)  # no such id can exist
+            return invalid_id("orderId", orderId)
         services = await runtime.get()
         found = await services.lookup.find(caller_scope(request, services), orderId)
         match found.state:

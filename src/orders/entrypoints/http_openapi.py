@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from orders.domain.idempotency import MAX_KEY_LENGTH
+from orders.domain.ids import ID_PATTERN, ID_RULE, MAX_ID_LENGTH
 from orders.domain.messages import MAX_REPORTED_ERRORS
 from orders.domain.model import OrderPlaced
 from orders.entrypoints.http_contract import IDEMPOTENCY_KEY_HEADER, REPLAYED_HEADER
@@ -81,7 +82,8 @@ class StoredOrder(WireModel):
     order_id: str
     status: str = Field(
         description="`placed`, then `paid`, `shipped`, `delivered` or `cancelled` as absolute, "
-        "versioned status updates are applied"
+        "versioned status updates are applied; `payment_failed` when the payment provider "
+        "refused the charge for good (the order never ships)"
     )
     status_version: int = Field(description="The version of `status` (1: as placed)")
     status_history: list[StatusChange] = Field(
@@ -105,7 +107,8 @@ PLACE_ORDER_RESPONSES: dict[int | str, dict[str, Any]] = {
             REPLAYED_HEADER: {"schema": {"type": "string", "enum": ["true"]}},
         },
     },
-    400: PROBLEM_RESPONSE | {"description": "Missing/invalid key, invalid body"},
+    400: PROBLEM_RESPONSE
+    | {"description": "Missing/invalid key, invalid body; `invalid-id`: an id breaks the id rule"},
     409: PROBLEM_RESPONSE
     | {
         "description": "Same key still in progress (`request-in-progress`, Retry-After), "
@@ -156,7 +159,8 @@ CANCEL_ORDER_RESPONSES: dict[int | str, dict[str, Any]] = {
             REPLAYED_HEADER: {"schema": {"type": "string", "enum": ["true"]}},
         },
     },
-    400: PROBLEM_RESPONSE | {"description": "Missing/invalid key, invalid body"},
+    400: PROBLEM_RESPONSE
+    | {"description": "Missing/invalid key or body; `invalid-id`: the orderId breaks the id rule"},
     404: PROBLEM_RESPONSE
     | {"description": "Unknown order, or one the caller does not own (another's, or nobody's)"},
     409: PROBLEM_RESPONSE
@@ -187,6 +191,7 @@ CANCEL_ORDER_EXTRA: dict[str, Any] = {
 GET_ORDER_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"description": "Stored (`placed`), or rejected by the consumer (`rejected`)"},
     202: {"model": AcceptedOrder, "description": "Accepted, not yet stored (Retry-After)"},
+    400: PROBLEM_RESPONSE | {"description": "`invalid-id`: the orderId breaks the id rule"},
     404: PROBLEM_RESPONSE
     | {"description": "Unknown order, or one the caller does not own (another's, or nobody's)"},
     503: PROBLEM_RESPONSE | {"description": "Dependency unavailable (Retry-After)"},
@@ -222,8 +227,25 @@ def openapi_document(app: FastAPI) -> dict[str, Any]:
         "description": "Decimal >= 0, at most 15 significant digits and 4 after the point",
         "examples": [1.25],
     }
+    describe_path_ids(document)
     app.openapi_schema = document
     return document
+
+
+def describe_path_ids(document: dict[str, Any]) -> None:
+    """Every `{orderId}` path parameter carries the id grammar the route checks (the route
+    answers `invalid-id` itself, naming the rule, rather than FastAPI's generic 400)."""
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", []):
+                if parameter.get("in") == "path" and parameter.get("name") == "orderId":
+                    parameter["description"] = ID_RULE[0].upper() + ID_RULE[1:]
+                    parameter["schema"] = {
+                        "type": "string",
+                        "pattern": ID_PATTERN,
+                        "minLength": 1,
+                        "maxLength": MAX_ID_LENGTH,
+                    }
 
 
 def documented_app(**settings: Any) -> FastAPI:

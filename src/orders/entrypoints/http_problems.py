@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from orders.domain.ids import id_problem
 from orders.domain.messages import MAX_REPORTED_ERRORS, DeadLetterReason, MessageRejected
 from orders.exceptions import (
     IdempotencyKeyReusedError,
@@ -44,6 +45,9 @@ PROBLEM_TYPE_PREFIX = "urn:orders:problem:"
 UNAVAILABLE_RETRY_AFTER = 5
 RETRY_WITH_SAME_KEY = "a dependency is unavailable; retry with the same Idempotency-Key"
 RETRY_LATER = "a dependency is unavailable; retry later"
+# An id outside the one id grammar (`domain/ids.py`), in the body or the path.
+INVALID_ID = "invalid-id"
+INVALID_ID_TITLE = "Id outside the id rule"
 
 
 def problem(
@@ -86,22 +90,28 @@ def rejected_body_problem(rejection: MessageRejected) -> JSONResponse:
         case DeadLetterReason.INVALID_JSON:
             return problem(400, "invalid-json", "Body is not JSON", rejection.description)
         case _:
+            slug, title = (
+                (INVALID_ID, INVALID_ID_TITLE)
+                if rejection.reason is DeadLetterReason.INVALID_ID
+                else ("invalid-order", "Order does not match the OrderPlaced schema")
+            )
             cause = rejection.__cause__
             if not isinstance(cause, ValidationError):
-                return problem(
-                    400,
-                    "invalid-order",
-                    "Order does not match the OrderPlaced schema",
-                    rejection.description,
-                )
+                return problem(400, slug, title, rejection.description)
             return problem(
                 400,
-                "invalid-order",
-                "Order does not match the OrderPlaced schema",
+                slug,
+                title,
                 rejection.description,
                 errors=field_errors(cause),
                 error_count=cause.error_count(),
             )
+
+
+def invalid_id(name: str, value: str) -> JSONResponse:
+    """A path's id outside the one id grammar: refused with the rule, never looked up (no
+    order can have it) and never trimmed into one that can."""
+    return problem(400, INVALID_ID, INVALID_ID_TITLE, f"{name}: {id_problem(value)}")
 
 
 def key_problem(error: InvalidIdempotencyKeyError) -> JSONResponse:

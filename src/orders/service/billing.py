@@ -8,8 +8,13 @@ an event no stored order vouches for is dead-lettered and nothing is charged.
 2. Charge with `Idempotency-Key: billing:<orderId>`: the provider charges once per key, so a
    second call after a crash returns the first charge instead of charging again.
 3. Mark `completed` with the payment id, If-Match the record's ETag.
-4. Read the order again: a cancel that landed during the charge could not see it, so it is paid
-   back now (a cancel that came before step 1 is seen at the start, and nothing is charged).
+4. Record the charge on the order document (If-Match, `OrderSaga.record_charge`): shipping
+   reserves a shipment only for a charged order. The order as read there tells of a cancel that
+   landed during the charge, which could not see it: the charge is paid back now (a cancel
+   that came before step 1 is seen at the start, and nothing is charged).
+
+A charge refused for good marks the record `refused`, ends the open order in `payment_failed`
+(`OrderSaga.record_payment_failed`: never shipped) and dead-letters the event `PaymentRefused`.
 
 `OrderCancelled`: a charge that was made (or is still in progress: it is finished first) is
 refunded in full, with record `refund:<orderId>` and `Idempotency-Key: refund:<orderId>`.
@@ -160,11 +165,18 @@ class BillingConsumer:
             return Decision(Outcome.SKIPPED_CANCELLED, Settlement.COMPLETE, event.order_id)
         charged = await self._charge_phase(self._new_charge_record(event))
         if isinstance(charged, Decision):
+            if charged.outcome is Outcome.DOWNSTREAM_REFUSED:
+                # Refused for good: the order ends in payment_failed, so it never ships.
+                await self._saga.record_payment_failed(
+                    event.order_id, charged.dead_letter_description
+                )
             return charged
+        # On every delivery, a duplicate too: a crash after the charge's mark and before this
+        # one is healed by the redelivery. Shipping waits for this write.
+        latest = await self._saga.record_charge(event.order_id, charged.payment_id)
         await announce(self._status, event, OrderStatus.PAID, self._clock())
         # A cancel that committed while we charged saw no charge to pay back: we do it.
-        latest = await self._saga.order(event.order_id)
-        if latest is not None and latest.order.fulfilment is Fulfilment.CANCELLED:
+        if latest.order.fulfilment is Fulfilment.CANCELLED:
             return await self._refund_phase(event, charged)
         return Decision(
             Outcome.PROCESSED if charged.fresh else Outcome.DUPLICATE,

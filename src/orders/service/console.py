@@ -192,7 +192,15 @@ _ORIGINS = {
 # The steps of an order's life in the order they happen; cancelled and refunded end it early.
 # `refunded` comes with the order saga (status version 6, a refund at the payment service):
 # the timeline shows it as soon as either source says so.
-TIMELINE_STEPS = ("placed", "paid", "shipped", "delivered", "cancelled", "refunded")
+TIMELINE_STEPS = (
+    "placed",
+    "payment_failed",
+    "paid",
+    "shipped",
+    "delivered",
+    "cancelled",
+    "refunded",
+)
 
 
 def origin_of(document: dict[str, Any]) -> str:
@@ -242,6 +250,9 @@ def order_timeline(documents: Sequence[dict[str, Any]]) -> list[TimelineStep]:
             if isinstance(fulfilment, dict) and fulfilment.get("state") == "cancelled":
                 said = "cancelled on the order document (the saga's decision)"
                 add("cancelled", document, said, fulfilment.get("cancelledAt"))
+            if isinstance(fulfilment, dict) and fulfilment.get("state") == "payment_failed":
+                said = "the charge was refused for good: it will not ship (the saga's decision)"
+                add("payment_failed", document, said, fulfilment.get("at"))
         elif kind == STATUS_DOCUMENT_TYPE:
             history = document.get("history")
             for entry in history if isinstance(history, list) else []:

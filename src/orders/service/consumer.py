@@ -18,8 +18,8 @@ from exactly_once.exceptions import PayloadMismatchError
 from exactly_once.orchestrator import create_entity
 from orders.domain.documents import OrderWrite
 from orders.domain.hashing import request_hash
+from orders.domain.ids import is_entity_id
 from orders.domain.messages import DeadLetterReason, MessageRejected, parse_received_order
-from orders.domain.model import is_entity_id
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.ownership import message_owner
 from orders.domain.received import ReceivedOrderMessage

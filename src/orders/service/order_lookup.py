@@ -37,9 +37,12 @@ def order_view(partition: OrderPartition) -> dict[str, Any] | None:
     if order.fulfilment is Fulfilment.CANCELLED and version < cancelled:
         # The cancel is decided on the order document; its status update may still be queued.
         shown, version = OrderStatus.CANCELLED, cancelled
+    # A refused charge ends the order on its document alone (no status update carries it): it
+    # is shown as what it is, never as `placed` waiting for a shipment that will not come.
+    failed = order.fulfilment is Fulfilment.PAYMENT_FAILED
     return {
         "orderId": order.order_id,
-        "status": shown.value,
+        "status": Fulfilment.PAYMENT_FAILED.value if failed else shown.value,
         "statusVersion": version,
         "statusHistory": list(status.history),
         "customerId": order.customer_id,

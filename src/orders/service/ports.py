@@ -253,6 +253,18 @@ class SagaLayout(EventLayout, SagaOrderReader, Protocol):
         """The stored order document, every field kept, cancelled."""
         ...
 
+    def order_charged(
+        self, document: Mapping[str, Any], payment_id: str, at: datetime
+    ) -> dict[str, Any]:
+        """The stored order document, every field kept, with billing's charge recorded."""
+        ...
+
+    def order_payment_failed(
+        self, document: Mapping[str, Any], at: datetime, reason: str | None
+    ) -> dict[str, Any]:
+        """The stored order document, every field kept, ended by a refused charge."""
+        ...
+
 
 class OrderLayout(EventLayout, Protocol):
     def order_write(

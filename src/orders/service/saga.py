@@ -1,8 +1,11 @@
-"""The order saga's decisions against the order document: verify, reserve, cancel.
+"""The order saga's decisions against the order document: verify, reserve, cancel, and
+billing's payment.
 
 Billing and shipping verify every event with one point read of the order document before they
 act; shipping reserves the shipment and the HTTP API cancels by an If-Match replace of that same
-document, so the two can never both win (`domain/saga.py`).
+document, so the two can never both win; billing records its charge, or a refusal that ends the
+order in `payment_failed`, on that document too, and shipping reserves only a charged order
+(`domain/saga.py`).
 """
 
 from __future__ import annotations
@@ -18,10 +21,13 @@ from orders.domain.events import OrderCancelled, OrderEvent
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.saga import (
     CancelVerdict,
+    Fulfilment,
+    PaymentVerdict,
     SagaOrder,
     ShipVerdict,
     check_event,
     judge_cancel,
+    judge_payment,
     judge_shipment,
 )
 from orders.exceptions import LeaseLostError, TransientStoreError
@@ -102,8 +108,9 @@ class OrderSaga:
         )
 
     async def reserve_shipment(self, stored: FencedOrder, event_id: str) -> ShipVerdict:
-        """RESERVED once the shipment is reserved for `event_id` (now or before), or
-        SKIP_CANCELLED when a cancel won."""
+        """RESERVED once the shipment is reserved for `event_id` (now or before);
+        SKIP_CANCELLED when a cancel won, SKIP_PAYMENT_FAILED when the charge was refused,
+        AWAIT_CHARGE while billing has not recorded the charge (`stored` is then current)."""
         for _ in range(MAX_RACES):
             verdict = judge_shipment(stored.order)
             if verdict is not ShipVerdict.RESERVE:
@@ -151,6 +158,52 @@ class OrderSaga:
                 return CancelResult.CANCELLED
             except LeaseLostError:
                 stored = await self.order(order_id)  # shipping (or another cancel) moved first
+        raise TransientStoreError(f"order {order_id!r} changed {MAX_RACES} times in a row")
+
+    async def record_charge(self, order_id: str, payment_id: str) -> FencedOrder:
+        """Record billing's charge on the order document (If-Match), which is what lets
+        shipping reserve the shipment; the order as it stands after, so billing sees a cancel
+        that committed while it charged (and pays it back)."""
+        return await self._record_payment(
+            order_id,
+            lambda document, at: self._layout.order_charged(document, payment_id, at),
+            charged=True,
+        )
+
+    async def record_payment_failed(self, order_id: str, reason: str | None) -> FencedOrder:
+        """End an open order in `payment_failed` (If-Match): the provider refused its charge
+        for good, so it never ships. A cancel that won the race keeps the order cancelled."""
+        order = await self._record_payment(
+            order_id,
+            lambda document, at: self._layout.order_payment_failed(document, at, reason),
+            charged=False,
+        )
+        if order.order.fulfilment is Fulfilment.PAYMENT_FAILED:
+            logger.info("order %s ended in payment_failed", log_value(order_id))
+        return order
+
+    async def _record_payment(
+        self,
+        order_id: str,
+        rewrite: Callable[[dict[str, Any], datetime], dict[str, Any]],
+        *,
+        charged: bool,
+    ) -> FencedOrder:
+        stored = await self._reread(order_id)
+        for _ in range(MAX_RACES):
+            if judge_payment(stored.order, charged=charged) is PaymentVerdict.RECORDED:
+                return stored
+            try:
+                written = await self._orders.replace(
+                    rewrite(stored.document, self._clock()), etag=stored.etag
+                )
+            except LeaseLostError:
+                stored = await self._reread(order_id)  # a cancel (or a retry) moved first
+                continue
+            order = self._layout.saga_order(written.body)
+            if order is None:
+                raise TransientStoreError(f"order {order_id!r} could not be read back")
+            return FencedOrder(order, written.body, written.stamp.etag)
         raise TransientStoreError(f"order {order_id!r} changed {MAX_RACES} times in a row")
 
     async def _reread(self, order_id: str) -> FencedOrder:

@@ -1,16 +1,19 @@
 """Shipping: the natural inbox, behind the saga's reservation.
 
 The event is verified against the order document, and the shipment reserved on it with
-If-Match (a cancel that committed first wins: no shipment, `skipped_cancelled`). Then the inbox
-record and the shipment are one transactional batch (the `exactly_once` core's `inbox_batch`),
-so the record exists if and only if the effect does; a redelivery finds the reservation its own
-and the record, and stops.
+If-Match (a cancel that committed first wins: no shipment, `skipped_cancelled`). Only a charged
+order ships: until billing has recorded the charge on the order document, shipping polls it
+(bounded), then hands the message back (`awaiting_charge`); an order whose charge was refused
+is never shipped (`skipped_payment_failed`). Then the inbox record and the shipment are one
+transactional batch (the `exactly_once` core's `inbox_batch`), so the record exists if and only
+if the effect does; a redelivery finds the reservation its own and the record, and stops.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from exactly_once.decisions import Outcome as CoreOutcome
@@ -29,6 +32,12 @@ from orders.service.subscriber import announce, handle_event
 
 logger = logging.getLogger("orders.shipping")
 
+# How long one delivery waits for billing's charge before handing the message back (the
+# subscription's lock is a minute; MaxDeliveryCount bounds the deliveries), and how often it
+# reads the order meanwhile: a charge usually lands within a second of the event.
+DEFAULT_CHARGE_WAIT_SECONDS = 20.0
+CHARGE_POLL_SECONDS = 0.5
+
 
 class ShippingConsumer:
     def __init__(
@@ -38,12 +47,17 @@ class ShippingConsumer:
         layout: ShippingLayout,
         status: StatusPublisher | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        *,
+        charge_wait_seconds: float = DEFAULT_CHARGE_WAIT_SECONDS,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._documents = FencedDocumentStore(inbox)
         self._saga = saga
         self._layout = layout
         self._status = status
         self._clock = clock
+        self._charge_wait_seconds = charge_wait_seconds
+        self._sleep = sleep
 
     async def handle(self, message: ReceivedOrderMessage) -> Decision:
         return await handle_event(message, self._ship, consumer="shipping")
@@ -55,11 +69,26 @@ class ShippingConsumer:
         if not isinstance(event, OrderAccepted):
             # A cancel concerns billing; shipping learns of it from the order document.
             return Decision(Outcome.IGNORED, Settlement.COMPLETE, event.order_id)
-        if await self._saga.reserve_shipment(stored, event.event_id) is ShipVerdict.SKIP_CANCELLED:
+        verdict = await self._saga.reserve_shipment(stored, event.event_id)
+        waited = 0.0
+        while verdict is ShipVerdict.AWAIT_CHARGE:
+            if waited >= self._charge_wait_seconds:
+                logger.info("order %s is not charged yet: handed back", log_value(event.order_id))
+                return Decision(Outcome.AWAITING_CHARGE, Settlement.ABANDON, event.order_id)
+            await self._sleep(CHARGE_POLL_SECONDS)
+            waited += CHARGE_POLL_SECONDS
+            stored = await self._saga.verified(event, consumer="shipping")
+            verdict = await self._saga.reserve_shipment(stored, event.event_id)
+        if verdict is ShipVerdict.SKIP_CANCELLED:
             logger.info(
                 "order %s was cancelled before shipping: no shipment", log_value(event.order_id)
             )
             return Decision(Outcome.SKIPPED_CANCELLED, Settlement.COMPLETE, event.order_id)
+        if verdict is ShipVerdict.SKIP_PAYMENT_FAILED:
+            logger.info(
+                "order %s was not paid (payment_failed): no shipment", log_value(event.order_id)
+            )
+            return Decision(Outcome.SKIPPED_PAYMENT_FAILED, Settlement.COMPLETE, event.order_id)
         record, shipment = self._layout.shipping_documents(
             event, message_id=event.event_id, processed_at=self._clock()
         )

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from exactly_once.orchestrator import apply_version
+from orders.domain.ids import is_entity_id
 from orders.domain.messages import DeadLetterReason, MessageRejected
-from orders.domain.model import is_entity_id
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.status import (

@@ -10,8 +10,8 @@ from exactly_once.decisions import Decision as CoreDecision
 from exactly_once.decisions import Outcome as CoreOutcome
 from exactly_once.decisions import decision_for_error, store_refused
 from orders.domain.events import OrderEvent, parse_order_event
+from orders.domain.ids import is_entity_id
 from orders.domain.messages import MessageRejected
-from orders.domain.model import is_entity_id
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.status import OrderStatus, OrderStatusChanged

@@ -65,7 +65,9 @@ def audit_run(
         report = report.with_statuses(
             audit_statuses(plan, partitions, records.status_dead_letters, produced)
         )
-    found = AuditInputs(orders, inbox, charges, facts.cancelled)
+    # An order whose payment failed ends without a charge or a shipment, as a cancelled one
+    # may: the consumers' audits expect neither of it (the saga's invariants judge both).
+    found = AuditInputs(orders, inbox, charges, facts.cancelled | facts.payment_failed)
     for spec in CONSUMERS:
         if spec.name in fanout and spec.audit is not None:
             report = report.with_consumer(spec.name, spec.audit(found))

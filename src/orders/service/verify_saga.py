@@ -2,10 +2,11 @@
 
 Pure logic over plain data, as the layout reads it: the orders container's partitions (orders
 with their fulfilment, statuses) and the inbox container's (shipments), and the payment
-service's charges and refunds. Every counter must be 0. Ship-after-pay is NOT the design here
-(billing and shipping run side by side), so `shipped_not_paid` holds at the end of a settled
-run, not at every instant: every shipped order has been charged by then, because a shipped
-order can no longer be cancelled and billing charges every order that is not.
+service's charges and refunds. Every counter must be 0. Shipping reserves a shipment only for
+an order whose charge billing recorded (`domain/saga.py`), so `shipped_without_charge` holds at
+every instant: a shipment with no charge at the provider is a broken promise, whatever else
+happened. A refused charge ends the order in `payment_failed`, which must hold no charge (a
+charge made later reopens the order, `payment_failed_but_charged`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ class SagaInvariants:
     refunded_not_cancelled: int = 0
     charged_without_stored_order: int = 0
     charge_amount_mismatch: int = 0
-    shipped_not_paid: int = 0
+    shipped_without_charge: int = 0
+    payment_failed_but_charged: int = 0
     # Only when the status consumer runs (it is what GET's status reads).
     final_status_mismatch: int | None = None
     # Only when the audit knows what the run's cancels were answered (the demo, `orders load`).
@@ -54,6 +56,7 @@ class SagaFacts:
     """What happened to the run's orders, as the stores tell it."""
 
     cancelled: frozenset[str]
+    payment_failed: frozenset[str]  # ended by a refused charge (and not cancelled since)
     shipped: frozenset[str]
     charged: frozenset[str]  # billing charged (the provider holds a charge)
     charged_money: frozenset[str]  # ... of more than 0: what a cancel must pay back
@@ -61,12 +64,14 @@ class SagaFacts:
 
     def produced_statuses(self, order_ids: set[str]) -> set[tuple[str, int]]:
         """The status updates the saga's own producers send for these orders: paid (2) when
-        charged, shipped (3) when shipped, cancelled (5) when cancelled, refunded (6)."""
+        charged, shipped (3) when shipped, cancelled (5) when cancelled, refunded (6); an order
+        whose payment failed gets none (its document says so)."""
         produced: set[tuple[str, int]] = set()
+        ended = self.cancelled | self.payment_failed
         for order_id in order_ids:
-            if order_id in self.charged or order_id not in self.cancelled:
+            if order_id in self.charged or order_id not in ended:
                 produced.add((order_id, 2))
-            if order_id in self.shipped or order_id not in self.cancelled:
+            if order_id in self.shipped or order_id not in ended:
                 produced.add((order_id, 3))
             if order_id in self.cancelled:
                 produced.add((order_id, 5))
@@ -90,13 +95,14 @@ def saga_facts(
     charges: list[Charge],
     refunds: list[Refund],
 ) -> SagaFacts:
-    cancelled = {
-        order_id
-        for order_id, order in stored_saga_orders(partitions).items()
-        if order.fulfilment is Fulfilment.CANCELLED
-    }
+    stored = stored_saga_orders(partitions)
+
+    def ended(fulfilment: Fulfilment) -> frozenset[str]:
+        return frozenset(o for o, order in stored.items() if order.fulfilment is fulfilment)
+
     return SagaFacts(
-        cancelled=frozenset(cancelled),
+        cancelled=ended(Fulfilment.CANCELLED),
+        payment_failed=ended(Fulfilment.PAYMENT_FAILED),
         shipped=frozenset(order_id for order_id, found in inbox.items() if found.shipments),
         charged=frozenset(c.order_id for c in charges),
         charged_money=frozenset(c.order_id for c in charges if c.amount > 0),
@@ -104,10 +110,12 @@ def saga_facts(
     )
 
 
-def expected_status(order_id: str, facts: SagaFacts) -> OrderStatus:
+def expected_status(order_id: str, facts: SagaFacts) -> str:
     """What GET must say once the run has settled, from what happened."""
     if order_id in facts.cancelled:
         return OrderStatus.REFUNDED if order_id in facts.refunded else OrderStatus.CANCELLED
+    if order_id in facts.payment_failed:
+        return Fulfilment.PAYMENT_FAILED.value
     if order_id in facts.shipped:
         return OrderStatus.SHIPPED
     if order_id in facts.charged:
@@ -154,7 +162,7 @@ def audit_saga(
 
     def status_mismatch(order_id: str) -> bool:
         view = order_view(partitions[order_id])
-        return view is not None and view["status"] != expected_status(order_id, facts).value
+        return view is not None and view["status"] != expected_status(order_id, facts)
 
     return SagaInvariants(
         cancelled_and_shipped=len(facts.cancelled & facts.shipped),
@@ -166,7 +174,8 @@ def audit_saga(
         refunded_not_cancelled=len(facts.refunded - facts.cancelled),
         charged_without_stored_order=sum(1 for order_id in charges_of if order_id not in stored),
         charge_amount_mismatch=sum(1 for order_id in charges_of if charge_mismatch(order_id)),
-        shipped_not_paid=len(facts.shipped - facts.charged),
+        shipped_without_charge=len(facts.shipped - facts.charged),
+        payment_failed_but_charged=len(facts.payment_failed & facts.charged),
         final_status_mismatch=(
             sum(
                 1

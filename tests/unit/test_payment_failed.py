@@ -1,0 +1,190 @@
+"""No shipment without a charge: a refused charge ends the order in `payment_failed`, shipping
+waits for billing's charge and never ships without it, and `orders verify` counts an order
+shipped without a charge (`shipped_without_charge`) or failed yet charged.
+
+The hole this closes: the payment provider refused to charge an order (400), billing
+dead-lettered the event with `PaymentRefused`, shipping shipped the order anyway, and no
+invariant noticed.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from fakes import LAYOUT, FakeFencedDocuments, FakePaymentGateway, event_message, stored_orders
+
+from orders.domain.outcomes import Outcome, Settlement
+from orders.domain.payments import Charge
+from orders.domain.saga import Fulfilment
+from orders.exceptions import PaymentRefusedError
+from orders.service.billing import BillingConsumer
+from orders.service.order_lookup import order_view
+from orders.service.saga import CancelResult, OrderSaga
+from orders.service.shipping import ShippingConsumer
+from orders.service.verify_saga import audit_saga
+
+
+def billing(inbox: FakeFencedDocuments, payments: FakePaymentGateway, orders: Any) -> Any:
+    return BillingConsumer(inbox, payments, OrderSaga(orders, LAYOUT), LAYOUT, lease_seconds=60)
+
+
+def shipping(inbox: FakeFencedDocuments, orders: FakeFencedDocuments, **options: Any) -> Any:
+    return ShippingConsumer(inbox, OrderSaga(orders, LAYOUT), LAYOUT, **options)
+
+
+def shipments(inbox: FakeFencedDocuments) -> list[dict[str, Any]]:
+    return [d for d in inbox.documents.values() if d.get("type") == "shipment"]
+
+
+def fulfilment(orders: FakeFencedDocuments, order_id: str = "o-1") -> Fulfilment:
+    order = LAYOUT.saga_order(orders.documents[(order_id, order_id)])
+    assert order is not None
+    return order.fulfilment
+
+
+def view(orders: FakeFencedDocuments, order_id: str = "o-1") -> dict[str, Any]:
+    partition = LAYOUT.order_partition(
+        [doc for (key, _), doc in orders.documents.items() if key == order_id]
+    )
+    shown = order_view(partition)
+    assert shown is not None
+    return shown
+
+
+def refused() -> PaymentRefusedError:
+    return PaymentRefusedError("invalid-request", "orderId must be printable", status=400)
+
+
+async def test_a_refused_charge_ends_the_order_payment_failed_and_it_never_ships() -> None:
+    orders, inbox, payments = stored_orders("o-1"), FakeFencedDocuments(), FakePaymentGateway()
+    payments.fail_next(refused())
+
+    billed = await billing(inbox, payments, orders).handle(event_message())
+    shipped = await shipping(inbox, orders).handle(event_message())
+
+    assert (billed.outcome, billed.settlement) == (
+        Outcome.DOWNSTREAM_REFUSED,
+        Settlement.DEAD_LETTER,
+    )
+    assert billed.dead_letter_reason == "PaymentRefused"
+    assert fulfilment(orders) is Fulfilment.PAYMENT_FAILED
+    assert (shipped.outcome, shipped.settlement) == (
+        Outcome.SKIPPED_PAYMENT_FAILED,
+        Settlement.COMPLETE,
+    )
+    assert shipments(inbox) == []
+    assert view(orders)["status"] == "payment_failed"  # what GET answers
+
+
+async def test_shipping_before_billing_waits_for_the_charge_then_ships() -> None:
+    orders, inbox, payments = stored_orders("o-1"), FakeFencedDocuments(), FakePaymentGateway()
+    waits: list[float] = []
+
+    async def billing_charges_meanwhile(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == 1:  # billing's delivery lands while shipping waits
+            await billing(inbox, payments, orders).handle(event_message())
+
+    shipped = await shipping(inbox, orders, sleep=billing_charges_meanwhile).handle(event_message())
+
+    assert shipped.outcome is Outcome.PROCESSED
+    assert len(waits) == 1
+    assert len(shipments(inbox)) == 1 and len(payments.charges) == 1
+
+
+async def test_shipping_hands_the_event_back_while_no_charge_is_recorded() -> None:
+    orders, inbox = stored_orders("o-1"), FakeFencedDocuments()
+    waits: list[float] = []
+
+    async def nothing_happens(seconds: float) -> None:
+        waits.append(seconds)
+
+    shipped = await shipping(inbox, orders, sleep=nothing_happens, charge_wait_seconds=2).handle(
+        event_message()
+    )
+
+    assert (shipped.outcome, shipped.settlement) == (Outcome.AWAITING_CHARGE, Settlement.ABANDON)
+    assert sum(waits) == 2  # bounded: the broker offers it again
+    assert shipments(inbox) == [] and fulfilment(orders) is Fulfilment.OPEN
+
+
+async def test_a_charge_made_after_the_cause_was_fixed_reopens_the_order_and_it_ships() -> None:
+    orders, inbox, payments = stored_orders("o-1"), FakeFencedDocuments(), FakePaymentGateway()
+    payments.fail_next(refused())
+    await billing(inbox, payments, orders).handle(event_message())
+    await shipping(inbox, orders).handle(event_message())
+
+    # The operator fixed the cause and had the event published again (docs/operations.md).
+    again = await billing(inbox, payments, orders).handle(event_message())
+    shipped = await shipping(inbox, orders).handle(event_message())
+
+    assert again.outcome is Outcome.PROCESSED
+    assert fulfilment(orders) is Fulfilment.SHIPPING
+    assert shipped.outcome is Outcome.PROCESSED and len(shipments(inbox)) == 1
+
+
+async def test_an_order_whose_payment_failed_may_still_be_cancelled() -> None:
+    orders, inbox, payments = stored_orders("o-1"), FakeFencedDocuments(), FakePaymentGateway()
+    payments.fail_next(refused())
+    await billing(inbox, payments, orders).handle(event_message())
+
+    assert await OrderSaga(orders, LAYOUT).cancel("o-1", None) is CancelResult.CANCELLED
+    assert fulfilment(orders) is Fulfilment.CANCELLED
+
+
+# --- orders verify: the invariants that see it -----------------------------------------------
+
+
+def charge_of(order_id: str) -> Charge:
+    return Charge(
+        payment_id=f"pay-{order_id}",
+        order_id=order_id,
+        amount=Decimal("12.5"),
+        currency="EUR",
+        idempotency_key=f"billing:{order_id}",
+        created_at=datetime.now(UTC).isoformat(),
+    )
+
+
+async def audited(
+    orders: FakeFencedDocuments, inbox: FakeFencedDocuments, charges: list[Charge]
+) -> dict[str, int]:
+    partitions = LAYOUT.order_partitions(orders.documents.values())
+    shipped = LAYOUT.inbox_partitions(inbox.documents.values())
+    found = audit_saga(partitions, shipped, charges, [], run_prefix="o-", check_status=True)
+    return found.to_json()
+
+
+async def test_verify_counts_an_order_shipped_without_a_charge() -> None:
+    """A run of the old design: shipping shipped, the provider holds no charge."""
+    orders, inbox = stored_orders("o-1", "o-2", charged=True), FakeFencedDocuments()
+    for order_id in ("o-1", "o-2"):
+        await shipping(inbox, orders).handle(event_message(order_id))
+
+    found = await audited(orders, inbox, [charge_of("o-2")])
+
+    assert found["shipped_without_charge"] == 1
+    assert found["payment_failed_but_charged"] == 0
+
+
+async def test_verify_counts_an_order_in_payment_failed_that_holds_a_charge() -> None:
+    orders = stored_orders("o-1")
+    await OrderSaga(orders, LAYOUT).record_payment_failed("o-1", "declined")
+
+    found = await audited(orders, FakeFencedDocuments(), [charge_of("o-1")])
+
+    assert found["payment_failed_but_charged"] == 1
+    assert found["shipped_without_charge"] == 0
+
+
+async def test_verify_passes_a_refused_order_that_ended_payment_failed() -> None:
+    orders, inbox, payments = stored_orders("o-1"), FakeFencedDocuments(), FakePaymentGateway()
+    payments.fail_next(refused())
+    await billing(inbox, payments, orders).handle(event_message())
+    await shipping(inbox, orders).handle(event_message())
+
+    found = await audited(orders, inbox, list(payments.charges.values()))
+
+    assert not any(found.values()), found
