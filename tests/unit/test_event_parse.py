@@ -21,7 +21,8 @@ from orders.domain.events import (
     parse_order_accepted,
 )
 from orders.domain.messages import MessageRejected
-from orders.domain.model import MAX_ID_LENGTH, OrderPlaced
+from orders.domain.ids import MAX_ID_LENGTH
+from orders.domain.model import OrderPlaced
 from orders.domain.received import BodyKind, ReceivedOrderMessage
 
 FUZZ = settings(
