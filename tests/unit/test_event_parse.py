@@ -20,8 +20,8 @@ from orders.domain.events import (
     order_event_id,
     parse_order_accepted,
 )
-from orders.domain.messages import MessageRejected
 from orders.domain.ids import MAX_ID_LENGTH
+from orders.domain.messages import MessageRejected
 from orders.domain.model import OrderPlaced
 from orders.domain.received import BodyKind, ReceivedOrderMessage
 
