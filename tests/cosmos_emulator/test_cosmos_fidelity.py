@@ -7,14 +7,15 @@ Each test is one group of the issue, through the real sync SDK, asserting what C
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 from azure.cosmos import ContainerProxy, CosmosClient, DatabaseProxy, PartitionKey, exceptions
 from azure.cosmos.partition_key import NonePartitionKeyValue
-from cosmos_rest import unique
+from cosmos_rest import unique, values
 
-from cosmos_emulator import RunningCosmosEmulator
+from cosmos_emulator import RunningCosmosEmulator, start_in_background
 
 
 def _headers(container: ContainerProxy) -> dict[str, str]:
@@ -61,7 +62,7 @@ def test_quoted_key_path_segments_are_parsed(database: DatabaseProxy) -> None:
     container = database.create_container(unique("c"), PartitionKey(path))
     container.create_item({"id": "d1", "level' 1*()": {"le/vel2": "val1"}})
     assert container.read_item("d1", partition_key="val1")["id"] == "d1"
-    rows = list(container.query_items("SELECT VALUE c.id FROM c", partition_key="val1"))
+    rows = values(container.query_items("SELECT VALUE c.id FROM c", partition_key="val1"))
     assert rows == ["d1"]
     with pytest.raises(exceptions.CosmosHttpResponseError) as err:
         database.create_container(unique("c"), PartitionKey('/"unterminated'))
@@ -229,8 +230,8 @@ def test_a_query_without_key_or_cross_partition_flag_is_400(container: Container
     assert err.value.status_code == 400
     assert "Cross partition query is required but disabled" in str(err.value.message)
     rows = container.query_items("SELECT VALUE c.id FROM c", enable_cross_partition_query=True)
-    assert list(rows) == ["o1"]
-    assert list(container.query_items("SELECT VALUE c.id FROM c", partition_key="a")) == ["o1"]
+    assert values(rows) == ["o1"]
+    assert values(container.query_items("SELECT VALUE c.id FROM c", partition_key="a")) == ["o1"]
 
 
 def test_a_partition_key_mismatch_has_substatus_1001(container: ContainerProxy) -> None:
@@ -290,3 +291,18 @@ def test_the_session_is_per_container(
     second.create_item({"id": "o1", "pk": "a"})
     first.read_item("o1", partition_key="a")
     assert _headers(first)["lsn"] == before
+
+
+def test_range_lsns_never_go_back_across_a_restart(tmp_path: Path) -> None:
+    """Range LSNs are not journaled: a restart resumes each range at the account's LSN."""
+    with start_in_background("127.0.0.1", 0, data_dir=str(tmp_path)) as emu:
+        client = CosmosClient(emu.url, emu.key)
+        container = client.create_database("d").create_container("c", PartitionKey("/pk"))
+        container.create_item({"id": "o1", "pk": "a"})
+        container.delete_item("o1", partition_key="a")  # a write that stamps no item
+        before = int(_headers(container)["lsn"])
+    with start_in_background("127.0.0.1", 0, data_dir=str(tmp_path)) as emu:
+        client = CosmosClient(emu.url, emu.key)
+        container = client.get_database_client("d").get_container_client("c")
+        container.create_item({"id": "o2", "pk": "a"})
+        assert int(_headers(container)["lsn"]) > before
