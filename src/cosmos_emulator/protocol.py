@@ -10,6 +10,7 @@ from typing import Any
 
 from .errors import CosmosError, bad_request
 from .http11 import Request, Response
+from .ids import MAX_ITEM_BYTES, too_large
 from .query.evaluator import bind_params, run, validate
 from .query.parser import parse_query
 from .untrusted_json import dump_json, parse_json
@@ -40,7 +41,12 @@ def error_response(err: CosmosError) -> Response:
 def json_body(request: Request) -> Any:
     if not request.body:
         raise bad_request("The request body is empty.")
-    return parse_json(request.body, "The request body")
+    body = request.body
+    if len(body) > MAX_ITEM_BYTES and len(body) - 5 * body.count(b"\\u") > MAX_ITEM_BYTES:
+        # Even with every `\uXXXX` shrunk to one byte this is over 2 MB of UTF-8: refused
+        # before decoding, so only escaped text (cheap to decode) makes a body pass 2 MiB.
+        raise too_large(len(body) - 5 * body.count(b"\\u"))
+    return parse_json(body, "The request body")
 
 
 def is_query(request: Request) -> bool:
