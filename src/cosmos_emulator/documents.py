@@ -12,7 +12,7 @@ from typing import Any
 
 from . import items
 from .epk import effective_partition_key, in_range
-from .errors import CosmosError, bad_request, not_found, unsupported
+from .errors import CosmosError, bad_request, item_not_found, unsupported
 from .http11 import Request, Response
 from .ids import MAX_ITEM_BYTES, too_large
 from .protocol import (
@@ -394,7 +394,8 @@ def _check_batch_size(raw: bytes, operations: object) -> None:
     The body as sent escapes non-ASCII text, so only a body over the limit is measured again."""
     if len(raw) <= MAX_ITEM_BYTES:
         return
-    size = len(json.dumps(operations, separators=(",", ":"), ensure_ascii=False).encode())
+    text = json.dumps(operations, separators=(",", ":"), ensure_ascii=False)
+    size = len(text.encode("utf-8", "surrogatepass"))  # a lone surrogate is still 3 bytes
     if size > MAX_ITEM_BYTES:
         raise too_large(size)
 
@@ -411,7 +412,7 @@ def _id_of_rid(coll: Container, key: str, rid: str) -> str:
     for item_id, item in coll.partitions.get(key, {}).items():
         if item.doc.get("_rid") == rid:
             return item_id
-    raise not_found(f"Entity with the specified id '{rid}' does not exist.")
+    raise item_not_found(rid)
 
 
 def _item_response(request: Request, outcome: items.Outcome) -> Response:

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .errors import CosmosError, bad_request, conflict, not_found, precondition_failed
+from .errors import CosmosError, bad_request, item_conflict, item_not_found, precondition_failed
 from .ids import MAX_ITEM_BYTES, new_etag, too_large, validate_id
 from .patch import apply_patch
 from .query.computed import compile_definitions
@@ -202,7 +202,7 @@ def _check_if_match(item: Item, if_match: str | None) -> None:
 def create(view: PartitionView, ctx: ItemContext, body: object) -> Outcome:
     doc = _check_body(ctx, body)
     if view.get(doc["id"]) is not None:
-        raise conflict(f"Entity with the specified id '{doc['id']}' already exists.")
+        raise item_conflict(doc["id"])
     item = _stamp(ctx, doc, None)
     view.put(doc["id"], item)
     return Outcome(201, item.doc)
@@ -233,11 +233,11 @@ def replace(
     doc = _check_body(ctx, body)
     existing = view.get(item_id)
     if existing is None:
-        raise not_found(f"Entity with the specified id '{item_id}' does not exist.")
+        raise item_not_found(item_id)
     _check_if_match(existing, if_match)
     new_id = doc["id"]
     if new_id != item_id and view.get(new_id) is not None:
-        raise conflict(f"Entity with the specified id '{new_id}' already exists.")
+        raise item_conflict(new_id)
     item = _stamp(ctx, doc, existing)
     if new_id != item_id:
         view.remove(item_id)
@@ -248,7 +248,7 @@ def replace(
 def read(view: PartitionView, item_id: str, if_none_match: str | None = None) -> Outcome:
     existing = view.get(item_id)
     if existing is None:
-        raise not_found(f"Entity with the specified id '{item_id}' does not exist.")
+        raise item_not_found(item_id)
     if if_none_match is not None and if_none_match in (existing.doc["_etag"], "*"):
         return Outcome(304, None)
     return Outcome(200, existing.doc)
@@ -257,7 +257,7 @@ def read(view: PartitionView, item_id: str, if_none_match: str | None = None) ->
 def delete(view: PartitionView, item_id: str, if_match: str | None) -> Outcome:
     existing = view.get(item_id)
     if existing is None:
-        raise not_found(f"Entity with the specified id '{item_id}' does not exist.")
+        raise item_not_found(item_id)
     _check_if_match(existing, if_match)
     view.remove(item_id)
     return Outcome(204, None)
@@ -284,7 +284,7 @@ def patch(
     operations, condition = _patch_request(body)
     existing = view.get(item_id)
     if existing is None:
-        raise not_found(f"Entity with the specified id '{item_id}' does not exist.")
+        raise item_not_found(item_id)
     _check_if_match(existing, if_match)
     if condition is not None:
         if not isinstance(condition, str):

@@ -318,7 +318,7 @@ class Store:
         if db is None:
             db = next((d for d in self.databases.values() if d.props["_rid"] == name), None)
         if db is None:
-            raise not_found(f"Database '{name}' not found.")
+            raise not_found(f"database {name[:300]!r}")
         return db
 
     def create_database(self, body: object, throughput: int | None = None) -> dict[str, Any]:
@@ -326,7 +326,7 @@ class Store:
             raise bad_request("Database body must be a JSON object.")
         name = validate_id(body.get("id"), "database id")
         if name in self.databases:
-            raise conflict(f"Database '{name}' already exists.")
+            raise conflict(f"database {name!r}")
         rid = self.rids.database()
         props = {
             "id": name,
@@ -355,7 +355,7 @@ class Store:
         if coll is None:
             coll = next((c for c in db.containers.values() if c.rid == name), None)
         if coll is None:
-            raise not_found(f"Container '{name}' not found in database '{db.props['id']}'.")
+            raise not_found(f"container {name[:300]!r} in database {db.props['id']!r}")
         return coll
 
     def create_container(
@@ -369,7 +369,7 @@ class Store:
         partition_key = partition_key_definition(body.get("partitionKey"))
         indexing_policy = complete_indexing_policy(body.get("indexingPolicy"))
         if name in db.containers:
-            raise conflict(f"Container '{name}' already exists.")
+            raise conflict(f"container {name!r}")
         rid = self.rids.child(db.props["_rid"], 4)
         props = {
             "id": name,

@@ -155,6 +155,26 @@ def test_batch_size_errors_are_cosmos_texts(container: ContainerProxy) -> None:
     assert "Batch request has more operations than what is supported." in str(err.value.message)
 
 
+def test_not_found_and_conflict_are_cosmos_texts(
+    database: DatabaseProxy, container: ContainerProxy
+) -> None:
+    with pytest.raises(exceptions.CosmosResourceNotFoundError) as missing:
+        container.read_item("nope", partition_key="a")
+    assert "Entity with the specified id does not exist in the system." in str(
+        missing.value.message
+    )
+    container.create_item({"id": "o1", "pk": "a"})
+    with pytest.raises(exceptions.CosmosResourceExistsError) as taken:
+        container.create_item({"id": "o1", "pk": "a"})
+    assert "Entity with the specified id already exists in the system." in str(taken.value.message)
+    with pytest.raises(exceptions.CosmosResourceNotFoundError) as no_container:
+        database.get_container_client("nope").read()
+    assert "Resource Not Found" in str(no_container.value.message)
+    with pytest.raises(exceptions.CosmosResourceExistsError) as same_name:
+        database.create_container(container.id, PartitionKey("/pk"))
+    assert "Resource with specified id or name already exists." in str(same_name.value.message)
+
+
 # -- 7. container-read headers -----------------------------------------------------------------
 def test_a_container_read_reports_index_progress_quota_and_statistics(
     container: ContainerProxy,
