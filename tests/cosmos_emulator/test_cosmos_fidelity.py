@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from azure.cosmos import ContainerProxy, CosmosClient, DatabaseProxy, PartitionKey, exceptions
 from azure.cosmos.partition_key import NonePartitionKeyValue
-from cosmos_rest import unique, values
+from cosmos_rest import call, unique, values
 
 from cosmos_emulator import RunningCosmosEmulator, start_in_background
 
@@ -268,11 +268,35 @@ def test_hierarchical_keys_refuse_an_empty_key_and_a_fourth_path(database: Datab
     container = database.create_container(unique("c"), PartitionKey(paths, kind="MultiHash"))
     container.create_item({"id": "o1", "state": "WA", "city": "Redmond", "zipcode": "98052"})
     with pytest.raises(exceptions.CosmosHttpResponseError) as err:
+        # The SDK sends an empty prefix as no key at all, which Cosmos refuses without the
+        # cross-partition flag (the SDK's own comment on this path says the same).
         list(container.query_items("SELECT * FROM c", partition_key=[]))
     assert err.value.status_code == 400
+    assert "Cross partition query is required but disabled" in str(err.value.message)
     with pytest.raises(exceptions.CosmosHttpResponseError) as err:
         database.create_container(container.id, PartitionKey([*paths, "/street"], kind="MultiHash"))
     assert err.value.status_code == 400  # the definition is checked before the id is taken
+
+
+def test_an_empty_key_header_on_a_query_is_400(
+    cosmos_emulator: RunningCosmosEmulator, container: ContainerProxy
+) -> None:
+    """What another client could send as the key: an empty array names no partition."""
+    container.create_item({"id": "o1", "pk": "a"})
+    status, _, body = call(
+        cosmos_emulator.url,
+        cosmos_emulator.key,
+        "POST",
+        f"/{container.container_link}/docs",
+        {"query": "SELECT * FROM c"},
+        {
+            "Content-Type": "application/query+json",
+            "x-ms-documentdb-isquery": "true",
+            "x-ms-documentdb-query-enablecrosspartition": "true",
+            "x-ms-documentdb-partitionkey": "[]",
+        },
+    )
+    assert status == 400 and "empty array" in body["message"]
 
 
 def test_a_continuation_token_in_cosmos_format_is_accepted(container: ContainerProxy) -> None:
