@@ -228,6 +228,12 @@ def test_size_is_measured_in_utf8_bytes_not_escaped_json(container: ContainerPro
     with pytest.raises(exceptions.CosmosHttpResponseError) as err:
         container.create_item({"id": "bigger", "pk": "a", "text": "\u4e2d" * 720_000})  # 2.16 MB
     assert err.value.status_code == 413
+    # A batch's 2 MB are UTF-8 bytes too.
+    batch = [("upsert", ({"id": "in-batch", "pk": "a", "text": cjk},))]
+    assert container.execute_item_batch(batch, partition_key="a")[0]["statusCode"] == 201
+    with pytest.raises(exceptions.CosmosHttpResponseError) as err:
+        container.execute_item_batch([*batch, ("create", ({"id": "x", "pk": "a", "t": cjk},))], "a")
+    assert err.value.status_code == 413
 
 
 # -- 11. smaller divergences ------------------------------------------------------------------
