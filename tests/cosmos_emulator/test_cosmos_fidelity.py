@@ -108,6 +108,19 @@ def test_excluded_paths_keep_the_etag_exclusion_on_create_and_replace(
     assert replaced.read()["indexingPolicy"]["excludedPaths"] == [ETAG_EXCLUDED]
 
 
+def test_indexing_mode_none_indexes_no_path(database: DatabaseProxy) -> None:
+    container = database.create_container(
+        unique("c"), PartitionKey("/pk"), indexing_policy={"indexingMode": "none"}
+    )
+    stored = container.read()["indexingPolicy"]
+    assert stored == {
+        "indexingMode": "none",
+        "automatic": False,
+        "includedPaths": [],
+        "excludedPaths": [],
+    }
+
+
 # -- 5. session consistency --------------------------------------------------------------------
 SESSION_TOKEN = re.compile(r"0:-1#(\d+)")
 
@@ -131,6 +144,9 @@ def test_the_sdk_sends_the_session_token_back_and_reads_its_writes(
     assert log.sent[-1]["x-ms-session-token"] == advanced[0]
     rows = list(container.query_items("SELECT * FROM c", partition_key="a", raw_response_hook=log))
     assert [r["v"] for r in rows] == [2]
+    assert log.sent[-1]["x-ms-session-token"] == advanced[0]
+    batch = container.execute_item_batch([("read", ("o1",))], "a", raw_response_hook=log)
+    assert batch[0]["resourceBody"]["v"] == 2
     assert log.sent[-1]["x-ms-session-token"] == advanced[0]
 
 
