@@ -321,6 +321,21 @@ def test_an_empty_key_header_on_a_query_is_400(
     assert status == 400 and "empty array" in body["message"]
 
 
+@pytest.mark.parametrize(
+    ("method", "suffix"),
+    [("POST", ""), ("GET", "/pkranges/0"), ("PUT", "/docs")],
+    ids=["post on the container", "one range", "put on the feed"],
+)
+def test_other_methods_and_paths_under_a_container_are_405(
+    cosmos_emulator: RunningCosmosEmulator, container: ContainerProxy, method: str, suffix: str
+) -> None:
+    """The document routes serve `docs` only; the rest stays a clear 405, not an item."""
+    status, _, body = call(
+        cosmos_emulator.url, cosmos_emulator.key, method, f"/{container.container_link}{suffix}", {}
+    )
+    assert status == 405 and body["code"] == "MethodNotAllowed"
+
+
 def test_a_continuation_token_in_cosmos_format_is_accepted(container: ContainerProxy) -> None:
     for n in range(4):
         container.create_item({"id": f"o{n}", "pk": "a"})
