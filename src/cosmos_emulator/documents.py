@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.parse
 from collections.abc import Iterator
 from datetime import UTC
 from email.utils import parsedate_to_datetime
@@ -11,11 +12,12 @@ from typing import Any
 
 from . import items
 from .epk import effective_partition_key, in_range
-from .errors import CosmosError, bad_request, unsupported
+from .errors import CosmosError, bad_request, item_not_found, unsupported
 from .http11 import Request, Response
 from .ids import MAX_ITEM_BYTES, too_large
 from .protocol import (
     DEFAULT_PAGE_SIZE,
+    cosmos_token_rid,
     fingerprint,
     is_query,
     is_true,
@@ -32,6 +34,7 @@ from .query.planner import FULL_RANGE, needs_plan, query_plan
 from .store import Container, Item, Store, pk_key
 from .untrusted_json import parse_json
 
+CROSS_PARTITION = "x-ms-documentdb-query-enablecrosspartition"
 QUERY_PLAN_NEEDED = 1004  # substatus: the SDK then asks for a query plan
 MAX_PK_COMPONENTS = 3  # hierarchical keys have at most three paths
 MAX_PK_VALUE_BYTES = 2048  # Cosmos: "maximum length of partition key value"
@@ -95,17 +98,17 @@ class Documents:
     def post(self, request: Request, coll: Container) -> Response:
         h = request.headers
         if is_true(h, "x-ms-cosmos-is-batch-request"):
-            if len(request.body) > MAX_ITEM_BYTES:
-                raise too_large(len(request.body))
+            operations = json_body(request)
+            _check_batch_size(request.body, operations)
             if h.get("x-ms-cosmos-batch-atomic", "").lower() == "false":
-                return self._bulk(request, coll)
+                return self._bulk(request, coll, operations)
             ctx = self._ctx(request, coll)
-            status, results = items.run_batch(ctx, json_body(request))
+            status, results = items.run_batch(ctx, operations)
+            if status == 200 and any(_is_write(op) for op in operations):
+                self._advance(coll)  # a transactional batch commits at one LSN
             return json_response(status, results)
         if is_query(request):
             return self.query(request, coll)
-        if len(request.body) > MAX_ITEM_BYTES:
-            raise too_large(len(request.body))
         ctx = self._ctx(request, coll)
         live = items.LivePartition(coll, ctx.key, ctx.now)
         body = json_body(request)
@@ -113,9 +116,33 @@ class Documents:
             outcome = items.upsert(live, ctx, body, h.get("if-match"))
         else:
             outcome = items.create(live, ctx, body)
+        self._advance(coll)
         return _item_response(request, outcome)
 
-    def _bulk(self, request: Request, coll: Container) -> Response:
+    def _advance(self, coll: Container, steps: int = 1) -> None:
+        """One committed write request on `coll`'s partition key range: its LSN moves on.
+
+        The account's LSN (every item's `_lsn`) moves at least as far, so a range's LSN never
+        passes it and a journal replay can restart every range from the account's."""
+        coll.lsn += steps
+        if coll.lsn > self.store.lsn:
+            self.store.lsn = coll.lsn  # a delete stamps no item, yet it is a write
+
+    def scope_headers(self, coll: Container, db_name: str) -> dict[str, str]:
+        """What Cosmos sends on every response about a container's documents.
+
+        The session token is per partition key range (`<range id>:<version>#<LSN>`) and moves
+        with each write; the SDK records it only from a response that names the container
+        (`x-ms-alt-content-path`, `x-ms-content-path`) and then sends it back on reads."""
+        return {
+            "lsn": str(coll.lsn),
+            "x-ms-session-token": f"0:-1#{coll.lsn}",
+            "x-ms-alt-content-path": _header_safe(f"dbs/{db_name}/colls/{coll.props['id']}"),
+            "x-ms-content-path": coll.rid,
+            "x-ms-documentdb-partitionkeyrangeid": "0",
+        }
+
+    def _bulk(self, request: Request, coll: Container, operations: object) -> Response:
         """A non-atomic batch by partition key range, as the JavaScript SDK's bulk sends it."""
         h = request.headers
         range_id = h.get("x-ms-documentdb-partitionkeyrangeid")
@@ -124,19 +151,28 @@ class Documents:
         status, results = items.run_bulk(
             self.store,
             coll,
-            json_body(request),
+            operations,
             time.time(),
             continue_on_error=h.get("x-ms-cosmos-batch-continue-on-error", "").lower() != "false",
         )
+        assert isinstance(operations, list)  # run_bulk refused anything else
+        self._advance(
+            coll,
+            sum(
+                1
+                for op, result in zip(operations, results, strict=False)
+                if _is_write(op) and result["statusCode"] < 400
+            ),
+        )
         return json_response(status, results)
 
-    def item(self, request: Request, coll: Container, item_id: str) -> Response:
+    def item(self, request: Request, coll: Container, item_id: str, *, by_rid: bool) -> Response:
         ctx = self._ctx(request, coll)
         live = items.LivePartition(coll, ctx.key, ctx.now)
+        if by_rid:  # a self link (`dbs/<rid>/colls/<rid>/docs/<rid>/`) names the item's _rid
+            item_id = _id_of_rid(coll, ctx.key, item_id)
         h = request.headers
         method = request.method
-        if method in ("PUT", "PATCH") and len(request.body) > MAX_ITEM_BYTES:
-            raise too_large(len(request.body))
         outcome: items.Outcome
         if method == "GET":
             outcome = items.read(live, item_id, h.get("if-none-match"))
@@ -148,6 +184,8 @@ class Documents:
             outcome = items.delete(live, item_id, h.get("if-match"))
         else:
             raise CosmosError(405, "MethodNotAllowed", f"{method} is not allowed on an item.")
+        if method != "GET":
+            self._advance(coll)
         return _item_response(request, outcome)
 
     # -- feeds and queries ---------------------------------------------------------------
@@ -281,7 +319,19 @@ class Documents:
         if is_true(h, "x-ms-cosmos-is-query-plan-request"):
             return json_response(200, query_plan(query, params))
         scoped = "x-ms-documentdb-partitionkey" in h
-        per_range = "x-ms-documentdb-partitionkeyrangeid" in h
+        per_range = "x-ms-documentdb-partitionkeyrangeid" in h or "x-ms-start-epk" in h
+        if scoped and self._pk_values(request, coll, required=False) == []:
+            raise bad_request(
+                "The partition key supplied in x-ms-documentdb-partitionkey is an empty "
+                "array: name a key value, a prefix of a hierarchical key, or none."
+            )
+        if not scoped and not per_range and not is_true(h, CROSS_PARTITION):
+            # Cosmos's words: the SDKs set the header themselves where they mean to fan out.
+            raise bad_request(
+                "Cross partition query is required but disabled. Please set "
+                "x-ms-documentdb-query-enablecrosspartition to true, specify "
+                "x-ms-documentdb-partitionkey, or revise your query to avoid this exception."
+            )
         if not scoped and not per_range and needs_plan(query):
             # What a Cosmos gateway answers: the SDK fetches the plan and merges itself.
             raise CosmosError(
@@ -295,10 +345,12 @@ class Documents:
         scope = h.get("x-ms-documentdb-partitionkey", "")
         bound_to = fingerprint(text, params, scope)
         start, size = page_window(request, bound_to)
-        # One past the page tells whether a continuation token is due.
+        # One past the page tells whether a continuation token is due; a Cosmos-format
+        # token's position is known only once the results are (`page` finds it).
+        needed = None if cosmos_token_rid(request) is not None else start + size + 1
         candidates = self._candidates(request, coll, indexed_only=True)
         computed = compile_definitions(coll.props.get("computedProperties"))
-        results = run(query, candidates, params, needed=start + size + 1, computed=computed)
+        results = run(query, candidates, params, needed=needed, computed=computed)
         chunk, headers = page(request, results, bound_to)
         return json_response(
             200, {"_rid": coll.rid, "Documents": chunk, "_count": len(chunk)}, headers
@@ -330,6 +382,37 @@ class Documents:
             {"_rid": coll.rid, "PartitionKeyRanges": ranges, "_count": 1},
             {"etag": etag, "x-ms-item-count": "1"},
         )
+
+
+def _is_write(op: object) -> bool:
+    return not (isinstance(op, dict) and op.get("operationType") == "Read")
+
+
+def _check_batch_size(raw: bytes, operations: object) -> None:
+    """Cosmos's 2 MB batch limit, in UTF-8 bytes as it measures them.
+
+    The body as sent escapes non-ASCII text, so only a body over the limit is measured again."""
+    if len(raw) <= MAX_ITEM_BYTES:
+        return
+    text = json.dumps(operations, separators=(",", ":"), ensure_ascii=False)
+    size = len(text.encode("utf-8", "surrogatepass"))  # a lone surrogate is still 3 bytes
+    if size > MAX_ITEM_BYTES:
+        raise too_large(size)
+
+
+def _header_safe(text: str) -> str:
+    """`text` as an HTTP header value: non-ASCII and control characters percent-encoded."""
+    if text.isascii() and text.isprintable():
+        return text
+    return urllib.parse.quote(text, safe="/ !$&'()*+,;=:@")
+
+
+def _id_of_rid(coll: Container, key: str, rid: str) -> str:
+    """The id of the item whose `_rid` is `rid` in partition `key`; 404 when there is none."""
+    for item_id, item in coll.partitions.get(key, {}).items():
+        if item.doc.get("_rid") == rid:
+            return item_id
+    raise item_not_found(rid)
 
 
 def _item_response(request: Request, outcome: items.Outcome) -> Response:

@@ -29,12 +29,31 @@ def bad_request(message: str) -> CosmosError:
     return CosmosError(400, "BadRequest", message)
 
 
-def not_found(message: str = "Resource Not Found") -> CosmosError:
-    return CosmosError(404, "NotFound", message)
+# Cosmos's own texts open each message (callers and the SDKs' tests match on them); what
+# follows in brackets names the resource, as Cosmos appends its diagnostics.
+NOT_FOUND_TEXT = "Resource Not Found. Learn more: https://aka.ms/cosmosdb-tsg-not-found"
+ITEM_NOT_FOUND_TEXT = (
+    "Entity with the specified id does not exist in the system. More info: "
+    "https://aka.ms/cosmosdb-tsg-not-found"
+)
+CONFLICT_TEXT = "Resource with specified id or name already exists."
+ITEM_CONFLICT_TEXT = "Entity with the specified id already exists in the system."
 
 
-def conflict(message: str = "Resource with specified id or name already exists.") -> CosmosError:
-    return CosmosError(409, "Conflict", message)
+def not_found(detail: str = "", text: str = NOT_FOUND_TEXT) -> CosmosError:
+    return CosmosError(404, "NotFound", f"{text} ({detail})" if detail else text)
+
+
+def conflict(detail: str = "", text: str = CONFLICT_TEXT) -> CosmosError:
+    return CosmosError(409, "Conflict", f"{text} ({detail})" if detail else text)
+
+
+def item_not_found(item_id: str) -> CosmosError:
+    return not_found(f"id {item_id[:300]!r}", ITEM_NOT_FOUND_TEXT)
+
+
+def item_conflict(item_id: str) -> CosmosError:
+    return conflict(f"id {item_id[:300]!r}", ITEM_CONFLICT_TEXT)
 
 
 def precondition_failed(

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
+import time
 import traceback
 import urllib.parse
 import uuid
@@ -31,8 +33,8 @@ from .protocol import (
     json_response,
     query_response,
 )
-from .store import Store
-from .untrusted_json import parse_json
+from .store import Container, Store
+from .untrusted_json import dump_json, parse_json
 
 ADMIN_PREFIX = "/_emulator/"
 _UNSUPPORTED_TYPES = {
@@ -120,7 +122,6 @@ class Gateway:
         headers = response.headers
         headers.setdefault("x-ms-activity-id", activity)
         headers.setdefault("x-ms-request-charge", "1")
-        headers.setdefault("x-ms-session-token", f"0:-1#{self.store.lsn}")
         headers.setdefault("x-ms-schemaversion", "1.19")
         headers.setdefault("x-ms-gatewayversion", "cosmos-emulator")
         if self.log_requests:
@@ -231,8 +232,7 @@ class Gateway:
                 return json_response(201, props, {"etag": props["_etag"]})
         if n == 4:
             if method == "GET":
-                props = store.find_container(seg[1], seg[3]).props
-                return json_response(200, props, {"etag": props["_etag"]})
+                return container_read(request, store.find_container(seg[1], seg[3]))
             if method == "PUT":
                 coll = store.find_container(seg[1], seg[3])
                 if_match = request.headers.get("if-match")
@@ -247,20 +247,94 @@ class Gateway:
             return self.documents.partition_key_ranges(
                 request, store.find_container(seg[1], seg[3])
             )
-        if n == 5:
+        if n >= 5 and seg[4] == "docs":  # n is 5 or 6: longer paths were refused above
             coll = store.find_container(seg[1], seg[3])
-            if method == "GET":
-                return self.documents.read_feed(request, coll)
-            if method == "POST":
-                return self.documents.post(request, coll)
-        if n == 6 and seg[4] == "docs":
-            coll = store.find_container(seg[1], seg[3])
-            return self.documents.item(request, coll, seg[5])
+            try:
+                check_session_token(request.headers.get("x-ms-session-token"))
+                response = self._documents(request, seg, coll)
+            except CosmosError as err:
+                err.headers.update(self.documents.scope_headers(coll, _db_name(store, seg[1])))
+                raise
+            response.headers.update(self.documents.scope_headers(coll, _db_name(store, seg[1])))
+            return response
         raise CosmosError(405, "MethodNotAllowed", f"{method} is not allowed on this resource.")
+
+    def _documents(self, request: Request, seg: list[str], coll: Container) -> Response:
+        if len(seg) == 5 and request.method == "GET":
+            return self.documents.read_feed(request, coll)
+        if len(seg) == 5 and request.method == "POST":
+            return self.documents.post(request, coll)
+        if len(seg) == 6:
+            # A link of resource ids (an item's `_self`) names the item by its `_rid` too.
+            by_rid = seg[1] not in self.store.databases
+            return self.documents.item(request, coll, seg[5], by_rid=by_rid)
+        raise CosmosError(
+            405, "MethodNotAllowed", f"{request.method} is not allowed on this resource."
+        )
 
     def _account(self, request: Request) -> dict[str, Any]:
         host = request.headers.get("host") or self.fallback_host
         return account_metadata(f"{self.scheme}://{host}/")
+
+
+def _db_name(store: Store, name_or_rid: str) -> str:
+    return str(store.find_database(name_or_rid).props["id"])
+
+
+# A session token as the SDKs send it back: `<range id>:<token>` pairs joined by commas, a
+# token being `<version>#<global LSN>` plus `#<region>=<LSN>` entries, or a bare LSN (v1).
+_SESSION_TOKEN = re.compile(r"\d+:(?:-?\d+#\d+(?:#\d+=-?\d+)*|\d+)")
+
+
+def check_session_token(raw: str | None) -> None:
+    """400 for a session token Cosmos could not have issued; any well-formed one is served.
+
+    One replica holds every write at once, so every token is already satisfied: none has to
+    wait or be refused as "read session not available" (404/1002)."""
+    if raw is None:
+        return
+    if len(raw) > 4096 or not all(_SESSION_TOKEN.fullmatch(p) for p in raw.split(",")):
+        raise bad_request(f"The session token provided '{raw[:100]}' is invalid.")
+
+
+def container_read(request: Request, coll: Container) -> Response:
+    """A container's properties and the headers Cosmos adds on a read.
+
+    Indexing is synchronous here, so a policy change is complete at once: transformation
+    progress 100. Quota usage (`x-ms-documentdb-populatequotainfo`) and per-range statistics
+    (`x-ms-documentdb-populatepartitionstatistics`) cost a walk over the items, so only when
+    asked, as in Cosmos."""
+    props = coll.props
+    headers = {
+        "etag": props["_etag"],
+        "x-ms-documentdb-collection-index-transformation-progress": "100",
+    }
+    h = request.headers
+    want_quota = is_true(h, "x-ms-documentdb-populatequotainfo")
+    want_statistics = is_true(h, "x-ms-documentdb-populatepartitionstatistics")
+    if not (want_quota or want_statistics):
+        return json_response(200, props, headers)
+    docs = coll.live_items(None, time.time())
+    size_kb = sum(len(dump_json(d)) for d in docs) // 1024
+    if want_quota:
+        # The fields and quota values of a Cosmos response the SDK's own tests replay.
+        headers["x-ms-resource-quota"] = (
+            f"documentSize=51200;documentsSize={QUOTA_KB};documentsCount=-1;"
+            f"collectionSize={QUOTA_KB};"
+        )
+        headers["x-ms-resource-usage"] = (
+            f"documentSize=0;documentsSize={size_kb};documentsCount={len(docs)};"
+            f"collectionSize={size_kb};"
+        )
+    if want_statistics:
+        props = dict(props)
+        props["statistics"] = [
+            {"id": "0", "sizeInKB": size_kb, "documentCount": len(docs), "partitionKeys": []}
+        ]
+    return json_response(200, props, headers)
+
+
+QUOTA_KB = 50 * 1024 * 1024  # what Cosmos reports for a container's storage: 50 GB, in KB
 
 
 def _fault_error(rule: FaultRule) -> CosmosError:

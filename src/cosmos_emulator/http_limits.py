@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Cosmos's own per-request limit ("maximum request size 2 MB"): no valid request is larger.
-MAX_REQUEST_BODY_BYTES = 2 * 1024 * 1024
+# Cosmos limits an item to 2 MB of UTF-8, measured after decoding. The SDKs send JSON with
+# every non-ASCII character escaped (`\uXXXX`, 12 bytes for a 4-byte character), so a
+# valid 2 MB item can arrive three times as long: the body cap allows that, and the item's
+# own size is checked once it is decoded (items.py).
+MAX_REQUEST_BODY_BYTES = 6 * 1024 * 1024
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,12 @@ the code a single request runs and commits only when every operation succeeded.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .errors import CosmosError, bad_request, conflict, not_found, precondition_failed
+from .errors import CosmosError, bad_request, item_conflict, item_not_found, precondition_failed
 from .ids import MAX_ITEM_BYTES, new_etag, too_large, validate_id
 from .patch import apply_patch
 from .query.computed import compile_definitions
@@ -137,17 +138,41 @@ def _check_body(ctx: ItemContext, body: object, expected_id: str | None = None) 
             f"The id '{item_id}' in the body does not match the id '{expected_id}' in the request."
         )
     if ctx.container.pk_from_doc(body) != ctx.pk_values:
-        raise bad_request(
-            "PartitionKey extracted from document doesn't match the one specified in the header."
+        raise CosmosError(
+            400,
+            "BadRequest",
+            "PartitionKey extracted from document doesn't match the one specified in the header. "
+            "Learn more: https://aka.ms/CosmosDB/sql/errors/wrong-pk-value",
+            substatus=PARTITION_KEY_MISMATCH,
         )
-    if "ttl" in body and body["ttl"] is not None:
-        ttl = body["ttl"]
-        if not isinstance(ttl, int) or isinstance(ttl, bool) or ttl == 0 or ttl < -1:
-            raise bad_request("The item 'ttl' must be -1 or a positive number of seconds.")
-    size = len(check_document(body, "The item"))
+    if "ttl" in body:
+        _check_ttl(body["ttl"])
+    # Cosmos measures an item in UTF-8 bytes: a 1.2 MB item of CJK text fits, although the
+    # SDK sends it twice as long (every such character escaped as \uXXXX).
+    size = len(check_document(body, "The item").encode("utf-8", "surrogatepass"))
     if size > MAX_ITEM_BYTES:
         raise too_large(size)
     return body
+
+
+PARTITION_KEY_MISMATCH = 1001  # Cosmos's substatus for a body whose key is not the header's
+MAX_TTL_SECONDS = 2**31 - 1
+
+
+def _check_ttl(ttl: object) -> None:
+    """An item's `ttl`: -1 (never expires) or 1 to 2^31 - 1 seconds; `null` is refused too."""
+    if (
+        not isinstance(ttl, int)
+        or isinstance(ttl, bool)
+        or ttl == 0
+        or ttl < -1
+        or ttl > MAX_TTL_SECONDS
+    ):
+        shown = json.dumps(ttl)[:40]
+        raise bad_request(
+            f"The input ttl '{shown}' is invalid. Ensure to provide a nonzero positive integer "
+            f"less than or equal to '{MAX_TTL_SECONDS}', or '-1' which means never expire."
+        )
 
 
 def _stamp(ctx: ItemContext, body: dict[str, Any], previous: Item | None) -> Item:
@@ -177,7 +202,7 @@ def _check_if_match(item: Item, if_match: str | None) -> None:
 def create(view: PartitionView, ctx: ItemContext, body: object) -> Outcome:
     doc = _check_body(ctx, body)
     if view.get(doc["id"]) is not None:
-        raise conflict(f"Entity with the specified id '{doc['id']}' already exists.")
+        raise item_conflict(doc["id"])
     item = _stamp(ctx, doc, None)
     view.put(doc["id"], item)
     return Outcome(201, item.doc)
@@ -201,20 +226,29 @@ def upsert(view: PartitionView, ctx: ItemContext, body: object, if_match: str | 
 def replace(
     view: PartitionView, ctx: ItemContext, item_id: str, body: object, if_match: str | None
 ) -> Outcome:
-    doc = _check_body(ctx, body, item_id)
+    """Replace the item `item_id`; a body with another id renames it, as Cosmos does.
+
+    The item keeps its `_rid` (Cosmos addresses it by that); the new id must be free in the
+    partition (409 otherwise), and the old id is gone."""
+    doc = _check_body(ctx, body)
     existing = view.get(item_id)
     if existing is None:
-        raise not_found(f"Entity with the specified id '{item_id}' does not exist.")
+        raise item_not_found(item_id)
     _check_if_match(existing, if_match)
+    new_id = doc["id"]
+    if new_id != item_id and view.get(new_id) is not None:
+        raise item_conflict(new_id)
     item = _stamp(ctx, doc, existing)
-    view.put(item_id, item)
+    if new_id != item_id:
+        view.remove(item_id)
+    view.put(new_id, item)
     return Outcome(200, item.doc)
 
 
 def read(view: PartitionView, item_id: str, if_none_match: str | None = None) -> Outcome:
     existing = view.get(item_id)
     if existing is None:
-        raise not_found(f"Entity with the specified id '{item_id}' does not exist.")
+        raise item_not_found(item_id)
     if if_none_match is not None and if_none_match in (existing.doc["_etag"], "*"):
         return Outcome(304, None)
     return Outcome(200, existing.doc)
@@ -223,7 +257,7 @@ def read(view: PartitionView, item_id: str, if_none_match: str | None = None) ->
 def delete(view: PartitionView, item_id: str, if_match: str | None) -> Outcome:
     existing = view.get(item_id)
     if existing is None:
-        raise not_found(f"Entity with the specified id '{item_id}' does not exist.")
+        raise item_not_found(item_id)
     _check_if_match(existing, if_match)
     view.remove(item_id)
     return Outcome(204, None)
@@ -250,7 +284,7 @@ def patch(
     operations, condition = _patch_request(body)
     existing = view.get(item_id)
     if existing is None:
-        raise not_found(f"Entity with the specified id '{item_id}' does not exist.")
+        raise item_not_found(item_id)
     _check_if_match(existing, if_match)
     if condition is not None:
         if not isinstance(condition, str):
@@ -274,12 +308,15 @@ MAX_BATCH_OPERATIONS = 100
 
 
 def _check_operation_list(operations: object) -> list[object]:
-    if not isinstance(operations, list) or not operations:
-        raise bad_request("A batch needs a non-empty list of operations.")
+    # The first sentence of each message is Cosmos's own (the SDKs' tests match on it).
+    if not isinstance(operations, list):
+        raise bad_request("Batch request has no operations. The body must be a JSON array.")
+    if not operations:
+        raise bad_request("Batch request has no operations.")
     if len(operations) > MAX_BATCH_OPERATIONS:
         raise bad_request(
-            f"Batch request has {len(operations)} operations; at most "
-            f"{MAX_BATCH_OPERATIONS} are allowed."
+            "Batch request has more operations than what is supported. It has "
+            f"{len(operations)}; at most {MAX_BATCH_OPERATIONS} are allowed."
         )
     return operations
 

@@ -471,6 +471,10 @@ class _Replay:
 
     def finish(self) -> None:
         self.store.lsn = self.lsn
+        for coll in self.store.containers():
+            # Range LSNs are not journaled; the account's is never below any of them, so
+            # restarting each range there keeps session tokens and `lsn` headers monotonic.
+            coll.lsn = self.lsn
         highest_seq = max(
             (
                 i.seq

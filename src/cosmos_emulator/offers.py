@@ -64,7 +64,7 @@ def handle_offers(request: Request, seg: list[str], store: Store) -> Response:
         return query_response(request, "Offers", "", offers)
     offer = next((o for o in offers if len(seg) == 2 and o["id"] == seg[1]), None)
     if offer is None:
-        raise not_found("Offer not found.")
+        raise not_found("offer")
     if request.method == "GET":
         return json_response(200, offer)
     if request.method != "PUT":

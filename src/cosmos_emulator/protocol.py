@@ -5,10 +5,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 from typing import Any
 
 from .errors import CosmosError, bad_request
 from .http11 import Request, Response
+from .ids import MAX_ITEM_BYTES, too_large
 from .query.evaluator import bind_params, run, validate
 from .query.parser import parse_query
 from .untrusted_json import dump_json, parse_json
@@ -39,7 +41,12 @@ def error_response(err: CosmosError) -> Response:
 def json_body(request: Request) -> Any:
     if not request.body:
         raise bad_request("The request body is empty.")
-    return parse_json(request.body, "The request body")
+    body = request.body
+    if len(body) > MAX_ITEM_BYTES and len(body) - 5 * body.count(b"\\u") > MAX_ITEM_BYTES:
+        # Even with every `\uXXXX` shrunk to one byte this is over 2 MB of UTF-8: refused
+        # before decoding, so only escaped text (cheap to decode) makes a body pass 2 MiB.
+        raise too_large(len(body) - 5 * body.count(b"\\u"))
+    return parse_json(body, "The request body")
 
 
 def is_query(request: Request) -> bool:
@@ -69,8 +76,23 @@ def fingerprint(text: str, params: dict[str, Any], scope: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
+# A continuation token in Cosmos's own backend format, e.g.
+# `-RID:~a0NPAOszCpOChB4AAAAAAA==#RT:1#TRC:2#ISV:2#IEO:65567#QCF:8`: the resource id of the
+# document to resume at, then round trips, results so far and engine flags.
+_COSMOS_TOKEN = re.compile(r"[+-]RID:~?(?P<rid>[A-Za-z0-9+/=-]{1,64})(?:#[A-Z]+:[^#]{0,64})*")
+
+
+def cosmos_token_rid(request: Request) -> str | None:
+    """The `_rid` a continuation token in Cosmos's own format resumes at, else None."""
+    token = request.headers.get("x-ms-continuation")
+    match = _COSMOS_TOKEN.fullmatch(token) if token else None
+    return match["rid"] if match else None
+
+
 def page_window(request: Request, bound_to: str) -> tuple[int, int]:
-    """(first result index, page size) asked for by `x-ms-continuation` and max item count."""
+    """(first result index, page size) asked for by `x-ms-continuation` and max item count.
+
+    A token in Cosmos's format starts at 0 here: `page` finds where it resumes."""
     raw_size = request.headers.get("x-ms-max-item-count", "")
     try:
         size = int(raw_size) if raw_size else -1
@@ -80,7 +102,7 @@ def page_window(request: Request, bound_to: str) -> tuple[int, int]:
         size = DEFAULT_PAGE_SIZE
     start = 0
     token = request.headers.get("x-ms-continuation")
-    if token:
+    if token and cosmos_token_rid(request) is None:
         try:
             state = parse_json(base64.urlsafe_b64decode(token.encode()), "token")
             start = state["offset"]
@@ -92,8 +114,21 @@ def page_window(request: Request, bound_to: str) -> tuple[int, int]:
 
 
 def page(request: Request, results: list[Any], bound_to: str) -> tuple[list[Any], dict[str, str]]:
-    """One page of `results`; `results` must hold at least one past the page when more exist."""
+    """One page of `results`; `results` must hold at least one past the page when more exist.
+
+    A Cosmos-format token resumes at the document with its `_rid`; a token naming none of
+    the results (another container's, say) starts from the beginning, as Cosmos does."""
     start, size = page_window(request, bound_to)
+    resume_at = cosmos_token_rid(request)
+    if resume_at is not None:
+        start = next(
+            (
+                index
+                for index, row in enumerate(results)
+                if isinstance(row, dict) and row.get("_rid") == resume_at
+            ),
+            0,
+        )
     chunk = results[start : start + size]
     headers = {"x-ms-item-count": str(len(chunk))}
     if start + size < len(results):

@@ -21,13 +21,6 @@ from .query.values import UNDEFINED
 
 ChangeLog = list[dict[str, Any]]
 
-DEFAULT_INDEXING_POLICY: dict[str, Any] = {
-    "indexingMode": "consistent",
-    "automatic": True,
-    "includedPaths": [{"path": "/*"}],
-    "excludedPaths": [{"path": '/"_etag"/?'}],
-}
-
 
 @dataclass
 class Item:
@@ -53,6 +46,11 @@ class Container:
     scoped_feeds: dict[str, LsnIndex[Item]] = field(default_factory=dict)
     _scopes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     log: ChangeLog | None = None
+    # The partition key range's log sequence number, as Cosmos keeps one per range: one step
+    # per committed write request (a transactional batch is one step), so `lsn` headers and
+    # session tokens advance with this container's writes only. Never above `Store.lsn`.
+    lsn: int = 0
+    _pk_segments: list[list[str]] | None = None
 
     @property
     def rid(self) -> str:
@@ -170,13 +168,57 @@ class Container:
             return ()
 
     def pk_from_doc(self, doc: dict[str, Any]) -> list[Any]:
+        """The document's partition key values; `{}` (Undefined) where a path is missing.
+
+        As in Cosmos (and the SDK's own extraction), an object or array at a key path is not a
+        key value either: it counts as Undefined, so such an item goes with `[{}]`.
+        """
+        if self._pk_segments is None:
+            self._pk_segments = [parse_path(path) for path in self.pk_paths]
         values: list[Any] = []
-        for path in self.pk_paths:
+        for segments in self._pk_segments:
             node: Any = doc
-            for seg in path.strip("/").split("/"):
+            for seg in segments:
                 node = node.get(seg, UNDEFINED) if isinstance(node, dict) else UNDEFINED
-            values.append({} if node is UNDEFINED else node)
+            values.append({} if node is UNDEFINED or isinstance(node, dict | list) else node)
         return values
+
+
+def parse_path(path: str) -> list[str]:
+    """The property names of a partition key path like `/a/b` or `/"level' 1*()"/"le/vel2"`.
+
+    A segment in double or single quotes may hold `/`; a quote preceded by a backslash does not
+    end it. The rules are those of the azure-cosmos SDK's `_base.ParsePaths` (Cosmos does not
+    document them). ValueError for a path that does not parse.
+    """
+    segments: list[str] = []
+    index = 0
+    while index < len(path):
+        if path[index] != "/":
+            raise ValueError(f"a path segment must start with '/' (at {index})")
+        index += 1
+        if index == len(path):
+            break
+        if path[index] in "\"'":
+            quote = path[index]
+            end = index + 1
+            while True:
+                end = path.find(quote, end)
+                if end == -1:
+                    raise ValueError(f"an unterminated quote (at {index})")
+                if path[end - 1] != "\\":
+                    break
+                end += 1
+            segments.append(path[index + 1 : end])
+            index = end + 1
+        else:
+            end = path.find("/", index)
+            end = len(path) if end == -1 else end
+            segments.append(path[index:end])
+            index = end
+    if not segments or any(not s for s in segments):
+        raise ValueError("a path needs at least one non-empty segment")
+    return segments
 
 
 def item_record(container_rid: str, key: str, item: Item) -> dict[str, Any]:
@@ -276,7 +318,7 @@ class Store:
         if db is None:
             db = next((d for d in self.databases.values() if d.props["_rid"] == name), None)
         if db is None:
-            raise not_found(f"Database '{name}' not found.")
+            raise not_found(f"database {name[:300]!r}")
         return db
 
     def create_database(self, body: object, throughput: int | None = None) -> dict[str, Any]:
@@ -284,7 +326,7 @@ class Store:
             raise bad_request("Database body must be a JSON object.")
         name = validate_id(body.get("id"), "database id")
         if name in self.databases:
-            raise conflict(f"Database '{name}' already exists.")
+            raise conflict(f"database {name!r}")
         rid = self.rids.database()
         props = {
             "id": name,
@@ -313,7 +355,7 @@ class Store:
         if coll is None:
             coll = next((c for c in db.containers.values() if c.rid == name), None)
         if coll is None:
-            raise not_found(f"Container '{name}' not found in database '{db.props['id']}'.")
+            raise not_found(f"container {name[:300]!r} in database {db.props['id']!r}")
         return coll
 
     def create_container(
@@ -323,13 +365,16 @@ class Store:
         if not isinstance(body, dict):
             raise bad_request("Container body must be a JSON object.")
         name = validate_id(body.get("id"), "container id")
+        # Cosmos checks the definition before the name: a bad one is a 400 even for a taken id.
+        partition_key = partition_key_definition(body.get("partitionKey"))
+        indexing_policy = complete_indexing_policy(body.get("indexingPolicy"))
         if name in db.containers:
-            raise conflict(f"Container '{name}' already exists.")
+            raise conflict(f"container {name!r}")
         rid = self.rids.child(db.props["_rid"], 4)
         props = {
             "id": name,
-            "indexingPolicy": body.get("indexingPolicy") or dict(DEFAULT_INDEXING_POLICY),
-            "partitionKey": partition_key_definition(body.get("partitionKey")),
+            "indexingPolicy": indexing_policy,
+            "partitionKey": partition_key,
             "conflictResolutionPolicy": body.get("conflictResolutionPolicy")
             or {
                 "mode": "LastWriterWins",
@@ -367,7 +412,7 @@ class Store:
             raise bad_request("The partition key of a container cannot be changed.")
         props = dict(coll.props)
         if body.get("indexingPolicy"):
-            props["indexingPolicy"] = body["indexingPolicy"]
+            props["indexingPolicy"] = complete_indexing_policy(body["indexingPolicy"])
         props.pop("defaultTtl", None)
         _apply_mutable_container_props(props, body)
         props["_etag"] = new_etag()
@@ -404,15 +449,64 @@ def partition_key_definition(raw: object) -> dict[str, Any]:
         raise bad_request("A container needs a partitionKey definition with 'paths'.")
     paths = raw["paths"]
     kind = raw.get("kind", "Hash")
-    if any(not isinstance(p, str) or not p.startswith("/") or p == "/" for p in paths):
-        raise bad_request("Partition key paths must look like '/property'.")
+    for path in paths:
+        try:
+            if not isinstance(path, str):
+                raise ValueError("not a string")
+            parse_path(path)
+        except ValueError as exc:
+            raise bad_request(
+                f"The partition key path {str(path)[:100]!r} is invalid ({exc}); paths look like "
+                """'/property', '/a/b' or '/"quoted name"'."""
+            ) from None
     if kind == "Hash" and len(paths) != 1:
         raise bad_request("A Hash partition key has exactly one path.")
     if kind == "MultiHash" and not 1 <= len(paths) <= 3:
-        raise bad_request("A MultiHash (hierarchical) partition key has one to three paths.")
+        raise bad_request(
+            f"The partition key definition has {len(paths)} paths; a MultiHash (hierarchical) "
+            "partition key has one to three."
+        )
     if kind not in ("Hash", "MultiHash"):
         raise unsupported(f"partition key kind {kind!r}")
     return {"paths": list(paths), "kind": kind, "version": raw.get("version", 2)}
+
+
+# What Cosmos adds to an indexing policy it is given (observed on the service and asserted by
+# the azure-cosmos SDK's own container tests): consistent mode, automatic, every path included,
+# `_etag` excluded; the legacy per-path `indexes` are dropped. Mode `none` indexes nothing.
+_ETAG_PATH = '/"_etag"/?'
+
+
+def complete_indexing_policy(raw: object) -> dict[str, Any]:
+    """The policy as Cosmos stores and returns it: `raw` completed with the defaults."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise bad_request("indexingPolicy must be a JSON object.")
+    policy = dict(raw)
+    mode = policy.get("indexingMode", "consistent")
+    if not isinstance(mode, str) or mode.lower() not in ("consistent", "lazy", "none"):
+        raise bad_request("indexingPolicy.indexingMode must be 'consistent', 'lazy' or 'none'.")
+    policy["indexingMode"] = mode.lower()
+    if policy["indexingMode"] == "none":
+        policy.setdefault("automatic", False)
+        policy.setdefault("includedPaths", [])
+        policy.setdefault("excludedPaths", [])
+        return policy
+    policy.setdefault("automatic", True)
+    included = policy.get("includedPaths") or [{"path": "/*"}]
+    excluded = policy.get("excludedPaths") or []
+    if not isinstance(included, list) or not isinstance(excluded, list):
+        raise bad_request("indexingPolicy includedPaths and excludedPaths must be arrays.")
+    if any(
+        not isinstance(p, dict) or not isinstance(p.get("path"), str) for p in included + excluded
+    ):
+        raise bad_request("Every included and excluded path must be an object with a 'path'.")
+    policy["includedPaths"] = [{k: v for k, v in p.items() if k != "indexes"} for p in included]
+    policy["excludedPaths"] = [dict(p) for p in excluded]
+    if all(p["path"] != _ETAG_PATH for p in policy["excludedPaths"]):
+        policy["excludedPaths"].append({"path": _ETAG_PATH})
+    return policy
 
 
 def _apply_mutable_container_props(props: dict[str, Any], body: dict[str, Any]) -> None:

@@ -97,9 +97,12 @@ def _check_integers(value: Any, what: str) -> None:
 
 
 def check_document(doc: Any, what: str) -> str:
-    """The compact JSON of `doc` built in memory (e.g. by a patch), checked like input."""
+    """The compact JSON of `doc` built in memory (e.g. by a patch), checked like input.
+
+    Non-ASCII characters stay as they are (not `\\uXXXX`), so the UTF-8 encoding of the text
+    is the item's size as Cosmos counts it."""
     try:
-        text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
+        text = json.dumps(doc, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
     except ValueError:
         raise bad_request(f"{what} would hold a number outside the range of a double.") from None
     except RecursionError:

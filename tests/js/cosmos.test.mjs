@@ -487,3 +487,44 @@ describe("documented gaps answer 400 naming the feature", () => {
     );
   });
 });
+
+describe("session consistency (issue 38)", () => {
+  test("the session token of a write is sent back on the next read", async () => {
+    // The SDK keeps a container's token only when the response names the container by its
+    // resource id (x-ms-content-path), and sends tokens only when the client asks for
+    // session consistency itself: a request plugin shows what it then sends.
+    const sent = [];
+    const recording = new CosmosClient({
+      endpoint: cosmos.endpoint,
+      key: cosmos.key,
+      consistencyLevel: "Session",
+      plugins: [
+        {
+          on: "request",
+          plugin: async (context, diagnosticNode, next) => {
+            sent.push({ path: context.path, token: context.headers["x-ms-session-token"] });
+            return next(context, diagnosticNode);
+          },
+        },
+      ],
+    });
+    try {
+      const { id } = await newContainer();
+      const container = recording.database(database.id).container(id);
+      const { headers } = await container.items.create({ id: "o1", pk: "a", v: 1 });
+      const token = headers["x-ms-session-token"];
+      assert.match(token, /^0:-1#\d+$/);
+      const { resource } = await container.item("o1", "a").read();
+      assert.equal(resource.v, 1);
+      assert.equal(sent.at(-1).token, token);
+
+      const replaced = await container.item("o1", "a").replace({ id: "o1", pk: "a", v: 2 });
+      const next = replaced.headers["x-ms-session-token"];
+      assert.equal(Number(next.split("#")[1]), Number(token.split("#")[1]) + 1);
+      assert.equal((await container.item("o1", "a").read()).resource.v, 2);
+      assert.equal(sent.at(-1).token, next);
+    } finally {
+      recording.dispose();
+    }
+  });
+});
