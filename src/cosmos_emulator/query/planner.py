@@ -127,9 +127,13 @@ def _rewrite_order_by(query: Query, offset: int | None, limit: int | None) -> st
             pairs.append((name, item.expr))
         payload = ObjectLit(tuple(pairs))
     items = ArrayLit(tuple(ObjectLit((("item", o.expr),)) for o in query.order_by))
+    # Each range must de-duplicate before its TOP / OFFSET-LIMIT window cuts rows, so under
+    # DISTINCT the row carries no `_rid` (unique per item, it would make every row distinct and
+    # the window would keep duplicates of a few values). The SDK merges on orderByItems alone.
+    rid = "" if query.distinct else f"{alias}._rid, "
     select = (
         f"SELECT {'DISTINCT ' if query.distinct else ''}"
-        f"{_print_top(query)}{alias}._rid, {print_expr(items)} AS orderByItems, "
+        f"{_print_top(query)}{rid}{print_expr(items)} AS orderByItems, "
         f"{print_expr(payload)} AS payload"
     )
     where = "({documentdb-formattableorderbyquery-filter})"
