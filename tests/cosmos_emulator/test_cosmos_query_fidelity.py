@@ -33,7 +33,10 @@ def across(container: ContainerProxy, text: str, **options: Any) -> list[Any]:
     ("text", "expected"),
     [
         ("SELECT DISTINCT VALUE c.group FROM c ORDER BY c.group OFFSET 1 LIMIT 3", ["b", "c", "d"]),
-        ("SELECT DISTINCT VALUE c.group FROM c ORDER BY c.group DESC OFFSET 0 LIMIT 4", list("edcb")),
+        (
+            "SELECT DISTINCT VALUE c.group FROM c ORDER BY c.group DESC OFFSET 0 LIMIT 4",
+            list("edcb"),
+        ),
         (
             "SELECT DISTINCT c.group FROM c ORDER BY c.group OFFSET 3 LIMIT 5",
             [{"group": "d"}, {"group": "e"}],
@@ -48,3 +51,69 @@ def test_distinct_order_by_offset_limit_across_partitions(
     # Small pages too, so the SDK's merge resumes per range with continuation tokens.
     assert across(grouped, text) == expected
     assert across(grouped, text, max_item_count=2) == expected
+
+
+def last_headers(container: ContainerProxy) -> dict[str, Any]:
+    return dict(container.client_connection.last_response_headers)
+
+
+def parsed_query_metrics(raw: str) -> dict[str, str]:
+    """The SDKs' reading of the header: `name=value` pairs joined by `;`."""
+    pairs = [field.split("=", 1) for field in raw.split(";")]
+    assert all(len(pair) == 2 for pair in pairs), raw
+    return dict((name, value) for name, value in pairs)
+
+
+def test_query_metrics_when_the_query_asks_for_them(grouped: ContainerProxy) -> None:
+    # https://learn.microsoft.com/azure/cosmos-db/nosql/query-metrics: the header's fields
+    rows = list(
+        grouped.query_items(
+            "SELECT * FROM c WHERE c.group = 'a'", partition_key="p0", populate_query_metrics=True
+        )
+    )
+    metrics = parsed_query_metrics(last_headers(grouped)["x-ms-documentdb-query-metrics"])
+    in_partition = [d for d in GROUPED if d["pk"] == "p0"]
+    assert len(rows) == 2
+    assert int(metrics["retrievedDocumentCount"]) == len(in_partition)
+    assert int(metrics["outputDocumentCount"]) == 2
+    assert int(metrics["outputDocumentSize"]) > 0
+    for timed in ("totalExecutionTimeInMs", "VMExecutionTimeInMs", "queryCompileTimeInMs"):
+        assert float(metrics[timed]) >= 0.0
+    assert 0.0 <= float(metrics["indexUtilizationRatio"]) <= 1.0
+
+
+def test_query_metrics_across_partitions_through_the_plan(grouped: ContainerProxy) -> None:
+    assert across(
+        grouped,
+        "SELECT VALUE c.id FROM c ORDER BY c.id OFFSET 0 LIMIT 3",
+        populate_query_metrics=True,
+    ) == ["i00", "i01", "i02"]
+    metrics = parsed_query_metrics(last_headers(grouped)["x-ms-documentdb-query-metrics"])
+    assert int(metrics["retrievedDocumentCount"]) == len(GROUPED)
+
+
+def test_no_metrics_unless_asked(grouped: ContainerProxy) -> None:
+    list(grouped.query_items("SELECT * FROM c", partition_key="p0"))
+    headers = last_headers(grouped)
+    assert "x-ms-documentdb-query-metrics" not in headers
+    assert "x-ms-cosmos-index-utilization" not in headers
+
+
+def test_index_metrics_name_the_paths_the_filter_uses(grouped: ContainerProxy) -> None:
+    # https://learn.microsoft.com/azure/cosmos-db/nosql/index-metrics: utilized single indexes
+    # are the included paths the query used (`/Item/?`, `/Price/?` for `c.Item = ... AND
+    # c.Price > 2`); the Python SDK decodes the base64 JSON into a dict.
+    list(
+        grouped.query_items(
+            "SELECT TOP 10 c.id FROM c WHERE c.group = 'a' AND c.n > 2 AND c.group != 'b'",
+            partition_key="p0",
+            populate_index_metrics=True,
+        )
+    )
+    info = last_headers(grouped)["x-ms-cosmos-index-utilization"]
+    assert isinstance(info, dict)
+    assert [i["IndexSpec"] for i in info["UtilizedSingleIndexes"]] == ["/group/?", "/n/?"]
+    assert info["UtilizedSingleIndexes"][0]["IndexImpactScore"] == "High"
+    assert info["PotentialSingleIndexes"] == []
+    assert info["UtilizedCompositeIndexes"] == []
+    assert info["PotentialCompositeIndexes"] == []
