@@ -18,6 +18,7 @@ from .ast import (
     Between,
     Binary,
     Call,
+    Conditional,
     Expr,
     In,
     Literal,
@@ -174,7 +175,8 @@ def print_query(
                 print_expr(i.expr) + (f" AS {i.alias}" if i.alias else "") for i in select.items
             )
         )
-    parts.append(f"FROM {query.alias}")
+    if query.alias:
+        parts.append(f"FROM {query.alias}")
     if query.where is not None:
         parts.append(f"WHERE {print_expr(query.where)}")
     if query.order_by:
@@ -211,6 +213,11 @@ def print_expr(expr: Expr) -> str:
         return f"({expr.op} {print_expr(expr.operand)})"
     if isinstance(expr, Binary):
         return f"({print_expr(expr.left)} {expr.op} {print_expr(expr.right)})"
+    if isinstance(expr, Conditional):
+        return (
+            f"({print_expr(expr.condition)} ? {print_expr(expr.then)} : "
+            f"{print_expr(expr.otherwise)})"
+        )
     if isinstance(expr, In):
         items = ", ".join(print_expr(i) for i in expr.items)
         return f"({print_expr(expr.expr)} {'NOT ' if expr.negated else ''}IN ({items}))"
