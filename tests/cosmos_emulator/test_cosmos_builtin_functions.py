@@ -350,7 +350,7 @@ def test_conditional_and_coalesce_operators(container: ContainerProxy) -> None:
         # A comparison across types is undefined, and only true picks the first branch.
         {"id": "3", "tier": "standard", "name": "unnamed", "cheap": 0},
     ]
-    nested = list(
+    nested: list[Any] = list(
         container.query_items(
             'SELECT VALUE c.price > 100 ? "high" : c.price > 50 ? "mid" : "low" FROM c '
             "WHERE IS_NUMBER(c.price) ? c.price > 10 : false",

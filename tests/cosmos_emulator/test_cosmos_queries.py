@@ -152,6 +152,7 @@ def test_paging_with_continuation_tokens(container: ContainerProxy) -> None:
         ("SELECT * FROM c WHERE c.name LIKE 'a%'", "LIKE"),
         ("SELECT * FROM c WHERE EXISTS(SELECT VALUE t FROM t IN c.tags)", "EXISTS"),
         ("SELECT * FROM c WHERE FullTextContains(c.name, 'a')", "FULLTEXTCONTAINS"),
+        ("SELECT VALUE ST_DISTANCE(c.loc, c.loc) FROM c", "ST_DISTANCE"),
         ("SELECT * FROM c WHERE udf.f(c.n)", "user-defined"),
     ],
 )

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from azure.cosmos import ContainerProxy
+from azure.cosmos import ContainerProxy, DatabaseProxy, PartitionKey
+from cosmos_rest import unique
 
 # Many items share each value, so a plan that cuts rows before de-duplicating them loses values.
 GROUPED: list[dict[str, Any]] = [
@@ -105,15 +106,42 @@ def test_index_metrics_name_the_paths_the_filter_uses(grouped: ContainerProxy) -
     # c.Price > 2`); the Python SDK decodes the base64 JSON into a dict.
     list(
         grouped.query_items(
-            "SELECT TOP 10 c.id FROM c WHERE c.group = 'a' AND c.n > 2 AND c.group != 'b'",
+            "SELECT TOP 10 c.id FROM c WHERE c.group = 'a' AND c.n > 2 AND c.group != 'b' "
+            "ORDER BY c.id",
             partition_key="p0",
             populate_index_metrics=True,
         )
     )
     info = last_headers(grouped)["x-ms-cosmos-index-utilization"]
     assert isinstance(info, dict)
-    assert [i["IndexSpec"] for i in info["UtilizedSingleIndexes"]] == ["/group/?", "/n/?"]
+    assert [i["IndexSpec"] for i in info["UtilizedSingleIndexes"]] == ["/group/?", "/n/?", "/id/?"]
     assert info["UtilizedSingleIndexes"][0]["IndexImpactScore"] == "High"
     assert info["PotentialSingleIndexes"] == []
     assert info["UtilizedCompositeIndexes"] == []
     assert info["PotentialCompositeIndexes"] == []
+
+
+def test_index_metrics_name_the_composite_index_an_order_by_uses(database: DatabaseProxy) -> None:
+    container = database.create_container(
+        unique("ix"),
+        PartitionKey("/pk"),
+        indexing_policy={
+            "compositeIndexes": [
+                [{"path": "/group", "order": "ascending"}, {"path": "/n", "order": "descending"}]
+            ]
+        },
+    )
+    container.create_item({"id": "1", "pk": "a", "group": "x", "n": 1})
+    rows: list[Any] = list(
+        container.query_items(
+            "SELECT VALUE c.id FROM c ORDER BY c.group ASC, c.n DESC",
+            partition_key="a",
+            populate_index_metrics=True,
+        )
+    )
+    assert rows == ["1"]
+    info = last_headers(container)["x-ms-cosmos-index-utilization"]
+    assert info["UtilizedSingleIndexes"] == []
+    assert [i["IndexSpecs"] for i in info["UtilizedCompositeIndexes"]] == [
+        ["/group ASC", "/n DESC"]
+    ]

@@ -10,8 +10,8 @@ reported as 0.00 because nothing here does them separately.
 `x-ms-cosmos-populateindexmetrics: true` -> `x-ms-cosmos-index-utilization`: base64 of the JSON
 object Cosmos sends (the Python SDK decodes it into a dict). No index is modelled, and the
 default policy indexes every path (`/*`), so the "utilized" single indexes are the property
-paths the WHERE clause reads and the composite index an ORDER BY of several paths needs; no
-"potential" indexes are suggested.
+paths the WHERE clause reads (and a single ORDER BY path), and the composite index an ORDER BY
+of several paths needs; no "potential" indexes are suggested.
 """
 
 from __future__ import annotations
@@ -56,6 +56,12 @@ def query_metrics(
 
 def index_utilization(query: Query) -> str:
     """The `x-ms-cosmos-index-utilization` value: base64 of Cosmos's JSON shape."""
+    paths = filtered_paths(query.where, query.alias) if query.where is not None else []
+    if len(query.order_by) == 1:
+        # One ORDER BY path is served by its range index, a single index like a filter's.
+        ordered = property_path(query.order_by[0].expr, query.alias)
+        if ordered is not None and ordered not in paths:
+            paths.append(ordered)
     single = [
         {
             "FilterExpression": "",
@@ -64,7 +70,7 @@ def index_utilization(query: Query) -> str:
             "IndexPreciseSet": True,
             "IndexImpactScore": "High",
         }
-        for path in (filtered_paths(query.where, query.alias) if query.where is not None else [])
+        for path in paths
     ]
     composite = []
     if len(query.order_by) > 1:
