@@ -401,6 +401,17 @@ def test_computed_properties_refuse_nondeterministic_functions(
     assert "not deterministic" in str(caught.value.message)
 
 
+def test_a_query_without_from_runs_its_selection_once(container: ContainerProxy) -> None:
+    container.create_item({"id": "1", "pk": "a"})
+    container.create_item({"id": "2", "pk": "b"})
+    rows = list(container.query_items("SELECT ABS(-1) AS a, 2", enable_cross_partition_query=True))
+    assert rows == [{"a": 1, "$1": 2}]
+    with pytest.raises(exceptions.CosmosHttpResponseError) as caught:
+        list(container.query_items("SELECT *", enable_cross_partition_query=True))
+    assert caught.value.status_code == 400
+    assert "FROM clause is omitted" in str(caught.value.message)
+
+
 def test_a_wrong_number_of_arguments_is_400(container: ContainerProxy) -> None:
     for text in ("SELECT VALUE ABS(1, 2)", "SELECT VALUE CONCAT('a')", "SELECT VALUE PI(1)"):
         with pytest.raises(exceptions.CosmosHttpResponseError) as caught:

@@ -163,6 +163,8 @@ class _Parser:
             alias = self._from_clause()
         elif not (self._is("EOF") or self._kw("WHERE") or self._kw("ORDER") or self._kw("OFFSET")):
             self._error("expected FROM")
+        elif isinstance(select, SelectStar):
+            raise bad_request("'SELECT *' is not valid if FROM clause is omitted.")
         where: Expr | None = None
         self._refuse_unsupported_keyword()
         if self._kw("WHERE"):
