@@ -27,6 +27,7 @@ from .protocol import (
     page_window,
     query_text,
 )
+from .query import metrics
 from .query.computed import compile_definitions
 from .query.evaluator import check_order_by_index, run, validate
 from .query.parser import parse_query
@@ -350,11 +351,23 @@ class Documents:
         needed = None if cosmos_token_rid(request) is not None else start + size + 1
         candidates = self._candidates(request, coll, indexed_only=True)
         computed = compile_definitions(coll.props.get("computedProperties"))
+        began = time.perf_counter()
         results = run(query, candidates, params, needed=needed, computed=computed)
         chunk, headers = page(request, results, bound_to)
-        return json_response(
+        evaluated = time.perf_counter()
+        response = json_response(
             200, {"_rid": coll.rid, "Documents": chunk, "_count": len(chunk)}, headers
         )
+        if is_true(h, metrics.ASK_QUERY_METRICS):
+            response.headers[metrics.HEADER_QUERY_METRICS] = metrics.query_metrics(
+                retrieved=candidates,
+                output=chunk,
+                elapsed_ms=(evaluated - began) * 1000,
+                write_ms=(time.perf_counter() - evaluated) * 1000,
+            )
+        if is_true(h, metrics.ASK_INDEX_METRICS):
+            response.headers[metrics.HEADER_INDEX_UTILIZATION] = metrics.index_utilization(query)
+        return response
 
     def partition_key_ranges(self, request: Request, coll: Container) -> Response:
         """One range; a repeat request with its ETag gets 304, which ends the SDK's drain."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -151,6 +152,9 @@ def test_every_response_is_strict_json(
         ("SELECT VALUE c" + ".a" * 5000 + " FROM c", "nest"),
         ("SELECT VALUE " + " - ".join(["1"] * 5000) + " FROM c", "nest"),
         ("SELECT VALUE " + "LOWER(" * 100 + "'a'" + ")" * 100 + " FROM c", "nests"),
+        ("SELECT VALUE " + "true ? 1 : " * 5000 + "1 FROM c", "nests"),
+        ("SELECT VALUE " + " ?? ".join(["c.a"] * 5000) + " FROM c", "nest"),
+        ("SELECT VALUE " + "ABS(" * 100 + "1" + ")" * 100 + " FROM c", "nests"),
         ("SELECT VALUE 1e400 FROM c", "double"),
         ("SELECT VALUE " + "9" * 5000 + " FROM c", "too long"),
         ("SELECT VALUE '\\u12' FROM c", "hex"),
@@ -167,6 +171,66 @@ def test_long_generated_or_chains_still_run(container: ContainerProxy) -> None:
     container.create_item({"id": "7", "pk": "a"})
     query = "SELECT VALUE c.id FROM c WHERE " + " OR ".join(f"c.id = '{i}'" for i in range(3000))
     assert values(container.query_items(query, partition_key="a")) == ["7"]
+
+
+# Built-in functions given hostile arguments: bounded work, undefined where Cosmos says so,
+# else a 400 naming the bound (the bounds are in src/cosmos_emulator/query/functions.py).
+BIG = "a" * 100_000
+
+
+@pytest.fixture
+def big_item(container: ContainerProxy) -> ContainerProxy:
+    container.create_item({"id": "big", "pk": "a", "big": BIG})
+    return container
+
+
+def test_hostile_function_arguments_are_undefined_and_cheap(big_item: ContainerProxy) -> None:
+    cases = {
+        "replicate_huge": "REPLICATE('x', 1e15)",  # Cosmos: undefined past 10,000 characters
+        "replicate_big": "REPLICATE(c.big, 2)",
+        "replicate_edge": "LENGTH(REPLICATE('ab', 5000))",
+        "power": "POWER(10, 1e9)",
+        "power_int": "POWER(2, 100000000)",
+        "square": "SQUARE(1e200)",
+        "exp": "EXP(1e6)",
+        "shift": "IntBitLeftShift(1, 1000000000)",
+        "wrap": "IntMul(9223372036854775807, 9223372036854775807)",
+        "far_date": "DateTimeAdd('yyyy', 1e15, '2020-01-01T00:00:00Z')",
+        "far_ticks": "TicksToDateTime(9223372036854775807)",
+        "slice": "ARRAY_SLICE([1, 2], 9007199254740991, 9007199254740991)",
+        "left": "LENGTH(LEFT(c.big, 1e300))",
+    }
+    fields = ", ".join(f'"{name}": {expr}' for name, expr in cases.items())
+    started = time.monotonic()
+    rows = values(big_item.query_items(f"SELECT VALUE {{{fields}}} FROM c", partition_key="a"))
+    assert time.monotonic() - started < 5
+    assert rows == [
+        {"replicate_edge": 10_000, "shift": 0, "wrap": 1, "slice": [], "left": len(BIG)}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("expr", "reason"),
+    [
+        ("RegexMatch(c.big, '(a+)+$')", "backtrack exponentially"),
+        ("RegexMatch(c.big, '(a|aa)*b')", "backtrack exponentially"),
+        ("RegexMatch(c.big, '(a?){30}a{30}')", "backtrack exponentially"),
+        (r"RegexMatch(c.big, '\\w+@')", "work bound"),  # '\\' in SQL text is one backslash
+        ("RegexMatch(c.big, '.*.*.*x')", "work bound"),
+        (r"RegexMatch('a', '(a)\\1')", "back-references"),
+        ("RegexMatch('a', '" + "x" * 2000 + "')", "longer than 1000"),
+        ("RegexMatch('a', '(')", "invalid regular expression"),
+        ("RegexMatch('a', 'a', 'q')", "modifier"),
+        ("REPLACE(c.big, 'a', c.big)", "exceeds"),
+        ("CONCAT(" + ", ".join(["c.big"] * 22) + ")", "exceeds"),
+    ],
+)
+def test_hostile_function_work_is_refused(big_item: ContainerProxy, expr: str, reason: str) -> None:
+    started = time.monotonic()
+    with pytest.raises(exceptions.CosmosHttpResponseError) as err:
+        list(big_item.query_items(f"SELECT VALUE {expr} FROM c", partition_key="a"))
+    assert time.monotonic() - started < 5
+    assert_bad_request(err.value, reason)
 
 
 def test_hostile_query_parameters_are_400(

@@ -33,6 +33,13 @@ QUERIES = [
     "SELECT DISTINCT VALUE c.group FROM c",
     "SELECT DISTINCT VALUE c.group FROM c ORDER BY c.group",
     "SELECT VALUE c.id FROM c WHERE c.group IN ('a', 'b') AND NOT c.flag ORDER BY c.n DESC",
+    "SELECT DISTINCT VALUE c.group FROM c ORDER BY c.group OFFSET 1 LIMIT 2",
+    "SELECT DISTINCT VALUE c.n FROM c ORDER BY c.n DESC OFFSET 3 LIMIT 5",
+    # Rewritten queries print functions, `?:` and `??` back as SQL the ranges parse again.
+    "SELECT VALUE {'id': c.id, 'size': c.n > 10 ? 'big' : 'small'} FROM c ORDER BY c.id",
+    "SELECT VALUE c.missing ?? CONCAT(c.s, '-', ToString(POWER(c.n, 2))) FROM c ORDER BY c.n",
+    r"SELECT VALUE COUNT(1) FROM c WHERE RegexMatch(c.s, '^[xy]\\d$') AND IS_INTEGER(c.n)",
+    "SELECT TOP 5 VALUE DateTimeAdd('dd', c.n, '2020-01-01T00:00:00Z') FROM c ORDER BY c.n DESC",
 ]
 
 

@@ -151,7 +151,8 @@ def test_paging_with_continuation_tokens(container: ContainerProxy) -> None:
         ("SELECT c.status, COUNT(1) FROM c GROUP BY c.status", "GROUP BY"),
         ("SELECT * FROM c WHERE c.name LIKE 'a%'", "LIKE"),
         ("SELECT * FROM c WHERE EXISTS(SELECT VALUE t FROM t IN c.tags)", "EXISTS"),
-        ("SELECT * FROM c WHERE REGEXMATCH(c.name, 'a')", "REGEXMATCH"),
+        ("SELECT * FROM c WHERE FullTextContains(c.name, 'a')", "FULLTEXTCONTAINS"),
+        ("SELECT VALUE ST_DISTANCE(c.loc, c.loc) FROM c", "ST_DISTANCE"),
         ("SELECT * FROM c WHERE udf.f(c.n)", "user-defined"),
     ],
 )

@@ -39,9 +39,18 @@ class Unary:
 
 @dataclass(frozen=True, eq=False)
 class Binary:
-    op: str  # AND OR = != < <= > >= + - * / % ||
+    op: str  # AND OR = != < <= > >= + - * / % || ??
     left: Expr
     right: Expr
+
+
+@dataclass(frozen=True, eq=False)
+class Conditional:
+    """`condition ? then : otherwise`."""
+
+    condition: Expr
+    then: Expr
+    otherwise: Expr
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,7 +84,20 @@ class ObjectLit:
     pairs: tuple[tuple[str, Expr], ...]
 
 
-Expr = Literal | Param | Ref | Member | Unary | Binary | In | Between | Call | ArrayLit | ObjectLit
+Expr = (
+    Literal
+    | Param
+    | Ref
+    | Member
+    | Unary
+    | Binary
+    | Conditional
+    | In
+    | Between
+    | Call
+    | ArrayLit
+    | ObjectLit
+)
 
 
 @dataclass(frozen=True)
@@ -111,7 +133,7 @@ class OrderItem:
 @dataclass(frozen=True)
 class Query:
     select: Selection
-    alias: str
+    alias: str  # "" when the query has no FROM clause
     distinct: bool = False
     top: Expr | None = None
     where: Expr | None = None
@@ -131,6 +153,8 @@ def children(node: Expr) -> tuple[Expr, ...]:
         return (node.operand,)
     if isinstance(node, Binary):
         return (node.left, node.right)
+    if isinstance(node, Conditional):
+        return (node.condition, node.then, node.otherwise)
     if isinstance(node, In):
         return (node.expr, *node.items)
     if isinstance(node, Between):

@@ -18,7 +18,17 @@ from .parser import parse_query
 MAX_COMPUTED_PROPERTIES = 20  # Cosmos: "a maximum of 20 computed properties" per container
 _SYSTEM_NAMES = frozenset({"id", "_rid", "_ts", "_etag", "_self", "_attachments", "_lsn"})
 # Not deterministic, so Cosmos refuses them in a computed property.
-_NONDETERMINISTIC = frozenset({"GETCURRENTTIMESTAMP", "GETCURRENTTIMESTAMPSTATIC"})
+_NONDETERMINISTIC = frozenset(
+    {
+        "GETCURRENTDATETIME",
+        "GETCURRENTDATETIMESTATIC",
+        "GETCURRENTTICKS",
+        "GETCURRENTTICKSSTATIC",
+        "GETCURRENTTIMESTAMP",
+        "GETCURRENTTIMESTAMPSTATIC",
+        "RAND",
+    }
+)
 
 
 def check_definitions(raw: object) -> list[dict[str, str]]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -15,6 +14,7 @@ from .ast import (
     Between,
     Binary,
     Call,
+    Conditional,
     Expr,
     In,
     Literal,
@@ -29,7 +29,16 @@ from .ast import (
     Unary,
     children,
 )
-from .values import UNDEFINED, compare, equals, is_number, order_key, type_rank
+from .functions import FUNCTIONS, check_arity
+from .values import (
+    MAX_STRING_CHARS,
+    UNDEFINED,
+    compare,
+    equals,
+    is_number,
+    order_key,
+    to_double,
+)
 
 Params = Mapping[str, Any]
 
@@ -146,8 +155,10 @@ def check_order_by_index(query: Query, indexing_policy: dict[str, Any]) -> None:
 def _check_names(expr: Expr, alias: str) -> None:
     if isinstance(expr, Ref) and expr.name != alias:
         raise bad_request(f"Identifier '{expr.name}' could not be resolved.")
-    if isinstance(expr, Call) and expr.name not in AGGREGATES and expr.name not in _FUNCTIONS:
-        raise unsupported(f"the function {expr.name}")
+    if isinstance(expr, Call) and expr.name not in AGGREGATES:
+        if expr.name not in FUNCTIONS:
+            raise unsupported(f"the function {expr.name}")
+        check_arity(expr.name, len(expr.args))
     for child in children(expr):
         _check_names(child, alias)
 
@@ -192,6 +203,11 @@ class Evaluator:
             return self.params[expr.name]
         if isinstance(expr, Binary):
             return self._binary(expr, doc)
+        if isinstance(expr, Conditional):
+            # Only a true boolean picks the first branch; false, undefined or any other value
+            # picks the second.
+            chosen = expr.then if self.eval(expr.condition, doc) is True else expr.otherwise
+            return self.eval(chosen, doc)
         if isinstance(expr, Unary):
             value = self.eval(expr.operand, doc)
             if expr.op == "NOT":
@@ -225,7 +241,7 @@ class Evaluator:
                 raise bad_request(f"Aggregate {expr.name} is not allowed here.")
             return self.aggregate_values[id(expr)]
         args = [self.eval(a, doc) for a in expr.args]
-        return _FUNCTIONS[expr.name](args)
+        return FUNCTIONS[expr.name].fn(args)
 
     def _binary(self, expr: Binary, doc: Any) -> Any:
         op = expr.op
@@ -237,6 +253,9 @@ class Evaluator:
             if right is False:
                 return False
             return True if left is True and right is True else UNDEFINED
+        if op == "??":
+            # The left side unless it is undefined (null is a value and is kept).
+            return left if left is not UNDEFINED else self.eval(expr.right, doc)
         if op == "OR":
             if left is True:
                 return True
@@ -283,8 +302,8 @@ class Evaluator:
                 return UNDEFINED
             try:
                 if call.name == "SUM":
-                    return _double(sum(values)) if values else 0
-                return _double(sum(values) / len(values)) if values else UNDEFINED
+                    return to_double(sum(values)) if values else 0
+                return to_double(sum(values) / len(values)) if values else UNDEFINED
             except OverflowError:
                 return UNDEFINED
         if not values:
@@ -302,6 +321,8 @@ def run(
 ) -> list[Any]:
     """Results of `query` over `docs`, in order; at least the first `needed` when given."""
     ev = Evaluator(query, params, computed)
+    if not query.alias:
+        docs = [{}]  # no FROM clause: one row, whatever the container holds
     top = resolve_count(query.top, params, "TOP")
     offset = resolve_count(query.offset, params, "OFFSET")
     limit = resolve_count(query.limit, params, "LIMIT")
@@ -393,9 +414,6 @@ def _member(obj: Any, key: str | int) -> Any:
     return UNDEFINED
 
 
-MAX_STRING_CHARS = 2 * 1024 * 1024  # no stored item holds a longer string (2 MB limit)
-
-
 def _arithmetic(op: str, left: int | float, right: int | float) -> Any:
     """Cosmos arithmetic on doubles: a result no double can hold is undefined, like `x / 0`."""
     try:
@@ -411,115 +429,6 @@ def _arithmetic(op: str, left: int | float, right: int | float) -> Any:
             result = left / right
         else:
             result = math.fmod(left, right)
-        return _double(result)
+        return to_double(result)
     except OverflowError:
         return UNDEFINED
-
-
-def _double(value: int | float) -> Any:
-    """`value` as Cosmos holds it: integers beyond 2**53 become doubles; inf is undefined."""
-    if isinstance(value, int):
-        if abs(value) <= 2**53:
-            return value
-        value = float(value)  # OverflowError past the largest double
-    if not math.isfinite(value):
-        return UNDEFINED
-    return _tidy(value)
-
-
-def _tidy(value: float | int) -> float | int:
-    """Cosmos numbers are doubles printed without a trailing `.0` when integral."""
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
-        return int(value)
-    return value
-
-
-def _args(name: str, args: list[Any], low: int, high: int | None = None) -> None:
-    high = low if high is None else high
-    if not low <= len(args) <= high:
-        raise bad_request(f"{name} expects {low}..{high} arguments, got {len(args)}.")
-
-
-def _str_fn(name: str, test: Callable[[str, str], bool]) -> Callable[[list[Any]], Any]:
-    def fn(args: list[Any]) -> Any:
-        _args(name, args, 2, 3)
-        text, other = args[0], args[1]
-        if not isinstance(text, str) or not isinstance(other, str):
-            return UNDEFINED
-        if len(args) == 3 and args[2] is True:
-            text, other = text.lower(), other.lower()
-        return test(text, other)
-
-    return fn
-
-
-def _type_fn(name: str, test: Callable[[Any], bool]) -> Callable[[list[Any]], Any]:
-    def fn(args: list[Any]) -> Any:
-        _args(name, args, 1)
-        return test(args[0])
-
-    return fn
-
-
-def _array_length(args: list[Any]) -> Any:
-    _args("ARRAY_LENGTH", args, 1)
-    return len(args[0]) if isinstance(args[0], list) else UNDEFINED
-
-
-def _array_contains(args: list[Any]) -> Any:
-    _args("ARRAY_CONTAINS", args, 2, 3)
-    arr, needle = args[0], args[1]
-    if not isinstance(arr, list):
-        return UNDEFINED
-    partial = len(args) == 3 and args[2] is True
-    for item in arr:
-        if partial and isinstance(item, dict) and isinstance(needle, dict):
-            if all(k in item and equals(item[k], v) is True for k, v in needle.items()):
-                return True
-        elif equals(item, needle) is True:
-            return True
-    return False
-
-
-def _case(name: str, upper: bool) -> Callable[[list[Any]], Any]:
-    def fn(args: list[Any]) -> Any:
-        _args(name, args, 1)
-        if not isinstance(args[0], str):
-            return UNDEFINED
-        return args[0].upper() if upper else args[0].lower()
-
-    return fn
-
-
-def _length(args: list[Any]) -> Any:
-    _args("LENGTH", args, 1)
-    return len(args[0]) if isinstance(args[0], str) else UNDEFINED
-
-
-def _current_timestamp(args: list[Any]) -> Any:
-    # The server's clock, in milliseconds since the epoch: what lets a client judge a lease by
-    # the database's time rather than its own.
-    _args("GETCURRENTTIMESTAMP", args, 0)
-    return int(time.time() * 1000)
-
-
-_FUNCTIONS: dict[str, Callable[[list[Any]], Any]] = {
-    "IS_DEFINED": _type_fn("IS_DEFINED", lambda v: v is not UNDEFINED),
-    "IS_NULL": _type_fn("IS_NULL", lambda v: v is None),
-    "IS_STRING": _type_fn("IS_STRING", lambda v: isinstance(v, str)),
-    "IS_NUMBER": _type_fn("IS_NUMBER", is_number),
-    "IS_BOOL": _type_fn("IS_BOOL", lambda v: isinstance(v, bool)),
-    "IS_ARRAY": _type_fn("IS_ARRAY", lambda v: isinstance(v, list)),
-    "IS_OBJECT": _type_fn("IS_OBJECT", lambda v: isinstance(v, dict)),
-    "IS_PRIMITIVE": _type_fn("IS_PRIMITIVE", lambda v: type_rank(v) in (1, 2, 4, 5)),
-    "STARTSWITH": _str_fn("STARTSWITH", lambda s, p: s.startswith(p)),
-    "ENDSWITH": _str_fn("ENDSWITH", lambda s, p: s.endswith(p)),
-    "CONTAINS": _str_fn("CONTAINS", lambda s, p: p in s),
-    "ARRAY_LENGTH": _array_length,
-    "ARRAY_CONTAINS": _array_contains,
-    "LOWER": _case("LOWER", upper=False),
-    "UPPER": _case("UPPER", upper=True),
-    "LENGTH": _length,
-    "GETCURRENTTIMESTAMP": _current_timestamp,
-    "GETCURRENTTIMESTAMPSTATIC": _current_timestamp,
-}

@@ -8,6 +8,7 @@ from .ast import (
     Between,
     Binary,
     Call,
+    Conditional,
     Expr,
     In,
     Literal,
@@ -156,8 +157,14 @@ class _Parser:
             self._advance()
             top = self._count_operand("TOP")
         select = self._selection()
-        self._expect_kw("FROM")
-        alias = self._from_clause()
+        alias = ""  # no FROM: the selection is evaluated once (Cosmos's `SELECT ABS(-1)`)
+        if self._kw("FROM"):
+            self._advance()
+            alias = self._from_clause()
+        elif not (self._is("EOF") or self._kw("WHERE") or self._kw("ORDER") or self._kw("OFFSET")):
+            self._error("expected FROM")
+        elif isinstance(select, SelectStar):
+            raise bad_request("'SELECT *' is not valid if FROM clause is omitted.")
         where: Expr | None = None
         self._refuse_unsupported_keyword()
         if self._kw("WHERE"):
@@ -252,13 +259,26 @@ class _Parser:
 
     # -- expressions ---------------------------------------------------------------------
     def expr(self) -> Expr:
+        """The lowest precedence: `a ? b : c` (right-associative), then `a ?? b`."""
         self._enter()
         if self._punct("?") or self._punct("??"):
             self._error("unexpected operator")
-        left = self._or()
-        if self._punct("?") or self._punct("??"):
-            raise unsupported(f"the '{self.tok.text}' operator")
+        left = self._coalesce()
+        if self._punct("?"):
+            self._advance()
+            then = self.expr()
+            self._expect_punct(":")
+            left = Conditional(left, then, self.expr())
         self.nesting -= 1
+        return left
+
+    def _coalesce(self) -> Expr:
+        # `??` is left-associative; its chains are rare and short, so no balancing is needed
+        # beyond the depth check every expression gets.
+        left = self._or()
+        while self._punct("??"):
+            self._advance()
+            left = Binary("??", left, self._or())
         return left
 
     def _or(self) -> Expr:

@@ -18,6 +18,7 @@ from .ast import (
     Between,
     Binary,
     Call,
+    Conditional,
     Expr,
     In,
     Literal,
@@ -127,9 +128,13 @@ def _rewrite_order_by(query: Query, offset: int | None, limit: int | None) -> st
             pairs.append((name, item.expr))
         payload = ObjectLit(tuple(pairs))
     items = ArrayLit(tuple(ObjectLit((("item", o.expr),)) for o in query.order_by))
+    # Each range must de-duplicate before its TOP / OFFSET-LIMIT window cuts rows, so under
+    # DISTINCT the row carries no `_rid` (unique per item, it would make every row distinct and
+    # the window would keep duplicates of a few values). The SDK merges on orderByItems alone.
+    rid = "" if query.distinct else f"{alias}._rid, "
     select = (
         f"SELECT {'DISTINCT ' if query.distinct else ''}"
-        f"{_print_top(query)}{alias}._rid, {print_expr(items)} AS orderByItems, "
+        f"{_print_top(query)}{rid}{print_expr(items)} AS orderByItems, "
         f"{print_expr(payload)} AS payload"
     )
     where = "({documentdb-formattableorderbyquery-filter})"
@@ -170,7 +175,8 @@ def print_query(
                 print_expr(i.expr) + (f" AS {i.alias}" if i.alias else "") for i in select.items
             )
         )
-    parts.append(f"FROM {query.alias}")
+    if query.alias:
+        parts.append(f"FROM {query.alias}")
     if query.where is not None:
         parts.append(f"WHERE {print_expr(query.where)}")
     if query.order_by:
@@ -207,6 +213,11 @@ def print_expr(expr: Expr) -> str:
         return f"({expr.op} {print_expr(expr.operand)})"
     if isinstance(expr, Binary):
         return f"({print_expr(expr.left)} {expr.op} {print_expr(expr.right)})"
+    if isinstance(expr, Conditional):
+        return (
+            f"({print_expr(expr.condition)} ? {print_expr(expr.then)} : "
+            f"{print_expr(expr.otherwise)})"
+        )
     if isinstance(expr, In):
         items = ", ".join(print_expr(i) for i in expr.items)
         return f"({print_expr(expr.expr)} {'NOT ' if expr.negated else ''}IN ({items}))"

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Final
+
+# No stored item holds a longer string (2 MB limit), so no query needs to build one.
+MAX_STRING_CHARS = 2 * 1024 * 1024
 
 
 class _Undefined:
@@ -85,3 +89,24 @@ def order_key(value: Any) -> tuple[int, Any]:
     if rank in (2, 4, 5):
         return (rank, value)
     return (rank, 0)
+
+
+def to_double(value: int | float) -> Any:
+    """`value` as Cosmos holds it: integers beyond 2**53 become doubles; inf is undefined."""
+    if isinstance(value, int):
+        if abs(value) <= 2**53:
+            return value
+        try:
+            value = float(value)
+        except OverflowError:  # past the largest double
+            return UNDEFINED
+    if not math.isfinite(value):
+        return UNDEFINED
+    return tidy(value)
+
+
+def tidy(value: float | int) -> float | int:
+    """Cosmos numbers are doubles printed without a trailing `.0` when integral."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    return value
