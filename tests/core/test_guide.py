@@ -194,7 +194,7 @@ async def test_worker_a_duplicate_a_conflict_and_a_poison_message_end_as_the_gui
 async def test_two_competing_workers_process_each_message_once_and_stop_on_the_event(
     guide: dict[str, Any], servicebus: RunningEmulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("SERVICEBUS_CONNECTION_STRING", servicebus.connection_string)
+    monkeypatch.setenv("ServiceBusConnection", servicebus.connection_string)
     user = unique("user")
     ids = [unique("greeting") for _ in range(12)]
     await send(
@@ -229,7 +229,7 @@ async def test_two_competing_workers_process_each_message_once_and_stop_on_the_e
 async def test_main_closes_the_cosmos_client_and_ends_on_sigterm(
     guide: dict[str, Any], servicebus: RunningEmulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("SERVICEBUS_CONNECTION_STRING", servicebus.connection_string)
+    monkeypatch.setenv("ServiceBusConnection", servicebus.connection_string)
     user, ids = unique("user"), [unique("greeting") for _ in range(3)]
     await send(
         servicebus,
