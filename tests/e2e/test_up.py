@@ -302,10 +302,18 @@ def test_a_consumer_written_from_the_guide_runs_on_up_with_its_entities_and_logs
         poll_until(lambda: len(outcome_lines()) >= 4, 60, "the consumer to log four outcomes")
         consumer.send_signal(signal.SIGTERM)  # the guide's main stops on it
         consumer_exit = consumer.wait(timeout=60)
+        send(ServiceBusMessage(json.dumps({**body, "greeting_id": "g-2"}), message_id="g-2"))
     finally:
         if consumer.poll() is None:
             consumer.kill()
         stopping = ctrl_c(up, tmp_path / "up.log")
+
+    # A restart without --entities adds the kept ones again, with the message waiting there.
+    again = start_up(directory, port, tmp_path / "again.log", reaped_env)
+    try:
+        waiting = peeked(directory, "greetings", None)
+    finally:
+        ctrl_c(again, tmp_path / "again.log")
 
     lines = outcome_lines()
     assert lines[0] == "consumer=greetings key=g-1 outcome=processed settlement=complete"
@@ -320,8 +328,8 @@ def test_a_consumer_written_from_the_guide_runs_on_up_with_its_entities_and_logs
     log = (tmp_path / "up.log").read_text()
     assert "your entities from" in log and "queue greetings, container greetings/cards" in log
     assert any("stopped servicebus-emulator" in line for line in stopping)
-    # Kept for the next run: a restart without --entities adds them again.
+    assert waiting == ["g-2"]
     assert (
-        json.loads((directory / "entities.json").read_text())["Cosmos"]["Containers"][0]["id"]
-        == "cards"
+        f"your entities from {directory / 'entities.json'}: queue greetings"
+        in (tmp_path / "again.log").read_text()
     )
