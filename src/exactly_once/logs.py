@@ -1,11 +1,48 @@
-"""Log lines that a producer's bytes cannot forge."""
+"""Log lines that a producer's bytes cannot forge, and the one line per message outcome."""
 
 from __future__ import annotations
 
 import json
+import logging
 import re
+from typing import Protocol
 
 _SPLITS_A_FIELD = re.compile(r'[ "=\\]')
+
+OUTCOMES_LOGGER = "exactly_once.outcomes"
+"""The logger of the outcome lines: set its level (or its handlers) to turn them down or route
+them; `WARNING` keeps only the messages dead-lettered or abandoned."""
+outcomes_logger = logging.getLogger(OUTCOMES_LOGGER)
+
+
+class Decided(Protocol):
+    """What an outcome line reads of a decision (the core's `Decision` has it; this module
+    cannot import that one, which logs through this module)."""
+
+    @property
+    def outcome(self) -> str:
+        """An `Outcome` value."""
+        ...
+
+    @property
+    def settlement(self) -> str:
+        """A `Settlement` value."""
+        ...
+
+    @property
+    def dead_letter_reason(self) -> str | None:
+        """The dead-letter reason, for a dead letter."""
+        ...
+
+    @property
+    def dead_letter_description(self) -> str | None:
+        """The dead-letter description, for a dead letter."""
+        ...
+
+    @property
+    def error(self) -> str | None:
+        """What made an abandon."""
+        ...
 
 
 def log_value(value: object) -> str:
@@ -19,3 +56,32 @@ def log_value(value: object) -> str:
     if text and text.isprintable() and _SPLITS_A_FIELD.search(text) is None:
         return text
     return json.dumps(text)
+
+
+def log_outcome(
+    consumer: str, message_id: str | None, decision: Decided, duration_seconds: float
+) -> None:
+    """One `key=value` line for one message's decision, on `exactly_once.outcomes`: INFO for a
+    completed message, WARNING for one dead-lettered or abandoned (someone should look).
+
+    The fields: consumer, key (the MessageId, `""` when there is none), outcome, settlement,
+    reason (a dead letter's), duration_ms (the decision, effect included), and detail (a dead
+    letter's description or an abandon's error). They ride on the record too, as `extra`
+    attributes of the same names, for a structured handler."""
+    fields: dict[str, object] = {
+        "consumer": consumer,
+        "key": message_id or "",
+        "outcome": str(decision.outcome),
+        "settlement": str(decision.settlement),
+        "reason": decision.dead_letter_reason,
+        "duration_ms": round(duration_seconds * 1000, 1),
+        "detail": decision.dead_letter_description or decision.error,
+    }
+    present = {name: value for name, value in fields.items() if value is not None}
+    level = logging.INFO if decision.settlement == "complete" else logging.WARNING
+    outcomes_logger.log(
+        level,
+        "%s",
+        " ".join(f"{name}={log_value(value)}" for name, value in present.items()),
+        extra=present,
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Generic, Protocol, TypeVar
@@ -30,6 +31,7 @@ from exactly_once.decisions import (
     settle,
 )
 from exactly_once.exceptions import Rejected
+from exactly_once.logs import log_outcome
 from exactly_once.orchestrator import Effects
 from exactly_once.ports import DocumentStore, RecordStore, Store
 from exactly_once.records import DEFAULT_LEASE_SECONDS, body_fingerprint
@@ -194,11 +196,13 @@ class ExactlyOnceConsumer(Generic[Message]):
         return await self.decide(body_bytes(message), message_id)
 
     async def _observed(self, message_id: str | None, deciding: Awaitable[Decision]) -> Decision:
-        """One span and one count for each decision, however it was reached."""
+        """One span, one count and one log line for each decision, however it was reached."""
+        started = time.monotonic()
         with self._telemetry.message_span(self.consumer, message_id) as span:
             decision = await deciding
             self._telemetry.record(span, self.consumer, decision)
-            return decision
+        log_outcome(self.consumer, message_id, decision, time.monotonic() - started)
+        return decision
 
     async def process(
         self, message: ServiceBusReceivedMessage, settler: Settler, *, back_off: bool = True

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -22,7 +22,9 @@ from exactly_once.backoff import Retry
 from exactly_once.records import JsonObject
 from orders.adapters.cosmos_audit import documents_of_run
 from orders.adapters.cosmos_client import (
+    LocalContainer,
     create_cosmos_client,
+    ensure_local_containers,
     ensure_local_resources,
     idempotency_container,
     inbox_container,
@@ -704,10 +706,14 @@ async def run_dispatcher(
         await runtime.close()
 
 
-async def prepare_local_cosmos(settings: Settings) -> None:
-    """Create the database and containers on an emulator (Azure gets them from Bicep)."""
+async def prepare_local_cosmos(
+    settings: Settings, extra_containers: Sequence[LocalContainer] = ()
+) -> None:
+    """Create the database and containers on an emulator (Azure gets them from Bicep), and a
+    user's own containers (`orders up --entities`)."""
     async with create_cosmos_client(settings) as client:  # emulator keys only
         await ensure_local_resources(client, settings)
+        await ensure_local_containers(client, extra_containers)
 
 
 async def send_load(

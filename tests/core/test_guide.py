@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import re
 import signal
@@ -193,7 +194,7 @@ async def test_worker_a_duplicate_a_conflict_and_a_poison_message_end_as_the_gui
 async def test_two_competing_workers_process_each_message_once_and_stop_on_the_event(
     guide: dict[str, Any], servicebus: RunningEmulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("SERVICEBUS_CONNECTION_STRING", servicebus.connection_string)
+    monkeypatch.setenv("ServiceBusConnection", servicebus.connection_string)
     user = unique("user")
     ids = [unique("greeting") for _ in range(12)]
     await send(
@@ -228,7 +229,7 @@ async def test_two_competing_workers_process_each_message_once_and_stop_on_the_e
 async def test_main_closes_the_cosmos_client_and_ends_on_sigterm(
     guide: dict[str, Any], servicebus: RunningEmulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("SERVICEBUS_CONNECTION_STRING", servicebus.connection_string)
+    monkeypatch.setenv("ServiceBusConnection", servicebus.connection_string)
     user, ids = unique("user"), [unique("greeting") for _ in range(3)]
     await send(
         servicebus,
@@ -450,3 +451,62 @@ async def test_the_fastapi_dependency_replays_refuses_and_requires_the_key(
     assert (again.status_code, again.json()) == (201, first.json())
     assert other.status_code == 422
     assert missing.status_code == 400
+
+
+async def test_each_message_is_one_outcome_line_in_the_consumers_log(
+    guide: dict[str, Any], servicebus: RunningEmulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The guide's consumer as a user runs it: a new message, its duplicate, its MessageId
+    reused with another body and a poison one each leave one `key=value` line on
+    `exactly_once.outcomes` (INFO when completed, WARNING when dead-lettered), naming the
+    consumer, the MessageId, the outcome, the reason and the time it took."""
+    user, greeting_id = unique("user"), unique("greeting")
+    body = json.dumps(greeting(greeting_id, user, "hello"))
+    hostile_id = 'poison "3"\nconsumer=forged'  # the producer's bytes, escaped in the line
+    await send(
+        servicebus,
+        ServiceBusMessage(body, message_id=greeting_id),
+        ServiceBusMessage(body, message_id=greeting_id),
+        ServiceBusMessage(json.dumps(greeting(greeting_id, user, "bye")), message_id=greeting_id),
+        ServiceBusMessage(b"{not json", message_id=hostile_id),
+    )
+
+    with caplog.at_level(logging.INFO, logger="exactly_once.outcomes"):
+        async with (
+            ServiceBusClient.from_connection_string(servicebus.connection_string) as client,
+            client.get_queue_receiver(QUEUE) as receiver,
+        ):
+            await guide["work"](receiver)
+
+    lines = [r for r in caplog.records if r.name == "exactly_once.outcomes"]
+    assert [r.getMessage().split(" duration_ms=")[0] for r in lines] == [
+        f"consumer=greetings key={greeting_id} outcome=processed settlement=complete",
+        f"consumer=greetings key={greeting_id} outcome=duplicate settlement=complete",
+        f"consumer=greetings key={greeting_id} outcome=mismatch settlement=dead_letter"
+        " reason=RequestHashMismatch",
+        'consumer=greetings key="poison \\"3\\"\\nconsumer=forged" outcome=rejected'
+        " settlement=dead_letter reason=InvalidMessage",
+    ]
+    assert [r.levelno for r in lines] == [logging.INFO] * 2 + [logging.WARNING] * 2
+    assert all("\n" not in r.getMessage() for r in lines)
+    for record in lines:
+        duration = float(record.getMessage().split(" duration_ms=")[1].split(" ")[0])
+        assert 0 <= duration < 30_000 and record.__dict__["duration_ms"] == duration
+    # The same fields as the record's attributes, for a structured handler: the key unescaped.
+    poison = lines[3].__dict__
+    assert (poison["key"], poison["reason"]) == (hostile_id, "InvalidMessage")
+    assert "detail=" in lines[3].getMessage() and "JSON" in poison["detail"]
+
+
+async def test_the_outcome_lines_turn_down_to_the_messages_someone_should_look_at(
+    guide: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """At WARNING (the logger's level set by the user) only the dead letters remain."""
+    sent = greeting(unique("greeting"), unique("user"), "hi")
+    with caplog.at_level(logging.WARNING, logger="exactly_once.outcomes"):
+        await decide(guide, "send_greeting", sent)
+        await guide["send_greeting"].decide(b"{not json", "poison-4")
+
+    assert [r.getMessage().split(" ")[:3] for r in caplog.records] == [
+        ["consumer=greetings", "key=poison-4", "outcome=rejected"]
+    ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -234,3 +235,101 @@ def test_ctrl_c_while_starting_stops_what_was_started(
     assert "SIGINT: stopping the local stack" in output_text and "ready" not in output_text
     assert "stopped servicebus-emulator in" in output_text
     assert processes_mentioning(str(directory)) == []
+
+
+GUIDE = Path(__file__).resolve().parents[2] / "src" / "exactly_once" / "README.md"
+
+
+def guide_consumer_and_entities() -> tuple[str, str]:
+    """The core's guide as a reader copies it: its ```python blocks up to the entry point (the
+    consumer and its worker), and its entities file (the ```json block)."""
+    text = GUIDE.read_text()
+    blocks = re.findall(r"^```python\n(.*?)^```", text, re.DOTALL | re.MULTILINE)
+    entry = next(i for i, block in enumerate(blocks) if '__name__ == "__main__"' in block)
+    [entities] = re.findall(r"^```json\n(.*?)^```", text, re.DOTALL | re.MULTILINE)
+    return "\n\n".join(blocks[: entry + 1]), entities
+
+
+def test_a_consumer_written_from_the_guide_runs_on_up_with_its_entities_and_logs_each_outcome(
+    tmp_path: Path, reaped_env: dict[str, str]
+) -> None:
+    """The guide's steps: its entities file to `orders up --entities`, `eval "$(orders env)"`,
+    its consumer run as a script; no emulator config written by hand. Each message's outcome
+    is one line of the consumer's own log."""
+    consumer_code, entities = guide_consumer_and_entities()
+    (tmp_path / "greetings-entities.json").write_text(entities)
+    (tmp_path / "greetings.py").write_text(consumer_code)
+    directory, port = tmp_path / "local", free_port()
+    up = start_up(
+        directory, port, tmp_path / "up.log", reaped_env,
+        "--entities", str(tmp_path / "greetings-entities.json"),
+    )  # fmt: skip
+    consumer_log = tmp_path / "greetings.log"
+    try:
+        with consumer_log.open("wb") as output:
+            consumer = subprocess.Popen(
+                ["bash", "-c",
+                 f'eval "$({sys.executable} -m orders env --dir {directory})" && '
+                 f"exec {sys.executable} greetings.py"],
+                cwd=tmp_path, stdout=output, stderr=subprocess.STDOUT,
+                start_new_session=True, env=reaped_env,
+            )  # fmt: skip
+        connection = json.loads((directory / "env.json").read_text())["ServiceBusConnection"]
+
+        def outcome_lines() -> list[str]:
+            return [
+                line.split("exactly_once.outcomes:", 1)[1].split(" duration_ms=")[0].strip()
+                for line in consumer_log.read_text().splitlines()
+                if "exactly_once.outcomes:" in line
+            ]
+
+        def send(*messages: ServiceBusMessage) -> None:
+            with (
+                ServiceBusClient.from_connection_string(connection) as client,
+                client.get_queue_sender("greetings") as sender,
+            ):
+                sender.send_messages(list(messages))
+
+        body = {"greeting_id": "g-1", "user_id": "u-1", "text": "hello"}
+        send(ServiceBusMessage(json.dumps(body), message_id="g-1"))
+        # The first alone: which of two bodies of one MessageId is the valid one is never a race.
+        poll_until(lambda: len(outcome_lines()) == 1, 90, "the consumer to log its first outcome")
+        send(
+            ServiceBusMessage(json.dumps(body), message_id="g-1"),
+            ServiceBusMessage(json.dumps({**body, "text": "bye"}), message_id="g-1"),
+            ServiceBusMessage(b"{not json", message_id="poison-1"),
+        )
+        poll_until(lambda: len(outcome_lines()) >= 4, 60, "the consumer to log four outcomes")
+        consumer.send_signal(signal.SIGTERM)  # the guide's main stops on it
+        consumer_exit = consumer.wait(timeout=60)
+        send(ServiceBusMessage(json.dumps({**body, "greeting_id": "g-2"}), message_id="g-2"))
+    finally:
+        if consumer.poll() is None:
+            consumer.kill()
+        stopping = ctrl_c(up, tmp_path / "up.log")
+
+    # A restart without --entities adds the kept ones again, with the message waiting there.
+    again = start_up(directory, port, tmp_path / "again.log", reaped_env)
+    try:
+        waiting = peeked(directory, "greetings", None)
+    finally:
+        ctrl_c(again, tmp_path / "again.log")
+
+    lines = outcome_lines()
+    assert lines[0] == "consumer=greetings key=g-1 outcome=processed settlement=complete"
+    assert sorted(lines[1:]) == [
+        "consumer=greetings key=g-1 outcome=duplicate settlement=complete",
+        "consumer=greetings key=g-1 outcome=mismatch settlement=dead_letter"
+        " reason=RequestHashMismatch",
+        "consumer=greetings key=poison-1 outcome=rejected settlement=dead_letter"
+        " reason=InvalidMessage",
+    ]
+    assert consumer_exit == 0, consumer_log.read_text()[-3000:]
+    log = (tmp_path / "up.log").read_text()
+    assert "your entities from" in log and "queue greetings, container greetings/cards" in log
+    assert any("stopped servicebus-emulator" in line for line in stopping)
+    assert waiting == ["g-2"]
+    assert (
+        f"your entities from {directory / 'entities.json'}: queue greetings"
+        in (tmp_path / "again.log").read_text()
+    )

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 from azure.cosmos import PartitionKey
 
@@ -46,6 +47,35 @@ def inbox_container(client: CosmosClient, settings: Settings) -> ContainerProxy:
 
 def leases_container(client: CosmosClient, settings: Settings) -> ContainerProxy:
     return _container(client, settings, settings.cosmos_leases_container)
+
+
+class LocalContainer(Protocol):
+    """A container of a user's own, for the emulator (`orders up --entities`)."""
+
+    @property
+    def database(self) -> str: ...
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def partition_key_path(self) -> str: ...
+
+    @property
+    def default_ttl(self) -> int | None: ...
+
+
+async def ensure_local_containers(
+    client: CosmosClient, containers: Iterable[LocalContainer]
+) -> None:
+    """Create a user's own databases and containers on an emulator, if they do not exist yet."""
+    for container in containers:
+        database = await client.create_database_if_not_exists(container.database)
+        await database.create_container_if_not_exists(
+            id=container.id,
+            partition_key=PartitionKey(path=container.partition_key_path),
+            default_ttl=container.default_ttl,
+        )
 
 
 async def ensure_local_resources(client: CosmosClient, settings: Settings) -> None:

@@ -509,10 +509,22 @@ def up(
         ),
     ] = False,
     allow_host: AllowHost = None,
+    entities: Annotated[
+        Path | None,
+        typer.Option(
+            "--entities",
+            help="A JSON file of your own queues and topics (the Service Bus emulator's "
+            "Config.json shape) and Cosmos DB containers (a `Cosmos` section) to add; kept "
+            "for the next runs",
+        ),
+    ] = None,
 ) -> None:
     """Run the whole local stack (emulators, workers, HTTP API) until Ctrl-C; a restart
     resumes with the orders, messages and charges of the last run."""
-    from orders.entrypoints.up import RunningStack, UpOptions, run_up
+    from rich.markup import escape
+
+    from orders.entrypoints.local_entities import EntitiesError
+    from orders.entrypoints.up import RunningStack, UpOptions, entities_for, run_up
 
     def ready(running: RunningStack) -> None:
         out.print(f"[green]ready[/green]: HTTP API {running.api_url}/api/docs")
@@ -522,17 +534,26 @@ def up(
         out.print("Ctrl-C stops everything.", highlight=False)
 
     configure_logging(logging.WARNING)
+
+    def report(line: str) -> None:
+        # Whole lines, never wrapped: paths are long, and scripts read them.
+        err.print(line, highlight=False, markup=False, soft_wrap=True)
+
+    try:  # checked whole before anything starts
+        own_entities, entities_source = entities_for(directory, entities)
+    except EntitiesError as exc:
+        err.print(f"[red]--entities: {escape(str(exc))}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from exc
+    if own_entities is not None:
+        report(f"your entities from {entities_source}: {own_entities.summary()}")
     options = UpOptions(
         workers=workers,
         api_port=port,
         directory=directory,
         fresh=fresh,
         allowed_hosts=tuple(allow_host or ()),
+        entities=own_entities,
     )
-
-    def report(line: str) -> None:
-        # Whole lines, never wrapped: paths are long, and scripts read them.
-        err.print(line, highlight=False, markup=False, soft_wrap=True)
 
     run_up(options, ready, report)
     err.print("stopped")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from orders.domain.leases import DEFAULT_LEASE_SECONDS
+from orders.entrypoints.local_entities import LocalEntities, merged_servicebus_config
 from orders.service.registry import CONSUMERS
 from orders.settings import EMULATOR_COSMOS_KEY, Settings
 
@@ -251,6 +252,8 @@ class LocalStack:
     # `Authorization: Bearer`: one per stack, handed to them in their environment (a command
     # line is readable by every local user), never to the workers.
     fault_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    # A user's own queues, topics and containers (`orders up --entities`), beside the app's.
+    entities: LocalEntities | None = None
     _worker_count: int = 0
 
     def spawn(
@@ -273,7 +276,10 @@ class LocalStack:
 
     def start_emulators(self) -> None:
         config_path = self.workdir / "servicebus-config.json"
-        config_path.write_text(json.dumps(self.queue.config(), indent=2))
+        config = self.queue.config()
+        if self.entities is not None:
+            config = merged_servicebus_config(config, self.entities)
+        config_path.write_text(json.dumps(config, indent=2))
         data = ["--data", str(self.servicebus_data)] if self.servicebus_data else []
         servicebus = self.spawn(
             "servicebus-emulator",
@@ -403,14 +409,16 @@ def local_stack(
     servicebus_data: Path | None = None,
     cosmos_data: Path | None = None,
     report: Callable[[str], None] | None = None,
+    entities: LocalEntities | None = None,
 ) -> Iterator[LocalStack]:
-    """`report` hears what is stopped, as it stops."""
+    """`report` hears what is stopped, as it stops; `entities` are a user's own, added."""
     with tempfile.TemporaryDirectory(prefix="orders-stack-") as scratch:
         stack = LocalStack(
             Path(workdir or scratch),
             queue or QueueOptions(),
             servicebus_data=servicebus_data,
             cosmos_data=cosmos_data,
+            entities=entities,
         )
         try:
             stack.start_emulators()

@@ -28,7 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orders.bootstrap import prepare_local_cosmos
-from orders.entrypoints.localstack import LocalStack, QueueOptions, local_stack
+from orders.entrypoints.local_entities import (
+    LocalEntities,
+    check_containers,
+    load_entities,
+    merged_servicebus_config,
+)
+from orders.entrypoints.localstack import DEFAULTS, LocalStack, QueueOptions, local_stack
 from orders.service.registry import CONSUMERS
 
 API_READY = re.compile(r"Uvicorn running on (http://\S+)")
@@ -40,6 +46,10 @@ SERVICEBUS_DATA = "servicebus-data"
 COSMOS_DATA = "cosmos-data"
 PAYMENTS_DATA = "payments"
 LOCAL_SETTINGS_FILE = "local.settings.json"
+# A user's own entities (`--entities`), kept once the stack started with them: a restart
+# without `--entities` adds them again, so the messages the broker kept for them still have
+# their queues (the emulator refuses a journal that holds an entity its config lacks).
+ENTITIES_FILE = "entities.json"
 
 
 class StartInterrupted(Exception):
@@ -56,6 +66,12 @@ class UpOptions:
     fresh: bool = False
     # Host names the HTTP API answers for besides its address, localhost and 127.0.0.1.
     allowed_hosts: tuple[str, ...] = ()
+    # A user's own queues, topics and containers, added beside the app's (`entities_for`).
+    entities: LocalEntities | None = None
+
+    @property
+    def entities_file(self) -> Path:
+        return self.directory / ENTITIES_FILE
 
     @property
     def servicebus_data(self) -> Path:
@@ -110,6 +126,28 @@ def write_settings(
         },
     }
     (directory / LOCAL_SETTINGS_FILE).write_text(json.dumps(local_settings, indent=2) + "\n")
+
+
+def entities_for(directory: Path, given: Path | None) -> tuple[LocalEntities | None, Path | None]:
+    """The entities to add and the file they come from: `given`, else the ones the last run
+    with `--entities` kept under `directory`, else none. Checked whole before anything starts:
+    `EntitiesError` for a bad field or a name the app's own entities already use."""
+    source = given if given is not None else directory / ENTITIES_FILE
+    if given is None and not source.is_file():
+        return None, None
+    entities = load_entities(source)
+    merged_servicebus_config(QueueOptions().config(), entities)
+    app_containers = {
+        (DEFAULTS.cosmos_database, name)
+        for name in (
+            DEFAULTS.cosmos_container,
+            DEFAULTS.cosmos_idempotency_container,
+            DEFAULTS.cosmos_inbox_container,
+            DEFAULTS.cosmos_leases_container,
+        )
+    }
+    check_containers(app_containers, entities)
+    return entities, source
 
 
 def export_lines(directory: Path) -> list[str]:
@@ -208,8 +246,10 @@ def _started(
         servicebus_data=options.servicebus_data,
         cosmos_data=options.cosmos_data,
         report=report,
+        entities=options.entities,
     ) as stack:
-        asyncio.run(prepare_local_cosmos(stack.settings()))
+        containers = options.entities.containers if options.entities else []
+        asyncio.run(prepare_local_cosmos(stack.settings(), containers))
         stack.start_payments()
         for _ in range(options.workers):
             stack.start_worker()
@@ -234,4 +274,6 @@ def _started(
         )  # fmt: skip
         api_url = _wait_for_api(stack, "http-api")
         write_settings(options.directory, environment, api_url, stack.fault_environment())
+        if options.entities is not None:
+            options.entities_file.write_text(options.entities.to_json())
         yield stack, api_url, environment
