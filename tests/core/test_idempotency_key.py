@@ -12,32 +12,10 @@ import pytest
 from core_support import lease_ended, unique
 from fastapi import HTTPException
 from fastapi.responses import JSONResponse
-from idempotency_app import app_for
+from idempotency_app import Endpoint, app_for
 
 from exactly_once import CosmosStore
 from exactly_once.idempotency_key import DEFAULT_MAX_BODY_BYTES, IdempotencyKeys, KeyClaim
-
-
-class Endpoint:
-    """A POST endpoint whose runs can be held, failed or counted."""
-
-    def __init__(self) -> None:
-        self.runs = 0
-        self.started = asyncio.Event()
-        self.release = asyncio.Event()
-        self.release.set()
-        self.fail_next = False
-
-    async def __call__(self, claim: KeyClaim) -> JSONResponse:
-        if claim.replay is not None:
-            return claim.replay
-        self.runs += 1
-        self.started.set()
-        await self.release.wait()
-        if self.fail_next:
-            self.fail_next = False
-            raise RuntimeError("the endpoint failed")
-        return await claim.complete(201, {"run": self.runs}, {"Location": f"/things/{self.runs}"})
 
 
 @pytest.fixture
