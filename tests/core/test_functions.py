@@ -287,3 +287,18 @@ async def test_bad_keys_and_unusable_functions_are_clear_errors(store: CosmosSto
 
     with pytest.raises(TypeError, match="pass payload="):
         await takes_an_object(object())
+
+
+async def test_the_same_key_in_two_scopes_is_two_records(store: CosmosStore) -> None:
+    calls = Calls()
+
+    def job_in(scope: str) -> Any:
+        @idempotent(store=store, scope=scope, key=lambda name: name)
+        async def job(name: str) -> int:
+            return await calls.run()
+
+        return job
+
+    name = unique("job")
+    assert [await job_in("ours")(name), await job_in("theirs")(name)] == [1, 2]
+    assert await job_in("ours")(name) == 1  # a new function object, the same scope: a replay
