@@ -444,7 +444,7 @@ async def test_a_versioned_update_applies_newer_versions_only(guide: dict[str, A
     assert (profile["motto"], profile["version"]) == ("three", 3)
 
 
-async def test_the_fastapi_dependency_replays_refuses_and_requires_the_key(
+async def test_the_fastapi_dependency_replays_marked_and_refuses_with_problems(
     guide: dict[str, Any],
 ) -> None:
     body = greeting(unique("greeting"), unique("user"), "hi")
@@ -458,8 +458,16 @@ async def test_the_fastapi_dependency_replays_refuses_and_requires_the_key(
 
     assert (first.status_code, first.json()) == (201, {"accepted": body["greeting_id"]})
     assert (again.status_code, again.json()) == (201, first.json())
-    assert other.status_code == 422
-    assert missing.status_code == 400
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert "idempotent-replayed" not in first.headers
+    for refused, status, slug in [
+        (other, 422, "idempotency-key-reused"),
+        (missing, 400, "missing-idempotency-key"),
+    ]:
+        assert refused.headers["content-type"] == "application/problem+json"
+        problem = refused.json()
+        assert (problem["status"], problem["type"]) == (status, f"urn:exactly-once:problem:{slug}")
+        assert refused.status_code == status and problem["title"] and problem["detail"]
 
 
 async def test_a_redelivered_webhook_credits_once_and_a_reused_event_id_is_refused(
