@@ -38,6 +38,7 @@ from exactly_once import CosmosStore, problems
 from exactly_once.idempotency_key import IdempotencyKeys
 from exactly_once.keys import key_record_id
 from orders.bootstrap import HttpRuntime
+from orders.domain.messages import MAX_BODY_BYTES
 from orders.entrypoints.http_api import create_app
 from orders.service.idempotency import IdempotentOrderIntake
 from orders.service.order_lookup import OrderLookup
@@ -91,7 +92,7 @@ def orders_subject(client: httpx.AsyncClient, publisher: RecordingPublisher) -> 
         release=publisher.release,
         started=publisher.started,
         runs=lambda: len(publisher.published),
-        max_body_bytes=256 * 1024,
+        max_body_bytes=MAX_BODY_BYTES,
     )
 
 
