@@ -238,3 +238,15 @@ async def test_a_body_within_the_limit_reaches_the_endpoint_whole(
 
     assert sent.status_code == 201
     assert seen == [body]
+
+
+async def test_problems_are_typed_under_the_prefix_the_app_chooses(store: CosmosStore) -> None:
+    endpoint = Endpoint()
+    keys = IdempotencyKeys(store, scope="things", problem_type_prefix="urn:greetings:problem:")
+    transport = httpx.ASGITransport(app=app_for(keys, endpoint))
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        missing = await client.post("/things", json={})
+
+    assert missing.headers["content-type"] == "application/problem+json"
+    assert missing.json()["type"] == "urn:greetings:problem:missing-idempotency-key"
+    assert endpoint.runs == 0
