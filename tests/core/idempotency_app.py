@@ -15,11 +15,16 @@ from exactly_once.idempotency_key import IdempotencyKeys, KeyClaim, answer_probl
 
 
 def app_for(
-    keys: IdempotencyKeys, endpoint: Callable[[KeyClaim], Awaitable[JSONResponse]]
+    keys: IdempotencyKeys,
+    endpoint: Callable[[KeyClaim], Awaitable[JSONResponse]],
+    *,
+    problems: bool = True,
 ) -> FastAPI:
-    """`POST /things`: `endpoint` run with the request's claim."""
+    """`POST /things`: `endpoint` run with the request's claim; refusals answered as problems
+    unless `problems` is False (an app that never called `answer_problems`)."""
     app = FastAPI()
-    answer_problems(app)
+    if problems:
+        answer_problems(app)
 
     @app.post("/things")
     async def post_thing(claim: Annotated[KeyClaim, Depends(keys)]) -> JSONResponse:

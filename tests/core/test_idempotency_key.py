@@ -250,3 +250,25 @@ async def test_problems_are_typed_under_the_prefix_the_app_chooses(store: Cosmos
     assert missing.headers["content-type"] == "application/problem+json"
     assert missing.json()["type"] == "urn:greetings:problem:missing-idempotency-key"
     assert endpoint.runs == 0
+
+
+async def test_without_answer_problems_a_refusal_keeps_its_status_and_headers(
+    store: CosmosStore,
+) -> None:
+    endpoint = Endpoint()
+    endpoint.release.clear()
+    app = app_for(IdempotencyKeys(store, scope="things"), endpoint, problems=False)
+    key = {"Idempotency-Key": unique("key")}
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://test"
+    ) as client:
+        missing = await client.post("/things", json={})
+        first = asyncio.create_task(client.post("/things", json={}, headers=key))
+        await asyncio.wait_for(endpoint.started.wait(), 10)
+        busy = await client.post("/things", json={}, headers=key)
+        endpoint.release.set()
+        await first
+
+    assert (missing.status_code, missing.headers["content-type"]) == (400, "application/json")
+    assert "required" in missing.json()["detail"]  # FastAPI's own body
+    assert busy.status_code == 409 and int(busy.headers["retry-after"]) >= 1
