@@ -218,6 +218,8 @@ async def test_a_malformed_or_absurd_content_length_is_refused(
     refused = await client.post("/things", content=CountedBody(0), headers=headers)
 
     assert refused.status_code in (400, 413)
+    slug = {400: "invalid-content-length", 413: "body-too-large"}[refused.status_code]
+    assert refused.json()["type"] == f"urn:exactly-once:problem:{slug}"
     assert endpoint.runs == 0
 
 
