@@ -42,6 +42,7 @@ if TYPE_CHECKING:
         StoreRefusedError,
         TransientStoreError,
     )
+    from exactly_once.functions import idempotent
     from exactly_once.orchestrator import (
         Effects,
         TwoPhaseResult,
@@ -135,6 +136,7 @@ _MODULE_OF: dict[str, str] = {
     "create_entity": "orchestrator",
     "decision_for_error": "decisions",
     "exactly_once": "servicebus",
+    "idempotent": "functions",
     "fingerprint": "records",
     "inbox_batch": "orchestrator",
     "run_session_worker": "worker",
@@ -198,6 +200,7 @@ __all__ = [
     "decision_for_error",
     "exactly_once",
     "fingerprint",
+    "idempotent",
     "inbox_batch",
     "run_session_worker",
     "run_worker",

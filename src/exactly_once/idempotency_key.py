@@ -11,7 +11,13 @@ limit is refused before a byte is read, a longer stream as soon as it passes the
 endpoint parses `claim.body`; a body parameter would make FastAPI read the whole body before
 any dependency runs.
 
+Every refusal is a `KeyProblem` (a FastAPI `HTTPException`) carrying its problem from
+`exactly_once.problems`; `answer_problems(app)` installs the handler that answers it as
+`application/problem+json` (RFC 9457), as draft-ietf-httpapi-idempotency-key-header-07 §2.7
+asks. A replay carries `Idempotent-Replayed: true`.
+
     keys = IdempotencyKeys(store, scope="greetings")
+    answer_problems(app)
 
     @app.post("/greetings")
     async def create(claim: Annotated[KeyClaim, Depends(keys)]) -> Response:
@@ -28,8 +34,8 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from urllib.parse import parse_qsl, urlencode
 
-from fastapi import HTTPException, Request
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse, Response
 
 from exactly_once.exceptions import (
     CorruptRecordError,
@@ -37,14 +43,25 @@ from exactly_once.exceptions import (
     PayloadMismatchError,
 )
 from exactly_once.keys import (
-    MAX_KEY_LENGTH,
+    HEADER,
     KeyedRequests,
-    KeyFault,
     key_fault,
     key_record_id,
     retry_after_seconds,
 )
 from exactly_once.ports import RecordStore
+from exactly_once.problems import (
+    DEFAULT_TYPE_PREFIX,
+    PROBLEM_JSON,
+    REPLAYED_HEADER,
+    Problem,
+    body_too_large,
+    invalid_content_length,
+    invalid_key,
+    key_fault_problem,
+    key_reused,
+    request_in_progress,
+)
 from exactly_once.records import (
     DEFAULT_LEASE_SECONDS,
     JsonInput,
@@ -55,12 +72,56 @@ from exactly_once.records import (
     fingerprint,
 )
 
-HEADER = "Idempotency-Key"
+__all__ = [
+    "DEFAULT_EXPIRES_AFTER_SECONDS",
+    "DEFAULT_MAX_BODY_BYTES",
+    "HEADER",
+    "IdempotencyKeys",
+    "KeyClaim",
+    "KeyProblem",
+    "answer_problems",
+    "problem_response",
+    "request_fingerprint",
+    "validate_key",
+]
+
 # How long a completed key is replayed: a day, as the payment APIs that made the header common.
 DEFAULT_EXPIRES_AFTER_SECONDS = 24 * 3600
 # A body above this is refused (413) before it is hashed: the request hash decodes JSON, and
 # no request may cost more than its size allows. Raise it with the endpoint's own limit.
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+
+
+class KeyProblem(HTTPException):
+    """A refusal of the dependency: an `HTTPException` (its status, detail and headers are the
+    problem's, so an app without `answer_problems` still answers the right status) that
+    carries the problem details `answer_problems` renders."""
+
+    def __init__(self, problem: Problem, type_prefix: str = DEFAULT_TYPE_PREFIX) -> None:
+        super().__init__(problem.status, problem.detail, headers=dict(problem.headers) or None)
+        self.problem = problem
+        self.type_prefix = type_prefix
+
+
+def problem_response(problem: Problem, type_prefix: str = DEFAULT_TYPE_PREFIX) -> JSONResponse:
+    """The problem as an `application/problem+json` response with its headers."""
+    return JSONResponse(
+        problem.body(type_prefix),
+        status_code=problem.status,
+        headers=dict(problem.headers),
+        media_type=PROBLEM_JSON,
+    )
+
+
+def answer_problems(app: FastAPI) -> None:
+    """Answer every `KeyProblem` raised in `app` as problem+json: one call per app."""
+
+    async def answer(_: Request, exc: Exception) -> Response:
+        if not isinstance(exc, KeyProblem):  # Starlette calls it for KeyProblem only
+            raise exc
+        return problem_response(exc.problem, exc.type_prefix)
+
+    app.add_exception_handler(KeyProblem, answer)
 
 
 class KeyClaim:
@@ -112,8 +173,10 @@ class IdempotencyKeys:
         expires_after_seconds: int = DEFAULT_EXPIRES_AFTER_SECONDS,
         owner: str | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        problem_type_prefix: str = DEFAULT_TYPE_PREFIX,
     ) -> None:
         self._requests = KeyedRequests(store)
+        self.problem_type_prefix = problem_type_prefix
         self.max_body_bytes = max_body_bytes
         self._scope = scope
         self._lease_seconds = lease_seconds
@@ -125,9 +188,10 @@ class IdempotencyKeys:
         """Claim, then hand the claim to the endpoint; release it if the endpoint fails."""
         sent = request.headers.getlist(HEADER)
         if len(sent) > 1:
-            # Which one the client meant is a guess; a guess would run the request twice.
-            raise HTTPException(
-                400, f"the {HEADER} header must be sent once, not {len(sent)} times"
+            # Which one the client meant is a guess; a guess would run the request twice
+            # (draft-07 §2.1: a client MUST NOT send more than one).
+            raise self._refuse(
+                invalid_key(f"the {HEADER} header must be sent once, not {len(sent)} times")
             )
         body = await self._bounded_body(request)
         claim = await self.claim(
@@ -149,20 +213,29 @@ class IdempotencyKeys:
         declared = request.headers.getlist("content-length")
         if declared:
             if len(declared) > 1 or not (declared[0].isascii() and declared[0].isdigit()):
-                raise HTTPException(400, "the Content-Length header must be one decimal number")
+                raise self._refuse(
+                    invalid_content_length("the Content-Length header must be one decimal number")
+                )
             if len(declared[0]) > 20 or int(declared[0]) > self.max_body_bytes:
-                raise HTTPException(413, self._too_large(f"announces {declared[0]} bytes"))
+                raise self._refuse(
+                    body_too_large(self._too_large(f"announces {declared[0]} bytes"))
+                )
         chunks: list[bytes] = []
         size = 0
         async for chunk in request.stream():
             size += len(chunk)
             if size > self.max_body_bytes:
-                raise HTTPException(413, self._too_large(f"has over {self.max_body_bytes} bytes"))
+                raise self._refuse(
+                    body_too_large(self._too_large(f"has over {self.max_body_bytes} bytes"))
+                )
             chunks.append(chunk)
         body = b"".join(chunks)
         # Starlette reads `_body` first, so the endpoint (or FastAPI) can read the body again.
         request._body = body
         return body
+
+    def _refuse(self, problem: Problem) -> KeyProblem:
+        return KeyProblem(problem, self.problem_type_prefix)
 
     def _too_large(self, found: str) -> str:
         return f"the body {found}; at most {self.max_body_bytes} are taken"
@@ -170,8 +243,11 @@ class IdempotencyKeys:
     async def claim(
         self, key: str | None, method: str, path: str, body: bytes, *, query: str = ""
     ) -> KeyClaim:
-        """The claim for one request: owned (run it), or a replay; else an `HTTPException`."""
-        key = validate_key(key)
+        """The claim for one request: owned (run it), or a replay; else a `KeyProblem`."""
+        fault = key_fault(key)
+        if fault is not None:
+            raise self._refuse(key_fault_problem(fault))
+        key = str(key)
         record_key = key_record_id(self._scope, key)
         wanted = Record(
             key=record_key,
@@ -185,17 +261,17 @@ class IdempotencyKeys:
         try:
             owned = await self._requests.begin(wanted)
         except PayloadMismatchError:
-            raise HTTPException(
-                422, f"the {HEADER} {key!r} was used with another request; use a new key"
+            raise self._refuse(
+                key_reused(f"the {HEADER} {key!r} was used with another request; use a new key")
             ) from None
         except InProgressElsewhereError as busy:
-            raise HTTPException(
-                409,
-                f"a request with this {HEADER} is in progress; retry later",
-                headers={"Retry-After": str(retry_after_seconds(busy.seconds_left))},
+            raise self._refuse(
+                request_in_progress(retry_after_seconds(busy.seconds_left))
             ) from None
         if owned.status is RecordStatus.COMPLETED:
-            return KeyClaim(self._requests, None, _response(owned.result), body)
+            replay = _response(owned.result)
+            replay.headers[REPLAYED_HEADER] = "true"
+            return KeyClaim(self._requests, None, replay, body)
         return KeyClaim(self._requests, owned, None, body)
 
 
@@ -212,16 +288,11 @@ def request_fingerprint(method: str, path: str, query: str, body: bytes) -> str:
 
 
 def validate_key(value: str | None) -> str:
-    """The key as sent, if it is 1..255 printable ASCII characters; else a 400."""
-    match key_fault(value):
-        case None:
-            return str(value)
-        case KeyFault.MISSING:
-            raise HTTPException(400, f"the {HEADER} header is required")
-        case _:
-            raise HTTPException(
-                400, f"the {HEADER} must be 1..{MAX_KEY_LENGTH} printable ASCII characters"
-            )
+    """The key as sent, if it is 1..255 printable ASCII characters; else a `KeyProblem` (400)."""
+    fault = key_fault(value)
+    if fault is not None:
+        raise KeyProblem(key_fault_problem(fault))
+    return str(value)
 
 
 def _response(stored: JsonInput) -> JSONResponse:

@@ -18,6 +18,8 @@ from exactly_once.claims import Claims
 from exactly_once.ports import RecordStore
 from exactly_once.records import JsonInput, Record
 
+# The request header field of draft-ietf-httpapi-idempotency-key-header.
+HEADER = "Idempotency-Key"
 MAX_KEY_LENGTH = 255
 # A retry is told to come back within this many seconds, however long the lease.
 MAX_RETRY_AFTER_SECONDS = 5

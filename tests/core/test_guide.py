@@ -11,6 +11,7 @@ once, and setting the stop event ends them both.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import logging
 import os
@@ -32,7 +33,7 @@ from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
 from core_support import QUEUE, unique
 from servers import CosmosServer
 
-from exactly_once import Decision, Outcome, Settlement
+from exactly_once import Decision, InProgressElsewhereError, Outcome, Settlement
 from servicebus_emulator import RunningEmulator
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,12 +46,23 @@ def guide_blocks() -> list[str]:
     return BLOCK.findall(GUIDE.read_text())
 
 
+def run_guide(namespace: dict[str, Any]) -> None:
+    """Every block, in order, in `namespace`, compiled as a reader's module would be: without
+    this file's `from __future__ import annotations` (which `compile` would otherwise pass on,
+    turning the guide's annotations into strings a reader's module never has)."""
+    for number, block in enumerate(guide_blocks(), start=1):
+        code = compile(block, f"{GUIDE.name} python block {number}", "exec", dont_inherit=True)
+        exec(code, namespace)
+
+
 def test_the_guide_has_the_blocks_this_test_runs() -> None:
     blocks = guide_blocks()
     assert len(blocks) >= 5
     assert any("service_bus_queue_trigger" in block for block in blocks)
     assert any("@exactly_once(" in block for block in blocks)
     assert any("await run_worker(" in block for block in blocks)
+    assert any("/webhooks/payments" in block and "@idempotent(" in block for block in blocks)
+    assert any("nightly_totals" in block and "@idempotent(" in block for block in blocks)
 
 
 @pytest.mark.slow
@@ -83,8 +95,7 @@ async def test_importing_the_guide_reaches_no_server(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("COSMOS_KEY", "bm90LWEta2V5")  # base64 of "not-a-key": never sent
     namespace: dict[str, Any] = {"__name__": "guide"}
     started = time.monotonic()
-    for number, block in enumerate(guide_blocks(), start=1):
-        exec(compile(block, f"{GUIDE.name} python block {number}", "exec"), namespace)
+    run_guide(namespace)
     await namespace["cosmos"].close()
 
     assert time.monotonic() - started < 5
@@ -100,8 +111,7 @@ async def guide(
     monkeypatch.setenv("COSMOS_ENDPOINT", python_cosmos.endpoint)
     monkeypatch.setenv("COSMOS_KEY", python_cosmos.key)
     namespace: dict[str, Any] = {"__name__": "guide"}
-    for number, block in enumerate(guide_blocks(), start=1):
-        exec(compile(block, f"{GUIDE.name} python block {number}", "exec"), namespace)
+    run_guide(namespace)
     try:
         await namespace["create_container"]()
         yield namespace
@@ -435,7 +445,7 @@ async def test_a_versioned_update_applies_newer_versions_only(guide: dict[str, A
     assert (profile["motto"], profile["version"]) == ("three", 3)
 
 
-async def test_the_fastapi_dependency_replays_refuses_and_requires_the_key(
+async def test_the_fastapi_dependency_replays_marked_and_refuses_with_problems(
     guide: dict[str, Any],
 ) -> None:
     body = greeting(unique("greeting"), unique("user"), "hi")
@@ -449,8 +459,16 @@ async def test_the_fastapi_dependency_replays_refuses_and_requires_the_key(
 
     assert (first.status_code, first.json()) == (201, {"accepted": body["greeting_id"]})
     assert (again.status_code, again.json()) == (201, first.json())
-    assert other.status_code == 422
-    assert missing.status_code == 400
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert "idempotent-replayed" not in first.headers
+    for refused, status, slug in [
+        (other, 422, "idempotency-key-reused"),
+        (missing, 400, "missing-idempotency-key"),
+    ]:
+        assert refused.headers["content-type"] == "application/problem+json"
+        problem = refused.json()
+        assert (problem["status"], problem["type"]) == (status, f"urn:exactly-once:problem:{slug}")
+        assert refused.status_code == status and problem["title"] and problem["detail"]
 
 
 async def test_each_message_is_one_outcome_line_in_the_consumers_log(
@@ -510,3 +528,57 @@ async def test_the_outcome_lines_turn_down_to_the_messages_someone_should_look_a
     assert [r.getMessage().split(" ")[:3] for r in caplog.records] == [
         ["consumer=greetings", "key=poison-4", "outcome=rejected"]
     ]
+
+
+async def test_a_redelivered_webhook_credits_once_and_a_reused_event_id_is_refused(
+    guide: dict[str, Any],
+) -> None:
+    account, event_id = unique("account"), unique("evt")
+    event = {"id": event_id, "account": account, "amount": 100}
+    transport = httpx.ASGITransport(app=guide["api"])
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+        first = await http.post("/webhooks/payments", json=event)
+        redelivered = await http.post("/webhooks/payments", json={**event, "delivery_attempt": 2})
+        reused = await http.post("/webhooks/payments", json={**event, "amount": 999})
+        other = await http.post(
+            "/webhooks/payments", json={**event, "id": unique("evt"), "amount": 50}
+        )
+
+    assert (first.status_code, first.json()) == (200, {"event_id": event_id, "balance": 100})
+    assert (redelivered.status_code, redelivered.json()) == (200, first.json())
+    assert reused.status_code == 422
+    assert other.json()["balance"] == 150
+    assert guide["balances"][account] == 150  # credited once per event
+
+
+async def test_an_overlapping_nightly_run_is_refused_and_a_rerun_replays(
+    guide: dict[str, Any],
+) -> None:
+    day = datetime.date(2026, 12, 3) - datetime.timedelta(days=uuid.uuid4().int % 3000)
+    runs: list[datetime.date] = []
+    started, finish = asyncio.Event(), asyncio.Event()
+    failures = [RuntimeError("the warehouse is down")]
+
+    async def held_count(counted: datetime.date) -> int:
+        runs.append(counted)
+        if failures:
+            raise failures.pop()
+        started.set()
+        await finish.wait()
+        return 7
+
+    guide["count_orders"] = held_count  # the job's work, held while a second run starts
+    with pytest.raises(RuntimeError, match="warehouse"):
+        await guide["nightly_totals"](day)  # a failed run releases the day
+    first = asyncio.create_task(guide["nightly_totals"](day))
+    await asyncio.wait_for(started.wait(), 10)
+
+    with pytest.raises(InProgressElsewhereError):
+        await guide["nightly_totals"](day)
+    finish.set()
+    done = await asyncio.wait_for(first, 10)
+    rerun = await guide["nightly_totals"](day)
+
+    assert done == rerun == guide["NightlyTotals"](day, 7)
+    assert isinstance(rerun, guide["NightlyTotals"]) and isinstance(rerun.day, datetime.date)
+    assert runs == [day, day]  # the failed run and the first: the overlap and rerun ran nothing

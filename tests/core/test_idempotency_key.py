@@ -12,32 +12,10 @@ import pytest
 from core_support import lease_ended, unique
 from fastapi import HTTPException
 from fastapi.responses import JSONResponse
-from idempotency_app import app_for
+from idempotency_app import Endpoint, app_for
 
 from exactly_once import CosmosStore
 from exactly_once.idempotency_key import DEFAULT_MAX_BODY_BYTES, IdempotencyKeys, KeyClaim
-
-
-class Endpoint:
-    """A POST endpoint whose runs can be held, failed or counted."""
-
-    def __init__(self) -> None:
-        self.runs = 0
-        self.started = asyncio.Event()
-        self.release = asyncio.Event()
-        self.release.set()
-        self.fail_next = False
-
-    async def __call__(self, claim: KeyClaim) -> JSONResponse:
-        if claim.replay is not None:
-            return claim.replay
-        self.runs += 1
-        self.started.set()
-        await self.release.wait()
-        if self.fail_next:
-            self.fail_next = False
-            raise RuntimeError("the endpoint failed")
-        return await claim.complete(201, {"run": self.runs}, {"Location": f"/things/{self.runs}"})
 
 
 @pytest.fixture
@@ -240,6 +218,8 @@ async def test_a_malformed_or_absurd_content_length_is_refused(
     refused = await client.post("/things", content=CountedBody(0), headers=headers)
 
     assert refused.status_code in (400, 413)
+    slug = {400: "invalid-content-length", 413: "body-too-large"}[refused.status_code]
+    assert refused.json()["type"] == f"urn:exactly-once:problem:{slug}"
     assert endpoint.runs == 0
 
 
@@ -260,3 +240,37 @@ async def test_a_body_within_the_limit_reaches_the_endpoint_whole(
 
     assert sent.status_code == 201
     assert seen == [body]
+
+
+async def test_problems_are_typed_under_the_prefix_the_app_chooses(store: CosmosStore) -> None:
+    endpoint = Endpoint()
+    keys = IdempotencyKeys(store, scope="things", problem_type_prefix="urn:greetings:problem:")
+    transport = httpx.ASGITransport(app=app_for(keys, endpoint))
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        missing = await client.post("/things", json={})
+
+    assert missing.headers["content-type"] == "application/problem+json"
+    assert missing.json()["type"] == "urn:greetings:problem:missing-idempotency-key"
+    assert endpoint.runs == 0
+
+
+async def test_without_answer_problems_a_refusal_keeps_its_status_and_headers(
+    store: CosmosStore,
+) -> None:
+    endpoint = Endpoint()
+    endpoint.release.clear()
+    app = app_for(IdempotencyKeys(store, scope="things"), endpoint, problems=False)
+    key = {"Idempotency-Key": unique("key")}
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://test"
+    ) as client:
+        missing = await client.post("/things", json={})
+        first = asyncio.create_task(client.post("/things", json={}, headers=key))
+        await asyncio.wait_for(endpoint.started.wait(), 10)
+        busy = await client.post("/things", json={}, headers=key)
+        endpoint.release.set()
+        await first
+
+    assert (missing.status_code, missing.headers["content-type"]) == (400, "application/json")
+    assert "required" in missing.json()["detail"]  # FastAPI's own body
+    assert busy.status_code == 409 and int(busy.headers["retry-after"]) >= 1

@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from exactly_once.problems import REPLAYED_HEADER as CORE_REPLAYED_HEADER
 from exactly_once.records import JsonObject
 
 IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
-REPLAYED_HEADER = "Idempotent-Replayed"
+REPLAYED_HEADER = CORE_REPLAYED_HEADER  # the core's marking, so the two cannot drift
 # Set by App Service authentication (which strips any value a client sends) when it is on.
 PRINCIPAL_HEADER = "X-MS-CLIENT-PRINCIPAL-ID"
 # Where a caller polls for the order; the Functions host's routePrefix is `api` too.

@@ -13,12 +13,12 @@ from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from exactly_once.problems import PROBLEM_JSON
 from orders.domain.idempotency import MAX_KEY_LENGTH
 from orders.domain.ids import ID_PATTERN, ID_RULE, MAX_ID_LENGTH
 from orders.domain.messages import MAX_REPORTED_ERRORS
 from orders.domain.model import OrderPlaced
 from orders.entrypoints.http_contract import IDEMPOTENCY_KEY_HEADER, REPLAYED_HEADER
-from orders.entrypoints.http_problems import PROBLEM_JSON
 
 TITLE = "Orders API"
 OPENAPI_URL = "/api/openapi.json"

@@ -3,6 +3,10 @@
 Routes raise; the handlers installed here map each exception to its problem. Client mistakes are
 4xx, a dependency that may recover is 503 with Retry-After, anything else 500: never an HTML or
 plain-text page.
+
+The `Idempotency-Key` refusals (missing or invalid key, a key reused, a request in progress)
+are the core's problems (`exactly_once.problems`), the ones its FastAPI dependency answers:
+one table for both, so the API and the core answer the draft alike and cannot drift.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from exactly_once import problems as key_problems
+from exactly_once.problems import PROBLEM_JSON, Problem
 from orders.domain.ids import id_problem
 from orders.domain.messages import MAX_REPORTED_ERRORS, DeadLetterReason, MessageRejected
 from orders.exceptions import (
@@ -39,7 +45,6 @@ from orders.observability import HttpTelemetry
 
 logger = logging.getLogger("orders.http")
 
-PROBLEM_JSON = "application/problem+json"
 PROBLEM_TYPE_PREFIX = "urn:orders:problem:"
 # While a dependency is unavailable: poll again soon.
 UNAVAILABLE_RETRY_AFTER = 5
@@ -60,12 +65,7 @@ def problem(
     errors: list[dict[str, str]] | None = None,
     error_count: int | None = None,
 ) -> JSONResponse:
-    body: dict[str, Any] = {
-        "type": PROBLEM_TYPE_PREFIX + slug,
-        "title": title,
-        "status": status,
-        "detail": detail,
-    }
+    body: dict[str, Any] = Problem(status, slug, title, detail).body(PROBLEM_TYPE_PREFIX)
     if errors is not None:
         body["errors"] = errors
         body["errorCount"] = error_count if error_count is not None else len(errors)
@@ -114,10 +114,17 @@ def invalid_id(name: str, value: str) -> JSONResponse:
     return problem(400, INVALID_ID, INVALID_ID_TITLE, f"{name}: {id_problem(value)}")
 
 
+def core_problem(found: Problem) -> JSONResponse:
+    """One of the core's problems, under this API's problem types."""
+    return problem(
+        found.status, found.slug, found.title, found.detail, headers=dict(found.headers) or None
+    )
+
+
 def key_problem(error: InvalidIdempotencyKeyError) -> JSONResponse:
     if error.missing:
-        return problem(400, "missing-idempotency-key", "Idempotency-Key required", str(error))
-    return problem(400, "invalid-idempotency-key", "Invalid Idempotency-Key", str(error))
+        return core_problem(key_problems.missing_key(str(error)))
+    return core_problem(key_problems.invalid_key(str(error)))
 
 
 RETRY_WITH_SAME_KEY = "a dependency is unavailable; retry with the same Idempotency-Key"
@@ -161,9 +168,7 @@ PROBLEMS: list[tuple[type[Exception], ProblemFor]] = [
     ),
     (
         IdempotencyKeyReusedError,
-        lambda request, error: problem(
-            422, "idempotency-key-reused", "Idempotency-Key reused", str(error)
-        ),
+        lambda request, error: core_problem(key_problems.key_reused(str(error))),
     ),
     (
         OrderIdConflictError,
@@ -193,12 +198,8 @@ PROBLEMS: list[tuple[type[Exception], ProblemFor]] = [
     ),
     (
         RequestInProgressError,
-        lambda request, error: problem(
-            409,
-            "request-in-progress",
-            "A request with this Idempotency-Key is in progress",
-            str(error),
-            headers={"Retry-After": str(error.retry_after)},
+        lambda request, error: core_problem(
+            key_problems.request_in_progress(error.retry_after, str(error))
         ),
     ),
     (StoreError, lambda request, error: failure_problem(error, _retry_advice(request))),
