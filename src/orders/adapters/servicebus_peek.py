@@ -2,7 +2,7 @@
 open: the console's pages and the operator tools peek on every request.
 
 Opening and closing a receiver costs the SDK about a second, nearly all of it its own link
-polling (README: "Receivers"), while a peek on an open receiver costs milliseconds. So each
+polling, while a peek on an open receiver costs milliseconds. So each
 entity and sub-queue gets one receiver, opened on its first peek and kept until `close()` (or
 until its client closes, which closes every receiver it made). Peeks on one receiver take
 turns; one that fails drops its receiver, and the next peek opens a new one.

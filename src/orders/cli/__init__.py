@@ -339,7 +339,7 @@ def print_demo_story(result: DemoResult, workers: int) -> None:
             f"[yellow]Silent:[/yellow] {report.conflicts_in_window['dropped_by_broker']} "
             "different orders sent under a reused orderId inside the window were dropped "
             "by the broker too (it compares MessageId only): no consumer, dead letter or "
-            "alert can see them. The HTTP API refuses such reuse (409); see the README."
+            "alert can see them. The HTTP API refuses such reuse (409); see docs/how-it-works.md."
         )
     for consumer, counts in sorted(result.subscriber_outcomes.items()):
         listed = ", ".join(f"{outcome} {count}" for outcome, count in sorted(counts.items()))

@@ -10,7 +10,7 @@ Kinds of send (the manifest records each with what it must lead to):
 - conflict: the same orderId with a different payload after the window -> RequestHashMismatch;
 - conflict_in_window: the same orderId with a different payload right behind the original,
   inside the window -> dropped by the broker, which compares MessageId only (the silent case the
-  README's outcome table warns about); reported on its own by the verifier;
+  outcome table in docs/how-it-works.md warns about); reported on its own by the verifier;
 - poison: invalid messages of several kinds -> dead-lettered with their reason.
 
 With status updates on, each order also gets absolute, versioned `OrderStatusChanged` messages

@@ -1,4 +1,4 @@
-"""What the consumer decided for one message: the outcome table of the README, as data."""
+"""What the consumer decided for one message: the outcome table of docs/how-it-works.md, as data."""
 
 from __future__ import annotations
 

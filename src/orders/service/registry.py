@@ -6,7 +6,7 @@ shared clients, whether it runs the queue's sessions, and how `orders verify` au
 Functions app (one trigger per entry), `orders worker --subscription`, `orders up`, the demo,
 the local emulators' topology, the console and the Bicep's subscription array are all derived
 from `CONSUMERS`: adding a consumer is its module, one entry here and one Bicep array element
-(README, "Adding a consumer").
+(docs/new-consumer.md).
 
 The order consumer of the orders queue is not in the list: it is the intake's own consumer, the
 default of `orders worker`, with a runtime of its own (the benchmarks swap its store), and every
