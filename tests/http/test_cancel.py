@@ -206,12 +206,14 @@ async def test_get_shows_status_version_and_history(api: Api) -> None:
 
     paid = (await api.client.get(f"/api/orders/{order_id}")).json()
 
+    placed_change = {"status": "placed", "version": 1, "at": as_placed["processedAt"]}
     assert (as_placed["status"], as_placed["statusVersion"], as_placed["statusHistory"]) == (
         "placed",
         1,
-        [],
+        [placed_change],
     )
     assert (paid["status"], paid["statusVersion"]) == ("paid", 2)
     assert paid["statusHistory"] == [
-        {"status": "paid", "version": 2, "at": "2026-11-30T00:00:00+00:00"}
+        placed_change,
+        {"status": "paid", "version": 2, "at": "2026-11-30T00:00:00+00:00"},
     ]
