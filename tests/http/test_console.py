@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from fakes import (
+    LAYOUT,
     FakeDeadLetterQueue,
     FakeDecisionFeed,
     FakeEntityCounter,
@@ -25,6 +26,7 @@ from fakes import (
     FakeOrderReader,
     FakeOrderStore,
     RecordingPublisher,
+    new_write,
 )
 from http_support import PROBLEM, FakeClock, assert_problem, runtime_over
 from hypothesis import HealthCheck, given, settings
@@ -102,6 +104,7 @@ async def console_over(
         queues.__getitem__,
         FakeOrderReader(orders),
         feed if journal else None,
+        layout=LAYOUT,
         duplicate_window=timedelta(minutes=10),
     )
 
@@ -322,8 +325,8 @@ async def test_order_page_renders_every_document_by_its_type(console: Console) -
 
 async def test_order_page_is_a_timeline_with_its_sources(console: Console) -> None:
     for document in (
-        {"id": "o-2", "orderId": "o-2", "type": "order", "status": "placed",
-         "processedAt": "2026-12-01T10:00:00+00:00", "_etag": "noise-etag", "_lsn": 7},
+        {**new_write("o-2").documents[0], "processedAt": "2026-12-01T10:00:00+00:00",
+         "_etag": "noise-etag", "_lsn": 7},
         {"id": "o-2:status", "orderId": "o-2", "type": "orderStatus", "status": "shipped",
          "version": 3, "history": [
              {"status": "paid", "version": 2, "at": "2026-12-01T10:00:02+00:00"},
@@ -336,8 +339,8 @@ async def test_order_page_is_a_timeline_with_its_sources(console: Console) -> No
     page = assert_html(await console.client.get("/console/orders?orderId=o-2"), 200)
 
     summary, raw = page.split('<details id="raw">', 1)
-    steps = re.findall(r'<li data-step="(\w+)">', summary)
-    assert steps == ["placed", "paid", "shipped"]
+    steps = re.findall(r'<li data-step="(\w+)" data-version="(\d+)">', summary)
+    assert steps == [("placed", "1"), ("paid", "2"), ("shipped", "3")]
     assert "Current status: <strong>shipped</strong> (version 3" in summary
     assert "shipment o-2:shipment (inbox container): shipment requested" in summary
     assert "noise-etag" not in summary and "_lsn" not in summary and "noise-etag" in raw
@@ -706,6 +709,7 @@ async def test_a_warmed_console_is_built_and_counted_at_startup_before_any_page(
             queues.__getitem__,
             FakeOrderReader(FakeOrderStore()),
             None,
+            layout=LAYOUT,
             duplicate_window=timedelta(minutes=10),
         )
         return ConsoleRuntime(console)

@@ -22,6 +22,7 @@ from orders.domain.dead_letters import (
 from orders.service.console import (
     LINE_DOCUMENT_TYPE,
     ORDER_DOCUMENT_TYPE,
+    TimelineStep,
     current_status,
     order_timeline,
     origin_of,
@@ -272,9 +273,16 @@ def _document_table(document: dict[str, Any]) -> str:
     )
 
 
-def order_page(order_id: str, documents: list[dict[str, Any]] | None, error: str = "") -> str:
-    """The lookup form; with `documents`, the order's timeline and, folded away below, every
-    document of the order grouped by type."""
+def order_page(
+    order_id: str,
+    documents: list[dict[str, Any]] | None,
+    error: str = "",
+    *,
+    history: list[dict[str, object]] | str = "",
+) -> str:
+    """The lookup form; with `documents`, the order's timeline (its `history`, the list GET
+    shows, or why it cannot be read) and, folded away below, every document of the order
+    grouped by type."""
     form = (
         f'<form method="get" action="{PREFIX}/orders" role="search">'
         '<label for="orderId">Order id</label> '
@@ -292,7 +300,7 @@ def order_page(order_id: str, documents: list[dict[str, Any]] | None, error: str
         found = (
             f'<p role="status" id="found">Order {text(order_id)}: '
             f"{text(_origins_summary(documents))}.</p>"
-            + _timeline(documents)
+            + _timeline(documents, history)
             + _raw_documents(documents)
         )
     return layout(f"Order {order_id}", form + found, current=f"{PREFIX}/orders")
@@ -310,9 +318,10 @@ def _time(at: str | None) -> str:
     return f'<time datetime="{text(at)}">{text(at)}</time>' if at else "time not recorded"
 
 
-def _timeline(documents: list[dict[str, Any]]) -> str:
-    """Each step the documents prove, when, and which document says so: the summary an operator
-    reads first (no store bookkeeping, no raw fields)."""
+def _timeline(documents: list[dict[str, Any]], history: list[dict[str, object]] | str) -> str:
+    """The order's history, the list GET shows, each change with the documents that say so;
+    then the steps the services recorded whose status update is not applied yet. The summary
+    an operator reads first (no store bookkeeping, no raw fields)."""
     status = current_status(documents)
     current = (
         f"Current status: <strong>{text(status[0])}</strong> (version {status[1]}, from the "
@@ -320,21 +329,46 @@ def _timeline(documents: list[dict[str, Any]]) -> str:
         if status
         else "No status update yet: the order is as it was placed."
     )
+    if isinstance(history, list) and history:
+        last = history[-1]
+        current = (
+            f"Current status: <strong>{text(last.get('status'))}</strong> (version "
+            f"{text(last.get('version'))}, the last change of the history GET shows)."
+        )
+    unreadable = (
+        f'<p role="alert" id="history-unreadable">The history cannot be read as GET reads it '
+        f"({text(history)}); the steps below are only what the documents say.</p>"
+        if isinstance(history, str) and history
+        else ""
+    )
+
+    def heading(step: TimelineStep) -> str:
+        if step.version is None:
+            return (
+                f'<li data-step="{text(step.status)}" data-pending="yes">'
+                f"<strong>{text(step.status)}</strong> {_time(step.at)} (recorded by a service; "
+                "its status update is not applied yet)"
+            )
+        return (
+            f'<li data-step="{text(step.status)}" data-version="{step.version}">'
+            f"<strong>{text(step.status)}</strong> version {step.version}, {_time(step.at)}"
+        )
+
     steps = "".join(
-        f'<li data-step="{text(step.status)}"><strong>{text(step.status)}</strong> '
-        f"{_time(step.at)}<ul>"
+        heading(step)
+        + "<ul>"
         + "".join(
             f"<li>{text(evidence.document)} ({text(evidence.origin)}): {text(evidence.said)}"
             f"{', ' + _time(evidence.at) if evidence.at else ''}</li>"
             for evidence in step.evidence
         )
         + "</ul></li>"
-        for step in order_timeline(documents)
+        for step in order_timeline(documents, history if isinstance(history, list) else None)
     )
     listing = f'<ol class="timeline" id="timeline">{steps}</ol>' if steps else ""
     return (
         '<section aria-labelledby="timeline-heading"><h2 id="timeline-heading">Timeline</h2>'
-        f'<p id="current-status">{current}</p>{listing}</section>'
+        f'<p id="current-status">{current}</p>{unreadable}{listing}</section>'
     )
 
 

@@ -40,7 +40,7 @@ from orders.exceptions import (
     ServiceNotReadyError,
     TransientStoreError,
 )
-from orders.service.console import LIST_LIMIT
+from orders.service.console import LIST_LIMIT, UnreadableOrderError
 from orders.service.subscribers import Source
 
 logger = logging.getLogger("orders.console")
@@ -316,7 +316,12 @@ def install_console(app: FastAPI, factory: ConsoleFactory) -> Lazy[ConsoleRuntim
                 "/ \\ ? # or control characters"
             )
             return page(pages.order_page(order_id, None, error), 400)
-        return page(pages.order_page(order_id, await services.console.order_documents(order_id)))
+        documents = await services.console.order_documents(order_id)
+        try:
+            history: list[dict[str, object]] | str = services.console.order_history(documents)
+        except UnreadableOrderError as exc:
+            history = str(exc)
+        return page(pages.order_page(order_id, documents, history=history))
 
     async def counters(request: Request, services: ConsoleRuntime) -> HTMLResponse:
         return page(pages.counters_page(await services.console.counters() is not None))
