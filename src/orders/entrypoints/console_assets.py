@@ -55,6 +55,7 @@ svg#chart { border: 1px solid #8a8a8a; background: #fafafa; max-width: 100%; hei
 .swatch { display: inline-block; width: 1.5rem; height: 0.3rem; margin-right: 0.4rem;
   vertical-align: middle; background: currentColor; }
 #by-consumer td { text-align: right; }
+#by-consumer { display: block; overflow-x: auto; max-width: 100%; }
 #by-consumer tfoot th, #by-consumer tfoot td { font-weight: bold; }
 """
 
@@ -119,7 +120,9 @@ SCRIPT = """
   }
 
   function fillTable(byConsumer, totals) {
-    const names = Object.keys(COLOURS);
+    // Every counter the page heads a column for: each decision kind, not only the charted.
+    const names = Array.from(table.querySelectorAll("thead th[data-counter]"),
+      (th) => th.dataset.counter);
     const body = document.createElement("tbody");
     const row = (label, counts, cell) => {
       const tr = document.createElement("tr");

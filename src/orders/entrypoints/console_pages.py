@@ -389,21 +389,56 @@ def _raw_documents(documents: list[dict[str, Any]]) -> str:
     )
 
 
+# Every counter the journals feed (`decision_counters.COUNTERS`, a test holds them equal), in
+# that order: the label of its column and what it counts, for the legend.
 COUNTER_LABELS = {
+    "decisions": "Decisions",
     "processed": "Processed",
     "duplicates": "Duplicates",
-    "stale": "Stale",
     "mismatches": "Mismatches",
+    "rejected": "Rejected",
+    "transient_failure": "Transient failures",
+    "unexpected_failure": "Unexpected failures",
+    "in_progress_elsewhere": "In progress elsewhere",
+    "downstream_refused": "Refused downstream",
+    "stale": "Stale",
+    "illegal_transition": "Illegal transitions",
+    "skipped_cancelled": "Skipped: cancelled",
+    "nothing_to_refund": "Cancel: nothing to refund",
+    "refunded": "Cancel: refunded",
+    "ignored": "Ignored",
+    "effect_conflict": "Effect conflicts",
+    "corrupt_record": "Corrupt records",
+    "unknown_outcome": "Unknown outcome",
     "dead_lettered": "Dead-lettered",
+    "abandoned": "Abandoned",
 }
-# What each counter means, for the legend: the consumers decide different things.
 COUNTER_MEANINGS = {
-    "processed": "an effect written (an order stored, a charge, a shipment, a status applied)",
+    "decisions": "every message a consumer decided on: the sum of the kinds that follow",
+    "processed": "an effect written (an order stored, a charge, a shipment, a status applied, "
+    "a cancel's status applied)",
     "duplicates": "a redelivery or duplicate recognised: no second write",
-    "stale": "a status update older than the stored version: no write",
     "mismatches": "a reused orderId with another payload: dead-lettered",
-    "dead_lettered": "any dead-lettered delivery (mismatches, poison, illegal transitions)",
+    "rejected": "a malformed message or one that breaks the contract: dead-lettered",
+    "transient_failure": "a store or service unavailable: abandoned, the broker redelivers",
+    "unexpected_failure": "a bug or an unknown error: abandoned and logged",
+    "in_progress_elsewhere": "another delivery holds the record's lease: abandoned, retried",
+    "downstream_refused": "the payment service refused for good: dead-lettered",
+    "stale": "a status update older than the stored version: the status is not changed",
+    "illegal_transition": "a status update that cannot follow the stored one: dead-lettered",
+    "skipped_cancelled": "an event for an order cancelled before its effect: no charge, "
+    "no shipment",
+    "nothing_to_refund": "a cancel of an order billing never charged",
+    "refunded": "a cancel of a charged order: the charge paid back",
+    "ignored": "an event this consumer has nothing to do for (shipping: a cancel)",
+    "effect_conflict": "an effect stored without the record that guards it: dead-lettered",
+    "corrupt_record": "a stored record that cannot be read: dead-lettered",
+    "unknown_outcome": "an outcome this console does not know (a newer worker's)",
+    "dead_lettered": "of the above, those dead-lettered",
+    "abandoned": "of the above, those abandoned for the broker to redeliver",
 }
+# The chart draws the common kinds; the table shows every counter.
+CHARTED = ("processed", "duplicates", "stale", "mismatches", "dead_lettered")
 
 
 def counters_page(available: bool) -> str:
@@ -417,10 +452,14 @@ def counters_page(available: bool) -> str:
             current=f"{PREFIX}/counters",
         )
     totals = "".join(
-        f'<div><dt>{text(label)}</dt><dd id="count-{name}" class="series-{name}">-</dd></div>'
+        f'<div><dt>{text(COUNTER_LABELS[name])}</dt><dd id="count-{name}" '
+        f'class="series-{name}">-</dd></div>'
+        for name in CHARTED
+    )
+    headings = "".join(
+        f'<th scope="col" data-counter="{name}">{text(label)}</th>'
         for name, label in COUNTER_LABELS.items()
     )
-    headings = "".join(f'<th scope="col">{text(label)}</th>' for label in COUNTER_LABELS.values())
     legend = "".join(
         f'<li><span class="swatch series-{name}" aria-hidden="true"></span>'
         f"<strong>{text(COUNTER_LABELS[name])}</strong>: {text(meaning)}</li>"
@@ -432,7 +471,7 @@ def counters_page(available: bool) -> str:
         "(orders: the orders queue's workers; every other: a registered consumer, on its "
         "order-events subscription or the status queue)</caption>"
         f'<thead><tr><th scope="col">Consumer</th>{headings}</tr></thead>'
-        '<tbody><tr><td colspan="6">Loading...</td></tr></tbody></table>'
+        f'<tbody><tr><td colspan="{len(COUNTER_LABELS) + 1}">Loading...</td></tr></tbody></table>'
         '<h2 id="all-heading">All consumers together</h2>'
         f'<dl class="totals" aria-labelledby="all-heading">{totals}</dl>'
         '<figure><svg id="chart" role="img" viewBox="0 0 660 240" width="660" height="240" '
