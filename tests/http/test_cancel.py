@@ -217,3 +217,17 @@ async def test_get_shows_status_version_and_history(api: Api) -> None:
         placed_change,
         {"status": "paid", "version": 2, "at": "2026-11-30T00:00:00+00:00"},
     ]
+
+
+async def test_get_of_an_order_cancelled_through_the_api_shows_the_stored_order(api: Api) -> None:
+    """The cancel's key record names the order too: it is not a submission of the order, so
+    GET must not answer 202 "accepted" for an order that is stored and cancelled."""
+    order_id = new_order_id()
+    await api.order_store.create_order(new_write(order_id))  # sent straight to the queue
+
+    cancelled = await cancel(api, order_id)
+    shown = await api.client.get(f"/api/orders/{order_id}")
+
+    assert cancelled.status_code == 200, cancelled.text
+    assert shown.status_code == 200, shown.text
+    assert (shown.json()["status"], shown.json()["statusVersion"]) == ("cancelled", 5)
