@@ -27,6 +27,7 @@ from orders.cli.shared import (
     settings_or_exit,
     unreachable,
 )
+from orders.cli.show import show
 from orders.domain.leases import DEFAULT_LEASE_SECONDS
 from orders.domain.load_plan import LoadMix, plan_from_json, plan_load, plan_to_json
 from orders.service.registry import CONSUMERS, STATUS, consumer_named, consumer_names
@@ -599,6 +600,7 @@ def env(
 
 
 app.command()(payments)
+app.command()(show)
 app.add_typer(dead_letters_app, name="dlq")
 app.add_typer(keys_app, name="keys")
 

@@ -13,17 +13,24 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, Selection, resubmit_refusal
+from orders.domain.dead_letters import (
+    DeadLetter,
+    DeadLetterOutcome,
+    Selection,
+    names_order,
+    resubmit_refusal,
+)
 from orders.domain.decision_counters import DecisionCounters
 from orders.domain.payments import Charge, Refund
 from orders.exceptions import PaymentError
-from orders.service.order_lookup import order_history
+from orders.service.order_lookup import order_history, order_view
 from orders.service.payment_port import PaymentGateway
 from orders.service.ports import (
     DeadLetterQueue,
     DecisionFeed,
     EntityCounter,
     EntityCounts,
+    OrderPartition,
     OrderReader,
     OrderViewLayout,
 )
@@ -145,11 +152,65 @@ class OperationsConsole:
     def order_history(self, documents: Sequence[dict[str, Any]]) -> list[dict[str, object]]:
         """The order's one history, read off its documents as GET reads them (the same
         function builds both). Raises `UnreadableOrderError` when GET could not read them."""
+        return order_history(self._partition(documents))
+
+    def _partition(self, documents: Sequence[dict[str, Any]]) -> OrderPartition:
         stored = [document for document in documents if origin_of(document) == ORDERS_CONTAINER]
         try:
-            return order_history(self._layout.order_partition(stored))
+            return self._layout.order_partition(stored)
         except (KeyError, TypeError, ValueError) as exc:
             raise UnreadableOrderError(f"{type(exc).__name__}: {exc}") from exc
+
+    async def show_order(self, order_id: str) -> dict[str, Any]:
+        """Everything known about one order, for `orders show`: the stored order as GET shows
+        it, its one history, payment and refund, shipment, outbox events, the consumers'
+        records, and the dead letters that name it (peeked). Documents as stored, without the
+        store's own fields."""
+        documents, dead_letters = await asyncio.gather(
+            self.order_documents(order_id), self.order_dead_letters(order_id)
+        )
+        try:
+            partition = self._partition(documents)
+            view: dict[str, Any] = {
+                "order": order_view(partition),
+                "statusHistory": order_history(partition),
+            }
+        except UnreadableOrderError as exc:
+            view = {"order": None, "statusHistory": None, "unreadable": str(exc)}
+
+        def of_type(*kinds: str) -> list[dict[str, Any]]:
+            return [
+                {key: value for key, value in document.items() if not key.startswith("_")}
+                for document in documents
+                if document.get("type") in kinds
+            ]
+
+        return {
+            "orderId": order_id,
+            **view,
+            "payment": of_type(PAYMENT_DOCUMENT_TYPE, BILLING_DOCUMENT_TYPE),
+            "refund": of_type(PAYMENT_REFUND_DOCUMENT_TYPE, REFUND_DOCUMENT_TYPE),
+            "shipment": of_type(SHIPMENT_DOCUMENT_TYPE),
+            "outbox": of_type(OUTBOX_DOCUMENT_TYPE),
+            "inboxRecords": of_type(INBOX_DOCUMENT_TYPE),
+            "rejections": of_type(REJECTION_DOCUMENT_TYPE),
+            "deadLetters": [
+                {"source": str(source), **dead.to_json()} for source, dead in dead_letters
+            ],
+        }
+
+    async def order_dead_letters(
+        self, order_id: str, limit: int = COUNT_LIMIT
+    ) -> list[tuple[Source, DeadLetter]]:
+        """The dead letters that name the order, in every source's dead-letter queue (peeked:
+        nothing is locked or changed), the first `limit` of each queue searched."""
+        found = await asyncio.gather(*(self.dead_letters(source, limit) for source in self.sources))
+        return [
+            (source, dead)
+            for source, dead_letters in zip(self.sources, found, strict=True)
+            for dead in dead_letters
+            if names_order(dead, order_id)
+        ]
 
     async def counters(self) -> DecisionCounters | None:
         """None where no journal is configured (in Azure: the workbook has them)."""
