@@ -182,10 +182,11 @@ async def test_dead_letters_are_listed_with_every_untrusted_value_escaped(
 
 async def test_counters_page_explains_its_counters_per_consumer(console: Console) -> None:
     page = assert_html(await console.client.get("/console/counters"), 200)
-    assert '<table id="by-consumer">' in page and '<th scope="col">Consumer</th>' in page
-    assert '<th scope="col" data-counter="stale">Stale</th>' in page and 'id="count-stale"' in page
-    # the cancels' decisions have columns of their own
-    assert '<th scope="col" data-counter="nothing_to_refund">Cancel: nothing to refund' in page
+    assert '<table id="by-consumer">' in page and '<th scope="col">Decision</th>' in page
+    assert '<tr data-counter="stale"><th scope="row">Stale</th>' in page
+    assert 'id="count-stale"' in page
+    # the cancels' decisions have rows of their own
+    assert '<tr data-counter="nothing_to_refund"><th scope="row">Cancel: nothing to refund' in page
     assert '<ul class="legend" id="legend">' in page and "no second write" in page
 
 

@@ -456,8 +456,10 @@ def counters_page(available: bool) -> str:
         f'class="series-{name}">-</dd></div>'
         for name in CHARTED
     )
-    headings = "".join(
-        f'<th scope="col" data-counter="{name}">{text(label)}</th>'
+    # One row per counter and a column per consumer: every decision kind fits a small screen.
+    rows = "".join(
+        f'<tr data-counter="{name}"><th scope="row">{text(label)}</th>'
+        '<td class="loading">Loading...</td></tr>'
         for name, label in COUNTER_LABELS.items()
     )
     legend = "".join(
@@ -469,9 +471,10 @@ def counters_page(available: bool) -> str:
         "Counters",
         '<table id="by-consumer"><caption>Decisions per consumer, since the journals began '
         "(orders: the orders queue's workers; every other: a registered consumer, on its "
-        "order-events subscription or the status queue)</caption>"
-        f'<thead><tr><th scope="col">Consumer</th>{headings}</tr></thead>'
-        f'<tbody><tr><td colspan="{len(COUNTER_LABELS) + 1}">Loading...</td></tr></tbody></table>'
+        "order-events subscription or the status queue). Each decision counts once under its "
+        "kind, so the kinds add up to Decisions</caption>"
+        '<thead><tr><th scope="col">Decision</th></tr></thead>'
+        f"<tbody>{rows}</tbody></table>"
         '<h2 id="all-heading">All consumers together</h2>'
         f'<dl class="totals" aria-labelledby="all-heading">{totals}</dl>'
         '<figure><svg id="chart" role="img" viewBox="0 0 660 240" width="660" height="240" '
