@@ -249,6 +249,7 @@ def test_a_payment_service_failing_after_refunding_is_retried_into_the_same_refu
         shown[order_id] = json.loads(answer.stdout)
         assert shown[order_id]["statusHistory"] == got[order_id]
         assert shown[order_id]["outbox"] and shown[order_id]["payment"]  # its events, its charge
+        assert not [k for d in shown[order_id]["outbox"] for k in d if k.startswith("_")]
     assert shown[cancelled[0]]["refund"] and not shown[cancelled[0]]["shipment"]
     assert shown[shipped]["shipment"] and not shown[shipped]["refund"]
     for order_id in cancelled:  # cancelled after its charge: paid, cancelled, refunded

@@ -40,7 +40,7 @@ def show(
     settings = settings_or_exit()
     require_reachable(settings)
     with connection_errors_exit():
-        found = asyncio.run(_show(order_id))
+        found = without_store_fields(asyncio.run(_show(order_id)))
     if as_json:
         print(json.dumps(found, indent=2, default=str))
         return
@@ -55,6 +55,22 @@ async def _show(order_id: str) -> dict[str, Any]:
         return await runtime.console.show_order(order_id)
     finally:
         await runtime.close()
+
+
+def without_store_fields(found: dict[str, Any]) -> dict[str, Any]:
+    """The documents without what the database adds to each (`_etag`, `_ts`, `_rid`, ...):
+    an operator reads the order here, not the store's bookkeeping (the console shows it)."""
+    return {
+        section: [
+            {key: value for key, value in document.items() if not key.startswith("_")}
+            if isinstance(document, dict)
+            else document
+            for document in value
+        ]
+        if isinstance(value, list)
+        else value
+        for section, value in found.items()
+    }
 
 
 def print_order(found: dict[str, Any]) -> None:

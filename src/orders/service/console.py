@@ -164,8 +164,7 @@ class OperationsConsole:
     async def show_order(self, order_id: str) -> dict[str, Any]:
         """Everything known about one order, for `orders show`: the stored order as GET shows
         it, its one history, payment and refund, shipment, outbox events, the consumers'
-        records, and the dead letters that name it (peeked). Documents as stored, without the
-        store's own fields."""
+        records, and the dead letters that name it (peeked). Documents as stored."""
         documents, dead_letters = await asyncio.gather(
             self.order_documents(order_id), self.order_dead_letters(order_id)
         )
@@ -179,11 +178,7 @@ class OperationsConsole:
             view = {"order": None, "statusHistory": None, "unreadable": str(exc)}
 
         def of_type(*kinds: str) -> list[dict[str, Any]]:
-            return [
-                {key: value for key, value in document.items() if not key.startswith("_")}
-                for document in documents
-                if document.get("type") in kinds
-            ]
+            return [document for document in documents if document.get("type") in kinds]
 
         return {
             "orderId": order_id,
