@@ -46,7 +46,13 @@ from orders.domain.inbox import BillingRecord, BillingStatus, RefundRecord
 from orders.domain.leases import FeedLease
 from orders.domain.rejections import FiledRejection, OrderRejection
 from orders.domain.saga import Fulfilment, SagaOrder
-from orders.domain.status import OrderStatus, OrderStatusChanged, StoredStatus, history_after
+from orders.domain.status import (
+    OrderStatus,
+    OrderStatusChanged,
+    StoredStatus,
+    history_after,
+    history_with_late,
+)
 from orders.service.order_lookup import order_history
 from orders.service.ports import (
     AuditedLine,
@@ -429,6 +435,15 @@ def test_one_history_per_order_from_placed_to_a_cancel_still_queued() -> None:
     ]
     assert order_history(order_partition([*written.documents, old_shape])) == [
         {"status": "placed", "version": 1, "at": STAMP},
+        {"status": "shipped", "version": 3, "at": STAMP},
+    ]
+    # a change recorded late reads in its place, shown as any other (`late` is the audit's)
+    late = StoredStatus(OrderStatus.SHIPPED, 3, history_after(StoredStatus.placed(), shipped))
+    with_late = status_document(shipped, history_with_late(late, paid) or ())
+    assert with_late["history"][0]["late"] is True  # stored with the mark, shown without
+    assert order_history(order_partition([*written.documents, with_late])) == [
+        {"status": "placed", "version": 1, "at": STAMP},
+        {"status": "paid", "version": 2, "at": STAMP},
         {"status": "shipped", "version": 3, "at": STAMP},
     ]
     # the cancel is decided on the order document; its status update (version 5) is queued
