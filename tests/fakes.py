@@ -363,6 +363,7 @@ class FakeIdempotencyStore:
                 and document["orderId"] == order_id
                 and document["scope"] == scope
                 and document["status"] == RecordStatus.COMPLETED.value
+                and "operation" not in document  # placing records only, as the adapter's query
             ):
                 return KeyRecord.of(self._record(document))
         return None

@@ -388,6 +388,7 @@ async def build_console_runtime(
             lambda source: ServiceBusDeadLetters(servicebus, source, peeks),
             CosmosOrderReader(orders_container(cosmos, settings)),
             JournalFolder(Path(folder)) if folder else None,
+            layout=DOCUMENT_LAYOUT,
             duplicate_window=timedelta(seconds=settings.duplicate_window_seconds),
             inbox=CosmosOrderReader(inbox_container(cosmos, settings)),
             payments=payments,

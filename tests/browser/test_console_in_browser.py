@@ -11,13 +11,19 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import Counter, defaultdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
 from browser_support import ConsoleStack, poll_until, screenshot
 from poison_corpus import order, valid_order_body
+
+from orders.adapters.decision_journals import consumer_of
+from orders.domain.decision_counters import kind_counter
+from orders.domain.status import OrderStatus, OrderStatusChanged
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser"), pytest.mark.timeout(240)]
 
@@ -310,12 +316,14 @@ def test_counters_page_renders_and_updates_without_a_reload(
     order_id = new_order_id()
     send(console, valid_order_body(order_id), order_id)
     poll_until(lambda: (processed() or 0) > before, 60.0, "the processed counter to rise")
-    row = poll_until(
-        lambda: browser.find_elements(By.CSS_SELECTOR, '#by-consumer tr[data-consumer="orders"]'),
+    cell = poll_until(
+        lambda: browser.find_elements(
+            By.CSS_SELECTOR, '#by-consumer td[data-consumer="orders"][data-counter="processed"]'
+        ),
         30.0,
-        "the orders workers' row",
+        "the orders workers' column",
     )
-    assert int(row[0].find_element(By.CSS_SELECTOR, '[data-counter="processed"]').text) >= 1
+    assert int(cell[0].text) >= 1
     screenshot(browser, "counters")
     # Still the same page: the script updated it in place.
     assert browser.execute_script("return performance.timeOrigin") == page_loaded_at
@@ -382,3 +390,88 @@ def test_every_page_fits_a_1280_pixel_screen(console: ConsoleStack, browser: Any
                     dead_letters.complete_message(message)
                 else:
                     dead_letters.abandon_message(message)
+
+
+def send_status(console: ConsoleStack, change: OrderStatusChanged) -> None:
+    """A status update as billing or shipping sends it, to the stack's status queue."""
+    with (
+        ServiceBusClient.from_connection_string(
+            console.stack.servicebus_connection_string
+        ) as client,
+        client.get_queue_sender(console.stack.queue.status_queue) as sender,
+    ):
+        sender.send_messages(ServiceBusMessage(change.body(), message_id=change.message_id))
+
+
+def journal_counts(console: ConsoleStack) -> dict[str, Counter[str]]:
+    """Each consumer's decisions per kind, read straight from the workers' journals."""
+    counts: dict[str, Counter[str]] = defaultdict(Counter)
+    for journal in console.stack.workdir.glob("*.decisions.jsonl"):
+        for line in journal.read_text(encoding="utf-8").splitlines():
+            entry = json.loads(line)
+            consumer = consumer_of(journal)
+            counts[consumer]["decisions"] += 1
+            counts[consumer][kind_counter(entry["outcome"])] += 1
+    return counts
+
+
+def test_the_timeline_is_gets_history_and_the_counters_are_the_decision_logs(
+    console: ConsoleStack, browser: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    if not [p for p in console.stack.processes if p.name.startswith("status") and p.running]:
+        console.stack.start_subscriber("status")
+    order_id = new_order_id()
+    send(console, valid_order_body(order_id), order_id)
+    console.wait_for_decision(order_id, outcome="processed")
+    # shipped (3) arrives before paid (2), as it can when two producers race
+    now = datetime.now(UTC)
+    send_status(console, OrderStatusChanged.of(order_id, OrderStatus.SHIPPED, changed_at=now))
+    got = poll_until(
+        lambda: (history := httpx.get(f"{console.url}/api/orders/{order_id}").json().get(
+            "statusHistory", [])) and history[-1]["status"] == "shipped" and history,
+        60.0, "GET to show shipped",
+    )  # fmt: skip
+    send_status(console, OrderStatusChanged.of(order_id, OrderStatus.PAID, changed_at=now))
+    got = poll_until(
+        lambda: len(history := httpx.get(f"{console.url}/api/orders/{order_id}").json()[
+            "statusHistory"]) == 3 and history,
+        60.0, "GET to keep the late paid",
+    )  # fmt: skip
+
+    open_page(browser, f"{console.url}/console/orders?orderId={order_id}")
+    steps = browser.find_elements(By.CSS_SELECTOR, "#timeline > li")
+    screenshot(browser, "order-history")
+    shown = [(s.get_attribute("data-step"), int(s.get_attribute("data-version"))) for s in steps]
+    assert shown == [(c["status"], c["version"]) for c in got]
+    assert shown == [("placed", 1), ("paid", 2), ("shipped", 3)]
+    assert "version 3" in browser.find_element(By.ID, "current-status").text
+
+    # Every consumer's row on the counters page is its decision log, kind by kind.
+    open_page(browser, f"{console.url}/console/counters")
+    counters = [
+        row.get_attribute("data-counter")
+        for row in browser.find_elements(By.CSS_SELECTOR, "#by-consumer tbody tr[data-counter]")
+    ]
+    assert {"skipped_cancelled", "nothing_to_refund", "refunded", "decisions"} <= set(counters)
+
+    def rows_match_the_logs() -> dict[str, dict[str, int]] | None:
+        rows: dict[str, dict[str, int]] = defaultdict(dict)
+        for cell in browser.find_elements(By.CSS_SELECTOR, "#by-consumer td[data-consumer]"):
+            consumer = str(cell.get_attribute("data-consumer"))
+            if consumer != "all":
+                rows[consumer][str(cell.get_attribute("data-counter"))] = int(cell.text)
+        logs = journal_counts(console)
+        settlements = ("dead_lettered", "abandoned")
+        seen = {
+            consumer: {
+                name: count for name, count in row.items() if count and name not in settlements
+            }
+            for consumer, row in rows.items()
+        }
+        return rows if seen == {c: dict(kinds) for c, kinds in logs.items()} else None
+
+    rows = poll_until(rows_match_the_logs, 30.0, "the counters to equal the decision logs")
+    assert rows["status"]["stale"] >= 1 and rows["status"]["processed"] >= 1
+    screenshot(browser, "counters-equal-logs")

@@ -99,9 +99,10 @@ def test_resubmit_takes_the_duplicate_window_from_the_settings(stack: LocalStack
     sequence = str(dead_letter(stack, message_id, b'{"orderId": "x"}'))
 
     # An hour-long window (as `orders env` would export it) keeps the just-sent dead letter.
-    kept = cli(stack, "dlq", "resubmit", sequence, ORDERS_DUPLICATE_WINDOW_SECONDS="3600")
+    # --yes: the earlier tests' dead letters lie before it and are passed over (told, then done).
+    kept = cli(stack, "dlq", "resubmit", sequence, "--yes", ORDERS_DUPLICATE_WINDOW_SECONDS="3600")
     # A window that has passed lets it go, with no --duplicate-window on the command line.
-    sent = cli(stack, "dlq", "resubmit", sequence, ORDERS_DUPLICATE_WINDOW_SECONDS="0")
+    sent = cli(stack, "dlq", "resubmit", sequence, "--yes", ORDERS_DUPLICATE_WINDOW_SECONDS="0")
 
     assert kept.returncode == 1 and "duplicate-detection window" in kept.stdout
     assert sent.returncode == 0 and f"resubmitted 1: [{sequence}]" in sent.stdout
@@ -162,3 +163,29 @@ def test_orders_env_exports_the_window_and_notices_a_stopped_stack(
     assert stopped.returncode == 2 and stopped.stdout == ""
     assert "stale" in stopped.stderr and "Traceback" not in stopped.stderr
     assert len(stopped.stderr.strip().splitlines()) == 1
+
+
+def test_orders_show_finds_the_dead_letters_that_name_the_order_and_changes_nothing(
+    stack: LocalStack,
+) -> None:
+    order_id = f"o-{uuid.uuid4().hex[:8]}"
+    dead_letter(stack, order_id, json.dumps({"orderId": order_id, "lines": []}).encode())
+    # an event's MessageId is drawn, so its body's orderId names the order
+    event_id = f"ev-{uuid.uuid4().hex[:8]}"
+    dead_letter(stack, event_id, json.dumps({"orderId": order_id}).encode())
+    dead_letter(stack, f"o-{uuid.uuid4().hex[:8]}", b'{"orderId": "someone-else"}')
+
+    as_json = cli(stack, "show", order_id, "--json")
+    as_text = cli(stack, "show", order_id)
+    malformed = cli(stack, "show", "a/b")
+
+    assert as_json.returncode == 0, as_json.stderr
+    shown = json.loads(as_json.stdout)
+    assert shown["order"] is None and shown["statusHistory"] == []  # never stored
+    assert {d["messageId"] for d in shown["deadLetters"]} == {order_id, event_id}
+    assert all(d["source"] == stack.queue.name for d in shown["deadLetters"])
+    assert as_text.returncode == 0 and "dead letters naming it (2, peeked)" in as_text.stdout
+    assert f"order {order_id}: not stored" in as_text.stdout
+    assert malformed.returncode == 2 and "not an order id" in malformed.stderr
+    # peeked: nothing was locked, so no delivery count moved
+    assert listed(stack)[order_id]["deliveryCount"] == 0

@@ -8,25 +8,39 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import signal
 import threading
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from e2e_support import new_plan, orders_cli, send
 
-from orders.bootstrap import send_cancels, verify_run
+from orders.adapters.decision_journals import JournalFolder, consumer_of
+from orders.bootstrap import (
+    ConsoleRuntime,
+    HttpRuntime,
+    build_console_runtime,
+    build_http_runtime,
+    send_cancels,
+    verify_run,
+)
+from orders.domain.decision_counters import KIND_COUNTERS, kind_counter
 from orders.domain.load_plan import (
     CancelPoint,
     LoadMix,
     LoadPlan,
     PlannedCancel,
+    SendKind,
     plan_from_json,
     plan_load,
 )
 from orders.entrypoints.demo import VERIFY_POLL_SECONDS, wait_for_audit
+from orders.entrypoints.http_api import create_app
 from orders.entrypoints.localstack import LocalStack, ManagedProcess
 from orders.entrypoints.worker import CRASH_AFTER_REFUND_ENV, CRASH_EXIT_CODE
 from orders.service.cancels import CancelResults
@@ -80,6 +94,62 @@ def refunds(stack: LocalStack) -> list[dict[str, str]]:
     answer = httpx.get(f"{stack.payments_url}/refunds", params={"limit": "1000"}, timeout=10)
     answer.raise_for_status()
     return list(answer.json()["refunds"])
+
+
+async def histories_over_http(
+    stack: LocalStack, order_ids: list[str]
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[tuple[str, int]]]]:
+    """GET's `statusHistory` and the console timeline's (status, version) steps, per order:
+    the real HTTP app and console, in-process, over the stack's emulators."""
+    settings = stack.settings()
+
+    async def http_runtime() -> HttpRuntime:
+        return await build_http_runtime(settings)
+
+    async def console_runtime() -> ConsoleRuntime:
+        return await build_console_runtime(settings)
+
+    app = create_app(http_runtime, console_factory=console_runtime)
+    got: dict[str, list[dict[str, Any]]] = {}
+    timelines: dict[str, list[tuple[str, int]]] = {}
+    async with (
+        app.router.lifespan_context(app),  # closes the runtimes' clients at the end
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as client,
+    ):
+        for order_id in order_ids:
+            answer = await client.get(f"/api/orders/{order_id}")
+            assert answer.status_code == 200, answer.text
+            got[order_id] = answer.json()["statusHistory"]
+            page = (await client.get("/console/orders", params={"orderId": order_id})).text
+            assert "data-pending" not in page, order_id  # every step is in the history
+            timelines[order_id] = [
+                (status, int(version))
+                for status, version in re.findall(
+                    r'<li data-step="(\w+)" data-version="(\d+)">', page
+                )
+            ]
+    return got, timelines
+
+
+def assert_counters_equal_decision_logs(stack: LocalStack) -> None:
+    journals = sorted(stack.workdir.glob("*.decisions.jsonl"))
+    logged: dict[str, Counter[str]] = defaultdict(Counter)
+    for journal in journals:
+        for line in journal.read_text(encoding="utf-8").splitlines():
+            logged[consumer_of(journal)][kind_counter(json.loads(line)["outcome"])] += 1
+    counters = asyncio.run(JournalFolder(stack.workdir).counters())
+
+    assert set(counters.by_consumer) == set(logged) >= {"orders", "billing", "shipping", "status"}
+    for consumer, kinds in logged.items():
+        counted = counters.by_consumer[consumer]
+        assert {k: counted[k] for k in KIND_COUNTERS if counted[k]} == dict(kinds), consumer
+        assert counted["decisions"] == sum(kinds.values()), consumer
+    # the cancels' decisions are counted too
+    assert (
+        counters.by_consumer["billing"]["refunded"]
+        + counters.by_consumer["billing"]["nothing_to_refund"]
+        >= 1
+    )
 
 
 def start_pipeline(stack: LocalStack, *, shipping: bool = True) -> None:
@@ -151,7 +221,8 @@ def test_a_payment_service_failing_after_refunding_is_retried_into_the_same_refu
     start_pipeline(stack, shipping=False)
     stack.start_subscriber("billing", extra_env=SHORT_BILLING_LEASE)
     send(stack, plan)
-    answered = asyncio.run(send_cancels(stack.settings(), cancels_after_charge(plan, 4)))
+    cancels = cancels_after_charge(plan, 4)
+    answered = asyncio.run(send_cancels(stack.settings(), cancels))
     stack.start_subscriber("shipping")
     report = settle(stack, plan, answered)
 
@@ -159,6 +230,34 @@ def test_a_payment_service_failing_after_refunding_is_retried_into_the_same_refu
     assert report.invariants is not None and not any(report.invariants.values())
     assert report.fanout["shipping"]["effects"] == 1  # the one order not cancelled
     assert len(refunds(stack)) == 4
+
+    # Every view tells one truth (#39): each order's history is the same in GET, the console's
+    # timeline and `orders show`, complete and in version order, cancels included.
+    order_ids = sorted({s.message_id for s in plan.sends if s.kind is SendKind.ORIGINAL})
+    cancelled = sorted({cancel.order_id for cancel in cancels})
+    got, timelines = asyncio.run(histories_over_http(stack, order_ids))
+    for order_id in order_ids:
+        history = [(change["status"], change["version"]) for change in got[order_id]]
+        assert timelines[order_id] == history, order_id
+        assert history[0] == ("placed", 1) and [v for _, v in history] == sorted(
+            {v for _, v in history}
+        ), history
+    shipped = next(order_id for order_id in order_ids if order_id not in cancelled)
+    shown = {}
+    for order_id in (cancelled[0], shipped):
+        answer = orders_cli(stack, "show", order_id, "--json")
+        assert answer.returncode == 0, answer.stderr
+        shown[order_id] = json.loads(answer.stdout)
+        assert shown[order_id]["statusHistory"] == got[order_id]
+        assert shown[order_id]["outbox"] and shown[order_id]["payment"]  # its events, its charge
+        assert not [k for d in shown[order_id]["outbox"] for k in d if k.startswith("_")]
+    assert shown[cancelled[0]]["refund"] and not shown[cancelled[0]]["shipment"]
+    assert shown[shipped]["shipment"] and not shown[shipped]["refund"]
+    for order_id in cancelled:  # cancelled after its charge: paid, cancelled, refunded
+        changes = [(c["status"], c["version"]) for c in got[order_id]]
+        assert changes == [("placed", 1), ("paid", 2), ("cancelled", 5), ("refunded", 6)]
+    # ... and each consumer's counters on the console are its decision log, kind by kind.
+    assert_counters_equal_decision_logs(stack)
 
 
 def test_a_charge_refused_for_good_ends_the_order_payment_failed_and_it_never_ships(

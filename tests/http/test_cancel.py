@@ -9,8 +9,9 @@ import asyncio
 
 import httpx
 from fakes import new_write, order_payload
-from http_support import Api, assert_problem, new_order_id
+from http_support import DEFAULT_SCOPE, Api, assert_problem, new_order_id
 
+from orders.domain.ownership import app_scope
 from orders.domain.status import OrderStatus
 
 PRINCIPAL = "X-MS-CLIENT-PRINCIPAL-ID"
@@ -208,12 +209,30 @@ async def test_get_shows_status_version_and_history(api: Api) -> None:
 
     paid = (await api.client.get(f"/api/orders/{order_id}")).json()
 
+    placed_change = {"status": "placed", "version": 1, "at": as_placed["processedAt"]}
     assert (as_placed["status"], as_placed["statusVersion"], as_placed["statusHistory"]) == (
         "placed",
         1,
-        [],
+        [placed_change],
     )
     assert (paid["status"], paid["statusVersion"]) == ("paid", 2)
     assert paid["statusHistory"] == [
-        {"status": "paid", "version": 2, "at": "2026-11-30T00:00:00+00:00"}
+        placed_change,
+        {"status": "paid", "version": 2, "at": "2026-11-30T00:00:00+00:00"},
     ]
+
+
+async def test_get_of_an_order_cancelled_through_the_api_shows_the_stored_order(api: Api) -> None:
+    """The cancel's key record names the order too: it is not a submission of the order, so
+    GET must not answer 202 "accepted" for an order that is stored and cancelled."""
+    order_id = new_order_id()
+    # Sent straight to the queue, naming the app's scope as its owner (the API's callers here).
+    owner = app_scope(DEFAULT_SCOPE)
+    await api.order_store.create_order(new_write(order_id, owner_scope=owner))
+
+    cancelled = await cancel(api, order_id)
+    shown = await api.client.get(f"/api/orders/{order_id}")
+
+    assert cancelled.status_code == 200, cancelled.text
+    assert shown.status_code == 200, shown.text
+    assert (shown.json()["status"], shown.json()["statusVersion"]) == ("cancelled", 5)

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from fakes import (
+    LAYOUT,
     FakeDeadLetterQueue,
     FakeDecisionFeed,
     FakeEntityCounter,
@@ -26,6 +27,7 @@ from fakes import (
     FakeOrderReader,
     FakeOrderStore,
     RecordingPublisher,
+    new_write,
 )
 from http_support import PROBLEM, FakeClock, assert_problem, runtime_over
 from hypothesis import HealthCheck, given, settings
@@ -103,6 +105,7 @@ async def console_over(
         queues.__getitem__,
         FakeOrderReader(orders),
         feed if journal else None,
+        layout=LAYOUT,
         duplicate_window=timedelta(minutes=10),
     )
 
@@ -180,8 +183,11 @@ async def test_dead_letters_are_listed_with_every_untrusted_value_escaped(
 
 async def test_counters_page_explains_its_counters_per_consumer(console: Console) -> None:
     page = assert_html(await console.client.get("/console/counters"), 200)
-    assert '<table id="by-consumer">' in page and '<th scope="col">Consumer</th>' in page
-    assert '<th scope="col">Stale</th>' in page and 'id="count-stale"' in page
+    assert '<table id="by-consumer">' in page and '<th scope="col">Decision</th>' in page
+    assert '<tr data-counter="stale"><th scope="row">Stale</th>' in page
+    assert 'id="count-stale"' in page
+    # the cancels' decisions have rows of their own
+    assert '<tr data-counter="nothing_to_refund"><th scope="row">Cancel: nothing to refund' in page
     assert '<ul class="legend" id="legend">' in page and "no second write" in page
 
 
@@ -355,8 +361,8 @@ async def test_order_page_renders_every_document_by_its_type(console: Console) -
 
 async def test_order_page_is_a_timeline_with_its_sources(console: Console) -> None:
     for document in (
-        {"id": "o-2", "orderId": "o-2", "type": "order", "status": "placed",
-         "processedAt": "2026-12-01T10:00:00+00:00", "_etag": "noise-etag", "_lsn": 7},
+        {**new_write("o-2").documents[0], "processedAt": "2026-12-01T10:00:00+00:00",
+         "_etag": "noise-etag", "_lsn": 7},
         {"id": "o-2:status", "orderId": "o-2", "type": "orderStatus", "status": "shipped",
          "version": 3, "history": [
              {"status": "paid", "version": 2, "at": "2026-12-01T10:00:02+00:00"},
@@ -369,8 +375,8 @@ async def test_order_page_is_a_timeline_with_its_sources(console: Console) -> No
     page = assert_html(await console.client.get("/console/orders?orderId=o-2"), 200)
 
     summary, raw = page.split('<details id="raw">', 1)
-    steps = re.findall(r'<li data-step="(\w+)">', summary)
-    assert steps == ["placed", "paid", "shipped"]
+    steps = re.findall(r'<li data-step="(\w+)" data-version="(\d+)">', summary)
+    assert steps == [("placed", "1"), ("paid", "2"), ("shipped", "3")]
     assert "Current status: <strong>shipped</strong> (version 3" in summary
     assert "shipment o-2:shipment (inbox container): shipment requested" in summary
     assert "noise-etag" not in summary and "_lsn" not in summary and "noise-etag" in raw
@@ -396,10 +402,10 @@ async def test_counters_json_tallies_the_journal_and_skips_bad_lines(console: Co
 
     assert response.status_code == 200
     body = response.json()
-    assert body["totals"] == {
+    assert {name: count for name, count in body["totals"].items() if count} == {
+        "decisions": 3,
         "processed": 1,
         "duplicates": 1,
-        "stale": 0,
         "mismatches": 1,
         "dead_lettered": 1,
     }
@@ -739,6 +745,7 @@ async def test_a_warmed_console_is_built_and_counted_at_startup_before_any_page(
             queues.__getitem__,
             FakeOrderReader(FakeOrderStore()),
             None,
+            layout=LAYOUT,
             duplicate_window=timedelta(minutes=10),
         )
         return ConsoleRuntime(console)

@@ -20,7 +20,13 @@ from fakes import FakeIdempotencyStore
 from exactly_once.exceptions import RecordChangedError, RecordExistsError
 from exactly_once.records import Record, lease_is_live
 from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
-from orders.domain.idempotency import KeyRecord, OrderIdClaim, RecordStatus, key_claim
+from orders.domain.idempotency import (
+    CANCEL_OPERATION,
+    KeyRecord,
+    OrderIdClaim,
+    RecordStatus,
+    key_claim,
+)
 from orders.entrypoints.http_contract import accepted_response
 from orders.service.ports import IdempotencyStore
 
@@ -137,6 +143,20 @@ async def test_find_order_sees_only_completed_records_of_the_scope(
     assert before is None and theirs is None
     assert mine is not None and mine.order_id == order_id
     assert mine.answer == accepted_response(order_id)
+
+
+async def test_find_order_passes_over_a_cancels_record_of_the_order(
+    store: IdempotencyStore,
+) -> None:
+    order_id = f"o-{uuid.uuid4().hex}"
+    cancel = key_claim("app:mine", uuid.uuid4().hex, order_id, "hash-c", owner="http-a",
+                       lease_seconds=30, ttl_seconds=3600, operation=CANCEL_OPERATION)  # fmt: skip
+    owned = await store.claim(cancel)
+    await store.complete(owned, {"statusCode": 200, "body": {"status": "cancelled"}})
+
+    # the cancel names the order but did not place it: GET must not take it for a submission
+    assert await store.find_order("app:mine", order_id) is None
+    assert owned.data == cancel.data  # stored and read back with its operation
 
 
 async def test_an_order_id_claim_keeps_the_first_payload(store: IdempotencyStore) -> None:

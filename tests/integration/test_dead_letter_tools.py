@@ -17,7 +17,7 @@ import httpx
 import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
-from fakes import FakeEntityCounter, FakeOrderReader, FakeOrderStore
+from fakes import LAYOUT, FakeEntityCounter, FakeOrderReader, FakeOrderStore
 from servers import CosmosServer
 
 from orders.adapters.servicebus_dead_letters import ServiceBusDeadLetters
@@ -403,6 +403,7 @@ async def test_the_consoles_resubmit_sends_the_whole_message_back(
             lambda chosen: ServiceBusDeadLetters(client, chosen),
             FakeOrderReader(FakeOrderStore()),
             None,
+            layout=LAYOUT,
             duplicate_window=timedelta(0),
         )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -16,14 +17,19 @@ from orders.adapters.decision_journals import JournalFolder, consumer_of
 from orders.domain.dead_letters import MAX_SEQUENCE_NUMBER, parse_sequence_number
 from orders.domain.decision_counters import (
     BUCKET_SECONDS,
+    COUNTERS,
+    KIND_COUNTERS,
     MAX_BACKING_OFF,
     MAX_BUCKETS,
     MAX_CONSUMERS,
     MAX_LINE_BYTES,
     DecisionCounters,
     counted_as,
+    kind_counter,
     parse_journal_line,
 )
+from orders.domain.outcomes import Outcome, Settlement
+from orders.entrypoints.console_pages import COUNTER_LABELS, COUNTER_MEANINGS
 from orders.entrypoints.worker import decision_journal
 from orders.settings import Settings, SettingsError
 
@@ -35,17 +41,57 @@ def line(outcome: str, settlement: str, at: float) -> bytes:
 @pytest.mark.parametrize(
     ("outcome", "settlement", "names"),
     [
-        ("processed", "complete", ["processed"]),
-        ("duplicate", "complete", ["duplicates"]),
-        ("mismatch", "dead_letter", ["mismatches", "dead_lettered"]),
-        ("rejected", "dead_letter", ["dead_lettered"]),
-        ("transient_failure", "abandon", []),
+        ("processed", "complete", ["decisions", "processed"]),
+        ("duplicate", "complete", ["decisions", "duplicates"]),
+        ("mismatch", "dead_letter", ["decisions", "mismatches", "dead_lettered"]),
+        ("rejected", "dead_letter", ["decisions", "rejected", "dead_lettered"]),
+        ("transient_failure", "abandon", ["decisions", "transient_failure", "abandoned"]),
+        ("skipped_cancelled", "complete", ["decisions", "skipped_cancelled"]),
+        ("nothing_to_refund", "complete", ["decisions", "nothing_to_refund"]),
+        ("from_a_newer_worker", "complete", ["decisions", "unknown_outcome"]),
     ],
 )
 def test_each_outcome_counts_where_an_operator_expects(
     outcome: str, settlement: str, names: list[str]
 ) -> None:
     assert counted_as({"outcome": outcome, "settlement": settlement}) == names
+
+
+def test_every_decision_kind_has_a_counter_of_its_own_with_a_label_and_a_meaning() -> None:
+    kinds = {kind_counter(outcome.value) for outcome in Outcome}
+    assert len(kinds) == len(Outcome) and kinds <= set(KIND_COUNTERS)
+    assert list(COUNTER_LABELS) == list(COUNTERS) == list(COUNTER_MEANINGS)
+
+
+async def test_each_consumers_counters_equal_its_decision_log(tmp_path: Path) -> None:
+    """Every kind each consumer decided, counted once: the counts add up to the log."""
+    journals = {
+        "worker-1": [Outcome.PROCESSED, Outcome.DUPLICATE, Outcome.MISMATCH, Outcome.REJECTED],
+        "billing-1": [Outcome.PROCESSED, Outcome.SKIPPED_CANCELLED, Outcome.NOTHING_TO_REFUND,
+                      Outcome.REFUNDED, Outcome.TRANSIENT_FAILURE, Outcome.REFUNDED],
+        "shipping-1": [Outcome.PROCESSED, Outcome.SKIPPED_CANCELLED, Outcome.IGNORED],
+        "status-1": [Outcome.PROCESSED, Outcome.STALE, Outcome.ILLEGAL_TRANSITION],
+    }  # fmt: skip
+    settled = {Outcome.MISMATCH: Settlement.DEAD_LETTER, Outcome.REJECTED: Settlement.DEAD_LETTER,
+               Outcome.ILLEGAL_TRANSITION: Settlement.DEAD_LETTER,
+               Outcome.TRANSIENT_FAILURE: Settlement.ABANDON}  # fmt: skip
+    for name, outcomes in journals.items():
+        (tmp_path / f"{name}.decisions.jsonl").write_bytes(
+            b"".join(
+                line(outcome, settled.get(outcome, Settlement.COMPLETE), 1.0) + b"\n"
+                for outcome in outcomes
+            )
+        )
+
+    counters = await JournalFolder(tmp_path).counters()
+
+    for name, outcomes in journals.items():
+        counts = counters.by_consumer[consumer_of(Path(f"{name}.decisions.jsonl"))]
+        logged = Counter(kind_counter(outcome.value) for outcome in outcomes)
+        assert {kind: counts[kind] for kind in KIND_COUNTERS if counts[kind]} == logged
+        assert counts["decisions"] == len(outcomes) == sum(counts[k] for k in KIND_COUNTERS)
+    assert counters.by_consumer["billing"]["abandoned"] == 1
+    assert counters.totals["dead_lettered"] == 3
 
 
 def test_buckets_hold_the_recent_past_and_totals_everything() -> None:
@@ -59,8 +105,9 @@ def test_buckets_hold_the_recent_past_and_totals_everything() -> None:
     assert view["totals"]["processed"] == MAX_BUCKETS + 10
     assert len(counters.buckets) == MAX_BUCKETS
     assert len(view["series"]) == MAX_BUCKETS
-    assert view["series"][-1] == {"at": now, "processed": 1, "duplicates": 0, "stale": 0,
-                                  "mismatches": 0, "dead_lettered": 0}  # fmt: skip
+    assert view["series"][-1] == {
+        "at": now, **dict.fromkeys(COUNTERS, 0), "decisions": 1, "processed": 1
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -108,9 +155,11 @@ async def test_the_folder_is_read_as_it_grows_across_files_and_partial_lines(
     second.write_bytes(line("mismatch", "dead_letter", 3) + b"\n")
     after = (await feed.counters()).totals
 
-    zero = {"stale": 0}
-    assert before == {"processed": 1, "duplicates": 0, "mismatches": 0, "dead_lettered": 0} | zero
-    assert after == {"processed": 1, "duplicates": 1, "mismatches": 1, "dead_lettered": 1} | zero
+    zero = dict.fromkeys(COUNTERS, 0)
+    assert before == zero | {"decisions": 1, "processed": 1}
+    assert after == zero | {
+        "decisions": 3, "processed": 1, "duplicates": 1, "mismatches": 1, "dead_lettered": 1
+    }  # fmt: skip
 
 
 async def test_an_endless_line_is_dropped_and_reading_goes_on(tmp_path: Path) -> None:

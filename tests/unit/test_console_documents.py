@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from decimal import Decimal
 
-from fakes import FakeOrderReader, FakeOrderStore, FakePaymentGateway
+from fakes import LAYOUT, FakeOrderReader, FakeOrderStore, FakePaymentGateway
 
 from orders.domain.payments import ChargeRequest
 from orders.exceptions import PaymentUnavailableError
@@ -22,6 +22,7 @@ def console_over(
         dead_letter_queue=lambda source: None,  # type: ignore[arg-type,return-value]
         reader=FakeOrderReader(orders),
         decisions=None,
+        layout=LAYOUT,
         duplicate_window=timedelta(minutes=10),
         inbox=FakeOrderReader(inbox),
         payments=payments,

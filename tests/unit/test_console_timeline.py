@@ -9,6 +9,12 @@ from orders.adapters import cosmos_layout
 from orders.service import console
 from orders.service.console import current_status, order_timeline
 
+
+def history(*changes: tuple[str, int, str]) -> list[dict[str, object]]:
+    """An order's history as `order_history` builds it (what GET shows)."""
+    return [{"status": s, "version": v, "at": at} for s, v, at in changes]
+
+
 ORDER = {"id": "o-1", "orderId": "o-1", "type": "order", "status": "placed",
          "processedAt": "2026-12-01T10:00:00+00:00"}  # fmt: skip
 
@@ -36,16 +42,25 @@ def test_each_step_names_every_document_that_proves_it() -> None:
          "requestedAt": "2026-12-01T10:00:06+00:00"},
     ]  # fmt: skip
 
-    steps = order_timeline(documents)
+    steps = order_timeline(
+        documents,
+        history(("placed", 1, "2026-12-01T10:00:00+00:00"), ("paid", 2, "2026-12-01T10:00:05Z")),
+    )
 
-    assert [step.status for step in steps] == ["placed", "paid", "shipped"]
+    # the history's changes first; the shipment is recorded, its status update not applied
+    assert [(step.status, step.version) for step in steps] == [
+        ("placed", 1),
+        ("paid", 2),
+        ("shipped", None),
+    ]
     paid = steps[1]
     assert {evidence.origin for evidence in paid.evidence} == {
         "orders container",
         "payment service",
         "inbox container",
     }
-    assert paid.at == "2026-12-01T10:00:04Z"  # the earliest, across time formats
+    assert paid.at == "2026-12-01T10:00:05Z"  # the history's time, as GET shows it
+    assert steps[2].at == "2026-12-01T10:00:06+00:00"  # not in the history: the earliest source
     assert current_status(documents) == ("paid", 2)
 
 
@@ -66,10 +81,21 @@ def test_a_cancelled_order_shows_its_refund_when_the_saga_writes_one() -> None:
          "currency": "EUR", "createdAt": "2026-12-01T10:01:01+00:00"},
     ]  # fmt: skip
 
-    steps = order_timeline(documents)
+    steps = order_timeline(
+        documents,
+        history(
+            ("placed", 1, "2026-12-01T10:00:00+00:00"),
+            ("paid", 2, "2026-12-01T10:00:05+00:00"),
+            ("cancelled", 5, "2026-12-01T10:01:00+00:00"),
+            ("refunded", 6, "2026-12-01T10:01:02+00:00"),
+        ),
+    )
 
     assert [step.status for step in steps] == ["placed", "paid", "cancelled", "refunded"]
-    assert steps[2].at == "2026-12-01T10:00:59+00:00"  # the order document decided it first
+    assert [step.version for step in steps] == [1, 2, 5, 6]
+    # the order document's decision is evidence of the cancel the history dates
+    assert steps[2].at == "2026-12-01T10:01:00+00:00"
+    assert "2026-12-01T10:00:59+00:00" in [e.at for e in steps[2].evidence]
     assert [e.origin for e in steps[-1].evidence] == [
         "orders container",
         "inbox container",
@@ -88,7 +114,7 @@ def test_an_order_whose_charge_was_refused_shows_payment_failed_and_no_shipment(
         {"type": "billing", "id": "billing:m-1", "orderId": "o-1", "status": "refused"},
     ]
 
-    steps = order_timeline(documents)
+    steps = order_timeline(documents, history(("placed", 1, "2026-12-01T10:00:00+00:00")))
 
     assert [step.status for step in steps] == ["placed", "payment_failed"]
     assert steps[1].at == "2026-12-01T10:00:03+00:00"
@@ -101,7 +127,8 @@ def test_a_fresh_order_is_placed_and_untrusted_fields_are_ignored() -> None:
         {"type": "orderStatus", "history": "not a list", "status": 3, "version": "x"},
         {"type": "payment", "unavailable": "the payment service did not answer"},
     ]
-    assert [step.status for step in order_timeline(documents)] == ["placed"]
+    # the history cannot be read (the console says so): only what the documents say
+    assert [(s.status, s.version) for s in order_timeline(documents, None)] == [("placed", None)]
     assert current_status(documents) is None
 
 

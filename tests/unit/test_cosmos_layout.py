@@ -48,7 +48,14 @@ from orders.domain.leases import FeedLease
 from orders.domain.ownership import NO_OWNER, RecordedOwner, UnrecordedOwner
 from orders.domain.rejections import FiledRejection, OrderRejection
 from orders.domain.saga import Fulfilment, SagaOrder
-from orders.domain.status import OrderStatus, OrderStatusChanged, StoredStatus, history_after
+from orders.domain.status import (
+    OrderStatus,
+    OrderStatusChanged,
+    StoredStatus,
+    history_after,
+    history_with_late,
+)
+from orders.service.order_lookup import order_history
 from orders.service.ports import (
     AuditedLine,
     AuditedOrder,
@@ -434,6 +441,57 @@ def test_a_status_document_reads_back_as_its_status_version_and_history() -> Non
         OrderStatus.CANCELLED, 5, history
     )
     assert stored_status(None) == StoredStatus(OrderStatus.PLACED, 1)
+
+
+def test_a_status_document_of_the_old_shape_reads_with_its_own_status_as_its_history() -> None:
+    shipped = OrderStatusChanged.of("o-1", OrderStatus.SHIPPED, changed_at=AT)
+    old_shape = status_document(shipped, ())
+    del old_shape["history"]  # written before every change was kept
+    odd_entries = {
+        **old_shape,
+        "history": [{"status": "paid"}, "x", {"status": "paid", "version": 2}],
+    }
+
+    assert stored_status(old_shape) == StoredStatus(
+        OrderStatus.SHIPPED, 3, ({"status": "shipped", "version": 3, "at": STAMP},)
+    )
+    # entries without a status and a version are left out, a missing time reads as ""
+    assert stored_status(odd_entries).history == ({"status": "paid", "version": 2, "at": ""},)
+
+
+def test_one_history_per_order_from_placed_to_a_cancel_still_queued() -> None:
+    written = order_write(
+        placed_order(), request_hash="h", message_id="o-1", processed_at=AT, owner_scope=None
+    )
+    paid = OrderStatusChanged.of("o-1", OrderStatus.PAID, changed_at=AT)
+    shipped = OrderStatusChanged.of("o-1", OrderStatus.SHIPPED, changed_at=AT)
+    old_shape = status_document(shipped, ())
+    del old_shape["history"]
+    cancelled_order = order_cancelled(written.documents[0], AT, None)
+
+    assert order_history(order_partition(written.documents)) == [
+        {"status": "placed", "version": 1, "at": STAMP}
+    ]
+    assert order_history(order_partition([*written.documents, old_shape])) == [
+        {"status": "placed", "version": 1, "at": STAMP},
+        {"status": "shipped", "version": 3, "at": STAMP},
+    ]
+    # a change recorded late reads in its place, shown as any other (`late` is the audit's)
+    late = StoredStatus(OrderStatus.SHIPPED, 3, history_after(StoredStatus.placed(), shipped))
+    with_late = status_document(shipped, history_with_late(late, paid) or ())
+    assert with_late["history"][0]["late"] is True  # stored with the mark, shown without
+    assert order_history(order_partition([*written.documents, with_late])) == [
+        {"status": "placed", "version": 1, "at": STAMP},
+        {"status": "paid", "version": 2, "at": STAMP},
+        {"status": "shipped", "version": 3, "at": STAMP},
+    ]
+    # the cancel is decided on the order document; its status update (version 5) is queued
+    paid_document = status_document(paid, history_after(StoredStatus.placed(), paid))
+    assert order_history(order_partition([cancelled_order, paid_document])) == [
+        {"status": "placed", "version": 1, "at": STAMP},
+        {"status": "paid", "version": 2, "at": STAMP},
+        {"status": "cancelled", "version": 5, "at": STAMP},
+    ]
 
 
 def test_an_order_partition_reads_as_its_order_lines_status_and_rejections() -> None:

@@ -13,6 +13,7 @@ from orders.domain.dead_letters import (
     DeadLetter,
     Selection,
     delivery_count_meaning,
+    names_order,
     plan_for,
     resubmit_refusal,
     resubmitted_properties,
@@ -155,3 +156,24 @@ def test_a_delivery_count_is_explained_by_what_is_known_only() -> None:
     assert "never passed over" in delivery_count_meaning(0)
     two = delivery_count_meaning(2)
     assert "passed over" in two and "abandoned" not in two
+
+
+@pytest.mark.parametrize(
+    ("message_id", "body", "named"),
+    [
+        ("o-1", b"not json", True),  # the order itself, whatever its body
+        ("o-1:status:3", b"", True),  # one of its status updates
+        ("drawn-id", b'{"orderId": "o-1", "type": "OrderAccepted"}', True),  # an event
+        ("o-12", b'{"orderId": "o-12"}', False),  # another order that starts alike
+        ("o-1x:status:2", b"", False),
+        ("drawn-id", b'{"orderId": "o-2"}', False),
+        ("drawn-id", b'["o-1"]', False),  # not an object
+        ("drawn-id", b"\xff\xfe", False),  # not UTF-8
+        (None, b'{"orderId": "o-1"}', True),
+    ],
+)
+def test_a_dead_letter_names_an_order_by_its_message_id_or_its_bodys_order_id(
+    message_id: str | None, body: bytes, named: bool
+) -> None:
+    dead = DeadLetter(1, message_id, "R", "d", 0, None, body)
+    assert names_order(dead, "o-1") is named

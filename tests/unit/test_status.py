@@ -79,6 +79,36 @@ async def test_newer_applies_older_is_stale_and_a_repeat_changes_nothing() -> No
     assert (stored(documents)["status"], stored(documents)["version"]) == ("shipped", 3)
 
 
+def changes(documents: FakeFencedDocuments) -> list[tuple[object, object]]:
+    history = stored(documents)["history"]
+    assert isinstance(history, list)
+    return [(entry["status"], entry["version"]) for entry in history]
+
+
+async def test_a_change_that_arrives_after_a_newer_one_is_kept_in_its_place() -> None:
+    documents = FakeFencedDocuments()
+    consumer = StatusConsumer(documents, LAYOUT)
+    await consumer.handle(message(update(OrderStatus.SHIPPED)))
+
+    paid_late = await consumer.handle(message(update(OrderStatus.PAID)))
+    again = await consumer.handle(message(update(OrderStatus.PAID)))
+
+    assert (paid_late.outcome, again.outcome) == (Outcome.STALE, Outcome.STALE)
+    assert (stored(documents)["status"], stored(documents)["version"]) == ("shipped", 3)
+    assert changes(documents) == [("paid", 2), ("shipped", 3)]
+
+
+async def test_a_stale_update_that_never_happened_to_the_order_is_not_recorded() -> None:
+    documents = FakeFencedDocuments()
+    consumer = StatusConsumer(documents, LAYOUT)
+    await consumer.handle(message(update(OrderStatus.CANCELLED)))
+
+    shipped_late = await consumer.handle(message(update(OrderStatus.SHIPPED)))
+
+    assert shipped_late.outcome is Outcome.STALE  # a cancelled order was never shipped
+    assert changes(documents) == [("cancelled", 5)]
+
+
 async def test_an_illegal_transition_is_dead_lettered_with_a_reason() -> None:
     documents = FakeFencedDocuments()
     consumer = StatusConsumer(documents, LAYOUT)
@@ -169,6 +199,8 @@ async def test_any_order_with_duplicates_ends_at_the_highest_version(
         decision = await consumer.handle(message(delivery))
         assert decision.settlement is Settlement.COMPLETE
     assert (stored(documents)["status"], stored(documents)["version"]) == ("delivered", 4)
+    # every change kept once, in version order, whatever arrived first
+    assert changes(documents) == [("paid", 2), ("shipped", 3), ("delivered", 4)]
 
 
 @pytest.mark.parametrize(

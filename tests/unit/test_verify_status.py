@@ -27,8 +27,9 @@ def settled_documents(
             versions.setdefault(update.order_id, []).append(update.version)
     for order_id, applied in versions.items():
         top = max(applied) - (1 if order_id == lose else 0)
-        history = [{"version": v} for v in sorted(applied)]
-        # the audit reads versions and history; a status document always names its status too
+        # the audit reads versions and history; a status document and its entries always name
+        # a status too (which one does not matter to the audit)
+        history = [{"status": "paid", "version": v, "at": "t"} for v in sorted(applied)]
         documents.append(
             {
                 "orderId": order_id,
@@ -79,3 +80,15 @@ def test_producers_updates_count_and_their_dead_letters_are_honoured() -> None:
     assert found.distinct_updates - without_producers.distinct_updates == len(
         produced - {(u.order_id, u.version) for u in PLAN.status_updates}
     )
+
+
+def test_a_change_recorded_late_in_the_history_counts_as_stale_not_applied() -> None:
+    documents, dead = settled_documents()
+    before = audit_statuses(PLAN, LAYOUT.order_partitions(documents), dead, produced=set())
+    history = documents[0]["history"]
+    history[0] = {**history[0], "late": True}  # it arrived after a newer version was applied
+
+    after = audit_statuses(PLAN, LAYOUT.order_partitions(documents), dead, produced=set())
+
+    assert before.applied > 0
+    assert (after.applied, after.stale) == (before.applied - 1, before.stale + 1)

@@ -18,7 +18,12 @@ from azure.cosmos.aio import ContainerProxy
 from exactly_once import CosmosStore, DocumentExistsError, Record, RecordRead, RecordStatus
 from exactly_once.cosmos import claim_fields
 from orders.adapters.cosmos_errors import store_errors
-from orders.domain.idempotency import KeyRecord, OrderIdClaim, core_store_errors
+from orders.domain.idempotency import (
+    PLACE_OPERATION,
+    KeyRecord,
+    OrderIdClaim,
+    core_store_errors,
+)
 from orders.exceptions import TransientStoreError
 
 RECORD_DOCUMENT_TYPE = "idempotencyRecord"
@@ -45,6 +50,7 @@ class IntakeRecordShape:
             "scope": data.scope,
             "key": data.key,
             "orderId": data.order_id,
+            **({"operation": data.operation} if data.operation != PLACE_OPERATION else {}),
             **claim_fields(record),
             "response": record.result,
         }
@@ -68,6 +74,7 @@ class IntakeRecordShape:
                 "scope": str(document["scope"]),
                 "key": str(document["key"]),
                 "orderId": str(document["orderId"]),
+                **({"operation": str(document["operation"])} if "operation" in document else {}),
             },
         )
 
@@ -125,10 +132,11 @@ class CosmosIdempotencyStore(CosmosStore):
         return order_claim(stored.body) if stored is not None else None
 
     async def find_order(self, scope: str, order_id: str) -> KeyRecord | None:
-        # Cross-partition, but only GET of an order that is not stored yet pays for it.
+        # Placing records only (a cancel's record has `operation`). Cross-partition, but only
+        # GET of an order that is not stored yet pays for it.
         query = (
             "SELECT * FROM c WHERE c.type = @type AND c.orderId = @orderId "
-            "AND c.scope = @scope AND c.status = @status"
+            "AND c.scope = @scope AND c.status = @status AND NOT IS_DEFINED(c.operation)"
         )
         parameters: list[dict[str, Any]] = [
             {"name": "@type", "value": RECORD_DOCUMENT_TYPE},

@@ -47,10 +47,12 @@ from orders.domain.ownership import RecordedOwner, StoredOwner, UnrecordedOwner
 from orders.domain.rejections import FiledRejection, OrderRejection
 from orders.domain.saga import Fulfilment, SagaOrder
 from orders.domain.status import (
+    LATE,
     HistoryEntry,
     OrderStatus,
     OrderStatusChanged,
     StoredStatus,
+    history_entry,
 )
 from orders.service.ports import (
     AuditedLine,
@@ -430,14 +432,34 @@ def filed_rejection(document: Mapping[str, Any]) -> FiledRejection | None:
 
 
 def stored_status(document: Mapping[str, Any] | None) -> StoredStatus:
-    """The status a status document holds; no document: the order as placed."""
+    """The status a status document holds; no document: the order as placed.
+
+    A document written before every change was kept may have no `history`: its own status is
+    then its one known change. Entries that are not a status with a version are left out."""
     if document is None:
         return StoredStatus.placed()
-    return StoredStatus(
-        OrderStatus(document["status"]),
-        int(document["version"]),
-        tuple(document.get("history", ())),
+    status, version = OrderStatus(document["status"]), int(document["version"])
+    written = document.get("history")
+    if not isinstance(written, list):
+        written = [{"status": status.value, "version": version, "at": document.get("changedAt")}]
+    history = tuple(
+        history_entry(
+            entry["status"],
+            entry["version"],
+            str(entry.get("at") or ""),
+            late=bool(entry.get(LATE)),
+        )
+        for entry in written
+        if isinstance(entry, Mapping)
+        and isinstance(entry.get("status"), str)
+        and type(entry.get("version")) is int
     )
+    return StoredStatus(status, version, history)
+
+
+def with_history(document: Mapping[str, Any], history: tuple[HistoryEntry, ...]) -> dict[str, Any]:
+    """The status document unchanged but for its history (a late change recorded in place)."""
+    return {**document, "history": list(history)}
 
 
 def status_document(
@@ -672,6 +694,7 @@ class CosmosLayout:
     status_document_id = staticmethod(status_document_id)
     status_document = staticmethod(status_document)
     stored_status = staticmethod(stored_status)
+    with_history = staticmethod(with_history)
     filed_rejection = staticmethod(filed_rejection)
     order_partition = staticmethod(order_partition)
     order_partitions = staticmethod(order_partitions)

@@ -27,6 +27,7 @@ from orders.cli.shared import (
     settings_or_exit,
     unreachable,
 )
+from orders.cli.show import show
 from orders.domain.ids import InvalidIdError
 from orders.domain.leases import DEFAULT_LEASE_SECONDS
 from orders.domain.load_plan import (
@@ -227,27 +228,61 @@ def load(
 
 
 def report_table(report: VerifyReport) -> Table:
+    """The audit as a table, each figure beside what it counts."""
+    from orders.service.verify_meanings import (
+        CHECK_MEANINGS,
+        CONFLICT_MEANINGS,
+        CONSUMER_MEANINGS,
+        STATUS_MEANINGS,
+        effect_meaning,
+    )
+
     table = Table(title=f"verify {report.run_id}: {'OK' if report.ok else 'FAILED'}")
     table.add_column("check")
     table.add_column("value", justify="right")
+    table.add_column("what it counts")
     rows = [
-        ("messages sent", report.sent),
-        ("distinct orders", report.unique_orders),
-        ("orders in store", report.orders_in_store),
-        ("orders stored twice", report.duplicate_orders),
-        ("orders missing", report.missing_orders),
-        ("dead-lettered (this run)", report.dead_lettered),
-        ("dead letters expected", report.expected_dead_letters),
-        ("dead letters unexplained", report.unexpected_dead_letters),
-        ("rejection notes filed", report.rejections_recorded),
-        ("conflicts in window sent", report.conflicts_in_window["sent"]),
-        ("  dropped by the broker (silent)", report.conflicts_in_window["dropped_by_broker"]),
-        ("  dead-lettered", report.conflicts_in_window["dead_lettered"]),
+        ("messages sent", report.sent, CHECK_MEANINGS["sent"]),
+        ("distinct orders", report.unique_orders, CHECK_MEANINGS["unique_orders"]),
+        ("orders in store", report.orders_in_store, CHECK_MEANINGS["orders_in_store"]),
+        ("orders stored twice", report.duplicate_orders, CHECK_MEANINGS["duplicate_orders"]),
+        ("orders missing", report.missing_orders, CHECK_MEANINGS["missing_orders"]),
+        ("dead-lettered (this run)", report.dead_lettered, CHECK_MEANINGS["dead_lettered"]),
+        (
+            "dead letters expected",
+            report.expected_dead_letters,
+            CHECK_MEANINGS["expected_dead_letters"],
+        ),
+        (
+            "dead letters unexplained",
+            report.unexpected_dead_letters,
+            CHECK_MEANINGS["unexpected_dead_letters"],
+        ),
+        (
+            "rejection notes filed",
+            report.rejections_recorded,
+            CHECK_MEANINGS["rejections_recorded"],
+        ),
+        (
+            "conflicts in window sent",
+            report.conflicts_in_window["sent"],
+            CONFLICT_MEANINGS["sent"],
+        ),
+        (
+            "  dropped by the broker (silent)",
+            report.conflicts_in_window["dropped_by_broker"],
+            CONFLICT_MEANINGS["dropped_by_broker"],
+        ),
+        (
+            "  dead-lettered",
+            report.conflicts_in_window["dead_lettered"],
+            CONFLICT_MEANINGS["dead_lettered"],
+        ),
     ]
-    for name, value in rows:
-        table.add_row(name, str(value))
+    for name, value, meaning in rows:
+        table.add_row(name, str(value), meaning)
     for kind, count in sorted(report.sends_by_kind.items()):
-        table.add_row(f"  sends: {kind}", str(count))
+        table.add_row(f"  sends: {kind}", str(count), "messages of this kind the load sent")
     if report.status_updates is not None:
         for check in (
             "sent",
@@ -261,16 +296,27 @@ def report_table(report: VerifyReport) -> Table:
             label = check.replace("_", " ")
             if check in ("applied", "stale"):
                 label += " (distinct updates)"
-            table.add_row(f"status: {label}", str(report.status_updates[check]))
+            table.add_row(
+                f"status: {label}", str(report.status_updates[check]), STATUS_MEANINGS[check]
+            )
     for consumer, found in sorted(report.fanout.items()):
         table.add_row(
             f"{consumer}: effects / expected",
             f"{found['effects']} / {found['expected']}",
+            f"{effect_meaning(consumer)} / {CONSUMER_MEANINGS['expected']}",
         )
         for check in ("doubled", "missing", "stuck_in_progress"):
-            table.add_row(f"  {consumer}: {check.replace('_', ' ')}", str(found[check]))
+            table.add_row(
+                f"  {consumer}: {check.replace('_', ' ')}",
+                str(found[check]),
+                CONSUMER_MEANINGS[check],
+            )
     for invariant, count in (report.invariants or {}).items():
-        table.add_row(f"invariant: {invariant.replace('_', ' ')}", str(count))
+        table.add_row(
+            f"invariant: {invariant.replace('_', ' ')}",
+            str(count),
+            "orders breaking it (must be 0)",
+        )
     return table
 
 
@@ -318,9 +364,11 @@ def print_demo_story(result: DemoResult, workers: int) -> None:
     # Producer retries and conflicts inside the window never reach a consumer.
     retries = report.sends_by_kind.get("producer_retry", 0)
     dropped = retries + report.conflicts_in_window["dropped_by_broker"]
+    from orders.entrypoints.demo_report import outcome_meaning
+
     table = report_table(report)
     for outcome, count in sorted(outcomes.items()):
-        table.add_row(f"  consumer: {outcome}", str(count))
+        table.add_row(f"  consumer: {outcome}", str(count), outcome_meaning(outcome))
     out.print(table)
     for violation in report.violations[:50]:
         out.print(f"[red]violation:[/red] {violation}")
@@ -586,6 +634,7 @@ def env(
 
 
 app.command()(payments)
+app.command()(show)
 app.add_typer(dead_letters_app, name="dlq")
 app.add_typer(keys_app, name="keys")
 

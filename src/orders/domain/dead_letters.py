@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from orders.domain.messages import DeadLetterReason
+from orders.domain.untrusted_json import UntrustedJsonError, decode_untrusted_json
 
 RESUBMITTED_AT = "ResubmittedAt"
 RESUBMITTED_BY = "ResubmittedBy"
@@ -228,3 +229,16 @@ def resubmitted_properties(dead: DeadLetter, *, by: str, at: datetime) -> dict[s
         count = 1
     properties.update({RESUBMITTED_AT: at.isoformat(), RESUBMITTED_BY: by, RESUBMIT_COUNT: count})
     return properties
+
+
+def names_order(dead: DeadLetter, order_id: str) -> bool:
+    """Whether a dead letter is about `order_id`: its MessageId is the order's (an order) or
+    starts with it (`orderId:status:version`), or its body's `orderId` is it (an event, whose
+    MessageId is drawn). The body is untrusted: one that is not a JSON object names nothing."""
+    if dead.message_id == order_id or (dead.message_id or "").startswith(f"{order_id}:"):
+        return True
+    try:
+        body = decode_untrusted_json(dead.body)
+    except UntrustedJsonError:
+        return False
+    return isinstance(body, dict) and body.get("orderId") == order_id

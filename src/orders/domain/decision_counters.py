@@ -12,7 +12,25 @@ from typing import Any
 
 from orders.domain.outcomes import Outcome, Settlement
 
-COUNTERS = ("processed", "duplicates", "stale", "mismatches", "dead_lettered")
+# One counter per decision kind, named as the operator reads it; every kind the consumers
+# decide is here (a test holds it to `Outcome`), so the counts add up to the decision log.
+_BY_OUTCOME = {
+    **{outcome.value: outcome.value for outcome in Outcome},
+    Outcome.PROCESSED.value: "processed",
+    Outcome.DUPLICATE.value: "duplicates",
+    Outcome.MISMATCH.value: "mismatches",
+    # Status updates older than the stored version: decided without a write.
+    Outcome.STALE.value: "stale",
+}
+# A journal line naming an outcome this version does not know (a newer worker's): still a
+# decision, counted here so the counts still add up.
+UNKNOWN_OUTCOME = "unknown_outcome"
+# Every decision; then one counter per kind (each decision adds to exactly one, so they sum to
+# `decisions`); then how the deliveries were settled besides completing.
+DECISIONS = "decisions"
+SETTLEMENT_COUNTERS = ("dead_lettered", "abandoned")
+COUNTERS = (DECISIONS, *_BY_OUTCOME.values(), UNKNOWN_OUTCOME, *SETTLEMENT_COUNTERS)
+KIND_COUNTERS = (*_BY_OUTCOME.values(), UNKNOWN_OUTCOME)
 # The orders queue's workers; fan-out and status consumers are named by their subscription.
 DEFAULT_CONSUMER = "orders"
 MAX_CONSUMERS = 16
@@ -25,13 +43,10 @@ MAX_LINE_BYTES = 4096
 MAX_BACKING_OFF = 200
 MAX_SHOWN_TEXT = 200
 
-_BY_OUTCOME = {
-    Outcome.PROCESSED.value: "processed",
-    Outcome.DUPLICATE.value: "duplicates",
-    Outcome.MISMATCH.value: "mismatches",
-    # Status updates older than the stored version: decided without a write.
-    Outcome.STALE.value: "stale",
-}
+
+def kind_counter(outcome: str) -> str:
+    """The one counter of a decision's kind (its outcome's)."""
+    return _BY_OUTCOME.get(outcome, UNKNOWN_OUTCOME)
 
 
 def parse_journal_line(line: bytes) -> dict[str, Any] | None:
@@ -46,13 +61,13 @@ def parse_journal_line(line: bytes) -> dict[str, Any] | None:
 
 
 def counted_as(entry: Mapping[str, Any]) -> list[str]:
-    """The counters one decision adds to: its outcome's, and dead-lettered when it was."""
-    names = []
-    outcome = _BY_OUTCOME.get(str(entry.get("outcome")))
-    if outcome is not None:
-        names.append(outcome)
+    """The counters one decision adds to: `decisions`, its kind's, and dead-lettered or
+    abandoned when it was."""
+    names = [DECISIONS, kind_counter(str(entry.get("outcome")))]
     if entry.get("settlement") == Settlement.DEAD_LETTER.value:
         names.append("dead_lettered")
+    elif entry.get("settlement") == Settlement.ABANDON.value:
+        names.append("abandoned")
     return names
 
 
@@ -122,8 +137,6 @@ class DecisionCounters:
             self._add_backoff(entry, consumer)
             return
         names = counted_as(entry)
-        if not names:
-            return
         bucket = self.buckets.setdefault(int(at // BUCKET_SECONDS) * BUCKET_SECONDS, _zero())
         if consumer not in self.by_consumer and len(self.by_consumer) >= MAX_CONSUMERS:
             consumer = "other"  # journal names are untrusted: bound what they can add

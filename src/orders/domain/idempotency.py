@@ -64,6 +64,13 @@ def record_id(scope: str, key: str) -> str:
     return key_record_id(scope, key)
 
 
+# What a key's record was claimed for: placing the order (the default, and every record
+# written before the field existed) or cancelling it. GET finds a caller's submission of an
+# order among its records, and a cancel's record names the order too.
+PLACE_OPERATION = "place"
+CANCEL_OPERATION = "cancel"
+
+
 def key_claim(
     scope: str,
     key: str,
@@ -73,6 +80,7 @@ def key_claim(
     owner: str,
     lease_seconds: float,
     ttl_seconds: int,
+    operation: str = PLACE_OPERATION,
 ) -> Record:
     """The record that claims `key` in `scope` for one request about `order_id`.
 
@@ -87,7 +95,13 @@ def key_claim(
         status=RecordStatus.IN_PROGRESS,
         owner=owner,
         lease_seconds=lease_seconds,
-        data={"scope": scope, "key": key, "orderId": order_id},
+        data={
+            "scope": scope,
+            "key": key,
+            "orderId": order_id,
+            # only a cancel says so: a placing record keeps the shape it always had
+            **({"operation": operation} if operation != PLACE_OPERATION else {}),
+        },
         expires_after_seconds=ttl_seconds,
     )
 
@@ -104,6 +118,7 @@ class KeyRecord:
     request_hash: str
     status: RecordStatus
     answer: JsonObject | None
+    operation: str = PLACE_OPERATION
 
     @classmethod
     def of(cls, record: Record) -> KeyRecord:
@@ -117,6 +132,7 @@ class KeyRecord:
             request_hash=record.request_hash,
             status=record.status,
             answer=answer if record.status is RecordStatus.COMPLETED else None,
+            operation=str(data.get("operation", PLACE_OPERATION)),
         )
 
 

@@ -44,7 +44,10 @@ from orders.exceptions import InvalidCancelRequestError
 
 MAX_STATUS_BODY_BYTES = 2048
 MAX_VERSION = 1_000_000_000
-# The status document keeps this many past states: bounded, however many updates an order gets.
+# The status document keeps the newest this many changes. Enough for every order: the state
+# machine has no cycle and a status never follows itself, so a legal history holds each status
+# at most once (six today); the bound leaves room for new states and caps what a future cycle,
+# or a document written by something else, could grow to.
 MAX_HISTORY = 20
 
 
@@ -134,8 +137,22 @@ def status_message_id(order_id: str, version: int) -> str:
     return f"{order_id}:status:{version}"
 
 
-# One entry of a status document's history: the status, its version and when it changed.
+# One entry of a status document's history: the status, its version and when it changed
+# (`status`, `version`, `at`), and `late` when it arrived after a newer version was applied.
 HistoryEntry = Mapping[str, object]
+LATE = "late"
+
+
+def history_entry(status: str, version: int, at: str, *, late: bool = False) -> HistoryEntry:
+    entry: dict[str, object] = {"status": status, "version": version, "at": at}
+    if late:
+        entry[LATE] = True
+    return entry
+
+
+def entry_version(entry: HistoryEntry) -> int:
+    version = entry.get("version")
+    return version if isinstance(version, int) else 0
 
 
 @dataclass(frozen=True)
@@ -171,8 +188,42 @@ def judge_update(stored: StoredStatus, update: OrderStatusChanged) -> Verdict:
 
 def history_after(stored: StoredStatus, update: OrderStatusChanged) -> tuple[HistoryEntry, ...]:
     """The history the status keeps once `update` applied: bounded, the newest last."""
-    entry = {"status": update.status.value, "version": update.version, "at": update.changed_at}
-    return (*stored.history, entry)[-MAX_HISTORY:]
+    entry = history_entry(update.status.value, update.version, update.changed_at)
+    return _bounded((*stored.history, entry))
+
+
+def history_with_late(
+    stored: StoredStatus, update: OrderStatusChanged
+) -> tuple[HistoryEntry, ...] | None:
+    """The history once a stale `update` is recorded in its place among the versions (it
+    happened, it only arrived after a newer one), or None when there is nothing to record:
+    its version is already there, it is older than everything the bound keeps, or it cannot
+    sit between its neighbours (a stray that never happened to this order)."""
+    versions = [entry_version(entry) for entry in stored.history]
+    if update.version in versions or update.version == stored.version:
+        return None
+    before = [e for e in stored.history if entry_version(e) < update.version]
+    after = [e for e in stored.history if entry_version(e) > update.version]
+    previous = _status_of(before[-1]) if before else OrderStatus.PLACED
+    following = _status_of(after[0]) if after else stored.status
+    if previous is None or following is None:
+        return None
+    if not (reachable(previous, update.status) and reachable(update.status, following)):
+        return None
+    entry = history_entry(update.status.value, update.version, update.changed_at, late=True)
+    kept = _bounded((*before, entry, *after))
+    return kept if entry in kept else None
+
+
+def _status_of(entry: HistoryEntry) -> OrderStatus | None:
+    try:
+        return OrderStatus(str(entry.get("status")))
+    except ValueError:
+        return None
+
+
+def _bounded(history: tuple[HistoryEntry, ...]) -> tuple[HistoryEntry, ...]:
+    return tuple(sorted(history, key=entry_version))[-MAX_HISTORY:]
 
 
 def parse_status_changed(message: ReceivedOrderMessage) -> OrderStatusChanged:

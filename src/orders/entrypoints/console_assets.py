@@ -55,7 +55,7 @@ svg#chart { border: 1px solid #8a8a8a; background: #fafafa; max-width: 100%; hei
 .swatch { display: inline-block; width: 1.5rem; height: 0.3rem; margin-right: 0.4rem;
   vertical-align: middle; background: currentColor; }
 #by-consumer td { text-align: right; }
-#by-consumer tfoot th, #by-consumer tfoot td { font-weight: bold; }
+#by-consumer td[data-consumer="all"] { font-weight: bold; }
 """
 
 SCRIPT = """
@@ -119,40 +119,31 @@ SCRIPT = """
   }
 
   function fillTable(byConsumer, totals) {
-    const names = Object.keys(COLOURS);
-    const body = document.createElement("tbody");
-    const row = (label, counts, cell) => {
-      const tr = document.createElement("tr");
+    // A row per counter (the page heads each), a column per consumer, then all together.
+    const columns = [...Object.entries(byConsumer), ["all consumers", totals]];
+    const head = document.createElement("tr");
+    const corner = document.createElement("th");
+    corner.scope = "col";
+    corner.textContent = "Decision";
+    head.appendChild(corner);
+    for (const [consumer] of columns) {
       const th = document.createElement("th");
-      th.scope = "row";
-      th.textContent = label;
-      tr.appendChild(th);
-      for (const name of names) {
-        const td = document.createElement(cell);
+      th.scope = "col";
+      th.textContent = consumer;
+      head.appendChild(th);
+    }
+    table.querySelector("thead tr").replaceWith(head);
+    for (const row of table.querySelectorAll("tbody tr[data-counter]")) {
+      const name = row.dataset.counter;
+      const cells = columns.map(([consumer, counts]) => {
+        const td = document.createElement("td");
         td.textContent = String(counts[name] || 0);
         td.dataset.counter = name;
-        tr.appendChild(td);
-      }
-      return tr;
-    };
-    for (const [consumer, counts] of Object.entries(byConsumer)) {
-      const tr = row(consumer, counts, "td");
-      tr.dataset.consumer = consumer;
-      body.appendChild(tr);
+        td.dataset.consumer = consumer === "all consumers" ? "all" : consumer;
+        return td;
+      });
+      row.replaceChildren(row.querySelector("th"), ...cells);
     }
-    if (!Object.keys(byConsumer).length) {
-      const tr = document.createElement("tr");
-      const td = document.createElement("td");
-      td.colSpan = names.length + 1;
-      td.textContent = "No decisions yet.";
-      tr.appendChild(td);
-      body.appendChild(tr);
-    }
-    const foot = document.createElement("tfoot");
-    foot.appendChild(row("all consumers", totals, "td"));
-    table.querySelector("tbody").replaceWith(body);
-    const old = table.querySelector("tfoot");
-    if (old) { old.replaceWith(foot); } else { table.appendChild(foot); }
   }
 
   async function refresh() {

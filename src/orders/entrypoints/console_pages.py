@@ -23,6 +23,7 @@ from orders.domain.decision_counters import DecisionCounters
 from orders.service.console import (
     LINE_DOCUMENT_TYPE,
     ORDER_DOCUMENT_TYPE,
+    TimelineStep,
     current_status,
     order_timeline,
     origin_of,
@@ -273,9 +274,16 @@ def _document_table(document: dict[str, Any]) -> str:
     )
 
 
-def order_page(order_id: str, documents: list[dict[str, Any]] | None, error: str = "") -> str:
-    """The lookup form; with `documents`, the order's timeline and, folded away below, every
-    document of the order grouped by type."""
+def order_page(
+    order_id: str,
+    documents: list[dict[str, Any]] | None,
+    error: str = "",
+    *,
+    history: list[dict[str, object]] | str = "",
+) -> str:
+    """The lookup form; with `documents`, the order's timeline (its `history`, the list GET
+    shows, or why it cannot be read) and, folded away below, every document of the order
+    grouped by type."""
     form = (
         f'<form method="get" action="{PREFIX}/orders" role="search">'
         '<label for="orderId">Order id</label> '
@@ -293,7 +301,7 @@ def order_page(order_id: str, documents: list[dict[str, Any]] | None, error: str
         found = (
             f'<p role="status" id="found">Order {text(order_id)}: '
             f"{text(_origins_summary(documents))}.</p>"
-            + _timeline(documents)
+            + _timeline(documents, history)
             + _raw_documents(documents)
         )
     return layout(f"Order {order_id}", form + found, current=f"{PREFIX}/orders")
@@ -311,9 +319,10 @@ def _time(at: str | None) -> str:
     return f'<time datetime="{text(at)}">{text(at)}</time>' if at else "time not recorded"
 
 
-def _timeline(documents: list[dict[str, Any]]) -> str:
-    """Each step the documents prove, when, and which document says so: the summary an operator
-    reads first (no store bookkeeping, no raw fields)."""
+def _timeline(documents: list[dict[str, Any]], history: list[dict[str, object]] | str) -> str:
+    """The order's history, the list GET shows, each change with the documents that say so;
+    then the steps the services recorded whose status update is not applied yet. The summary
+    an operator reads first (no store bookkeeping, no raw fields)."""
     status = current_status(documents)
     current = (
         f"Current status: <strong>{text(status[0])}</strong> (version {status[1]}, from the "
@@ -321,21 +330,46 @@ def _timeline(documents: list[dict[str, Any]]) -> str:
         if status
         else "No status update yet: the order is as it was placed."
     )
+    if isinstance(history, list) and history:
+        last = history[-1]
+        current = (
+            f"Current status: <strong>{text(last.get('status'))}</strong> (version "
+            f"{text(last.get('version'))}, the last change of the history GET shows)."
+        )
+    unreadable = (
+        f'<p role="alert" id="history-unreadable">The history cannot be read as GET reads it '
+        f"({text(history)}); the steps below are only what the documents say.</p>"
+        if isinstance(history, str) and history
+        else ""
+    )
+
+    def heading(step: TimelineStep) -> str:
+        if step.version is None:
+            return (
+                f'<li data-step="{text(step.status)}" data-pending="yes">'
+                f"<strong>{text(step.status)}</strong> {_time(step.at)} (recorded by a service; "
+                "its status update is not applied yet)"
+            )
+        return (
+            f'<li data-step="{text(step.status)}" data-version="{step.version}">'
+            f"<strong>{text(step.status)}</strong> version {step.version}, {_time(step.at)}"
+        )
+
     steps = "".join(
-        f'<li data-step="{text(step.status)}"><strong>{text(step.status)}</strong> '
-        f"{_time(step.at)}<ul>"
+        heading(step)
+        + "<ul>"
         + "".join(
             f"<li>{text(evidence.document)} ({text(evidence.origin)}): {text(evidence.said)}"
             f"{', ' + _time(evidence.at) if evidence.at else ''}</li>"
             for evidence in step.evidence
         )
         + "</ul></li>"
-        for step in order_timeline(documents)
+        for step in order_timeline(documents, history if isinstance(history, list) else None)
     )
     listing = f'<ol class="timeline" id="timeline">{steps}</ol>' if steps else ""
     return (
         '<section aria-labelledby="timeline-heading"><h2 id="timeline-heading">Timeline</h2>'
-        f'<p id="current-status">{current}</p>{listing}</section>'
+        f'<p id="current-status">{current}</p>{unreadable}{listing}</section>'
     )
 
 
@@ -356,21 +390,62 @@ def _raw_documents(documents: list[dict[str, Any]]) -> str:
     )
 
 
+# Every counter the journals feed (`decision_counters.COUNTERS`, a test holds them equal), in
+# that order: the label of its column and what it counts, for the legend.
 COUNTER_LABELS = {
+    "decisions": "Decisions",
     "processed": "Processed",
     "duplicates": "Duplicates",
-    "stale": "Stale",
     "mismatches": "Mismatches",
+    "rejected": "Rejected",
+    "transient_failure": "Transient failures",
+    "unexpected_failure": "Unexpected failures",
+    "in_progress_elsewhere": "In progress elsewhere",
+    "downstream_refused": "Refused downstream",
+    "stale": "Stale",
+    "illegal_transition": "Illegal transitions",
+    "skipped_cancelled": "Skipped: cancelled",
+    "skipped_payment_failed": "Skipped: payment failed",
+    "awaiting_charge": "Awaiting the charge",
+    "nothing_to_refund": "Cancel: nothing to refund",
+    "refunded": "Cancel: refunded",
+    "ignored": "Ignored",
+    "effect_conflict": "Effect conflicts",
+    "corrupt_record": "Corrupt records",
+    "store_refused": "Refused by the store",
+    "unknown_outcome": "Unknown outcome",
     "dead_lettered": "Dead-lettered",
+    "abandoned": "Abandoned",
 }
-# What each counter means, for the legend: the consumers decide different things.
 COUNTER_MEANINGS = {
-    "processed": "an effect written (an order stored, a charge, a shipment, a status applied)",
+    "decisions": "every message a consumer decided on: the sum of the kinds that follow",
+    "processed": "an effect written (an order stored, a charge, a shipment, a status applied, "
+    "a cancel's status applied)",
     "duplicates": "a redelivery or duplicate recognised: no second write",
-    "stale": "a status update older than the stored version: no write",
     "mismatches": "a reused orderId with another payload: dead-lettered",
-    "dead_lettered": "any dead-lettered delivery (mismatches, poison, illegal transitions)",
+    "rejected": "a malformed message or one that breaks the contract: dead-lettered",
+    "transient_failure": "a store or service unavailable: abandoned, the broker redelivers",
+    "unexpected_failure": "a bug or an unknown error: abandoned and logged",
+    "in_progress_elsewhere": "another delivery holds the record's lease: abandoned, retried",
+    "downstream_refused": "the payment service refused for good: dead-lettered",
+    "stale": "a status update older than the stored version: the status is not changed",
+    "illegal_transition": "a status update that cannot follow the stored one: dead-lettered",
+    "skipped_cancelled": "an event for an order cancelled before its effect: no charge, "
+    "no shipment",
+    "skipped_payment_failed": "an order whose charge was refused for good: never shipped",
+    "awaiting_charge": "shipping found no recorded charge yet: abandoned, offered again",
+    "nothing_to_refund": "a cancel of an order billing never charged",
+    "refunded": "a cancel of a charged order: the charge paid back",
+    "ignored": "an event this consumer has nothing to do for (shipping: a cancel)",
+    "effect_conflict": "an effect stored without the record that guards it: dead-lettered",
+    "corrupt_record": "a stored record that cannot be read: dead-lettered",
+    "store_refused": "a write the store refused for good (a 400, a 413): dead-lettered at once",
+    "unknown_outcome": "an outcome this console does not know (a newer worker's)",
+    "dead_lettered": "of the above, those dead-lettered",
+    "abandoned": "of the above, those abandoned for the broker to redeliver",
 }
+# The chart draws the common kinds; the table shows every counter.
+CHARTED = ("processed", "duplicates", "stale", "mismatches", "dead_lettered")
 
 
 def backing_off_table(counters: DecisionCounters, now: float) -> str:
@@ -407,10 +482,16 @@ def counters_page(counters: DecisionCounters | None, now: float) -> str:
             current=f"{PREFIX}/counters",
         )
     totals = "".join(
-        f'<div><dt>{text(label)}</dt><dd id="count-{name}" class="series-{name}">-</dd></div>'
+        f'<div><dt>{text(COUNTER_LABELS[name])}</dt><dd id="count-{name}" '
+        f'class="series-{name}">-</dd></div>'
+        for name in CHARTED
+    )
+    # One row per counter and a column per consumer: every decision kind fits a small screen.
+    rows = "".join(
+        f'<tr data-counter="{name}"><th scope="row">{text(label)}</th>'
+        '<td class="loading">Loading...</td></tr>'
         for name, label in COUNTER_LABELS.items()
     )
-    headings = "".join(f'<th scope="col">{text(label)}</th>' for label in COUNTER_LABELS.values())
     legend = "".join(
         f'<li><span class="swatch series-{name}" aria-hidden="true"></span>'
         f"<strong>{text(COUNTER_LABELS[name])}</strong>: {text(meaning)}</li>"
@@ -420,9 +501,10 @@ def counters_page(counters: DecisionCounters | None, now: float) -> str:
         "Counters",
         '<table id="by-consumer"><caption>Decisions per consumer, since the journals began '
         "(orders: the orders queue's workers; every other: a registered consumer, on its "
-        "order-events subscription or the status queue)</caption>"
-        f'<thead><tr><th scope="col">Consumer</th>{headings}</tr></thead>'
-        '<tbody><tr><td colspan="6">Loading...</td></tr></tbody></table>'
+        "order-events subscription or the status queue). Each decision counts once under its "
+        "kind, so the kinds add up to Decisions</caption>"
+        '<thead><tr><th scope="col">Decision</th></tr></thead>'
+        f"<tbody>{rows}</tbody></table>"
         '<h2 id="all-heading">All consumers together</h2>'
         f'<dl class="totals" aria-labelledby="all-heading">{totals}</dl>'
         '<figure><svg id="chart" role="img" viewBox="0 0 660 240" width="660" height="240" '

@@ -40,7 +40,7 @@ from orders.exceptions import (
     ServiceNotReadyError,
     TransientStoreError,
 )
-from orders.service.console import LIST_LIMIT
+from orders.service.console import LIST_LIMIT, UnreadableOrderError
 from orders.service.subscribers import Source
 
 logger = logging.getLogger("orders.console")
@@ -313,7 +313,12 @@ def install_console(app: FastAPI, factory: ConsoleFactory) -> Lazy[ConsoleRuntim
         if not is_entity_id(order_id):
             error = f"not an order id: {ID_RULE}"
             return page(pages.order_page(order_id, None, error), 400)
-        return page(pages.order_page(order_id, await services.console.order_documents(order_id)))
+        documents = await services.console.order_documents(order_id)
+        try:
+            history: list[dict[str, object]] | str = services.console.order_history(documents)
+        except UnreadableOrderError as exc:
+            history = str(exc)
+        return page(pages.order_page(order_id, documents, history=history))
 
     async def counters(request: Request, services: ConsoleRuntime) -> HTMLResponse:
         return page(pages.counters_page(await services.console.counters(), time.time()))

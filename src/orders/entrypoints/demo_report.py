@@ -8,7 +8,18 @@ from __future__ import annotations
 
 import html
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
+
+from orders.domain.decision_counters import kind_counter
+from orders.entrypoints.console_pages import COUNTER_MEANINGS
+from orders.service.verify_meanings import (
+    CHECK_MEANINGS,
+    CONFLICT_MEANINGS,
+    CONSUMER_MEANINGS,
+    STATUS_MEANINGS,
+    effect_meaning,
+)
 
 COLOURS = {
     "processed": "#2e7d32",
@@ -19,6 +30,11 @@ COLOURS = {
     "unexpected_failure": "#000000",
 }
 WIDTH, HEIGHT, MARGIN = 720, 240, 40
+
+
+def outcome_meaning(outcome: str) -> str:
+    """What a decision of this outcome means, as the console's counters page says it."""
+    return COUNTER_MEANINGS[kind_counter(outcome)]
 
 
 def outcome_series(decisions: list[dict[str, Any]]) -> dict[str, list[int]]:
@@ -76,9 +92,15 @@ def chart(series: dict[str, list[int]]) -> str:
     )
 
 
-def table(rows: list[tuple[str, Any]]) -> str:
+def table(rows: list[tuple[str, Any]], meanings: Mapping[str, str] | None = None) -> str:
+    """Rows of name and value; with `meanings`, what each figure counts beside it."""
+
+    def meaning(name: str) -> str:
+        return f"<td>{html.escape(meanings.get(name, ''))}</td>" if meanings is not None else ""
+
     body = "".join(
-        f"<tr><th scope='row'>{html.escape(str(name))}</th><td>{html.escape(str(value))}</td></tr>"
+        f"<tr><th scope='row'>{html.escape(str(name))}</th><td>{html.escape(str(value))}</td>"
+        f"{meaning(str(name))}</tr>"
         for name, value in rows
     )
     return f"<table>{body}</table>"
@@ -95,7 +117,9 @@ def render_report(verify: dict[str, Any], decisions: list[dict[str, Any]], secon
     orders = html.escape(str(verify.get("unique_orders")))
     status_updates = verify.get("status_updates")
     statuses = (
-        table(sorted(status_updates.items())) if status_updates else "<p>none sent in this run</p>"
+        table(sorted(status_updates.items()), STATUS_MEANINGS)
+        if status_updates
+        else "<p>none sent in this run</p>"
     )
     invariants = verify.get("invariants")
     saga = (
@@ -104,7 +128,11 @@ def render_report(verify: dict[str, Any], decisions: list[dict[str, Any]], secon
         else "<p>not audited in this run (the saga needs billing and shipping)</p>"
     )
     fanout = "".join(
-        f"<h3>{html.escape(str(consumer))}</h3>{table(sorted(found.items()))}"
+        f"<h3>{html.escape(str(consumer))}</h3>"
+        + table(
+            sorted(found.items()),
+            {**CONSUMER_MEANINGS, "effects": effect_meaning(str(consumer))},
+        )
         for consumer, found in sorted(verify.get("fanout", {}).items())
     )
     return f"""<!doctype html>
@@ -118,13 +146,13 @@ th,td{{border:1px solid #ccc;padding:.2em .6em;text-align:left}}</style></head>
 <h2>Consumer outcomes over time</h2>
 {chart(outcome_series(decisions))}
 <h2>Verify</h2>
-{table(scalars)}
+{table(scalars, CHECK_MEANINGS)}
 <h2>Conflicts inside the broker's window</h2>
-{table(sorted(in_window.items()))}
+{table(sorted(in_window.items()), CONFLICT_MEANINGS)}
 <h2>Sends by kind</h2>
 {table(kinds)}
 <h2>Consumer outcomes</h2>
-{table(outcomes)}
+{table(outcomes, {outcome: outcome_meaning(outcome) for outcome, _ in outcomes})}
 <h2>After the order: each consumer's effects</h2>
 {fanout or "<p>not audited in this run</p>"}
 <h2>The saga's invariants (each must be 0)</h2>

@@ -87,7 +87,8 @@ class StoredOrder(WireModel):
     )
     status_version: int = Field(description="The version of `status` (1: as placed)")
     status_history: list[StatusChange] = Field(
-        description="The applied updates, oldest first (the last 20)"
+        description="Every change, oldest first, from `placed`; one that arrived after a newer "
+        "one is kept in its place (the last 20)"
     )
     customer_id: str
     currency: str

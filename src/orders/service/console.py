@@ -8,22 +8,31 @@ refused, so a URL cannot point the console at some other entity of the namespace
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, Selection, resubmit_refusal
+from orders.domain.dead_letters import (
+    DeadLetter,
+    DeadLetterOutcome,
+    Selection,
+    names_order,
+    resubmit_refusal,
+)
 from orders.domain.decision_counters import DecisionCounters
 from orders.domain.payments import Charge, Refund
 from orders.exceptions import PaymentError
+from orders.service.order_lookup import order_history, order_view
 from orders.service.payment_port import PaymentGateway
 from orders.service.ports import (
     DeadLetterQueue,
     DecisionFeed,
     EntityCounter,
     EntityCounts,
+    OrderPartition,
     OrderReader,
+    OrderViewLayout,
 )
 from orders.service.subscribers import Source
 
@@ -59,6 +68,7 @@ class OperationsConsole:
         reader: OrderReader,
         decisions: DecisionFeed | None,
         *,
+        layout: OrderViewLayout,
         duplicate_window: timedelta,
         count_limit: int = COUNT_LIMIT,
         inbox: OrderReader | None = None,
@@ -70,6 +80,7 @@ class OperationsConsole:
         self._reader = reader
         self._inbox = inbox
         self._payments = payments
+        self._layout = layout
         self._decisions = decisions
         self._duplicate_window = duplicate_window
         self._count_limit = count_limit
@@ -138,9 +149,72 @@ class OperationsConsole:
                 documents += [refund_document(refund) for refund in refunds]
         return documents
 
+    def order_history(self, documents: Sequence[dict[str, Any]]) -> list[dict[str, object]]:
+        """The order's one history, read off its documents as GET reads them (the same
+        function builds both). Raises `UnreadableOrderError` when GET could not read them."""
+        return order_history(self._partition(documents))
+
+    def _partition(self, documents: Sequence[dict[str, Any]]) -> OrderPartition:
+        stored = [document for document in documents if origin_of(document) == ORDERS_CONTAINER]
+        try:
+            return self._layout.order_partition(stored)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UnreadableOrderError(f"{type(exc).__name__}: {exc}") from exc
+
+    async def show_order(self, order_id: str) -> dict[str, Any]:
+        """Everything known about one order, for `orders show`: the stored order as GET shows
+        it, its one history, payment and refund, shipment, outbox events, the consumers'
+        records, and the dead letters that name it (peeked). Documents as stored."""
+        documents, dead_letters = await asyncio.gather(
+            self.order_documents(order_id), self.order_dead_letters(order_id)
+        )
+        try:
+            partition = self._partition(documents)
+            view: dict[str, Any] = {
+                "order": order_view(partition),
+                "statusHistory": order_history(partition),
+            }
+        except UnreadableOrderError as exc:
+            view = {"order": None, "statusHistory": None, "unreadable": str(exc)}
+
+        def of_type(*kinds: str) -> list[dict[str, Any]]:
+            return [document for document in documents if document.get("type") in kinds]
+
+        return {
+            "orderId": order_id,
+            **view,
+            "payment": of_type(PAYMENT_DOCUMENT_TYPE, BILLING_DOCUMENT_TYPE),
+            "refund": of_type(PAYMENT_REFUND_DOCUMENT_TYPE, REFUND_DOCUMENT_TYPE),
+            "shipment": of_type(SHIPMENT_DOCUMENT_TYPE),
+            "outbox": of_type(OUTBOX_DOCUMENT_TYPE),
+            "inboxRecords": of_type(INBOX_DOCUMENT_TYPE),
+            "rejections": of_type(REJECTION_DOCUMENT_TYPE),
+            "deadLetters": [
+                {"source": str(source), **dead.to_json()} for source, dead in dead_letters
+            ],
+        }
+
+    async def order_dead_letters(
+        self, order_id: str, limit: int = COUNT_LIMIT
+    ) -> list[tuple[Source, DeadLetter]]:
+        """The dead letters that name the order, in every source's dead-letter queue (peeked:
+        nothing is locked or changed), the first `limit` of each queue searched."""
+        found = await asyncio.gather(*(self.dead_letters(source, limit) for source in self.sources))
+        return [
+            (source, dead)
+            for source, dead_letters in zip(self.sources, found, strict=True)
+            for dead in dead_letters
+            if names_order(dead, order_id)
+        ]
+
     async def counters(self) -> DecisionCounters | None:
         """None where no journal is configured (in Azure: the workbook has them)."""
         return await self._decisions.counters() if self._decisions is not None else None
+
+
+class UnreadableOrderError(Exception):
+    """The order's stored documents cannot be read as GET reads them (a field missing or of
+    the wrong kind): the console still shows them raw."""
 
 
 def payment_document(charge: Charge) -> dict[str, Any]:
@@ -190,8 +264,9 @@ _ORIGINS = {
     PAYMENT_REFUND_DOCUMENT_TYPE: PAYMENT_SERVICE,
 }
 # The steps of an order's life in the order they happen; cancelled and refunded end it early.
-# `refunded` comes with the order saga (status version 6, a refund at the payment service):
-# the timeline shows it as soon as either source says so.
+# The timeline follows the order's history; this order places only the steps a service has
+# recorded whose status update is not applied yet (a status not named here sorts after them).
+# `payment_failed` comes from the order document (billing's refusal), never a status update.
 TIMELINE_STEPS = (
     "placed",
     "payment_failed",
@@ -220,7 +295,10 @@ class Evidence:
 @dataclass(frozen=True)
 class TimelineStep:
     status: str
-    at: str | None  # the earliest time a source gives
+    # The change's version in the order's history; None for a step the services recorded
+    # whose status update is not applied yet (or when the history cannot be read).
+    version: int | None
+    at: str | None  # the history's time; for a step not in it, the earliest a source gives
     evidence: tuple[Evidence, ...]
 
 
@@ -232,9 +310,12 @@ def _name(document: dict[str, Any]) -> str:
     return f"{document.get('type', '(no type)')} {document.get('id', '')}".strip()
 
 
-def order_timeline(documents: Sequence[dict[str, Any]]) -> list[TimelineStep]:
-    """The steps the documents prove, in life order, each with every document that says so:
-    the status document's history, and the records the consumers and services wrote."""
+def order_timeline(
+    documents: Sequence[dict[str, Any]], history: Sequence[Mapping[str, object]] | None
+) -> list[TimelineStep]:
+    """The order's history (`order_history`, what GET shows), each change with every document
+    that says so; then the steps the services recorded that are not in the history yet, in
+    life order. Without a history (unreadable documents) only those evidenced steps."""
     found: dict[str, list[Evidence]] = {}
 
     def add(step: str, document: dict[str, Any], said: str, at: object) -> None:
@@ -254,9 +335,9 @@ def order_timeline(documents: Sequence[dict[str, Any]]) -> list[TimelineStep]:
                 said = "the charge was refused for good: it will not ship (the saga's decision)"
                 add("payment_failed", document, said, fulfilment.get("at"))
         elif kind == STATUS_DOCUMENT_TYPE:
-            history = document.get("history")
-            for entry in history if isinstance(history, list) else []:
-                if isinstance(entry, dict) and entry.get("status") in TIMELINE_STEPS:
+            written = document.get("history")
+            for entry in written if isinstance(written, list) else []:
+                if isinstance(entry, dict) and isinstance(entry.get("status"), str):
                     said = f"status history, version {entry.get('version')}"
                     add(str(entry["status"]), document, said, entry.get("at"))
         elif kind == PAYMENT_DOCUMENT_TYPE and "unavailable" not in document:
@@ -272,11 +353,22 @@ def order_timeline(documents: Sequence[dict[str, Any]]) -> list[TimelineStep]:
         elif kind == PAYMENT_REFUND_DOCUMENT_TYPE and "unavailable" not in document:
             said = f"refunded {document.get('amount')} {document.get('currency')}"
             add("refunded", document, said, document.get("createdAt"))
-    return [
-        TimelineStep(step, _earliest(e.at for e in found[step]), tuple(found[step]))
-        for step in TIMELINE_STEPS
-        if step in found
+    changes = [
+        TimelineStep(
+            str(change.get("status")),
+            version if isinstance(version := change.get("version"), int) else None,
+            _text(change.get("at")),
+            tuple(found.get(str(change.get("status")), ())),
+        )
+        for change in history or ()
     ]
+    shown = {change.status for change in changes}
+    pending = [
+        TimelineStep(step, None, _earliest(e.at for e in found[step]), tuple(found[step]))
+        for step in [*TIMELINE_STEPS, *sorted(set(found) - set(TIMELINE_STEPS))]
+        if step in found and step not in shown
+    ]
+    return changes + pending
 
 
 def _earliest(times: Iterable[str | None]) -> str | None:

@@ -24,7 +24,13 @@ from exactly_once.exceptions import InProgressElsewhereError, PayloadMismatchErr
 from exactly_once.keys import KeyedRequests, retry_after_seconds
 from exactly_once.records import JsonObject, Record, RecordStatus
 from orders.domain.hashing import request_hash
-from orders.domain.idempotency import OrderIdClaim, core_store_errors, key_claim
+from orders.domain.idempotency import (
+    CANCEL_OPERATION,
+    PLACE_OPERATION,
+    OrderIdClaim,
+    core_store_errors,
+    key_claim,
+)
 from orders.domain.leases import DEFAULT_LEASE_SECONDS
 from orders.domain.model import OrderPlaced
 from orders.domain.ownership import may_act
@@ -165,7 +171,13 @@ class IdempotentOrderIntake:
                 )
 
         return await self._once(
-            scope, key, incoming_hash, order_id, accept, lambda: first_response(order_id)
+            scope,
+            key,
+            incoming_hash,
+            order_id,
+            accept,
+            lambda: first_response(order_id),
+            operation=CANCEL_OPERATION,
         )
 
     async def _once(
@@ -176,6 +188,8 @@ class IdempotentOrderIntake:
         order_id: str,
         accept: Callable[[], Awaitable[None]],
         first_response: Callable[[], JsonObject],
+        *,
+        operation: str = PLACE_OPERATION,
     ) -> SubmitResult:
         """Claim the key, run `accept` once, store and return the first answer; a retry gets
         the stored answer, the error its state earns, or takes an expired claim over."""
@@ -187,6 +201,7 @@ class IdempotentOrderIntake:
             owner=f"{OWNER_PREFIX}-{uuid.uuid4().hex[:12]}",
             lease_seconds=self._lease_seconds,
             ttl_seconds=self._ttl_seconds,
+            operation=operation,
         )
         # One owner per request: a second request under a live claim is refused at once,
         # never made to wait; the caller retries after Retry-After.

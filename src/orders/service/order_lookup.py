@@ -26,6 +26,32 @@ class OrderLookupResult:
     body: dict[str, Any] | None = None
 
 
+def order_history(partition: OrderPartition) -> list[dict[str, object]]:
+    """An order's one history, oldest first: what GET, `orders show` and the console's
+    timeline all show. The status document's changes (each kept with its version and time,
+    late ones in their place), after `placed` (the order document's time) and, while its
+    status update is still queued, the cancel the order document already holds."""
+    changes = [
+        {"status": entry.get("status"), "version": entry.get("version"), "at": entry.get("at")}
+        for entry in partition.status.history
+    ]
+    versions = {change["version"] for change in changes}
+    stored = partition.order
+    if stored is None:
+        return changes
+    placed = PRODUCER_VERSIONS[OrderStatus.PLACED]
+    if not any(isinstance(v, int) and v <= placed for v in versions):
+        changes.insert(
+            0, {"status": OrderStatus.PLACED.value, "version": placed, "at": stored.processed_at}
+        )
+    cancelled = PRODUCER_VERSIONS[OrderStatus.CANCELLED]
+    order = stored.order
+    if order.fulfilment is Fulfilment.CANCELLED and partition.status.version < cancelled:
+        at = order.cancelled_at or stored.processed_at
+        changes.append({"status": OrderStatus.CANCELLED.value, "version": cancelled, "at": at})
+    return changes
+
+
 def order_view(partition: OrderPartition) -> dict[str, Any] | None:
     """The public view of a stored order: amounts stay decimal strings, lines in order."""
     stored = partition.order
@@ -44,7 +70,7 @@ def order_view(partition: OrderPartition) -> dict[str, Any] | None:
         "orderId": order.order_id,
         "status": Fulfilment.PAYMENT_FAILED.value if failed else shown.value,
         "statusVersion": version,
-        "statusHistory": list(status.history),
+        "statusHistory": order_history(partition),
         "customerId": order.customer_id,
         "currency": order.currency,
         "totalAmount": stored.total_amount,

@@ -323,6 +323,13 @@ class StatusLayout(StatusReader, Protocol):
         """The status document once `update` applied, keeping `history`."""
         ...
 
+    def with_history(
+        self, document: Mapping[str, Any], history: tuple[HistoryEntry, ...]
+    ) -> dict[str, Any]:
+        """The stored status document with `history` in place of its own, nothing else
+        changed (a change that arrived late, recorded where it belongs)."""
+        ...
+
 
 class DocumentLayout(
     OrderLayout,

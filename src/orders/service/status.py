@@ -5,6 +5,10 @@ document: a version at or below the stored one completes as stale with no write 
 document stands at `placed`'s version); a newer, legal one replaces the document If-Match its
 ETag (a lost race reads again and decides again); an update the state machine cannot reach from
 the stored status is dead-lettered.
+
+A stale update still happened: an update that arrives after a newer one (shipped at version 3
+before paid at 2) is recorded in the history in its place, If-Match, without changing the
+status, so the history keeps every change whatever the delivery order.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from exactly_once.exceptions import RecordChangedError
 from exactly_once.orchestrator import apply_version
 from orders.domain.ids import is_entity_id
 from orders.domain.messages import DeadLetterReason, MessageRejected
@@ -24,6 +29,7 @@ from orders.domain.status import (
     StoredStatus,
     Verdict,
     history_after,
+    history_with_late,
     judge_update,
     parse_status_changed,
 )
@@ -84,7 +90,31 @@ class StatusConsumer:
             )
         except IllegalTransitionError as illegal:
             return _illegal(illegal.stored, update)
+        if done.value == Outcome.STALE.value:
+            await self._record_late(update)
         return Decision(Outcome(done.value), Settlement.COMPLETE, update.order_id)
+
+    async def _record_late(self, update: OrderStatusChanged) -> None:
+        """Put a stale update's change into the history in its place; a lost race reads again,
+        and past `MAX_ATTEMPTS` the broker delivers it again (it is still stale then)."""
+        document_id = self._layout.status_document_id(update.order_id)
+        for _ in range(MAX_ATTEMPTS):
+            found = await self._documents.get(document_id, update.order_id)
+            if found is None:
+                return  # stale against `placed`, which no document records
+            history = history_with_late(self._layout.stored_status(found.body), update)
+            if history is None:
+                return
+            try:
+                await self._documents.replace(
+                    self._layout.with_history(found.body, history),
+                    update.order_id,
+                    etag=found.etag,
+                )
+            except RecordChangedError:
+                continue
+            return
+        raise RecordChangedError(f"{document_id!r} kept changing; {MAX_ATTEMPTS} writes lost")
 
 
 def _illegal(stored: StoredStatus, update: OrderStatusChanged) -> Decision:

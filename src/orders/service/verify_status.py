@@ -17,6 +17,7 @@ from orders.domain.dead_letters import DeadLetteredMessage
 from orders.domain.load_plan import LoadPlan, StatusKind
 from orders.domain.messages import DeadLetterReason
 from orders.domain.status import (
+    LATE,
     PRODUCER_VERSIONS,
     OrderStatus,
     status_message_id,
@@ -79,8 +80,14 @@ def audit_statuses(
         if (partitions[order_id].status.version if order_id in partitions else placed)
         != max(legal_versions.get(order_id, []), default=placed)
     )
-    # an order without a status document stands at placed, with no history
-    applied = sum(len(partition.status.history) for partition in partitions.values())
+    # an order without a status document stands at placed, with no history; a late change is
+    # in the history but arrived stale (it changed no status)
+    applied = sum(
+        1
+        for partition in partitions.values()
+        for entry in partition.status.history
+        if not entry.get(LATE)
+    )
     strays = {(u.order_id, u.version) for u in plan.status_updates if u.kind is StatusKind.ILLEGAL}
     return StatusAudit(
         sent=len(plan.status_updates),
