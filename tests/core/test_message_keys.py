@@ -198,12 +198,12 @@ async def test_the_keys_home_follows_the_key_not_the_message_id(
 async def test_a_key_function_may_reject_and_a_bug_in_it_loses_nothing(
     store: CosmosStore,
 ) -> None:
-    def refuse_blank(delivered: Delivered[Invoice]) -> str | None:
+    def untrimmed_or_a_bug(delivered: Delivered[Invoice]) -> str | None:
         if delivered.message.invoice_id.strip() != delivered.message.invoice_id:
             raise Rejected("the invoice id has spaces around it", reason="InvoiceIdNotTrimmed")
         raise KeyError("a bug in the key function")
 
-    consumer = invoices(store, key=refuse_blank)
+    consumer = invoices(store, key=untrimmed_or_a_bug)
 
     rejected = await consumer.decide(invoice_body(" i-1 ", "c"), unique("m"))
     buggy = await consumer.decide(invoice_body("i-1", "c"), unique("m"))
