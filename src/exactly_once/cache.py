@@ -5,8 +5,10 @@ request hash, the same key with the same hash is a duplicate for as long as the 
 its record. So the cache remembers (scope, key) -> request hash for completed messages and
 answers an exact repeat at once; anything else (a new key, another hash: a possible mismatch)
 goes to the store, which judges it as it always does. Its one risk is a record the store has
-forgotten (its ttl ended) while the cache still holds the key: the consumer therefore refuses
-a cache whose `ttl_seconds` is not below the records' retention.
+forgotten (its ttl ended) while the cache still holds the key: a key learned just before its
+record expired is answered `duplicate` for up to `ttl_seconds` more, where the store would run
+the effect again. So keep `ttl_seconds` short; the consumer refuses one that is not below the
+records' ttl.
 """
 
 from __future__ import annotations

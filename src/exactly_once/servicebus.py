@@ -214,8 +214,8 @@ class ExactlyOnceConsumer(Generic[Message]):
         """Parse, run the effect, and decide; no settlement (any host can settle it).
         `properties` (application properties) and `content_type` are what a key function may
         read besides the body (`cloud_event_key` in binary mode)."""
-        delivered = _Sent(body, message_id, properties or {}, content_type)
-        return await self._observed(message_id, self._decide(delivered))
+        sent = _Sent(body, message_id, properties or {}, content_type)
+        return await self._observed(message_id, self._decide(sent))
 
     async def decide_message(self, message: ServiceBusReceivedMessage) -> Decision:
         """Decide on a received message; no settlement (`run_worker`'s `handle`)."""

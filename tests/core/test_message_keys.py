@@ -33,6 +33,7 @@ from exactly_once import (
     ExactlyOnceConsumer,
     JsonInput,
     JsonMapping,
+    LocalCache,
     Outcome,
     Rejected,
     Settlement,
@@ -411,3 +412,37 @@ async def test_a_projection_that_is_not_json_is_a_bug_not_a_dead_letter(
         Settlement.ABANDON,
     )
     assert "datetime is not JSON" in (decision.error or "")
+
+
+# --- the cache and an effect that keeps no key ----------------------------------------------
+
+
+async def test_a_cached_repeat_of_a_versioned_update_is_a_duplicate_not_stale(
+    store: CosmosStore,
+) -> None:
+    """`apply_version` keeps no key: the store calls a repeat `stale`; the cache, which knows
+    the key completed, calls it `duplicate`. Both complete the message and write nothing."""
+
+    async def set_amount(invoice: Invoice, effects: Effects) -> Outcome:
+        return await effects.apply_version(
+            invoice.customer_id, f"total-{invoice.invoice_id}", 1, lambda _: {"cents": 1}
+        )
+
+    def consumer(cache: LocalCache | None) -> ExactlyOnceConsumer[Invoice]:
+        return exactly_once(consumer="totals", parse=parse_invoice, store=store, cache=cache)(
+            set_amount
+        )
+
+    cached, uncached = consumer(LocalCache(ttl_seconds=60)), consumer(None)
+    body, message_id = invoice_body(unique("invoice"), unique("customer")), unique("m")
+
+    first = await cached.decide(body, message_id)
+    from_the_cache = await cached.decide(body, message_id)
+    from_the_store = await uncached.decide(body, message_id)
+
+    assert outcomes([first, from_the_cache, from_the_store]) == [
+        Outcome.PROCESSED,
+        Outcome.DUPLICATE,
+        Outcome.STALE,
+    ]
+    assert {d.settlement for d in (from_the_cache, from_the_store)} == {Settlement.COMPLETE}
