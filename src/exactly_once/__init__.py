@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from exactly_once.backoff import Backoff, Retrier, Retry
+    from exactly_once.cache import LocalCache
     from exactly_once.claims import Claims
     from exactly_once.cosmos import CoreRecordShape, CosmosStore, RecordShape
     from exactly_once.decisions import (
@@ -43,6 +44,14 @@ if TYPE_CHECKING:
         TransientStoreError,
     )
     from exactly_once.functions import idempotent
+    from exactly_once.message_keys import (
+        Delivered,
+        KeyOf,
+        PayloadOf,
+        cloud_event_key,
+        from_message,
+        message_id_key,
+    )
     from exactly_once.orchestrator import (
         Effects,
         TwoPhaseResult,
@@ -88,6 +97,7 @@ _MODULE_OF: dict[str, str] = {
     "CosmosStore": "cosmos",
     "DeadLetterReason": "decisions",
     "Decision": "decisions",
+    "Delivered": "message_keys",
     "DocumentCreator": "ports",
     "DocumentExistsError": "exceptions",
     "DocumentStore": "ports",
@@ -100,9 +110,12 @@ _MODULE_OF: dict[str, str] = {
     "JsonMapping": "records",
     "JsonObject": "records",
     "JsonValue": "records",
+    "KeyOf": "message_keys",
+    "LocalCache": "cache",
     "MessageActionsSettler": "servicebus",
     "Outcome": "decisions",
     "PayloadMismatchError": "exceptions",
+    "PayloadOf": "message_keys",
     "PreviouslyFailedError": "exceptions",
     "ReceiverSettler": "servicebus",
     "Record": "records",
@@ -133,12 +146,15 @@ _MODULE_OF: dict[str, str] = {
     "WorkerOptions": "worker",
     "WorkerStats": "worker",
     "apply_version": "orchestrator",
+    "cloud_event_key": "message_keys",
     "create_entity": "orchestrator",
     "decision_for_error": "decisions",
     "exactly_once": "servicebus",
     "idempotent": "functions",
     "fingerprint": "records",
+    "from_message": "message_keys",
     "inbox_batch": "orchestrator",
+    "message_id_key": "message_keys",
     "run_session_worker": "worker",
     "run_worker": "worker",
     "settle": "decisions",
@@ -151,6 +167,7 @@ __all__ = [
     "CosmosStore",
     "DeadLetterReason",
     "Decision",
+    "Delivered",
     "DocumentCreator",
     "DocumentExistsError",
     "DocumentStore",
@@ -163,9 +180,12 @@ __all__ = [
     "JsonMapping",
     "JsonObject",
     "JsonValue",
+    "KeyOf",
+    "LocalCache",
     "MessageActionsSettler",
     "Outcome",
     "PayloadMismatchError",
+    "PayloadOf",
     "PreviouslyFailedError",
     "ReceiverSettler",
     "Record",
@@ -196,12 +216,15 @@ __all__ = [
     "WorkerOptions",
     "WorkerStats",
     "apply_version",
+    "cloud_event_key",
     "create_entity",
     "decision_for_error",
     "exactly_once",
     "fingerprint",
+    "from_message",
     "idempotent",
     "inbox_batch",
+    "message_id_key",
     "run_session_worker",
     "run_worker",
     "settle",

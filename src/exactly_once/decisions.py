@@ -60,6 +60,7 @@ class DeadLetterReason(StrEnum):
 
     INVALID_MESSAGE = "InvalidMessage"
     MISSING_MESSAGE_ID = "MissingMessageId"
+    MISSING_IDEMPOTENCY_KEY = "MissingIdempotencyKey"  # the consumer's key function found none
     BODY_TOO_LARGE = "BodyTooLarge"
     UNSUPPORTED_BODY_TYPE = "UnsupportedBodyType"  # an AMQP value or sequence body, not data
     CORRUPT_RECORD = "CorruptRecord"

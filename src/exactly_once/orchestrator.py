@@ -5,16 +5,17 @@ tells a duplicate from a conflicting payload happens only when the write found i
 
 - `create_entity`: the business entity is its own marker. Created with the effect's other
   documents in one transactional batch; a conflict reads it and compares the request hash.
-- `inbox`: an inbox record (scoped by consumer and message id) in the same batch as the
+- `inbox`: an inbox record (scoped by consumer and key) in the same batch as the
   effect's documents: the record exists if and only if the effect does.
 - `two_phase`: a record claimed before an external call and completed after it; the call
   carries a downstream key that stays the same on every attempt, so the downstream does it once.
 
-The key's home: a message's key (consumer, MessageId) is judged in a partition derived from the
-key alone (`Effects.key_partition`), never in one the payload names, so a MessageId reused with
-another body is a mismatch whatever partition that body names. An effect written in the key's
-home carries its key record in its own batch (one request); one written elsewhere writes the key
-record first (`Effects.hold_key`), then its batch. A two-phase record always lives there.
+The key's home: a message's key (consumer, key: the MessageId unless the consumer's key function
+says otherwise) is judged in a partition derived from the key alone (`Effects.key_partition`),
+never in one the payload names, so a key reused with another body is a mismatch whatever
+partition that body names. An effect written in the key's home carries its key record in its own
+batch (one request); one written elsewhere writes the key record first (`Effects.hold_key`),
+then its batch. A two-phase record always lives there.
 - `apply_version`: natural idempotency. A versioned document replaced If-Match; an older or
   equal version changes nothing.
 """
@@ -90,10 +91,10 @@ def safe_id(text: str) -> str:
     return f"{prefix}:{digest}" if keep_prefix else digest
 
 
-def key_partition_of(consumer: str, message_id: str) -> str:
-    """The key's home by default: a partition of its own for each (consumer, MessageId), so
-    keys spread over the container's partitions and no payload can move one."""
-    return safe_id(f"{consumer}:{message_id}")
+def key_partition_of(consumer: str, key: str) -> str:
+    """The key's home by default: a partition of its own for each (consumer, key), so keys
+    spread over the container's partitions and no payload can move one."""
+    return safe_id(f"{consumer}:{key}")
 
 
 @dataclass(frozen=True)
@@ -106,11 +107,13 @@ class TwoPhaseResult:
 
 
 class Effects:
-    """The mechanisms, bound to one unit of work: the consumer, the message id and its request
-    hash name the records; `owner` names this attempt (one delivery) in them.
+    """The mechanisms, bound to one unit of work: the consumer (the scope of its keys: its
+    name, or its `key_prefix`), the message's key and its request hash name the records;
+    `owner` names this attempt (one delivery) in them.
 
-    `key_partition` is the key's home (by default one partition per (consumer, MessageId));
-    every record carries `retention`'s ttl, and no business document is given one."""
+    `key` is the message's key (its MessageId when None); `key_partition` is the key's home (by
+    default one partition per (consumer, key)); every record carries `retention`'s ttl, and no
+    business document is given one."""
 
     def __init__(
         self,
@@ -126,12 +129,14 @@ class Effects:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         retention: Retention = DEFAULT_RETENTION,
         key_partition: str | None = None,
+        key: str | None = None,
     ) -> None:
         self.consumer = consumer
         self.message_id = message_id
+        self.key = message_id if key is None else key
         self.request_hash = request_hash
         self.owner = owner
-        self.key_partition = key_partition or key_partition_of(consumer, message_id)
+        self.key_partition = key_partition or key_partition_of(consumer, self.key)
         self.ttl_seconds = retention.ttl_seconds
         self._documents = documents
         self._lease_seconds = lease_seconds
@@ -145,15 +150,19 @@ class Effects:
 
     def _marker(self, kind: str, document_type: str) -> dict[str, JsonInput]:
         """The record of this message's `kind` of effect: its id names the consumer and the
-        MessageId only, never the payload; it expires with the consumer's retention."""
-        return {
-            "id": safe_id(f"{kind}:{self.consumer}:{self.message_id}"),
+        key only, never the payload; it expires with the consumer's retention. A key other than
+        the MessageId is kept beside it (the MessageId is then the first delivery's)."""
+        marker: dict[str, JsonInput] = {
+            "id": safe_id(f"{kind}:{self.consumer}:{self.key}"),
             "type": document_type,
             "consumer": self.consumer,
             "messageId": self.message_id,
             "requestHash": self.request_hash,
             "ttl": self.ttl_seconds,
         }
+        if self.key != self.message_id:
+            marker["key"] = self.key
+        return marker
 
     async def hold_key(self, kind: str, partition: str) -> bool:
         """Write this message's key record for `kind` in the key's home, before an effect in
@@ -264,7 +273,7 @@ class Effects:
         any other error releases the claim (the next attempt calls again, with the same key)
         and propagates."""
         del partition  # kept in the signature: callers name the effect's partition
-        key = safe_id(f"two-phase:{self.consumer}:{self.message_id}")
+        key = safe_id(f"two-phase:{self.consumer}:{self.key}")
         wanted = Record(
             key=key,
             partition=self.key_partition,
@@ -272,7 +281,7 @@ class Effects:
             status=RecordStatus.IN_PROGRESS,
             owner=self.owner,
             lease_seconds=self._lease_seconds,
-            downstream_key=downstream_key or f"{self.consumer}:{self.message_id}",
+            downstream_key=downstream_key or f"{self.consumer}:{self.key}",
             expires_after_seconds=self.ttl_seconds,
         )
         owned = await self.own(wanted)

@@ -26,13 +26,27 @@ JsonMapping = Mapping[str, JsonInput]
 DEFAULT_LEASE_SECONDS = 30.0
 
 
-def fingerprint(value: JsonValue) -> str:
+def fingerprint(value: JsonInput) -> str:
     """SHA-256 of `value` as canonical JSON (sorted keys, no spaces): the request hash that
-    tells a duplicate (same hash) from a conflicting payload under the same key."""
-    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    tells a duplicate (same hash) from a conflicting payload under the same key.
+
+    Raises `TypeError` for a value that is not JSON (a datetime, a Decimal)."""
+    canonical = json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_as_json
+    )
     # "surrogatepass": JSON may spell a lone surrogate ("\\ud800"), which UTF-8 cannot encode;
     # the hash of any decodable JSON must exist, never raise.
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _as_json(value: object) -> JsonInput:
+    """A read-only mapping or sequence (`JsonInput` allows them) as the dict or list `json`
+    encodes; anything else is not JSON."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        return list(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 def body_fingerprint(body: bytes) -> str:

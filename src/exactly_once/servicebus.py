@@ -12,7 +12,8 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from azure.servicebus import ServiceBusReceivedMessage
@@ -20,21 +21,24 @@ from azure.servicebus.aio import ServiceBusReceiver
 from azure.servicebus.amqp import AmqpMessageBodyType
 
 from exactly_once.backoff import Backoff, Retrier
+from exactly_once.cache import LocalCache
 from exactly_once.claims import DEFAULT_MAX_WAIT_SECONDS
 from exactly_once.decisions import (
     DeadLetterReason,
     Decision,
     Outcome,
+    Settlement,
     Settler,
     decision_for_error,
     described,
     settle,
 )
-from exactly_once.exceptions import Rejected
+from exactly_once.exceptions import Rejected, RetentionError
 from exactly_once.logs import log_outcome
+from exactly_once.message_keys import Delivered, KeyOf, PayloadOf, message_id_key
 from exactly_once.orchestrator import Effects
 from exactly_once.ports import DocumentStore, RecordStore, Store
-from exactly_once.records import DEFAULT_LEASE_SECONDS, body_fingerprint
+from exactly_once.records import DEFAULT_LEASE_SECONDS, body_fingerprint, fingerprint
 from exactly_once.retention import DEFAULT_RETENTION, Retention
 from exactly_once.telemetry import Telemetry
 
@@ -47,7 +51,8 @@ Parser = Callable[[bytes], Message]
 # message size (256 KB, headers included), so no body the broker can deliver is larger. On
 # Premium (1 MiB by default, up to 100 MB) raise `max_body_bytes` with the entity's limit.
 DEFAULT_MAX_BODY_BYTES = 256 * 1024
-# The key's home of a message, from its MessageId (see `Effects.key_partition`).
+# The key's home of a message, from its key (the MessageId by default; see
+# `Effects.key_partition`).
 KeyPartition = Callable[[str], str]
 
 
@@ -126,6 +131,16 @@ class ReceiverSettler:
             )
 
 
+def application_properties(message: ServiceBusReceivedMessage) -> dict[str, object]:
+    """A received message's application properties, their names as text (the SDK may hand
+    AMQP symbols over as bytes)."""
+    found: Mapping[Any, Any] = message.application_properties or {}
+    return {
+        name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name): value
+        for name, value in found.items()
+    }
+
+
 def body_bytes(message: ServiceBusReceivedMessage) -> bytes:
     """A data body's bytes (its AMQP data sections joined); b"" for a value or sequence body."""
     body: Any = message.body
@@ -157,11 +172,29 @@ class ExactlyOnceConsumer(Generic[Message]):
         retention: Retention = DEFAULT_RETENTION,
         key_partition: KeyPartition | None = None,
         backoff: Backoff | None = None,
+        key: KeyOf[Message] | None = None,
+        key_prefix: str | None = None,
+        payload: PayloadOf[Message] | None = None,
+        cache: LocalCache | None = None,
     ) -> None:
+        if key_prefix is not None and not key_prefix:
+            raise ValueError("key_prefix must not be empty: leave it None to scope by consumer")
+        if cache is not None and cache.ttl_seconds >= retention.ttl_seconds:
+            raise RetentionError(
+                f"the cache's ttl_seconds={cache.ttl_seconds:g} is not below the records' ttl "
+                f"of {retention.ttl_seconds} s: it could call a message a duplicate after the "
+                "store forgot its record"
+            )
         self.consumer = consumer
+        # The scope of the consumer's keys in every record id: a fixed prefix keeps them when
+        # the consumer is renamed (Powertools' `key_prefix`).
+        self.key_scope = key_prefix or consumer
         self.max_body_bytes = max_body_bytes
         self.retention = retention
         self._key_partition = key_partition
+        self._key: KeyOf[Message] = key or message_id_key
+        self._payload = payload
+        self._cache = cache
         self._effect = effect
         self._parse = parse
         self._records = records
@@ -172,9 +205,19 @@ class ExactlyOnceConsumer(Generic[Message]):
         self._telemetry = telemetry or Telemetry()
         self._retrier = Retrier(backoff, telemetry=self._telemetry)
 
-    async def decide(self, body: bytes, message_id: str | None) -> Decision:
-        """Parse, run the effect, and decide; no settlement (any host can settle it)."""
-        return await self._observed(message_id, self._decide(body, message_id))
+    async def decide(
+        self,
+        body: bytes,
+        message_id: str | None,
+        *,
+        properties: Mapping[str, object] | None = None,
+        content_type: str | None = None,
+    ) -> Decision:
+        """Parse, run the effect, and decide; no settlement (any host can settle it).
+        `properties` (application properties) and `content_type` are what a key function may
+        read besides the body (`cloud_event_key` in binary mode)."""
+        sent = _Sent(body, message_id, properties or {}, content_type)
+        return await self._observed(message_id, self._decide(sent))
 
     async def decide_message(self, message: ServiceBusReceivedMessage) -> Decision:
         """Decide on a received message; no settlement (`run_worker`'s `handle`)."""
@@ -193,7 +236,12 @@ class ExactlyOnceConsumer(Generic[Message]):
                     )
                 ),
             )
-        return await self.decide(body_bytes(message), message_id)
+        return await self.decide(
+            body_bytes(message),
+            message_id,
+            properties=application_properties(message),
+            content_type=message.content_type,
+        )
 
     async def _observed(self, message_id: str | None, deciding: Awaitable[Decision]) -> Decision:
         """One span, one count and one log line for each decision, however it was reached."""
@@ -237,7 +285,8 @@ class ExactlyOnceConsumer(Generic[Message]):
         with the lock renewed."""
         return await self.process(message, ReceiverSettler(receiver, message), back_off=False)
 
-    async def _decide(self, body: bytes, message_id: str | None) -> Decision:
+    async def _decide(self, sent: _Sent) -> Decision:
+        body, message_id = sent.body, sent.message_id
         if not message_id:
             return Decision.dead_letter(
                 Outcome.REJECTED,
@@ -263,10 +312,57 @@ class ExactlyOnceConsumer(Generic[Message]):
             return Decision.dead_letter(
                 Outcome.REJECTED, DeadLetterReason.INVALID_MESSAGE, described(exc)
             )
+        identified = self._identify(parsed, sent, message_id)
+        if isinstance(identified, Decision):
+            return identified
+        key, request_hash = identified
+        if self._cache is not None and self._cache.completed(self.key_scope, key, request_hash):
+            return Decision.duplicate()
+        decision = await self._run(parsed, key, request_hash, message_id)
+        if (
+            self._cache is not None
+            and decision.settlement is Settlement.COMPLETE
+            and decision.outcome in (Outcome.PROCESSED, Outcome.DUPLICATE)
+        ):
+            self._cache.remember(self.key_scope, key, request_hash)
+        return decision
+
+    def _identify(
+        self, parsed: Message, sent: _Sent, message_id: str
+    ) -> tuple[str, str] | Decision:
+        """The message's key and request hash, or the decision for a message without a key."""
+        try:
+            key = self._key(
+                Delivered(parsed, message_id, sent.body, sent.properties, sent.content_type)
+            )
+            request_hash = (
+                body_fingerprint(sent.body)
+                if self._payload is None
+                else fingerprint(self._payload(parsed))
+            )
+        except Rejected as rejected:
+            return Decision.dead_letter(
+                Outcome.REJECTED, str(rejected.reason), str(rejected.description)
+            )
+        except Exception as exc:
+            # A bug in the key function or the projection, not in the message: the message
+            # waits for the fix (abandoned, logged), it is not dead-lettered for it.
+            return self._failure(message_id, exc)
+        if not key:
+            return Decision.dead_letter(
+                Outcome.REJECTED,
+                DeadLetterReason.MISSING_IDEMPOTENCY_KEY,
+                f"the consumer's key function found no key in message {message_id!r}",
+            )
+        return key, request_hash
+
+    async def _run(self, parsed: Message, key: str, request_hash: str, message_id: str) -> Decision:
+        """Run the effect with the mechanisms bound to the message's key and hash."""
         effects = Effects(
-            consumer=self.consumer,
+            consumer=self.key_scope,
             message_id=message_id,
-            request_hash=body_fingerprint(body),
+            key=key,
+            request_hash=request_hash,
             records=self._records,
             documents=self._documents,
             # A claim belongs to one delivery, not to this process: a second copy of the
@@ -275,7 +371,7 @@ class ExactlyOnceConsumer(Generic[Message]):
             lease_seconds=self._lease_seconds,
             max_wait_seconds=self._max_wait_seconds,
             retention=self.retention,
-            key_partition=self._key_partition(message_id) if self._key_partition else None,
+            key_partition=self._key_partition(key) if self._key_partition else None,
         )
         try:
             done = await self._effect(parsed, effects)
@@ -301,6 +397,16 @@ async def _decided(decision: Decision) -> Decision:
     return decision
 
 
+@dataclass(frozen=True)
+class _Sent:
+    """A message as delivered, before it is parsed."""
+
+    body: bytes
+    message_id: str | None
+    properties: Mapping[str, object]
+    content_type: str | None
+
+
 def exactly_once(
     *,
     consumer: str,
@@ -314,12 +420,20 @@ def exactly_once(
     retention: Retention = DEFAULT_RETENTION,
     key_partition: KeyPartition | None = None,
     backoff: Backoff | None = None,
+    key: KeyOf[Message] | None = None,
+    key_prefix: str | None = None,
+    payload: PayloadOf[Message] | None = None,
+    cache: LocalCache | None = None,
 ) -> Callable[[Effect[Message]], ExactlyOnceConsumer[Message]]:
     """Decorate your effect (`async def effect(message, effects) -> Outcome`) into the
     `ExactlyOnceConsumer` a trigger calls; `store` holds its records and documents.
 
     `retention` sets the ttl of every record it writes (checked here, at start-up);
-    `key_partition` the key's home from the MessageId (one partition per key by default)."""
+    `key_partition` the key's home from the key (one partition per key by default). `key`
+    names a message's records (its MessageId by default; `from_message`, `cloud_event_key`),
+    scoped by `key_prefix` when given, else by `consumer`; `payload` is the part of the parsed
+    message a resend must match (the whole body by default); `cache` answers an exact repeat
+    of a completed key without the store (its ttl must be below the retention's)."""
 
     def wrap(effect: Effect[Message]) -> ExactlyOnceConsumer[Message]:
         return ExactlyOnceConsumer(
@@ -336,6 +450,10 @@ def exactly_once(
             retention=retention,
             key_partition=key_partition,
             backoff=backoff,
+            key=key,
+            key_prefix=key_prefix,
+            payload=payload,
+            cache=cache,
         )
 
     return wrap

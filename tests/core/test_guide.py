@@ -33,7 +33,7 @@ from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
 from core_support import QUEUE, unique
 from servers import CosmosServer
 
-from exactly_once import Decision, InProgressElsewhereError, Outcome, Settlement
+from exactly_once import Decision, InProgressElsewhereError, Outcome, Settlement, fingerprint
 from servicebus_emulator import RunningEmulator
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,6 +63,9 @@ def test_the_guide_has_the_blocks_this_test_runs() -> None:
     assert any("await run_worker(" in block for block in blocks)
     assert any("/webhooks/payments" in block and "@idempotent(" in block for block in blocks)
     assert any("nightly_totals" in block and "@idempotent(" in block for block in blocks)
+    keyed = "\n".join(blocks)
+    for option in ("key=from_message(", "key=cloud_event_key", "payload=", "cache="):
+        assert option in keyed, option
 
 
 @pytest.mark.slow
@@ -582,3 +585,86 @@ async def test_an_overlapping_nightly_run_is_refused_and_a_rerun_replays(
     assert done == rerun == guide["NightlyTotals"](day, 7)
     assert isinstance(rerun, guide["NightlyTotals"]) and isinstance(rerun.day, datetime.date)
     assert runs == [day, day]  # the failed run and the first: the overlap and rerun ran nothing
+
+
+def invoice(invoice_id: str, customer_id: str, cents: int, sent_at: str) -> bytes:
+    body = {
+        "invoice_id": invoice_id,
+        "customer_id": customer_id,
+        "amount_cents": cents,
+        "sent_at": sent_at,
+    }
+    return json.dumps(body).encode()
+
+
+async def test_the_invoice_key_and_projection_make_a_later_resend_a_duplicate(
+    guide: dict[str, Any],
+) -> None:
+    """Keys, payloads and a cache: the invoice id is the key and the time it was sent is
+    outside the payload, so a resend under another MessageId a minute later is a duplicate;
+    another amount is a mismatch; an invoice without an id is dead-lettered for it."""
+    record_invoice = guide["record_invoice"]
+    invoice_id, customer = unique("invoice"), unique("customer")
+    first = invoice(invoice_id, customer, 1200, "2026-12-04T18:00:00Z")
+    resent = invoice(invoice_id, customer, 1200, "2026-12-04T18:01:00Z")
+    changed = invoice(invoice_id, customer, 1300, "2026-12-04T18:02:00Z")
+
+    decisions = [
+        await record_invoice.decide(body, unique("m")) for body in (first, resent, resent, changed)
+    ]
+    keyless = await record_invoice.decide(invoice("", customer, 1, "2026-12-04T18:00:00Z"), "m")
+
+    assert [d.outcome for d in decisions] == [
+        Outcome.PROCESSED,
+        Outcome.DUPLICATE,
+        Outcome.DUPLICATE,
+        Outcome.MISMATCH,
+    ]
+    assert decisions[3].dead_letter_reason == "RequestHashMismatch"
+    assert keyless.dead_letter_reason == "MissingIdempotencyKey"
+    assert guide["invoice_cache"].completed("invoices", invoice_id, record_invoice_hash(first))
+    documents = await stored(guide["container"], customer)
+    assert documents[f"invoice-{invoice_id}"]["cents"] == 1200
+
+
+def record_invoice_hash(body: bytes) -> str:
+    """The request hash the guide's projection gives: the invoice without `sent_at`."""
+    invoice = json.loads(body)
+    del invoice["sent_at"]
+    return fingerprint(invoice)
+
+
+async def test_a_cloud_event_in_structured_and_binary_mode_is_one_event(
+    guide: dict[str, Any], servicebus: RunningEmulator
+) -> None:
+    source, event_id, user = "/signups", unique("event"), unique("user")
+    structured = ServiceBusMessage(
+        json.dumps(
+            {
+                "specversion": "1.0",
+                "type": "com.example.signup",
+                "source": source,
+                "id": event_id,
+                "data": {"user_id": user},
+            }
+        ),
+        content_type="application/cloudevents+json; charset=utf-8",
+    )
+    await send(servicebus, structured, guide["binary_signup"](source, event_id, user))
+
+    async with (
+        ServiceBusClient.from_connection_string(servicebus.connection_string) as client,
+        client.get_queue_receiver(QUEUE) as receiver,
+    ):
+        received: list[ServiceBusReceivedMessage] = []
+        while len(received) < 2:
+            batch = await receiver.receive_messages(max_message_count=2, max_wait_time=5)
+            assert batch, "the two events did not arrive"
+            received += batch
+        decisions = [await guide["welcome"].with_receiver(m, receiver) for m in received]
+
+    # Each copy has a MessageId of its own (the SDK's random one): the event's key decides.
+    assert received[0].message_id != received[1].message_id
+    assert [d.outcome for d in decisions] == [Outcome.PROCESSED, Outcome.DUPLICATE]
+    assert await active(servicebus) == []
+    assert set(await stored(guide["container"], user)) >= {f"welcome-{user}"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from azure.cosmos import PartitionKey
@@ -18,10 +18,14 @@ from exactly_once import (
     DocumentExistsError,
     Effects,
     JsonMapping,
+    LocalCache,
     Outcome,
     PayloadMismatchError,
+    Retention,
+    RetentionError,
     StoredDocument,
     create_entity,
+    exactly_once,
     inbox_batch,
 )
 
@@ -179,3 +183,76 @@ async def test_a_conflict_that_carries_the_entity_is_judged_without_another_read
     with pytest.raises(PayloadMismatchError):
         await create_entity(documents, partition, entity, request_hash="other")
     assert documents.gets == 0
+
+
+# --- the in-process cache of completed keys (issue 36, item 3) ------------------------------
+
+
+def parse_text(body: bytes) -> str:
+    return body.decode()
+
+
+async def write_in_the_keys_home(text: str, effects: Effects) -> Outcome:
+    document: JsonMapping = {"id": f"doc-{effects.key}", "text": text}
+    return await effects.inbox(effects.key_partition, [document])
+
+
+@pytest.mark.parametrize(
+    ("cache", "duplicate_costs"),
+    [(None, 2), (LocalCache(ttl_seconds=60), 0)],
+    ids=["no-cache", "cache"],
+)
+async def test_a_duplicate_costs_two_requests_without_the_cache_and_none_with_it(
+    counted: tuple[CosmosStore, RequestLog], cache: LocalCache | None, duplicate_costs: int
+) -> None:
+    store, log = counted
+    consumer = exactly_once(consumer="cached", parse=parse_text, store=store, cache=cache)(
+        write_in_the_keys_home
+    )
+    message_id = unique("m")
+
+    new, new_costs = await requests_of(log, consumer.decide(b"hello", message_id))
+    again, again_costs = await requests_of(log, consumer.decide(b"hello", message_id))
+    other, other_costs = await requests_of(log, consumer.decide(b"bye", message_id))
+
+    assert (new.outcome, new_costs) == (Outcome.PROCESSED, 1)
+    assert (again.outcome, again_costs) == (Outcome.DUPLICATE, duplicate_costs)
+    # Another payload under a cached key is judged by the store, as without the cache.
+    assert (other.outcome, other_costs) == (Outcome.MISMATCH, 2)
+
+
+async def test_a_duplicate_found_by_the_store_is_cached_for_the_next_one(
+    counted: tuple[CosmosStore, RequestLog],
+) -> None:
+    """Another process (here: another consumer without the cache) did the effect; this one
+    learns it from the store once, then answers from the cache."""
+    store, log = counted
+    cache = LocalCache(ttl_seconds=60)
+    elsewhere = exactly_once(consumer="cached", parse=parse_text, store=store)(
+        write_in_the_keys_home
+    )
+    here = exactly_once(consumer="cached", parse=parse_text, store=store, cache=cache)(
+        write_in_the_keys_home
+    )
+    message_id = unique("m")
+    await elsewhere.decide(b"hello", message_id)
+
+    first, first_costs = await requests_of(log, here.decide(b"hello", message_id))
+    second, second_costs = await requests_of(log, here.decide(b"hello", message_id))
+
+    assert (first.outcome, first_costs) == (Outcome.DUPLICATE, 2)
+    assert (second.outcome, second_costs) == (Outcome.DUPLICATE, 0)
+
+
+def test_a_cache_that_outlives_the_records_is_refused_when_the_consumer_is_built() -> None:
+    retention = Retention(lock_duration_seconds=30, max_delivery_count=10, message_ttl_seconds=3600)
+    store = cast(CosmosStore, object())  # never reached: the consumer refuses to be built
+
+    with pytest.raises(RetentionError, match="ttl_seconds=999999"):
+        exactly_once(
+            consumer="cached",
+            parse=parse_text,
+            store=store,
+            retention=retention,
+            cache=LocalCache(ttl_seconds=999_999),
+        )(write_in_the_keys_home)
