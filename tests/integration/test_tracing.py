@@ -85,14 +85,15 @@ async def test_one_trace_links_post_publish_and_consume(emulator: RunningEmulato
         await publisher.close()
         async with client.get_queue_receiver(QUEUE) as receiver:
             [message] = await receiver.receive_messages(max_message_count=1, max_wait_time=10)
-            consumer = OrderConsumer(store, LAYOUT, ConsumerTelemetry(tracer_provider=provider))
+            telemetry = ConsumerTelemetry(tracer_provider=provider, destination=QUEUE)
+            consumer = OrderConsumer(store, LAYOUT, telemetry)
             decision = await consumer.handle(to_received_order_message(message))
             await receiver.complete_message(message)
 
     spans = exporter.get_finished_spans()
     server = by_name(spans, "POST /api/orders")
     publish = by_name(spans, "orders.publish")
-    consume = by_name(spans, "orders.process_message")
+    consume = by_name(spans, f"process {QUEUE}")
     assert posted.status_code == 202 and decision.outcome.value == "processed"
     assert {format(s.context.trace_id, "032x") for s in (server, publish, consume)} == {
         CLIENT_TRACE
@@ -137,7 +138,7 @@ async def test_the_trace_continues_through_the_outbox_dispatcher_to_a_subscriber
             await receiver.complete_message(event)
 
     spans = exporter.get_finished_spans()
-    consume = by_name(spans, "orders.process_message")
+    consume = by_name(spans, "process")  # no destination named: the operation alone
     dispatch = by_name(spans, "orders.dispatch")
     assert format(dispatch.context.trace_id, "032x") == CLIENT_TRACE
     assert dispatch.parent is not None and dispatch.parent.span_id == consume.context.span_id
