@@ -333,3 +333,28 @@ def test_a_subscription_entity_path_is_a_topic_and_its_subscription() -> None:
     assert json.dumps(Destination("events", "audit").attributes()) == json.dumps(
         {"messaging.destination.name": "events", "messaging.destination.subscription.name": "audit"}
     )
+
+
+class LockLost(Exception):
+    """Stands for the SDK's `MessageLockLostError`: the broker refused the settlement."""
+
+
+def test_a_settlement_that_raises_is_the_error_type_and_no_disposition() -> None:
+    exported = Exported()
+    delivered = Delivered("m-1", Destination("orders"), delivery_count=1)
+
+    with (
+        pytest.raises(LockLost),
+        exported.telemetry.message_span("c", "m-1", delivered=delivered) as span,
+    ):
+        exported.telemetry.record(span, "c", Decision.complete())
+        raise LockLost("the lock expired before the settlement")
+
+    [finished] = exported.spans.get_finished_spans()
+    attributes = dict(finished.attributes or {})
+    assert attributes["error.type"] == f"{__name__}.LockLost"
+    assert "azure.servicebus.disposition_status" not in attributes
+    assert finished.status.status_code is StatusCode.ERROR
+    assert [event.name for event in finished.events] == ["exception"]
+    [point] = exported.metrics()["messaging.process.duration"].data.data_points
+    assert dict(point.attributes or {})["error.type"] == f"{__name__}.LockLost"
