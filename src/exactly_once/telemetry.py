@@ -118,6 +118,17 @@ class _Delivery:
     error_type: str | None = None
     """Set when the delivery failed around its decision (the handler raised, settling did)."""
 
+    def joined(self, consumer: str | None, delivered: Delivered | None) -> None:
+        """A decision of `consumer` joins this delivery; a destination it knows and the host
+        did not (the Functions binding names none) names the span."""
+        if consumer is not None:
+            self.consumer = consumer
+            self.span.set_attribute("exactly_once.consumer", consumer)
+        if self.destination is None and delivered is not None and delivered.destination:
+            self.destination = delivered.destination
+            self.span.set_attributes(self.destination.attributes())
+            self.span.update_name(f"{PROCESS} {self.destination.name}")
+
 
 _current: contextvars.ContextVar[_Delivery | None] = contextvars.ContextVar(
     "exactly_once_delivery", default=None
@@ -181,9 +192,7 @@ class Telemetry:
         made again after a backoff belongs to the same delivery)."""
         open_delivery = _current.get()
         if open_delivery is not None:
-            if consumer is not None:
-                open_delivery.consumer = consumer
-                open_delivery.span.set_attribute("exactly_once.consumer", consumer)
+            open_delivery.joined(consumer, delivered)
             yield open_delivery.span
             return
         delivered = delivered or Delivered(message_id)

@@ -264,13 +264,7 @@ class MessagingSpans:
     def span(
         self, message: ReceivedOrderMessage, extra: Mapping[str, AttributeValue] | None = None
     ) -> Iterator[Span]:
-        delivered = Delivered(
-            message.message_id,
-            self._destination,
-            # Earlier attempts as the SDK reports them; the conventions count this one too.
-            delivery_count=message.delivery_count + 1,
-            trace_context=message.trace_context,
-        )
+        delivered = delivered_of(message, self._destination)
         with self._telemetry.message_span(None, message.message_id, delivered=delivered) as span:
             span.set_attributes(dict(extra or {}))
             yield span
@@ -278,3 +272,25 @@ class MessagingSpans:
     def record(self, span: Span, decision: Decision) -> None:
         """The disposition (and error.type) by the conventions, and the core's counts."""
         self._telemetry.record(span, None, decision)
+
+
+def delivered_of(
+    message: ReceivedOrderMessage, destination: Destination | None = None
+) -> Delivered:
+    """What the core's telemetry records of a received order message."""
+    return Delivered(
+        message.message_id,
+        destination,
+        # Earlier attempts as the SDK reports them; the conventions count this one too.
+        delivery_count=message.delivery_count + 1,
+        trace_context=message.trace_context,
+    )
+
+
+@contextmanager
+def delivery_span(message: ReceivedOrderMessage, telemetry: Telemetry) -> Iterator[Span]:
+    """One `process` span around a delivery's attempts and its settlement, for a host that
+    backs off in place (the Functions triggers): the consumer's own span joins it, and names it
+    by the destination it knows."""
+    with telemetry.message_span(None, message.message_id, delivered=delivered_of(message)) as span:
+        yield span
