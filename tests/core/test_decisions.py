@@ -140,7 +140,7 @@ def counts(reader: InMemoryMetricReader) -> dict[tuple[str, str, str], int]:
         for scope in resource.scope_metrics:
             for metric in scope.metrics:
                 if metric.name != "exactly_once.messages":
-                    continue  # the conventions' metrics: tests/core/test_telemetry.py
+                    continue  # the conventions' metrics: tests/core/test_messaging_telemetry.py
                 for point in metric.data.data_points:
                     assert isinstance(point, NumberDataPoint)
                     attributes = point.attributes or {}
