@@ -119,6 +119,11 @@ class Retrier:
         self._wait = wait
         self._draw = draw
 
+    @property
+    def telemetry(self) -> Telemetry:
+        """Where its waits are counted; the worker opens each delivery's span with it too."""
+        return self._telemetry
+
     async def decide(
         self,
         decide: Callable[[], Awaitable[Decided]],

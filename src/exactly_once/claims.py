@@ -27,6 +27,7 @@ from exactly_once.records import (
     lease_is_live,
     lease_seconds_left,
 )
+from exactly_once.telemetry import took_over
 
 logger = logging.getLogger("exactly_once")
 
@@ -101,6 +102,7 @@ class Claims:
                     races += 1  # another delivery moved first: read again
                 else:
                     if existing.owner != self.owner:
+                        took_over()
                         logger.warning(
                             "took over %s from %s (attempt %d)",
                             existing.key,

@@ -40,7 +40,8 @@ from exactly_once.orchestrator import Effects
 from exactly_once.ports import DocumentStore, RecordStore, Store
 from exactly_once.records import DEFAULT_LEASE_SECONDS, body_fingerprint, fingerprint
 from exactly_once.retention import DEFAULT_RETENTION, Retention
-from exactly_once.telemetry import Telemetry
+from exactly_once.telemetry import Delivered as Delivery
+from exactly_once.telemetry import Destination, Telemetry
 
 Message = TypeVar("Message")
 # Your effect: the parsed message and the mechanisms bound to it -> what happened.
@@ -153,6 +154,29 @@ def body_bytes(message: ServiceBusReceivedMessage) -> bytes:
     return b""
 
 
+def delivered(message: ServiceBusReceivedMessage, entity_path: str | None = None) -> Delivery:
+    """What the telemetry records of a received message, from `entity_path` (where it came
+    from, as the SDK names it) and the broker's annotations."""
+    carried = {
+        _text(key): _text(value)
+        for key, value in (message.application_properties or {}).items()
+        if _text(key) in ("traceparent", "tracestate", "Diagnostic-Id")
+    }
+    return Delivery(
+        message_id=str(message.message_id) if message.message_id is not None else None,
+        destination=Destination.of_entity(entity_path) if entity_path else None,
+        # The SDK reports the AMQP header's count of earlier attempts (0 on the first); the
+        # conventions count this delivery too, as the .NET SDK's DeliveryCount does.
+        delivery_count=message.delivery_count + 1 if message.delivery_count is not None else None,
+        enqueued_time=message.enqueued_time_utc,
+        trace_context=carried,
+    )
+
+
+def _text(value: object) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
 class ExactlyOnceConsumer(Generic[Message]):
     """Your effect, made exactly-once for one consumer; build it with `exactly_once(...)`."""
 
@@ -235,29 +259,48 @@ class ExactlyOnceConsumer(Generic[Message]):
                         f"the body is an AMQP {kind} section; send the message's bytes as data",
                     )
                 ),
+                delivered(message),
             )
-        return await self.decide(
-            body_bytes(message),
-            message_id,
-            properties=application_properties(message),
-            content_type=message.content_type,
+        sent = _Sent(
+            body_bytes(message), message_id, application_properties(message), message.content_type
         )
+        return await self._observed(message_id, self._decide(sent), delivered(message))
 
-    async def _observed(self, message_id: str | None, deciding: Awaitable[Decision]) -> Decision:
-        """One span, one count and one log line for each decision, however it was reached."""
+    async def _observed(
+        self,
+        message_id: str | None,
+        deciding: Awaitable[Decision],
+        delivery: Delivery | None = None,
+    ) -> Decision:
+        """One span for each delivery (the one open, if any), one count and one log line for
+        each decision, however it was reached."""
         started = time.monotonic()
-        with self._telemetry.message_span(self.consumer, message_id) as span:
+        with self._telemetry.message_span(self.consumer, message_id, delivered=delivery) as span:
             decision = await deciding
             self._telemetry.record(span, self.consumer, decision)
         log_outcome(self.consumer, message_id, decision, time.monotonic() - started)
         return decision
 
     async def process(
-        self, message: ServiceBusReceivedMessage, settler: Settler, *, back_off: bool = True
+        self,
+        message: ServiceBusReceivedMessage,
+        settler: Settler,
+        *,
+        back_off: bool = True,
+        destination: str | None = None,
     ) -> Decision:
-        """Decide on `message` and settle it through `settler`. With `back_off`, a transient
-        decision is decided again after a backoff before it is abandoned: only where something
-        renews the lock meanwhile (the Functions host does; `run_worker` does its own)."""
+        """Decide on `message` and settle it through `settler`, in one `process` span (on
+        `destination`, the entity path, when given). With `back_off`, a transient decision is
+        decided again after a backoff before it is abandoned: only where something renews the
+        lock meanwhile (the Functions host does; `run_worker` does its own)."""
+        with self._telemetry.message_span(
+            self.consumer, None, delivered=delivered(message, destination)
+        ):
+            return await self._process(message, settler, back_off=back_off)
+
+    async def _process(
+        self, message: ServiceBusReceivedMessage, settler: Settler, *, back_off: bool
+    ) -> Decision:
         if not back_off:
             decision = await self.decide_message(message)
             await settle(decision, settler)
@@ -270,12 +313,20 @@ class ExactlyOnceConsumer(Generic[Message]):
         return decision
 
     async def with_message_actions(
-        self, message: ServiceBusReceivedMessage, actions: FunctionsMessageActions
+        self,
+        message: ServiceBusReceivedMessage,
+        actions: FunctionsMessageActions,
+        *,
+        destination: str | None = None,
     ) -> Decision:
         """The one call a `service_bus_queue_trigger` (auto_complete_messages=False) makes; a
         transient decision backs off while the host renews the lock (`maxAutoLockRenewalDuration`
-        in host.json must stay above the backoff's budget)."""
-        return await self.process(message, MessageActionsSettler(actions, message))
+        in host.json must stay above the backoff's budget). The binding does not say which
+        entity delivered the message: name it (`queue`, `topic/Subscriptions/subscription`) as
+        `destination` for the span's name and the metrics' destination."""
+        return await self.process(
+            message, MessageActionsSettler(actions, message), destination=destination
+        )
 
     async def with_receiver(
         self, message: ServiceBusReceivedMessage, receiver: ServiceBusReceiver
@@ -283,7 +334,12 @@ class ExactlyOnceConsumer(Generic[Message]):
         """The one call a loop of your own on an SDK receiver (PeekLock) makes per message. It
         renews no lock, so a transient decision is abandoned at once: `run_worker` backs off
         with the lock renewed."""
-        return await self.process(message, ReceiverSettler(receiver, message), back_off=False)
+        return await self.process(
+            message,
+            ReceiverSettler(receiver, message),
+            back_off=False,
+            destination=receiver.entity_path,
+        )
 
     async def _decide(self, sent: _Sent) -> Decision:
         body, message_id = sent.body, sent.message_id

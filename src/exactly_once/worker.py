@@ -51,7 +51,8 @@ from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusError
 from exactly_once.backoff import Backoff, Retrier
 from exactly_once.decisions import Settleable, settle
 from exactly_once.logs import log_value
-from exactly_once.servicebus import ReceiverSettler
+from exactly_once.servicebus import ReceiverSettler, delivered
+from exactly_once.telemetry import failed
 
 logger = logging.getLogger("exactly_once.worker")
 RECEIVE_BACKOFF_SECONDS = 5.0
@@ -198,7 +199,16 @@ class Worker(Generic[Decided]):
         return batch
 
     async def process(self, message: ServiceBusReceivedMessage) -> None:
-        """Decide on one received message and settle it (the session loop's step, in order)."""
+        """Decide on one received message and settle it (the session loop's step, in order),
+        in one `process` span that a decision of `handle` made with the same telemetry joins."""
+        entity = self._receiver.entity_path
+        telemetry = self._retrier.telemetry
+        with telemetry.message_span(None, None, delivered=delivered(message, entity)) as span:
+            await self._process(message, lambda decision: telemetry.record(span, None, decision))
+
+    async def _process(
+        self, message: ServiceBusReceivedMessage, record: Callable[[Settleable], None]
+    ) -> None:
         settler = ReceiverSettler(self._receiver, message, self._wire)
         message_id = str(message.message_id) if message.message_id is not None else None
         decision: Decided | None
@@ -211,18 +221,21 @@ class Worker(Generic[Decided]):
                 source=self._receiver.entity_path,
                 stop=self._stop,
             )
-        except Exception:
+        except Exception as exc:
             # The handler decides every outcome itself; reaching here is a bug around it. Hand
             # the message back at once rather than let its lock be renewed for minutes.
             logger.exception("handling %s failed; abandoning it", log_value(message.message_id))
+            failed(exc)
             decision = None
         try:
             if decision is None:
                 await settler.abandon()
             else:
+                record(decision)
                 await settle(decision, settler)
             self.stats.settled += 1
         except ServiceBusError as exc:
+            failed(exc)
             # The lock was lost (or the link dropped): the broker redelivers, and an effect that
             # already happened makes the redelivery a duplicate: nothing is lost or doubled.
             self.stats.settlement_failures += 1

@@ -231,7 +231,9 @@ async def build_consumer_runtime(
         client = await shared.cosmos(create_local_resources)
         make_store = store_factory or CosmosOrderStore
         consumer = OrderConsumer(
-            make_store(orders_container(client, settings)), DOCUMENT_LAYOUT, telemetry
+            make_store(orders_container(client, settings)),
+            DOCUMENT_LAYOUT,
+            telemetry or ConsumerTelemetry(destination=settings.orders_queue),
         )
         return ConsumerRuntime(consumer, stack.pop_all())
 
@@ -500,7 +502,11 @@ async def run_worker(
         clients = _clients(stack, settings, None)
         cosmos = await clients.cosmos()
         make_store = store_factory or CosmosOrderStore
-        consumer = OrderConsumer(make_store(orders_container(cosmos, settings)), DOCUMENT_LAYOUT)
+        consumer = OrderConsumer(
+            make_store(orders_container(cosmos, settings)),
+            DOCUMENT_LAYOUT,
+            ConsumerTelemetry(destination=settings.orders_queue),
+        )
         servicebus = clients.servicebus()
         return await run_worker_on(
             servicebus,
@@ -598,7 +604,9 @@ async def _subscriber(
     `orders.<consumer>.*` counters."""
     cosmos = await clients.cosmos(create_local_resources)
     core = spec.factory(_Wiring(stack, clients, cosmos, after_charge, after_refund))
-    return spec.source(clients.settings), InstrumentedHandler(core, SubscriberTelemetry(spec.name))
+    source = spec.source(clients.settings)
+    telemetry = SubscriberTelemetry(spec.name, destination=str(source))
+    return source, InstrumentedHandler(core, telemetry)
 
 
 async def build_subscriber_runtime(

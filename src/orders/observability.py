@@ -2,6 +2,11 @@
 
 Providers are injectable so tests read counters with an in-memory reader; production uses the
 global providers, which `configure_azure_monitor` fills when App Insights is configured.
+
+A consumer's span is the core's (`exactly_once.telemetry`): `process <destination>` by the
+OpenTelemetry messaging conventions, with the Service Bus attributes and the disposition, and
+the conventions' metrics beside the app's `orders.*` counters (which the dashboards and alerts
+in infra/ query). Inside the core worker's span for the same delivery, it is that span.
 """
 
 from __future__ import annotations
@@ -14,12 +19,13 @@ from contextlib import contextmanager
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import Counter, MeterProvider
 from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
+from opentelemetry.util.types import AttributeValue
 
 # Log values the producer's bytes cannot forge: the core's rule, for the app's lines too.
 from exactly_once.logs import log_value as log_value
+from exactly_once.telemetry import Delivered, Destination, Telemetry
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
-from orders.tracing import context_from
 
 INSTRUMENTATION_NAME = "orders.consumer"
 
@@ -46,13 +52,17 @@ class HttpTelemetry:
 
 
 class ConsumerTelemetry:
+    """The order consumer's span (on `destination`, the orders queue, when named) and its
+    `orders.*` counters."""
+
     def __init__(
         self,
         meter_provider: MeterProvider | None = None,
         tracer_provider: TracerProvider | None = None,
+        destination: str | None = None,
     ) -> None:
         meter = metrics.get_meter(INSTRUMENTATION_NAME, meter_provider=meter_provider)
-        self._tracer = trace.get_tracer(INSTRUMENTATION_NAME, tracer_provider=tracer_provider)
+        self._messaging = MessagingSpans(destination, meter_provider, tracer_provider)
         self._processed = meter.create_counter(
             "orders.processed", unit="{message}", description="New orders written"
         )
@@ -72,10 +82,11 @@ class ConsumerTelemetry:
     @contextmanager
     def message_span(self, message: ReceivedOrderMessage) -> Iterator[Span]:
         # A child of the producer's span when the message carries its context.
-        with _message_span(self._tracer, "orders.process_message", message) as span:
+        with self._messaging.span(message) as span:
             yield span
 
     def record(self, span: Span, message: ReceivedOrderMessage, decision: Decision) -> None:
+        self._messaging.record(span, decision)
         dedup_key = decision.order_id or message.message_id or ""
         span.set_attribute("orders.dedup_key", dedup_key)
         span.set_attribute("orders.outcome", decision.outcome.value)
@@ -140,11 +151,12 @@ class SubscriberTelemetry:
         consumer: str,
         meter_provider: MeterProvider | None = None,
         tracer_provider: TracerProvider | None = None,
+        destination: str | None = None,
     ) -> None:
         self._consumer = consumer
         name = f"orders.{consumer}"
         meter = metrics.get_meter(name, meter_provider=meter_provider)
-        self._tracer = trace.get_tracer(name, tracer_provider=tracer_provider)
+        self._messaging = MessagingSpans(destination, meter_provider, tracer_provider)
         self._decisions = meter.create_counter(
             f"{name}.decisions", unit="{message}", description=f"{consumer}: messages decided"
         )
@@ -158,13 +170,11 @@ class SubscriberTelemetry:
     @contextmanager
     def message_span(self, message: ReceivedOrderMessage) -> Iterator[Span]:
         # A child of the dispatcher's (or producer's) span when the message carries its context.
-        name = f"orders.{self._consumer}.process_message"
-        with _message_span(
-            self._tracer, name, message, {"orders.consumer": self._consumer}
-        ) as span:
+        with self._messaging.span(message, {"orders.consumer": self._consumer}) as span:
             yield span
 
     def record(self, span: Span, decision: Decision) -> None:
+        self._messaging.record(span, decision)
         attributes = {"outcome": decision.outcome.value, "settlement": decision.settlement.value}
         span.set_attribute("orders.outcome", decision.outcome.value)
         if decision.order_id:
@@ -237,23 +247,50 @@ class DispatcherTelemetry:
         span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
 
 
+class MessagingSpans:
+    """The core's `process` span for a received order message, on `destination` (an entity
+    path: `queue` or `topic/Subscriptions/subscription`; None when the host does not say)."""
+
+    def __init__(
+        self,
+        destination: str | None,
+        meter_provider: MeterProvider | None = None,
+        tracer_provider: TracerProvider | None = None,
+    ) -> None:
+        self._destination = Destination.of_entity(destination) if destination else None
+        self._telemetry = Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider)
+
+    @contextmanager
+    def span(
+        self, message: ReceivedOrderMessage, extra: Mapping[str, AttributeValue] | None = None
+    ) -> Iterator[Span]:
+        delivered = delivered_of(message, self._destination)
+        with self._telemetry.message_span(None, message.message_id, delivered=delivered) as span:
+            span.set_attributes(dict(extra or {}))
+            yield span
+
+    def record(self, span: Span, decision: Decision) -> None:
+        """The disposition (and error.type) by the conventions, and the core's counts."""
+        self._telemetry.record(span, None, decision)
+
+
+def delivered_of(
+    message: ReceivedOrderMessage, destination: Destination | None = None
+) -> Delivered:
+    """What the core's telemetry records of a received order message."""
+    return Delivered(
+        message.message_id,
+        destination,
+        # Earlier attempts as the SDK reports them; the conventions count this one too.
+        delivery_count=message.delivery_count + 1,
+        trace_context=message.trace_context,
+    )
+
+
 @contextmanager
-def _message_span(
-    tracer: trace.Tracer,
-    name: str,
-    message: ReceivedOrderMessage,
-    extra: Mapping[str, str] | None = None,
-) -> Iterator[Span]:
-    """A consumer span for one received message, a child of the context it carries."""
-    with tracer.start_as_current_span(
-        name,
-        context=context_from(message.trace_context),
-        kind=trace.SpanKind.CONSUMER,
-        attributes={
-            "messaging.system": "servicebus",
-            "messaging.message.id": message.message_id or "",
-            "messaging.servicebus.message.delivery_count": message.delivery_count,
-            **(extra or {}),
-        },
-    ) as span:
+def delivery_span(message: ReceivedOrderMessage, telemetry: Telemetry) -> Iterator[Span]:
+    """One `process` span around a delivery's attempts and its settlement, for a host that
+    backs off in place (the Functions triggers): the consumer's own span joins it, and names it
+    by the destination it knows."""
+    with telemetry.message_span(None, message.message_id, delivered=delivered_of(message)) as span:
         yield span

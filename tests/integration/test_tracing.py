@@ -50,6 +50,23 @@ def emulator() -> Iterator[RunningEmulator]:
     running.stop()
 
 
+SENT = (
+    "messaging.system",
+    "messaging.operation.name",
+    "messaging.operation.type",
+    "messaging.destination.name",
+    "messaging.message.id",
+)
+RECEIVED = (
+    "messaging.system",
+    "messaging.operation.name",
+    "messaging.destination.name",
+    "messaging.message.id",
+    "azure.servicebus.message.delivery_count",
+    "azure.servicebus.disposition_status",
+)
+
+
 def by_name(spans: tuple[ReadableSpan, ...], name: str) -> ReadableSpan:
     [span] = [span for span in spans if span.name == name]
     return span
@@ -85,14 +102,15 @@ async def test_one_trace_links_post_publish_and_consume(emulator: RunningEmulato
         await publisher.close()
         async with client.get_queue_receiver(QUEUE) as receiver:
             [message] = await receiver.receive_messages(max_message_count=1, max_wait_time=10)
-            consumer = OrderConsumer(store, LAYOUT, ConsumerTelemetry(tracer_provider=provider))
+            telemetry = ConsumerTelemetry(tracer_provider=provider, destination=QUEUE)
+            consumer = OrderConsumer(store, LAYOUT, telemetry)
             decision = await consumer.handle(to_received_order_message(message))
             await receiver.complete_message(message)
 
     spans = exporter.get_finished_spans()
     server = by_name(spans, "POST /api/orders")
-    publish = by_name(spans, "orders.publish")
-    consume = by_name(spans, "orders.process_message")
+    publish = by_name(spans, f"send {QUEUE}")
+    consume = by_name(spans, f"process {QUEUE}")
     assert posted.status_code == 202 and decision.outcome.value == "processed"
     assert {format(s.context.trace_id, "032x") for s in (server, publish, consume)} == {
         CLIENT_TRACE
@@ -100,6 +118,22 @@ async def test_one_trace_links_post_publish_and_consume(emulator: RunningEmulato
     assert publish.parent is not None and publish.parent.span_id == server.context.span_id
     assert consume.parent is not None and consume.parent.span_id == publish.context.span_id
     assert publish.kind is SpanKind.PRODUCER and consume.kind is SpanKind.CONSUMER
+    # Both by the OpenTelemetry messaging conventions (exactly_once.telemetry.SEMCONV_VERSION).
+    assert {key: (publish.attributes or {})[key] for key in SENT} == {
+        "messaging.system": "servicebus",
+        "messaging.operation.name": "send",
+        "messaging.operation.type": "send",
+        "messaging.destination.name": QUEUE,
+        "messaging.message.id": order_id,
+    }
+    assert {key: (consume.attributes or {})[key] for key in RECEIVED} == {
+        "messaging.system": "servicebus",
+        "messaging.operation.name": "process",
+        "messaging.destination.name": QUEUE,
+        "messaging.message.id": order_id,
+        "azure.servicebus.message.delivery_count": 1,
+        "azure.servicebus.disposition_status": "complete",
+    }
     # The message carries it as the Azure SDKs do, and the CorrelationId is the trace id.
     properties = message.application_properties or {}
     assert properties[b"Diagnostic-Id"] == properties[b"traceparent"]
@@ -137,8 +171,8 @@ async def test_the_trace_continues_through_the_outbox_dispatcher_to_a_subscriber
             await receiver.complete_message(event)
 
     spans = exporter.get_finished_spans()
-    consume = by_name(spans, "orders.process_message")
-    dispatch = by_name(spans, "orders.dispatch")
+    consume = by_name(spans, "process")  # no destination named: the operation alone
+    dispatch = by_name(spans, f"send {topic}")
     assert format(dispatch.context.trace_id, "032x") == CLIENT_TRACE
     assert dispatch.parent is not None and dispatch.parent.span_id == consume.context.span_id
     properties = event.application_properties or {}

@@ -16,6 +16,9 @@ import pytest
 from fakes import FakeMessageActions
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from sdk_messages import received_message
 
 from exactly_once import (
@@ -321,6 +324,32 @@ async def test_the_functions_call_backs_off_and_completes_in_the_same_delivery()
     decision = await flaky_consumer(effect).with_message_actions(message, actions)
 
     assert decision.outcome is Outcome.PROCESSED and effect.calls == 3
+    assert [name for name, _, _ in actions.calls] == ["complete"]
+
+
+async def test_the_functions_call_is_one_span_on_the_destination_it_is_given() -> None:
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    effect, actions = FlakyEffect(failures=2), FakeMessageActions()
+    consumer = exactly_once(
+        consumer="flaky",
+        parse=bytes,
+        store=None,  # type: ignore[arg-type]
+        backoff=Backoff(first_delay_seconds=0.01, max_delay_seconds=0.02, budget_seconds=1.0),
+        telemetry=Telemetry(tracer_provider=tracer_provider),
+    )(effect)
+
+    await consumer.with_message_actions(
+        received_message("m-1", data=b"{}"), actions, destination="events/Subscriptions/audit"
+    )
+
+    # Three attempts, one delivery: one span, named by the destination, settled once.
+    [span] = exporter.get_finished_spans()
+    attributes = dict(span.attributes or {})
+    assert span.name == "process events"
+    assert attributes["messaging.destination.subscription.name"] == "audit"
+    assert attributes["azure.servicebus.disposition_status"] == "complete"
     assert [name for name, _, _ in actions.calls] == ["complete"]
 
 

@@ -28,15 +28,24 @@ from fakes import (
     order_payload,
     stored_orders,
 )
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from sdk_messages import received_message
 
 import function_app
-from exactly_once import Backoff, Retrier
+from exactly_once import Backoff, Retrier, Telemetry
 from orders.bootstrap import DispatcherRuntime, SubscriberRuntime
 from orders.domain.events import OrderEvent
 from orders.entrypoints import functions
-from orders.entrypoints.functions import function_dispatcher_runtime, function_subscriber_runtimes
+from orders.entrypoints.functions import (
+    function_dispatcher_runtime,
+    function_subscriber_runtimes,
+    use_function_consumer,
+)
 from orders.exceptions import TransientStoreError
+from orders.observability import ConsumerTelemetry
+from orders.service.consumer import OrderConsumer
 from orders.service.dispatcher import OutboxDispatcher
 from orders.service.ports import ChangePage
 from orders.service.saga import OrderSaga
@@ -176,6 +185,37 @@ async def test_a_transient_failure_that_outlasts_the_backoff_is_abandoned(
 
     assert [name for name, _, _ in calls] == ["abandon"]
     assert function_store.order_ids() == []
+
+
+async def test_a_delivery_backed_off_in_the_host_is_one_process_span_settled_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    backoff = Backoff(first_delay_seconds=0.01, max_delay_seconds=0.02, budget_seconds=0.2)
+    telemetry = Telemetry(tracer_provider=tracer_provider)
+    monkeypatch.setattr(functions, "function_retrier", Retrier(backoff, telemetry=telemetry))
+    store = FakeOrderStore()
+    consumer_telemetry = ConsumerTelemetry(tracer_provider=tracer_provider, destination="orders")
+    use_function_consumer(OrderConsumer(store, LAYOUT, consumer_telemetry))
+    order_id = f"o-{uuid.uuid4().hex[:8]}"
+    store.fail_next(TransientStoreError("429"), times=2)
+
+    try:
+        calls = await invoke(received(json.dumps(order_payload(order_id)).encode(), order_id))
+    finally:
+        use_function_consumer(None)
+
+    # Three attempts, one delivery: the consumer's span joined the host's and named it.
+    assert [name for name, _, _ in calls] == ["complete"]
+    [span] = exporter.get_finished_spans()
+    attributes = dict(span.attributes or {})
+    assert span.name == "process orders"
+    assert attributes["orders.outcome"] == "processed"
+    assert attributes["azure.servicebus.disposition_status"] == "complete"
+    assert attributes["azure.servicebus.message.delivery_count"] == 1
+    assert "error.type" not in attributes
 
 
 async def test_unexpected_failure_is_abandoned(function_store: FakeOrderStore) -> None:

@@ -53,7 +53,9 @@ async def test_each_outcome_counts_and_spans_carry_the_dedup_key() -> None:
     exporter = InMemorySpanExporter()
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-    telemetry = ConsumerTelemetry(MeterProvider(metric_readers=[reader]), tracer_provider)
+    telemetry = ConsumerTelemetry(
+        MeterProvider(metric_readers=[reader]), tracer_provider, destination="orders"
+    )
     store = FakeOrderStore()
     consumer = OrderConsumer(store, LAYOUT, telemetry)
 
@@ -71,15 +73,41 @@ async def test_each_outcome_counts_and_spans_carry_the_dedup_key() -> None:
     store.fail_next(StoreRefusedError("Cosmos DB answered 413: too large"))
     await consumer.handle(message(order_payload("t-4")))
 
-    assert counter_totals(reader) == {
+    totals = counter_totals(reader)
+    # The app's counters, which the dashboards and alerts in infra/ query, keep their names.
+    assert {name: total for name, total in totals.items() if name.startswith("orders.")} == {
         "orders.processed": 1,
         "orders.duplicates": 1,
         "orders.mismatches": 1,
         "orders.dead_lettered": 3,
         "orders.abandoned": 1,
     }
+    # Beside them, the core's counters and the conventions' consumed messages.
+    assert (
+        totals["exactly_once.duplicates"],
+        totals["exactly_once.mismatches"],
+        totals["messaging.client.consumed.messages"],
+    ) == (1, 1, 6)
     spans = exporter.get_finished_spans()
+    assert {span.name for span in spans} == {"process orders"}
     attributes = [dict(span.attributes or {}) for span in spans]
+    assert [a["azure.servicebus.disposition_status"] for a in attributes] == [
+        "complete",
+        "complete",
+        "dead_letter",
+        "dead_letter",
+        "abandon",
+        "dead_letter",
+    ]
+    assert [a.get("error.type") for a in attributes] == [
+        None,
+        None,
+        "mismatch",
+        "rejected",
+        "transient_failure",
+        "store_refused",
+    ]
+    assert {a["messaging.destination.name"] for a in attributes} == {"orders"}
     assert [a["orders.outcome"] for a in attributes] == [
         "processed",
         "duplicate",
@@ -89,8 +117,11 @@ async def test_each_outcome_counts_and_spans_carry_the_dedup_key() -> None:
         "store_refused",
     ]
     assert attributes[1]["orders.dedup_key"] == "t-1"
-    assert attributes[1]["messaging.servicebus.message.delivery_count"] == 2
+    # The SDK's 2 (earlier attempts) is the conventions' 3 (deliveries, this one included).
+    assert attributes[1]["azure.servicebus.message.delivery_count"] == 3
     assert attributes[1]["messaging.message.id"] == "t-1"
+    assert attributes[1]["messaging.system"] == "servicebus"
+    assert attributes[1]["messaging.operation.name"] == "process"
 
 
 async def test_untrusted_values_cannot_forge_log_lines(caplog: pytest.LogCaptureFixture) -> None:
@@ -163,7 +194,10 @@ async def test_every_fanout_consumer_gets_spans_and_its_counters(consumer: str) 
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
     telemetry = SubscriberTelemetry(
-        consumer, MeterProvider(metric_readers=[reader]), tracer_provider
+        consumer,
+        MeterProvider(metric_readers=[reader]),
+        tracer_provider,
+        destination=f"order-events/Subscriptions/{consumer}",
     )
     handler = InstrumentedHandler(
         DecidesInTurn(
@@ -185,7 +219,8 @@ async def test_every_fanout_consumer_gets_spans_and_its_counters(consumer: str) 
         Outcome.TRANSIENT_FAILURE,
     ]
     prefix = f"orders.{consumer}"
-    assert counter_points(reader) == {
+    points = counter_points(reader)
+    assert {key: total for key, total in points.items() if key[0].startswith("orders.")} == {
         (f"{prefix}.decisions", "processed"): 1,
         (f"{prefix}.decisions", "duplicate"): 1,
         (f"{prefix}.decisions", "rejected"): 1,
@@ -194,8 +229,11 @@ async def test_every_fanout_consumer_gets_spans_and_its_counters(consumer: str) 
         (f"{prefix}.abandoned", "transient_failure"): 1,
     }
     spans = exporter.get_finished_spans()
-    assert [span.name for span in spans] == [f"{prefix}.process_message"] * 4
+    assert points[("messaging.client.consumed.messages", "")] == 4
+    assert [span.name for span in spans] == ["process order-events"] * 4
     attributes = [dict(span.attributes or {}) for span in spans]
+    assert {a["messaging.destination.subscription.name"] for a in attributes} == {consumer}
+    assert {a["orders.consumer"] for a in attributes} == {consumer}
     assert [a["orders.outcome"] for a in attributes] == [
         "processed",
         "duplicate",
@@ -203,7 +241,13 @@ async def test_every_fanout_consumer_gets_spans_and_its_counters(consumer: str) 
         "transient_failure",
     ]
     assert attributes[2]["orders.dead_letter_reason"] == "BadEvent"
-    assert attributes[3]["messaging.servicebus.message.delivery_count"] == 3
+    assert attributes[3]["azure.servicebus.message.delivery_count"] == 4
+    assert [a["azure.servicebus.disposition_status"] for a in attributes] == [
+        "complete",
+        "complete",
+        "dead_letter",
+        "abandon",
+    ]
     assert spans[3].status.status_code is StatusCode.ERROR
     assert spans[0].status.status_code is not StatusCode.ERROR
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, cast
 
 from azure.servicebus import ServiceBusMessage
@@ -23,7 +25,8 @@ from azure.servicebus.exceptions import (
     ServiceBusServerBusyError,
 )
 from opentelemetry import trace
-from opentelemetry.trace import TracerProvider
+from opentelemetry.context import Context
+from opentelemetry.trace import Span, TracerProvider
 
 from orders.domain.events import OrderEvent
 from orders.domain.model import OrderPlaced
@@ -87,6 +90,24 @@ class _OneSender:
             except ServiceBusError as exc:
                 raise PublishError(f"Service Bus rejected the send: {exc!r}") from exc
 
+    @contextmanager
+    def _send_span(self, message_id: str, context: Context | None = None) -> Iterator[Span]:
+        """The producer's `send <destination>` span, by the OpenTelemetry messaging conventions
+        the consumers' spans follow (`exactly_once.telemetry`)."""
+        with self._tracer.start_as_current_span(
+            f"send {self._entity}",
+            context=context,
+            kind=trace.SpanKind.PRODUCER,
+            attributes={
+                "messaging.system": "servicebus",
+                "messaging.operation.name": "send",
+                "messaging.operation.type": "send",
+                "messaging.destination.name": self._entity,
+                "messaging.message.id": message_id,
+            },
+        ) as span:
+            yield span
+
     async def close(self) -> None:
         async with self._lock:
             if self._sender is not None:
@@ -107,11 +128,7 @@ class ServiceBusOrderPublisher(_OneSender):
         super().__init__(client, queue_name, tracer_provider=tracer_provider)
 
     async def publish(self, order: OrderPlaced, owner_scope: str) -> None:
-        with self._tracer.start_as_current_span(
-            "orders.publish",
-            kind=trace.SpanKind.PRODUCER,
-            attributes={"messaging.system": "servicebus", "messaging.message.id": order.order_id},
-        ):
+        with self._send_span(order.order_id):
             properties: dict[str | bytes, Any] = {OWNER_PROPERTY: owner_scope}
             properties.update(current_trace_properties())
             message = ServiceBusMessage(
@@ -137,14 +154,7 @@ class ServiceBusStatusPublisher(_OneSender):
         self._sessions = sessions
 
     async def publish_status(self, change: OrderStatusChanged) -> None:
-        with self._tracer.start_as_current_span(
-            "orders.publish_status",
-            kind=trace.SpanKind.PRODUCER,
-            attributes={
-                "messaging.system": "servicebus",
-                "messaging.message.id": change.message_id,
-            },
-        ):
+        with self._send_span(change.message_id):
             message = ServiceBusMessage(
                 change.body(),
                 message_id=change.message_id,
@@ -175,12 +185,7 @@ class ServiceBusEventPublisher(_OneSender):
     async def publish_event(
         self, event: OrderEvent, trace_context: dict[str, str], *, message_id: str
     ) -> None:
-        with self._tracer.start_as_current_span(
-            "orders.dispatch",
-            context=context_from(trace_context),
-            kind=trace.SpanKind.PRODUCER,
-            attributes={"messaging.system": "servicebus", "messaging.message.id": message_id},
-        ):
+        with self._send_span(message_id, context_from(trace_context)):
             message = ServiceBusMessage(
                 event.body(),
                 message_id=message_id,

@@ -26,6 +26,7 @@ from orders.bootstrap import (
 )
 from orders.domain.outcomes import Decision
 from orders.domain.received import ReceivedOrderMessage
+from orders.observability import delivery_span
 from orders.service.consumer import OrderConsumer, settle
 from orders.service.registry import CONSUMERS, ConsumerSpec
 
@@ -98,8 +99,9 @@ async def process_order_message(
     """The order trigger's body: the host's message and actions through the one core."""
     runtime = await function_consumer_runtime.get()
     message, settler = from_functions_host(received_message, message_actions)
-    decision = await _decided_with_backoff(runtime.consumer.handle, message, "orders")
-    await settle(decision, settler)
+    with delivery_span(message, function_retrier.telemetry):
+        decision = await _decided_with_backoff(runtime.consumer.handle, message, "orders")
+        await settle(decision, settler)
     return decision
 
 
@@ -109,8 +111,9 @@ async def process_event_message(
     """A registered consumer's trigger body: the host's message through that consumer's core."""
     runtime = await function_subscriber_runtimes[consumer].get()
     message, settler = from_functions_host(received_message, message_actions)
-    decision = await _decided_with_backoff(runtime.handler.handle, message, consumer)
-    await settle(decision, settler)
+    with delivery_span(message, function_retrier.telemetry):
+        decision = await _decided_with_backoff(runtime.handler.handle, message, consumer)
+        await settle(decision, settler)
     return decision
 
 
