@@ -964,6 +964,55 @@ describe("change feed samples", () => {
 });
 
 describe("request option samples", () => {
+  // samples-dev/ChangeFeedIterator/ChangeFeedIteratorWithPriorityLevel.ts (a TypeScript sample
+  // with no JavaScript twin in samples/v4).
+  test("ChangeFeedIteratorWithPriorityLevel.ts: Low and High priority feeds, from now", async () => {
+    const { databaseId, containerId } = newIds();
+    const { database } = await client.databases.createIfNotExists({ id: databaseId });
+    const container = await v1NameContainer(database, containerId);
+    const ingestInclusive = (from, to) => ingest(container, from, to + 1);
+    const drainFrom = (changeFeedStartFrom, priorityLevel) =>
+      drainChangeFeed(
+        container.items.getChangeFeedIterator({
+          maxItemCount: 1,
+          changeFeedStartFrom,
+          priorityLevel,
+        }),
+      );
+    const resume = (token, priorityLevel) =>
+      drainFrom(ChangeFeedStartFrom.Continuation(token), priorityLevel);
+
+    const batch12 = await ingestInclusive(1, 2);
+    let drained = await drainFrom(ChangeFeedStartFrom.Beginning(), PriorityLevel.Low);
+    assert.deepEqual(sortedIds(drained.pages), batch12.sort());
+    const batch34 = await ingestInclusive(3, 4);
+    const after34 = await resume(drained.continuationToken, PriorityLevel.Low);
+    assert.deepEqual(sortedIds(after34.pages), batch34.sort());
+
+    drained = await drainFrom(ChangeFeedStartFrom.Beginning("sample1"), PriorityLevel.High);
+    assert.equal(sortedIds(drained.pages).length, 4);
+    await ingestInclusive(5, 6);
+    const after56 = await resume(drained.continuationToken, PriorityLevel.High);
+    assert.deepEqual(sortedIds(after56.pages), ["item5/sample1", "item6/sample1"]);
+
+    const epkRanges = await container.getFeedRanges();
+    drained = await drainFrom(ChangeFeedStartFrom.Beginning(epkRanges[0]), PriorityLevel.Low);
+    if (epkRanges.length === 1) assert.equal(drained.pages.flat().length, 24);
+    const batch78 = await ingestInclusive(7, 8);
+    const after78 = sortedIds((await resume(drained.continuationToken, PriorityLevel.Low)).pages);
+    assert.ok(after78.every((id) => batch78.includes(id)));
+    if (epkRanges.length === 1) assert.deepEqual(after78, batch78.sort());
+
+    // From now: the first answer is a 304 with the starting point, nothing before it.
+    const fromNow = await drainFrom(ChangeFeedStartFrom.Now(epkRanges[0]), PriorityLevel.High);
+    assert.deepEqual(fromNow.pages, []);
+    const batch910 = await ingestInclusive(9, 10);
+    const after910 = sortedIds((await resume(fromNow.continuationToken, PriorityLevel.High)).pages);
+    assert.ok(after910.every((id) => batch910.includes(id)));
+    if (epkRanges.length === 1) assert.deepEqual(after910, batch910.sort());
+    await finish(databaseId);
+  });
+
   test("PriorityLevel.js: CRUD, query and change feed with High and Low priority", async () => {
     const { databaseId, containerId } = newIds();
     const { database } = await client.databases.createIfNotExists({ id: databaseId });
