@@ -1047,16 +1047,20 @@ describe("request option samples", () => {
     assert.equal(allItems.length, 5);
 
     // The sample passes its parameters in the feed options (the second argument), so the query
-    // goes out with an undeclared @category: a 400, as Cosmos answers it. (It then calls
+    // goes out with an undeclared @category: a 400 that names it. (It then calls
     // `.setParameters(...)`, which @azure/cosmos 4.9.3 does not have: the sample itself stops
     // here with a TypeError, caught by its own try. The rest is what it means to do.)
-    await rejectsWith(
+    await assert.rejects(
       container.items
         .query("SELECT * FROM c WHERE c.category = @category", {
           parameters: [{ name: "@category", value: "important" }],
         })
         .fetchAll(),
-      400,
+      (error) => {
+        assert.equal(error.code, 400);
+        assert.match(error.message, /@category/);
+        return true;
+      },
     );
     const { resources: highResults } = await container.items
       .query(
