@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from azure.cosmos import CosmosClient
 from e2e_support import FAST_QUEUE, new_plan, orders_cli, send
 
 from orders.bootstrap import prepare_local_cosmos, verify_run
@@ -107,9 +108,40 @@ def test_every_order_is_charged_and_shipped_once_on_three_partition_key_ranges(
             for match in LEASE_TAKEN.finditer(dispatcher.log())
         }
         assert len(leases) == ranges, leases
+        # Each outbox event published once: a range answering for another's keys would
+        # publish its events again (the consumers would hide that; the count does not).
+        assert [dispatcher.stop() for dispatcher in dispatchers] == [0, 0]
+        published = sum(
+            int(match[1])
+            for dispatcher in dispatchers
+            for match in PUBLISHED.finditer(dispatcher.log())
+        )
+        outbox = _outbox_counts(stack)
+        assert outbox["dispatched"] == outbox["all"] == published >= plan.orders
 
 
 LEASE_TAKEN = re.compile(r"owns feed range lease (\S+)")
+PUBLISHED = re.compile(r"dispatcher \S+ stopped: published=(\d+)")
+
+
+def _outbox_counts(stack: LocalStack) -> dict[str, int]:
+    settings = stack.settings()
+    assert settings.cosmos_key is not None  # the local stack's emulator key
+    with CosmosClient(settings.cosmos_endpoint, credential=settings.cosmos_key) as client:
+        container = client.get_database_client(settings.cosmos_database).get_container_client(
+            settings.cosmos_container
+        )
+        query = "SELECT VALUE COUNT(1) FROM c WHERE c.type = 'outbox'"
+        return {
+            "all": next(iter(container.query_items(query, enable_cross_partition_query=True))),
+            "dispatched": next(
+                iter(
+                    container.query_items(
+                        query + " AND c.dispatched = true", enable_cross_partition_query=True
+                    )
+                )
+            ),
+        }
 
 
 def test_a_dispatcher_killed_between_publish_and_mark_republishes_and_nothing_doubles(
