@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from azure.cosmos import ContainerProxy, CosmosClient, DatabaseProxy, PartitionKey
 from azure.cosmos.aio import CosmosClient as AioCosmosClient
-from cosmos_rest import call, unique
+from cosmos_rest import call, unique, values
 
 from cosmos_emulator import RunningCosmosEmulator, start_in_background
 
@@ -133,7 +133,7 @@ def test_every_item_lives_in_the_range_of_its_key(container: ContainerProxy) -> 
         assert in_range, f"range {index} holds none of {ITEMS} keys"
         assert all(_range_holding(container, d["pk"]) == index for d in in_range)
         # A query routed to the range answers from it alone, too.
-        queried = list(container.query_items("SELECT VALUE c.id FROM c", feed_range=feed_range))
+        queried = values(container.query_items("SELECT VALUE c.id FROM c", feed_range=feed_range))
         assert sorted(queried) == sorted(d["id"] for d in in_range)
         listed += queried
     assert sorted(listed) == sorted(f"i{n}" for n in range(ITEMS))
@@ -309,9 +309,9 @@ async def test_the_aio_sdk_reads_feed_ranges_change_feeds_and_merged_queries(
                 f"i{n}" for n in range(ITEMS)
             )
             ordered = container.query_items("SELECT VALUE c.n FROM c ORDER BY c.n")
-            assert [n async for n in ordered] == list(range(ITEMS))
+            assert values([n async for n in ordered]) == list(range(ITEMS))
             counted = container.query_items("SELECT VALUE COUNT(1) FROM c")
-            assert [n async for n in counted] == [ITEMS]
+            assert values([n async for n in counted]) == [ITEMS]
         finally:
             await aio_client.delete_database(db)
 
