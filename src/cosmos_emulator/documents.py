@@ -32,6 +32,7 @@ from .query.computed import compile_definitions
 from .query.evaluator import check_order_by_index, run, validate
 from .query.parser import parse_query
 from .query.planner import needs_plan, query_plan
+from .ranges import MAX_EPK
 from .store import Container, Item, Store, pk_key
 from .untrusted_json import parse_json
 
@@ -212,11 +213,8 @@ class Documents:
         h = request.headers
         now = time.time()
         if "x-ms-start-epk" in h or "x-ms-end-epk" in h:
-            # a sub-range of the range it names (if any): the EPK bounds alone decide
-            _named_range(request, coll)
-            return _epk_candidates(
-                coll, h.get("x-ms-start-epk", ""), h.get("x-ms-end-epk", "FF"), now, indexed_only
-            )
+            start, end = _epk_bounds(request, coll)
+            return _epk_candidates(coll, start, end, now, indexed_only)
         values = self._pk_values(request, coll, required=False)
         if values is None:
             # what the SDK fans out per range is answered from that range only
@@ -293,7 +291,7 @@ class Documents:
         """
         h = request.headers
         if "x-ms-start-epk" in h or "x-ms-end-epk" in h:
-            start, end = h.get("x-ms-start-epk", ""), h.get("x-ms-end-epk", "FF")
+            start, end = _epk_bounds(request, coll)
             definition = coll.props["partitionKey"]
             if definition.get("version", 1) != 2:
                 raise unsupported("effective-partition-key ranges on hash V1 containers")
@@ -443,6 +441,18 @@ def _named_range(request: Request, coll: Container) -> int | None:
             f"{' ...' if coll.range_count > 10 else ''}."
         )
     return index
+
+
+def _epk_bounds(request: Request, coll: Container) -> tuple[str, str]:
+    """The EPK range a request asks for, within the range it names (if it names one): the
+    SDK sends a feed range narrower than a partition key range with both."""
+    h = request.headers
+    start, end = h.get("x-ms-start-epk", ""), h.get("x-ms-end-epk", "") or MAX_EPK
+    named = _named_range(request, coll)
+    if named is not None:
+        start = max(start, coll.ranges.bounds[named])
+        end = min(end, coll.ranges.bounds[named + 1])
+    return start, end
 
 
 def _served_range(request: Request, coll: Container) -> int | None:

@@ -158,6 +158,31 @@ def test_a_range_that_does_not_exist_is_refused(
     assert status == 400 and "'3' does not exist" in body["message"]
 
 
+def test_epk_headers_wider_than_the_named_range_stay_within_it(
+    container: ContainerProxy, emulator: RunningCosmosEmulator
+) -> None:
+    feed_range = list(container.read_feed_ranges())[1]
+    in_range = {
+        d["id"]
+        for d in container.query_items_change_feed(feed_range=feed_range, start_time="Beginning")
+    }
+    status, _, body = call(
+        emulator.url,
+        emulator.key,
+        "POST",
+        f"/{container.container_link}/docs/",
+        {"query": "SELECT * FROM c"},
+        {
+            "Content-Type": "application/query+json",
+            "x-ms-documentdb-isquery": "true",
+            "x-ms-documentdb-partitionkeyrangeid": "1",
+            "x-ms-start-epk": "",
+            "x-ms-end-epk": "FF",
+        },
+    )
+    assert status == 200 and {d["id"] for d in body["Documents"]} == in_range
+
+
 # -- session tokens and LSNs per range ---------------------------------------------------------
 def test_session_tokens_and_lsns_are_kept_per_range(container: ContainerProxy) -> None:
     by_range: dict[int, list[str]] = {}
