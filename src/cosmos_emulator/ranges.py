@@ -5,7 +5,8 @@ EPK space (`/pkranges`: ids "0", "1", ..., `minInclusive` / `maxExclusive` hex b
 SDKs read those ranges and route by them: a query fans out with
 `x-ms-documentdb-partitionkeyrangeid`, the change feed and `read_feed_ranges()` go per range,
 and session tokens are kept per range. The emulator gives a new container `count` ranges that
-split the hash-V2 space evenly, as Cosmos lays out a container created on several partitions.
+split the hash-V2 space into equal parts: Cosmos does not document where it puts a new
+container's bounds, and the SDKs route by whatever contiguous bounds `/pkranges` lists.
 """
 
 from __future__ import annotations

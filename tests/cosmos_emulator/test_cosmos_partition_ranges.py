@@ -25,7 +25,7 @@ from cosmos_rest import call, unique, values
 from cosmos_emulator import RunningCosmosEmulator, start_in_background
 
 RANGES = 3
-# Three equal parts of the hash-V2 space [00..., 3F...F], as Cosmos bounds its ranges.
+# Three equal parts of the hash-V2 space [00..., 3F...F] (the emulator's choice: see its README).
 BOUNDS = ["", "15555555555555555555555555555555", "2AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", "FF"]
 ITEMS = 30  # enough distinct keys that every one of the three ranges holds some
 SESSION_TOKEN = re.compile(r"(\d+):-1#(\d+)")
