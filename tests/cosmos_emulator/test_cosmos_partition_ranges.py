@@ -311,6 +311,34 @@ def test_container_statistics_are_per_range(container: ContainerProxy) -> None:
     assert [s["documentCount"] for s in statistics] == counts
 
 
+def test_hierarchical_keys_route_by_their_first_components_range(database: DatabaseProxy) -> None:
+    container = database.create_container(unique("h"), PartitionKey(["/t", "/u"], kind="MultiHash"))
+    for n in range(ITEMS):
+        container.create_item({"id": f"i{n}", "t": f"t{n % 5}", "u": f"u{n}", "n": n})
+    per_range = [
+        [d["t"] for d in container.query_items_change_feed(feed_range=fr, start_time="Beginning")]
+        for fr in container.read_feed_ranges()
+    ]
+    assert sorted(t for ts in per_range for t in ts) == sorted(f"t{n % 5}" for n in range(ITEMS))
+    # A key's range is its first component's: a prefix lives in one range.
+    ranges_of: dict[str, set[int]] = {}
+    for index, first_components in enumerate(per_range):
+        for first in first_components:
+            ranges_of.setdefault(first, set()).add(index)
+    assert all(len(holders) == 1 for holders in ranges_of.values())
+    prefix = sorted(n for n in range(ITEMS) if n % 5 == 2)
+    assert [
+        d["n"] for d in container.query_items("SELECT * FROM c ORDER BY c.n", partition_key=["t2"])
+    ] == prefix
+    assert (
+        sorted(
+            d["n"]
+            for d in container.query_items_change_feed(partition_key=["t2"], start_time="Beginning")
+        )
+        == prefix
+    )
+
+
 # -- the aio SDK --------------------------------------------------------------------------------
 async def test_the_aio_sdk_reads_feed_ranges_change_feeds_and_merged_queries(
     emulator: RunningCosmosEmulator,
