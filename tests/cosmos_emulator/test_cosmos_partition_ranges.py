@@ -9,10 +9,12 @@ out and merges, `read_items`, `read_all_items` and a transactional batch in one 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import subprocess
 import sys
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,8 @@ from azure.cosmos.aio import CosmosClient as AioCosmosClient
 from cosmos_rest import call, unique, values
 
 from cosmos_emulator import RunningCosmosEmulator, start_in_background
+from cosmos_emulator.journal import JournalError
+from cosmos_emulator.ranges import MAX_PARTITION_RANGES
 
 RANGES = 3
 # Three equal parts of the hash-V2 space [00..., 3F...F] (the emulator's choice: see its README).
@@ -388,6 +392,29 @@ def test_the_range_count_survives_a_restart(tmp_path: Path) -> None:
             for d in container.query_items_change_feed(feed_range=fr, start_time="Beginning")
         ]
         assert sorted(listed) == sorted(f"i{n}" for n in range(ITEMS))
+
+
+@pytest.mark.parametrize("count", [0, MAX_PARTITION_RANGES + 1, "3"])
+def test_a_journaled_range_count_out_of_bounds_refuses_the_start(
+    tmp_path: Path, count: object
+) -> None:
+    with start_in_background(data_dir=tmp_path, partition_ranges=RANGES) as emu:
+        CosmosClient(emu.url, emu.key).create_database("db").create_container(
+            "c", PartitionKey("/pk")
+        )
+    journal = next(tmp_path.glob("*.jsonl"))
+    lines = journal.read_bytes().splitlines()
+    for index, line in enumerate(lines):
+        record = json.loads(line.split(b" ", 1)[1])
+        for op in record["ops"]:
+            if op["o"] == "c":
+                assert op["n"] == RANGES
+                op["n"] = count
+                text = json.dumps(record).encode()
+                lines[index] = b"%08x " % zlib.crc32(text) + text
+    journal.write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(JournalError, match="is invalid"):
+        start_in_background(data_dir=tmp_path)
 
 
 @pytest.mark.parametrize(
