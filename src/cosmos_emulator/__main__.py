@@ -1,5 +1,5 @@
 """`python -m cosmos_emulator --host 127.0.0.1 --port 8081 [--https] [--data DIR [--fsync]]
-[--allowed-host NAME[:PORT]]... [--fault-token TOKEN]`.
+[--allowed-host NAME[:PORT]]... [--fault-token TOKEN] [--partition-ranges N]`.
 
 The fault token comes from `--fault-token`, else from COSMOS_EMULATOR_FAULT_TOKEN (better: a
 command line is visible to every local user), else it is drawn at random and printed once, on
@@ -16,12 +16,20 @@ import sys
 from .auth import WELL_KNOWN_KEY
 from .fault_access import FAULT_TOKEN_ENV, checked_fault_token
 from .journal import JournalError
+from .ranges import PARTITION_RANGES_ENV, checked_range_count
 from .server import serve_forever
 
 
 def _fault_token(text: str) -> str:
     try:
         return checked_fault_token(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _range_count(text: str) -> int:
+    try:
+        return checked_range_count(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -61,6 +69,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--log-requests", action="store_true", help="one line per request on stderr"
     )
+    parser.add_argument(
+        "--partition-ranges",
+        type=_range_count,
+        default=os.environ.get(PARTITION_RANGES_ENV) or "1",
+        metavar="N",
+        help="partition key ranges (physical partitions) each new container gets at least "
+        f"(default: ${PARTITION_RANGES_ENV}, else 1; more when its throughput needs them)",
+    )
     args = parser.parse_args(argv)
 
     async def run() -> None:
@@ -79,6 +95,7 @@ def main(argv: list[str] | None = None) -> None:
             fsync=args.fsync,
             allowed_hosts=args.allowed_host,
             fault_token=args.fault_token,
+            partition_ranges=args.partition_ranges,
         )
 
     try:

@@ -14,7 +14,7 @@ from . import items
 from .epk import effective_partition_key, in_range
 from .errors import CosmosError, bad_request, item_not_found, unsupported
 from .http11 import Request, Response
-from .ids import MAX_ITEM_BYTES, too_large
+from .ids import MAX_ITEM_BYTES, RidAllocator, too_large
 from .protocol import (
     DEFAULT_PAGE_SIZE,
     cosmos_token_rid,
@@ -31,11 +31,13 @@ from .query import metrics
 from .query.computed import compile_definitions
 from .query.evaluator import check_order_by_index, run, validate
 from .query.parser import parse_query
-from .query.planner import FULL_RANGE, needs_plan, query_plan
+from .query.planner import needs_plan, query_plan
+from .ranges import MAX_EPK
 from .store import Container, Item, Store, pk_key
 from .untrusted_json import parse_json
 
 CROSS_PARTITION = "x-ms-documentdb-query-enablecrosspartition"
+RANGE_ID = "x-ms-documentdb-partitionkeyrangeid"
 QUERY_PLAN_NEEDED = 1004  # substatus: the SDK then asks for a query plan
 MAX_PK_COMPONENTS = 3  # hierarchical keys have at most three paths
 MAX_PK_VALUE_BYTES = 2048  # Cosmos: "maximum length of partition key value"
@@ -106,7 +108,8 @@ class Documents:
             ctx = self._ctx(request, coll)
             status, results = items.run_batch(ctx, operations)
             if status == 200 and any(_is_write(op) for op in operations):
-                self._advance(coll)  # a transactional batch commits at one LSN
+                # a transactional batch commits at one LSN, in its partition's one range
+                self._advance(coll, coll.ranges.index_of_key(ctx.pk_values))
             return json_response(status, results)
         if is_query(request):
             return self.query(request, coll)
@@ -117,38 +120,52 @@ class Documents:
             outcome = items.upsert(live, ctx, body, h.get("if-match"))
         else:
             outcome = items.create(live, ctx, body)
-        self._advance(coll)
+        self._advance(coll, coll.ranges.index_of_key(ctx.pk_values))
         return _item_response(request, outcome)
 
-    def _advance(self, coll: Container, steps: int = 1) -> None:
-        """One committed write request on `coll`'s partition key range: its LSN moves on.
+    def _advance(self, coll: Container, range_index: int, steps: int = 1) -> None:
+        """Committed write requests on one of `coll`'s partition key ranges: its LSN moves on.
 
         The account's LSN (every item's `_lsn`) moves at least as far, so a range's LSN never
         passes it and a journal replay can restart every range from the account's."""
-        coll.lsn += steps
-        if coll.lsn > self.store.lsn:
-            self.store.lsn = coll.lsn  # a delete stamps no item, yet it is a write
+        lsns = coll.range_lsns
+        lsns[range_index] += steps
+        if lsns[range_index] > self.store.lsn:
+            self.store.lsn = lsns[range_index]  # a delete stamps no item, yet it is a write
 
-    def scope_headers(self, coll: Container, db_name: str) -> dict[str, str]:
+    def scope_headers(self, request: Request, coll: Container, db_name: str) -> dict[str, str]:
         """What Cosmos sends on every response about a container's documents.
 
         The session token is per partition key range (`<range id>:<version>#<LSN>`) and moves
         with each write; the SDK records it only from a response that names the container
-        (`x-ms-alt-content-path`, `x-ms-content-path`) and then sends it back on reads."""
+        (`x-ms-alt-content-path`, `x-ms-content-path`) and then sends it back, for the range
+        it routes the next request to. A request that spans every range (a cross-partition
+        query the gateway answers whole) gets every range's token, comma-separated, as the
+        SDK itself sends them for such a query; its range id header names the first range."""
+        try:
+            served = _served_range(request, coll)
+        except CosmosError:  # a malformed header was refused: the answer spans no one range
+            served = None
+        lsns = coll.range_lsns
+        if served is None:
+            lsn = max(lsns)
+            token = ",".join(f"{i}:-1#{n}" for i, n in enumerate(lsns))
+            served = 0
+        else:
+            lsn = lsns[served]
+            token = f"{served}:-1#{lsn}"
         return {
-            "lsn": str(coll.lsn),
-            "x-ms-session-token": f"0:-1#{coll.lsn}",
+            "lsn": str(lsn),
+            "x-ms-session-token": token,
             "x-ms-alt-content-path": _header_safe(f"dbs/{db_name}/colls/{coll.props['id']}"),
             "x-ms-content-path": coll.rid,
-            "x-ms-documentdb-partitionkeyrangeid": "0",
+            RANGE_ID: str(served),
         }
 
     def _bulk(self, request: Request, coll: Container, operations: object) -> Response:
         """A non-atomic batch by partition key range, as the JavaScript SDK's bulk sends it."""
         h = request.headers
-        range_id = h.get("x-ms-documentdb-partitionkeyrangeid")
-        if range_id is not None and range_id != "0":
-            raise bad_request(f"Partition key range {range_id[:40]!r} does not exist (only '0').")
+        named = _named_range(request, coll)
         status, results = items.run_bulk(
             self.store,
             coll,
@@ -157,14 +174,11 @@ class Documents:
             continue_on_error=h.get("x-ms-cosmos-batch-continue-on-error", "").lower() != "false",
         )
         assert isinstance(operations, list)  # run_bulk refused anything else
-        self._advance(
-            coll,
-            sum(
-                1
-                for op, result in zip(operations, results, strict=False)
-                if _is_write(op) and result["statusCode"] < 400
-            ),
-        )
+        for op, result in zip(operations, results, strict=False):
+            if _is_write(op) and result["statusCode"] < 400:
+                # an operation that succeeded had a well-formed key: its range advances
+                values = items.parse_batch_partition_key(op["partitionKey"])
+                self._advance(coll, coll.ranges.index_of_key(values) if named is None else named)
         return json_response(status, results)
 
     def item(self, request: Request, coll: Container, item_id: str, *, by_rid: bool) -> Response:
@@ -186,7 +200,7 @@ class Documents:
         else:
             raise CosmosError(405, "MethodNotAllowed", f"{method} is not allowed on an item.")
         if method != "GET":
-            self._advance(coll)
+            self._advance(coll, coll.ranges.index_of_key(ctx.pk_values))
         return _item_response(request, outcome)
 
     # -- feeds and queries ---------------------------------------------------------------
@@ -199,12 +213,14 @@ class Documents:
         h = request.headers
         now = time.time()
         if "x-ms-start-epk" in h or "x-ms-end-epk" in h:
-            return _epk_candidates(
-                coll, h.get("x-ms-start-epk", ""), h.get("x-ms-end-epk", "FF"), now, indexed_only
-            )
+            start, end = _epk_bounds(request, coll)
+            return _epk_candidates(coll, start, end, now, indexed_only)
         values = self._pk_values(request, coll, required=False)
         if values is None:
-            return coll.live_items(None, now, indexed_only=indexed_only)
+            # what the SDK fans out per range is answered from that range only
+            return coll.live_items(
+                None, now, indexed_only=indexed_only, range_index=_named_range(request, coll)
+            )
         if len(values) == len(coll.pk_paths):
             return coll.live_items(pk_key(values), now, indexed_only=indexed_only)
         # A prefix of a hierarchical key: every partition that starts with it.
@@ -236,9 +252,7 @@ class Documents:
         `If-Modified-Since` (start from a point in time) keeps items written at or after it.
         """
         h = request.headers
-        range_id = h.get("x-ms-documentdb-partitionkeyrangeid")
-        if range_id is not None and range_id != "0":
-            raise bad_request(f"Partition key range {range_id[:40]!r} does not exist (only '0').")
+        _named_range(request, coll)  # a range that does not exist is refused before anything
         after = _change_feed_position(h.get("if-none-match"), self.store.lsn)
         since = _http_date(h.get("if-modified-since"))
         raw_size = h.get("x-ms-max-item-count", "")
@@ -277,7 +291,7 @@ class Documents:
         """
         h = request.headers
         if "x-ms-start-epk" in h or "x-ms-end-epk" in h:
-            start, end = h.get("x-ms-start-epk", ""), h.get("x-ms-end-epk", "FF")
+            start, end = _epk_bounds(request, coll)
             definition = coll.props["partitionKey"]
             if definition.get("version", 1) != 2:
                 raise unsupported("effective-partition-key ranges on hash V1 containers")
@@ -295,6 +309,9 @@ class Documents:
             )
         values = self._pk_values(request, coll, required=False)
         if values is None:
+            named = _named_range(request, coll)
+            if named is not None and coll.range_feeds:
+                return coll.range_feeds[named].after(after)  # one range of several
             return coll.feed.after(after)
         if len(values) == len(coll.pk_paths):
             part = coll.partitions.get(pk_key(values), {})
@@ -343,7 +360,11 @@ class Documents:
                 substatus=QUERY_PLAN_NEEDED,
                 extra={"additionalErrorInfo": json.dumps(query_plan(query, params))},
             )
-        scope = h.get("x-ms-documentdb-partitionkey", "")
+        # A continuation belongs to the partition, range or EPK range it was served from.
+        scope = "|".join(
+            h.get(name, "")
+            for name in ("x-ms-documentdb-partitionkey", RANGE_ID, "x-ms-start-epk", "x-ms-end-epk")
+        ).rstrip("|")
         bound_to = fingerprint(text, params, scope)
         start, size = page_window(request, bound_to)
         # One past the page tells whether a continuation token is due; a Cosmos-format
@@ -370,31 +391,85 @@ class Documents:
         return response
 
     def partition_key_ranges(self, request: Request, coll: Container) -> Response:
-        """One range; a repeat request with its ETag gets 304, which ends the SDK's drain."""
+        """The container's ranges; a repeat request with its ETag gets 304, which ends the
+        SDK's drain (the ranges never change: no split is modelled)."""
         etag = f'"{coll.rid}-ranges-1"'
         if request.headers.get("if-none-match") == etag:
             return Response(304, b"", {"etag": etag})
+        bounds = coll.ranges.bounds
         ranges = [
             {
-                "_rid": coll.rid + "AgAAAAAAAA==",
-                "id": "0",
+                "_rid": range_rid(coll.rid, index),
+                "id": range_id,
                 "_etag": etag,
-                "minInclusive": FULL_RANGE["min"],
-                "maxExclusive": FULL_RANGE["max"],
-                "ridPrefix": 0,
-                "_self": f"{coll.props['_self']}pkranges/0/",
-                "throughputFraction": 1,
+                "minInclusive": bounds[index],
+                "maxExclusive": bounds[index + 1],
+                "ridPrefix": index,
+                "_self": f"{coll.props['_self']}pkranges/{range_rid(coll.rid, index)}/",
+                "throughputFraction": 1 / coll.range_count,
                 "status": "online",
                 "parents": [],
                 "_ts": coll.props["_ts"],
-                "lsn": self.store.lsn,
+                "lsn": coll.range_lsns[index],
             }
+            for index, range_id in enumerate(coll.ranges.ids())
         ]
         return json_response(
             200,
-            {"_rid": coll.rid, "PartitionKeyRanges": ranges, "_count": 1},
-            {"etag": etag, "x-ms-item-count": "1"},
+            {"_rid": coll.rid, "PartitionKeyRanges": ranges, "_count": len(ranges)},
+            {"etag": etag, "x-ms-item-count": str(len(ranges))},
         )
+
+
+def range_rid(container_rid: str, index: int) -> str:
+    """A range's resource id: its container's, one type byte and its number (a Cosmos
+    partition key range rid is the container's 8 bytes and 4 more)."""
+    return RidAllocator.child_with(container_rid, 0x02_000000 + index, 4)
+
+
+def _named_range(request: Request, coll: Container) -> int | None:
+    """The range `x-ms-documentdb-partitionkeyrangeid` names, None without the header; 400
+    for one the container does not have."""
+    range_id = request.headers.get(RANGE_ID)
+    if range_id is None:
+        return None
+    index = coll.ranges.index_of_id(range_id.strip())
+    if index is None:
+        raise bad_request(
+            f"Partition key range {range_id[:40]!r} does not exist: the container's ranges "
+            f"are {', '.join(repr(i) for i in coll.ranges.ids()[:10])}"
+            f"{' ...' if coll.range_count > 10 else ''}."
+        )
+    return index
+
+
+def _epk_bounds(request: Request, coll: Container) -> tuple[str, str]:
+    """The EPK range a request asks for, within the range it names (if it names one): the
+    SDK sends a feed range narrower than a partition key range with both."""
+    h = request.headers
+    start, end = h.get("x-ms-start-epk", ""), h.get("x-ms-end-epk", "") or MAX_EPK
+    named = _named_range(request, coll)
+    if named is not None:
+        start = max(start, coll.ranges.bounds[named])
+        end = min(end, coll.ranges.bounds[named + 1])
+    return start, end
+
+
+def _served_range(request: Request, coll: Container) -> int | None:
+    """The one range a request is answered from: named, or holding its full partition key;
+    None when it spans several (a cross-partition query, a hierarchical prefix)."""
+    named = _named_range(request, coll)
+    if named is not None or coll.range_count == 1:
+        return 0 if named is None else named
+    raw = request.headers.get("x-ms-documentdb-partitionkey")
+    if raw is None:
+        start, end = request.headers.get("x-ms-start-epk"), request.headers.get("x-ms-end-epk")
+        if start is None and end is None:
+            return None
+        overlapping = coll.ranges.overlapping(start or "", end or "FF")
+        return overlapping[0] if len(overlapping) == 1 else None
+    values = parse_partition_key_header(raw)
+    return coll.ranges.index_of_key(values) if len(values) == len(coll.pk_paths) else None
 
 
 def _is_write(op: object) -> bool:

@@ -33,7 +33,8 @@ from .protocol import (
     json_response,
     query_response,
 )
-from .store import Container, Store
+from .ranges import ranges_for_throughput
+from .store import Container, Store, pk_key
 from .untrusted_json import dump_json, parse_json
 
 ADMIN_PREFIX = "/_emulator/"
@@ -228,7 +229,9 @@ class Gateway:
                 throughput = requested_throughput(request)
                 if throughput is None and db.throughput is None:
                     throughput = DEFAULT_THROUGHPUT
-                props = store.create_container(seg[1], json_body(request), throughput)
+                # As many ranges as asked for at start, or as its own throughput needs.
+                ranges = max(store.partition_ranges, ranges_for_throughput(throughput))
+                props = store.create_container(seg[1], json_body(request), throughput, ranges)
                 return json_response(201, props, {"etag": props["_etag"]})
         if n == 4:
             if method == "GET":
@@ -253,9 +256,13 @@ class Gateway:
                 check_session_token(request.headers.get("x-ms-session-token"))
                 response = self._documents(request, seg, coll)
             except CosmosError as err:
-                err.headers.update(self.documents.scope_headers(coll, _db_name(store, seg[1])))
+                err.headers.update(
+                    self.documents.scope_headers(request, coll, _db_name(store, seg[1]))
+                )
                 raise
-            response.headers.update(self.documents.scope_headers(coll, _db_name(store, seg[1])))
+            response.headers.update(
+                self.documents.scope_headers(request, coll, _db_name(store, seg[1]))
+            )
             return response
         raise CosmosError(405, "MethodNotAllowed", f"{method} is not allowed on this resource.")
 
@@ -329,9 +336,24 @@ def container_read(request: Request, coll: Container) -> Response:
     if want_statistics:
         props = dict(props)
         props["statistics"] = [
-            {"id": "0", "sizeInKB": size_kb, "documentCount": len(docs), "partitionKeys": []}
+            {
+                "id": range_id,
+                "sizeInKB": sum(len(dump_json(d)) for d in in_range) // 1024,
+                "documentCount": len(in_range),
+                "partitionKeys": [],
+            }
+            for range_id, in_range in zip(
+                coll.ranges.ids(), _docs_by_range(coll, docs), strict=True
+            )
         ]
     return json_response(200, props, headers)
+
+
+def _docs_by_range(coll: Container, docs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    by_range: list[list[dict[str, Any]]] = [[] for _ in range(coll.range_count)]
+    for doc in docs:
+        by_range[coll.range_of_partition(pk_key(coll.pk_from_doc(doc)))].append(doc)
+    return by_range
 
 
 QUOTA_KB = 50 * 1024 * 1024  # what Cosmos reports for a container's storage: 50 GB, in KB

@@ -8,14 +8,14 @@ replayed whole or not at all:
 
     {"l": <account LSN>, "r": <next resource id>, "ops": [<op>, ...]}
 
-Operations (`o`): `db` a database is created (its properties and throughput), `db-` deleted
-(by `_rid`); `c` a container is created in database `d` (its properties, indexing policy and
-computed properties included), `c~` replaced, `c-` deleted; `t` an offer's throughput changes;
-`i` an item version is stored (container `c` by `_rid`, partition `k`, the document with its
-`_etag` / `_ts` / `_lsn`, its exact write time `w`, creation order `s`, and `n: false` when it
-is left out of queries: written with `x-ms-indexing-directive: exclude`, or without `include`
-under a non-automatic indexing policy); `x` an item is dropped (deleted, expired and purged, or
-an expired leftover replaced).
+Operations (`o`): `db` a database is created (its properties and throughput), `db-` deleted (by
+`_rid`); `c` a container is created in database `d` (its properties, indexing policy and
+computed properties included, and `n` its partition key range count when not 1), `c~` replaced,
+`c-` deleted; `t` an offer's throughput changes; `i` an item version is stored (container `c`
+by `_rid`, partition `k`, the document with its `_etag` / `_ts` / `_lsn`, its exact write time
+`w`, creation order `s`, and `n: false` when it is left out of queries: written with
+`x-ms-indexing-directive: exclude`, or without `include` under a non-automatic indexing
+policy); `x` an item is dropped (deleted, expired and purged, or an expired leftover replaced).
 
 The gateway commits after every request, before the response is handed to the connection:
 the line is written with one `os.write` (and `fsync` with `--fsync`), so nothing is
@@ -49,11 +49,13 @@ from typing import Any
 from .errors import CosmosError
 from .ids import RidAllocator, validate_id
 from .query.computed import check_definitions
+from .ranges import MAX_PARTITION_RANGES
 from .store import (
     Container,
     Database,
     Item,
     Store,
+    container_record,
     item_record,
     partition_key_definition,
     pk_key,
@@ -323,8 +325,7 @@ def snapshot(store: Store) -> Iterator[bytes]:
     for db in store.databases.values():
         yield _line({"ops": [{"o": "db", "p": db.props, "t": db.throughput}]})
         for coll in db.containers.values():
-            op = {"o": "c", "d": db.props["_rid"], "p": coll.props, "t": coll.throughput}
-            yield _line({"ops": [op]})
+            yield _line({"ops": [container_record(db.props["_rid"], coll)]})
             ops: list[bytes] = []  # serialised one by one, so a line's size is known exactly
             size = 0
             for key, part in coll.partitions.items():
@@ -416,7 +417,9 @@ class _Replay:
             props = _container_props(op["p"])
             if props["id"] in db.containers or props["_rid"] in self.containers:
                 raise ValueError(f"container {props['id']!r} is created twice")
-            coll = Container(props, throughput=_throughput(op["t"]))
+            coll = Container(
+                props, throughput=_throughput(op["t"]), range_count=_range_count(op.get("n", 1))
+            )
             db.containers[props["id"]] = coll
             self.containers[props["_rid"]] = (db, coll)
         elif kind == "c~":
@@ -474,7 +477,7 @@ class _Replay:
         for coll in self.store.containers():
             # Range LSNs are not journaled; the account's is never below any of them, so
             # restarting each range there keeps session tokens and `lsn` headers monotonic.
-            coll.lsn = self.lsn
+            coll.range_lsns = [self.lsn] * coll.range_count
         highest_seq = max(
             (
                 i.seq
@@ -491,6 +494,13 @@ def _int(value: Any) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ValueError(f"expected a non-negative integer, got {value!r:.80}")
     return value
+
+
+def _range_count(value: Any) -> int:
+    count = _int(value)
+    if not 1 <= count <= MAX_PARTITION_RANGES:
+        raise ValueError(f"a container's range count must be 1 to {MAX_PARTITION_RANGES}")
+    return count
 
 
 def _throughput(value: Any) -> int | None:

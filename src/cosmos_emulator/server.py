@@ -20,6 +20,7 @@ from .hosts import HostAllowList, split_authority
 from .http11 import HttpServer
 from .http_limits import HttpLimits
 from .journal import Journal, JournalError
+from .ranges import checked_range_count
 from .store import Store
 
 PURGE_INTERVAL_S = 0.5
@@ -42,6 +43,7 @@ class EmulatorCore:
         fsync: bool = False,
         allowed_hosts: Sequence[str] = (),
         fault_token: str | None = None,
+        partition_ranges: int = 1,
     ) -> None:
         self.host = host
         self.limits = limits or HttpLimits()
@@ -58,6 +60,7 @@ class EmulatorCore:
             new_fault_token() if fault_token is None else fault_token
         )
         self.store = Store()
+        self.store.partition_ranges = checked_range_count(partition_ranges)
         self.journal: Journal | None = None
         self.faults = FaultInjector()
         self.gateway = Gateway(
@@ -229,6 +232,7 @@ def start_in_background(
     limits: HttpLimits | None = None,
     allowed_hosts: Sequence[str] = (),
     fault_token: str | None = None,
+    partition_ranges: int = 1,
 ) -> RunningCosmosEmulator:
     """Start an emulator on its own thread; `port=0` picks a free port (see `.url`).
 
@@ -236,7 +240,8 @@ def start_in_background(
     to disk before each answer. `allowed_hosts` adds `NAME[:PORT]` values of `Host` to serve.
     `limits` replaces the HTTP limits (sizes, connections, timeouts): tests shorten them.
     `fault_token` is what the fault endpoint requires (None: a random one, `.fault_token`);
-    `inject_fault()` needs none.
+    `inject_fault()` needs none. `partition_ranges` is how many partition key ranges each
+    container created from then on gets at least (more when its throughput needs them).
     """
     path = os.fspath(data_dir) if data_dir else None
     core = EmulatorCore(
@@ -250,6 +255,7 @@ def start_in_background(
         fsync=fsync,
         allowed_hosts=allowed_hosts,
         fault_token=fault_token,
+        partition_ranges=partition_ranges,
     )
     loop = asyncio.new_event_loop()
     started = threading.Event()
@@ -290,6 +296,7 @@ async def serve_forever(
     fsync: bool = False,
     allowed_hosts: Sequence[str] = (),
     fault_token: str | None = None,
+    partition_ranges: int = 1,
 ) -> None:
     """`fault_token` None: a random one, printed on the line after the ready line."""
     core = EmulatorCore(
@@ -302,6 +309,7 @@ async def serve_forever(
         fsync=fsync,
         allowed_hosts=allowed_hosts,
         fault_token=fault_token,
+        partition_ranges=partition_ranges,
     )
     await core.start()
     print(f"cosmos-emulator listening on {core.url}", flush=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -18,6 +19,7 @@ from .ids import RidAllocator, new_etag, validate_id
 from .lsn_index import LsnIndex
 from .query.computed import check_definitions
 from .query.values import UNDEFINED
+from .ranges import RangeMap
 
 ChangeLog = list[dict[str, Any]]
 
@@ -46,11 +48,33 @@ class Container:
     scoped_feeds: dict[str, LsnIndex[Item]] = field(default_factory=dict)
     _scopes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     log: ChangeLog | None = None
-    # The partition key range's log sequence number, as Cosmos keeps one per range: one step
-    # per committed write request (a transactional batch is one step), so `lsn` headers and
-    # session tokens advance with this container's writes only. Never above `Store.lsn`.
-    lsn: int = 0
+    # How many partition key ranges (physical partitions) split the EPK space; fixed at
+    # creation (no splits are modelled).
+    range_count: int = 1
+    # Each partition key range's log sequence number, as Cosmos keeps one per range: one step
+    # per committed write request in that range (a transactional batch is one step), so `lsn`
+    # headers and session tokens advance with that range's writes only. Never above
+    # `Store.lsn`.
+    range_lsns: list[int] = field(default_factory=list)
+    # The change feed of each range, when there is more than one (else `feed` is the range's).
+    range_feeds: list[LsnIndex[Item]] = field(default_factory=list)
     _pk_segments: list[list[str]] | None = None
+
+    def __post_init__(self) -> None:
+        definition = self.props["partitionKey"]
+        self.ranges = RangeMap(
+            self.range_count, definition.get("kind", "Hash"), definition.get("version", 1) == 2
+        )
+        self.range_lsns = [0] * self.range_count
+        if self.range_count > 1:
+            self.range_feeds = [LsnIndex() for _ in range(self.range_count)]
+
+    def range_of_partition(self, key: str) -> int:
+        """The range holding stored partition `key` (its EPK is cached with its scopes)."""
+        if self.range_count == 1:
+            return 0
+        scopes = self._scopes.get(key)
+        return self.ranges.index_of_epk(scopes[-1]) if scopes else 0
 
     @property
     def rid(self) -> str:
@@ -81,15 +105,25 @@ class Container:
         return expiry is None or now < expiry
 
     def live_items(
-        self, pk_key: str | None, now: float, *, indexed_only: bool = False
+        self,
+        pk_key: str | None,
+        now: float,
+        *,
+        indexed_only: bool = False,
+        range_index: int | None = None,
     ) -> list[dict[str, Any]]:
+        """Live items of one partition (`pk_key`), one range (`range_index`) or all."""
+
         def wanted(item: Item) -> bool:
             return self.is_live(item, now) and (item.indexed or not indexed_only)
 
         if pk_key is not None:
             part = self.partitions.get(pk_key, {})
             return [i.doc for i in part.values() if wanted(i)]
-        live = [i for p in self.partitions.values() for i in p.values() if wanted(i)]
+        parts: Iterable[tuple[str, dict[str, Item]]] = self.partitions.items()
+        if range_index is not None and self.range_count > 1:
+            parts = [(k, p) for k, p in parts if self.range_of_partition(k) == range_index]
+        live = [i for _, p in parts for i in p.values() if wanted(i)]
         live.sort(key=lambda i: i.seq)
         return [i.doc for i in live]
 
@@ -122,6 +156,8 @@ class Container:
         self.feed.add(lsn, item)
         for scope in self._scope_keys(key, item.doc):
             self.scoped_feeds.setdefault(scope, LsnIndex()).add(lsn, item)
+        if self.range_feeds:
+            self.range_feeds[self.range_of_partition(key)].add(lsn, item)
         if self.log is not None:
             self.log.append(item_record(self.rid, key, item))
 
@@ -141,6 +177,8 @@ class Container:
     def _unindex(self, key: str, item: Item) -> None:
         lsn = _lsn_of(item)
         self.feed.discard(lsn, item)
+        if self.range_feeds:
+            self.range_feeds[self.range_of_partition(key)].discard(lsn, item)
         for scope in self._scopes.get(key, ()):
             index = self.scoped_feeds.get(scope)
             if index is not None:
@@ -237,6 +275,19 @@ def item_record(container_rid: str, key: str, item: Item) -> dict[str, Any]:
     return record
 
 
+def container_record(database_rid: str, coll: Container) -> dict[str, Any]:
+    """The journal's `c` operation: a container created, with `n` its range count."""
+    record: dict[str, Any] = {
+        "o": "c",
+        "d": database_rid,
+        "p": coll.props,
+        "t": coll.throughput,
+    }
+    if coll.range_count != 1:  # only the exception is written, as with items' `n`
+        record["n"] = coll.range_count
+    return record
+
+
 def _lsn_of(item: Item) -> int:
     lsn = item.doc.get("_lsn")
     return lsn if isinstance(lsn, int) else 0
@@ -265,6 +316,8 @@ class Store:
         self.lsn = 0
         self.log: ChangeLog | None = None  # a list while a journal is attached
         self.journal: Committer | None = None
+        # Partition key ranges a new container gets at least (`--partition-ranges`).
+        self.partition_ranges = 1
 
     def touch(self) -> None:
         self.lsn += 1
@@ -359,7 +412,7 @@ class Store:
         return coll
 
     def create_container(
-        self, db_name: str, body: object, throughput: int | None = None
+        self, db_name: str, body: object, throughput: int | None = None, ranges: int = 1
     ) -> dict[str, Any]:
         db = self.find_database(db_name)
         if not isinstance(body, dict):
@@ -393,9 +446,10 @@ class Store:
             "_conflicts": "conflicts/",
         }
         _apply_mutable_container_props(props, body)
-        db.containers[name] = Container(props, throughput=throughput, log=self.log)
+        coll = Container(props, throughput=throughput, log=self.log, range_count=ranges)
+        db.containers[name] = coll
         self.touch()
-        self.record({"o": "c", "d": db.props["_rid"], "p": props, "t": throughput})
+        self.record(container_record(db.props["_rid"], coll))
         return props
 
     def replace_container(self, db_name: str, name: str, body: object) -> dict[str, Any]:

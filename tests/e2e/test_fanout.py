@@ -9,19 +9,21 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import signal
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from e2e_support import new_plan, orders_cli, send
+from azure.cosmos import CosmosClient
+from e2e_support import FAST_QUEUE, new_plan, orders_cli, send
 
-from orders.bootstrap import verify_run
+from orders.bootstrap import prepare_local_cosmos, verify_run
 from orders.domain.load_plan import LoadMix, LoadPlan, plan_to_json
 from orders.entrypoints.demo import VERIFY_POLL_SECONDS
 from orders.entrypoints.dispatcher import CRASH_AFTER_PUBLISH_ENV, CRASH_EXIT_CODE
-from orders.entrypoints.localstack import LocalStack, ManagedProcess
+from orders.entrypoints.localstack import LocalStack, ManagedProcess, local_stack
 from orders.entrypoints.worker import CRASH_AFTER_CHARGE_ENV
 from orders.entrypoints.worker import CRASH_EXIT_CODE as WORKER_CRASH_EXIT_CODE
 from orders.service.registry import BILLING, SHIPPING
@@ -73,6 +75,73 @@ def test_every_order_is_shipped_exactly_once_with_duplicate_sends(stack: LocalSt
     shipping = report.fanout["shipping"]
     assert shipping["expected"] == plan.orders == shipping["effects"]
     assert shipping["doubled"] == shipping["missing"] == 0
+
+
+def test_every_order_is_charged_and_shipped_once_on_three_partition_key_ranges(
+    tmp_path: Path,
+) -> None:
+    """The stack's Cosmos containers on three physical partitions, as a Cosmos container with
+    more throughput (or data) has: the dispatchers lease each feed range and the consumers'
+    stores route by range. Every outbox event is published once and every order handled."""
+    ranges = 3
+    with local_stack(FAST_QUEUE, tmp_path, cosmos_partition_ranges=ranges) as stack:
+        asyncio.run(prepare_local_cosmos(stack.settings()))
+        plan = new_plan(30, LoadMix(), seed=5)
+        stack.start_payments()
+        stack.start_worker()
+        dispatchers = [stack.start_dispatcher(), stack.start_dispatcher()]
+        for subscriber in ("billing", "shipping", "status"):
+            stack.start_subscriber(subscriber)
+
+        send(stack, plan)
+        report = wait_for_fanout(stack, plan, BOTH)
+
+        assert report.ok, report.violations
+        for consumer in ("billing", "shipping"):
+            found = report.fanout[consumer]
+            assert found["expected"] == plan.orders == found["effects"], consumer
+            assert found["doubled"] == found["missing"] == found["stuck_in_progress"] == 0
+        # One lease per feed range: the dispatchers read all three ranges between them.
+        leases = {
+            match[1]
+            for dispatcher in dispatchers
+            for match in LEASE_TAKEN.finditer(dispatcher.log())
+        }
+        assert len(leases) == ranges, leases
+        # Each outbox event published once: a range answering for another's keys would
+        # publish its events again (the consumers would hide that; the count does not).
+        assert [dispatcher.stop() for dispatcher in dispatchers] == [0, 0]
+        published = sum(
+            int(match[1])
+            for dispatcher in dispatchers
+            for match in PUBLISHED.finditer(dispatcher.log())
+        )
+        outbox = _outbox_counts(stack)
+        assert outbox["dispatched"] == outbox["all"] == published >= plan.orders
+
+
+LEASE_TAKEN = re.compile(r"owns feed range lease (\S+)")
+PUBLISHED = re.compile(r"dispatcher \S+ stopped: published=(\d+)")
+
+
+def _outbox_counts(stack: LocalStack) -> dict[str, int]:
+    settings = stack.settings()
+    assert settings.cosmos_key is not None  # the local stack's emulator key
+    with CosmosClient(settings.cosmos_endpoint, credential=settings.cosmos_key) as client:
+        container = client.get_database_client(settings.cosmos_database).get_container_client(
+            settings.cosmos_container
+        )
+        query = "SELECT VALUE COUNT(1) FROM c WHERE c.type = 'outbox'"
+        return {
+            "all": next(iter(container.query_items(query, enable_cross_partition_query=True))),
+            "dispatched": next(
+                iter(
+                    container.query_items(
+                        query + " AND c.dispatched = true", enable_cross_partition_query=True
+                    )
+                )
+            ),
+        }
 
 
 def test_a_dispatcher_killed_between_publish_and_mark_republishes_and_nothing_doubles(

@@ -254,6 +254,9 @@ class LocalStack:
     fault_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     # A user's own queues, topics and containers (`orders up --entities`), beside the app's.
     entities: LocalEntities | None = None
+    # Partition key ranges each Cosmos container gets (`--partition-ranges`): 1 is fastest;
+    # more runs the SDK's per-range paths (feed ranges, fanned-out queries) as Cosmos would.
+    cosmos_partition_ranges: int = 1
     _worker_count: int = 0
 
     def spawn(
@@ -287,6 +290,8 @@ class LocalStack:
              "--config", str(config_path), *data],
         )  # fmt: skip
         cosmos_data = ["--data", str(self.cosmos_data)] if self.cosmos_data else []
+        if self.cosmos_partition_ranges != 1:
+            cosmos_data += ["--partition-ranges", str(self.cosmos_partition_ranges)]
         cosmos = self.spawn(
             "cosmos-emulator",
             ["-m", "cosmos_emulator", "--host", "127.0.0.1", "--port", "0", *cosmos_data],
@@ -410,8 +415,10 @@ def local_stack(
     cosmos_data: Path | None = None,
     report: Callable[[str], None] | None = None,
     entities: LocalEntities | None = None,
+    cosmos_partition_ranges: int = 1,
 ) -> Iterator[LocalStack]:
-    """`report` hears what is stopped, as it stops; `entities` are a user's own, added."""
+    """`report` hears what is stopped, as it stops; `entities` are a user's own, added;
+    `cosmos_partition_ranges` is how many partition key ranges each Cosmos container gets."""
     with tempfile.TemporaryDirectory(prefix="orders-stack-") as scratch:
         stack = LocalStack(
             Path(workdir or scratch),
@@ -419,6 +426,7 @@ def local_stack(
             servicebus_data=servicebus_data,
             cosmos_data=cosmos_data,
             entities=entities,
+            cosmos_partition_ranges=cosmos_partition_ranges,
         )
         try:
             stack.start_emulators()
