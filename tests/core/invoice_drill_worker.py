@@ -40,6 +40,7 @@ LOCK_SECONDS, MAX_DELIVERY_COUNT, MESSAGE_TTL_SECONDS = 10, 10, 3600
 # A claim stranded by a SIGKILL is taken over once its lease ends: the e-mail provider answers
 # in a millisecond, so 10 s is ample for a call and keeps the drill short (the default is 30 s).
 LEASE_SECONDS = 10.0
+PROVIDER_SECONDS = 0.05
 
 
 def append_line(path: Path, entry: dict[str, object]) -> None:
@@ -61,6 +62,9 @@ class JournalMailer:
 
     async def send(self, key: str, to: str, text: str) -> str:
         append_line(self._journal, {"key": key, "to": to, "text": text, "pid": os.getpid()})
+        # A provider's round trip: the time in which a second copy of the message, decided
+        # beside the first, could reach its claim and call again.
+        await asyncio.sleep(PROVIDER_SECONDS)
         return f"mailed to {to} under {key}"
 
 

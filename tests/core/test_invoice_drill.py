@@ -324,10 +324,14 @@ def test_the_invoice_drill_doubles_nothing_loses_nothing_and_dead_letters_only_t
     reused = rng.sample(sorted(invoices), REUSES)
     elsewhere = {i: f"elsewhere-{i}" for i in reused}  # partitions no valid invoice names
     reuses = [(i, invoice(i, elsewhere[i], amount_cents=7)) for i in reused]
-    resends = [(i, body_of[i]) for i in rng.sample(sorted(invoices), RESENDS)]
-    rest = [(i, body_of[i]) for i in invoices if i not in reused]
-    load = [*rest, *resends, *reuses, *POISON.items()]
-    rng.shuffle(load)
+    resent = set(rng.sample(sorted(invoices), RESENDS))
+    # A resend right behind its original, as a producer's retry comes: the two copies often
+    # reach one worker's batch and are decided at once, in one process (or in two).
+    groups = [[(i, body_of[i])] * (2 if i in resent else 1) for i in invoices if i not in reused]
+    groups += [[(i, body_of[i])] for i in resent & set(reused)]
+    groups += [[reuse] for reuse in reuses] + [[poison] for poison in POISON.items()]
+    rng.shuffle(groups)
+    load = [message for group in groups for message in group]
 
     folder = tmp_path / "workers"
     folder.mkdir()
@@ -375,10 +379,7 @@ def test_the_invoice_drill_doubles_nothing_loses_nothing_and_dead_letters_only_t
     }
 
     def all_settled() -> bool:
-        state = broker_state(emulators)
-        return all(
-            not busy and len(letters) == len(expected_letters) for busy, letters in state.values()
-        )
+        return not any(busy for busy, _ in broker_state(emulators).values())
 
     poll_until(all_settled, within=90, what="every message settled", workers=workers)
     state = broker_state(emulators)
