@@ -16,10 +16,16 @@ Then: every invoice is stored once, with one ledger entry, in its customer's par
 e-mail key reached the provider with its own invoice's body only; no decision said `processed`
 twice for one message; every reuse is dead-lettered as a mismatch (with the reuse's body), every
 poison message with its reason, and no valid message is dead-lettered. The outage was felt (the
-workers decided `transient_failure` and backed off in place) and cost no valid message.
+workers decided `transient_failure` and backed off in place) and spent no deliveries: no
+message came back more often than its consumer's workers were killed.
 
-About 60-80 s on an idle 2-core machine (the kills and the outage cost their lock, lease and
-outage lengths, not the load); the sizes above are what keeps it there.
+What it catches (each tried by breaking the core on purpose): a key judged in the partition
+the body names (the reuses are processed again, in their other customers' partitions), a claim
+owned per process rather than per delivery (two copies decided at once in one worker both say
+`processed`), and no backoff (the outage alone redelivers a held message 5 to 7 times).
+
+About 45 s on a 2-core machine that other jobs were using (load average 2 to 4): the load is
+decided in seconds; the kills and the outage cost their lock, lease and outage lengths.
 """
 
 from __future__ import annotations
@@ -205,7 +211,7 @@ class Workers:
 
     def check_alive(self) -> None:
         for process in (p for processes in self.running.values() for p in processes):
-            assert process.poll() is None, f"a worker exited by itself: {process.args}"
+            assert process.poll() is None, f"a worker exited by itself: {process.args!r}"
 
     def stop_all(self) -> None:
         """SIGTERM, the graceful stop; every one must exit 0 (no worker crashed)."""
@@ -309,7 +315,6 @@ def test_the_invoice_drill_doubles_nothing_loses_nothing_and_dead_letters_only_t
     emulators: Emulators, reaped_env: dict[str, str], tmp_path: Path
 ) -> None:
     rng = random.Random(34)
-    started = time.monotonic()
     invoices = {
         f"inv-{number:03d}": InvoiceIssued(
             invoice_id=f"inv-{number:03d}",
@@ -384,7 +389,6 @@ def test_the_invoice_drill_doubles_nothing_loses_nothing_and_dead_letters_only_t
     poll_until(all_settled, within=90, what="every message settled", workers=workers)
     state = broker_state(emulators)
     workers.stop_all()
-    wall_seconds = time.monotonic() - started
 
     # Dead letters: every reuse (its own body, naming another customer) as a mismatch, every
     # poison message as invalid, and nothing else: no valid message.
@@ -438,4 +442,3 @@ def test_the_invoice_drill_doubles_nothing_loses_nothing_and_dead_letters_only_t
         abandoned = {d["outcome"] for d in journal if d["settlement"] == "abandon"}
         assert abandoned <= {"transient_failure", "in_progress_elsewhere"}, consumer
     assert Counter(workers.killed) == {INVOICING: 4, INVOICE_EMAILS: 4}
-    assert wall_seconds < 240, wall_seconds
