@@ -63,6 +63,7 @@ from servers import stop_process, wait_for_output
 
 from cosmos_emulator import WELL_KNOWN_KEY
 from exactly_once import DeadLetterReason
+from exactly_once.cosmos import RECORD_TYPE
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -425,6 +426,13 @@ def test_the_invoice_drill_doubles_nothing_loses_nothing_and_dead_letters_only_t
     for call in calls:
         issued = invoices[call["key"].removeprefix("invoice-mail:")]
         assert (call["to"], call["text"]) == (issued.customer_id, mail_text(issued))
+    # A key was called again only by an attempt that took its claim over (a kill had left it
+    # and its lease had ended): each take-over counts one more attempt on the two-phase record.
+    attempts = {
+        d["downstreamKey"]: d["attempts"] for d in documents if d.get("type") == RECORD_TYPE
+    }
+    for key, count in Counter(call["key"] for call in calls).items():
+        assert count <= attempts[key], key
 
     # The decisions: none said `processed` twice for one message (a kill between a decision and
     # its settlement makes the redelivery a `duplicate`); no valid message was dead-lettered.
