@@ -11,8 +11,8 @@ The emulators' settings come from the environment, under the names `orders env` 
 `--decisions`, one JSON line per decision this process reached (every attempt, the transient
 ones too), written before the message is settled; and `--mail-journal`, the e-mail provider:
 one JSON line per call, appended by every e-mail worker (a provider that deduplicates on the
-key, so the mail sent for a key is the first line of that key, and a double shows as a line
-with another body).
+key: the mail sent for a key is its first line; a call made again shows as another line of the
+key, and a reuse that reached the provider as a line with another body).
 """
 
 from __future__ import annotations
