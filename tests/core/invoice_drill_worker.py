@@ -41,6 +41,7 @@ LOCK_SECONDS, MAX_DELIVERY_COUNT, MESSAGE_TTL_SECONDS = 10, 10, 3600
 # in a millisecond, so 10 s is ample for a call and keeps the drill short (the default is 30 s).
 LEASE_SECONDS = 10.0
 PROVIDER_SECONDS = 0.05
+READY_LINE = "invoice drill worker: SIGTERM stops it gracefully"
 
 
 def append_line(path: Path, entry: dict[str, object]) -> None:
@@ -71,6 +72,8 @@ class JournalMailer:
 async def serve(consumer_name: str, decisions: Path, mail_journal: Path) -> WorkerStats:
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    # From here a SIGTERM is a graceful stop: the drill waits for this line before sending one.
+    print(READY_LINE, flush=True)
     retention = Retention(
         lock_duration_seconds=LOCK_SECONDS,
         max_delivery_count=MAX_DELIVERY_COUNT,

@@ -57,6 +57,7 @@ from invoice_drill_worker import (
     LOCK_SECONDS,
     MAX_DELIVERY_COUNT,
     QUEUE_OF,
+    READY_LINE,
 )
 from invoicing import INVOICE_EMAILS, INVOICING, InvoiceIssued, invoice, mail_key, mail_text
 from servers import stop_process, wait_for_output
@@ -183,6 +184,7 @@ class Workers:
     running: dict[str, list[subprocess.Popen[bytes]]] = field(default_factory=dict)
     started: int = 0
     killed: list[str] = field(default_factory=list)
+    logs: dict[int, Path] = field(default_factory=dict)  # pid -> what the worker printed
 
     @property
     def mail_journal(self) -> Path:
@@ -191,13 +193,15 @@ class Workers:
     def start(self, consumer: str) -> subprocess.Popen[bytes]:
         self.started += 1
         name = f"{consumer}-{self.started}"
+        log = self.folder / f"{name}.log"
         process = start_logged(
             [str(WORKER), consumer,
              "--decisions", str(self.folder / f"{name}.decisions.jsonl"),
              "--mail-journal", str(self.mail_journal)],
-            self.folder / f"{name}.log",
+            log,
             self.emulators.worker_environment(self.env),
         )  # fmt: skip
+        self.logs[process.pid] = log
         self.running.setdefault(consumer, []).append(process)
         return process
 
@@ -215,8 +219,11 @@ class Workers:
             assert process.poll() is None, f"a worker exited by itself: {process.args!r}"
 
     def stop_all(self) -> None:
-        """SIGTERM, the graceful stop; every one must exit 0 (no worker crashed)."""
+        """SIGTERM, the graceful stop, once each has said it takes one (the last restarted may
+        still be starting); every one must exit 0 (no worker crashed)."""
         everyone = [p for processes in self.running.values() for p in processes]
+        for process in everyone:
+            wait_for_output(self.logs[process.pid], re.compile(re.escape(READY_LINE)), process)
         for process in everyone:
             process.send_signal(signal.SIGTERM)
         codes = [process.wait(timeout=60) for process in everyone]
