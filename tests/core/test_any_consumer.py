@@ -14,7 +14,6 @@ key of its own. Against our Service Bus and Cosmos DB emulators through the real
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -24,14 +23,12 @@ from azure.cosmos.aio import ContainerProxy
 from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient
 from core_support import queue_config, unique
-from pydantic import BaseModel
+from invoicing import InvoiceIssued, invoice, invoice_consumers, parse_invoice
 
 from exactly_once import (
     CosmosStore,
     DeadLetterReason,
     Effects,
-    ExactlyOnceConsumer,
-    JsonMapping,
     Outcome,
     PayloadMismatchError,
     Record,
@@ -48,16 +45,6 @@ from exactly_once.orchestrator import KEY_TYPE
 from servicebus_emulator import RunningEmulator, start_in_background
 
 INVOICES, EMAILS = "invoices", "invoice-emails"
-
-
-class InvoiceIssued(BaseModel):
-    invoice_id: str
-    customer_id: str
-    amount_cents: int
-
-
-def parse_invoice(body: bytes) -> InvoiceIssued:
-    return InvoiceIssued.model_validate_json(body)
 
 
 class Mailer:
@@ -107,41 +94,6 @@ class WatchedStore(CosmosStore):
         if self.claims_found_taken:
             self.second_copy_acted.set()
         return found
-
-
-def invoice_consumers(
-    store: CosmosStore, mailer: Mailer, *, max_wait_seconds: float = 30.0
-) -> tuple[ExactlyOnceConsumer[InvoiceIssued], ExactlyOnceConsumer[InvoiceIssued]]:
-    @exactly_once(consumer="invoicing", parse=parse_invoice, store=store)
-    async def issue_invoice(invoice: InvoiceIssued, effects: Effects) -> Outcome:
-        documents: list[JsonMapping] = [
-            {"id": f"invoice-{invoice.invoice_id}", "amountCents": invoice.amount_cents},
-            {"id": f"ledger-{invoice.invoice_id}", "debitCents": invoice.amount_cents},
-        ]
-        return await effects.inbox(invoice.customer_id, documents)
-
-    @exactly_once(
-        consumer="invoice-emails",
-        parse=parse_invoice,
-        store=store,
-        max_wait_seconds=max_wait_seconds,
-    )
-    async def email_invoice(invoice: InvoiceIssued, effects: Effects) -> Outcome:
-        async def call(downstream_key: str) -> str:
-            text = f"invoice {invoice.invoice_id}: {invoice.amount_cents} cents"
-            return await mailer.send(downstream_key, invoice.customer_id, text)
-
-        done = await effects.two_phase(
-            invoice.customer_id, call, downstream_key=f"invoice-mail:{invoice.invoice_id}"
-        )
-        return done.outcome
-
-    return issue_invoice, email_invoice
-
-
-def invoice(invoice_id: str, customer_id: str, amount_cents: int = 1200) -> bytes:
-    body = {"invoice_id": invoice_id, "customer_id": customer_id, "amount_cents": amount_cents}
-    return json.dumps(body).encode()
 
 
 async def stored(container: ContainerProxy, partition: str) -> dict[str, dict[str, Any]]:
