@@ -12,8 +12,10 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import httpx
+import pytest
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient
 from servers import CosmosServer, free_port
@@ -29,10 +31,19 @@ from orders.bootstrap import (
 from orders.domain.idempotency import key_claim
 from orders.entrypoints.http_api import create_app
 from orders.entrypoints.http_hosts import AllowedHosts
+from orders.entrypoints.localstack import QueueOptions
 from orders.settings import EMULATOR_COSMOS_KEY, Settings
-from servicebus_emulator import RunningEmulator
+from servicebus_emulator import RunningEmulator, start_in_background
 
 QUEUE = "orders"
+
+
+@pytest.fixture
+def app_entities_emulator() -> Iterator[RunningEmulator]:
+    """Our Service Bus emulator with every entity the console peeks (`orders up`'s)."""
+    running = start_in_background(config=QueueOptions().config())
+    yield running
+    running.stop()
 
 
 def stopped_cosmos() -> dict[str, str]:
@@ -132,3 +143,36 @@ async def test_the_consoles_dead_letter_pages_work_with_cosmos_stopped(
     # The order page needs Cosmos DB: it says so, and that the dead-letter pages still work.
     assert order.status_code == 503
     assert "Cosmos DB is unavailable" in order.text and "dead-letter pages" in order.text
+
+
+async def test_orders_show_shows_the_dead_letters_with_cosmos_stopped(
+    app_entities_emulator: RunningEmulator,
+) -> None:
+    await one_dead_letter(app_entities_emulator.connection_string, "o-dead")
+    env = {"ServiceBusConnection": app_entities_emulator.connection_string, **stopped_cosmos()}
+
+    shown = await asyncio.to_thread(orders_cli, env, "show", "o-dead")
+
+    # What Service Bus holds is shown; the documents are named unavailable; exit 2 says partial.
+    assert shown.returncode == 2, shown.stderr
+    assert "order o-dead: its documents are unavailable (cannot reach Cosmos DB" in shown.stdout
+    assert "dead letters naming it (1, peeked)" in shown.stdout and "InvalidJson" in shown.stdout
+    assert "partial: cannot reach Cosmos DB" in shown.stderr and "Traceback" not in shown.stderr
+
+
+async def test_orders_show_shows_the_documents_with_service_bus_stopped(
+    python_cosmos: CosmosServer,
+) -> None:
+    env = {"COSMOS_ENDPOINT": python_cosmos.endpoint, "COSMOS_KEY": python_cosmos.key}
+    await prepare_local_cosmos(Settings.from_env(env))
+
+    shown = await asyncio.to_thread(
+        orders_cli, env | stopped_servicebus(), "show", "o-never-stored", "--json"
+    )
+
+    assert shown.returncode == 2, shown.stderr
+    found = json.loads(shown.stdout)
+    assert found["order"] is None and found["statusHistory"] == []  # read: never stored
+    assert found["deadLetters"] is None
+    assert found["unavailable"]["deadLetters"].startswith("cannot reach Service Bus at 127.0.0.1:")
+    assert "documents" not in found["unavailable"]
