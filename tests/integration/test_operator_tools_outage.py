@@ -115,11 +115,11 @@ async def test_orders_keys_show_works_with_service_bus_stopped(
 
 
 async def test_the_consoles_dead_letter_pages_work_with_cosmos_stopped(
-    orders_queue_emulator: RunningEmulator,
+    app_entities_emulator: RunningEmulator,
 ) -> None:
-    await one_dead_letter(orders_queue_emulator.connection_string, "m-console-outage")
+    await one_dead_letter(app_entities_emulator.connection_string, "m-console-outage")
     settings = Settings.from_env(
-        {"ServiceBusConnection": orders_queue_emulator.connection_string, **stopped_cosmos()}
+        {"ServiceBusConnection": app_entities_emulator.connection_string, **stopped_cosmos()}
     )
 
     async def no_api() -> HttpRuntime:
@@ -135,9 +135,11 @@ async def test_the_consoles_dead_letter_pages_work_with_cosmos_stopped(
             transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8000"
         ) as browser,
     ):
+        overview = await browser.get("/console")
         dead_letters = await browser.get("/console/dead-letters", params={"source": QUEUE})
         order = await browser.get("/console/orders", params={"orderId": "o-outage"})
 
+    assert overview.status_code == 200 and "Unavailable" not in overview.text
     assert dead_letters.status_code == 200, dead_letters.text
     assert "m-console-outage" in dead_letters.text and "InvalidJson" in dead_letters.text
     # The order page needs Cosmos DB: it says so, and that the dead-letter pages still work.
