@@ -78,20 +78,24 @@ async def one_dead_letter(connection_string: str, message_id: str) -> None:
             await receiver.dead_letter_message(message, reason="InvalidJson")
 
 
-async def test_orders_dlq_list_works_with_cosmos_stopped(
+async def test_orders_dlq_lists_and_purges_with_cosmos_stopped(
     orders_queue_emulator: RunningEmulator,
 ) -> None:
     await one_dead_letter(orders_queue_emulator.connection_string, "m-outage")
     env = {"ServiceBusConnection": orders_queue_emulator.connection_string, **stopped_cosmos()}
 
     listed = await asyncio.to_thread(orders_cli, env, "dlq", "list", "--json")
-
     assert listed.returncode == 0, listed.stderr
     [dead] = json.loads(listed.stdout)
     assert dead["messageId"] == "m-outage" and dead["reason"] == "InvalidJson"
 
+    sequence = str(dead["sequenceNumber"])
+    purged = await asyncio.to_thread(orders_cli, env, "dlq", "purge", sequence, "--yes")
+    assert purged.returncode == 0, purged.stderr
+    assert f"purged 1: [{sequence}]" in purged.stdout
 
-async def test_orders_keys_show_works_with_service_bus_stopped(
+
+async def test_orders_keys_show_and_evict_with_service_bus_stopped(
     python_cosmos: CosmosServer,
 ) -> None:
     env = {"COSMOS_ENDPOINT": python_cosmos.endpoint, "COSMOS_KEY": python_cosmos.key}
@@ -105,13 +109,19 @@ async def test_orders_keys_show_works_with_service_bus_stopped(
         )
         await store.claim(claim)
 
-    shown = await asyncio.to_thread(
-        orders_cli, env | stopped_servicebus(), "keys", "show", "key-outage", "--json"
-    )
+    env |= stopped_servicebus()
 
+    shown = await asyncio.to_thread(orders_cli, env, "keys", "show", "key-outage", "--json")
     assert shown.returncode == 0, shown.stderr
     record = json.loads(shown.stdout)
     assert record["orderId"] == "o-outage" and record["status"] == "inProgress"
+
+    evicted = await asyncio.to_thread(
+        orders_cli, env, "keys", "evict", "key-outage", "--yes", "--force"
+    )
+    assert evicted.returncode == 0 and evicted.stdout.strip() == "evicted", evicted.stderr
+    gone = await asyncio.to_thread(orders_cli, env, "keys", "show", "key-outage")
+    assert gone.returncode == 1 and "no record for this key" in gone.stderr
 
 
 async def test_the_consoles_dead_letter_pages_work_with_cosmos_stopped(
