@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
@@ -312,36 +312,29 @@ async def http_runtime_from_env() -> HttpRuntime:
     return await build_http_runtime(clients.settings, clients=clients)
 
 
-@dataclass
-class OperatorTools:
-    """What `orders dlq` and `orders keys` work with (emulators, official emulators, Azure)."""
-
-    dead_letters: ServiceBusDeadLetters
-    keys: CosmosIdempotencyStore
-    default_scope: str
-    resources: AsyncExitStack = field(default_factory=AsyncExitStack)
-
-    async def close(self) -> None:
-        await self.resources.aclose()
+# What the operator commands hold, named for the CLI (which imports no adapter).
+DeadLetterTools = ServiceBusDeadLetters
+KeyTools = CosmosIdempotencyStore
 
 
-async def build_operator_tools(
-    settings: Settings, dead_letter_source: Source | None = None
-) -> OperatorTools:
-    """`dead_letter_source` defaults to the orders queue."""
+@asynccontextmanager
+async def dead_letter_tools(
+    settings: Settings, source: Source | None = None
+) -> AsyncIterator[DeadLetterTools]:
+    """What `orders dlq` works with: Service Bus alone, so it works while Cosmos DB is down.
+    `source` defaults to the orders queue."""
     settings.require_servicebus()
     async with AsyncExitStack() as stack:
-        clients = _clients(stack, settings, None)
-        cosmos = await clients.cosmos(create_local_resources=False)
-        servicebus = clients.servicebus()
-        return OperatorTools(
-            ServiceBusDeadLetters(
-                servicebus, dead_letter_source or Source(queue=settings.orders_queue)
-            ),
-            CosmosIdempotencyStore(idempotency_container(cosmos, settings)),
-            settings.idempotency_scope,
-            stack.pop_all(),
-        )
+        servicebus = _clients(stack, settings, None).servicebus()
+        yield ServiceBusDeadLetters(servicebus, source or Source(queue=settings.orders_queue))
+
+
+@asynccontextmanager
+async def idempotency_key_tools(settings: Settings) -> AsyncIterator[KeyTools]:
+    """What `orders keys` works with: Cosmos DB alone, so it works while Service Bus is down."""
+    async with AsyncExitStack() as stack:
+        cosmos = await _clients(stack, settings, None).cosmos(create_local_resources=False)
+        yield CosmosIdempotencyStore(idempotency_container(cosmos, settings))
 
 
 @dataclass

@@ -12,6 +12,7 @@ import json
 import socket
 import sys
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
@@ -20,6 +21,8 @@ from rich.table import Table
 from rich.text import Text
 
 from orders.cli.shared import (
+    COSMOS_DB,
+    SERVICE_BUS,
     configure_logging,
     connection_errors_exit,
     err,
@@ -43,10 +46,11 @@ from orders.exceptions import ResubmitUnsupportedError
 from orders.service.subscribers import Source
 
 if TYPE_CHECKING:
-    from orders.bootstrap import OperatorTools
+    from orders.bootstrap import DeadLetterTools, KeyTools
     from orders.settings import Settings
 
 T = TypeVar("T")
+Tools = TypeVar("Tools")
 
 # Plain help (no rich markup mode): typer's rich help prints `<bool>` beside every flag.
 dead_letters_app = typer.Typer(
@@ -86,28 +90,50 @@ def source_or_exit(queue: str | None, topic: str | None, subscription: str | Non
         raise typer.Exit(2) from exc
 
 
-def with_tools(
-    action: Callable[[OperatorTools], Awaitable[T]],
-    source: Source | None = None,
-    settings: Settings | None = None,
+def run_with(
+    tools: Callable[[], AbstractAsyncContextManager[Tools]],
+    needs: str,
+    settings: Settings,
+    action: Callable[[Tools], Awaitable[T]],
 ) -> T:
-    """Run `action` over the operator tools; a service that cannot be reached is one line on
-    stderr and exit 2 (checked first, so a stopped stack does not cost the SDKs' retries)."""
-    from orders.bootstrap import build_operator_tools
-
-    configure_logging()
-    settings = settings or settings_or_exit()
-    require_reachable(settings)
+    """Run `action` over the tools that `tools` opens; the one service they `need` that cannot
+    be reached is one line on stderr and exit 2 (checked first, so a stopped stack does not
+    cost the SDKs' retries). The other service is neither checked nor touched."""
+    require_reachable(settings, frozenset({needs}))
 
     async def run() -> T:
-        tools = await build_operator_tools(settings, source)
-        try:
-            return await action(tools)
-        finally:
-            await tools.close()
+        async with tools() as opened:
+            return await action(opened)
 
     with connection_errors_exit():
         return asyncio.run(run())
+
+
+def with_dead_letters(
+    action: Callable[[DeadLetterTools], Awaitable[T]],
+    source: Source | None = None,
+    settings: Settings | None = None,
+) -> T:
+    """`action` over one dead-letter queue (`source`, default the orders queue): Service Bus
+    only, so the DLQ commands work while Cosmos DB is down."""
+    from orders.bootstrap import dead_letter_tools
+
+    configure_logging()
+    chosen = settings or settings_or_exit()
+    return run_with(lambda: dead_letter_tools(chosen, source), SERVICE_BUS, chosen, action)
+
+
+def with_keys(action: Callable[[KeyTools], Awaitable[T]], settings: Settings) -> T:
+    """`action` over the idempotency-key records: Cosmos DB only, so the key commands work
+    while Service Bus is down (or not configured)."""
+    from orders.bootstrap import idempotency_key_tools
+
+    return run_with(lambda: idempotency_key_tools(settings), COSMOS_DB, settings, action)
+
+
+def keys_settings() -> Settings:
+    configure_logging()
+    return settings_or_exit(needs_servicebus=False)
 
 
 def selection_or_exit(numbers: list[int] | None, reason: str | None, everything: bool) -> Selection:
@@ -185,7 +211,7 @@ def list_dead_letters(
 ) -> None:
     """Reason, description, delivery count, enqueued time, MessageId and a body preview."""
     source = source_or_exit(queue, topic, subscription)
-    found = with_tools(lambda tools: tools.dead_letters.browse(limit), source)
+    found = with_dead_letters(lambda queue: queue.browse(limit), source)
     if as_json:
         out.print_json(json.dumps([dead.to_json() for dead in found]))
     else:
@@ -202,7 +228,7 @@ def show_dead_letter(
 ) -> None:
     """One dead letter with its whole body and application properties."""
     source = source_or_exit(queue, topic, subscription)
-    found = with_tools(lambda tools: tools.dead_letters.browse(1, from_sequence=sequence), source)
+    found = with_dead_letters(lambda queue: queue.browse(1, from_sequence=sequence), source)
     if not found or found[0].sequence_number != sequence:
         err.print(f"[red]no dead letter with sequence number {sequence}[/red]")
         raise typer.Exit(1)
@@ -264,14 +290,12 @@ def resubmit_dead_letters(
         return resubmit_refusal(dead, force=force, now=now, duplicate_window=window)
 
     confirm_plan(
-        with_tools(lambda tools: tools.dead_letters.plan(selection, refusal), source, settings),
+        with_dead_letters(lambda queue: queue.plan(selection, refusal), source, settings),
         confirmed=yes,
     )
     try:
-        outcome = with_tools(
-            lambda tools: tools.dead_letters.resubmit(
-                selection, refusal, by=who, now=now, to_topic=to_topic
-            ),
+        outcome = with_dead_letters(
+            lambda queue: queue.resubmit(selection, refusal, by=who, now=now, to_topic=to_topic),
             source,
             settings,
         )
@@ -310,29 +334,29 @@ def purge_dead_letters(
         raise typer.Exit(2)
     settings = settings_or_exit()
     confirm_plan(
-        with_tools(
-            lambda tools: tools.dead_letters.plan(selection, lambda dead: None), source, settings
-        ),
+        with_dead_letters(lambda queue: queue.plan(selection, lambda dead: None), source, settings),
         confirmed=yes,
     )
-    outcome = with_tools(lambda tools: tools.dead_letters.purge(selection), source, settings)
+    outcome = with_dead_letters(lambda queue: queue.purge(selection), source, settings)
     out.print(f"purged {len(outcome.done)}: {sorted(outcome.done)}")
     report_passed_over(outcome)
 
 
-def scope_of(scope: str | None, tools: OperatorTools) -> str:
-    return scope or f"app:{tools.default_scope}"
+def scope_of(scope: str | None, settings: Settings) -> str:
+    return scope or f"app:{settings.idempotency_scope}"
 
 
 @keys_app.command("show")
 def show_key(key: str, scope: Scope = None, as_json: AsJson = False) -> None:
     """A key's record: state, request hash, orderId, lease and the stored response."""
 
-    async def read(tools: OperatorTools) -> dict[str, object] | None:
-        record = (await tools.keys.read_key(record_id(scope_of(scope, tools), key))).record
+    settings = keys_settings()
+
+    async def read(keys: KeyTools) -> dict[str, object] | None:
+        record = (await keys.read_key(record_id(scope_of(scope, settings), key))).record
         if record is None:
             return None
-        document: dict[str, object] = tools.keys.document(record)
+        document: dict[str, object] = keys.document(record)
         if record.stamp is not None:
             # When the lease ends by the database's clock (it counts from the end of the
             # second of the last write, `_ts`), as ISO-8601.
@@ -340,7 +364,7 @@ def show_key(key: str, scope: Scope = None, as_json: AsJson = False) -> None:
             document["leaseExpiresAt"] = iso_time(ends)
         return document
 
-    found = with_tools(read)
+    found = with_keys(read, settings)
     if found is None:
         err.print("[red]no record for this key in this scope[/red]")
         raise typer.Exit(1)
@@ -362,18 +386,20 @@ def evict_key(
         err.print("[red]a retry with an evicted key is accepted again: add --yes to confirm[/red]")
         raise typer.Exit(2)
 
-    async def evict(tools: OperatorTools) -> str | None:
-        identifier = record_id(scope_of(scope, tools), key)
-        found = await tools.keys.read_key(identifier)
+    settings = keys_settings()
+
+    async def evict(keys: KeyTools) -> str | None:
+        identifier = record_id(scope_of(scope, settings), key)
+        found = await keys.read_key(identifier)
         if found.record is None:
             return "no record for this key in this scope"
         refusal = eviction_refusal(found.record, found.database_now_ms, force=force)
         if refusal is not None:
             return refusal
-        await tools.keys.evict(identifier)
+        await keys.evict(identifier)
         return None
 
-    refused = with_tools(evict)
+    refused = with_keys(evict, settings)
     if refused is not None:
         err.print(f"[red]not evicted:[/red] {refused}")
         raise typer.Exit(1)

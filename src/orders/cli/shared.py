@@ -25,6 +25,10 @@ out = Console()
 UNREACHABLE_EXIT = 2
 # A connect that takes longer than this is as good as down for an operator's command.
 CONNECT_TIMEOUT_SECONDS = 3.0
+# The services a command may need, as `endpoints` and the one-line reports name them.
+COSMOS_DB = "Cosmos DB"
+SERVICE_BUS = "Service Bus"
+BOTH_SERVICES = frozenset({COSMOS_DB, SERVICE_BUS})
 _UNREACHABLE_ERRNOS = frozenset(
     {errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ETIMEDOUT}
 )
@@ -55,7 +59,7 @@ def endpoints(settings: Settings) -> list[tuple[str, str, int]]:
     cosmos = urlsplit(settings.cosmos_endpoint)
     if cosmos.hostname:
         default = 443 if cosmos.scheme == "https" else 80
-        found.append(("Cosmos DB", cosmos.hostname, cosmos.port or default))
+        found.append((COSMOS_DB, cosmos.hostname, cosmos.port or default))
     connection = settings.servicebus_connection_string or ""
     fields = dict(
         part.split("=", 1) for part in connection.split(";") if "=" in part and part.strip()
@@ -66,23 +70,35 @@ def endpoints(settings: Settings) -> list[tuple[str, str, int]]:
     if "Endpoint" in fields:
         endpoint = urlsplit(fields["Endpoint"].strip())
         if endpoint.hostname:
-            found.append(("Service Bus", endpoint.hostname, endpoint.port or default_port))
+            found.append((SERVICE_BUS, endpoint.hostname, endpoint.port or default_port))
     elif settings.servicebus_namespace:
-        found.append(("Service Bus", settings.servicebus_namespace, 5671))
+        found.append((SERVICE_BUS, settings.servicebus_namespace, 5671))
     return found
 
 
-def unreachable(settings: Settings) -> str | None:
-    """Why a service the settings name cannot be reached (one line), or None: a connect on
-    each, so a stopped stack is reported at once instead of after the SDKs' retries."""
+def unreachable_services(
+    settings: Settings, services: frozenset[str] = BOTH_SERVICES
+) -> dict[str, str]:
+    """Why each of `services` that the settings name cannot be reached (one line each): a
+    connect on each, so a stopped stack is reported at once instead of after the SDKs'
+    retries. A service the command does not need is not tried: its outage is not this
+    command's business."""
+    found: dict[str, str] = {}
     for service, host, port in endpoints(settings):
+        if service not in services:
+            continue
         try:
             with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_SECONDS):
                 pass
         except OSError as exc:
             why = exc.strerror or type(exc).__name__
-            return f"cannot reach {service} at {host}:{port} ({why})"
-    return None
+            found[service] = f"cannot reach {service} at {host}:{port} ({why})"
+    return found
+
+
+def unreachable(settings: Settings, services: frozenset[str] = BOTH_SERVICES) -> str | None:
+    """Why the first of `services` that cannot be reached cannot be (one line), or None."""
+    return next(iter(unreachable_services(settings, services).values()), None)
 
 
 def exit_unreachable(why: str) -> NoReturn:
@@ -96,8 +112,8 @@ def exit_unreachable(why: str) -> NoReturn:
     raise typer.Exit(UNREACHABLE_EXIT)
 
 
-def require_reachable(settings: Settings) -> None:
-    why = unreachable(settings)
+def require_reachable(settings: Settings, services: frozenset[str] = BOTH_SERVICES) -> None:
+    why = unreachable(settings, services)
     if why is not None:
         exit_unreachable(why)
 

@@ -9,14 +9,20 @@ from typing import Annotated, Any
 import typer
 
 from orders.cli.shared import (
+    BOTH_SERVICES,
+    COSMOS_DB,
+    SERVICE_BUS,
+    UNREACHABLE_EXIT,
     configure_logging,
     connection_errors_exit,
     err,
+    exit_unreachable,
     out,
-    require_reachable,
     settings_or_exit,
+    unreachable_services,
 )
 from orders.domain.ids import ID_RULE, is_entity_id
+from orders.settings import Settings
 
 # Store bookkeeping a person does not read; `--json` keeps every other field.
 _QUIET_FIELDS = ("id", "orderId", "type")
@@ -37,21 +43,49 @@ def show(
         raise typer.Exit(2)
     configure_logging()
     settings = settings_or_exit()
-    require_reachable(settings)
+    # The documents are in Cosmos DB, the dead letters in Service Bus: with one of them down,
+    # the other part is still shown, the missing one named, and the exit status is 2.
+    down = unreachable_services(settings)
+    if down.keys() == BOTH_SERVICES:
+        exit_unreachable(down[COSMOS_DB])
     with connection_errors_exit():
-        found = without_store_fields(asyncio.run(_show(order_id)))
+        found = without_store_fields(
+            asyncio.run(
+                _show(
+                    settings,
+                    order_id,
+                    with_documents=COSMOS_DB not in down,
+                    with_dead_letters=SERVICE_BUS not in down,
+                )
+            )
+        )
+    unavailable = {
+        part: down[service]
+        for part, service in (("documents", COSMOS_DB), ("deadLetters", SERVICE_BUS))
+        if service in down
+    }
+    if unavailable:
+        found["unavailable"] = unavailable
     if as_json:
         print(json.dumps(found, indent=2, default=str))
-        return
-    print_order(found)
+    else:
+        print_order(found)
+    for why in unavailable.values():
+        err.print(f"[yellow]partial: {why}[/yellow]", highlight=False, soft_wrap=True)
+    if unavailable:
+        raise typer.Exit(UNREACHABLE_EXIT)
 
 
-async def _show(order_id: str) -> dict[str, Any]:
+async def _show(
+    settings: Settings, order_id: str, *, with_documents: bool, with_dead_letters: bool
+) -> dict[str, Any]:
     from orders.bootstrap import build_console_runtime
 
-    runtime = await build_console_runtime(settings_or_exit())
+    runtime = await build_console_runtime(settings)
     try:
-        return await runtime.console.show_order(order_id)
+        return await runtime.console.show_order(
+            order_id, with_documents=with_documents, with_dead_letters=with_dead_letters
+        )
     finally:
         await runtime.close()
 
@@ -74,7 +108,14 @@ def without_store_fields(found: dict[str, Any]) -> dict[str, Any]:
 
 def print_order(found: dict[str, Any]) -> None:
     order = found.get("order")
-    if found.get("unreadable"):
+    unavailable = found.get("unavailable") or {}
+    if "documents" in unavailable:
+        out.print(
+            f"order {found['orderId']}: its documents are unavailable ({unavailable['documents']})",
+            highlight=False,
+            soft_wrap=True,
+        )
+    elif found.get("unreadable"):
         out.print(f"order {found['orderId']}: its documents cannot be read ({found['unreadable']})")
     elif order is None:
         out.print(f"order {found['orderId']}: not stored", highlight=False)
@@ -85,6 +126,28 @@ def print_order(found: dict[str, Any]) -> None:
             f"{len(order['lines'])} line(s), stored {order['processedAt']}",
             highlight=False,
         )
+    if "documents" not in unavailable:
+        print_documents(found)
+    if "deadLetters" in unavailable:
+        out.print(
+            f"dead letters naming it: unavailable ({unavailable['deadLetters']})",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return
+    dead_letters = found.get("deadLetters") or []
+    out.print(f"dead letters naming it ({len(dead_letters)}, peeked):", highlight=False)
+    for dead in dead_letters:
+        out.print(
+            f"  {dead['source']} #{dead['sequenceNumber']} {dead['messageId']}: {dead['reason']}"
+            f" ({dead['description']})",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def print_documents(found: dict[str, Any]) -> None:
+    """The order's history and every section of its documents."""
     history = found.get("statusHistory") or []
     out.print(f"history ({len(history)}):", highlight=False)
     for change in history:
@@ -104,12 +167,3 @@ def print_order(found: dict[str, Any]) -> None:
                 highlight=False,
                 soft_wrap=True,
             )
-    dead_letters = found.get("deadLetters") or []
-    out.print(f"dead letters naming it ({len(dead_letters)}, peeked):", highlight=False)
-    for dead in dead_letters:
-        out.print(
-            f"  {dead['source']} #{dead['sequenceNumber']} {dead['messageId']}: {dead['reason']}"
-            f" ({dead['description']})",
-            highlight=False,
-            soft_wrap=True,
-        )

@@ -274,6 +274,13 @@ def _document_table(document: dict[str, Any]) -> str:
     )
 
 
+# The order page while the documents' store is down (its reads failed as transient).
+DOCUMENTS_UNAVAILABLE = (
+    "Cosmos DB is unavailable: the order's documents cannot be read now. The dead-letter "
+    "pages need only Service Bus and still work."
+)
+
+
 def order_page(
     order_id: str,
     documents: list[dict[str, Any]] | None,

@@ -313,7 +313,13 @@ def install_console(app: FastAPI, factory: ConsoleFactory) -> Lazy[ConsoleRuntim
         if not is_entity_id(order_id):
             error = f"not an order id: {ID_RULE}"
             return page(pages.order_page(order_id, None, error), 400)
-        documents = await services.console.order_documents(order_id)
+        try:
+            documents = await services.console.order_documents(order_id)
+        except TransientStoreError as exc:
+            # The order's documents live in Cosmos DB alone; say so on the lookup page, which
+            # stays usable, rather than a bare 503 that hides what still works.
+            logger.warning("console: the order's documents cannot be read: %s", exc)
+            return page(pages.order_page(order_id, None, pages.DOCUMENTS_UNAVAILABLE), 503)
         try:
             history: list[dict[str, object]] | str = services.console.order_history(documents)
         except UnreadableOrderError as exc:

@@ -161,23 +161,34 @@ class OperationsConsole:
         except (KeyError, TypeError, ValueError) as exc:
             raise UnreadableOrderError(f"{type(exc).__name__}: {exc}") from exc
 
-    async def show_order(self, order_id: str) -> dict[str, Any]:
+    async def show_order(
+        self, order_id: str, *, with_documents: bool = True, with_dead_letters: bool = True
+    ) -> dict[str, Any]:
         """Everything known about one order, for `orders show`: the stored order as GET shows
         it, its one history, payment and refund, shipment, outbox events, the consumers'
-        records, and the dead letters that name it (peeked). Documents as stored."""
-        documents, dead_letters = await asyncio.gather(
-            self.order_documents(order_id), self.order_dead_letters(order_id)
-        )
-        try:
-            partition = self._partition(documents)
-            view: dict[str, Any] = {
-                "order": order_view(partition),
-                "statusHistory": order_history(partition),
-            }
-        except UnreadableOrderError as exc:
-            view = {"order": None, "statusHistory": None, "unreadable": str(exc)}
+        records, and the dead letters that name it (peeked). Documents as stored.
 
-        def of_type(*kinds: str) -> list[dict[str, Any]]:
+        A part not asked for (its service is down) is not read: its sections are None, so the
+        other part is still shown during an outage of one service."""
+
+        async def read_documents() -> list[dict[str, Any]]:
+            return await self.order_documents(order_id) if with_documents else []
+
+        async def read_dead_letters() -> list[tuple[Source, DeadLetter]]:
+            return await self.order_dead_letters(order_id) if with_dead_letters else []
+
+        documents, dead_letters = await asyncio.gather(read_documents(), read_dead_letters())
+        view: dict[str, Any] = {"order": None, "statusHistory": None}
+        if with_documents:
+            try:
+                partition = self._partition(documents)
+                view = {"order": order_view(partition), "statusHistory": order_history(partition)}
+            except UnreadableOrderError as exc:
+                view |= {"unreadable": str(exc)}
+
+        def of_type(*kinds: str) -> list[dict[str, Any]] | None:
+            if not with_documents:
+                return None
             return [document for document in documents if document.get("type") in kinds]
 
         return {
@@ -191,7 +202,9 @@ class OperationsConsole:
             "rejections": of_type(REJECTION_DOCUMENT_TYPE),
             "deadLetters": [
                 {"source": str(source), **dead.to_json()} for source, dead in dead_letters
-            ],
+            ]
+            if with_dead_letters
+            else None,
         }
 
     async def order_dead_letters(
