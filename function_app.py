@@ -1,7 +1,8 @@
 """Azure Functions (Python v2 model) entry point: declarations only, logic lives in src/orders.
 
-The deployment ships `src/orders` beside this file (see .funcignore) rather than installing the
-package, so `src` goes on sys.path before the import.
+The deployment ships `src/orders` and the core's `packages/exactly-once/src/exactly_once` beside
+this file (see .funcignore) rather than installing them (requirements.txt is hash-locked, and a
+folder has no hash), so both source folders go on sys.path before the import.
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ import sys
 from pathlib import Path
 from typing import Protocol
 
-_SRC = str(Path(__file__).resolve().parent / "src")
-if _SRC not in sys.path:
-    sys.path.insert(0, _SRC)
+_HERE = Path(__file__).resolve().parent
+for _source in (_HERE / "packages" / "exactly-once" / "src", _HERE / "src"):
+    if str(_source) not in sys.path:
+        sys.path.insert(0, str(_source))
 
 import azure.functions as func  # noqa: E402
 import azurefunctions.extensions.bindings.servicebus as servicebus  # noqa: E402

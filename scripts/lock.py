@@ -13,6 +13,11 @@ index, so the lock works with whichever index pip or uv is configured to use.
 
 Each file's first line records a digest of its inputs (the requirement strings exactly as
 declared), so tests/unit/test_packaging.py fails when a bound changes without a re-lock.
+
+The app depends on packages of this repository (the `exactly-once-azure` core, found through
+`[tool.uv.sources]`): uv resolves what they need from their own pyproject.toml, and their own
+line is left out of the lock, as pip's hash-checking mode refuses a folder (it has no hash).
+`make setup` installs them from their folders; their declared dependencies count as inputs.
 """
 
 from __future__ import annotations
@@ -48,14 +53,30 @@ LOCKS = (
 )
 
 
+def local_packages(lock: Lock, repo: Path = REPO) -> dict[str, Path]:
+    """Name -> folder of each package of this repository that `lock`'s source depends on (its
+    `[tool.uv.sources]` entries with a `path`)."""
+    source = repo / lock.source
+    if source.suffix != ".toml":
+        return {}
+    sources = tomllib.loads(source.read_text()).get("tool", {}).get("uv", {}).get("sources", {})
+    return {name: repo / entry["path"] for name, entry in sources.items() if "path" in entry}
+
+
 def declared_inputs(lock: Lock, repo: Path = REPO) -> list[str]:
-    """The requirement strings `lock` is generated from, exactly as written."""
+    """The requirement strings `lock` is generated from, exactly as written: those of its
+    source, then those of the repository's own packages it depends on (all their extras)."""
     source = repo / lock.source
     if source.suffix == ".toml":
         project = tomllib.loads(source.read_text())["project"]
         inputs = list(project["dependencies"])
         for extra in lock.extras:
             inputs += project["optional-dependencies"][extra]
+        for folder in local_packages(lock, repo).values():
+            package = tomllib.loads((folder / "pyproject.toml").read_text())["project"]
+            inputs += package["dependencies"]
+            for requirements in package.get("optional-dependencies", {}).values():
+                inputs += requirements
         return inputs
     lines = (line.split("#", 1)[0].strip() for line in source.read_text().splitlines())
     return [line for line in lines if line]
@@ -89,6 +110,8 @@ def compile_lock(uv: str, lock: Lock, upgrade: bool) -> None:
     ]
     for extra in lock.extras:
         command += ["--extra", extra]
+    for name in local_packages(lock):
+        command += ["--no-emit-package", name]
     if upgrade:
         command.append("--upgrade")
     subprocess.run(command, cwd=REPO, check=True)

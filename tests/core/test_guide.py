@@ -1,4 +1,4 @@
-"""The guide in src/exactly_once/README.md, run as written.
+"""The guide in packages/exactly-once/src/exactly_once/README.md, run as written.
 
 Every ```python block of the README is executed, in order, in one namespace, against our Cosmos
 DB emulator; messages travel through our Service Bus emulator and the real SDKs. Each case
@@ -37,7 +37,8 @@ from exactly_once import Decision, InProgressElsewhereError, Outcome, Settlement
 from servicebus_emulator import RunningEmulator
 
 REPO = Path(__file__).resolve().parents[2]
-GUIDE = REPO / "src" / "exactly_once" / "README.md"
+CORE_SOURCE = REPO / "packages" / "exactly-once" / "src"
+GUIDE = CORE_SOURCE / "exactly_once" / "README.md"
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 T = TypeVar("T")
 
@@ -82,7 +83,7 @@ def test_the_guide_type_checks_as_strictly_as_our_code(tmp_path: Path) -> None:
     result = subprocess.run(
         [str(Path(sys.executable).with_name("mypy")), str(copy)],
         cwd=REPO,
-        env={**os.environ, "MYPYPATH": str(REPO / "src")},
+        env={**os.environ, "MYPYPATH": str(CORE_SOURCE)},
         capture_output=True,
         text=True,
         timeout=300,

@@ -237,7 +237,7 @@ def test_ctrl_c_while_starting_stops_what_was_started(
     assert processes_mentioning(str(directory)) == []
 
 
-GUIDE = Path(__file__).resolve().parents[2] / "src" / "exactly_once" / "README.md"
+GUIDE = Path(__file__).resolve().parents[2] / "packages/exactly-once/src/exactly_once/README.md"
 
 
 def guide_consumer_and_entities() -> tuple[str, str]:

@@ -72,6 +72,8 @@ def _funcignore() -> pathspec.GitIgnoreSpec:
         "infra/main.bicep",
         "tests/infra/test_tooling.py",
         "src/servicebus_emulator/__init__.py",
+        # The core's build leftovers (its source is shipped, its metadata is not).
+        "packages/exactly-once/src/exactly_once_azure.egg-info/PKG-INFO",
         # What local runs leave behind (issue 23): logs, the SQLite payments, the broker's
         # journal, env.json with the emulator key; the demo's report; coverage data.
         ".orders-local/env.json",
@@ -91,14 +93,19 @@ def test_funcignore_leaves_out(path: str) -> None:
 
 
 def test_funcignore_keeps_the_app() -> None:
+    """The app and the core it runs on: the core is a distribution of its own that the hash-
+    locked requirements.txt cannot name (a folder has no hash), so its source is shipped."""
     spec = _funcignore()
     app = ["function_app.py", "host.json", "requirements.txt"]
-    app += [
-        p.relative_to(REPO_ROOT).as_posix()
-        for p in (REPO_ROOT / "src" / "orders").rglob("*.py")
-        if "__pycache__" not in p.parts
-    ]
-    assert len(app) > 10
+    core = REPO_ROOT / "packages" / "exactly-once" / "src" / "exactly_once"
+    for package in (REPO_ROOT / "src" / "orders", core):
+        app += [
+            p.relative_to(REPO_ROOT).as_posix()
+            for p in package.rglob("*.py")
+            if "__pycache__" not in p.parts
+        ]
+    assert "packages/exactly-once/src/exactly_once/__init__.py" in app
+    assert len(app) > 30
     assert [p for p in app if spec.match_file(p)] == []
 
 

@@ -1,4 +1,4 @@
-"""The deployed Function app imports `src/orders` with no editable install.
+"""The deployed Function app imports `src/orders` and the core with no editable install.
 
 Builds the file set the deployment ships (what .funcignore lets through), installs only
 requirements.txt into a fresh venv and imports `function_app` from that folder.
@@ -40,7 +40,13 @@ def test_funcignore_ships_the_app_and_nothing_else() -> None:
 
     assert {"function_app.py", "host.json", "requirements.txt"} <= files
     assert "src/orders/__init__.py" in files
-    assert "src/exactly_once/__init__.py" in files  # billing runs on the core
+    # Billing runs on the core, a package of its own that requirements.txt cannot name (a
+    # folder has no hash): its source is shipped instead, every module of it.
+    core = REPO / "packages" / "exactly-once" / "src" / "exactly_once"
+    modules = {str(path.relative_to(REPO)) for path in core.glob("*.py")}
+    assert "packages/exactly-once/src/exactly_once/__init__.py" in modules
+    assert modules <= files
+    assert "packages/exactly-once/src/exactly_once/py.typed" in files
     assert not any(f.startswith(("tests/", "infra/", "emulators/", "scripts/")) for f in files)
     assert not any(
         f.startswith(("src/servicebus_emulator/", "src/cosmos_emulator/", "src/payments_standin/"))
@@ -81,9 +87,11 @@ def test_function_app_imports_from_the_deployment_file_set(tmp_path: Path) -> No
     )
 
     expected_prefix = str(site / "src")
+    core_prefix = str(site / "packages" / "exactly-once" / "src")
     probe = (
-        "import function_app, orders, json;"
+        "import function_app, orders, exactly_once, json;"
         f"assert orders.__file__.startswith({expected_prefix!r}), orders.__file__;"
+        f"assert exactly_once.__file__.startswith({core_prefix!r}), exactly_once.__file__;"
         "print(json.dumps([f.get_function_name() for f in function_app.app.get_functions()]))"
     )
     result = subprocess.run(

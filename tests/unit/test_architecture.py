@@ -33,8 +33,12 @@ def lint_imports(source_root: Path) -> subprocess.CompletedProcess[str]:
 
 
 def copy_of_src(tmp_path: Path) -> Path:
+    """The app's, the emulators' and the core's packages (a distribution of its own, in
+    packages/exactly-once) in one folder, first on the path: their copies are what is checked."""
     source_root = tmp_path / "src"
     shutil.copytree(REPO / "src", source_root, ignore=shutil.ignore_patterns("*.egg-info"))
+    core = REPO / "packages" / "exactly-once" / "src" / "exactly_once"
+    shutil.copytree(core, source_root / "exactly_once")
     return source_root
 
 

@@ -23,7 +23,7 @@ from orders.entrypoints.localstack import QueueOptions
 from orders.entrypoints.up import ENTITIES_FILE, entities_for
 from servicebus_emulator.config import parse_config
 
-GUIDE = Path(__file__).resolve().parents[2] / "src" / "exactly_once" / "README.md"
+GUIDE = Path(__file__).resolve().parents[2] / "packages/exactly-once/src/exactly_once/README.md"
 
 
 def guide_entities() -> dict[str, Any]:

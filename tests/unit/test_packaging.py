@@ -10,6 +10,7 @@ import importlib.util
 import re
 import shutil
 import sys
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -21,6 +22,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 REPO = Path(__file__).resolve().parents[2]
+# The idempotency core, a distribution of its own that the app depends on.
+CORE = REPO / "packages" / "exactly-once"
 
 
 def _load_lock_script() -> ModuleType:
@@ -36,6 +39,7 @@ def _load_lock_script() -> ModuleType:
 LOCK = _load_lock_script()
 LOCKS: tuple[Any, ...] = LOCK.LOCKS
 declared_inputs: Callable[..., list[str]] = LOCK.declared_inputs
+local_packages: Callable[..., dict[str, Path]] = LOCK.local_packages
 inputs_digest: Callable[[list[str]], str] = LOCK.inputs_digest
 recorded_digest: Callable[..., str | None] = LOCK.recorded_digest
 
@@ -69,8 +73,11 @@ def test_lock_was_generated_from_the_declared_dependencies(lock: Any) -> None:
 @pytest.mark.parametrize("lock", LOCKS, ids=lambda lock: lock.output)
 def test_every_declared_dependency_is_pinned_inside_its_bound(lock: Any) -> None:
     locked = pins(lock.output)
+    ours = set(local_packages(lock))
     for text in declared_inputs(lock):
         requirement = Requirement(text)
+        if requirement.name in ours:
+            continue  # installed from its folder by `make setup`, not from the lock
         versions = locked.get(canonicalize_name(requirement.name))
         assert versions, f"{requirement.name} is declared but not in {lock.output}"
         # One pin per marker fork; at least one must satisfy the bound (the others apply to
@@ -92,14 +99,31 @@ def test_every_pin_is_exact_and_hashed(lock: Any) -> None:
             assert _PIN.match(line), f"not an exact pin in {lock.output}: {line!r}"
 
 
-def test_a_changed_bound_without_a_re_lock_is_caught(tmp_path: Path) -> None:
-    """The check above can fail: loosening one bound changes the digest the lock records."""
+def copy_of_the_runtime_lock_inputs(tmp_path: Path) -> tuple[Any, Path]:
+    """The runtime lock, the app's pyproject.toml and the core's, copied into `tmp_path`: the
+    lock and the core's pyproject.toml (to edit) there."""
     shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
     shutil.copy(REPO / "requirements.txt", tmp_path / "requirements.txt")
-    runtime = next(lock for lock in LOCKS if lock.output == "requirements.txt")
+    core = tmp_path / "packages" / "exactly-once" / "pyproject.toml"
+    core.parent.mkdir(parents=True)
+    shutil.copy(CORE / "pyproject.toml", core)
+    return next(lock for lock in LOCKS if lock.output == "requirements.txt"), core
+
+
+def test_a_changed_bound_without_a_re_lock_is_caught(tmp_path: Path) -> None:
+    """The check above can fail: loosening one bound changes the digest the lock records."""
+    runtime, _ = copy_of_the_runtime_lock_inputs(tmp_path)
     assert recorded_digest(runtime, tmp_path) == inputs_digest(declared_inputs(runtime, tmp_path))
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text(pyproject.read_text().replace('"pydantic>=2.7"', '"pydantic>=2.6"'))
+    assert recorded_digest(runtime, tmp_path) != inputs_digest(declared_inputs(runtime, tmp_path))
+
+
+def test_a_changed_bound_of_the_core_without_a_re_lock_is_caught(tmp_path: Path) -> None:
+    """The core's own dependencies are inputs of the app's lock too."""
+    runtime, core = copy_of_the_runtime_lock_inputs(tmp_path)
+    assert recorded_digest(runtime, tmp_path) == inputs_digest(declared_inputs(runtime, tmp_path))
+    core.write_text(core.read_text().replace('"aiohttp>=3.9,<4"', '"aiohttp>=3.8,<4"'))
     assert recorded_digest(runtime, tmp_path) != inputs_digest(declared_inputs(runtime, tmp_path))
 
 
@@ -120,3 +144,59 @@ def test_servicebus_binding_extension_is_pinned() -> None:
     assert "azurefunctions-extensions-bindings-servicebus==1.0.0b2" in declared_inputs(LOCKS[0])
     binding = pins("requirements.txt")["azurefunctions-extensions-bindings-servicebus"]
     assert {version for version, _ in binding} == {Version("1.0.0b2")}
+
+
+def core_project() -> dict[str, Any]:
+    project: dict[str, Any] = tomllib.loads((CORE / "pyproject.toml").read_text())["project"]
+    return project
+
+
+def test_the_core_is_a_distribution_of_its_own() -> None:
+    """Its own name, a 0.x version, ranges rather than pins, a typed package with its README
+    as the long description; the app names it among its dependencies like any user would."""
+    project = core_project()
+    assert project["name"] == "exactly-once-azure"
+    assert Version(project["version"]).major == 0
+    assert "Typing :: Typed" in project["classifiers"]
+    assert (CORE / project["readme"]).is_file()
+    assert (CORE / "src" / "exactly_once" / "py.typed").is_file()
+    assert (CORE / "src" / "exactly_once" / "CHANGELOG.md").is_file()
+    for text in project["dependencies"]:
+        specifier = Requirement(text).specifier
+        assert any(s.operator == ">=" for s in specifier), f"no lower bound: {text}"
+        assert any(s.operator == "<" for s in specifier), f"no upper bound: {text}"
+    # FastAPI and pydantic are extras: one module each imports them.
+    assert set(project["optional-dependencies"]) == {"fastapi", "pydantic"}
+    assert not any(
+        Requirement(text).name in {"fastapi", "pydantic"} for text in project["dependencies"]
+    )
+
+    app = tomllib.loads((REPO / "pyproject.toml").read_text())
+    core = next(
+        Requirement(text)
+        for text in app["project"]["dependencies"]
+        if Requirement(text).name == "exactly-once-azure"
+    )
+    assert core.extras == {"fastapi", "pydantic"}
+    assert core.specifier.contains(project["version"])
+    assert app["tool"]["uv"]["sources"]["exactly-once-azure"]["path"] == "packages/exactly-once"
+    # A module left in (or merged back into) the old folder would be a second copy of the core.
+    assert not list((REPO / "src" / "exactly_once").glob("*.py")), "the core is packages/'s"
+
+
+@pytest.mark.parametrize("lock", LOCKS[:2], ids=lambda lock: lock.output)
+def test_the_lock_pins_what_the_core_needs_but_not_the_core(lock: Any) -> None:
+    """pip's hash-checking mode refuses a folder, so the core itself is not in the lock; every
+    one of its dependencies, extras included, is, inside the core's range."""
+    assert local_packages(lock) == {"exactly-once-azure": CORE}
+    locked = pins(lock.output)
+    assert "exactly-once-azure" not in locked
+    project = core_project()
+    needed = list(project["dependencies"])
+    for extra in project["optional-dependencies"].values():
+        needed += extra
+    for text in needed:
+        requirement = Requirement(text)
+        versions = locked.get(canonicalize_name(requirement.name))
+        assert versions, f"the core needs {requirement.name}, missing from {lock.output}"
+        assert any(requirement.specifier.contains(v) for v, _ in versions), (text, versions)
