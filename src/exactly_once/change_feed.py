@@ -258,9 +258,7 @@ class ChangeFeedProcessor:
         held = self._held.get(feed_range)
         if held is None:
             return 0
-        page = await self._feed.read_changes(
-            feed_range, held.lease.continuation, self._page_size
-        )
+        page = await self._feed.read_changes(feed_range, held.lease.continuation, self._page_size)
         self.stats.pages += 1
         if page.changes:
             await self._handler(page.changes)

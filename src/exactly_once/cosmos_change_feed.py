@@ -10,6 +10,7 @@ uses) or by another top-level field, which then holds the id too.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from collections.abc import Mapping
@@ -18,7 +19,7 @@ from typing import Any
 from azure.cosmos import exceptions as cosmos_errors
 from azure.cosmos.aio import ContainerProxy
 
-from exactly_once.change_feed import ChangePage, Lease, LeaseTable
+from exactly_once.change_feed import DEFAULT_LEASE_SECONDS, ChangePage, Lease, LeaseTable
 from exactly_once.cosmos import RecordFields, if_match, if_match_write, store_errors
 from exactly_once.exceptions import CorruptRecordError
 from exactly_once.records import Stamp
@@ -79,11 +80,13 @@ class CosmosLeaseStore:
         prefix: str = DEFAULT_LEASE_PREFIX,
         lease_type: str = DEFAULT_LEASE_TYPE,
         partition_key_field: str = "id",
+        default_lease_seconds: float = DEFAULT_LEASE_SECONDS,
     ) -> None:
         self._container = container
         self._prefix = prefix
         self._type = lease_type
         self._pk = partition_key_field
+        self._default_seconds = default_lease_seconds
 
     def lease_id(self, feed_range: str) -> str:
         return self._prefix + hashlib.sha256(feed_range.encode("utf-8")).hexdigest()[:32]
@@ -105,11 +108,10 @@ class CosmosLeaseStore:
 
     async def create(self, feed_range: str, lease_seconds: float) -> None:
         free = Lease(feed_range, None, lease_seconds)
-        with store_errors():
-            try:
-                await self._container.create_item(body=self._document(free))
-            except cosmos_errors.CosmosResourceExistsError:
-                pass  # another instance bootstrapped it first
+        # Another instance may have bootstrapped it first: then it is there, as wanted.
+        exists = contextlib.suppress(cosmos_errors.CosmosResourceExistsError)
+        with store_errors(), exists:
+            await self._container.create_item(body=self._document(free))
 
     async def acquire(self, lease: Lease, owner: str, lease_seconds: float) -> Lease:
         mine = Lease(lease.feed_range, owner, lease_seconds, lease.continuation, lease.stamp)
@@ -156,7 +158,11 @@ class CosmosLeaseStore:
         return Lease(
             feed_range=fields.text("feedRange"),
             owner=fields.optional_text("owner"),
-            lease_seconds=fields.number("leaseSeconds"),
+            lease_seconds=(
+                self._default_seconds
+                if document.get("leaseSeconds") is None
+                else fields.number("leaseSeconds")
+            ),
             continuation=fields.optional_text("continuation"),
             stamp=Stamp(etag=fields.text("_etag"), written_at_s=fields.integer("_ts")),
         )

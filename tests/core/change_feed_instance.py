@@ -12,7 +12,7 @@ import asyncio
 import logging
 import signal
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 from azure.cosmos.aio import CosmosClient
 
@@ -26,34 +26,34 @@ POLL_SECONDS = 0.2
 PAGE_SIZE = 5
 
 
-async def main(url: str, key: str, database: str, container: str, leases: str, owner: str,
-               out: str) -> None:
+async def main(
+    url: str, key: str, database: str, container: str, leases: str, owner: str, handled: TextIO
+) -> None:
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+
+    async def record(changes: list[dict[str, Any]]) -> None:
+        handled.write("".join(f"{change['id']}\n" for change in changes))
+        handled.flush()  # in the kernel before the checkpoint: a SIGKILL keeps it
+
     async with CosmosClient(url, credential=key) as client:
         db = client.get_database_client(database)
-        with open(out, "a", encoding="utf-8") as handled:
-
-            async def record(changes: list[dict[str, Any]]) -> None:
-                handled.write("".join(f"{change['id']}\n" for change in changes))
-                handled.flush()  # in the kernel before the checkpoint: a SIGKILL keeps it
-
-            processor = ChangeFeedProcessor(
-                CosmosChangeFeed(db.get_container_client(container)),
-                CosmosLeaseStore(db.get_container_client(leases)),
-                record,
-                owner=owner,
-                lease_seconds=LEASE_SECONDS,
-                renew_seconds=RENEW_SECONDS,
-                acquire_seconds=ACQUIRE_SECONDS,
-                poll_seconds=POLL_SECONDS,
-                page_size=PAGE_SIZE,
-            )
-            print("ready", flush=True)
-            await processor.run(stop)
+        processor = ChangeFeedProcessor(
+            CosmosChangeFeed(db.get_container_client(container)),
+            CosmosLeaseStore(db.get_container_client(leases)),
+            record,
+            owner=owner,
+            lease_seconds=LEASE_SECONDS,
+            renew_seconds=RENEW_SECONDS,
+            acquire_seconds=ACQUIRE_SECONDS,
+            poll_seconds=POLL_SECONDS,
+            page_size=PAGE_SIZE,
+        )
+        await processor.run(stop)
 
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-    asyncio.run(main(*sys.argv[1:8]))
+    url, key, database, container, leases, owner, out = sys.argv[1:8]
+    with open(out, "a", encoding="utf-8") as handled:
+        asyncio.run(main(url, key, database, container, leases, owner, handled))
