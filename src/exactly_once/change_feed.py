@@ -336,6 +336,13 @@ class ChangeFeedProcessor:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self._acquire_seconds)
         finally:
+            # Each supervisor ends after its page and its checkpoint; one still in its handler
+            # when the lease may lapse (its last renewal can be `renew_seconds` old) is cancelled:
+            # the next owner handles that page again.
+            if supervisors:
+                await asyncio.wait(
+                    supervisors.values(), timeout=self._lease_seconds - self._renew_seconds
+                )
             for task in supervisors.values():
                 task.cancel()
             await asyncio.gather(*supervisors.values(), return_exceptions=True)
