@@ -144,7 +144,11 @@ def leases_to_take(table: LeaseTable, owner: str) -> list[Lease]:
     Below it, it takes free or ended leases (an owner's lease ends when it stops renewing:
     it died, or lost its network); when there are none, it takes one lease from the owner
     holding the most, if that owner holds more than its share. One at a time, so that two
-    instances that start together do not take every range from a third."""
+    instances that start together do not take every range from a third.
+
+    Only owners of live leases are seen (as in the .NET processor): an instance that holds
+    nothing yet counts once it has taken a lease, so a newcomer first takes one lease from
+    the richest owner, and the shares settle over a few rounds."""
     now = table.database_now_ms
     live = [lease for lease in table.leases if lease.is_live(now)]
     held = Counter(lease.owner for lease in live)
@@ -230,7 +234,9 @@ class ChangeFeedProcessor:
         instance wrote first is left to it."""
         table = await self.bootstrap()
         for lease in table.leases:
-            # Ours by the store but lost by us (it ended and another took it): forget it.
+            # Held here, owned by another in the store (ours ended, or was taken as more
+            # than our share): its supervisor stops, and what it handled since our last
+            # checkpoint the new owner handles again.
             mine = self._held.get(lease.feed_range)
             if mine is not None and lease.owner != self.owner:
                 self._lose(lease.feed_range)

@@ -160,3 +160,14 @@ async def test_a_lease_taken_over_is_given_up_by_its_old_holder() -> None:
 def test_a_renewal_slower_than_the_lease_is_refused() -> None:
     with pytest.raises(ValueError, match="renew_seconds"):
         processor(PagesFeed("r1"), FakeLeaseStore(), "a", [], lease_seconds=10, renew_seconds=10)
+
+
+async def test_a_feed_range_that_appears_later_gets_a_lease_at_the_next_balance() -> None:
+    """A split's new ranges: bootstrapped on the next balance (the parent's lease is kept)."""
+    feed, leases = PagesFeed("r1"), FakeLeaseStore()
+    instance = processor(feed, leases, "a", [])
+    await instance.balance()
+    feed.ranges = ["r1", "r1a", "r1b"]
+
+    assert await instance.balance() == ["r1a", "r1b"]
+    assert sorted(leases.leases) == ["r1", "r1a", "r1b"]
