@@ -20,6 +20,7 @@ from decimal import Decimal
 from typing import Any
 
 from exactly_once import StoredDocument
+from exactly_once.change_feed import Lease, LeaseTable
 from exactly_once.cosmos import user_fields
 from exactly_once.exceptions import RecordChangedError, RecordExistsError
 from exactly_once.records import JsonInput, JsonValue, Record, RecordRead, RecordStatus, Stamp
@@ -433,6 +434,47 @@ class FakeOrderReader:
 
 
 _ETAGS = itertools.count(1)
+
+
+class FakeLeaseStore:
+    """The change-feed processor's `LeaseStore` in memory, with a database clock the test
+    moves: each write stamps the lease with a fresh ETag and `_ts` of that clock; a write with
+    a stale stamp raises `RecordChangedError` and writes nothing. Held to `CosmosLeaseStore` by
+    tests/core/test_lease_store_contract.py."""
+
+    def __init__(self) -> None:
+        self.leases: dict[str, Lease] = {}  # by feed range
+        self.database_now_ms = 1_800_000_000_000
+
+    async def read_all(self) -> LeaseTable:
+        return LeaseTable(list(self.leases.values()), self.database_now_ms)
+
+    async def create(self, feed_range: str, lease_seconds: float) -> None:
+        if feed_range not in self.leases:
+            self._write(Lease(feed_range, None, lease_seconds))
+
+    async def acquire(self, lease: Lease, owner: str, lease_seconds: float) -> Lease:
+        return self._replace(replace(lease, owner=owner, lease_seconds=lease_seconds))
+
+    async def renew(self, lease: Lease) -> Lease:
+        return self._replace(lease)
+
+    async def checkpoint(self, lease: Lease, continuation: str) -> Lease:
+        return self._replace(replace(lease, continuation=continuation))
+
+    async def release(self, lease: Lease) -> Lease:
+        return self._replace(replace(lease, owner=None))
+
+    def _replace(self, lease: Lease) -> Lease:
+        current = self.leases.get(lease.feed_range)
+        if current is None or current.stamp != lease.stamp:
+            raise RecordChangedError(f"lease of {lease.feed_range!r} changed since it was read")
+        return self._write(lease)
+
+    def _write(self, lease: Lease) -> Lease:
+        stamp = Stamp(etag=f'"{next(_ETAGS)}"', written_at_s=self.database_now_ms // 1000)
+        self.leases[lease.feed_range] = stored = replace(lease, stamp=stamp)
+        return stored
 
 
 class FakeFencedDocuments:

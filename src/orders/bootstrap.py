@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from exactly_once.backoff import Retry
-from exactly_once.records import JsonObject
+from exactly_once.records import DEFAULT_LEASE_SECONDS, JsonObject
 from orders.adapters.cosmos_audit import documents_of_run
 from orders.adapters.cosmos_client import (
     LocalContainer,
@@ -35,7 +35,7 @@ from orders.adapters.cosmos_fenced import CosmosFencedDocuments
 from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
 from orders.adapters.cosmos_layout import CosmosLayout
 from orders.adapters.cosmos_order_reader import CosmosOrderReader
-from orders.adapters.cosmos_outbox import CosmosOutboxFeed
+from orders.adapters.cosmos_outbox import CosmosOutboxFeed, dispatcher_leases
 from orders.adapters.cosmos_store import CosmosOrderStore
 from orders.adapters.decision_journals import JournalFolder
 from orders.adapters.identity import ProcessCredential
@@ -59,7 +59,6 @@ from orders.adapters.servicebus_publisher import (
     ServiceBusStatusPublisher,
 )
 from orders.adapters.servicebus_worker import run_session_worker_on, run_worker_on
-from orders.domain.leases import DEFAULT_LEASE_SECONDS
 from orders.domain.load_plan import LoadPlan, PlannedCancel
 from orders.domain.outcomes import Decision
 from orders.domain.ownership import app_scope
@@ -676,7 +675,7 @@ async def build_dispatcher_runtime(
         dispatcher = OutboxDispatcher(
             CosmosOutboxFeed(orders_container(cosmos, settings)),
             publisher,
-            CosmosFencedDocuments(leases_container(cosmos, settings)),
+            dispatcher_leases(leases_container(cosmos, settings), lease_seconds),
             DOCUMENT_LAYOUT,
             after_publish=after_publish,
             poll_seconds=poll_seconds,

@@ -669,3 +669,28 @@ async def test_a_cloud_event_in_structured_and_binary_mode_is_one_event(
     assert [d.outcome for d in decisions] == [Outcome.PROCESSED, Outcome.DUPLICATE]
     assert await active(servicebus) == []
     assert set(await stored(guide["container"], user)) >= {f"welcome-{user}"}
+
+
+async def test_the_outbox_relay_sends_each_entry_and_releases_its_lease_when_stopped(
+    guide: dict[str, Any], servicebus: RunningEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ServiceBusConnection", servicebus.connection_string)
+    await guide["create_outbox_containers"]()
+    entry_id, user = unique("entry"), unique("user")
+    await guide["outbox"].create_item(
+        {"id": entry_id, "pk": user, "greeting": greeting(entry_id, user, "hi")}
+    )
+    stop = asyncio.Event()
+    relaying = asyncio.create_task(guide["relay"](stop))
+
+    deadline = time.monotonic() + 30
+    while entry_id not in await active(servicebus):
+        assert time.monotonic() < deadline, "the outbox entry was not relayed within 30 s"
+        assert not relaying.done(), relaying
+        await asyncio.sleep(0.1)  # polling the queue, bounded by the deadline
+    stop.set()
+    await relaying
+
+    leases = [item async for item in guide["outbox_leases"].query_items("SELECT * FROM c")]
+    assert leases, "a lease per feed range"
+    assert all(lease["owner"] is None and lease["continuation"] for lease in leases)

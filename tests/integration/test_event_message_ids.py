@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage
 from azure.servicebus.aio import ServiceBusClient
-from fakes import LAYOUT, FakeFencedDocuments, new_write
+from fakes import LAYOUT, FakeLeaseStore, new_write
 
+from exactly_once.change_feed import ChangePage
 from orders.adapters.servicebus_publisher import ServiceBusEventPublisher
 from orders.entrypoints.localstack import QueueOptions
 from orders.service.dispatcher import OutboxDispatcher
-from orders.service.ports import ChangePage
 from servicebus_emulator import RunningEmulator, start_in_background
 
 # Wide enough that every send of a test falls inside it, however slow the machine.
@@ -78,9 +78,7 @@ async def test_a_retried_dispatch_of_one_outbox_entry_reaches_the_subscription_o
 ) -> None:
     entry = outbox_entry(f"retry-{uuid.uuid4().hex[:10]}")
     events = ServiceBusEventPublisher(client, TOPIC)
-    dispatcher = OutboxDispatcher(
-        UnmarkedFeed(), events, FakeFencedDocuments(partition_key_path="id"), LAYOUT
-    )
+    dispatcher = OutboxDispatcher(UnmarkedFeed(), events, FakeLeaseStore(), LAYOUT)
 
     for _ in range(3):  # the first publish and two retries of the same entry
         assert await dispatcher.dispatch([entry]) == 1
@@ -103,9 +101,7 @@ async def test_a_forgery_sent_first_under_the_guessable_id_does_not_shadow_the_e
             ServiceBusMessage(json.dumps(forged_body), message_id=guessable)
         )
     events = ServiceBusEventPublisher(client, TOPIC)
-    dispatcher = OutboxDispatcher(
-        UnmarkedFeed(), events, FakeFencedDocuments(partition_key_path="id"), LAYOUT
-    )
+    dispatcher = OutboxDispatcher(UnmarkedFeed(), events, FakeLeaseStore(), LAYOUT)
 
     assert await dispatcher.dispatch([entry]) == 1
     await events.close()

@@ -14,8 +14,8 @@ import pytest
 from azure.servicebus.aio import ServiceBusClient
 from fakes import (
     LAYOUT,
-    FakeFencedDocuments,
     FakeIdempotencyStore,
+    FakeLeaseStore,
     FakeOrderReader,
     FakeOrderStore,
     order_payload,
@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
+from exactly_once.change_feed import ChangePage
 from orders.adapters.servicebus import to_received_order_message
 from orders.adapters.servicebus_publisher import ServiceBusEventPublisher, ServiceBusOrderPublisher
 from orders.bootstrap import HttpRuntime
@@ -36,7 +37,6 @@ from orders.service.consumer import OrderConsumer
 from orders.service.dispatcher import OutboxDispatcher
 from orders.service.idempotency import IdempotentOrderIntake
 from orders.service.order_lookup import OrderLookup
-from orders.service.ports import ChangePage
 from servicebus_emulator import RunningEmulator, start_in_background
 
 QUEUE = "orders"
@@ -162,7 +162,7 @@ async def test_the_trace_continues_through_the_outbox_dispatcher_to_a_subscriber
 
     async with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
         events = ServiceBusEventPublisher(client, topic, tracer_provider=provider)
-        unused = FakeFencedDocuments(partition_key_path="id")
+        unused = FakeLeaseStore()
         dispatcher = OutboxDispatcher(MarkingFeed(), events, unused, LAYOUT)
         assert await dispatcher.dispatch(store.documents(order_id)) == 1
         await events.close()

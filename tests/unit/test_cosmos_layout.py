@@ -5,7 +5,6 @@ the adapter."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import replace
@@ -20,11 +19,8 @@ from orders.adapters.cosmos_layout import (
     CosmosLayout,
     charge_document,
     charge_of,
-    feed_lease,
     filed_rejection,
     inbox_partitions,
-    lease_document,
-    lease_id,
     order_cancelled,
     order_partition,
     order_partitions,
@@ -44,7 +40,6 @@ from orders.adapters.cosmos_layout import (
 )
 from orders.domain.events import OrderAccepted, OrderCancelled
 from orders.domain.inbox import BillingRecord, BillingStatus, RefundRecord
-from orders.domain.leases import FeedLease
 from orders.domain.ownership import NO_OWNER, RecordedOwner, UnrecordedOwner
 from orders.domain.rejections import FiledRejection, OrderRejection
 from orders.domain.saga import Fulfilment, SagaOrder
@@ -633,30 +628,3 @@ def test_the_cosmos_layout_is_the_services_document_layout() -> None:
     assert layout.inbox_partitions([refund_document(a_refund())]) == {
         "o-1": InboxPartition(refunds=(a_refund(),))
     }
-
-
-def test_a_dispatcher_lease_is_stored_under_a_digest_of_its_feed_range() -> None:
-    feed_range = '{"Range":{"min":"","max":"FF"}}'
-    lease = FeedLease(feed_range, "d1", 30.0, continuation='"42"')
-
-    document = lease_document(lease)
-
-    # The shape the dispatcher has always stored, keys in this order.
-    assert json.dumps(document) == json.dumps(
-        {
-            "id": "dispatcher-" + hashlib.sha256(feed_range.encode()).hexdigest()[:32],
-            "type": "dispatcherLease",
-            "feedRange": feed_range,
-            "owner": "d1",
-            "leaseSeconds": 30.0,
-            "continuation": '"42"',
-        }
-    )
-    assert document["id"] == lease_id(feed_range)
-    assert feed_lease(document, 60.0) == lease
-
-
-def test_a_lease_that_names_no_duration_gets_the_dispatchers_own() -> None:
-    stored = {"id": "dispatcher-x", "feedRange": "r", "owner": None}
-
-    assert feed_lease(stored, 60.0) == FeedLease("r", None, 60.0, None)

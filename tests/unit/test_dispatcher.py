@@ -6,12 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from fakes import LAYOUT, FakeFencedDocuments, new_write
+from fakes import LAYOUT, FakeLeaseStore, new_write
 
+from exactly_once.change_feed import ChangePage
 from orders.domain.events import OrderEvent, message_id_names_event
 from orders.exceptions import TransientPublishError
 from orders.service.dispatcher import OutboxDispatcher
-from orders.service.ports import ChangePage
 
 RANGE = '{"range": "all"}'
 
@@ -60,17 +60,13 @@ def outbox_changes(*order_ids: str) -> list[dict[str, Any]]:
     return changes
 
 
-# The leases container is partitioned by /id: a lease's partition key is its id.
-LEASE_KEY = (LAYOUT.lease_id(RANGE), LAYOUT.lease_id(RANGE))
-
-
 @pytest.fixture
-def leases() -> FakeFencedDocuments:
-    return FakeFencedDocuments(partition_key_path="id")  # the leases container's key
+def leases() -> FakeLeaseStore:
+    return FakeLeaseStore()
 
 
 async def test_publishes_then_marks_each_event_once_and_checkpoints(
-    leases: FakeFencedDocuments,
+    leases: FakeLeaseStore,
 ) -> None:
     feed, events = ListFeed(outbox_changes("a", "b")), Events()
     dispatcher = OutboxDispatcher(feed, events, leases, LAYOUT, owner="d1", page_size=100)
@@ -79,12 +75,12 @@ async def test_publishes_then_marks_each_event_once_and_checkpoints(
     await dispatcher.run_once()  # nothing new: nothing published again
 
     assert events.published == feed.marked == ["a:outbox:OrderAccepted", "b:outbox:OrderAccepted"]
-    lease = leases.documents[LEASE_KEY]
-    assert (lease["owner"], lease["continuation"]) == ("d1", str(len(feed.documents)))
+    lease = leases.leases[RANGE]
+    assert (lease.owner, lease.continuation) == ("d1", str(len(feed.documents)))
 
 
 async def test_a_failed_publish_keeps_the_checkpoint_so_the_next_round_publishes_again(
-    leases: FakeFencedDocuments,
+    leases: FakeLeaseStore,
 ) -> None:
     feed, events = ListFeed(outbox_changes("a")), Events()
     dispatcher = OutboxDispatcher(feed, events, leases, LAYOUT, owner="d1")
@@ -95,11 +91,11 @@ async def test_a_failed_publish_keeps_the_checkpoint_so_the_next_round_publishes
     await dispatcher.run_once()
 
     assert events.published == ["a:outbox:OrderAccepted"]
-    assert leases.documents[LEASE_KEY]["continuation"] == str(len(feed.documents))
+    assert leases.leases[RANGE].continuation == str(len(feed.documents))
 
 
 async def test_every_dispatch_of_one_outbox_document_sends_the_message_id_stored_on_it(
-    leases: FakeFencedDocuments,
+    leases: FakeLeaseStore,
 ) -> None:
     """A crash between publish and mark (or the Functions trigger's retry of a batch) publishes
     the document again: with the same MessageId, so the topic's duplicate detection drops the
@@ -122,7 +118,7 @@ async def test_every_dispatch_of_one_outbox_document_sends_the_message_id_stored
 
 
 async def test_an_outbox_document_written_before_the_stored_message_id_is_sent_under_its_event_id(
-    leases: FakeFencedDocuments,
+    leases: FakeLeaseStore,
 ) -> None:
     """An entry written before this change has no `messageId`: it is published under its event
     id, the MessageId it had then, on every dispatch (a nonce drawn at dispatch would differ
@@ -139,7 +135,7 @@ async def test_an_outbox_document_written_before_the_stored_message_id_is_sent_u
 
 
 async def test_a_live_lease_of_another_dispatcher_is_left_alone_until_it_ends(
-    leases: FakeFencedDocuments,
+    leases: FakeLeaseStore,
 ) -> None:
     feed = ListFeed(outbox_changes("a"))
     first = OutboxDispatcher(feed, Events(), leases, LAYOUT, owner="d1", lease_seconds=10)
@@ -153,10 +149,10 @@ async def test_a_live_lease_of_another_dispatcher_is_left_alone_until_it_ends(
     await second.run_once()
 
     assert second_events.published == ["b:outbox:OrderAccepted"]  # resumed from d1's checkpoint
-    assert leases.documents[LEASE_KEY]["owner"] == "d2"
+    assert leases.leases[RANGE].owner == "d2"
 
 
-async def test_a_released_lease_is_taken_at_once(leases: FakeFencedDocuments) -> None:
+async def test_a_released_lease_is_taken_at_once(leases: FakeLeaseStore) -> None:
     feed = ListFeed(outbox_changes("a"))
     first = OutboxDispatcher(feed, Events(), leases, LAYOUT, owner="d1", lease_seconds=10)
     await first.run_once()

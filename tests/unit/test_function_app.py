@@ -21,6 +21,7 @@ from azure.servicebus import ServiceBusReceivedMessage
 from fakes import (
     LAYOUT,
     FakeFencedDocuments,
+    FakeLeaseStore,
     FakeMessageActions,
     FakeOrderStore,
     event_message,
@@ -35,6 +36,7 @@ from sdk_messages import received_message
 
 import function_app
 from exactly_once import Backoff, Retrier, Telemetry
+from exactly_once.change_feed import ChangePage
 from orders.bootstrap import DispatcherRuntime, SubscriberRuntime
 from orders.domain.events import OrderEvent
 from orders.entrypoints import functions
@@ -47,7 +49,6 @@ from orders.exceptions import TransientStoreError
 from orders.observability import ConsumerTelemetry
 from orders.service.consumer import OrderConsumer
 from orders.service.dispatcher import OutboxDispatcher
-from orders.service.ports import ChangePage
 from orders.service.saga import OrderSaga
 from orders.service.shipping import ShippingConsumer
 from orders.service.subscribers import Source
@@ -343,9 +344,7 @@ async def test_the_cosmos_trigger_publishes_and_marks_only_undispatched_outbox_d
     order, outbox = write.documents[0], write.documents[1]
     done = {**outbox, "id": "o-done:outbox:OrderAccepted", "dispatched": True}
     events, feed = RecordingEvents(), MarkingFeed()
-    dispatcher = OutboxDispatcher(
-        feed, events, FakeFencedDocuments(partition_key_path="id"), LAYOUT
-    )
+    dispatcher = OutboxDispatcher(feed, events, FakeLeaseStore(), LAYOUT)
     function_dispatcher_runtime.use(DispatcherRuntime(dispatcher))
     try:
         changes = func.DocumentList([func.Document.from_dict(d) for d in (order, outbox, done)])

@@ -7,7 +7,7 @@ import logging
 from typing import Any
 
 import pytest
-from fakes import LAYOUT, FakeFencedDocuments, FakeOrderStore, new_write, order_payload
+from fakes import LAYOUT, FakeLeaseStore, FakeOrderStore, new_write, order_payload
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     HistogramDataPoint,
@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
+from exactly_once.change_feed import ChangePage
 from orders.adapters.cosmos_layout import OUTBOX_DOCUMENT_TYPE
 from orders.domain.events import OrderEvent
 from orders.domain.outcomes import Decision, Outcome, Settlement
@@ -33,7 +34,6 @@ from orders.observability import (
 from orders.service.consumer import OrderConsumer
 from orders.service.dispatcher import OutboxDispatcher
 from orders.service.instrumented import InstrumentedHandler
-from orders.service.ports import ChangePage
 
 
 def counter_totals(reader: InMemoryMetricReader) -> dict[str, int]:
@@ -297,7 +297,7 @@ async def test_the_dispatcher_counts_publishes_failures_and_a_lag_that_grows_whi
     )
     events = FailingEvents(fail=True)
     dispatcher = OutboxDispatcher(
-        MarkOnlyFeed(), events, FakeFencedDocuments(), LAYOUT, telemetry=telemetry
+        MarkOnlyFeed(), events, FakeLeaseStore(), LAYOUT, telemetry=telemetry
     )
     batch = [_outbox("o-1", written_at=990)]
 

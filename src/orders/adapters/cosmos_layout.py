@@ -17,7 +17,6 @@ I/O, so unit tests over fakes use it as it is.
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -41,7 +40,6 @@ from orders.domain.inbox import (
     BillingStatus,
     RefundRecord,
 )
-from orders.domain.leases import FeedLease
 from orders.domain.model import OrderPlaced
 from orders.domain.ownership import RecordedOwner, StoredOwner, UnrecordedOwner
 from orders.domain.rejections import FiledRejection, OrderRejection
@@ -624,33 +622,10 @@ def _inbox_record(document: Mapping[str, Any]) -> InboxRecord:
 
 # --- The leases container: the outbox dispatcher's feed-range leases ---------------------------
 
+# The names the dispatcher's leases have always been stored under (`exactly_once`'s
+# `CosmosLeaseStore` reads and writes them as they are: deployed leases keep their checkpoints).
 LEASE_DOCUMENT_TYPE = "dispatcherLease"
-
-
-def lease_id(feed_range: str) -> str:
-    """A feed range's lease id (the leases container's partition key too): a digest, because a
-    feed range is a long JSON string with characters ids may not hold."""
-    return "dispatcher-" + hashlib.sha256(feed_range.encode("utf-8")).hexdigest()[:32]
-
-
-def lease_document(lease: FeedLease) -> dict[str, Any]:
-    return {
-        "id": lease_id(lease.feed_range),
-        "type": LEASE_DOCUMENT_TYPE,
-        "feedRange": lease.feed_range,
-        "owner": lease.owner,
-        "leaseSeconds": lease.lease_seconds,
-        "continuation": lease.continuation,
-    }
-
-
-def feed_lease(document: Mapping[str, Any], default_seconds: float) -> FeedLease:
-    return FeedLease(
-        feed_range=document["feedRange"],
-        owner=document.get("owner"),
-        lease_seconds=float(document.get("leaseSeconds", default_seconds)),
-        continuation=document.get("continuation"),
-    )
+LEASE_ID_PREFIX = "dispatcher-"
 
 
 class CosmosLayout:
@@ -705,6 +680,3 @@ class CosmosLayout:
     refund_record_id = staticmethod(refund_record_id)
     charge_of = staticmethod(charge_of)
     refund_of = staticmethod(refund_of)
-    lease_id = staticmethod(lease_id)
-    lease_document = staticmethod(lease_document)
-    feed_lease = staticmethod(feed_lease)

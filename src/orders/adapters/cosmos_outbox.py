@@ -1,52 +1,21 @@
-"""The outbox side of the orders container: its change feed (pull model) and the dispatched mark."""
+"""The outbox side of the orders container: its change feed and the dispatched mark, and the
+dispatcher's leases in the leases container (both the core's Cosmos adapters, as they are)."""
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Any
 
 from azure.cosmos import exceptions as cosmos_errors
 from azure.cosmos.aio import ContainerProxy
 
+from exactly_once.cosmos_change_feed import CosmosChangeFeed, CosmosLeaseStore
 from orders.adapters.cosmos_errors import if_match, store_errors
-from orders.service.ports import ChangePage
+from orders.adapters.cosmos_layout import LEASE_DOCUMENT_TYPE, LEASE_ID_PREFIX
 
 
-class CosmosOutboxFeed:
-    """`OutboxFeed` over the orders container (latest-version change feed)."""
-
-    def __init__(self, container: ContainerProxy) -> None:
-        self._container = container
-
-    async def feed_ranges(self) -> list[str]:
-        with store_errors():
-            ranges = self._container.read_feed_ranges()
-            return [json.dumps(feed_range, sort_keys=True) async for feed_range in ranges]
-
-    async def read_changes(
-        self, feed_range: str, continuation: str | None, max_items: int
-    ) -> ChangePage:
-        with store_errors():
-            if continuation is None:
-                feed = self._container.query_items_change_feed(
-                    feed_range=json.loads(feed_range),
-                    start_time="Beginning",
-                    max_item_count=max_items,
-                )
-            else:
-                feed = self._container.query_items_change_feed(
-                    continuation=continuation, max_item_count=max_items
-                )
-            documents: list[dict[str, Any]] = []
-            async for page in feed.by_page():
-                documents = [document async for document in page]
-                break
-            # The SDK hands the next position out only as the last response's ETag; nothing
-            # else uses this client between the read and here (the dispatcher is sequential).
-            headers = self._container.client_connection.last_response_headers
-            next_position = headers.get("etag") if headers else None
-        return ChangePage(documents, str(next_position) if next_position else continuation)
+class CosmosOutboxFeed(CosmosChangeFeed):
+    """`OutboxFeed` over the orders container: the core's change feed, and the mark."""
 
     async def mark_dispatched(self, document: dict[str, Any]) -> None:
         marked = {key: value for key, value in document.items() if not key.startswith("_")}
@@ -61,3 +30,15 @@ class CosmosOutboxFeed:
                 )
             except cosmos_errors.CosmosAccessConditionFailedError:
                 return  # another dispatcher marked it (or it changed): nothing left to do
+
+
+def dispatcher_leases(container: ContainerProxy, lease_seconds: float) -> CosmosLeaseStore:
+    """The dispatcher's feed-range leases in the leases container (partitioned by `/id`),
+    under the names they have always had, so a deployed dispatcher's checkpoints carry on."""
+    return CosmosLeaseStore(
+        container,
+        prefix=LEASE_ID_PREFIX,
+        lease_type=LEASE_DOCUMENT_TYPE,
+        partition_key_field="id",
+        default_lease_seconds=lease_seconds,
+    )

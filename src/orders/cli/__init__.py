@@ -15,6 +15,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
+from exactly_once.records import DEFAULT_LEASE_SECONDS
 from orders.cli.operations import dead_letters_app, keys_app
 from orders.cli.payments import payments
 from orders.cli.shared import (
@@ -29,7 +30,6 @@ from orders.cli.shared import (
 )
 from orders.cli.show import show
 from orders.domain.ids import InvalidIdError
-from orders.domain.leases import DEFAULT_LEASE_SECONDS
 from orders.domain.load_plan import (
     LoadMix,
     check_run_id,

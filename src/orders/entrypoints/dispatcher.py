@@ -11,9 +11,9 @@ import logging
 import os
 import signal
 
+from exactly_once.records import DEFAULT_LEASE_SECONDS
 from orders.bootstrap import run_dispatcher
 from orders.domain.events import OrderEvent
-from orders.domain.leases import DEFAULT_LEASE_SECONDS
 from orders.service.dispatcher import AfterPublish, DispatcherStats
 from orders.settings import Settings
 

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 
 from exactly_once.exceptions import InProgressElsewhereError, PayloadMismatchError
 from exactly_once.keys import KeyedRequests, retry_after_seconds
-from exactly_once.records import JsonObject, Record, RecordStatus
+from exactly_once.records import DEFAULT_LEASE_SECONDS, JsonObject, Record, RecordStatus
 from orders.domain.hashing import request_hash
 from orders.domain.idempotency import (
     CANCEL_OPERATION,
@@ -31,7 +31,6 @@ from orders.domain.idempotency import (
     core_store_errors,
     key_claim,
 )
-from orders.domain.leases import DEFAULT_LEASE_SECONDS
 from orders.domain.model import OrderPlaced
 from orders.domain.ownership import may_act
 from orders.domain.saga import SagaOrder

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from exactly_once.change_feed import ChangeFeed
 from exactly_once.ports import RecordStore
 from exactly_once.records import StoredDocument
 from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, DeadLetterPlan, Selection
@@ -15,7 +16,7 @@ from orders.domain.documents import OrderRecord, OrderWrite
 from orders.domain.events import OrderAccepted, OrderEvent
 from orders.domain.idempotency import KeyRecord, OrderIdClaim
 from orders.domain.inbox import BillingRecord, RefundRecord
-from orders.domain.leases import DatabaseRead, FeedLease, StampedDocument
+from orders.domain.leases import DatabaseRead, StampedDocument
 from orders.domain.model import OrderPlaced
 from orders.domain.outcomes import Decision
 from orders.domain.received import ReceivedOrderMessage
@@ -71,26 +72,6 @@ class EventLayout(Protocol):
     ) -> dict[str, Any]:
         """The outbox entry for `event`, to be written in the batch that decides it."""
         ...
-
-
-class LeaseLayout(Protocol):
-    """How the dispatcher's feed-range leases are stored."""
-
-    def lease_id(self, feed_range: str) -> str:
-        """The id (and partition key) of a feed range's lease."""
-        ...
-
-    def lease_document(self, lease: FeedLease) -> dict[str, Any]:
-        """The lease as stored."""
-        ...
-
-    def feed_lease(self, document: Mapping[str, Any], default_seconds: float) -> FeedLease:
-        """A stored lease read (`default_seconds` where it names no duration)."""
-        ...
-
-
-class DispatcherLayout(EventLayout, LeaseLayout, Protocol):
-    """What the outbox dispatcher reads and writes: outbox entries and its leases."""
 
 
 class SagaOrderReader(Protocol):
@@ -338,7 +319,6 @@ class DocumentLayout(
     ShippingLayout,
     BillingLayout,
     StatusLayout,
-    LeaseLayout,
     Protocol,
 ):
     """Every layout at once: what the composition root wires into the consumers."""
@@ -401,26 +381,9 @@ class OrderReader(Protocol):
 # --- Fan-out: the outbox dispatcher and the subscribers ---------------------------------------
 
 
-@dataclass(frozen=True)
-class ChangePage:
-    """One page of a feed range's change feed and where the next page starts."""
-
-    documents: list[dict[str, Any]]
-    continuation: str | None
-
-
-class OutboxFeed(Protocol):
-    """The orders container's change feed (latest version) and the outbox's one write."""
-
-    async def feed_ranges(self) -> list[str]:
-        """The container's feed ranges, each as an opaque, stable string."""
-        ...
-
-    async def read_changes(
-        self, feed_range: str, continuation: str | None, max_items: int
-    ) -> ChangePage:
-        """Changes after `continuation` (from the beginning when None)."""
-        ...
+class OutboxFeed(ChangeFeed, Protocol):
+    """The orders container's change feed (latest version, the core's `ChangeFeed`) and the
+    outbox's one write."""
 
     async def mark_dispatched(self, document: dict[str, Any]) -> None:
         """Set `dispatched` if the document is unchanged since read (If-Match its ETag);

@@ -16,8 +16,19 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from exactly_once.backoff import Backoff, Retrier, Retry
     from exactly_once.cache import LocalCache
+    from exactly_once.change_feed import (
+        ChangeFeed,
+        ChangeFeedProcessor,
+        ChangeHandler,
+        ChangePage,
+        Lease,
+        LeaseStore,
+        LeaseTable,
+        leases_to_take,
+    )
     from exactly_once.claims import Claims
     from exactly_once.cosmos import CoreRecordShape, CosmosStore, RecordShape
+    from exactly_once.cosmos_change_feed import CosmosChangeFeed, CosmosLeaseStore
     from exactly_once.decisions import (
         DeadLetterReason,
         Decision,
@@ -92,8 +103,14 @@ if TYPE_CHECKING:
 # Public name -> the module of the package that defines it.
 _MODULE_OF: dict[str, str] = {
     "Backoff": "backoff",
+    "ChangeFeed": "change_feed",
+    "ChangeFeedProcessor": "change_feed",
+    "ChangeHandler": "change_feed",
+    "ChangePage": "change_feed",
     "Claims": "claims",
     "CoreRecordShape": "cosmos",
+    "CosmosChangeFeed": "cosmos_change_feed",
+    "CosmosLeaseStore": "cosmos_change_feed",
     "CosmosStore": "cosmos",
     "DeadLetterReason": "decisions",
     "Decision": "decisions",
@@ -111,6 +128,9 @@ _MODULE_OF: dict[str, str] = {
     "JsonObject": "records",
     "JsonValue": "records",
     "KeyOf": "message_keys",
+    "Lease": "change_feed",
+    "LeaseStore": "change_feed",
+    "LeaseTable": "change_feed",
     "LocalCache": "cache",
     "MessageActionsSettler": "servicebus",
     "Outcome": "decisions",
@@ -150,10 +170,11 @@ _MODULE_OF: dict[str, str] = {
     "create_entity": "orchestrator",
     "decision_for_error": "decisions",
     "exactly_once": "servicebus",
-    "idempotent": "functions",
     "fingerprint": "records",
     "from_message": "message_keys",
+    "idempotent": "functions",
     "inbox_batch": "orchestrator",
+    "leases_to_take": "change_feed",
     "message_id_key": "message_keys",
     "run_session_worker": "worker",
     "run_worker": "worker",
@@ -162,8 +183,14 @@ _MODULE_OF: dict[str, str] = {
 
 __all__ = [
     "Backoff",
+    "ChangeFeed",
+    "ChangeFeedProcessor",
+    "ChangeHandler",
+    "ChangePage",
     "Claims",
     "CoreRecordShape",
+    "CosmosChangeFeed",
+    "CosmosLeaseStore",
     "CosmosStore",
     "DeadLetterReason",
     "Decision",
@@ -181,6 +208,9 @@ __all__ = [
     "JsonObject",
     "JsonValue",
     "KeyOf",
+    "Lease",
+    "LeaseStore",
+    "LeaseTable",
     "LocalCache",
     "MessageActionsSettler",
     "Outcome",
@@ -224,6 +254,7 @@ __all__ = [
     "from_message",
     "idempotent",
     "inbox_batch",
+    "leases_to_take",
     "message_id_key",
     "run_session_worker",
     "run_worker",

@@ -1,0 +1,168 @@
+"""The change-feed processor's two ports over Cosmos DB: the monitored container's feed
+(`CosmosChangeFeed`) and the lease container (`CosmosLeaseStore`).
+
+A lease document: `id` (`<prefix>` and a digest of the feed range, which is a long JSON string
+with characters ids may not hold), `type`, `feedRange`, `owner` (null: free), `leaseSeconds`
+and `continuation`; its `_etag` fences every write and its `_ts` dates the lease. The lease
+container may be partitioned by `/id` (the layout the Functions trigger's own lease container
+uses) or by another top-level field, which then holds the id too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from azure.cosmos import exceptions as cosmos_errors
+from azure.cosmos.aio import ContainerProxy
+
+from exactly_once.change_feed import DEFAULT_LEASE_SECONDS, ChangePage, Lease, LeaseTable
+from exactly_once.cosmos import RecordFields, if_match, if_match_write, store_errors
+from exactly_once.exceptions import CorruptRecordError
+from exactly_once.records import Stamp
+
+DEFAULT_LEASE_PREFIX = "lease-"
+DEFAULT_LEASE_TYPE = "changeFeedLease"
+# Every lease of one processor, each with the database's time, in one request.
+_LEASES_WITH_CLOCK = "SELECT c AS doc, GetCurrentTimestamp() AS now FROM c WHERE c.type = @type"
+
+
+class CosmosChangeFeed:
+    """`ChangeFeed` over a container (the latest-version pull model, by feed range)."""
+
+    def __init__(self, container: ContainerProxy) -> None:
+        self._container = container
+
+    async def feed_ranges(self) -> list[str]:
+        with store_errors():
+            ranges = self._container.read_feed_ranges()
+            # Sorted keys: the same range is the same string, and so the same lease, every time.
+            return [json.dumps(feed_range, sort_keys=True) async for feed_range in ranges]
+
+    async def read_changes(
+        self, feed_range: str, continuation: str | None, max_items: int
+    ) -> ChangePage:
+        with store_errors():
+            if continuation is None:
+                feed = self._container.query_items_change_feed(
+                    feed_range=json.loads(feed_range),
+                    start_time="Beginning",
+                    max_item_count=max_items,
+                )
+            else:
+                # The continuation names its feed range: the SDK refuses both together.
+                feed = self._container.query_items_change_feed(
+                    continuation=continuation, max_item_count=max_items
+                )
+            pages = feed.by_page()
+            changes: list[dict[str, Any]] = []
+            async for page in pages:
+                changes = [change async for change in page]
+                break
+            # The SDK takes the next position from the response that brought this page, before
+            # any other request of the client could answer (it reads the client's last headers).
+            position = getattr(pages, "continuation_token", None)
+        return ChangePage(changes, str(position) if position else None)
+
+
+class CosmosLeaseStore:
+    """`LeaseStore` over a lease container. `prefix` and `lease_type` tell one processor's
+    leases from another's in a shared container (and keep leases written by an earlier
+    processor readable: the orders app passes the names its dispatcher always wrote)."""
+
+    def __init__(
+        self,
+        container: ContainerProxy,
+        *,
+        prefix: str = DEFAULT_LEASE_PREFIX,
+        lease_type: str = DEFAULT_LEASE_TYPE,
+        partition_key_field: str = "id",
+        default_lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    ) -> None:
+        self._container = container
+        self._prefix = prefix
+        self._type = lease_type
+        self._pk = partition_key_field
+        self._default_seconds = default_lease_seconds
+
+    def lease_id(self, feed_range: str) -> str:
+        return self._prefix + hashlib.sha256(feed_range.encode("utf-8")).hexdigest()[:32]
+
+    async def read_all(self) -> LeaseTable:
+        with store_errors():
+            rows = [
+                row
+                async for row in self._container.query_items(
+                    _LEASES_WITH_CLOCK, parameters=[{"name": "@type", "value": self._type}]
+                )
+            ]
+        leases = [
+            self._lease(row.get("doc"))
+            for row in rows
+            if str(row.get("doc", {}).get("id", "")).startswith(self._prefix)
+        ]
+        return LeaseTable(leases, int(rows[0]["now"]) if rows else 0)
+
+    async def create(self, feed_range: str, lease_seconds: float) -> None:
+        free = Lease(feed_range, None, lease_seconds)
+        # Another instance may have bootstrapped it first: then it is there, as wanted.
+        exists = contextlib.suppress(cosmos_errors.CosmosResourceExistsError)
+        with store_errors(), exists:
+            await self._container.create_item(body=self._document(free))
+
+    async def acquire(self, lease: Lease, owner: str, lease_seconds: float) -> Lease:
+        mine = Lease(lease.feed_range, owner, lease_seconds, lease.continuation, lease.stamp)
+        return await self._replace(mine)
+
+    async def renew(self, lease: Lease) -> Lease:
+        return await self._replace(lease)
+
+    async def checkpoint(self, lease: Lease, continuation: str) -> Lease:
+        moved = Lease(lease.feed_range, lease.owner, lease.lease_seconds, continuation, lease.stamp)
+        return await self._replace(moved)
+
+    async def release(self, lease: Lease) -> Lease:
+        free = Lease(lease.feed_range, None, lease.lease_seconds, lease.continuation, lease.stamp)
+        return await self._replace(free)
+
+    async def _replace(self, lease: Lease) -> Lease:
+        if lease.stamp is None:
+            raise ValueError(f"the lease of {lease.feed_range!r} was never read: nothing to match")
+        document = self._document(lease)
+        with if_match_write(f"lease {document['id']!r} changed since it was read"):
+            stored = await self._container.replace_item(
+                item=document["id"], body=document, **if_match(lease.stamp.etag)
+            )
+        return self._lease(stored)
+
+    def _document(self, lease: Lease) -> dict[str, Any]:
+        lease_id = self.lease_id(lease.feed_range)
+        return {
+            "id": lease_id,
+            self._pk: lease_id,
+            "type": self._type,
+            "feedRange": lease.feed_range,
+            "owner": lease.owner,
+            "leaseSeconds": lease.lease_seconds,
+            "continuation": lease.continuation,
+        }
+
+    def _lease(self, document: object) -> Lease:
+        """A stored lease, read as untrusted input: a bad field is `CorruptRecordError`."""
+        if not isinstance(document, Mapping):
+            raise CorruptRecordError(f"a stored lease is a {type(document).__name__}")
+        fields = RecordFields(document)
+        return Lease(
+            feed_range=fields.text("feedRange"),
+            owner=fields.optional_text("owner"),
+            lease_seconds=(
+                self._default_seconds
+                if document.get("leaseSeconds") is None
+                else fields.number("leaseSeconds")
+            ),
+            continuation=fields.optional_text("continuation"),
+            stamp=Stamp(etag=fields.text("_etag"), written_at_s=fields.integer("_ts")),
+        )

@@ -1,0 +1,232 @@
+"""The change-feed processor against our Cosmos DB emulator, through the real SDK.
+
+Three instances as separate processes share the feed ranges; the one holding a lease is killed
+with SIGKILL and another instance is started: every change is handled (duplicates allowed, at
+least once), none skipped. In-process cases: a handler failure leaves the checkpoint where it
+was, and a clean stop releases the leases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from azure.cosmos import PartitionKey
+from azure.cosmos.aio import ContainerProxy, CosmosClient, DatabaseProxy
+from servers import CosmosServer, stop_process
+
+from exactly_once import ChangeFeedProcessor, CosmosChangeFeed, CosmosLeaseStore, Lease
+
+INSTANCE = Path(__file__).with_name("change_feed_instance.py")
+DATABASE = "change-feed"
+
+
+@pytest.fixture
+async def database(python_cosmos: CosmosServer) -> AsyncIterator[DatabaseProxy]:
+    async with CosmosClient(python_cosmos.endpoint, credential=python_cosmos.key) as client:
+        yield await client.create_database_if_not_exists(DATABASE)
+
+
+async def new_container(database: DatabaseProxy, prefix: str, path: str) -> ContainerProxy:
+    return await database.create_container(
+        id=f"{prefix}-{uuid.uuid4().hex[:8]}", partition_key=PartitionKey(path=path)
+    )
+
+
+async def write_changes(container: ContainerProxy, ids: list[str]) -> None:
+    for change_id in ids:
+        await container.create_item({"id": change_id, "pk": change_id[-1]})
+
+
+def handled_ids(folder: Path) -> list[str]:
+    return [line for out in folder.glob("*.out") for line in out.read_text().splitlines()]
+
+
+async def poll(condition: Any, what: str, within: float = 60.0) -> None:
+    """Until `condition()` (an async callable) is true; AssertionError at the deadline."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if await condition():
+            return
+        await asyncio.sleep(0.1)  # polling other processes' progress, bounded by the deadline
+    raise AssertionError(f"not within {within} s: {what}")
+
+
+class Instances:
+    """Processor instances as processes, each writing the ids it handled to `<owner>.out`."""
+
+    def __init__(self, server: CosmosServer, changes: str, leases: str, folder: Path) -> None:
+        self._args = [server.endpoint, server.key, DATABASE, changes, leases]
+        self.folder = folder
+        self.running: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, owner: str) -> None:
+        out, log = self.folder / f"{owner}.out", self.folder / f"{owner}.log"
+        with log.open("ab") as stderr:
+            self.running[owner] = subprocess.Popen(
+                [sys.executable, str(INSTANCE), *self._args, owner, str(out)],
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+            )
+
+    def kill(self, owner: str) -> None:
+        process = self.running.pop(owner)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+    def stop_all(self) -> dict[str, int | None]:
+        for process in self.running.values():
+            stop_process(process)
+        return {owner: process.returncode for owner, process in self.running.items()}
+
+
+@pytest.mark.slow
+async def test_three_instances_a_sigkill_and_a_restart_handle_every_change(
+    python_cosmos: CosmosServer, database: DatabaseProxy, tmp_path: Path
+) -> None:
+    changes = await new_container(database, "changes", "/pk")
+    lease_container = await new_container(database, "leases", "/id")
+    leases = CosmosLeaseStore(lease_container)
+    instances = Instances(python_cosmos, changes.id, lease_container.id, tmp_path)
+    first = [f"change-{n:03d}" for n in range(40)]
+    await write_changes(changes, first)
+    try:
+        for owner in ("a", "b", "c"):
+            instances.start(owner)
+
+        async def some_handled() -> bool:
+            return len(set(handled_ids(tmp_path))) >= 5
+
+        await poll(some_handled, "an instance handles changes")
+        # Kill whoever holds a lease (one range today: one of the three), mid-stream.
+        holders = {lease.owner for lease in (await leases.read_all()).leases} - {None}
+        assert holders, "a lease is held"
+        victim = sorted(str(holder) for holder in holders)[0]
+        instances.kill(victim)
+        second = [f"after-kill-{n:03d}" for n in range(40)]
+        await write_changes(changes, second)
+        instances.start("d")  # the restart
+
+        async def all_handled() -> bool:
+            return set(first + second) <= set(handled_ids(tmp_path))
+
+        await poll(all_handled, "every change handled after the kill")
+
+        # When the kill landed there is one range (or more): each is held by a live instance
+        # now, and the victim's was taken over by the database's clock.
+        table = await leases.read_all()
+        assert all(lease.owner in instances.running for lease in table.leases), table
+        after_kill = {
+            line
+            for owner in instances.running
+            for line in (tmp_path / f"{owner}.out").read_text().splitlines()
+        }
+        assert set(second) <= after_kill
+    finally:
+        codes = instances.stop_all()
+    assert set(codes.values()) == {0}, codes
+    # A clean stop released every lease it held.
+    assert {lease.owner for lease in (await leases.read_all()).leases} == {None}
+    handled = handled_ids(tmp_path)
+    assert set(handled) == set(first + second)  # none skipped, nothing invented
+
+
+async def test_a_failing_handler_leaves_the_checkpoint_where_it_was(
+    database: DatabaseProxy,
+) -> None:
+    changes = await new_container(database, "changes", "/pk")
+    leases = CosmosLeaseStore(await new_container(database, "leases", "/id"))
+    await write_changes(changes, ["one", "two"])
+    seen: list[list[str]] = []
+    fail = True
+
+    async def handler(page: list[dict[str, Any]]) -> None:
+        seen.append([change["id"] for change in page])
+        if fail:
+            raise RuntimeError("the broker is down")
+
+    processor = ChangeFeedProcessor(CosmosChangeFeed(changes), leases, handler, owner="p1")
+    with pytest.raises(RuntimeError):
+        await processor.run_once()
+    [lease] = (await leases.read_all()).leases
+    assert (lease.owner, lease.continuation) == ("p1", None)  # held, not moved on
+
+    fail = False
+    await processor.run_once()
+    await processor.run_once()  # nothing new: the handler is not called again
+
+    assert seen == [["one", "two"], ["one", "two"]]
+    [lease] = (await leases.read_all()).leases
+    assert lease.continuation is not None
+
+
+async def test_a_clean_stop_releases_the_leases_and_the_next_instance_resumes(
+    database: DatabaseProxy,
+) -> None:
+    changes = await new_container(database, "changes", "/pk")
+    leases = CosmosLeaseStore(await new_container(database, "leases", "/id"))
+    await write_changes(changes, ["one"])
+    handled: dict[str, list[str]] = {"p1": [], "p2": []}
+
+    def handler_of(owner: str) -> Any:
+        async def handle(page: list[dict[str, Any]]) -> None:
+            handled[owner] += [change["id"] for change in page]
+
+        return handle
+
+    stop = asyncio.Event()
+    first = ChangeFeedProcessor(
+        CosmosChangeFeed(changes), leases, handler_of("p1"), owner="p1", poll_seconds=0.05
+    )
+    running = asyncio.create_task(first.run(stop))
+
+    async def first_handled() -> bool:
+        return handled["p1"] == ["one"]
+
+    await poll(first_handled, "p1 handles the first change", within=10)
+    stop.set()
+    await running
+
+    [released] = (await leases.read_all()).leases
+    assert released.owner is None and released.continuation is not None
+    await write_changes(changes, ["two"])
+    second = ChangeFeedProcessor(CosmosChangeFeed(changes), leases, handler_of("p2"), owner="p2")
+    await second.run_once()  # no waiting the lease out: it is free
+    assert handled == {"p1": ["one"], "p2": ["two"]}
+
+
+async def test_a_live_lease_is_left_to_its_owner_and_taken_once_it_ends(
+    database: DatabaseProxy,
+) -> None:
+    """By the database's clock: `_ts` of the holder's last write and GetCurrentTimestamp()."""
+    changes = await new_container(database, "changes", "/pk")
+    leases = CosmosLeaseStore(await new_container(database, "leases", "/id"))
+    await write_changes(changes, ["one"])
+
+    async def ignore(page: list[dict[str, Any]]) -> None:
+        return None
+
+    holder = ChangeFeedProcessor(
+        CosmosChangeFeed(changes), leases, ignore, owner="p1", lease_seconds=2, renew_seconds=1
+    )
+    await holder.run_once()
+    rival = ChangeFeedProcessor(CosmosChangeFeed(changes), leases, ignore, owner="p2")
+    assert await rival.balance() == []  # p1's lease is live
+
+    async def ended() -> bool:
+        table = await leases.read_all()
+        return not any(lease.is_live(table.database_now_ms) for lease in table.leases)
+
+    await poll(ended, "p1's lease ends by the database's clock", within=10)
+    assert len(await rival.balance()) == 1
+    [lease] = (await leases.read_all()).leases
+    assert isinstance(lease, Lease) and lease.owner == "p2"

@@ -1,0 +1,173 @@
+"""The change-feed processor's decisions over fakes: which leases an instance takes (its fair
+share, free or ended leases first, one from an owner holding too many), a checkpoint only after
+the handler returned, and a lost lease given up."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fakes import FakeLeaseStore
+
+from exactly_once.change_feed import (
+    ChangeFeedProcessor,
+    ChangePage,
+    Lease,
+    LeaseTable,
+    leases_to_take,
+)
+from exactly_once.records import Stamp
+
+NOW_MS = 1_800_000_000_000
+NOW_S = NOW_MS // 1000
+
+
+def lease(feed_range: str, owner: str | None, *, written_s_ago: int = 0) -> Lease:
+    return Lease(feed_range, owner, 60.0, stamp=Stamp('"e"', NOW_S - written_s_ago))
+
+
+def ranges(taken: list[Lease]) -> list[str]:
+    return [taken_lease.feed_range for taken_lease in taken]
+
+
+def test_a_lone_instance_takes_every_free_lease() -> None:
+    table = LeaseTable([lease("r1", None), lease("r2", None), lease("r3", None)], NOW_MS)
+
+    assert ranges(leases_to_take(table, "a")) == ["r1", "r2", "r3"]
+
+
+def test_an_instance_takes_only_its_fair_share_of_free_leases() -> None:
+    # b holds one live lease: two owners, four ranges, a share of two each.
+    table = LeaseTable(
+        [lease("r1", "b"), lease("r2", None), lease("r3", None), lease("r4", None)], NOW_MS
+    )
+
+    assert ranges(leases_to_take(table, "a")) == ["r2", "r3"]
+
+
+def test_a_live_lease_is_left_alone_when_its_owner_holds_no_more_than_its_share() -> None:
+    table = LeaseTable([lease("r1", "b"), lease("r2", "c")], NOW_MS)
+
+    assert leases_to_take(table, "a") == []  # a share of one each: b and c hold theirs
+
+
+def test_an_ended_lease_is_taken_by_the_database_clock_alone() -> None:
+    """Live while the database's time is within leaseSeconds of the end of its `_ts` second."""
+    within = LeaseTable([lease("r1", "b", written_s_ago=60)], NOW_MS)
+    ended = LeaseTable([lease("r1", "b", written_s_ago=61)], NOW_MS)
+
+    assert leases_to_take(within, "a") == []
+    assert ranges(leases_to_take(ended, "a")) == ["r1"]
+
+
+def test_one_lease_is_taken_from_an_owner_holding_more_than_its_share() -> None:
+    table = LeaseTable([lease(f"r{n}", "b") for n in range(4)], NOW_MS)
+
+    taken = leases_to_take(table, "a")
+
+    assert len(taken) == 1 and taken[0].owner == "b"  # one at a time, never all at once
+
+
+def test_an_instance_at_its_share_takes_nothing() -> None:
+    table = LeaseTable([lease("r1", "a"), lease("r2", None), lease("r3", "b")], NOW_MS)
+
+    # Two owners, three ranges: a share of two. a holds one: it takes the free one...
+    assert ranges(leases_to_take(table, "a")) == ["r2"]
+    table = LeaseTable([lease("r1", "a"), lease("r2", "a"), lease("r3", "b")], NOW_MS)
+    # ... and once it holds two, nothing more (b keeps its one).
+    assert leases_to_take(table, "a") == []
+    assert leases_to_take(table, "b") == []
+
+
+class PagesFeed:
+    """One feed range over a list; the continuation is an index into it."""
+
+    def __init__(self, *feed_ranges: str) -> None:
+        self.ranges = list(feed_ranges)
+        self.changes: list[dict[str, Any]] = []
+
+    async def feed_ranges(self) -> list[str]:
+        return self.ranges
+
+    async def read_changes(
+        self, feed_range: str, continuation: str | None, max_items: int
+    ) -> ChangePage:
+        start = int(continuation or 0)
+        page = self.changes[start : start + max_items]
+        return ChangePage(page, str(start + len(page)))
+
+
+def processor(
+    feed: PagesFeed, leases: FakeLeaseStore, owner: str, handled: list[str], **options: Any
+) -> ChangeFeedProcessor:
+    async def handle(changes: list[dict[str, Any]]) -> None:
+        if any(change.get("poison") for change in changes):
+            raise RuntimeError("handler failed")
+        handled.extend(change["id"] for change in changes)
+
+    return ChangeFeedProcessor(feed, leases, handle, owner=owner, **options)
+
+
+async def test_two_instances_split_the_ranges_evenly() -> None:
+    feed, leases = PagesFeed("r1", "r2", "r3", "r4"), FakeLeaseStore()
+    first = processor(feed, leases, "a", [])
+    second = processor(feed, leases, "b", [])
+
+    await first.balance()  # alone: it takes all four
+    await second.balance()  # one taken from a (one at a time)
+    await second.balance()  # and another: two each
+    await first.balance()  # a finds it lost two, and takes nothing back
+
+    owners = [str(stored.owner) for stored in leases.leases.values()]
+    assert sorted(owners) == ["a", "a", "b", "b"]
+    assert sorted(first.held_ranges() + second.held_ranges()) == ["r1", "r2", "r3", "r4"]
+
+
+async def test_the_checkpoint_moves_only_after_the_handler_returns() -> None:
+    feed, leases, handled = PagesFeed("r1"), FakeLeaseStore(), list[str]()
+    feed.changes = [{"id": "1"}, {"id": "2", "poison": True}]
+    instance = processor(feed, leases, "a", handled, page_size=1)
+
+    await instance.run_once()  # "1" handled and checkpointed
+    with pytest.raises(RuntimeError):
+        await instance.run_once()  # "2" fails: the checkpoint stays after "1"
+    assert leases.leases["r1"].continuation == "1"
+    feed.changes[1] = {"id": "2"}
+    await instance.run_once()
+
+    assert handled == ["1", "2"]
+    assert leases.leases["r1"].continuation == "2"
+
+
+async def test_a_lease_taken_over_is_given_up_by_its_old_holder() -> None:
+    feed, leases = PagesFeed("r1"), FakeLeaseStore()
+    feed.changes = [{"id": "1"}]
+    old_handled: list[str] = []
+    old = processor(feed, leases, "a", old_handled, lease_seconds=10, renew_seconds=3)
+    await old.run_once()
+    leases.database_now_ms += 12_000  # a stopped renewing (paused, cut off): its lease ends
+    new_handled: list[str] = []
+    feed.changes.append({"id": "2"})
+    await processor(feed, leases, "b", new_handled).run_once()
+
+    await old.renew("r1")  # a wakes up: its renewal finds the ETag moved
+
+    assert old.held_ranges() == [] and old.stats.leases_lost == 1
+    assert (old_handled, new_handled) == (["1"], ["2"])  # b resumed from a's checkpoint
+    assert leases.leases["r1"].owner == "b"
+
+
+def test_a_renewal_slower_than_the_lease_is_refused() -> None:
+    with pytest.raises(ValueError, match="renew_seconds"):
+        processor(PagesFeed("r1"), FakeLeaseStore(), "a", [], lease_seconds=10, renew_seconds=10)
+
+
+async def test_a_feed_range_that_appears_later_gets_a_lease_at_the_next_balance() -> None:
+    """A split's new ranges: bootstrapped on the next balance (the parent's lease is kept)."""
+    feed, leases = PagesFeed("r1"), FakeLeaseStore()
+    instance = processor(feed, leases, "a", [])
+    await instance.balance()
+    feed.ranges = ["r1", "r1a", "r1b"]
+
+    assert await instance.balance() == ["r1a", "r1b"]
+    assert sorted(leases.leases) == ["r1", "r1a", "r1b"]
