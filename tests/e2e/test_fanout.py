@@ -120,7 +120,7 @@ def test_every_order_is_charged_and_shipped_once_on_three_partition_key_ranges(
         assert outbox["dispatched"] == outbox["all"] == published >= plan.orders
 
 
-LEASE_TAKEN = re.compile(r"owns feed range lease (\S+)")
+LEASE_TAKEN = re.compile(r"owns the lease of feed range ([0-9a-f]{12})")
 PUBLISHED = re.compile(r"dispatcher \S+ stopped: published=(\d+)")
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import math
 import time
@@ -248,6 +249,9 @@ class ChangeFeedProcessor:
                 continue  # another instance moved first
             if lease.owner not in (None, self.owner):
                 logger.info("%s took %s over from %s", self.owner, _shown(lease), lease.owner)
+            # One line per lease taken, naming the range by a short digest (a feed range is
+            # long JSON): what an operator greps to see which instance reads which range.
+            logger.info("%s owns the lease of feed range %s", self.owner, _digest(lease))
             self._held[lease.feed_range] = _Held(acquired)
             self.stats.leases_taken += 1
             taken.append(lease.feed_range)
@@ -397,6 +401,11 @@ class ChangeFeedProcessor:
                     await self._leases.release(held.lease)
                 except Exception as error:
                     logger.info("%s did not release %s: %r", self.owner, feed_range, error)
+
+
+def _digest(lease: Lease) -> str:
+    """A short, stable name of a lease's feed range: the first 12 hex digits of its SHA-256."""
+    return hashlib.sha256(lease.feed_range.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
 
 def _shown(lease: Lease) -> str:
