@@ -24,6 +24,7 @@ from poison_corpus import valid_cancel_event_document, valid_event_document, val
 
 from orders.bootstrap import prepare_local_cosmos, send_cancels
 from orders.domain.load_plan import CancelPoint, PlannedCancel
+from orders.domain.ownership import OWNER_PROPERTY, app_scope
 from orders.entrypoints.localstack import LocalStack, QueueOptions, local_stack
 from orders.service.cancels import CancelAnswer
 
@@ -53,11 +54,18 @@ def publish_forgery(stack: LocalStack, body: dict[str, Any], guessed_message_id:
 
 
 def send_order(stack: LocalStack, order: dict[str, Any]) -> None:
+    """The order as a producer sends it, owned by the stack's API callers' scope (the scope
+    `send_cancels` cancels in): an order with no owner is one no API caller may cancel."""
+    owner: dict[str | bytes, Any] = {OWNER_PROPERTY: app_scope(stack.settings().idempotency_scope)}
     with (
         ServiceBusClient.from_connection_string(stack.servicebus_connection_string) as client,
         client.get_queue_sender(stack.queue.name) as sender,
     ):
-        sender.send_messages(ServiceBusMessage(json.dumps(order), message_id=order["orderId"]))
+        sender.send_messages(
+            ServiceBusMessage(
+                json.dumps(order), message_id=order["orderId"], application_properties=owner
+            )
+        )
 
 
 def stand_in(stack: LocalStack, what: str, order_id: str) -> list[dict[str, Any]]:
