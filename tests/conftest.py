@@ -54,7 +54,8 @@ _SESSION_STARTED = time.monotonic()
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """The wall time of the whole run and the cores it had, last: the suite must stay under
-    12 minutes on 2 cores, and this is the number to watch (xdist workers print nothing)."""
+    10 minutes on 2 cores (it is over that today: docs/development.md), and this is the number
+    to watch (xdist workers print nothing)."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return
     seconds = time.monotonic() - _SESSION_STARTED
