@@ -36,21 +36,10 @@ SESSION_TOKEN = re.compile(r"(\d+):-1#(\d+)")
 
 
 @pytest.fixture(scope="module")
-def emulator() -> Iterator[RunningCosmosEmulator]:
+def cosmos_emulator() -> Iterator[RunningCosmosEmulator]:
+    """This module's emulator, with three ranges; conftest's `client` and `database` use it."""
     with start_in_background("127.0.0.1", 0, partition_ranges=RANGES) as emu:
         yield emu
-
-
-@pytest.fixture(scope="module")
-def client(emulator: RunningCosmosEmulator) -> CosmosClient:
-    return CosmosClient(emulator.url, emulator.key)
-
-
-@pytest.fixture
-def database(client: CosmosClient) -> Iterator[DatabaseProxy]:
-    db = client.create_database(unique("db"))
-    yield db
-    client.delete_database(db)
 
 
 @pytest.fixture
@@ -93,18 +82,22 @@ class RequestLog:
 
 # -- the ranges ------------------------------------------------------------------------------
 def test_the_sdk_reads_n_ranges_splitting_the_epk_space_evenly(
-    container: ContainerProxy, emulator: RunningCosmosEmulator
+    container: ContainerProxy, cosmos_emulator: RunningCosmosEmulator
 ) -> None:
     ranges = _ranges_of(container)
     assert [(r["min"], r["max"]) for r in ranges] == list(itertools.pairwise(BOUNDS))
 
     path = f"/{container.container_link}/pkranges/"
-    status, headers, body = call(emulator.url, emulator.key, "GET", path)
+    status, headers, body = call(cosmos_emulator.url, cosmos_emulator.key, "GET", path)
     assert status == 200 and [r["id"] for r in body["PartitionKeyRanges"]] == ["0", "1", "2"]
     assert headers["x-ms-item-count"] == "3"
     # The SDK drains /pkranges until a 304 on the ETag it was given.
     again, _, _ = call(
-        emulator.url, emulator.key, "GET", path, headers={"If-None-Match": headers["etag"]}
+        cosmos_emulator.url,
+        cosmos_emulator.key,
+        "GET",
+        path,
+        headers={"If-None-Match": headers["etag"]},
     )
     assert again == 304
 
@@ -144,12 +137,12 @@ def test_every_item_lives_in_the_range_of_its_key(container: ContainerProxy) -> 
 
 
 def test_a_range_that_does_not_exist_is_refused(
-    container: ContainerProxy, emulator: RunningCosmosEmulator
+    container: ContainerProxy, cosmos_emulator: RunningCosmosEmulator
 ) -> None:
     path = f"/{container.container_link}/docs/"
     status, _, body = call(
-        emulator.url,
-        emulator.key,
+        cosmos_emulator.url,
+        cosmos_emulator.key,
         "POST",
         path,
         {"query": "SELECT * FROM c"},
@@ -163,7 +156,7 @@ def test_a_range_that_does_not_exist_is_refused(
 
 
 def test_epk_headers_wider_than_the_named_range_stay_within_it(
-    container: ContainerProxy, emulator: RunningCosmosEmulator
+    container: ContainerProxy, cosmos_emulator: RunningCosmosEmulator
 ) -> None:
     feed_range = list(container.read_feed_ranges())[1]
     in_range = {
@@ -171,8 +164,8 @@ def test_epk_headers_wider_than_the_named_range_stay_within_it(
         for d in container.query_items_change_feed(feed_range=feed_range, start_time="Beginning")
     }
     status, _, body = call(
-        emulator.url,
-        emulator.key,
+        cosmos_emulator.url,
+        cosmos_emulator.key,
         "POST",
         f"/{container.container_link}/docs/",
         {"query": "SELECT * FROM c"},
@@ -345,9 +338,9 @@ def test_hierarchical_keys_route_by_their_first_components_range(database: Datab
 
 # -- the aio SDK --------------------------------------------------------------------------------
 async def test_the_aio_sdk_reads_feed_ranges_change_feeds_and_merged_queries(
-    emulator: RunningCosmosEmulator,
+    cosmos_emulator: RunningCosmosEmulator,
 ) -> None:
-    async with AioCosmosClient(emulator.url, emulator.key) as aio_client:
+    async with AioCosmosClient(cosmos_emulator.url, cosmos_emulator.key) as aio_client:
         db = await aio_client.create_database(unique("adb"))
         try:
             container = await db.create_container(unique("ac"), PartitionKey("/pk"))
