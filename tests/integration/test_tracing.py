@@ -62,8 +62,8 @@ RECEIVED = (
     "messaging.operation.name",
     "messaging.destination.name",
     "messaging.message.id",
-    "azure.servicebus.message.delivery_count",
-    "azure.servicebus.disposition_status",
+    "messaging.servicebus.message.delivery_count",
+    "messaging.servicebus.disposition_status",
 )
 
 
@@ -131,8 +131,8 @@ async def test_one_trace_links_post_publish_and_consume(emulator: RunningEmulato
         "messaging.operation.name": "process",
         "messaging.destination.name": QUEUE,
         "messaging.message.id": order_id,
-        "azure.servicebus.message.delivery_count": 1,
-        "azure.servicebus.disposition_status": "complete",
+        "messaging.servicebus.message.delivery_count": 1,
+        "messaging.servicebus.disposition_status": "complete",
     }
     # The message carries it as the Azure SDKs do, and the CorrelationId is the trace id.
     properties = message.application_properties or {}

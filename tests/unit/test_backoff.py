@@ -349,7 +349,7 @@ async def test_the_functions_call_is_one_span_on_the_destination_it_is_given() -
     attributes = dict(span.attributes or {})
     assert span.name == "process events"
     assert attributes["messaging.destination.subscription.name"] == "audit"
-    assert attributes["azure.servicebus.disposition_status"] == "complete"
+    assert attributes["messaging.servicebus.disposition_status"] == "complete"
     assert [name for name, _, _ in actions.calls] == ["complete"]
 
 

@@ -214,8 +214,8 @@ async def test_a_delivery_backed_off_in_the_host_is_one_process_span_settled_onc
     attributes = dict(span.attributes or {})
     assert span.name == "process orders"
     assert attributes["orders.outcome"] == "processed"
-    assert attributes["azure.servicebus.disposition_status"] == "complete"
-    assert attributes["azure.servicebus.message.delivery_count"] == 1
+    assert attributes["messaging.servicebus.disposition_status"] == "complete"
+    assert attributes["messaging.servicebus.message.delivery_count"] == 1
     assert "error.type" not in attributes
 
 

@@ -91,7 +91,7 @@ async def test_each_outcome_counts_and_spans_carry_the_dedup_key() -> None:
     spans = exporter.get_finished_spans()
     assert {span.name for span in spans} == {"process orders"}
     attributes = [dict(span.attributes or {}) for span in spans]
-    assert [a["azure.servicebus.disposition_status"] for a in attributes] == [
+    assert [a["messaging.servicebus.disposition_status"] for a in attributes] == [
         "complete",
         "complete",
         "dead_letter",
@@ -118,7 +118,7 @@ async def test_each_outcome_counts_and_spans_carry_the_dedup_key() -> None:
     ]
     assert attributes[1]["orders.dedup_key"] == "t-1"
     # The SDK's 2 (earlier attempts) is the conventions' 3 (deliveries, this one included).
-    assert attributes[1]["azure.servicebus.message.delivery_count"] == 3
+    assert attributes[1]["messaging.servicebus.message.delivery_count"] == 3
     assert attributes[1]["messaging.message.id"] == "t-1"
     assert attributes[1]["messaging.system"] == "servicebus"
     assert attributes[1]["messaging.operation.name"] == "process"
@@ -241,8 +241,8 @@ async def test_every_fanout_consumer_gets_spans_and_its_counters(consumer: str) 
         "transient_failure",
     ]
     assert attributes[2]["orders.dead_letter_reason"] == "BadEvent"
-    assert attributes[3]["azure.servicebus.message.delivery_count"] == 4
-    assert [a["azure.servicebus.disposition_status"] for a in attributes] == [
+    assert attributes[3]["messaging.servicebus.message.delivery_count"] == 4
+    assert [a["messaging.servicebus.disposition_status"] for a in attributes] == [
         "complete",
         "complete",
         "dead_letter",

@@ -16,13 +16,11 @@ their own; it ends with the settlement, whose disposition it records.
 from __future__ import annotations
 
 import contextvars
-import os
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from opentelemetry import metrics, propagate, trace
 from opentelemetry.context import Context
@@ -45,17 +43,11 @@ MISMATCHES_COUNTER = "exactly_once.mismatches"
 TAKEOVERS_COUNTER = "exactly_once.takeovers"
 BACKOFFS_COUNTER = "exactly_once.backoffs"
 
-DISPOSITION_STATUS = "azure.servicebus.disposition_status"
-DELIVERY_COUNT = "azure.servicebus.message.delivery_count"
-ENQUEUED_TIME = "azure.servicebus.message.enqueued_time"
-# The names these had before the conventions moved them under `azure.servicebus.*`; emitted
-# beside the new ones only when OTEL_SEMCONV_STABILITY_OPT_IN asks for `messaging/dup`.
-DEPRECATED_NAMES = {
-    DISPOSITION_STATUS: "messaging.servicebus.disposition_status",
-    DELIVERY_COUNT: "messaging.servicebus.message.delivery_count",
-    ENQUEUED_TIME: "messaging.servicebus.message.enqueued_time",
-}
-STABILITY_OPT_IN = "OTEL_SEMCONV_STABILITY_OPT_IN"
+# The Service Bus attributes as the conventions' registry names them (model/messaging/registry.yaml
+# at v1.40.0, and still so at v1.44.0): under `messaging.servicebus.*`.
+DISPOSITION_STATUS = "messaging.servicebus.disposition_status"
+DELIVERY_COUNT = "messaging.servicebus.message.delivery_count"
+ENQUEUED_TIME = "messaging.servicebus.message.enqueued_time"
 
 # The Service Bus dispositions by settlement (the conventions' values are our settlements').
 DISPOSITIONS = {
@@ -63,12 +55,6 @@ DISPOSITIONS = {
     Settlement.ABANDON.value: "abandon",
     Settlement.DEAD_LETTER.value: "dead_letter",
 }
-
-
-def emits_deprecated_names(environ: Mapping[str, str] = os.environ) -> bool:
-    """Whether OTEL_SEMCONV_STABILITY_OPT_IN lists `messaging/dup` (new and old names both)."""
-    values = {value.strip() for value in environ.get(STABILITY_OPT_IN, "").split(",")}
-    return "messaging/dup" in values
 
 
 @dataclass(frozen=True)
@@ -137,14 +123,13 @@ _current: contextvars.ContextVar[_Delivery | None] = contextvars.ContextVar(
 
 class Telemetry:
     """One span per delivery and the counts of its decision. Providers default to the global
-    ones; `environ` is read once, for OTEL_SEMCONV_STABILITY_OPT_IN."""
+    ones."""
 
     def __init__(
         self,
         *,
         tracer_provider: trace.TracerProvider | None = None,
         meter_provider: metrics.MeterProvider | None = None,
-        environ: Mapping[str, str] | None = None,
     ) -> None:
         self._tracer = trace.get_tracer(
             INSTRUMENTATION_NAME, tracer_provider=tracer_provider, schema_url=SCHEMA_URL
@@ -152,7 +137,6 @@ class Telemetry:
         meter = metrics.get_meter(
             INSTRUMENTATION_NAME, meter_provider=meter_provider, schema_url=SCHEMA_URL
         )
-        self._dup = emits_deprecated_names(os.environ if environ is None else environ)
         self._duration = meter.create_histogram(
             PROCESS_DURATION, unit="s", description="Duration of processing operation."
         )
@@ -262,16 +246,11 @@ class Telemetry:
         if delivered.message_id is not None:
             attributes["messaging.message.id"] = delivered.message_id
         if delivered.delivery_count is not None and delivered.delivery_count > 0:
-            self._put(attributes, DELIVERY_COUNT, delivered.delivery_count)
+            attributes[DELIVERY_COUNT] = delivered.delivery_count
         if delivered.enqueued_time is not None:
             # Epoch seconds, as the conventions' example (1701393730) has it.
-            self._put(attributes, ENQUEUED_TIME, int(delivered.enqueued_time.timestamp()))
+            attributes[ENQUEUED_TIME] = int(delivered.enqueued_time.timestamp())
         return attributes
-
-    def _put(self, attributes: dict[str, AttributeValue], name: str, value: Any) -> None:
-        attributes[name] = value
-        if self._dup:
-            attributes[DEPRECATED_NAMES[name]] = value
 
     def _finish(self, delivery: _Delivery) -> None:
         decision, span, error_type = delivery.decision, delivery.span, delivery.error_type
@@ -279,9 +258,7 @@ class Telemetry:
             settlement = str(decision.settlement)
             disposition = DISPOSITIONS.get(settlement, settlement)
             if error_type is None:
-                attributes: dict[str, AttributeValue] = {}
-                self._put(attributes, DISPOSITION_STATUS, disposition)
-                span.set_attributes(attributes)
+                span.set_attribute(DISPOSITION_STATUS, disposition)
             if error_type is None and settlement != Settlement.COMPLETE.value:
                 # Handed back or dead-lettered: the message was not processed, and why is the
                 # outcome (a low-cardinality name, as error.type wants).
