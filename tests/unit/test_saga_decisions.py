@@ -12,6 +12,7 @@ from fakes import (
     LAYOUT,
     FakeFencedDocuments,
     FakePaymentGateway,
+    billing_stores,
     cancel_message,
     event_message,
     stored_orders,
@@ -53,7 +54,7 @@ def billing(
     # 60 s: the billing lease the settings give by default (BILLING_LEASE_SECONDS).
     options.setdefault("lease_seconds", 60.0)
     return BillingConsumer(
-        inbox, payments, OrderSaga(orders, LAYOUT), LAYOUT, owner=owner, **options
+        billing_stores(inbox), payments, OrderSaga(orders, LAYOUT), LAYOUT, owner=owner, **options
     )
 
 
@@ -264,6 +265,9 @@ async def test_a_provider_failing_after_the_refund_is_asked_again_with_the_same_
     payments.fail_next_refund(PaymentUnavailableError("answer lost"), after_refund=True)
 
     failed = await billing(inbox, payments, orders, "b").handle(cancel_message())
+    # The failed delivery kept its claim with its lease ended; by the database's next second
+    # no live lease is left for the redelivery to wait for.
+    inbox.database_now_ms += 1_000
     retried = await billing(inbox, payments, orders, "b").handle(cancel_message())
 
     assert failed.settlement is Settlement.ABANDON
