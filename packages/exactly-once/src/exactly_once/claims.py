@@ -1,8 +1,8 @@
 """The claim state machine, once for every claimed record: claim -> judge -> wait, take over,
 or stop -> complete.
 
-Every two-phase effect (the orchestrator's `two_phase`, the orders app's charge and refund)
-runs through `Claims.own` and `Claims.finish`; only the records differ.
+Every two-phase effect (the orchestrator's `two_phase`, which the orders app's charge and
+refund run on) goes through `Claims.own` and `Claims.finish`; only the records differ.
 """
 
 from __future__ import annotations
