@@ -10,7 +10,7 @@ core read back unchanged.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 from azure.cosmos.aio import ContainerProxy
 
@@ -55,10 +55,60 @@ _CORE_STATUS = {
 _BILLING_STATUS = {core: billing for billing, core in _CORE_STATUS.items()}
 
 
+class _ClaimFields(TypedDict):
+    """What a charge record and a refund record both hold of the core's record."""
+
+    record_id: str
+    order_id: str
+    status: BillingStatus
+    owner: str
+    lease_seconds: float
+    amount: str
+    currency: str
+    attempts: int
+
+
+def _claim_fields(record: Record) -> _ClaimFields:
+    return _ClaimFields(
+        record_id=record.key,
+        order_id=record.partition,
+        status=_BILLING_STATUS[record.status],
+        owner=record.owner,
+        lease_seconds=record.lease_seconds,
+        amount=claim_field(record.data, "amount"),
+        currency=claim_field(record.data, "currency"),
+        attempts=record.attempts,
+    )
+
+
 def _answer(record: Record) -> str | None:
     """The downstream's id a record holds: a refused one holds why instead, which billing's
     documents never kept (the dead letter says it)."""
     return record.result if isinstance(record.result, str) else None
+
+
+def _core_record(
+    stored: BillingRecord | RefundRecord,
+    key: str,
+    partition: str,
+    *,
+    downstream_key: str,
+    result: str | None,
+    data: dict[str, str],
+) -> Record:
+    """A stored charge or refund record as the core's (the store adds its stamp and expiry)."""
+    return Record(
+        key=key,
+        partition=partition,
+        request_hash=NO_REQUEST_HASH,
+        status=_CORE_STATUS[stored.status],
+        owner=stored.owner,
+        lease_seconds=stored.lease_seconds,
+        attempts=stored.attempts,
+        downstream_key=downstream_key,
+        result=result,
+        data={**data},
+    )
 
 
 class ChargeRecordShape:
@@ -70,33 +120,22 @@ class ChargeRecordShape:
     def fields(self, record: Record) -> dict[str, Any]:
         return charge_document(
             BillingRecord(
-                record_id=record.key,
-                order_id=record.partition,
+                **_claim_fields(record),
                 message_id=claim_field(record.data, "messageId"),
-                status=_BILLING_STATUS[record.status],
-                owner=record.owner,
-                lease_seconds=record.lease_seconds,
-                amount=claim_field(record.data, "amount"),
-                currency=claim_field(record.data, "currency"),
                 payment_key=str(record.downstream_key),
                 payment_id=_answer(record),
-                attempts=record.attempts,
             )
         )
 
     def record(self, document: Mapping[str, Any], key: str, partition: str) -> Record:
         charge = charge_of(document)
-        return Record(
-            key=key,
-            partition=partition,
-            request_hash=NO_REQUEST_HASH,
-            status=_CORE_STATUS[charge.status],
-            owner=charge.owner,
-            lease_seconds=charge.lease_seconds,
-            attempts=charge.attempts,
+        return _core_record(
+            charge,
+            key,
+            partition,
             downstream_key=charge.payment_key,
             result=charge.payment_id,
-            data={**charge_claim(charge.message_id, charge.amount, charge.currency)},
+            data=charge_claim(charge.message_id, charge.amount, charge.currency),
         )
 
 
@@ -109,31 +148,20 @@ class RefundRecordShape:
     def fields(self, record: Record) -> dict[str, Any]:
         return refund_document(
             RefundRecord(
-                record_id=record.key,
-                order_id=record.partition,
-                status=_BILLING_STATUS[record.status],
-                owner=record.owner,
-                lease_seconds=record.lease_seconds,
+                **_claim_fields(record),
                 payment_id=claim_field(record.data, "paymentId"),
-                amount=claim_field(record.data, "amount"),
-                currency=claim_field(record.data, "currency"),
                 refund_key=str(record.downstream_key),
                 refund_id=_answer(record),
-                attempts=record.attempts,
             )
         )
 
     def record(self, document: Mapping[str, Any], key: str, partition: str) -> Record:
         refund = refund_of(document)
-        return Record(
-            key=key,
-            partition=partition,
-            request_hash=NO_REQUEST_HASH,
-            status=_CORE_STATUS[refund.status],
-            owner=refund.owner,
-            lease_seconds=refund.lease_seconds,
-            attempts=refund.attempts,
+        return _core_record(
+            refund,
+            key,
+            partition,
             downstream_key=refund.refund_key,
             result=refund.refund_id,
-            data={**refund_claim(refund.payment_id, refund.amount, refund.currency)},
+            data=refund_claim(refund.payment_id, refund.amount, refund.currency),
         )
