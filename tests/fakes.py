@@ -13,7 +13,7 @@ import itertools
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -21,9 +21,18 @@ from typing import Any
 
 from exactly_once import StoredDocument
 from exactly_once.change_feed import Lease, LeaseTable
-from exactly_once.cosmos import user_fields
+from exactly_once.cosmos import RecordShape, user_fields
 from exactly_once.exceptions import RecordChangedError, RecordExistsError
-from exactly_once.records import JsonInput, JsonValue, Record, RecordRead, RecordStatus, Stamp
+from exactly_once.records import (
+    JsonInput,
+    JsonMapping,
+    JsonValue,
+    Record,
+    RecordRead,
+    RecordStatus,
+    Stamp,
+)
+from orders.adapters.cosmos_billing import ChargeRecordShape, RefundRecordShape
 from orders.adapters.cosmos_errors import stamped
 from orders.adapters.cosmos_idempotency import (
     RECORD_DOCUMENT_TYPE,
@@ -67,6 +76,7 @@ from orders.exceptions import (
     ResubmitUnsupportedError,
     StoreError,
 )
+from orders.service.billing import BillingStores
 from orders.service.ports import EntityCounts
 from orders.service.subscribers import Source
 
@@ -576,6 +586,87 @@ class FakeFencedDocuments:
         self._stored(replaced)
         for document in created:
             self._stored(document)
+
+
+class FakeShapedRecords:
+    """The core's `Store` in one `RecordShape` over a `FakeFencedDocuments` container, as
+    `exactly_once.cosmos.CosmosStore` is over a real one (held to it by
+    tests/integration/test_record_store_contract.py): the records are the container's documents,
+    so the other consumers and the audits read what billing wrote."""
+
+    def __init__(self, documents: FakeFencedDocuments, shape: RecordShape) -> None:
+        self.documents = documents
+        self._shape = shape
+
+    def _document(self, record: Record) -> dict[str, Any]:
+        document = self._shape.fields(record) | {
+            "id": record.key,
+            self.documents.partition_key_path: record.partition,
+            "type": self._shape.record_type,
+        }
+        if record.expires_after_seconds is not None:
+            document["ttl"] = record.expires_after_seconds
+        return document
+
+    def _record(self, stored: StampedDocument) -> Record:
+        body = stored.body
+        record = self._shape.record(body, body["id"], body[self.documents.partition_key_path])
+        return replace(record, expires_after_seconds=body.get("ttl"), stamp=stored.stamp)
+
+    async def claim(self, record: Record) -> Record:
+        try:
+            return self._record(await self.documents.create(self._document(record)))
+        except DocumentExistsError:
+            found = await self.read(record.key, record.partition)
+        assert found.record is not None  # nothing deletes between the two in a fake
+        raise RecordExistsError(found.record, found.database_now_ms)
+
+    async def read(self, key: str, partition: str) -> RecordRead:
+        found = await self.documents.read(key, partition)
+        record = self._record(found.document) if found.document is not None else None
+        return RecordRead(record, found.database_now_ms)
+
+    async def _replace(self, record: Record, fence: Record) -> Record:
+        assert fence.stamp is not None
+        try:
+            written = await self.documents.replace(self._document(record), etag=fence.stamp.etag)
+        except LeaseLostError as exc:
+            raise RecordChangedError(str(exc)) from exc
+        return self._record(written)
+
+    async def take_over(self, existing: Record, owner: str, lease_seconds: float) -> Record:
+        return await self._replace(existing.owned_by(owner, lease_seconds), existing)
+
+    async def complete(
+        self, owned: Record, result: JsonInput, status: RecordStatus = RecordStatus.COMPLETED
+    ) -> Record:
+        stored: JsonValue = json.loads(json.dumps(result))
+        return await self._replace(replace(owned, status=status, result=stored), owned)
+
+    async def release(self, owned: Record) -> None:
+        assert owned.stamp is not None
+        with contextlib.suppress(LeaseLostError):
+            await self.documents.delete(owned.key, owned.partition, etag=owned.stamp.etag)
+
+    async def create_all(self, partition: str, documents: Sequence[JsonMapping]) -> None:
+        await self.documents.create_together(partition, [dict(d) for d in documents])
+
+    async def get(self, document_id: str, partition: str) -> StoredDocument | None:
+        return await self.documents.get_stored(document_id, partition)
+
+    async def replace(self, document: JsonMapping, partition: str, *, etag: str) -> None:
+        assert document[self.documents.partition_key_path] == partition
+        try:
+            await self.documents.replace(dict(document), etag=etag)
+        except LeaseLostError as exc:
+            raise RecordChangedError(str(exc)) from exc
+
+
+def billing_stores(inbox: FakeFencedDocuments) -> BillingStores:
+    """Billing's charges and refunds in the fake inbox container, in billing's shapes."""
+    return BillingStores(
+        FakeShapedRecords(inbox, ChargeRecordShape()), FakeShapedRecords(inbox, RefundRecordShape())
+    )
 
 
 class FakePaymentGateway:

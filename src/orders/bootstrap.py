@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from exactly_once.backoff import Retry
 from exactly_once.records import DEFAULT_LEASE_SECONDS, JsonObject
 from orders.adapters.cosmos_audit import documents_of_run
+from orders.adapters.cosmos_billing import billing_stores
 from orders.adapters.cosmos_client import (
     LocalContainer,
     create_cosmos_client,
@@ -67,7 +68,7 @@ from orders.exceptions import (
     ServiceNotReadyError,
 )
 from orders.observability import ConsumerTelemetry, SubscriberTelemetry
-from orders.service.billing import AfterCharge, AfterRefund
+from orders.service.billing import AfterCharge, AfterRefund, BillingStores
 from orders.service.cancels import (
     CancelResults,
     StoreProbe,
@@ -564,6 +565,9 @@ class _Wiring:
 
     def orders(self) -> CosmosFencedDocuments:
         return CosmosFencedDocuments(orders_container(self._cosmos, self.settings))
+
+    def billing_records(self) -> BillingStores:
+        return billing_stores(inbox_container(self._cosmos, self.settings))
 
     def saga(self) -> OrderSaga:
         return OrderSaga(self.orders(), DOCUMENT_LAYOUT)

@@ -37,6 +37,7 @@ def effects(
     lease_seconds: float = 30.0,
     max_wait_seconds: float = 0.0,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    failed_is_final: bool = True,
 ) -> Effects:
     return Effects(
         consumer=consumer,
@@ -48,6 +49,7 @@ def effects(
         lease_seconds=lease_seconds,
         max_wait_seconds=max_wait_seconds,
         sleep=sleep,
+        failed_is_final=failed_is_final,
     )
 
 
@@ -185,6 +187,91 @@ async def test_a_failed_call_releases_the_claim_and_a_refusal_is_kept(
         "reason": "PaymentRefused",
         "description": "card declined",
     }
+
+
+async def test_a_claim_kept_on_error_stays_with_its_lease_ended_and_is_taken_over_at_once(
+    store: CosmosStore,
+) -> None:
+    """The downstream's answer was lost (it may have acted): the record stays, so a reader
+    deciding whether there is anything to undo sees it; the next attempt does not wait out the
+    30 s lease, and calls again with the same key."""
+    message, partition = unique("message"), unique("order")
+
+    async def answer_lost(key: str) -> str:
+        raise ConnectionError("the answer was lost")
+
+    first = effects(store, message, lease_seconds=30.0)
+    with pytest.raises(ConnectionError):
+        await first.two_phase(partition, answer_lost, keep_claim_on_error=True)
+    key = safe_id(f"two-phase:billing:{message}")
+    kept = (await store.read(key, first.key_partition)).record
+    assert kept is not None
+    assert (kept.status, kept.owner, kept.lease_seconds, kept.attempts) == (
+        RecordStatus.IN_PROGRESS,
+        "worker-a",
+        0.0,
+        1,
+    )
+
+    pauses: list[float] = []
+
+    async def pause(seconds: float) -> None:
+        pauses.append(seconds)
+        await asyncio.sleep(seconds)  # the database's clock moves only with real time
+
+    downstream = Downstream()
+    next_attempt = effects(store, message, owner="worker-b", max_wait_seconds=5, sleep=pause)
+    done = await next_attempt.two_phase(partition, downstream)
+
+    assert done.outcome is Outcome.PROCESSED and downstream.calls == [f"billing:{message}"]
+    # At most the rest of the write's second (the database's clock has whole seconds).
+    assert sum(pauses) <= 1.5
+
+
+async def test_a_record_named_by_the_application_carries_the_claims_data(
+    store: CosmosStore,
+) -> None:
+    message, partition, downstream = unique("message"), unique("order"), Downstream()
+    bound = effects(store, message)
+
+    done = await bound.two_phase(
+        partition,
+        downstream,
+        record_key=f"charge:{message}",
+        downstream_key=f"pay:{message}",
+        data={"amount": "12.50", "currency": "EUR"},
+    )
+
+    record = (await store.read(f"charge:{message}", bound.key_partition)).record
+    assert record is not None
+    assert (record.status, record.result, record.data) == (
+        RecordStatus.COMPLETED,
+        done.result,
+        {"amount": "12.50", "currency": "EUR"},
+    )
+    assert downstream.calls == [f"pay:{message}"]
+    # Nothing under the default name: the application's name is the record's only one.
+    assert (
+        await store.read(safe_id(f"two-phase:billing:{message}"), bound.key_partition)
+    ).record is None
+
+
+async def test_effects_whose_refusals_are_not_final_call_again_on_the_next_attempt(
+    store: CosmosStore,
+) -> None:
+    message, partition = unique("message"), unique("order")
+
+    async def refusing(key: str) -> str:
+        raise Refused("card declined", reason="PaymentRefused")
+
+    with pytest.raises(Refused):
+        await effects(store, message).two_phase(partition, refusing)
+    downstream = Downstream()
+    retried = effects(store, message, owner="worker-b", failed_is_final=False)
+
+    done = await retried.two_phase(partition, downstream)
+
+    assert done.outcome is Outcome.PROCESSED and downstream.calls == [f"billing:{message}"]
 
 
 async def test_a_refusal_may_be_retried_where_the_downstream_allows_it(

@@ -1,10 +1,11 @@
-"""One contract for the `exactly_once` record-store port, three stores: the core's CosmosStore,
-and billing's FencedRecords over the fake and over CosmosFencedDocuments.
+"""One contract for the `exactly_once` record-store port, three stores: the core's CosmosStore
+in its own shape and in billing's, and the unit tests' fake in billing's.
 
-Billing claims its charges and refunds through the core's state machine on FencedRecords (its
-records in the shapes the console and audits read); the core's own CosmosStore serves every
-other user. The same cases run against each on our Cosmos emulator through the real SDK (and
-the fake), so the state machine sees the same port whichever store it runs on.
+Billing claims its charges and refunds through the core's `Effects.two_phase` on the core's
+CosmosStore, in billing's record shapes (`adapters/cosmos_billing.py`: the documents the console
+and audits read); the unit tests run it on `FakeShapedRecords`. The same cases run against each
+on our Cosmos emulator through the real SDK (and the fake), so the state machine sees the same
+port whichever store it runs on.
 """
 
 from __future__ import annotations
@@ -12,38 +13,36 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from azure.cosmos import PartitionKey
-from azure.cosmos.aio import CosmosClient
-from fakes import LAYOUT, FakeFencedDocuments
+from azure.cosmos.aio import ContainerProxy, CosmosClient
+from fakes import FakeFencedDocuments, FakeShapedRecords
 from servers import CosmosServer
 
 from exactly_once import CosmosStore, Record, RecordStore
 from exactly_once.exceptions import RecordChangedError, RecordExistsError
 from exactly_once.records import RecordStatus, lease_is_live
-from orders.adapters.cosmos_fenced import CosmosFencedDocuments
-from orders.service.billing_records import FencedRecords
+from orders.adapters.cosmos_billing import ChargeRecordShape, billing_stores
+
+
+@pytest.fixture
+async def inbox(python_cosmos: CosmosServer) -> AsyncIterator[ContainerProxy]:
+    async with CosmosClient(python_cosmos.endpoint, credential=python_cosmos.key) as client:
+        database = await client.create_database_if_not_exists("recordcontract")
+        yield await database.create_container_if_not_exists(
+            id="inbox", partition_key=PartitionKey(path="/orderId")
+        )
 
 
 @pytest.fixture(params=["core-cosmos", "billing-fake", "billing-cosmos"])
-async def store(request: pytest.FixtureRequest) -> AsyncIterator[RecordStore]:
+def store(request: pytest.FixtureRequest, inbox: ContainerProxy) -> RecordStore:
     if request.param == "billing-fake":
-        yield FencedRecords.charges(FakeFencedDocuments(), LAYOUT)
-        return
-    server: CosmosServer = request.getfixturevalue("python_cosmos")
-    async with CosmosClient(server.endpoint, credential=server.key) as client:
-        database = await client.create_database_if_not_exists("recordcontract")
-        if request.param == "core-cosmos":
-            container = await database.create_container_if_not_exists(
-                id="core", partition_key=PartitionKey(path="/orderId")
-            )
-            yield CosmosStore(container, partition_key_field="orderId")
-        else:
-            container = await database.create_container_if_not_exists(
-                id="inbox", partition_key=PartitionKey(path="/orderId")
-            )
-            yield FencedRecords.charges(CosmosFencedDocuments(container), LAYOUT)
+        return FakeShapedRecords(FakeFencedDocuments(), ChargeRecordShape())
+    if request.param == "core-cosmos":
+        return CosmosStore(inbox, partition_key_field="orderId")
+    return CosmosStore(inbox, partition_key_field="orderId", shape=ChargeRecordShape())
 
 
 def charge(owner: str = "worker-a") -> Record:
@@ -131,3 +130,56 @@ async def test_a_missing_record_reads_as_none(store: RecordStore) -> None:
     wanted = charge()
 
     assert (await store.read(wanted.key, wanted.partition)).record is None
+
+
+async def test_a_charge_record_billing_wrote_before_the_core_reads_and_stays_in_its_shape(
+    inbox: ContainerProxy,
+) -> None:
+    """A record as billing wrote it before it ran on the core (service/billing_records.py, on
+    the same documents): read back as the core's record, taken over and completed, it keeps
+    every field the console, the audits and operators read."""
+    order_id = f"order-{uuid.uuid4().hex[:10]}"
+    written_before: dict[str, Any] = {
+        "id": f"billing:{order_id}:OrderAccepted",
+        "orderId": order_id,
+        "type": "billing",
+        "consumer": "billing",
+        "messageId": f"{order_id}:OrderAccepted",
+        "status": "inProgress",
+        "owner": "billing-0123456789ab",
+        "leaseSeconds": 60.0,
+        "amount": "12.5",
+        "currency": "EUR",
+        "paymentKey": f"billing:{order_id}",
+        "paymentId": None,
+        "attempts": 1,
+        "ttl": 2_000_000,
+    }
+    await inbox.create_item(body=written_before)
+    charges = billing_stores(inbox).charges
+
+    found = (await charges.read(written_before["id"], order_id)).record
+    assert found is not None
+    assert (found.status, found.owner, found.downstream_key, found.request_hash) == (
+        RecordStatus.IN_PROGRESS,
+        "billing-0123456789ab",
+        f"billing:{order_id}",
+        "",
+    )
+    assert found.data == {
+        "messageId": f"{order_id}:OrderAccepted",
+        "amount": "12.5",
+        "currency": "EUR",
+    }
+    taken = await charges.take_over(found, "billing-new/1", 60.0)
+    await charges.complete(taken, "pay-1")
+
+    stored = await inbox.read_item(item=written_before["id"], partition_key=order_id)
+    kept = {key: value for key, value in stored.items() if not key.startswith("_")}
+    assert kept == {
+        **written_before,
+        "status": "completed",
+        "owner": "billing-new/1",
+        "paymentId": "pay-1",
+        "attempts": 2,
+    }

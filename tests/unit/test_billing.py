@@ -9,7 +9,14 @@ from collections.abc import Awaitable, Callable
 from decimal import Decimal
 
 import pytest
-from fakes import LAYOUT, FakeFencedDocuments, FakePaymentGateway, event_message, stored_orders
+from fakes import (
+    LAYOUT,
+    FakeFencedDocuments,
+    FakePaymentGateway,
+    billing_stores,
+    event_message,
+    stored_orders,
+)
 
 from orders.domain.events import order_event_id
 from orders.domain.inbox import BillingStatus, payment_key
@@ -57,7 +64,7 @@ def billing(
     orders: FakeFencedDocuments | None = None,
 ) -> BillingConsumer:
     return BillingConsumer(
-        records,
+        billing_stores(records),
         payments,
         OrderSaga(orders if orders is not None else stored_orders("o-1", "o-2"), LAYOUT),
         LAYOUT,
@@ -163,7 +170,9 @@ async def test_a_lease_ended_by_the_database_clock_is_taken_over_and_charged_wit
     assert decision.outcome is Outcome.PROCESSED
     assert list(payments.charges.values()) == [first]  # the same charge, never a second one
     stored = record_of(records)
-    assert (stored["owner"], stored["attempts"], stored["paymentId"]) == ("b", 2, first.payment_id)
+    # Every delivery owns the records it claims under its own name, `<consumer's owner>/<id>`.
+    assert str(stored["owner"]).startswith("b/")
+    assert (stored["attempts"], stored["paymentId"]) == (2, first.payment_id)
 
 
 async def test_a_worker_clock_running_ahead_cannot_steal_a_live_lease(
@@ -198,17 +207,23 @@ async def test_a_refusal_dead_letters_with_a_reason_and_marks_the_record(
     assert record_of(records)["status"] == BillingStatus.REFUSED.value
 
 
-async def test_an_unavailable_provider_abandons_and_the_owners_redelivery_goes_on_at_once(
+async def test_an_unavailable_provider_abandons_keeps_the_record_and_a_redelivery_goes_on_at_once(
     records: FakeFencedDocuments, payments: FakePaymentGateway
 ) -> None:
-    consumer = billing(records, payments, "a")
+    clock = Clockwork(records)
+    consumer = billing(records, payments, "a", sleep=clock.sleep)
     payments.fail_next(PaymentUnavailableError("503"))
 
     first = await consumer.handle(event_message())
-    second = await consumer.handle(event_message())  # inside its own live lease
+    # The provider may have charged: the record stays, in progress, its lease ended.
+    kept = record_of(records)
+    second = await consumer.handle(event_message())
 
     assert (first.outcome, first.settlement) == (Outcome.TRANSIENT_FAILURE, Settlement.ABANDON)
+    assert (kept["status"], kept["leaseSeconds"]) == ("inProgress", 0.0)
     assert second.outcome is Outcome.PROCESSED
+    # Within the second the database's clock counts leases in, never the lease of 10 s.
+    assert clock.slept <= 1.0
     assert len(payments.charges) == 1 and len(payments.requests) == 2
 
 

@@ -13,7 +13,14 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from fakes import LAYOUT, FakeFencedDocuments, FakePaymentGateway, event_message, stored_orders
+from fakes import (
+    LAYOUT,
+    FakeFencedDocuments,
+    FakePaymentGateway,
+    billing_stores,
+    event_message,
+    stored_orders,
+)
 
 from orders.domain.outcomes import Outcome, Settlement
 from orders.domain.payments import Charge
@@ -27,7 +34,9 @@ from orders.service.verify_saga import audit_saga
 
 
 def billing(inbox: FakeFencedDocuments, payments: FakePaymentGateway, orders: Any) -> Any:
-    return BillingConsumer(inbox, payments, OrderSaga(orders, LAYOUT), LAYOUT, lease_seconds=60)
+    return BillingConsumer(
+        billing_stores(inbox), payments, OrderSaga(orders, LAYOUT), LAYOUT, lease_seconds=60
+    )
 
 
 def shipping(inbox: FakeFencedDocuments, orders: FakeFencedDocuments, **options: Any) -> Any:

@@ -3,6 +3,7 @@ charge of a cancelled order refunded exactly once, events verified against the s
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -12,6 +13,7 @@ from fakes import (
     LAYOUT,
     FakeFencedDocuments,
     FakePaymentGateway,
+    billing_stores,
     cancel_message,
     event_message,
     stored_orders,
@@ -19,7 +21,7 @@ from fakes import (
 
 from orders.domain.leases import StampedDocument
 from orders.domain.outcomes import Decision, Outcome, Settlement
-from orders.domain.payments import Charge
+from orders.domain.payments import Charge, ChargeRequest
 from orders.domain.saga import Fulfilment
 from orders.exceptions import PaymentUnavailableError
 from orders.service.billing import BillingConsumer
@@ -53,7 +55,7 @@ def billing(
     # 60 s: the billing lease the settings give by default (BILLING_LEASE_SECONDS).
     options.setdefault("lease_seconds", 60.0)
     return BillingConsumer(
-        inbox, payments, OrderSaga(orders, LAYOUT), LAYOUT, owner=owner, **options
+        billing_stores(inbox), payments, OrderSaga(orders, LAYOUT), LAYOUT, owner=owner, **options
     )
 
 
@@ -256,6 +258,48 @@ async def test_a_cancel_event_finishes_a_charge_left_in_progress_then_refunds_it
     assert len(payments.charges) == 1 and len(payments.refunds) == 1
 
 
+class FirstChargeHeld(FakePaymentGateway):
+    """A provider whose first charge answers only when the test lets it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.charging = asyncio.Event()
+        self.answer = asyncio.Event()
+
+    async def charge(self, request: ChargeRequest) -> Charge:
+        if not self.charging.is_set():
+            self.charging.set()
+            await self.answer.wait()
+        return await super().charge(request)
+
+
+async def test_a_cancel_racing_its_orders_charge_in_the_same_process_waits_for_it(
+    orders: FakeFencedDocuments, inbox: FakeFencedDocuments
+) -> None:
+    """One consumer (one process) gets the order's charge and then its cancel while the
+    provider still works on the charge: the cancel waits for that delivery's claim (each
+    delivery is an owner of its own) instead of asking the provider for the charge at once."""
+    payments = FirstChargeHeld()
+    accepting: list[asyncio.Task[Decision]] = []
+
+    async def waited_for_the_charge(seconds: float) -> None:
+        payments.answer.set()
+        await accepting[0]
+
+    consumer = billing(inbox, payments, orders, "p", sleep=waited_for_the_charge)
+    accepting.append(asyncio.create_task(consumer.handle(event_message())))
+    await payments.charging.wait()
+    assert await OrderSaga(orders, LAYOUT).cancel("o-1", None) is CancelResult.CANCELLED
+
+    cancelled = await consumer.handle(cancel_message())
+    payments.answer.set()
+    accepted = await accepting[0]
+
+    assert len(payments.requests) == 1  # one call for the charge, never two at once
+    assert outcome(cancelled) == outcome(accepted) == (Outcome.REFUNDED, Settlement.COMPLETE)
+    assert len(payments.charges) == len(payments.refunds) == len(payments.refund_requests) == 1
+
+
 async def test_a_provider_failing_after_the_refund_is_asked_again_with_the_same_key(
     orders: FakeFencedDocuments, inbox: FakeFencedDocuments, payments: FakePaymentGateway
 ) -> None:
@@ -264,6 +308,9 @@ async def test_a_provider_failing_after_the_refund_is_asked_again_with_the_same_
     payments.fail_next_refund(PaymentUnavailableError("answer lost"), after_refund=True)
 
     failed = await billing(inbox, payments, orders, "b").handle(cancel_message())
+    # The failed delivery kept its claim with its lease ended; by the database's next second
+    # no live lease is left for the redelivery to wait for.
+    inbox.database_now_ms += 1_000
     retried = await billing(inbox, payments, orders, "b").handle(cancel_message())
 
     assert failed.settlement is Settlement.ABANDON

@@ -632,9 +632,9 @@ class CosmosLayout:
     """The service layer's `DocumentLayout` port (`service/ports.py`): this module's mapping,
     handed to the consumers by the composition root.
 
-    `record_ttl_seconds`, when given, is the `ttl` of every exactly-once record it lays out
-    (shipping's inbox records, billing's charge and refund records), never of a business
-    document (the shipment): the records expire once no redelivery of their message can come."""
+    `record_ttl_seconds`, when given, is the `ttl` of shipping's inbox records it lays out,
+    never of a business document (the shipment): the records expire once no redelivery of
+    their message can come. (Billing's records carry theirs from the core's `Retention`.)"""
 
     def __init__(self, record_ttl_seconds: int | None = None) -> None:
         self.record_ttl_seconds = record_ttl_seconds
@@ -651,12 +651,6 @@ class CosmosLayout:
             event, message_id=message_id, processed_at=processed_at
         )
         return self._expiring(record), shipment
-
-    def charge_document(self, charge: BillingRecord) -> dict[str, Any]:
-        return self._expiring(charge_document(charge))
-
-    def refund_document(self, refund: RefundRecord) -> dict[str, Any]:
-        return self._expiring(refund_document(refund))
 
     order_write = staticmethod(order_write)
     saga_order = staticmethod(saga_order)

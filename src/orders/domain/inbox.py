@@ -42,6 +42,30 @@ class BillingRecord:
     attempts: int = 1
 
 
+# Billing's records are named by their event or order, which name the payload for good (an
+# event is checked against its stored order): there is no request hash to compare.
+NO_REQUEST_HASH = ""
+
+
+def charge_claim(message_id: str, amount: str, currency: str) -> dict[str, str]:
+    """What a charge's claim carries for whichever delivery finishes it (the core record's
+    `data`): the `OrderAccepted` it came from, and what to charge."""
+    return {"messageId": message_id, "amount": amount, "currency": currency}
+
+
+def refund_claim(payment_id: str, amount: str, currency: str) -> dict[str, str]:
+    """What a refund's claim carries: the charge paid back, in full."""
+    return {"paymentId": payment_id, "amount": amount, "currency": currency}
+
+
+def claim_field(data: object, name: str) -> str:
+    """One text field of a claim's data; `ValueError` naming it when it is not there."""
+    found = data.get(name) if isinstance(data, dict) else None
+    if not isinstance(found, str):
+        raise ValueError(f"the record's data holds no {name!r}")
+    return found
+
+
 def payment_key(order_id: str) -> str:
     """One charge per order, whichever message or worker asks: the key names the order.
 

@@ -3,11 +3,16 @@
 Every event is first verified against the order document (one point read, `service/saga.py`):
 an event no stored order vouches for is dead-lettered and nothing is charged.
 
+Both run on the `exactly_once` core's `Effects.two_phase`, over the core's record store in
+billing's own record shapes (`adapters/cosmos_layout.py` `ChargeRecordShape`,
+`RefundRecordShape`: the flat `billing` / `refund` documents the console, the audits and
+operators read).
+
 `OrderAccepted`:
-1. Record `inProgress` under `billing:<eventId>` (the create is the lock; owner and lease).
+1. Claim `billing:<eventId>` in progress (the create is the lock; owner and lease).
 2. Charge with `Idempotency-Key: billing:<orderId>`: the provider charges once per key, so a
    second call after a crash returns the first charge instead of charging again.
-3. Mark `completed` with the payment id, If-Match the record's ETag.
+3. Mark it `completed` with the payment id, If-Match the record's ETag.
 4. Record the charge on the order document (If-Match, `OrderSaga.record_charge`): shipping
    reserves a shipment only for a charged order. The order as read there tells of a cancel that
    landed during the charge, which could not see it: the charge is paid back now (a cancel
@@ -15,6 +20,7 @@ an event no stored order vouches for is dead-lettered and nothing is charged.
 
 A charge refused for good marks the record `refused`, ends the open order in `payment_failed`
 (`OrderSaga.record_payment_failed`: never shipped) and dead-letters the event `PaymentRefused`.
+A resubmitted copy takes a refused record over at once and asks again.
 
 `OrderCancelled`: a charge that was made (or is still in progress: it is finished first) is
 refunded in full, with record `refund:<orderId>` and `Idempotency-Key: refund:<orderId>`.
@@ -22,8 +28,13 @@ Both paths may ask for the refund; the record and the key keep it to one.
 
 On redelivery the record decides: `completed` -> done; `inProgress` under a live lease -> wait
 for its owner (bounded), then decide again; a lease that ended (judged by the database's clock)
--> take over with If-Match and call the provider again with the same key. That state machine is
-the `exactly_once` core's (`Claims`), run on billing's records (`service/billing_records.py`).
+-> take over with If-Match and call the provider again with the same key. Every delivery is an
+owner of its own, so two deliveries of one process (a cancel racing its order's charge) wait
+for each other like deliveries of two processes, and never call the provider at once.
+
+A call that failed without an answer (the provider unreachable, a timeout) may have charged: the
+record stays, in progress with its lease ended (`keep_claim_on_error`), so a cancel still finds
+the charge to finish and pay back, and the next delivery takes it over at once.
 """
 
 from __future__ import annotations
@@ -32,13 +43,18 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import TypeVar
 
-from exactly_once.claims import Claims
-from exactly_once.records import Record, RecordStatus
+from exactly_once.claims import DEFAULT_MAX_WAIT_SECONDS
+from exactly_once.decisions import Outcome as EffectOutcome
+from exactly_once.exceptions import Refused
+from exactly_once.orchestrator import DownstreamCall, Effects
+from exactly_once.ports import Store
+from exactly_once.records import JsonMapping, Record, RecordStatus
+from exactly_once.retention import DEFAULT_RETENTION, Retention
 from orders.domain.events import (
     ORDER_ACCEPTED,
     OrderAccepted,
@@ -47,10 +63,12 @@ from orders.domain.events import (
     order_event_id,
 )
 from orders.domain.inbox import (
-    BillingRecord,
-    BillingStatus,
-    RefundRecord,
+    BILLING,
+    NO_REQUEST_HASH,
+    charge_claim,
+    claim_field,
     payment_key,
+    refund_claim,
     refund_key,
 )
 from orders.domain.messages import DeadLetterReason, truncate
@@ -61,29 +79,27 @@ from orders.domain.saga import Fulfilment, SagaOrder
 from orders.domain.status import OrderStatus
 from orders.exceptions import PaymentRefusedError, PaymentUnavailableError
 from orders.observability import log_value
-from orders.service.billing_records import (
-    FencedRecords,
-    as_charge,
-    as_refund,
-    charge_record,
-    refund_record,
-)
 from orders.service.payment_port import PaymentGateway
-from orders.service.ports import BillingLayout, FencedDocuments, StatusPublisher
+from orders.service.ports import BillingLayout, StatusPublisher
 from orders.service.saga import OrderSaga
 from orders.service.subscriber import TRANSIENT_ERRORS, announce, handle_event
 
 logger = logging.getLogger("orders.billing")
 
-# How long a delivery waits for another owner's live lease before handing the message back.
-DEFAULT_MAX_WAIT_SECONDS = 30.0
-
 # Called after the provider answered and before the completion mark (crash drills exit here).
 AfterCharge = Callable[[Charge], None]
 AfterRefund = Callable[[Refund], None]
 
-
 Answer = TypeVar("Answer", Charge, Refund)
+
+
+@dataclass(frozen=True)
+class BillingStores:
+    """Billing's records: its charges and its refunds, each the core's store in its shape
+    (one container, the inbox, partitioned by orderId)."""
+
+    charges: Store
+    refunds: Store
 
 
 @dataclass(frozen=True)
@@ -99,13 +115,14 @@ class Charged:
 class BillingConsumer:
     def __init__(
         self,
-        records: FencedDocuments,
+        records: BillingStores,
         payments: PaymentGateway,
         saga: OrderSaga,
         layout: BillingLayout,
         *,
         owner: str | None = None,
         lease_seconds: float,
+        retention: Retention = DEFAULT_RETENTION,
         max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         after_charge: AfterCharge | None = None,
@@ -119,29 +136,15 @@ class BillingConsumer:
         self._layout = layout
         self._owner = owner or f"billing-{uuid.uuid4().hex[:12]}"
         self._lease_seconds = lease_seconds
-        # A refused record is taken over at once by a resubmitted copy, which asks again.
-        self._charges, self._refunds = (
-            Claims(
-                store,
-                owner=self._owner,
-                lease_seconds=lease_seconds,
-                max_wait_seconds=max_wait_seconds,
-                sleep=sleep,
-                failed_is_final=False,
-            )
-            for store in (
-                FencedRecords.charges(records, layout),
-                FencedRecords.refunds(records, layout),
-            )
-        )
+        self._retention = retention
+        self._max_wait_seconds = max_wait_seconds
+        self._sleep = sleep
         self._after_charge = after_charge
         self._after_refund = after_refund
         self._status = status
         self._clock = clock
 
     async def handle(self, message: ReceivedOrderMessage) -> Decision:
-        # On a transient failure the record keeps its lease: our next delivery is its owner
-        # and goes on at once.
         return await handle_event(
             message,
             self._on_event,
@@ -151,19 +154,41 @@ class BillingConsumer:
 
     async def _on_event(self, event: OrderEvent) -> Decision:
         order = (await self._saga.verified(event, consumer="billing")).order
+        # This delivery's own name in the records it claims: `<owner>/<delivery>`.
+        delivery = f"{self._owner}/{uuid.uuid4().hex[:8]}"
         if isinstance(event, OrderCancelled):
-            return await self._on_cancel(event, order)
-        return await self._bill(event, order)
+            return await self._on_cancel(event, order, delivery)
+        return await self._bill(event, order, delivery)
+
+    def _effects(self, records: Store, event: OrderEvent, delivery: str) -> Effects:
+        """The core's effects of this delivery on one of billing's record stores; the records
+        live in the order's partition, beside its shipment and inbox records."""
+        return Effects(
+            consumer=BILLING,
+            message_id=event.event_id,
+            request_hash=NO_REQUEST_HASH,
+            records=records,
+            documents=records,
+            owner=delivery,
+            lease_seconds=self._lease_seconds,
+            max_wait_seconds=self._max_wait_seconds,
+            sleep=self._sleep,
+            retention=self._retention,
+            key_partition=event.order_id,
+            # A refused record is taken over at once by a resubmitted copy, which asks again.
+            failed_is_final=False,
+        )
 
     # --- OrderAccepted: the charge ---------------------------------------------------------
 
-    async def _bill(self, event: OrderAccepted, order: SagaOrder) -> Decision:
+    async def _bill(self, event: OrderAccepted, order: SagaOrder, delivery: str) -> Decision:
         if order.fulfilment is Fulfilment.CANCELLED and not await self._charge_started(event):
             logger.info(
                 "order %s was cancelled before billing: no charge", log_value(order.order_id)
             )
             return Decision(Outcome.SKIPPED_CANCELLED, Settlement.COMPLETE, event.order_id)
-        charged = await self._charge_phase(self._new_charge_record(event))
+        claim = charge_claim(event.event_id, event.total_amount, str(event.currency))
+        charged = await self._charge_phase(event, claim, delivery)
         if isinstance(charged, Decision):
             if charged.outcome is Outcome.DOWNSTREAM_REFUSED:
                 # Refused for good: the order ends in payment_failed, so it never ships.
@@ -177,7 +202,7 @@ class BillingConsumer:
         await announce(self._status, event, OrderStatus.PAID, self._clock())
         # A cancel that committed while we charged saw no charge to pay back: we do it.
         if latest.order.fulfilment is Fulfilment.CANCELLED:
-            return await self._refund_phase(event, charged)
+            return await self._refund_phase(event, charged, delivery)
         return Decision(
             Outcome.PROCESSED if charged.fresh else Outcome.DUPLICATE,
             Settlement.COMPLETE,
@@ -186,153 +211,149 @@ class BillingConsumer:
 
     async def _charge_started(self, event: OrderAccepted) -> bool:
         started = await self._charge_record(event.event_id, event.order_id)
-        return started is not None and started.status is not BillingStatus.REFUSED
+        return started is not None and started.status is not RecordStatus.FAILED
 
-    async def _charge_record(self, event_id: str, order_id: str) -> BillingRecord | None:
+    async def _charge_record(self, event_id: str, order_id: str) -> Record | None:
         """The charge record of the order's `OrderAccepted` `event_id`, if one was written."""
-        read = await self._records.read(self._layout.charge_record_id(event_id), order_id)
-        return self._layout.charge_of(read.document.body) if read.document is not None else None
+        key = self._layout.charge_record_id(event_id)
+        return (await self._records.charges.read(key, order_id)).record
 
-    def _new_charge_record(self, event: OrderAccepted) -> BillingRecord:
-        return BillingRecord(
-            record_id=self._layout.charge_record_id(event.event_id),
-            order_id=event.order_id,
-            message_id=event.event_id,
-            status=BillingStatus.IN_PROGRESS,
-            owner=self._owner,
-            lease_seconds=self._lease_seconds,
-            amount=event.total_amount,
-            currency=str(event.currency),
-            payment_key=payment_key(event.order_id),
-        )
+    async def _charge_phase(
+        self, event: OrderEvent, claim: JsonMapping, delivery: str
+    ) -> Charged | Decision:
+        """The order's charge of `claim` (`charge_claim`): made now, or found made; else what
+        to do with the message. Another owner's live lease (after the bounded wait) raises
+        InProgressElsewhereError: the one error frame abandons the message."""
+        amount, currency = claim_field(claim, "amount"), claim_field(claim, "currency")
+        accepted_id = claim_field(claim, "messageId")
 
-    async def _charge_phase(self, record: BillingRecord) -> Charged | Decision:
-        """The order's charge: made now, or found made; else what to do with the message."""
-        # Another owner's live lease (after the bounded wait) raises InProgressElsewhereError:
-        # the one error frame abandons the message.
-        claimed = await self._charges.own(charge_record(record))
-        owned = as_charge(claimed)
-        if owned.status is BillingStatus.COMPLETED:
-            assert owned.payment_id is not None
-            logger.info("billing %s already completed", log_value(owned.order_id))
-            return Charged(owned.payment_id, owned.amount, owned.currency, fresh=False)
-        request = ChargeRequest(
-            order_id=owned.order_id,
-            amount=Decimal(owned.amount),
-            currency=owned.currency,
-            idempotency_key=owned.payment_key,
+        async def charge(key: str) -> str:
+            request = ChargeRequest(event.order_id, Decimal(amount), currency, key)
+            made = await _asked(self._payments.charge(request))
+            if self._after_charge is not None:
+                self._after_charge(made)
+            logger.info(
+                "charged order %s: payment_id=%s",
+                log_value(made.order_id),
+                log_value(made.payment_id),
+            )
+            return made.payment_id
+
+        done = await self._two_phase(
+            self._effects(self._records.charges, event, delivery),
+            charge,
+            record_key=self._layout.charge_record_id(accepted_id),
+            downstream_key=payment_key(event.order_id),
+            claim=claim,
+            refused=("payment", DeadLetterReason.PAYMENT_REFUSED),
         )
-        charge = await self._ask(
-            self._charges,
-            claimed,
-            self._payments.charge(request),
-            "payment",
-            DeadLetterReason.PAYMENT_REFUSED,
-        )
-        if isinstance(charge, Decision):
-            return charge
-        if self._after_charge is not None:
-            self._after_charge(charge)
-        await self._charges.finish(claimed, charge.payment_id)
-        logger.info(
-            "charged order %s: payment_id=%s",
-            log_value(owned.order_id),
-            log_value(charge.payment_id),
-        )
-        return Charged(charge.payment_id, owned.amount, owned.currency, fresh=True)
+        if isinstance(done, Decision):
+            return done
+        payment_id, fresh = done
+        if not fresh:
+            logger.info("billing %s already completed", log_value(event.order_id))
+        return Charged(payment_id, amount, currency, fresh=fresh)
 
     # --- OrderCancelled: the compensation --------------------------------------------------
 
-    async def _on_cancel(self, event: OrderCancelled, order: SagaOrder) -> Decision:
+    async def _on_cancel(self, event: OrderCancelled, order: SagaOrder, delivery: str) -> Decision:
         await announce(self._status, event, OrderStatus.CANCELLED, self._clock())
         accepted_id = order_event_id(order.order_id, ORDER_ACCEPTED)
         started = await self._charge_record(accepted_id, order.order_id)
-        if started is None:
-            # No charge was asked for. A delivery that is about to ask reads the order again
-            # after its charge, sees the cancel and pays it back itself.
-            return Decision(Outcome.NOTHING_TO_REFUND, Settlement.COMPLETE, order.order_id)
-        if started.status is BillingStatus.REFUSED:
+        if started is None or started.status is RecordStatus.FAILED:
+            # No charge was asked for (or it was refused). A delivery that is about to ask
+            # reads the order again after its charge, sees the cancel and pays it back itself.
             return Decision(Outcome.NOTHING_TO_REFUND, Settlement.COMPLETE, order.order_id)
         # Still in progress: finish the charge (same key: never a second one), then refund it.
-        charged = await self._charge_phase(
-            replace(started, owner=self._owner, lease_seconds=self._lease_seconds)
-        )
+        if not isinstance(started.data, dict):
+            raise ValueError(f"charge record {started.key!r} carries no claim")
+        charged = await self._charge_phase(event, started.data, delivery)
         if isinstance(charged, Decision):
             return charged
-        return await self._refund_phase(event, charged)
+        return await self._refund_phase(event, charged, delivery)
 
-    async def _refund_phase(self, event: OrderEvent, charged: Charged) -> Decision:
+    async def _refund_phase(self, event: OrderEvent, charged: Charged, delivery: str) -> Decision:
         if Decimal(charged.amount) == 0:
             # A free order was "charged" nothing: there is nothing to pay back, and providers
             # refuse a refund of 0.
             return Decision(Outcome.NOTHING_TO_REFUND, Settlement.COMPLETE, event.order_id)
-        record = RefundRecord(
-            record_id=self._layout.refund_record_id(event.order_id),
-            order_id=event.order_id,
-            status=BillingStatus.IN_PROGRESS,
-            owner=self._owner,
-            lease_seconds=self._lease_seconds,
-            payment_id=charged.payment_id,
-            amount=charged.amount,
-            currency=charged.currency,
-            refund_key=refund_key(event.order_id),
-        )
-        claimed = await self._refunds.own(refund_record(record))
-        owned = as_refund(claimed)
-        if owned.status is not BillingStatus.COMPLETED:
+
+        async def refund(key: str) -> str:
             request = RefundRequest(
-                payment_id=owned.payment_id,
-                order_id=owned.order_id,
-                amount=Decimal(owned.amount),
-                currency=owned.currency,
-                idempotency_key=owned.refund_key,
+                payment_id=charged.payment_id,
+                order_id=event.order_id,
+                amount=Decimal(charged.amount),
+                currency=charged.currency,
+                idempotency_key=key,
             )
-            refund = await self._ask(
-                self._refunds,
-                claimed,
-                self._payments.refund(request),
-                "refund",
-                DeadLetterReason.REFUND_REFUSED,
-            )
-            if isinstance(refund, Decision):
-                return refund
+            made = await _asked(self._payments.refund(request))
             if self._after_refund is not None:
-                self._after_refund(refund)
-            await self._refunds.finish(claimed, refund.refund_id)
+                self._after_refund(made)
             logger.info(
                 "refunded order %s: refund_id=%s",
-                log_value(owned.order_id),
-                log_value(refund.refund_id),
+                log_value(made.order_id),
+                log_value(made.refund_id),
             )
+            return made.refund_id
+
+        done = await self._two_phase(
+            self._effects(self._records.refunds, event, delivery),
+            refund,
+            record_key=self._layout.refund_record_id(event.order_id),
+            downstream_key=refund_key(event.order_id),
+            claim=refund_claim(charged.payment_id, charged.amount, charged.currency),
+            refused=("refund", DeadLetterReason.REFUND_REFUSED),
+        )
+        if isinstance(done, Decision):
+            return done
         await announce(self._status, event, OrderStatus.REFUNDED, self._clock())
         return Decision(Outcome.REFUNDED, Settlement.COMPLETE, event.order_id)
 
-    # --- The two-phase record, shared by the charge and the refund: the core's state machine
+    # --- The two phases, shared by the charge and the refund: the core's `two_phase` --------
 
-    async def _ask(
+    async def _two_phase(
         self,
-        claims: Claims,
-        owned: Record,
-        call: Awaitable[Answer],
-        what: str,
-        reason: DeadLetterReason,
-    ) -> Answer | Decision:
-        """The provider's answer, or (refused for good) the record marked `refused` and the
-        dead-letter decision, with an ALERT line."""
+        effects: Effects,
+        call: DownstreamCall,
+        *,
+        record_key: str,
+        downstream_key: str,
+        claim: JsonMapping,
+        refused: tuple[str, DeadLetterReason],
+    ) -> tuple[str, bool] | Decision:
+        """(the provider's id, made by this delivery), or (refused for good: the record marked
+        `refused`) the dead-letter decision, with an ALERT line."""
         try:
-            return await call
-        except PaymentRefusedError as refused:
+            done = await effects.two_phase(
+                effects.key_partition,
+                call,
+                downstream_key=downstream_key,
+                record_key=record_key,
+                data=claim,
+                keep_claim_on_error=True,
+            )
+        except Refused as refusal:
+            what, reason = refused
             logger.error(
                 "ALERT %s refused for order %s: %s",
                 what,
-                log_value(owned.partition),
-                log_value(refused.description),
+                log_value(effects.key_partition),
+                log_value(refusal.description),
             )
-            await claims.finish(owned, None, RecordStatus.FAILED)
             return Decision(
                 Outcome.DOWNSTREAM_REFUSED,
                 Settlement.DEAD_LETTER,
-                owned.partition,
+                effects.key_partition,
                 dead_letter_reason=reason.value,
-                dead_letter_description=truncate(f"{refused.reason}: {refused.description}"),
+                dead_letter_description=truncate(f"{refusal.reason}: {refusal.description}"),
             )
+        return str(done.result), done.outcome is EffectOutcome.PROCESSED
+
+
+async def _asked(call: Awaitable[Answer]) -> Answer:
+    """The provider's answer; its refusal for good as the core's `Refused`, which marks the
+    record refused (`two_phase`)."""
+    try:
+        return await call
+    except PaymentRefusedError as refused:
+        raise Refused(refused.description, reason=refused.reason) from refused

@@ -3,8 +3,7 @@
 The order consumer, shipping and status run the core's mechanisms (`create_entity`,
 `inbox_batch`, `apply_version`) on the documents they have always written, in the shapes the
 console, `orders verify`, the CLI and the dead-letter tools read: these classes only translate
-the app's ports and conflict signals into the core's, as `billing_records.FencedRecords` does
-for billing's records.
+the app's ports and conflict signals into the core's.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from orders.domain.payments import Charge
-from orders.service.billing import AfterCharge, AfterRefund, BillingConsumer
+from orders.service.billing import AfterCharge, AfterRefund, BillingConsumer, BillingStores
 from orders.service.payment_port import PaymentGateway
 from orders.service.ports import (
     DocumentLayout,
@@ -56,6 +56,10 @@ class ConsumerWiring(Protocol):
 
     def inbox(self) -> InboxStore:
         """The inbox container: consumers' records and effects, scoped by consumer."""
+        ...
+
+    def billing_records(self) -> BillingStores:
+        """Billing's charge and refund records (in the inbox container), the core's store."""
         ...
 
     def orders(self) -> FencedBatches:
@@ -141,11 +145,12 @@ def _shipping(wiring: ConsumerWiring) -> MessageHandler:
 
 def _billing(wiring: ConsumerWiring) -> MessageHandler:
     return BillingConsumer(
-        wiring.inbox(),
+        wiring.billing_records(),
         wiring.payments(),
         wiring.saga(),
         wiring.layout,
         lease_seconds=wiring.settings.billing_lease_seconds,
+        retention=wiring.settings.record_retention,
         after_charge=wiring.after_charge,
         after_refund=wiring.after_refund,
         status=wiring.status_publisher(),

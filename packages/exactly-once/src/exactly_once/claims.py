@@ -1,8 +1,8 @@
 """The claim state machine, once for every claimed record: claim -> judge -> wait, take over,
 or stop -> complete.
 
-Every two-phase effect (the orchestrator's `two_phase`, the orders app's charge and refund)
-runs through `Claims.own` and `Claims.finish`; only the records differ.
+Every two-phase effect (the orchestrator's `two_phase`, which the orders app's charge and
+refund run on) goes through `Claims.own` and `Claims.finish`; only the records differ.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 from exactly_once.exceptions import (
     InProgressElsewhereError,
@@ -137,6 +138,20 @@ class Claims:
             )
             return False
         return True
+
+    async def end_lease(self, owned: Record) -> None:
+        """Keep our claim, in progress, with its lease ended (0 s from this write): the record
+        stays (the work may have been done: its downstream key says where), and the next
+        attempt takes it over without waiting. A failure to write is logged (the lease ends
+        it), never raised over the error that made us stop."""
+        try:
+            await self.records.complete(
+                replace(owned, lease_seconds=0.0), owned.result, RecordStatus.IN_PROGRESS
+            )
+        except Exception:
+            logger.warning(
+                "could not end the lease of %s; it ends by itself", owned.key, exc_info=True
+            )
 
     async def release(self, owned: Record) -> None:
         """Give our claim up so the next attempt claims anew; a failure to do so is logged

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import unicodedata
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -113,7 +114,8 @@ class Effects:
 
     `key` is the message's key (its MessageId when None); `key_partition` is the key's home (by
     default one partition per (consumer, key)); every record carries `retention`'s ttl, and no
-    business document is given one."""
+    business document is given one. `failed_is_final=False` lets a later attempt take over a
+    two-phase record the downstream refused and call again (see `Claims`)."""
 
     def __init__(
         self,
@@ -130,6 +132,7 @@ class Effects:
         retention: Retention = DEFAULT_RETENTION,
         key_partition: str | None = None,
         key: str | None = None,
+        failed_is_final: bool = True,
     ) -> None:
         self.consumer = consumer
         self.message_id = message_id
@@ -146,6 +149,7 @@ class Effects:
             lease_seconds=lease_seconds,
             max_wait_seconds=max_wait_seconds,
             sleep=sleep,
+            failed_is_final=failed_is_final,
         )
 
     def _marker(self, kind: str, document_type: str) -> dict[str, JsonInput]:
@@ -260,7 +264,14 @@ class Effects:
     # --- (3) two phases around an external call -----------------------------------------------
 
     async def two_phase(
-        self, partition: str, call: DownstreamCall, *, downstream_key: str | None = None
+        self,
+        partition: str,
+        call: DownstreamCall,
+        *,
+        downstream_key: str | None = None,
+        record_key: str | None = None,
+        data: JsonMapping | None = None,
+        keep_claim_on_error: bool = False,
     ) -> TwoPhaseResult:
         """Claim the work, call the downstream with a key that never changes for this message,
         record its answer: `PROCESSED`; or find it recorded: `DUPLICATE` with that answer.
@@ -271,17 +282,29 @@ class Effects:
         `InProgressElsewhereError`; an ended one is taken over (If-Match) and the call made
         again with the same key. A `Refused` from the call marks the record failed, for good;
         any other error releases the claim (the next attempt calls again, with the same key)
-        and propagates."""
+        and propagates.
+
+        `record_key` names the record where the application already names its records (a
+        `RecordShape` of its own that other readers know by id); it is used as it is, so it
+        must be an id the store accepts. `data` is what the claim carries for whichever
+        attempt finishes the work (an amount, a currency), kept on the record.
+
+        `keep_claim_on_error=True` keeps the record after any other error, in progress with its
+        lease ended, instead of releasing it: for a downstream whose answer was lost (a
+        timeout), the record still says a call may have been made under its key, so a reader
+        deciding whether there is anything to undo (a refund after a cancel) finishes the
+        work first; the next attempt takes it over within a second (the database's clock has
+        whole seconds) and calls again with the same key."""
         del partition  # kept in the signature: callers name the effect's partition
-        key = safe_id(f"two-phase:{self.consumer}:{self.key}")
         wanted = Record(
-            key=key,
+            key=record_key or safe_id(f"two-phase:{self.consumer}:{self.key}"),
             partition=self.key_partition,
             request_hash=self.request_hash,
             status=RecordStatus.IN_PROGRESS,
             owner=self.owner,
             lease_seconds=self._lease_seconds,
             downstream_key=downstream_key or f"{self.consumer}:{self.key}",
+            data=json.loads(json.dumps(data)) if data is not None else None,
             expires_after_seconds=self.ttl_seconds,
         )
         owned = await self.own(wanted)
@@ -295,7 +318,10 @@ class Effects:
             await self._claims.finish(owned, why, RecordStatus.FAILED)
             raise
         except BaseException:
-            await self._claims.release(owned)
+            if keep_claim_on_error:
+                await self._claims.end_lease(owned)
+            else:
+                await self._claims.release(owned)
             raise
         await self._claims.finish(owned, result, RecordStatus.COMPLETED)
         return TwoPhaseResult(Outcome.PROCESSED, result)

@@ -45,7 +45,9 @@ class RecordStore(Protocol):
     async def complete(
         self, owned: Record, result: JsonInput, status: RecordStatus = RecordStatus.COMPLETED
     ) -> Record:
-        """Mark the owned record done (or failed) with `result`, If-Match its stamp.
+        """Mark the owned record done (or failed) with `result`, If-Match its stamp; with
+        `IN_PROGRESS`, write it back still ours as `owned` says (`Claims.end_lease`: its lease
+        ended). Every field of `owned` but the status and the result is written as it is.
 
         Raises `RecordChangedError` when the lease was lost to another owner."""
         ...
