@@ -9,7 +9,14 @@ from collections.abc import Awaitable, Callable
 from decimal import Decimal
 
 import pytest
-from fakes import LAYOUT, FakeFencedDocuments, FakePaymentGateway, event_message, stored_orders
+from fakes import (
+    LAYOUT,
+    FakeDocumentStore,
+    FakeFencedDocuments,
+    FakePaymentGateway,
+    event_message,
+    stored_orders,
+)
 
 from orders.domain.events import order_event_id
 from orders.domain.inbox import BillingStatus, payment_key
@@ -233,12 +240,12 @@ async def test_one_consumers_record_never_blocks_the_others(
     in_progress_by(records, "owner-a")
     orders = stored_orders(charged=True)
 
-    shipped = await ShippingConsumer(records, OrderSaga(orders, LAYOUT), LAYOUT).handle(
-        event_message()
-    )
-    again = await ShippingConsumer(records, OrderSaga(orders, LAYOUT), LAYOUT).handle(
-        event_message()
-    )
+    shipped = await ShippingConsumer(
+        FakeDocumentStore(records), OrderSaga(orders, LAYOUT), LAYOUT
+    ).handle(event_message())
+    again = await ShippingConsumer(
+        FakeDocumentStore(records), OrderSaga(orders, LAYOUT), LAYOUT
+    ).handle(event_message())
 
     assert shipped.outcome is Outcome.PROCESSED and again.outcome is Outcome.DUPLICATE
     assert record_of(records)["status"] == "inProgress"

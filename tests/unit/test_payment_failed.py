@@ -13,7 +13,14 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from fakes import LAYOUT, FakeFencedDocuments, FakePaymentGateway, event_message, stored_orders
+from fakes import (
+    LAYOUT,
+    FakeDocumentStore,
+    FakeFencedDocuments,
+    FakePaymentGateway,
+    event_message,
+    stored_orders,
+)
 
 from orders.domain.outcomes import Outcome, Settlement
 from orders.domain.payments import Charge
@@ -31,7 +38,7 @@ def billing(inbox: FakeFencedDocuments, payments: FakePaymentGateway, orders: An
 
 
 def shipping(inbox: FakeFencedDocuments, orders: FakeFencedDocuments, **options: Any) -> Any:
-    return ShippingConsumer(inbox, OrderSaga(orders, LAYOUT), LAYOUT, **options)
+    return ShippingConsumer(FakeDocumentStore(inbox), OrderSaga(orders, LAYOUT), LAYOUT, **options)
 
 
 def shipments(inbox: FakeFencedDocuments) -> list[dict[str, Any]]:

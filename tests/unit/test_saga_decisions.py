@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from fakes import (
     LAYOUT,
+    FakeDocumentStore,
     FakeFencedDocuments,
     FakePaymentGateway,
     cancel_message,
@@ -58,7 +59,7 @@ def billing(
 
 
 def shipping(inbox: FakeFencedDocuments, orders: FakeFencedDocuments) -> ShippingConsumer:
-    return ShippingConsumer(inbox, OrderSaga(orders, LAYOUT), LAYOUT)
+    return ShippingConsumer(FakeDocumentStore(inbox), OrderSaga(orders, LAYOUT), LAYOUT)
 
 
 def outcome(decision: Decision) -> tuple[Outcome, Settlement]:

@@ -280,7 +280,7 @@ class MarkOnlyFeed:
 
 def _outbox(order_id: str, written_at: int) -> dict[str, Any]:
     record = new_write(order_id)
-    [outbox] = [d for d in record.documents if d.get("type") == OUTBOX_DOCUMENT_TYPE]
+    [outbox] = [d for d in record if d.get("type") == OUTBOX_DOCUMENT_TYPE]
     return {**outbox, "_ts": written_at}
 
 
