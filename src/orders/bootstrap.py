@@ -757,8 +757,8 @@ async def send_cancels(
         stack.push_async_callback(runtime.close)
         cosmos = await clients.cosmos()
         probe = StoreProbe(
-            CosmosFencedDocuments(orders_container(cosmos, settings)),
-            CosmosFencedDocuments(inbox_container(cosmos, settings)),
+            order_partitioned_store(orders_container(cosmos, settings)),
+            order_partitioned_store(inbox_container(cosmos, settings)),
             DOCUMENT_LAYOUT,
         )
         scope = app_scope(settings.idempotency_scope)
