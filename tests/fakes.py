@@ -507,7 +507,7 @@ class FakeLeaseStore:
 
 
 class FakeFencedDocuments:
-    """`FencedDocuments` / `InboxStore` / `OrderDocuments` in memory, with a database clock the
+    """`FencedDocuments` / `OrderDocuments` in memory, with a database clock the
     test moves. Held to `CosmosFencedDocuments` by
     tests/integration/test_fenced_documents_contract.py: documents are keyed by (partition key,
     id), the partition key read from each document at `partition_key_path` as Cosmos reads it
