@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import typing
+from collections.abc import Callable
 
 import pytest
 
@@ -25,17 +26,17 @@ REPLACED_MODULES = ("orders.adapters.cosmos_store", "orders.service.core_documen
 
 
 @pytest.mark.parametrize(
-    ("consumer", "parameter", "port"),
+    ("constructor", "parameter", "port"),
     [
-        (OrderConsumer, "documents", DocumentCreator),
-        (ShippingConsumer, "inbox", DocumentStore),
-        (StatusConsumer, "documents", DocumentStore),
+        (OrderConsumer.__init__, "documents", DocumentCreator),
+        (ShippingConsumer.__init__, "inbox", DocumentStore),
+        (StatusConsumer.__init__, "documents", DocumentStore),
     ],
 )
 def test_each_consumer_writes_through_the_cores_document_port(
-    consumer: type, parameter: str, port: type
+    constructor: Callable[..., None], parameter: str, port: type
 ) -> None:
-    assert typing.get_type_hints(consumer.__init__)[parameter] is port
+    assert typing.get_type_hints(constructor)[parameter] is port
 
 
 def test_the_app_declares_no_document_port_of_its_own_beside_the_cores() -> None:
