@@ -20,17 +20,17 @@ import re
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from azure.cosmos.aio import ContainerProxy
 
+from exactly_once.records import JsonMapping, StoredDocument
 from orders.adapters.servicebus import create_servicebus_client
 from orders.adapters.servicebus_load import count_active_messages
 from orders.bootstrap import prepare_local_cosmos, send_load
-from orders.domain.documents import OrderRecord, OrderWrite
 from orders.domain.load_plan import LoadMix, SendKind, plan_load
-from orders.domain.rejections import OrderRejection
 from orders.entrypoints.localstack import LocalStack, ManagedProcess, QueueOptions, local_stack
 
 DUPLICATE_MIX = LoadMix(
@@ -48,23 +48,21 @@ BARE_PREFETCH = 20
 
 
 class NaiveOrderStore:
-    """The baseline: the same documents upserted in one batch, so no write ever conflicts and
-    every message is completed (no duplicate check, no read)."""
+    """The baseline, as the core's `DocumentCreator`: the same documents upserted in one
+    batch, so no write ever conflicts and every message is completed (no duplicate check, no
+    read)."""
 
     def __init__(self, container: ContainerProxy) -> None:
         self._container = container
 
-    async def create_order(self, write: OrderWrite) -> None:
+    async def create_all(self, partition: str, documents: Sequence[JsonMapping]) -> None:
         operations: list[tuple[str, tuple[Any, ...]]] = [
-            ("upsert", (document,)) for document in write.documents
+            ("upsert", (dict(document),)) for document in documents
         ]
-        await self._container.execute_item_batch(operations, partition_key=write.order_id)
+        await self._container.execute_item_batch(operations, partition_key=partition)
 
-    async def read_order(self, order_id: str) -> OrderRecord | None:
+    async def get(self, document_id: str, partition: str) -> StoredDocument | None:
         return None  # never asked: an upsert never conflicts
-
-    async def record_rejection(self, rejection: OrderRejection) -> None:
-        return None
 
 
 def naive_worker() -> None:

@@ -1,7 +1,10 @@
 """Fakes of our own ports, honouring the same contract as the real adapters.
 
-`FakeOrderStore` is atomic per create (all documents or none) and answers "already exists"
-with the stored record, exactly like the Cosmos adapter; it is for fast unit tests of decisions.
+`FakeOrderStore` (the orders container) and `FakeDocumentStore` (a view of a
+`FakeFencedDocuments`) are the `exactly_once` core's `DocumentStore` in memory, as
+`exactly_once.cosmos.CosmosStore` is over Cosmos DB: a batch writes all documents or none, and
+a conflict names the first document that exists and its position; they are for fast unit tests
+of decisions.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 from exactly_once import StoredDocument
 from exactly_once.change_feed import Lease, LeaseTable
 from exactly_once.cosmos import RecordShape, user_fields
+from exactly_once.exceptions import DocumentExistsError as CoreDocumentExistsError
 from exactly_once.exceptions import RecordChangedError, RecordExistsError
 from exactly_once.records import (
     JsonInput,
@@ -43,9 +47,7 @@ from orders.adapters.cosmos_idempotency import (
 )
 from orders.adapters.cosmos_layout import (
     CosmosLayout,
-    order_record,
     order_write,
-    rejection_document,
 )
 from orders.adapters.servicebus_publisher import order_message_body
 from orders.domain.dead_letters import (
@@ -56,7 +58,6 @@ from orders.domain.dead_letters import (
     plan_for,
 )
 from orders.domain.decision_counters import DecisionCounters
-from orders.domain.documents import OrderAlreadyExistsError, OrderRecord, OrderWrite
 from orders.domain.events import OrderAccepted, OrderCancelled
 from orders.domain.hashing import request_hash
 from orders.domain.idempotency import KeyRecord, OrderIdClaim, validate_idempotency_key
@@ -65,7 +66,6 @@ from orders.domain.messages import parse_order
 from orders.domain.model import OrderPlaced
 from orders.domain.payments import Charge, ChargeRequest, Refund, RefundRequest
 from orders.domain.received import ReceivedOrderMessage
-from orders.domain.rejections import OrderRejection
 from orders.domain.status import OrderStatusChanged
 from orders.exceptions import (
     DocumentExistsError,
@@ -85,14 +85,18 @@ LAYOUT = CosmosLayout()
 
 
 class FakeOrderStore:
+    """The orders container as the order consumer writes it (the core's `DocumentStore`),
+    kept by partition so that tests read and seed it directly. Held to `CosmosStore` by
+    tests/integration/test_document_store_contract.py."""
+
     def __init__(self) -> None:
         self.partitions: dict[str, dict[str, dict[str, Any]]] = {}
         self.create_calls = 0
         self.read_calls = 0
-        self.rejection_calls = 0
         self._failures: list[BaseException] = []
 
     def fail_next(self, error: BaseException, times: int = 1) -> None:
+        """The next `times` batches (an order's or a rejection note's) raise `error`."""
         self._failures.extend([error] * times)
 
     def seed_document(self, partition_key: str, document: dict[str, Any]) -> None:
@@ -104,35 +108,52 @@ class FakeOrderStore:
     def order_ids(self) -> list[str]:
         return [pk for pk, docs in self.partitions.items() if pk in docs]
 
-    async def create_order(self, write: OrderWrite) -> None:
+    async def create_all(self, partition: str, documents: Sequence[JsonMapping]) -> None:
         self.create_calls += 1
         await asyncio.sleep(0)  # let concurrent deliveries interleave before the atomic step
         if self._failures:
             raise self._failures.pop(0)
-        partition = self.partitions.setdefault(write.order_id, {})
-        for index, document in enumerate(write.documents):
-            if document["id"] in partition:
-                if index == 0:
-                    existing = await self.read_order(write.order_id)
-                    assert existing is not None
-                    raise OrderAlreadyExistsError(existing)
-                raise StoreError(f"batch operation {index} conflicted: nothing was written")
-        for document in write.documents:  # no await in between: the batch is atomic
-            partition[document["id"]] = copy.deepcopy(document)
+        stored = self.partitions.setdefault(partition, {})
+        written = [
+            {**copy.deepcopy(dict(document)), "orderId": partition} for document in documents
+        ]
+        refuse_conflicts(written, lambda document_id: document_id in stored)
+        for document in written:  # no await in between: the batch is atomic
+            stored[str(document["id"])] = document
 
-    async def record_rejection(self, rejection: OrderRejection) -> None:
-        self.rejection_calls += 1
-        await asyncio.sleep(0)
-        if self._failures:
-            raise self._failures.pop(0)
-        self.seed_document(rejection.order_id, rejection_document(rejection))
-
-    async def read_order(self, order_id: str) -> OrderRecord | None:
+    async def get(self, document_id: str, partition: str) -> StoredDocument | None:
         self.read_calls += 1
-        document = self.partitions.get(order_id, {}).get(order_id)
-        if document is None:
+        await asyncio.sleep(0)
+        found = _with_etag(self.partitions.get(partition, {}).get(document_id))
+        if found is None:
             return None
-        return order_record(document)
+        return StoredDocument(body=user_fields(copy.deepcopy(found)), etag=found["_etag"])
+
+    async def replace(self, document: JsonMapping, partition: str, *, etag: str) -> None:
+        await asyncio.sleep(0)
+        current = _with_etag(self.partitions.get(partition, {}).get(str(document["id"])))
+        if current is None or current["_etag"] != etag:
+            raise RecordChangedError(f"{document['id']!r} changed since it was read")
+        stored = {**copy.deepcopy(dict(document)), "orderId": partition}
+        self.partitions[partition][str(document["id"])] = stored | {"_etag": f'"{next(_ETAGS)}"'}
+
+
+def refuse_conflicts(batch: list[dict[str, Any]], is_stored: Callable[[str], bool]) -> None:
+    """As `CosmosStore.create_all` fails a batch: the core's `DocumentExistsError` naming the
+    first document that is stored already (or comes twice) and its position; nothing written."""
+    seen: set[str] = set()
+    for index, document in enumerate(batch):
+        if is_stored(document["id"]) or document["id"] in seen:
+            raise CoreDocumentExistsError(str(document["id"]), index)
+        seen.add(document["id"])
+
+
+def _with_etag(found: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A stored document of `FakeOrderStore`, given an ETag on first sight (documents are
+    seeded and written without one)."""
+    if found is not None and "_etag" not in found:
+        found["_etag"] = f'"{next(_ETAGS)}"'
+    return found
 
 
 class FakeOrderDocuments:
@@ -143,10 +164,7 @@ class FakeOrderDocuments:
         self._store = store
 
     def _current(self, document_id: str, partition_key: str) -> dict[str, Any] | None:
-        found = self._store.partitions.get(partition_key, {}).get(document_id)
-        if found is not None and "_etag" not in found:
-            found["_etag"] = f'"{next(_ETAGS)}"'
-        return found
+        return _with_etag(self._store.partitions.get(partition_key, {}).get(document_id))
 
     def _put(self, partition_key: str, document: dict[str, Any]) -> StampedDocument:
         stored = {**copy.deepcopy(document), "_etag": f'"{next(_ETAGS)}"'}
@@ -242,9 +260,12 @@ def order_payload(order_id: str, **overrides: Any) -> dict[str, Any]:
     return payload
 
 
-def new_write(order_id: str, *, owner_scope: str | None = None, **overrides: Any) -> OrderWrite:
-    """The store write the consumer would make for `order_payload(order_id, **overrides)`
-    sent with `owner_scope` as its owner (None: no owner, as a producer's that names none)."""
+def new_write(
+    order_id: str, *, owner_scope: str | None = None, **overrides: Any
+) -> tuple[dict[str, Any], ...]:
+    """The documents the consumer would write for `order_payload(order_id, **overrides)` sent
+    with `owner_scope` as its owner (None: no owner, as a producer's that names none), the
+    order document first."""
     order = parse_order(json.dumps(order_payload(order_id, **overrides)).encode())
     return order_write(
         order,
@@ -488,7 +509,7 @@ class FakeLeaseStore:
 
 
 class FakeFencedDocuments:
-    """`FencedDocuments` / `InboxStore` / `OrderDocuments` in memory, with a database clock the
+    """`FencedDocuments` / `OrderDocuments` in memory, with a database clock the
     test moves. Held to `CosmosFencedDocuments` by
     tests/integration/test_fenced_documents_contract.py: documents are keyed by (partition key,
     id), the partition key read from each document at `partition_key_path` as Cosmos reads it
@@ -558,11 +579,6 @@ class FakeFencedDocuments:
         if current is None or current["_etag"] != etag:
             raise LeaseLostError(document_id)
         del self.documents[(partition_key, document_id)]
-
-    async def create_together(self, partition_key: str, documents: list[dict[str, Any]]) -> None:
-        self._check_batch(partition_key, documents)
-        for document in documents:
-            self._stored(document)
 
     async def get_stored(self, document_id: str, partition_key: str) -> StoredDocument | None:
         found = self._found(document_id, partition_key)
@@ -649,17 +665,13 @@ class FakeShapedRecords:
             await self.documents.delete(owned.key, owned.partition, etag=owned.stamp.etag)
 
     async def create_all(self, partition: str, documents: Sequence[JsonMapping]) -> None:
-        await self.documents.create_together(partition, [dict(d) for d in documents])
+        await FakeDocumentStore(self.documents).create_all(partition, documents)
 
     async def get(self, document_id: str, partition: str) -> StoredDocument | None:
-        return await self.documents.get_stored(document_id, partition)
+        return await FakeDocumentStore(self.documents).get(document_id, partition)
 
     async def replace(self, document: JsonMapping, partition: str, *, etag: str) -> None:
-        assert document[self.documents.partition_key_path] == partition
-        try:
-            await self.documents.replace(dict(document), etag=etag)
-        except LeaseLostError as exc:
-            raise RecordChangedError(str(exc)) from exc
+        await FakeDocumentStore(self.documents).replace(document, partition, etag=etag)
 
 
 def billing_stores(inbox: FakeFencedDocuments) -> BillingStores:
@@ -667,6 +679,37 @@ def billing_stores(inbox: FakeFencedDocuments) -> BillingStores:
     return BillingStores(
         FakeShapedRecords(inbox, ChargeRecordShape()), FakeShapedRecords(inbox, RefundRecordShape())
     )
+
+
+class FakeDocumentStore:
+    """The core's `DocumentStore` over a `FakeFencedDocuments` (an inbox or orders container):
+    one container seen through the core's port (shipping's `inbox_batch`, status's
+    `apply_version`) and the app's fenced ports (billing's records, the saga) at once. As
+    `CosmosStore` does, every document is written in the batch's partition. Held to
+    `CosmosStore` by tests/integration/test_document_store_contract.py."""
+
+    def __init__(self, container: FakeFencedDocuments | None = None) -> None:
+        self.container = container or FakeFencedDocuments()
+
+    def _in(self, partition: str, document: JsonMapping) -> dict[str, Any]:
+        return {**copy.deepcopy(dict(document)), self.container.partition_key_path: partition}
+
+    async def create_all(self, partition: str, documents: Sequence[JsonMapping]) -> None:
+        written = [self._in(partition, document) for document in documents]
+        refuse_conflicts(
+            written, lambda document_id: (partition, document_id) in self.container.documents
+        )
+        for document in written:
+            self.container._stored(document)
+
+    async def get(self, document_id: str, partition: str) -> StoredDocument | None:
+        return await self.container.get_stored(document_id, partition)
+
+    async def replace(self, document: JsonMapping, partition: str, *, etag: str) -> None:
+        current = self.container.documents.get((partition, str(document["id"])))
+        if current is None or current["_etag"] != etag:
+            raise RecordChangedError(f"{document['id']!r} changed since it was read")
+        self.container._stored(self._in(partition, document))
 
 
 class FakePaymentGateway:
@@ -849,7 +892,7 @@ def stored_orders(
             processed_at=datetime.now(UTC),
             owner_scope=None,
         )
-        order_document, event_document = write.documents[:2]
+        order_document, event_document = write[:2]
         if charged:
             order_document = LAYOUT.order_charged(
                 order_document, f"pay-{order_id}", datetime.now(UTC)

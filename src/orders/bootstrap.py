@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from exactly_once.backoff import Retry
+from exactly_once.ports import DocumentCreator, DocumentStore
 from exactly_once.records import DEFAULT_LEASE_SECONDS, JsonObject
 from orders.adapters.cosmos_audit import documents_of_run
 from orders.adapters.cosmos_billing import billing_stores
@@ -30,6 +31,7 @@ from orders.adapters.cosmos_client import (
     idempotency_container,
     inbox_container,
     leases_container,
+    order_partitioned_store,
     orders_container,
 )
 from orders.adapters.cosmos_fenced import CosmosFencedDocuments
@@ -37,7 +39,6 @@ from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
 from orders.adapters.cosmos_layout import CosmosLayout
 from orders.adapters.cosmos_order_reader import CosmosOrderReader
 from orders.adapters.cosmos_outbox import CosmosOutboxFeed, dispatcher_leases
-from orders.adapters.cosmos_store import CosmosOrderStore
 from orders.adapters.decision_journals import JournalFolder
 from orders.adapters.identity import ProcessCredential
 from orders.adapters.monitoring import configure_monitoring
@@ -93,7 +94,6 @@ from orders.service.ports import (
     MessageHandler,
     MessageSettler,
     OrderPublisher,
-    OrderStore,
     StatusPublisher,
 )
 from orders.service.registry import (
@@ -115,8 +115,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("orders")
 
-# How the consumer's store is made from the orders container (a benchmark swaps in its own).
-StoreFactory = Callable[["ContainerProxy"], OrderStore]
+# How the consumer's document store is made from the orders container (a benchmark swaps in
+# its own).
+StoreFactory = Callable[["ContainerProxy"], DocumentCreator]
 # How every consumer's documents and ids are laid out in Cosmos DB: one mapping, no I/O.
 DOCUMENT_LAYOUT: DocumentLayout = CosmosLayout()
 
@@ -229,7 +230,7 @@ async def build_consumer_runtime(
     async with AsyncExitStack() as stack:
         shared = _clients(stack, settings, clients, **cosmos_client_options)
         client = await shared.cosmos(create_local_resources)
-        make_store = store_factory or CosmosOrderStore
+        make_store = store_factory or order_partitioned_store
         consumer = OrderConsumer(
             make_store(orders_container(client, settings)),
             DOCUMENT_LAYOUT,
@@ -494,7 +495,7 @@ async def run_worker(
     async with AsyncExitStack() as stack:
         clients = _clients(stack, settings, None)
         cosmos = await clients.cosmos()
-        make_store = store_factory or CosmosOrderStore
+        make_store = store_factory or order_partitioned_store
         consumer = OrderConsumer(
             make_store(orders_container(cosmos, settings)),
             DOCUMENT_LAYOUT,
@@ -560,17 +561,18 @@ class _Wiring:
     def after_refund(self) -> AfterRefund | None:
         return self._after_refund
 
-    def inbox(self) -> CosmosFencedDocuments:
-        return CosmosFencedDocuments(inbox_container(self._cosmos, self.settings))
+    def inbox_documents(self) -> DocumentStore:
+        return order_partitioned_store(inbox_container(self._cosmos, self.settings))
 
-    def orders(self) -> CosmosFencedDocuments:
-        return CosmosFencedDocuments(orders_container(self._cosmos, self.settings))
+    def orders(self) -> DocumentStore:
+        return order_partitioned_store(orders_container(self._cosmos, self.settings))
 
     def billing_records(self) -> BillingStores:
         return billing_stores(inbox_container(self._cosmos, self.settings))
 
     def saga(self) -> OrderSaga:
-        return OrderSaga(self.orders(), DOCUMENT_LAYOUT)
+        orders = CosmosFencedDocuments(orders_container(self._cosmos, self.settings))
+        return OrderSaga(orders, DOCUMENT_LAYOUT)
 
     def status_publisher(self) -> StatusPublisher:
         if self._status is None:
@@ -756,8 +758,8 @@ async def send_cancels(
         stack.push_async_callback(runtime.close)
         cosmos = await clients.cosmos()
         probe = StoreProbe(
-            CosmosFencedDocuments(orders_container(cosmos, settings)),
-            CosmosFencedDocuments(inbox_container(cosmos, settings)),
+            order_partitioned_store(orders_container(cosmos, settings)),
+            order_partitioned_store(inbox_container(cosmos, settings)),
             DOCUMENT_LAYOUT,
         )
         scope = app_scope(settings.idempotency_scope)

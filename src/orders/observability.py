@@ -103,7 +103,7 @@ class ConsumerTelemetry:
             case Outcome.MISMATCH:
                 self._mismatches.add(1, attributes)
                 self._dead_lettered.add(1, attributes)
-            case Outcome.REJECTED | Outcome.STORE_REFUSED:
+            case Outcome.REJECTED | Outcome.STORE_REFUSED | Outcome.EFFECT_CONFLICT:
                 self._dead_lettered.add(1, attributes)
             case Outcome.TRANSIENT_FAILURE | Outcome.UNEXPECTED_FAILURE:
                 self._abandoned.add(1, attributes)
@@ -121,10 +121,11 @@ class ConsumerTelemetry:
         text = " ".join(
             f"{key}={log_value(value)}" for key, value in log_fields.items() if value is not None
         )
-        if decision.outcome is Outcome.MISMATCH:
-            # The alert: a producer reused an orderId for a different order.
+        alert = _ALERTS.get(decision.outcome)
+        if alert is not None:
             logger.error(
-                "ALERT orderId reused with a different payload: %s; %s",
+                "%s: %s; %s",
+                alert,
                 text,
                 log_value(decision.dead_letter_description),
                 extra=log_fields,
@@ -140,6 +141,16 @@ class ConsumerTelemetry:
             logger.warning("order message %s: %s", decision.outcome.value, text, extra=log_fields)
         else:
             logger.info("order message %s: %s", decision.outcome.value, text, extra=log_fields)
+
+
+# The order consumer's outcomes logged as errors, each with what an operator reads first.
+_ALERTS = {
+    # A producer reused an orderId for a different order.
+    Outcome.MISMATCH: "ALERT orderId reused with a different payload",
+    # A document of the order stored without the order: nothing the message did, and nothing
+    # a redelivery can mend; an operator looks at the partition.
+    Outcome.EFFECT_CONFLICT: "order message conflicts with a stored document",
+}
 
 
 class SubscriberTelemetry:

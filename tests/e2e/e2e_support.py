@@ -117,7 +117,7 @@ def store_order(stack: LocalStack, order: dict[str, Any]) -> None:
             settings.cosmos_container
         )
         container.execute_item_batch(
-            [("create", (document,)) for document in write.documents],
+            [("create", (document,)) for document in write],
             partition_key=placed.order_id,
         )
 

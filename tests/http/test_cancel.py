@@ -25,7 +25,7 @@ async def placed(api: Api, *, stored: bool = True, principal: str | None = None)
     assert response.status_code == 202
     if stored:
         owner = api.publisher.owners[order_id]  # as the API published it
-        await api.order_store.create_order(new_write(order_id, owner_scope=owner))
+        await api.order_store.create_all(order_id, new_write(order_id, owner_scope=owner))
     return order_id
 
 
@@ -161,7 +161,7 @@ async def test_a_cancel_of_an_order_not_stored_yet_is_409_with_retry_after(api: 
     assert_problem(response, 409, "order-not-stored-yet")
     assert response.headers["retry-after"] == "1"
     owner = api.publisher.owners[order_id]
-    await api.order_store.create_order(new_write(order_id, owner_scope=owner))
+    await api.order_store.create_all(order_id, new_write(order_id, owner_scope=owner))
     assert (await cancel(api, order_id)).status_code == 200  # the same key, once it is stored
 
 
@@ -228,7 +228,7 @@ async def test_get_of_an_order_cancelled_through_the_api_shows_the_stored_order(
     order_id = new_order_id()
     # Sent straight to the queue, naming the app's scope as its owner (the API's callers here).
     owner = app_scope(DEFAULT_SCOPE)
-    await api.order_store.create_order(new_write(order_id, owner_scope=owner))
+    await api.order_store.create_all(order_id, new_write(order_id, owner_scope=owner))
 
     cancelled = await cancel(api, order_id)
     shown = await api.client.get(f"/api/orders/{order_id}")

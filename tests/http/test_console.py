@@ -361,7 +361,7 @@ async def test_order_page_renders_every_document_by_its_type(console: Console) -
 
 async def test_order_page_is_a_timeline_with_its_sources(console: Console) -> None:
     for document in (
-        {**new_write("o-2").documents[0], "processedAt": "2026-12-01T10:00:00+00:00",
+        {**new_write("o-2")[0], "processedAt": "2026-12-01T10:00:00+00:00",
          "_etag": "noise-etag", "_lsn": 7},
         {"id": "o-2:status", "orderId": "o-2", "type": "orderStatus", "status": "shipped",
          "version": 3, "history": [

@@ -161,7 +161,9 @@ async def test_fifty_simultaneous_cancels_with_one_key_publish_once(api: Api) ->
     order_id = new_order_id()
     assert (await api.post(order_payload(order_id), key="place")).status_code == 202
     owner = api.publisher.owners[order_id]
-    await api.order_store.create_order(new_write(order_id, owner_scope=owner))  # as the consumer
+    await api.order_store.create_all(
+        order_id, new_write(order_id, owner_scope=owner)
+    )  # as the consumer
     start = asyncio.Event()
 
     async def one_request() -> httpx.Response:

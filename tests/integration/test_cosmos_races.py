@@ -4,6 +4,7 @@ expiry in between. The adapters must answer "retry" (transient), never crash or 
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any, cast
@@ -13,13 +14,16 @@ import pytest
 from azure.cosmos import PartitionKey
 from azure.cosmos.aio import ContainerProxy, CosmosClient
 from azure.cosmos.exceptions import CosmosResourceExistsError
-from fakes import new_write
+from fakes import LAYOUT, order_payload
 from servers import CosmosServer
 
+from orders.adapters.cosmos_client import order_partitioned_store
 from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore, order_claim_id
-from orders.adapters.cosmos_store import CosmosOrderStore
 from orders.domain.idempotency import OrderIdClaim, core_store_errors, key_claim
+from orders.domain.outcomes import Outcome, Settlement
+from orders.domain.received import ReceivedOrderMessage
 from orders.exceptions import TransientStoreError
+from orders.service.consumer import OrderConsumer
 
 
 @pytest.fixture
@@ -56,14 +60,16 @@ def remaining_hits(server: CosmosServer, rule_id: int) -> int:
 async def test_an_order_that_conflicts_then_vanishes_is_a_transient_failure(
     python_cosmos: CosmosServer, containers: dict[str, ContainerProxy]
 ) -> None:
-    store = CosmosOrderStore(containers["orders"])
+    consumer = OrderConsumer(order_partitioned_store(containers["orders"]), LAYOUT)
     order_id = f"race-{uuid.uuid4().hex[:10]}"
-    await store.create_order(new_write(order_id))
+    message = ReceivedOrderMessage(json.dumps(order_payload(order_id)).encode(), order_id)
+    assert (await consumer.handle(message)).outcome is Outcome.PROCESSED
     rule = vanish_on_read(python_cosmos, f"/docs/{order_id}", times=1)
 
-    with pytest.raises(TransientStoreError, match="conflicted but could not be read"):
-        await store.create_order(new_write(order_id))
+    again = await consumer.handle(message)
 
+    assert (again.outcome, again.settlement) == (Outcome.TRANSIENT_FAILURE, Settlement.ABANDON)
+    assert again.error is not None and "vanished after its create conflicted" in again.error
     assert remaining_hits(python_cosmos, rule["id"]) == 0  # the 404 was really served
 
 

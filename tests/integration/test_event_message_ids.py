@@ -56,7 +56,7 @@ class UnmarkedFeed:
 
 
 def outbox_entry(order_id: str) -> dict[str, Any]:
-    [entry] = [d for d in new_write(order_id).documents if d["type"] == "outbox"]
+    [entry] = [d for d in new_write(order_id) if d["type"] == "outbox"]
     return entry
 
 

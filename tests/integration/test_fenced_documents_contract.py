@@ -1,9 +1,9 @@
 """One contract for the fenced-documents port, three stores: the fake, our Cosmos emulator, and
 @vercel/cosmosdb-server.
 
-`CosmosFencedDocuments` is `FencedDocuments`, `InboxStore` and `OrderDocuments` at once (leases,
-inbox records, the order document's saga decisions); `FakeFencedDocuments` stands in for it in
-the unit tests. Every method of the three ports runs here against the fake and against the
+`CosmosFencedDocuments` is `FencedDocuments` and `OrderDocuments` at once (billing's records
+and leases, the order document's saga decisions); `FakeFencedDocuments` stands in for it in
+the unit tests. Every method of the two ports runs here against the fake and against the
 real adapter over real Cosmos wire servers through the SDK, so the fake cannot drift from what
 the adapter does: documents are keyed by (partition key, id), a transactional batch writes all
 or nothing, and a conditional write fails on a moved ETag. Gaps of the third-party server are
@@ -29,15 +29,11 @@ from orders.exceptions import (
     StoreError,
     TransientStoreError,
 )
-from orders.service.ports import FencedBatches, InboxStore, OrderDocuments
+from orders.service.ports import FencedDocuments, OrderDocuments
 
 # The containers the adapter serves (orders, inbox) are partitioned by /orderId.
 PARTITION_KEY_PATH = "orderId"
 
-_NOT_ATOMIC = (
-    "@vercel/cosmosdb-server batches are not atomic: operations before the failing one stay",
-    AssertionError,
-)
 _NO_REPLACE_IN_BATCH = (
     "@vercel/cosmosdb-server fails a replace inside a batch with a 500 (only create works)",
     TransientStoreError,
@@ -66,21 +62,10 @@ KNOWN_GAPS: KnownGaps = {
     ("vercel", "test_replace_and_create_writes_both_in_one_batch"): _NO_REPLACE_IN_BATCH,
     ("vercel", "test_replace_and_create_with_a_stale_etag_writes_nothing"): _NO_REPLACE_IN_BATCH,
     ("vercel", "test_replace_and_create_with_an_existing_id_writes_nothing"): _NO_REPLACE_IN_BATCH,
-    # The first document existing fails the batch before anything is written, but the check that
-    # nothing was written then reads missing items (the 500 above); later, the non-atomic batch.
-    ("vercel", "test_create_together_with_an_existing_id_writes_nothing"): (
-        f"{_MISSING_READ_500[0]}; {_NOT_ATOMIC[0]}",
-        (TransientStoreError, AssertionError),
-    ),
-    ("vercel", "test_create_together_with_one_id_twice_writes_nothing"): _NOT_ATOMIC,
-    ("vercel", "test_create_together_refuses_a_document_of_another_partition_and_writes_nothing"): (
-        "@vercel/cosmosdb-server writes a batch's document of another partition than the batch's",
-        pytest.fail.Exception,
-    ),
 }
 
 
-class FencedStore(InboxStore, OrderDocuments, FencedBatches, Protocol):
+class FencedStore(FencedDocuments, OrderDocuments, Protocol):
     """Every port `CosmosFencedDocuments` implements."""
 
 
@@ -332,63 +317,3 @@ async def test_replace_and_create_with_an_existing_id_writes_nothing(store: Fenc
     assert found is not None and found.body["state"] == "placed" and found.etag == stored.stamp.etag
     assert await store.get_stored(fresh["id"], partition) is None
     assert await body_of(store, existing.body["id"], partition) == existing.body
-
-
-# --- create_together (one transactional batch) -----------------------------------------------
-
-
-async def test_create_together_writes_every_document(store: FencedStore) -> None:
-    partition = unique_id("order")
-    documents = [document(unique_id(), partition, n=n) for n in range(3)]
-
-    await store.create_together(partition, documents)
-
-    for expected in documents:
-        assert await body_of(store, expected["id"], partition) == expected
-
-
-@pytest.mark.parametrize("existing_at", [0, 2])
-async def test_create_together_with_an_existing_id_writes_nothing(
-    store: FencedStore, existing_at: int
-) -> None:
-    partition = unique_id("order")
-    documents = [document(unique_id(), partition, n=n) for n in range(3)]
-    await store.create({**documents[existing_at], "n": -1})
-
-    with pytest.raises(DocumentExistsError) as exists:
-        await store.create_together(partition, documents)
-
-    # The core's mechanisms tell a duplicate (the marker, first) from an effect's conflict by it.
-    assert (exists.value.document_id, exists.value.index) == (
-        documents[existing_at]["id"],
-        existing_at,
-    )
-    for index, expected in enumerate(documents):
-        found_body = await body_of(store, expected["id"], partition)
-        assert found_body == ({**expected, "n": -1} if index == existing_at else None)
-
-
-async def test_create_together_with_one_id_twice_writes_nothing(store: FencedStore) -> None:
-    partition = unique_id("order")
-    first = document(unique_id(), partition, n=0)
-    twice = document(unique_id(), partition, n=1)
-
-    with pytest.raises(DocumentExistsError):
-        await store.create_together(partition, [first, twice, {**twice, "n": 2}])
-
-    assert await store.get_stored(first["id"], partition) is None
-    assert await store.get_stored(twice["id"], partition) is None
-
-
-async def test_create_together_refuses_a_document_of_another_partition_and_writes_nothing(
-    store: FencedStore,
-) -> None:
-    partition = unique_id("order")
-    mine = document(unique_id(), partition)
-    stranger = document(unique_id(), unique_id("order"))
-
-    with pytest.raises(StoreError):
-        await store.create_together(partition, [mine, stranger])
-
-    assert await store.get_stored(mine["id"], partition) is None
-    assert await store.get_stored(stranger["id"], stranger[PARTITION_KEY_PATH]) is None

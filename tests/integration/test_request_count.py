@@ -1,11 +1,13 @@
 """Cost of idempotency on the wire: one Cosmos request per new order, two per duplicate.
 
-Counts every HTTP request the real SDK sends (an azure-core raw request hook), once the client
-is warm (its one-time account and container metadata reads excluded).
+The order consumer as every host runs it, over the core's document store on the orders
+container. Counts every HTTP request the real SDK sends (an azure-core raw request hook), once
+the client is warm (its one-time account and container metadata reads excluded).
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -13,11 +15,17 @@ from typing import Any
 import pytest
 from azure.cosmos import PartitionKey
 from azure.cosmos.aio import CosmosClient
-from fakes import new_write
+from fakes import LAYOUT, order_payload
 from servers import CosmosServer
 
-from orders.adapters.cosmos_store import CosmosOrderStore
-from orders.domain.documents import OrderAlreadyExistsError
+from orders.adapters.cosmos_client import order_partitioned_store
+from orders.domain.outcomes import Outcome
+from orders.domain.received import ReceivedOrderMessage
+from orders.service.consumer import OrderConsumer
+
+
+def order_message(order_id: str) -> ReceivedOrderMessage:
+    return ReceivedOrderMessage(json.dumps(order_payload(order_id)).encode(), order_id)
 
 
 class RequestLog:
@@ -35,7 +43,7 @@ class RequestLog:
 @pytest.fixture(params=["python-emulator", "vercel"])
 async def counted_store(
     request: pytest.FixtureRequest,
-) -> AsyncIterator[tuple[CosmosOrderStore, RequestLog]]:
+) -> AsyncIterator[tuple[OrderConsumer, RequestLog]]:
     fixture = "vercel_cosmos" if request.param == "vercel" else "python_cosmos"
     server: CosmosServer = request.getfixturevalue(fixture)
     log = RequestLog()
@@ -44,34 +52,35 @@ async def counted_store(
         container = await database.create_container_if_not_exists(
             id="orders", partition_key=PartitionKey(path="/orderId"), default_ttl=-1
         )
-        store = CosmosOrderStore(container)
-        await store.create_order(new_write(f"warmup-{uuid.uuid4().hex}"))  # warms SDK caches
-        yield store, log
+        consumer = OrderConsumer(order_partitioned_store(container), LAYOUT)
+        await consumer.handle(order_message(f"warmup-{uuid.uuid4().hex}"))  # warms SDK caches
+        yield consumer, log
 
 
 async def test_a_new_order_costs_exactly_one_request(
-    counted_store: tuple[CosmosOrderStore, RequestLog],
+    counted_store: tuple[OrderConsumer, RequestLog],
 ) -> None:
-    store, log = counted_store
-    write = new_write(f"count-{uuid.uuid4().hex[:12]}")
+    consumer, log = counted_store
+    message = order_message(f"count-{uuid.uuid4().hex[:12]}")
 
     log.count_during()
-    await store.create_order(write)
+    decision = await consumer.handle(message)
 
+    assert decision.outcome is Outcome.PROCESSED
     assert len(log.requests) == 1, log.requests
     assert log.requests[0].startswith("POST ")
 
 
 async def test_a_duplicate_costs_at_most_two_requests(
-    counted_store: tuple[CosmosOrderStore, RequestLog],
+    counted_store: tuple[OrderConsumer, RequestLog],
 ) -> None:
-    store, log = counted_store
-    write = new_write(f"count-{uuid.uuid4().hex[:12]}")
-    await store.create_order(write)
+    consumer, log = counted_store
+    message = order_message(f"count-{uuid.uuid4().hex[:12]}")
+    await consumer.handle(message)
 
     log.count_during()
-    with pytest.raises(OrderAlreadyExistsError):
-        await store.create_order(write)
+    decision = await consumer.handle(message)
 
+    assert decision.outcome is Outcome.DUPLICATE
     assert len(log.requests) == 2, log.requests
     assert log.requests[0].startswith("POST ") and log.requests[1].startswith("GET ")

@@ -18,8 +18,8 @@ from azure.cosmos.aio import ContainerProxy, CosmosClient
 from fakes import LAYOUT, new_write
 from servers import CosmosServer
 
+from orders.adapters.cosmos_client import order_partitioned_store
 from orders.adapters.cosmos_fenced import CosmosFencedDocuments
-from orders.adapters.cosmos_store import CosmosOrderStore
 from orders.domain.events import OrderAccepted
 from orders.domain.outcomes import Outcome
 from orders.domain.received import ReceivedOrderMessage
@@ -47,19 +47,19 @@ async def containers(python_cosmos: CosmosServer) -> AsyncIterator[dict[str, Con
 def accepted_message(order_id: str) -> ReceivedOrderMessage:
     """The event the dispatcher publishes for the order `new_write(order_id)` stores."""
     write = new_write(order_id)
-    event = OrderAccepted.model_validate(write.documents[1]["event"])
+    event = OrderAccepted.model_validate(write[1]["event"])
     return ReceivedOrderMessage(body=event.body(), message_id=event.event_id)
 
 
 async def test_cancel_racing_ship_has_one_winner_per_order_and_the_loser_sees_it(
     containers: dict[str, ContainerProxy],
 ) -> None:
-    store = CosmosOrderStore(containers["orders"])
+    store = order_partitioned_store(containers["orders"])
     orders = CosmosFencedDocuments(containers["orders"])
-    inbox = CosmosFencedDocuments(containers["inbox"])
+    inbox = order_partitioned_store(containers["inbox"])
     order_ids = [f"race-{uuid.uuid4().hex[:10]}" for _ in range(ORDERS)]
     for order_id in order_ids:
-        await store.create_order(new_write(order_id))
+        await store.create_all(order_id, new_write(order_id))
         # Charged, as billing records it: shipping reserves only a charged order.
         await OrderSaga(orders, LAYOUT).record_charge(order_id, f"pay-{order_id}")
     shipping = ShippingConsumer(inbox, OrderSaga(orders, LAYOUT), LAYOUT)
@@ -87,7 +87,7 @@ async def test_cancel_racing_ship_has_one_winner_per_order_and_the_loser_sees_it
         read = LAYOUT.saga_order(found.body)
         assert read is not None
         state = read.fulfilment
-        shipment = await inbox.get_stored(f"{order_id}:shipment", order_id)
+        shipment = await inbox.get(f"{order_id}:shipment", order_id)
         if cancelled is CancelResult.CANCELLED:
             assert shipped is Outcome.SKIPPED_CANCELLED, order_id
             assert state is Fulfilment.CANCELLED and shipment is None
@@ -106,12 +106,12 @@ async def test_a_refused_charge_racing_shipping_ends_the_order_unshipped(
     """Billing's refusal and a shipping delivery started together, per order: shipping waits
     for a charge that never comes and skips the order once it is `payment_failed`; nothing
     ships (the hole: a refused charge, and the order shipped anyway)."""
-    store = CosmosOrderStore(containers["orders"])
+    store = order_partitioned_store(containers["orders"])
     orders = CosmosFencedDocuments(containers["orders"])
-    inbox = CosmosFencedDocuments(containers["inbox"])
+    inbox = order_partitioned_store(containers["inbox"])
     order_ids = [f"refused-{uuid.uuid4().hex[:10]}" for _ in range(ORDERS // 4)]
     for order_id in order_ids:
-        await store.create_order(new_write(order_id))
+        await store.create_all(order_id, new_write(order_id))
     # Waits far longer than the refusal takes: a deadline, not the synchronisation.
     shipping = ShippingConsumer(inbox, OrderSaga(orders, LAYOUT), LAYOUT, charge_wait_seconds=30)
 
@@ -128,7 +128,7 @@ async def test_a_refused_charge_racing_shipping_ends_the_order_unshipped(
         assert found is not None
         read = LAYOUT.saga_order(found.body)
         assert read is not None and read.fulfilment is Fulfilment.PAYMENT_FAILED
-        assert await inbox.get_stored(f"{order_id}:shipment", order_id) is None
+        assert await inbox.get(f"{order_id}:shipment", order_id) is None
 
 
 async def test_a_charge_recorded_after_a_refusal_reopens_the_order_for_shipping(
@@ -137,9 +137,9 @@ async def test_a_charge_recorded_after_a_refusal_reopens_the_order_for_shipping(
     """An operator fixed the cause and had the event published again: the charge it makes
     reopens the order, and shipping ships it on that delivery."""
     orders = CosmosFencedDocuments(containers["orders"])
-    inbox = CosmosFencedDocuments(containers["inbox"])
+    inbox = order_partitioned_store(containers["inbox"])
     order_id = f"reopened-{uuid.uuid4().hex[:10]}"
-    await CosmosOrderStore(containers["orders"]).create_order(new_write(order_id))
+    await order_partitioned_store(containers["orders"]).create_all(order_id, new_write(order_id))
     saga = OrderSaga(orders, LAYOUT)
     await saga.record_payment_failed(order_id, "card_declined")
 
@@ -148,7 +148,7 @@ async def test_a_charge_recorded_after_a_refusal_reopens_the_order_for_shipping(
 
     assert reopened.order.fulfilment is Fulfilment.OPEN and reopened.order.charged
     assert shipped.outcome is Outcome.PROCESSED
-    assert await inbox.get_stored(f"{order_id}:shipment", order_id) is not None
+    assert await inbox.get(f"{order_id}:shipment", order_id) is not None
 
 
 async def test_a_cancel_with_a_stale_etag_writes_neither_the_order_nor_its_event(
@@ -157,7 +157,7 @@ async def test_a_cancel_with_a_stale_etag_writes_neither_the_order_nor_its_event
     """The batch is all or nothing: the If-Match replace failing takes the event with it."""
     orders = CosmosFencedDocuments(containers["orders"])
     order_id = f"stale-{uuid.uuid4().hex[:10]}"
-    await CosmosOrderStore(containers["orders"]).create_order(new_write(order_id))
+    await order_partitioned_store(containers["orders"]).create_all(order_id, new_write(order_id))
     found = await orders.get_stored(order_id, order_id)
     assert found is not None
     await orders.replace(

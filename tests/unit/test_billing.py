@@ -11,6 +11,7 @@ from decimal import Decimal
 import pytest
 from fakes import (
     LAYOUT,
+    FakeDocumentStore,
     FakeFencedDocuments,
     FakePaymentGateway,
     billing_stores,
@@ -248,12 +249,12 @@ async def test_one_consumers_record_never_blocks_the_others(
     in_progress_by(records, "owner-a")
     orders = stored_orders(charged=True)
 
-    shipped = await ShippingConsumer(records, OrderSaga(orders, LAYOUT), LAYOUT).handle(
-        event_message()
-    )
-    again = await ShippingConsumer(records, OrderSaga(orders, LAYOUT), LAYOUT).handle(
-        event_message()
-    )
+    shipped = await ShippingConsumer(
+        FakeDocumentStore(records), OrderSaga(orders, LAYOUT), LAYOUT
+    ).handle(event_message())
+    again = await ShippingConsumer(
+        FakeDocumentStore(records), OrderSaga(orders, LAYOUT), LAYOUT
+    ).handle(event_message())
 
     assert shipped.outcome is Outcome.PROCESSED and again.outcome is Outcome.DUPLICATE
     assert record_of(records)["status"] == "inProgress"

@@ -184,7 +184,10 @@ async def test_bad_messages_are_dead_lettered_with_a_specific_reason_and_never_w
     assert action == "dead_letter"
     assert details["reason"] == reason
     assert details["description"]
-    assert store.create_calls == 0
+    # Nothing of an order is written: at most the rejection note filed under its id.
+    assert store.order_ids() == []
+    stored = [d for pk in store.partitions for d in store.documents(pk)]
+    assert all(d["type"] == "orderRejection" for d in stored)
 
 
 async def test_largest_allowed_order_fits_one_batch(
@@ -240,15 +243,24 @@ async def test_redelivery_after_transient_failure_is_processed_once(
     assert store.order_ids() == [order_id]
 
 
-async def test_line_conflict_without_order_is_not_completed(
+async def test_line_conflict_without_order_is_dead_lettered_as_an_effect_conflict(
     store: FakeOrderStore, consumer: OrderConsumer
 ) -> None:
+    # The core's conflict, in one form from the store to the decision: a line stored without
+    # its order conflicts on every delivery alike, so no redelivery can complete it.
     order_id = new_id()
     store.seed_document(order_id, {"id": f"{order_id}:line:002", "orderId": order_id})
+    settler = RecordingSettler()
 
-    decision = await consumer.handle(message_for(order_payload(order_id)))
+    decision = await consumer.handle_and_settle(message_for(order_payload(order_id)), settler)
 
-    assert decision.settlement is Settlement.ABANDON
+    assert (decision.outcome, decision.settlement) == (
+        Outcome.EFFECT_CONFLICT,
+        Settlement.DEAD_LETTER,
+    )
+    [(action, details)] = settler.calls
+    assert action == "dead_letter" and details["reason"] == "EffectDocumentExists"
+    assert f"{order_id}:line:002" in details["description"]
     assert order_id not in {d["id"] for d in store.documents(order_id)}
 
 
@@ -286,7 +298,7 @@ async def test_a_mismatch_files_its_rejection_in_the_order_partition(
 
     rejections = [d for d in store.documents(order_id) if d["type"] == "orderRejection"]
     assert decision.outcome is again.outcome is Outcome.MISMATCH
-    # A redelivery of the same rejected payload rewrites the same document.
+    # A redelivery of the same rejected payload finds its note filed: one document.
     [rejection] = rejections
     assert rejection["reason"] == "RequestHashMismatch"
     assert rejection["requestHash"] == decision.request_hash
@@ -306,7 +318,7 @@ async def test_a_store_that_cannot_file_the_rejection_does_not_delay_the_dead_le
 
     assert decision.outcome is Outcome.REJECTED
     assert settler.calls[0][0] == "dead_letter"
-    assert store.rejection_calls == 1 and store.documents(order_id) == []
+    assert store.create_calls == 1 and store.documents(order_id) == []
 
 
 async def test_a_rejection_without_a_usable_id_is_not_filed(
@@ -315,7 +327,7 @@ async def test_a_rejection_without_a_usable_id_is_not_filed(
     decision = await consumer.handle(ReceivedOrderMessage(b"{oops", message_id="bad/id"))
 
     assert decision.outcome is Outcome.REJECTED and decision.order_id is None
-    assert store.rejection_calls == 0
+    assert store.create_calls == 0
 
 
 async def test_negative_zero_is_stored_as_zero(

@@ -56,7 +56,7 @@ class Events:
 def outbox_changes(*order_ids: str) -> list[dict[str, Any]]:
     changes: list[dict[str, Any]] = []
     for order_id in order_ids:
-        changes.extend(new_write(order_id).documents)
+        changes.extend(new_write(order_id))
     return changes
 
 

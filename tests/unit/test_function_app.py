@@ -20,6 +20,7 @@ import pytest
 from azure.servicebus import ServiceBusReceivedMessage
 from fakes import (
     LAYOUT,
+    FakeDocumentStore,
     FakeFencedDocuments,
     FakeLeaseStore,
     FakeMessageActions,
@@ -265,7 +266,7 @@ async def test_the_shipping_trigger_runs_the_shipping_core_and_settles() -> None
     inbox = FakeFencedDocuments()
     lazy = function_subscriber_runtimes["shipping"]
     orders = stored_orders("o-fn", charged=True)
-    shipping = ShippingConsumer(inbox, OrderSaga(orders, LAYOUT), LAYOUT)
+    shipping = ShippingConsumer(FakeDocumentStore(inbox), OrderSaga(orders, LAYOUT), LAYOUT)
     lazy.use(SubscriberRuntime(Source(queue="unused"), shipping))
     event = event_message("o-fn")
     message = received_message(event.message_id or "", data=event.body)
@@ -341,7 +342,7 @@ class MarkingFeed:
 
 async def test_the_cosmos_trigger_publishes_and_marks_only_undispatched_outbox_documents() -> None:
     write = new_write("o-feed")
-    order, outbox = write.documents[0], write.documents[1]
+    order, outbox = write[0], write[1]
     done = {**outbox, "id": "o-done:outbox:OrderAccepted", "dispatched": True}
     events, feed = RecordingEvents(), MarkingFeed()
     dispatcher = OutboxDispatcher(feed, events, FakeLeaseStore(), LAYOUT)

@@ -165,7 +165,7 @@ class Stack:
 async def test_a_claim_for_a_payload_that_lost_the_order_id_owns_nothing(caller: str) -> None:
     # Given alice's order, sent straight to the queue and stored
     stack = Stack()
-    await stack.orders.create_order(new_write("o-1", owner_scope=ALICE))
+    await stack.orders.create_all("o-1", new_write("o-1", owner_scope=ALICE))
 
     # When another caller places another payload under its orderId (202: the API had no claim)
     await stack.place(caller, "o-1", currency="USD")
@@ -184,8 +184,8 @@ async def test_get_and_cancel_agree_for_every_caller_in_the_shared_scope() -> No
     """Without principals every caller is `app:<scope>`: an order it owns is shown (never
     `rejected`) and cancelled; one with no owner is neither."""
     stack = Stack()
-    await stack.orders.create_order(new_write("o-shared", owner_scope=SHARED))
-    await stack.orders.create_order(new_write("o-nobody", owner_scope=None))
+    await stack.orders.create_all("o-shared", new_write("o-shared", owner_scope=SHARED))
+    await stack.orders.create_all("o-nobody", new_write("o-nobody", owner_scope=None))
     for order_id in ("o-shared", "o-nobody"):
         await stack.place(SHARED, order_id, currency="USD")  # a payload that will be rejected
 
@@ -205,11 +205,11 @@ async def test_an_order_stored_before_owners_were_recorded_is_its_claims_owners(
     stack = Stack()
     await stack.place(ALICE, "o-1")
     legacy = new_write("o-1", owner_scope=ALICE)
-    del legacy.documents[0]["ownerScope"]  # as written before this field existed
-    await stack.orders.create_order(legacy)
+    del legacy[0]["ownerScope"]  # as written before this field existed
+    await stack.orders.create_all("o-1", legacy)
     queue_legacy = new_write("o-2", owner_scope=None)
-    del queue_legacy.documents[0]["ownerScope"]  # sent straight to the queue, no claim
-    await stack.orders.create_order(queue_legacy)
+    del queue_legacy[0]["ownerScope"]  # sent straight to the queue, no claim
+    await stack.orders.create_all("o-2", queue_legacy)
 
     assert (await stack.lookup.find(MALLORY, "o-1")).state is OrderState.UNKNOWN
     assert (await stack.lookup.find(ALICE, "o-1")).state is OrderState.STORED

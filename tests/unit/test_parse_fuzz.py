@@ -84,7 +84,7 @@ def check(body: bytes) -> None:
         processed_at=datetime(2026, 1, 1, tzinfo=UTC),
         owner_scope=None,
     )
-    assert all(len(json.dumps(d)) < 4096 for d in write.documents)
+    assert all(len(json.dumps(d)) < 4096 for d in write)
 
 
 @FUZZ

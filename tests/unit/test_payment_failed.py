@@ -15,6 +15,7 @@ from typing import Any
 
 from fakes import (
     LAYOUT,
+    FakeDocumentStore,
     FakeFencedDocuments,
     FakePaymentGateway,
     billing_stores,
@@ -40,7 +41,7 @@ def billing(inbox: FakeFencedDocuments, payments: FakePaymentGateway, orders: An
 
 
 def shipping(inbox: FakeFencedDocuments, orders: FakeFencedDocuments, **options: Any) -> Any:
-    return ShippingConsumer(inbox, OrderSaga(orders, LAYOUT), LAYOUT, **options)
+    return ShippingConsumer(FakeDocumentStore(inbox), OrderSaga(orders, LAYOUT), LAYOUT, **options)
 
 
 def shipments(inbox: FakeFencedDocuments) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from fakes import (
     LAYOUT,
+    FakeDocumentStore,
     FakeFencedDocuments,
     FakePaymentGateway,
     billing_stores,
@@ -60,7 +61,7 @@ def billing(
 
 
 def shipping(inbox: FakeFencedDocuments, orders: FakeFencedDocuments) -> ShippingConsumer:
-    return ShippingConsumer(inbox, OrderSaga(orders, LAYOUT), LAYOUT)
+    return ShippingConsumer(FakeDocumentStore(inbox), OrderSaga(orders, LAYOUT), LAYOUT)
 
 
 def outcome(decision: Decision) -> tuple[Outcome, Settlement]:

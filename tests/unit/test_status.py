@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from fakes import LAYOUT, FakeFencedDocuments
+from fakes import LAYOUT, FakeDocumentStore, FakeFencedDocuments
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orders.domain.leases import StampedDocument
+from exactly_once.records import JsonMapping
 from orders.domain.messages import MessageRejected
 from orders.domain.outcomes import Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
@@ -37,7 +37,7 @@ def message(change: OrderStatusChanged) -> ReceivedOrderMessage:
     return ReceivedOrderMessage(body=change.body(), message_id=change.message_id)
 
 
-def stored(documents: FakeFencedDocuments, order_id: str = "o-1") -> dict[str, object]:
+def stored(documents: FakeFencedDocuments, order_id: str = "o-1") -> dict[str, Any]:
     return documents.documents[(order_id, f"{order_id}:status")]
 
 
@@ -64,7 +64,7 @@ def test_the_state_machine(source: OrderStatus, target: OrderStatus, legal: bool
 
 async def test_newer_applies_older_is_stale_and_a_repeat_changes_nothing() -> None:
     documents = FakeFencedDocuments()
-    consumer = StatusConsumer(documents, LAYOUT)
+    consumer = StatusConsumer(FakeDocumentStore(documents), LAYOUT)
 
     shipped = await consumer.handle(message(update(OrderStatus.SHIPPED)))
     paid_late = await consumer.handle(message(update(OrderStatus.PAID)))
@@ -87,7 +87,7 @@ def changes(documents: FakeFencedDocuments) -> list[tuple[object, object]]:
 
 async def test_a_change_that_arrives_after_a_newer_one_is_kept_in_its_place() -> None:
     documents = FakeFencedDocuments()
-    consumer = StatusConsumer(documents, LAYOUT)
+    consumer = StatusConsumer(FakeDocumentStore(documents), LAYOUT)
     await consumer.handle(message(update(OrderStatus.SHIPPED)))
 
     paid_late = await consumer.handle(message(update(OrderStatus.PAID)))
@@ -100,7 +100,7 @@ async def test_a_change_that_arrives_after_a_newer_one_is_kept_in_its_place() ->
 
 async def test_a_stale_update_that_never_happened_to_the_order_is_not_recorded() -> None:
     documents = FakeFencedDocuments()
-    consumer = StatusConsumer(documents, LAYOUT)
+    consumer = StatusConsumer(FakeDocumentStore(documents), LAYOUT)
     await consumer.handle(message(update(OrderStatus.CANCELLED)))
 
     shipped_late = await consumer.handle(message(update(OrderStatus.SHIPPED)))
@@ -111,7 +111,7 @@ async def test_a_stale_update_that_never_happened_to_the_order_is_not_recorded()
 
 async def test_an_illegal_transition_is_dead_lettered_with_a_reason() -> None:
     documents = FakeFencedDocuments()
-    consumer = StatusConsumer(documents, LAYOUT)
+    consumer = StatusConsumer(FakeDocumentStore(documents), LAYOUT)
     await consumer.handle(message(update(OrderStatus.CANCELLED)))
 
     decision = await consumer.handle(message(update(OrderStatus.DELIVERED, version=9)))
@@ -127,21 +127,22 @@ async def test_an_illegal_transition_is_dead_lettered_with_a_reason() -> None:
 
 async def test_a_lost_race_reads_again_and_decides_again() -> None:
     documents = FakeFencedDocuments()
-    consumer = StatusConsumer(documents, LAYOUT)
+    store = FakeDocumentStore(documents)
+    consumer = StatusConsumer(store, LAYOUT)
     await consumer.handle(message(update(OrderStatus.PAID)))
-    real_replace = documents.replace
+    real_replace = store.replace
     raced = False
 
-    async def replace_after_a_rival(document: dict[str, Any], *, etag: str) -> StampedDocument:
+    async def replace_after_a_rival(document: JsonMapping, partition: str, *, etag: str) -> None:
         nonlocal raced
         if not raced:
             raced = True  # a rival's cancel (version 5) lands between our read and our write
             await real_replace(
-                {**stored(documents), "status": "cancelled", "version": 5}, etag=etag
+                {**stored(documents), "status": "cancelled", "version": 5}, partition, etag=etag
             )
-        return await real_replace(document, etag=etag)
+        await real_replace(document, partition, etag=etag)
 
-    documents.replace = replace_after_a_rival  # type: ignore[method-assign]
+    store.replace = replace_after_a_rival  # type: ignore[method-assign]
     decision = await consumer.handle(message(update(OrderStatus.SHIPPED)))
 
     assert decision.outcome is Outcome.STALE  # version 3 < the rival's 5, seen on the re-read
@@ -150,7 +151,7 @@ async def test_a_lost_race_reads_again_and_decides_again() -> None:
 
 async def test_history_is_bounded() -> None:
     documents = FakeFencedDocuments()
-    consumer = StatusConsumer(documents, LAYOUT)
+    consumer = StatusConsumer(FakeDocumentStore(documents), LAYOUT)
     steps = [OrderStatus.PAID, OrderStatus.SHIPPED, OrderStatus.DELIVERED]
     for version in range(2, MAX_HISTORY + 10):  # version 1 is the order as placed
         await consumer.handle(message(update(steps[min(version - 2, 2)], version=version)))
@@ -167,7 +168,9 @@ async def test_history_is_bounded() -> None:
         "_etag": '"0"',
         "_ts": 0,
     }
-    await StatusConsumer(many, LAYOUT).handle(message(update(OrderStatus.SHIPPED)))
+    await StatusConsumer(FakeDocumentStore(many), LAYOUT).handle(
+        message(update(OrderStatus.SHIPPED))
+    )
     history = stored(many)["history"]
     assert isinstance(history, list) and len(history) == MAX_HISTORY
     assert history[-1] == {"status": "shipped", "version": 3, "at": NOW.isoformat()}
@@ -175,7 +178,7 @@ async def test_history_is_bounded() -> None:
 
 async def test_a_status_never_follows_itself_so_a_stray_placed_is_always_illegal() -> None:
     documents = FakeFencedDocuments()
-    decision = await StatusConsumer(documents, LAYOUT).handle(
+    decision = await StatusConsumer(FakeDocumentStore(documents), LAYOUT).handle(
         message(update(OrderStatus.PLACED, 7))
     )
     assert decision.outcome is Outcome.ILLEGAL_TRANSITION and documents.documents == {}
@@ -194,7 +197,7 @@ async def test_any_order_with_duplicates_ends_at_the_highest_version(
     deliveries: list[OrderStatusChanged],
 ) -> None:
     documents = FakeFencedDocuments()
-    consumer = StatusConsumer(documents, LAYOUT)
+    consumer = StatusConsumer(FakeDocumentStore(documents), LAYOUT)
     for delivery in deliveries:
         decision = await consumer.handle(message(delivery))
         assert decision.settlement is Settlement.COMPLETE

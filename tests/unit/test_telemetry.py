@@ -48,6 +48,27 @@ def counter_totals(reader: InMemoryMetricReader) -> dict[str, int]:
     return totals
 
 
+async def test_an_effect_conflict_is_counted_dead_lettered_and_logged_as_an_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A line stored without its order: the core's conflict, dead-lettered on the first
+    # delivery, so the dashboards' dead-letter count must see it.
+    reader = InMemoryMetricReader()
+    telemetry = ConsumerTelemetry(MeterProvider(metric_readers=[reader]), TracerProvider())
+    store = FakeOrderStore()
+    store.seed_document("t-5", {"id": "t-5:line:001", "orderId": "t-5"})
+    payload = json.dumps(order_payload("t-5")).encode()
+
+    decision = await OrderConsumer(store, LAYOUT, telemetry).handle(
+        ReceivedOrderMessage(payload, "t-5")
+    )
+
+    assert decision.outcome is Outcome.EFFECT_CONFLICT
+    assert counter_totals(reader)["orders.dead_lettered"] == 1
+    [logged] = [r for r in caplog.records if r.name == "orders.consumer" and "t-5" in r.message]
+    assert logged.levelno == logging.ERROR and "t-5:line:001" in logged.getMessage()
+
+
 async def test_each_outcome_counts_and_spans_carry_the_dedup_key() -> None:
     reader = InMemoryMetricReader()
     exporter = InMemorySpanExporter()
@@ -280,7 +301,7 @@ class MarkOnlyFeed:
 
 def _outbox(order_id: str, written_at: int) -> dict[str, Any]:
     record = new_write(order_id)
-    [outbox] = [d for d in record.documents if d.get("type") == OUTBOX_DOCUMENT_TYPE]
+    [outbox] = [d for d in record if d.get("type") == OUTBOX_DOCUMENT_TYPE]
     return {**outbox, "_ts": written_at}
 
 

@@ -11,6 +11,7 @@ from azure.cosmos import PartitionKey
 from azure.cosmos.aio import ContainerProxy as ContainerProxy
 from azure.cosmos.aio import CosmosClient as CosmosClient
 
+from exactly_once.cosmos import CosmosStore
 from orders.adapters.identity import ProcessCredential
 from orders.settings import Settings
 
@@ -47,6 +48,12 @@ def inbox_container(client: CosmosClient, settings: Settings) -> ContainerProxy:
 
 def leases_container(client: CosmosClient, settings: Settings) -> ContainerProxy:
     return _container(client, settings, settings.cosmos_leases_container)
+
+
+def order_partitioned_store(container: ContainerProxy) -> CosmosStore:
+    """The `exactly_once` core's document store over the orders or the inbox container, both
+    partitioned by `/orderId`: the one port the consumers write their documents through."""
+    return CosmosStore(container, partition_key_field="orderId")
 
 
 class LocalContainer(Protocol):

@@ -27,7 +27,8 @@ from orders.exceptions import DocumentExistsError, LeaseLostError
 
 
 class CosmosFencedDocuments:
-    """`FencedDocuments`, `InboxStore` and `OrderDocuments` over one container."""
+    """`FencedDocuments` (billing's records) and `OrderDocuments` (the saga) over one
+    container; the consumers' own documents go through the core's `CosmosStore`."""
 
     def __init__(self, container: ContainerProxy) -> None:
         self._container = container
@@ -50,7 +51,7 @@ class CosmosFencedDocuments:
             ("replace", (replaced["id"], replaced), {"if_match_etag": etag}),
             *(("create", (document,), {}) for document in created),
         ]
-        await self._batch(partition_key, operations, [replaced, *created], fenced=True)
+        await self._batch(partition_key, operations, [replaced, *created])
 
     async def create(self, document: dict[str, Any]) -> StampedDocument:
         with store_errors():
@@ -76,23 +77,14 @@ class CosmosFencedDocuments:
                 item=document_id, partition_key=partition_key, **if_match(etag)
             )
 
-    async def create_together(self, partition_key: str, documents: list[dict[str, Any]]) -> None:
-        operations: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
-            ("create", (document,), {}) for document in documents
-        ]
-        await self._batch(partition_key, operations, documents, fenced=False)
-
     async def _batch(
         self,
         partition_key: str,
         operations: list[tuple[str, tuple[Any, ...], dict[str, Any]]],
         documents: list[dict[str, Any]],
-        *,
-        fenced: bool,
     ) -> None:
-        """One transactional batch: a conflict names the document and its position (a gateway
-        may answer a batch of creates with the 409 on the response itself); with `fenced`, a
-        moved ETag of the first (replaced) document is a lost lease."""
+        """One transactional batch, the first document replaced If-Match: its moved ETag is a
+        lost lease; a conflict names the created document and its position."""
         with store_errors():
             try:
                 await self._container.execute_item_batch(
@@ -100,7 +92,7 @@ class CosmosFencedDocuments:
                 )
             except BATCH_ERRORS as exc:
                 status, index = failed_operation(exc)
-                if fenced and status in (404, 412):
+                if status in (404, 412):
                     raise LeaseLostError(
                         f"{documents[0]['id']!r} changed since it was read"
                     ) from exc

@@ -23,7 +23,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from orders.domain.documents import OrderRecord, OrderWrite, decimal_text
+from orders.domain.documents import decimal_text
 from orders.domain.events import (
     ORDER_CANCELLED,
     OrderAccepted,
@@ -127,7 +127,7 @@ def order_write(
     processed_at: datetime,
     owner_scope: str | None,
     trace_context: dict[str, str] | None = None,
-) -> OrderWrite:
+) -> tuple[dict[str, Any], ...]:
     """Everything a new order writes in one batch: the order document (id = orderId, first),
     its `OrderAccepted` outbox entry (stored order <=> event to publish) and one per line.
 
@@ -163,16 +163,7 @@ def order_write(
         for number, line in enumerate(order.lines, start=1)
     ]
     accepted = OrderAccepted.of(order, total_amount=total_amount, accepted_at=processed_at)
-    return OrderWrite(
-        order_id=order.order_id,
-        request_hash=request_hash,
-        documents=(order_document, outbox_document(accepted, trace_context), *line_documents),
-    )
-
-
-def order_record(document: Mapping[str, Any]) -> OrderRecord:
-    """What a stored order document tells about an order that already exists."""
-    return OrderRecord(order_id=document["orderId"], request_hash=document["requestHash"])
+    return (order_document, outbox_document(accepted, trace_context), *line_documents)
 
 
 def saga_order(document: Mapping[str, Any] | None) -> SagaOrder | None:
@@ -665,6 +656,7 @@ class CosmosLayout:
     stored_status = staticmethod(stored_status)
     with_history = staticmethod(with_history)
     filed_rejection = staticmethod(filed_rejection)
+    rejection_document = staticmethod(rejection_document)
     order_partition = staticmethod(order_partition)
     order_partitions = staticmethod(order_partitions)
     inbox_partitions = staticmethod(inbox_partitions)

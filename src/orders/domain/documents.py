@@ -1,19 +1,14 @@
-"""What the store holds of an order, as the consumer sees it: the write of a new order and
-the record of one that exists.
+"""How amounts are spelt in the stored documents.
 
 The documents themselves (the order document, its outbox event, one per line, all in the
 partition `/orderId` so they go in one transactional batch) are the Cosmos adapter's
-(`adapters/cosmos_layout.py`). Amounts are stored as decimal strings: JSON numbers are doubles
-and money must stay exact.
+(`adapters/cosmos_layout.py`), written through the `exactly_once` core's document store.
+Amounts are stored as decimal strings: JSON numbers are doubles and money must stay exact.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
-
-from orders.exceptions import ConflictSignal
 
 
 def decimal_text(value: Decimal) -> str:
@@ -25,29 +20,3 @@ def decimal_text(value: Decimal) -> str:
     if value.is_zero():
         return "0"  # not "-0": one amount, one spelling
     return format(value.normalize(), "f")
-
-
-@dataclass(frozen=True)
-class OrderRecord:
-    """What the store tells us about an order that already exists."""
-
-    order_id: str
-    request_hash: str
-
-
-class OrderAlreadyExistsError(ConflictSignal):
-    """An order with this id is already stored; carries the existing record. It lives beside
-    the record it carries, so `orders.exceptions` stays a leaf."""
-
-    def __init__(self, existing: OrderRecord) -> None:
-        super().__init__(f"order {existing.order_id!r} already exists")
-        self.existing = existing
-
-
-@dataclass(frozen=True)
-class OrderWrite:
-    """Everything one new order writes, order document first, in one transactional batch."""
-
-    order_id: str
-    request_hash: str
-    documents: tuple[dict[str, Any], ...]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
+from exactly_once.ports import DocumentCreator
 from exactly_once.records import JsonObject
 from orders.domain.events import order_event_id
 from orders.domain.inbox import BillingStatus
@@ -29,7 +30,7 @@ from orders.exceptions import (
     UnknownOrderError,
 )
 from orders.service.idempotency import IdempotentOrderIntake
-from orders.service.ports import BillingLayout, OrderDocuments, ShippingLayout
+from orders.service.ports import BillingLayout, ShippingLayout
 
 DEFAULT_DEADLINE_SECONDS = 60.0
 POLL_SECONDS = 0.2
@@ -169,17 +170,19 @@ class ProbedLayout(BillingLayout, ShippingLayout, Protocol):
 class StoreProbe:
     """`CancelProbe` by point reads: the order document, billing's record, the shipment."""
 
-    def __init__(self, orders: OrderDocuments, inbox: OrderDocuments, layout: ProbedLayout) -> None:
+    def __init__(
+        self, orders: DocumentCreator, inbox: DocumentCreator, layout: ProbedLayout
+    ) -> None:
         self._orders = orders
         self._inbox = inbox
         self._layout = layout
 
     async def stored(self, order_id: str) -> bool:
-        return await self._orders.get_stored(order_id, order_id) is not None
+        return await self._orders.get(order_id, order_id) is not None
 
     async def charged(self, order_id: str) -> bool:
         record_id = self._layout.charge_record_id(order_event_id(order_id))
-        record = await self._inbox.get_stored(record_id, order_id)
+        record = await self._inbox.get(record_id, order_id)
         return (
             record is not None
             and self._layout.charge_of(record.body).status is BillingStatus.COMPLETED
@@ -187,4 +190,4 @@ class StoreProbe:
 
     async def shipped(self, order_id: str) -> bool:
         shipment_id = self._layout.shipment_id(order_id)
-        return await self._inbox.get_stored(shipment_id, order_id) is not None
+        return await self._inbox.get(shipment_id, order_id) is not None

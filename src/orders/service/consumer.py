@@ -2,8 +2,10 @@
 
 Write first, read only on conflict: the atomic create of the order document (id = orderId) IS
 the duplicate check, so a new order costs one store request and a duplicate at most two. The
-mechanism is the `exactly_once` core's `create_entity`; the error frame is the one every consumer
-shares (`subscriber.decided`).
+mechanism is the `exactly_once` core's `create_entity`, over the core's document store (the
+orders container), so a conflict keeps one form from the store's 409 to the decision: the core's
+`DocumentExistsError`, then `PayloadMismatchError` when the stored hash differs. The error frame
+is the one every consumer shares (`subscriber.decided`).
 """
 
 from __future__ import annotations
@@ -11,12 +13,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 # The one mapping from a decision to a settlement is the core's; the app's hosts import it here.
 from exactly_once.decisions import settle as settle
-from exactly_once.exceptions import PayloadMismatchError
+from exactly_once.exceptions import DocumentExistsError, PayloadMismatchError
 from exactly_once.orchestrator import create_entity
-from orders.domain.documents import OrderWrite
+from exactly_once.ports import DocumentCreator
 from orders.domain.hashing import request_hash
 from orders.domain.ids import is_entity_id
 from orders.domain.messages import DeadLetterReason, MessageRejected, parse_received_order
@@ -25,8 +28,7 @@ from orders.domain.ownership import message_owner
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.rejections import OrderRejection, body_digest
 from orders.observability import ConsumerTelemetry, log_value
-from orders.service.core_documents import OrderDocumentStore
-from orders.service.ports import MessageSettler, OrderLayout, OrderStore
+from orders.service.ports import MessageSettler, OrderLayout
 from orders.service.subscriber import decided
 from orders.tracing import current_trace_properties
 
@@ -56,14 +58,13 @@ def mismatch(order_id: str, stored_hash: str, incoming_hash: str) -> Decision:
 class OrderConsumer:
     def __init__(
         self,
-        store: OrderStore,
+        documents: DocumentCreator,
         layout: OrderLayout,
         telemetry: ConsumerTelemetry | None = None,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
-        self._store = store
+        self._documents = documents
         self._layout = layout
-        self._documents = OrderDocumentStore(store)
         self._telemetry = telemetry or ConsumerTelemetry()
         self._clock = clock
 
@@ -102,7 +103,7 @@ class OrderConsumer:
             return decision
 
         incoming_hash = request_hash(order.canonical_payload())
-        write = self._layout.order_write(
+        documents = self._layout.order_write(
             order,
             request_hash=incoming_hash,
             message_id=order.order_id,
@@ -111,37 +112,40 @@ class OrderConsumer:
             trace_context=current_trace_properties(),
         )
         return await decided(
-            lambda: self._store_order(message, write),
+            lambda: self._store_order(message, order.order_id, incoming_hash, documents),
             consumer=CONSUMER,
             order_id=order.order_id,
             request_hash=incoming_hash,
         )
 
-    async def _store_order(self, message: ReceivedOrderMessage, write: OrderWrite) -> Decision:
+    async def _store_order(
+        self,
+        message: ReceivedOrderMessage,
+        order_id: str,
+        incoming_hash: str,
+        documents: tuple[dict[str, Any], ...],
+    ) -> Decision:
         """The core's `create_entity`: the order document (id = orderId) is its own marker, its
         outbox event and lines ride in the same batch; a conflict compares the request hash."""
-        order_document, *others = write.documents
+        order_document, *others = documents
         try:
             done = await create_entity(
-                self._documents,
-                write.order_id,
-                order_document,
-                *others,
-                request_hash=write.request_hash,
+                self._documents, order_id, order_document, *others, request_hash=incoming_hash
             )
         except PayloadMismatchError as conflict:
-            decision = mismatch(write.order_id, conflict.stored_hash, write.request_hash)
+            decision = mismatch(order_id, conflict.stored_hash, incoming_hash)
             await self._remember_rejection(message, decision)
             return decision
-        return Decision(
-            Outcome(done.value), Settlement.COMPLETE, write.order_id, write.request_hash
-        )
+        return Decision(Outcome(done.value), Settlement.COMPLETE, order_id, incoming_hash)
 
     async def _remember_rejection(self, message: ReceivedOrderMessage, decision: Decision) -> None:
         """File the rejection in the order's partition, for GET to report; best effort.
 
-        The dead letter is the record that counts: a store that cannot take the note must not
-        turn a certain rejection into retries, so a failure here is logged and passed over.
+        One note per distinct payload (its id names the order and the payload), created
+        through the same document store as the order: a redelivery of the same rejected
+        payload finds its note filed (a conflict, one request, nothing to read). The dead
+        letter is the record that counts: a store that cannot take the note must not turn a
+        certain rejection into retries, so a failure here is logged and passed over.
         """
         if decision.order_id is None:
             return
@@ -155,7 +159,11 @@ class OrderConsumer:
             rejected_at=self._clock(),
         )
         try:
-            await self._store.record_rejection(rejection)
+            await self._documents.create_all(
+                decision.order_id, [self._layout.rejection_document(rejection)]
+            )
+        except DocumentExistsError:
+            pass  # filed by an earlier delivery of the same payload
         except Exception:
             logger.warning(
                 "could not record the rejection of order %s; dead-lettering it all the same",

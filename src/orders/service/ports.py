@@ -12,7 +12,6 @@ from exactly_once.ports import RecordStore
 from exactly_once.records import StoredDocument
 from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, DeadLetterPlan, Selection
 from orders.domain.decision_counters import DecisionCounters
-from orders.domain.documents import OrderRecord, OrderWrite
 from orders.domain.events import OrderAccepted, OrderEvent
 from orders.domain.idempotency import KeyRecord, OrderIdClaim
 from orders.domain.inbox import BillingRecord, RefundRecord
@@ -24,26 +23,6 @@ from orders.domain.rejections import FiledRejection, OrderRejection
 from orders.domain.saga import SagaOrder
 from orders.domain.status import HistoryEntry, OrderStatusChanged, StoredStatus
 from orders.service.subscribers import Source
-
-
-class OrderStore(Protocol):
-    async def create_order(self, write: OrderWrite) -> None:
-        """Write all documents of a new order atomically, order document first.
-
-        Raises `OrderAlreadyExistsError` (carrying the stored record) when the order id exists,
-        `TransientStoreError` when a retry may succeed, `StoreError` otherwise. Returns only
-        once the write is durable.
-        """
-        ...
-
-    async def read_order(self, order_id: str) -> OrderRecord | None:
-        """The stored order's id and request hash (one point read), or None."""
-        ...
-
-    async def record_rejection(self, rejection: OrderRejection) -> None:
-        """Write (upsert) the rejection document in the order's partition."""
-        ...
-
 
 # --- Document layouts: how the store lays out what the consumers write ----------------------
 # The consumers hand documents to the `exactly_once` core (`create_entity`, `inbox_batch`,
@@ -257,9 +236,13 @@ class OrderLayout(EventLayout, Protocol):
         processed_at: datetime,
         owner_scope: str | None,
         trace_context: dict[str, str] | None = None,
-    ) -> OrderWrite:
-        """Every document a new order writes (the order document first), one batch; the order
-        document keeps `owner_scope` (None: no API caller owns the order)."""
+    ) -> tuple[dict[str, Any], ...]:
+        """Every document a new order writes, one batch, the order document (id = orderId)
+        first; it keeps `owner_scope` (None: no API caller owns the order)."""
+        ...
+
+    def rejection_document(self, rejection: OrderRejection) -> dict[str, Any]:
+        """The rejection note filed in the order's partition (one per distinct payload)."""
         ...
 
 
@@ -451,30 +434,6 @@ class OrderDocuments(Protocol):
         `LeaseLostError` if the ETag moved on (nothing written); `DocumentExistsError` if a
         created id exists (nothing written)."""
         ...
-
-
-class FencedBatches(Protocol):
-    """What the core's mechanisms need of fenced documents (`core_documents.FencedDocumentStore`):
-    a batch of creates, a point read with the ETag apart, an If-Match replace."""
-
-    async def create_together(self, partition_key: str, documents: list[dict[str, Any]]) -> None:
-        """Create all documents in one transactional batch, all or nothing:
-        `DocumentExistsError` if any of them exists (the inbox record, first, when the message
-        was seen before) or one id comes twice, naming the document and its position in the
-        batch; `StoreError` if a document is not in `partition_key`."""
-        ...
-
-    async def get_stored(self, document_id: str, partition_key: str) -> StoredDocument | None:
-        """One point read: the document's own fields and its ETag apart, or None."""
-        ...
-
-    async def replace(self, document: dict[str, Any], *, etag: str) -> StampedDocument:
-        """Replace if the stored ETag is still `etag`, else `LeaseLostError`."""
-        ...
-
-
-class InboxStore(FencedDocuments, FencedBatches, Protocol):
-    """The inbox container: fenced documents and the batches the core's `inbox_batch` writes."""
 
 
 class DeadLetterQueue(Protocol):

@@ -19,14 +19,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from exactly_once.ports import DocumentStore
 from orders.domain.payments import Charge
 from orders.service.billing import AfterCharge, AfterRefund, BillingConsumer, BillingStores
 from orders.service.payment_port import PaymentGateway
 from orders.service.ports import (
     DocumentLayout,
-    FencedBatches,
     InboxPartition,
-    InboxStore,
     MessageHandler,
     StatusPublisher,
 )
@@ -54,17 +53,18 @@ class ConsumerWiring(Protocol):
         """How the store lays out the documents and ids the consumers write and read."""
         ...
 
-    def inbox(self) -> InboxStore:
-        """The inbox container: consumers' records and effects, scoped by consumer."""
-        ...
-
     def billing_records(self) -> BillingStores:
         """Billing's charge and refund records (in the inbox container), the core's store."""
         ...
 
-    def orders(self) -> FencedBatches:
-        """The orders container (the status consumer's versioned replace, through the core's
-        `apply_version`)."""
+    def inbox_documents(self) -> DocumentStore:
+        """The inbox container through the core's document store: consumers' records and
+        effects, scoped by consumer (shipping's `inbox_batch`)."""
+        ...
+
+    def orders(self) -> DocumentStore:
+        """The orders container through the core's document store (the status consumer's
+        versioned replace, through the core's `apply_version`)."""
         ...
 
     def saga(self) -> OrderSaga:
@@ -140,7 +140,9 @@ class ConsumerSpec:
 
 
 def _shipping(wiring: ConsumerWiring) -> MessageHandler:
-    return ShippingConsumer(wiring.inbox(), wiring.saga(), wiring.layout, wiring.status_publisher())
+    return ShippingConsumer(
+        wiring.inbox_documents(), wiring.saga(), wiring.layout, wiring.status_publisher()
+    )
 
 
 def _billing(wiring: ConsumerWiring) -> MessageHandler:

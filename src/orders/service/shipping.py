@@ -19,14 +19,14 @@ from datetime import UTC, datetime
 from exactly_once.decisions import Outcome as CoreOutcome
 from exactly_once.exceptions import DocumentExistsError
 from exactly_once.orchestrator import inbox_batch
+from exactly_once.ports import DocumentStore
 from orders.domain.events import OrderAccepted, OrderEvent
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.saga import ShipVerdict
 from orders.domain.status import OrderStatus
 from orders.observability import log_value
-from orders.service.core_documents import FencedDocumentStore
-from orders.service.ports import InboxStore, ShippingLayout, StatusPublisher
+from orders.service.ports import ShippingLayout, StatusPublisher
 from orders.service.saga import OrderSaga
 from orders.service.subscriber import announce, handle_event
 
@@ -42,7 +42,7 @@ CHARGE_POLL_SECONDS = 0.5
 class ShippingConsumer:
     def __init__(
         self,
-        inbox: InboxStore,
+        inbox: DocumentStore,
         saga: OrderSaga,
         layout: ShippingLayout,
         status: StatusPublisher | None = None,
@@ -51,7 +51,7 @@ class ShippingConsumer:
         charge_wait_seconds: float = DEFAULT_CHARGE_WAIT_SECONDS,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        self._documents = FencedDocumentStore(inbox)
+        self._documents = inbox
         self._saga = saga
         self._layout = layout
         self._status = status

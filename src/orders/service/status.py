@@ -18,6 +18,7 @@ from typing import Any
 
 from exactly_once.exceptions import RecordChangedError
 from exactly_once.orchestrator import apply_version
+from exactly_once.ports import DocumentStore
 from orders.domain.ids import is_entity_id
 from orders.domain.messages import DeadLetterReason, MessageRejected
 from orders.domain.outcomes import Decision, Outcome, Settlement
@@ -33,8 +34,7 @@ from orders.domain.status import (
     judge_update,
     parse_status_changed,
 )
-from orders.service.core_documents import FencedDocumentStore
-from orders.service.ports import FencedBatches, StatusLayout
+from orders.service.ports import StatusLayout
 from orders.service.subscriber import decided
 
 # Concurrent updates of one order each cost a re-read; past this many the broker retries later.
@@ -51,8 +51,8 @@ class IllegalTransitionError(Exception):
 
 
 class StatusConsumer:
-    def __init__(self, documents: FencedBatches, layout: StatusLayout) -> None:
-        self._documents = FencedDocumentStore(documents)
+    def __init__(self, documents: DocumentStore, layout: StatusLayout) -> None:
+        self._documents = documents
         self._layout = layout
 
     async def handle(self, message: ReceivedOrderMessage) -> Decision:
