@@ -22,7 +22,12 @@ from typing import Any
 from exactly_once import StoredDocument
 from exactly_once.change_feed import Lease, LeaseTable
 from exactly_once.cosmos import user_fields
-from exactly_once.exceptions import RecordChangedError, RecordExistsError
+from exactly_once.exceptions import (
+    DocumentExistsError,
+    RecordChangedError,
+    RecordExistsError,
+    StoreError,
+)
 from exactly_once.records import JsonInput, JsonValue, Record, RecordRead, RecordStatus, Stamp
 from orders.adapters.cosmos_errors import stamped
 from orders.adapters.cosmos_idempotency import (
@@ -59,13 +64,10 @@ from orders.domain.received import ReceivedOrderMessage
 from orders.domain.rejections import OrderRejection
 from orders.domain.status import OrderStatusChanged
 from orders.exceptions import (
-    DocumentExistsError,
     InvalidIdempotencyKeyError,
-    LeaseLostError,
     PaymentError,
     PaymentRefusedError,
     ResubmitUnsupportedError,
-    StoreError,
 )
 from orders.service.ports import EntityCounts
 from orders.service.subscribers import Source
@@ -154,7 +156,7 @@ class FakeOrderDocuments:
         await asyncio.sleep(0)
         current = self._current(document["id"], document["orderId"])
         if current is None or current["_etag"] != etag:
-            raise LeaseLostError(document["id"])
+            raise RecordChangedError(document["id"])
         return self._put(document["orderId"], document)
 
     async def replace_and_create(
@@ -168,9 +170,9 @@ class FakeOrderDocuments:
         await asyncio.sleep(0)
         current = self._current(replaced["id"], partition_key)
         if current is None or current["_etag"] != etag:
-            raise LeaseLostError(replaced["id"])
+            raise RecordChangedError(replaced["id"])
         if any(self._current(d["id"], partition_key) is not None for d in created):
-            raise DocumentExistsError(created[0]["id"])
+            raise DocumentExistsError(created[0]["id"], 0)
         for document in (replaced, *created):  # no await in between: the batch is atomic
             self._put(partition_key, document)
 
@@ -522,12 +524,12 @@ class FakeFencedDocuments:
         for index, document in enumerate(documents):
             key = self.key_of(document)
             if key in self.documents or key in seen:
-                raise DocumentExistsError(document["id"], document_id=document["id"], index=index)
+                raise DocumentExistsError(document["id"], index)
             seen.add(key)
 
     async def create(self, document: dict[str, Any]) -> StampedDocument:
         if self.key_of(document) in self.documents:
-            raise DocumentExistsError(document["id"], document_id=document["id"])
+            raise DocumentExistsError(document["id"], 0)
         return self._stored(document)
 
     async def read(self, document_id: str, partition_key: str) -> DatabaseRead:
@@ -540,13 +542,13 @@ class FakeFencedDocuments:
     async def replace(self, document: dict[str, Any], *, etag: str) -> StampedDocument:
         current = self.documents.get(self.key_of(document))
         if current is None or current["_etag"] != etag:
-            raise LeaseLostError(document["id"])
+            raise RecordChangedError(document["id"])
         return self._stored(document)
 
     async def delete(self, document_id: str, partition_key: str, *, etag: str) -> None:
         current = self.documents.get((partition_key, document_id))
         if current is None or current["_etag"] != etag:
-            raise LeaseLostError(document_id)
+            raise RecordChangedError(document_id)
         del self.documents[(partition_key, document_id)]
 
     async def create_together(self, partition_key: str, documents: list[dict[str, Any]]) -> None:
@@ -571,7 +573,7 @@ class FakeFencedDocuments:
         self._check_partition(partition_key, [replaced, *created])
         current = self.documents.get(self.key_of(replaced))
         if current is None or current["_etag"] != etag:
-            raise LeaseLostError(replaced["id"])
+            raise RecordChangedError(replaced["id"])
         self._check_batch(partition_key, created)
         self._stored(replaced)
         for document in created:

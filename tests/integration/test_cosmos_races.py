@@ -16,10 +16,10 @@ from azure.cosmos.exceptions import CosmosResourceExistsError
 from fakes import new_write
 from servers import CosmosServer
 
+from exactly_once.exceptions import TransientStoreError
 from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore, order_claim_id
 from orders.adapters.cosmos_store import CosmosOrderStore
 from orders.domain.idempotency import OrderIdClaim, core_store_errors, key_claim
-from orders.exceptions import TransientStoreError
 
 
 @pytest.fixture

@@ -18,13 +18,13 @@ from azure.cosmos.aio import ContainerProxy, CosmosClient
 from fakes import LAYOUT, new_write
 from servers import CosmosServer
 
+from exactly_once.exceptions import RecordChangedError
 from orders.adapters.cosmos_fenced import CosmosFencedDocuments
 from orders.adapters.cosmos_store import CosmosOrderStore
 from orders.domain.events import OrderAccepted
 from orders.domain.outcomes import Outcome
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.saga import Fulfilment
-from orders.exceptions import LeaseLostError
 from orders.service.saga import CancelResult, OrderSaga
 from orders.service.shipping import ShippingConsumer
 
@@ -164,7 +164,7 @@ async def test_a_cancel_with_a_stale_etag_writes_neither_the_order_nor_its_event
         LAYOUT.shipment_reserved(found.body, "e", datetime.now(UTC)), etag=found.etag
     )
 
-    with pytest.raises(LeaseLostError):
+    with pytest.raises(RecordChangedError):
         await orders.replace_and_create(
             order_id,
             LAYOUT.order_cancelled(found.body, datetime.now(UTC), None),

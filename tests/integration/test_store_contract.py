@@ -19,12 +19,12 @@ from azure.cosmos.aio import ContainerProxy, CosmosClient
 from fakes import FakeOrderStore, new_write
 from servers import CosmosServer, KnownGaps, expect_known_gap
 
+from exactly_once.exceptions import StoreError
 from orders.adapters.cosmos_layout import rejection_document_id
 from orders.adapters.cosmos_store import CosmosOrderStore
 from orders.domain.documents import OrderAlreadyExistsError
 from orders.domain.messages import MAX_LINES_PER_ORDER
 from orders.domain.rejections import OrderRejection
-from orders.exceptions import StoreError
 from orders.service.ports import OrderStore
 
 KNOWN_GAPS: KnownGaps = {

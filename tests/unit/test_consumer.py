@@ -8,10 +8,10 @@ import uuid
 import pytest
 from fakes import LAYOUT, FakeOrderStore, RecordingSettler, order_payload
 
+from exactly_once.exceptions import StoreError, TransientStoreError
 from orders.domain.messages import MAX_BODY_BYTES, MAX_LINES_PER_ORDER
 from orders.domain.outcomes import Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
-from orders.exceptions import StoreError, TransientStoreError
 from orders.service.consumer import OrderConsumer
 
 

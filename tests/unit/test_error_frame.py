@@ -8,10 +8,14 @@ import pytest
 from exactly_once.decisions import Decision as CoreDecision
 from exactly_once.decisions import Outcome as CoreOutcome
 from exactly_once.decisions import Settlement as CoreSettlement
-from exactly_once.exceptions import InProgressElsewhereError, PayloadMismatchError
+from exactly_once.exceptions import (
+    InProgressElsewhereError,
+    PayloadMismatchError,
+    StoreRefusedError,
+)
 from exactly_once.records import Record, RecordStatus
 from orders.domain.outcomes import Decision, Outcome, Settlement
-from orders.exceptions import StoreRefusedError, TransientPublishError
+from orders.exceptions import TransientPublishError
 from orders.service.subscriber import decided, from_core
 
 

@@ -20,11 +20,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from exactly_once.change_feed import ChangePage
+from exactly_once.exceptions import StoreRefusedError, TransientStoreError
 from orders.adapters.cosmos_layout import OUTBOX_DOCUMENT_TYPE
 from orders.domain.events import OrderEvent
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
-from orders.exceptions import StoreRefusedError, TransientPublishError, TransientStoreError
+from orders.exceptions import TransientPublishError
 from orders.observability import (
     ConsumerTelemetry,
     DispatcherTelemetry,

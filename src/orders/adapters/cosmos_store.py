@@ -6,17 +6,17 @@ from typing import Any
 
 from azure.cosmos.aio import ContainerProxy
 
-from orders.adapters.cosmos_errors import (
+from exactly_once.cosmos import (
     BATCH_ERRORS,
     failed_operation,
-    read_document,
+    point_read,
     store_error_for,
     store_errors,
 )
+from exactly_once.exceptions import StoreError, TransientStoreError
 from orders.adapters.cosmos_layout import order_record, rejection_document
 from orders.domain.documents import OrderAlreadyExistsError, OrderRecord, OrderWrite
 from orders.domain.rejections import OrderRejection
-from orders.exceptions import StoreError, TransientStoreError
 
 
 class CosmosOrderStore:
@@ -44,7 +44,7 @@ class CosmosOrderStore:
         raise await self._conflict(write.order_id)
 
     async def read_order(self, order_id: str) -> OrderRecord | None:
-        document = await read_document(self._container, order_id, order_id)
+        document = await point_read(self._container, order_id, order_id)
         if document is None:
             return None
         return order_record(document)

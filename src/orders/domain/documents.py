@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from orders.exceptions import ConflictSignal
+from orders.exceptions import OrdersError
 
 
 def decimal_text(value: Decimal) -> str:
@@ -35,7 +35,7 @@ class OrderRecord:
     request_hash: str
 
 
-class OrderAlreadyExistsError(ConflictSignal):
+class OrderAlreadyExistsError(OrdersError):
     """An order with this id is already stored; carries the existing record. It lives beside
     the record it carries, so `orders.exceptions` stays a leaf."""
 

@@ -15,11 +15,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TypedDict
 
-from exactly_once.exceptions import RecordChangedError, RecordExistsError
+from exactly_once.exceptions import DocumentExistsError, RecordChangedError, RecordExistsError
 from exactly_once.records import JsonInput, JsonValue, Record, RecordRead, RecordStatus, Stamp
 from orders.domain.inbox import BillingRecord, BillingStatus, RefundRecord
 from orders.domain.leases import StampedDocument
-from orders.exceptions import DocumentExistsError, LeaseLostError
 from orders.service.ports import BillingLayout, FencedDocuments
 
 # Billing's records are named by message or order, never by payload: no request hash to compare.
@@ -206,14 +205,11 @@ class FencedRecords:
         inside the lease, and any other waits the lease out, under the same downstream key."""
         if owned.stamp is None:
             raise ValueError(f"record {owned.key!r} was never written: nothing to match")
-        with contextlib.suppress(LeaseLostError):
+        with contextlib.suppress(RecordChangedError):
             await self._documents.delete(owned.key, owned.partition, etag=owned.stamp.etag)
 
     async def _replace(self, record: Record, fence: Record) -> Record:
         if fence.stamp is None:
             raise ValueError(f"record {fence.key!r} was never written: nothing to match")
-        try:
-            stored = await self._documents.replace(self._to_document(record), etag=fence.stamp.etag)
-        except LeaseLostError as exc:
-            raise RecordChangedError(str(exc)) from exc
+        stored = await self._documents.replace(self._to_document(record), etag=fence.stamp.etag)
         return self._from_document(stored)

@@ -2,20 +2,17 @@
 
 The order consumer, shipping and status run the core's mechanisms (`create_entity`,
 `inbox_batch`, `apply_version`) on the documents they have always written, in the shapes the
-console, `orders verify`, the CLI and the dead-letter tools read: these classes only translate
-the app's ports and conflict signals into the core's, as `billing_records.FencedRecords` does
-for billing's records.
+console, `orders verify`, the CLI and the dead-letter tools read: these classes only shape the
+app's ports into the core's (the ports already raise the core's exceptions).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from exactly_once.exceptions import DocumentExistsError as CoreDocumentExistsError
-from exactly_once.exceptions import RecordChangedError
+from exactly_once.exceptions import DocumentExistsError
 from exactly_once.records import JsonMapping, JsonObject, StoredDocument
 from orders.domain.documents import OrderAlreadyExistsError, OrderRecord, OrderWrite
-from orders.exceptions import DocumentExistsError, LeaseLostError
 from orders.service.ports import FencedBatches, OrderStore
 
 # The order store hands over an order's request hash, never a version: nothing replaces an
@@ -48,7 +45,7 @@ class OrderDocumentStore:
             await self._store.create_order(write)
         except OrderAlreadyExistsError as conflict:
             found = StoredDocument(_order_body(conflict.existing), _NO_ETAG)
-            raise CoreDocumentExistsError(partition, 0, found) from conflict
+            raise DocumentExistsError(partition, 0, found) from conflict
 
     async def get(self, document_id: str, partition: str) -> StoredDocument | None:
         """The stored order's id and request hash (one point read), or None."""
@@ -65,13 +62,9 @@ class FencedDocumentStore:
         self._documents = documents
 
     async def create_all(self, partition: str, documents: Sequence[JsonMapping]) -> None:
-        """Create every document in one transactional batch, all or nothing."""
-        try:
-            await self._documents.create_together(
-                partition, [dict(document) for document in documents]
-            )
-        except DocumentExistsError as exists:
-            raise CoreDocumentExistsError(exists.document_id, exists.index) from exists
+        """Create every document in one transactional batch, all or nothing; a stored one
+        raises the core's `DocumentExistsError`."""
+        await self._documents.create_together(partition, [dict(document) for document in documents])
 
     async def get(self, document_id: str, partition: str) -> StoredDocument | None:
         """One document (its fields, without the store's) and its ETag, or None."""
@@ -79,7 +72,4 @@ class FencedDocumentStore:
 
     async def replace(self, document: JsonMapping, partition: str, *, etag: str) -> None:
         """Replace If-Match `etag`; the core's `RecordChangedError` when it moved or is gone."""
-        try:
-            await self._documents.replace(dict(document), etag=etag)
-        except LeaseLostError as exc:
-            raise RecordChangedError(str(exc)) from exc
+        await self._documents.replace(dict(document), etag=etag)

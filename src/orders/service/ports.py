@@ -423,11 +423,11 @@ class FencedDocuments(Protocol):
         ...
 
     async def replace(self, document: dict[str, Any], *, etag: str) -> StampedDocument:
-        """Replace if the stored ETag is still `etag`, else `LeaseLostError`."""
+        """Replace if the stored ETag is still `etag`, else `RecordChangedError`."""
         ...
 
     async def delete(self, document_id: str, partition_key: str, *, etag: str) -> None:
-        """Delete if the stored ETag is still `etag`, else `LeaseLostError` (also when it is
+        """Delete if the stored ETag is still `etag`, else `RecordChangedError` (also when it is
         gone already)."""
         ...
 
@@ -440,7 +440,7 @@ class OrderDocuments(Protocol):
         ...
 
     async def replace(self, document: dict[str, Any], *, etag: str) -> StampedDocument:
-        """Replace if the stored ETag is still `etag`, else `LeaseLostError`."""
+        """Replace if the stored ETag is still `etag`, else `RecordChangedError`."""
         ...
 
     async def replace_and_create(
@@ -452,7 +452,7 @@ class OrderDocuments(Protocol):
         created: list[dict[str, Any]],
     ) -> None:
         """One transactional batch: replace `replaced` If-Match `etag`, create `created`.
-        `LeaseLostError` if the ETag moved on (nothing written); `DocumentExistsError` if a
+        `RecordChangedError` if the ETag moved on (nothing written); `DocumentExistsError` if a
         created id exists (nothing written)."""
         ...
 
@@ -473,7 +473,7 @@ class FencedBatches(Protocol):
         ...
 
     async def replace(self, document: dict[str, Any], *, etag: str) -> StampedDocument:
-        """Replace if the stored ETag is still `etag`, else `LeaseLostError`."""
+        """Replace if the stored ETag is still `etag`, else `RecordChangedError`."""
         ...
 
 

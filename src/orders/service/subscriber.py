@@ -8,14 +8,15 @@ from datetime import datetime
 
 from exactly_once.decisions import Decision as CoreDecision
 from exactly_once.decisions import Outcome as CoreOutcome
-from exactly_once.decisions import decision_for_error, store_refused
+from exactly_once.decisions import decision_for_error
+from exactly_once.exceptions import TransientStoreError
 from orders.domain.events import OrderEvent, parse_order_event
 from orders.domain.ids import is_entity_id
 from orders.domain.messages import MessageRejected
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.status import OrderStatus, OrderStatusChanged
-from orders.exceptions import StoreRefusedError, TransientPublishError, TransientStoreError
+from orders.exceptions import TransientPublishError
 from orders.service.ports import StatusPublisher
 from orders.service.saga import EventRefused
 
@@ -82,9 +83,6 @@ async def decided(
         return Decision(
             Outcome.TRANSIENT_FAILURE, Settlement.ABANDON, order_id, request_hash, error=str(exc)
         )
-    except StoreRefusedError as exc:
-        # The app's own exception of the core's meaning: the same dead letter, `StoreRefused`.
-        return from_core(store_refused(consumer, order_id, str(exc)), order_id, request_hash)
     except Exception as exc:
         core = decision_for_error(exc, consumer=consumer, message_id=order_id)
         return from_core(core, order_id, request_hash)
