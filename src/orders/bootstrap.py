@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from exactly_once.backoff import Retry
 from exactly_once.records import DEFAULT_LEASE_SECONDS, JsonObject
+from exactly_once.worker import WorkerOptions, WorkerStats
 from orders.adapters.cosmos_audit import documents_of_run
 from orders.adapters.cosmos_client import (
     LocalContainer,
@@ -104,8 +105,6 @@ from orders.service.saga import OrderSaga
 from orders.service.subscribers import Source
 from orders.service.verify import VerifyReport
 from orders.service.verify_run import RunRecords, audit_run
-from orders.service.worker_options import WorkerOptions
-from orders.service.worker_stats import WorkerStats
 from orders.settings import MonitoringSettings, Settings
 
 if TYPE_CHECKING:

@@ -11,13 +11,12 @@ import pytest
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import AutoLockRenewer, ServiceBusClient
 
-from exactly_once.worker import Worker
+from exactly_once.worker import Worker, WorkerOptions
 from orders.adapters.servicebus_worker import order_handle
 from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
 from orders.entrypoints.localstack import QueueOptions
 from orders.service.ports import MessageHandler
-from orders.service.worker_options import WorkerOptions
 from servicebus_emulator import RunningEmulator, start_in_background
 
 QUEUE = "orders"

@@ -18,12 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exactly_once.backoff import Retry
+from exactly_once.worker import WorkerOptions, WorkerStats
 from orders.bootstrap import StoreFactory, run_subscriber, run_worker
 from orders.domain.outcomes import Decision, Outcome
 from orders.domain.payments import Charge, Refund
 from orders.service.registry import ConsumerSpec
-from orders.service.worker_options import WorkerOptions
-from orders.service.worker_stats import WorkerStats
 from orders.settings import Settings
 
 logger = logging.getLogger("orders.worker")
