@@ -179,7 +179,7 @@ class FakeOrderDocuments:
 
 @dataclass
 class RecordingSettler:
-    """A `MessageSettler` that remembers the one settlement it was asked for."""
+    """A `Settler` (the core's) that remembers the one settlement it was asked for."""
 
     calls: list[tuple[str, dict[str, str]]] = field(default_factory=list)
 

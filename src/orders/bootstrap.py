@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from exactly_once.backoff import Retry
+from exactly_once.decisions import Decision, Settler
 from exactly_once.records import DEFAULT_LEASE_SECONDS, JsonObject
 from exactly_once.worker import WorkerOptions, WorkerStats
 from orders.adapters.cosmos_audit import documents_of_run
@@ -61,7 +62,6 @@ from orders.adapters.servicebus_publisher import (
 )
 from orders.adapters.servicebus_worker import run_session_worker_on, run_worker_on
 from orders.domain.load_plan import LoadPlan, PlannedCancel
-from orders.domain.outcomes import Decision
 from orders.domain.ownership import app_scope
 from orders.domain.received import ReceivedOrderMessage
 from orders.exceptions import (
@@ -91,7 +91,6 @@ from orders.service.payment_port import PaymentGateway
 from orders.service.ports import (
     DocumentLayout,
     MessageHandler,
-    MessageSettler,
     OrderPublisher,
     OrderStore,
     StatusPublisher,
@@ -466,7 +465,7 @@ def shared_process_clients() -> ProcessClients:
 
 def from_functions_host(
     received_message: ServiceBusReceivedMessage | Any, message_actions: FunctionsMessageActions
-) -> tuple[ReceivedOrderMessage, MessageSettler]:
+) -> tuple[ReceivedOrderMessage, Settler]:
     """The Functions host's message and message actions as the core's message and settler."""
     return (
         to_received_order_message(received_message),

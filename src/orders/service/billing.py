@@ -38,6 +38,7 @@ from decimal import Decimal
 from typing import TypeVar
 
 from exactly_once.claims import Claims
+from exactly_once.decisions import Decision, Outcome, Settlement
 from exactly_once.records import Record, RecordStatus
 from orders.domain.events import (
     ORDER_ACCEPTED,
@@ -54,7 +55,7 @@ from orders.domain.inbox import (
     refund_key,
 )
 from orders.domain.messages import DeadLetterReason, truncate
-from orders.domain.outcomes import Decision, Outcome, Settlement
+from orders.domain.order_outcomes import OrderOutcome
 from orders.domain.payments import Charge, ChargeRequest, Refund, RefundRequest
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.saga import Fulfilment, SagaOrder
@@ -162,10 +163,10 @@ class BillingConsumer:
             logger.info(
                 "order %s was cancelled before billing: no charge", log_value(order.order_id)
             )
-            return Decision(Outcome.SKIPPED_CANCELLED, Settlement.COMPLETE, event.order_id)
+            return Decision(OrderOutcome.SKIPPED_CANCELLED, Settlement.COMPLETE, key=event.order_id)
         charged = await self._charge_phase(self._new_charge_record(event))
         if isinstance(charged, Decision):
-            if charged.outcome is Outcome.DOWNSTREAM_REFUSED:
+            if charged.outcome is Outcome.REFUSED:
                 # Refused for good: the order ends in payment_failed, so it never ships.
                 await self._saga.record_payment_failed(
                     event.order_id, charged.dead_letter_description
@@ -181,7 +182,7 @@ class BillingConsumer:
         return Decision(
             Outcome.PROCESSED if charged.fresh else Outcome.DUPLICATE,
             Settlement.COMPLETE,
-            event.order_id,
+            key=event.order_id,
         )
 
     async def _charge_started(self, event: OrderAccepted) -> bool:
@@ -250,9 +251,9 @@ class BillingConsumer:
         if started is None:
             # No charge was asked for. A delivery that is about to ask reads the order again
             # after its charge, sees the cancel and pays it back itself.
-            return Decision(Outcome.NOTHING_TO_REFUND, Settlement.COMPLETE, order.order_id)
+            return Decision(OrderOutcome.NOTHING_TO_REFUND, Settlement.COMPLETE, key=order.order_id)
         if started.status is BillingStatus.REFUSED:
-            return Decision(Outcome.NOTHING_TO_REFUND, Settlement.COMPLETE, order.order_id)
+            return Decision(OrderOutcome.NOTHING_TO_REFUND, Settlement.COMPLETE, key=order.order_id)
         # Still in progress: finish the charge (same key: never a second one), then refund it.
         charged = await self._charge_phase(
             replace(started, owner=self._owner, lease_seconds=self._lease_seconds)
@@ -265,7 +266,7 @@ class BillingConsumer:
         if Decimal(charged.amount) == 0:
             # A free order was "charged" nothing: there is nothing to pay back, and providers
             # refuse a refund of 0.
-            return Decision(Outcome.NOTHING_TO_REFUND, Settlement.COMPLETE, event.order_id)
+            return Decision(OrderOutcome.NOTHING_TO_REFUND, Settlement.COMPLETE, key=event.order_id)
         record = RefundRecord(
             record_id=self._layout.refund_record_id(event.order_id),
             order_id=event.order_id,
@@ -305,7 +306,7 @@ class BillingConsumer:
                 log_value(refund.refund_id),
             )
         await announce(self._status, event, OrderStatus.REFUNDED, self._clock())
-        return Decision(Outcome.REFUNDED, Settlement.COMPLETE, event.order_id)
+        return Decision(OrderOutcome.REFUNDED, Settlement.COMPLETE, key=event.order_id)
 
     # --- The two-phase record, shared by the charge and the refund: the core's state machine
 
@@ -330,9 +331,9 @@ class BillingConsumer:
             )
             await claims.finish(owned, None, RecordStatus.FAILED)
             return Decision(
-                Outcome.DOWNSTREAM_REFUSED,
+                Outcome.REFUSED,
                 Settlement.DEAD_LETTER,
-                owned.partition,
+                key=owned.partition,
                 dead_letter_reason=reason.value,
                 dead_letter_description=truncate(f"{refused.reason}: {refused.description}"),
             )

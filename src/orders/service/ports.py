@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from exactly_once.change_feed import ChangeFeed
+from exactly_once.decisions import Decision
 from exactly_once.ports import RecordStore
 from exactly_once.records import StoredDocument
 from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, DeadLetterPlan, Selection
@@ -18,7 +19,6 @@ from orders.domain.idempotency import KeyRecord, OrderIdClaim
 from orders.domain.inbox import BillingRecord, RefundRecord
 from orders.domain.leases import DatabaseRead, StampedDocument
 from orders.domain.model import OrderPlaced
-from orders.domain.outcomes import Decision
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.rejections import FiledRejection, OrderRejection
 from orders.domain.saga import SagaOrder
@@ -322,16 +322,6 @@ class DocumentLayout(
     Protocol,
 ):
     """Every layout at once: what the composition root wires into the consumers."""
-
-
-class MessageSettler(Protocol):
-    """Settles the one message being handled (Functions MessageActions or an SDK receiver)."""
-
-    async def complete(self) -> None: ...
-
-    async def abandon(self) -> None: ...
-
-    async def dead_letter(self, *, reason: str, description: str) -> None: ...
 
 
 class MessageHandler(Protocol):

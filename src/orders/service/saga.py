@@ -17,9 +17,9 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from exactly_once.decisions import Decision, Outcome, Settlement
 from exactly_once.exceptions import RecordChangedError, TransientStoreError
 from orders.domain.events import OrderCancelled, OrderEvent
-from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.saga import (
     CancelVerdict,
     Fulfilment,
@@ -101,7 +101,7 @@ class OrderSaga:
             Decision(
                 Outcome.REJECTED,
                 Settlement.DEAD_LETTER,
-                event.order_id,
+                key=event.order_id,
                 dead_letter_reason=refusal.reason.value,
                 dead_letter_description=refusal.description,
             )
