@@ -66,8 +66,8 @@ class NaiveOrderStore:
 
 
 def naive_worker() -> None:
+    from exactly_once.worker import WorkerOptions
     from orders.entrypoints.worker import run_until_signalled
-    from orders.service.worker_options import WorkerOptions
     from orders.settings import Settings
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)

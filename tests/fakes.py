@@ -25,8 +25,12 @@ from typing import Any
 from exactly_once import StoredDocument
 from exactly_once.change_feed import Lease, LeaseTable
 from exactly_once.cosmos import RecordShape, user_fields
-from exactly_once.exceptions import DocumentExistsError as CoreDocumentExistsError
-from exactly_once.exceptions import RecordChangedError, RecordExistsError
+from exactly_once.exceptions import (
+    DocumentExistsError,
+    RecordChangedError,
+    RecordExistsError,
+    StoreError,
+)
 from exactly_once.records import (
     JsonInput,
     JsonMapping,
@@ -68,13 +72,10 @@ from orders.domain.payments import Charge, ChargeRequest, Refund, RefundRequest
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.status import OrderStatusChanged
 from orders.exceptions import (
-    DocumentExistsError,
     InvalidIdempotencyKeyError,
-    LeaseLostError,
     PaymentError,
     PaymentRefusedError,
     ResubmitUnsupportedError,
-    StoreError,
 )
 from orders.service.billing import BillingStores
 from orders.service.ports import EntityCounts
@@ -144,7 +145,7 @@ def refuse_conflicts(batch: list[dict[str, Any]], is_stored: Callable[[str], boo
     seen: set[str] = set()
     for index, document in enumerate(batch):
         if is_stored(document["id"]) or document["id"] in seen:
-            raise CoreDocumentExistsError(str(document["id"]), index)
+            raise DocumentExistsError(str(document["id"]), index)
         seen.add(document["id"])
 
 
@@ -182,7 +183,7 @@ class FakeOrderDocuments:
         await asyncio.sleep(0)
         current = self._current(document["id"], document["orderId"])
         if current is None or current["_etag"] != etag:
-            raise LeaseLostError(document["id"])
+            raise RecordChangedError(document["id"])
         return self._put(document["orderId"], document)
 
     async def replace_and_create(
@@ -196,16 +197,16 @@ class FakeOrderDocuments:
         await asyncio.sleep(0)
         current = self._current(replaced["id"], partition_key)
         if current is None or current["_etag"] != etag:
-            raise LeaseLostError(replaced["id"])
+            raise RecordChangedError(replaced["id"])
         if any(self._current(d["id"], partition_key) is not None for d in created):
-            raise DocumentExistsError(created[0]["id"])
+            raise DocumentExistsError(created[0]["id"], 0)
         for document in (replaced, *created):  # no await in between: the batch is atomic
             self._put(partition_key, document)
 
 
 @dataclass
 class RecordingSettler:
-    """A `MessageSettler` that remembers the one settlement it was asked for."""
+    """A `Settler` (the core's) that remembers the one settlement it was asked for."""
 
     calls: list[tuple[str, dict[str, str]]] = field(default_factory=list)
 
@@ -553,12 +554,12 @@ class FakeFencedDocuments:
         for index, document in enumerate(documents):
             key = self.key_of(document)
             if key in self.documents or key in seen:
-                raise DocumentExistsError(document["id"], document_id=document["id"], index=index)
+                raise DocumentExistsError(document["id"], index)
             seen.add(key)
 
     async def create(self, document: dict[str, Any]) -> StampedDocument:
         if self.key_of(document) in self.documents:
-            raise DocumentExistsError(document["id"], document_id=document["id"])
+            raise DocumentExistsError(document["id"], 0)
         return self._stored(document)
 
     async def read(self, document_id: str, partition_key: str) -> DatabaseRead:
@@ -571,13 +572,13 @@ class FakeFencedDocuments:
     async def replace(self, document: dict[str, Any], *, etag: str) -> StampedDocument:
         current = self.documents.get(self.key_of(document))
         if current is None or current["_etag"] != etag:
-            raise LeaseLostError(document["id"])
+            raise RecordChangedError(document["id"])
         return self._stored(document)
 
     async def delete(self, document_id: str, partition_key: str, *, etag: str) -> None:
         current = self.documents.get((partition_key, document_id))
         if current is None or current["_etag"] != etag:
-            raise LeaseLostError(document_id)
+            raise RecordChangedError(document_id)
         del self.documents[(partition_key, document_id)]
 
     async def get_stored(self, document_id: str, partition_key: str) -> StoredDocument | None:
@@ -597,7 +598,7 @@ class FakeFencedDocuments:
         self._check_partition(partition_key, [replaced, *created])
         current = self.documents.get(self.key_of(replaced))
         if current is None or current["_etag"] != etag:
-            raise LeaseLostError(replaced["id"])
+            raise RecordChangedError(replaced["id"])
         self._check_batch(partition_key, created)
         self._stored(replaced)
         for document in created:
@@ -646,7 +647,7 @@ class FakeShapedRecords:
         assert fence.stamp is not None
         try:
             written = await self.documents.replace(self._document(record), etag=fence.stamp.etag)
-        except LeaseLostError as exc:
+        except RecordChangedError as exc:
             raise RecordChangedError(str(exc)) from exc
         return self._record(written)
 
@@ -661,7 +662,7 @@ class FakeShapedRecords:
 
     async def release(self, owned: Record) -> None:
         assert owned.stamp is not None
-        with contextlib.suppress(LeaseLostError):
+        with contextlib.suppress(RecordChangedError):
             await self.documents.delete(owned.key, owned.partition, etag=owned.stamp.etag)
 
     async def create_all(self, partition: str, documents: Sequence[JsonMapping]) -> None:

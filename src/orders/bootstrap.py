@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from exactly_once.backoff import Retry
+from exactly_once.decisions import Decision, Settler
 from exactly_once.ports import DocumentCreator, DocumentStore
 from exactly_once.records import DEFAULT_LEASE_SECONDS, JsonObject
+from exactly_once.worker import WorkerOptions, WorkerStats
 from orders.adapters.cosmos_audit import documents_of_run
 from orders.adapters.cosmos_billing import billing_stores
 from orders.adapters.cosmos_client import (
@@ -62,7 +64,6 @@ from orders.adapters.servicebus_publisher import (
 )
 from orders.adapters.servicebus_worker import run_session_worker_on, run_worker_on
 from orders.domain.load_plan import LoadPlan, PlannedCancel
-from orders.domain.outcomes import Decision
 from orders.domain.ownership import app_scope
 from orders.domain.received import ReceivedOrderMessage
 from orders.exceptions import (
@@ -92,7 +93,6 @@ from orders.service.payment_port import PaymentGateway
 from orders.service.ports import (
     DocumentLayout,
     MessageHandler,
-    MessageSettler,
     OrderPublisher,
     StatusPublisher,
 )
@@ -105,8 +105,6 @@ from orders.service.saga import OrderSaga
 from orders.service.subscribers import Source
 from orders.service.verify import VerifyReport
 from orders.service.verify_run import RunRecords, audit_run
-from orders.service.worker_options import WorkerOptions
-from orders.service.worker_stats import WorkerStats
 from orders.settings import MonitoringSettings, Settings
 
 if TYPE_CHECKING:
@@ -469,7 +467,7 @@ def shared_process_clients() -> ProcessClients:
 
 def from_functions_host(
     received_message: ServiceBusReceivedMessage | Any, message_actions: FunctionsMessageActions
-) -> tuple[ReceivedOrderMessage, MessageSettler]:
+) -> tuple[ReceivedOrderMessage, Settler]:
     """The Functions host's message and message actions as the core's message and settler."""
     return (
         to_received_order_message(received_message),

@@ -1,10 +1,15 @@
-"""The project's own exceptions; adapters translate SDK errors into these.
+"""The app's own exceptions: what is about orders, not about the store.
 
-A leaf module: it imports nothing of the package at run time, so every layer may raise these.
-Two families sit under the root: failures (`StoreError`, `PublishError`, `PaymentError`, ...),
-and conflict signals (`ConflictSignal`), which are normal outcomes a write reports (the order
-exists, the key is taken, the lease moved on). They never share a base below the root, so an
-`except StoreError` can never swallow an outcome the caller must decide on.
+The store's failures and conflicts are the core's, one family for the core and the app
+(`exactly_once.exceptions`: `StoreError`, `TransientStoreError`, `StoreRefusedError`,
+`RecordChangedError`, `DocumentExistsError`, ...); the Cosmos adapters raise those through the
+core's one translation (`exactly_once.cosmos.store_errors`).
+
+What stays here is what the core cannot know: the HTTP intake's idempotency errors, publishing
+and the payment service. They sit under the app's own root, `OrdersError`, not under the core's
+`ExactlyOnceError`: that root means "raised by the core" (a store, a claim, a lease), and
+`decision_for_error` matches the core's classes by kind, so an app failure under it would read
+as the core's. A leaf module: it imports nothing of the package at run time.
 """
 
 from __future__ import annotations
@@ -12,24 +17,6 @@ from __future__ import annotations
 
 class OrdersError(Exception):
     """Root of every error this package raises on purpose."""
-
-
-class StoreError(OrdersError):
-    """The store failed: a bug, bad configuration or a 4xx; see `TransientStoreError`."""
-
-
-class StoreRefusedError(StoreError):
-    """The store refused the request itself for good (a 400 for a value it cannot take, a 413
-    for a document too large): no retry of the same write can succeed."""
-
-
-class TransientStoreError(StoreError):
-    """The store is throttled, timed out or unreachable: worth retrying (the broker
-    redelivers, a client retries with the same key)."""
-
-
-class ConflictSignal(OrdersError):
-    """A conditional write found the state it guards against; carries what it found."""
 
 
 # --- HTTP API: idempotency keys, claims and publishing ---------------------------------------
@@ -83,20 +70,6 @@ class OrderNotStoredYetError(IdempotencyError):
 
 class UnknownOrderError(IdempotencyError):
     """No such order for this caller: never stored, or placed by another principal."""
-
-
-class LeaseLostError(ConflictSignal):
-    """A fenced write failed its ETag condition: another attempt owns the record now."""
-
-
-class DocumentExistsError(ConflictSignal):
-    """A create found the document (an inbox record, a lease) already there: seen before.
-    `document_id` names it and `index` is its position in the batch (0 for a single create)."""
-
-    def __init__(self, message: str, *, document_id: str = "", index: int = 0) -> None:
-        super().__init__(message)
-        self.document_id = document_id
-        self.index = index
 
 
 class PublishError(OrdersError):

@@ -15,16 +15,18 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from enum import StrEnum
 
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import Counter, MeterProvider
 from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
 from opentelemetry.util.types import AttributeValue
 
+from exactly_once.decisions import Decision, Outcome, Settlement
+
 # Log values the producer's bytes cannot forge: the core's rule, for the app's lines too.
 from exactly_once.logs import log_value as log_value
 from exactly_once.telemetry import Delivered, Destination, Telemetry
-from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
 
 INSTRUMENTATION_NAME = "orders.consumer"
@@ -87,10 +89,10 @@ class ConsumerTelemetry:
 
     def record(self, span: Span, message: ReceivedOrderMessage, decision: Decision) -> None:
         self._messaging.record(span, decision)
-        dedup_key = decision.order_id or message.message_id or ""
+        dedup_key = decision.key or message.message_id or ""
         span.set_attribute("orders.dedup_key", dedup_key)
-        span.set_attribute("orders.outcome", decision.outcome.value)
-        attributes = {"outcome": decision.outcome.value}
+        span.set_attribute("orders.outcome", str(decision.outcome))
+        attributes = {"outcome": str(decision.outcome)}
         if decision.dead_letter_reason:
             attributes["reason"] = decision.dead_letter_reason
             span.set_attribute("orders.dead_letter_reason", decision.dead_letter_reason)
@@ -110,7 +112,7 @@ class ConsumerTelemetry:
                 span.set_status(Status(StatusCode.ERROR, decision.error or decision.outcome))
 
         log_fields = {
-            "outcome": decision.outcome.value,
+            "outcome": str(decision.outcome),
             "settlement": decision.settlement.value,
             "dedup_key": dedup_key,
             "message_id": message.message_id,
@@ -138,13 +140,13 @@ class ConsumerTelemetry:
                 extra=log_fields,
             )
         elif decision.outcome in (Outcome.REJECTED, Outcome.TRANSIENT_FAILURE):
-            logger.warning("order message %s: %s", decision.outcome.value, text, extra=log_fields)
+            logger.warning("order message %s: %s", str(decision.outcome), text, extra=log_fields)
         else:
-            logger.info("order message %s: %s", decision.outcome.value, text, extra=log_fields)
+            logger.info("order message %s: %s", str(decision.outcome), text, extra=log_fields)
 
 
 # The order consumer's outcomes logged as errors, each with what an operator reads first.
-_ALERTS = {
+_ALERTS: dict[StrEnum, str] = {
     # A producer reused an orderId for a different order.
     Outcome.MISMATCH: "ALERT orderId reused with a different payload",
     # A document of the order stored without the order: nothing the message did, and nothing
@@ -186,10 +188,10 @@ class SubscriberTelemetry:
 
     def record(self, span: Span, decision: Decision) -> None:
         self._messaging.record(span, decision)
-        attributes = {"outcome": decision.outcome.value, "settlement": decision.settlement.value}
-        span.set_attribute("orders.outcome", decision.outcome.value)
-        if decision.order_id:
-            span.set_attribute("orders.order_id", decision.order_id)
+        attributes = {"outcome": str(decision.outcome), "settlement": decision.settlement.value}
+        span.set_attribute("orders.outcome", str(decision.outcome))
+        if decision.key:
+            span.set_attribute("orders.order_id", decision.key)
         if decision.dead_letter_reason:
             attributes["reason"] = decision.dead_letter_reason
             span.set_attribute("orders.dead_letter_reason", decision.dead_letter_reason)

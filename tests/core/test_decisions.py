@@ -5,6 +5,7 @@ as it does through the SDK receiver (tests/core/test_guide.py, on the emulator).
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from typing import Any
 
 import pytest
@@ -238,3 +239,26 @@ def test_the_error_frame_is_one_function_an_app_can_call() -> None:
             settlement,
             reason,
         ), case
+
+
+class Shipping(StrEnum):
+    """An application's own outcome, for what only it decides."""
+
+    SKIPPED_CANCELLED = "skipped_cancelled"
+
+
+async def test_an_applications_own_outcome_is_a_decision_settled_like_any() -> None:
+    actions, message = FakeMessageActions(), object()
+    skipped = Decision.complete(Shipping.SKIPPED_CANCELLED).about("order-1", "hash-1")
+
+    await settle(skipped, MessageActionsSettler(actions, message))  # type: ignore[arg-type]
+
+    assert (skipped.outcome, skipped.key, skipped.request_hash) == (
+        "skipped_cancelled",
+        "order-1",
+        "hash-1",
+    )
+    assert [call[0] for call in actions.calls] == ["complete"]
+    # Naming the message is not part of the decision: alike but for it, they compare equal.
+    assert skipped == Decision.complete(Shipping.SKIPPED_CANCELLED).about("order-2")
+    assert skipped != Decision.complete(Outcome.PROCESSED).about("order-1", "hash-1")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 import pytest
@@ -120,7 +121,7 @@ async def dead_letters(emulator: RunningEmulator) -> dict[str, str | None]:
     return {str(letter.message_id): letter.dead_letter_reason for letter in letters}
 
 
-def outcomes(decisions: list[Decision]) -> list[Outcome]:
+def outcomes(decisions: list[Decision]) -> list[StrEnum]:
     return [decision.outcome for decision in decisions]
 
 
@@ -167,6 +168,10 @@ async def test_a_business_key_makes_a_resend_under_a_new_message_id_a_duplicate(
     )
 
     assert outcomes(decisions) == [Outcome.PROCESSED, Outcome.DUPLICATE, Outcome.MISMATCH]
+    # Each decision names the key it was made under, and the payload's hash, for the logs.
+    assert [decision.key for decision in decisions] == [invoice_id] * 3
+    hashes = [decision.request_hash for decision in decisions]
+    assert hashes[0] == hashes[1] != hashes[2] and None not in hashes
     assert await dead_letters(servicebus) == {reuse: "RequestHashMismatch"}
     written = await documents_in(container, customer)
     assert written[f"invoice-{invoice_id}"]["cents"] == 1200

@@ -278,7 +278,7 @@ class AppRefused(AppFailure):
 
 
 class AppLeaseLost(Exception):
-    """An application's own lost-race signal (as the orders app's LeaseLostError)."""
+    """An application's own lost-race signal."""
 
 
 APP_ERRORS = ErrorKinds(failure=AppFailure, transient=AppTransient, changed=AppLeaseLost)

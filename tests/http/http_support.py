@@ -25,14 +25,13 @@ from fakes import (
 
 from exactly_once.ports import RecordStore
 from exactly_once.records import Record, lease_is_live
+from exactly_once.worker import WorkerOptions, WorkerStats
 from orders.bootstrap import HttpRuntime, run_worker
 from orders.entrypoints.http_api import create_app
 from orders.service.idempotency import IdempotentOrderIntake
 from orders.service.order_lookup import OrderLookup
 from orders.service.ports import IdempotencyStore, OrderDocuments, OrderPublisher, OrderReader
 from orders.service.saga import OrderSaga
-from orders.service.worker_options import WorkerOptions
-from orders.service.worker_stats import WorkerStats
 from orders.settings import Settings
 
 LEASE_SECONDS = 30.0

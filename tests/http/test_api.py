@@ -26,16 +26,12 @@ from http_support import (
     runtime_over,
 )
 
+from exactly_once.exceptions import StoreError, TransientStoreError
 from exactly_once.records import Record
 from orders.bootstrap import HttpRuntime
 from orders.domain.idempotency import RecordStatus, key_claim, record_id
 from orders.entrypoints.http_api import create_app
-from orders.exceptions import (
-    PublishError,
-    StoreError,
-    TransientPublishError,
-    TransientStoreError,
-)
+from orders.exceptions import PublishError, TransientPublishError
 from orders.service.consumer import OrderConsumer
 
 

@@ -14,9 +14,9 @@ from http_support import FakeClock, new_order_id, runtime_over
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 
+from exactly_once.exceptions import TransientStoreError
 from orders.bootstrap import HttpRuntime
 from orders.entrypoints.http_api import create_app
-from orders.exceptions import TransientStoreError
 
 
 def totals(reader: InMemoryMetricReader) -> dict[str, int]:

@@ -23,11 +23,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from poison_corpus import HTTP_PROBLEM, PoisonCase, poison_cases
 
+from exactly_once.exceptions import TransientStoreError
 from orders.bootstrap import HttpRuntime
 from orders.domain.messages import MAX_REPORTED_ERRORS
 from orders.domain.received import ReceivedOrderMessage
 from orders.entrypoints.http_api import create_app
-from orders.exceptions import TransientStoreError
 from orders.service.consumer import OrderConsumer
 
 

@@ -236,7 +236,7 @@ def _consumer_decision_metrics() -> set[str]:
     """The `*.decisions` counters the registered consumers really export, one decision each."""
     from opentelemetry import trace
 
-    from orders.domain.outcomes import Decision, Outcome, Settlement
+    from exactly_once.decisions import Decision, Outcome, Settlement
     from orders.observability import SubscriberTelemetry
     from orders.service.registry import CONSUMERS
 
@@ -245,7 +245,7 @@ def _consumer_decision_metrics() -> set[str]:
     for spec in CONSUMERS:
         telemetry = SubscriberTelemetry(spec.name, meter_provider=provider)
         telemetry.record(
-            trace.INVALID_SPAN, Decision(Outcome.PROCESSED, Settlement.COMPLETE, "o-1")
+            trace.INVALID_SPAN, Decision(Outcome.PROCESSED, Settlement.COMPLETE, key="o-1")
         )
     return {name for name in _exported(reader) if name.endswith(".decisions")}
 

@@ -14,7 +14,8 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 
-from orders.domain.outcomes import Decision, Outcome, Settlement
+from exactly_once.decisions import Decision, Outcome, Settlement
+from orders.domain.order_outcomes import OrderOutcome
 from orders.domain.received import ReceivedOrderMessage
 from orders.observability import (
     ConsumerTelemetry,
@@ -47,8 +48,8 @@ def emitted_names() -> set[str]:
     meters, tracers = MeterProvider(metric_readers=[reader]), TracerProvider()
     message = ReceivedOrderMessage(b"{}", "m-1", 0)
     decisions = [
-        Decision(outcome, settlement, "o-1", dead_letter_reason="Reason")
-        for outcome in Outcome
+        Decision(outcome, settlement, key="o-1", dead_letter_reason="Reason")
+        for outcome in (*Outcome, *OrderOutcome)
         for settlement in Settlement
     ]
     consumer = ConsumerTelemetry(meters, tracers, destination="orders")

@@ -17,12 +17,12 @@ from azure.cosmos.exceptions import CosmosResourceExistsError
 from fakes import LAYOUT, order_payload
 from servers import CosmosServer
 
+from exactly_once.decisions import Outcome, Settlement
+from exactly_once.exceptions import TransientStoreError
 from orders.adapters.cosmos_client import order_partitioned_store
 from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore, order_claim_id
 from orders.domain.idempotency import OrderIdClaim, core_store_errors, key_claim
-from orders.domain.outcomes import Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
-from orders.exceptions import TransientStoreError
 from orders.service.consumer import OrderConsumer
 
 

@@ -22,13 +22,13 @@ from azure.cosmos.aio import CosmosClient
 from fakes import FakeFencedDocuments
 from servers import CosmosServer, KnownGaps, expect_known_gap
 
-from orders.adapters.cosmos_fenced import CosmosFencedDocuments
-from orders.exceptions import (
+from exactly_once.exceptions import (
     DocumentExistsError,
-    LeaseLostError,
+    RecordChangedError,
     StoreError,
     TransientStoreError,
 )
+from orders.adapters.cosmos_fenced import CosmosFencedDocuments
 from orders.service.ports import FencedDocuments, OrderDocuments
 
 # The containers the adapter serves (orders, inbox) are partitioned by /orderId.
@@ -208,7 +208,7 @@ async def test_replace_with_a_stale_etag_is_a_lost_lease_and_writes_nothing(
     stored = await store.create(document(unique_id(), partition, owner="a"))
     moved = await store.replace({**stored.body, "owner": "b"}, etag=stored.stamp.etag)
 
-    with pytest.raises(LeaseLostError):
+    with pytest.raises(RecordChangedError):
         await store.replace({**stored.body, "owner": "c"}, etag=stored.stamp.etag)
 
     found = await store.get_stored(stored.body["id"], partition)
@@ -219,10 +219,10 @@ async def test_replace_of_a_missing_document_is_a_lost_lease(store: FencedStore)
     partition = unique_id("order")
     elsewhere = await store.create(document(unique_id(), partition, owner="a"))
 
-    with pytest.raises(LeaseLostError):
+    with pytest.raises(RecordChangedError):
         await store.replace(document(unique_id(), partition), etag=elsewhere.stamp.etag)
     # The same id in another partition is another document: nothing there to replace.
-    with pytest.raises(LeaseLostError):
+    with pytest.raises(RecordChangedError):
         await store.replace(
             document(elsewhere.body["id"], unique_id("order")), etag=elsewhere.stamp.etag
         )
@@ -253,9 +253,9 @@ async def test_delete_with_a_stale_etag_or_of_a_missing_document_is_a_lost_lease
         document(stored.body["id"], partition, owner="b"), etag=stored.stamp.etag
     )
 
-    with pytest.raises(LeaseLostError):
+    with pytest.raises(RecordChangedError):
         await store.delete(stored.body["id"], partition, etag=stored.stamp.etag)
-    with pytest.raises(LeaseLostError):
+    with pytest.raises(RecordChangedError):
         await store.delete(unique_id(), partition, etag=moved.stamp.etag)
 
     assert await body_of(store, stored.body["id"], partition) == moved.body
@@ -286,7 +286,7 @@ async def test_replace_and_create_with_a_stale_etag_writes_nothing(store: Fenced
     await store.replace({**stored.body, "state": "paid"}, etag=stored.stamp.etag)
     created = document(unique_id(), partition)
 
-    with pytest.raises(LeaseLostError):
+    with pytest.raises(RecordChangedError):
         await store.replace_and_create(
             partition,
             {**stored.body, "state": "cancelled"},

@@ -18,8 +18,8 @@ from azure.cosmos.aio import CosmosClient
 from fakes import LAYOUT, order_payload
 from servers import CosmosServer
 
+from exactly_once.decisions import Outcome
 from orders.adapters.cosmos_client import order_partitioned_store
-from orders.domain.outcomes import Outcome
 from orders.domain.received import ReceivedOrderMessage
 from orders.service.consumer import OrderConsumer
 

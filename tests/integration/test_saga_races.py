@@ -11,6 +11,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from enum import StrEnum
 
 import pytest
 from azure.cosmos import PartitionKey
@@ -18,13 +19,14 @@ from azure.cosmos.aio import ContainerProxy, CosmosClient
 from fakes import LAYOUT, new_write
 from servers import CosmosServer
 
+from exactly_once.decisions import Outcome
+from exactly_once.exceptions import RecordChangedError
 from orders.adapters.cosmos_client import order_partitioned_store
 from orders.adapters.cosmos_fenced import CosmosFencedDocuments
 from orders.domain.events import OrderAccepted
-from orders.domain.outcomes import Outcome
+from orders.domain.order_outcomes import OrderOutcome
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.saga import Fulfilment
-from orders.exceptions import LeaseLostError
 from orders.service.saga import CancelResult, OrderSaga
 from orders.service.shipping import ShippingConsumer
 
@@ -64,14 +66,14 @@ async def test_cancel_racing_ship_has_one_winner_per_order_and_the_loser_sees_it
         await OrderSaga(orders, LAYOUT).record_charge(order_id, f"pay-{order_id}")
     shipping = ShippingConsumer(inbox, OrderSaga(orders, LAYOUT), LAYOUT)
 
-    async def race(order_id: str) -> tuple[CancelResult, Outcome]:
+    async def race(order_id: str) -> tuple[CancelResult, StrEnum]:
         start = asyncio.Event()
 
         async def cancel() -> CancelResult:
             await start.wait()
             return await OrderSaga(orders, LAYOUT).cancel(order_id, None)
 
-        async def ship() -> Outcome:
+        async def ship() -> StrEnum:
             await start.wait()
             return (await shipping.handle(accepted_message(order_id))).outcome
 
@@ -89,7 +91,7 @@ async def test_cancel_racing_ship_has_one_winner_per_order_and_the_loser_sees_it
         state = read.fulfilment
         shipment = await inbox.get(f"{order_id}:shipment", order_id)
         if cancelled is CancelResult.CANCELLED:
-            assert shipped is Outcome.SKIPPED_CANCELLED, order_id
+            assert shipped is OrderOutcome.SKIPPED_CANCELLED, order_id
             assert state is Fulfilment.CANCELLED and shipment is None
             assert (
                 await orders.get_stored(f"{order_id}:outbox:OrderCancelled", order_id) is not None
@@ -115,14 +117,14 @@ async def test_a_refused_charge_racing_shipping_ends_the_order_unshipped(
     # Waits far longer than the refusal takes: a deadline, not the synchronisation.
     shipping = ShippingConsumer(inbox, OrderSaga(orders, LAYOUT), LAYOUT, charge_wait_seconds=30)
 
-    async def race(order_id: str) -> Outcome:
+    async def race(order_id: str) -> StrEnum:
         shipped = asyncio.create_task(shipping.handle(accepted_message(order_id)))
         await OrderSaga(orders, LAYOUT).record_payment_failed(order_id, "card_declined")
         return (await shipped).outcome
 
     outcomes = await asyncio.gather(*map(race, order_ids))
 
-    assert set(outcomes) == {Outcome.SKIPPED_PAYMENT_FAILED}
+    assert set(outcomes) == {OrderOutcome.SKIPPED_PAYMENT_FAILED}
     for order_id in order_ids:
         found = await orders.get_stored(order_id, order_id)
         assert found is not None
@@ -164,7 +166,7 @@ async def test_a_cancel_with_a_stale_etag_writes_neither_the_order_nor_its_event
         LAYOUT.shipment_reserved(found.body, "e", datetime.now(UTC)), etag=found.etag
     )
 
-    with pytest.raises(LeaseLostError):
+    with pytest.raises(RecordChangedError):
         await orders.replace_and_create(
             order_id,
             LAYOUT.order_cancelled(found.body, datetime.now(UTC), None),

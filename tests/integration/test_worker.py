@@ -11,13 +11,12 @@ import pytest
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import AutoLockRenewer, ServiceBusClient
 
-from exactly_once.worker import Worker
+from exactly_once.decisions import Decision, Outcome, Settlement
+from exactly_once.worker import Worker, WorkerOptions
 from orders.adapters.servicebus_worker import order_handle
-from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
 from orders.entrypoints.localstack import QueueOptions
 from orders.service.ports import MessageHandler
-from orders.service.worker_options import WorkerOptions
 from servicebus_emulator import RunningEmulator, start_in_background
 
 QUEUE = "orders"
@@ -56,7 +55,7 @@ class GatedHandler:
         self.seen.append(message.message_id)
         self.started.set()
         await self.release.wait()
-        return Decision(Outcome.PROCESSED, Settlement.COMPLETE, message.message_id)
+        return Decision(Outcome.PROCESSED, Settlement.COMPLETE, key=message.message_id)
 
 
 class OneSlowHandler:
@@ -77,7 +76,7 @@ class OneSlowHandler:
         self.completed.append(message.message_id)
         if len(self.completed) == self.expected_others:
             self.others_done.set()
-        return Decision(Outcome.PROCESSED, Settlement.COMPLETE, message.message_id)
+        return Decision(Outcome.PROCESSED, Settlement.COMPLETE, key=message.message_id)
 
 
 async def send(client: ServiceBusClient, count: int) -> list[str]:

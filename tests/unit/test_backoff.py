@@ -36,9 +36,9 @@ from exactly_once import (
     exactly_once,
 )
 from exactly_once.backoff import is_retried
-from orders.domain.outcomes import Decision as AppDecision
-from orders.domain.outcomes import Outcome as AppOutcome
-from orders.domain.outcomes import Settlement as AppSettlement
+from exactly_once.decisions import Decision as AppDecision
+from exactly_once.decisions import Outcome as AppOutcome
+from exactly_once.decisions import Settlement as AppSettlement
 
 ROOT = Path(__file__).resolve().parents[2]
 

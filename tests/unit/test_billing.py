@@ -19,9 +19,9 @@ from fakes import (
     stored_orders,
 )
 
+from exactly_once.decisions import Outcome, Settlement
 from orders.domain.events import order_event_id
 from orders.domain.inbox import BillingStatus, payment_key
-from orders.domain.outcomes import Outcome, Settlement
 from orders.domain.payments import Charge, ChargeRequest
 from orders.domain.received import ReceivedOrderMessage
 from orders.exceptions import PaymentUnavailableError
@@ -200,7 +200,7 @@ async def test_a_refusal_dead_letters_with_a_reason_and_marks_the_record(
     decision = await billing(records, payments, "a").handle(event_message())
 
     assert (decision.outcome, decision.settlement) == (
-        Outcome.DOWNSTREAM_REFUSED,
+        Outcome.REFUSED,
         Settlement.DEAD_LETTER,
     )
     assert decision.dead_letter_reason == "PaymentRefused"

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exactly_once import Retry
+from exactly_once.decisions import Outcome, Settlement
 from orders.adapters.decision_journals import JournalFolder, consumer_of
 from orders.domain.dead_letters import MAX_SEQUENCE_NUMBER, parse_sequence_number
 from orders.domain.decision_counters import (
@@ -28,7 +29,7 @@ from orders.domain.decision_counters import (
     kind_counter,
     parse_journal_line,
 )
-from orders.domain.outcomes import Outcome, Settlement
+from orders.domain.order_outcomes import OrderOutcome
 from orders.entrypoints.console_pages import COUNTER_LABELS, COUNTER_MEANINGS
 from orders.entrypoints.worker import decision_journal
 from orders.settings import Settings, SettingsError
@@ -58,23 +59,26 @@ def test_each_outcome_counts_where_an_operator_expects(
 
 
 def test_every_decision_kind_has_a_counter_of_its_own_with_a_label_and_a_meaning() -> None:
-    kinds = {kind_counter(outcome.value) for outcome in Outcome}
-    assert len(kinds) == len(Outcome) and kinds <= set(KIND_COUNTERS)
+    outcomes = (*Outcome, *OrderOutcome)
+    kinds = {kind_counter(outcome.value) for outcome in outcomes}
+    assert len(kinds) == len(outcomes) and kinds <= set(KIND_COUNTERS)
     assert list(COUNTER_LABELS) == list(COUNTERS) == list(COUNTER_MEANINGS)
 
 
 async def test_each_consumers_counters_equal_its_decision_log(tmp_path: Path) -> None:
     """Every kind each consumer decided, counted once: the counts add up to the log."""
-    journals = {
+    journals: dict[str, list[Outcome | OrderOutcome]] = {
         "worker-1": [Outcome.PROCESSED, Outcome.DUPLICATE, Outcome.MISMATCH, Outcome.REJECTED],
-        "billing-1": [Outcome.PROCESSED, Outcome.SKIPPED_CANCELLED, Outcome.NOTHING_TO_REFUND,
-                      Outcome.REFUNDED, Outcome.TRANSIENT_FAILURE, Outcome.REFUNDED],
-        "shipping-1": [Outcome.PROCESSED, Outcome.SKIPPED_CANCELLED, Outcome.IGNORED],
-        "status-1": [Outcome.PROCESSED, Outcome.STALE, Outcome.ILLEGAL_TRANSITION],
+        "billing-1": [Outcome.PROCESSED, OrderOutcome.SKIPPED_CANCELLED,
+                      OrderOutcome.NOTHING_TO_REFUND, OrderOutcome.REFUNDED,
+                      Outcome.TRANSIENT_FAILURE, OrderOutcome.REFUNDED],
+        "shipping-1": [Outcome.PROCESSED, OrderOutcome.SKIPPED_CANCELLED, OrderOutcome.IGNORED],
+        "status-1": [Outcome.PROCESSED, Outcome.STALE, OrderOutcome.ILLEGAL_TRANSITION],
     }  # fmt: skip
-    settled = {Outcome.MISMATCH: Settlement.DEAD_LETTER, Outcome.REJECTED: Settlement.DEAD_LETTER,
-               Outcome.ILLEGAL_TRANSITION: Settlement.DEAD_LETTER,
-               Outcome.TRANSIENT_FAILURE: Settlement.ABANDON}  # fmt: skip
+    settled: dict[Outcome | OrderOutcome, Settlement] = {
+        Outcome.MISMATCH: Settlement.DEAD_LETTER, Outcome.REJECTED: Settlement.DEAD_LETTER,
+        OrderOutcome.ILLEGAL_TRANSITION: Settlement.DEAD_LETTER,
+        Outcome.TRANSIENT_FAILURE: Settlement.ABANDON}  # fmt: skip
     for name, outcomes in journals.items():
         (tmp_path / f"{name}.decisions.jsonl").write_bytes(
             b"".join(

@@ -8,10 +8,10 @@ import uuid
 import pytest
 from fakes import LAYOUT, FakeOrderStore, RecordingSettler, order_payload
 
+from exactly_once.decisions import Outcome, Settlement
+from exactly_once.exceptions import StoreError, TransientStoreError
 from orders.domain.messages import MAX_BODY_BYTES, MAX_LINES_PER_ORDER
-from orders.domain.outcomes import Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
-from orders.exceptions import StoreError, TransientStoreError
 from orders.service.consumer import OrderConsumer
 
 
@@ -326,7 +326,7 @@ async def test_a_rejection_without_a_usable_id_is_not_filed(
 ) -> None:
     decision = await consumer.handle(ReceivedOrderMessage(b"{oops", message_id="bad/id"))
 
-    assert decision.outcome is Outcome.REJECTED and decision.order_id is None
+    assert decision.outcome is Outcome.REJECTED and decision.key is None
     assert store.create_calls == 0
 
 

@@ -1,30 +1,17 @@
 """The one error frame every consumer decides through (`subscriber.decided`): the app's own
-signals first, then the core's frame, mapped onto the app's decisions."""
+signals first, then the core's frame, whose decisions are the app's, naming the order."""
 
 from __future__ import annotations
 
-import pytest
-
-from exactly_once.decisions import Decision as CoreDecision
-from exactly_once.decisions import Outcome as CoreOutcome
-from exactly_once.decisions import Settlement as CoreSettlement
-from exactly_once.exceptions import InProgressElsewhereError, PayloadMismatchError
+from exactly_once.decisions import Decision, Outcome, Settlement
+from exactly_once.exceptions import (
+    InProgressElsewhereError,
+    PayloadMismatchError,
+    StoreRefusedError,
+)
 from exactly_once.records import Record, RecordStatus
-from orders.domain.outcomes import Decision, Outcome, Settlement
-from orders.exceptions import StoreRefusedError, TransientPublishError
-from orders.service.subscriber import decided, from_core
-
-
-@pytest.mark.parametrize("outcome", list(CoreOutcome))
-def test_every_core_outcome_has_the_apps(outcome: CoreOutcome) -> None:
-    mapped = from_core(CoreDecision(outcome, CoreSettlement.ABANDON, error="e"), "o-1", "h")
-
-    expected = Outcome.DOWNSTREAM_REFUSED if outcome is CoreOutcome.REFUSED else outcome.value
-    assert (mapped.outcome, mapped.settlement, mapped.order_id) == (
-        expected,
-        Settlement.ABANDON,
-        "o-1",
-    )
+from orders.exceptions import TransientPublishError
+from orders.service.subscriber import decided
 
 
 async def fails_with(error: Exception) -> Decision:
@@ -62,7 +49,9 @@ async def test_each_failure_is_decided_once_for_every_consumer() -> None:
         Settlement.ABANDON,
         "ZeroDivisionError: boom",
     )
-    assert {d.order_id for d in (mismatch, transient, elsewhere, bug)} == {"o-1"}
+    assert {(d.key, d.request_hash) for d in (mismatch, transient, elsewhere, bug)} == {
+        ("o-1", "h")
+    }
 
 
 async def test_a_write_the_store_refuses_for_good_is_dead_lettered_with_the_stores_words() -> None:

@@ -38,6 +38,7 @@ from sdk_messages import received_message
 import function_app
 from exactly_once import Backoff, Retrier, Telemetry
 from exactly_once.change_feed import ChangePage
+from exactly_once.exceptions import TransientStoreError
 from orders.bootstrap import DispatcherRuntime, SubscriberRuntime
 from orders.domain.events import OrderEvent
 from orders.entrypoints import functions
@@ -46,7 +47,6 @@ from orders.entrypoints.functions import (
     function_subscriber_runtimes,
     use_function_consumer,
 )
-from orders.exceptions import TransientStoreError
 from orders.observability import ConsumerTelemetry
 from orders.service.consumer import OrderConsumer
 from orders.service.dispatcher import OutboxDispatcher

@@ -15,10 +15,10 @@ import pytest
 from fakes import LAYOUT, FakeOrderStore, RecordingSettler, order_payload
 from typer.testing import CliRunner
 
+from exactly_once.decisions import Outcome
 from orders.cli import app
 from orders.domain.ids import ID_RULE
 from orders.domain.load_plan import LoadMix, plan_load
-from orders.domain.outcomes import Outcome
 from orders.domain.received import ReceivedOrderMessage
 from orders.service.consumer import OrderConsumer
 

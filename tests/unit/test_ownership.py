@@ -21,9 +21,9 @@ from fakes import (
     order_payload,
 )
 
+from exactly_once.decisions import Outcome, Settlement
 from orders.domain.idempotency import OrderIdClaim
 from orders.domain.messages import DeadLetterReason, MessageRejected, parse_order
-from orders.domain.outcomes import Outcome, Settlement
 from orders.domain.ownership import (
     MAX_OWNER_LENGTH,
     NO_OWNER,

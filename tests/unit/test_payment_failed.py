@@ -23,7 +23,8 @@ from fakes import (
     stored_orders,
 )
 
-from orders.domain.outcomes import Outcome, Settlement
+from exactly_once.decisions import Outcome, Settlement
+from orders.domain.order_outcomes import OrderOutcome
 from orders.domain.payments import Charge
 from orders.domain.saga import Fulfilment
 from orders.exceptions import PaymentRefusedError
@@ -75,13 +76,13 @@ async def test_a_refused_charge_ends_the_order_payment_failed_and_it_never_ships
     shipped = await shipping(inbox, orders).handle(event_message())
 
     assert (billed.outcome, billed.settlement) == (
-        Outcome.DOWNSTREAM_REFUSED,
+        Outcome.REFUSED,
         Settlement.DEAD_LETTER,
     )
     assert billed.dead_letter_reason == "PaymentRefused"
     assert fulfilment(orders) is Fulfilment.PAYMENT_FAILED
     assert (shipped.outcome, shipped.settlement) == (
-        Outcome.SKIPPED_PAYMENT_FAILED,
+        OrderOutcome.SKIPPED_PAYMENT_FAILED,
         Settlement.COMPLETE,
     )
     assert shipments(inbox) == []
@@ -115,7 +116,10 @@ async def test_shipping_hands_the_event_back_while_no_charge_is_recorded() -> No
         event_message()
     )
 
-    assert (shipped.outcome, shipped.settlement) == (Outcome.AWAITING_CHARGE, Settlement.ABANDON)
+    assert (shipped.outcome, shipped.settlement) == (
+        OrderOutcome.AWAITING_CHARGE,
+        Settlement.ABANDON,
+    )
     assert sum(waits) == 2  # bounded: the broker offers it again
     assert shipments(inbox) == [] and fulfilment(orders) is Fulfilment.OPEN
 

@@ -5,16 +5,17 @@ from __future__ import annotations
 import asyncio
 import json
 from decimal import Decimal
+from enum import StrEnum
 from typing import Any
 
 from fakes import LAYOUT, FakeOrderStore
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from exactly_once.decisions import Outcome
 from orders.domain.hashing import request_hash
 from orders.domain.ids import is_entity_id
 from orders.domain.messages import parse_order
-from orders.domain.outcomes import Outcome
 from orders.domain.received import ReceivedOrderMessage
 from orders.service.consumer import OrderConsumer
 
@@ -107,13 +108,13 @@ def test_any_interleaving_of_deliveries_yields_exactly_one_order(
     # how the concurrent deliveries interleave around the atomic create.
     delays = data.draw(st.lists(st.integers(0, 5), min_size=copies, max_size=copies))
 
-    async def deliver(delay: int) -> Outcome:
+    async def deliver(delay: int) -> StrEnum:
         for _ in range(delay):
             await asyncio.sleep(0)
         message = ReceivedOrderMessage(body=body, message_id="order-1")
         return (await consumer.handle(message)).outcome
 
-    async def run() -> list[Outcome]:
+    async def run() -> list[StrEnum]:
         return list(await asyncio.gather(*(deliver(d) for d in delays)))
 
     outcomes = asyncio.run(run())

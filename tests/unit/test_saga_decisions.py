@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 from decimal import Decimal
+from enum import StrEnum
 from typing import Any
 
 import pytest
@@ -20,8 +21,9 @@ from fakes import (
     stored_orders,
 )
 
+from exactly_once.decisions import Decision, Outcome, Settlement
 from orders.domain.leases import StampedDocument
-from orders.domain.outcomes import Decision, Outcome, Settlement
+from orders.domain.order_outcomes import OrderOutcome
 from orders.domain.payments import Charge, ChargeRequest
 from orders.domain.saga import Fulfilment
 from orders.exceptions import PaymentUnavailableError
@@ -64,7 +66,7 @@ def shipping(inbox: FakeFencedDocuments, orders: FakeFencedDocuments) -> Shippin
     return ShippingConsumer(FakeDocumentStore(inbox), OrderSaga(orders, LAYOUT), LAYOUT)
 
 
-def outcome(decision: Decision) -> tuple[Outcome, Settlement]:
+def outcome(decision: Decision) -> tuple[StrEnum, Settlement]:
     return decision.outcome, decision.settlement
 
 
@@ -90,7 +92,7 @@ async def test_a_cancel_before_shipping_wins_and_shipping_skips_without_a_shipme
 
     decision = await shipping(inbox, orders).handle(event_message())
 
-    assert outcome(decision) == (Outcome.SKIPPED_CANCELLED, Settlement.COMPLETE)
+    assert outcome(decision) == (OrderOutcome.SKIPPED_CANCELLED, Settlement.COMPLETE)
     assert shipments(inbox) == []
     assert (
         "o-1",
@@ -164,7 +166,7 @@ async def test_shipping_that_loses_the_race_to_a_cancel_makes_no_shipment(
     decision = await shipping(inbox, racing).handle(event_message())
 
     assert racing.raced
-    assert outcome(decision) == (Outcome.SKIPPED_CANCELLED, Settlement.COMPLETE)
+    assert outcome(decision) == (OrderOutcome.SKIPPED_CANCELLED, Settlement.COMPLETE)
     assert shipments(inbox) == [] and fulfilment(orders) is Fulfilment.CANCELLED
 
 
@@ -182,7 +184,7 @@ async def test_shipping_ignores_a_cancel_event(
 ) -> None:
     await OrderSaga(orders, LAYOUT).cancel("o-1", None)
     decision = await shipping(inbox, orders).handle(cancel_message())
-    assert outcome(decision) == (Outcome.IGNORED, Settlement.COMPLETE)
+    assert outcome(decision) == (OrderOutcome.IGNORED, Settlement.COMPLETE)
 
 
 # --- Charge and refund ----------------------------------------------------------------------
@@ -196,8 +198,8 @@ async def test_an_order_cancelled_before_billing_is_never_charged(
     first = await billing(inbox, payments, orders).handle(event_message())
     refund = await billing(inbox, payments, orders).handle(cancel_message())
 
-    assert outcome(first) == (Outcome.SKIPPED_CANCELLED, Settlement.COMPLETE)
-    assert outcome(refund) == (Outcome.NOTHING_TO_REFUND, Settlement.COMPLETE)
+    assert outcome(first) == (OrderOutcome.SKIPPED_CANCELLED, Settlement.COMPLETE)
+    assert outcome(refund) == (OrderOutcome.NOTHING_TO_REFUND, Settlement.COMPLETE)
     assert payments.requests == [] and payments.refund_requests == []
 
 
@@ -211,8 +213,8 @@ async def test_a_cancel_after_the_charge_refunds_it_once_in_full(
     again = await billing(inbox, payments, orders, "y").handle(cancel_message())
     redelivered_charge = await billing(inbox, payments, orders, "z").handle(event_message())
 
-    assert outcome(first) == outcome(again) == (Outcome.REFUNDED, Settlement.COMPLETE)
-    assert outcome(redelivered_charge) == (Outcome.REFUNDED, Settlement.COMPLETE)
+    assert outcome(first) == outcome(again) == (OrderOutcome.REFUNDED, Settlement.COMPLETE)
+    assert outcome(redelivered_charge) == (OrderOutcome.REFUNDED, Settlement.COMPLETE)
     [charge] = payments.charges.values()
     [refund] = payments.refunds.values()
     assert refund.payment_id == charge.payment_id and refund.amount == Decimal("12.5")
@@ -237,7 +239,7 @@ async def test_a_cancel_that_lands_during_the_charge_is_refunded_by_billing_itse
         event_message()
     )
 
-    assert cancelled and outcome(decision) == (Outcome.REFUNDED, Settlement.COMPLETE)
+    assert cancelled and outcome(decision) == (OrderOutcome.REFUNDED, Settlement.COMPLETE)
     assert len(payments.charges) == 1 and len(payments.refunds) == 1
 
 
@@ -255,7 +257,7 @@ async def test_a_cancel_event_finishes_a_charge_left_in_progress_then_refunds_it
 
     decision = await billing(inbox, payments, orders, "alive").handle(cancel_message())
 
-    assert outcome(decision) == (Outcome.REFUNDED, Settlement.COMPLETE)
+    assert outcome(decision) == (OrderOutcome.REFUNDED, Settlement.COMPLETE)
     assert len(payments.charges) == 1 and len(payments.refunds) == 1
 
 
@@ -297,7 +299,7 @@ async def test_a_cancel_racing_its_orders_charge_in_the_same_process_waits_for_i
     accepted = await accepting[0]
 
     assert len(payments.requests) == 1  # one call for the charge, never two at once
-    assert outcome(cancelled) == outcome(accepted) == (Outcome.REFUNDED, Settlement.COMPLETE)
+    assert outcome(cancelled) == outcome(accepted) == (OrderOutcome.REFUNDED, Settlement.COMPLETE)
     assert len(payments.charges) == len(payments.refunds) == len(payments.refund_requests) == 1
 
 
@@ -315,7 +317,7 @@ async def test_a_provider_failing_after_the_refund_is_asked_again_with_the_same_
     retried = await billing(inbox, payments, orders, "b").handle(cancel_message())
 
     assert failed.settlement is Settlement.ABANDON
-    assert outcome(retried) == (Outcome.REFUNDED, Settlement.COMPLETE)
+    assert outcome(retried) == (OrderOutcome.REFUNDED, Settlement.COMPLETE)
     assert len(payments.refunds) == 1
     assert [r.idempotency_key for r in payments.refund_requests] == ["refund:o-1"] * 2
 

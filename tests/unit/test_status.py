@@ -11,9 +11,10 @@ from fakes import LAYOUT, FakeDocumentStore, FakeFencedDocuments
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from exactly_once.decisions import Outcome, Settlement
 from exactly_once.records import JsonMapping
 from orders.domain.messages import MessageRejected
-from orders.domain.outcomes import Outcome, Settlement
+from orders.domain.order_outcomes import OrderOutcome
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.status import (
     MAX_HISTORY,
@@ -117,7 +118,7 @@ async def test_an_illegal_transition_is_dead_lettered_with_a_reason() -> None:
     decision = await consumer.handle(message(update(OrderStatus.DELIVERED, version=9)))
 
     assert (decision.outcome, decision.settlement) == (
-        Outcome.ILLEGAL_TRANSITION,
+        OrderOutcome.ILLEGAL_TRANSITION,
         Settlement.DEAD_LETTER,
     )
     assert decision.dead_letter_reason == "IllegalStatusTransition"
@@ -181,7 +182,7 @@ async def test_a_status_never_follows_itself_so_a_stray_placed_is_always_illegal
     decision = await StatusConsumer(FakeDocumentStore(documents), LAYOUT).handle(
         message(update(OrderStatus.PLACED, 7))
     )
-    assert decision.outcome is Outcome.ILLEGAL_TRANSITION and documents.documents == {}
+    assert decision.outcome is OrderOutcome.ILLEGAL_TRANSITION and documents.documents == {}
 
 
 LEGAL_SEQUENCE = [

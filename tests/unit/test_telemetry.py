@@ -20,11 +20,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from exactly_once.change_feed import ChangePage
+from exactly_once.decisions import Decision, Outcome, Settlement
+from exactly_once.exceptions import StoreRefusedError, TransientStoreError
 from orders.adapters.cosmos_layout import OUTBOX_DOCUMENT_TYPE
 from orders.domain.events import OrderEvent
-from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
-from orders.exceptions import StoreRefusedError, TransientPublishError, TransientStoreError
+from orders.exceptions import TransientPublishError
 from orders.observability import (
     ConsumerTelemetry,
     DispatcherTelemetry,
@@ -222,10 +223,12 @@ async def test_every_fanout_consumer_gets_spans_and_its_counters(consumer: str) 
     )
     handler = InstrumentedHandler(
         DecidesInTurn(
-            Decision(Outcome.PROCESSED, Settlement.COMPLETE, "o-1"),
-            Decision(Outcome.DUPLICATE, Settlement.COMPLETE, "o-1"),
-            Decision(Outcome.REJECTED, Settlement.DEAD_LETTER, None, dead_letter_reason="BadEvent"),
-            Decision(Outcome.TRANSIENT_FAILURE, Settlement.ABANDON, "o-2", error="503"),
+            Decision(Outcome.PROCESSED, Settlement.COMPLETE, key="o-1"),
+            Decision(Outcome.DUPLICATE, Settlement.COMPLETE, key="o-1"),
+            Decision(
+                Outcome.REJECTED, Settlement.DEAD_LETTER, key=None, dead_letter_reason="BadEvent"
+            ),
+            Decision(Outcome.TRANSIENT_FAILURE, Settlement.ABANDON, key="o-2", error="503"),
         ),
         telemetry,
     )

@@ -8,9 +8,9 @@ from typing import Any
 
 from fakes import LAYOUT, FakeOrderStore
 
+from exactly_once.decisions import Settlement
 from orders.domain.dead_letters import DeadLetteredMessage
 from orders.domain.load_plan import LoadMix, LoadPlan, SendKind, plan_load
-from orders.domain.outcomes import Settlement
 from orders.domain.received import ReceivedOrderMessage
 from orders.service.consumer import OrderConsumer
 from orders.service.verify import audit

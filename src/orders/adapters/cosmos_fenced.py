@@ -1,6 +1,6 @@
 """Create, read-with-the-database's-clock and If-Match replace: leases, inbox records and the
 order document's saga decisions. Every SDK call is translated by the core's one translation
-(`cosmos_errors`, over `exactly_once.cosmos`)."""
+(`exactly_once.cosmos`), into the core's exceptions."""
 
 from __future__ import annotations
 
@@ -9,21 +9,20 @@ from typing import Any
 from azure.cosmos import exceptions as cosmos_errors
 from azure.cosmos.aio import ContainerProxy
 
-from exactly_once.cosmos import user_fields
-from exactly_once.records import StoredDocument
-from orders.adapters.cosmos_errors import (
+from exactly_once.cosmos import (
     BATCH_ERRORS,
     failed_operation,
-    fenced_write,
     if_match,
-    read_document,
-    read_with_clock,
-    stamped,
+    if_match_write,
+    point_read,
     store_error_for,
     store_errors,
+    user_fields,
 )
+from exactly_once.exceptions import DocumentExistsError, RecordChangedError
+from exactly_once.records import StoredDocument
+from orders.adapters.cosmos_errors import read_with_clock, stamped
 from orders.domain.leases import DatabaseRead, StampedDocument
-from orders.exceptions import DocumentExistsError, LeaseLostError
 
 
 class CosmosFencedDocuments:
@@ -34,7 +33,7 @@ class CosmosFencedDocuments:
         self._container = container
 
     async def get_stored(self, document_id: str, partition_key: str) -> StoredDocument | None:
-        found = await read_document(self._container, document_id, partition_key)
+        found = await point_read(self._container, document_id, partition_key)
         if found is None:
             return None
         return StoredDocument(body=user_fields(found), etag=str(found["_etag"]))
@@ -64,7 +63,7 @@ class CosmosFencedDocuments:
         return await read_with_clock(self._container, document_id, partition_key)
 
     async def replace(self, document: dict[str, Any], *, etag: str) -> StampedDocument:
-        with fenced_write(f"{document['id']!r} changed since it was read"):
+        with if_match_write(f"{document['id']!r} changed since it was read"):
             return stamped(
                 await self._container.replace_item(
                     item=document["id"], body=document, **if_match(etag)
@@ -72,7 +71,7 @@ class CosmosFencedDocuments:
             )
 
     async def delete(self, document_id: str, partition_key: str, *, etag: str) -> None:
-        with fenced_write(f"{document_id!r} changed since it was read"):
+        with if_match_write(f"{document_id!r} changed since it was read"):
             await self._container.delete_item(
                 item=document_id, partition_key=partition_key, **if_match(etag)
             )
@@ -93,7 +92,7 @@ class CosmosFencedDocuments:
             except BATCH_ERRORS as exc:
                 status, index = failed_operation(exc)
                 if status in (404, 412):
-                    raise LeaseLostError(
+                    raise RecordChangedError(
                         f"{documents[0]['id']!r} changed since it was read"
                     ) from exc
                 if status == 409:
@@ -103,4 +102,4 @@ class CosmosFencedDocuments:
 
 def _exists(documents: list[dict[str, Any]], index: int) -> DocumentExistsError:
     document_id = str(documents[index]["id"])
-    return DocumentExistsError(f"{document_id!r} exists", document_id=document_id, index=index)
+    return DocumentExistsError(document_id, index)

@@ -16,15 +16,14 @@ from azure.cosmos import exceptions as cosmos_errors
 from azure.cosmos.aio import ContainerProxy
 
 from exactly_once import CosmosStore, DocumentExistsError, Record, RecordRead, RecordStatus
-from exactly_once.cosmos import claim_fields
-from orders.adapters.cosmos_errors import store_errors
+from exactly_once.cosmos import claim_fields, store_errors
+from exactly_once.exceptions import TransientStoreError
 from orders.domain.idempotency import (
     PLACE_OPERATION,
     KeyRecord,
     OrderIdClaim,
     core_store_errors,
 )
-from orders.exceptions import TransientStoreError
 
 RECORD_DOCUMENT_TYPE = "idempotencyRecord"
 ORDER_CLAIM_DOCUMENT_TYPE = "orderIdClaim"

@@ -6,7 +6,7 @@ from typing import Any
 
 from azure.cosmos.aio import ContainerProxy
 
-from orders.adapters.cosmos_errors import store_errors
+from exactly_once.cosmos import store_errors
 
 
 class CosmosOrderReader:

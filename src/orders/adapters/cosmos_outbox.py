@@ -9,8 +9,8 @@ from typing import Any
 from azure.cosmos import exceptions as cosmos_errors
 from azure.cosmos.aio import ContainerProxy
 
+from exactly_once.cosmos import if_match, store_errors
 from exactly_once.cosmos_change_feed import CosmosChangeFeed, CosmosLeaseStore
-from orders.adapters.cosmos_errors import if_match, store_errors
 from orders.adapters.cosmos_layout import LEASE_DOCUMENT_TYPE, LEASE_ID_PREFIX
 
 

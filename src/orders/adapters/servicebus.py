@@ -1,8 +1,9 @@
 """Service Bus: turning received messages into the core's view, and settling them.
 
-Two hosts settle through the same `MessageSettler` port: the Functions SDK-type binding's
-`ServiceBusMessageActions` and the SDK's own `ServiceBusReceiver` (the standalone worker). The
-settlers are the `exactly_once` core's, under the names the app has always used.
+Two hosts settle through the core's one `Settler` port (`exactly_once.decisions`): the
+Functions SDK-type binding's `ServiceBusMessageActions` and the SDK's own `ServiceBusReceiver`
+(the standalone worker). The settlers are the `exactly_once` core's, under the names the app
+has always used.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ from azure.servicebus.aio import ServiceBusClient
 
 from exactly_once import Handle, WorkerOptions, WorkerStats, run_session_worker, run_worker
 from exactly_once.backoff import Retrier, Retry
+from exactly_once.decisions import Decision
 from orders.adapters.servicebus import to_received_order_message
-from orders.domain.outcomes import Decision
 from orders.service.ports import MessageHandler
 from orders.service.subscribers import Source
 

@@ -74,8 +74,8 @@ def worker(
     ] = None,
 ) -> None:
     """Competing consumer: the orders queue (or an events subscription) until SIGTERM / SIGINT."""
+    from exactly_once.worker import WorkerOptions
     from orders.entrypoints.worker import run_until_signalled
-    from orders.service.worker_options import WorkerOptions
 
     spec = None
     if subscription is not None:

@@ -20,6 +20,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from exactly_once.records import lease_end_s
 from orders.cli.shared import (
     COSMOS_DB,
     SERVICE_BUS,
@@ -357,10 +358,8 @@ def show_key(key: str, scope: Scope = None, as_json: AsJson = False) -> None:
         if record is None:
             return None
         document: dict[str, object] = keys.document(record)
-        if record.stamp is not None:
-            # When the lease ends by the database's clock (it counts from the end of the
-            # second of the last write, `_ts`), as ISO-8601.
-            ends = record.stamp.written_at_s + 1 + record.lease_seconds
+        ends = lease_end_s(record)  # by the database's clock
+        if ends is not None:
             document["leaseExpiresAt"] = iso_time(ends)
         return document
 

@@ -10,12 +10,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from orders.domain.outcomes import Outcome, Settlement
+from exactly_once.decisions import Outcome, Settlement
+from orders.domain.order_outcomes import OrderOutcome
 
 # One counter per decision kind, named as the operator reads it; every kind the consumers
-# decide is here (a test holds it to `Outcome`), so the counts add up to the decision log.
-_BY_OUTCOME = {
-    **{outcome.value: outcome.value for outcome in Outcome},
+# decide is here (a test holds it to `Outcome` and `OrderOutcome`), so the counts add up to
+# the decision log.
+_BY_OUTCOME: dict[str, str] = {
+    **{outcome.value: outcome.value for outcome in (*Outcome, *OrderOutcome)},
     Outcome.PROCESSED.value: "processed",
     Outcome.DUPLICATE.value: "duplicates",
     Outcome.MISMATCH.value: "mismatches",

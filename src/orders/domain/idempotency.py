@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from exactly_once import exceptions as core
+from exactly_once.exceptions import RecordChangedError, TransientStoreError
 from exactly_once.keys import MAX_KEY_LENGTH, KeyFault, key_fault, key_record_id
 from exactly_once.records import (
     JsonObject,
@@ -24,7 +24,7 @@ from exactly_once.records import (
     lease_is_live,
     lease_seconds_left,
 )
-from orders.exceptions import InvalidIdempotencyKeyError, StoreError, TransientStoreError
+from orders.exceptions import InvalidIdempotencyKeyError
 
 __all__ = [
     "MAX_KEY_LENGTH",
@@ -174,14 +174,10 @@ def eviction_refusal(record: Record, database_now_ms: int, *, force: bool) -> st
 
 @contextmanager
 def core_store_errors() -> Iterator[None]:
-    """The core's store failures as the app's, which its HTTP problems, retries and CLI know:
-    transient stays transient, and a record that kept appearing and vanishing under a claim
-    (`RecordChangedError` from a claim) is worth a retry too."""
+    """A claim's race as a failure worth retrying: a record that kept appearing and vanishing
+    under a claim (`RecordChangedError`) is `TransientStoreError` to the intake's HTTP problems,
+    retries and CLI; every other store failure is already the core's and passes as it is."""
     try:
         yield
-    except core.TransientStoreError as exc:
-        raise TransientStoreError(str(exc)) from exc
-    except core.StoreError as exc:
-        raise StoreError(str(exc)) from exc
-    except core.RecordChangedError as exc:
+    except RecordChangedError as exc:
         raise TransientStoreError(str(exc)) from exc

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from exactly_once.backoff import Retrier
+from exactly_once.decisions import Decision, settle
 from orders.bootstrap import (
     ConsumerRuntime,
     DispatcherRuntime,
@@ -24,10 +25,9 @@ from orders.bootstrap import (
     from_functions_host,
     shared_process_clients,
 )
-from orders.domain.outcomes import Decision
 from orders.domain.received import ReceivedOrderMessage
 from orders.observability import delivery_span
-from orders.service.consumer import OrderConsumer, settle
+from orders.service.consumer import OrderConsumer
 from orders.service.registry import CONSUMERS, ConsumerSpec
 
 __all__ = [

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from exactly_once import problems as key_problems
+from exactly_once.exceptions import StoreError, TransientStoreError
 from exactly_once.problems import PROBLEM_JSON, Problem
 from orders.domain.ids import id_problem
 from orders.domain.messages import MAX_REPORTED_ERRORS, DeadLetterReason, MessageRejected
@@ -36,9 +37,7 @@ from orders.exceptions import (
     PublishError,
     RequestInProgressError,
     ServiceNotReadyError,
-    StoreError,
     TransientPublishError,
-    TransientStoreError,
     UnknownOrderError,
 )
 from orders.observability import HttpTelemetry

@@ -18,12 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exactly_once.backoff import Retry
+from exactly_once.decisions import Decision, Outcome
+from exactly_once.worker import WorkerOptions, WorkerStats
 from orders.bootstrap import StoreFactory, run_subscriber, run_worker
-from orders.domain.outcomes import Decision, Outcome
 from orders.domain.payments import Charge, Refund
 from orders.service.registry import ConsumerSpec
-from orders.service.worker_options import WorkerOptions
-from orders.service.worker_stats import WorkerStats
 from orders.settings import Settings
 
 logger = logging.getLogger("orders.worker")
@@ -77,9 +76,9 @@ def decision_journal(path: Path | None) -> Iterator[JournalHooks | None]:
 
         def record(decision: Decision) -> None:
             entry = {
-                "outcome": decision.outcome.value,
+                "outcome": str(decision.outcome),
                 "settlement": decision.settlement.value,
-                "order_id": decision.order_id,
+                "order_id": decision.key,
                 "dead_letter_reason": decision.dead_letter_reason,
                 "at": time.time(),
             }
@@ -107,8 +106,8 @@ def crash_hook_from_env() -> Callable[[Decision], None] | None:
         return None
 
     def crash_after_write(decision: Decision) -> None:
-        if decision.outcome is Outcome.PROCESSED and decision.order_id in targets:
-            logger.warning("fault injection: exiting after writing %s", decision.order_id)
+        if decision.outcome is Outcome.PROCESSED and decision.key in targets:
+            logger.warning("fault injection: exiting after writing %s", decision.key)
             logging.shutdown()
             os._exit(CRASH_EXIT_CODE)
 

@@ -49,7 +49,7 @@ from decimal import Decimal
 from typing import TypeVar
 
 from exactly_once.claims import DEFAULT_MAX_WAIT_SECONDS
-from exactly_once.decisions import Outcome as EffectOutcome
+from exactly_once.decisions import Decision, Outcome, Settlement
 from exactly_once.exceptions import Refused
 from exactly_once.orchestrator import DownstreamCall, Effects
 from exactly_once.ports import Store
@@ -72,7 +72,7 @@ from orders.domain.inbox import (
     refund_key,
 )
 from orders.domain.messages import DeadLetterReason, truncate
-from orders.domain.outcomes import Decision, Outcome, Settlement
+from orders.domain.order_outcomes import OrderOutcome
 from orders.domain.payments import Charge, ChargeRequest, Refund, RefundRequest
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.saga import Fulfilment, SagaOrder
@@ -186,11 +186,11 @@ class BillingConsumer:
             logger.info(
                 "order %s was cancelled before billing: no charge", log_value(order.order_id)
             )
-            return Decision(Outcome.SKIPPED_CANCELLED, Settlement.COMPLETE, event.order_id)
+            return Decision(OrderOutcome.SKIPPED_CANCELLED, Settlement.COMPLETE, key=event.order_id)
         claim = charge_claim(event.event_id, event.total_amount, str(event.currency))
         charged = await self._charge_phase(event, claim, delivery)
         if isinstance(charged, Decision):
-            if charged.outcome is Outcome.DOWNSTREAM_REFUSED:
+            if charged.outcome is Outcome.REFUSED:
                 # Refused for good: the order ends in payment_failed, so it never ships.
                 await self._saga.record_payment_failed(
                     event.order_id, charged.dead_letter_description
@@ -206,7 +206,7 @@ class BillingConsumer:
         return Decision(
             Outcome.PROCESSED if charged.fresh else Outcome.DUPLICATE,
             Settlement.COMPLETE,
-            event.order_id,
+            key=event.order_id,
         )
 
     async def _charge_started(self, event: OrderAccepted) -> bool:
@@ -263,7 +263,7 @@ class BillingConsumer:
         if started is None or started.status is RecordStatus.FAILED:
             # No charge was asked for (or it was refused). A delivery that is about to ask
             # reads the order again after its charge, sees the cancel and pays it back itself.
-            return Decision(Outcome.NOTHING_TO_REFUND, Settlement.COMPLETE, order.order_id)
+            return Decision(OrderOutcome.NOTHING_TO_REFUND, Settlement.COMPLETE, key=order.order_id)
         # Still in progress: finish the charge (same key: never a second one), then refund it.
         if not isinstance(started.data, dict):
             raise ValueError(f"charge record {started.key!r} carries no claim")
@@ -276,7 +276,7 @@ class BillingConsumer:
         if Decimal(charged.amount) == 0:
             # A free order was "charged" nothing: there is nothing to pay back, and providers
             # refuse a refund of 0.
-            return Decision(Outcome.NOTHING_TO_REFUND, Settlement.COMPLETE, event.order_id)
+            return Decision(OrderOutcome.NOTHING_TO_REFUND, Settlement.COMPLETE, key=event.order_id)
 
         async def refund(key: str) -> str:
             request = RefundRequest(
@@ -307,7 +307,7 @@ class BillingConsumer:
         if isinstance(done, Decision):
             return done
         await announce(self._status, event, OrderStatus.REFUNDED, self._clock())
-        return Decision(Outcome.REFUNDED, Settlement.COMPLETE, event.order_id)
+        return Decision(OrderOutcome.REFUNDED, Settlement.COMPLETE, key=event.order_id)
 
     # --- The two phases, shared by the charge and the refund: the core's `two_phase` --------
 
@@ -341,13 +341,13 @@ class BillingConsumer:
                 log_value(refusal.description),
             )
             return Decision(
-                Outcome.DOWNSTREAM_REFUSED,
+                Outcome.REFUSED,
                 Settlement.DEAD_LETTER,
-                effects.key_partition,
+                key=effects.key_partition,
                 dead_letter_reason=reason.value,
                 dead_letter_description=truncate(f"{refusal.reason}: {refusal.description}"),
             )
-        return str(done.result), done.outcome is EffectOutcome.PROCESSED
+        return str(done.result), done.outcome is Outcome.PROCESSED
 
 
 async def _asked(call: Awaitable[Answer]) -> Answer:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
+from exactly_once.exceptions import TransientStoreError
 from exactly_once.ports import DocumentCreator
 from exactly_once.records import JsonObject
 from orders.domain.events import order_event_id
@@ -26,7 +27,6 @@ from orders.exceptions import (
     OrderNotStoredYetError,
     RequestInProgressError,
     TransientPublishError,
-    TransientStoreError,
     UnknownOrderError,
 )
 from orders.service.idempotency import IdempotentOrderIntake

@@ -15,20 +15,18 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-# The one mapping from a decision to a settlement is the core's; the app's hosts import it here.
-from exactly_once.decisions import settle as settle
+from exactly_once.decisions import Decision, Outcome, Settlement, Settler, settle
 from exactly_once.exceptions import DocumentExistsError, PayloadMismatchError
 from exactly_once.orchestrator import create_entity
 from exactly_once.ports import DocumentCreator
 from orders.domain.hashing import request_hash
 from orders.domain.ids import is_entity_id
 from orders.domain.messages import DeadLetterReason, MessageRejected, parse_received_order
-from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.ownership import message_owner
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.rejections import OrderRejection, body_digest
 from orders.observability import ConsumerTelemetry, log_value
-from orders.service.ports import MessageSettler, OrderLayout
+from orders.service.ports import OrderLayout
 from orders.service.subscriber import decided
 from orders.tracing import current_trace_properties
 
@@ -45,8 +43,8 @@ def mismatch(order_id: str, stored_hash: str, incoming_hash: str) -> Decision:
     return Decision(
         Outcome.MISMATCH,
         Settlement.DEAD_LETTER,
-        order_id,
-        incoming_hash,
+        key=order_id,
+        request_hash=incoming_hash,
         dead_letter_reason=DeadLetterReason.REQUEST_HASH_MISMATCH.value,
         dead_letter_description=(
             f"orderId {order_id!r} was first stored with requestHash "
@@ -75,9 +73,7 @@ class OrderConsumer:
             self._telemetry.record(span, message, decision)
             return decision
 
-    async def handle_and_settle(
-        self, message: ReceivedOrderMessage, settler: MessageSettler
-    ) -> Decision:
+    async def handle_and_settle(self, message: ReceivedOrderMessage, settler: Settler) -> Decision:
         decision = await self.handle(message)
         await settle(decision, settler)
         return decision
@@ -95,7 +91,7 @@ class OrderConsumer:
             decision = Decision(
                 Outcome.REJECTED,
                 Settlement.DEAD_LETTER,
-                order_id=order_id,
+                key=order_id,
                 dead_letter_reason=rejection.reason.value,
                 dead_letter_description=rejection.description,
             )
@@ -136,7 +132,7 @@ class OrderConsumer:
             decision = mismatch(order_id, conflict.stored_hash, incoming_hash)
             await self._remember_rejection(message, decision)
             return decision
-        return Decision(Outcome(done.value), Settlement.COMPLETE, order_id, incoming_hash)
+        return Decision(done, Settlement.COMPLETE, key=order_id, request_hash=incoming_hash)
 
     async def _remember_rejection(self, message: ReceivedOrderMessage, decision: Decision) -> None:
         """File the rejection in the order's partition, for GET to report; best effort.
@@ -147,10 +143,10 @@ class OrderConsumer:
         letter is the record that counts: a store that cannot take the note must not turn a
         certain rejection into retries, so a failure here is logged and passed over.
         """
-        if decision.order_id is None:
+        if decision.key is None:
             return
         rejection = OrderRejection(
-            order_id=decision.order_id,
+            order_id=decision.key,
             reason=decision.dead_letter_reason or "Unspecified",
             description=decision.dead_letter_description or "",
             message_id=message.message_id,
@@ -160,13 +156,13 @@ class OrderConsumer:
         )
         try:
             await self._documents.create_all(
-                decision.order_id, [self._layout.rejection_document(rejection)]
+                decision.key, [self._layout.rejection_document(rejection)]
             )
         except DocumentExistsError:
             pass  # filed by an earlier delivery of the same payload
         except Exception:
             logger.warning(
                 "could not record the rejection of order %s; dead-lettering it all the same",
-                log_value(decision.order_id),
+                log_value(decision.key),
                 exc_info=True,
             )

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from exactly_once.exceptions import InProgressElsewhereError, PayloadMismatchError
+from exactly_once.exceptions import InProgressElsewhereError, PayloadMismatchError, StoreError
 from exactly_once.keys import KeyedRequests, retry_after_seconds
 from exactly_once.records import DEFAULT_LEASE_SECONDS, JsonObject, Record, RecordStatus
 from orders.domain.hashing import request_hash
@@ -42,7 +42,6 @@ from orders.exceptions import (
     OrderNotStoredYetError,
     PublishError,
     RequestInProgressError,
-    StoreError,
     UnknownOrderError,
 )
 from orders.observability import log_value

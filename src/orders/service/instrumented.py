@@ -7,7 +7,7 @@ Functions triggers and `orders worker`).
 
 from __future__ import annotations
 
-from orders.domain.outcomes import Decision
+from exactly_once.decisions import Decision
 from orders.domain.received import ReceivedOrderMessage
 from orders.observability import SubscriberTelemetry
 from orders.service.ports import MessageHandler

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from exactly_once.change_feed import ChangeFeed
+from exactly_once.decisions import Decision
 from exactly_once.ports import RecordStore
 from exactly_once.records import StoredDocument
 from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, DeadLetterPlan, Selection
@@ -17,7 +18,6 @@ from orders.domain.idempotency import KeyRecord, OrderIdClaim
 from orders.domain.inbox import BillingRecord, RefundRecord
 from orders.domain.leases import DatabaseRead, StampedDocument
 from orders.domain.model import OrderPlaced
-from orders.domain.outcomes import Decision
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.rejections import FiledRejection, OrderRejection
 from orders.domain.saga import SagaOrder
@@ -303,16 +303,6 @@ class DocumentLayout(
     """Every layout at once: what the composition root wires into the consumers."""
 
 
-class MessageSettler(Protocol):
-    """Settles the one message being handled (Functions MessageActions or an SDK receiver)."""
-
-    async def complete(self) -> None: ...
-
-    async def abandon(self) -> None: ...
-
-    async def dead_letter(self, *, reason: str, description: str) -> None: ...
-
-
 class MessageHandler(Protocol):
     """Decides (and performs the store effect) for one message; `OrderConsumer` is the one."""
 
@@ -402,11 +392,11 @@ class FencedDocuments(Protocol):
         ...
 
     async def replace(self, document: dict[str, Any], *, etag: str) -> StampedDocument:
-        """Replace if the stored ETag is still `etag`, else `LeaseLostError`."""
+        """Replace if the stored ETag is still `etag`, else `RecordChangedError`."""
         ...
 
     async def delete(self, document_id: str, partition_key: str, *, etag: str) -> None:
-        """Delete if the stored ETag is still `etag`, else `LeaseLostError` (also when it is
+        """Delete if the stored ETag is still `etag`, else `RecordChangedError` (also when it is
         gone already)."""
         ...
 
@@ -419,7 +409,7 @@ class OrderDocuments(Protocol):
         ...
 
     async def replace(self, document: dict[str, Any], *, etag: str) -> StampedDocument:
-        """Replace if the stored ETag is still `etag`, else `LeaseLostError`."""
+        """Replace if the stored ETag is still `etag`, else `RecordChangedError`."""
         ...
 
     async def replace_and_create(
@@ -431,7 +421,7 @@ class OrderDocuments(Protocol):
         created: list[dict[str, Any]],
     ) -> None:
         """One transactional batch: replace `replaced` If-Match `etag`, create `created`.
-        `LeaseLostError` if the ETag moved on (nothing written); `DocumentExistsError` if a
+        `RecordChangedError` if the ETag moved on (nothing written); `DocumentExistsError` if a
         created id exists (nothing written)."""
         ...
 

@@ -17,8 +17,9 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from exactly_once.decisions import Decision, Outcome, Settlement
+from exactly_once.exceptions import RecordChangedError, TransientStoreError
 from orders.domain.events import OrderCancelled, OrderEvent
-from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.saga import (
     CancelVerdict,
     Fulfilment,
@@ -30,7 +31,6 @@ from orders.domain.saga import (
     judge_payment,
     judge_shipment,
 )
-from orders.exceptions import LeaseLostError, TransientStoreError
 from orders.observability import log_value
 from orders.service.ports import OrderDocuments, SagaLayout
 
@@ -101,7 +101,7 @@ class OrderSaga:
             Decision(
                 Outcome.REJECTED,
                 Settlement.DEAD_LETTER,
-                event.order_id,
+                key=event.order_id,
                 dead_letter_reason=refusal.reason.value,
                 dead_letter_description=refusal.description,
             )
@@ -119,7 +119,7 @@ class OrderSaga:
             try:
                 await self._orders.replace(reserved, etag=stored.etag)
                 return ShipVerdict.RESERVED
-            except LeaseLostError:
+            except RecordChangedError:
                 stored = await self._reread(stored.order.order_id)
         order_id = stored.order.order_id
         raise TransientStoreError(f"order {order_id!r} changed {MAX_RACES} times in a row")
@@ -156,7 +156,7 @@ class OrderSaga:
                 )
                 logger.info("order %s cancelled", log_value(order_id))
                 return CancelResult.CANCELLED
-            except LeaseLostError:
+            except RecordChangedError:
                 stored = await self.order(order_id)  # shipping (or another cancel) moved first
         raise TransientStoreError(f"order {order_id!r} changed {MAX_RACES} times in a row")
 
@@ -197,7 +197,7 @@ class OrderSaga:
                 written = await self._orders.replace(
                     rewrite(stored.document, self._clock()), etag=stored.etag
                 )
-            except LeaseLostError:
+            except RecordChangedError:
                 stored = await self._reread(order_id)  # a cancel (or a retry) moved first
                 continue
             order = self._layout.saga_order(written.body)

@@ -16,12 +16,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-from exactly_once.decisions import Outcome as CoreOutcome
+from exactly_once.decisions import Decision, Outcome, Settlement
 from exactly_once.exceptions import DocumentExistsError
 from exactly_once.orchestrator import inbox_batch
 from exactly_once.ports import DocumentStore
 from orders.domain.events import OrderAccepted, OrderEvent
-from orders.domain.outcomes import Decision, Outcome, Settlement
+from orders.domain.order_outcomes import OrderOutcome
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.saga import ShipVerdict
 from orders.domain.status import OrderStatus
@@ -68,13 +68,15 @@ class ShippingConsumer:
         stored = await self._saga.verified(event, consumer="shipping")
         if not isinstance(event, OrderAccepted):
             # A cancel concerns billing; shipping learns of it from the order document.
-            return Decision(Outcome.IGNORED, Settlement.COMPLETE, event.order_id)
+            return Decision(OrderOutcome.IGNORED, Settlement.COMPLETE, key=event.order_id)
         verdict = await self._saga.reserve_shipment(stored, event.event_id)
         waited = 0.0
         while verdict is ShipVerdict.AWAIT_CHARGE:
             if waited >= self._charge_wait_seconds:
                 logger.info("order %s is not charged yet: handed back", log_value(event.order_id))
-                return Decision(Outcome.AWAITING_CHARGE, Settlement.ABANDON, event.order_id)
+                return Decision(
+                    OrderOutcome.AWAITING_CHARGE, Settlement.ABANDON, key=event.order_id
+                )
             await self._sleep(CHARGE_POLL_SECONDS)
             waited += CHARGE_POLL_SECONDS
             stored = await self._saga.verified(event, consumer="shipping")
@@ -83,12 +85,14 @@ class ShippingConsumer:
             logger.info(
                 "order %s was cancelled before shipping: no shipment", log_value(event.order_id)
             )
-            return Decision(Outcome.SKIPPED_CANCELLED, Settlement.COMPLETE, event.order_id)
+            return Decision(OrderOutcome.SKIPPED_CANCELLED, Settlement.COMPLETE, key=event.order_id)
         if verdict is ShipVerdict.SKIP_PAYMENT_FAILED:
             logger.info(
                 "order %s was not paid (payment_failed): no shipment", log_value(event.order_id)
             )
-            return Decision(Outcome.SKIPPED_PAYMENT_FAILED, Settlement.COMPLETE, event.order_id)
+            return Decision(
+                OrderOutcome.SKIPPED_PAYMENT_FAILED, Settlement.COMPLETE, key=event.order_id
+            )
         record, shipment = self._layout.shipping_documents(
             event, message_id=event.event_id, processed_at=self._clock()
         )
@@ -101,9 +105,8 @@ class ShippingConsumer:
         except DocumentExistsError:
             # The order's one shipment exists without this message's record: it was requested
             # already, and shipping has always completed such a message as a duplicate.
-            done = CoreOutcome.DUPLICATE
-        outcome = Outcome(done.value)
+            done = Outcome.DUPLICATE
         await announce(self._status, event, OrderStatus.SHIPPED, self._clock())
-        if outcome is Outcome.PROCESSED:
+        if done is Outcome.PROCESSED:
             logger.info("shipment requested: order_id=%s", log_value(event.order_id))
-        return Decision(outcome, Settlement.COMPLETE, event.order_id)
+        return Decision(done, Settlement.COMPLETE, key=event.order_id)

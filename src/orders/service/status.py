@@ -16,12 +16,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from exactly_once.decisions import Decision, Outcome, Settlement
 from exactly_once.exceptions import RecordChangedError
 from exactly_once.orchestrator import apply_version
 from exactly_once.ports import DocumentStore
 from orders.domain.ids import is_entity_id
 from orders.domain.messages import DeadLetterReason, MessageRejected
-from orders.domain.outcomes import Decision, Outcome, Settlement
+from orders.domain.order_outcomes import OrderOutcome
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.status import (
     PRODUCER_VERSIONS,
@@ -63,7 +64,7 @@ class StatusConsumer:
             return Decision(
                 Outcome.REJECTED,
                 Settlement.DEAD_LETTER,
-                order_id if is_entity_id(order_id) else None,
+                key=order_id if is_entity_id(order_id) else None,
                 dead_letter_reason=rejection.reason.value,
                 dead_letter_description=rejection.description,
             )
@@ -90,9 +91,9 @@ class StatusConsumer:
             )
         except IllegalTransitionError as illegal:
             return _illegal(illegal.stored, update)
-        if done.value == Outcome.STALE.value:
+        if done is Outcome.STALE:
             await self._record_late(update)
-        return Decision(Outcome(done.value), Settlement.COMPLETE, update.order_id)
+        return Decision(done, Settlement.COMPLETE, key=update.order_id)
 
     async def _record_late(self, update: OrderStatusChanged) -> None:
         """Put a stale update's change into the history in its place; a lost race reads again,
@@ -119,9 +120,9 @@ class StatusConsumer:
 
 def _illegal(stored: StoredStatus, update: OrderStatusChanged) -> Decision:
     return Decision(
-        Outcome.ILLEGAL_TRANSITION,
+        OrderOutcome.ILLEGAL_TRANSITION,
         Settlement.DEAD_LETTER,
-        update.order_id,
+        key=update.order_id,
         dead_letter_reason=DeadLetterReason.ILLEGAL_STATUS_TRANSITION.value,
         dead_letter_description=(
             f"order {update.order_id!r} is {stored.status.value} (version {stored.version}); "

@@ -6,16 +6,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 
-from exactly_once.decisions import Decision as CoreDecision
-from exactly_once.decisions import Outcome as CoreOutcome
-from exactly_once.decisions import decision_for_error, store_refused
+from exactly_once.decisions import Decision, Outcome, Settlement, decision_for_error
+from exactly_once.exceptions import TransientStoreError
 from orders.domain.events import OrderEvent, parse_order_event
 from orders.domain.ids import is_entity_id
 from orders.domain.messages import MessageRejected
-from orders.domain.outcomes import Decision, Outcome, Settlement
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.status import OrderStatus, OrderStatusChanged
-from orders.exceptions import StoreRefusedError, TransientPublishError, TransientStoreError
+from orders.exceptions import TransientPublishError
 from orders.service.ports import StatusPublisher
 from orders.service.saga import EventRefused
 
@@ -41,7 +39,7 @@ def read_event(message: ReceivedOrderMessage) -> OrderEvent:
             Decision(
                 Outcome.REJECTED,
                 Settlement.DEAD_LETTER,
-                order_id=order_id if is_entity_id(order_id) else None,
+                key=order_id if is_entity_id(order_id) else None,
                 dead_letter_reason=rejection.reason.value,
                 dead_letter_description=rejection.description,
             )
@@ -70,43 +68,26 @@ async def decided(
 ) -> Decision:
     """The one error frame of every consumer: the effect's decision, or what its exception
     means. A refused event carries its dead-letter decision; the app's failures worth retrying
-    abandon; a write the store refused for good dead-letters (`StoreRefused`); everything else
-    is the core's frame (`exactly_once.decisions.decision_for_error`: a mismatch or a refusal
-    dead-letters, a lost race or a busy lease abandons, a bug abandons
-    and is logged), never letting the lock be renewed for minutes."""
+    abandon; everything else is the core's frame (`exactly_once.decisions.decision_for_error`:
+    a mismatch, a refusal or a write the store refused for good dead-letters, a lost race or a
+    busy lease abandons, a bug abandons and is logged), never letting the lock be renewed for
+    minutes. Every decision names the order (`key`) and, when known, its request hash."""
     try:
         return await effect()
     except EventRefused as refused:
         return refused.decision  # no stored order vouches for it: dead-lettered, ALERT logged
     except transient_errors as exc:
         return Decision(
-            Outcome.TRANSIENT_FAILURE, Settlement.ABANDON, order_id, request_hash, error=str(exc)
+            Outcome.TRANSIENT_FAILURE,
+            Settlement.ABANDON,
+            key=order_id,
+            request_hash=request_hash,
+            error=str(exc),
         )
-    except StoreRefusedError as exc:
-        # The app's own exception of the core's meaning: the same dead letter, `StoreRefused`.
-        return from_core(store_refused(consumer, order_id, str(exc)), order_id, request_hash)
     except Exception as exc:
-        core = decision_for_error(exc, consumer=consumer, message_id=order_id)
-        return from_core(core, order_id, request_hash)
-
-
-def from_core(core: CoreDecision, order_id: str | None, request_hash: str | None) -> Decision:
-    """The core's decision as the app's: the same settlement and reasons, the app's outcome of
-    the same name (the core's `refused` is the app's `downstream_refused`)."""
-    outcome = (
-        Outcome.DOWNSTREAM_REFUSED
-        if core.outcome is CoreOutcome.REFUSED
-        else Outcome(core.outcome.value)
-    )
-    return Decision(
-        outcome,
-        Settlement(core.settlement.value),
-        order_id,
-        request_hash,
-        dead_letter_reason=core.dead_letter_reason,
-        dead_letter_description=core.dead_letter_description,
-        error=core.error,
-    )
+        return decision_for_error(exc, consumer=consumer, message_id=order_id).about(
+            order_id, request_hash
+        )
 
 
 async def handle_event(

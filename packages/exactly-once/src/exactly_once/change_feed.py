@@ -15,8 +15,8 @@ the .NET processor's split into roles, in far fewer lines:
   handler and checkpoints only after the handler returned, while a renewer keeps the lease.
 
 A lease is live while the database's time is within `leaseSeconds` of the `_ts` of its last
-write, read in the same request (`exactly_once.records.lease_is_live` is the same rule for
-records). An instance whose clock is wrong can neither steal a live lease nor keep a dead one.
+write, read in the same request (`exactly_once.records.lease_is_live`, the rule records
+follow too). An instance whose clock is wrong can neither steal a live lease nor keep a dead one.
 
 Delivery is at least once: a handler that raises leaves the continuation where it was, so the
 page is read again; an instance that dies between the handler and the checkpoint leaves its
@@ -42,12 +42,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from exactly_once.exceptions import RecordChangedError
-from exactly_once.records import Stamp
+from exactly_once.records import Stamp, lease_is_live
 
 logger = logging.getLogger("exactly_once.change_feed")
 
 # The .NET processor's defaults (ChangeFeedProcessorOptions).
-DEFAULT_LEASE_SECONDS = 60.0
+DEFAULT_FEED_LEASE_SECONDS = 60.0
 DEFAULT_RENEW_SECONDS = 17.0
 DEFAULT_ACQUIRE_SECONDS = 13.0
 DEFAULT_POLL_SECONDS = 5.0
@@ -71,11 +71,9 @@ class Lease:
     stamp: Stamp | None = None
 
     def is_live(self, database_now_ms: int) -> bool:
-        """Held by its owner still, by the database's clock alone. `_ts` has whole seconds:
-        the lease counts from the end of that second, never earlier."""
-        if self.owner is None or self.stamp is None:
-            return False
-        return database_now_ms < (self.stamp.written_at_s + 1 + self.lease_seconds) * 1000
+        """Held by its owner still, by the database's clock alone (`records.lease_is_live`,
+        the one rule for records and feed ranges alike)."""
+        return self.owner is not None and lease_is_live(self, database_now_ms)
 
 
 @dataclass(frozen=True)
@@ -196,7 +194,7 @@ class ChangeFeedProcessor:
         handler: ChangeHandler,
         *,
         owner: str | None = None,
-        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        lease_seconds: float = DEFAULT_FEED_LEASE_SECONDS,
         renew_seconds: float = DEFAULT_RENEW_SECONDS,
         acquire_seconds: float = DEFAULT_ACQUIRE_SECONDS,
         poll_seconds: float = DEFAULT_POLL_SECONDS,

@@ -342,7 +342,7 @@ _STATUSES = frozenset(status.value for status in RecordStatus)
 class ErrorKinds:
     """The exceptions the one translation raises, each built from a message: the core's by
     default. An application whose adapters raise exceptions of their own passes them here and
-    keeps this translation rather than writing another (the orders app does)."""
+    keeps this translation rather than writing another."""
 
     failure: Callable[[str], Exception] = StoreError
     transient: Callable[[str], Exception] = TransientStoreError

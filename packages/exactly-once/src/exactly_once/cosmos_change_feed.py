@@ -19,7 +19,7 @@ from typing import Any
 from azure.cosmos import exceptions as cosmos_errors
 from azure.cosmos.aio import ContainerProxy
 
-from exactly_once.change_feed import DEFAULT_LEASE_SECONDS, ChangePage, Lease, LeaseTable
+from exactly_once.change_feed import DEFAULT_FEED_LEASE_SECONDS, ChangePage, Lease, LeaseTable
 from exactly_once.cosmos import RecordFields, if_match, if_match_write, store_errors
 from exactly_once.exceptions import CorruptRecordError
 from exactly_once.records import Stamp
@@ -80,7 +80,7 @@ class CosmosLeaseStore:
         prefix: str = DEFAULT_LEASE_PREFIX,
         lease_type: str = DEFAULT_LEASE_TYPE,
         partition_key_field: str = "id",
-        default_lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        default_lease_seconds: float = DEFAULT_FEED_LEASE_SECONDS,
     ) -> None:
         self._container = container
         self._prefix = prefix

@@ -7,7 +7,7 @@ provides Service Bus's two (the SDK receiver, Functions' message actions).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Protocol
 
@@ -78,16 +78,32 @@ def truncate(text: str, limit: int = MAX_DESCRIPTION_CHARS) -> str:
 @dataclass(frozen=True)
 class Decision:
     """One message's outcome and settlement; a dead letter carries its reason and description,
-    an abandon the error that caused it."""
+    an abandon the error that caused it.
 
-    outcome: Outcome
+    `outcome` is an `Outcome`, or an outcome of the application's own: a member of its own
+    `StrEnum` (say `SKIPPED_CANCELLED`), for what only it decides, with values the core's do
+    not use. Telemetry reads it as a string.
+
+    `key` and `request_hash` name the message's idempotency key and the hash of its payload,
+    for logs and journals; the consumer fills them once it knows them (`about`), so a message
+    rejected before its key was read has neither."""
+
+    outcome: StrEnum
     settlement: Settlement
     dead_letter_reason: str | None = None
     dead_letter_description: str | None = None
     error: str | None = None
+    # Which message the decision is about, not part of what was decided: two decisions alike
+    # but for their messages compare equal.
+    key: str | None = field(default=None, compare=False)
+    request_hash: str | None = field(default=None, compare=False)
+
+    def about(self, key: str | None, request_hash: str | None = None) -> Decision:
+        """The same decision, naming the message's idempotency key and request hash."""
+        return replace(self, key=key, request_hash=request_hash)
 
     @classmethod
-    def complete(cls, outcome: Outcome = Outcome.PROCESSED) -> Decision:
+    def complete(cls, outcome: StrEnum = Outcome.PROCESSED) -> Decision:
         """Complete the message: its effect is done (now, or before)."""
         return cls(outcome, Settlement.COMPLETE)
 
@@ -97,7 +113,7 @@ class Decision:
         return cls(Outcome.DUPLICATE, Settlement.COMPLETE)
 
     @classmethod
-    def dead_letter(cls, outcome: Outcome, reason: str, description: str) -> Decision:
+    def dead_letter(cls, outcome: StrEnum, reason: str, description: str) -> Decision:
         """Dead-letter the message: no later delivery can succeed."""
         return cls(
             outcome,
@@ -107,7 +123,7 @@ class Decision:
         )
 
     @classmethod
-    def abandon(cls, outcome: Outcome, error: str) -> Decision:
+    def abandon(cls, outcome: StrEnum, error: str) -> Decision:
         """Hand the message back: a later delivery may succeed."""
         return cls(outcome, Settlement.ABANDON, error=truncate(error))
 
@@ -149,7 +165,7 @@ class Settler(Protocol):
 
 async def settle(decision: Settleable, settler: Settler) -> None:
     """The one mapping from a decision to a settlement, for every host (and for any decision
-    type with these three fields: the orders app settles its own through it)."""
+    type with these three fields)."""
     match decision.settlement:
         case Settlement.COMPLETE:
             await settler.complete()
@@ -165,9 +181,9 @@ async def settle(decision: Settleable, settler: Settler) -> None:
 def decision_for_error(exc: Exception, *, consumer: str, message_id: str | None) -> Decision:
     """The one error frame: every exception an effect raises, as a decision.
 
-    `ExactlyOnceConsumer` decides through it; an application with a decision type of its own
-    maps this one onto it rather than writing the frame again. An exception it does not know
-    is logged (with its traceback) and abandoned as `UNEXPECTED_FAILURE`."""
+    `ExactlyOnceConsumer` decides through it, and so does an application's own frame rather
+    than writing the frame again. An exception it does not know is logged (with its traceback)
+    and abandoned as `UNEXPECTED_FAILURE`."""
     match exc:
         case PayloadMismatchError():
             return Decision.dead_letter(

@@ -12,6 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import Protocol
 
 # JSON as the store keeps it: what a result, a document or a request fingerprint may hold.
 JsonValue = str | int | float | bool | None | list["JsonValue"] | dict[str, "JsonValue"]
@@ -120,21 +121,41 @@ class RecordRead:
     database_now_ms: int
 
 
-def lease_is_live(record: Record, database_now_ms: int) -> bool:
-    """Whether the record's owner may still be working on it, by the database's clock alone.
+class Leased(Protocol):
+    """Anything held under a lease the store dates: a record, a feed range's lease."""
 
-    `_ts` has whole seconds: the lease counts from the end of that second, never earlier.
+    @property
+    def stamp(self) -> Stamp | None:
+        """The store's version of the last write (None: never written)."""
+        ...
+
+    @property
+    def lease_seconds(self) -> float:
+        """How long the lease outlives that write."""
+        ...
+
+
+def lease_end_s(leased: Leased) -> float | None:
+    """When the lease ends, in the database's epoch seconds (None: never written, no lease).
+
+    The one formula of a lease: `_ts` has whole seconds, so the lease counts from the end of
+    that second, never earlier.
     """
-    if record.stamp is None:
-        return False
-    return database_now_ms < (record.stamp.written_at_s + 1 + record.lease_seconds) * 1000
+    if leased.stamp is None:
+        return None
+    return leased.stamp.written_at_s + 1 + leased.lease_seconds
 
 
-def lease_seconds_left(record: Record, database_now_ms: int) -> float:
-    """Seconds until the record's lease ends (0 when it has)."""
-    if record.stamp is None:
-        return 0.0
-    return max(0.0, record.stamp.written_at_s + 1 + record.lease_seconds - database_now_ms / 1000)
+def lease_is_live(leased: Leased, database_now_ms: int) -> bool:
+    """Whether the owner may still be working on it, by the database's clock alone."""
+    ends = lease_end_s(leased)
+    return ends is not None and database_now_ms < ends * 1000
+
+
+def lease_seconds_left(leased: Leased, database_now_ms: int) -> float:
+    """Seconds until the lease ends (0 when it has)."""
+    ends = lease_end_s(leased)
+    return 0.0 if ends is None else max(0.0, ends - database_now_ms / 1000)
 
 
 @dataclass(frozen=True)

@@ -373,8 +373,8 @@ class ExactlyOnceConsumer(Generic[Message]):
             return identified
         key, request_hash = identified
         if self._cache is not None and self._cache.completed(self.key_scope, key, request_hash):
-            return Decision.duplicate()
-        decision = await self._run(parsed, key, request_hash, message_id)
+            return Decision.duplicate().about(key, request_hash)
+        decision = (await self._run(parsed, key, request_hash, message_id)).about(key, request_hash)
         if (
             self._cache is not None
             and decision.settlement is Settlement.COMPLETE
