@@ -66,7 +66,7 @@ from orders.domain.received import ReceivedOrderMessage
 from orders.exceptions import (
     ServiceNotReadyError,
 )
-from orders.observability import ConsumerTelemetry, SubscriberTelemetry
+from orders.observability import SubscriberTelemetry
 from orders.service.billing import AfterCharge, AfterRefund
 from orders.service.cancels import (
     CancelResults,
@@ -75,7 +75,6 @@ from orders.service.cancels import (
     run_cancels,
 )
 from orders.service.console import OperationsConsole
-from orders.service.consumer import OrderConsumer
 from orders.service.dispatcher import (
     DEFAULT_POLL_SECONDS,
     AfterPublish,
@@ -204,40 +203,6 @@ def _clients(
 
 
 @dataclass
-class ConsumerRuntime:
-    """The consumer and everything it holds open (closed with `close()`)."""
-
-    consumer: OrderConsumer
-    resources: AsyncExitStack = field(default_factory=AsyncExitStack)
-
-    async def close(self) -> None:
-        await self.resources.aclose()
-
-
-async def build_consumer_runtime(
-    settings: Settings,
-    *,
-    telemetry: ConsumerTelemetry | None = None,
-    create_local_resources: bool | None = None,
-    store_factory: StoreFactory | None = None,
-    clients: ProcessClients | None = None,
-    **cosmos_client_options: Any,
-) -> ConsumerRuntime:
-    """The consumer over Cosmos; with emulator keys the containers are created too."""
-    configure_monitoring(settings)
-    async with AsyncExitStack() as stack:
-        shared = _clients(stack, settings, clients, **cosmos_client_options)
-        client = await shared.cosmos(create_local_resources)
-        make_store = store_factory or CosmosOrderStore
-        consumer = OrderConsumer(
-            make_store(orders_container(client, settings)),
-            DOCUMENT_LAYOUT,
-            telemetry or ConsumerTelemetry(destination=settings.orders_queue),
-        )
-        return ConsumerRuntime(consumer, stack.pop_all())
-
-
-@dataclass
 class HttpRuntime:
     """What the HTTP API needs; tests build one over fakes."""
 
@@ -359,11 +324,9 @@ async def build_console_runtime(
         shared = _clients(stack, settings, clients)
         cosmos = await shared.cosmos(create_local_resources=False)
         servicebus = shared.servicebus()
-        # The orders queue, every registered consumer's entity (its queue first), then any
-        # other subscription ORDERS_CONSOLE_SUBSCRIPTIONS names.
-        sources = [Source(queue=settings.orders_queue)]
-        for spec in sorted(CONSUMERS, key=lambda spec: spec.on_topic):
-            sources.append(spec.source(settings))
+        # Every registered consumer's entity (the queues first, the orders queue first of
+        # all), then any other subscription ORDERS_CONSOLE_SUBSCRIPTIONS names.
+        sources = [spec.source(settings) for spec in sorted(CONSUMERS, key=lambda s: s.on_topic)]
         for topic, subscription in settings.console_subscriptions:
             named = Source(topic=topic, subscription=subscription)
             if named not in sources:
@@ -454,7 +417,7 @@ _shared_clients: ProcessClients | None = None
 
 def shared_process_clients() -> ProcessClients:
     """The clients every runtime built from app settings shares: the Functions host builds up to
-    seven in one process (the order consumer, three subscribers, the dispatcher, the HTTP API
+    seven in one process (the four registered consumers, the dispatcher, the HTTP API
     and the console), on one credential, one Cosmos client and one Service Bus client. They
     live as long as the process (the host gives no shutdown hook); settings that changed since
     (tests) get clients of their own."""
@@ -478,39 +441,6 @@ def from_functions_host(
 # --- Processes that run to an end -------------------------------------------------------------
 
 
-async def run_worker(
-    settings: Settings,
-    options: WorkerOptions,
-    stop: asyncio.Event,
-    *,
-    after_decision: Callable[[Decision], None] | None = None,
-    store_factory: StoreFactory | None = None,
-    on_retry: Callable[[Retry], None] | None = None,
-) -> WorkerStats:
-    """The consumer (Cosmos) and one Service Bus client on one credential; compete until `stop`."""
-    settings.require_servicebus()
-    configure_monitoring(settings)
-    async with AsyncExitStack() as stack:
-        clients = _clients(stack, settings, None)
-        cosmos = await clients.cosmos()
-        make_store = store_factory or CosmosOrderStore
-        consumer = OrderConsumer(
-            make_store(orders_container(cosmos, settings)),
-            DOCUMENT_LAYOUT,
-            ConsumerTelemetry(destination=settings.orders_queue),
-        )
-        servicebus = clients.servicebus()
-        return await run_worker_on(
-            servicebus,
-            Source(queue=settings.orders_queue),
-            consumer,
-            options,
-            stop,
-            after_decision,
-            on_retry,
-        )
-
-
 @dataclass
 class SubscriberRuntime:
     """One fan-out consumer of the events topic and where it competes."""
@@ -532,12 +462,14 @@ class _Wiring:
         stack: AsyncExitStack,
         clients: ProcessClients,
         cosmos: CosmosClient,
-        after_charge: AfterCharge | None,
-        after_refund: AfterRefund | None,
+        after_charge: AfterCharge | None = None,
+        after_refund: AfterRefund | None = None,
+        store_factory: StoreFactory | None = None,
     ) -> None:
         self._stack = stack
         self._clients = clients
         self._cosmos = cosmos
+        self._store_factory = store_factory or CosmosOrderStore
         self._after_charge = after_charge
         self._after_refund = after_refund
         self._status: ServiceBusStatusPublisher | None = None
@@ -558,6 +490,9 @@ class _Wiring:
     @property
     def after_refund(self) -> AfterRefund | None:
         return self._after_refund
+
+    def order_store(self) -> OrderStore:
+        return self._store_factory(orders_container(self._cosmos, self.settings))
 
     def inbox(self) -> CosmosFencedDocuments:
         return CosmosFencedDocuments(inbox_container(self._cosmos, self.settings))
@@ -591,12 +526,16 @@ async def _subscriber(
     create_local_resources: bool | None = None,
     after_charge: AfterCharge | None = None,
     after_refund: AfterRefund | None = None,
+    store_factory: StoreFactory | None = None,
 ) -> tuple[Source, MessageHandler]:
     """The consumer's source and core (its registry entry's factory), under its spans and
-    `orders.<consumer>.*` counters."""
+    `orders.<consumer>.*` counters unless it instruments itself."""
     cosmos = await clients.cosmos(create_local_resources)
-    core = spec.factory(_Wiring(stack, clients, cosmos, after_charge, after_refund))
+    wiring = _Wiring(stack, clients, cosmos, after_charge, after_refund, store_factory)
+    core = spec.factory(wiring)
     source = spec.source(clients.settings)
+    if spec.instruments_itself:
+        return source, core
     telemetry = SubscriberTelemetry(spec.name, destination=str(source))
     return source, InstrumentedHandler(core, telemetry)
 
@@ -607,10 +546,11 @@ async def build_subscriber_runtime(
     *,
     create_local_resources: bool | None = None,
     clients: ProcessClients | None = None,
+    **cosmos_client_options: Any,
 ) -> SubscriberRuntime:
     configure_monitoring(settings)
     async with AsyncExitStack() as stack:
-        shared = _clients(stack, settings, clients)
+        shared = _clients(stack, settings, clients, **cosmos_client_options)
         source, handler = await _subscriber(stack, shared, spec, create_local_resources)
         return SubscriberRuntime(source, handler, stack.pop_all())
 
@@ -625,17 +565,23 @@ async def run_subscriber(
     after_charge: AfterCharge | None = None,
     after_refund: AfterRefund | None = None,
     on_retry: Callable[[Retry], None] | None = None,
+    store_factory: StoreFactory | None = None,
 ) -> WorkerStats:
-    """One registered consumer (a subscription of the events topic, or the status queue),
-    competing until `stop`; the queue's sessions where its spec runs them and `STATUS_SESSIONS`
-    is on."""
+    """One registered consumer (the orders queue, a subscription of the events topic, or the
+    status queue), competing until `stop`; the queue's sessions where its spec runs them and
+    `STATUS_SESSIONS` is on."""
     settings.require_servicebus()
     configure_monitoring(settings)
     async with AsyncExitStack() as stack:
         clients = _clients(stack, settings, None)
         servicebus = clients.servicebus()
         source, handler = await _subscriber(
-            stack, clients, spec, after_charge=after_charge, after_refund=after_refund
+            stack,
+            clients,
+            spec,
+            after_charge=after_charge,
+            after_refund=after_refund,
+            store_factory=store_factory,
         )
         if spec.runs_sessions(settings):
             return await run_session_worker_on(

@@ -44,7 +44,7 @@ from orders.entrypoints.http_api import create_app
 from orders.entrypoints.localstack import LocalStack, ManagedProcess
 from orders.entrypoints.worker import CRASH_AFTER_REFUND_ENV, CRASH_EXIT_CODE
 from orders.service.cancels import CancelResults
-from orders.service.registry import BILLING, CONSUMERS, SHIPPING, STATUS
+from orders.service.registry import BILLING, SHIPPING, STATUS, downstream_consumers
 from orders.service.verify import VerifyReport
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -181,7 +181,7 @@ def test_orders_load_cancels_and_verify_prove_every_invariant(
     # Wait in-process with the audit `orders verify` prints (every registered consumer), not
     # with a new `orders verify` process per poll: each one spends a second of CPU starting.
     plan = plan_from_json(json.loads(manifest.read_text()))
-    all_consumers = frozenset(spec.name for spec in CONSUMERS)
+    all_consumers = frozenset(spec.name for spec in downstream_consumers())
     assert asyncio.run(wait_for_audit(stack, plan, 120, all_consumers)).ok
     printed = json.loads(orders_cli(stack, "verify", "--manifest", str(manifest), "--json").stdout)
 

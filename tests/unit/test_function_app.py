@@ -49,6 +49,7 @@ from orders.exceptions import TransientStoreError
 from orders.observability import ConsumerTelemetry
 from orders.service.consumer import OrderConsumer
 from orders.service.dispatcher import OutboxDispatcher
+from orders.service.registry import ORDERS
 from orders.service.saga import OrderSaga
 from orders.service.shipping import ShippingConsumer
 from orders.service.subscribers import Source
@@ -62,7 +63,8 @@ def received(body: bytes, message_id: str, delivery_count: int = 0) -> ServiceBu
 
 async def invoke(message: ServiceBusReceivedMessage) -> list[tuple[str, Any, dict[str, Any]]]:
     actions = FakeMessageActions()
-    await function_app.process_order(received_message=message, message_actions=actions)
+    process_order = function_app.consumer_triggers[ORDERS]
+    await process_order(received_message=message, message_actions=actions)
     return actions.calls
 
 

@@ -37,7 +37,7 @@ from orders.domain.load_plan import (
     plan_load,
     plan_to_json,
 )
-from orders.service.registry import CONSUMERS, STATUS, consumer_named, consumer_names
+from orders.service.registry import STATUS, consumer_named, consumer_names, downstream_consumers
 from orders.service.verify import VerifyReport
 
 if TYPE_CHECKING:
@@ -349,8 +349,8 @@ def verify(
     settings = settings_or_exit()
     require_reachable(settings)
     plan = plan_from_json(json.loads(manifest.read_text()))
-    # As `orders up` runs them: every registered consumer.
-    consumers = frozenset(spec.name for spec in CONSUMERS) if fanout else frozenset()
+    # As `orders up` runs them: every registered consumer downstream of the order consumer.
+    consumers = frozenset(spec.name for spec in downstream_consumers()) if fanout else frozenset()
     report = asyncio.run(verify_run(settings, plan, fanout=consumers))
     print_report(report, as_json)
     raise typer.Exit(0 if report.ok else 1)

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exactly_once.backoff import Retry
-from orders.bootstrap import StoreFactory, run_subscriber, run_worker
+from orders.bootstrap import StoreFactory, run_subscriber
 from orders.domain.outcomes import Decision, Outcome
 from orders.domain.payments import Charge, Refund
-from orders.service.registry import ConsumerSpec
+from orders.service.registry import ORDERS, ConsumerSpec, consumer_named
 from orders.service.worker_options import WorkerOptions
 from orders.service.worker_stats import WorkerStats
 from orders.settings import Settings
@@ -153,8 +153,8 @@ def run_until_signalled(
 ) -> WorkerStats:
     """Run until SIGTERM or SIGINT; returns after a graceful stop.
 
-    Without `subscriber` it consumes the orders queue; with one (a registered consumer), that
-    consumer's subscription or queue, through the same receive loop and settlement mapping.
+    Without `subscriber` it runs the order consumer of the orders queue; with one (another
+    registered consumer), that consumer's subscription or queue, through the same pipeline.
     """
 
     async def main(journal: JournalHooks | None) -> WorkerStats:
@@ -166,24 +166,16 @@ def run_until_signalled(
         on_retry = journal.retry if journal is not None else None
         recorded = journal.decision if journal is not None else None
         after_decision = chain(recorded, crash_hook_from_env())
-        if subscriber is not None:
-            return await run_subscriber(
-                settings,
-                subscriber,
-                options,
-                stop,
-                after_decision=after_decision,
-                after_charge=crash_after_charge_from_env(),
-                after_refund=crash_after_refund_from_env(),
-                on_retry=on_retry,
-            )
-        return await run_worker(
+        return await run_subscriber(
             settings,
+            subscriber or consumer_named(ORDERS),
             options,
             stop,
             after_decision=after_decision,
-            store_factory=store_factory,
+            after_charge=crash_after_charge_from_env(),
+            after_refund=crash_after_refund_from_env(),
             on_retry=on_retry,
+            store_factory=store_factory,
         )
 
     with decision_journal(decisions) as journal:
