@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -41,14 +41,7 @@ from orders.adapters.decision_journals import JournalFolder
 from orders.adapters.identity import ProcessCredential
 from orders.adapters.monitoring import configure_monitoring
 from orders.adapters.payments_http import HttpPaymentGateway
-from orders.adapters.servicebus import (
-    FunctionsMessageActions as FunctionsMessageActions,  # what the Functions entrypoints hand in
-)
-from orders.adapters.servicebus import (
-    FunctionsSettler,
-    create_servicebus_client,
-    to_received_order_message,
-)
+from orders.adapters.servicebus import create_servicebus_client
 from orders.adapters.servicebus_counts import ServiceBusEntityCounter
 from orders.adapters.servicebus_dead_letters import ServiceBusDeadLetters
 from orders.adapters.servicebus_load import ServiceBusLoadSender, peek_dead_letters
@@ -62,7 +55,6 @@ from orders.adapters.servicebus_worker import run_session_worker_on, run_worker_
 from orders.domain.load_plan import LoadPlan, PlannedCancel
 from orders.domain.outcomes import Decision
 from orders.domain.ownership import app_scope
-from orders.domain.received import ReceivedOrderMessage
 from orders.exceptions import (
     ServiceNotReadyError,
 )
@@ -89,7 +81,6 @@ from orders.service.payment_port import PaymentGateway
 from orders.service.ports import (
     DocumentLayout,
     MessageHandler,
-    MessageSettler,
     OrderPublisher,
     OrderStore,
     StatusPublisher,
@@ -105,11 +96,11 @@ from orders.service.verify import VerifyReport
 from orders.service.verify_run import RunRecords, audit_run
 from orders.service.worker_options import WorkerOptions
 from orders.service.worker_stats import WorkerStats
-from orders.settings import MonitoringSettings, Settings
+from orders.settings import Settings
 
 if TYPE_CHECKING:
     from orders.adapters.cosmos_client import ContainerProxy, CosmosClient
-    from orders.adapters.servicebus import ServiceBusClient, ServiceBusReceivedMessage
+    from orders.adapters.servicebus import ServiceBusClient
 
 logger = logging.getLogger("orders")
 
@@ -400,18 +391,6 @@ class Lazy(Generic[R]):
             await value.close()
 
 
-def configure_function_monitoring(env: Mapping[str, str] | None = None) -> bool:
-    """Telemetry export for the Functions worker, at import of function_app.py: the host
-    forwards no worker logs in its OpenTelemetry mode, so everything before the first runtime
-    build (indexing, a failed build) would otherwise be lost. Only the telemetry settings are
-    read, and a failure is logged, never raised: an app that cannot export still runs."""
-    try:
-        return configure_monitoring(MonitoringSettings.from_env(env))
-    except Exception:
-        logger.exception("Azure Monitor OpenTelemetry export could not be configured")
-        return False
-
-
 _shared_clients: ProcessClients | None = None
 
 
@@ -426,16 +405,6 @@ def shared_process_clients() -> ProcessClients:
     if _shared_clients is None or _shared_clients.settings != settings:
         _shared_clients = ProcessClients(settings)
     return _shared_clients
-
-
-def from_functions_host(
-    received_message: ServiceBusReceivedMessage | Any, message_actions: FunctionsMessageActions
-) -> tuple[ReceivedOrderMessage, MessageSettler]:
-    """The Functions host's message and message actions as the core's message and settler."""
-    return (
-        to_received_order_message(received_message),
-        FunctionsSettler(message_actions, received_message),
-    )
 
 
 # --- Processes that run to an end -------------------------------------------------------------

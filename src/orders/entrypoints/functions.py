@@ -1,25 +1,26 @@
 """The Azure Functions triggers' bodies (function_app.py only declares the bindings).
 
-Each body turns the host's input into the core's through the composition root and runs it
-through a runtime built on first use (never at import: the host imports function_app.py before
-any setting or network is needed) over the process's one set of clients.
+Each body turns the host's input into the core's (`adapters.servicebus.from_functions_host`, a
+route the import contracts name) and runs it through a runtime built on first use (never at
+import: the host imports function_app.py before any setting or network is needed) over the
+process's one set of clients.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import logging
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from exactly_once.backoff import Retrier
+from orders.adapters.monitoring import configure_monitoring
+from orders.adapters.servicebus import FunctionsMessageActions, from_functions_host
 from orders.bootstrap import (
     DispatcherRuntime,
-    FunctionsMessageActions,
     Lazy,
     SubscriberRuntime,
     build_dispatcher_runtime,
     build_subscriber_runtime,
-    configure_function_monitoring,
-    from_functions_host,
     shared_process_clients,
 )
 from orders.domain.outcomes import Decision
@@ -29,6 +30,9 @@ from orders.service.consumer import settle
 from orders.service.ports import MessageHandler
 from orders.service.registry import CONSUMERS, ORDERS, ConsumerSpec
 from orders.service.subscribers import Source
+from orders.settings import MonitoringSettings
+
+logger = logging.getLogger("orders")
 
 __all__ = [
     "configure_function_monitoring",
@@ -39,6 +43,18 @@ __all__ = [
     "process_event_message",
     "use_function_consumer",
 ]
+
+
+def configure_function_monitoring(env: Mapping[str, str] | None = None) -> bool:
+    """Telemetry export for the Functions worker, at import of function_app.py: the host
+    forwards no worker logs in its OpenTelemetry mode, so everything before the first runtime
+    build (indexing, a failed build) would otherwise be lost. Only the telemetry settings are
+    read, and a failure is logged, never raised: an app that cannot export still runs."""
+    try:
+        return configure_monitoring(MonitoringSettings.from_env(env))
+    except Exception:
+        logger.exception("Azure Monitor OpenTelemetry export could not be configured")
+        return False
 
 
 def _subscriber_from_env(spec: ConsumerSpec) -> Callable[[], Awaitable[SubscriberRuntime]]:
