@@ -27,8 +27,8 @@ from urllib.parse import urlencode
 
 import httpx
 
-from orders.bootstrap import send_load, verify_run
 from orders.domain.load_plan import LoadMix, plan_load
+from orders.entrypoints.runs import send_load, verify_run
 from orders.entrypoints.up import ENV_FILE
 from orders.service.registry import CONSUMERS
 from orders.settings import Settings

@@ -11,20 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from exactly_once.backoff import Retry
-from exactly_once.records import DEFAULT_LEASE_SECONDS, JsonObject
-from orders.adapters.cosmos_audit import documents_of_run
+from exactly_once.records import DEFAULT_LEASE_SECONDS
 from orders.adapters.cosmos_client import (
-    LocalContainer,
     create_cosmos_client,
-    ensure_local_containers,
     ensure_local_resources,
     idempotency_container,
     inbox_container,
@@ -44,7 +41,6 @@ from orders.adapters.payments_http import HttpPaymentGateway
 from orders.adapters.servicebus import create_servicebus_client
 from orders.adapters.servicebus_counts import ServiceBusEntityCounter
 from orders.adapters.servicebus_dead_letters import ServiceBusDeadLetters
-from orders.adapters.servicebus_load import ServiceBusLoadSender, peek_dead_letters
 from orders.adapters.servicebus_peek import PeekReceivers
 from orders.adapters.servicebus_publisher import (
     ServiceBusEventPublisher,
@@ -52,20 +48,12 @@ from orders.adapters.servicebus_publisher import (
     ServiceBusStatusPublisher,
 )
 from orders.adapters.servicebus_worker import run_session_worker_on, run_worker_on
-from orders.domain.load_plan import LoadPlan, PlannedCancel
 from orders.domain.outcomes import Decision
-from orders.domain.ownership import app_scope
 from orders.exceptions import (
     ServiceNotReadyError,
 )
 from orders.observability import SubscriberTelemetry
 from orders.service.billing import AfterCharge, AfterRefund
-from orders.service.cancels import (
-    CancelResults,
-    StoreProbe,
-    intake_canceller,
-    run_cancels,
-)
 from orders.service.console import OperationsConsole
 from orders.service.dispatcher import (
     DEFAULT_POLL_SECONDS,
@@ -75,7 +63,6 @@ from orders.service.dispatcher import (
 )
 from orders.service.idempotency import IdempotentOrderIntake
 from orders.service.instrumented import InstrumentedHandler
-from orders.service.load import LoadResult, run_load
 from orders.service.order_lookup import OrderLookup
 from orders.service.payment_port import PaymentGateway
 from orders.service.ports import (
@@ -86,14 +73,11 @@ from orders.service.ports import (
     StatusPublisher,
 )
 from orders.service.registry import (
-    BILLING,
     CONSUMERS,
     ConsumerSpec,
 )
 from orders.service.saga import OrderSaga
 from orders.service.subscribers import Source
-from orders.service.verify import VerifyReport
-from orders.service.verify_run import RunRecords, audit_run
 from orders.service.worker_options import WorkerOptions
 from orders.service.worker_stats import WorkerStats
 from orders.settings import Settings
@@ -620,96 +604,3 @@ async def run_dispatcher(
         return await runtime.dispatcher.run(stop)
     finally:
         await runtime.close()
-
-
-async def prepare_local_cosmos(
-    settings: Settings, extra_containers: Sequence[LocalContainer] = ()
-) -> None:
-    """Create the database and containers on an emulator (Azure gets them from Bicep), and a
-    user's own containers (`orders up --entities`)."""
-    async with create_cosmos_client(settings) as client:  # emulator keys only
-        await ensure_local_resources(client, settings)
-        await ensure_local_containers(client, extra_containers)
-
-
-async def send_load(
-    settings: Settings,
-    plan: LoadPlan,
-    *,
-    duplicate_window_seconds: float,
-    on_sent: Callable[[int], None] = lambda count: None,
-) -> LoadResult:
-    async with AsyncExitStack() as stack:
-        client = _clients(stack, settings, None).servicebus()
-        sender = await stack.enter_async_context(
-            ServiceBusLoadSender(
-                client,
-                settings.orders_queue,
-                settings.status_queue if plan.status_updates else None,
-                status_sessions=settings.status_sessions,
-                # The load's orders are the load's cancels' to cancel (`send_cancels`).
-                owner_scope=app_scope(settings.idempotency_scope),
-            )
-        )
-        return await run_load(
-            plan, sender, duplicate_window_seconds=duplicate_window_seconds, on_sent=on_sent
-        )
-
-
-async def send_cancels(
-    settings: Settings, cancels: tuple[PlannedCancel, ...] | list[PlannedCancel]
-) -> CancelResults:
-    """These planned cancels, each at its point, through the core of the API's cancel route
-    (the stack's shared caller scope, as an API caller without a principal has)."""
-    async with AsyncExitStack() as stack:
-        clients = _clients(stack, settings, None)
-        runtime = await build_http_runtime(settings, clients=clients)
-        stack.push_async_callback(runtime.close)
-        cosmos = await clients.cosmos()
-        probe = StoreProbe(
-            CosmosFencedDocuments(orders_container(cosmos, settings)),
-            CosmosFencedDocuments(inbox_container(cosmos, settings)),
-            DOCUMENT_LAYOUT,
-        )
-        scope = app_scope(settings.idempotency_scope)
-        cancel = intake_canceller(runtime.intake, scope, _load_cancel_response)
-        return await run_cancels(tuple(cancels), cancel, probe)
-
-
-def _load_cancel_response(order_id: str) -> JsonObject:
-    # In the HTTP entrypoint's stored-response shape (`http_contract.StoredResponse`), so that
-    # a caller replaying the load's key through the API gets an answer it can map.
-    return {"statusCode": 200, "body": {"orderId": order_id, "status": "cancelled"}, "headers": {}}
-
-
-async def verify_run(
-    settings: Settings,
-    plan: LoadPlan,
-    *,
-    fanout: frozenset[str] = frozenset(),
-    cancel_results: CancelResults | None = None,
-) -> VerifyReport:
-    """Read what the stores hold for the run (Cosmos, the dead-letter queues and, with billing
-    in `fanout`, the payment service) and audit it (`verify_run.audit_run`)."""
-    async with AsyncExitStack() as stack:
-        clients = _clients(stack, settings, None)
-        cosmos = await clients.cosmos(create_local_resources=False)
-        bus = clients.servicebus()
-        documents = await documents_of_run(orders_container(cosmos, settings), plan.run_id)
-        records = RunRecords(documents, await peek_dead_letters(bus, settings.orders_queue))
-        if fanout:
-            inbox = await documents_of_run(inbox_container(cosmos, settings), plan.run_id)
-            records = replace(records, inbox=inbox)
-        if BILLING in fanout:
-            async with HttpPaymentGateway(
-                settings.require_payments(), settings.payments_timeout_seconds
-            ) as payments:
-                records = replace(
-                    records,
-                    charges=await payments.list_all_charges(),
-                    refunds=await payments.list_all_refunds(),
-                )
-        if plan.status_updates:
-            status_dead_letters = await peek_dead_letters(bus, settings.status_queue)
-            records = replace(records, status_dead_letters=status_dead_letters)
-    return audit_run(plan, records, DOCUMENT_LAYOUT, fanout=fanout, cancel_results=cancel_results)

@@ -21,14 +21,7 @@ import pytest
 from e2e_support import new_plan, orders_cli, send
 
 from orders.adapters.decision_journals import JournalFolder, consumer_of
-from orders.bootstrap import (
-    ConsoleRuntime,
-    HttpRuntime,
-    build_console_runtime,
-    build_http_runtime,
-    send_cancels,
-    verify_run,
-)
+from orders.bootstrap import ConsoleRuntime, HttpRuntime, build_console_runtime, build_http_runtime
 from orders.domain.decision_counters import KIND_COUNTERS, kind_counter
 from orders.domain.load_plan import (
     CancelPoint,
@@ -42,6 +35,7 @@ from orders.domain.load_plan import (
 from orders.entrypoints.demo import VERIFY_POLL_SECONDS, wait_for_audit
 from orders.entrypoints.http_api import create_app
 from orders.entrypoints.localstack import LocalStack, ManagedProcess
+from orders.entrypoints.runs import send_cancels, verify_run
 from orders.entrypoints.worker import CRASH_AFTER_REFUND_ENV, CRASH_EXIT_CODE
 from orders.service.cancels import CancelResults
 from orders.service.registry import BILLING, SHIPPING, STATUS, downstream_consumers

@@ -168,7 +168,7 @@ def load(
     ] = 0,
 ) -> None:
     """Send orders with injected duplicates, conflicts and poison; write a manifest."""
-    from orders.bootstrap import send_cancels, send_load
+    from orders.entrypoints.runs import send_cancels, send_load
 
     # Refused before anything is sent or even reached: every id of the run derives from it.
     if run_id is not None:
@@ -343,7 +343,7 @@ def verify(
     ] = True,
 ) -> None:
     """Audit Cosmos DB and the dead-letter queue against a manifest; exit 1 on any violation."""
-    from orders.bootstrap import verify_run
+    from orders.entrypoints.runs import verify_run
 
     configure_logging(logging.WARNING)
     settings = settings_or_exit()

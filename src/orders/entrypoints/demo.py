@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orders.bootstrap import prepare_local_cosmos, send_cancels, send_load, verify_run
+from orders.adapters.cosmos_client import prepare_local_cosmos
 from orders.domain.load_plan import CancelPoint, LoadMix, LoadPlan, plan_load
 from orders.entrypoints.localstack import LocalStack, QueueOptions, local_stack
+from orders.entrypoints.runs import send_cancels, send_load, verify_run
 from orders.service.cancels import CancelResults
 from orders.service.registry import SHIPPING, downstream_consumers
 from orders.service.verify import VerifyReport

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from orders.bootstrap import prepare_local_cosmos
+from orders.adapters.cosmos_client import prepare_local_cosmos
 from orders.entrypoints.local_entities import (
     LocalEntities,
     check_containers,
