@@ -18,7 +18,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from exactly_once.backoff import Retry
 from exactly_once.records import DEFAULT_LEASE_SECONDS
 from orders.adapters.cosmos_client import (
     create_cosmos_client,
@@ -47,8 +46,6 @@ from orders.adapters.servicebus_publisher import (
     ServiceBusOrderPublisher,
     ServiceBusStatusPublisher,
 )
-from orders.adapters.servicebus_worker import run_session_worker_on, run_worker_on
-from orders.domain.outcomes import Decision
 from orders.exceptions import (
     ServiceNotReadyError,
 )
@@ -58,7 +55,6 @@ from orders.service.console import OperationsConsole
 from orders.service.dispatcher import (
     DEFAULT_POLL_SECONDS,
     AfterPublish,
-    DispatcherStats,
     OutboxDispatcher,
 )
 from orders.service.idempotency import IdempotentOrderIntake
@@ -78,8 +74,6 @@ from orders.service.registry import (
 )
 from orders.service.saga import OrderSaga
 from orders.service.subscribers import Source
-from orders.service.worker_options import WorkerOptions
-from orders.service.worker_stats import WorkerStats
 from orders.settings import Settings
 
 if TYPE_CHECKING:
@@ -499,50 +493,19 @@ async def build_subscriber_runtime(
     *,
     create_local_resources: bool | None = None,
     clients: ProcessClients | None = None,
+    after_charge: AfterCharge | None = None,
+    after_refund: AfterRefund | None = None,
+    store_factory: StoreFactory | None = None,
     **cosmos_client_options: Any,
 ) -> SubscriberRuntime:
+    """A registered consumer (its registry entry's factory) and where it competes."""
     configure_monitoring(settings)
     async with AsyncExitStack() as stack:
         shared = _clients(stack, settings, clients, **cosmos_client_options)
-        source, handler = await _subscriber(stack, shared, spec, create_local_resources)
-        return SubscriberRuntime(source, handler, stack.pop_all())
-
-
-async def run_subscriber(
-    settings: Settings,
-    spec: ConsumerSpec,
-    options: WorkerOptions,
-    stop: asyncio.Event,
-    *,
-    after_decision: Callable[[Decision], None] | None = None,
-    after_charge: AfterCharge | None = None,
-    after_refund: AfterRefund | None = None,
-    on_retry: Callable[[Retry], None] | None = None,
-    store_factory: StoreFactory | None = None,
-) -> WorkerStats:
-    """One registered consumer (the orders queue, a subscription of the events topic, or the
-    status queue), competing until `stop`; the queue's sessions where its spec runs them and
-    `STATUS_SESSIONS` is on."""
-    settings.require_servicebus()
-    configure_monitoring(settings)
-    async with AsyncExitStack() as stack:
-        clients = _clients(stack, settings, None)
-        servicebus = clients.servicebus()
         source, handler = await _subscriber(
-            stack,
-            clients,
-            spec,
-            after_charge=after_charge,
-            after_refund=after_refund,
-            store_factory=store_factory,
+            stack, shared, spec, create_local_resources, after_charge, after_refund, store_factory
         )
-        if spec.runs_sessions(settings):
-            return await run_session_worker_on(
-                servicebus, source, handler, options, stop, after_decision, on_retry
-            )
-        return await run_worker_on(
-            servicebus, source, handler, options, stop, after_decision, on_retry
-        )
+        return SubscriberRuntime(source, handler, stack.pop_all())
 
 
 @dataclass
@@ -583,24 +546,3 @@ async def build_dispatcher_runtime(
         # Last registered, first run: the leases are given up before the clients close.
         stack.push_async_callback(dispatcher.release)
         return DispatcherRuntime(dispatcher, stack.pop_all())
-
-
-async def run_dispatcher(
-    settings: Settings,
-    stop: asyncio.Event,
-    *,
-    after_publish: AfterPublish | None = None,
-    poll_seconds: float = DEFAULT_POLL_SECONDS,
-    lease_seconds: float = DEFAULT_LEASE_SECONDS,
-) -> DispatcherStats:
-    """The dispatcher as a process (pull model, checkpoints in the leases container)."""
-    runtime = await build_dispatcher_runtime(
-        settings,
-        after_publish=after_publish,
-        poll_seconds=poll_seconds,
-        lease_seconds=lease_seconds,
-    )
-    try:
-        return await runtime.dispatcher.run(stop)
-    finally:
-        await runtime.close()

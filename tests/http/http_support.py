@@ -25,8 +25,9 @@ from fakes import (
 
 from exactly_once.ports import RecordStore
 from exactly_once.records import Record, lease_is_live
-from orders.bootstrap import HttpRuntime, run_subscriber
+from orders.bootstrap import HttpRuntime
 from orders.entrypoints.http_api import create_app
+from orders.entrypoints.worker import run_subscriber
 from orders.service.idempotency import IdempotentOrderIntake
 from orders.service.order_lookup import OrderLookup
 from orders.service.ports import IdempotencyStore, OrderDocuments, OrderPublisher, OrderReader

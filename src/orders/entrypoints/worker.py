@@ -14,13 +14,16 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 from exactly_once.backoff import Retry
-from orders.bootstrap import StoreFactory, run_subscriber
+from orders.adapters.servicebus_worker import run_session_worker_on, run_worker_on
+from orders.bootstrap import ProcessClients, StoreFactory, build_subscriber_runtime
 from orders.domain.outcomes import Decision, Outcome
 from orders.domain.payments import Charge, Refund
+from orders.service.billing import AfterCharge, AfterRefund
 from orders.service.registry import ORDERS, ConsumerSpec, consumer_named
 from orders.service.worker_options import WorkerOptions
 from orders.service.worker_stats import WorkerStats
@@ -141,6 +144,46 @@ def crash_after_refund_from_env() -> Callable[[Refund], None] | None:
             os._exit(CRASH_EXIT_CODE)
 
     return crash_after_refund
+
+
+async def run_subscriber(
+    settings: Settings,
+    spec: ConsumerSpec,
+    options: WorkerOptions,
+    stop: asyncio.Event,
+    *,
+    after_decision: DecisionHook | None = None,
+    after_charge: AfterCharge | None = None,
+    after_refund: AfterRefund | None = None,
+    on_retry: RetryHook | None = None,
+    store_factory: StoreFactory | None = None,
+) -> WorkerStats:
+    """One registered consumer (the orders queue, a subscription of the events topic, or the
+    status queue), competing until `stop`, over clients of its own; the queue's sessions where
+    its spec runs them and `STATUS_SESSIONS` is on."""
+    settings.require_servicebus()
+    async with AsyncExitStack() as stack:
+        clients = ProcessClients(settings)
+        stack.push_async_callback(clients.close)
+        runtime = await build_subscriber_runtime(
+            settings,
+            spec,
+            clients=clients,
+            after_charge=after_charge,
+            after_refund=after_refund,
+            store_factory=store_factory,
+        )
+        stack.push_async_callback(runtime.close)
+        run = run_session_worker_on if spec.runs_sessions(settings) else run_worker_on
+        return await run(
+            clients.servicebus(),
+            runtime.source,
+            runtime.handler,
+            options,
+            stop,
+            after_decision,
+            on_retry,
+        )
 
 
 def run_until_signalled(
