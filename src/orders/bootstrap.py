@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from exactly_once.records import DEFAULT_LEASE_SECONDS
 from orders.adapters.cosmos_client import (
@@ -45,9 +45,6 @@ from orders.adapters.servicebus_publisher import (
     ServiceBusEventPublisher,
     ServiceBusOrderPublisher,
     ServiceBusStatusPublisher,
-)
-from orders.exceptions import (
-    ServiceNotReadyError,
 )
 from orders.observability import SubscriberTelemetry
 from orders.service.billing import AfterCharge, AfterRefund
@@ -171,8 +168,19 @@ def _clients(
 # --- Runtimes ---------------------------------------------------------------------------------
 
 
+@dataclass(kw_only=True)
+class Runtime:
+    """What a host runs, and everything it holds open: the build's `AsyncExitStack`, handed
+    over with `pop_all()`, so `close()` runs every cleanup the build registered, last first."""
+
+    resources: AsyncExitStack = field(default_factory=AsyncExitStack)
+
+    async def close(self) -> None:
+        await self.resources.aclose()
+
+
 @dataclass
-class HttpRuntime:
+class HttpRuntime(Runtime):
     """What the HTTP API needs; tests build one over fakes."""
 
     intake: IdempotentOrderIntake
@@ -180,10 +188,6 @@ class HttpRuntime:
     default_scope: str
     # Trust X-MS-CLIENT-PRINCIPAL-ID only where the platform sets it (App Service auth on).
     trust_principal_header: bool = False
-    resources: AsyncExitStack = field(default_factory=AsyncExitStack)
-
-    async def close(self) -> None:
-        await self.resources.aclose()
 
 
 async def build_http_runtime(
@@ -271,16 +275,12 @@ async def idempotency_key_tools(settings: Settings) -> AsyncIterator[KeyTools]:
 
 
 @dataclass
-class ConsoleRuntime:
+class ConsoleRuntime(Runtime):
     """What the operations console works with; tests build one over fakes."""
 
     console: OperationsConsole
     # As in HttpRuntime: the principal header names who acted only where the platform sets it.
     trust_principal_header: bool = False
-    resources: AsyncExitStack = field(default_factory=AsyncExitStack)
-
-    async def close(self) -> None:
-        await self.resources.aclose()
 
 
 async def build_console_runtime(
@@ -319,54 +319,12 @@ async def build_console_runtime(
             inbox=CosmosOrderReader(inbox_container(cosmos, settings)),
             payments=payments,
         )
-        return ConsoleRuntime(console, settings.platform_auth_enabled, stack.pop_all())
+        return ConsoleRuntime(console, settings.platform_auth_enabled, resources=stack.pop_all())
 
 
 async def console_runtime_from_env() -> ConsoleRuntime:
     clients = shared_process_clients()
     return await build_console_runtime(clients.settings, clients=clients)
-
-
-# --- Lazily built runtimes (the two the Functions host runs) ----------------------------------
-
-
-class Runtime(Protocol):
-    async def close(self) -> None: ...
-
-
-R = TypeVar("R", bound=Runtime)
-
-
-class Lazy(Generic[R]):
-    """A runtime built on first use, never at import: the Functions host imports
-    function_app.py before any setting or network is needed. A failed build raises
-    `ServiceNotReadyError` and is tried again on the next use."""
-
-    def __init__(self, build: Callable[[], Awaitable[R]], what: str) -> None:
-        self._build = build
-        self._what = what
-        self._value: R | None = None
-        self._lock = asyncio.Lock()
-
-    async def get(self) -> R:
-        if self._value is None:
-            async with self._lock:
-                if self._value is None:
-                    try:
-                        self._value = await self._build()
-                    except Exception as exc:
-                        logger.error("cannot build the %s", self._what, exc_info=exc)
-                        raise ServiceNotReadyError(f"{self._what} unavailable: {exc!r}") from exc
-        return self._value
-
-    def use(self, value: R | None) -> None:
-        """Put a runtime in place (tests); None makes the next use build again."""
-        self._value = value
-
-    async def close(self) -> None:
-        value, self._value = self._value, None
-        if value is not None:
-            await value.close()
 
 
 _shared_clients: ProcessClients | None = None
@@ -389,15 +347,11 @@ def shared_process_clients() -> ProcessClients:
 
 
 @dataclass
-class SubscriberRuntime:
+class SubscriberRuntime(Runtime):
     """One fan-out consumer of the events topic and where it competes."""
 
     source: Source
     handler: MessageHandler
-    resources: AsyncExitStack = field(default_factory=AsyncExitStack)
-
-    async def close(self) -> None:
-        await self.resources.aclose()
 
 
 class _Wiring:
@@ -505,16 +459,12 @@ async def build_subscriber_runtime(
         source, handler = await _subscriber(
             stack, shared, spec, create_local_resources, after_charge, after_refund, store_factory
         )
-        return SubscriberRuntime(source, handler, stack.pop_all())
+        return SubscriberRuntime(source, handler, resources=stack.pop_all())
 
 
 @dataclass
-class DispatcherRuntime:
+class DispatcherRuntime(Runtime):
     dispatcher: OutboxDispatcher
-    resources: AsyncExitStack = field(default_factory=AsyncExitStack)
-
-    async def close(self) -> None:
-        await self.resources.aclose()
 
 
 async def build_dispatcher_runtime(
@@ -545,4 +495,4 @@ async def build_dispatcher_runtime(
         )
         # Last registered, first run: the leases are given up before the clients close.
         stack.push_async_callback(dispatcher.release)
-        return DispatcherRuntime(dispatcher, stack.pop_all())
+        return DispatcherRuntime(dispatcher, resources=stack.pop_all())

@@ -17,7 +17,6 @@ from orders.adapters.monitoring import configure_monitoring
 from orders.adapters.servicebus import FunctionsMessageActions, from_functions_host
 from orders.bootstrap import (
     DispatcherRuntime,
-    Lazy,
     SubscriberRuntime,
     build_dispatcher_runtime,
     build_subscriber_runtime,
@@ -25,6 +24,7 @@ from orders.bootstrap import (
 )
 from orders.domain.outcomes import Decision
 from orders.domain.received import ReceivedOrderMessage
+from orders.entrypoints.lazy_runtime import Lazy
 from orders.observability import delivery_span
 from orders.service.consumer import settle
 from orders.service.ports import MessageHandler

@@ -25,8 +25,6 @@ from orders import __version__
 from orders.bootstrap import (
     ConsoleRuntime,
     HttpRuntime,
-    Lazy,
-    Runtime,
     console_runtime_from_env,
     http_runtime_from_env,
 )
@@ -66,6 +64,7 @@ from orders.entrypoints.http_problems import (
     invalid_id,
     unknown_order,
 )
+from orders.entrypoints.lazy_runtime import Closes, Lazy
 from orders.exceptions import InvalidIdempotencyKeyError
 from orders.observability import HttpTelemetry
 from orders.service.idempotency import SubmitResult
@@ -120,7 +119,7 @@ def create_app(
     meter_provider: MeterProvider | None = None,
     console_factory: ConsoleFactory | None = None,
     allowed_hosts: AllowedHosts | None = None,
-    shared_clients: Runtime | None = None,
+    shared_clients: Closes | None = None,
     warm_console: bool = False,
 ) -> FastAPI:
     """The ASGI app; `runtime_factory` defaults to building real clients from the environment.
