@@ -9,7 +9,6 @@ benchmarks) get a runtime and close it; tests build the same core over fakes of 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -20,8 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from exactly_once.records import DEFAULT_LEASE_SECONDS
 from orders.adapters.cosmos_client import (
-    create_cosmos_client,
-    ensure_local_resources,
     idempotency_container,
     inbox_container,
     leases_container,
@@ -34,10 +31,11 @@ from orders.adapters.cosmos_order_reader import CosmosOrderReader
 from orders.adapters.cosmos_outbox import CosmosOutboxFeed, dispatcher_leases
 from orders.adapters.cosmos_store import CosmosOrderStore
 from orders.adapters.decision_journals import JournalFolder
-from orders.adapters.identity import ProcessCredential
 from orders.adapters.monitoring import configure_monitoring
 from orders.adapters.payments_http import HttpPaymentGateway
-from orders.adapters.servicebus import create_servicebus_client
+
+# Re-exported: the CLI and the entrypoints make one and hand it to the runtimes they build.
+from orders.adapters.process_clients import ProcessClients as ProcessClients
 from orders.adapters.servicebus_counts import ServiceBusEntityCounter
 from orders.adapters.servicebus_dead_letters import ServiceBusDeadLetters
 from orders.adapters.servicebus_peek import PeekReceivers
@@ -75,7 +73,6 @@ from orders.settings import Settings
 
 if TYPE_CHECKING:
     from orders.adapters.cosmos_client import ContainerProxy, CosmosClient
-    from orders.adapters.servicebus import ServiceBusClient
 
 logger = logging.getLogger("orders")
 
@@ -86,66 +83,6 @@ DOCUMENT_LAYOUT: DocumentLayout = CosmosLayout()
 
 
 # --- Building blocks: each registers its cleanup before it can fail ---------------------------
-
-
-class ProcessClients:
-    """One credential, one Cosmos client and one Service Bus client, each made on first use,
-    shared by every runtime built over them, and closed once, by `close()`.
-
-    The SDKs want one client per process (each keeps a connection pool; the credential keeps
-    one token cache). Whoever makes a ProcessClients closes it: a runtime built without one
-    makes its own and closes it with itself; `orders serve` shares one between the API and the
-    console; the Functions host shares `shared_process_clients()` between all its runtimes.
-    """
-
-    def __init__(self, settings: Settings, **cosmos_client_options: Any) -> None:
-        self.settings = settings
-        self._cosmos_client_options = cosmos_client_options
-        self._identity: ProcessCredential | None = None
-        self._cosmos: CosmosClient | None = None
-        self._servicebus: ServiceBusClient | None = None
-        self._local_resources_ready = False
-        self._preparing = asyncio.Lock()
-
-    @property
-    def identity(self) -> ProcessCredential:
-        if self._identity is None:
-            self._identity = ProcessCredential(self.settings)
-        return self._identity
-
-    async def cosmos(self, create_local_resources: bool | None = None) -> CosmosClient:
-        """The Cosmos client; where wanted (by default: with emulator keys) the database and
-        containers are created first, once per process."""
-        if self._cosmos is None:
-            self._cosmos = create_cosmos_client(
-                self.settings, self.identity, **self._cosmos_client_options
-            )
-        if create_local_resources is None:
-            create_local_resources = self.settings.uses_emulator_keys
-        if create_local_resources and not self._local_resources_ready:
-            async with self._preparing:
-                if not self._local_resources_ready:
-                    await ensure_local_resources(self._cosmos, self.settings)
-                    self._local_resources_ready = True
-        return self._cosmos
-
-    def servicebus(self) -> ServiceBusClient:
-        if self._servicebus is None:
-            self._servicebus = create_servicebus_client(self.settings, self.identity)
-        return self._servicebus
-
-    async def close(self) -> None:
-        """The clients, then the credential they use (the SDK clients do not close it)."""
-        servicebus, self._servicebus = self._servicebus, None
-        cosmos, self._cosmos = self._cosmos, None
-        identity, self._identity = self._identity, None
-        self._local_resources_ready = False
-        if servicebus is not None:
-            await servicebus.close()
-        if cosmos is not None:
-            await cosmos.close()
-        if identity is not None:
-            await identity.close()
 
 
 def _clients(

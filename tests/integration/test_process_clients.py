@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from servers import CosmosServer
 
+import orders.adapters.process_clients as process_clients
 import orders.bootstrap as bootstrap
 from orders.bootstrap import (
     ProcessClients,
@@ -55,7 +56,8 @@ async def functions_process(
         monkeypatch.setenv(name, value)
     made: list[str] = []
     for name in ("create_cosmos_client", "create_servicebus_client", "ProcessCredential"):
-        monkeypatch.setattr(bootstrap, name, counting(made, name, getattr(bootstrap, name)))
+        factory = getattr(process_clients, name)
+        monkeypatch.setattr(process_clients, name, counting(made, name, factory))
     monkeypatch.setattr(bootstrap, "_shared_clients", None)
     try:
         yield made
