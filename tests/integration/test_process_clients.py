@@ -16,14 +16,13 @@ import orders.adapters.process_clients as process_clients
 import orders.bootstrap as bootstrap
 from orders.bootstrap import (
     ProcessClients,
-    console_runtime_from_env,
-    http_runtime_from_env,
     shared_process_clients,
 )
 from orders.entrypoints.functions import (
     function_dispatcher_runtime,
     function_subscriber_runtimes,
 )
+from orders.entrypoints.http_api import console_runtime_from_env, http_runtime_from_env
 from orders.service.registry import ORDERS, consumer_named, consumer_names
 from orders.service.subscribers import Source
 from orders.settings import Settings
@@ -58,7 +57,7 @@ async def functions_process(
     for name in ("create_cosmos_client", "create_servicebus_client", "ProcessCredential"):
         factory = getattr(process_clients, name)
         monkeypatch.setattr(process_clients, name, counting(made, name, factory))
-    monkeypatch.setattr(bootstrap, "_shared_clients", None)
+    monkeypatch.setattr(process_clients, "_shared_clients", None)
     try:
         yield made
     finally:

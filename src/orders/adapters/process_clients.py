@@ -7,6 +7,7 @@ token cache), so the composition root builds every runtime of a process over one
 from __future__ import annotations
 
 import asyncio
+from contextlib import AsyncExitStack
 from typing import Any
 
 from orders.adapters.cosmos_client import CosmosClient, create_cosmos_client, ensure_local_resources
@@ -73,3 +74,36 @@ class ProcessClients:
             await cosmos.close()
         if identity is not None:
             await identity.close()
+
+
+def given_or_own(
+    stack: AsyncExitStack,
+    settings: Settings,
+    clients: ProcessClients | None,
+    **cosmos_client_options: Any,
+) -> ProcessClients:
+    """`clients` when given (its owner closes it); else clients of the runtime's own, closed
+    last with `stack` (registered first, before anything that uses them)."""
+    if clients is not None:
+        if cosmos_client_options:
+            raise ValueError("Cosmos client options go to the shared ProcessClients")
+        return clients
+    own = ProcessClients(settings, **cosmos_client_options)
+    stack.push_async_callback(own.close)
+    return own
+
+
+_shared_clients: ProcessClients | None = None
+
+
+def shared_process_clients() -> ProcessClients:
+    """The clients every runtime built from app settings shares: the Functions host builds up to
+    seven in one process (the four registered consumers, the dispatcher, the HTTP API
+    and the console), on one credential, one Cosmos client and one Service Bus client. They
+    live as long as the process (the host gives no shutdown hook); settings that changed since
+    (tests) get clients of their own."""
+    global _shared_clients
+    settings = Settings.from_env()
+    if _shared_clients is None or _shared_clients.settings != settings:
+        _shared_clients = ProcessClients(settings)
+    return _shared_clients

@@ -2,7 +2,7 @@
 
 The Functions host imports function_app.py (and the HTTP API's app) before any setting or network
 is needed, so their runtimes are built by the first invocation or request, once, and closed by
-the runtime's own `close()` (the one mechanism `bootstrap.Runtime` gives every runtime).
+the runtime's own `close()` (the one mechanism `service.runtimes.Runtime` gives every runtime).
 """
 
 from __future__ import annotations

@@ -246,6 +246,17 @@ def downstream_consumers() -> tuple[ConsumerSpec, ...]:
     return tuple(spec for spec in CONSUMERS if spec.name != ORDERS)
 
 
+def console_sources(settings: Settings) -> list[Source]:
+    """What the console lists: every registered consumer's entity (the queues first, the orders
+    queue first of all), then any other subscription ORDERS_CONSOLE_SUBSCRIPTIONS names."""
+    sources = [spec.source(settings) for spec in sorted(CONSUMERS, key=lambda s: s.on_topic)]
+    for topic, subscription in settings.console_subscriptions:
+        named = Source(topic=topic, subscription=subscription)
+        if named not in sources:
+            sources.append(named)
+    return sources
+
+
 def subscription_consumers() -> tuple[ConsumerSpec, ...]:
     """The consumers on subscriptions of the events topic (the Bicep's subscription array)."""
     return tuple(spec for spec in CONSUMERS if spec.on_topic)
