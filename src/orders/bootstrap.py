@@ -15,10 +15,12 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from exactly_once.records import DEFAULT_LEASE_SECONDS
 from orders.adapters.cosmos_client import (
+    ContainerProxy,
+    CosmosClient,
     idempotency_container,
     inbox_container,
     leases_container,
@@ -69,11 +71,8 @@ from orders.service.runtimes import SubscriberRuntime as SubscriberRuntime
 from orders.service.saga import OrderSaga
 from orders.settings import Settings
 
-if TYPE_CHECKING:
-    from orders.adapters.cosmos_client import ContainerProxy, CosmosClient
-
 # How the consumer's store is made from the orders container (a benchmark swaps in its own).
-StoreFactory = Callable[["ContainerProxy"], OrderStore]
+StoreFactory = Callable[[ContainerProxy], OrderStore]
 # How every consumer's documents and ids are laid out in Cosmos DB: one mapping, no I/O.
 DOCUMENT_LAYOUT: DocumentLayout = CosmosLayout()
 
