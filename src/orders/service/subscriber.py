@@ -76,18 +76,37 @@ async def decided(
     and is logged), never letting the lock be renewed for minutes."""
     try:
         return await effect()
-    except EventRefused as refused:
-        return refused.decision  # no stored order vouches for it: dead-lettered, ALERT logged
-    except transient_errors as exc:
+    except Exception as exc:
+        return decision_for_failure(
+            exc,
+            consumer=consumer,
+            order_id=order_id,
+            request_hash=request_hash,
+            transient_errors=transient_errors,
+        )
+
+
+def decision_for_failure(
+    exc: Exception,
+    *,
+    consumer: str,
+    order_id: str | None,
+    request_hash: str | None = None,
+    transient_errors: tuple[type[Exception], ...] = TRANSIENT_ERRORS,
+) -> Decision:
+    """What an effect's exception means (`decided`'s frame, for a consumer that catches the
+    exception itself, so that its path does not leave it and come back through a callback)."""
+    if isinstance(exc, EventRefused):
+        return exc.decision  # no stored order vouches for it: dead-lettered, ALERT logged
+    if isinstance(exc, transient_errors):
         return Decision(
             Outcome.TRANSIENT_FAILURE, Settlement.ABANDON, order_id, request_hash, error=str(exc)
         )
-    except StoreRefusedError as exc:
+    if isinstance(exc, StoreRefusedError):
         # The app's own exception of the core's meaning: the same dead letter, `StoreRefused`.
         return from_core(store_refused(consumer, order_id, str(exc)), order_id, request_hash)
-    except Exception as exc:
-        core = decision_for_error(exc, consumer=consumer, message_id=order_id)
-        return from_core(core, order_id, request_hash)
+    core = decision_for_error(exc, consumer=consumer, message_id=order_id)
+    return from_core(core, order_id, request_hash)
 
 
 def from_core(core: CoreDecision, order_id: str | None, request_hash: str | None) -> Decision:
