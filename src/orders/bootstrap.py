@@ -17,6 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from exactly_once.cosmos import CosmosStore
 from exactly_once.records import DEFAULT_LEASE_SECONDS
 from orders.adapters.cosmos_client import (
     ContainerProxy,
@@ -182,6 +183,11 @@ class _Wiring:
 
     def order_store(self) -> OrderStore:
         return self.store_factory(orders_container(self.cosmos, self.settings))
+
+    def inbox_store(self) -> CosmosStore:
+        return CosmosStore(
+            inbox_container(self.cosmos, self.settings), partition_key_field="orderId"
+        )
 
     def inbox(self) -> CosmosFencedDocuments:
         return CosmosFencedDocuments(inbox_container(self.cosmos, self.settings))

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from exactly_once import Store
 from orders.domain.payments import Charge
 from orders.observability import ConsumerTelemetry
 from orders.service.billing import AfterCharge, AfterRefund, BillingConsumer
@@ -65,6 +66,11 @@ class ConsumerWiring(Protocol):
 
     def order_store(self) -> OrderStore:
         """The orders container, as the order consumer writes it (order, outbox event, lines)."""
+        ...
+
+    def inbox_store(self) -> Store:
+        """The inbox container as the core's store (`exactly_once.CosmosStore`): the records
+        and documents of a consumer written with `@exactly_once`."""
         ...
 
     def inbox(self) -> InboxStore:
