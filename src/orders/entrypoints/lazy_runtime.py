@@ -18,7 +18,7 @@ logger = logging.getLogger("orders")
 
 
 class Closes(Protocol):
-    """What a host holds open and closes once: a runtime (`bootstrap.Runtime`), or the
+    """What a host holds open and closes once: a runtime (`service.runtimes.Runtime`), or the
     process's clients the runtimes share."""
 
     async def close(self) -> None: ...
