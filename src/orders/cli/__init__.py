@@ -37,7 +37,7 @@ from orders.domain.load_plan import (
     plan_load,
     plan_to_json,
 )
-from orders.service.registry import STATUS, consumer_named, consumer_names, downstream_consumers
+from orders.service.registry import STATUS, consumer_named, downstream_consumers
 from orders.service.verify import VerifyReport
 
 if TYPE_CHECKING:
@@ -67,9 +67,9 @@ def worker(
         str | None,
         typer.Option(
             help="Run this registered consumer ("
-            + ", ".join(consumer_names())
+            + ", ".join(spec.name for spec in downstream_consumers())
             + ": a subscription of the events topic, or the status queue) instead of the "
-            "order consumer of the orders queue",
+            "order consumer of the orders queue (the registry's first entry, the default)",
         ),
     ] = None,
 ) -> None:
