@@ -23,7 +23,6 @@ from orders.entrypoints.functions import (  # noqa: E402
     configure_function_monitoring,
     dispatch_outbox_changes,
     process_event_message,
-    process_order_message,
 )
 
 # First, before anything else of ours runs: in its OpenTelemetry mode the host forwards no worker
@@ -34,23 +33,9 @@ from orders.entrypoints.http_api import create_app  # noqa: E402
 from orders.service.registry import CONSUMERS, ConsumerSpec  # noqa: E402
 from orders.settings import status_sessions_enabled  # noqa: E402
 
-# The HTTP API (FastAPI) and the Service Bus trigger share one app. The host's routePrefix `api`
+# The HTTP API (FastAPI) and the Service Bus triggers share one app. The host's routePrefix `api`
 # matches the app's own `/api/...` routes, so paths are the same here and under `orders serve`.
 app = func.AsgiFunctionApp(app=create_app(), http_auth_level=func.AuthLevel.FUNCTION)
-
-
-@app.service_bus_queue_trigger(
-    arg_name="received_message",
-    queue_name="%ORDERS_QUEUE%",
-    connection="ServiceBusConnection",
-    auto_complete_messages=False,
-)
-async def process_order(
-    received_message: servicebus.ServiceBusReceivedMessage,
-    message_actions: servicebus.ServiceBusMessageActions,
-) -> None:
-    """Idempotent consumer: settles every message explicitly (complete/abandon/dead-letter)."""
-    await process_order_message(received_message, message_actions)
 
 
 # --- Fan-out: the outbox dispatcher -----------------------------------------------------------
@@ -79,13 +64,13 @@ async def dispatch_outbox(changes: func.DocumentList) -> None:
     await dispatch_outbox_changes([dict(document) for document in changes])
 
 
-# --- The registered consumers: one trigger per entry of the registry ----------------------------
+# --- The registered consumers: one trigger per entry of the registry, the order consumer's too ---
 # The host indexes functions by running this file, so triggers declared in a loop are indexed
 # like written ones. Each keeps its registry entry's function name (deployed apps keep their
 # functions and `AzureWebJobs.<name>.Disabled` settings) and binds to the entity its entry's
-# setting names. The status queue's binding follows STATUS_SESSIONS, the setting the Bicep sets
-# and settings.py reads for every host: the host indexes with the app settings in the
-# environment.
+# setting names (`process_order` on %ORDERS_QUEUE%). The status queue's binding follows
+# STATUS_SESSIONS, the setting the Bicep sets and settings.py reads for every host: the host
+# indexes with the app settings in the environment.
 STATUS_SESSIONS = status_sessions_enabled()
 
 

@@ -27,8 +27,8 @@ from urllib.parse import urlencode
 
 import httpx
 
-from orders.bootstrap import send_load, verify_run
 from orders.domain.load_plan import LoadMix, plan_load
+from orders.entrypoints.runs import send_load, verify_run
 from orders.entrypoints.up import ENV_FILE
 from orders.service.registry import CONSUMERS
 from orders.settings import Settings
@@ -125,12 +125,10 @@ def main() -> None:
             environment = json.loads((directory / ENV_FILE).read_text())
             settings = Settings.from_env(environment)
             order_id = asyncio.run(load_demo_data(settings, args.orders))
+            # The registry's queues first (the orders queue first of all), as the console lists.
             sources = [
-                settings.orders_queue,
-                *(
-                    str(spec.source(settings))
-                    for spec in sorted(CONSUMERS, key=lambda spec: spec.on_topic)
-                ),
+                str(spec.source(settings))
+                for spec in sorted(CONSUMERS, key=lambda spec: spec.on_topic)
             ]
             print(f"{args.orders} orders settled; {args.repeats} loads per page, one at a time")
             measure(environment["ORDERS_API_URL"], pages(order_id, sources), args.repeats)

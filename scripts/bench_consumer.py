@@ -27,11 +27,12 @@ from typing import Any
 from azure.cosmos.aio import ContainerProxy
 
 from exactly_once.records import JsonMapping, StoredDocument
+from orders.adapters.cosmos_client import prepare_local_cosmos
 from orders.adapters.servicebus import create_servicebus_client
 from orders.adapters.servicebus_load import count_active_messages
-from orders.bootstrap import prepare_local_cosmos, send_load
 from orders.domain.load_plan import LoadMix, SendKind, plan_load
 from orders.entrypoints.localstack import LocalStack, ManagedProcess, QueueOptions, local_stack
+from orders.entrypoints.runs import send_load
 
 DUPLICATE_MIX = LoadMix(
     producer_retries=0.0,

@@ -20,9 +20,10 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from orders.bootstrap import prepare_local_cosmos, send_load, verify_run
+from orders.adapters.cosmos_client import prepare_local_cosmos
 from orders.domain.load_plan import LoadMix, LoadPlan, plan_load
 from orders.entrypoints.localstack import LocalStack, QueueOptions, local_stack
+from orders.entrypoints.runs import send_load, verify_run
 
 NO_DUPLICATES = LoadMix(0, 0, 0, 0, 0, 0)
 POLL_SECONDS = 0.5

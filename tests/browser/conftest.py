@@ -18,7 +18,7 @@ from browser_support import (
 )
 from servers import free_port, skip_or_fail
 
-from orders.bootstrap import prepare_local_cosmos
+from orders.adapters.cosmos_client import prepare_local_cosmos
 from orders.entrypoints.localstack import local_stack
 
 

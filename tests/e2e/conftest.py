@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from e2e_support import FAST_QUEUE
 
-from orders.bootstrap import prepare_local_cosmos
+from orders.adapters.cosmos_client import prepare_local_cosmos
 from orders.entrypoints.localstack import LocalStack, local_stack
 
 

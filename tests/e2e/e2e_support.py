@@ -20,12 +20,12 @@ from azure.servicebus.amqp import AmqpAnnotatedMessage
 from poison_corpus import PoisonCase
 
 from orders.adapters.cosmos_layout import order_write
-from orders.bootstrap import send_load
 from orders.domain.hashing import request_hash
 from orders.domain.load_plan import LoadMix, LoadPlan, plan_load
 from orders.domain.messages import parse_order
 from orders.domain.received import BodyKind
 from orders.entrypoints.localstack import LocalStack, ManagedProcess, QueueOptions
+from orders.entrypoints.runs import send_load
 
 # Short locks and window so crashes and late duplicates play out in seconds.
 FAST_QUEUE = QueueOptions(duplicate_window_seconds=2, lock_seconds=3, max_delivery_count=10)

@@ -24,9 +24,12 @@ import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from e2e_support import FAST_QUEUE
 
-from orders.adapters.cosmos_client import create_cosmos_client, idempotency_container
+from orders.adapters.cosmos_client import (
+    create_cosmos_client,
+    idempotency_container,
+    prepare_local_cosmos,
+)
 from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
-from orders.bootstrap import prepare_local_cosmos
 from orders.domain.idempotency import key_claim
 from orders.entrypoints.http_contract import StoredResponse
 from orders.entrypoints.localstack import LocalStack, local_stack

@@ -19,11 +19,12 @@ import pytest
 from azure.cosmos import CosmosClient
 from e2e_support import FAST_QUEUE, new_plan, orders_cli, poll_until, send
 
-from orders.bootstrap import prepare_local_cosmos, verify_run
+from orders.adapters.cosmos_client import prepare_local_cosmos
 from orders.domain.load_plan import LoadMix, LoadPlan, plan_to_json
 from orders.entrypoints.demo import VERIFY_POLL_SECONDS
 from orders.entrypoints.dispatcher import CRASH_AFTER_PUBLISH_ENV, CRASH_EXIT_CODE
 from orders.entrypoints.localstack import LocalStack, ManagedProcess, local_stack
+from orders.entrypoints.runs import verify_run
 from orders.entrypoints.worker import CRASH_AFTER_CHARGE_ENV
 from orders.entrypoints.worker import CRASH_EXIT_CODE as WORKER_CRASH_EXIT_CODE
 from orders.service.registry import BILLING, SHIPPING

@@ -22,10 +22,11 @@ from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from e2e_support import wait_for_decision
 from poison_corpus import valid_cancel_event_document, valid_event_document, valid_order_document
 
-from orders.bootstrap import prepare_local_cosmos, send_cancels
+from orders.adapters.cosmos_client import prepare_local_cosmos
 from orders.domain.load_plan import CancelPoint, PlannedCancel
 from orders.domain.ownership import OWNER_PROPERTY, app_scope
 from orders.entrypoints.localstack import LocalStack, QueueOptions, local_stack
+from orders.entrypoints.runs import send_cancels
 from orders.service.cancels import CancelAnswer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]

@@ -33,7 +33,7 @@ from orders.adapters.servicebus import create_servicebus_client
 from orders.domain.load_plan import plan_to_json
 from orders.entrypoints.demo import wait_for_audit
 from orders.entrypoints.localstack import LocalStack
-from orders.service.registry import CONSUMERS
+from orders.service.registry import downstream_consumers
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(480)]
 
@@ -74,7 +74,7 @@ def test_a_60_s_cosmos_outage_during_a_load_dead_letters_nothing_and_doubles_not
     stack.start_payments()
     order_workers = [stack.start_worker(), stack.start_worker()]
     stack.start_dispatcher()
-    subscribers = [stack.start_subscriber(spec.name) for spec in CONSUMERS]
+    subscribers = [stack.start_subscriber(spec.name) for spec in downstream_consumers()]
     first_half = replace(plan, sends=plan.sends[: ORDERS // 2])
     second_half = replace(plan, sends=plan.sends[ORDERS // 2 :])
 
@@ -93,7 +93,7 @@ def test_a_60_s_cosmos_outage_during_a_load_dead_letters_nothing_and_doubles_not
     threading.Event().wait(max(OUTAGE_SECONDS - (time.monotonic() - began), 0))
     end_cosmos_outage(stack)
 
-    all_consumers = frozenset(spec.name for spec in CONSUMERS)
+    all_consumers = frozenset(spec.name for spec in downstream_consumers())
     report = asyncio.run(wait_for_audit(stack, plan, 240, all_consumers))
     printed = orders_cli(stack, "verify", "--manifest", str(manifest), "--json")
 

@@ -21,14 +21,7 @@ import pytest
 from e2e_support import new_plan, orders_cli, send
 
 from orders.adapters.decision_journals import JournalFolder, consumer_of
-from orders.bootstrap import (
-    ConsoleRuntime,
-    HttpRuntime,
-    build_console_runtime,
-    build_http_runtime,
-    send_cancels,
-    verify_run,
-)
+from orders.bootstrap import ConsoleRuntime, HttpRuntime, build_console_runtime, build_http_runtime
 from orders.domain.decision_counters import KIND_COUNTERS, kind_counter
 from orders.domain.load_plan import (
     CancelPoint,
@@ -42,9 +35,10 @@ from orders.domain.load_plan import (
 from orders.entrypoints.demo import VERIFY_POLL_SECONDS, wait_for_audit
 from orders.entrypoints.http_api import create_app
 from orders.entrypoints.localstack import LocalStack, ManagedProcess
+from orders.entrypoints.runs import send_cancels, verify_run
 from orders.entrypoints.worker import CRASH_AFTER_REFUND_ENV, CRASH_EXIT_CODE
 from orders.service.cancels import CancelResults
-from orders.service.registry import BILLING, CONSUMERS, SHIPPING, STATUS
+from orders.service.registry import BILLING, SHIPPING, STATUS, downstream_consumers
 from orders.service.verify import VerifyReport
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -181,7 +175,7 @@ def test_orders_load_cancels_and_verify_prove_every_invariant(
     # Wait in-process with the audit `orders verify` prints (every registered consumer), not
     # with a new `orders verify` process per poll: each one spends a second of CPU starting.
     plan = plan_from_json(json.loads(manifest.read_text()))
-    all_consumers = frozenset(spec.name for spec in CONSUMERS)
+    all_consumers = frozenset(spec.name for spec in downstream_consumers())
     assert asyncio.run(wait_for_audit(stack, plan, 120, all_consumers)).ok
     printed = json.loads(orders_cli(stack, "verify", "--manifest", str(manifest), "--json").stdout)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from e2e_support import FAST_QUEUE, NO_DUPLICATES, new_plan, send
 
-from orders.bootstrap import prepare_local_cosmos
+from orders.adapters.cosmos_client import prepare_local_cosmos
 from orders.domain.load_plan import LoadPlan, plan_load
 from orders.entrypoints.demo import wait_for_audit
 from orders.entrypoints.localstack import LocalStack, local_stack

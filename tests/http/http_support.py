@@ -26,11 +26,13 @@ from fakes import (
 from exactly_once.ports import RecordStore
 from exactly_once.records import Record, lease_is_live
 from exactly_once.worker import WorkerOptions, WorkerStats
-from orders.bootstrap import HttpRuntime, run_worker
+from orders.bootstrap import HttpRuntime
 from orders.entrypoints.http_api import create_app
+from orders.entrypoints.worker import run_subscriber
 from orders.service.idempotency import IdempotentOrderIntake
 from orders.service.order_lookup import OrderLookup
 from orders.service.ports import IdempotencyStore, OrderDocuments, OrderPublisher, OrderReader
+from orders.service.registry import ORDERS, consumer_named
 from orders.service.saga import OrderSaga
 from orders.settings import Settings
 
@@ -154,14 +156,14 @@ async def lease_over(records: RecordStore, record: Record, within: float = 10.0)
 
 
 class RunningWorker:
-    """The order worker (`run_worker`, the standalone host) on a real broker and store, running
-    in the test's event loop until `stopped()`."""
+    """The order worker (`run_subscriber` of the order consumer, the standalone host) on a real
+    broker and store, running in the test's event loop until `stopped()`."""
 
     def __init__(self, settings: Settings) -> None:
         self.stop = asyncio.Event()
         options = WorkerOptions(concurrency=2, prefetch=0, receive_wait_seconds=0.5)
         self.task: asyncio.Task[WorkerStats] = asyncio.create_task(
-            run_worker(settings, options, self.stop)
+            run_subscriber(settings, consumer_named(ORDERS), options, self.stop)
         )
 
     async def stopped(self) -> WorkerStats:

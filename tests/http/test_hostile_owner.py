@@ -30,9 +30,13 @@ from azure.servicebus import ServiceBusMessage
 from fakes import order_payload
 from http_support import RunningWorker
 
-from orders.adapters.cosmos_client import create_cosmos_client, orders_container
+from orders.adapters.cosmos_client import (
+    create_cosmos_client,
+    orders_container,
+    prepare_local_cosmos,
+)
 from orders.adapters.servicebus import create_servicebus_client
-from orders.bootstrap import HttpRuntime, build_http_runtime, prepare_local_cosmos
+from orders.bootstrap import HttpRuntime, build_http_runtime
 from orders.entrypoints.http_api import create_app
 from orders.entrypoints.localstack import QueueOptions
 from orders.settings import Settings

@@ -242,7 +242,9 @@ def _consumer_decision_metrics() -> set[str]:
 
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])
-    for spec in CONSUMERS:
+    # The order consumer counts its own `orders.*` metrics (ConsumerTelemetry), the others
+    # get the pipeline's `orders.<name>.*`.
+    for spec in (spec for spec in CONSUMERS if not spec.instruments_itself):
         telemetry = SubscriberTelemetry(spec.name, meter_provider=provider)
         telemetry.record(
             trace.INVALID_SPAN, Decision(Outcome.PROCESSED, Settlement.COMPLETE, key="o-1")
@@ -253,12 +255,13 @@ def _consumer_decision_metrics() -> set[str]:
 def test_the_workbook_draws_the_fanout_counters() -> None:
     """The chart's filter draws every registered consumer's decisions counter (it lists no
     consumer, so a new one needs no change here) and the dispatcher's counters."""
-    from orders.service.registry import consumer_names
+    from orders.service.registry import CONSUMERS
 
     text = json.dumps(parse(DASHBOARDS))
     assert 'name startswith \\"orders.\\" and name endswith \\".decisions\\"' in text
     emitted = _consumer_decision_metrics()
-    assert emitted == {f"orders.{name}.decisions" for name in consumer_names()}
+    instrumented = [spec.name for spec in CONSUMERS if not spec.instruments_itself]
+    assert emitted == {f"orders.{name}.decisions" for name in instrumented}
     assert all(name.startswith("orders.") and name.endswith(".decisions") for name in emitted)
     assert "orders.dispatcher.published" in text
 

@@ -247,7 +247,7 @@ from decimal import Decimal
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient
 
-from orders.bootstrap import prepare_local_cosmos
+from orders.adapters.cosmos_client import prepare_local_cosmos
 from orders.adapters.cosmos_client import create_cosmos_client, inbox_container
 from orders.domain.events import OrderAccepted
 from orders.domain.messages import OrderPlaced

@@ -20,13 +20,16 @@ from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient
 from servers import CosmosServer, free_port
 
-from orders.adapters.cosmos_client import create_cosmos_client, idempotency_container
+from orders.adapters.cosmos_client import (
+    create_cosmos_client,
+    idempotency_container,
+    prepare_local_cosmos,
+)
 from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
 from orders.bootstrap import (
     ConsoleRuntime,
     HttpRuntime,
     build_console_runtime,
-    prepare_local_cosmos,
 )
 from orders.domain.idempotency import key_claim
 from orders.entrypoints.http_api import create_app

@@ -12,19 +12,18 @@ from typing import Any
 import pytest
 from servers import CosmosServer
 
+import orders.adapters.process_clients as process_clients
 import orders.bootstrap as bootstrap
 from orders.bootstrap import (
     ProcessClients,
-    console_runtime_from_env,
-    http_runtime_from_env,
     shared_process_clients,
 )
 from orders.entrypoints.functions import (
-    function_consumer_runtime,
     function_dispatcher_runtime,
     function_subscriber_runtimes,
 )
-from orders.service.registry import consumer_names
+from orders.entrypoints.http_api import console_runtime_from_env, http_runtime_from_env
+from orders.service.registry import ORDERS, consumer_named, consumer_names
 from orders.service.subscribers import Source
 from orders.settings import Settings
 from servicebus_emulator import start_in_background
@@ -56,12 +55,12 @@ async def functions_process(
         monkeypatch.setenv(name, value)
     made: list[str] = []
     for name in ("create_cosmos_client", "create_servicebus_client", "ProcessCredential"):
-        monkeypatch.setattr(bootstrap, name, counting(made, name, getattr(bootstrap, name)))
-    monkeypatch.setattr(bootstrap, "_shared_clients", None)
+        factory = getattr(process_clients, name)
+        monkeypatch.setattr(process_clients, name, counting(made, name, factory))
+    monkeypatch.setattr(process_clients, "_shared_clients", None)
     try:
         yield made
     finally:
-        await function_consumer_runtime.close()
         await function_dispatcher_runtime.close()
         for lazy in function_subscriber_runtimes.values():
             await lazy.close()
@@ -72,7 +71,6 @@ async def functions_process(
 async def test_the_seven_runtimes_share_one_credential_and_one_client_of_each_sdk(
     functions_process: list[str],
 ) -> None:
-    consumer = await function_consumer_runtime.get()
     subscribers = [await function_subscriber_runtimes[name].get() for name in consumer_names()]
     dispatcher = await function_dispatcher_runtime.get()
     http = await http_runtime_from_env()
@@ -87,7 +85,7 @@ async def test_the_seven_runtimes_share_one_credential_and_one_client_of_each_sd
     # Runtimes close what they made, never the shared clients: the console still peeks over
     # the Service Bus client and the database still answers through the Cosmos client.
     await http.close()
-    await function_consumer_runtime.close()
+    await function_subscriber_runtimes[ORDERS].close()
     await function_dispatcher_runtime.close()
     counts = {found.source: found for found in await console.console.counts()}
     database = (await clients.cosmos()).get_database_client("process-clients")
@@ -100,8 +98,9 @@ async def test_the_seven_runtimes_share_one_credential_and_one_client_of_each_sd
         Source(topic="order-events", subscription="shipping"),
         Source(queue="order-status"),
     } <= counts.keys()
-    assert consumer.consumer is not None and dispatcher.dispatcher is not None
+    assert dispatcher.dispatcher is not None
     assert {runtime.source for runtime in subscribers} == {
+        Source(queue="orders"),
         Source(topic="order-events", subscription="billing"),
         Source(topic="order-events", subscription="shipping"),
         Source(queue="order-status"),
@@ -113,12 +112,15 @@ async def test_clients_made_for_one_runtime_close_with_it(python_cosmos: CosmosS
     closes them; shared ones are left to their owner."""
     settings = Settings(cosmos_endpoint=python_cosmos.endpoint, cosmos_key=python_cosmos.key)
     shared = ProcessClients(settings)
-    first = await bootstrap.build_consumer_runtime(settings, clients=shared)
-    second = await bootstrap.build_consumer_runtime(settings, clients=shared)
+    orders = consumer_named(ORDERS)
+    first = await bootstrap.build_subscriber_runtime(settings, orders, clients=shared)
+    second = await bootstrap.build_subscriber_runtime(settings, orders, clients=shared)
     await first.close()
     await second.close()
     still_open = await shared.cosmos()
     assert (await still_open.get_database_client(settings.cosmos_database).read())["id"]
     await shared.close()
     with pytest.raises(ValueError, match="shared ProcessClients"):
-        await bootstrap.build_consumer_runtime(settings, clients=shared, connection_timeout=5)
+        await bootstrap.build_subscriber_runtime(
+            settings, orders, clients=shared, connection_timeout=5
+        )

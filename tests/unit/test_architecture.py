@@ -55,7 +55,7 @@ VIOLATIONS = {
     # module: (an import it must not have, the contract that must then break)
     "orders/domain/model.py": ("import orders.adapters.cosmos_layout", "cli > entrypoints"),
     "orders/service/consumer.py": ("import azure.cosmos", "Only orders.adapters imports"),
-    "orders/entrypoints/worker.py": ("import orders.adapters.servicebus", "composition root"),
+    "orders/entrypoints/worker.py": ("import orders.adapters.servicebus", "a route named here"),
     "cosmos_emulator/ids.py": ("import orders.settings", "never import each other"),
     "payments_standin/store.py": ("import orders.domain.payments", "never import each other"),
     "orders/service/verify_status.py": (
@@ -137,6 +137,46 @@ def test_the_core_and_the_app_are_kept_apart_one_way(
     # it, indirectly: the independence contract breaks as well, as it should.)
     assert result.returncode != 0
     assert contract in result.stdout.split("Broken contracts")[-1]
+
+
+ROUTES = "Entrypoints reach an adapter only by a route named here"
+
+
+def test_a_named_route_is_open_to_its_entrypoint_only(tmp_path: Path) -> None:
+    """The Functions entrypoint may import the Service Bus adapter (a named route); the HTTP
+    entrypoint importing the same adapter is refused, as is the CLI."""
+    source_root = copy_of_src(tmp_path)
+    for module in ("orders/entrypoints/http_api.py", "orders/cli/operations.py"):
+        target = source_root / module
+        target.write_text(
+            target.read_text() + "\nimport orders.adapters.servicebus  # injected by the test\n"
+        )
+
+    result = lint_imports(source_root)
+
+    assert result.returncode != 0
+    report = " ".join(result.stdout.split("Broken contracts")[-1].split())
+    assert ROUTES in report
+    assert "orders.entrypoints.http_api -> orders.adapters.servicebus" in report
+    assert "orders.cli.operations -> orders.adapters.servicebus" in report
+    assert "orders.entrypoints.functions" not in report
+
+
+def test_a_named_route_that_no_longer_exists_is_an_error(tmp_path: Path) -> None:
+    source_root = copy_of_src(tmp_path)
+    target = source_root / "orders/entrypoints/functions.py"
+    route = "from orders.adapters.monitoring import configure_monitoring\n"
+    assert route in target.read_text()
+    target.write_text(target.read_text().replace(route, ""))
+
+    result = lint_imports(source_root)
+
+    said = " ".join(result.stdout.split())  # the report wraps long lines
+    assert result.returncode != 0
+    assert (
+        "No matches for ignored import orders.entrypoints.functions -> orders.adapters.monitoring"
+        in said
+    )
 
 
 def test_the_app_may_import_the_core(tmp_path: Path) -> None:

@@ -50,6 +50,7 @@ from orders.entrypoints.functions import (
 from orders.observability import ConsumerTelemetry
 from orders.service.consumer import OrderConsumer
 from orders.service.dispatcher import OutboxDispatcher
+from orders.service.registry import CONSUMERS, ORDERS
 from orders.service.saga import OrderSaga
 from orders.service.shipping import ShippingConsumer
 from orders.service.subscribers import Source
@@ -63,7 +64,8 @@ def received(body: bytes, message_id: str, delivery_count: int = 0) -> ServiceBu
 
 async def invoke(message: ServiceBusReceivedMessage) -> list[tuple[str, Any, dict[str, Any]]]:
     actions = FakeMessageActions()
-    await function_app.process_order(received_message=message, message_actions=actions)
+    process_order = function_app.consumer_triggers[ORDERS]
+    await process_order(received_message=message, message_actions=actions)
     return actions.calls
 
 
@@ -77,6 +79,22 @@ def function_bindings(name: str) -> list[dict[str, Any]]:
     [function] = [f for f in indexed_functions() if f.get_function_name() == name]
     bindings: list[dict[str, Any]] = json.loads(function.get_function_json())["bindings"]
     return bindings
+
+
+def test_every_service_bus_trigger_is_declared_from_the_registry() -> None:
+    """One pipeline: the order consumer's trigger is a registry entry's like the others', and
+    no Service Bus trigger is declared by hand beside them."""
+    service_bus = {"serviceBusTrigger"}
+    declared = {
+        function.get_function_name()
+        for function in indexed_functions()
+        if {binding["type"] for binding in function_bindings(function.get_function_name())}
+        & service_bus
+    }
+
+    assert declared == {spec.function_name for spec in CONSUMERS}
+    assert set(function_app.consumer_triggers) == {spec.name for spec in CONSUMERS}
+    assert CONSUMERS[0].name == ORDERS and CONSUMERS[0].function_name == "process_order"
 
 
 def test_binding_is_a_peeklock_trigger_that_settles_explicitly() -> None:

@@ -19,6 +19,7 @@ import function_app
 from orders.adapters.cosmos_layout import REJECTION_DOCUMENT_TYPE
 from orders.domain.ids import is_entity_id
 from orders.domain.received import BodyKind
+from orders.service.registry import ORDERS
 
 RUN = f"fn{uuid.uuid4().hex[:6]}"
 CASES = poison_cases(RUN)
@@ -43,9 +44,10 @@ async def test_poison_is_dead_lettered_at_once_and_the_next_order_is_stored(
     actions = FakeMessageActions()
     valid_id = f"{RUN}-ok-{uuid.uuid4().hex[:6]}"
 
-    await function_app.process_order(received_message=sdk_message(case), message_actions=actions)
+    process_order = function_app.consumer_triggers[ORDERS]
+    await process_order(received_message=sdk_message(case), message_actions=actions)
     valid = PoisonCase("valid", "", valid_order_body(valid_id), valid_id)
-    await function_app.process_order(received_message=sdk_message(valid), message_actions=actions)
+    await process_order(received_message=sdk_message(valid), message_actions=actions)
 
     [(name, _, kwargs), (next_name, _, _)] = actions.calls
     assert name == "deadletter"

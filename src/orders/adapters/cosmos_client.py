@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from azure.cosmos import PartitionKey
@@ -114,3 +114,13 @@ async def ensure_local_resources(client: CosmosClient, settings: Settings) -> No
     await database.create_container_if_not_exists(
         id=settings.cosmos_leases_container, partition_key=PartitionKey(path="/id")
     )
+
+
+async def prepare_local_cosmos(
+    settings: Settings, extra_containers: Sequence[LocalContainer] = ()
+) -> None:
+    """Create the database and containers on an emulator (Azure gets them from Bicep), and a
+    user's own containers (`orders up --entities`)."""
+    async with create_cosmos_client(settings) as client:  # emulator keys only
+        await ensure_local_resources(client, settings)
+        await ensure_local_containers(client, extra_containers)

@@ -9,7 +9,8 @@ claims, and the lookups GET and operators need.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 from azure.cosmos import exceptions as cosmos_errors
@@ -18,12 +19,15 @@ from azure.cosmos.aio import ContainerProxy
 from exactly_once import CosmosStore, DocumentExistsError, Record, RecordRead, RecordStatus
 from exactly_once.cosmos import claim_fields, store_errors
 from exactly_once.exceptions import TransientStoreError
+from orders.adapters.cosmos_client import idempotency_container
+from orders.adapters.process_clients import given_or_own
 from orders.domain.idempotency import (
     PLACE_OPERATION,
     KeyRecord,
     OrderIdClaim,
     core_store_errors,
 )
+from orders.settings import Settings
 
 RECORD_DOCUMENT_TYPE = "idempotencyRecord"
 ORDER_CLAIM_DOCUMENT_TYPE = "orderIdClaim"
@@ -169,3 +173,11 @@ class CosmosIdempotencyStore(CosmosStore):
             except cosmos_errors.CosmosResourceNotFoundError:
                 return False
         return True
+
+
+@asynccontextmanager
+async def idempotency_key_tools(settings: Settings) -> AsyncIterator[CosmosIdempotencyStore]:
+    """What `orders keys` works with: Cosmos DB alone, so it works while Service Bus is down."""
+    async with AsyncExitStack() as stack:
+        cosmos = await given_or_own(stack, settings, None).cosmos(create_local_resources=False)
+        yield CosmosIdempotencyStore(idempotency_container(cosmos, settings))

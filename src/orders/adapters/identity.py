@@ -1,9 +1,9 @@
 """The process's one Entra ID credential (managed identity in Azure, your login on a laptop).
 
 Created only when a setting needs it (no keys, no connection string) and closed by the
-process's `ProcessClients` (bootstrap) after the clients that use it: the SDK clients do not
-close a credential they were given. Imported then too: azure.identity (with MSAL and its
-cryptography) is a tenth of a second of every process's start that keys never use.
+process's `ProcessClients` (`adapters/process_clients.py`) after the clients that use it: the
+SDK clients do not close a credential they were given. Imported then too: azure.identity (with
+MSAL and its cryptography) is a tenth of a second of every process's start that keys never use.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ has always used.
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 # Re-exported: the composition root names these types without importing the SDK itself.
 from azure.servicebus import ServiceBusReceivedMessage as ServiceBusReceivedMessage
@@ -59,6 +60,16 @@ def to_received_order_message(message: ServiceBusReceivedMessage) -> ReceivedOrd
         body_kind=BODY_KINDS.get(message.body_type, BodyKind.VALUE),
         trace_context=trace_context,
         owner_property=owner,
+    )
+
+
+def from_functions_host(
+    received_message: ServiceBusReceivedMessage | Any, message_actions: FunctionsMessageActions
+) -> tuple[ReceivedOrderMessage, FunctionsSettler]:
+    """The Functions host's message and message actions as the core's message and settler."""
+    return (
+        to_received_order_message(received_message),
+        FunctionsSettler(message_actions, received_message),
     )
 
 

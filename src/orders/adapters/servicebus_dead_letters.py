@@ -3,13 +3,15 @@ whatever the process's Service Bus client uses)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime
 from typing import Any, cast
 
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
 
+from orders.adapters.process_clients import given_or_own
 from orders.adapters.servicebus import message_body_bytes
 from orders.adapters.servicebus_peek import PeekReceivers, receiver_for
 from orders.domain.dead_letters import (
@@ -22,6 +24,7 @@ from orders.domain.dead_letters import (
 )
 from orders.exceptions import ResubmitUnsupportedError
 from orders.service.subscribers import Source
+from orders.settings import Settings
 
 PAGE = 100
 # A command looks at (peeks) at most this many dead letters, the oldest, and acts on those it
@@ -225,3 +228,15 @@ async def _holds_everything(receiver: ServiceBusReceiver, held: set[int | None])
             return False
         next_sequence = (page[-1].sequence_number or 0) + 1
     return True
+
+
+@asynccontextmanager
+async def dead_letter_tools(
+    settings: Settings, source: Source | None = None
+) -> AsyncIterator[ServiceBusDeadLetters]:
+    """What `orders dlq` works with: Service Bus alone, so it works while Cosmos DB is down.
+    `source` defaults to the orders queue."""
+    settings.require_servicebus()
+    async with AsyncExitStack() as stack:
+        servicebus = given_or_own(stack, settings, None).servicebus()
+        yield ServiceBusDeadLetters(servicebus, source or Source(queue=settings.orders_queue))

@@ -37,7 +37,7 @@ from orders.domain.load_plan import (
     plan_load,
     plan_to_json,
 )
-from orders.service.registry import CONSUMERS, STATUS, consumer_named, consumer_names
+from orders.service.registry import STATUS, consumer_named, downstream_consumers
 from orders.service.verify import VerifyReport
 
 if TYPE_CHECKING:
@@ -67,9 +67,9 @@ def worker(
         str | None,
         typer.Option(
             help="Run this registered consumer ("
-            + ", ".join(consumer_names())
+            + ", ".join(spec.name for spec in downstream_consumers())
             + ": a subscription of the events topic, or the status queue) instead of the "
-            "order consumer of the orders queue",
+            "order consumer of the orders queue (the registry's first entry, the default)",
         ),
     ] = None,
 ) -> None:
@@ -168,7 +168,7 @@ def load(
     ] = 0,
 ) -> None:
     """Send orders with injected duplicates, conflicts and poison; write a manifest."""
-    from orders.bootstrap import send_cancels, send_load
+    from orders.entrypoints.runs import send_cancels, send_load
 
     # Refused before anything is sent or even reached: every id of the run derives from it.
     if run_id is not None:
@@ -343,14 +343,14 @@ def verify(
     ] = True,
 ) -> None:
     """Audit Cosmos DB and the dead-letter queue against a manifest; exit 1 on any violation."""
-    from orders.bootstrap import verify_run
+    from orders.entrypoints.runs import verify_run
 
     configure_logging(logging.WARNING)
     settings = settings_or_exit()
     require_reachable(settings)
     plan = plan_from_json(json.loads(manifest.read_text()))
-    # As `orders up` runs them: every registered consumer.
-    consumers = frozenset(spec.name for spec in CONSUMERS) if fanout else frozenset()
+    # As `orders up` runs them: every registered consumer downstream of the order consumer.
+    consumers = frozenset(spec.name for spec in downstream_consumers()) if fanout else frozenset()
     report = asyncio.run(verify_run(settings, plan, fanout=consumers))
     print_report(report, as_json)
     raise typer.Exit(0 if report.ok else 1)

@@ -47,7 +47,8 @@ from orders.exceptions import ResubmitUnsupportedError
 from orders.service.subscribers import Source
 
 if TYPE_CHECKING:
-    from orders.bootstrap import DeadLetterTools, KeyTools
+    from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore as KeyTools
+    from orders.adapters.servicebus_dead_letters import ServiceBusDeadLetters as DeadLetterTools
     from orders.settings import Settings
 
 T = TypeVar("T")
@@ -117,7 +118,7 @@ def with_dead_letters(
 ) -> T:
     """`action` over one dead-letter queue (`source`, default the orders queue): Service Bus
     only, so the DLQ commands work while Cosmos DB is down."""
-    from orders.bootstrap import dead_letter_tools
+    from orders.adapters.servicebus_dead_letters import dead_letter_tools
 
     configure_logging()
     chosen = settings or settings_or_exit()
@@ -127,7 +128,7 @@ def with_dead_letters(
 def with_keys(action: Callable[[KeyTools], Awaitable[T]], settings: Settings) -> T:
     """`action` over the idempotency-key records: Cosmos DB only, so the key commands work
     while Service Bus is down (or not configured)."""
-    from orders.bootstrap import idempotency_key_tools
+    from orders.adapters.cosmos_idempotency import idempotency_key_tools
 
     return run_with(lambda: idempotency_key_tools(settings), COSMOS_DB, settings, action)
 

@@ -29,12 +29,13 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from exactly_once.exceptions import TransientStoreError
-from orders.bootstrap import ConsoleRuntime, Lazy
+from orders.bootstrap import ConsoleRuntime
 from orders.domain.dead_letters import parse_sequence_number
 from orders.domain.ids import ID_RULE, is_entity_id
 from orders.entrypoints import console_pages as pages
 from orders.entrypoints.console_assets import SCRIPT, STYLESHEET
 from orders.entrypoints.http_problems import failure_problem, problem
+from orders.entrypoints.lazy_runtime import Lazy
 from orders.exceptions import OrdersError, ResubmitUnsupportedError, ServiceNotReadyError
 from orders.service.console import LIST_LIMIT, UnreadableOrderError
 from orders.service.subscribers import Source

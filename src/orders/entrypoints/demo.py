@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orders.bootstrap import prepare_local_cosmos, send_cancels, send_load, verify_run
+from orders.adapters.cosmos_client import prepare_local_cosmos
 from orders.domain.load_plan import CancelPoint, LoadMix, LoadPlan, plan_load
 from orders.entrypoints.localstack import LocalStack, QueueOptions, local_stack
+from orders.entrypoints.runs import send_cancels, send_load, verify_run
 from orders.service.cancels import CancelResults
-from orders.service.registry import CONSUMERS, SHIPPING, consumer_names
+from orders.service.registry import SHIPPING, downstream_consumers
 from orders.service.verify import VerifyReport
 
 VERIFY_POLL_SECONDS = 1.0
@@ -44,7 +45,9 @@ class DemoOptions:
 
     @property
     def audited_consumers(self) -> frozenset[str]:
-        return frozenset(spec.name for spec in CONSUMERS) if self.fanout else frozenset()
+        return (
+            frozenset(spec.name for spec in downstream_consumers()) if self.fanout else frozenset()
+        )
 
 
 @dataclass
@@ -70,7 +73,7 @@ def subscriber_outcomes(stack: LocalStack) -> dict[str, dict[str, int]]:
     found: dict[str, Counter[str]] = {}
     for process in stack.processes:
         consumer = process.name.rsplit("-", 1)[0]
-        if consumer in consumer_names():
+        if consumer in {spec.name for spec in downstream_consumers()}:
             counts = found.setdefault(consumer, Counter())
             counts.update(decision["outcome"] for decision in process.decisions())
     return {consumer: dict(counts) for consumer, counts in found.items()}
@@ -161,14 +164,14 @@ def run_demo(
             stack.start_payments()
             stack.start_dispatcher()
             # Every registered consumer of the events topic (shipping maybe later, see above).
-            for spec in CONSUMERS:
+            for spec in downstream_consumers():
                 if spec.on_topic and not (defer_shipping and spec.name == SHIPPING):
                     stack.start_subscriber(spec.name)
         if options.fanout or options.status_updates:
-            for spec in CONSUMERS:
+            for spec in downstream_consumers():
                 if not spec.on_topic:
                     stack.start_subscriber(spec.name)
-            consumers = ", ".join(consumer_names())
+            consumers = ", ".join(spec.name for spec in downstream_consumers())
             on_stage(f"payment service, dispatcher and the {consumers} consumers started")
         cancel_results = asyncio.run(
             load_and_cancel(stack, plan, options, on_sent, on_stage, defer_shipping)

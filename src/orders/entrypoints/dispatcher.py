@@ -12,9 +12,9 @@ import os
 import signal
 
 from exactly_once.records import DEFAULT_LEASE_SECONDS
-from orders.bootstrap import run_dispatcher
+from orders.bootstrap import build_dispatcher_runtime
 from orders.domain.events import OrderEvent
-from orders.service.dispatcher import AfterPublish, DispatcherStats
+from orders.service.dispatcher import DEFAULT_POLL_SECONDS, AfterPublish, DispatcherStats
 from orders.settings import Settings
 
 logger = logging.getLogger("orders.dispatcher")
@@ -37,6 +37,27 @@ def crash_after_publish_from_env() -> AfterPublish | None:
             os._exit(CRASH_EXIT_CODE)
 
     return crash
+
+
+async def run_dispatcher(
+    settings: Settings,
+    stop: asyncio.Event,
+    *,
+    after_publish: AfterPublish | None = None,
+    poll_seconds: float = DEFAULT_POLL_SECONDS,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
+) -> DispatcherStats:
+    """The dispatcher as a process (pull model, checkpoints in the leases container)."""
+    runtime = await build_dispatcher_runtime(
+        settings,
+        after_publish=after_publish,
+        poll_seconds=poll_seconds,
+        lease_seconds=lease_seconds,
+    )
+    try:
+        return await runtime.dispatcher.run(stop)
+    finally:
+        await runtime.close()
 
 
 def run_dispatcher_until_signalled(

@@ -1,51 +1,59 @@
 """The Azure Functions triggers' bodies (function_app.py only declares the bindings).
 
-Each body turns the host's input into the core's through the composition root and runs it
-through a runtime built on first use (never at import: the host imports function_app.py before
-any setting or network is needed) over the process's one set of clients.
+Each body turns the host's input into the core's (`adapters.servicebus.from_functions_host`, a
+route the import contracts name) and runs it through a runtime built on first use (never at
+import: the host imports function_app.py before any setting or network is needed) over the
+process's one set of clients.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import logging
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from exactly_once.backoff import Retrier
 from exactly_once.decisions import Decision, settle
+from orders.adapters.monitoring import configure_monitoring
+from orders.adapters.servicebus import FunctionsMessageActions, from_functions_host
 from orders.bootstrap import (
-    ConsumerRuntime,
     DispatcherRuntime,
-    FunctionsMessageActions,
-    Lazy,
     SubscriberRuntime,
-    build_consumer_runtime,
     build_dispatcher_runtime,
     build_subscriber_runtime,
-    configure_function_monitoring,
-    from_functions_host,
     shared_process_clients,
 )
 from orders.domain.received import ReceivedOrderMessage
+from orders.entrypoints.lazy_runtime import Lazy
 from orders.observability import delivery_span
-from orders.service.consumer import OrderConsumer
-from orders.service.registry import CONSUMERS, ConsumerSpec
+from orders.service.ports import MessageHandler
+from orders.service.registry import CONSUMERS, ORDERS, ConsumerSpec
+from orders.service.subscribers import Source
+from orders.settings import MonitoringSettings
+
+logger = logging.getLogger("orders")
 
 __all__ = [
     "configure_function_monitoring",
     "dispatch_outbox_changes",
-    "function_consumer_runtime",
     "function_dispatcher_runtime",
     "function_retrier",
     "function_subscriber_runtimes",
     "process_event_message",
-    "process_order_message",
     "use_function_consumer",
 ]
 
 
-async def _consumer_from_env() -> ConsumerRuntime:
-    clients = shared_process_clients()
-    return await build_consumer_runtime(clients.settings, clients=clients)
+def configure_function_monitoring(env: Mapping[str, str] | None = None) -> bool:
+    """Telemetry export for the Functions worker, at import of function_app.py: the host
+    forwards no worker logs in its OpenTelemetry mode, so everything before the first runtime
+    build (indexing, a failed build) would otherwise be lost. Only the telemetry settings are
+    read, and a failure is logged, never raised: an app that cannot export still runs."""
+    try:
+        return configure_monitoring(MonitoringSettings.from_env(env))
+    except Exception:
+        logger.exception("Azure Monitor OpenTelemetry export could not be configured")
+        return False
 
 
 def _subscriber_from_env(spec: ConsumerSpec) -> Callable[[], Awaitable[SubscriberRuntime]]:
@@ -63,7 +71,6 @@ async def _dispatcher_from_env() -> DispatcherRuntime:
 
 # One runtime of each per Functions worker process. The host gives no shutdown hook, so they
 # live as long as the process.
-function_consumer_runtime: Lazy[ConsumerRuntime] = Lazy(_consumer_from_env, "order consumer")
 function_subscriber_runtimes: dict[str, Lazy[SubscriberRuntime]] = {
     spec.name: Lazy(_subscriber_from_env(spec), f"{spec.name} consumer") for spec in CONSUMERS
 }
@@ -88,27 +95,19 @@ async def _decided_with_backoff(
     )
 
 
-def use_function_consumer(consumer: OrderConsumer | None) -> None:
-    """Let tests supply the consumer the Function uses (None: build from settings again)."""
-    function_consumer_runtime.use(ConsumerRuntime(consumer) if consumer is not None else None)
-
-
-async def process_order_message(
-    received_message: Any, message_actions: FunctionsMessageActions
-) -> Decision:
-    """The order trigger's body: the host's message and actions through the one core."""
-    runtime = await function_consumer_runtime.get()
-    message, settler = from_functions_host(received_message, message_actions)
-    with delivery_span(message, function_retrier.telemetry):
-        decision = await _decided_with_backoff(runtime.consumer.handle, message, "orders")
-        await settle(decision, settler)
-    return decision
+def use_function_consumer(consumer: MessageHandler | None) -> None:
+    """Let tests supply the order consumer the Function uses (None: build from settings again)."""
+    runtime = None
+    if consumer is not None:
+        runtime = SubscriberRuntime(Source(queue=ORDERS), consumer)
+    function_subscriber_runtimes[ORDERS].use(runtime)
 
 
 async def process_event_message(
     consumer: str, received_message: Any, message_actions: FunctionsMessageActions
 ) -> Decision:
-    """A registered consumer's trigger body: the host's message through that consumer's core."""
+    """A registered consumer's trigger body (the order consumer's too): the host's message
+    through that consumer's core, settled explicitly."""
     runtime = await function_subscriber_runtimes[consumer].get()
     message, settler = from_functions_host(received_message, message_actions)
     with delivery_span(message, function_retrier.telemetry):

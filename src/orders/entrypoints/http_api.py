@@ -25,10 +25,9 @@ from orders import __version__
 from orders.bootstrap import (
     ConsoleRuntime,
     HttpRuntime,
-    Lazy,
-    Runtime,
-    console_runtime_from_env,
-    http_runtime_from_env,
+    build_console_runtime,
+    build_http_runtime,
+    shared_process_clients,
 )
 from orders.domain.idempotency import validate_idempotency_key
 from orders.domain.ids import is_entity_id
@@ -66,6 +65,7 @@ from orders.entrypoints.http_problems import (
     invalid_id,
     unknown_order,
 )
+from orders.entrypoints.lazy_runtime import Closes, Lazy
 from orders.exceptions import InvalidIdempotencyKeyError
 from orders.observability import HttpTelemetry
 from orders.service.idempotency import SubmitResult
@@ -73,6 +73,18 @@ from orders.service.order_lookup import OrderState
 from orders.settings import console_enabled
 
 RuntimeFactory = Callable[[], Awaitable[HttpRuntime]]
+
+
+async def http_runtime_from_env() -> HttpRuntime:
+    """The HTTP API's runtime from app settings (the Functions host), on the process's clients."""
+    clients = shared_process_clients()
+    return await build_http_runtime(clients.settings, clients=clients)
+
+
+async def console_runtime_from_env() -> ConsoleRuntime:
+    clients = shared_process_clients()
+    return await build_console_runtime(clients.settings, clients=clients)
+
 
 logger = logging.getLogger("orders.http")
 
@@ -120,7 +132,7 @@ def create_app(
     meter_provider: MeterProvider | None = None,
     console_factory: ConsoleFactory | None = None,
     allowed_hosts: AllowedHosts | None = None,
-    shared_clients: Runtime | None = None,
+    shared_clients: Closes | None = None,
     warm_console: bool = False,
 ) -> FastAPI:
     """The ASGI app; `runtime_factory` defaults to building real clients from the environment.

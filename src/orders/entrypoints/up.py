@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from orders.bootstrap import prepare_local_cosmos
+from orders.adapters.cosmos_client import prepare_local_cosmos
 from orders.entrypoints.local_entities import (
     LocalEntities,
     check_containers,
@@ -35,7 +35,7 @@ from orders.entrypoints.local_entities import (
     merged_servicebus_config,
 )
 from orders.entrypoints.localstack import DEFAULTS, LocalStack, QueueOptions, local_stack
-from orders.service.registry import CONSUMERS
+from orders.service.registry import downstream_consumers
 
 API_READY = re.compile(r"Uvicorn running on (http://\S+)")
 READY_TIMEOUT_SECONDS = 60.0
@@ -254,7 +254,7 @@ def _started(
         for _ in range(options.workers):
             stack.start_worker()
         stack.start_dispatcher()
-        for spec in CONSUMERS:
+        for spec in downstream_consumers():
             stack.start_subscriber(spec.name)
         environment = stack.environment()
         # The console reads the workers' journals and respects the local queue's window.

@@ -14,15 +14,18 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 from exactly_once.backoff import Retry
 from exactly_once.decisions import Decision, Outcome
 from exactly_once.worker import WorkerOptions, WorkerStats
-from orders.bootstrap import StoreFactory, run_subscriber, run_worker
+from orders.adapters.servicebus_worker import run_session_worker_on, run_worker_on
+from orders.bootstrap import ProcessClients, StoreFactory, build_subscriber_runtime
 from orders.domain.payments import Charge, Refund
-from orders.service.registry import ConsumerSpec
+from orders.service.billing import AfterCharge, AfterRefund
+from orders.service.registry import ORDERS, ConsumerSpec, consumer_named
 from orders.settings import Settings
 
 logger = logging.getLogger("orders.worker")
@@ -142,6 +145,46 @@ def crash_after_refund_from_env() -> Callable[[Refund], None] | None:
     return crash_after_refund
 
 
+async def run_subscriber(
+    settings: Settings,
+    spec: ConsumerSpec,
+    options: WorkerOptions,
+    stop: asyncio.Event,
+    *,
+    after_decision: DecisionHook | None = None,
+    after_charge: AfterCharge | None = None,
+    after_refund: AfterRefund | None = None,
+    on_retry: RetryHook | None = None,
+    store_factory: StoreFactory | None = None,
+) -> WorkerStats:
+    """One registered consumer (the orders queue, a subscription of the events topic, or the
+    status queue), competing until `stop`, over clients of its own; the queue's sessions where
+    its spec runs them and `STATUS_SESSIONS` is on."""
+    settings.require_servicebus()
+    async with AsyncExitStack() as stack:
+        clients = ProcessClients(settings)
+        stack.push_async_callback(clients.close)
+        runtime = await build_subscriber_runtime(
+            settings,
+            spec,
+            clients=clients,
+            after_charge=after_charge,
+            after_refund=after_refund,
+            store_factory=store_factory,
+        )
+        stack.push_async_callback(runtime.close)
+        run = run_session_worker_on if spec.runs_sessions(settings) else run_worker_on
+        return await run(
+            clients.servicebus(),
+            runtime.source,
+            runtime.handler,
+            options,
+            stop,
+            after_decision,
+            on_retry,
+        )
+
+
 def run_until_signalled(
     settings: Settings,
     options: WorkerOptions,
@@ -152,8 +195,8 @@ def run_until_signalled(
 ) -> WorkerStats:
     """Run until SIGTERM or SIGINT; returns after a graceful stop.
 
-    Without `subscriber` it consumes the orders queue; with one (a registered consumer), that
-    consumer's subscription or queue, through the same receive loop and settlement mapping.
+    Without `subscriber` it runs the order consumer of the orders queue; with one (another
+    registered consumer), that consumer's subscription or queue, through the same pipeline.
     """
 
     async def main(journal: JournalHooks | None) -> WorkerStats:
@@ -165,24 +208,16 @@ def run_until_signalled(
         on_retry = journal.retry if journal is not None else None
         recorded = journal.decision if journal is not None else None
         after_decision = chain(recorded, crash_hook_from_env())
-        if subscriber is not None:
-            return await run_subscriber(
-                settings,
-                subscriber,
-                options,
-                stop,
-                after_decision=after_decision,
-                after_charge=crash_after_charge_from_env(),
-                after_refund=crash_after_refund_from_env(),
-                on_retry=on_retry,
-            )
-        return await run_worker(
+        return await run_subscriber(
             settings,
+            subscriber or consumer_named(ORDERS),
             options,
             stop,
             after_decision=after_decision,
-            store_factory=store_factory,
+            after_charge=crash_after_charge_from_env(),
+            after_refund=crash_after_refund_from_env(),
             on_retry=on_retry,
+            store_factory=store_factory,
         )
 
     with decision_journal(decisions) as journal:

@@ -27,7 +27,7 @@ from orders.domain.received import ReceivedOrderMessage
 from orders.domain.rejections import OrderRejection, body_digest
 from orders.observability import ConsumerTelemetry, log_value
 from orders.service.ports import OrderLayout
-from orders.service.subscriber import decided
+from orders.service.subscriber import decision_for_failure
 from orders.tracing import current_trace_properties
 
 logger = logging.getLogger("orders.consumer")
@@ -107,12 +107,15 @@ class OrderConsumer:
             owner_scope=owner_scope,
             trace_context=current_trace_properties(),
         )
-        return await decided(
-            lambda: self._store_order(message, order.order_id, incoming_hash, documents),
-            consumer=CONSUMER,
-            order_id=order.order_id,
-            request_hash=incoming_hash,
-        )
+        # The shared error frame's meaning, caught here rather than by handing the write to
+        # `decided` as a callback: the message's path then goes from this module to the core
+        # and never comes back through another (docs/order-path.md).
+        try:
+            return await self._store_order(message, order.order_id, incoming_hash, documents)
+        except Exception as exc:
+            return decision_for_failure(
+                exc, consumer=CONSUMER, order_id=order.order_id, request_hash=incoming_hash
+            )
 
     async def _store_order(
         self,

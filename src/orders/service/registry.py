@@ -8,9 +8,10 @@ the local emulators' topology, the console and the Bicep's subscription array ar
 from `CONSUMERS`: adding a consumer is its module, one entry here and one Bicep array element
 (docs/new-consumer.md).
 
-The order consumer of the orders queue is not in the list: it is the intake's own consumer, the
-default of `orders worker`, with a runtime of its own (the benchmarks swap its store), and every
-host runs it whatever else it runs.
+The order consumer of the orders queue is the first entry: the intake's own consumer, the
+default of `orders worker`, built and run by the same pipeline as the others. The rest
+(`downstream_consumers()`) consume what it writes: the events topic's subscriptions and the
+status queue.
 """
 
 from __future__ import annotations
@@ -19,9 +20,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from exactly_once.ports import DocumentStore
+from exactly_once import Store
+from exactly_once.ports import DocumentCreator, DocumentStore
 from orders.domain.payments import Charge
+from orders.observability import ConsumerTelemetry
 from orders.service.billing import AfterCharge, AfterRefund, BillingConsumer, BillingStores
+from orders.service.consumer import OrderConsumer
 from orders.service.payment_port import PaymentGateway
 from orders.service.ports import (
     DocumentLayout,
@@ -36,9 +40,14 @@ from orders.service.subscribers import Source
 from orders.service.verify_fanout import ConsumerAudit, StoredOrder, audit_billing, audit_shipping
 from orders.settings import APP_SETTING_NAMES, Settings
 
-# The consumers the order saga is made of (`orders verify` checks the saga's invariants when
-# billing and shipping both ran, and GET's status when the status consumer did).
-SHIPPING, BILLING, STATUS = "shipping", "billing", "status"
+# The order consumer, and the consumers the order saga is made of (`orders verify` checks the
+# saga's invariants when billing and shipping both ran, and GET's status when status did).
+ORDERS, SHIPPING, BILLING, STATUS = "orders", "shipping", "billing", "status"
+# The queues a consumer may compete on, by the app setting that names each.
+QUEUES: Mapping[str, Callable[[Settings], str]] = {
+    "ORDERS_QUEUE": lambda settings: settings.orders_queue,
+    "STATUS_QUEUE": lambda settings: settings.status_queue,
+}
 
 
 class ConsumerWiring(Protocol):
@@ -57,9 +66,15 @@ class ConsumerWiring(Protocol):
         """Billing's charge and refund records (in the inbox container), the core's store."""
         ...
 
-    def inbox_documents(self) -> DocumentStore:
-        """The inbox container through the core's document store: consumers' records and
-        effects, scoped by consumer (shipping's `inbox_batch`)."""
+    def order_store(self) -> DocumentCreator:
+        """The orders container, as the order consumer writes it (order, outbox event, lines:
+        one batch through the core's document store)."""
+        ...
+
+    def inbox_store(self) -> Store:
+        """The inbox container as the core's store (`exactly_once.CosmosStore`): consumers'
+        records and effects, scoped by consumer (shipping's `inbox_batch`, and a consumer
+        written with `@exactly_once`)."""
         ...
 
     def orders(self) -> DocumentStore:
@@ -109,17 +124,29 @@ class ConsumerSpec:
     function_name: str
     # What the trigger does, in one line (its docstring in the Functions app).
     description: str
-    # A subscription of the events topic (the default); else the status queue.
-    on_topic: bool = True
-    # Whether the status queue's sessions are used when STATUS_SESSIONS is true.
+    # None: a subscription of the events topic (the default); else the setting (a key of
+    # QUEUES) that names the queue it competes on.
+    queue_setting: str | None = None
+    # Whether the queue's sessions are used when STATUS_SESSIONS is true.
     sessions: bool = False
     # What `orders verify` checks of its effects; None: its outcomes are reported, not audited.
     audit: Callable[[AuditInputs], ConsumerAudit] | None = None
+    # Whether its core opens its own span and counts its own metrics (the order consumer's
+    # `orders.*` counters); else the pipeline wraps it in spans and `orders.<name>.*` counters.
+    instruments_itself: bool = False
+
+    def __post_init__(self) -> None:
+        if self.queue_setting is not None and self.queue_setting not in QUEUES:
+            raise ValueError(f"{self.name}: no queue setting {self.queue_setting!r}")
+
+    @property
+    def on_topic(self) -> bool:
+        return self.queue_setting is None
 
     @property
     def setting(self) -> str:
-        """The app setting that names its entity (a subscription or the status queue)."""
-        return f"{self.name.upper()}_SUBSCRIPTION" if self.on_topic else "STATUS_QUEUE"
+        """The app setting that names its entity (a subscription or a queue)."""
+        return self.queue_setting or f"{self.name.upper()}_SUBSCRIPTION"
 
     @property
     def subscription(self) -> str | None:
@@ -128,8 +155,8 @@ class ConsumerSpec:
 
     def source(self, settings: Settings) -> Source:
         """Where it competes under these settings."""
-        if not self.on_topic:
-            return Source(queue=settings.status_queue)
+        if self.queue_setting is not None:
+            return Source(queue=QUEUES[self.queue_setting](settings))
         return Source(
             topic=settings.order_events_topic,
             subscription=settings.subscription(self.setting, self.name),
@@ -139,9 +166,14 @@ class ConsumerSpec:
         return self.sessions and settings.status_sessions
 
 
+def _orders(wiring: ConsumerWiring) -> MessageHandler:
+    telemetry = ConsumerTelemetry(destination=wiring.settings.orders_queue)
+    return OrderConsumer(wiring.order_store(), wiring.layout, telemetry)
+
+
 def _shipping(wiring: ConsumerWiring) -> MessageHandler:
     return ShippingConsumer(
-        wiring.inbox_documents(), wiring.saga(), wiring.layout, wiring.status_publisher()
+        wiring.inbox_store(), wiring.saga(), wiring.layout, wiring.status_publisher()
     )
 
 
@@ -173,6 +205,14 @@ def _audit_billing(found: AuditInputs) -> ConsumerAudit:
 
 CONSUMERS: tuple[ConsumerSpec, ...] = (
     ConsumerSpec(
+        ORDERS,
+        _orders,
+        function_name="process_order",
+        description="Orders: the order, its outbox event and lines in one transactional batch.",
+        queue_setting="ORDERS_QUEUE",
+        instruments_itself=True,
+    ),
+    ConsumerSpec(
         BILLING,
         _billing,
         function_name="bill_order",
@@ -191,7 +231,7 @@ CONSUMERS: tuple[ConsumerSpec, ...] = (
         _status,
         function_name="apply_status",
         description="Status updates: conditional replace by version, no dedup store.",
-        on_topic=False,
+        queue_setting="STATUS_QUEUE",
         sessions=True,
     ),
 )
@@ -207,6 +247,23 @@ def consumer_named(name: str) -> ConsumerSpec:
 
 def consumer_names() -> tuple[str, ...]:
     return tuple(spec.name for spec in CONSUMERS)
+
+
+def downstream_consumers() -> tuple[ConsumerSpec, ...]:
+    """Every consumer but the order consumer: those of what it writes (the events topic's
+    subscriptions, the status queue), which `orders verify` audits as the fan-out."""
+    return tuple(spec for spec in CONSUMERS if spec.name != ORDERS)
+
+
+def console_sources(settings: Settings) -> list[Source]:
+    """What the console lists: every registered consumer's entity (the queues first, the orders
+    queue first of all), then any other subscription ORDERS_CONSOLE_SUBSCRIPTIONS names."""
+    sources = [spec.source(settings) for spec in sorted(CONSUMERS, key=lambda s: s.on_topic)]
+    for topic, subscription in settings.console_subscriptions:
+        named = Source(topic=topic, subscription=subscription)
+        if named not in sources:
+            sources.append(named)
+    return sources
 
 
 def subscription_consumers() -> tuple[ConsumerSpec, ...]:

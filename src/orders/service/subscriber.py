@@ -74,9 +74,29 @@ async def decided(
     minutes. Every decision names the order (`key`) and, when known, its request hash."""
     try:
         return await effect()
-    except EventRefused as refused:
-        return refused.decision  # no stored order vouches for it: dead-lettered, ALERT logged
-    except transient_errors as exc:
+    except Exception as exc:
+        return decision_for_failure(
+            exc,
+            consumer=consumer,
+            order_id=order_id,
+            request_hash=request_hash,
+            transient_errors=transient_errors,
+        )
+
+
+def decision_for_failure(
+    exc: Exception,
+    *,
+    consumer: str,
+    order_id: str | None,
+    request_hash: str | None = None,
+    transient_errors: tuple[type[Exception], ...] = TRANSIENT_ERRORS,
+) -> Decision:
+    """What an effect's exception means (`decided`'s frame, for a consumer that catches the
+    exception itself, so that its path does not leave it and come back through a callback)."""
+    if isinstance(exc, EventRefused):
+        return exc.decision  # no stored order vouches for it: dead-lettered, ALERT logged
+    if isinstance(exc, transient_errors):
         return Decision(
             Outcome.TRANSIENT_FAILURE,
             Settlement.ABANDON,
@@ -84,10 +104,9 @@ async def decided(
             request_hash=request_hash,
             error=str(exc),
         )
-    except Exception as exc:
-        return decision_for_error(exc, consumer=consumer, message_id=order_id).about(
-            order_id, request_hash
-        )
+    return decision_for_error(exc, consumer=consumer, message_id=order_id).about(
+        order_id, request_hash
+    )
 
 
 async def handle_event(
