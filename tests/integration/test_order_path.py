@@ -140,8 +140,8 @@ async def test_an_order_message_goes_from_the_trigger_to_its_settlement_in_at_mo
     assert len(set(path)) == len(path), f"a module entered twice: {path}"
 
 
-# The path once the order consumer writes through the core's document store directly (h-docs'
-# change for issue 35: no service/core_documents.py, no adapters/cosmos_store.py on the way).
+# The order consumer writes through the core's document store directly: no adapter of the app
+# between the consumer and the core's CosmosStore.
 NATURAL_PATH = [
     "orders.entrypoints.functions",  # the trigger's body: the host's message as the core's
     "exactly_once.backoff",  # a transient failure decided again after a backoff
@@ -153,11 +153,6 @@ NATURAL_PATH = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs h-docs' change (issue 35 item 1): the order consumer writes through the "
-    "core's CosmosStore, without service/core_documents.py and adapters/cosmos_store.py",
-)
 async def test_the_order_path_is_the_natural_one(functions_host: None) -> None:
     path = await the_path_of_one_order(f"o-{uuid.uuid4().hex[:8]}")
 

@@ -195,10 +195,10 @@ def parse_order_event_body(body: bytes) -> OrderEvent:
     return _event_of(decode_small_message(message, max_bytes=MAX_EVENT_BODY_BYTES, what="events"))
 
 
-def _event_of(document: object) -> OrderEvent:
-    if isinstance(document, dict) and document.get("eventType") == ORDER_CANCELLED:
-        return validate_document(OrderCancelled, document)
-    return validate_document(OrderAccepted, document)
+def _event_of(decoded: object) -> OrderEvent:
+    if isinstance(decoded, dict) and decoded.get("eventType") == ORDER_CANCELLED:
+        return validate_document(OrderCancelled, decoded)
+    return validate_document(OrderAccepted, decoded)
 
 
 def _require_message_id(message: ReceivedOrderMessage, event: OrderEvent) -> None:
