@@ -13,7 +13,7 @@ import itertools
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -22,14 +22,22 @@ from typing import Any
 from exactly_once import StoredDocument
 from exactly_once.change_feed import Lease, LeaseTable
 from exactly_once.cosmos import user_fields
+from exactly_once.exceptions import DocumentExistsError as CoreDocumentExistsError
 from exactly_once.exceptions import RecordChangedError, RecordExistsError
-from exactly_once.records import JsonInput, JsonValue, Record, RecordRead, RecordStatus, Stamp
+from exactly_once.records import (
+    JsonInput,
+    JsonMapping,
+    JsonValue,
+    Record,
+    RecordRead,
+    RecordStatus,
+    Stamp,
+)
 from orders.adapters.cosmos_errors import stamped
 from orders.adapters.cosmos_idempotency import (
     RECORD_DOCUMENT_TYPE,
     IntakeRecordShape,
     order_claim,
-    order_claim_document,
     order_claim_id,
 )
 from orders.adapters.cosmos_layout import (
@@ -343,13 +351,25 @@ class FakeIdempotencyStore:
             self._fenced(owned)
             del self.documents[owned.key]
 
-    async def claim_order_id(self, claim: OrderIdClaim) -> OrderIdClaim:
-        await self._enter("claim_order_id")
-        identifier = order_claim_id(claim.order_id)
-        existing = self.documents.setdefault(
-            identifier, order_claim_document(claim) | {"id": identifier}
-        )
-        return order_claim(existing)
+    async def create_all(self, partition: str, documents: Sequence[JsonMapping]) -> None:
+        """The core's `DocumentCreator`, as the intake's orderId claims use it (one document
+        per partition, the partition its id): all or nothing, `DocumentExistsError` naming
+        the first document that exists."""
+        await self._enter("create_all")
+        for index, document in enumerate(documents):
+            if str(document["id"]) in self.documents:
+                raise CoreDocumentExistsError(str(document["id"]), index)
+        for document in documents:
+            stored = json.loads(json.dumps(document))
+            self.documents[str(document["id"])] = stored | {"_etag": f'"{uuid.uuid4()}"'}
+
+    async def get(self, document_id: str, partition: str) -> StoredDocument | None:
+        await self._enter("get")
+        found = self.documents.get(document_id)
+        if found is None:
+            return None
+        body = {name: value for name, value in found.items() if not name.startswith("_")}
+        return StoredDocument(body=copy.deepcopy(body), etag=str(found["_etag"]))
 
     async def read_order_id_claim(self, order_id: str) -> OrderIdClaim | None:
         await self._enter("read_order_id_claim")

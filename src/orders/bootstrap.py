@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from exactly_once.backoff import Retry
-from exactly_once.records import DEFAULT_LEASE_SECONDS, JsonObject
+from exactly_once.records import DEFAULT_LEASE_SECONDS
 from orders.adapters.cosmos_audit import documents_of_run
 from orders.adapters.cosmos_client import (
     LocalContainer,
@@ -757,14 +757,8 @@ async def send_cancels(
             DOCUMENT_LAYOUT,
         )
         scope = app_scope(settings.idempotency_scope)
-        cancel = intake_canceller(runtime.intake, scope, _load_cancel_response)
+        cancel = intake_canceller(runtime.intake, scope)
         return await run_cancels(tuple(cancels), cancel, probe)
-
-
-def _load_cancel_response(order_id: str) -> JsonObject:
-    # In the HTTP entrypoint's stored-response shape (`http_contract.StoredResponse`), so that
-    # a caller replaying the load's key through the API gets an answer it can map.
-    return {"statusCode": 200, "body": {"orderId": order_id, "status": "cancelled"}, "headers": {}}
 
 
 async def verify_run(

@@ -95,7 +95,7 @@ def orders_subject(client: httpx.AsyncClient, publisher: RecordingPublisher) -> 
         started=publisher.started,
         runs=lambda: len(publisher.published),
         max_body_bytes=MAX_BODY_BYTES,
-        too_large_slug="order-too-large",
+        too_large_slug=problems.body_too_large("").slug,
     )
 
 

@@ -251,7 +251,29 @@ async def test_too_many_lines_is_413(api: Api) -> None:
 
 
 async def test_body_over_256_kb_is_413(api: Api) -> None:
-    assert_problem(await api.post(b"{" + b" " * 300_000 + b"}"), 413, "order-too-large")
+    # The core's body limit (its problem, under this API's prefix); too many lines is the
+    # order's own limit (`order-too-large`, above).
+    assert_problem(await api.post(b"{" + b" " * 300_000 + b"}"), 413, "body-too-large")
+
+
+async def test_a_content_length_over_the_limit_is_413_before_a_byte_is_read(api: Api) -> None:
+    read = 0
+
+    async def announced() -> AsyncIterator[bytes]:
+        nonlocal read
+        for _ in range(5):
+            read += 1
+            yield b" " * 65536
+
+    response = await api.client.post(
+        "/api/orders",
+        content=announced(),
+        headers={"Idempotency-Key": "k", "Content-Length": str(5 * 65536)},
+    )
+
+    assert_problem(response, 413, "body-too-large")
+    assert read == 0
+    assert api.publisher.published == []
 
 
 async def test_an_endless_body_is_413_without_being_read_to_its_end(api: Api) -> None:
@@ -268,7 +290,7 @@ async def test_an_endless_body_is_413_without_being_read_to_its_end(api: Api) ->
         "/api/orders", content=endless(), headers={"Idempotency-Key": "k"}
     )
 
-    assert_problem(response, 413, "order-too-large")
+    assert_problem(response, 413, "body-too-large")
     assert sent < 10
 
 

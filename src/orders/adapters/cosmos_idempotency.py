@@ -2,9 +2,11 @@
 
 Key records run on the `exactly_once` core's one Cosmos implementation (`CosmosStore`): the
 create is the claim, every later write is If-Match the claimant's ETag, and a lease is judged
-by the database's clock (the record's `_ts` against `GetCurrentTimestamp()`). This module adds
-only the layout the console, `orders keys` and GET read (`IntakeRecordShape`), the orderId
-claims, and the lookups GET and operators need.
+by the database's clock (the record's `_ts` against `GetCurrentTimestamp()`). An orderId's
+claim is a document the core creates or compares (`create_or_compare`, through the store's
+`create_all` and `get`). This module adds only the layout the console, `orders keys` and GET
+read (`IntakeRecordShape`), the orderId claim's document, and the lookups GET and operators
+need.
 """
 
 from __future__ import annotations
@@ -15,21 +17,30 @@ from typing import Any
 from azure.cosmos import exceptions as cosmos_errors
 from azure.cosmos.aio import ContainerProxy
 
-from exactly_once import CosmosStore, DocumentExistsError, Record, RecordRead, RecordStatus
+from exactly_once import CosmosStore, Record, RecordRead, RecordStatus
 from exactly_once.cosmos import claim_fields
 from orders.adapters.cosmos_errors import store_errors
 from orders.domain.idempotency import (
+    ORDER_CLAIM_DOCUMENT_TYPE,
     PLACE_OPERATION,
     KeyRecord,
     OrderIdClaim,
     core_store_errors,
+    order_claim,
+    order_claim_document,
+    order_claim_id,
 )
-from orders.exceptions import TransientStoreError
 
 RECORD_DOCUMENT_TYPE = "idempotencyRecord"
-ORDER_CLAIM_DOCUMENT_TYPE = "orderIdClaim"
-# An orderId claim that conflicts, then cannot be read, is created again this often.
-ORDER_CLAIM_ATTEMPTS = 3
+__all__ = [
+    "ORDER_CLAIM_DOCUMENT_TYPE",
+    "RECORD_DOCUMENT_TYPE",
+    "CosmosIdempotencyStore",
+    "IntakeRecordShape",
+    "order_claim",
+    "order_claim_document",
+    "order_claim_id",
+]
 
 
 class IntakeRecordShape:
@@ -79,51 +90,14 @@ class IntakeRecordShape:
         )
 
 
-def order_claim_id(order_id: str) -> str:
-    # Record ids are SHA-256 hex, so the prefix keeps the two kinds of id apart.
-    return f"order:{order_id}"
-
-
-def order_claim_document(claim: OrderIdClaim) -> dict[str, Any]:
-    return {
-        "type": ORDER_CLAIM_DOCUMENT_TYPE,
-        "orderId": claim.order_id,
-        "requestHash": claim.request_hash,
-        "ownerScope": claim.owner_scope,
-    }
-
-
-def order_claim(document: Mapping[str, Any]) -> OrderIdClaim:
-    return OrderIdClaim(
-        order_id=str(document["orderId"]),
-        request_hash=str(document["requestHash"]),
-        owner_scope=document.get("ownerScope"),
-    )
-
-
 class CosmosIdempotencyStore(CosmosStore):
     """`IdempotencyStore`: the core's `CosmosStore` over the intake's container (partitioned by
-    `/id`, so every record and claim is a point), in the intake's shape, plus orderId claims and
-    the lookups of GET and operators."""
+    `/id`, so every record and claim is a point), in the intake's shape, plus the lookups of
+    GET and operators."""
 
     def __init__(self, container: ContainerProxy) -> None:
         super().__init__(container, partition_key_field="id", shape=IntakeRecordShape())
         self._documents = container
-
-    async def claim_order_id(self, claim: OrderIdClaim) -> OrderIdClaim:
-        """Create the claim, or return the one stored first. Claims never expire, but one an
-        operator deleted between our conflict and our read is simply created again."""
-        document_id = order_claim_id(claim.order_id)
-        for _ in range(ORDER_CLAIM_ATTEMPTS):
-            with core_store_errors():
-                try:
-                    await self.create_all(document_id, [order_claim_document(claim)])
-                    return claim
-                except DocumentExistsError:
-                    stored = await self.get(document_id, document_id)
-            if stored is not None:
-                return order_claim(stored.body)
-        raise TransientStoreError(f"order claim {document_id!r} kept conflicting and vanishing")
 
     async def read_order_id_claim(self, order_id: str) -> OrderIdClaim | None:
         document_id = order_claim_id(order_id)

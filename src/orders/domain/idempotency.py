@@ -11,29 +11,40 @@ knows how a record is laid out in one.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from exactly_once import exceptions as core
 from exactly_once.keys import MAX_KEY_LENGTH, KeyFault, key_fault, key_record_id
 from exactly_once.records import (
     JsonObject,
+    JsonValue,
     Record,
     RecordStatus,
     lease_is_live,
     lease_seconds_left,
 )
+from orders.domain.hashing import request_hash
+from orders.domain.model import OrderPlaced
 from orders.exceptions import InvalidIdempotencyKeyError, StoreError, TransientStoreError
 
 __all__ = [
     "MAX_KEY_LENGTH",
+    "ORDER_CLAIM_DOCUMENT_TYPE",
     "KeyRecord",
     "OrderIdClaim",
     "RecordStatus",
+    "cancel_request_hash",
     "core_store_errors",
     "eviction_refusal",
     "key_claim",
+    "key_data",
+    "order_claim",
+    "order_claim_document",
+    "order_claim_id",
+    "order_request_hash",
     "record_id",
     "validate_idempotency_key",
 ]
@@ -95,15 +106,35 @@ def key_claim(
         status=RecordStatus.IN_PROGRESS,
         owner=owner,
         lease_seconds=lease_seconds,
-        data={
-            "scope": scope,
-            "key": key,
-            "orderId": order_id,
-            # only a cancel says so: a placing record keeps the shape it always had
-            **({"operation": operation} if operation != PLACE_OPERATION else {}),
-        },
+        data=key_data(scope, key, order_id, operation),
         expires_after_seconds=ttl_seconds,
     )
+
+
+def key_data(
+    scope: str, key: str, order_id: str, operation: str = PLACE_OPERATION
+) -> dict[str, JsonValue]:
+    """What a key's record carries beside the claim: whose key, and which order it is about
+    (GET finds a caller's accepted order by them; the console and `orders keys` show them)."""
+    return {
+        "scope": scope,
+        "key": key,
+        "orderId": order_id,
+        # only a cancel says so: a placing record keeps the shape it always had
+        **({"operation": operation} if operation != PLACE_OPERATION else {}),
+    }
+
+
+def order_request_hash(order: OrderPlaced) -> str:
+    """The request hash of a placed order: of its validated payload, so spelling, key order
+    and number format never make a retry a different request. Records stored since the
+    intake began keep this hash, so their retries still replay."""
+    return request_hash(order.canonical_payload())
+
+
+def cancel_request_hash(order_id: str, reason: str | None) -> str:
+    """The request hash of a cancel: namespaced, so a cancel never shares one with an order."""
+    return request_hash({"cancel": {"orderId": order_id, "reason": reason}})
 
 
 @dataclass(frozen=True)
@@ -151,6 +182,36 @@ class OrderIdClaim:
     # The caller scope that placed the order first: the one allowed to cancel it. None on
     # claims written before owners were recorded.
     owner_scope: str | None = None
+
+
+# An orderId's claim is a document the core creates or compares (`create_or_compare`): its
+# layout is the claim's, stated once here for the intake, the adapter and operators' reads.
+ORDER_CLAIM_DOCUMENT_TYPE = "orderIdClaim"
+
+
+def order_claim_id(order_id: str) -> str:
+    # Record ids are SHA-256 hex, so the prefix keeps the two kinds of id apart.
+    return f"order:{order_id}"
+
+
+def order_claim_document(claim: OrderIdClaim) -> dict[str, Any]:
+    """The claim as stored, in the shape claims have always had (the request hash is the
+    core's `requestHash`, which `create_or_compare` compares)."""
+    return {
+        "id": order_claim_id(claim.order_id),
+        "type": ORDER_CLAIM_DOCUMENT_TYPE,
+        "orderId": claim.order_id,
+        "requestHash": claim.request_hash,
+        "ownerScope": claim.owner_scope,
+    }
+
+
+def order_claim(document: Mapping[str, Any]) -> OrderIdClaim:
+    return OrderIdClaim(
+        order_id=str(document["orderId"]),
+        request_hash=str(document["requestHash"]),
+        owner_scope=document.get("ownerScope"),
+    )
 
 
 def eviction_refusal(record: Record, database_now_ms: int, *, force: bool) -> str | None:

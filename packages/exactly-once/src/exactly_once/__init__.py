@@ -68,6 +68,7 @@ if TYPE_CHECKING:
         TwoPhaseResult,
         apply_version,
         create_entity,
+        create_or_compare,
         inbox_batch,
     )
     from exactly_once.ports import DocumentCreator, DocumentStore, RecordStore, Store
@@ -168,6 +169,7 @@ _MODULE_OF: dict[str, str] = {
     "apply_version": "orchestrator",
     "cloud_event_key": "message_keys",
     "create_entity": "orchestrator",
+    "create_or_compare": "orchestrator",
     "decision_for_error": "decisions",
     "exactly_once": "servicebus",
     "fingerprint": "records",
@@ -248,6 +250,7 @@ __all__ = [
     "apply_version",
     "cloud_event_key",
     "create_entity",
+    "create_or_compare",
     "decision_for_error",
     "exactly_once",
     "fingerprint",

@@ -44,6 +44,7 @@ from exactly_once.records import (
     JsonObject,
     Record,
     RecordStatus,
+    StoredDocument,
 )
 from exactly_once.retention import DEFAULT_RETENTION, Retention
 
@@ -351,6 +352,24 @@ async def create_entity(
     )
 
 
+async def create_or_compare(
+    documents: DocumentCreator,
+    partition: str,
+    entity: JsonMapping,
+    *others: JsonMapping,
+    request_hash: str,
+    hash_field: str = "requestHash",
+) -> StoredDocument | None:
+    """`create_entity` for a caller that needs the first writer's entity: None when this call
+    created it; the stored entity when it was there with the same hash (what else it holds,
+    such as who wrote it first, is the first writer's). Raises as `create_entity` does."""
+    marked = {**entity, hash_field: request_hash}
+    _, stored = await _create_or_find(
+        documents, partition, marked, others, request_hash=request_hash, hash_field=hash_field
+    )
+    return stored
+
+
 async def inbox_batch(
     documents: DocumentCreator,
     partition: str,
@@ -389,21 +408,37 @@ async def _create_marked(
 ) -> Outcome:
     """The one write-first mechanism: the marker first in one batch with `others`; a conflict
     on the marker is a duplicate or a mismatch, a conflict on any other document propagates."""
+    outcome, _ = await _create_or_find(
+        documents, partition, marker, others, request_hash=request_hash, hash_field=hash_field
+    )
+    return outcome
+
+
+async def _create_or_find(
+    documents: DocumentCreator,
+    partition: str,
+    marker: JsonMapping,
+    others: Sequence[JsonMapping],
+    *,
+    request_hash: str | None,
+    hash_field: str,
+) -> tuple[Outcome, StoredDocument | None]:
+    """`_create_marked`, with the marker a duplicate found (None when none was read)."""
     marker_id = str(marker["id"])
     try:
         await documents.create_all(partition, [marker, *others])
-        return Outcome.PROCESSED
+        return Outcome.PROCESSED, None
     except DocumentExistsError as exists:
         if exists.index != 0:
             raise
         if request_hash is None:
-            return Outcome.DUPLICATE
+            return Outcome.DUPLICATE, None
         stored = exists.existing or await documents.get(marker_id, partition)
     if stored is None:
         raise RecordChangedError(f"{marker_id!r} vanished after its create conflicted")
     stored_hash = stored.body.get(hash_field)
     if stored_hash == request_hash:
-        return Outcome.DUPLICATE
+        return Outcome.DUPLICATE, stored
     raise PayloadMismatchError(marker_id, str(stored_hash), request_hash)
 
 
