@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
@@ -28,7 +29,9 @@ from http_support import (
 
 from exactly_once.records import Record
 from orders.bootstrap import HttpRuntime
+from orders.domain.hashing import request_hash
 from orders.domain.idempotency import RecordStatus, key_claim, record_id
+from orders.domain.messages import parse_order
 from orders.entrypoints.http_api import create_app
 from orders.exceptions import (
     PublishError,
@@ -80,6 +83,43 @@ async def test_retry_with_the_same_body_replays_without_publishing(api: Api) -> 
     assert replay.headers["idempotent-replayed"] == "true"
     assert replay.headers["location"] == first.headers["location"]
     assert len(api.publisher.published) == 1
+
+
+async def test_a_key_recorded_before_the_core_dependency_still_replays(api: Api) -> None:
+    """The stored shapes did not change: a completed record as the intake wrote it before the
+    API stood behind the core's dependency (a literal document) replays as it did."""
+    order_id = new_order_id()
+    payload = order_payload(order_id)
+    order = parse_order(json.dumps(payload).encode())
+    identifier = record_id("app:tests", "k-recorded")
+    location = f"/api/orders/{order_id}"
+    fake_store(api).documents[identifier] = {
+        "id": identifier,
+        "type": "idempotencyRecord",
+        "scope": "app:tests",
+        "key": "k-recorded",
+        "orderId": order_id,
+        "requestHash": request_hash(order.canonical_payload()),
+        "status": "completed",
+        "owner": "http-0123456789ab",
+        "leaseSeconds": 30.0,
+        "attempts": 1,
+        "response": {
+            "statusCode": 202,
+            "body": {"orderId": order_id, "status": "accepted", "location": location},
+            "headers": {"Location": location},
+        },
+        "ttl": TTL_SECONDS,
+        "_etag": '"recorded"',
+        "_ts": int(api.clock.now) - 60,
+    }
+
+    replay = await api.post(payload, key="k-recorded")
+
+    assert (replay.status_code, replay.headers["idempotent-replayed"]) == (202, "true")
+    assert replay.json() == {"orderId": order_id, "status": "accepted", "location": location}
+    assert replay.headers["location"] == location
+    assert api.publisher.published == []
 
 
 async def test_same_key_with_a_different_body_is_422(api: Api) -> None:
