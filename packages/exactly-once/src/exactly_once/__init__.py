@@ -70,6 +70,7 @@ if TYPE_CHECKING:
         create_entity,
         create_or_compare,
         inbox_batch,
+        update_fenced,
     )
     from exactly_once.ports import DocumentCreator, DocumentStore, RecordStore, Store
     from exactly_once.records import (
@@ -181,6 +182,7 @@ _MODULE_OF: dict[str, str] = {
     "run_session_worker": "worker",
     "run_worker": "worker",
     "settle": "decisions",
+    "update_fenced": "orchestrator",
 }
 
 __all__ = [
@@ -262,6 +264,7 @@ __all__ = [
     "run_session_worker",
     "run_worker",
     "settle",
+    "update_fenced",
 ]
 
 

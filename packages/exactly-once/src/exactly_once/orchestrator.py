@@ -27,6 +27,7 @@ import hashlib
 import unicodedata
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from exactly_once.claims import DEFAULT_MAX_WAIT_SECONDS, Claims
 from exactly_once.decisions import Outcome
@@ -58,6 +59,9 @@ _FORBIDDEN_ID_CHARACTERS = frozenset("/\\?#")
 _MAX_ID_LENGTH = 255
 # A hashed id keeps a readable prefix ("inbox", "two-phase") up to this length.
 _MAX_PREFIX_LENGTH = 64
+
+S = TypeVar("S")
+R = TypeVar("R")
 
 # An external call: given the downstream key, returns what to record (JSON).
 DownstreamCall = Callable[[str], Awaitable[JsonInput]]
@@ -461,8 +465,11 @@ async def apply_version(
     `change` may raise to refuse an update (an illegal transition); it propagates and nothing
     is written. Reads first: the comparison needs the stored version. A write that lost a race
     reads again (at most `max_races` writes), then `RecordChangedError`."""
-    for _ in range(max_races):
-        stored = await documents.get(document_id, partition)
+
+    async def read() -> StoredDocument | None:
+        return await documents.get(document_id, partition)
+
+    async def write(stored: StoredDocument | None) -> Outcome:
         current = stored.body.get(version_field) if stored is not None else absent_version
         if isinstance(current, int) and current >= version:
             return Outcome.STALE
@@ -476,7 +483,33 @@ async def apply_version(
                 await documents.create_all(partition, [updated])
             else:
                 await documents.replace(updated, partition, etag=stored.etag)
-            return Outcome.PROCESSED
-        except (DocumentExistsError, RecordChangedError):
-            continue  # another version landed first: compare against it
-    raise RecordChangedError(f"{document_id!r} kept changing; {max_races} writes lost")
+        except DocumentExistsError as exists:
+            # Another version was created first: compare against it.
+            raise RecordChangedError(f"{document_id!r} was created meanwhile") from exists
+        return Outcome.PROCESSED
+
+    return await update_fenced(read, write, name=document_id, max_races=max_races)
+
+
+async def update_fenced(
+    read: Callable[[], Awaitable[S]],
+    write: Callable[[S], Awaitable[R]],
+    *,
+    name: str,
+    max_races: int = MAX_RACES,
+) -> R:
+    """A read-decide-write under the read's ETag, until no race is lost: `write(read())`, where
+    `write` decides on what was read and writes If-Match its ETag (or writes nothing and
+    returns), raising `RecordChangedError` when another writer moved first; then it reads
+    again and decides anew. At most `max_races` lost writes, then `RecordChangedError` (a
+    document that keeps moving is given back to the caller's retry: the broker's, a client's).
+
+    `apply_version` is this with a version compared; an application's own decisions (a saga's
+    transitions on one document) are this with their own `write`."""
+    for _ in range(max_races):
+        stored = await read()
+        try:
+            return await write(stored)
+        except RecordChangedError:
+            continue  # another writer moved first: decide again on what it wrote
+    raise RecordChangedError(f"{name!r} kept changing; {max_races} writes lost")
