@@ -37,6 +37,7 @@ from orders.adapters.cosmos_errors import stamped
 from orders.adapters.cosmos_idempotency import (
     RECORD_DOCUMENT_TYPE,
     IntakeRecordShape,
+    claim_order_id,
     order_claim,
     order_claim_id,
 )
@@ -362,6 +363,11 @@ class FakeIdempotencyStore:
         for document in documents:
             stored = json.loads(json.dumps(document))
             self.documents[str(document["id"])] = stored | {"_etag": f'"{uuid.uuid4()}"'}
+
+    async def claim_order_id(self, claim: OrderIdClaim) -> OrderIdClaim | None:
+        # The adapter's own claim (the core's create-or-compare) over this fake's documents.
+        await self._enter("claim_order_id")
+        return await claim_order_id(self, claim)
 
     async def get(self, document_id: str, partition: str) -> StoredDocument | None:
         await self._enter("get")

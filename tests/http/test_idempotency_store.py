@@ -18,8 +18,7 @@ from azure.cosmos.aio import CosmosClient
 from fakes import FakeIdempotencyStore
 
 from exactly_once.exceptions import PayloadMismatchError, RecordChangedError, RecordExistsError
-from exactly_once.orchestrator import create_or_compare
-from exactly_once.records import Record, StoredDocument, lease_is_live
+from exactly_once.records import Record, lease_is_live
 from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
 from orders.domain.idempotency import (
     CANCEL_OPERATION,
@@ -27,9 +26,6 @@ from orders.domain.idempotency import (
     OrderIdClaim,
     RecordStatus,
     key_claim,
-    order_claim,
-    order_claim_document,
-    order_claim_id,
 )
 from orders.entrypoints.http_contract import accepted_response
 from orders.service.ports import IdempotencyStore
@@ -163,27 +159,16 @@ async def test_find_order_passes_over_a_cancels_record_of_the_order(
     assert owned.data == cancel.data  # stored and read back with its operation
 
 
-async def claim_order_id(store: IdempotencyStore, claim: OrderIdClaim) -> StoredDocument | None:
-    """The intake's orderId claim: the core's create-or-compare on the store."""
-    return await create_or_compare(
-        store,
-        order_claim_id(claim.order_id),
-        order_claim_document(claim),
-        request_hash=claim.request_hash,
-    )
-
-
 async def test_an_order_id_claim_keeps_the_first_payload(store: IdempotencyStore) -> None:
     order_id = f"o-{uuid.uuid4().hex[:8]}"
 
-    first = await claim_order_id(store, OrderIdClaim(order_id, "hash-1", owner_scope="app:a"))
-    again = await claim_order_id(store, OrderIdClaim(order_id, "hash-1", owner_scope="app:b"))
-    with pytest.raises(PayloadMismatchError):
-        await claim_order_id(store, OrderIdClaim(order_id, "hash-2"))
+    first = await store.claim_order_id(OrderIdClaim(order_id, "hash-1", owner_scope="app:a"))
+    again = await store.claim_order_id(OrderIdClaim(order_id, "hash-1", owner_scope="app:b"))
+    with pytest.raises(PayloadMismatchError):  # the core's create-or-compare
+        await store.claim_order_id(OrderIdClaim(order_id, "hash-2"))
 
     assert first is None  # created by this call
-    assert again is not None  # the first claim, with its owner
-    assert order_claim(again.body) == OrderIdClaim(order_id, "hash-1", owner_scope="app:a")
-    assert await store.read_order_id_claim(order_id) == order_claim(again.body)
+    assert again == OrderIdClaim(order_id, "hash-1", owner_scope="app:a")  # the first, its owner
+    assert await store.read_order_id_claim(order_id) == again
     # A claim is not a key record: GET's lookup of accepted orders never returns it.
     assert await store.find_order("app:t", order_id) is None

@@ -17,12 +17,7 @@ from fakes import new_write
 from servers import CosmosServer
 
 from exactly_once.exceptions import PayloadMismatchError
-from exactly_once.orchestrator import create_or_compare
-from orders.adapters.cosmos_idempotency import (
-    CosmosIdempotencyStore,
-    order_claim_document,
-    order_claim_id,
-)
+from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore, order_claim_id
 from orders.adapters.cosmos_store import CosmosOrderStore
 from orders.domain.idempotency import OrderIdClaim, core_store_errors, key_claim
 from orders.exceptions import TransientStoreError
@@ -134,15 +129,11 @@ async def test_an_order_id_claim_that_vanishes_after_its_conflict_is_transient(
     # retry reads the claim and compares. (The adapter used to retry inside, three times.)
     store = CosmosIdempotencyStore(containers["idempotency"])
     claim = OrderIdClaim(f"race-{uuid.uuid4().hex[:10]}", "hash-1")
-    claim_id = order_claim_id(claim.order_id)
-    assert (
-        await create_or_compare(store, claim_id, order_claim_document(claim), request_hash="hash-1")
-        is None
-    )
-    vanish_on_read(python_cosmos, claim_id, times=1)
+    assert await store.claim_order_id(claim) is None
+    vanish_on_read(python_cosmos, order_claim_id(claim.order_id), times=1)
     other = OrderIdClaim(claim.order_id, "hash-2")
 
-    with pytest.raises(TransientStoreError, match="vanished"), core_store_errors():
-        await create_or_compare(store, claim_id, order_claim_document(other), request_hash="hash-2")
+    with pytest.raises(TransientStoreError, match="vanished"):
+        await store.claim_order_id(other)
     with pytest.raises(PayloadMismatchError):
-        await create_or_compare(store, claim_id, order_claim_document(other), request_hash="hash-2")
+        await store.claim_order_id(other)

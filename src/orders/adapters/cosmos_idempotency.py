@@ -17,30 +17,19 @@ from typing import Any
 from azure.cosmos import exceptions as cosmos_errors
 from azure.cosmos.aio import ContainerProxy
 
-from exactly_once import CosmosStore, Record, RecordRead, RecordStatus
+from exactly_once import CosmosStore, DocumentCreator, Record, RecordRead, RecordStatus
 from exactly_once.cosmos import claim_fields
+from exactly_once.orchestrator import create_or_compare
 from orders.adapters.cosmos_errors import store_errors
 from orders.domain.idempotency import (
-    ORDER_CLAIM_DOCUMENT_TYPE,
     PLACE_OPERATION,
     KeyRecord,
     OrderIdClaim,
     core_store_errors,
-    order_claim,
-    order_claim_document,
-    order_claim_id,
 )
 
 RECORD_DOCUMENT_TYPE = "idempotencyRecord"
-__all__ = [
-    "ORDER_CLAIM_DOCUMENT_TYPE",
-    "RECORD_DOCUMENT_TYPE",
-    "CosmosIdempotencyStore",
-    "IntakeRecordShape",
-    "order_claim",
-    "order_claim_document",
-    "order_claim_id",
-]
+ORDER_CLAIM_DOCUMENT_TYPE = "orderIdClaim"
 
 
 class IntakeRecordShape:
@@ -90,6 +79,43 @@ class IntakeRecordShape:
         )
 
 
+def order_claim_id(order_id: str) -> str:
+    # Record ids are SHA-256 hex, so the prefix keeps the two kinds of id apart.
+    return f"order:{order_id}"
+
+
+def order_claim_document(claim: OrderIdClaim) -> dict[str, Any]:
+    """The claim as claims have always been stored; its `requestHash` is what the core's
+    `create_or_compare` compares."""
+    return {
+        "id": order_claim_id(claim.order_id),
+        "type": ORDER_CLAIM_DOCUMENT_TYPE,
+        "orderId": claim.order_id,
+        "requestHash": claim.request_hash,
+        "ownerScope": claim.owner_scope,
+    }
+
+
+def order_claim(document: Mapping[str, Any]) -> OrderIdClaim:
+    return OrderIdClaim(
+        order_id=str(document["orderId"]),
+        request_hash=str(document["requestHash"]),
+        owner_scope=document.get("ownerScope"),
+    )
+
+
+async def claim_order_id(documents: DocumentCreator, claim: OrderIdClaim) -> OrderIdClaim | None:
+    """The claim created (None), or the claim stored first with the same request hash; the
+    core's `PayloadMismatchError` when it holds another. The core's create-or-compare: one
+    create (a one-document batch in the claim's own partition), a point read on a conflict."""
+    document_id = order_claim_id(claim.order_id)
+    with core_store_errors():
+        first = await create_or_compare(
+            documents, document_id, order_claim_document(claim), request_hash=claim.request_hash
+        )
+    return None if first is None else order_claim(first.body)
+
+
 class CosmosIdempotencyStore(CosmosStore):
     """`IdempotencyStore`: the core's `CosmosStore` over the intake's container (partitioned by
     `/id`, so every record and claim is a point), in the intake's shape, plus the lookups of
@@ -98,6 +124,9 @@ class CosmosIdempotencyStore(CosmosStore):
     def __init__(self, container: ContainerProxy) -> None:
         super().__init__(container, partition_key_field="id", shape=IntakeRecordShape())
         self._documents = container
+
+    async def claim_order_id(self, claim: OrderIdClaim) -> OrderIdClaim | None:
+        return await claim_order_id(self, claim)
 
     async def read_order_id_claim(self, order_id: str) -> OrderIdClaim | None:
         document_id = order_claim_id(order_id)

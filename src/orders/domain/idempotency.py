@@ -11,10 +11,9 @@ knows how a record is laid out in one.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 from exactly_once import exceptions as core
 from exactly_once.keys import MAX_KEY_LENGTH, KeyFault, key_fault, key_record_id
@@ -32,7 +31,6 @@ from orders.exceptions import InvalidIdempotencyKeyError, StoreError, TransientS
 
 __all__ = [
     "MAX_KEY_LENGTH",
-    "ORDER_CLAIM_DOCUMENT_TYPE",
     "KeyRecord",
     "OrderIdClaim",
     "RecordStatus",
@@ -41,9 +39,6 @@ __all__ = [
     "eviction_refusal",
     "key_claim",
     "key_data",
-    "order_claim",
-    "order_claim_document",
-    "order_claim_id",
     "order_request_hash",
     "record_id",
     "validate_idempotency_key",
@@ -182,36 +177,6 @@ class OrderIdClaim:
     # The caller scope that placed the order first: the one allowed to cancel it. None on
     # claims written before owners were recorded.
     owner_scope: str | None = None
-
-
-# An orderId's claim is a document the core creates or compares (`create_or_compare`): its
-# layout is the claim's, stated once here for the intake, the adapter and operators' reads.
-ORDER_CLAIM_DOCUMENT_TYPE = "orderIdClaim"
-
-
-def order_claim_id(order_id: str) -> str:
-    # Record ids are SHA-256 hex, so the prefix keeps the two kinds of id apart.
-    return f"order:{order_id}"
-
-
-def order_claim_document(claim: OrderIdClaim) -> dict[str, Any]:
-    """The claim as stored, in the shape claims have always had (the request hash is the
-    core's `requestHash`, which `create_or_compare` compares)."""
-    return {
-        "id": order_claim_id(claim.order_id),
-        "type": ORDER_CLAIM_DOCUMENT_TYPE,
-        "orderId": claim.order_id,
-        "requestHash": claim.request_hash,
-        "ownerScope": claim.owner_scope,
-    }
-
-
-def order_claim(document: Mapping[str, Any]) -> OrderIdClaim:
-    return OrderIdClaim(
-        order_id=str(document["orderId"]),
-        request_hash=str(document["requestHash"]),
-        owner_scope=document.get("ownerScope"),
-    )
 
 
 def eviction_refusal(record: Record, database_now_ms: int, *, force: bool) -> str | None:

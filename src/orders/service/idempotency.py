@@ -6,7 +6,7 @@ entrypoint (`IdempotencyKeys`, over this intake's `records` and with its lease a
 key's rules, the body limit, the claim state machine with leases judged by the database's
 clock, the recorded answer and its replay, and every refusal as a problem. What is left here is
 about orders: an orderId is claimed across every key and caller with the core's
-create-or-compare (`create_or_compare`), so a different payload under a taken orderId is
+create-or-compare (the store's `claim_order_id`), so a different payload under a taken orderId is
 refused before anything is published; a cancel is decided on the order document (`OrderSaga`).
 """
 
@@ -18,16 +18,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from exactly_once.exceptions import PayloadMismatchError
-from exactly_once.orchestrator import create_or_compare
 from exactly_once.records import DEFAULT_LEASE_SECONDS
-from orders.domain.idempotency import (
-    OrderIdClaim,
-    core_store_errors,
-    order_claim,
-    order_claim_document,
-    order_claim_id,
-    order_request_hash,
-)
+from orders.domain.idempotency import OrderIdClaim, core_store_errors, order_request_hash
 from orders.domain.model import OrderPlaced
 from orders.domain.ownership import may_act
 from orders.domain.saga import SagaOrder
@@ -136,20 +128,12 @@ class IdempotentOrderIntake:
         """Refuse an orderId taken by a different payload, before anything is published; return
         the scope the order is published as owned by (the first claimant's)."""
         claim = OrderIdClaim(order.order_id, order_request_hash(order), owner_scope=scope)
-        claim_id = order_claim_id(order.order_id)
         try:
             with core_store_errors():
-                first = await create_or_compare(
-                    self.records,
-                    claim_id,
-                    order_claim_document(claim),
-                    request_hash=claim.request_hash,
-                )
+                first = await self.records.claim_order_id(claim)
         except PayloadMismatchError:
             raise OrderIdConflictError(
                 f"orderId {order.order_id!r} was already accepted with a different payload; "
                 "choose a new orderId for a different order"
             ) from None
-        if first is None:
-            return scope
-        return order_claim(first.body).owner_scope or scope
+        return scope if first is None or first.owner_scope is None else first.owner_scope

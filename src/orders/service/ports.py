@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from exactly_once.change_feed import ChangeFeed
-from exactly_once.ports import DocumentCreator, RecordStore
+from exactly_once.ports import RecordStore
 from exactly_once.records import StoredDocument
 from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, DeadLetterPlan, Selection
 from orders.domain.decision_counters import DecisionCounters
@@ -340,15 +340,19 @@ class MessageHandler(Protocol):
     async def handle(self, message: ReceivedOrderMessage) -> Decision: ...
 
 
-class IdempotencyStore(RecordStore, DocumentCreator, Protocol):
+class IdempotencyStore(RecordStore, Protocol):
     """The intake's records: its keys' records through the `exactly_once` core's record-store
     port (the create is the lock, every later write If-Match, leases by the database's clock),
-    the orderId claims the core creates or compares (`DocumentCreator`), and the lookups GET
-    needs.
+    the orderId claims (the core's create-or-compare), and the lookups GET needs.
 
     The core's `TransientStoreError` / `StoreError` (or the app's) mean a retry may succeed, or
     not.
     """
+
+    async def claim_order_id(self, claim: OrderIdClaim) -> OrderIdClaim | None:
+        """Create the claim (None), or return the claim stored first when it holds the same
+        request hash; the core's `PayloadMismatchError` when it holds another."""
+        ...
 
     async def read_order_id_claim(self, order_id: str) -> OrderIdClaim | None:
         """The orderId's claim (who placed it, with which payload), if the API accepted it."""
