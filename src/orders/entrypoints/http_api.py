@@ -262,13 +262,8 @@ def create_app(
         responses=PLACE_ORDER_RESPONSES,
         openapi_extra=PLACE_ORDER_EXTRA,
     )
-    async def place_order(
-        request: Request,
-        placing: Placing = claimed_order,
-    ) -> Response:
+    async def place_order(request: Request, placing: Placing = claimed_order) -> Response:
         claim = placing.claim
-        if claim.replay is not None:
-            return claim.replay
         # A caller's `traceparent` is continued: its trace then reaches the consumer through
         # the message (see orders/tracing.py).
         with tracer.start_as_current_span(
@@ -276,6 +271,8 @@ def create_app(
             context=propagate.extract(dict(request.headers)),
             kind=trace.SpanKind.SERVER,
         ):
+            if claim.replay is not None:
+                return claim.replay
             if claim.took_over:
                 logger.warning(
                     "took over the expired claim of order %s: publishing again",
@@ -296,13 +293,13 @@ def create_app(
         request: Request, orderId: str, cancelling: Cancelling = claimed_cancel
     ) -> Response:
         claim = cancelling.claim
-        if claim.replay is not None:
-            return claim.replay
         with tracer.start_as_current_span(
             "POST /api/orders/{orderId}/cancel",
             context=propagate.extract(dict(request.headers)),
             kind=trace.SpanKind.SERVER,
         ):
+            if claim.replay is not None:
+                return claim.replay
             await cancelling.services.intake.cancel(
                 cancelling.scope, cancelling.order_id, cancelling.cancel.reason
             )

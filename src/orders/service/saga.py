@@ -143,7 +143,7 @@ class OrderSaga:
         refused because the shipment was reserved first, or because `may_cancel` says the
         order read is not the caller's (asked before anything else is told of it)."""
 
-        async def cancel(stored: FencedOrder | None) -> CancelResult:
+        async def cancel_stored(stored: FencedOrder | None) -> CancelResult:
             if stored is None:
                 return CancelResult.NOT_STORED
             if not may_cancel(stored.order):
@@ -165,7 +165,7 @@ class OrderSaga:
             logger.info("order %s cancelled", log_value(order_id))
             return CancelResult.CANCELLED
 
-        return await self._fenced(order_id, lambda: self.order(order_id), cancel)
+        return await self._fenced(order_id, lambda: self.order(order_id), cancel_stored)
 
     async def record_charge(self, order_id: str, payment_id: str) -> FencedOrder:
         """Record billing's charge on the order document (If-Match), which is what lets
