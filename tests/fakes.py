@@ -45,8 +45,8 @@ from orders.adapters.cosmos_errors import stamped
 from orders.adapters.cosmos_idempotency import (
     RECORD_DOCUMENT_TYPE,
     IntakeRecordShape,
+    claim_order_id,
     order_claim,
-    order_claim_document,
     order_claim_id,
 )
 from orders.adapters.cosmos_layout import (
@@ -375,13 +375,30 @@ class FakeIdempotencyStore:
             self._fenced(owned)
             del self.documents[owned.key]
 
-    async def claim_order_id(self, claim: OrderIdClaim) -> OrderIdClaim:
+    async def create_all(self, partition: str, documents: Sequence[JsonMapping]) -> None:
+        """The core's `DocumentCreator`, as the intake's orderId claims use it (one document
+        per partition, the partition its id): all or nothing, `DocumentExistsError` naming
+        the first document that exists."""
+        await self._enter("create_all")
+        for index, document in enumerate(documents):
+            if str(document["id"]) in self.documents:
+                raise DocumentExistsError(str(document["id"]), index)
+        for document in documents:
+            stored = json.loads(json.dumps(document))
+            self.documents[str(document["id"])] = stored | {"_etag": f'"{uuid.uuid4()}"'}
+
+    async def claim_order_id(self, claim: OrderIdClaim) -> OrderIdClaim | None:
+        # The adapter's own claim (the core's create-or-compare) over this fake's documents.
         await self._enter("claim_order_id")
-        identifier = order_claim_id(claim.order_id)
-        existing = self.documents.setdefault(
-            identifier, order_claim_document(claim) | {"id": identifier}
-        )
-        return order_claim(existing)
+        return await claim_order_id(self, claim)
+
+    async def get(self, document_id: str, partition: str) -> StoredDocument | None:
+        await self._enter("get")
+        found = self.documents.get(document_id)
+        if found is None:
+            return None
+        body = {name: value for name, value in found.items() if not name.startswith("_")}
+        return StoredDocument(body=copy.deepcopy(body), etag=str(found["_etag"]))
 
     async def read_order_id_claim(self, order_id: str) -> OrderIdClaim | None:
         await self._enter("read_order_id_claim")

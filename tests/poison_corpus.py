@@ -38,6 +38,18 @@ HTTP_PROBLEM = {
     INVALID_ID: (400, "invalid-id"),
 }
 
+# A body over the byte limit never reaches the order's parser over HTTP: the core's
+# `Idempotency-Key` dependency refuses it first, with its own problem.
+HTTP_BODY_TOO_LARGE = (413, "body-too-large")
+
+
+def http_problem(case: PoisonCase) -> tuple[int, str]:
+    """What POST /api/orders answers for `case`'s body."""
+    if len(case.body) > MAX_BODY_BYTES:
+        return HTTP_BODY_TOO_LARGE
+    return HTTP_PROBLEM[case.reason]
+
+
 SAME_AS_ORDER = "<orderId>"  # the message id is the case's own order id
 
 

@@ -38,18 +38,6 @@ class InvalidCancelRequestError(IdempotencyError):
     """The body of a cancel request is not `{}` or `{"reason": "..."}`."""
 
 
-class IdempotencyKeyReusedError(IdempotencyError):
-    """The key was first used with a different request body (a different request hash)."""
-
-
-class RequestInProgressError(IdempotencyError):
-    """Another request with the same key holds a live claim; retry after `retry_after` s."""
-
-    def __init__(self, retry_after: int) -> None:
-        super().__init__(f"a request with this key is in progress; retry in {retry_after} s")
-        self.retry_after = retry_after
-
-
 class OrderIdConflictError(IdempotencyError):
     """The orderId was first accepted with a different payload (under any key or caller)."""
 

@@ -1,9 +1,9 @@
 """draft-ietf-httpapi-idempotency-key-header-07, statement by statement, against both HTTP hosts:
 the core's FastAPI dependency (`IdempotencyKeys` on `CosmosStore` over our Cosmos DB
-emulator) and the orders API (`POST /api/orders`, over the fakes of its ports). Each case names
-the section it checks; both hosts must pass every case with the same problem `type` (under
-their own prefix), `title`, status and headers, because both answer from
-`exactly_once.problems` (one behaviour, which these cases keep from drifting).
+emulator) and the orders API (`POST /api/orders`, which stands behind that dependency, with its
+key records on its Cosmos adapter over the same emulator and its publisher a fake). Each case
+names the section it checks; both hosts must pass every case with the same problem `type`
+(under their own prefix), `title`, status and headers: one behaviour, the core's.
 
 Where we go beyond the draft, the case says so: the replay's `Idempotent-Replayed: true`
 (Stripe), 413 for an oversized body (RFC 9110 §15.5.14). Where we differ, too: §2.6 lets a
@@ -22,21 +22,23 @@ from typing import Any
 
 import httpx
 import pytest
-from azure.cosmos.aio import ContainerProxy
+from azure.cosmos import PartitionKey
+from azure.cosmos.aio import ContainerProxy, CosmosClient
 from core_support import unique
 from fakes import (
     LAYOUT,
-    FakeIdempotencyStore,
     FakeOrderReader,
     FakeOrderStore,
     RecordingPublisher,
     order_payload,
 )
 from idempotency_app import Endpoint, app_for
+from servers import CosmosServer
 
 from exactly_once import CosmosStore, problems
 from exactly_once.idempotency_key import IdempotencyKeys
 from exactly_once.keys import key_record_id
+from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
 from orders.bootstrap import HttpRuntime
 from orders.domain.messages import MAX_BODY_BYTES
 from orders.entrypoints.http_api import create_app
@@ -45,6 +47,9 @@ from orders.service.order_lookup import OrderLookup
 
 HEADER = "Idempotency-Key"
 CORE_EXPIRES_AFTER_SECONDS = 3600
+
+
+ORDERS_TTL_SECONDS = 600
 
 
 @dataclass
@@ -63,10 +68,14 @@ class Subject:
     started: asyncio.Event
     runs: Callable[[], int]
     max_body_bytes: int
-    too_large_slug: str  # beyond the draft: each host names its own limit
+    records: ContainerProxy  # where the key's records are, in the emulator
+    scope: str  # the scope of the keys this subject's client sends
+    expires_after_seconds: int  # the ttl the host publishes for its records (§2.3)
 
 
-def core_subject(client: httpx.AsyncClient, endpoint: Endpoint, keys: IdempotencyKeys) -> Subject:
+def core_subject(
+    client: httpx.AsyncClient, endpoint: Endpoint, keys: IdempotencyKeys, records: ContainerProxy
+) -> Subject:
     return Subject(
         name="core",
         client=client,
@@ -78,11 +87,15 @@ def core_subject(client: httpx.AsyncClient, endpoint: Endpoint, keys: Idempotenc
         started=endpoint.started,
         runs=lambda: endpoint.runs,
         max_body_bytes=keys.max_body_bytes,
-        too_large_slug=problems.body_too_large("").slug,
+        records=records,
+        scope="things",
+        expires_after_seconds=CORE_EXPIRES_AFTER_SECONDS,
     )
 
 
-def orders_subject(client: httpx.AsyncClient, publisher: RecordingPublisher) -> Subject:
+def orders_subject(
+    client: httpx.AsyncClient, publisher: RecordingPublisher, records: ContainerProxy
+) -> Subject:
     order_id = f"o-{uuid.uuid4().hex[:12]}"
     return Subject(
         name="orders",
@@ -95,30 +108,37 @@ def orders_subject(client: httpx.AsyncClient, publisher: RecordingPublisher) -> 
         started=publisher.started,
         runs=lambda: len(publisher.published),
         max_body_bytes=MAX_BODY_BYTES,
-        too_large_slug="order-too-large",
+        records=records,
+        scope="app:draft",
+        expires_after_seconds=ORDERS_TTL_SECONDS,
     )
 
 
+@pytest.fixture
+async def orders_records(python_cosmos: CosmosServer) -> AsyncIterator[ContainerProxy]:
+    """The orders API's key records as its Cosmos adapter expects them: partitioned by /id."""
+    async with CosmosClient(python_cosmos.endpoint, credential=python_cosmos.key) as client:
+        database = await client.create_database_if_not_exists("core")
+        yield await database.create_container_if_not_exists(
+            id=f"idempotency-{uuid.uuid4().hex[:8]}",
+            partition_key=PartitionKey(path="/id"),
+            default_ttl=-1,
+        )
+
+
 @pytest.fixture(params=["core", "orders"])
-def host(request: pytest.FixtureRequest) -> tuple[str, ContainerProxy | None]:
-    """The host's name, and the core's Cosmos DB container (the emulator starts for it only).
-    A plain fixture: an async one cannot ask for another async fixture by name."""
+def host(request: pytest.FixtureRequest) -> tuple[str, ContainerProxy]:
+    """The host's name, and the container of its key records. A plain fixture: an async one
+    cannot ask for another async fixture by name."""
     if request.param == "core":
         return "core", request.getfixturevalue("container")
-    return "orders", None
+    return "orders", request.getfixturevalue("orders_records")
 
 
 @pytest.fixture
-def container_of_core(host: tuple[str, ContainerProxy | None]) -> ContainerProxy:
-    if host[1] is None:
-        pytest.skip("the orders API's ttl is tested on Cosmos DB in tests/http/test_on_cosmos.py")
-    return host[1]
-
-
-@pytest.fixture
-async def subject(host: tuple[str, ContainerProxy | None]) -> AsyncIterator[Subject]:
+async def subject(host: tuple[str, ContainerProxy]) -> AsyncIterator[Subject]:
     name, container = host
-    if container is not None:
+    if name == "core":
         keys = IdempotencyKeys(
             CosmosStore(container),
             scope="things",
@@ -129,19 +149,18 @@ async def subject(host: tuple[str, ContainerProxy | None]) -> AsyncIterator[Subj
         async with httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://test"
         ) as client:
-            yield core_subject(client, endpoint, keys)
+            yield core_subject(client, endpoint, keys, container)
         return
-    assert name == "orders"
-    store, publisher, order_store = FakeIdempotencyStore(), RecordingPublisher(), FakeOrderStore()
+    store, publisher = CosmosIdempotencyStore(container), RecordingPublisher()
 
     async def runtime() -> HttpRuntime:
-        intake = IdempotentOrderIntake(store, publisher, ttl_seconds=600)
-        lookup = OrderLookup(FakeOrderReader(order_store), store, LAYOUT)
+        intake = IdempotentOrderIntake(store, publisher, ttl_seconds=ORDERS_TTL_SECONDS)
+        lookup = OrderLookup(FakeOrderReader(FakeOrderStore()), store, LAYOUT)
         return HttpRuntime(intake, lookup, default_scope="draft", trust_principal_header=False)
 
     transport = httpx.ASGITransport(app=create_app(runtime))
     async with httpx.AsyncClient(transport=transport, base_url="http://orders.test") as client:
-        yield orders_subject(client, publisher)
+        yield orders_subject(client, publisher, container)
 
 
 async def post(
@@ -209,18 +228,16 @@ async def test_2_1_a_key_outside_the_servers_rules_is_a_400_problem(
 # --- §2.3 Validity and expiry -------------------------------------------------------------------
 
 
-async def test_2_3_a_keys_record_expires_after_the_published_time(
-    subject: Subject, container_of_core: ContainerProxy
-) -> None:
-    """draft-07 §2.3: the server MAY purge a key on expiry and SHOULD publish the policy: the
-    core's records carry the Cosmos DB `ttl` its `expires_after_seconds` publishes."""
+async def test_2_3_a_keys_record_expires_after_the_published_time(subject: Subject) -> None:
+    """draft-07 §2.3: the server MAY purge a key on expiry and SHOULD publish the policy: each
+    host's records carry the Cosmos DB `ttl` it publishes (the core's
+    `expires_after_seconds`, the orders API's key ttl)."""
     key = unique("key")
     assert (await post(subject, subject.body("a"), keyed(key))).is_success
 
-    container = container_of_core
-    record_id = key_record_id("things", key)
-    document = await container.read_item(record_id, partition_key=record_id)
-    assert document["ttl"] == CORE_EXPIRES_AFTER_SECONDS
+    record_id = key_record_id(subject.scope, key)
+    document = await subject.records.read_item(record_id, partition_key=record_id)
+    assert document["ttl"] == subject.expires_after_seconds
 
 
 # --- §2.4 Fingerprint ----------------------------------------------------------------------------
@@ -338,6 +355,6 @@ async def test_an_oversized_body_is_a_413_problem_before_a_key_is_claimed(
     assert refused.status_code == 413
     assert refused.headers["content-type"] == problems.PROBLEM_JSON
     assert refused.json()["status"] == 413
-    assert refused.json()["type"] == subject.type_prefix + subject.too_large_slug
+    assert refused.json()["type"] == subject.type_prefix + problems.body_too_large("").slug
     assert corrected.is_success
     assert subject.runs() == 1

@@ -5,17 +5,26 @@ over once its lease ends by the database's clock (the app: idempotency_app.py)."
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 from core_support import lease_ended, unique
-from fastapi import HTTPException
+from fastapi import HTTPException, Request
 from fastapi.responses import JSONResponse
 from idempotency_app import Endpoint, app_for
 
 from exactly_once import CosmosStore
-from exactly_once.idempotency_key import DEFAULT_MAX_BODY_BYTES, IdempotencyKeys, KeyClaim
+from exactly_once.idempotency_key import (
+    DEFAULT_MAX_BODY_BYTES,
+    HEADER,
+    IdempotencyKeys,
+    KeyClaim,
+    KeyedRequest,
+)
+from exactly_once.keys import key_record_id
+from exactly_once.problems import REPLAYED_HEADER
 
 
 @pytest.fixture
@@ -274,3 +283,78 @@ async def test_without_answer_problems_a_refusal_keeps_its_status_and_headers(
     assert (missing.status_code, missing.headers["content-type"]) == (400, "application/json")
     assert "required" in missing.json()["detail"]  # FastAPI's own body
     assert busy.status_code == 409 and int(busy.headers["retry-after"]) >= 1
+
+
+async def test_a_missing_key_is_refused_before_a_byte_of_the_body_is_read(
+    http: tuple[httpx.AsyncClient, Endpoint],
+) -> None:
+    client, endpoint = http
+    body = CountedBody(150 * 1024 * 1024)  # chunked: only reading it would find its size
+
+    refused = await client.post("/things", content=body)
+
+    assert refused.status_code == 400
+    assert refused.json()["type"] == "urn:exactly-once:problem:missing-idempotency-key"
+    assert body.read == 0
+    assert endpoint.runs == 0
+
+
+def described_by_name(request: Request, body: bytes) -> KeyedRequest:
+    """A host's own fingerprint: the `name` its body holds (anything else in it may change),
+    refusing a body without one; the record keeps the name for the host's readers."""
+    name = json.loads(body).get("name") if body.strip() else None
+    if not isinstance(name, str):
+        raise HTTPException(400, "a name is required")
+    return KeyedRequest(request_hash=f"name:{name}", data={"name": name})
+
+
+async def test_describe_chooses_the_fingerprint_and_the_records_data(store: CosmosStore) -> None:
+    endpoint = Endpoint()
+    keys = IdempotencyKeys(store, scope="things", describe=described_by_name)
+    key = unique("key")
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app_for(keys, endpoint)), base_url="http://test"
+    ) as client:
+        first = await client.post("/things", json={"name": "a", "at": 1}, headers={HEADER: key})
+        same_name = await client.post("/things", json={"name": "a", "at": 2}, headers={HEADER: key})
+        other_name = await client.post("/things", json={"name": "b"}, headers={HEADER: key})
+
+    assert first.status_code == 201
+    assert (same_name.status_code, same_name.headers[REPLAYED_HEADER]) == (201, "true")
+    assert other_name.status_code == 422
+    found = await store.read(key_record_id("things", key), key_record_id("things", key))
+    assert found.record is not None
+    assert (found.record.request_hash, found.record.data) == ("name:a", {"name": "a"})
+    assert endpoint.runs == 1
+
+
+async def test_a_body_describe_refuses_claims_no_key(store: CosmosStore) -> None:
+    endpoint = Endpoint()
+    keys = IdempotencyKeys(store, scope="things", describe=described_by_name)
+    key = unique("key")
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app_for(keys, endpoint)), base_url="http://test"
+    ) as client:
+        refused = await client.post("/things", json={"nameless": True}, headers={HEADER: key})
+
+    assert refused.status_code == 400
+    found = await store.read(key_record_id("things", key), key_record_id("things", key))
+    assert found.record is None
+    assert endpoint.runs == 0
+
+
+async def test_retry_after_is_capped_as_the_host_chooses(store: CosmosStore) -> None:
+    endpoint = Endpoint()
+    endpoint.release.clear()
+    keys = IdempotencyKeys(store, scope="things", lease_seconds=60, retry_after_cap=1)
+    key = {HEADER: unique("key")}
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app_for(keys, endpoint)), base_url="http://test"
+    ) as client:
+        first = asyncio.create_task(client.post("/things", json={}, headers=key))
+        await asyncio.wait_for(endpoint.started.wait(), 10)
+        busy = await client.post("/things", json={}, headers=key)
+        endpoint.release.set()
+        await first
+
+    assert (busy.status_code, busy.headers["retry-after"]) == (409, "1")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
@@ -29,7 +30,9 @@ from http_support import (
 from exactly_once.exceptions import StoreError, TransientStoreError
 from exactly_once.records import Record
 from orders.bootstrap import HttpRuntime
+from orders.domain.hashing import request_hash
 from orders.domain.idempotency import RecordStatus, key_claim, record_id
+from orders.domain.messages import parse_order
 from orders.entrypoints.http_api import create_app
 from orders.exceptions import PublishError, TransientPublishError
 from orders.service.consumer import OrderConsumer
@@ -76,6 +79,43 @@ async def test_retry_with_the_same_body_replays_without_publishing(api: Api) -> 
     assert replay.headers["idempotent-replayed"] == "true"
     assert replay.headers["location"] == first.headers["location"]
     assert len(api.publisher.published) == 1
+
+
+async def test_a_key_recorded_before_the_core_dependency_still_replays(api: Api) -> None:
+    """The stored shapes did not change: a completed record as the intake wrote it before the
+    API stood behind the core's dependency (a literal document) replays as it did."""
+    order_id = new_order_id()
+    payload = order_payload(order_id)
+    order = parse_order(json.dumps(payload).encode())
+    identifier = record_id("app:tests", "k-recorded")
+    location = f"/api/orders/{order_id}"
+    fake_store(api).documents[identifier] = {
+        "id": identifier,
+        "type": "idempotencyRecord",
+        "scope": "app:tests",
+        "key": "k-recorded",
+        "orderId": order_id,
+        "requestHash": request_hash(order.canonical_payload()),
+        "status": "completed",
+        "owner": "http-0123456789ab",
+        "leaseSeconds": 30.0,
+        "attempts": 1,
+        "response": {
+            "statusCode": 202,
+            "body": {"orderId": order_id, "status": "accepted", "location": location},
+            "headers": {"Location": location},
+        },
+        "ttl": TTL_SECONDS,
+        "_etag": '"recorded"',
+        "_ts": int(api.clock.now) - 60,
+    }
+
+    replay = await api.post(payload, key="k-recorded")
+
+    assert (replay.status_code, replay.headers["idempotent-replayed"]) == (202, "true")
+    assert replay.json() == {"orderId": order_id, "status": "accepted", "location": location}
+    assert replay.headers["location"] == location
+    assert api.publisher.published == []
 
 
 async def test_same_key_with_a_different_body_is_422(api: Api) -> None:
@@ -247,7 +287,29 @@ async def test_too_many_lines_is_413(api: Api) -> None:
 
 
 async def test_body_over_256_kb_is_413(api: Api) -> None:
-    assert_problem(await api.post(b"{" + b" " * 300_000 + b"}"), 413, "order-too-large")
+    # The core's body limit (its problem, under this API's prefix); too many lines is the
+    # order's own limit (`order-too-large`, above).
+    assert_problem(await api.post(b"{" + b" " * 300_000 + b"}"), 413, "body-too-large")
+
+
+async def test_a_content_length_over_the_limit_is_413_before_a_byte_is_read(api: Api) -> None:
+    read = 0
+
+    async def announced() -> AsyncIterator[bytes]:
+        nonlocal read
+        for _ in range(5):
+            read += 1
+            yield b" " * 65536
+
+    response = await api.client.post(
+        "/api/orders",
+        content=announced(),
+        headers={"Idempotency-Key": "k", "Content-Length": str(5 * 65536)},
+    )
+
+    assert_problem(response, 413, "body-too-large")
+    assert read == 0
+    assert api.publisher.published == []
 
 
 async def test_an_endless_body_is_413_without_being_read_to_its_end(api: Api) -> None:
@@ -264,7 +326,7 @@ async def test_an_endless_body_is_413_without_being_read_to_its_end(api: Api) ->
         "/api/orders", content=endless(), headers={"Idempotency-Key": "k"}
     )
 
-    assert_problem(response, 413, "order-too-large")
+    assert_problem(response, 413, "body-too-large")
     assert sent < 10
 
 

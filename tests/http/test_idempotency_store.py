@@ -17,7 +17,7 @@ from azure.cosmos import PartitionKey
 from azure.cosmos.aio import CosmosClient
 from fakes import FakeIdempotencyStore
 
-from exactly_once.exceptions import RecordChangedError, RecordExistsError
+from exactly_once.exceptions import PayloadMismatchError, RecordChangedError, RecordExistsError
 from exactly_once.records import Record, lease_is_live
 from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
 from orders.domain.idempotency import (
@@ -162,10 +162,13 @@ async def test_find_order_passes_over_a_cancels_record_of_the_order(
 async def test_an_order_id_claim_keeps_the_first_payload(store: IdempotencyStore) -> None:
     order_id = f"o-{uuid.uuid4().hex[:8]}"
 
-    first = await store.claim_order_id(OrderIdClaim(order_id, "hash-1"))
-    again = await store.claim_order_id(OrderIdClaim(order_id, "hash-1"))
-    other = await store.claim_order_id(OrderIdClaim(order_id, "hash-2"))
+    first = await store.claim_order_id(OrderIdClaim(order_id, "hash-1", owner_scope="app:a"))
+    again = await store.claim_order_id(OrderIdClaim(order_id, "hash-1", owner_scope="app:b"))
+    with pytest.raises(PayloadMismatchError):  # the core's create-or-compare
+        await store.claim_order_id(OrderIdClaim(order_id, "hash-2"))
 
-    assert first == again == other == OrderIdClaim(order_id, "hash-1")
+    assert first is None  # created by this call
+    assert again == OrderIdClaim(order_id, "hash-1", owner_scope="app:a")  # the first, its owner
+    assert await store.read_order_id_claim(order_id) == again
     # A claim is not a key record: GET's lookup of accepted orders never returns it.
     assert await store.find_order("app:t", order_id) is None

@@ -21,7 +21,7 @@ from fastapi import FastAPI
 from http_support import Api, FakeClock, assert_problem, new_order_id, runtime_over
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from poison_corpus import HTTP_PROBLEM, PoisonCase, poison_cases
+from poison_corpus import PoisonCase, http_problem, poison_cases
 
 from exactly_once.exceptions import TransientStoreError
 from orders.bootstrap import HttpRuntime
@@ -44,7 +44,7 @@ BODY_CASES = [case for case in poison_cases(f"http{uuid.uuid4().hex[:6]}") if ca
 async def test_every_poison_body_is_a_problem_and_nothing_is_claimed_or_sent(
     api: Api, case: PoisonCase
 ) -> None:
-    status, slug = HTTP_PROBLEM[case.reason]
+    status, slug = http_problem(case)
 
     body = assert_problem(await api.post(case.body, key=f"k-{case.name}"), status, slug)
 

@@ -18,7 +18,7 @@ from fakes import LAYOUT, order_payload
 from servers import CosmosServer
 
 from exactly_once.decisions import Outcome, Settlement
-from exactly_once.exceptions import TransientStoreError
+from exactly_once.exceptions import PayloadMismatchError, TransientStoreError
 from orders.adapters.cosmos_client import order_partitioned_store
 from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore, order_claim_id
 from orders.domain.idempotency import OrderIdClaim, core_store_errors, key_claim
@@ -126,14 +126,19 @@ async def test_a_key_record_that_keeps_vanishing_is_transient_after_bounded_atte
     assert flapping.conflicts == 3  # bounded: the core's claim gives up after 3 attempts
 
 
-async def test_an_order_id_claim_that_vanishes_once_is_read_on_the_next_attempt(
+async def test_an_order_id_claim_that_vanishes_after_its_conflict_is_transient(
     python_cosmos: CosmosServer, containers: dict[str, ContainerProxy]
 ) -> None:
+    # The claim is the core's create-or-compare: a conflict whose claim cannot be read is
+    # the core's RecordChangedError, a retry (503) for the intake, never a wrong answer; the
+    # retry reads the claim and compares. (The adapter used to retry inside, three times.)
     store = CosmosIdempotencyStore(containers["idempotency"])
     claim = OrderIdClaim(f"race-{uuid.uuid4().hex[:10]}", "hash-1")
-    await store.claim_order_id(claim)
+    assert await store.claim_order_id(claim) is None
     vanish_on_read(python_cosmos, order_claim_id(claim.order_id), times=1)
+    other = OrderIdClaim(claim.order_id, "hash-2")
 
-    first = await store.claim_order_id(OrderIdClaim(claim.order_id, "hash-2"))
-
-    assert first == claim  # the retry inside the adapter found the stored claim
+    with pytest.raises(TransientStoreError, match="vanished"):
+        await store.claim_order_id(other)
+    with pytest.raises(PayloadMismatchError):
+        await store.claim_order_id(other)

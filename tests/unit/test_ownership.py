@@ -145,17 +145,13 @@ class Stack:
         self.lookup = OrderLookup(FakeOrderReader(self.orders), self.keys, LAYOUT)
 
     async def place(self, scope: str, order_id: str, **overrides: object) -> None:
-        await self.intake.submit(
-            scope,
-            f"place-{order_id}",
-            parse_order(json.dumps(order_payload(order_id, **overrides)).encode()),
-            first_response=lambda order: {"orderId": order.order_id},
+        # What the route runs once the core's dependency has claimed the key.
+        await self.intake.place(
+            scope, parse_order(json.dumps(order_payload(order_id, **overrides)).encode())
         )
 
     async def cancel(self, scope: str, order_id: str) -> None:
-        await self.intake.cancel(
-            scope, f"cancel-{order_id}", order_id, None, first_response=lambda i: {"orderId": i}
-        )
+        await self.intake.cancel(scope, order_id, None)
 
     def cancelled(self, order_id: str) -> bool:
         return "fulfilment" in self.orders.partitions[order_id][order_id]

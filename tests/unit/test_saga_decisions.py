@@ -22,6 +22,8 @@ from fakes import (
 )
 
 from exactly_once.decisions import Decision, Outcome, Settlement
+from exactly_once.exceptions import RecordChangedError, TransientStoreError
+from exactly_once.orchestrator import MAX_RACES
 from orders.domain.leases import StampedDocument
 from orders.domain.order_outcomes import OrderOutcome
 from orders.domain.payments import Charge, ChargeRequest
@@ -168,6 +170,54 @@ async def test_shipping_that_loses_the_race_to_a_cancel_makes_no_shipment(
     assert racing.raced
     assert outcome(decision) == (OrderOutcome.SKIPPED_CANCELLED, Settlement.COMPLETE)
     assert shipments(inbox) == [] and fulfilment(orders) is Fulfilment.CANCELLED
+
+
+class AlwaysMovedOn(FakeFencedDocuments):
+    """An order another writer rewrites between every read and write: each If-Match fails."""
+
+    def __init__(self, source: FakeFencedDocuments) -> None:
+        super().__init__()
+        self.documents = source.documents
+        self.writes = 0
+
+    async def replace(self, document: dict[str, Any], *, etag: str) -> StampedDocument:
+        self.writes += 1
+        raise RecordChangedError(document["id"])
+
+    async def replace_and_create(
+        self,
+        partition_key: str,
+        replaced: dict[str, Any],
+        *,
+        etag: str,
+        created: list[dict[str, Any]],
+    ) -> None:
+        self.writes += 1
+        raise RecordChangedError(replaced["id"])
+
+
+@pytest.mark.parametrize("step", ["cancel", "reserve", "charge"])
+async def test_an_order_that_keeps_moving_is_given_back_after_the_cores_bound(
+    orders: FakeFencedDocuments, step: str
+) -> None:
+    """The saga's races are the core's `update_fenced`: the same bound as every fenced
+    update in the core, then a transient failure the broker (or the client) retries."""
+    if step == "charge":
+        orders = stored_orders("o-1", charged=False)
+    moving = AlwaysMovedOn(orders)
+    saga = OrderSaga(moving, LAYOUT)
+
+    with pytest.raises(TransientStoreError, match="kept changing"):
+        if step == "cancel":
+            await saga.cancel("o-1", None)
+        elif step == "reserve":
+            stored = await saga.order("o-1")
+            assert stored is not None
+            await saga.reserve_shipment(stored, "event-1")
+        else:
+            await saga.record_charge("o-1", "payment-1")
+
+    assert moving.writes == MAX_RACES
 
 
 async def test_a_second_cancel_under_another_key_finds_the_order_cancelled(

@@ -2,9 +2,11 @@
 
 Key records run on the `exactly_once` core's one Cosmos implementation (`CosmosStore`): the
 create is the claim, every later write is If-Match the claimant's ETag, and a lease is judged
-by the database's clock (the record's `_ts` against `GetCurrentTimestamp()`). This module adds
-only the layout the console, `orders keys` and GET read (`IntakeRecordShape`), the orderId
-claims, and the lookups GET and operators need.
+by the database's clock (the record's `_ts` against `GetCurrentTimestamp()`). An orderId's
+claim is a document the core creates or compares (`create_or_compare`, through the store's
+`create_all` and `get`). This module adds only the layout the console, `orders keys` and GET
+read (`IntakeRecordShape`), the orderId claim's document, and the lookups GET and operators
+need.
 """
 
 from __future__ import annotations
@@ -16,9 +18,15 @@ from typing import Any
 from azure.cosmos import exceptions as cosmos_errors
 from azure.cosmos.aio import ContainerProxy
 
-from exactly_once import CosmosStore, DocumentExistsError, Record, RecordRead, RecordStatus
+from exactly_once import (
+    CosmosStore,
+    DocumentCreator,
+    Record,
+    RecordRead,
+    RecordStatus,
+)
 from exactly_once.cosmos import claim_fields, store_errors
-from exactly_once.exceptions import TransientStoreError
+from exactly_once.orchestrator import create_or_compare
 from orders.adapters.cosmos_client import idempotency_container
 from orders.adapters.process_clients import given_or_own
 from orders.domain.idempotency import (
@@ -31,8 +39,6 @@ from orders.settings import Settings
 
 RECORD_DOCUMENT_TYPE = "idempotencyRecord"
 ORDER_CLAIM_DOCUMENT_TYPE = "orderIdClaim"
-# An orderId claim that conflicts, then cannot be read, is created again this often.
-ORDER_CLAIM_ATTEMPTS = 3
 
 
 class IntakeRecordShape:
@@ -88,7 +94,10 @@ def order_claim_id(order_id: str) -> str:
 
 
 def order_claim_document(claim: OrderIdClaim) -> dict[str, Any]:
+    """The claim as claims have always been stored; its `requestHash` is what the core's
+    `create_or_compare` compares."""
     return {
+        "id": order_claim_id(claim.order_id),
         "type": ORDER_CLAIM_DOCUMENT_TYPE,
         "orderId": claim.order_id,
         "requestHash": claim.request_hash,
@@ -104,29 +113,29 @@ def order_claim(document: Mapping[str, Any]) -> OrderIdClaim:
     )
 
 
+async def claim_order_id(documents: DocumentCreator, claim: OrderIdClaim) -> OrderIdClaim | None:
+    """The claim created (None), or the claim stored first with the same request hash; the
+    core's `PayloadMismatchError` when it holds another. The core's create-or-compare: one
+    create (a one-document batch in the claim's own partition), a point read on a conflict."""
+    document_id = order_claim_id(claim.order_id)
+    with core_store_errors():
+        first = await create_or_compare(
+            documents, document_id, order_claim_document(claim), request_hash=claim.request_hash
+        )
+    return None if first is None else order_claim(first.body)
+
+
 class CosmosIdempotencyStore(CosmosStore):
     """`IdempotencyStore`: the core's `CosmosStore` over the intake's container (partitioned by
-    `/id`, so every record and claim is a point), in the intake's shape, plus orderId claims and
-    the lookups of GET and operators."""
+    `/id`, so every record and claim is a point), in the intake's shape, plus the lookups of
+    GET and operators."""
 
     def __init__(self, container: ContainerProxy) -> None:
         super().__init__(container, partition_key_field="id", shape=IntakeRecordShape())
         self._documents = container
 
-    async def claim_order_id(self, claim: OrderIdClaim) -> OrderIdClaim:
-        """Create the claim, or return the one stored first. Claims never expire, but one an
-        operator deleted between our conflict and our read is simply created again."""
-        document_id = order_claim_id(claim.order_id)
-        for _ in range(ORDER_CLAIM_ATTEMPTS):
-            with core_store_errors():
-                try:
-                    await self.create_all(document_id, [order_claim_document(claim)])
-                    return claim
-                except DocumentExistsError:
-                    stored = await self.get(document_id, document_id)
-            if stored is not None:
-                return order_claim(stored.body)
-        raise TransientStoreError(f"order claim {document_id!r} kept conflicting and vanishing")
+    async def claim_order_id(self, claim: OrderIdClaim) -> OrderIdClaim | None:
+        return await claim_order_id(self, claim)
 
     async def read_order_id_claim(self, order_id: str) -> OrderIdClaim | None:
         document_id = order_claim_id(order_id)

@@ -19,11 +19,14 @@ from exactly_once.exceptions import RecordChangedError, TransientStoreError
 from exactly_once.keys import MAX_KEY_LENGTH, KeyFault, key_fault, key_record_id
 from exactly_once.records import (
     JsonObject,
+    JsonValue,
     Record,
     RecordStatus,
     lease_is_live,
     lease_seconds_left,
 )
+from orders.domain.hashing import request_hash
+from orders.domain.model import OrderPlaced
 from orders.exceptions import InvalidIdempotencyKeyError
 
 __all__ = [
@@ -31,9 +34,12 @@ __all__ = [
     "KeyRecord",
     "OrderIdClaim",
     "RecordStatus",
+    "cancel_request_hash",
     "core_store_errors",
     "eviction_refusal",
     "key_claim",
+    "key_data",
+    "order_request_hash",
     "record_id",
     "validate_idempotency_key",
 ]
@@ -95,15 +101,35 @@ def key_claim(
         status=RecordStatus.IN_PROGRESS,
         owner=owner,
         lease_seconds=lease_seconds,
-        data={
-            "scope": scope,
-            "key": key,
-            "orderId": order_id,
-            # only a cancel says so: a placing record keeps the shape it always had
-            **({"operation": operation} if operation != PLACE_OPERATION else {}),
-        },
+        data=key_data(scope, key, order_id, operation),
         expires_after_seconds=ttl_seconds,
     )
+
+
+def key_data(
+    scope: str, key: str, order_id: str, operation: str = PLACE_OPERATION
+) -> dict[str, JsonValue]:
+    """What a key's record carries beside the claim: whose key, and which order it is about
+    (GET finds a caller's accepted order by them; the console and `orders keys` show them)."""
+    return {
+        "scope": scope,
+        "key": key,
+        "orderId": order_id,
+        # only a cancel says so: a placing record keeps the shape it always had
+        **({"operation": operation} if operation != PLACE_OPERATION else {}),
+    }
+
+
+def order_request_hash(order: OrderPlaced) -> str:
+    """The request hash of a placed order: of its validated payload, so spelling, key order
+    and number format never make a retry a different request. Records stored since the
+    intake began keep this hash, so their retries still replay."""
+    return request_hash(order.canonical_payload())
+
+
+def cancel_request_hash(order_id: str, reason: str | None) -> str:
+    """The request hash of a cancel: namespaced, so a cancel never shares one with an order."""
+    return request_hash({"cancel": {"orderId": order_id, "reason": reason}})
 
 
 @dataclass(frozen=True)

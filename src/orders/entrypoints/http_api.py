@@ -1,5 +1,13 @@
 """The HTTP API (FastAPI): decode the request, call the intake or the lookup, map the result.
 
+The two POST routes stand behind the `exactly_once` core's `Idempotency-Key` dependency
+(`IdempotencyKeys`), so the API answers as the core does: the key's rules, the body limit
+(`Content-Length` judged before a byte is read, a stream cut off at the limit), 409 with
+Retry-After, 422, the recorded answer replayed with `Idempotent-Replayed: true`, and each
+refusal as problem+json under this API's problem types. The app chooses only what the core lets
+it: the key's scope (the caller), the request hash and the record's data (`key_data`), the body
+limit, and a Retry-After of at most 1 s.
+
 Served by uvicorn (`orders serve`) and by the Functions host (`func.AsgiFunctionApp` in
 function_app.py). The host's routePrefix is `api` and it hands the app the full path, so the
 routes carry `/api` themselves and the paths agree in both hosts. Clients are built on the first
@@ -13,13 +21,20 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from opentelemetry import propagate, trace
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
+from exactly_once.idempotency_key import (
+    DescribeRequest,
+    IdempotencyKeys,
+    KeyClaim,
+    KeyedRequest,
+)
 from exactly_once.records import JsonObject
 from orders import __version__
 from orders.bootstrap import (
@@ -29,16 +44,21 @@ from orders.bootstrap import (
     build_http_runtime,
     shared_process_clients,
 )
-from orders.domain.idempotency import validate_idempotency_key
+from orders.domain.idempotency import (
+    CANCEL_OPERATION,
+    cancel_request_hash,
+    key_data,
+    order_request_hash,
+)
 from orders.domain.ids import is_entity_id
 from orders.domain.messages import MAX_BODY_BYTES, parse_order
-from orders.domain.status import MAX_CANCEL_BODY_BYTES, parse_cancel_request
+from orders.domain.model import OrderPlaced
+from orders.domain.status import MAX_CANCEL_BODY_BYTES, CancelRequest, parse_cancel_request
 from orders.entrypoints.console_routes import ConsoleFactory, install_console
 from orders.entrypoints.http_contract import (
     ACCEPTED_RETRY_AFTER,
     IDEMPOTENCY_KEY_HEADER,
     PRINCIPAL_HEADER,
-    REPLAYED_HEADER,
     StoredResponse,
     accepted_body,
     accepted_response,
@@ -61,14 +81,14 @@ from orders.entrypoints.http_openapi import (
     openapi_document,
 )
 from orders.entrypoints.http_problems import (
+    PROBLEM_TYPE_PREFIX,
+    InvalidPathId,
     install_problem_handlers,
     invalid_id,
     unknown_order,
 )
 from orders.entrypoints.lazy_runtime import Closes, Lazy
-from orders.exceptions import InvalidIdempotencyKeyError
-from orders.observability import HttpTelemetry
-from orders.service.idempotency import SubmitResult
+from orders.observability import HttpTelemetry, log_value
 from orders.service.order_lookup import OrderState
 from orders.settings import console_enabled
 
@@ -87,15 +107,8 @@ async def console_runtime_from_env() -> ConsoleRuntime:
 
 
 logger = logging.getLogger("orders.http")
-
-
-def replay(answer: JsonObject, *, replayed: bool) -> JSONResponse:
-    """The stored answer as the HTTP response it was, marked when it is a replay."""
-    response = StoredResponse.of_json(answer)
-    headers = dict(response.headers)
-    if replayed:
-        headers[REPLAYED_HEADER] = "true"
-    return JSONResponse(response.body, status_code=response.status_code, headers=headers)
+# Each request's claim is owned by `http-<random>`: one owner per request.
+OWNER_PREFIX = "http"
 
 
 def caller_scope(request: Request, services: HttpRuntime) -> str:
@@ -111,6 +124,28 @@ def caller_scope(request: Request, services: HttpRuntime) -> str:
     if principal and services.trust_principal_header:
         return f"principal:{principal}"
     return f"app:{services.default_scope}"
+
+
+def order_keys(
+    services: HttpRuntime, scope: str, max_body_bytes: int, describe: DescribeRequest
+) -> IdempotencyKeys:
+    """The core's dependency over the intake's records, for one request: keys in the caller's
+    `scope`, the intake's lease, ttl and Retry-After cap, this API's problem types, and the
+    route's body limit and `describe` (its request hash, and the data the record's readers
+    know). Built per request because the scope is the caller's and the records are the
+    runtime's, which is built on the first request."""
+    intake = services.intake
+    return IdempotencyKeys(
+        intake.records,
+        scope=scope,
+        lease_seconds=intake.lease_seconds,
+        expires_after_seconds=intake.ttl_seconds,
+        owner=OWNER_PREFIX,
+        max_body_bytes=max_body_bytes,
+        problem_type_prefix=PROBLEM_TYPE_PREFIX,
+        describe=describe,
+        retry_after_cap=intake.retry_after_cap,
+    )
 
 
 # --- The app --------------------------------------------------------------------------------
@@ -174,13 +209,59 @@ def create_app(
     if allowed_hosts is not None:
         app.add_middleware(HostCheck, allowed=allowed_hosts)
 
-    def answer(result: SubmitResult) -> JSONResponse:
-        """The stored first response, counted as a replay or a takeover where it is one."""
-        if result.replayed:
+    def counted(claim: KeyClaim) -> None:
+        """A replay or a takeover counted where the claim is one."""
+        if claim.replay is not None:
             telemetry.replays.add(1)
-        if result.took_over:
+        if claim.took_over:
             telemetry.takeovers.add(1)
-        return replay(result.answer, replayed=result.replayed)
+
+    async def place_claim(request: Request) -> AsyncIterator[Placing]:
+        """The core's dependency for POST /api/orders: the key claimed for the validated
+        order, whose request hash is the order's (`order_request_hash`)."""
+        services = await runtime.get()
+        scope = caller_scope(request, services)
+        parsed: list[OrderPlaced] = []
+
+        def describe(request: Request, body: bytes) -> KeyedRequest:
+            order = parse_order(body)  # refused before the key is claimed
+            parsed.append(order)
+            key = request.headers[IDEMPOTENCY_KEY_HEADER]
+            return KeyedRequest(order_request_hash(order), key_data(scope, key, order.order_id))
+
+        keys = order_keys(services, scope, MAX_BODY_BYTES, describe)
+        async with keys.claimed(request) as claim:
+            counted(claim)
+            yield Placing(claim, parsed[0], services, scope)
+
+    async def cancel_claim(request: Request) -> AsyncIterator[Cancelling]:
+        """The core's dependency for POST /api/orders/{orderId}/cancel: the key claimed for
+        the cancel of a valid orderId, whose request hash is the cancel's."""
+        services = await runtime.get()
+        scope = caller_scope(request, services)
+        order_id = str(request.path_params["orderId"])
+        parsed: list[CancelRequest] = []
+
+        def describe(request: Request, body: bytes) -> KeyedRequest:
+            cancel = parse_cancel_request(body)
+            if not is_entity_id(order_id):
+                raise InvalidPathId("orderId", order_id)
+            parsed.append(cancel)
+            key = request.headers[IDEMPOTENCY_KEY_HEADER]
+            return KeyedRequest(
+                cancel_request_hash(order_id, cancel.reason),
+                key_data(scope, key, order_id, CANCEL_OPERATION),
+            )
+
+        keys = order_keys(services, scope, MAX_CANCEL_BODY_BYTES, describe)
+        async with keys.claimed(request) as claim:
+            counted(claim)
+            yield Cancelling(claim, order_id, parsed[0], services, scope)
+
+    # Defaults, not `Annotated`: annotations are strings here (postponed), which FastAPI
+    # resolves in the module, where these dependencies, local to create_app, are not.
+    claimed_order = Depends(place_claim)
+    claimed_cancel = Depends(cancel_claim)
 
     if console_factory is not None:
         console_runtime = install_console(app, console_factory)
@@ -193,7 +274,8 @@ def create_app(
         responses=PLACE_ORDER_RESPONSES,
         openapi_extra=PLACE_ORDER_EXTRA,
     )
-    async def place_order(request: Request) -> Response:
+    async def place_order(request: Request, placing: Placing = claimed_order) -> Response:
+        claim = placing.claim
         # A caller's `traceparent` is continued: its trace then reaches the consumer through
         # the message (see orders/tracing.py).
         with tracer.start_as_current_span(
@@ -201,17 +283,15 @@ def create_app(
             context=propagate.extract(dict(request.headers)),
             kind=trace.SpanKind.SERVER,
         ):
-            # Every refusal is an exception that http_problems maps to its problem.
-            key = validate_idempotency_key(single_header(request, IDEMPOTENCY_KEY_HEADER))
-            order = parse_order(await capped_body(request))
-            services = await runtime.get()
-            result = await services.intake.submit(
-                caller_scope(request, services),
-                key,
-                order,
-                first_response=lambda accepted: accepted_response(accepted.order_id),
-            )
-            return answer(result)
+            if claim.replay is not None:
+                return claim.replay
+            if claim.took_over:
+                logger.warning(
+                    "took over the expired claim of order %s: publishing again",
+                    log_value(placing.order.order_id),
+                )
+            await placing.services.intake.place(placing.scope, placing.order)
+            return await complete(claim, accepted_response(placing.order.order_id))
 
     @app.post(
         "/api/orders/{orderId}/cancel",
@@ -221,25 +301,21 @@ def create_app(
         responses=CANCEL_ORDER_RESPONSES,
         openapi_extra=CANCEL_ORDER_EXTRA,
     )
-    async def cancel_order(request: Request, orderId: str) -> Response:
+    async def cancel_order(
+        request: Request, orderId: str, cancelling: Cancelling = claimed_cancel
+    ) -> Response:
+        claim = cancelling.claim
         with tracer.start_as_current_span(
             "POST /api/orders/{orderId}/cancel",
             context=propagate.extract(dict(request.headers)),
             kind=trace.SpanKind.SERVER,
         ):
-            key = validate_idempotency_key(single_header(request, IDEMPOTENCY_KEY_HEADER))
-            cancel = parse_cancel_request(await capped_body(request, MAX_CANCEL_BODY_BYTES))
-            if not is_entity_id(orderId):
-                return invalid_id("orderId", orderId)
-            services = await runtime.get()
-            result = await services.intake.cancel(
-                caller_scope(request, services),
-                key,
-                orderId,
-                cancel.reason,
-                first_response=cancel_response,
+            if claim.replay is not None:
+                return claim.replay
+            await cancelling.services.intake.cancel(
+                cancelling.scope, cancelling.order_id, cancelling.cancel.reason
             )
-            return answer(result)
+            return await complete(claim, cancel_response(cancelling.order_id))
 
     @app.get(
         "/api/orders/{orderId}",
@@ -268,25 +344,28 @@ def create_app(
     return app
 
 
-def single_header(request: Request, name: str) -> str | None:
-    """The header's one value; sent twice it is ambiguous, so it is refused, never guessed."""
-    values = request.headers.getlist(name)
-    if len(values) > 1:
-        raise InvalidIdempotencyKeyError(f"the {name} header was sent {len(values)} times")
-    return values[0] if values else None
+@dataclass(frozen=True)
+class Placing:
+    """A claimed POST /api/orders: the core's claim, the validated order, and whose it is."""
+
+    claim: KeyClaim
+    order: OrderPlaced
+    services: HttpRuntime
+    scope: str
 
 
-async def capped_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
-    """The body, read no further than one byte past the limit (`parse_order` rejects it then).
+@dataclass(frozen=True)
+class Cancelling:
+    """A claimed cancel: the core's claim, the orderId and the validated body."""
 
-    A client must not make the API buffer an arbitrarily large body just to be told it is
-    too large.
-    """
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            break
-    return b"".join(chunks)[: limit + 1]
+    claim: KeyClaim
+    order_id: str
+    cancel: CancelRequest
+    services: HttpRuntime
+    scope: str
+
+
+async def complete(claim: KeyClaim, answer: JsonObject) -> Response:
+    """Record the first answer in the key's record (replayed to every retry) and return it."""
+    response = StoredResponse.of_json(answer)
+    return await claim.complete(response.status_code, response.body, response.headers)

@@ -1,8 +1,8 @@
 """The HTTP shapes of the intake: header names, the order route and the 202 it answers.
 
-Next to the routes, not in the domain: the domain keeps the key rules, and the intake stores
-whatever answer the first request got as opaque JSON, without knowing it is HTTP. Only this
-host gives that answer a meaning (`StoredResponse`), so it lives here.
+Next to the routes, not in the domain: the first answer under a key is recorded and replayed
+by the core's `Idempotency-Key` dependency, in the shape `StoredResponse` names, and only this
+host uses it.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ ACCEPTED_RETRY_AFTER = 1
 @dataclass(frozen=True)
 class StoredResponse:
     """The HTTP response of a key's first request, replayed verbatim to every retry. The
-    intake stores it as JSON (`to_json`) in the key's record, under `response`: the shape
-    records have always had, which `orders keys show` and the console print."""
+    core's dependency records it as this JSON (`to_json`) in the key's record, under
+    `response`: the shape records have always had, which `orders keys show` and the console
+    print."""
 
     status_code: int
     body: dict[str, Any]

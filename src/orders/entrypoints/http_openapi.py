@@ -115,7 +115,11 @@ PLACE_ORDER_RESPONSES: dict[int | str, dict[str, Any]] = {
         "description": "Same key still in progress (`request-in-progress`, Retry-After), "
         "or the orderId was accepted with a different payload (`order-id-conflict`)"
     },
-    413: PROBLEM_RESPONSE | {"description": "Order too large"},
+    413: PROBLEM_RESPONSE
+    | {
+        "description": "Body over 256 KB (`body-too-large`, judged from Content-Length before "
+        "a byte is read), or an order over the batch's limits (`order-too-large`)"
+    },
     422: PROBLEM_RESPONSE | {"description": "Same key, different body"},
     503: PROBLEM_RESPONSE | {"description": "Dependency unavailable (Retry-After)"},
 }
@@ -169,6 +173,8 @@ CANCEL_ORDER_RESPONSES: dict[int | str, dict[str, Any]] = {
         "description": "`order-already-shipped`: the shipment was reserved first (final); "
         "`order-not-stored-yet` or `request-in-progress` (Retry-After)"
     },
+    413: PROBLEM_RESPONSE
+    | {"description": "Body over 1 KB (`body-too-large`, judged from Content-Length first)"},
     422: PROBLEM_RESPONSE | {"description": "Same key, different request"},
     503: PROBLEM_RESPONSE | {"description": "Dependency unavailable (Retry-After)"},
 }

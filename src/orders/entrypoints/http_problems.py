@@ -4,9 +4,9 @@ Routes raise; the handlers installed here map each exception to its problem. Cli
 4xx, a dependency that may recover is 503 with Retry-After, anything else 500: never an HTML or
 plain-text page.
 
-The `Idempotency-Key` refusals (missing or invalid key, a key reused, a request in progress)
-are the core's problems (`exactly_once.problems`), the ones its FastAPI dependency answers:
-one table for both, so the API and the core answer the draft alike and cannot drift.
+The `Idempotency-Key` refusals (missing or invalid key, a key reused, a request in progress, a
+body over the limit) are raised by the core's FastAPI dependency itself (`KeyProblem`) and
+answered with its problem under this API's prefix: one behaviour, the core's.
 """
 
 from __future__ import annotations
@@ -22,20 +22,17 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from exactly_once import problems as key_problems
 from exactly_once.exceptions import StoreError, TransientStoreError
+from exactly_once.idempotency_key import KeyProblem, problem_response
 from exactly_once.problems import PROBLEM_JSON, Problem
 from orders.domain.ids import id_problem
 from orders.domain.messages import MAX_REPORTED_ERRORS, DeadLetterReason, MessageRejected
 from orders.exceptions import (
-    IdempotencyKeyReusedError,
     InvalidCancelRequestError,
-    InvalidIdempotencyKeyError,
     OrderAlreadyShippedError,
     OrderIdConflictError,
     OrderNotStoredYetError,
     PublishError,
-    RequestInProgressError,
     ServiceNotReadyError,
     TransientPublishError,
     UnknownOrderError,
@@ -52,6 +49,15 @@ RETRY_LATER = "a dependency is unavailable; retry later"
 # An id outside the one id grammar (`domain/ids.py`), in the body or the path.
 INVALID_ID = "invalid-id"
 INVALID_ID_TITLE = "Id outside the id rule"
+
+
+class InvalidPathId(ValueError):
+    """A path's id outside the one id grammar, found before the request's key is claimed."""
+
+    def __init__(self, name: str, value: str) -> None:
+        super().__init__(f"{name}: {id_problem(value)}")
+        self.name = name
+        self.value = value
 
 
 def problem(
@@ -113,23 +119,6 @@ def invalid_id(name: str, value: str) -> JSONResponse:
     return problem(400, INVALID_ID, INVALID_ID_TITLE, f"{name}: {id_problem(value)}")
 
 
-def core_problem(found: Problem) -> JSONResponse:
-    """One of the core's problems, under this API's problem types."""
-    return problem(
-        found.status, found.slug, found.title, found.detail, headers=dict(found.headers) or None
-    )
-
-
-def key_problem(error: InvalidIdempotencyKeyError) -> JSONResponse:
-    if error.missing:
-        return core_problem(key_problems.missing_key(str(error)))
-    return core_problem(key_problems.invalid_key(str(error)))
-
-
-RETRY_WITH_SAME_KEY = "a dependency is unavailable; retry with the same Idempotency-Key"
-RETRY_LATER = "a dependency is unavailable; retry later"
-
-
 def failure_problem(error: Exception, retry_advice: str = RETRY_LATER) -> JSONResponse:
     """Server-side failures: 503 when a retry may succeed, 500 otherwise (never a client 4xx)."""
     if isinstance(error, TransientStoreError | TransientPublishError | ServiceNotReadyError):
@@ -157,17 +146,15 @@ def _retry_advice(request: Request) -> str:
 # exception type -> its problem; the first matching entry (in order) answers.
 ProblemFor = Callable[[Request, Any], JSONResponse]
 PROBLEMS: list[tuple[type[Exception], ProblemFor]] = [
-    (InvalidIdempotencyKeyError, lambda request, error: key_problem(error)),
+    # The core's dependency sets the type prefix (this API's) on the problems it raises.
+    (KeyProblem, lambda request, error: problem_response(error.problem, error.type_prefix)),
+    (InvalidPathId, lambda request, error: invalid_id(error.name, error.value)),
     (MessageRejected, lambda request, error: rejected_body_problem(error)),
     (
         InvalidCancelRequestError,
         lambda request, error: problem(
             400, "invalid-cancel-request", "Invalid cancel request", str(error)
         ),
-    ),
-    (
-        IdempotencyKeyReusedError,
-        lambda request, error: core_problem(key_problems.key_reused(str(error))),
     ),
     (
         OrderIdConflictError,
@@ -193,12 +180,6 @@ PROBLEMS: list[tuple[type[Exception], ProblemFor]] = [
             "The order is accepted but not stored yet",
             str(error),
             headers={"Retry-After": str(error.retry_after)},
-        ),
-    ),
-    (
-        RequestInProgressError,
-        lambda request, error: core_problem(
-            key_problems.request_in_progress(error.retry_after, str(error))
         ),
     ),
     (StoreError, lambda request, error: failure_problem(error, _retry_advice(request))),

@@ -19,7 +19,6 @@ from orders.adapters.servicebus_load import ServiceBusLoadSender, peek_dead_lett
 from orders.bootstrap import DOCUMENT_LAYOUT, ProcessClients, build_http_runtime
 from orders.domain.load_plan import LoadPlan, PlannedCancel
 from orders.domain.ownership import app_scope
-from orders.entrypoints.http_contract import cancel_response
 from orders.service.cancels import CancelResults, StoreProbe, intake_canceller, run_cancels
 from orders.service.load import LoadResult, run_load
 from orders.service.registry import BILLING
@@ -74,9 +73,7 @@ async def send_cancels(
             DOCUMENT_LAYOUT,
         )
         scope = app_scope(settings.idempotency_scope)
-        # Stored as the API stores its own cancels: a caller replaying the load's key through
-        # the API gets the answer the API gives.
-        cancel = intake_canceller(runtime.intake, scope, cancel_response)
+        cancel = intake_canceller(runtime.intake, scope)
         return await run_cancels(tuple(cancels), cancel, probe)
 
 

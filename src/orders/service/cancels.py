@@ -18,14 +18,12 @@ from typing import Protocol
 
 from exactly_once.exceptions import TransientStoreError
 from exactly_once.ports import DocumentCreator
-from exactly_once.records import JsonObject
 from orders.domain.events import order_event_id
 from orders.domain.inbox import BillingStatus
 from orders.domain.load_plan import CancelPoint, PlannedCancel
 from orders.exceptions import (
     OrderAlreadyShippedError,
     OrderNotStoredYetError,
-    RequestInProgressError,
     TransientPublishError,
     UnknownOrderError,
 )
@@ -62,21 +60,22 @@ class CancelNotYet(Exception):
 Canceller = Callable[[str, str], Awaitable[CancelAnswer]]
 
 
-def intake_canceller(
-    intake: IdempotentOrderIntake, scope: str, first_response: Callable[[str], JsonObject]
-) -> Canceller:
+def intake_canceller(intake: IdempotentOrderIntake, scope: str) -> Canceller:
     """The API cancel route's core as a `Canceller` for the load, in caller scope `scope`:
-    what the route answers 409 or retries becomes `ALREADY_SHIPPED` or `CancelNotYet`."""
+    what the route answers 409 or retries becomes `ALREADY_SHIPPED` or `CancelNotYet`.
 
-    async def cancel(order_id: str, key: str) -> CancelAnswer:
+    The load claims no `Idempotency-Key` (its key names the planned cancel only): a key is the
+    HTTP route's, claimed by the core's dependency, and a cancel is idempotent on the order
+    document without one (a second cancel answers as the first)."""
+
+    async def cancel(order_id: str, _key: str) -> CancelAnswer:
         try:
-            await intake.cancel(scope, key, order_id, "load", first_response=first_response)
+            await intake.cancel(scope, order_id, "load")
         except OrderAlreadyShippedError:
             return CancelAnswer.ALREADY_SHIPPED
         except (
             UnknownOrderError,  # sent straight to the queue: no claim, not stored yet
             OrderNotStoredYetError,
-            RequestInProgressError,  # the other key's twin holds the order's race
             TransientStoreError,
             TransientPublishError,
         ) as not_yet:

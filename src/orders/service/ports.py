@@ -312,14 +312,15 @@ class MessageHandler(Protocol):
 class IdempotencyStore(RecordStore, Protocol):
     """The intake's records: its keys' records through the `exactly_once` core's record-store
     port (the create is the lock, every later write If-Match, leases by the database's clock),
-    plus the orderId claims and the lookup GET needs.
+    the orderId claims (the core's create-or-compare), and the lookups GET needs.
 
     The core's `TransientStoreError` / `StoreError` (or the app's) mean a retry may succeed, or
     not.
     """
 
-    async def claim_order_id(self, claim: OrderIdClaim) -> OrderIdClaim:
-        """Create the claim, or return the claim stored first for that orderId (unchanged)."""
+    async def claim_order_id(self, claim: OrderIdClaim) -> OrderIdClaim | None:
+        """Create the claim (None), or return the claim stored first when it holds the same
+        request hash; the core's `PayloadMismatchError` when it holds another."""
         ...
 
     async def read_order_id_claim(self, order_id: str) -> OrderIdClaim | None:

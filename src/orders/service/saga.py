@@ -6,19 +6,25 @@ act; shipping reserves the shipment and the HTTP API cancels by an If-Match repl
 document, so the two can never both win; billing records its charge, or a refusal that ends the
 order in `payment_failed`, on that document too, and shipping reserves only a charged order
 (`domain/saga.py`).
+
+Each of these is a read-decide-write under the read's ETag, run by the core's `update_fenced`:
+a write that lost its race reads the order again and decides anew, within the core's bound
+(`exactly_once.orchestrator.MAX_RACES`), past which the caller retries later (the broker, or
+the client with its key).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from exactly_once.decisions import Decision, Outcome, Settlement
 from exactly_once.exceptions import RecordChangedError, TransientStoreError
+from exactly_once.orchestrator import update_fenced
 from orders.domain.events import OrderCancelled, OrderEvent
 from orders.domain.saga import (
     CancelVerdict,
@@ -36,8 +42,8 @@ from orders.service.ports import OrderDocuments, SagaLayout
 
 logger = logging.getLogger("orders.saga")
 
-# Each lost race costs a read; past this many the caller retries later (the broker or client).
-MAX_RACES = 8
+S = TypeVar("S")  # what a fenced update reads
+R = TypeVar("R")  # what it decides
 
 
 class EventRefused(Exception):
@@ -111,18 +117,17 @@ class OrderSaga:
         """RESERVED once the shipment is reserved for `event_id` (now or before);
         SKIP_CANCELLED when a cancel won, SKIP_PAYMENT_FAILED when the charge was refused,
         AWAIT_CHARGE while billing has not recorded the charge (`stored` is then current)."""
-        for _ in range(MAX_RACES):
-            verdict = judge_shipment(stored.order)
+
+        async def reserve(current: FencedOrder) -> ShipVerdict:
+            verdict = judge_shipment(current.order)
             if verdict is not ShipVerdict.RESERVE:
                 return verdict
-            reserved = self._layout.shipment_reserved(stored.document, event_id, self._clock())
-            try:
-                await self._orders.replace(reserved, etag=stored.etag)
-                return ShipVerdict.RESERVED
-            except RecordChangedError:
-                stored = await self._reread(stored.order.order_id)
+            reserved = self._layout.shipment_reserved(current.document, event_id, self._clock())
+            await self._orders.replace(reserved, etag=current.etag)
+            return ShipVerdict.RESERVED
+
         order_id = stored.order.order_id
-        raise TransientStoreError(f"order {order_id!r} changed {MAX_RACES} times in a row")
+        return await self._fenced(order_id, first_then(stored, self._reread), reserve)
 
     async def cancel(
         self,
@@ -134,8 +139,8 @@ class OrderSaga:
         """Decide the cancel now: cancelled (with its `OrderCancelled` event, one batch), or
         refused because the shipment was reserved first, or because `may_cancel` says the
         order read is not the caller's (asked before anything else is told of it)."""
-        stored = await self.order(order_id)
-        for _ in range(MAX_RACES):
+
+        async def cancel_stored(stored: FencedOrder | None) -> CancelResult:
             if stored is None:
                 return CancelResult.NOT_STORED
             if not may_cancel(stored.order):
@@ -147,18 +152,16 @@ class OrderSaga:
                     return CancelResult.ALREADY_SHIPPED
             at = self._clock()
             event = OrderCancelled.of(order_id, cancelled_at=at, reason=reason)
-            try:
-                await self._orders.replace_and_create(
-                    order_id,
-                    self._layout.order_cancelled(stored.document, at, reason),
-                    etag=stored.etag,
-                    created=[self._layout.outbox_document(event)],
-                )
-                logger.info("order %s cancelled", log_value(order_id))
-                return CancelResult.CANCELLED
-            except RecordChangedError:
-                stored = await self.order(order_id)  # shipping (or another cancel) moved first
-        raise TransientStoreError(f"order {order_id!r} changed {MAX_RACES} times in a row")
+            await self._orders.replace_and_create(
+                order_id,
+                self._layout.order_cancelled(stored.document, at, reason),
+                etag=stored.etag,
+                created=[self._layout.outbox_document(event)],
+            )
+            logger.info("order %s cancelled", log_value(order_id))
+            return CancelResult.CANCELLED
+
+        return await self._fenced(order_id, lambda: self.order(order_id), cancel_stored)
 
     async def record_charge(self, order_id: str, payment_id: str) -> FencedOrder:
         """Record billing's charge on the order document (If-Match), which is what lets
@@ -189,25 +192,47 @@ class OrderSaga:
         *,
         charged: bool,
     ) -> FencedOrder:
-        stored = await self._reread(order_id)
-        for _ in range(MAX_RACES):
+
+        async def record(stored: FencedOrder) -> FencedOrder:
             if judge_payment(stored.order, charged=charged) is PaymentVerdict.RECORDED:
                 return stored
-            try:
-                written = await self._orders.replace(
-                    rewrite(stored.document, self._clock()), etag=stored.etag
-                )
-            except RecordChangedError:
-                stored = await self._reread(order_id)  # a cancel (or a retry) moved first
-                continue
+            written = await self._orders.replace(
+                rewrite(stored.document, self._clock()), etag=stored.etag
+            )
             order = self._layout.saga_order(written.body)
             if order is None:
                 raise TransientStoreError(f"order {order_id!r} could not be read back")
             return FencedOrder(order, written.body, written.stamp.etag)
-        raise TransientStoreError(f"order {order_id!r} changed {MAX_RACES} times in a row")
+
+        return await self._fenced(order_id, lambda: self._reread(order_id), record)
+
+    async def _fenced(
+        self,
+        order_id: str,
+        read: Callable[[], Awaitable[S]],
+        write: Callable[[S], Awaitable[R]],
+    ) -> R:
+        """`write(read())` under the core's `update_fenced`; an order that kept changing is a
+        transient failure, which the broker (or the client) retries."""
+        try:
+            return await update_fenced(read, write, name=order_id)
+        except RecordChangedError as exc:
+            raise TransientStoreError(f"order {order_id!r}: {exc}") from exc
 
     async def _reread(self, order_id: str) -> FencedOrder:
         stored = await self.order(order_id)
         if stored is None:
             raise TransientStoreError(f"order {order_id!r} vanished during the saga")
         return stored
+
+
+def first_then(
+    first: FencedOrder, reread: Callable[[str], Awaitable[FencedOrder]]
+) -> Callable[[], Awaitable[FencedOrder]]:
+    """Reads that start from an order already read (the verified event's), then read again."""
+    pending = [first]
+
+    async def read() -> FencedOrder:
+        return pending.pop() if pending else await reread(first.order.order_id)
+
+    return read

@@ -68,7 +68,9 @@ if TYPE_CHECKING:
         TwoPhaseResult,
         apply_version,
         create_entity,
+        create_or_compare,
         inbox_batch,
+        update_fenced,
     )
     from exactly_once.ports import DocumentCreator, DocumentStore, RecordStore, Store
     from exactly_once.records import (
@@ -168,6 +170,7 @@ _MODULE_OF: dict[str, str] = {
     "apply_version": "orchestrator",
     "cloud_event_key": "message_keys",
     "create_entity": "orchestrator",
+    "create_or_compare": "orchestrator",
     "decision_for_error": "decisions",
     "exactly_once": "servicebus",
     "fingerprint": "records",
@@ -179,6 +182,7 @@ _MODULE_OF: dict[str, str] = {
     "run_session_worker": "worker",
     "run_worker": "worker",
     "settle": "decisions",
+    "update_fenced": "orchestrator",
 }
 
 __all__ = [
@@ -248,6 +252,7 @@ __all__ = [
     "apply_version",
     "cloud_event_key",
     "create_entity",
+    "create_or_compare",
     "decision_for_error",
     "exactly_once",
     "fingerprint",
@@ -259,6 +264,7 @@ __all__ = [
     "run_session_worker",
     "run_worker",
     "settle",
+    "update_fenced",
 ]
 
 

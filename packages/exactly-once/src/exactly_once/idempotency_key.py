@@ -31,7 +31,9 @@ asks. A replay carries `Idempotent-Replayed: true`.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode
 
 from fastapi import FastAPI, HTTPException, Request
@@ -44,6 +46,7 @@ from exactly_once.exceptions import (
 )
 from exactly_once.keys import (
     HEADER,
+    MAX_RETRY_AFTER_SECONDS,
     KeyedRequests,
     key_fault,
     key_record_id,
@@ -76,9 +79,11 @@ __all__ = [
     "DEFAULT_EXPIRES_AFTER_SECONDS",
     "DEFAULT_MAX_BODY_BYTES",
     "HEADER",
+    "DescribeRequest",
     "IdempotencyKeys",
     "KeyClaim",
     "KeyProblem",
+    "KeyedRequest",
     "answer_problems",
     "problem_response",
     "request_fingerprint",
@@ -90,6 +95,22 @@ DEFAULT_EXPIRES_AFTER_SECONDS = 24 * 3600
 # A body above this is refused (413) before it is hashed: the request hash decodes JSON, and
 # no request may cost more than its size allows. Raise it with the endpoint's own limit.
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class KeyedRequest:
+    """What a key's record keeps of its request: the fingerprint a retry is compared by
+    (draft-07 §2.4 leaves it to the server) and `data` of the host's own, for its readers (an
+    operator's tool, a lookup by a business id)."""
+
+    request_hash: str
+    data: JsonValue = None
+
+
+# The request and its body (as read, within the limit) -> what its key's record keeps. It runs
+# after the key is checked and before it is claimed: raising refuses a request the endpoint
+# would refuse anyway (a body that does not validate) without claiming its key.
+DescribeRequest = Callable[[Request, bytes], KeyedRequest]
 
 
 class KeyProblem(HTTPException):
@@ -140,6 +161,9 @@ class KeyClaim:
         # The request's body as the dependency read it (within `max_body_bytes`): parse this.
         self.body = body
         self.completed = False
+        # The claim was taken over from a request whose lease ended (it crashed, or ran too
+        # long): the endpoint runs again, which its effects must tolerate.
+        self.took_over = owned is not None and owned.attempts > 1
 
     async def complete(
         self, status_code: int, body: JsonInput, headers: Mapping[str, str] | None = None
@@ -162,7 +186,11 @@ class KeyClaim:
 
 class IdempotencyKeys:
     """The FastAPI dependency: claims the request's key in `scope`, yields a `KeyClaim`, and
-    releases the claim when the endpoint fails (or returns) without completing it."""
+    releases the claim when the endpoint fails (or returns) without completing it.
+
+    `describe` chooses the fingerprint and the record's data (`KeyedRequest`; by default the
+    whole request's fingerprint, `request_fingerprint`, and no data); `retry_after_cap` bounds
+    the `Retry-After` of a 409."""
 
     def __init__(
         self,
@@ -174,8 +202,12 @@ class IdempotencyKeys:
         owner: str | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         problem_type_prefix: str = DEFAULT_TYPE_PREFIX,
+        describe: DescribeRequest | None = None,
+        retry_after_cap: int = MAX_RETRY_AFTER_SECONDS,
     ) -> None:
         self._requests = KeyedRequests(store)
+        self._describe = describe
+        self._retry_after_cap = retry_after_cap
         self.problem_type_prefix = problem_type_prefix
         self.max_body_bytes = max_body_bytes
         self._scope = scope
@@ -186,6 +218,14 @@ class IdempotencyKeys:
 
     async def __call__(self, request: Request) -> AsyncIterator[KeyClaim]:
         """Claim, then hand the claim to the endpoint; release it if the endpoint fails."""
+        async with self.claimed(request) as claim:
+            yield claim
+
+    @asynccontextmanager
+    async def claimed(self, request: Request) -> AsyncIterator[KeyClaim]:
+        """The dependency as a context manager, for a host whose own dependency builds this
+        one per request (a store or a scope known only then): the same checks, in the same
+        order, and the claim released if the block fails without completing it."""
         sent = request.headers.getlist(HEADER)
         if len(sent) > 1:
             # Which one the client meant is a guess; a guess would run the request twice
@@ -193,13 +233,18 @@ class IdempotencyKeys:
             raise self._refuse(
                 invalid_key(f"the {HEADER} header must be sent once, not {len(sent)} times")
             )
+        # The key before the body: a request without a usable key is refused without reading
+        # a byte of it, whatever its size.
+        key = self._check_key(sent[0] if sent else None)
         body = await self._bounded_body(request)
+        described = None if self._describe is None else self._describe(request, body)
         claim = await self.claim(
-            sent[0] if sent else None,
+            key,
             request.method,
             request.url.path,
             body,
             query=request.url.query,
+            described=described,
         )
         try:
             yield claim
@@ -240,22 +285,36 @@ class IdempotencyKeys:
     def _too_large(self, found: str) -> str:
         return f"the body {found}; at most {self.max_body_bytes} are taken"
 
-    async def claim(
-        self, key: str | None, method: str, path: str, body: bytes, *, query: str = ""
-    ) -> KeyClaim:
-        """The claim for one request: owned (run it), or a replay; else a `KeyProblem`."""
+    def _check_key(self, key: str | None) -> str:
         fault = key_fault(key)
         if fault is not None:
             raise self._refuse(key_fault_problem(fault))
-        key = str(key)
+        return str(key)
+
+    async def claim(
+        self,
+        key: str | None,
+        method: str,
+        path: str,
+        body: bytes,
+        *,
+        query: str = "",
+        described: KeyedRequest | None = None,
+    ) -> KeyClaim:
+        """The claim for one request: owned (run it), or a replay; else a `KeyProblem`.
+        `described` replaces the default fingerprint of method, path, query and body."""
+        key = self._check_key(key)
+        if described is None:
+            described = KeyedRequest(request_fingerprint(method, path, query, body))
         record_key = key_record_id(self._scope, key)
         wanted = Record(
             key=record_key,
             partition=record_key,
-            request_hash=request_fingerprint(method, path, query, body),
+            request_hash=described.request_hash,
             status=RecordStatus.IN_PROGRESS,
             owner=f"{self._owner}-{uuid.uuid4().hex[:12]}",
             lease_seconds=self._lease_seconds,
+            data=described.data,
             expires_after_seconds=self._expires_after_seconds,
         )
         try:
@@ -266,7 +325,7 @@ class IdempotencyKeys:
             ) from None
         except InProgressElsewhereError as busy:
             raise self._refuse(
-                request_in_progress(retry_after_seconds(busy.seconds_left))
+                request_in_progress(retry_after_seconds(busy.seconds_left, self._retry_after_cap))
             ) from None
         if owned.status is RecordStatus.COMPLETED:
             replay = _response(owned.result)

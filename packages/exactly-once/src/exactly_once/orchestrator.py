@@ -28,6 +28,7 @@ import json
 import unicodedata
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from exactly_once.claims import DEFAULT_MAX_WAIT_SECONDS, Claims
 from exactly_once.decisions import Outcome
@@ -45,6 +46,7 @@ from exactly_once.records import (
     JsonObject,
     Record,
     RecordStatus,
+    StoredDocument,
 )
 from exactly_once.retention import DEFAULT_RETENTION, Retention
 
@@ -58,6 +60,9 @@ _FORBIDDEN_ID_CHARACTERS = frozenset("/\\?#")
 _MAX_ID_LENGTH = 255
 # A hashed id keeps a readable prefix ("inbox", "two-phase") up to this length.
 _MAX_PREFIX_LENGTH = 64
+
+S = TypeVar("S")
+R = TypeVar("R")
 
 # An external call: given the downstream key, returns what to record (JSON).
 DownstreamCall = Callable[[str], Awaitable[JsonInput]]
@@ -377,6 +382,24 @@ async def create_entity(
     )
 
 
+async def create_or_compare(
+    documents: DocumentCreator,
+    partition: str,
+    entity: JsonMapping,
+    *others: JsonMapping,
+    request_hash: str,
+    hash_field: str = "requestHash",
+) -> StoredDocument | None:
+    """`create_entity` for a caller that needs the first writer's entity: None when this call
+    created it; the stored entity when it was there with the same hash (what else it holds,
+    such as who wrote it first, is the first writer's). Raises as `create_entity` does."""
+    marked = {**entity, hash_field: request_hash}
+    _, stored = await _create_or_find(
+        documents, partition, marked, others, request_hash=request_hash, hash_field=hash_field
+    )
+    return stored
+
+
 async def inbox_batch(
     documents: DocumentCreator,
     partition: str,
@@ -415,21 +438,37 @@ async def _create_marked(
 ) -> Outcome:
     """The one write-first mechanism: the marker first in one batch with `others`; a conflict
     on the marker is a duplicate or a mismatch, a conflict on any other document propagates."""
+    outcome, _ = await _create_or_find(
+        documents, partition, marker, others, request_hash=request_hash, hash_field=hash_field
+    )
+    return outcome
+
+
+async def _create_or_find(
+    documents: DocumentCreator,
+    partition: str,
+    marker: JsonMapping,
+    others: Sequence[JsonMapping],
+    *,
+    request_hash: str | None,
+    hash_field: str,
+) -> tuple[Outcome, StoredDocument | None]:
+    """`_create_marked`, with the marker a duplicate found (None when none was read)."""
     marker_id = str(marker["id"])
     try:
         await documents.create_all(partition, [marker, *others])
-        return Outcome.PROCESSED
+        return Outcome.PROCESSED, None
     except DocumentExistsError as exists:
         if exists.index != 0:
             raise
         if request_hash is None:
-            return Outcome.DUPLICATE
+            return Outcome.DUPLICATE, None
         stored = exists.existing or await documents.get(marker_id, partition)
     if stored is None:
         raise RecordChangedError(f"{marker_id!r} vanished after its create conflicted")
     stored_hash = stored.body.get(hash_field)
     if stored_hash == request_hash:
-        return Outcome.DUPLICATE
+        return Outcome.DUPLICATE, stored
     raise PayloadMismatchError(marker_id, str(stored_hash), request_hash)
 
 
@@ -452,8 +491,11 @@ async def apply_version(
     `change` may raise to refuse an update (an illegal transition); it propagates and nothing
     is written. Reads first: the comparison needs the stored version. A write that lost a race
     reads again (at most `max_races` writes), then `RecordChangedError`."""
-    for _ in range(max_races):
-        stored = await documents.get(document_id, partition)
+
+    async def read() -> StoredDocument | None:
+        return await documents.get(document_id, partition)
+
+    async def write(stored: StoredDocument | None) -> Outcome:
         current = stored.body.get(version_field) if stored is not None else absent_version
         if isinstance(current, int) and current >= version:
             return Outcome.STALE
@@ -467,7 +509,33 @@ async def apply_version(
                 await documents.create_all(partition, [updated])
             else:
                 await documents.replace(updated, partition, etag=stored.etag)
-            return Outcome.PROCESSED
-        except (DocumentExistsError, RecordChangedError):
-            continue  # another version landed first: compare against it
-    raise RecordChangedError(f"{document_id!r} kept changing; {max_races} writes lost")
+        except DocumentExistsError as exists:
+            # Another version was created first: compare against it.
+            raise RecordChangedError(f"{document_id!r} was created meanwhile") from exists
+        return Outcome.PROCESSED
+
+    return await update_fenced(read, write, name=document_id, max_races=max_races)
+
+
+async def update_fenced(
+    read: Callable[[], Awaitable[S]],
+    write: Callable[[S], Awaitable[R]],
+    *,
+    name: str,
+    max_races: int = MAX_RACES,
+) -> R:
+    """A read-decide-write under the read's ETag, until no race is lost: `write(read())`, where
+    `write` decides on what was read and writes If-Match its ETag (or writes nothing and
+    returns), raising `RecordChangedError` when another writer moved first; then it reads
+    again and decides anew. At most `max_races` lost writes, then `RecordChangedError` (a
+    document that keeps moving is given back to the caller's retry: the broker's, a client's).
+
+    `apply_version` is this with a version compared; an application's own decisions (a saga's
+    transitions on one document) are this with their own `write`."""
+    for _ in range(max_races):
+        stored = await read()
+        try:
+            return await write(stored)
+        except RecordChangedError:
+            continue  # another writer moved first: decide again on what it wrote
+    raise RecordChangedError(f"{name!r} kept changing; {max_races} writes lost")
