@@ -16,7 +16,7 @@ import itertools
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -29,7 +29,6 @@ from exactly_once.exceptions import (
     DocumentExistsError,
     RecordChangedError,
     RecordExistsError,
-    StoreError,
 )
 from exactly_once.records import (
     JsonInput,
@@ -41,7 +40,6 @@ from exactly_once.records import (
     Stamp,
 )
 from orders.adapters.cosmos_billing import ChargeRecordShape, RefundRecordShape
-from orders.adapters.cosmos_errors import stamped
 from orders.adapters.cosmos_idempotency import (
     RECORD_DOCUMENT_TYPE,
     IntakeRecordShape,
@@ -65,7 +63,6 @@ from orders.domain.decision_counters import DecisionCounters
 from orders.domain.events import OrderAccepted, OrderCancelled
 from orders.domain.hashing import request_hash
 from orders.domain.idempotency import KeyRecord, OrderIdClaim, validate_idempotency_key
-from orders.domain.leases import DatabaseRead, StampedDocument
 from orders.domain.messages import parse_order
 from orders.domain.model import OrderPlaced
 from orders.domain.payments import Charge, ChargeRequest, Refund, RefundRequest
@@ -126,17 +123,40 @@ class FakeOrderStore:
         self.read_calls += 1
         await asyncio.sleep(0)
         found = _with_etag(self.partitions.get(partition, {}).get(document_id))
-        if found is None:
-            return None
-        return StoredDocument(body=user_fields(copy.deepcopy(found)), etag=found["_etag"])
+        return None if found is None else stored_document(found)
 
-    async def replace(self, document: JsonMapping, partition: str, *, etag: str) -> None:
+    async def replace(self, document: JsonMapping, partition: str, *, etag: str) -> StoredDocument:
         await asyncio.sleep(0)
+        self._check_etag(document, partition, etag)
+        return self._replaced(document, partition)
+
+    async def replace_and_create(
+        self,
+        partition: str,
+        document: JsonMapping,
+        *,
+        etag: str,
+        created: Sequence[JsonMapping],
+    ) -> None:
+        await asyncio.sleep(0)
+        self._check_etag(document, partition, etag)
+        stored = self.partitions[partition]
+        written = [{**copy.deepcopy(dict(each)), "orderId": partition} for each in created]
+        refuse_conflicts(written, lambda document_id: document_id in stored)
+        self._replaced(document, partition)  # no await in between: the batch is atomic
+        for each in written:
+            stored[str(each["id"])] = each
+
+    def _check_etag(self, document: JsonMapping, partition: str, etag: str) -> None:
         current = _with_etag(self.partitions.get(partition, {}).get(str(document["id"])))
         if current is None or current["_etag"] != etag:
             raise RecordChangedError(f"{document['id']!r} changed since it was read")
+
+    def _replaced(self, document: JsonMapping, partition: str) -> StoredDocument:
         stored = {**copy.deepcopy(dict(document)), "orderId": partition}
-        self.partitions[partition][str(document["id"])] = stored | {"_etag": f'"{next(_ETAGS)}"'}
+        stored["_etag"] = f'"{next(_ETAGS)}"'
+        self.partitions[partition][str(document["id"])] = stored
+        return stored_document(stored)
 
 
 def refuse_conflicts(batch: list[dict[str, Any]], is_stored: Callable[[str], bool]) -> None:
@@ -149,59 +169,18 @@ def refuse_conflicts(batch: list[dict[str, Any]], is_stored: Callable[[str], boo
         seen.add(document["id"])
 
 
+def stored_document(stored: dict[str, Any]) -> StoredDocument:
+    """A stored document as the core's port hands it over: a copy of its own fields, its ETag
+    apart."""
+    return StoredDocument(body=user_fields(copy.deepcopy(stored)), etag=stored["_etag"])
+
+
 def _with_etag(found: dict[str, Any] | None) -> dict[str, Any] | None:
     """A stored document of `FakeOrderStore`, given an ETag on first sight (documents are
     seeded and written without one)."""
     if found is not None and "_etag" not in found:
         found["_etag"] = f'"{next(_ETAGS)}"'
     return found
-
-
-class FakeOrderDocuments:
-    """`OrderDocuments` over a `FakeOrderStore`'s partitions: the saga's view of the orders
-    container that the fake consumer writes (ETags handed out on first sight)."""
-
-    def __init__(self, store: FakeOrderStore) -> None:
-        self._store = store
-
-    def _current(self, document_id: str, partition_key: str) -> dict[str, Any] | None:
-        return _with_etag(self._store.partitions.get(partition_key, {}).get(document_id))
-
-    def _put(self, partition_key: str, document: dict[str, Any]) -> StampedDocument:
-        stored = {**copy.deepcopy(document), "_etag": f'"{next(_ETAGS)}"'}
-        self._store.partitions.setdefault(partition_key, {})[document["id"]] = stored
-        return stamped(copy.deepcopy(stored))
-
-    async def get_stored(self, document_id: str, partition_key: str) -> StoredDocument | None:
-        await asyncio.sleep(0)
-        found = self._current(document_id, partition_key)
-        if found is None:
-            return None
-        return StoredDocument(body=user_fields(copy.deepcopy(found)), etag=found["_etag"])
-
-    async def replace(self, document: dict[str, Any], *, etag: str) -> StampedDocument:
-        await asyncio.sleep(0)
-        current = self._current(document["id"], document["orderId"])
-        if current is None or current["_etag"] != etag:
-            raise RecordChangedError(document["id"])
-        return self._put(document["orderId"], document)
-
-    async def replace_and_create(
-        self,
-        partition_key: str,
-        replaced: dict[str, Any],
-        *,
-        etag: str,
-        created: list[dict[str, Any]],
-    ) -> None:
-        await asyncio.sleep(0)
-        current = self._current(replaced["id"], partition_key)
-        if current is None or current["_etag"] != etag:
-            raise RecordChangedError(replaced["id"])
-        if any(self._current(d["id"], partition_key) is not None for d in created):
-            raise DocumentExistsError(created[0]["id"], 0)
-        for document in (replaced, *created):  # no await in between: the batch is atomic
-            self._put(partition_key, document)
 
 
 @dataclass
@@ -527,12 +506,11 @@ class FakeLeaseStore:
 
 
 class FakeFencedDocuments:
-    """`FencedDocuments` / `OrderDocuments` in memory, with a database clock the
-    test moves. Held to `CosmosFencedDocuments` by
-    tests/integration/test_fenced_documents_contract.py: documents are keyed by (partition key,
-    id), the partition key read from each document at `partition_key_path` as Cosmos reads it
-    (`orderId` for the orders and inbox containers, `id` for the leases container); a batch
-    writes all or nothing and refuses a document of another partition."""
+    """An orders or inbox container in memory, with a database clock the test moves: documents
+    keyed by (partition key, id), the partition key read from each document at
+    `partition_key_path` as Cosmos reads it (`orderId` for the orders and inbox containers).
+    The core's ports over it are `FakeDocumentStore` (its documents) and `FakeShapedRecords`
+    (records in a `RecordShape`), each held to `CosmosStore` by a contract test."""
 
     def __init__(self, partition_key_path: str = "orderId") -> None:
         self.partition_key_path = partition_key_path
@@ -540,86 +518,29 @@ class FakeFencedDocuments:
         self.documents: dict[tuple[str, str], dict[str, Any]] = {}
         self.database_now_ms = 1_800_000_000_000
 
-    def key_of(self, document: dict[str, Any]) -> tuple[str, str]:
-        return (document[self.partition_key_path], document["id"])
+    def key_of(self, document: Mapping[str, Any]) -> tuple[str, str]:
+        return (str(document[self.partition_key_path]), str(document["id"]))
 
-    def _stored(self, document: dict[str, Any]) -> StampedDocument:
+    def _stored(self, document: Mapping[str, Any]) -> dict[str, Any]:
+        """Write `document` (a create or a replace), stamped as Cosmos stamps it; a copy."""
         stored = {
-            **copy.deepcopy(document),
+            **copy.deepcopy(dict(document)),
             "_ts": self.database_now_ms // 1000,
             # Unique across every fake, as a real store's are: two fakes that share documents
             # (a test's racing view) must never hand out an ETag a stale reader still holds.
             "_etag": f'"{next(_ETAGS)}"',
         }
         self.documents[self.key_of(document)] = stored
-        return stamped(copy.deepcopy(stored))
+        return copy.deepcopy(stored)
 
     def _found(self, document_id: str, partition_key: str) -> dict[str, Any] | None:
         found = self.documents.get((partition_key, document_id))
         return copy.deepcopy(found) if found else None
 
-    def _check_partition(self, partition_key: str, documents: list[dict[str, Any]]) -> None:
-        """A batch is one logical partition: a document of another fails it whole."""
-        for document in documents:
-            if document[self.partition_key_path] != partition_key:
-                raise StoreError(f"{document['id']!r} is not in partition {partition_key!r}")
-
-    def _check_batch(self, partition_key: str, documents: list[dict[str, Any]]) -> None:
-        """What fails a batch of creates before anything of it is written."""
-        self._check_partition(partition_key, documents)
-        seen: set[tuple[str, str]] = set()
-        for index, document in enumerate(documents):
-            key = self.key_of(document)
-            if key in self.documents or key in seen:
-                raise DocumentExistsError(document["id"], index)
-            seen.add(key)
-
-    async def create(self, document: dict[str, Any]) -> StampedDocument:
-        if self.key_of(document) in self.documents:
-            raise DocumentExistsError(document["id"], 0)
-        return self._stored(document)
-
-    async def read(self, document_id: str, partition_key: str) -> DatabaseRead:
-        found = self._found(document_id, partition_key)
-        # The adapter's one query returns no row, hence no clock, for a missing document.
-        if found is None:
-            return DatabaseRead(None, 0)
-        return DatabaseRead(stamped(found), self.database_now_ms)
-
-    async def replace(self, document: dict[str, Any], *, etag: str) -> StampedDocument:
-        current = self.documents.get(self.key_of(document))
-        if current is None or current["_etag"] != etag:
-            raise RecordChangedError(document["id"])
-        return self._stored(document)
-
-    async def delete(self, document_id: str, partition_key: str, *, etag: str) -> None:
-        current = self.documents.get((partition_key, document_id))
-        if current is None or current["_etag"] != etag:
-            raise RecordChangedError(document_id)
-        del self.documents[(partition_key, document_id)]
-
-    async def get_stored(self, document_id: str, partition_key: str) -> StoredDocument | None:
-        found = self._found(document_id, partition_key)
-        if found is None:
-            return None
-        return StoredDocument(body=user_fields(found), etag=found["_etag"])
-
-    async def replace_and_create(
-        self,
-        partition_key: str,
-        replaced: dict[str, Any],
-        *,
-        etag: str,
-        created: list[dict[str, Any]],
-    ) -> None:
-        self._check_partition(partition_key, [replaced, *created])
-        current = self.documents.get(self.key_of(replaced))
-        if current is None or current["_etag"] != etag:
-            raise RecordChangedError(replaced["id"])
-        self._check_batch(partition_key, created)
-        self._stored(replaced)
-        for document in created:
-            self._stored(document)
+    def holds(self, key: tuple[str, str], etag: str) -> bool:
+        """Whether the document stored under `key` is there with ETag `etag` (If-Match)."""
+        current = self.documents.get(key)
+        return current is not None and current["_etag"] == etag
 
 
 class FakeShapedRecords:
@@ -642,31 +563,32 @@ class FakeShapedRecords:
             document["ttl"] = record.expires_after_seconds
         return document
 
-    def _record(self, stored: StampedDocument) -> Record:
-        body = stored.body
-        record = self._shape.record(body, body["id"], body[self.documents.partition_key_path])
-        return replace(record, expires_after_seconds=body.get("ttl"), stamp=stored.stamp)
+    def _record(self, stored: dict[str, Any]) -> Record:
+        record = self._shape.record(stored, stored["id"], stored[self.documents.partition_key_path])
+        stamp = Stamp(etag=stored["_etag"], written_at_s=stored["_ts"])
+        return replace(record, expires_after_seconds=stored.get("ttl"), stamp=stamp)
 
     async def claim(self, record: Record) -> Record:
-        try:
-            return self._record(await self.documents.create(self._document(record)))
-        except DocumentExistsError:
-            found = await self.read(record.key, record.partition)
+        document = self._document(record)
+        if self.documents.key_of(document) not in self.documents.documents:
+            return self._record(self.documents._stored(document))
+        found = await self.read(record.key, record.partition)
         assert found.record is not None  # nothing deletes between the two in a fake
         raise RecordExistsError(found.record, found.database_now_ms)
 
     async def read(self, key: str, partition: str) -> RecordRead:
-        found = await self.documents.read(key, partition)
-        record = self._record(found.document) if found.document is not None else None
-        return RecordRead(record, found.database_now_ms)
+        found = self.documents._found(key, partition)
+        # The adapter's one query returns no row, hence no clock, for a missing record.
+        if found is None:
+            return RecordRead(None, 0)
+        return RecordRead(self._record(found), self.documents.database_now_ms)
 
     async def _replace(self, record: Record, fence: Record) -> Record:
         assert fence.stamp is not None
-        try:
-            written = await self.documents.replace(self._document(record), etag=fence.stamp.etag)
-        except RecordChangedError as exc:
-            raise RecordChangedError(str(exc)) from exc
-        return self._record(written)
+        document = self._document(record)
+        if not self.documents.holds(self.documents.key_of(document), fence.stamp.etag):
+            raise RecordChangedError(f"record {record.key!r} changed since it was read")
+        return self._record(self.documents._stored(document))
 
     async def take_over(self, existing: Record, owner: str, lease_seconds: float) -> Record:
         return await self._replace(existing.owned_by(owner, lease_seconds), existing)
@@ -679,8 +601,9 @@ class FakeShapedRecords:
 
     async def release(self, owned: Record) -> None:
         assert owned.stamp is not None
-        with contextlib.suppress(RecordChangedError):
-            await self.documents.delete(owned.key, owned.partition, etag=owned.stamp.etag)
+        # Another owner moved on, or it is gone: nothing of ours to release.
+        if self.documents.holds((owned.partition, owned.key), owned.stamp.etag):
+            del self.documents.documents[(owned.partition, owned.key)]
 
     async def create_all(self, partition: str, documents: Sequence[JsonMapping]) -> None:
         await FakeDocumentStore(self.documents).create_all(partition, documents)
@@ -688,8 +611,20 @@ class FakeShapedRecords:
     async def get(self, document_id: str, partition: str) -> StoredDocument | None:
         return await FakeDocumentStore(self.documents).get(document_id, partition)
 
-    async def replace(self, document: JsonMapping, partition: str, *, etag: str) -> None:
-        await FakeDocumentStore(self.documents).replace(document, partition, etag=etag)
+    async def replace(self, document: JsonMapping, partition: str, *, etag: str) -> StoredDocument:
+        return await FakeDocumentStore(self.documents).replace(document, partition, etag=etag)
+
+    async def replace_and_create(
+        self,
+        partition: str,
+        document: JsonMapping,
+        *,
+        etag: str,
+        created: Sequence[JsonMapping],
+    ) -> None:
+        await FakeDocumentStore(self.documents).replace_and_create(
+            partition, document, etag=etag, created=created
+        )
 
 
 def billing_stores(inbox: FakeFencedDocuments) -> BillingStores:
@@ -701,9 +636,8 @@ def billing_stores(inbox: FakeFencedDocuments) -> BillingStores:
 
 class FakeDocumentStore:
     """The core's `DocumentStore` over a `FakeFencedDocuments` (an inbox or orders container):
-    one container seen through the core's port (shipping's `inbox_batch`, status's
-    `apply_version`) and the app's fenced ports (billing's records, the saga) at once. As
-    `CosmosStore` does, every document is written in the batch's partition. Held to
+    shipping's `inbox_batch`, status's `apply_version` and the saga's fenced writes. As
+    `CosmosStore` does, every document is written in the partition it is given. Held to
     `CosmosStore` by tests/integration/test_document_store_contract.py."""
 
     def __init__(self, container: FakeFencedDocuments | None = None) -> None:
@@ -721,13 +655,34 @@ class FakeDocumentStore:
             self.container._stored(document)
 
     async def get(self, document_id: str, partition: str) -> StoredDocument | None:
-        return await self.container.get_stored(document_id, partition)
+        found = self.container._found(document_id, partition)
+        return None if found is None else stored_document(found)
 
-    async def replace(self, document: JsonMapping, partition: str, *, etag: str) -> None:
-        current = self.container.documents.get((partition, str(document["id"])))
-        if current is None or current["_etag"] != etag:
+    async def replace(self, document: JsonMapping, partition: str, *, etag: str) -> StoredDocument:
+        written = self._in(partition, document)
+        self._check_etag(written, etag)
+        return stored_document(self.container._stored(written))
+
+    async def replace_and_create(
+        self,
+        partition: str,
+        document: JsonMapping,
+        *,
+        etag: str,
+        created: Sequence[JsonMapping],
+    ) -> None:
+        replaced = self._in(partition, document)
+        written = [self._in(partition, each) for each in created]
+        self._check_etag(replaced, etag)
+        refuse_conflicts(
+            written, lambda document_id: (partition, document_id) in self.container.documents
+        )
+        for each in (replaced, *written):  # no await in between: the batch is atomic
+            self.container._stored(each)
+
+    def _check_etag(self, document: dict[str, Any], etag: str) -> None:
+        if not self.container.holds(self.container.key_of(document), etag):
             raise RecordChangedError(f"{document['id']!r} changed since it was read")
-        self.container._stored(self._in(partition, document))
 
 
 class FakePaymentGateway:

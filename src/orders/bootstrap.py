@@ -30,7 +30,6 @@ from orders.adapters.cosmos_client import (
     order_partitioned_store,
     orders_container,
 )
-from orders.adapters.cosmos_fenced import CosmosFencedDocuments
 from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
 from orders.adapters.cosmos_layout import CosmosLayout
 from orders.adapters.cosmos_order_reader import CosmosOrderReader
@@ -111,7 +110,7 @@ async def build_http_runtime(
             publisher,
             status=status,
             saga=OrderSaga(
-                CosmosFencedDocuments(orders_container(client, settings)), DOCUMENT_LAYOUT
+                order_partitioned_store(orders_container(client, settings)), DOCUMENT_LAYOUT
             ),
             ttl_seconds=settings.idempotency_ttl_seconds,
             lease_seconds=lease_seconds,
@@ -195,8 +194,7 @@ class _Wiring:
         return billing_stores(inbox_container(self.cosmos, self.settings))
 
     def saga(self) -> OrderSaga:
-        orders = CosmosFencedDocuments(orders_container(self.cosmos, self.settings))
-        return OrderSaga(orders, DOCUMENT_LAYOUT)
+        return OrderSaga(self.orders(), DOCUMENT_LAYOUT)
 
     def status_publisher(self) -> StatusPublisher:
         if self._status is None:

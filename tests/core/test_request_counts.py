@@ -165,8 +165,18 @@ class FoundOnConflict:
         self.gets += 1
         return await self.store.get(document_id, partition)
 
-    async def replace(self, document: JsonMapping, partition: str, *, etag: str) -> None:
-        await self.store.replace(document, partition, etag=etag)
+    async def replace(self, document: JsonMapping, partition: str, *, etag: str) -> StoredDocument:
+        return await self.store.replace(document, partition, etag=etag)
+
+    async def replace_and_create(
+        self,
+        partition: str,
+        document: JsonMapping,
+        *,
+        etag: str,
+        created: Sequence[JsonMapping],
+    ) -> None:
+        await self.store.replace_and_create(partition, document, etag=etag, created=created)
 
 
 async def test_a_conflict_that_carries_the_entity_is_judged_without_another_read(

@@ -17,13 +17,12 @@ import httpx
 from fakes import (
     LAYOUT,
     FakeIdempotencyStore,
-    FakeOrderDocuments,
     FakeOrderReader,
     FakeOrderStore,
     RecordingPublisher,
 )
 
-from exactly_once.ports import RecordStore
+from exactly_once.ports import DocumentStore, RecordStore
 from exactly_once.records import Record, lease_is_live
 from exactly_once.worker import WorkerOptions, WorkerStats
 from orders.bootstrap import HttpRuntime
@@ -31,7 +30,7 @@ from orders.entrypoints.http_api import create_app
 from orders.entrypoints.worker import run_subscriber
 from orders.service.idempotency import IdempotentOrderIntake
 from orders.service.order_lookup import OrderLookup
-from orders.service.ports import IdempotencyStore, OrderDocuments, OrderPublisher, OrderReader
+from orders.service.ports import IdempotencyStore, OrderPublisher, OrderReader
 from orders.service.registry import ORDERS, consumer_named
 from orders.service.saga import OrderSaga
 from orders.settings import Settings
@@ -79,7 +78,7 @@ def runtime_over(
     clock: FakeClock,
     *,
     lease_seconds: float = LEASE_SECONDS,
-    orders: OrderDocuments | None = None,
+    orders: DocumentStore | None = None,
 ) -> HttpRuntime:
     intake = IdempotentOrderIntake(
         store,
@@ -116,7 +115,7 @@ async def api_over(
             FakeOrderReader(order_store),
             clock,
             lease_seconds=lease_seconds,
-            orders=FakeOrderDocuments(order_store),
+            orders=order_store,
         )
         builds.append(runtime)
         return runtime

@@ -11,7 +11,6 @@ from typing import Any
 import schemathesis
 from fakes import (
     FakeIdempotencyStore,
-    FakeOrderDocuments,
     FakeOrderReader,
     FakeOrderStore,
     RecordingPublisher,
@@ -32,7 +31,7 @@ async def fake_runtime() -> HttpRuntime:
         RecordingPublisher(),
         FakeOrderReader(orders),
         FakeClock(),
-        orders=FakeOrderDocuments(orders),
+        orders=orders,
     )
 
 

@@ -3,12 +3,14 @@ our Cosmos emulator and @vercel/cosmosdb-server.
 
 The order consumer, shipping and status write their documents through the `exactly_once`
 core's `DocumentStore` (`CosmosStore` over the orders and inbox containers, partitioned by
-`/orderId`). The unit tests stand in for it with `FakeOrderStore` (the orders container) and
-`FakeDocumentStore` (a view of `FakeFencedDocuments`); every case runs against both and against
-the real adapter over real Cosmos wire servers through the SDK, so the fakes cannot drift from
-it: a batch writes all or nothing in its partition, a conflict names the first document that
-exists and its position, a replace fails on a moved ETag. Gaps of the third-party server are
-declared here (strict xfail: if it gets fixed, the test says so).
+`/orderId`), and so does the saga, whose cancel replaces the order If-Match and creates its
+event in one batch (`replace_and_create`). The unit tests stand in for it with `FakeOrderStore`
+(the orders container) and `FakeDocumentStore` (a view of `FakeFencedDocuments`); every case
+runs against both and against the real adapter over real Cosmos wire servers through the SDK,
+so the fakes cannot drift from it: a batch writes all or nothing in its partition, a conflict
+names the first document that exists and its position, a replace fails on a moved ETag and
+hands back the new one. Gaps of the third-party server are declared here (strict xfail: if it
+gets fixed, the test says so).
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ _MISSING_READ_500 = (
     "@vercel/cosmosdb-server answers a point read of a missing item with a 500, not a 404",
     TransientStoreError,
 )
+_NO_REPLACE_IN_BATCH = (
+    "@vercel/cosmosdb-server fails a replace inside a batch with a 500 (only create works)",
+    TransientStoreError,
+)
 KNOWN_GAPS: KnownGaps = {
     # The check that nothing was written point-reads missing items.
     ("vercel", "test_a_batch_with_an_existing_id_writes_nothing"): (
@@ -47,6 +53,9 @@ KNOWN_GAPS: KnownGaps = {
         (TransientStoreError, AssertionError),
     ),
     ("vercel", "test_get_finds_nothing_for_a_missing_id_or_another_partition"): _MISSING_READ_500,
+    ("vercel", "test_replace_and_create_writes_all_in_one_batch"): _NO_REPLACE_IN_BATCH,
+    ("vercel", "test_replace_and_create_with_a_stale_etag_writes_nothing"): _NO_REPLACE_IN_BATCH,
+    ("vercel", "test_replace_and_create_with_an_existing_id_writes_nothing"): _NO_REPLACE_IN_BATCH,
 }
 
 
@@ -201,4 +210,110 @@ async def test_replace_with_a_stale_etag_or_of_a_missing_document_writes_nothing
         "id": document_id,
         "orderId": partition,
         "n": 2,
+    }
+
+
+async def test_the_same_id_in_two_partitions_is_two_documents(store: DocumentStore) -> None:
+    shared_id = unique_id()
+    one, other = unique_id("order"), unique_id("order")
+
+    await store.create_all(one, [{"id": shared_id, "n": 1}])
+    await store.create_all(other, [{"id": shared_id, "n": 2}])
+
+    assert await body_of(store, shared_id, one) == {"id": shared_id, "orderId": one, "n": 1}
+    assert await body_of(store, shared_id, other) == {"id": shared_id, "orderId": other, "n": 2}
+
+
+async def test_replace_returns_the_document_as_stored_with_its_new_etag(
+    store: DocumentStore,
+) -> None:
+    """A next fenced write starts from what `replace` returns, with no read in between."""
+    partition = unique_id("order")
+    document_id = unique_id()
+    await store.create_all(partition, [{"id": document_id, "n": 1}])
+    before = await store.get(document_id, partition)
+    assert before is not None
+
+    written = await store.replace({"id": document_id, "n": 2}, partition, etag=before.etag)
+    again = await store.replace({"id": document_id, "n": 3}, partition, etag=written.etag)
+
+    assert written.body == {"id": document_id, "orderId": partition, "n": 2}
+    assert written.etag != before.etag and again.etag != written.etag
+    found = await store.get(document_id, partition)
+    assert found is not None and (found.body["n"], found.etag) == (3, again.etag)
+
+
+# --- replace_and_create: a state change and the documents it emits, one batch -----------------
+
+
+async def test_replace_and_create_writes_all_in_one_batch(store: DocumentStore) -> None:
+    partition = unique_id("order")
+    document_id = unique_id()
+    await store.create_all(partition, [{"id": document_id, "state": "placed"}])
+    before = await store.get(document_id, partition)
+    assert before is not None
+    created: list[dict[str, Any]] = [{"id": unique_id(), "n": 1}, {"id": unique_id(), "n": 2}]
+
+    await store.replace_and_create(
+        partition, {"id": document_id, "state": "cancelled"}, etag=before.etag, created=created
+    )
+
+    after = await store.get(document_id, partition)
+    assert after is not None and after.body["state"] == "cancelled" and after.etag != before.etag
+    for document in created:
+        assert await body_of(store, document["id"], partition) == {**document, "orderId": partition}
+
+
+async def test_replace_and_create_with_a_stale_etag_writes_nothing(store: DocumentStore) -> None:
+    partition = unique_id("order")
+    document_id = unique_id()
+    await store.create_all(partition, [{"id": document_id, "state": "placed"}])
+    stale = await store.get(document_id, partition)
+    assert stale is not None
+    await store.replace({"id": document_id, "state": "paid"}, partition, etag=stale.etag)
+    created: dict[str, Any] = {"id": unique_id()}
+
+    with pytest.raises(RecordChangedError):
+        await store.replace_and_create(
+            partition, {"id": document_id, "state": "cancelled"}, etag=stale.etag, created=[created]
+        )
+    with pytest.raises(RecordChangedError):  # a document that is not there has moved on too
+        await store.replace_and_create(
+            partition, {"id": unique_id(), "state": "x"}, etag=stale.etag, created=[created]
+        )
+
+    assert await body_of(store, document_id, partition) == {
+        "id": document_id,
+        "orderId": partition,
+        "state": "paid",
+    }
+    assert await store.get(created["id"], partition) is None
+
+
+async def test_replace_and_create_with_an_existing_id_writes_nothing(store: DocumentStore) -> None:
+    partition = unique_id("order")
+    document_id, existing_id = unique_id(), unique_id()
+    await store.create_all(partition, [{"id": document_id, "state": "placed"}])
+    await store.create_all(partition, [{"id": existing_id, "n": 0}])
+    before = await store.get(document_id, partition)
+    assert before is not None
+    fresh: dict[str, Any] = {"id": unique_id(), "n": 1}
+
+    with pytest.raises(DocumentExistsError) as exists:
+        await store.replace_and_create(
+            partition,
+            {"id": document_id, "state": "cancelled"},
+            etag=before.etag,
+            created=[fresh, {"id": existing_id, "n": 2}],
+        )
+
+    # Named as `create_all` names it: the document and its position among the created.
+    assert (exists.value.document_id, exists.value.index) == (existing_id, 1)
+    after = await store.get(document_id, partition)
+    assert after is not None and (after.body["state"], after.etag) == ("placed", before.etag)
+    assert await store.get(fresh["id"], partition) is None
+    assert await body_of(store, existing_id, partition) == {
+        "id": existing_id,
+        "orderId": partition,
+        "n": 0,
     }

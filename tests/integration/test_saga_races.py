@@ -22,7 +22,6 @@ from servers import CosmosServer
 from exactly_once.decisions import Outcome
 from exactly_once.exceptions import RecordChangedError
 from orders.adapters.cosmos_client import order_partitioned_store
-from orders.adapters.cosmos_fenced import CosmosFencedDocuments
 from orders.domain.events import OrderAccepted
 from orders.domain.order_outcomes import OrderOutcome
 from orders.domain.received import ReceivedOrderMessage
@@ -56,12 +55,11 @@ def accepted_message(order_id: str) -> ReceivedOrderMessage:
 async def test_cancel_racing_ship_has_one_winner_per_order_and_the_loser_sees_it(
     containers: dict[str, ContainerProxy],
 ) -> None:
-    store = order_partitioned_store(containers["orders"])
-    orders = CosmosFencedDocuments(containers["orders"])
+    orders = order_partitioned_store(containers["orders"])
     inbox = order_partitioned_store(containers["inbox"])
     order_ids = [f"race-{uuid.uuid4().hex[:10]}" for _ in range(ORDERS)]
     for order_id in order_ids:
-        await store.create_all(order_id, new_write(order_id))
+        await orders.create_all(order_id, new_write(order_id))
         # Charged, as billing records it: shipping reserves only a charged order.
         await OrderSaga(orders, LAYOUT).record_charge(order_id, f"pay-{order_id}")
     shipping = ShippingConsumer(inbox, OrderSaga(orders, LAYOUT), LAYOUT)
@@ -84,7 +82,7 @@ async def test_cancel_racing_ship_has_one_winner_per_order_and_the_loser_sees_it
     results = dict(zip(order_ids, await asyncio.gather(*map(race, order_ids)), strict=True))
 
     for order_id, (cancelled, shipped) in results.items():
-        found = await orders.get_stored(order_id, order_id)
+        found = await orders.get(order_id, order_id)
         assert found is not None
         read = LAYOUT.saga_order(found.body)
         assert read is not None
@@ -93,13 +91,11 @@ async def test_cancel_racing_ship_has_one_winner_per_order_and_the_loser_sees_it
         if cancelled is CancelResult.CANCELLED:
             assert shipped is OrderOutcome.SKIPPED_CANCELLED, order_id
             assert state is Fulfilment.CANCELLED and shipment is None
-            assert (
-                await orders.get_stored(f"{order_id}:outbox:OrderCancelled", order_id) is not None
-            )
+            assert await orders.get(f"{order_id}:outbox:OrderCancelled", order_id) is not None
         else:
             assert (cancelled, shipped) == (CancelResult.ALREADY_SHIPPED, Outcome.PROCESSED)
             assert state is Fulfilment.SHIPPING and shipment is not None
-            assert await orders.get_stored(f"{order_id}:outbox:OrderCancelled", order_id) is None
+            assert await orders.get(f"{order_id}:outbox:OrderCancelled", order_id) is None
 
 
 async def test_a_refused_charge_racing_shipping_ends_the_order_unshipped(
@@ -108,12 +104,11 @@ async def test_a_refused_charge_racing_shipping_ends_the_order_unshipped(
     """Billing's refusal and a shipping delivery started together, per order: shipping waits
     for a charge that never comes and skips the order once it is `payment_failed`; nothing
     ships (the hole: a refused charge, and the order shipped anyway)."""
-    store = order_partitioned_store(containers["orders"])
-    orders = CosmosFencedDocuments(containers["orders"])
+    orders = order_partitioned_store(containers["orders"])
     inbox = order_partitioned_store(containers["inbox"])
     order_ids = [f"refused-{uuid.uuid4().hex[:10]}" for _ in range(ORDERS // 4)]
     for order_id in order_ids:
-        await store.create_all(order_id, new_write(order_id))
+        await orders.create_all(order_id, new_write(order_id))
     # Waits far longer than the refusal takes: a deadline, not the synchronisation.
     shipping = ShippingConsumer(inbox, OrderSaga(orders, LAYOUT), LAYOUT, charge_wait_seconds=30)
 
@@ -126,7 +121,7 @@ async def test_a_refused_charge_racing_shipping_ends_the_order_unshipped(
 
     assert set(outcomes) == {OrderOutcome.SKIPPED_PAYMENT_FAILED}
     for order_id in order_ids:
-        found = await orders.get_stored(order_id, order_id)
+        found = await orders.get(order_id, order_id)
         assert found is not None
         read = LAYOUT.saga_order(found.body)
         assert read is not None and read.fulfilment is Fulfilment.PAYMENT_FAILED
@@ -138,10 +133,10 @@ async def test_a_charge_recorded_after_a_refusal_reopens_the_order_for_shipping(
 ) -> None:
     """An operator fixed the cause and had the event published again: the charge it makes
     reopens the order, and shipping ships it on that delivery."""
-    orders = CosmosFencedDocuments(containers["orders"])
+    orders = order_partitioned_store(containers["orders"])
     inbox = order_partitioned_store(containers["inbox"])
     order_id = f"reopened-{uuid.uuid4().hex[:10]}"
-    await order_partitioned_store(containers["orders"]).create_all(order_id, new_write(order_id))
+    await orders.create_all(order_id, new_write(order_id))
     saga = OrderSaga(orders, LAYOUT)
     await saga.record_payment_failed(order_id, "card_declined")
 
@@ -157,13 +152,13 @@ async def test_a_cancel_with_a_stale_etag_writes_neither_the_order_nor_its_event
     containers: dict[str, ContainerProxy],
 ) -> None:
     """The batch is all or nothing: the If-Match replace failing takes the event with it."""
-    orders = CosmosFencedDocuments(containers["orders"])
+    orders = order_partitioned_store(containers["orders"])
     order_id = f"stale-{uuid.uuid4().hex[:10]}"
-    await order_partitioned_store(containers["orders"]).create_all(order_id, new_write(order_id))
-    found = await orders.get_stored(order_id, order_id)
+    await orders.create_all(order_id, new_write(order_id))
+    found = await orders.get(order_id, order_id)
     assert found is not None
     await orders.replace(
-        LAYOUT.shipment_reserved(found.body, "e", datetime.now(UTC)), etag=found.etag
+        LAYOUT.shipment_reserved(found.body, "e", datetime.now(UTC)), order_id, etag=found.etag
     )
 
     with pytest.raises(RecordChangedError):
@@ -174,7 +169,7 @@ async def test_a_cancel_with_a_stale_etag_writes_neither_the_order_nor_its_event
             created=[{"id": f"{order_id}:outbox:OrderCancelled", "orderId": order_id}],
         )
 
-    assert await orders.get_stored(f"{order_id}:outbox:OrderCancelled", order_id) is None
-    stored = await orders.get_stored(order_id, order_id)
+    assert await orders.get(f"{order_id}:outbox:OrderCancelled", order_id) is None
+    stored = await orders.get(order_id, order_id)
     after = LAYOUT.saga_order(stored.body) if stored is not None else None
     assert after is not None and after.fulfilment is Fulfilment.SHIPPING

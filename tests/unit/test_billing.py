@@ -67,7 +67,9 @@ def billing(
     return BillingConsumer(
         billing_stores(records),
         payments,
-        OrderSaga(orders if orders is not None else stored_orders("o-1", "o-2"), LAYOUT),
+        OrderSaga(
+            FakeDocumentStore(orders if orders is not None else stored_orders("o-1", "o-2")), LAYOUT
+        ),
         LAYOUT,
         owner=owner,
         lease_seconds=10,
@@ -250,10 +252,10 @@ async def test_one_consumers_record_never_blocks_the_others(
     orders = stored_orders(charged=True)
 
     shipped = await ShippingConsumer(
-        FakeDocumentStore(records), OrderSaga(orders, LAYOUT), LAYOUT
+        FakeDocumentStore(records), OrderSaga(FakeDocumentStore(orders), LAYOUT), LAYOUT
     ).handle(event_message())
     again = await ShippingConsumer(
-        FakeDocumentStore(records), OrderSaga(orders, LAYOUT), LAYOUT
+        FakeDocumentStore(records), OrderSaga(FakeDocumentStore(orders), LAYOUT), LAYOUT
     ).handle(event_message())
 
     assert shipped.outcome is Outcome.PROCESSED and again.outcome is Outcome.DUPLICATE

@@ -3,9 +3,9 @@ and the service layer works on what the ports hand over.
 
 Cosmos adds `_etag`, `_ts`, `_rid`, ... to every document and expires one by its `ttl`; the
 adapters (and the fakes that stand in for them) read and write those, and hand the domain a
-document's own fields with its version apart (`exactly_once.records.StoredDocument`,
-`orders.domain.leases.StampedDocument`). A domain or service module that names one of them, or
-strips them by their leading underscore, has taken the storage shape back in.
+document's own fields with its version apart (`exactly_once.records.StoredDocument`). A domain
+or service module that names one of them, or strips them by their leading underscore, has taken
+the storage shape back in.
 
 The documents themselves (their ids, field names, the `id` that is each one's storage key) are
 laid out by the Cosmos adapter (`adapters/cosmos_layout.py`), which the service layer reaches

@@ -284,7 +284,9 @@ async def test_the_shipping_trigger_runs_the_shipping_core_and_settles() -> None
     inbox = FakeFencedDocuments()
     lazy = function_subscriber_runtimes["shipping"]
     orders = stored_orders("o-fn", charged=True)
-    shipping = ShippingConsumer(FakeDocumentStore(inbox), OrderSaga(orders, LAYOUT), LAYOUT)
+    shipping = ShippingConsumer(
+        FakeDocumentStore(inbox), OrderSaga(FakeDocumentStore(orders), LAYOUT), LAYOUT
+    )
     lazy.use(SubscriberRuntime(Source(queue="unused"), shipping))
     event = event_message("o-fn")
     message = received_message(event.message_id or "", data=event.body)

@@ -13,7 +13,6 @@ import pytest
 from fakes import (
     LAYOUT,
     FakeIdempotencyStore,
-    FakeOrderDocuments,
     FakeOrderReader,
     FakeOrderStore,
     RecordingPublisher,
@@ -139,7 +138,7 @@ class Stack:
             self.keys,
             self.publisher,
             status=self.publisher,
-            saga=OrderSaga(FakeOrderDocuments(self.orders), LAYOUT),
+            saga=OrderSaga(self.orders, LAYOUT),
             ttl_seconds=600,
         )
         self.lookup = OrderLookup(FakeOrderReader(self.orders), self.keys, LAYOUT)

@@ -37,12 +37,18 @@ from orders.service.verify_saga import audit_saga
 
 def billing(inbox: FakeFencedDocuments, payments: FakePaymentGateway, orders: Any) -> Any:
     return BillingConsumer(
-        billing_stores(inbox), payments, OrderSaga(orders, LAYOUT), LAYOUT, lease_seconds=60
+        billing_stores(inbox),
+        payments,
+        OrderSaga(FakeDocumentStore(orders), LAYOUT),
+        LAYOUT,
+        lease_seconds=60,
     )
 
 
 def shipping(inbox: FakeFencedDocuments, orders: FakeFencedDocuments, **options: Any) -> Any:
-    return ShippingConsumer(FakeDocumentStore(inbox), OrderSaga(orders, LAYOUT), LAYOUT, **options)
+    return ShippingConsumer(
+        FakeDocumentStore(inbox), OrderSaga(FakeDocumentStore(orders), LAYOUT), LAYOUT, **options
+    )
 
 
 def shipments(inbox: FakeFencedDocuments) -> list[dict[str, Any]]:
@@ -144,7 +150,10 @@ async def test_an_order_whose_payment_failed_may_still_be_cancelled() -> None:
     payments.fail_next(refused())
     await billing(inbox, payments, orders).handle(event_message())
 
-    assert await OrderSaga(orders, LAYOUT).cancel("o-1", None) is CancelResult.CANCELLED
+    assert (
+        await OrderSaga(FakeDocumentStore(orders), LAYOUT).cancel("o-1", None)
+        is CancelResult.CANCELLED
+    )
     assert fulfilment(orders) is Fulfilment.CANCELLED
 
 
@@ -185,7 +194,7 @@ async def test_verify_counts_an_order_shipped_without_a_charge() -> None:
 
 async def test_verify_counts_an_order_in_payment_failed_that_holds_a_charge() -> None:
     orders = stored_orders("o-1")
-    await OrderSaga(orders, LAYOUT).record_payment_failed("o-1", "declined")
+    await OrderSaga(FakeDocumentStore(orders), LAYOUT).record_payment_failed("o-1", "declined")
 
     found = await audited(orders, FakeFencedDocuments(), [charge_of("o-1")])
 

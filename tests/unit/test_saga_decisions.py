@@ -4,6 +4,7 @@ charge of a cancelled order refunded exactly once, events verified against the s
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from enum import StrEnum
@@ -24,7 +25,8 @@ from fakes import (
 from exactly_once.decisions import Decision, Outcome, Settlement
 from exactly_once.exceptions import RecordChangedError, TransientStoreError
 from exactly_once.orchestrator import MAX_RACES
-from orders.domain.leases import StampedDocument
+from exactly_once.ports import DocumentStore
+from exactly_once.records import JsonMapping, StoredDocument
 from orders.domain.order_outcomes import OrderOutcome
 from orders.domain.payments import Charge, ChargeRequest
 from orders.domain.saga import Fulfilment
@@ -50,22 +52,30 @@ def payments() -> FakePaymentGateway:
     return FakePaymentGateway()
 
 
+def saga_of(orders: FakeFencedDocuments | DocumentStore) -> OrderSaga:
+    """The saga over the fake orders container, or over a racing view of it."""
+    store = FakeDocumentStore(orders) if isinstance(orders, FakeFencedDocuments) else orders
+    return OrderSaga(store, LAYOUT)
+
+
 def billing(
     inbox: FakeFencedDocuments,
     payments: FakePaymentGateway,
-    orders: FakeFencedDocuments,
+    orders: FakeFencedDocuments | DocumentStore,
     owner: str = "b",
     **options: Any,
 ) -> BillingConsumer:
     # 60 s: the billing lease the settings give by default (BILLING_LEASE_SECONDS).
     options.setdefault("lease_seconds", 60.0)
     return BillingConsumer(
-        billing_stores(inbox), payments, OrderSaga(orders, LAYOUT), LAYOUT, owner=owner, **options
+        billing_stores(inbox), payments, saga_of(orders), LAYOUT, owner=owner, **options
     )
 
 
-def shipping(inbox: FakeFencedDocuments, orders: FakeFencedDocuments) -> ShippingConsumer:
-    return ShippingConsumer(FakeDocumentStore(inbox), OrderSaga(orders, LAYOUT), LAYOUT)
+def shipping(
+    inbox: FakeFencedDocuments, orders: FakeFencedDocuments | DocumentStore
+) -> ShippingConsumer:
+    return ShippingConsumer(FakeDocumentStore(inbox), saga_of(orders), LAYOUT)
 
 
 def outcome(decision: Decision) -> tuple[StrEnum, Settlement]:
@@ -88,9 +98,7 @@ def fulfilment(orders: FakeFencedDocuments, order_id: str = "o-1") -> Fulfilment
 async def test_a_cancel_before_shipping_wins_and_shipping_skips_without_a_shipment(
     orders: FakeFencedDocuments, inbox: FakeFencedDocuments
 ) -> None:
-    assert (
-        await OrderSaga(orders, LAYOUT).cancel("o-1", "changed my mind") is CancelResult.CANCELLED
-    )
+    assert await saga_of(orders).cancel("o-1", "changed my mind") is CancelResult.CANCELLED
 
     decision = await shipping(inbox, orders).handle(event_message())
 
@@ -107,34 +115,33 @@ async def test_a_cancel_after_the_shipment_is_reserved_is_refused(
 ) -> None:
     await shipping(inbox, orders).handle(event_message())
 
-    assert await OrderSaga(orders, LAYOUT).cancel("o-1", None) is CancelResult.ALREADY_SHIPPED
+    assert await saga_of(orders).cancel("o-1", None) is CancelResult.ALREADY_SHIPPED
     assert fulfilment(orders) is Fulfilment.SHIPPING
     assert ("o-1", "o-1:outbox:OrderCancelled") not in orders.documents
     assert len(shipments(inbox)) == 1
 
 
-class ShipsDuringTheCancel(FakeFencedDocuments):
+class ShipsDuringTheCancel(FakeDocumentStore):
     """The order document moves on between the cancel's read and its write: shipping
     reserves the shipment first (the interleaving of a real race, made deterministic)."""
 
     def __init__(self, source: FakeFencedDocuments, inbox: FakeFencedDocuments) -> None:
-        super().__init__()
-        self.documents = source.documents
+        super().__init__(source)
         self._inbox = inbox
         self.raced = False
 
     async def replace_and_create(
         self,
-        partition_key: str,
-        replaced: dict[str, Any],
+        partition: str,
+        document: JsonMapping,
         *,
         etag: str,
-        created: list[dict[str, Any]],
+        created: Sequence[JsonMapping],
     ) -> None:
         if not self.raced:
             self.raced = True
             await shipping(self._inbox, self).handle(event_message())
-        await super().replace_and_create(partition_key, replaced, etag=etag, created=created)
+        await super().replace_and_create(partition, document, etag=etag, created=created)
 
 
 async def test_a_cancel_that_loses_the_race_to_shipping_sees_it_and_is_refused(
@@ -142,22 +149,21 @@ async def test_a_cancel_that_loses_the_race_to_shipping_sees_it_and_is_refused(
 ) -> None:
     racing = ShipsDuringTheCancel(orders, inbox)
 
-    assert await OrderSaga(racing, LAYOUT).cancel("o-1", None) is CancelResult.ALREADY_SHIPPED
+    assert await saga_of(racing).cancel("o-1", None) is CancelResult.ALREADY_SHIPPED
     assert racing.raced and len(shipments(inbox)) == 1
     assert fulfilment(orders) is Fulfilment.SHIPPING
 
 
-class CancelsDuringTheReservation(FakeFencedDocuments):
+class CancelsDuringTheReservation(FakeDocumentStore):
     def __init__(self, source: FakeFencedDocuments) -> None:
-        super().__init__()
-        self.documents = source.documents
+        super().__init__(source)
         self.raced = False
 
-    async def replace(self, document: dict[str, Any], *, etag: str) -> StampedDocument:
+    async def replace(self, document: JsonMapping, partition: str, *, etag: str) -> StoredDocument:
         if not self.raced:
             self.raced = True
-            assert await OrderSaga(self, LAYOUT).cancel("o-1", None) is CancelResult.CANCELLED
-        return await super().replace(document, etag=etag)
+            assert await saga_of(self).cancel("o-1", None) is CancelResult.CANCELLED
+        return await super().replace(document, partition, etag=etag)
 
 
 async def test_shipping_that_loses_the_race_to_a_cancel_makes_no_shipment(
@@ -172,28 +178,27 @@ async def test_shipping_that_loses_the_race_to_a_cancel_makes_no_shipment(
     assert shipments(inbox) == [] and fulfilment(orders) is Fulfilment.CANCELLED
 
 
-class AlwaysMovedOn(FakeFencedDocuments):
+class AlwaysMovedOn(FakeDocumentStore):
     """An order another writer rewrites between every read and write: each If-Match fails."""
 
     def __init__(self, source: FakeFencedDocuments) -> None:
-        super().__init__()
-        self.documents = source.documents
+        super().__init__(source)
         self.writes = 0
 
-    async def replace(self, document: dict[str, Any], *, etag: str) -> StampedDocument:
+    async def replace(self, document: JsonMapping, partition: str, *, etag: str) -> StoredDocument:
         self.writes += 1
-        raise RecordChangedError(document["id"])
+        raise RecordChangedError(str(document["id"]))
 
     async def replace_and_create(
         self,
-        partition_key: str,
-        replaced: dict[str, Any],
+        partition: str,
+        document: JsonMapping,
         *,
         etag: str,
-        created: list[dict[str, Any]],
+        created: Sequence[JsonMapping],
     ) -> None:
         self.writes += 1
-        raise RecordChangedError(replaced["id"])
+        raise RecordChangedError(str(document["id"]))
 
 
 @pytest.mark.parametrize("step", ["cancel", "reserve", "charge"])
@@ -205,7 +210,7 @@ async def test_an_order_that_keeps_moving_is_given_back_after_the_cores_bound(
     if step == "charge":
         orders = stored_orders("o-1", charged=False)
     moving = AlwaysMovedOn(orders)
-    saga = OrderSaga(moving, LAYOUT)
+    saga = saga_of(moving)
 
     with pytest.raises(TransientStoreError, match="kept changing"):
         if step == "cancel":
@@ -223,7 +228,7 @@ async def test_an_order_that_keeps_moving_is_given_back_after_the_cores_bound(
 async def test_a_second_cancel_under_another_key_finds_the_order_cancelled(
     orders: FakeFencedDocuments,
 ) -> None:
-    saga = OrderSaga(orders, LAYOUT)
+    saga = saga_of(orders)
     assert await saga.cancel("o-1", None) is CancelResult.CANCELLED
     assert await saga.cancel("o-1", "again") is CancelResult.ALREADY_CANCELLED
     assert await saga.cancel("o-404", None) is CancelResult.NOT_STORED
@@ -232,7 +237,7 @@ async def test_a_second_cancel_under_another_key_finds_the_order_cancelled(
 async def test_shipping_ignores_a_cancel_event(
     orders: FakeFencedDocuments, inbox: FakeFencedDocuments
 ) -> None:
-    await OrderSaga(orders, LAYOUT).cancel("o-1", None)
+    await saga_of(orders).cancel("o-1", None)
     decision = await shipping(inbox, orders).handle(cancel_message())
     assert outcome(decision) == (OrderOutcome.IGNORED, Settlement.COMPLETE)
 
@@ -243,7 +248,7 @@ async def test_shipping_ignores_a_cancel_event(
 async def test_an_order_cancelled_before_billing_is_never_charged(
     orders: FakeFencedDocuments, inbox: FakeFencedDocuments, payments: FakePaymentGateway
 ) -> None:
-    await OrderSaga(orders, LAYOUT).cancel("o-1", None)
+    await saga_of(orders).cancel("o-1", None)
 
     first = await billing(inbox, payments, orders).handle(event_message())
     refund = await billing(inbox, payments, orders).handle(cancel_message())
@@ -257,7 +262,7 @@ async def test_a_cancel_after_the_charge_refunds_it_once_in_full(
     orders: FakeFencedDocuments, inbox: FakeFencedDocuments, payments: FakePaymentGateway
 ) -> None:
     await billing(inbox, payments, orders).handle(event_message())
-    await OrderSaga(orders, LAYOUT).cancel("o-1", None)
+    await saga_of(orders).cancel("o-1", None)
 
     first = await billing(inbox, payments, orders, "x").handle(cancel_message())
     again = await billing(inbox, payments, orders, "y").handle(cancel_message())
@@ -303,7 +308,7 @@ async def test_a_cancel_event_finishes_a_charge_left_in_progress_then_refunds_it
     crashed = await billing(inbox, payments, orders, "dead").handle(event_message())
     assert crashed.settlement is Settlement.ABANDON
     inbox.database_now_ms += 120_000  # the dead owner's lease is over
-    await OrderSaga(orders, LAYOUT).cancel("o-1", None)
+    await saga_of(orders).cancel("o-1", None)
 
     decision = await billing(inbox, payments, orders, "alive").handle(cancel_message())
 
@@ -342,7 +347,7 @@ async def test_a_cancel_racing_its_orders_charge_in_the_same_process_waits_for_i
     consumer = billing(inbox, payments, orders, "p", sleep=waited_for_the_charge)
     accepting.append(asyncio.create_task(consumer.handle(event_message())))
     await payments.charging.wait()
-    assert await OrderSaga(orders, LAYOUT).cancel("o-1", None) is CancelResult.CANCELLED
+    assert await saga_of(orders).cancel("o-1", None) is CancelResult.CANCELLED
 
     cancelled = await consumer.handle(cancel_message())
     payments.answer.set()
@@ -357,7 +362,7 @@ async def test_a_provider_failing_after_the_refund_is_asked_again_with_the_same_
     orders: FakeFencedDocuments, inbox: FakeFencedDocuments, payments: FakePaymentGateway
 ) -> None:
     await billing(inbox, payments, orders).handle(event_message())
-    await OrderSaga(orders, LAYOUT).cancel("o-1", None)
+    await saga_of(orders).cancel("o-1", None)
     payments.fail_next_refund(PaymentUnavailableError("answer lost"), after_refund=True)
 
     failed = await billing(inbox, payments, orders, "b").handle(cancel_message())

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exactly_once.decisions import Outcome, Settlement
-from exactly_once.records import JsonMapping
+from exactly_once.records import JsonMapping, StoredDocument
 from orders.domain.messages import MessageRejected
 from orders.domain.order_outcomes import OrderOutcome
 from orders.domain.received import ReceivedOrderMessage
@@ -134,14 +134,16 @@ async def test_a_lost_race_reads_again_and_decides_again() -> None:
     real_replace = store.replace
     raced = False
 
-    async def replace_after_a_rival(document: JsonMapping, partition: str, *, etag: str) -> None:
+    async def replace_after_a_rival(
+        document: JsonMapping, partition: str, *, etag: str
+    ) -> StoredDocument:
         nonlocal raced
         if not raced:
             raced = True  # a rival's cancel (version 5) lands between our read and our write
             await real_replace(
                 {**stored(documents), "status": "cancelled", "version": 5}, partition, etag=etag
             )
-        await real_replace(document, partition, etag=etag)
+        return await real_replace(document, partition, etag=etag)
 
     store.replace = replace_after_a_rival  # type: ignore[method-assign]
     decision = await consumer.handle(message(update(OrderStatus.SHIPPED)))

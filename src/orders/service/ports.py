@@ -10,13 +10,11 @@ from typing import Any, Protocol
 from exactly_once.change_feed import ChangeFeed
 from exactly_once.decisions import Decision
 from exactly_once.ports import RecordStore
-from exactly_once.records import StoredDocument
 from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, DeadLetterPlan, Selection
 from orders.domain.decision_counters import DecisionCounters
 from orders.domain.events import OrderAccepted, OrderEvent
 from orders.domain.idempotency import KeyRecord, OrderIdClaim
 from orders.domain.inbox import BillingRecord, RefundRecord
-from orders.domain.leases import DatabaseRead, StampedDocument
 from orders.domain.model import OrderPlaced
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.rejections import FiledRejection, OrderRejection
@@ -199,7 +197,8 @@ class AuditLayout(OrderViewLayout, Protocol):
 
 
 class SagaLayout(EventLayout, SagaOrderReader, Protocol):
-    """The order document as the saga reads and rewrites it (If-Match, `OrderDocuments`)."""
+    """The order document as the saga reads and rewrites it (If-Match, through the core's
+    `DocumentStore`)."""
 
     def shipment_reserved(
         self, document: Mapping[str, Any], event_id: str, at: datetime
@@ -378,52 +377,6 @@ class StatusPublisher(Protocol):
         """Send the update to the status queue, MessageId = orderId:status:version (and
         SessionId = orderId on a session queue). Raises `TransientPublishError` /
         `PublishError` like the order publisher."""
-        ...
-
-
-class FencedDocuments(Protocol):
-    """Create, read-with-the-database's-time and If-Match replace over one container."""
-
-    async def create(self, document: dict[str, Any]) -> StampedDocument:
-        """Create; `DocumentExistsError` if the id exists. Returns the stored document."""
-        ...
-
-    async def read(self, document_id: str, partition_key: str) -> DatabaseRead:
-        """The document (None if absent) and the database's clock, in one request."""
-        ...
-
-    async def replace(self, document: dict[str, Any], *, etag: str) -> StampedDocument:
-        """Replace if the stored ETag is still `etag`, else `RecordChangedError`."""
-        ...
-
-    async def delete(self, document_id: str, partition_key: str, *, etag: str) -> None:
-        """Delete if the stored ETag is still `etag`, else `RecordChangedError` (also when it is
-        gone already)."""
-        ...
-
-
-class OrderDocuments(Protocol):
-    """The orders container as the saga sees it: the order document, point-read and fenced."""
-
-    async def get_stored(self, document_id: str, partition_key: str) -> StoredDocument | None:
-        """One point read: the document's own fields and its ETag apart, or None."""
-        ...
-
-    async def replace(self, document: dict[str, Any], *, etag: str) -> StampedDocument:
-        """Replace if the stored ETag is still `etag`, else `RecordChangedError`."""
-        ...
-
-    async def replace_and_create(
-        self,
-        partition_key: str,
-        replaced: dict[str, Any],
-        *,
-        etag: str,
-        created: list[dict[str, Any]],
-    ) -> None:
-        """One transactional batch: replace `replaced` If-Match `etag`, create `created`.
-        `RecordChangedError` if the ETag moved on (nothing written); `DocumentExistsError` if a
-        created id exists (nothing written)."""
         ...
 
 

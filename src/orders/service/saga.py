@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from exactly_once.decisions import Decision, Outcome, Settlement
 from exactly_once.exceptions import RecordChangedError, TransientStoreError
 from exactly_once.orchestrator import update_fenced
+from exactly_once.ports import DocumentStore
 from orders.domain.events import OrderCancelled, OrderEvent
 from orders.domain.saga import (
     CancelVerdict,
@@ -38,7 +39,7 @@ from orders.domain.saga import (
     judge_shipment,
 )
 from orders.observability import log_value
-from orders.service.ports import OrderDocuments, SagaLayout
+from orders.service.ports import SagaLayout
 
 logger = logging.getLogger("orders.saga")
 
@@ -75,7 +76,7 @@ class CancelResult(StrEnum):
 class OrderSaga:
     def __init__(
         self,
-        orders: OrderDocuments,
+        orders: DocumentStore,
         layout: SagaLayout,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
@@ -84,7 +85,8 @@ class OrderSaga:
         self._clock = clock
 
     async def order(self, order_id: str) -> FencedOrder | None:
-        stored = await self._orders.get_stored(order_id, order_id)
+        # The orders container is partitioned by orderId, the order document in its own.
+        stored = await self._orders.get(order_id, order_id)
         if stored is None:
             return None
         order = self._layout.saga_order(stored.body)
@@ -123,7 +125,7 @@ class OrderSaga:
             if verdict is not ShipVerdict.RESERVE:
                 return verdict
             reserved = self._layout.shipment_reserved(current.document, event_id, self._clock())
-            await self._orders.replace(reserved, etag=current.etag)
+            await self._orders.replace(reserved, current.order.order_id, etag=current.etag)
             return ShipVerdict.RESERVED
 
         order_id = stored.order.order_id
@@ -197,12 +199,12 @@ class OrderSaga:
             if judge_payment(stored.order, charged=charged) is PaymentVerdict.RECORDED:
                 return stored
             written = await self._orders.replace(
-                rewrite(stored.document, self._clock()), etag=stored.etag
+                rewrite(stored.document, self._clock()), order_id, etag=stored.etag
             )
             order = self._layout.saga_order(written.body)
             if order is None:
                 raise TransientStoreError(f"order {order_id!r} could not be read back")
-            return FencedOrder(order, written.body, written.stamp.etag)
+            return FencedOrder(order, written.body, written.etag)
 
         return await self._fenced(order_id, lambda: self._reread(order_id), record)
 

@@ -207,9 +207,51 @@ class CosmosStore:
     # --- DocumentStore ----------------------------------------------------------------------
 
     async def create_all(self, partition: str, documents: Sequence[JsonMapping]) -> None:
-        operations: list[tuple[str, tuple[Any, ...]]] = [
-            ("create", ({**document, self._pk: partition},)) for document in documents
+        created = [self._in_partition(document, partition) for document in documents]
+        await self._batch(partition, [("create", (document,), {}) for document in created], created)
+
+    async def get(self, document_id: str, partition: str) -> StoredDocument | None:
+        stored = await point_read(self._container, document_id, partition)
+        if stored is None:
+            return None
+        return _stored_document(stored)
+
+    async def replace(self, document: JsonMapping, partition: str, *, etag: str) -> StoredDocument:
+        written = await self._replace_if_match(self._in_partition(document, partition), etag)
+        return _stored_document(written)
+
+    async def replace_and_create(
+        self,
+        partition: str,
+        document: JsonMapping,
+        *,
+        etag: str,
+        created: Sequence[JsonMapping],
+    ) -> None:
+        replaced = self._in_partition(document, partition)
+        new = [self._in_partition(each, partition) for each in created]
+        operations: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
+            ("replace", (replaced["id"], replaced), {"if_match_etag": etag}),
+            *(("create", (each,), {}) for each in new),
         ]
+        await self._batch(partition, operations, new, replaced=str(replaced["id"]))
+
+    # --- the one batch, and its one translation ---------------------------------------------
+
+    async def _batch(
+        self,
+        partition: str,
+        operations: list[tuple[str, tuple[Any, ...], dict[str, Any]]],
+        created: Sequence[JsonMapping],
+        *,
+        replaced: str | None = None,
+    ) -> None:
+        """One transactional batch: the creates of `created`, after the If-Match replace of
+        `replaced` when there is one. A 409 is `DocumentExistsError` naming the created document
+        and its position among `created` (the first, where the store does not say which); a
+        moved ETag or a missing document (412, 404) of the replace is `RecordChangedError`;
+        anything else as `store_error_for` says. Nothing of a failed batch is written."""
+        first_created = 0 if replaced is None else 1
         with store_errors():
             try:
                 await self._container.execute_item_batch(
@@ -217,19 +259,17 @@ class CosmosStore:
                 )
             except BATCH_ERRORS as exc:
                 status, index = failed_operation(exc)
-                if status == 409:
-                    raise DocumentExistsError(str(documents[index].get("id")), index) from exc
+                if status == 409 and created:
+                    position = max(index - first_created, 0)
+                    raise DocumentExistsError(str(created[position].get("id")), position) from exc
+                if replaced is not None and status in (404, 412):
+                    raise RecordChangedError(f"{replaced!r} changed since it was read") from exc
                 why = failed_operation_message(exc)
                 raise store_error_for(status, f"batch operation {index} failed: {why}") from exc
 
-    async def get(self, document_id: str, partition: str) -> StoredDocument | None:
-        stored = await point_read(self._container, document_id, partition)
-        if stored is None:
-            return None
-        return StoredDocument(body=user_fields(stored), etag=str(stored["_etag"]))
-
-    async def replace(self, document: JsonMapping, partition: str, *, etag: str) -> None:
-        await self._replace_if_match({**document, self._pk: partition}, etag)
+    def _in_partition(self, document: JsonMapping, partition: str) -> dict[str, Any]:
+        """The document as written: its own fields, and `partition` in the partition key field."""
+        return {**document, self._pk: partition}
 
     # --- the one If-Match write, and the record's document shape ----------------------------
 
@@ -277,6 +317,11 @@ class CosmosStore:
             expires_after_seconds=fields.optional_integer("ttl"),
             stamp=Stamp(etag=fields.text("_etag"), written_at_s=fields.integer("_ts")),
         )
+
+
+def _stored_document(stored: dict[str, Any]) -> StoredDocument:
+    """A stored item's own fields, and its ETag apart."""
+    return StoredDocument(body=user_fields(stored), etag=str(stored["_etag"]))
 
 
 def _shown(value: object) -> str:

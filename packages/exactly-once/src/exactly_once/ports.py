@@ -3,8 +3,8 @@
 `RecordStore` is the record-store contract of AWS Powertools' persistence layer (claim, read,
 take over, complete, release), with the lease judged by the database's clock: every record it
 returns carries the `Stamp` of its last write, and reads carry the database's time.
-`DocumentStore` writes an effect's own documents: all or nothing, or under an ETag
-(`DocumentCreator` is its create-and-read half).
+`DocumentStore` writes an effect's own documents: all or nothing, under an ETag, or both in one
+batch (`DocumentCreator` is its create-and-read half).
 """
 
 from __future__ import annotations
@@ -77,8 +77,26 @@ class DocumentCreator(Protocol):
 class DocumentStore(DocumentCreator, Protocol):
     """An effect's documents, in the same partitions as the records that guard them."""
 
-    async def replace(self, document: JsonMapping, partition: str, *, etag: str) -> None:
-        """Replace the document If-Match `etag`; `RecordChangedError` when it moved or is gone."""
+    async def replace(self, document: JsonMapping, partition: str, *, etag: str) -> StoredDocument:
+        """Replace the document If-Match `etag`, and return it as stored, with its new ETag (a
+        next fenced write starts from it, with no read); `RecordChangedError` when it moved or
+        is gone."""
+        ...
+
+    async def replace_and_create(
+        self,
+        partition: str,
+        document: JsonMapping,
+        *,
+        etag: str,
+        created: Sequence[JsonMapping],
+    ) -> None:
+        """One transactional batch: replace `document` If-Match `etag` and create every one of
+        `created` (a state change and the event it emits, say), all or nothing.
+
+        Raises `RecordChangedError` when the document moved or is gone, `DocumentExistsError`
+        naming the first of `created` that exists and its position among them; nothing is
+        written either way."""
         ...
 
 
