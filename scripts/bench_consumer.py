@@ -73,7 +73,11 @@ def naive_worker() -> None:
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     logging.getLogger("azure").setLevel(logging.WARNING)
-    run_until_signalled(Settings.from_env(), WorkerOptions(), store_factory=NaiveOrderStore)
+    run_until_signalled(
+        Settings.from_env(),
+        WorkerOptions(),
+        store_factory=lambda containers: NaiveOrderStore(containers.orders()),
+    )
 
 
 def queue_empty(stack: LocalStack) -> bool:

@@ -10,7 +10,6 @@ the entrypoints and adapters (`pyproject.toml` names each entrypoint's route to 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -22,14 +21,17 @@ from exactly_once.ports import DocumentCreator, DocumentStore
 from exactly_once.records import DEFAULT_LEASE_SECONDS
 from orders.adapters.cosmos_billing import billing_stores
 from orders.adapters.cosmos_client import (
-    ContainerProxy,
-    CosmosClient,
+    Containers,
     idempotency_container,
     inbox_container,
     leases_container,
     order_partitioned_store,
+    order_store,
     orders_container,
 )
+
+# Re-exported for the worker's benchmark hook: how the order consumer's store is made.
+from orders.adapters.cosmos_client import StoreFactory as StoreFactory
 from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
 from orders.adapters.cosmos_layout import CosmosLayout
 from orders.adapters.cosmos_order_reader import CosmosOrderReader
@@ -72,8 +74,6 @@ from orders.service.runtimes import SubscriberRuntime as SubscriberRuntime
 from orders.service.saga import OrderSaga
 from orders.settings import Settings
 
-# How the consumer's store is made from the orders container (a benchmark swaps in its own).
-StoreFactory = Callable[[ContainerProxy], DocumentCreator]
 # How every consumer's documents and ids are laid out in Cosmos DB: one mapping, no I/O.
 DOCUMENT_LAYOUT: DocumentLayout = CosmosLayout()
 
@@ -166,10 +166,10 @@ class _Wiring:
 
     stack: AsyncExitStack
     clients: ProcessClients
-    cosmos: CosmosClient
+    containers: Containers
     after_charge: AfterCharge | None = None
     after_refund: AfterRefund | None = None
-    store_factory: StoreFactory = order_partitioned_store  # a benchmark swaps in its own
+    store_factory: StoreFactory = order_store  # a benchmark swaps in its own
     _status: ServiceBusStatusPublisher | None = field(default=None, init=False)
 
     @property
@@ -182,16 +182,16 @@ class _Wiring:
         return CosmosLayout(record_ttl_seconds=self.settings.record_ttl_seconds)
 
     def order_store(self) -> DocumentCreator:
-        return self.store_factory(orders_container(self.cosmos, self.settings))
+        return self.store_factory(self.containers)
 
     def inbox_store(self) -> CosmosStore:
-        return order_partitioned_store(inbox_container(self.cosmos, self.settings))
+        return order_partitioned_store(self.containers.inbox())
 
     def orders(self) -> DocumentStore:
-        return order_partitioned_store(orders_container(self.cosmos, self.settings))
+        return order_partitioned_store(self.containers.orders())
 
     def billing_records(self) -> BillingStores:
-        return billing_stores(inbox_container(self.cosmos, self.settings))
+        return billing_stores(self.containers.inbox())
 
     def saga(self) -> OrderSaga:
         return OrderSaga(self.orders(), DOCUMENT_LAYOUT)
@@ -229,8 +229,9 @@ async def build_subscriber_runtime(
     async with AsyncExitStack() as stack:
         shared = given_or_own(stack, settings, clients, **cosmos_client_options)
         cosmos = await shared.cosmos(create_local_resources)
-        stores = store_factory or order_partitioned_store
-        wiring = _Wiring(stack, shared, cosmos, after_charge, after_refund, stores)
+        stores = store_factory or order_store
+        containers = Containers(cosmos, settings)
+        wiring = _Wiring(stack, shared, containers, after_charge, after_refund, stores)
         source, handler = spec.source(settings), spec.factory(wiring)
         if not spec.instruments_itself:
             telemetry = SubscriberTelemetry(spec.name, destination=str(source))

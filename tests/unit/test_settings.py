@@ -9,6 +9,7 @@ import pytest
 from azure.cosmos.aio import CosmosClient
 
 from orders import bootstrap
+from orders.adapters.cosmos_client import Containers
 from orders.adapters.cosmos_layout import CosmosLayout
 from orders.adapters.monitoring import configure_monitoring
 from orders.service.subscribers import Source
@@ -152,7 +153,8 @@ async def test_the_consumers_lay_their_records_out_with_the_settings_retention()
     settings = Settings.from_env({"COSMOS_ENDPOINT": "x", "ORDERS_MAX_DELIVERY_COUNT": "3"})
     async with AsyncExitStack() as stack:
         clients = bootstrap.ProcessClients(settings)
-        wiring = bootstrap._Wiring(stack, clients, cast(CosmosClient, None), None, None)
+        containers = Containers(cast(CosmosClient, None), settings)
+        wiring = bootstrap._Wiring(stack, clients, containers, None, None)
         layout = wiring.layout
 
     assert isinstance(layout, CosmosLayout)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from azure.cosmos import PartitionKey
@@ -12,6 +13,7 @@ from azure.cosmos.aio import ContainerProxy as ContainerProxy
 from azure.cosmos.aio import CosmosClient as CosmosClient
 
 from exactly_once.cosmos import CosmosStore
+from exactly_once.ports import DocumentCreator
 from orders.adapters.identity import ProcessCredential
 from orders.settings import Settings
 
@@ -54,6 +56,30 @@ def order_partitioned_store(container: ContainerProxy) -> CosmosStore:
     """The `exactly_once` core's document store over the orders or the inbox container, both
     partitioned by `/orderId`: the one port the consumers write their documents through."""
     return CosmosStore(container, partition_key_field="orderId")
+
+
+@dataclass(frozen=True)
+class Containers:
+    """The app's containers on one Cosmos client, named by the settings: what the composition
+    root hands the adapters, without naming the SDK's types itself."""
+
+    client: CosmosClient
+    settings: Settings
+
+    def orders(self) -> ContainerProxy:
+        return orders_container(self.client, self.settings)
+
+    def inbox(self) -> ContainerProxy:
+        return inbox_container(self.client, self.settings)
+
+
+# How the order consumer's store is made from the app's containers (a benchmark swaps in its own).
+StoreFactory = Callable[[Containers], DocumentCreator]
+
+
+def order_store(containers: Containers) -> CosmosStore:
+    """The order consumer's store: the core's document store over the orders container."""
+    return order_partitioned_store(containers.orders())
 
 
 class LocalContainer(Protocol):
