@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from exactly_once.decisions import Decision, Outcome, Settlement
-from exactly_once.exceptions import RecordChangedError
-from exactly_once.orchestrator import apply_version
+from exactly_once.orchestrator import apply_version, update_fenced
 from exactly_once.ports import DocumentStore
+from exactly_once.records import StoredDocument
 from orders.domain.ids import is_entity_id
 from orders.domain.messages import DeadLetterReason, MessageRejected
 from orders.domain.order_outcomes import OrderOutcome
@@ -96,26 +96,25 @@ class StatusConsumer:
         return Decision(done, Settlement.COMPLETE, key=update.order_id)
 
     async def _record_late(self, update: OrderStatusChanged) -> None:
-        """Put a stale update's change into the history in its place; a lost race reads again,
-        and past `MAX_ATTEMPTS` the broker delivers it again (it is still stale then)."""
+        """Put a stale update's change into the history in its place, through the core's
+        `update_fenced` (a lost race reads again); past `MAX_ATTEMPTS` lost writes the broker
+        delivers it again (it is still stale then)."""
         document_id = self._layout.status_document_id(update.order_id)
-        for _ in range(MAX_ATTEMPTS):
-            found = await self._documents.get(document_id, update.order_id)
+
+        async def read() -> StoredDocument | None:
+            return await self._documents.get(document_id, update.order_id)
+
+        async def write(found: StoredDocument | None) -> None:
             if found is None:
                 return  # stale against `placed`, which no document records
             history = history_with_late(self._layout.stored_status(found.body), update)
             if history is None:
                 return
-            try:
-                await self._documents.replace(
-                    self._layout.with_history(found.body, history),
-                    update.order_id,
-                    etag=found.etag,
-                )
-            except RecordChangedError:
-                continue
-            return
-        raise RecordChangedError(f"{document_id!r} kept changing; {MAX_ATTEMPTS} writes lost")
+            await self._documents.replace(
+                self._layout.with_history(found.body, history), update.order_id, etag=found.etag
+            )
+
+        await update_fenced(read, write, name=document_id, max_races=MAX_ATTEMPTS)
 
 
 def _illegal(stored: StoredStatus, update: OrderStatusChanged) -> Decision:
