@@ -26,9 +26,16 @@ import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar
 
-from pydantic import TypeAdapter, ValidationError
-from pydantic.errors import PydanticSchemaGenerationError
-from pydantic_core import PydanticSerializationError, to_jsonable_python
+try:
+    from pydantic import TypeAdapter, ValidationError
+    from pydantic.errors import PydanticSchemaGenerationError
+    from pydantic_core import PydanticSerializationError, to_jsonable_python
+except ModuleNotFoundError as missing:  # an extra, not a dependency: say which to install
+    raise ModuleNotFoundError(
+        "@idempotent (exactly_once.functions) needs pydantic: "
+        "pip install 'exactly-once-azure[pydantic]'",
+        name=missing.name,
+    ) from missing
 
 from exactly_once.claims import DEFAULT_MAX_WAIT_SECONDS, Claims
 from exactly_once.exceptions import CorruptRecordError

@@ -36,8 +36,15 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode
 
-from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import JSONResponse, Response
+try:
+    from fastapi import FastAPI, HTTPException, Request
+    from fastapi.responses import JSONResponse, Response
+except ModuleNotFoundError as missing:  # an extra, not a dependency: say which to install
+    raise ModuleNotFoundError(
+        "IdempotencyKeys (exactly_once.idempotency_key) needs FastAPI: "
+        "pip install 'exactly-once-azure[fastapi]'",
+        name=missing.name,
+    ) from missing
 
 from exactly_once.exceptions import (
     CorruptRecordError,
