@@ -1,4 +1,5 @@
-"""Fixtures shared by every test area: local Cosmos wire servers; the suite's wall time."""
+"""Fixtures shared by every test area: local Cosmos wire servers; the suite's wall time; the
+Service Bus SDK's keep-alive without its second of latency on close."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+import sdk_keepalive
 from servers import (
     CosmosServer,
     reaped_processes,
@@ -16,6 +18,10 @@ from servers import (
 )
 
 from cosmos_emulator import WELL_KNOWN_KEY as WELL_KNOWN_COSMOS_KEY
+
+# Every Service Bus sender and receiver the tests open closes at once rather than a second later
+# (sdk_keepalive.py says why and how).
+sdk_keepalive.install()
 
 
 @pytest.fixture(scope="session")
