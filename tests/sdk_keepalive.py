@@ -69,5 +69,12 @@ async def _keep_alive_async(self: Any) -> None:
 
 def install() -> None:
     """Put the sliced loops in place of the SDK's, once per process."""
+    # An SDK that renamed its loops would keep its own: say so rather than patch nothing.
+    for owner, name in (
+        (sync_client.AMQPClient, "_keep_alive"),
+        (aio_client.AMQPClientAsync, "_keep_alive_async"),
+    ):
+        if not callable(getattr(owner, name, None)):
+            raise RuntimeError(f"azure-servicebus has no {owner.__name__}.{name}: see {__file__}")
     sync_client.AMQPClient._keep_alive = _keep_alive  # type: ignore[method-assign]
     aio_client.AMQPClientAsync._keep_alive_async = _keep_alive_async  # type: ignore[method-assign]
