@@ -1,5 +1,5 @@
 """Fixtures shared by every test area: local Cosmos wire servers; the suite's wall time; the
-Service Bus SDK's keep-alive without its second of latency on close."""
+Service Bus SDK's waits on open and close made short."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-import sdk_keepalive
+import sdk_waits
 from servers import (
     CosmosServer,
     reaped_processes,
@@ -19,9 +19,9 @@ from servers import (
 
 from cosmos_emulator import WELL_KNOWN_KEY as WELL_KNOWN_COSMOS_KEY
 
-# Every Service Bus sender and receiver the tests open closes at once rather than a second later
-# (sdk_keepalive.py says why and how).
-sdk_keepalive.install()
+# Every Service Bus sender and receiver the tests open opens and closes at once rather than after
+# the SDK's polls and its keep-alive's second (sdk_waits.py says why and how).
+sdk_waits.install()
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
-"""The test run's keep-alive loop for azure-servicebus (tests/sdk_keepalive.py, installed by
-tests/conftest.py): a sender or receiver closes at once instead of waiting out the loop's
-one-second sleep, and the loop still listens on the connection at its interval."""
+"""The test run's short waits in azure-servicebus (tests/sdk_waits.py, installed by
+tests/conftest.py): a sender or receiver opens without the SDK's 50 ms polls and closes at once
+instead of waiting out its keep-alive loop's one-second sleep, and that loop still listens on
+the connection at its interval."""
 
 from __future__ import annotations
 
@@ -11,11 +12,47 @@ from typing import Any
 
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient as AsyncServiceBusClient
-from sdk_keepalive import SDK_TICK_SECONDS
+from sdk_waits import SDK_TICK_SECONDS
 
 from servicebus_emulator import RunningEmulator
 
 CYCLES = 3
+# The SDK's 50 ms polls alone spend about 0.4 s of each open against our emulator.
+OPEN_BUDGET_SECONDS = 0.25
+
+
+def test_senders_and_receivers_open_without_the_sdks_polls(
+    emulator: RunningEmulator, queue_name: str
+) -> None:
+    opening: list[float] = []
+    with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
+        for _ in range(CYCLES):
+            for handler in (
+                client.get_queue_sender(queue_name),
+                client.get_queue_receiver(queue_name),
+            ):
+                started = time.monotonic()
+                with handler:
+                    opening.append(time.monotonic() - started)
+
+    assert sum(opening) < 2 * CYCLES * OPEN_BUDGET_SECONDS, opening
+
+
+async def test_async_senders_and_receivers_open_without_the_sdks_polls(
+    emulator: RunningEmulator, queue_name: str
+) -> None:
+    opening: list[float] = []
+    async with AsyncServiceBusClient.from_connection_string(emulator.connection_string) as client:
+        for _ in range(CYCLES):
+            for handler in (
+                client.get_queue_sender(queue_name),
+                client.get_queue_receiver(queue_name),
+            ):
+                started = time.monotonic()
+                async with handler:
+                    opening.append(time.monotonic() - started)
+
+    assert sum(opening) < 2 * CYCLES * OPEN_BUDGET_SECONDS, opening
 
 
 def test_senders_and_receivers_close_without_waiting_for_the_keep_alive_tick(
