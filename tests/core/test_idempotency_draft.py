@@ -111,7 +111,9 @@ def host(request: pytest.FixtureRequest) -> tuple[str, ContainerProxy | None]:
 @pytest.fixture
 def container_of_core(host: tuple[str, ContainerProxy | None]) -> ContainerProxy:
     if host[1] is None:
-        pytest.skip("the orders API's ttl is tested on Cosmos DB in tests/integration/test_api_on_cosmos.py")
+        pytest.skip(
+            "the orders API's ttl is tested on Cosmos DB in tests/integration/test_api_on_cosmos.py"
+        )
     return host[1]
 
 
