@@ -12,7 +12,7 @@ and the Functions remote build all install the same pins and hashes; and they na
 index, so the lock works with whichever index pip or uv is configured to use.
 
 Each file's first line records a digest of its inputs (the requirement strings exactly as
-declared), so tests/unit/test_packaging.py fails when a bound changes without a re-lock.
+declared), so tests/infra/test_packaging.py fails when a bound changes without a re-lock.
 
 The app depends on packages of this repository (the `exactly-once-azure` core, found through
 `[tool.uv.sources]`): uv resolves what they need from their own pyproject.toml, and their own

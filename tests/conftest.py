@@ -1,4 +1,5 @@
-"""Fixtures shared by every test area: local Cosmos wire servers; the suite's wall time."""
+"""Fixtures shared by every test area: local Cosmos wire servers; the suite's wall time; the
+Service Bus SDK's waits on open and close made short."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+import sdk_waits
 from servers import (
     CosmosServer,
     reaped_processes,
@@ -16,6 +18,10 @@ from servers import (
 )
 
 from cosmos_emulator import WELL_KNOWN_KEY as WELL_KNOWN_COSMOS_KEY
+
+# Every Service Bus sender and receiver the tests open opens and closes at once rather than after
+# the SDK's polls and its keep-alive's second (sdk_waits.py says why and how).
+sdk_waits.install()
 
 
 @pytest.fixture(scope="session")

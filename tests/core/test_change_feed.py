@@ -230,3 +230,33 @@ async def test_a_live_lease_is_left_to_its_owner_and_taken_once_it_ends(
     assert len(await rival.balance()) == 1
     [lease] = (await leases.read_all()).leases
     assert isinstance(lease, Lease) and lease.owner == "p2"
+
+
+async def test_a_lease_found_taken_when_balancing_is_logged_as_lost(
+    database: DatabaseProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The old holder says when it stops handling a range another instance took: the e2e
+    drills wait for that line before they count publishes (tests/e2e/test_fanout.py)."""
+    changes = await new_container(database, "changes", "/pk")
+    leases = CosmosLeaseStore(await new_container(database, "leases", "/id"))
+    await write_changes(changes, ["one"])
+
+    async def ignore(page: list[dict[str, Any]]) -> None:
+        return None
+
+    holder = ChangeFeedProcessor(
+        CosmosChangeFeed(changes), leases, ignore, owner="p1", lease_seconds=2, renew_seconds=1
+    )
+    await holder.run_once()
+    rival = ChangeFeedProcessor(CosmosChangeFeed(changes), leases, ignore, owner="p2")
+
+    async def taken() -> bool:
+        return len(await rival.balance()) == 1
+
+    await poll(taken, "p2 takes p1's ended lease", within=10)
+    with caplog.at_level("WARNING", logger="exactly_once.change_feed"):
+        assert await holder.balance() == []
+
+    assert holder.held_ranges() == []
+    [lost] = [r.getMessage() for r in caplog.records if " lost " in r.getMessage()]
+    assert lost.startswith("p1 lost feed range ") and lost.endswith(" to p2")

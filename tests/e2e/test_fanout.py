@@ -105,6 +105,13 @@ def test_every_order_is_charged_and_shipped_once_on_three_partition_key_ranges(
             60,
             "both dispatchers to hold their share of the three leases",
         )
+        # And the one it was taken from has stopped handling it: until it balances again, it
+        # reads that range beside its new owner.
+        poll_until(
+            lambda: takeovers(dispatchers) <= losses(dispatchers),
+            60,
+            "every dispatcher that lost a lease to have noticed",
+        )
 
         send(stack, plan)
         report = wait_for_fanout(stack, plan, BOTH)
@@ -134,6 +141,21 @@ def test_every_order_is_charged_and_shipped_once_on_three_partition_key_ranges(
 
 
 LEASE_TAKEN = re.compile(r"owns the lease of feed range ([0-9a-f]{12})")
+TOOK_OVER = re.compile(r"took (feed range .+) over from (\S+)$", re.MULTILINE)
+# Lost on renewal ("<owner> lost <range>") or found taken when balancing ("... to <taker>").
+LOST = re.compile(r"(\S+) lost (feed range .+?)(?: to \S+)?$", re.MULTILINE)
+
+
+def takeovers(dispatchers: list[ManagedProcess]) -> set[tuple[str, str]]:
+    """(range, loser) of every lease one dispatcher took from another."""
+    return {(m[1], m[2]) for d in dispatchers for m in TOOK_OVER.finditer(d.log())}
+
+
+def losses(dispatchers: list[ManagedProcess]) -> set[tuple[str, str]]:
+    """(range, loser) of every lease a dispatcher logged as lost."""
+    return {(m[2], m[1]) for d in dispatchers for m in LOST.finditer(d.log())}
+
+
 PUBLISHED = re.compile(r"dispatcher \S+ stopped: published=(\d+)")
 
 

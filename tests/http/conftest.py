@@ -1,4 +1,5 @@
-"""Fixtures of the HTTP API tests (helpers live in http_support.py)."""
+"""Fixtures of the HTTP API tests (helpers live in tests/http_support.py: the API tests on real
+servers in tests/integration and tests/e2e share them)."""
 
 from __future__ import annotations
 

@@ -95,41 +95,6 @@ async def test_a_refused_charge_ends_the_order_payment_failed_and_it_never_ships
     assert view(orders)["status"] == "payment_failed"  # what GET answers
 
 
-async def test_shipping_before_billing_waits_for_the_charge_then_ships() -> None:
-    orders, inbox, payments = stored_orders("o-1"), FakeFencedDocuments(), FakePaymentGateway()
-    waits: list[float] = []
-
-    async def billing_charges_meanwhile(seconds: float) -> None:
-        waits.append(seconds)
-        if len(waits) == 1:  # billing's delivery lands while shipping waits
-            await billing(inbox, payments, orders).handle(event_message())
-
-    shipped = await shipping(inbox, orders, sleep=billing_charges_meanwhile).handle(event_message())
-
-    assert shipped.outcome is Outcome.PROCESSED
-    assert len(waits) == 1
-    assert len(shipments(inbox)) == 1 and len(payments.charges) == 1
-
-
-async def test_shipping_hands_the_event_back_while_no_charge_is_recorded() -> None:
-    orders, inbox = stored_orders("o-1"), FakeFencedDocuments()
-    waits: list[float] = []
-
-    async def nothing_happens(seconds: float) -> None:
-        waits.append(seconds)
-
-    shipped = await shipping(inbox, orders, sleep=nothing_happens, charge_wait_seconds=2).handle(
-        event_message()
-    )
-
-    assert (shipped.outcome, shipped.settlement) == (
-        OrderOutcome.AWAITING_CHARGE,
-        Settlement.ABANDON,
-    )
-    assert sum(waits) == 2  # bounded: the broker offers it again
-    assert shipments(inbox) == [] and fulfilment(orders) is Fulfilment.OPEN
-
-
 async def test_a_charge_made_after_the_cause_was_fixed_reopens_the_order_and_it_ships() -> None:
     orders, inbox, payments = stored_orders("o-1"), FakeFencedDocuments(), FakePaymentGateway()
     payments.fail_next(refused())

@@ -234,14 +234,6 @@ async def test_a_second_cancel_under_another_key_finds_the_order_cancelled(
     assert await saga.cancel("o-404", None) is CancelResult.NOT_STORED
 
 
-async def test_shipping_ignores_a_cancel_event(
-    orders: FakeFencedDocuments, inbox: FakeFencedDocuments
-) -> None:
-    await saga_of(orders).cancel("o-1", None)
-    decision = await shipping(inbox, orders).handle(cancel_message())
-    assert outcome(decision) == (OrderOutcome.IGNORED, Settlement.COMPLETE)
-
-
 # --- Charge and refund ----------------------------------------------------------------------
 
 

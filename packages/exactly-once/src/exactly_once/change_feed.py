@@ -238,6 +238,9 @@ class ChangeFeedProcessor:
             # checkpoint the new owner handles again.
             mine = self._held.get(lease.feed_range)
             if mine is not None and lease.owner != self.owner:
+                # Said as a lost renewal says it: until this line, the old holder may still
+                # handle the range beside its new owner.
+                logger.warning("%s lost %s to %s", self.owner, _shown(mine.lease), lease.owner)
                 self._lose(lease.feed_range)
         taken: list[str] = []
         for lease in leases_to_take(table, self.owner):
