@@ -82,16 +82,18 @@ demo: $(BIN)/.installed
 
 # The four preparations run side by side (on a fresh clone the venvs, npm and lint take about two
 # minutes one after the other, mostly waiting on installs), each one's output kept together; any
-# failure stops the run before pytest. Then the suite on both cores, with branch coverage of the
-# five packages (what runs in this process tree; emulators and workers started as processes are
-# not counted). The slowest tests and the suite's wall time are printed last (tests/conftest.py).
+# failure stops the run before pytest. Then the suite in three xdist workers on the two cores
+# (most of a drill's time is waiting: on its workers and emulators, on a lease to end, on a 60 s
+# outage; a third worker fills those waits: 7.1 min instead of 9.5 with two, same tests), with
+# branch coverage of the five packages (what runs in this process tree; emulators and workers
+# started as processes are not counted). The slowest tests and the suite's wall time are printed last (tests/conftest.py).
 # The suite starts hundreds of Python processes (emulators, workers, the CLI) from src/: compiled
 # once first, they do not each compile it again where the environment sets PYTHONDONTWRITEBYTECODE.
 test:
 	@$(MAKE) --no-print-directory -j4 --output-sync=target \
 		lint $(CHECKOV_VENV)/.installed node-crosscheck browser
 	$(BIN)/python -m compileall -q src $(CORE)/src
-	$(BIN)/python -m pytest -n 2 --dist loadgroup --cov --cov-report=term --durations=15
+	$(BIN)/python -m pytest -n 3 --dist loadgroup --cov --cov-report=term --durations=15
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .

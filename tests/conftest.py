@@ -60,8 +60,8 @@ _SESSION_STARTED = time.monotonic()
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """The wall time of the whole run and the cores it had, last: the suite must stay under
-    10 minutes on 2 cores (it is over that today: docs/development.md), and this is the number
-    to watch (xdist workers print nothing)."""
+    10 minutes on 2 cores (docs/development.md says what it took), and this is the number to
+    watch (xdist workers print nothing)."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return
     seconds = time.monotonic() - _SESSION_STARTED
