@@ -67,6 +67,7 @@ from orders.domain.messages import parse_order
 from orders.domain.model import OrderPlaced
 from orders.domain.payments import Charge, ChargeRequest, Refund, RefundRequest
 from orders.domain.received import ReceivedOrderMessage
+from orders.domain.saga import Fulfilment
 from orders.domain.status import OrderStatusChanged
 from orders.exceptions import (
     InvalidIdempotencyKeyError,
@@ -74,8 +75,10 @@ from orders.exceptions import (
     PaymentRefusedError,
     ResubmitUnsupportedError,
 )
-from orders.service.billing import BillingStores
+from orders.service.billing import BillingConsumer, BillingStores
 from orders.service.ports import EntityCounts
+from orders.service.saga import OrderSaga
+from orders.service.shipping import ShippingConsumer
 from orders.service.subscribers import Source
 
 # The real documents layout: pure mapping, no I/O, so the fakes store what Cosmos would.
@@ -942,3 +945,34 @@ class FakeDecisionFeed:
         for line in self.lines:
             counters.add_line(line)
         return counters
+
+
+# --- Billing and shipping over the fake containers (the saga's unit tests share them) --------
+
+
+def billing_over(inbox: FakeFencedDocuments, payments: FakePaymentGateway, orders: Any) -> Any:
+    """Billing over the fake inbox (its records) and orders (the saga's order documents)."""
+    return BillingConsumer(
+        billing_stores(inbox),
+        payments,
+        OrderSaga(FakeDocumentStore(orders), LAYOUT),
+        LAYOUT,
+        lease_seconds=60,
+    )
+
+
+def shipping_over(inbox: FakeFencedDocuments, orders: FakeFencedDocuments, **options: Any) -> Any:
+    """Shipping over the fake inbox and orders; `options` are ShippingConsumer's."""
+    return ShippingConsumer(
+        FakeDocumentStore(inbox), OrderSaga(FakeDocumentStore(orders), LAYOUT), LAYOUT, **options
+    )
+
+
+def shipments_in(inbox: FakeFencedDocuments) -> list[dict[str, Any]]:
+    return [d for d in inbox.documents.values() if d.get("type") == "shipment"]
+
+
+def fulfilment_of(orders: FakeFencedDocuments, order_id: str = "o-1") -> Fulfilment:
+    order = LAYOUT.saga_order(orders.documents[(order_id, order_id)])
+    assert order is not None
+    return order.fulfilment

@@ -18,8 +18,11 @@ from fakes import (
     FakeDocumentStore,
     FakeFencedDocuments,
     FakePaymentGateway,
-    billing_stores,
+    billing_over,
     event_message,
+    fulfilment_of,
+    shipments_in,
+    shipping_over,
     stored_orders,
 )
 
@@ -28,37 +31,9 @@ from orders.domain.order_outcomes import OrderOutcome
 from orders.domain.payments import Charge
 from orders.domain.saga import Fulfilment
 from orders.exceptions import PaymentRefusedError
-from orders.service.billing import BillingConsumer
 from orders.service.order_lookup import order_view
 from orders.service.saga import CancelResult, OrderSaga
-from orders.service.shipping import ShippingConsumer
 from orders.service.verify_saga import audit_saga
-
-
-def billing(inbox: FakeFencedDocuments, payments: FakePaymentGateway, orders: Any) -> Any:
-    return BillingConsumer(
-        billing_stores(inbox),
-        payments,
-        OrderSaga(FakeDocumentStore(orders), LAYOUT),
-        LAYOUT,
-        lease_seconds=60,
-    )
-
-
-def shipping(inbox: FakeFencedDocuments, orders: FakeFencedDocuments, **options: Any) -> Any:
-    return ShippingConsumer(
-        FakeDocumentStore(inbox), OrderSaga(FakeDocumentStore(orders), LAYOUT), LAYOUT, **options
-    )
-
-
-def shipments(inbox: FakeFencedDocuments) -> list[dict[str, Any]]:
-    return [d for d in inbox.documents.values() if d.get("type") == "shipment"]
-
-
-def fulfilment(orders: FakeFencedDocuments, order_id: str = "o-1") -> Fulfilment:
-    order = LAYOUT.saga_order(orders.documents[(order_id, order_id)])
-    assert order is not None
-    return order.fulfilment
 
 
 def view(orders: FakeFencedDocuments, order_id: str = "o-1") -> dict[str, Any]:
@@ -78,48 +53,48 @@ async def test_a_refused_charge_ends_the_order_payment_failed_and_it_never_ships
     orders, inbox, payments = stored_orders("o-1"), FakeFencedDocuments(), FakePaymentGateway()
     payments.fail_next(refused())
 
-    billed = await billing(inbox, payments, orders).handle(event_message())
-    shipped = await shipping(inbox, orders).handle(event_message())
+    billed = await billing_over(inbox, payments, orders).handle(event_message())
+    shipped = await shipping_over(inbox, orders).handle(event_message())
 
     assert (billed.outcome, billed.settlement) == (
         Outcome.REFUSED,
         Settlement.DEAD_LETTER,
     )
     assert billed.dead_letter_reason == "PaymentRefused"
-    assert fulfilment(orders) is Fulfilment.PAYMENT_FAILED
+    assert fulfilment_of(orders) is Fulfilment.PAYMENT_FAILED
     assert (shipped.outcome, shipped.settlement) == (
         OrderOutcome.SKIPPED_PAYMENT_FAILED,
         Settlement.COMPLETE,
     )
-    assert shipments(inbox) == []
+    assert shipments_in(inbox) == []
     assert view(orders)["status"] == "payment_failed"  # what GET answers
 
 
 async def test_a_charge_made_after_the_cause_was_fixed_reopens_the_order_and_it_ships() -> None:
     orders, inbox, payments = stored_orders("o-1"), FakeFencedDocuments(), FakePaymentGateway()
     payments.fail_next(refused())
-    await billing(inbox, payments, orders).handle(event_message())
-    await shipping(inbox, orders).handle(event_message())
+    await billing_over(inbox, payments, orders).handle(event_message())
+    await shipping_over(inbox, orders).handle(event_message())
 
     # The operator fixed the cause and had the event published again (docs/operations.md).
-    again = await billing(inbox, payments, orders).handle(event_message())
-    shipped = await shipping(inbox, orders).handle(event_message())
+    again = await billing_over(inbox, payments, orders).handle(event_message())
+    shipped = await shipping_over(inbox, orders).handle(event_message())
 
     assert again.outcome is Outcome.PROCESSED
-    assert fulfilment(orders) is Fulfilment.SHIPPING
-    assert shipped.outcome is Outcome.PROCESSED and len(shipments(inbox)) == 1
+    assert fulfilment_of(orders) is Fulfilment.SHIPPING
+    assert shipped.outcome is Outcome.PROCESSED and len(shipments_in(inbox)) == 1
 
 
 async def test_an_order_whose_payment_failed_may_still_be_cancelled() -> None:
     orders, inbox, payments = stored_orders("o-1"), FakeFencedDocuments(), FakePaymentGateway()
     payments.fail_next(refused())
-    await billing(inbox, payments, orders).handle(event_message())
+    await billing_over(inbox, payments, orders).handle(event_message())
 
     assert (
         await OrderSaga(FakeDocumentStore(orders), LAYOUT).cancel("o-1", None)
         is CancelResult.CANCELLED
     )
-    assert fulfilment(orders) is Fulfilment.CANCELLED
+    assert fulfilment_of(orders) is Fulfilment.CANCELLED
 
 
 # --- orders verify: the invariants that see it -----------------------------------------------
@@ -149,7 +124,7 @@ async def test_verify_counts_an_order_shipped_without_a_charge() -> None:
     """A run of the old design: shipping shipped, the provider holds no charge."""
     orders, inbox = stored_orders("o-1", "o-2", charged=True), FakeFencedDocuments()
     for order_id in ("o-1", "o-2"):
-        await shipping(inbox, orders).handle(event_message(order_id))
+        await shipping_over(inbox, orders).handle(event_message(order_id))
 
     found = await audited(orders, inbox, [charge_of("o-2")])
 
@@ -170,8 +145,8 @@ async def test_verify_counts_an_order_in_payment_failed_that_holds_a_charge() ->
 async def test_verify_passes_a_refused_order_that_ended_payment_failed() -> None:
     orders, inbox, payments = stored_orders("o-1"), FakeFencedDocuments(), FakePaymentGateway()
     payments.fail_next(refused())
-    await billing(inbox, payments, orders).handle(event_message())
-    await shipping(inbox, orders).handle(event_message())
+    await billing_over(inbox, payments, orders).handle(event_message())
+    await shipping_over(inbox, orders).handle(event_message())
 
     found = await audited(orders, inbox, list(payments.charges.values()))
 

@@ -4,51 +4,24 @@ ship is the saga's: test_saga_decisions.py; a refused charge: test_payment_faile
 
 from __future__ import annotations
 
-from typing import Any
-
 from fakes import (
     LAYOUT,
     FakeDocumentStore,
     FakeFencedDocuments,
     FakePaymentGateway,
-    billing_stores,
+    billing_over,
     cancel_message,
     event_message,
+    fulfilment_of,
+    shipments_in,
+    shipping_over,
     stored_orders,
 )
 
 from exactly_once.decisions import Outcome, Settlement
 from orders.domain.order_outcomes import OrderOutcome
 from orders.domain.saga import Fulfilment
-from orders.service.billing import BillingConsumer
 from orders.service.saga import OrderSaga
-from orders.service.shipping import ShippingConsumer
-
-
-def billing(inbox: FakeFencedDocuments, payments: FakePaymentGateway, orders: Any) -> Any:
-    return BillingConsumer(
-        billing_stores(inbox),
-        payments,
-        OrderSaga(FakeDocumentStore(orders), LAYOUT),
-        LAYOUT,
-        lease_seconds=60,
-    )
-
-
-def shipping(inbox: FakeFencedDocuments, orders: FakeFencedDocuments, **options: Any) -> Any:
-    return ShippingConsumer(
-        FakeDocumentStore(inbox), OrderSaga(FakeDocumentStore(orders), LAYOUT), LAYOUT, **options
-    )
-
-
-def shipments(inbox: FakeFencedDocuments) -> list[dict[str, Any]]:
-    return [d for d in inbox.documents.values() if d.get("type") == "shipment"]
-
-
-def fulfilment(orders: FakeFencedDocuments, order_id: str = "o-1") -> Fulfilment:
-    order = LAYOUT.saga_order(orders.documents[(order_id, order_id)])
-    assert order is not None
-    return order.fulfilment
 
 
 async def test_shipping_before_billing_waits_for_the_charge_then_ships() -> None:
@@ -58,13 +31,15 @@ async def test_shipping_before_billing_waits_for_the_charge_then_ships() -> None
     async def billing_charges_meanwhile(seconds: float) -> None:
         waits.append(seconds)
         if len(waits) == 1:  # billing's delivery lands while shipping waits
-            await billing(inbox, payments, orders).handle(event_message())
+            await billing_over(inbox, payments, orders).handle(event_message())
 
-    shipped = await shipping(inbox, orders, sleep=billing_charges_meanwhile).handle(event_message())
+    shipped = await shipping_over(inbox, orders, sleep=billing_charges_meanwhile).handle(
+        event_message()
+    )
 
     assert shipped.outcome is Outcome.PROCESSED
     assert len(waits) == 1
-    assert len(shipments(inbox)) == 1 and len(payments.charges) == 1
+    assert len(shipments_in(inbox)) == 1 and len(payments.charges) == 1
 
 
 async def test_shipping_hands_the_event_back_while_no_charge_is_recorded() -> None:
@@ -74,20 +49,20 @@ async def test_shipping_hands_the_event_back_while_no_charge_is_recorded() -> No
     async def nothing_happens(seconds: float) -> None:
         waits.append(seconds)
 
-    shipped = await shipping(inbox, orders, sleep=nothing_happens, charge_wait_seconds=2).handle(
-        event_message()
-    )
+    shipped = await shipping_over(
+        inbox, orders, sleep=nothing_happens, charge_wait_seconds=2
+    ).handle(event_message())
 
     assert (shipped.outcome, shipped.settlement) == (
         OrderOutcome.AWAITING_CHARGE,
         Settlement.ABANDON,
     )
     assert sum(waits) == 2  # bounded: the broker offers it again
-    assert shipments(inbox) == [] and fulfilment(orders) is Fulfilment.OPEN
+    assert shipments_in(inbox) == [] and fulfilment_of(orders) is Fulfilment.OPEN
 
 
 async def test_shipping_ignores_a_cancel_event() -> None:
     orders, inbox = stored_orders("o-1", charged=True), FakeFencedDocuments()
     await OrderSaga(FakeDocumentStore(orders), LAYOUT).cancel("o-1", None)
-    decision = await shipping(inbox, orders).handle(cancel_message())
+    decision = await shipping_over(inbox, orders).handle(cancel_message())
     assert (decision.outcome, decision.settlement) == (OrderOutcome.IGNORED, Settlement.COMPLETE)
