@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,6 +29,30 @@ class CosmosServer:
     key: str
     # What our emulator's `/_emulator/faults` needs as `Authorization: Bearer` (others: "").
     fault_token: str = ""
+
+
+async def fail_replaces(server: CosmosServer, item_id: str, *, status: int, count: int) -> None:
+    """Our emulator answers `status` to the next `count` replaces of `item_id` (a rule of its
+    fault switches, scoped to that item so no other test's requests meet it)."""
+    rule = {"status": status, "count": count, "operation": "Replace", "path_contains": item_id}
+    async with httpx.AsyncClient() as client:
+        response = await client.post(
+            f"{server.endpoint}_emulator/faults", json=rule, headers=_fault_bearer(server)
+        )
+        response.raise_for_status()
+
+
+async def clear_faults(server: CosmosServer) -> None:
+    """Every fault rule of our emulator removed: the store is back."""
+    async with httpx.AsyncClient() as client:
+        response = await client.delete(
+            f"{server.endpoint}_emulator/faults", headers=_fault_bearer(server)
+        )
+        response.raise_for_status()
+
+
+def _fault_bearer(server: CosmosServer) -> dict[str, str]:
+    return {"Authorization": f"Bearer {server.fault_token}"}
 
 
 # (server, test) -> (a server's known gap, the exception or exceptions it shows up as)

@@ -42,11 +42,13 @@ class Endpoint:
         self.release = asyncio.Event()
         self.release.set()
         self.fail_next = False
+        self.took_over: list[bool] = []  # `claim.took_over` of each run
 
     async def __call__(self, claim: KeyClaim) -> JSONResponse:
         if claim.replay is not None:
             return claim.replay
         self.runs += 1
+        self.took_over.append(claim.took_over)
         self.started.set()
         await self.release.wait()
         if self.fail_next:

@@ -18,6 +18,7 @@ from azure.cosmos import PartitionKey
 from azure.cosmos.aio import ContainerProxy, CosmosClient
 from fakes import new_write, order_payload
 from http_support import Api, api_over, lease_over, new_order_id
+from servers import CosmosServer, clear_faults, fail_replaces
 
 from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
 from orders.domain.hashing import request_hash
@@ -156,6 +157,41 @@ async def test_crashed_claim_is_taken_over_and_the_stale_completion_is_fenced(
     assert [order.order_id for order in api.publisher.published] == [order_id, order_id]
     replay = await api.post(order_payload(order_id), key="crash-key")
     assert classify(replay) == "replay"
+
+
+async def test_a_response_the_store_cannot_record_is_503_then_the_replay_published_once(
+    api: Api, python_cosmos: CosmosServer, container: ContainerProxy
+) -> None:
+    # Given a store that fails every write of the key's record once it is claimed
+    order_id = new_order_id()
+    item_id = record_id("app:tests", "unrecorded-key")
+    await fail_replaces(python_cosmos, item_id, status=503, count=1_000_000)
+    try:
+        failed = await api.post(order_payload(order_id), key="unrecorded-key")
+        while_down = await api.post(order_payload(order_id), key="unrecorded-key")
+        kept = await container.read_item(item_id, partition_key=item_id)
+    finally:
+        await clear_faults(python_cosmos)
+
+    # Then the order was published once and the client told to retry with the same key
+    assert failed.status_code == 503
+    assert failed.headers["content-type"] == "application/problem+json"
+    assert failed.json()["type"] == "urn:orders:problem:response-not-recorded"
+    assert failed.headers["retry-after"] == "1"
+    # and the record stays in progress: the retry is refused, not published again
+    assert while_down.status_code == 409
+    assert kept["status"] == "inProgress"
+    assert [order.order_id for order in api.publisher.published] == [order_id]
+
+    # When the store is back, the background write records the answer: the retry replays it
+    deadline = time.monotonic() + 15
+    replay = await api.post(order_payload(order_id), key="unrecorded-key")
+    while replay.status_code == 409 and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)  # the client's retry pause, bounded by the deadline
+        replay = await api.post(order_payload(order_id), key="unrecorded-key")
+    assert classify(replay) == "replay"
+    assert replay.json()["orderId"] == order_id
+    assert [order.order_id for order in api.publisher.published] == [order_id]
 
 
 async def test_fifty_simultaneous_cancels_with_one_key_publish_once(api: Api) -> None:

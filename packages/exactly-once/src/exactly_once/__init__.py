@@ -26,7 +26,7 @@ if TYPE_CHECKING:
         LeaseTable,
         leases_to_take,
     )
-    from exactly_once.claims import Claims
+    from exactly_once.claims import Claims, CompletionRetries
     from exactly_once.cosmos import CoreRecordShape, CosmosStore, RecordShape
     from exactly_once.cosmos_change_feed import CosmosChangeFeed, CosmosLeaseStore
     from exactly_once.decisions import (
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         settle,
     )
     from exactly_once.exceptions import (
+        CompletionFailedError,
         DocumentExistsError,
         ExactlyOnceError,
         InProgressElsewhereError,
@@ -110,6 +111,8 @@ _MODULE_OF: dict[str, str] = {
     "ChangeHandler": "change_feed",
     "ChangePage": "change_feed",
     "Claims": "claims",
+    "CompletionFailedError": "exceptions",
+    "CompletionRetries": "claims",
     "CoreRecordShape": "cosmos",
     "CosmosChangeFeed": "cosmos_change_feed",
     "CosmosLeaseStore": "cosmos_change_feed",
@@ -192,6 +195,8 @@ __all__ = [
     "ChangeHandler",
     "ChangePage",
     "Claims",
+    "CompletionFailedError",
+    "CompletionRetries",
     "CoreRecordShape",
     "CosmosChangeFeed",
     "CosmosLeaseStore",

@@ -112,3 +112,20 @@ class PreviouslyFailedError(ExactlyOnceError):
     def __init__(self, existing: Record) -> None:
         super().__init__(f"{existing.key!r} was refused earlier: {existing.result!r}")
         self.existing = existing
+
+
+class CompletionFailedError(TransientStoreError):
+    """The work ran (its effect may have happened) but its outcome could not be recorded: every
+    in-place attempt at the completion write met a transient store error. The record stays in
+    progress under its owner (`existing`) and is never released, so a retry cannot run the
+    work afresh: while its lease lasts a retry is refused as in progress (or waits), and a
+    background attempt keeps writing the outcome (`Claims.finish_or_keep`), after which a
+    retry gets the replay."""
+
+    def __init__(self, existing: Record, attempts: int) -> None:
+        super().__init__(
+            f"the outcome of {existing.key!r} could not be recorded in {attempts} attempts; "
+            "it stays in progress"
+        )
+        self.existing = existing
+        self.attempts = attempts

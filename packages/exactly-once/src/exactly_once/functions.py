@@ -6,7 +6,14 @@ claim is the consumers' (`Claims`): creating the record is the lock, its lease i
 database's clock, a call while another with the same key is in flight waits for it (at most
 `max_wait_seconds`) and then raises `InProgressElsewhereError`, a claim whose lease ended (its
 caller crashed) is taken over, a call with the same key and another payload raises
-`PayloadMismatchError`, and an exception releases the claim so that the next call runs again.
+`PayloadMismatchError`, and an exception raised by the function releases the claim so that the
+next call runs again.
+
+Once the function has returned, its effect may have happened, and nothing releases the claim:
+recording the return value is retried in place when the store fails transiently, and if it
+still fails the call raises `CompletionFailedError` (a `TransientStoreError`) with the record
+kept in progress and a background write still trying (`exactly_once.claims.CompletionRetries`).
+A later call with the key waits for it (or is refused in progress) and then gets the replay.
 
     @idempotent(store=store, scope="webhooks", key=lambda event: event.id)
     async def credit(event: PaymentEvent) -> Receipt:
@@ -37,7 +44,7 @@ except ModuleNotFoundError as missing:  # an extra, not a dependency: say which 
         name=missing.name,
     ) from missing
 
-from exactly_once.claims import DEFAULT_MAX_WAIT_SECONDS, Claims
+from exactly_once.claims import DEFAULT_MAX_WAIT_SECONDS, Claims, CompletionRetries
 from exactly_once.exceptions import CorruptRecordError
 from exactly_once.keys import key_record_id
 from exactly_once.ports import RecordStore
@@ -72,6 +79,7 @@ def idempotent(
     max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS,
     expires_after_seconds: int | None = DEFAULT_EXPIRES_AFTER_SECONDS,
     owner: str = "function",
+    completion: CompletionRetries | None = None,
 ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Coroutine[Any, Any, R]]]:
     """Make an async function idempotent per key.
 
@@ -89,6 +97,9 @@ def idempotent(
       before raising `InProgressElsewhereError` (0: refuse at once).
     - `expires_after_seconds`: the `ttl` of each record (None keeps them). A function called
       from a consumer passes the consumer's `Retention(...).ttl_seconds`.
+    - `completion`: how storing the return value is retried when the store fails (in place,
+      then in the background); a call whose value could not be stored raises
+      `CompletionFailedError`, its record kept in progress.
 
     Raises `TypeError` or `ValueError` at decoration for a function or settings it cannot keep
     its promise with (a function that is not async, a return type it cannot store)."""
@@ -138,6 +149,7 @@ def idempotent(
                 owner=wanted.owner,
                 lease_seconds=lease_seconds,
                 max_wait_seconds=max_wait_seconds,
+                completion=completion,
             )
             owned = await claims.own(wanted)
             if owned.status is RecordStatus.COMPLETED:
@@ -150,10 +162,13 @@ def idempotent(
                 results.validate_python(dumped)
                 stored: JsonInput = {_VALUE: dumped}
             except BaseException:
-                # Cancelled or failed: free the key so the next call runs again.
+                # Cancelled or failed before it returned: free the key so the next call runs
+                # again. The only place a claim is released.
                 await claims.release(owned)
                 raise
-            if not await claims.finish(owned, stored):
+            # The function has run: its effect may have happened, so the claim is kept from
+            # here on, whatever the store does (`CompletionFailedError` leaves it in progress).
+            if not await claims.finish_or_keep(owned, stored):
                 logger.warning(
                     "%s: the claim of %s was taken over while it ran; its new owner records "
                     "the result",

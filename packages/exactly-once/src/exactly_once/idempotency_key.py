@@ -6,6 +6,12 @@ is recorded and replayed to every retry of the same request: the same method, pa
 arrives while the first still runs gets 409 with `Retry-After`; one whose first attempt crashed
 (its lease ended, by the database's clock) takes the record over.
 
+Once the endpoint calls `claim.complete`, its effect may have happened, and nothing releases the
+claim: a completion write the store fails is retried in place, and if it still fails the request
+is answered 503 (`response-not-recorded`, with `Retry-After`) while the record stays in progress
+and a background write keeps trying (`exactly_once.claims.CompletionRetries`). Only an
+exception the endpoint raises before it completes releases the claim.
+
 The body is read by the dependency, at most `max_body_bytes` of it: a `Content-Length` over the
 limit is refused before a byte is read, a longer stream as soon as it passes the limit. The
 endpoint parses `claim.body`; a body parameter would make FastAPI read the whole body before
@@ -46,7 +52,9 @@ except ModuleNotFoundError as missing:  # an extra, not a dependency: say which 
         name=missing.name,
     ) from missing
 
+from exactly_once.claims import CompletionRetries
 from exactly_once.exceptions import (
+    CompletionFailedError,
     CorruptRecordError,
     InProgressElsewhereError,
     PayloadMismatchError,
@@ -71,6 +79,7 @@ from exactly_once.problems import (
     key_fault_problem,
     key_reused,
     request_in_progress,
+    response_not_recorded,
 )
 from exactly_once.records import (
     DEFAULT_LEASE_SECONDS,
@@ -161,6 +170,8 @@ class KeyClaim:
         owned: Record | None,
         replay: JSONResponse | None,
         body: bytes = b"",
+        *,
+        not_recorded: KeyProblem | None = None,
     ) -> None:
         self._requests = requests
         self._owned = owned
@@ -168,6 +179,10 @@ class KeyClaim:
         # The request's body as the dependency read it (within `max_body_bytes`): parse this.
         self.body = body
         self.completed = False
+        # Set when `complete` is first called: the endpoint's effect may have happened, so the
+        # claim is never released after it, whatever the completion write does.
+        self.completion_attempted = False
+        self._not_recorded = not_recorded or KeyProblem(response_not_recorded(1))
         # The claim was taken over from a request whose lease ended (it crashed, or ran too
         # long): the endpoint runs again, which its effects must tolerate.
         self.took_over = owned is not None and owned.attempts > 1
@@ -177,27 +192,36 @@ class KeyClaim:
     ) -> JSONResponse:
         """Record the response (replayed to every retry) and return it. A request whose lease
         ended while it ran, and was taken over by a retry, still answers: the retry records
-        the same response (the store keeps the retry's)."""
+        the same response (the store keeps the retry's).
+
+        Raises a `KeyProblem` 503 (`response-not-recorded`, with `Retry-After`) when the store
+        fails every attempt to record it: the claim stays in progress, never released."""
         if self._owned is None:
             raise RuntimeError("a replayed request has nothing to complete")
         stored: JsonInput = {"statusCode": status_code, "body": body, "headers": headers or {}}
-        await self._requests.finish(self._owned, stored)
+        self.completion_attempted = True
+        try:
+            await self._requests.finish(self._owned, stored)
+        except CompletionFailedError as failed:
+            raise self._not_recorded from failed
         self.completed = True
         return _response(stored)
 
     async def release(self) -> None:
-        """Forget the claim, so that a retry runs the request again."""
-        if self._owned is not None and not self.completed:
+        """Forget the claim, so that a retry runs the request again: only while the endpoint
+        has not tried to complete it (after that, its effect may have happened)."""
+        if self._owned is not None and not self.completion_attempted:
             await self._requests.release(self._owned)
 
 
 class IdempotencyKeys:
     """The FastAPI dependency: claims the request's key in `scope`, yields a `KeyClaim`, and
-    releases the claim when the endpoint fails (or returns) without completing it.
+    releases the claim when the endpoint fails (or returns) before it tries to complete it.
 
     `describe` chooses the fingerprint and the record's data (`KeyedRequest`; by default the
     whole request's fingerprint, `request_fingerprint`, and no data); `retry_after_cap` bounds
-    the `Retry-After` of a 409."""
+    the `Retry-After` of a 409 and a 503; `completion` says how a response the store fails to
+    record is retried (in place, then in the background)."""
 
     def __init__(
         self,
@@ -211,8 +235,9 @@ class IdempotencyKeys:
         problem_type_prefix: str = DEFAULT_TYPE_PREFIX,
         describe: DescribeRequest | None = None,
         retry_after_cap: int = MAX_RETRY_AFTER_SECONDS,
+        completion: CompletionRetries | None = None,
     ) -> None:
-        self._requests = KeyedRequests(store)
+        self._requests = KeyedRequests(store, completion)
         self._describe = describe
         self._retry_after_cap = retry_after_cap
         self.problem_type_prefix = problem_type_prefix
@@ -224,7 +249,8 @@ class IdempotencyKeys:
         self._owner = owner or "http"
 
     async def __call__(self, request: Request) -> AsyncIterator[KeyClaim]:
-        """Claim, then hand the claim to the endpoint; release it if the endpoint fails."""
+        """Claim, then hand the claim to the endpoint; release it if the endpoint fails before
+        it completes."""
         async with self.claimed(request) as claim:
             yield claim
 
@@ -232,7 +258,7 @@ class IdempotencyKeys:
     async def claimed(self, request: Request) -> AsyncIterator[KeyClaim]:
         """The dependency as a context manager, for a host whose own dependency builds this
         one per request (a store or a scope known only then): the same checks, in the same
-        order, and the claim released if the block fails without completing it."""
+        order, and the claim released if the block fails before it tries to complete it."""
         sent = request.headers.getlist(HEADER)
         if len(sent) > 1:
             # Which one the client meant is a guess; a guess would run the request twice
@@ -338,7 +364,10 @@ class IdempotencyKeys:
             replay = _response(owned.result)
             replay.headers[REPLAYED_HEADER] = "true"
             return KeyClaim(self._requests, None, replay, body)
-        return KeyClaim(self._requests, owned, None, body)
+        # A retry is told to come back when a refusal in progress would be: the 409's wait.
+        retry_after = retry_after_seconds(self._lease_seconds, self._retry_after_cap)
+        not_recorded = self._refuse(response_not_recorded(retry_after))
+        return KeyClaim(self._requests, owned, None, body, not_recorded=not_recorded)
 
 
 def request_fingerprint(method: str, path: str, query: str, body: bytes) -> str:

@@ -14,7 +14,7 @@ import json
 import math
 from enum import StrEnum
 
-from exactly_once.claims import Claims
+from exactly_once.claims import Claims, CompletionRetries
 from exactly_once.ports import RecordStore
 from exactly_once.records import JsonInput, Record
 
@@ -62,14 +62,21 @@ class KeyedRequests:
     """The claim of one request under its key, over any `RecordStore`.
 
     One owner per request (the record's `owner`): a second request under a live claim is
-    refused at once, never made to wait, because its caller retries on its own."""
+    refused at once, never made to wait, because its caller retries on its own.
 
-    def __init__(self, store: RecordStore) -> None:
+    `completion` says how an answer that meets a failing store is written (`finish`)."""
+
+    def __init__(self, store: RecordStore, completion: CompletionRetries | None = None) -> None:
         self.store = store
+        self._completion = completion or CompletionRetries()
 
     def _claims(self, record: Record) -> Claims:
         return Claims(
-            self.store, owner=record.owner, lease_seconds=record.lease_seconds, max_wait_seconds=0
+            self.store,
+            owner=record.owner,
+            lease_seconds=record.lease_seconds,
+            max_wait_seconds=0,
+            completion=self._completion,
         )
 
     async def begin(self, wanted: Record) -> Record:
@@ -81,9 +88,13 @@ class KeyedRequests:
         return await self._claims(wanted).own(wanted)
 
     async def finish(self, owned: Record, answer: JsonInput) -> bool:
-        """Record the request's answer; False when its lease ended and a retry took the claim
-        over meanwhile (the retry runs the request again and records its own answer)."""
-        return await self._claims(owned).finish(owned, answer)
+        """Record the request's answer (the request has run: a transient store error is
+        retried, `Claims.finish_or_keep`); False when its lease ended and a retry took the
+        claim over meanwhile (the retry runs the request again and records its own answer).
+
+        Raises `CompletionFailedError` when the answer could not be recorded: the claim is
+        kept in progress, and must not be released (the request's effect may have happened)."""
+        return await self._claims(owned).finish_or_keep(owned, answer)
 
     async def release(self, owned: Record) -> None:
         """Give the claim up so that a retry runs the request again; a failure to do so is

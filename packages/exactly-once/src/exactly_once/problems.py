@@ -84,6 +84,25 @@ def request_in_progress(
     )
 
 
+def response_not_recorded(
+    retry_after_seconds: int,
+    detail: str = (
+        f"the request ran but its response could not be recorded; retry with the same {HEADER}"
+    ),
+) -> Problem:
+    """The request ran, then the store failed to record its response (RFC 9110 §15.6.4, with
+    `Retry-After`). Not a 500: the key stays claimed in progress, so the retry with the same
+    key gets the recorded response (or a 409 while it is not recorded yet), never a second
+    run."""
+    return Problem(
+        503,
+        "response-not-recorded",
+        "The response could not be recorded",
+        detail,
+        headers={"Retry-After": str(retry_after_seconds)},
+    )
+
+
 def body_too_large(detail: str) -> Problem:
     """RFC 9110 §15.5.14: the body is over the endpoint's limit (refused before it is hashed)."""
     return Problem(413, "body-too-large", "Body too large", detail)
