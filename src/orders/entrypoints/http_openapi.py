@@ -100,6 +100,13 @@ class StoredOrder(WireModel):
 
 PROBLEM_RESPONSE = {"model": Problem, "content": {PROBLEM_JSON: {}}}
 
+# A keyed POST's 503: retry with the same key, whether the request ran or not.
+UNAVAILABLE_AFTER_KEY = (
+    "Dependency unavailable (`service-unavailable`, Retry-After), or the request ran but its "
+    "answer could not be recorded (`response-not-recorded`, Retry-After: the retry with the "
+    "same key gets it, never a second run)"
+)
+
 PLACE_ORDER_RESPONSES: dict[int | str, dict[str, Any]] = {
     202: {
         "description": "Accepted and queued; a replay also carries `Idempotent-Replayed: true`",
@@ -121,7 +128,7 @@ PLACE_ORDER_RESPONSES: dict[int | str, dict[str, Any]] = {
         "a byte is read), or an order over the batch's limits (`order-too-large`)"
     },
     422: PROBLEM_RESPONSE | {"description": "Same key, different body"},
-    503: PROBLEM_RESPONSE | {"description": "Dependency unavailable (Retry-After)"},
+    503: PROBLEM_RESPONSE | {"description": UNAVAILABLE_AFTER_KEY},
 }
 
 PLACE_ORDER_EXTRA: dict[str, Any] = {
@@ -176,7 +183,7 @@ CANCEL_ORDER_RESPONSES: dict[int | str, dict[str, Any]] = {
     413: PROBLEM_RESPONSE
     | {"description": "Body over 1 KB (`body-too-large`, judged from Content-Length first)"},
     422: PROBLEM_RESPONSE | {"description": "Same key, different request"},
-    503: PROBLEM_RESPONSE | {"description": "Dependency unavailable (Retry-After)"},
+    503: PROBLEM_RESPONSE | {"description": UNAVAILABLE_AFTER_KEY},
 }
 
 CANCEL_ORDER_EXTRA: dict[str, Any] = {
