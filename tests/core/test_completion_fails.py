@@ -37,7 +37,9 @@ from exactly_once.keys import key_record_id
 from exactly_once.problems import PROBLEM_JSON, REPLAYED_HEADER
 
 # 408 (a timeout) is not retried by the SDK on a write: one fault is one failed attempt of ours.
-# 503 is retried by the SDK too; a rule that never runs out fails every attempt all the same.
+# A 503 the SDK retries itself (half a second each time) before we see it: the outage of
+# `test_a_completion_failing_for_good_is_503_then_the_replay_never_a_second_run`; the others
+# fail faster with timeouts (tests/integration/test_api_on_cosmos.py has the orders API's 503).
 TIMEOUT, UNAVAILABLE, FOR_GOOD = 408, 503, 1_000_000
 # Short pauses: the in-place attempts and the background writes are quick to watch.
 QUICK = CompletionRetries(attempts=3, first_pause=0.05, max_pause=0.2, background_seconds=30)
@@ -146,7 +148,7 @@ async def test_with_nothing_recorded_before_the_lease_ends_a_retry_takes_over(
     transport = httpx.ASGITransport(app=app_for(keys, endpoint), raise_app_exceptions=False)
     key = unique("key")
     record_id = key_record_id("charges", key)
-    await fail_replaces(faults_cleared, record_id, status=UNAVAILABLE, count=FOR_GOOD)
+    await fail_replaces(faults_cleared, record_id, status=TIMEOUT, count=FOR_GOOD)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
         failed = await client.post("/things", json={}, headers={HEADER: key})
         await clear_faults(faults_cleared)
@@ -201,7 +203,7 @@ async def test_a_function_whose_completion_fails_for_good_raises_then_replays(
     credits = Credits(store, max_wait_seconds=0)
     event_id = unique("event")
     record_id = key_record_id("credits", event_id)
-    await fail_replaces(faults_cleared, record_id, status=UNAVAILABLE, count=FOR_GOOD)
+    await fail_replaces(faults_cleared, record_id, status=TIMEOUT, count=FOR_GOOD)
 
     with pytest.raises(CompletionFailedError) as failed:
         await credits.credit(event_id)
@@ -224,7 +226,7 @@ async def test_a_call_waiting_for_a_failed_completion_gets_the_replay(
     credits = Credits(store, max_wait_seconds=10)
     event_id = unique("event")
     await fail_replaces(
-        faults_cleared, key_record_id("credits", event_id), status=UNAVAILABLE, count=FOR_GOOD
+        faults_cleared, key_record_id("credits", event_id), status=TIMEOUT, count=FOR_GOOD
     )
     with pytest.raises(CompletionFailedError):
         await credits.credit(event_id)
