@@ -58,6 +58,8 @@ hold_function_budgets(_HERE / "host.json")
 )
 # Without a retry policy the host checkpoints past a failed batch; with it, a failed publish
 # delivers the same batch again (and the re-publish is a duplicate the subscribers absorb).
+# Unbounded on purpose: only transient or unknown failures raise (an outage, a missing role);
+# a document that can never be published is parked by the dispatcher and the batch goes on.
 @app.retry(
     strategy="exponential_backoff",
     max_retry_count="-1",
