@@ -112,4 +112,6 @@ def test_a_poison_outbox_document_is_parked_while_the_others_flow(stack: LocalSt
     assert parked["messageId"] in published_message_ids(stack)
     assert json.loads(orders_cli(stack, "outbox", "parked", "--json").stdout) == []
     assert orders_cli(stack, "outbox", "redrive", poison, parked["id"]).returncode == 1
+    everything = orders_cli(stack, "outbox", "redrive", "--all")
+    assert everything.returncode == 0 and "re-driven 0" in everything.stdout
     dispatcher.stop()

@@ -67,16 +67,31 @@ def list_parked(as_json: AsJson = False) -> None:
 
 @outbox_app.command("redrive")
 def redrive(
-    order_id: Annotated[str, typer.Argument(help="The document's orderId (its partition)")],
-    document_id: Annotated[str, typer.Argument(help="The outbox document's id")],
+    order_id: Annotated[
+        str | None, typer.Argument(help="The document's orderId (its partition)")
+    ] = None,
+    document_id: Annotated[str | None, typer.Argument(help="The outbox document's id")] = None,
+    everything: Annotated[
+        bool, typer.Option("--all", help="Every parked document (after fixing a common cause)")
+    ] = False,
 ) -> None:
-    """Send a parked outbox document again: its `parked` mark is removed, so the change feed
-    brings it to a dispatcher, which publishes it (or parks it again, if it still fails)."""
+    """Send a parked outbox document (or `--all`) again: its `parked` mark is removed, so the
+    change feed brings it to a dispatcher, which publishes it (or parks it again)."""
+    named = (order_id, document_id)
+    if (everything and named != (None, None)) or (not everything and None in named):
+        err.print("[red]name one document (ORDER_ID ID), or pass --all[/red]")
+        raise typer.Exit(2)
 
-    async def take_off(feed: CosmosOutboxFeed) -> bool:
-        return await feed.redrive(order_id, document_id)
+    async def take_off(feed: CosmosOutboxFeed) -> list[str]:
+        chosen = (
+            [(str(d.get("orderId")), str(d["id"])) for d in await feed.parked()]
+            if everything
+            else [(str(order_id), str(document_id))]
+        )
+        return [identifier for order, identifier in chosen if await feed.redrive(order, identifier)]
 
-    if not _with_outbox(take_off):
+    redriven = _with_outbox(take_off)
+    if not everything and not redriven:
         err.print("[red]no parked outbox document with this orderId and id[/red]")
         raise typer.Exit(1)
-    out.print(f"re-driven: {document_id}")
+    out.print(f"re-driven {len(redriven)}: {redriven}")
