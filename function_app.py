@@ -22,6 +22,7 @@ import azurefunctions.extensions.bindings.servicebus as servicebus  # noqa: E402
 from orders.entrypoints.functions import (  # noqa: E402
     configure_function_monitoring,
     dispatch_outbox_changes,
+    hold_function_budgets,
     process_event_message,
 )
 
@@ -36,6 +37,10 @@ from orders.settings import status_sessions_enabled  # noqa: E402
 # The HTTP API (FastAPI) and the Service Bus triggers share one app. The host's routePrefix `api`
 # matches the app's own `/api/...` routes, so paths are the same here and under `orders serve`.
 app = func.AsgiFunctionApp(app=create_app(), http_auth_level=func.AuthLevel.FUNCTION)
+
+# The consumers back off in place while the host renews their messages' locks: a budget that
+# does not fit host.json's maxAutoLockRenewalDuration stops the app here, at start-up.
+hold_function_budgets(_HERE / "host.json")
 
 
 # --- Fan-out: the outbox dispatcher -----------------------------------------------------------
@@ -53,6 +58,8 @@ app = func.AsgiFunctionApp(app=create_app(), http_auth_level=func.AuthLevel.FUNC
 )
 # Without a retry policy the host checkpoints past a failed batch; with it, a failed publish
 # delivers the same batch again (and the re-publish is a duplicate the subscribers absorb).
+# Unbounded on purpose: only transient or unknown failures raise (an outage, a missing role);
+# a document that can never be published is parked by the dispatcher and the batch goes on.
 @app.retry(
     strategy="exponential_backoff",
     max_retry_count="-1",

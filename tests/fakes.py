@@ -23,7 +23,7 @@ from decimal import Decimal
 from typing import Any
 
 from exactly_once import StoredDocument
-from exactly_once.change_feed import Lease, LeaseTable
+from exactly_once.change_feed import ChangePage, Lease, LeaseTable
 from exactly_once.cosmos import RecordShape, user_fields
 from exactly_once.exceptions import (
     DocumentExistsError,
@@ -465,6 +465,18 @@ class FakeOrderReader:
 
 
 _ETAGS = itertools.count(1)
+
+
+class NoChangesFeed:
+    """A change feed with nothing to read: for tests that hand `dispatch` its documents."""
+
+    async def feed_ranges(self) -> list[str]:
+        return []
+
+    async def read_changes(
+        self, feed_range: str, continuation: str | None, max_items: int
+    ) -> ChangePage:
+        return ChangePage([], continuation)
 
 
 class FakeLeaseStore:

@@ -97,7 +97,7 @@ resource alertLinesAlert 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
   location: location
   tags: tags
   properties: {
-    description: 'The app logged an ALERT line: a producer reused an orderId for a different order, the payment provider refused a charge or refund for good, or an event arrived that no stored order vouches for. The message text names the order; its message is in a dead-letter queue: `orders dlq list`, then docs/operations.md.'
+    description: 'The app logged an ALERT line: a producer reused an orderId for a different order, the payment provider refused a charge or refund for good, an event arrived that no stored order vouches for, or the outbox dispatcher parked a document it can never publish. The message text names the order; its message is in a dead-letter queue (`orders dlq list`, then docs/operations.md) or, for a parked outbox document, in `orders outbox parked` (docs/fanout.md).'
     severity: 1
     enabled: true
     scopes: [applicationInsights.id]
@@ -199,7 +199,7 @@ var fanoutChart = {
   type: 3
   content: {
     version: 'KqlItem/1.0'
-    query: 'customMetrics | where (name startswith "orders." and name endswith ".decisions") or name in ("orders.dispatcher.published", "orders.dispatcher.failures") | extend outcome = tostring(customDimensions.outcome) | summarize count = sum(valueSum) by series = strcat(name, iff(isempty(outcome), "", strcat(" ", outcome))), bin(timestamp, 5m) | render timechart'
+    query: 'customMetrics | where (name startswith "orders." and name endswith ".decisions") or name in ("orders.dispatcher.published", "orders.dispatcher.failures", "orders.dispatcher.parked") | extend outcome = tostring(customDimensions.outcome) | summarize count = sum(valueSum) by series = strcat(name, iff(isempty(outcome), "", strcat(" ", outcome))), bin(timestamp, 5m) | render timechart'
     size: 0
     title: 'After the order: dispatcher publishes and failures; decisions of every registered consumer by outcome'
     queryType: 0

@@ -42,8 +42,9 @@ param messageTimeToLive string = 'P14D'
 //   - settlement is one call to the host, well under a second.
 // Worst case that still ends in a settlement: 5 s + 30 s (batch) + 30 s (point read) + ~1 s,
 // about 66 s. PT2M holds that with margin even if the host's automatic renewal
-// (host.json maxAutoLockRenewalDuration) is late or fails once, and it also covers prefetched
-// messages, whose locks run while they wait in the host's buffer and are not renewed. Longer
+// (host.json maxAutoLockRenewalDuration) is late or fails once. It cannot cover prefetched
+// messages (their locks run unrenewed in the host's buffer while every call may back off for
+// 180 s), so host.json's prefetchCount is 0 (tests/infra/test_host_budgets.py). Longer
 // tails (a TCP connection stalled until the SDK's 65 s read timeout) are left to that renewal.
 // The cost of a longer lock is recovery latency only: a message held by a crashed instance
 // reappears after at most 2 minutes and is then processed idempotently. The service maximum is

@@ -256,14 +256,16 @@ async def build_dispatcher_runtime(
         cosmos = await shared.cosmos(create_local_resources)
         publisher = ServiceBusEventPublisher(shared.servicebus(), settings.order_events_topic)
         stack.push_async_callback(publisher.close)
+        feed = CosmosOutboxFeed(orders_container(cosmos, settings))
         dispatcher = OutboxDispatcher(
-            CosmosOutboxFeed(orders_container(cosmos, settings)),
+            feed,
             publisher,
             dispatcher_leases(leases_container(cosmos, settings), lease_seconds),
             DOCUMENT_LAYOUT,
             after_publish=after_publish,
             poll_seconds=poll_seconds,
             lease_seconds=lease_seconds,
+            parking=feed,  # a poison document is parked on itself
         )
         # Last registered, first run: the leases are given up before the clients close.
         stack.push_async_callback(dispatcher.release)

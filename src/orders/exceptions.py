@@ -68,6 +68,11 @@ class TransientPublishError(PublishError):
     """The broker is throttling, busy or unreachable: retrying later may succeed."""
 
 
+class PublishRefusedError(PublishError):
+    """The broker refuses this very message for good (larger than the entity takes): sending
+    it again cannot succeed, whatever the broker's state (the outbox dispatcher parks it)."""
+
+
 # --- Payment service: a side effect outside the store, made once by a downstream key ---------
 
 

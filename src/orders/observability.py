@@ -228,6 +228,11 @@ class DispatcherTelemetry:
             unit="{batch}",
             description="Batches that failed (publish or mark) and will be read again",
         )
+        self._parked = meter.create_counter(
+            "orders.dispatcher.parked",
+            unit="{document}",
+            description="Outbox documents set aside because they can never be published",
+        )
         self._lag = meter.create_histogram(
             "orders.dispatcher.lag",
             unit="s",
@@ -253,6 +258,10 @@ class DispatcherTelemetry:
         span.set_attribute("orders.dispatcher.published", count)
         if count:
             self._published.add(count)
+
+    def parked(self, reason: str) -> None:
+        """An outbox document set aside for `reason` (the dispatcher's `ParkReason`)."""
+        self._parked.add(1, {"reason": reason})
 
     def failed(self, span: Span, error: BaseException) -> None:
         self._failures.add(1, {"error": type(error).__name__})

@@ -99,9 +99,15 @@ def to_sdk_message(case: PoisonCase) -> ServiceBusMessage | AmqpAnnotatedMessage
     )
 
 
-def store_order(stack: LocalStack, order: dict[str, Any]) -> None:
+def store_order(
+    stack: LocalStack,
+    order: dict[str, Any],
+    *,
+    tamper: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
     """Write what the order consumer writes for `order` (its documents and its outbox event)
-    straight into the stack's orders container: an order whose events are genuine."""
+    straight into the stack's orders container: an order whose events are genuine (unless
+    `tamper` changes each document before it is written). Returns the documents written."""
     placed = parse_order(json.dumps(order).encode())
     write = order_write(
         placed,
@@ -110,6 +116,9 @@ def store_order(stack: LocalStack, order: dict[str, Any]) -> None:
         processed_at=datetime.now(UTC),
         owner_scope=None,
     )
+    if tamper is not None:
+        for document in write:
+            tamper(document)
     settings = stack.settings()
     assert settings.cosmos_key is not None  # the local stack's emulator key
     with CosmosClient(settings.cosmos_endpoint, credential=settings.cosmos_key) as client:
@@ -120,6 +129,7 @@ def store_order(stack: LocalStack, order: dict[str, Any]) -> None:
             [("create", (document,)) for document in write],
             partition_key=placed.order_id,
         )
+    return list(write)
 
 
 def cosmos_faults_url(stack: LocalStack) -> str:

@@ -64,6 +64,7 @@ def emitted_names() -> set[str]:
         dispatcher.attempting({"_ts": 1})
         dispatcher.published(span, 1)
         dispatcher.failed(span, RuntimeError("x"))
+    dispatcher.parked("PublishRefused")
     http = HttpTelemetry(meters)
     for counter in vars(http).values():
         counter.add(1)

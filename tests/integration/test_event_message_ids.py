@@ -7,49 +7,22 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage
 from azure.servicebus.aio import ServiceBusClient
-from fakes import LAYOUT, FakeLeaseStore, new_write
+from fakes import LAYOUT, FakeLeaseStore, NoChangesFeed, new_write
 
-from exactly_once.change_feed import ChangePage
 from orders.adapters.servicebus_publisher import ServiceBusEventPublisher
 from orders.entrypoints.localstack import QueueOptions
 from orders.service.dispatcher import OutboxDispatcher
-from servicebus_emulator import RunningEmulator, start_in_background
 
-# Wide enough that every send of a test falls inside it, however slow the machine.
-OPTIONS = QueueOptions(duplicate_window_seconds=300)
-TOPIC = OPTIONS.events_topic
+TOPIC = QueueOptions().events_topic  # the events_client fixture's
 
 
-@pytest.fixture
-def emulator() -> Iterator[RunningEmulator]:
-    running = start_in_background(config=OPTIONS.config())
-    yield running
-    running.stop()
-
-
-@pytest.fixture
-async def client(emulator: RunningEmulator) -> AsyncIterator[ServiceBusClient]:
-    async with ServiceBusClient.from_connection_string(emulator.connection_string) as opened:
-        yield opened
-
-
-class UnmarkedFeed:
+class UnmarkedFeed(NoChangesFeed):
     """A feed whose mark never lands: as after a crash between publish and mark, the next
     dispatch is handed the same outbox entry again."""
-
-    async def feed_ranges(self) -> list[str]:
-        return []
-
-    async def read_changes(
-        self, feed_range: str, continuation: str | None, max_items: int
-    ) -> ChangePage:
-        return ChangePage([], continuation)
 
     async def mark_dispatched(self, document: dict[str, Any]) -> None:
         return None
@@ -74,39 +47,39 @@ async def received_on(
 
 
 async def test_a_retried_dispatch_of_one_outbox_entry_reaches_the_subscription_once(
-    client: ServiceBusClient,
+    events_client: ServiceBusClient,
 ) -> None:
     entry = outbox_entry(f"retry-{uuid.uuid4().hex[:10]}")
-    events = ServiceBusEventPublisher(client, TOPIC)
+    events = ServiceBusEventPublisher(events_client, TOPIC)
     dispatcher = OutboxDispatcher(UnmarkedFeed(), events, FakeLeaseStore(), LAYOUT)
 
     for _ in range(3):  # the first publish and two retries of the same entry
         assert await dispatcher.dispatch([entry]) == 1
     await events.close()
 
-    delivered = await received_on(client, "shipping")
+    delivered = await received_on(events_client, "shipping")
     assert [m.message_id for m in delivered] == [entry["messageId"]]
     assert json.loads(b"".join(delivered[0].body))["eventId"] == entry["id"]
 
 
 async def test_a_forgery_sent_first_under_the_guessable_id_does_not_shadow_the_event(
-    client: ServiceBusClient,
+    events_client: ServiceBusClient,
 ) -> None:
     order_id = f"forged-{uuid.uuid4().hex[:10]}"
     entry = outbox_entry(order_id)
     guessable = f"{order_id}:outbox:OrderAccepted"  # what the MessageId used to be
     forged_body = {**entry["event"], "totalAmount": "0"}
-    async with client.get_topic_sender(TOPIC) as hostile:
+    async with events_client.get_topic_sender(TOPIC) as hostile:
         await hostile.send_messages(
             ServiceBusMessage(json.dumps(forged_body), message_id=guessable)
         )
-    events = ServiceBusEventPublisher(client, TOPIC)
+    events = ServiceBusEventPublisher(events_client, TOPIC)
     dispatcher = OutboxDispatcher(UnmarkedFeed(), events, FakeLeaseStore(), LAYOUT)
 
     assert await dispatcher.dispatch([entry]) == 1
     await events.close()
 
-    delivered = await received_on(client, "billing")
+    delivered = await received_on(events_client, "billing")
     assert [m.message_id for m in delivered] == [guessable, entry["messageId"]]
     real = json.loads(b"".join(delivered[1].body))
     assert real == entry["event"]

@@ -18,6 +18,7 @@ from fakes import (
     FakeLeaseStore,
     FakeOrderReader,
     FakeOrderStore,
+    NoChangesFeed,
     order_payload,
 )
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -25,7 +26,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from exactly_once.change_feed import ChangePage
 from orders.adapters.servicebus import to_received_order_message
 from orders.adapters.servicebus_publisher import ServiceBusEventPublisher, ServiceBusOrderPublisher
 from orders.bootstrap import HttpRuntime
@@ -182,16 +182,8 @@ async def test_the_trace_continues_through_the_outbox_dispatcher_to_a_subscriber
     assert event.correlation_id == order_id
 
 
-class MarkingFeed:
+class MarkingFeed(NoChangesFeed):
     """The dispatcher's `dispatch` only marks; reading the feed is not under test here."""
-
-    async def feed_ranges(self) -> list[str]:
-        return []
-
-    async def read_changes(
-        self, feed_range: str, continuation: str | None, max_items: int
-    ) -> ChangePage:
-        return ChangePage([], continuation)
 
     async def mark_dispatched(self, document: dict[str, Any]) -> None:
         self.marked = document["id"]

@@ -44,6 +44,9 @@ def stopped_stack() -> dict[str, str]:
         (["dlq", "purge", "--all", "--yes"], "Service Bus"),
         (["keys", "show", "k"], "Cosmos DB"),
         (["keys", "evict", "k", "--yes"], "Cosmos DB"),
+        # The parked outbox documents are in the orders container.
+        (["outbox", "parked"], "Cosmos DB"),
+        (["outbox", "redrive", "o-1", "o-1:outbox:OrderAccepted"], "Cosmos DB"),
         (["verify", "--manifest", "run.json"], "Cosmos DB"),
     ],
 )

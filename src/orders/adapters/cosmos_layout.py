@@ -380,6 +380,8 @@ def pending_event(document: Mapping[str, Any]) -> PendingEvent | None:
     the entries still pending at the upgrade are published this way."""
     if document.get("type") != OUTBOX_DOCUMENT_TYPE or document.get("dispatched") is not False:
         return None
+    if document.get("parked"):
+        return None  # set aside by the dispatcher until an operator re-drives it
     stored = document.get("traceContext")
     trace_context = (
         {str(key): value for key, value in stored.items() if isinstance(value, str)}

@@ -17,6 +17,7 @@ from typing import Any, cast
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient, ServiceBusSender
 from azure.servicebus.exceptions import (
+    MessageSizeExceededError,
     OperationTimeoutError,
     ServiceBusCommunicationError,
     ServiceBusConnectionError,
@@ -32,7 +33,7 @@ from orders.domain.events import OrderEvent
 from orders.domain.model import OrderPlaced
 from orders.domain.ownership import OWNER_PROPERTY
 from orders.domain.status import OrderStatusChanged
-from orders.exceptions import PublishError, TransientPublishError
+from orders.exceptions import PublishError, PublishRefusedError, TransientPublishError
 from orders.tracing import context_from, current_trace_id, current_trace_properties
 
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
@@ -87,6 +88,9 @@ class _OneSender:
                 await self._sender.send_messages(message)
             except TRANSIENT_ERRORS as exc:
                 raise TransientPublishError(f"Service Bus send failed: {exc!r}") from exc
+            except MessageSizeExceededError as exc:
+                # The message itself, not the broker's state: no retry sends it.
+                raise PublishRefusedError(f"Service Bus refused the message: {exc}") from exc
             except ServiceBusError as exc:
                 raise PublishError(f"Service Bus rejected the send: {exc!r}") from exc
 

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from exactly_once.records import DEFAULT_LEASE_SECONDS
 from orders.cli.operations import dead_letters_app, keys_app
+from orders.cli.outbox import outbox_app
 from orders.cli.payments import payments
 from orders.cli.shared import (
     configure_logging,
@@ -637,11 +638,13 @@ app.command()(payments)
 app.command()(show)
 app.add_typer(dead_letters_app, name="dlq")
 app.add_typer(keys_app, name="keys")
+app.add_typer(outbox_app, name="outbox")
 
 
 @app.callback()
 def _root() -> None:
-    """Commands: up, env, worker, dispatcher, load, verify, demo, serve, payments, dlq, keys."""
+    """Commands: up, env, worker, dispatcher, load, verify, demo, serve, payments, dlq, keys,
+    outbox."""
 
 
 def main() -> None:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from exactly_once.backoff import Retrier
+from exactly_once.budgets import LockRenewal
 from exactly_once.decisions import Decision, settle
 from orders.adapters.monitoring import configure_monitoring
 from orders.adapters.servicebus import FunctionsMessageActions, from_functions_host
@@ -39,6 +41,7 @@ __all__ = [
     "function_dispatcher_runtime",
     "function_retrier",
     "function_subscriber_runtimes",
+    "hold_function_budgets",
     "process_event_message",
     "use_function_consumer",
 ]
@@ -83,6 +86,19 @@ function_dispatcher_runtime: Lazy[DispatcherRuntime] = Lazy(
 # host renews the lock meanwhile, up to host.json's maxAutoLockRenewalDuration (above the
 # budget: tests/infra hold them so). Counted on the global meter the monitoring configures.
 function_retrier = Retrier()
+
+
+def hold_function_budgets(host_json: Path) -> LockRenewal:
+    """At import of function_app.py: the registered consumers' in-place backoff plus their
+    longest attempt must stay under the lock renewal of the host that runs them (host.json's
+    `maxAutoLockRenewalDuration`); else `BudgetError`, naming both numbers, and the app does
+    not start. Every registered consumer shares `function_retrier`, so one check covers all."""
+    renewal = LockRenewal.from_host_json(host_json)
+    renewal.check(
+        function_retrier.backoff,
+        what=f"the Functions consumers ({', '.join(spec.name for spec in CONSUMERS)})",
+    )
+    return renewal
 
 
 async def _decided_with_backoff(

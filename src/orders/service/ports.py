@@ -360,6 +360,16 @@ class OutboxFeed(ChangeFeed, Protocol):
         ...
 
 
+class OutboxParking(Protocol):
+    """Where the dispatcher sets aside an outbox document that can never be published (the
+    Cosmos adapter: on the document itself)."""
+
+    async def park(self, document: dict[str, Any], parked: Mapping[str, Any]) -> None:
+        """Store `parked` (reason, description, attempts, parkedAt) on the outbox document,
+        If-Match its ETag like the mark; it is no longer pending until re-driven."""
+        ...
+
+
 class EventPublisher(Protocol):
     async def publish_event(
         self, event: OrderEvent, trace_context: dict[str, str], *, message_id: str

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from exactly_once.backoff import Backoff, Retrier, Retry
+    from exactly_once.budgets import LockRenewal
     from exactly_once.cache import LocalCache
     from exactly_once.change_feed import (
         ChangeFeed,
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
         settle,
     )
     from exactly_once.exceptions import (
+        BudgetError,
         CompletionFailedError,
         DocumentExistsError,
         ExactlyOnceError,
@@ -106,6 +108,7 @@ if TYPE_CHECKING:
 # Public name -> the module of the package that defines it.
 _MODULE_OF: dict[str, str] = {
     "Backoff": "backoff",
+    "BudgetError": "exceptions",
     "ChangeFeed": "change_feed",
     "ChangeFeedProcessor": "change_feed",
     "ChangeHandler": "change_feed",
@@ -137,6 +140,7 @@ _MODULE_OF: dict[str, str] = {
     "LeaseStore": "change_feed",
     "LeaseTable": "change_feed",
     "LocalCache": "cache",
+    "LockRenewal": "budgets",
     "MessageActionsSettler": "servicebus",
     "Outcome": "decisions",
     "PayloadMismatchError": "exceptions",
@@ -190,6 +194,7 @@ _MODULE_OF: dict[str, str] = {
 
 __all__ = [
     "Backoff",
+    "BudgetError",
     "ChangeFeed",
     "ChangeFeedProcessor",
     "ChangeHandler",
@@ -221,6 +226,7 @@ __all__ = [
     "LeaseStore",
     "LeaseTable",
     "LocalCache",
+    "LockRenewal",
     "MessageActionsSettler",
     "Outcome",
     "PayloadMismatchError",

@@ -33,6 +33,11 @@ class RetentionError(ExactlyOnceError, ValueError):
     the message: raised when the consumer is built, never on a message."""
 
 
+class BudgetError(ExactlyOnceError, ValueError):
+    """A backoff budget plus the longest attempt that does not fit under the host's
+    lock-renewal horizon (`exactly_once.budgets`): raised when the consumer or worker is built."""
+
+
 class RecordExistsError(ExactlyOnceError):
     """A claim found the key already recorded: carries the existing record and the database's
     time it was read at (one request answers both)."""

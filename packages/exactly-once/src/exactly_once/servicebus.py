@@ -21,6 +21,7 @@ from azure.servicebus.aio import ServiceBusReceiver
 from azure.servicebus.amqp import AmqpMessageBodyType
 
 from exactly_once.backoff import Backoff, Retrier
+from exactly_once.budgets import FUNCTIONS_LOCK_RENEWAL, LockRenewal
 from exactly_once.cache import LocalCache
 from exactly_once.claims import DEFAULT_MAX_WAIT_SECONDS
 from exactly_once.decisions import (
@@ -200,6 +201,7 @@ class ExactlyOnceConsumer(Generic[Message]):
         key_prefix: str | None = None,
         payload: PayloadOf[Message] | None = None,
         cache: LocalCache | None = None,
+        lock_renewal: LockRenewal = FUNCTIONS_LOCK_RENEWAL,
     ) -> None:
         if key_prefix is not None and not key_prefix:
             raise ValueError("key_prefix must not be empty: leave it None to scope by consumer")
@@ -228,6 +230,7 @@ class ExactlyOnceConsumer(Generic[Message]):
         self._max_wait_seconds = max_wait_seconds
         self._telemetry = telemetry or Telemetry()
         self._retrier = Retrier(backoff, telemetry=self._telemetry)
+        lock_renewal.check(self._retrier.backoff, what=f"consumer {consumer!r}")
 
     async def decide(
         self,
@@ -480,6 +483,7 @@ def exactly_once(
     key_prefix: str | None = None,
     payload: PayloadOf[Message] | None = None,
     cache: LocalCache | None = None,
+    lock_renewal: LockRenewal = FUNCTIONS_LOCK_RENEWAL,
 ) -> Callable[[Effect[Message]], ExactlyOnceConsumer[Message]]:
     """Decorate your effect (`async def effect(message, effects) -> Outcome`) into the
     `ExactlyOnceConsumer` a trigger calls; `store` holds its records and documents.
@@ -489,7 +493,9 @@ def exactly_once(
     names a message's records (its MessageId by default; `from_message`, `cloud_event_key`),
     scoped by `key_prefix` when given, else by `consumer`; `payload` is the part of the parsed
     message a resend must match (the whole body by default); `cache` answers an exact repeat
-    of a completed key without the store (its ttl must be below the retention's)."""
+    of a completed key without the store (its ttl must be below the retention's);
+    `lock_renewal` the host's lock-renewal horizon and your attempt's bound, which `backoff`'s
+    budget must fit (`exactly_once.budgets`, checked here: `BudgetError` at start-up)."""
 
     def wrap(effect: Effect[Message]) -> ExactlyOnceConsumer[Message]:
         return ExactlyOnceConsumer(
@@ -510,6 +516,7 @@ def exactly_once(
             key_prefix=key_prefix,
             payload=payload,
             cache=cache,
+            lock_renewal=lock_renewal,
         )
 
     return wrap

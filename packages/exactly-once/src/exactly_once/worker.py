@@ -36,8 +36,10 @@ import asyncio
 import collections
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
 from azure.servicebus import (
@@ -45,10 +47,16 @@ from azure.servicebus import (
     ServiceBusReceivedMessage,
     ServiceBusReceiveMode,
 )
-from azure.servicebus.aio import AutoLockRenewer, ServiceBusClient, ServiceBusReceiver
+from azure.servicebus.aio import (
+    AutoLockRenewer,
+    ServiceBusClient,
+    ServiceBusReceiver,
+    ServiceBusSession,
+)
 from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusError
 
 from exactly_once.backoff import Backoff, Retrier
+from exactly_once.budgets import DEFAULT_ATTEMPT_SECONDS, LockRenewal
 from exactly_once.decisions import Settleable, settle
 from exactly_once.logs import log_value
 from exactly_once.servicebus import ReceiverSettler, delivered
@@ -56,6 +64,7 @@ from exactly_once.telemetry import failed
 
 logger = logging.getLogger("exactly_once.worker")
 RECEIVE_BACKOFF_SECONDS = 5.0
+SESSION_RENEW_MARGIN_SECONDS = 10.0
 BUSY_RECEIVE_WAIT_SECONDS = 0.1
 
 Decided = TypeVar("Decided", bound=Settleable)
@@ -74,8 +83,10 @@ class WorkerOptions:
     """Messages decided at once (for a session worker: sessions held at once)."""
     prefetch: int = 0
     """The SDK's `prefetch_count`; 0 asks the broker for exactly what each receive call wants."""
-    max_lock_renewal_seconds: float = 300.0
-    """How long `AutoLockRenewer` keeps renewing one message's (or session's) lock."""
+    max_lock_renewal_seconds: float = 600.0
+    """How long `AutoLockRenewer` keeps renewing one message's lock from its receipt (and how
+    long a session's lock is kept after its last message was received): at least twice what
+    one delivery may hold its message (the backoff's budget plus `attempt_seconds`)."""
     receive_wait_seconds: float = 1.0
     """How long an idle receive call (nothing in flight) waits for messages."""
     session_idle_seconds: float = 0.25
@@ -85,16 +96,16 @@ class WorkerOptions:
     backoff: Backoff = field(default_factory=Backoff)
     """How long a transient decision is decided again, the message held under lock renewal,
     before it is abandoned (`exactly_once.backoff`)."""
+    attempt_seconds: float = DEFAULT_ATTEMPT_SECONDS
+    """The longest one attempt of `handle` may take (your bound; `exactly_once.budgets`)."""
 
     def __post_init__(self) -> None:
-        # A message may wait for a slot about as long as another backs off, then back off
-        # itself: both under the one renewal it was registered for on receipt.
-        if 2 * self.backoff.budget_seconds >= self.max_lock_renewal_seconds:
-            raise ValueError(
-                f"the backoff budget ({self.backoff.budget_seconds:g} s) must be under half of "
-                f"max_lock_renewal_seconds ({self.max_lock_renewal_seconds:g} s): a message "
-                "held that long would lose its lock and count a delivery"
-            )
+        # A message may wait for a slot as long as another holds it (its backoff and its last
+        # attempt), then be held as long itself: both under the one renewal it was registered
+        # for on receipt. Refused here, at start-up, with both numbers (`BudgetError`).
+        LockRenewal(self.max_lock_renewal_seconds, self.attempt_seconds).check(
+            self.backoff, what="WorkerOptions", holds=2
+        )
 
 
 @dataclass
@@ -353,7 +364,8 @@ async def run_session_worker(
 
     Up to `concurrency` sessions at once, each locked by this process alone; inside a session,
     one message at a time in order (that is what sessions are for). A session with nothing to
-    receive for `session_idle_seconds` is released for any process to take later.
+    receive for `session_idle_seconds` is released for any process to take later; while it
+    keeps receiving, its lock is renewed (`SessionLock`), however long it stays busy.
     """
     options = options or WorkerOptions()
     stats = WorkerStats()
@@ -396,22 +408,26 @@ async def _session_loop(
             if not await _open_unless_stopped(receiver, stop):
                 return
             async with receiver:
-                session = receiver.session
-                renewer.register(
-                    receiver, session, max_lock_renewal_duration=options.max_lock_renewal_seconds
-                )
+                lock = SessionLock(receiver.session, options.max_lock_renewal_seconds)
+                keeping = asyncio.create_task(lock.keep())
                 worker = Worker(
                     handle, receiver, renewer, options, stats, retrier=retrier, stop=stop
                 )
-                while not stop.is_set():
-                    batch = await receiver.receive_messages(
-                        max_message_count=1, max_wait_time=options.session_idle_seconds
-                    )
-                    if not batch:
-                        break  # the session is idle: release it
-                    for message in batch:
-                        stats.received += 1
-                        await worker.process(message)
+                try:
+                    while not stop.is_set():
+                        batch = await receiver.receive_messages(
+                            max_message_count=1, max_wait_time=options.session_idle_seconds
+                        )
+                        if not batch:
+                            break  # the session is idle: release it
+                        for message in batch:
+                            stats.received += 1
+                            lock.received()
+                            await worker.process(message)
+                finally:
+                    keeping.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await keeping
         except OperationTimeoutError:
             continue  # no session has messages right now
         except ServiceBusError as exc:
@@ -420,6 +436,55 @@ async def _session_loop(
             )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), RECEIVE_BACKOFF_SECONDS)
+
+
+class SessionLock:
+    """Keeps a held session's lock for as long as the session is busy: renewed shortly before
+    it lapses while its last message was received under `horizon_seconds` ago, so a session
+    that keeps receiving keeps its lock, and one whose message hangs loses it as a message
+    would (then another process takes the session over). The session loop releases an idle
+    session itself.
+
+    Why not the SDK's `AutoLockRenewer`: it counts its `max_lock_renewal_duration` from the
+    session's start, so a session busy for longer lost its lock however often it was
+    registered again (and each registration is a renewal task of its own)."""
+
+    def __init__(self, session: ServiceBusSession, horizon_seconds: float) -> None:
+        self._session = session
+        self._horizon_seconds = horizon_seconds
+        self._last_received = time.monotonic()
+        # Renew with this much of the lock left: the SDK renewer's 10 s, or half a short lock.
+        self._margin_seconds = min(SESSION_RENEW_MARGIN_SECONDS, self._seconds_left() / 2)
+
+    def received(self) -> None:
+        """A message of the session was received: the horizon counts from now."""
+        self._last_received = time.monotonic()
+
+    def _seconds_left(self) -> float:
+        locked_until = self._session.locked_until_utc
+        if locked_until is None:  # not locked yet: renew at once
+            return 0.0
+        return (locked_until - datetime.now(UTC)).total_seconds()
+
+    async def keep(self) -> None:
+        """Renew until cancelled (the session is released), the session's last message is
+        older than the horizon, or a renewal fails (the next receive then reports the lost
+        lock and the loop takes another session)."""
+        while True:
+            await asyncio.sleep(max(0.0, self._seconds_left() - self._margin_seconds))
+            if time.monotonic() - self._last_received >= self._horizon_seconds:
+                logger.warning(
+                    "session %s: its message has been in hand for %.0f s; letting its lock lapse",
+                    log_value(self._session.session_id),
+                    self._horizon_seconds,
+                )
+                return
+            try:
+                await self._session.renew_lock()
+            except ServiceBusError as exc:
+                session_id = log_value(self._session.session_id)
+                logger.warning("renewing session %s's lock failed: %s", session_id, exc)
+                return
 
 
 async def _open_unless_stopped(receiver: ServiceBusReceiver, stop: asyncio.Event) -> bool:
