@@ -96,6 +96,18 @@ class Outage:
         return Decision.complete()
 
 
+class Always:
+    """Decides the same every time, counting the attempts."""
+
+    def __init__(self, decision: Decision) -> None:
+        self.decision = decision
+        self.calls = 0
+
+    async def __call__(self) -> Decision:
+        self.calls += 1
+        return self.decision
+
+
 def retrier(time: FakeTime, draw: float, backoff: Backoff | None = None) -> Retrier:
     return Retrier(backoff, clock=time.clock, wait=time.wait, draw=lambda: draw)
 
@@ -177,16 +189,10 @@ async def test_when_the_budget_is_spent_the_transient_decision_is_given_back() -
     ],
 )
 async def test_a_final_decision_never_waits(decision: Decision) -> None:
-    time = FakeTime()
-    calls = 0
-
-    async def decide() -> Decision:
-        nonlocal calls
-        calls += 1
-        return decision
+    time, decide = FakeTime(), Always(decision)
 
     assert await retrier(time, 0.5).decide(decide, message_id="m") == decision
-    assert calls == 1 and time.waits == []
+    assert decide.calls == 1 and time.waits == []
 
 
 BUG = Decision.abandon(Outcome.UNEXPECTED_FAILURE, "PermissionError: 403 from a missing role")
@@ -195,17 +201,11 @@ BUG = Decision.abandon(Outcome.UNEXPECTED_FAILURE, "PermissionError: 403 from a 
 async def test_an_unexpected_failure_gets_three_short_immediate_retries_then_is_handed_back() -> (
     None
 ):
-    time = FakeTime()
-    calls = 0
-
-    async def decide() -> Decision:
-        nonlocal calls
-        calls += 1
-        return BUG
+    time, decide = FakeTime(), Always(BUG)
 
     decision = await retrier(time, 0.999).decide(decide, message_id="m")
 
-    assert decision == BUG and calls == 1 + Backoff().immediate_retries == 4
+    assert decision == BUG and decide.calls == 1 + Backoff().immediate_retries == 4
     assert time.waits == pytest.approx([0.2, 0.4, 0.8], rel=1e-3)  # short: about 1.4 s in all
 
 
@@ -225,16 +225,10 @@ async def test_an_unexpected_glitch_that_passes_is_completed_in_the_same_deliver
     "backoff", [Backoff(immediate_retries=0), Backoff(budget_seconds=0)], ids=["none", "no-budget"]
 )
 async def test_immediate_retries_can_be_turned_off(backoff: Backoff) -> None:
-    time = FakeTime()
-    calls = 0
-
-    async def decide() -> Decision:
-        nonlocal calls
-        calls += 1
-        return BUG
+    time, decide = FakeTime(), Always(BUG)
 
     assert await retrier(time, 0.5, backoff).decide(decide, message_id="m") == BUG
-    assert calls == 1 and time.waits == []
+    assert decide.calls == 1 and time.waits == []
 
 
 def test_the_apps_transient_decisions_wait_too() -> None:
