@@ -29,11 +29,11 @@ import pytest
 from azure.cosmos import PartitionKey
 from azure.cosmos.aio import ContainerProxy, CosmosClient
 from azure.servicebus import ServiceBusReceivedMessage
+from brownouts import BROWNOUT_SECONDS, SCALED_BACKOFF
 from core_support import RunningWorker, dead_letters, poll, queue_config, send_bodies, unique
 
 from cosmos_emulator import RunningCosmosEmulator, start_in_background
 from exactly_once import (
-    Backoff,
     CosmosStore,
     Decision,
     Effects,
@@ -49,14 +49,6 @@ from servicebus_emulator import start_in_background as start_servicebus
 
 QUEUE = "texts"
 CONSUMER = "texts"
-# The default backoff and a 20 s brownout, both at a quarter of their length.
-SCALE = 0.25
-BROWNOUT_SECONDS = 20.0 * SCALE
-SCALED_BACKOFF = Backoff(
-    first_delay_seconds=Backoff().first_delay_seconds * SCALE,
-    max_delay_seconds=Backoff().max_delay_seconds * SCALE,
-    budget_seconds=Backoff().budget_seconds * SCALE,
-)
 
 
 class TextProvider:

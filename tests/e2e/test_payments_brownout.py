@@ -27,10 +27,11 @@ import httpx
 import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient
+from brownouts import BROWNOUT_SECONDS, SCALED_BACKOFF
 from e2e_support import FAST_QUEUE, fault_token_header, poll_until, store_order
 from poison_corpus import valid_event_document, valid_order_document
 
-from exactly_once import Backoff, WorkerOptions
+from exactly_once import WorkerOptions
 from orders.adapters.cosmos_client import prepare_local_cosmos
 from orders.adapters.servicebus_worker import run_worker_on
 from orders.bootstrap import build_subscriber_runtime
@@ -40,13 +41,6 @@ from orders.service.registry import BILLING, consumer_named
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 ORDERS = 5
-SCALE = 0.25
-BROWNOUT_SECONDS = 20.0 * SCALE
-SCALED_BACKOFF = Backoff(
-    first_delay_seconds=Backoff().first_delay_seconds * SCALE,
-    max_delay_seconds=Backoff().max_delay_seconds * SCALE,
-    budget_seconds=Backoff().budget_seconds * SCALE,
-)
 
 
 @pytest.fixture
@@ -72,6 +66,15 @@ def faults(stack: LocalStack) -> list[dict[str, Any]]:
     answer.raise_for_status()
     found: list[dict[str, Any]] = answer.json()["faults"]
     return found
+
+
+def end_brownout(stack: LocalStack) -> int:
+    """Clear the stand-in's faults; how many charges they refused."""
+    refused = sum(rule["hits"] for rule in faults(stack))
+    httpx.delete(
+        f"{stack.payments_url}/faults", headers=fault_token_header(stack), timeout=10
+    ).raise_for_status()
+    return refused
 
 
 async def billing_dead_letters(stack: LocalStack) -> int:
@@ -109,10 +112,7 @@ async def bill_until_charged(stack: LocalStack, order_ids: list[str]) -> tuple[i
             began = time.monotonic()
             # The brownout lasts its length on the wall clock: that is what is outlasted.
             await asyncio.sleep(BROWNOUT_SECONDS)
-            refused_charges = sum(rule["hits"] for rule in faults(stack))
-            httpx.delete(
-                f"{stack.payments_url}/faults", headers=fault_token_header(stack), timeout=10
-            ).raise_for_status()
+            refused_charges = await asyncio.to_thread(end_brownout, stack)
             assert time.monotonic() - began >= BROWNOUT_SECONDS
             await asyncio.to_thread(
                 poll_until,

@@ -8,7 +8,6 @@ the status cases are built as each library builds them from an answer."""
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import logging
 import socket
@@ -97,7 +96,6 @@ async def test_what_each_client_raises_for_an_unreachable_service_is_transient()
         ConnectionRefusedError(errno.ECONNREFUSED, "refused"),
         ConnectionResetError(errno.ECONNRESET, "reset by peer"),
         TimeoutError("timed out"),
-        asyncio.TimeoutError(),
         OSError(errno.EHOSTUNREACH, "no route to host"),
         OSError(errno.ENETUNREACH, "network is unreachable"),
         socket.gaierror(socket.EAI_AGAIN, "temporary failure in name resolution"),
