@@ -70,7 +70,7 @@ def faults(stack: LocalStack) -> list[dict[str, Any]]:
 
 def end_brownout(stack: LocalStack) -> int:
     """Clear the stand-in's faults; how many charges they refused."""
-    refused = sum(rule["hits"] for rule in faults(stack))
+    refused = sum(int(rule["hits"]) for rule in faults(stack))
     httpx.delete(
         f"{stack.payments_url}/faults", headers=fault_token_header(stack), timeout=10
     ).raise_for_status()

@@ -54,6 +54,11 @@ def aiohttp_status(status: int) -> aiohttp.ClientResponseError:
     return aiohttp.ClientResponseError(info, (), status=status, message="answered")
 
 
+def azure_status(status: int) -> HttpResponseError:
+    """An Azure SDK's answer with `status` (the Cosmos SDK's subclass of azure-core's)."""
+    return CosmosHttpResponseError(status_code=status, message="answered")  # type: ignore[no-untyped-call]
+
+
 def httpx_status(status: int) -> httpx.HTTPStatusError:
     request = httpx.Request("POST", "http://127.0.0.1/pay")
     response = httpx.Response(status, request=request)
@@ -117,7 +122,7 @@ def test_a_busy_or_failing_answer_is_transient_in_every_library(status: int) -> 
     answers = [
         aiohttp_status(status),
         httpx_status(status),
-        CosmosHttpResponseError(status_code=status, message="answered"),
+        azure_status(status),
     ]
 
     assert is_retried_status(status)
@@ -129,7 +134,7 @@ def test_a_refusal_a_missing_role_or_a_wrong_address_is_not_transient(status: in
     answers = [
         aiohttp_status(status),
         httpx_status(status),
-        CosmosHttpResponseError(status_code=status, message="answered"),
+        azure_status(status),
     ]
 
     assert not any(is_transient(answer) for answer in answers)
@@ -201,7 +206,7 @@ def test_the_error_frame_backs_transient_failures_off(
 def test_an_unexpected_failure_is_logged_with_its_traceback_once_per_delivery(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    forbidden = CosmosHttpResponseError(status_code=403, message="missing role assignment")
+    forbidden = azure_status(403)
     with caplog.at_level(logging.INFO, logger="exactly_once"), one_delivery() as attempts:
         decisions = []
         for attempt in (1, 2, 3):

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Protocol
 
+from exactly_once.attempts import current_delivery
 from exactly_once.exceptions import (
     CorruptRecordError,
     DocumentExistsError,
@@ -23,7 +24,6 @@ from exactly_once.exceptions import (
     StoreRefusedError,
     TransientStoreError,
 )
-from exactly_once.attempts import current_delivery
 from exactly_once.logs import log_value
 from exactly_once.transient import Transient, transient_check
 
