@@ -230,7 +230,7 @@ def decision_for_error(
         case StoreRefusedError():
             # The store refuses this message's write itself (a 400, a 413): every delivery
             # would be refused alike, so no retry and no traceback, its words in the dead letter.
-            return store_refused(consumer, message_id, str(exc))
+            return store_refused(consumer, message_id, str(exc), key=key)
         case InProgressElsewhereError():
             return Decision.abandon(Outcome.IN_PROGRESS_ELSEWHERE, str(exc))
         case TransientStoreError() | RecordChangedError() | RetryLater():
@@ -244,9 +244,7 @@ def decision_for_error(
 
 def _log_unexpected(exc: Exception, consumer: str, message_id: str | None, key: str | None) -> None:
     """The traceback on the first unexpected failure of a delivery; one line on each retry."""
-    about = f"consumer={log_value(consumer)} key={log_value(key or message_id or '')}"
-    if key is not None and key != message_id:
-        about += f" message_id={log_value(message_id or '')}"
+    about = naming(consumer, message_id, key)
     attempts = current_delivery()
     if attempts is not None and attempts.unexpected_logged:
         logger.info(
@@ -261,13 +259,23 @@ def _log_unexpected(exc: Exception, consumer: str, message_id: str | None, key: 
     logger.exception("unexpected failure: %s", about)
 
 
-def store_refused(consumer: str, message_id: str | None, description: str) -> Decision:
+def naming(consumer: str, message_id: str | None, key: str | None = None) -> str:
+    """`consumer=... key=...` (and `message_id=...` when it is not the key) for an error line:
+    the key as the consumer defines it, the MessageId when the key is not known."""
+    about = f"consumer={log_value(consumer)} key={log_value(key or message_id or '')}"
+    if key is not None and key != message_id:
+        about += f" message_id={log_value(message_id or '')}"
+    return about
+
+
+def store_refused(
+    consumer: str, message_id: str | None, description: str, *, key: str | None = None
+) -> Decision:
     """The dead letter for a write the store refused for good (`StoreRefusedError`, or an
     application's own exception of that meaning), with a one-line warning."""
     logger.warning(
-        "%s: the store refused message %s for good, dead-lettering it: %s",
-        consumer,
-        log_value(message_id or ""),
+        "the store refused the message for good, dead-lettering it: %s detail=%s",
+        naming(consumer, message_id, key),
         log_value(truncate(description, 300)),
     )
     return Decision.dead_letter(Outcome.STORE_REFUSED, DeadLetterReason.STORE_REFUSED, description)
