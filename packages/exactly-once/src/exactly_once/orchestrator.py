@@ -118,7 +118,8 @@ class TwoPhaseResult:
 class Effects:
     """The mechanisms, bound to one unit of work: the consumer (the scope of its keys: its
     name, or its `key_prefix`), the message's key and its request hash name the records;
-    `owner` names this attempt (one delivery) in them.
+    `owner` names this delivery in them, the same on each of its in-place attempts
+    (`exactly_once.attempts.delivery_owner`), so a retry takes its own claim back at once.
 
     `key` is the message's key (its MessageId when None); `key_partition` is the key's home (by
     default one partition per (consumer, key)); every record carries `retention`'s ttl, and no
