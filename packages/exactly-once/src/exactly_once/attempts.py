@@ -59,11 +59,9 @@ def current_delivery() -> DeliveryAttempts | None:
 
 @contextlib.contextmanager
 def one_delivery() -> Iterator[DeliveryAttempts]:
-    """Open a delivery for the attempts made inside (an open one is joined, not replaced)."""
-    opened = _current.get()
-    if opened is not None:
-        yield opened
-        return
+    """Open a delivery for the attempts made inside. A retrier inside another's attempt opens
+    a delivery of its own: it decides some other message (or decides this one anew), and the
+    outer delivery is back when it is done."""
     attempts = DeliveryAttempts(uuid.uuid4().hex[:12])
     token = _current.set(attempts)
     try:
