@@ -7,13 +7,19 @@ import time
 import uuid
 from typing import Any
 
-from exactly_once import CosmosStore, Record
+from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSubQueue
+from azure.servicebus.aio import ServiceBusClient
+
+from exactly_once import CosmosStore, Record, WorkerStats, run_worker
 from exactly_once.records import lease_is_live
+from servicebus_emulator import RunningEmulator
 
 QUEUE = "greetings"
 
 
-def queue_config(name: str = QUEUE, *, max_delivery_count: int = 10) -> dict[str, Any]:
+def queue_config(
+    name: str = QUEUE, *, max_delivery_count: int = 10, lock_duration: str = "PT30S"
+) -> dict[str, Any]:
     """One queue without duplicate detection: a resend reaches the consumer, as it would after
     the broker's window, so the consumer's own idempotency is what the tests see."""
     return {
@@ -27,7 +33,7 @@ def queue_config(name: str = QUEUE, *, max_delivery_count: int = 10) -> dict[str
                             "Properties": {
                                 "DeadLetteringOnMessageExpiration": True,
                                 "DefaultMessageTimeToLive": "PT1H",
-                                "LockDuration": "PT30S",
+                                "LockDuration": lock_duration,
                                 "MaxDeliveryCount": max_delivery_count,
                                 "RequiresDuplicateDetection": False,
                                 "RequiresSession": False,
@@ -56,3 +62,51 @@ async def lease_ended(store: CosmosStore, record: Record, within: float = 10.0) 
             return found.record
         await asyncio.sleep(0.1)  # polling the database's clock, bounded by the deadline
     raise AssertionError(f"the lease of {record.key} did not end within {within} s")
+
+
+async def send_bodies(servicebus: RunningEmulator, queue: str, bodies: dict[str, str]) -> None:
+    """Send each body under its MessageId (the dict's key)."""
+    async with (
+        ServiceBusClient.from_connection_string(servicebus.connection_string) as client,
+        client.get_queue_sender(queue) as sender,
+    ):
+        for message_id, body in bodies.items():
+            await sender.send_messages(ServiceBusMessage(body, message_id=message_id))
+
+
+async def dead_letters(servicebus: RunningEmulator, queue: str) -> list[ServiceBusReceivedMessage]:
+    """What `queue`'s dead-letter queue holds (peeked from the start)."""
+    async with (
+        ServiceBusClient.from_connection_string(servicebus.connection_string) as client,
+        client.get_queue_receiver(queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER) as receiver,
+    ):
+        return list(await receiver.peek_messages(max_message_count=100, sequence_number=1))
+
+
+async def poll(check: Any, *, within: float, what: str) -> None:
+    """Poll an async check with a deadline (the worker runs beside this test's loop)."""
+    deadline = time.monotonic() + within
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {within} s")
+        await asyncio.sleep(0.2)  # a poll with a deadline, not a synchronisation by sleep
+
+
+class RunningWorker:
+    """`run_worker` on its own task, over a client this test opens and closes."""
+
+    def __init__(
+        self, servicebus: RunningEmulator, handle: Any, *, queue: str, **options: Any
+    ) -> None:
+        self.stop = asyncio.Event()
+        self._client = ServiceBusClient.from_connection_string(servicebus.connection_string)
+        self._task = asyncio.create_task(
+            run_worker(self._client, handle=handle, stop=self.stop, queue_name=queue, **options)
+        )
+
+    async def stopped(self) -> WorkerStats:
+        self.stop.set()
+        try:
+            return await self._task
+        finally:
+            await self._client.close()

@@ -20,9 +20,13 @@ from exactly_once import (
     Record,
     RecordStatus,
     Refused,
+    RetryLater,
+    TransientStoreError,
     apply_version,
+    decision_for_error,
     inbox_batch,
 )
+from exactly_once.attempts import one_delivery
 from exactly_once.claims import Claims
 from exactly_once.orchestrator import safe_id
 
@@ -187,6 +191,60 @@ async def test_a_failed_call_releases_the_claim_and_a_refusal_is_kept(
         "reason": "PaymentRefused",
         "description": "card declined",
     }
+
+
+class ProviderBusy(Exception):
+    """A client's own "try later", which only its caller knows to be transient."""
+
+
+async def test_an_error_named_transient_propagates_as_retry_later_and_releases_the_claim(
+    store: CosmosStore,
+) -> None:
+    message, partition = unique("message"), unique("order")
+
+    async def busy(key: str) -> str:
+        raise ProviderBusy("the provider sheds load")
+
+    with pytest.raises(RetryLater) as later:
+        await effects(store, message).two_phase(partition, busy, transient=(ProviderBusy,))
+    with pytest.raises(ProviderBusy):  # without `transient=` it propagates as it is
+        await effects(store, message).two_phase(partition, busy)
+
+    assert isinstance(later.value.__cause__, ProviderBusy)
+    decision = decision_for_error(later.value, consumer="billing", message_id=message)
+    assert decision.outcome is Outcome.TRANSIENT_FAILURE
+    key = safe_id(f"two-phase:billing:{message}")
+    assert (await store.read(key, effects(store, message).key_partition)).record is None
+
+
+async def test_an_answer_whose_record_was_not_completed_is_recorded_by_the_next_attempt(
+    store: CosmosStore,
+) -> None:
+    message, partition, downstream = unique("message"), unique("order"), Downstream()
+    bound = effects(store, message)
+    # The first attempt's completion write fails after the downstream answered.
+    failing = FailingCompletion(store)
+    with one_delivery():
+        with pytest.raises(TransientStoreError):
+            await effects(failing, message).two_phase(partition, downstream)  # type: ignore[arg-type]
+        # The next attempt of the same delivery (the same owner) finds its own claim at once.
+        done = await bound.two_phase(partition, downstream)
+
+    assert done.outcome is Outcome.PROCESSED and done.result == "answer-1"
+    assert len(downstream.calls) == 1  # the answer was kept, not asked for again
+
+
+class FailingCompletion:
+    """The store, but its next completion write fails for now (a 503 after the SDK's retries)."""
+
+    def __init__(self, store: CosmosStore) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+    async def complete(self, *args: object, **kwargs: object) -> Record:
+        raise TransientStoreError("Cosmos DB answered 503")
 
 
 async def test_a_claim_kept_on_error_stays_with_its_lease_ended_and_is_taken_over_at_once(

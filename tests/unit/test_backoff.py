@@ -1,7 +1,8 @@
 """Backing off in place (`exactly_once.backoff`), on a fake clock: the default budget outlasts
 a 60 s store outage within one delivery, whatever the jitter draws and however long the SDK's
-own retries make each failed attempt; a longer outage costs one delivery per budget; only
-transient decisions wait, each wait is logged, counted and announced, and a stop ends it.
+own retries make each failed attempt; a longer outage costs one delivery per budget; transient
+decisions wait, an unexpected failure gets a few immediate retries, each wait is logged (as a
+wait, not an abandon), counted and announced, and a stop ends it.
 tests/core/test_recoverability.py runs the mechanism against a real outage."""
 
 from __future__ import annotations
@@ -95,6 +96,18 @@ class Outage:
         return Decision.complete()
 
 
+class Always:
+    """Decides the same every time, counting the attempts."""
+
+    def __init__(self, decision: Decision) -> None:
+        self.decision = decision
+        self.calls = 0
+
+    async def __call__(self) -> Decision:
+        self.calls += 1
+        return self.decision
+
+
 def retrier(time: FakeTime, draw: float, backoff: Backoff | None = None) -> Retrier:
     return Retrier(backoff, clock=time.clock, wait=time.wait, draw=lambda: draw)
 
@@ -171,22 +184,51 @@ async def test_when_the_budget_is_spent_the_transient_decision_is_given_back() -
 @pytest.mark.parametrize(
     "decision",
     [
-        Decision.abandon(Outcome.UNEXPECTED_FAILURE, "a bug: handed back at once"),
         Decision.dead_letter(Outcome.MISMATCH, "RequestHashMismatch", "final"),
         Decision.complete(),
     ],
 )
-async def test_only_a_transient_decision_waits(decision: Decision) -> None:
-    time = FakeTime()
-    calls = 0
-
-    async def decide() -> Decision:
-        nonlocal calls
-        calls += 1
-        return decision
+async def test_a_final_decision_never_waits(decision: Decision) -> None:
+    time, decide = FakeTime(), Always(decision)
 
     assert await retrier(time, 0.5).decide(decide, message_id="m") == decision
-    assert calls == 1 and time.waits == []
+    assert decide.calls == 1 and time.waits == []
+
+
+BUG = Decision.abandon(Outcome.UNEXPECTED_FAILURE, "PermissionError: 403 from a missing role")
+
+
+async def test_an_unexpected_failure_gets_three_short_immediate_retries_then_is_handed_back() -> (
+    None
+):
+    time, decide = FakeTime(), Always(BUG)
+
+    decision = await retrier(time, 0.999).decide(decide, message_id="m")
+
+    assert decision == BUG and decide.calls == 1 + Backoff().immediate_retries == 4
+    assert time.waits == pytest.approx([0.2, 0.4, 0.8], rel=1e-3)  # short: about 1.4 s in all
+
+
+async def test_an_unexpected_glitch_that_passes_is_completed_in_the_same_delivery() -> None:
+    time = FakeTime()
+    answers = [BUG, Decision.complete()]
+
+    async def decide() -> Decision:
+        return answers.pop(0)
+
+    decision = await retrier(time, 0.5).decide(decide, message_id="m")
+
+    assert decision.settlement == "complete" and len(time.waits) == 1
+
+
+@pytest.mark.parametrize(
+    "backoff", [Backoff(immediate_retries=0), Backoff(budget_seconds=0)], ids=["none", "no-budget"]
+)
+async def test_immediate_retries_can_be_turned_off(backoff: Backoff) -> None:
+    time, decide = FakeTime(), Always(BUG)
+
+    assert await retrier(time, 0.5, backoff).decide(decide, message_id="m") == BUG
+    assert decide.calls == 1 and time.waits == []
 
 
 def test_the_apps_transient_decisions_wait_too() -> None:
@@ -226,7 +268,7 @@ async def test_each_wait_is_one_log_line_one_count_and_one_announcement(
     )
     outage = Outage(time, ends_at=5.0, attempt_seconds=0.5)
 
-    with caplog.at_level(logging.WARNING, logger="exactly_once.backoff"):
+    with caplog.at_level(logging.INFO, logger="exactly_once.backoff"):
         decision = await counting.decide(outage.decide, message_id="m\n1", source="invoices")
 
     assert decision.settlement == "complete"
@@ -235,9 +277,15 @@ async def test_each_wait_is_one_log_line_one_count_and_one_announcement(
     assert {(retry.message_id, retry.outcome) for retry in announced} == {
         ("m\n1", "transient_failure")
     }
+    # A wait says it waits, at INFO: nothing was abandoned (the producer's id stays quoted).
+    assert {record.levelno for record in caplog.records} == {logging.INFO}
     lines = [record.getMessage() for record in caplog.records]
     assert len(lines) == len(announced)
-    assert all(line.startswith('message "m\\n1" on invoices: transient_failure') for line in lines)
+    assert lines[0] == (
+        'backing off, deciding again in 0.5 s: key="m\\n1" source=invoices '
+        'outcome=transient_failure attempt=1 detail="Cosmos DB answered 503"'
+    )
+    assert all("abandon" not in line for line in lines)
     data = reader.get_metrics_data()
     assert data is not None
     [point] = [

@@ -238,13 +238,27 @@ async def test_a_delivery_backed_off_in_the_host_is_one_process_span_settled_onc
     assert "error.type" not in attributes
 
 
-async def test_unexpected_failure_is_abandoned(function_store: FakeOrderStore) -> None:
+async def test_unexpected_failure_is_abandoned_after_its_immediate_retries(
+    function_store: FakeOrderStore,
+) -> None:
+    order_id = f"o-{uuid.uuid4().hex[:8]}"
+    # The first attempt and the three immediate retries (Backoff.immediate_retries) all fail.
+    function_store.fail_next(KeyError("surprise"), times=4)
+
+    calls = await invoke(received(json.dumps(order_payload(order_id)).encode(), order_id))
+
+    assert [name for name, _, _ in calls] == ["abandon"]
+
+
+async def test_an_unexpected_glitch_is_retried_at_once_and_completed(
+    function_store: FakeOrderStore,
+) -> None:
     order_id = f"o-{uuid.uuid4().hex[:8]}"
     function_store.fail_next(KeyError("surprise"))
 
     calls = await invoke(received(json.dumps(order_payload(order_id)).encode(), order_id))
 
-    assert [name for name, _, _ in calls] == ["abandon"]
+    assert [name for name, _, _ in calls] == ["complete"]
 
 
 # --- Fan-out: the Cosmos DB trigger (outbox dispatcher) and the two subscription triggers ----

@@ -29,12 +29,14 @@ Both paths may ask for the refund; the record and the key keep it to one.
 On redelivery the record decides: `completed` -> done; `inProgress` under a live lease -> wait
 for its owner (bounded), then decide again; a lease that ended (judged by the database's clock)
 -> take over with If-Match and call the provider again with the same key. Every delivery is an
-owner of its own, so two deliveries of one process (a cancel racing its order's charge) wait
+owner of its own (the same on each of its in-place attempts, so a retry takes its own claim
+back at once), so two deliveries of one process (a cancel racing its order's charge) wait
 for each other like deliveries of two processes, and never call the provider at once.
 
 A call that failed without an answer (the provider unreachable, a timeout) may have charged: the
 record stays, in progress with its lease ended (`keep_claim_on_error`), so a cancel still finds
-the charge to finish and pay back, and the next delivery takes it over at once.
+the charge to finish and pay back; the message backs off in place (`RetryLater`, a transient
+failure) and the next attempt takes the record over at once and asks again with the same key.
 """
 
 from __future__ import annotations
@@ -48,9 +50,10 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import TypeVar
 
+from exactly_once.attempts import delivery_owner
 from exactly_once.claims import DEFAULT_MAX_WAIT_SECONDS
 from exactly_once.decisions import Decision, Outcome, Settlement
-from exactly_once.exceptions import Refused
+from exactly_once.exceptions import Refused, RetryLater
 from exactly_once.orchestrator import DownstreamCall, Effects
 from exactly_once.ports import Store
 from exactly_once.records import JsonMapping, Record, RecordStatus
@@ -82,7 +85,7 @@ from orders.observability import log_value
 from orders.service.payment_port import PaymentGateway
 from orders.service.ports import BillingLayout, StatusPublisher
 from orders.service.saga import OrderSaga
-from orders.service.subscriber import TRANSIENT_ERRORS, announce, handle_event
+from orders.service.subscriber import announce, handle_event
 
 logger = logging.getLogger("orders.billing")
 
@@ -145,17 +148,13 @@ class BillingConsumer:
         self._clock = clock
 
     async def handle(self, message: ReceivedOrderMessage) -> Decision:
-        return await handle_event(
-            message,
-            self._on_event,
-            consumer="billing",
-            transient_errors=(*TRANSIENT_ERRORS, PaymentUnavailableError),
-        )
+        return await handle_event(message, self._on_event, consumer="billing")
 
     async def _on_event(self, event: OrderEvent) -> Decision:
         order = (await self._saga.verified(event, consumer="billing")).order
-        # This delivery's own name in the records it claims: `<owner>/<delivery>`.
-        delivery = f"{self._owner}/{uuid.uuid4().hex[:8]}"
+        # This delivery's own name in the records it claims, `<owner>/<delivery>`, the same on
+        # each of its in-place attempts: a retry takes its own claim back at once.
+        delivery = delivery_owner(self._owner)
         if isinstance(event, OrderCancelled):
             return await self._on_cancel(event, order, delivery)
         return await self._bill(event, order, delivery)
@@ -352,8 +351,12 @@ class BillingConsumer:
 
 async def _asked(call: Awaitable[Answer]) -> Answer:
     """The provider's answer; its refusal for good as the core's `Refused`, which marks the
-    record refused (`two_phase`)."""
+    record refused (`two_phase`); its failure for now as the core's `RetryLater`, which backs
+    the message off in place (the record kept, its lease ended: the next attempt asks again
+    with the same key)."""
     try:
         return await call
     except PaymentRefusedError as refused:
         raise Refused(refused.description, reason=refused.reason) from refused
+    except PaymentUnavailableError as unavailable:
+        raise RetryLater(str(unavailable)) from unavailable

@@ -7,7 +7,6 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 from exactly_once.decisions import Decision, Outcome, Settlement, decision_for_error
-from exactly_once.exceptions import TransientStoreError
 from orders.domain.events import OrderEvent, parse_order_event
 from orders.domain.ids import is_entity_id
 from orders.domain.messages import MessageRejected
@@ -17,8 +16,10 @@ from orders.exceptions import TransientPublishError
 from orders.service.ports import StatusPublisher
 from orders.service.saga import EventRefused
 
-# Failures every subscriber retries through the broker (abandon, redelivery).
-TRANSIENT_ERRORS: tuple[type[Exception], ...] = (TransientStoreError, TransientPublishError)
+# What the core cannot know is transient: the app's publish port wraps the broker's SDK errors
+# (ports.py). The store's, the payment provider's (billing raises the core's `RetryLater`) and
+# every client library's are the core's own classification (`exactly_once.transient`).
+APP_TRANSIENT = (TransientPublishError,)
 
 
 class EventRejected(Exception):
@@ -64,23 +65,19 @@ async def decided(
     consumer: str,
     order_id: str | None,
     request_hash: str | None = None,
-    transient_errors: tuple[type[Exception], ...] = TRANSIENT_ERRORS,
 ) -> Decision:
     """The one error frame of every consumer: the effect's decision, or what its exception
-    means. A refused event carries its dead-letter decision; the app's failures worth retrying
-    abandon; everything else is the core's frame (`exactly_once.decisions.decision_for_error`:
-    a mismatch, a refusal or a write the store refused for good dead-letters, a lost race or a
-    busy lease abandons, a bug abandons and is logged), never letting the lock be renewed for
-    minutes. Every decision names the order (`key`) and, when known, its request hash."""
+    means. A refused event carries its dead-letter decision; everything else is the core's
+    frame (`exactly_once.decisions.decision_for_error`: a mismatch, a refusal or a write the
+    store refused for good dead-letters; a store, provider or broker unreachable or busy, a
+    lost race or a busy lease backs off in place; a bug is logged and retried a few times at
+    once, then abandoned). Every decision names the order (`key`) and, when known, its request
+    hash."""
     try:
         return await effect()
     except Exception as exc:
         return decision_for_failure(
-            exc,
-            consumer=consumer,
-            order_id=order_id,
-            request_hash=request_hash,
-            transient_errors=transient_errors,
+            exc, consumer=consumer, order_id=order_id, request_hash=request_hash
         )
 
 
@@ -90,23 +87,14 @@ def decision_for_failure(
     consumer: str,
     order_id: str | None,
     request_hash: str | None = None,
-    transient_errors: tuple[type[Exception], ...] = TRANSIENT_ERRORS,
 ) -> Decision:
     """What an effect's exception means (`decided`'s frame, for a consumer that catches the
     exception itself, so that its path does not leave it and come back through a callback)."""
     if isinstance(exc, EventRefused):
         return exc.decision  # no stored order vouches for it: dead-lettered, ALERT logged
-    if isinstance(exc, transient_errors):
-        return Decision(
-            Outcome.TRANSIENT_FAILURE,
-            Settlement.ABANDON,
-            key=order_id,
-            request_hash=request_hash,
-            error=str(exc),
-        )
-    return decision_for_error(exc, consumer=consumer, message_id=order_id).about(
-        order_id, request_hash
-    )
+    return decision_for_error(
+        exc, consumer=consumer, message_id=order_id, key=order_id, transient=APP_TRANSIENT
+    ).about(order_id, request_hash)
 
 
 async def handle_event(
@@ -114,7 +102,6 @@ async def handle_event(
     effect: Callable[[OrderEvent], Awaitable[Decision]],
     *,
     consumer: str,
-    transient_errors: tuple[type[Exception], ...] = TRANSIENT_ERRORS,
 ) -> Decision:
     """One subscriber's decision for one message: a malformed event is dead-lettered, and so
     is one no stored order vouches for; the effect decides otherwise, through `decided`."""
@@ -122,9 +109,4 @@ async def handle_event(
         event = read_event(message)
     except EventRejected as rejected:
         return rejected.decision
-    return await decided(
-        lambda: effect(event),
-        consumer=consumer,
-        order_id=event.order_id,
-        transient_errors=transient_errors,
-    )
+    return await decided(lambda: effect(event), consumer=consumer, order_id=event.order_id)

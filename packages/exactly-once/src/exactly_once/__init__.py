@@ -53,6 +53,7 @@ if TYPE_CHECKING:
         Refused,
         Rejected,
         RetentionError,
+        RetryLater,
         StoreError,
         StoreRefusedError,
         TransientStoreError,
@@ -96,6 +97,7 @@ if TYPE_CHECKING:
         exactly_once,
     )
     from exactly_once.telemetry import Telemetry
+    from exactly_once.transient import Transient, is_transient
     from exactly_once.worker import (
         Handle,
         Worker,
@@ -159,6 +161,7 @@ _MODULE_OF: dict[str, str] = {
     "Retention": "retention",
     "RetentionError": "exceptions",
     "Retrier": "backoff",
+    "RetryLater": "exceptions",
     "Retry": "backoff",
     "Settleable": "decisions",
     "Settlement": "decisions",
@@ -169,6 +172,7 @@ _MODULE_OF: dict[str, str] = {
     "StoreRefusedError": "exceptions",
     "StoredDocument": "records",
     "Telemetry": "telemetry",
+    "Transient": "transient",
     "TransientStoreError": "exceptions",
     "TwoPhaseResult": "orchestrator",
     "Worker": "worker",
@@ -184,6 +188,7 @@ _MODULE_OF: dict[str, str] = {
     "from_message": "message_keys",
     "idempotent": "functions",
     "inbox_batch": "orchestrator",
+    "is_transient": "transient",
     "leases_to_take": "change_feed",
     "message_id_key": "message_keys",
     "run_session_worker": "worker",
@@ -246,6 +251,7 @@ __all__ = [
     "RetentionError",
     "Retrier",
     "Retry",
+    "RetryLater",
     "Settleable",
     "Settlement",
     "Settler",
@@ -255,6 +261,7 @@ __all__ = [
     "StoreRefusedError",
     "StoredDocument",
     "Telemetry",
+    "Transient",
     "TransientStoreError",
     "TwoPhaseResult",
     "Worker",
@@ -270,6 +277,7 @@ __all__ = [
     "from_message",
     "idempotent",
     "inbox_batch",
+    "is_transient",
     "leases_to_take",
     "message_id_key",
     "run_session_worker",

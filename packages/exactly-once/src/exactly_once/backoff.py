@@ -8,9 +8,15 @@ worker's `AutoLockRenewer`, or by the Functions host up to `maxAutoLockRenewalDu
 message spends time rather than deliveries.
 
 What is retried: a decision that abandons with the outcome `transient_failure` (the store or a
-downstream may answer later: timeouts, 408, 429, 449, 5xx, connection errors) or
-`in_progress_elsewhere` (another delivery holds the work). Everything else is settled at once:
-a bug (`unexpected_failure`) is handed back without waiting, a dead letter is final.
+downstream may answer later: timeouts, 408, 429, 449, 5xx, connection errors; see
+`exactly_once.transient`) or `in_progress_elsewhere` (another delivery holds the work), within
+the budget; and `unexpected_failure` (a bug, a 401/403 from a missing role), a few times at once
+(`immediate_retries`, short delays), since a glitch may pass while a bug will not. Everything
+else is settled at once: a dead letter is final.
+
+Each attempt of one delivery runs in one `exactly_once.attempts.DeliveryAttempts`: its claims
+keep one owner, and only its final decision gets an outcome line; each wait is one INFO line
+that says so ("backing off, deciding again in 2.0 s"), never an abandon that did not happen.
 
 The default budget (`Backoff()`): delays of 0.5, 1, 2, 4, 8, then 15 s (each between half and
 all of that, at random), for up to 120 s of one delivery. One delivery outlasts any outage that
@@ -30,6 +36,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from exactly_once.attempts import DeliveryAttempts, one_delivery
 from exactly_once.decisions import Outcome, Settleable, Settlement
 from exactly_once.logs import log_value
 from exactly_once.telemetry import Telemetry
@@ -51,6 +58,14 @@ def is_retried(decision: Settleable) -> bool:
     )
 
 
+def is_unexpected(decision: Settleable) -> bool:
+    """Whether `decision` hands back an unexpected failure (retried a few times at once)."""
+    return (
+        str(decision.settlement) == Settlement.ABANDON.value
+        and str(getattr(decision, "outcome", "")) == Outcome.UNEXPECTED_FAILURE.value
+    )
+
+
 @dataclass(frozen=True)
 class Backoff:
     """How long one delivery backs off before its message is given back.
@@ -58,21 +73,34 @@ class Backoff:
     The n-th wait is between half and all of `min(max_delay_seconds, first_delay_seconds *
     2**(n-1))` (equal jitter: never a hot loop, never in step with other messages); no attempt
     starts more than `budget_seconds` after the first. `budget_seconds=0` turns backing off
-    off (a transient failure is abandoned at once, as before)."""
+    off (a transient failure is abandoned at once, as before, and so is an unexpected one).
+
+    An unexpected failure gets `immediate_retries` more attempts (3 by default), the n-th after
+    between half and all of `immediate_delay_seconds * 2**(n-1)` (0.2, 0.4, 0.8 s), within the
+    same budget; `immediate_retries=0` hands it back at once."""
 
     first_delay_seconds: float = 0.5
     max_delay_seconds: float = 15.0
     budget_seconds: float = 120.0
+    immediate_retries: int = 3
+    immediate_delay_seconds: float = 0.2
 
     def __post_init__(self) -> None:
         if not 0 < self.first_delay_seconds <= self.max_delay_seconds:
             raise ValueError("a backoff needs 0 < first_delay_seconds <= max_delay_seconds")
         if self.budget_seconds < 0:
             raise ValueError("a backoff budget cannot be negative")
+        if self.immediate_retries < 0 or self.immediate_delay_seconds < 0:
+            raise ValueError("immediate_retries and immediate_delay_seconds cannot be negative")
 
     def delay(self, retry: int, draw: Callable[[], float] = random.random) -> float:
         """The wait before retry number `retry` (1 for the first), with `draw()` in [0, 1)."""
         ceiling = min(self.max_delay_seconds, self.first_delay_seconds * 2 ** min(retry - 1, 30))
+        return float(ceiling / 2 + ceiling / 2 * draw())
+
+    def immediate_delay(self, retry: int, draw: Callable[[], float] = random.random) -> float:
+        """The wait before immediate retry number `retry` of an unexpected failure."""
+        ceiling = self.immediate_delay_seconds * 2 ** min(retry - 1, 30)
         return float(ceiling / 2 + ceiling / 2 * draw())
 
 
@@ -86,6 +114,10 @@ class Retry:
     delay_seconds: float
     outcome: str
     error: str | None
+    key: str | None = None
+    """The message's key as its consumer defines it, when the decision names it."""
+    consumer: str | None = None
+    """The consumer that decided, when it was an `ExactlyOnceConsumer`."""
 
 
 async def _wait_unless_stopped(seconds: float, stop: asyncio.Event | None) -> bool:
@@ -132,38 +164,74 @@ class Retrier:
         source: str = "",
         stop: asyncio.Event | None = None,
     ) -> Decided:
-        """The first decision that is not transient, or the last one when the budget is spent
-        (or `stop` is set): the caller settles it."""
+        """The first decision that is not retried, or the last one when the budget (or the
+        immediate retries) are spent or `stop` is set: the caller settles it. All attempts run
+        in one delivery (`exactly_once.attempts`), whose final outcome line is logged here."""
+        with one_delivery() as attempts:
+            try:
+                return await self._decide(decide, attempts, message_id, source, stop)
+            finally:
+                if attempts.outcome_line is not None:
+                    attempts.outcome_line(attempts.attempt)
+                    attempts.outcome_line = None
+
+    async def _decide(
+        self,
+        decide: Callable[[], Awaitable[Decided]],
+        attempts: DeliveryAttempts,
+        message_id: str | None,
+        source: str,
+        stop: asyncio.Event | None,
+    ) -> Decided:
         started = self._clock()
-        attempt = 1
+        transient_retries = immediate_retries = 0
         while True:
             decision = await decide()
-            if not is_retried(decision) or (stop is not None and stop.is_set()):
+            if stop is not None and stop.is_set():
                 return decision
-            delay = self.backoff.delay(attempt, self._draw)
+            if is_retried(decision):
+                transient_retries += 1
+                delay = self.backoff.delay(transient_retries, self._draw)
+            elif is_unexpected(decision) and immediate_retries < self.backoff.immediate_retries:
+                immediate_retries += 1
+                delay = self.backoff.immediate_delay(immediate_retries, self._draw)
+            else:
+                return decision
             if self._clock() - started + delay > self.backoff.budget_seconds:
                 return decision
             retry = Retry(
                 message_id,
-                attempt,
+                attempts.attempt,
                 delay,
                 str(getattr(decision, "outcome", "")),
                 getattr(decision, "error", None),
+                key=getattr(decision, "key", None),
+                consumer=attempts.consumer,
             )
+            # Not the outcome: the message is not settled, so this attempt's line is dropped
+            # and the wait's line says what happens instead.
+            attempts.outcome_line = None
             self._announce(retry, source)
             if not await self._wait(delay, stop):
                 return decision
-            attempt += 1
+            attempts.attempt += 1
 
     def _announce(self, retry: Retry, source: str) -> None:
-        logger.warning(
-            "message %s%s: %s after attempt %d, deciding again in %.1f s: %s",
-            log_value(retry.message_id or ""),
-            f" on {source}" if source else "",
-            retry.outcome,
-            retry.attempt,
+        fields: dict[str, object] = {
+            "consumer": retry.consumer,
+            "key": retry.key or retry.message_id or "",
+            "message_id": retry.message_id if retry.key not in (None, retry.message_id) else None,
+            "source": source or None,
+            "outcome": retry.outcome,
+            "attempt": retry.attempt,
+            "detail": retry.error,
+        }
+        logger.info(
+            "backing off, deciding again in %.1f s: %s",
             retry.delay_seconds,
-            log_value(retry.error or ""),
+            " ".join(
+                f"{name}={log_value(value)}" for name, value in fields.items() if value is not None
+            ),
         )
         self._telemetry.count_backoff(retry.outcome, source)
         if self._on_retry is not None:

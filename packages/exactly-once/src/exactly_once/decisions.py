@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Protocol
 
+from exactly_once.attempts import current_delivery
 from exactly_once.exceptions import (
     CorruptRecordError,
     DocumentExistsError,
@@ -19,10 +20,12 @@ from exactly_once.exceptions import (
     PreviouslyFailedError,
     RecordChangedError,
     Refused,
+    RetryLater,
     StoreRefusedError,
     TransientStoreError,
 )
 from exactly_once.logs import log_value
+from exactly_once.transient import Transient, transient_check
 
 logger = logging.getLogger("exactly_once")
 
@@ -43,7 +46,7 @@ class Outcome(StrEnum):
     CORRUPT_RECORD = "corrupt_record"  # the message's record is stored, but unreadable
     STORE_REFUSED = "store_refused"  # the store refused the message's write for good (a 400)
     IN_PROGRESS_ELSEWHERE = "in_progress_elsewhere"  # another owner's lease is live
-    TRANSIENT_FAILURE = "transient_failure"  # the store failed or moved under us: retry
+    TRANSIENT_FAILURE = "transient_failure"  # the store or a downstream failed for now: retry
     UNEXPECTED_FAILURE = "unexpected_failure"  # a bug or an unknown error: retry, and look
 
 
@@ -178,12 +181,28 @@ async def settle(decision: Settleable, settler: Settler) -> None:
             )
 
 
-def decision_for_error(exc: Exception, *, consumer: str, message_id: str | None) -> Decision:
+def decision_for_error(
+    exc: Exception,
+    *,
+    consumer: str,
+    message_id: str | None,
+    key: str | None = None,
+    transient: Transient | None = None,
+) -> Decision:
     """The one error frame: every exception an effect raises, as a decision.
 
     `ExactlyOnceConsumer` decides through it, and so does an application's own frame rather
-    than writing the frame again. An exception it does not know is logged (with its traceback)
-    and abandoned as `UNEXPECTED_FAILURE`."""
+    than writing the frame again. Three kinds of failure:
+
+    - refused: no attempt can succeed (`Refused`, a reused key, a write the store refuses):
+      dead-lettered at once;
+    - transient: the store or a downstream is unreachable or busy for now (`RetryLater`,
+      `TransientStoreError`, a lost race, what `exactly_once.transient.is_transient` knows of
+      the standard library, aiohttp, httpx and the Azure SDKs, and what `transient` adds):
+      `TRANSIENT_FAILURE`, decided again after a backoff;
+    - unexpected: anything else (a bug, a 401/403 from a missing role): `UNEXPECTED_FAILURE`,
+      retried a few times at once, then handed back. It is logged with its traceback, once
+      per delivery, naming the consumer, the message and its `key` (when known)."""
     match exc:
         case PayloadMismatchError():
             return Decision.dead_letter(
@@ -211,25 +230,52 @@ def decision_for_error(exc: Exception, *, consumer: str, message_id: str | None)
         case StoreRefusedError():
             # The store refuses this message's write itself (a 400, a 413): every delivery
             # would be refused alike, so no retry and no traceback, its words in the dead letter.
-            return store_refused(consumer, message_id, str(exc))
+            return store_refused(consumer, message_id, str(exc), key=key)
         case InProgressElsewhereError():
             return Decision.abandon(Outcome.IN_PROGRESS_ELSEWHERE, str(exc))
-        case TransientStoreError() | RecordChangedError():
+        case TransientStoreError() | RecordChangedError() | RetryLater():
             return Decision.abandon(Outcome.TRANSIENT_FAILURE, str(exc))
+        case _ if transient_check(transient)(exc):
+            return Decision.abandon(Outcome.TRANSIENT_FAILURE, described(exc))
         case _:
-            logger.exception(
-                "%s: unexpected failure on message %s", consumer, log_value(message_id or "")
-            )
+            _log_unexpected(exc, consumer, message_id, key)
             return Decision.abandon(Outcome.UNEXPECTED_FAILURE, described(exc))
 
 
-def store_refused(consumer: str, message_id: str | None, description: str) -> Decision:
+def _log_unexpected(exc: Exception, consumer: str, message_id: str | None, key: str | None) -> None:
+    """The traceback on the first unexpected failure of a delivery; one line on each retry."""
+    about = naming(consumer, message_id, key)
+    attempts = current_delivery()
+    if attempts is not None and attempts.unexpected_logged:
+        logger.info(
+            "unexpected failure again (attempt %d): %s: %s",
+            attempts.attempt,
+            about,
+            log_value(described(exc)),
+        )
+        return
+    if attempts is not None:
+        attempts.unexpected_logged = True
+    logger.exception("unexpected failure: %s", about)
+
+
+def naming(consumer: str, message_id: str | None, key: str | None = None) -> str:
+    """`consumer=... key=...` (and `message_id=...` when it is not the key) for an error line:
+    the key as the consumer defines it, the MessageId when the key is not known."""
+    about = f"consumer={log_value(consumer)} key={log_value(key or message_id or '')}"
+    if key is not None and key != message_id:
+        about += f" message_id={log_value(message_id or '')}"
+    return about
+
+
+def store_refused(
+    consumer: str, message_id: str | None, description: str, *, key: str | None = None
+) -> Decision:
     """The dead letter for a write the store refused for good (`StoreRefusedError`, or an
     application's own exception of that meaning), with a one-line warning."""
     logger.warning(
-        "%s: the store refused message %s for good, dead-lettering it: %s",
-        consumer,
-        log_value(message_id or ""),
+        "the store refused the message for good, dead-lettering it: %s detail=%s",
+        naming(consumer, message_id, key),
         log_value(truncate(description, 300)),
     )
     return Decision.dead_letter(Outcome.STORE_REFUSED, DeadLetterReason.STORE_REFUSED, description)

@@ -102,6 +102,18 @@ class Refused(ExactlyOnceError):
         self.description = description
 
 
+class RetryLater(ExactlyOnceError):
+    """Raised by an effect (or a downstream call) that failed for now (a service unreachable,
+    busy or throttling): the message is decided again after a backoff, in the same delivery,
+    as a store outage is (`transient_failure`). A two-phase claim is released (or, with
+    `keep_claim_on_error`, kept with its lease ended), so the next attempt calls again with
+    the same downstream key. Raise it `from` the client's error to keep that error's story."""
+
+    def __init__(self, description: str) -> None:
+        super().__init__(description)
+        self.description = description
+
+
 class Rejected(ExactlyOnceError):
     """Raised by a message parser: the message can never be processed (dead-lettered)."""
 

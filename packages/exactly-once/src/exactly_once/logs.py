@@ -59,21 +59,33 @@ def log_value(value: object) -> str:
 
 
 def log_outcome(
-    consumer: str, message_id: str | None, decision: Decided, duration_seconds: float
+    consumer: str,
+    message_id: str | None,
+    decision: Decided,
+    duration_seconds: float,
+    *,
+    attempts: int = 1,
 ) -> None:
-    """One `key=value` line for one message's decision, on `exactly_once.outcomes`: INFO for a
-    completed message, WARNING for one dead-lettered or abandoned (someone should look).
+    """One `key=value` line for one message's final decision, on `exactly_once.outcomes`: INFO
+    for a completed message, WARNING for one dead-lettered or abandoned (someone should look).
 
-    The fields: consumer, key (the MessageId, `""` when there is none), outcome, settlement,
-    reason (a dead letter's), duration_ms (the decision, effect included), and detail (a dead
-    letter's description or an abandon's error). They ride on the record too, as `extra`
-    attributes of the same names, for a structured handler."""
+    The fields: consumer; key (the message's key as the consumer defines it: the MessageId by
+    default, a CloudEvent's source and id with `cloud_event_key`, a business key with
+    `from_message`; the MessageId for a message rejected before its key was read); message_id
+    (when it is not the key); outcome; settlement; reason (a dead letter's); attempts (when the
+    delivery took more than one: decided again after a backoff); duration_ms (the last
+    attempt, effect included); and detail (a dead letter's description or an abandon's error).
+    They ride on the record too, as `extra` attributes of the same names, for a structured
+    handler."""
+    key = getattr(decision, "key", None) or message_id or ""
     fields: dict[str, object] = {
         "consumer": consumer,
-        "key": message_id or "",
+        "key": key,
+        "message_id": message_id if message_id and message_id != key else None,
         "outcome": str(decision.outcome),
         "settlement": str(decision.settlement),
         "reason": decision.dead_letter_reason,
+        "attempts": attempts if attempts > 1 else None,
         "duration_ms": round(duration_seconds * 1000, 1),
         "detail": decision.dead_letter_description or decision.error,
     }

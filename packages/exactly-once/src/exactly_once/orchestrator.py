@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from exactly_once.attempts import current_delivery
 from exactly_once.claims import DEFAULT_MAX_WAIT_SECONDS, Claims
 from exactly_once.decisions import Outcome
 from exactly_once.exceptions import (
@@ -37,6 +38,7 @@ from exactly_once.exceptions import (
     PayloadMismatchError,
     RecordChangedError,
     Refused,
+    RetryLater,
 )
 from exactly_once.ports import DocumentCreator, DocumentStore, RecordStore
 from exactly_once.records import (
@@ -49,6 +51,7 @@ from exactly_once.records import (
     StoredDocument,
 )
 from exactly_once.retention import DEFAULT_RETENTION, Retention
+from exactly_once.transient import Transient, transient_check
 
 # A versioned document that keeps moving under us is given back to the broker after this many.
 MAX_RACES = 5
@@ -115,7 +118,8 @@ class TwoPhaseResult:
 class Effects:
     """The mechanisms, bound to one unit of work: the consumer (the scope of its keys: its
     name, or its `key_prefix`), the message's key and its request hash name the records;
-    `owner` names this attempt (one delivery) in them.
+    `owner` names this delivery in them, the same on each of its in-place attempts
+    (`exactly_once.attempts.delivery_owner`), so a retry takes its own claim back at once.
 
     `key` is the message's key (its MessageId when None); `key_partition` is the key's home (by
     default one partition per (consumer, key)); every record carries `retention`'s ttl, and no
@@ -277,6 +281,7 @@ class Effects:
         record_key: str | None = None,
         data: JsonMapping | None = None,
         keep_claim_on_error: bool = False,
+        transient: Transient | None = None,
     ) -> TwoPhaseResult:
         """Claim the work, call the downstream with a key that never changes for this message,
         record its answer: `PROCESSED`; or find it recorded: `DUPLICATE` with that answer.
@@ -288,6 +293,13 @@ class Effects:
         again with the same key. A `Refused` from the call marks the record failed, for good;
         any other error releases the claim (the next attempt calls again, with the same key)
         and propagates.
+
+        `transient` adds exceptions of the call's (types, or a predicate) to those that mean
+        "unreachable or busy for now" (`exactly_once.transient`): such an error propagates as
+        `RetryLater` (raised from it), so the message backs off in place whatever consumer
+        decides it. Within one delivery (`exactly_once.attempts`), an attempt that got the
+        call's answer but could not record it leaves the answer for the next attempt, which
+        takes its own claim back at once and records it without calling again.
 
         `record_key` names the record where the application already names its records (a
         `RecordShape` of its own that other readers know by id); it is used as it is, so it
@@ -316,20 +328,49 @@ class Effects:
         if owned.status is RecordStatus.COMPLETED:
             return TwoPhaseResult(Outcome.DUPLICATE, owned.result)
         assert owned.downstream_key is not None
+        attempts = current_delivery()
+        answered = (owned.key, owned.downstream_key)
+        if attempts is not None and answered in attempts.answers:
+            # An earlier attempt of this delivery got the answer and could not record it.
+            result = attempts.answers[answered]
+        else:
+            result = await self._call(owned, call, keep_claim_on_error, transient)
+            if attempts is not None:
+                attempts.answers[answered] = result
+        await self._claims.finish(owned, result, RecordStatus.COMPLETED)
+        if attempts is not None:
+            attempts.answers.pop(answered, None)
+        return TwoPhaseResult(Outcome.PROCESSED, result)
+
+    async def _call(
+        self,
+        owned: Record,
+        call: DownstreamCall,
+        keep_claim_on_error: bool,
+        transient: Transient | None,
+    ) -> JsonInput:
+        """The downstream's answer under our claim; on an error the claim is marked failed
+        (`Refused`), kept with its lease ended, or released, and the error propagates."""
+        assert owned.downstream_key is not None
         try:
-            result = await call(owned.downstream_key)
+            return await call(owned.downstream_key)
         except Refused as refused:
             why: JsonInput = {"reason": refused.reason, "description": refused.description}
             await self._claims.finish(owned, why, RecordStatus.FAILED)
             raise
-        except BaseException:
+        except BaseException as failed:
             if keep_claim_on_error:
                 await self._claims.end_lease(owned)
             else:
                 await self._claims.release(owned)
+            if (
+                transient is not None
+                and isinstance(failed, Exception)
+                and not isinstance(failed, RetryLater)
+                and transient_check(transient)(failed)
+            ):
+                raise RetryLater(f"{type(failed).__name__}: {failed}") from failed
             raise
-        await self._claims.finish(owned, result, RecordStatus.COMPLETED)
-        return TwoPhaseResult(Outcome.PROCESSED, result)
 
     async def own(self, wanted: Record) -> Record:
         """`wanted` claimed by us, or the record completed by anyone (see `Claims.own`)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -20,6 +21,7 @@ from azure.servicebus import ServiceBusReceivedMessage
 from azure.servicebus.aio import ServiceBusReceiver
 from azure.servicebus.amqp import AmqpMessageBodyType
 
+from exactly_once.attempts import current_delivery, delivery_owner
 from exactly_once.backoff import Backoff, Retrier
 from exactly_once.budgets import FUNCTIONS_LOCK_RENEWAL, LockRenewal
 from exactly_once.cache import LocalCache
@@ -43,6 +45,7 @@ from exactly_once.records import DEFAULT_LEASE_SECONDS, body_fingerprint, finger
 from exactly_once.retention import DEFAULT_RETENTION, Retention
 from exactly_once.telemetry import Delivered as Delivery
 from exactly_once.telemetry import Destination, Telemetry
+from exactly_once.transient import Transient
 
 Message = TypeVar("Message")
 # Your effect: the parsed message and the mechanisms bound to it -> what happened.
@@ -202,6 +205,7 @@ class ExactlyOnceConsumer(Generic[Message]):
         payload: PayloadOf[Message] | None = None,
         cache: LocalCache | None = None,
         lock_renewal: LockRenewal = FUNCTIONS_LOCK_RENEWAL,
+        transient: Transient | None = None,
     ) -> None:
         if key_prefix is not None and not key_prefix:
             raise ValueError("key_prefix must not be empty: leave it None to scope by consumer")
@@ -231,6 +235,7 @@ class ExactlyOnceConsumer(Generic[Message]):
         self._telemetry = telemetry or Telemetry()
         self._retrier = Retrier(backoff, telemetry=self._telemetry)
         lock_renewal.check(self._retrier.backoff, what=f"consumer {consumer!r}")
+        self._transient = transient
 
     async def decide(
         self,
@@ -265,7 +270,11 @@ class ExactlyOnceConsumer(Generic[Message]):
                 delivered(message),
             )
         sent = _Sent(
-            body_bytes(message), message_id, application_properties(message), message.content_type
+            body_bytes(message),
+            message_id,
+            application_properties(message),
+            message.content_type,
+            delivery_id=_lock_token(message),
         )
         return await self._observed(message_id, self._decide(sent), delivered(message))
 
@@ -276,13 +285,28 @@ class ExactlyOnceConsumer(Generic[Message]):
         delivery: Delivery | None = None,
     ) -> Decision:
         """One span for each delivery (the one open, if any), one count and one log line for
-        each decision, however it was reached."""
+        each delivery's final decision, however it was reached: inside a `Retrier` the line
+        waits for the retrier to know the decision is final (a wait is not an abandon)."""
         started = time.monotonic()
+        attempts = current_delivery()
+        if attempts is not None:
+            attempts.consumer = self.consumer
         with self._telemetry.message_span(self.consumer, message_id, delivered=delivery) as span:
             decision = await deciding
             self._telemetry.record(span, self.consumer, decision)
-        log_outcome(self.consumer, message_id, decision, time.monotonic() - started)
+        line = functools.partial(
+            self._log_outcome, message_id, decision, time.monotonic() - started
+        )
+        if attempts is None:
+            line(1)
+        else:
+            attempts.outcome_line = line
         return decision
+
+    def _log_outcome(
+        self, message_id: str | None, decision: Decision, seconds: float, attempts: int
+    ) -> None:
+        log_outcome(self.consumer, message_id, decision, seconds, attempts=attempts)
 
     async def process(
         self,
@@ -377,7 +401,9 @@ class ExactlyOnceConsumer(Generic[Message]):
         key, request_hash = identified
         if self._cache is not None and self._cache.completed(self.key_scope, key, request_hash):
             return Decision.duplicate().about(key, request_hash)
-        decision = (await self._run(parsed, key, request_hash, message_id)).about(key, request_hash)
+        decision = (await self._run(parsed, key, request_hash, message_id, sent.delivery_id)).about(
+            key, request_hash
+        )
         if (
             self._cache is not None
             and decision.settlement is Settlement.COMPLETE
@@ -406,7 +432,7 @@ class ExactlyOnceConsumer(Generic[Message]):
         except Exception as exc:
             # A bug in the key function or the projection, not in the message: the message
             # waits for the fix (abandoned, logged), it is not dead-lettered for it.
-            return self._failure(message_id, exc)
+            return self._failure(message_id, None, exc)
         if not key:
             return Decision.dead_letter(
                 Outcome.REJECTED,
@@ -415,7 +441,14 @@ class ExactlyOnceConsumer(Generic[Message]):
             )
         return key, request_hash
 
-    async def _run(self, parsed: Message, key: str, request_hash: str, message_id: str) -> Decision:
+    async def _run(
+        self,
+        parsed: Message,
+        key: str,
+        request_hash: str,
+        message_id: str,
+        delivery_id: str | None,
+    ) -> Decision:
         """Run the effect with the mechanisms bound to the message's key and hash."""
         effects = Effects(
             consumer=self.key_scope,
@@ -424,9 +457,10 @@ class ExactlyOnceConsumer(Generic[Message]):
             request_hash=request_hash,
             records=self._records,
             documents=self._documents,
-            # A claim belongs to one delivery, not to this process: a second copy of the
-            # message (here or elsewhere) waits for this one instead of taking its claim.
-            owner=f"{self._owner}/{uuid.uuid4().hex[:12]}",
+            # A claim belongs to one delivery (its lock token, or one id for all its attempts),
+            # not to this process: a second copy of the message (here or elsewhere) waits for
+            # this one, while a retry of this delivery takes its own claim back at once.
+            owner=delivery_owner(self._owner, delivery_id),
             lease_seconds=self._lease_seconds,
             max_wait_seconds=self._max_wait_seconds,
             retention=self.retention,
@@ -435,7 +469,7 @@ class ExactlyOnceConsumer(Generic[Message]):
         try:
             done = await self._effect(parsed, effects)
         except Exception as exc:
-            return self._failure(message_id, exc)
+            return self._failure(message_id, key, exc)
         if isinstance(done, Decision):
             return done
         if done is Outcome.DUPLICATE:
@@ -448,8 +482,19 @@ class ExactlyOnceConsumer(Generic[Message]):
             f"the effect returned {done.value!r}; return a Decision (or raise) for a failure",
         )
 
-    def _failure(self, message_id: str, exc: Exception) -> Decision:
-        return decision_for_error(exc, consumer=self.consumer, message_id=message_id)
+    def _failure(self, message_id: str, key: str | None, exc: Exception) -> Decision:
+        return decision_for_error(
+            exc, consumer=self.consumer, message_id=message_id, key=key, transient=self._transient
+        )
+
+
+def _lock_token(message: ServiceBusReceivedMessage) -> str | None:
+    """The delivery's lock token (a natural id of one delivery), when the message has one."""
+    try:
+        token = message.lock_token
+    except Exception:  # a message the SDK cannot read a token from names no delivery
+        return None
+    return str(token) if token else None
 
 
 async def _decided(decision: Decision) -> Decision:
@@ -464,6 +509,7 @@ class _Sent:
     message_id: str | None
     properties: Mapping[str, object]
     content_type: str | None
+    delivery_id: str | None = None  # the lock token: one delivery, across its attempts
 
 
 def exactly_once(
@@ -484,6 +530,7 @@ def exactly_once(
     payload: PayloadOf[Message] | None = None,
     cache: LocalCache | None = None,
     lock_renewal: LockRenewal = FUNCTIONS_LOCK_RENEWAL,
+    transient: Transient | None = None,
 ) -> Callable[[Effect[Message]], ExactlyOnceConsumer[Message]]:
     """Decorate your effect (`async def effect(message, effects) -> Outcome`) into the
     `ExactlyOnceConsumer` a trigger calls; `store` holds its records and documents.
@@ -493,7 +540,9 @@ def exactly_once(
     names a message's records (its MessageId by default; `from_message`, `cloud_event_key`),
     scoped by `key_prefix` when given, else by `consumer`; `payload` is the part of the parsed
     message a resend must match (the whole body by default); `cache` answers an exact repeat
-    of a completed key without the store (its ttl must be below the retention's);
+    of a completed key without the store (its ttl must be below the retention's); `transient`
+    adds exceptions of yours (types, or a predicate) to those backed off in place as
+    `transient_failure` (`exactly_once.transient`; raising `RetryLater` says the same);
     `lock_renewal` the host's lock-renewal horizon and your attempt's bound, which `backoff`'s
     budget must fit (`exactly_once.budgets`, checked here: `BudgetError` at start-up)."""
 
@@ -517,6 +566,7 @@ def exactly_once(
             payload=payload,
             cache=cache,
             lock_renewal=lock_renewal,
+            transient=transient,
         )
 
     return wrap
