@@ -7,8 +7,11 @@ import time
 import uuid
 from typing import Any
 
-from exactly_once import CosmosStore, Record
+from azure.servicebus.aio import ServiceBusClient
+
+from exactly_once import CosmosStore, Record, WorkerStats, run_worker
 from exactly_once.records import lease_is_live
+from servicebus_emulator import RunningEmulator
 
 QUEUE = "greetings"
 
@@ -56,3 +59,31 @@ async def lease_ended(store: CosmosStore, record: Record, within: float = 10.0) 
             return found.record
         await asyncio.sleep(0.1)  # polling the database's clock, bounded by the deadline
     raise AssertionError(f"the lease of {record.key} did not end within {within} s")
+
+
+async def poll(check: Any, *, within: float, what: str) -> None:
+    """Poll an async check with a deadline (a worker runs beside the test's loop)."""
+    deadline = time.monotonic() + within
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {within} s")
+        await asyncio.sleep(0.2)  # a poll with a deadline, not a synchronisation by sleep
+
+
+class RunningWorker:
+    """`run_worker` on its own task, over a client this test opens and closes; `entity` names
+    the queue (or topic and subscription) and any other keyword of `run_worker`."""
+
+    def __init__(self, servicebus: RunningEmulator, handle: Any, **entity: Any) -> None:
+        self.stop = asyncio.Event()
+        self._client = ServiceBusClient.from_connection_string(servicebus.connection_string)
+        self._task = asyncio.create_task(
+            run_worker(self._client, handle=handle, stop=self.stop, **entity)
+        )
+
+    async def stopped(self) -> WorkerStats:
+        self.stop.set()
+        try:
+            return await self._task
+        finally:
+            await self._client.close()

@@ -24,7 +24,7 @@ from azure.cosmos import PartitionKey
 from azure.cosmos.aio import ContainerProxy, CosmosClient
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient
-from core_support import queue_config, unique
+from core_support import RunningWorker, poll, queue_config, unique
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 
@@ -37,9 +37,7 @@ from exactly_once import (
     Retrier,
     Telemetry,
     WorkerOptions,
-    WorkerStats,
     exactly_once,
-    run_worker,
 )
 from servicebus_emulator import RunningEmulator
 from servicebus_emulator import start_in_background as start_servicebus
@@ -109,15 +107,6 @@ async def stored_kinds(container: ContainerProxy) -> list[tuple[str, str]]:
     return sorted([(row["id"], row["kind"]) async for row in container.query_items(query)])
 
 
-async def poll(check: Any, *, within: float, what: str) -> None:
-    """Poll an async check with a deadline (the worker runs beside this test's loop)."""
-    deadline = time.monotonic() + within
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {within} s")
-        await asyncio.sleep(0.2)  # a poll with a deadline, not a synchronisation by sleep
-
-
 def backoffs_counted(reader: InMemoryMetricReader) -> int:
     total = 0
     data = reader.get_metrics_data()
@@ -131,24 +120,6 @@ def backoffs_counted(reader: InMemoryMetricReader) -> int:
     return total
 
 
-class RunningWorker:
-    """`run_worker` on its own task, over a client this test opens and closes."""
-
-    def __init__(self, servicebus: RunningEmulator, handle: Any, **options: Any) -> None:
-        self.stop = asyncio.Event()
-        self._client = ServiceBusClient.from_connection_string(servicebus.connection_string)
-        self._task = asyncio.create_task(
-            run_worker(self._client, handle=handle, stop=self.stop, queue_name=QUEUE, **options)
-        )
-
-    async def stopped(self) -> WorkerStats:
-        self.stop.set()
-        try:
-            return await self._task
-        finally:
-            await self._client.close()
-
-
 async def test_a_write_the_store_refuses_is_dead_lettered_on_its_first_delivery_with_its_words(
     invoices: ContainerProxy, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -160,7 +131,7 @@ async def test_a_write_the_store_refuses_is_dead_lettered_on_its_first_delivery_
         # Cosmos DB refuses an id with "/" (a 400): no delivery of this message can succeed.
         await send(servicebus, [("2026/0001", "c1"), ("2026-0002", "c1")])
         with caplog.at_level(logging.INFO):
-            worker = RunningWorker(servicebus, consumer.decide_message)
+            worker = RunningWorker(servicebus, consumer.decide_message, queue_name=QUEUE)
 
             async def decided_both() -> bool:
                 return bool(await dead_letters(servicebus)) and bool(await stored_kinds(invoices))
@@ -210,6 +181,7 @@ async def test_a_store_outage_is_waited_out_with_the_lock_renewed_and_nothing_de
             worker = RunningWorker(
                 servicebus,
                 consumer.decide_message,
+                queue_name=QUEUE,
                 options=WorkerOptions(concurrency=4, backoff=backoff),
                 retrier=retrier,
             )
