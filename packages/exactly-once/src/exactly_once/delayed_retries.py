@@ -178,6 +178,14 @@ def _bounded_text(value: object, limit: int) -> str | None:
     return value if isinstance(value, str) and 0 < len(value) <= limit else None
 
 
+def subscription_filter(subscription: str) -> str:
+    """The SQL filter that lets `subscription` receive every message except a delayed retry's
+    copy addressed to another subscription of its topic: give it in place of the default rule
+    (Bicep: the subscription's `$Default` rule; our emulator's config: its only rule)."""
+    quoted = subscription.replace("'", "''")
+    return f"{SUBSCRIPTION_PROPERTY} IS NULL OR {SUBSCRIPTION_PROPERTY} = '{quoted}'"
+
+
 def copy_message_id(original: str, retry: int) -> str:
     """A copy's MessageId: deterministic from the original and the retry number (a resend of
     the same copy has the same one), distinct from every MessageId a producer picks by chance,
