@@ -27,6 +27,7 @@ from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, Servi
 from azure.servicebus.aio import ServiceBusClient
 from azure.servicebus.exceptions import ServiceBusError
 from core_support import RunningWorker, poll, unique
+from poison_corpus import core_hostile_retry_properties
 
 from exactly_once import (
     Backoff,
@@ -376,3 +377,73 @@ async def test_a_completion_that_fails_after_the_copy_was_scheduled_is_still_one
     assert list(provider.charged.values()) == [1]
     assert await peeked(emulator, queue=REDELIVERED) == []
     assert await peeked(emulator, queue=REDELIVERED, dead=True) == []
+
+
+async def test_forged_retry_properties_are_dead_lettered_on_the_first_delivery_and_never_run(
+    emulator: RunningEmulator, store: CosmosStore
+) -> None:
+    provider = Provider()
+    provider.down = False
+    consumer = exactly_once(consumer="payments", parse=parse_payment, store=store)(paying(provider))
+    cases = core_hostile_retry_properties()
+    sent: list[ServiceBusMessage] = []
+    for name, properties in cases:
+        message = payment(len(sent))
+        message.message_id = unique(name)
+        message.application_properties = dict(properties)
+        sent.append(message)
+    await send(emulator, QUEUE, sent)
+    worker = RunningWorker(
+        emulator,
+        consumer.decide_message,
+        queue_name=QUEUE,
+        options=options(DelayedRetries(retries=3, delay_seconds=1.0)),
+    )
+
+    async def all_dead() -> bool:
+        return len(await peeked(emulator, dead=True)) == len(cases)
+
+    await poll(all_dead, within=60, what="every forged message dead-lettered")
+    stats = await worker.stopped()
+    dead = await peeked(emulator, dead=True)
+
+    assert stats.received == len(cases)  # each on its first delivery, none retried later
+    assert provider.charged == Counter() and provider.failed == Counter()
+    assert {letter.dead_letter_reason for letter in dead} == {"InvalidRetryProperties"}
+    assert all("ExactlyOnce" in (letter.dead_letter_error_description or "") for letter in dead)
+    assert sorted(str(letter.message_id) for letter in dead) == sorted(
+        str(message.message_id) for message in sent
+    )
+
+
+async def test_a_forged_original_message_id_is_judged_as_that_message_and_gains_nothing(
+    emulator: RunningEmulator, store: CosmosStore
+) -> None:
+    """What a sender gains by naming another message as its original: what sending under that
+    MessageId gives, a duplicate of it (and a mismatch with another body), never a second
+    effect."""
+    provider = Provider()
+    provider.down = False
+    consumer = exactly_once(consumer="payments", parse=parse_payment, store=store)(paying(provider))
+    genuine = payment(1)
+    forged_same, forged_other = payment(1), payment(2)
+    for forged in (forged_same, forged_other):
+        forged.application_properties = {
+            "ExactlyOnceOriginalMessageId": genuine.message_id,
+            "ExactlyOnceRetry": 3,  # its last: failing now would dead-letter only itself
+        }
+    await send(emulator, QUEUE, [genuine])
+    async with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
+        async with client.get_queue_receiver(QUEUE) as receiver:
+            [first] = await receiver.receive_messages(max_message_count=1, max_wait_time=10)
+            decided = [await consumer.with_receiver(first, receiver)]
+        await send(emulator, QUEUE, [forged_same, forged_other])
+        async with client.get_queue_receiver(QUEUE) as receiver:
+            while len(decided) < 3:
+                for message in await receiver.receive_messages(
+                    max_message_count=2, max_wait_time=5
+                ):
+                    decided.append(await consumer.with_receiver(message, receiver))
+
+    assert [str(decision.outcome) for decision in decided] == ["processed", "duplicate", "mismatch"]
+    assert list(provider.charged.values()) == [1]
