@@ -261,9 +261,9 @@ def test_each_consumer_subscription_keeps_other_subscriptions_delayed_retries_ou
     assert f"sqlExpression: '{expression}'" in text
     (namespace,) = _config()["UserConfig"]["Namespaces"]
     (topic,) = namespace["Topics"]
-    rules = {s["Name"]: s.get("Rules", []) for s in topic["Subscriptions"]}
+    local_rules = {s["Name"]: s.get("Rules", []) for s in topic["Subscriptions"]}
     for spec in subscription_consumers():
-        [local] = rules[spec.name]
+        [local] = local_rules[spec.name]
         assert local["Properties"] == {
             "FilterType": "Sql",
             "SqlFilter": {"SqlExpression": subscription_filter(spec.name)},
