@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -43,7 +44,7 @@ from exactly_once.delayed_retries import (
     received_redelivery,
 )
 from exactly_once.exceptions import Rejected, RetentionError
-from exactly_once.logs import log_outcome
+from exactly_once.logs import log_outcome, log_value
 from exactly_once.message_keys import Delivered, KeyOf, PayloadOf, message_id_key
 from exactly_once.orchestrator import Effects
 from exactly_once.ports import DocumentStore, RecordStore, Store
@@ -51,6 +52,8 @@ from exactly_once.records import DEFAULT_LEASE_SECONDS, body_fingerprint, finger
 from exactly_once.retention import DEFAULT_RETENTION, Retention
 from exactly_once.telemetry import Delivered as Delivery
 from exactly_once.telemetry import Destination, Telemetry
+
+logger = logging.getLogger("exactly_once.delayed_retries")
 
 Message = TypeVar("Message")
 # Your effect: the parsed message and the mechanisms bound to it -> what happened.
@@ -131,9 +134,13 @@ async def _retry_later(
     """A delayed retry through any settler: the copy first, so that a failure before it is
     scheduled leaves the message with the broker (abandoned); a completion that fails after
     it leaves both, and the records make the second a duplicate."""
-    if scheduler is not None and await scheduler.schedule_copy(
-        message, retry=retry, delay_seconds=delay_seconds
-    ):
+    if scheduler is None:
+        logger.warning(
+            "nothing schedules delayed retries here (no scheduler=): abandoning message %s",
+            log_value(message.message_id),
+        )
+        await settler.abandon()
+    elif await scheduler.schedule_copy(message, retry=retry, delay_seconds=delay_seconds):
         await settler.complete()
     else:
         await settler.abandon()
