@@ -252,9 +252,21 @@ class Worker(Generic[Decided]):
     async def _decide(self, message: ServiceBusReceivedMessage) -> Settleable:
         redelivery = received_redelivery(message)
         if not isinstance(redelivery, Redelivery):
-            return redelivery  # malformed delayed-retry properties: dead-lettered
+            # Malformed delayed-retry properties (a sender's own): dead-lettered, the handler
+            # never sees them.
+            logger.warning(
+                "message %s: %s", log_value(message.message_id), redelivery.dead_letter_description
+            )
+            return redelivery
         if not redelivery.is_for(Destination.of_entity(self._receiver.entity_path).subscription):
-            return not_ours()  # a copy another subscription's consumer scheduled on the topic
+            # A copy another subscription's consumer scheduled on the topic: not this one's.
+            logger.info(
+                "message %s is a delayed retry for subscription %s: completed, not %s's",
+                log_value(message.message_id),
+                log_value(redelivery.subscription or ""),
+                self._receiver.entity_path,
+            )
+            return not_ours()
         attempts = 0
 
         async def attempt() -> Decided:
