@@ -2,7 +2,8 @@
 
 - emulators/servicebus/config.json: the official Service Bus emulator (for Docker users) reads
   its entities from it. One subscription of the events topic per entry of
-  `orders.service.registry` on the topic, after the example subscriptions written by hand
+  `orders.service.registry` on the topic (with the rule that keeps other subscriptions'
+  delayed retries out, as the Bicep's), after the example subscriptions written by hand
   (kept as they are, rules included); the queues are written by hand too.
 - local.settings.sample.json: the emulator settings for `func start`. The host resolves each
   trigger's `%<NAME>_SUBSCRIPTION%` from the settings, so each entry's setting is written, after
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from exactly_once.delayed_retries import subscription_filter
 from orders.service.registry import subscription_consumers
 from orders.settings import Settings
 
@@ -41,6 +43,19 @@ SUBSCRIPTION_PROPERTIES: dict[str, Any] = {
 }
 
 
+def own_delayed_retries(subscription: str) -> dict[str, Any]:
+    """The rule that replaces a subscription's default one, as the Bicep does: every message
+    but a delayed retry's copy addressed to another subscription (`exactly_once.delayed_retries`).
+    The emulator refuses the `$Default` name; a config's rules replace the default anyway."""
+    return {
+        "Name": "own-delayed-retries",
+        "Properties": {
+            "FilterType": "Sql",
+            "SqlFilter": {"SqlExpression": subscription_filter(subscription)},
+        },
+    }
+
+
 def regenerated(config: dict[str, Any]) -> dict[str, Any]:
     """`config` with one subscription per registered topic consumer on the events topic."""
     topic_name = Settings(cosmos_endpoint="").order_events_topic
@@ -49,7 +64,12 @@ def regenerated(config: dict[str, Any]) -> dict[str, Any]:
     (topic,) = [topic for topic in namespace["Topics"] if topic["Name"] == topic_name]
     by_hand = [s for s in topic["Subscriptions"] if s["Name"] not in generated]
     topic["Subscriptions"] = by_hand + [
-        {"Name": name, "Properties": dict(SUBSCRIPTION_PROPERTIES)} for name in generated
+        {
+            "Name": name,
+            "Properties": dict(SUBSCRIPTION_PROPERTIES),
+            "Rules": [own_delayed_retries(name)],
+        }
+        for name in generated
     ]
     return config
 

@@ -201,6 +201,9 @@ class RecordingSettler:
     async def dead_letter(self, *, reason: str, description: str) -> None:
         self.calls.append(("dead_letter", {"reason": reason, "description": description}))
 
+    async def retry_later(self, *, retry: int, delay_seconds: float) -> None:
+        self.calls.append(("retry_later", {"retry": str(retry), "delay": f"{delay_seconds:g}"}))
+
 
 @dataclass
 class FakeMessageActions:

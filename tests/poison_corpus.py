@@ -569,6 +569,34 @@ def core_hostile_message_ids(prefix: str) -> list[tuple[str, str]]:
     ]
 
 
+def core_hostile_retry_properties() -> list[tuple[str, dict[str | bytes, Any]]]:
+    """(name, application properties) a sender forged as a delayed retry's
+    (`exactly_once.delayed_retries`), each malformed: the consumer must dead-letter the message
+    on its first delivery, `InvalidRetryProperties`, and never run its effect."""
+    original, retry, subscription = (
+        "ExactlyOnceOriginalMessageId",
+        "ExactlyOnceRetry",
+        "ExactlyOnceSubscription",
+    )
+    return [
+        ("original-empty", {original: "", retry: 1}),
+        ("original-129-chars", {original: "x" * 129, retry: 1}),
+        ("original-a-number", {original: 42, retry: 1}),
+        ("retry-missing", {original: "m-1"}),
+        ("retry-zero", {original: "m-1", retry: 0}),
+        ("retry-negative", {original: "m-1", retry: -1}),
+        ("retry-over-100", {original: "m-1", retry: 101}),
+        ("retry-int32-max", {original: "m-1", retry: 2**31 - 1}),
+        ("retry-a-bool", {original: "m-1", retry: True}),
+        ("retry-as-text", {original: "m-1", retry: "1"}),
+        ("retry-a-float", {original: "m-1", retry: 1.0}),
+        ("subscription-empty", {original: "m-1", retry: 1, subscription: ""}),
+        ("subscription-51-chars", {original: "m-1", retry: 1, subscription: "s" * 51}),
+        ("subscription-a-number", {original: "m-1", retry: 1, subscription: 7}),
+        ("subscription-alone", {subscription: "billing"}),
+    ]
+
+
 def core_parseable_hostile_bodies() -> list[tuple[str, bytes]]:
     """(name, body) a parser accepts (so do JSON decoders), on which the core's request hash
     must still exist and be the same on every delivery: it was raising on some."""

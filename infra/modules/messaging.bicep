@@ -129,6 +129,22 @@ resource consumerSubscriptions 'Microsoft.ServiceBus/namespaces/topics/subscript
   }
 }]
 
+// A delayed retry (exactly_once.delayed_retries) is a copy scheduled on the topic, which would
+// reach every subscription; it names the one it is for. Each subscription's default rule (a
+// TrueFilter) is replaced by this filter, so the others never receive it (their consumers would
+// complete it as `not_ours` anyway). The expression is `subscription_filter` in that module;
+// scripts/derived_config.py gives the emulator config the same rule.
+resource consumerSubscriptionRules 'Microsoft.ServiceBus/namespaces/topics/subscriptions/rules@2024-01-01' = [for (consumer, i) in subscriptions: {
+  parent: consumerSubscriptions[i]
+  name: '$Default'
+  properties: {
+    filterType: 'SqlFilter'
+    sqlFilter: {
+      sqlExpression: 'ExactlyOnceSubscription IS NULL OR ExactlyOnceSubscription = \'${consumer.name}\''
+    }
+  }
+}]
+
 // Status updates (OrderStatusChanged) carry the absolute state and a version, so the plain queue
 // needs no ordering; duplicate detection still drops a producer's retries inside the window.
 resource statusQueue 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = {

@@ -93,15 +93,14 @@ async def poll(check: Any, *, within: float, what: str) -> None:
 
 
 class RunningWorker:
-    """`run_worker` on its own task, over a client this test opens and closes."""
+    """`run_worker` on its own task, over a client this test opens and closes; `entity` names
+    the queue (or topic and subscription) and any other keyword of `run_worker`."""
 
-    def __init__(
-        self, servicebus: RunningEmulator, handle: Any, *, queue: str, **options: Any
-    ) -> None:
+    def __init__(self, servicebus: RunningEmulator, handle: Any, **entity: Any) -> None:
         self.stop = asyncio.Event()
         self._client = ServiceBusClient.from_connection_string(servicebus.connection_string)
         self._task = asyncio.create_task(
-            run_worker(self._client, handle=handle, stop=self.stop, queue_name=queue, **options)
+            run_worker(self._client, handle=handle, stop=self.stop, **entity)
         )
 
     async def stopped(self) -> WorkerStats:

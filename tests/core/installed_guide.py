@@ -61,7 +61,7 @@ async def main(connection: str, queue: str, user: str, greeting_id: str) -> dict
                 m.message_id: m.dead_letter_reason
                 for m in await dead_letters.peek_messages(max_message_count=50)
             }
-    async with guide["cosmos"]:
+    async with guide["cosmos"], guide["servicebus_client"]:
         documents = [
             item["id"]
             async for item in guide["container"].query_items(

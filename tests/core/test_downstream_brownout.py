@@ -132,7 +132,7 @@ async def test_a_20_s_downstream_brownout_dead_letters_nothing_and_sends_each_te
         worker = RunningWorker(
             servicebus,
             consumer.decide_message,
-            queue=QUEUE,
+            queue_name=QUEUE,
             options=WorkerOptions(concurrency=5, backoff=SCALED_BACKOFF),
         )
 
@@ -193,7 +193,7 @@ async def test_a_retry_of_one_delivery_finishes_its_own_claim_without_waiting_ou
     worker = RunningWorker(
         servicebus,
         handle,
-        queue=QUEUE,
+        queue_name=QUEUE,
         options=WorkerOptions(backoff=SCALED_BACKOFF),
     )
     await poll(completed, within=60, what="the text's record completed")

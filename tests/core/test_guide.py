@@ -33,7 +33,17 @@ from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
 from core_support import QUEUE, unique
 from servers import CosmosServer
 
-from exactly_once import Decision, InProgressElsewhereError, Outcome, Settlement, fingerprint
+from exactly_once import (
+    Backoff,
+    Decision,
+    Effects,
+    InProgressElsewhereError,
+    Outcome,
+    Settlement,
+    exactly_once,
+    fingerprint,
+    original_message_id,
+)
 from servicebus_emulator import RunningEmulator
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,6 +51,11 @@ CORE_SOURCE = REPO / "packages" / "exactly-once" / "src"
 GUIDE = CORE_SOURCE / "exactly_once" / "README.md"
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 T = TypeVar("T")
+# A Service Bus endpoint where nothing listens: the guide's client must not reach it at import.
+NOWHERE = (
+    "Endpoint=sb://127.0.0.1:9;SharedAccessKeyName=RootManageSharedAccessKey;"
+    "SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;"
+)
 
 
 def guide_blocks() -> list[str]:
@@ -97,10 +112,12 @@ async def test_importing_the_guide_reaches_no_server(monkeypatch: pytest.MonkeyP
     on it: nothing listens at the endpoint, and every block still runs."""
     monkeypatch.setenv("COSMOS_ENDPOINT", "http://127.0.0.1:9/")  # discard: nothing answers
     monkeypatch.setenv("COSMOS_KEY", "bm90LWEta2V5")  # base64 of "not-a-key": never sent
+    monkeypatch.setenv("ServiceBusConnection", NOWHERE)
     namespace: dict[str, Any] = {"__name__": "guide"}
     started = time.monotonic()
     run_guide(namespace)
     await namespace["cosmos"].close()
+    await namespace["servicebus_client"].close()
 
     assert time.monotonic() - started < 5
     assert "send_greeting" in namespace and "main" in namespace
@@ -108,12 +125,13 @@ async def test_importing_the_guide_reaches_no_server(monkeypatch: pytest.MonkeyP
 
 @pytest.fixture
 async def guide(
-    python_cosmos: CosmosServer, monkeypatch: pytest.MonkeyPatch
+    python_cosmos: CosmosServer, servicebus: RunningEmulator, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[dict[str, Any]]:
     """The README's code, run as a module would be, with the environment it reads; its
     container created as the guide creates it."""
     monkeypatch.setenv("COSMOS_ENDPOINT", python_cosmos.endpoint)
     monkeypatch.setenv("COSMOS_KEY", python_cosmos.key)
+    monkeypatch.setenv("ServiceBusConnection", servicebus.connection_string)
     namespace: dict[str, Any] = {"__name__": "guide"}
     run_guide(namespace)
     try:
@@ -121,6 +139,7 @@ async def guide(
         yield namespace
     finally:
         await namespace["cosmos"].close()
+        await namespace["servicebus_client"].close()
 
 
 def greeting(greeting_id: str, user_id: str, text: str) -> dict[str, str]:
@@ -393,6 +412,48 @@ async def test_functions_trigger_settles_through_the_message_actions(
     assert await active(servicebus) == []
     assert set(await dead_letters(servicebus)) == {greeting_id, "poison-2"}
     assert f"card-{greeting_id}" in await stored(guide["container"], user)
+
+
+async def test_a_failure_in_the_trigger_comes_back_later_as_a_scheduled_copy(
+    guide: dict[str, Any], servicebus: RunningEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trigger as the guide writes it, its effect's downstream down and no in-place budget:
+    the host is told to complete the message only once its copy is scheduled on the queue."""
+
+    async def downstream_down(greeting: Any, effects: Effects) -> Outcome:
+        raise ConnectionError("the provider is unreachable")
+
+    failing = exactly_once(
+        consumer="greetings",
+        parse=guide["parse_greeting"],
+        store=guide["store"],
+        backoff=Backoff(budget_seconds=0),
+    )(downstream_down)
+    monkeypatch.setitem(guide, "send_greeting", failing)
+    greeting_id = unique("greeting")
+    await send(
+        servicebus,
+        ServiceBusMessage(
+            json.dumps(greeting(greeting_id, unique("user"), "hi")), message_id=greeting_id
+        ),
+    )
+    async with (
+        ServiceBusClient.from_connection_string(servicebus.connection_string) as client,
+        client.get_queue_receiver(QUEUE) as receiver,
+    ):
+        actions = ReceiverBackedActions(receiver, asyncio.get_running_loop())
+        [message] = await receiver.receive_messages(max_message_count=1, max_wait_time=5)
+        asked = datetime.datetime.now(datetime.UTC)
+        await guide["greetings"](received_message=message, message_actions=actions)
+        [copy] = await receiver.peek_messages(max_message_count=10, sequence_number=1)
+
+    assert actions.calls == ["complete"]
+    assert copy.message_id != greeting_id and original_message_id(copy) == greeting_id
+    assert copy.scheduled_enqueue_time_utc is not None
+    # The first delayed retry, a minute on (the default), not redelivered at once.
+    waited = (copy.scheduled_enqueue_time_utc - asked).total_seconds()
+    assert 55 <= waited <= 65, waited
+    assert await dead_letters(servicebus) == {}
 
 
 async def decide(guide: dict[str, Any], consumer: str, body: dict[str, str]) -> Decision:

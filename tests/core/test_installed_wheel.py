@@ -108,6 +108,7 @@ def test_the_built_wheel_runs_the_guide_in_a_clean_venv(
             "PATH": os.environ.get("PATH", ""),
             "COSMOS_ENDPOINT": python_cosmos.endpoint,
             "COSMOS_KEY": python_cosmos.key,
+            "ServiceBusConnection": servicebus.connection_string,
         },
         capture_output=True,
         text=True,

@@ -128,7 +128,7 @@ async def test_a_write_the_store_refuses_is_dead_lettered_on_its_first_delivery_
         # Cosmos DB refuses an id with "/" (a 400): no delivery of this message can succeed.
         await send(servicebus, [("2026/0001", "c1"), ("2026-0002", "c1")])
         with caplog.at_level(logging.INFO):
-            worker = RunningWorker(servicebus, consumer.decide_message, queue=QUEUE)
+            worker = RunningWorker(servicebus, consumer.decide_message, queue_name=QUEUE)
 
             async def decided_both() -> bool:
                 return bool(await dead_letters(servicebus)) and bool(await stored_kinds(invoices))
@@ -178,7 +178,7 @@ async def test_a_store_outage_is_waited_out_with_the_lock_renewed_and_nothing_de
             worker = RunningWorker(
                 servicebus,
                 consumer.decide_message,
-                queue=QUEUE,
+                queue_name=QUEUE,
                 options=WorkerOptions(concurrency=4, backoff=backoff),
                 retrier=retrier,
             )

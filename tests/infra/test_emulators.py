@@ -240,10 +240,34 @@ def test_every_azure_messaging_entity_exists_in_the_emulator_config() -> None:
     azure = {
         (r.type, resolve(MESSAGING, r.body["name"]))
         for r in resources(doc)
-        if r.type.startswith(f"{SB}/") and not r.existing
+        if r.type.startswith(f"{SB}/") and not r.existing and not r.type.endswith("/rules")
     }
     assert len(azure) == 6
     assert azure <= local, azure - local
+
+
+def test_each_consumer_subscription_keeps_other_subscriptions_delayed_retries_out() -> None:
+    """A delayed retry's copy goes to the topic and names its subscription: in Azure each
+    consumer's subscription replaces its default rule with the filter that keeps the others'
+    copies out, and the emulator config gives each generated subscription the same filter."""
+    from exactly_once.delayed_retries import subscription_filter
+    from orders.service.registry import subscription_consumers
+
+    rules = [r for r in resources(parse(MESSAGING)) if r.type == f"{SB}/topics/subscriptions/rules"]
+    assert rules and all(rule.body["name"] == "$Default" for rule in rules)  # not beside it
+    assert all(rule.body["properties"]["filterType"] == "SqlFilter" for rule in rules)
+    text = (REPO_ROOT / "infra" / MESSAGING).read_text(encoding="utf-8")
+    expression = subscription_filter("${consumer.name}").replace("'", "\\'")
+    assert f"sqlExpression: '{expression}'" in text
+    (namespace,) = _config()["UserConfig"]["Namespaces"]
+    (topic,) = namespace["Topics"]
+    local_rules = {s["Name"]: s.get("Rules", []) for s in topic["Subscriptions"]}
+    for spec in subscription_consumers():
+        [local] = local_rules[spec.name]
+        assert local["Properties"] == {
+            "FilterType": "Sql",
+            "SqlFilter": {"SqlExpression": subscription_filter(spec.name)},
+        }
 
 
 def _derived_config(*args: str) -> subprocess.CompletedProcess[str]:

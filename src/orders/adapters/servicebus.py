@@ -16,6 +16,7 @@ from azure.servicebus import ServiceBusReceivedMessage as ServiceBusReceivedMess
 from azure.servicebus.aio import ServiceBusClient as ServiceBusClient
 from azure.servicebus.amqp import AmqpMessageBodyType
 
+from exactly_once.delayed_retries import original_message_id
 from exactly_once.servicebus import FunctionsMessageActions as FunctionsMessageActions
 from exactly_once.servicebus import MessageActionsSettler, body_bytes
 from exactly_once.servicebus import ReceiverSettler as ReceiverSettler
@@ -37,7 +38,8 @@ BODY_KINDS = {
 
 
 def to_received_order_message(message: ServiceBusReceivedMessage) -> ReceivedOrderMessage:
-    message_id = message.message_id
+    # A delayed retry's copy is the message it was copied from (`exactly_once.delayed_retries`).
+    message_id = original_message_id(message)
     correlation_id = message.correlation_id
     properties = message.application_properties or {}
     trace_context: dict[str, str] = {}

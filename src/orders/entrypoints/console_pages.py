@@ -413,6 +413,7 @@ COUNTER_LABELS = {
     "in_progress_elsewhere": "In progress elsewhere",
     "transient_failure": "Transient failures",
     "unexpected_failure": "Unexpected failures",
+    "not_ours": "Another subscription's retry",
     "ignored": "Ignored",
     "awaiting_charge": "Awaiting the charge",
     "skipped_cancelled": "Skipped: cancelled",
@@ -439,6 +440,8 @@ COUNTER_MEANINGS = {
     "in_progress_elsewhere": "another delivery holds the record's lease: abandoned, retried",
     "transient_failure": "a store or service unavailable: abandoned, the broker redelivers",
     "unexpected_failure": "a bug or an unknown error: abandoned and logged",
+    "not_ours": "a delayed retry another subscription's consumer scheduled on the topic: "
+    "completed without an effect",
     "ignored": "an event this consumer has nothing to do for (shipping: a cancel)",
     "awaiting_charge": "shipping found no recorded charge yet: abandoned, offered again",
     "skipped_cancelled": "an event for an order cancelled before its effect: no charge, "

@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 
 from exactly_once.records import JsonInput
 
-# Logs one outcome line, given how many attempts the delivery took.
-OutcomeLine = Callable[[int], None]
+# Logs one outcome line, given how many attempts the delivery took and, when the delivery's
+# settled decision differs from its last attempt's (a delayed retry instead of an abandon), that.
+OutcomeLine = Callable[[int, object], None]
 
 
 @dataclass

@@ -163,16 +163,24 @@ class Retrier:
         message_id: str | None,
         source: str = "",
         stop: asyncio.Event | None = None,
+        then: Callable[[Decided], Decided] | None = None,
     ) -> Decided:
         """The first decision that is not retried, or the last one when the budget (or the
         immediate retries) are spent or `stop` is set: the caller settles it. All attempts run
-        in one delivery (`exactly_once.attempts`), whose final outcome line is logged here."""
+        in one delivery (`exactly_once.attempts`), whose final outcome line is logged here.
+
+        `then` turns the last decision into the one settled (a delayed retry instead of an
+        abandon): the outcome line names what is settled, not what the last attempt said."""
         with one_delivery() as attempts:
+            final: Decided | None = None
             try:
-                return await self._decide(decide, attempts, message_id, source, stop)
+                final = await self._decide(decide, attempts, message_id, source, stop)
+                if then is not None:
+                    final = then(final)
+                return final
             finally:
                 if attempts.outcome_line is not None:
-                    attempts.outcome_line(attempts.attempt)
+                    attempts.outcome_line(attempts.attempt, final)
                     attempts.outcome_line = None
 
     async def _decide(

@@ -48,6 +48,7 @@ class Outcome(StrEnum):
     IN_PROGRESS_ELSEWHERE = "in_progress_elsewhere"  # another owner's lease is live
     TRANSIENT_FAILURE = "transient_failure"  # the store or a downstream failed for now: retry
     UNEXPECTED_FAILURE = "unexpected_failure"  # a bug or an unknown error: retry, and look
+    NOT_OURS = "not_ours"  # a delayed retry addressed to another subscription: nothing done
 
 
 class Settlement(StrEnum):
@@ -56,6 +57,7 @@ class Settlement(StrEnum):
     COMPLETE = "complete"
     ABANDON = "abandon"
     DEAD_LETTER = "dead_letter"
+    RETRY_LATER = "retry_later"  # a copy scheduled for later (`delayed_retries`), then complete
 
 
 class DeadLetterReason(StrEnum):
@@ -71,6 +73,8 @@ class DeadLetterReason(StrEnum):
     DOWNSTREAM_REFUSED = "DownstreamRefused"
     EFFECT_DOCUMENT_EXISTS = "EffectDocumentExists"
     STORE_REFUSED = "StoreRefused"  # a 4xx refusal of the write itself; the store's message
+    RETRIES_EXHAUSTED = "RetriesExhausted"  # still failing after its delayed retries
+    INVALID_RETRY_PROPERTIES = "InvalidRetryProperties"  # a delayed retry's properties malformed
 
 
 def truncate(text: str, limit: int = MAX_DESCRIPTION_CHARS) -> str:
@@ -81,7 +85,8 @@ def truncate(text: str, limit: int = MAX_DESCRIPTION_CHARS) -> str:
 @dataclass(frozen=True)
 class Decision:
     """One message's outcome and settlement; a dead letter carries its reason and description,
-    an abandon the error that caused it.
+    an abandon the error that caused it, a delayed retry (`retry_later`) its number and delay
+    besides the error.
 
     `outcome` is an `Outcome`, or an outcome of the application's own: a member of its own
     `StrEnum` (say `SKIPPED_CANCELLED`), for what only it decides, with values the core's do
@@ -96,6 +101,10 @@ class Decision:
     dead_letter_reason: str | None = None
     dead_letter_description: str | None = None
     error: str | None = None
+    retry: int | None = None
+    """A delayed retry's number (1 for the first copy), for `Settlement.RETRY_LATER`."""
+    delay_seconds: float | None = None
+    """How long after now a delayed retry's copy is delivered, for `Settlement.RETRY_LATER`."""
     # Which message the decision is about, not part of what was decided: two decisions alike
     # but for their messages compare equal.
     key: str | None = field(default=None, compare=False)
@@ -129,6 +138,20 @@ class Decision:
     def abandon(cls, outcome: StrEnum, error: str) -> Decision:
         """Hand the message back: a later delivery may succeed."""
         return cls(outcome, Settlement.ABANDON, error=truncate(error))
+
+    @classmethod
+    def retry_later(
+        cls, outcome: StrEnum, error: str, *, retry: int, delay_seconds: float
+    ) -> Decision:
+        """Schedule a copy of the message `delay_seconds` from now, as delayed retry number
+        `retry`, and complete this delivery (`exactly_once.delayed_retries`)."""
+        return cls(
+            outcome,
+            Settlement.RETRY_LATER,
+            error=truncate(error),
+            retry=retry,
+            delay_seconds=delay_seconds,
+        )
 
 
 class Settleable(Protocol):
@@ -165,10 +188,17 @@ class Settler(Protocol):
         """Move the message to the dead-letter queue with a reason."""
         ...
 
+    async def retry_later(self, *, retry: int, delay_seconds: float) -> None:
+        """Schedule a copy of the message for `delay_seconds` from now, as delayed retry
+        `retry`, then complete this one; abandon instead where nothing can schedule it or the
+        scheduling fails (the message is never lost)."""
+        ...
+
 
 async def settle(decision: Settleable, settler: Settler) -> None:
     """The one mapping from a decision to a settlement, for every host (and for any decision
-    type with these three fields)."""
+    type with these three fields; a `retry_later` one also carries `retry` and
+    `delay_seconds`, as `Decision` does)."""
     match decision.settlement:
         case Settlement.COMPLETE:
             await settler.complete()
@@ -179,6 +209,12 @@ async def settle(decision: Settleable, settler: Settler) -> None:
                 reason=decision.dead_letter_reason or "Unspecified",
                 description=decision.dead_letter_description or "",
             )
+        case Settlement.RETRY_LATER:
+            retry = getattr(decision, "retry", None)
+            delay_seconds = getattr(decision, "delay_seconds", None)
+            if not isinstance(retry, int) or not isinstance(delay_seconds, int | float):
+                raise ValueError("a retry_later decision carries its retry and delay_seconds")
+            await settler.retry_later(retry=retry, delay_seconds=float(delay_seconds))
 
 
 def decision_for_error(

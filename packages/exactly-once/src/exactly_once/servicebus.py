@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -36,8 +37,17 @@ from exactly_once.decisions import (
     described,
     settle,
 )
+from exactly_once.delayed_retries import (
+    CopyScheduler,
+    DelayedRetries,
+    Redelivery,
+    application_properties,
+    later,
+    not_ours,
+    received_redelivery,
+)
 from exactly_once.exceptions import Rejected, RetentionError
-from exactly_once.logs import log_outcome
+from exactly_once.logs import log_outcome, log_value
 from exactly_once.message_keys import Delivered, KeyOf, PayloadOf, message_id_key
 from exactly_once.orchestrator import Effects
 from exactly_once.ports import DocumentStore, RecordStore, Store
@@ -46,6 +56,8 @@ from exactly_once.retention import DEFAULT_RETENTION, Retention
 from exactly_once.telemetry import Delivered as Delivery
 from exactly_once.telemetry import Destination, Telemetry
 from exactly_once.transient import Transient
+
+logger = logging.getLogger("exactly_once.delayed_retries")
 
 Message = TypeVar("Message")
 # Your effect: the parsed message and the mechanisms bound to it -> what happened.
@@ -81,11 +93,19 @@ class FunctionsMessageActions(Protocol):
 
 
 class MessageActionsSettler:
-    """Settles through the Functions host; its calls block, so they run off the event loop."""
+    """Settles through the Functions host; its calls block, so they run off the event loop.
+    A delayed retry's copy is scheduled through `scheduler` (the host offers none): without
+    one the message is abandoned instead."""
 
-    def __init__(self, actions: FunctionsMessageActions, message: ServiceBusReceivedMessage):
+    def __init__(
+        self,
+        actions: FunctionsMessageActions,
+        message: ServiceBusReceivedMessage,
+        scheduler: CopyScheduler | None = None,
+    ):
         self._actions = actions
         self._message = message
+        self._scheduler = scheduler
 
     async def complete(self) -> None:
         """Complete through the host."""
@@ -103,20 +123,49 @@ class MessageActionsSettler:
             )
         )
 
+    async def retry_later(self, *, retry: int, delay_seconds: float) -> None:
+        """Schedule the copy, then complete through the host; abandon when it cannot be."""
+        await _retry_later(self, self._scheduler, self._message, retry, delay_seconds)
+
+
+async def _retry_later(
+    settler: Settler,
+    scheduler: CopyScheduler | None,
+    message: ServiceBusReceivedMessage,
+    retry: int,
+    delay_seconds: float,
+) -> None:
+    """A delayed retry through any settler: the copy first, so that a failure before it is
+    scheduled leaves the message with the broker (abandoned); a completion that fails after
+    it leaves both, and the records make the second a duplicate."""
+    if scheduler is None:
+        logger.warning(
+            "nothing schedules delayed retries here (no scheduler=): abandoning message %s",
+            log_value(message.message_id),
+        )
+        await settler.abandon()
+    elif await scheduler.schedule_copy(message, retry=retry, delay_seconds=delay_seconds):
+        await settler.complete()
+    else:
+        await settler.abandon()
+
 
 class ReceiverSettler:
     """Settles through an SDK receiver in PeekLock mode. `wire`, when given, is held for each
-    settlement (a worker that shares the receiver's connection between tasks)."""
+    settlement (a worker that shares the receiver's connection between tasks). A delayed
+    retry's copy is scheduled through `scheduler`: without one the message is abandoned."""
 
     def __init__(
         self,
         receiver: ServiceBusReceiver,
         message: ServiceBusReceivedMessage,
         wire: asyncio.Lock | None = None,
+        scheduler: CopyScheduler | None = None,
     ) -> None:
         self._receiver = receiver
         self._message = message
         self._wire = wire or contextlib.nullcontext()
+        self._scheduler = scheduler
 
     async def complete(self) -> None:
         """Complete through the receiver."""
@@ -135,15 +184,10 @@ class ReceiverSettler:
                 self._message, reason=reason, error_description=description
             )
 
-
-def application_properties(message: ServiceBusReceivedMessage) -> dict[str, object]:
-    """A received message's application properties, their names as text (the SDK may hand
-    AMQP symbols over as bytes)."""
-    found: Mapping[Any, Any] = message.application_properties or {}
-    return {
-        name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name): value
-        for name, value in found.items()
-    }
+    async def retry_later(self, *, retry: int, delay_seconds: float) -> None:
+        """Schedule the copy (on its own link: the wire is not held), then complete through
+        the receiver; abandon when it cannot be scheduled."""
+        await _retry_later(self, self._scheduler, self._message, retry, delay_seconds)
 
 
 def body_bytes(message: ServiceBusReceivedMessage) -> bytes:
@@ -206,6 +250,7 @@ class ExactlyOnceConsumer(Generic[Message]):
         cache: LocalCache | None = None,
         lock_renewal: LockRenewal = FUNCTIONS_LOCK_RENEWAL,
         transient: Transient | None = None,
+        delayed_retries: DelayedRetries | None = None,
     ) -> None:
         if key_prefix is not None and not key_prefix:
             raise ValueError("key_prefix must not be empty: leave it None to scope by consumer")
@@ -236,6 +281,7 @@ class ExactlyOnceConsumer(Generic[Message]):
         self._retrier = Retrier(backoff, telemetry=self._telemetry)
         lock_renewal.check(self._retrier.backoff, what=f"consumer {consumer!r}")
         self._transient = transient
+        self._delayed_retries = delayed_retries or DelayedRetries()
 
     async def decide(
         self,
@@ -252,8 +298,13 @@ class ExactlyOnceConsumer(Generic[Message]):
         return await self._observed(message_id, self._decide(sent))
 
     async def decide_message(self, message: ServiceBusReceivedMessage) -> Decision:
-        """Decide on a received message; no settlement (`run_worker`'s `handle`)."""
-        message_id = str(message.message_id) if message.message_id is not None else None
+        """Decide on a received message; no settlement (`run_worker`'s `handle`). A delayed
+        retry's copy is decided under its original's MessageId."""
+        redelivery = received_redelivery(message)
+        if isinstance(redelivery, Decision):  # its delayed-retry properties are malformed
+            message_id = str(message.message_id) if message.message_id is not None else None
+            return await self._observed(message_id, _decided(redelivery), delivered(message))
+        message_id = redelivery.message_id
         if message.body_type is not AmqpMessageBodyType.DATA:
             # A value or sequence section is not the bytes a parser expects (the SDK would hand
             # a value's bytes over as if they were data); no delivery will make it so.
@@ -298,15 +349,23 @@ class ExactlyOnceConsumer(Generic[Message]):
             self._log_outcome, message_id, decision, time.monotonic() - started
         )
         if attempts is None:
-            line(1)
+            line(1, None)
         else:
             attempts.outcome_line = line
         return decision
 
     def _log_outcome(
-        self, message_id: str | None, decision: Decision, seconds: float, attempts: int
+        self,
+        message_id: str | None,
+        decision: Decision,
+        seconds: float,
+        attempts: int,
+        settled: object = None,
     ) -> None:
-        log_outcome(self.consumer, message_id, decision, seconds, attempts=attempts)
+        """The delivery's outcome line: of `settled` when the delivery settles another decision
+        than its last attempt's (a delayed retry), else of `decision`."""
+        final = settled if isinstance(settled, Decision) else decision
+        log_outcome(self.consumer, message_id, final, seconds, attempts=attempts)
 
     async def process(
         self,
@@ -315,27 +374,69 @@ class ExactlyOnceConsumer(Generic[Message]):
         *,
         back_off: bool = True,
         destination: str | None = None,
+        subscription: str | None = None,
+        retry_later: bool = True,
     ) -> Decision:
         """Decide on `message` and settle it through `settler`, in one `process` span (on
         `destination`, the entity path, when given). With `back_off`, a transient decision is
         decided again after a backoff before it is abandoned: only where something renews the
-        lock meanwhile (the Functions host does; `run_worker` does its own)."""
+        lock meanwhile (the Functions host does; `run_worker` does its own). A failure still
+        there once that is spent becomes a delayed retry (`exactly_once.delayed_retries`),
+        which `settler` schedules (`retry_later=False`: abandons, as for a settler that cannot
+        schedule). `subscription`, the one
+        the message came from (else the destination's), completes a delayed retry addressed
+        to another subscription as `not_ours`."""
+        if subscription is None and destination is not None:
+            subscription = Destination.of_entity(destination).subscription
         with self._telemetry.message_span(
             self.consumer, None, delivered=delivered(message, destination)
         ):
-            return await self._process(message, settler, back_off=back_off)
+            return await self._process(
+                message,
+                settler,
+                back_off=back_off,
+                subscription=subscription,
+                delayed_retries=self._delayed_retries if retry_later else None,
+            )
 
     async def _process(
-        self, message: ServiceBusReceivedMessage, settler: Settler, *, back_off: bool
+        self,
+        message: ServiceBusReceivedMessage,
+        settler: Settler,
+        *,
+        back_off: bool,
+        subscription: str | None,
+        delayed_retries: DelayedRetries | None,
     ) -> Decision:
-        if not back_off:
-            decision = await self.decide_message(message)
+        redelivery = received_redelivery(message)
+        if isinstance(redelivery, Redelivery) and not redelivery.is_for(subscription):
+            # A copy another subscription's consumer scheduled on the topic: not this one's.
+            decision = await self._observed(
+                redelivery.message_id, _decided(not_ours()), delivered(message)
+            )
             await settle(decision, settler)
             return decision
-        message_id = str(message.message_id) if message.message_id is not None else None
-        decision = await self._retrier.decide(
-            lambda: self.decide_message(message), message_id=message_id, source=self.consumer
-        )
+        attempts = 0
+
+        async def attempt() -> Decision:
+            nonlocal attempts
+            attempts += 1
+            return await self.decide_message(message)
+
+        def settled(decision: Decision) -> Decision:
+            if not isinstance(redelivery, Redelivery):
+                return decision
+            delayed = later(decision, redelivery, delayed_retries, attempts=attempts)
+            assert isinstance(delayed, Decision)
+            return delayed
+
+        if back_off:
+            message_id = redelivery.message_id if isinstance(redelivery, Redelivery) else None
+            decision = await self._retrier.decide(
+                attempt, message_id=message_id, source=self.consumer, then=settled
+            )
+        else:
+            decision = settled(await attempt())
         await settle(decision, settler)
         return decision
 
@@ -345,27 +446,40 @@ class ExactlyOnceConsumer(Generic[Message]):
         actions: FunctionsMessageActions,
         *,
         destination: str | None = None,
+        scheduler: CopyScheduler | None = None,
     ) -> Decision:
         """The one call a `service_bus_queue_trigger` (auto_complete_messages=False) makes; a
         transient decision backs off while the host renews the lock (`maxAutoLockRenewalDuration`
         in host.json must stay above the backoff's budget). The binding does not say which
         entity delivered the message: name it (`queue`, `topic/Subscriptions/subscription`) as
-        `destination` for the span's name and the metrics' destination."""
+        `destination` for the span's name and the metrics' destination. A failure the backoff
+        did not fix is retried later through `scheduler` (a `CopyScheduler` on the same
+        entity); without one it is abandoned."""
         return await self.process(
-            message, MessageActionsSettler(actions, message), destination=destination
+            message,
+            MessageActionsSettler(actions, message, scheduler),
+            destination=destination,
+            subscription=scheduler.subscription if scheduler is not None else None,
+            retry_later=scheduler is not None,
         )
 
     async def with_receiver(
-        self, message: ServiceBusReceivedMessage, receiver: ServiceBusReceiver
+        self,
+        message: ServiceBusReceivedMessage,
+        receiver: ServiceBusReceiver,
+        *,
+        scheduler: CopyScheduler | None = None,
     ) -> Decision:
         """The one call a loop of your own on an SDK receiver (PeekLock) makes per message. It
-        renews no lock, so a transient decision is abandoned at once: `run_worker` backs off
-        with the lock renewed."""
+        renews no lock, so a transient decision is not backed off in place: with `scheduler`
+        (a `CopyScheduler` on the receiver's entity) it is retried later, without one it is
+        abandoned at once. `run_worker` backs off with the lock renewed."""
         return await self.process(
             message,
-            ReceiverSettler(receiver, message),
+            ReceiverSettler(receiver, message, scheduler=scheduler),
             back_off=False,
             destination=receiver.entity_path,
+            retry_later=scheduler is not None,
         )
 
     async def _decide(self, sent: _Sent) -> Decision:
@@ -531,6 +645,7 @@ def exactly_once(
     cache: LocalCache | None = None,
     lock_renewal: LockRenewal = FUNCTIONS_LOCK_RENEWAL,
     transient: Transient | None = None,
+    delayed_retries: DelayedRetries | None = None,
 ) -> Callable[[Effect[Message]], ExactlyOnceConsumer[Message]]:
     """Decorate your effect (`async def effect(message, effects) -> Outcome`) into the
     `ExactlyOnceConsumer` a trigger calls; `store` holds its records and documents.
@@ -544,7 +659,10 @@ def exactly_once(
     adds exceptions of yours (types, or a predicate) to those backed off in place as
     `transient_failure` (`exactly_once.transient`; raising `RetryLater` says the same);
     `lock_renewal` the host's lock-renewal horizon and your attempt's bound, which `backoff`'s
-    budget must fit (`exactly_once.budgets`, checked here: `BudgetError` at start-up)."""
+    budget must fit (`exactly_once.budgets`, checked here: `BudgetError` at start-up);
+    `delayed_retries` how often and how much later a failure the backoff did not fix comes
+    back (`DelayedRetries()`: 3 times, 1, 2 and 3 minutes later) where the host can schedule
+    it (`with_message_actions(..., scheduler=...)`)."""
 
     def wrap(effect: Effect[Message]) -> ExactlyOnceConsumer[Message]:
         return ExactlyOnceConsumer(
@@ -567,6 +685,7 @@ def exactly_once(
             cache=cache,
             lock_renewal=lock_renewal,
             transient=transient,
+            delayed_retries=delayed_retries,
         )
 
     return wrap

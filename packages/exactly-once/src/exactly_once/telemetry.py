@@ -54,6 +54,8 @@ DISPOSITIONS = {
     Settlement.COMPLETE.value: "complete",
     Settlement.ABANDON.value: "abandon",
     Settlement.DEAD_LETTER.value: "dead_letter",
+    # A delayed retry completes the delivery once its copy is scheduled.
+    Settlement.RETRY_LATER.value: "complete",
 }
 
 

@@ -40,7 +40,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from azure.servicebus import (
     NEXT_AVAILABLE_SESSION,
@@ -58,9 +58,17 @@ from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusError
 from exactly_once.backoff import Backoff, Retrier
 from exactly_once.budgets import DEFAULT_ATTEMPT_SECONDS, LockRenewal
 from exactly_once.decisions import Settleable, settle
+from exactly_once.delayed_retries import (
+    CopyScheduler,
+    DelayedRetries,
+    Redelivery,
+    later,
+    not_ours,
+    received_redelivery,
+)
 from exactly_once.logs import log_value
 from exactly_once.servicebus import ReceiverSettler, delivered
-from exactly_once.telemetry import failed
+from exactly_once.telemetry import Destination, failed
 
 logger = logging.getLogger("exactly_once.worker")
 RECEIVE_BACKOFF_SECONDS = 5.0
@@ -98,6 +106,11 @@ class WorkerOptions:
     before it is abandoned (`exactly_once.backoff`)."""
     attempt_seconds: float = DEFAULT_ATTEMPT_SECONDS
     """The longest one attempt of `handle` may take (your bound; `exactly_once.budgets`)."""
+    delayed_retries: DelayedRetries = field(default_factory=DelayedRetries)
+    """How often, and how much later, a failure the backoff did not fix comes back as a
+    scheduled copy before it is dead-lettered (`exactly_once.delayed_retries`); `run_worker`
+    schedules the copies, `run_session_worker` abandons instead (a copy would lose its place
+    in the session's order)."""
 
     def __post_init__(self) -> None:
         # A message may wait for a slot as long as another holds it (its backoff and its last
@@ -133,6 +146,7 @@ class Worker(Generic[Decided]):
         *,
         retrier: Retrier | None = None,
         stop: asyncio.Event | None = None,
+        scheduler: CopyScheduler | None = None,
     ) -> None:
         self._handle = handle
         self._receiver = receiver
@@ -144,6 +158,8 @@ class Worker(Generic[Decided]):
         self._retrier = retrier or Retrier(self._options.backoff)
         # Set by `run` (or given, for the session loop): a backoff ends early when it is set.
         self._stop = stop
+        # Where delayed retries' copies go; None abandons instead.
+        self._scheduler = scheduler
 
     async def run(self, stop: asyncio.Event) -> WorkerStats:
         """Receive, decide and settle until `stop` is set; then abandon what was received but
@@ -220,18 +236,10 @@ class Worker(Generic[Decided]):
     async def _process(
         self, message: ServiceBusReceivedMessage, record: Callable[[Settleable], None]
     ) -> None:
-        settler = ReceiverSettler(self._receiver, message, self._wire)
-        message_id = str(message.message_id) if message.message_id is not None else None
-        decision: Decided | None
+        settler = ReceiverSettler(self._receiver, message, self._wire, self._scheduler)
+        decision: Settleable | None
         try:
-            # A transient decision is decided again after a backoff while the renewer keeps the
-            # lock; a stop ends the wait and the message is given back.
-            decision = await self._retrier.decide(
-                lambda: self._handle(message),
-                message_id=message_id,
-                source=self._receiver.entity_path,
-                stop=self._stop,
-            )
+            decision = await self._decide(message)
         except Exception as exc:
             # The handler decides every outcome itself; reaching here is a bug around it. Hand
             # the message back at once rather than let its lock be renewed for minutes.
@@ -251,6 +259,49 @@ class Worker(Generic[Decided]):
             # already happened makes the redelivery a duplicate: nothing is lost or doubled.
             self.stats.settlement_failures += 1
             logger.warning("settling %s failed: %s", log_value(message.message_id), exc)
+
+    async def _decide(self, message: ServiceBusReceivedMessage) -> Settleable:
+        redelivery = received_redelivery(message)
+        if not isinstance(redelivery, Redelivery):
+            # Malformed delayed-retry properties (a sender's own): dead-lettered, the handler
+            # never sees them.
+            logger.warning(
+                "message %s: %s", log_value(message.message_id), redelivery.dead_letter_description
+            )
+            return redelivery
+        if not redelivery.is_for(Destination.of_entity(self._receiver.entity_path).subscription):
+            # A copy another subscription's consumer scheduled on the topic: not this one's.
+            logger.info(
+                "message %s is a delayed retry for subscription %s: completed, not %s's",
+                log_value(message.message_id),
+                log_value(redelivery.subscription or ""),
+                self._receiver.entity_path,
+            )
+            return not_ours()
+        attempts = 0
+
+        async def attempt() -> Decided:
+            nonlocal attempts
+            attempts += 1
+            return await self._handle(message)
+
+        # A transient decision is decided again after a backoff while the renewer keeps the
+        # lock; a stop ends the wait and the message is given back (not retried later).
+        def settled(decision: Decided) -> Decided:
+            if self._scheduler is None or (self._stop is not None and self._stop.is_set()):
+                return decision
+            return cast(
+                Decided,
+                later(decision, redelivery, self._options.delayed_retries, attempts=attempts),
+            )
+
+        return await self._retrier.decide(
+            attempt,
+            message_id=redelivery.message_id,
+            source=self._receiver.entity_path,
+            stop=self._stop,
+            then=settled,
+        )
 
     async def _finish(self, in_flight: dict[asyncio.Task[None], ServiceBusReceivedMessage]) -> None:
         """Give in-flight messages the grace period; abandon those that outlive it."""
@@ -329,6 +380,7 @@ async def run_worker(
         subscription_name=subscription_name,
         prefetch=options.prefetch,
     )
+    scheduler = CopyScheduler(client, source)
     async with AutoLockRenewer() as renewer, receiver:
         logger.info(
             "worker receiving from %s (concurrency %d, prefetch %d)",
@@ -336,7 +388,12 @@ async def run_worker(
             options.concurrency,
             options.prefetch,
         )
-        stats = await Worker(handle, receiver, renewer, options, retrier=retrier).run(stop)
+        try:
+            stats = await Worker(
+                handle, receiver, renewer, options, retrier=retrier, scheduler=scheduler
+            ).run(stop)
+        finally:
+            await scheduler.close()
     _log_stopped("worker", stats)
     return stats
 
