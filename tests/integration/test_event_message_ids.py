@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage
 from azure.servicebus.aio import ServiceBusClient
 from fakes import LAYOUT, FakeLeaseStore, new_write
@@ -19,24 +17,8 @@ from exactly_once.change_feed import ChangePage
 from orders.adapters.servicebus_publisher import ServiceBusEventPublisher
 from orders.entrypoints.localstack import QueueOptions
 from orders.service.dispatcher import OutboxDispatcher
-from servicebus_emulator import RunningEmulator, start_in_background
 
-# Wide enough that every send of a test falls inside it, however slow the machine.
-OPTIONS = QueueOptions(duplicate_window_seconds=300)
-TOPIC = OPTIONS.events_topic
-
-
-@pytest.fixture
-def emulator() -> Iterator[RunningEmulator]:
-    running = start_in_background(config=OPTIONS.config())
-    yield running
-    running.stop()
-
-
-@pytest.fixture
-async def client(emulator: RunningEmulator) -> AsyncIterator[ServiceBusClient]:
-    async with ServiceBusClient.from_connection_string(emulator.connection_string) as opened:
-        yield opened
+TOPIC = QueueOptions().events_topic
 
 
 class UnmarkedFeed:
@@ -74,8 +56,9 @@ async def received_on(
 
 
 async def test_a_retried_dispatch_of_one_outbox_entry_reaches_the_subscription_once(
-    client: ServiceBusClient,
+    wide_window_client: ServiceBusClient,
 ) -> None:
+    client = wide_window_client
     entry = outbox_entry(f"retry-{uuid.uuid4().hex[:10]}")
     events = ServiceBusEventPublisher(client, TOPIC)
     dispatcher = OutboxDispatcher(UnmarkedFeed(), events, FakeLeaseStore(), LAYOUT)
@@ -90,8 +73,9 @@ async def test_a_retried_dispatch_of_one_outbox_entry_reaches_the_subscription_o
 
 
 async def test_a_forgery_sent_first_under_the_guessable_id_does_not_shadow_the_event(
-    client: ServiceBusClient,
+    wide_window_client: ServiceBusClient,
 ) -> None:
+    client = wide_window_client
     order_id = f"forged-{uuid.uuid4().hex[:10]}"
     entry = outbox_entry(order_id)
     guessable = f"{order_id}:outbox:OrderAccepted"  # what the MessageId used to be

@@ -22,14 +22,13 @@ Cosmos adapter's (`adapters/cosmos_layout.py`), which hands the dispatcher the e
 from __future__ import annotations
 
 import re
-import secrets
 from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Final, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, StrictInt
 
-from orders.domain.ids import MAX_ID_LENGTH
+from orders.domain.ids import MAX_ID_LENGTH, nonce_after, with_nonce
 from orders.domain.messages import (
     DeadLetterReason,
     MessageRejected,
@@ -55,26 +54,18 @@ def order_event_id(order_id: str, event_type: str = ORDER_ACCEPTED) -> str:
     return f"{order_id}:outbox:{event_type}"
 
 
-# Hex digits of the nonce after the event id in a MessageId: 128 random bits.
-MESSAGE_ID_NONCE_HEX_DIGITS: Final = 32
-_MESSAGE_ID_NONCE = re.compile(rf":[0-9a-f]{{{MESSAGE_ID_NONCE_HEX_DIGITS}}}")
-
-
 def new_event_message_id(event_id: str) -> str:
     """A MessageId for the event `event_id` that no other sender can guess: the event id (so the
     dead-letter tools and logs still name the event) and a fresh random 128-bit nonce. Drawn
     once per outbox document; at most 88 + 33 characters, inside Service Bus's 128."""
-    return f"{event_id}:{secrets.token_hex(MESSAGE_ID_NONCE_HEX_DIGITS // 2)}"
+    return with_nonce(event_id)
 
 
 def message_id_names_event(message_id: str | None, event_id: str) -> bool:
     """Whether `message_id` is one the dispatcher publishes `event_id` under: the event id and a
     nonce, or the bare event id (outbox documents written before the nonce, see
     `adapters/cosmos_layout.pending_event`)."""
-    if message_id is None or not message_id.startswith(event_id):
-        return False
-    rest = message_id[len(event_id) :]
-    return rest == "" or _MESSAGE_ID_NONCE.fullmatch(rest) is not None
+    return nonce_after(message_id, event_id) is not None
 
 
 def require_amount_text(value: str) -> str:
