@@ -18,10 +18,12 @@ def received_message(
     data: bytes | None = None,
     value: Any = None,
     sequence: list[Any] | None = None,
-    delivery_count: int = 0,
+    delivery_count: int | None = 0,
     correlation_id: str | None = None,
 ) -> ServiceBusReceivedMessage:
-    """One body section: `data` bytes, else an AMQP `sequence`, else an AMQP `value`."""
+    """One body section: `data` bytes, else an AMQP `sequence`, else an AMQP `value`.
+    `delivery_count=None` leaves the AMQP header out, as the Functions Service Bus extension
+    1.0.0b2 does (it decodes the message from the lock-token marker on)."""
     body: dict[str, Any] = {"value": value}
     if data is not None:
         body = {"data": [data]}
@@ -29,7 +31,7 @@ def received_message(
         body = {"sequence": sequence}
     amqp_message = Message(
         properties=Properties(message_id=message_id, correlation_id=correlation_id),
-        header=Header(delivery_count=delivery_count),
+        header=None if delivery_count is None else Header(delivery_count=delivery_count),
         message_annotations={b"x-opt-sequence-number": 7},
         **body,
     )

@@ -18,7 +18,10 @@ class BodyKind(StrEnum):
 class ReceivedOrderMessage:
     body: bytes
     message_id: str | None
-    delivery_count: int = 0  # as the SDK reports it: prior delivery attempts
+    # As the SDK reports it: prior delivery attempts. None when the host's binding does not
+    # carry it (the Functions Service Bus extension 1.0.0b2 cuts the AMQP header off): unknown,
+    # never reported as a first delivery.
+    delivery_count: int | None = 0
     correlation_id: str | None = None
     body_kind: BodyKind = BodyKind.DATA
     # W3C trace context the producer put on the message (traceparent, tracestate, Diagnostic-Id)

@@ -31,13 +31,13 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field, StrictInt, ValidationError
 
+from orders.domain.ids import nonce_after, with_nonce
 from orders.domain.messages import (
     DeadLetterReason,
     MessageRejected,
     describe_validation_error,
     validate_small_message,
 )
-from orders.domain.ids import nonce_after, with_nonce
 from orders.domain.model import WIRE_NAMES, EntityId
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.untrusted_json import UntrustedJsonError, decode_untrusted_json
