@@ -63,7 +63,10 @@ EMULATOR_COSMOS_KEY = (
 )
 # `CosmosConnection` (an emulator connection string) is read by the Functions host's Cosmos DB
 # trigger under `func start`; in Azure its identity-based `CosmosConnection__*` form is set.
-EMULATOR_ONLY_SETTING_NAMES = frozenset({"ServiceBusConnection", "COSMOS_KEY", "CosmosConnection"})
+# `PAYMENTS_TOKEN` is what the payment stand-in's money routes ask for (`orders up` draws it).
+EMULATOR_ONLY_SETTING_NAMES = frozenset(
+    {"ServiceBusConnection", "COSMOS_KEY", "CosmosConnection", "PAYMENTS_TOKEN"}
+)
 # Optional tuning with defaults in code.
 OPTIONAL_SETTING_NAMES = frozenset(
     {
@@ -152,6 +155,9 @@ class Settings:
     # Base URL of the payment service (`POST /payments` with Idempotency-Key); locally the
     # stand-in `orders payments` serves it.
     payments_url: str | None = None
+    # Sent as `Authorization: Bearer` to the payment service: the stand-in's money token, which
+    # `orders up` draws and hands over (a web page or a local process without it moves no money).
+    payments_token: str | None = None
     # How long a billing record's owner may take before another delivery takes over (by the
     # database's clock); it must outlast the payment call's timeout.
     billing_lease_seconds: float = 60.0
@@ -227,6 +233,7 @@ class Settings:
             appinsights_connection_string=optional("APPLICATIONINSIGHTS_CONNECTION_STRING"),
             appinsights_authentication_string=optional("APPLICATIONINSIGHTS_AUTHENTICATION_STRING"),
             payments_url=optional("PAYMENTS_URL"),
+            payments_token=optional("PAYMENTS_TOKEN"),
             billing_lease_seconds=billing_lease,
             payments_timeout_seconds=min(10.0, billing_lease / 2),
             idempotency_ttl_seconds=ttl,

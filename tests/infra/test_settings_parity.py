@@ -69,7 +69,9 @@ ISSUE_34_SETTINGS = frozenset(
     {"ORDERS_LOCK_DURATION_SECONDS", "ORDERS_MAX_DELIVERY_COUNT", "ORDERS_MESSAGE_TTL_SECONDS"}
 )
 # Local only: keys and connection strings exist for the emulators, never in Azure.
-EMULATOR_ONLY = frozenset({"COSMOS_KEY", "ServiceBusConnection", "CosmosConnection"})
+EMULATOR_ONLY = frozenset(
+    {"COSMOS_KEY", "ServiceBusConnection", "CosmosConnection", "PAYMENTS_TOKEN"}
+)
 # Read with defaults by the HTTP API, billing and the console; Azure may leave them unset.
 OPTIONAL = frozenset(
     {
