@@ -77,6 +77,9 @@ param authAudience string = ''
 @description('Base URL of the payment service billing charges through (it must honour Idempotency-Key; see src/payments_standin/README.md); empty: not configured.')
 param paymentsUrl string = ''
 
+@description('From when billing and shipping refuse an event published under its bare eventId (before the MessageId nonce): an ISO 8601 time with its offset, e.g. 2026-12-31T00:00:00Z; empty: still accepted. Set it once every event published before the nonce has been consumed (docs/operations.md).')
+param bareEventIdCutover string = ''
+
 @description('Status updates through the session queue `order-status-sessions` (SessionId = orderId: strict FIFO per order, one consumer per order at a time) instead of the plain `order-status` (versions decide, any order). Both queues always exist, so this is a setting, not a migration.')
 param statusSessions bool = false
 
@@ -280,6 +283,7 @@ module functionApp 'modules/functionapp.bicep' = {
     authClientId: authClientId
     authAudience: authAudience
     paymentsUrl: paymentsUrl
+    bareEventIdCutover: bareEventIdCutover
     billingEnabled: billingEnabled
     duplicateWindowSeconds: duplicateWindowSeconds
     lockDurationSeconds: messaging.outputs.lockDurationSeconds

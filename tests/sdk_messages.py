@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from azure.servicebus import ServiceBusReceivedMessage
@@ -20,6 +21,7 @@ def received_message(
     sequence: list[Any] | None = None,
     delivery_count: int | None = 0,
     correlation_id: str | None = None,
+    enqueued_time: datetime | None = None,
 ) -> ServiceBusReceivedMessage:
     """One body section: `data` bytes, else an AMQP `sequence`, else an AMQP `value`.
     `delivery_count=None` leaves the AMQP header out, as the Functions Service Bus extension
@@ -32,7 +34,15 @@ def received_message(
     amqp_message = Message(
         properties=Properties(message_id=message_id, correlation_id=correlation_id),
         header=None if delivery_count is None else Header(delivery_count=delivery_count),
-        message_annotations={b"x-opt-sequence-number": 7},
+        message_annotations={
+            b"x-opt-sequence-number": 7,
+            # The broker's time it took the message in, as AMQP timestamps are: ms since 1970.
+            **(
+                {b"x-opt-enqueued-time": int(enqueued_time.timestamp() * 1000)}
+                if enqueued_time is not None
+                else {}
+            ),
+        },
         **body,
     )
     return ServiceBusReceivedMessage(amqp_message, receiver=None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 
 from exactly_once.exceptions import RetentionError
 from exactly_once.retention import Retention
@@ -54,6 +55,9 @@ APP_SETTING_NAMES = frozenset(
         "ORDERS_LOCK_DURATION_SECONDS",
         "ORDERS_MAX_DELIVERY_COUNT",
         "ORDERS_MESSAGE_TTL_SECONDS",
+        # When billing and shipping stop taking an event under its bare eventId (issue 46): an
+        # ISO 8601 time with its offset, empty until the operator sets it (docs/operations.md).
+        "BARE_EVENT_ID_CUTOVER",
     }
 )
 # Only for the emulators: keys and connection strings never appear in the Azure deployment.
@@ -170,6 +174,9 @@ class Settings:
     record_retention: Retention = DEFAULT_RECORD_RETENTION
     decisions_folder: str | None = None
     allowed_hosts: tuple[str, ...] = ()
+    # From when billing and shipping refuse an event under its bare eventId (published before
+    # the nonce): `BARE_EVENT_ID_CUTOVER`; None accepts it (domain/events.BareEventIdCutover).
+    bare_event_id_cutover: datetime | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -249,6 +256,7 @@ class Settings:
             duplicate_window_seconds=window,
             record_retention=record_retention(optional),
             decisions_folder=optional("ORDERS_DECISIONS_DIR"),
+            bare_event_id_cutover=cutover_time(optional("BARE_EVENT_ID_CUTOVER")),
             allowed_hosts=tuple(
                 entry.strip()
                 for entry in (optional("ORDERS_ALLOWED_HOSTS") or "").split(",")
@@ -327,6 +335,22 @@ def _positive_whole(name: str, text: str) -> int:
     if not (text.isascii() and text.isdigit()) or len(text) > 9 or int(text) == 0:
         raise SettingsError(f"{name} must be a positive whole number: {text!r}")
     return int(text)
+
+
+def cutover_time(text: str | None) -> datetime | None:
+    """`BARE_EVENT_ID_CUTOVER`: an ISO 8601 time with its UTC offset (`2026-12-31T00:00:00Z`),
+    or None when unset. A time without an offset would mean another instant on every host."""
+    if text is None:
+        return None
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise SettingsError(
+            f"BARE_EVENT_ID_CUTOVER must be an ISO 8601 time such as 2026-12-31T00:00:00Z: {text!r}"
+        ) from exc
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise SettingsError(f"BARE_EVENT_ID_CUTOVER needs its UTC offset (Z or +01:00): {text!r}")
+    return when
 
 
 def record_retention(optional: Callable[[str], str | None]) -> Retention:

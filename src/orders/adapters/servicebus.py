@@ -60,6 +60,7 @@ def to_received_order_message(message: ServiceBusReceivedMessage) -> ReceivedOrd
         body_kind=BODY_KINDS.get(message.body_type, BodyKind.VALUE),
         trace_context=trace_context,
         owner_property=owner,
+        enqueued_time=message.enqueued_time_utc,
     )
 
 

@@ -22,6 +22,7 @@ Cosmos adapter's (`adapters/cosmos_layout.py`), which hands the dispatcher the e
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Final, Literal
@@ -61,11 +62,32 @@ def new_event_message_id(event_id: str) -> str:
     return with_nonce(event_id)
 
 
-def message_id_names_event(message_id: str | None, event_id: str) -> bool:
+def message_id_names_event(
+    message_id: str | None, event_id: str, *, bare_allowed: bool = True
+) -> bool:
     """Whether `message_id` is one the dispatcher publishes `event_id` under: the event id and a
-    nonce, or the bare event id (outbox documents written before the nonce, see
-    `adapters/cosmos_layout.pending_event`)."""
-    return nonce_after(message_id, event_id) is not None
+    nonce, or, while `bare_allowed`, the bare event id (outbox documents written before the
+    nonce, see `adapters/cosmos_layout.pending_event`)."""
+    named = nonce_after(message_id, event_id)
+    return named is True or (named is False and bare_allowed)
+
+
+@dataclass(frozen=True)
+class BareEventIdCutover:
+    """From when an event under its bare eventId is refused. Before the nonce, the dispatcher
+    published every event under its bare eventId, which anyone can guess; outbox documents
+    written then still are (and copies of them wait in subscriptions). Once they are all
+    consumed, the operator sets the cut-over (`BARE_EVENT_ID_CUTOVER`): an event the broker
+    took in at or after it must carry the nonce. None: bare eventIds are still accepted."""
+
+    refused_from: datetime | None = None
+
+    def allows_bare(self, enqueued_at: datetime) -> bool:
+        """Whether an event taken in at `enqueued_at` may still come under its bare eventId."""
+        return self.refused_from is None or enqueued_at < self.refused_from
+
+
+NO_CUTOVER = BareEventIdCutover()
 
 
 def require_amount_text(value: str) -> str:
@@ -166,15 +188,17 @@ def parse_order_accepted(message: ReceivedOrderMessage) -> OrderAccepted:
     return event
 
 
-def parse_order_event(message: ReceivedOrderMessage) -> OrderEvent:
+def parse_order_event(message: ReceivedOrderMessage, *, bare_allowed: bool = True) -> OrderEvent:
     """Validate a received order event of either type, told apart by its `eventType`.
 
     Total and bounded like `parse_order`: decoded once, then validated as the one model its
-    `eventType` names (an unknown type fails as an `OrderAccepted`, naming the field).
+    `eventType` names (an unknown type fails as an `OrderAccepted`, naming the field). Its
+    MessageId must be its eventId and a nonce, or the bare eventId while `bare_allowed`
+    (`BareEventIdCutover`).
     """
     document = decode_small_message(message, max_bytes=MAX_EVENT_BODY_BYTES, what="events")
     event = _event_of(document)
-    _require_message_id(message, event)
+    _require_message_id(message, event, bare_allowed=bare_allowed)
     return event
 
 
@@ -192,11 +216,18 @@ def _event_of(decoded: object) -> OrderEvent:
     return validate_document(OrderAccepted, decoded)
 
 
-def _require_message_id(message: ReceivedOrderMessage, event: OrderEvent) -> None:
-    if not message_id_names_event(message.message_id, event.event_id):
+def _require_message_id(
+    message: ReceivedOrderMessage, event: OrderEvent, *, bare_allowed: bool = True
+) -> None:
+    if not message_id_names_event(message.message_id, event.event_id, bare_allowed=bare_allowed):
+        after_cutover = (
+            " (a bare eventId is refused after the cut-over, BARE_EVENT_ID_CUTOVER)"
+            if message.message_id == event.event_id
+            else ""
+        )
         raise MessageRejected(
             DeadLetterReason.MESSAGE_ID_MISMATCH,
             f"MessageId {message.message_id!r} is not eventId {event.event_id!r} "
-            "followed by ':' and 32 lowercase hex digits",
+            f"followed by ':' and 32 lowercase hex digits{after_cutover}",
             order_id=event.order_id,
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 
 
@@ -29,3 +30,6 @@ class ReceivedOrderMessage:
     # The `orderOwner` application property as it arrived (None: absent); the consumer checks it
     # (`domain/ownership.py`), so a malformed one is a rejection with its rule, not a guess.
     owner_property: object = None
+    # When the broker took the message in (None: the host did not say); what the bare-eventId
+    # cut-over is judged by, since no sender can set it.
+    enqueued_time: datetime | None = None

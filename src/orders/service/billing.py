@@ -56,7 +56,9 @@ from exactly_once.ports import Store
 from exactly_once.records import JsonMapping, Record, RecordStatus
 from exactly_once.retention import DEFAULT_RETENTION, Retention
 from orders.domain.events import (
+    NO_CUTOVER,
     ORDER_ACCEPTED,
+    BareEventIdCutover,
     OrderAccepted,
     OrderCancelled,
     OrderEvent,
@@ -129,7 +131,9 @@ class BillingConsumer:
         after_refund: AfterRefund | None = None,
         status: StatusPublisher | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        bare_event_ids: BareEventIdCutover = NO_CUTOVER,
     ) -> None:
+        self._bare_event_ids = bare_event_ids
         self._records = records
         self._payments = payments
         self._saga = saga
@@ -150,6 +154,7 @@ class BillingConsumer:
             self._on_event,
             consumer="billing",
             transient_errors=(*TRANSIENT_ERRORS, PaymentUnavailableError),
+            cutover=self._bare_event_ids,
         )
 
     async def _on_event(self, event: OrderEvent) -> Decision:
