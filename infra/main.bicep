@@ -18,6 +18,9 @@ param principalId string = ''
 @description('Grant principalId data-plane access (Service Bus queue, Cosmos DB, telemetry) so `orders load` / `orders verify` run from a laptop. Off by default, as in the official azd templates.')
 param allowUserIdentityPrincipal bool = false
 
+@description('Grant principalId Service Bus Data Receiver on the subscriptions, for `orders dlq` on billing\'s and shipping\'s dead letters. It can take and complete live events too (Service Bus RBAC cannot scope to a dead-letter sub-queue), so it is off by default and apart from allowUserIdentityPrincipal.')
+param allowUserSubscriptionDeadLetters bool = false
+
 @allowed(['User', 'ServicePrincipal'])
 @description('Kind of principalId: User for a person, ServicePrincipal for a CI pipeline.')
 param principalType string = 'User'
@@ -235,6 +238,7 @@ module roles 'modules/roles.bicep' = {
     userPrincipalId: principalId
     userPrincipalType: principalType
     allowUserIdentityPrincipal: allowUserIdentityPrincipal
+    allowUserSubscriptionDeadLetters: allowUserSubscriptionDeadLetters
     serviceBusNamespaceName: messaging.outputs.namespaceName
     queueName: messaging.outputs.queueName
     topicName: messaging.outputs.topicName
