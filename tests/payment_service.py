@@ -7,7 +7,7 @@ import secrets
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,7 +90,7 @@ class StandinAuth(httpx.Auth):
     def __init__(self, standin: StandinProcess) -> None:
         self._standin = standin
 
-    def auth_flow(self, request: httpx.Request) -> Iterator[httpx.Request]:
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         faults = request.url.path == "/faults"
         token = self._standin.fault_token if faults else self._standin.token
         request.headers["Authorization"] = f"Bearer {token}"
