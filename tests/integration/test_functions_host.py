@@ -32,6 +32,7 @@ from sdk_messages import received_message
 
 import function_app
 from exactly_once import Retrier, Telemetry
+from exactly_once.servicebus import delivered
 from orders.entrypoints import functions
 from orders.entrypoints.functions import use_function_consumer
 from orders.observability import ConsumerTelemetry
@@ -161,3 +162,12 @@ async def test_a_delivery_count_the_binding_carries_is_reported_as_counted(
     assert "delivery_count=2" in line
     [span] = traced_consumer.get_finished_spans()
     assert (span.attributes or {})[DELIVERY_COUNT] == 3  # this one counted too
+
+
+def test_the_cores_delivery_of_a_message_without_the_header_has_no_count() -> None:
+    """The core's hosts (its worker, a consumer called from a Functions trigger) read the same
+    SDK message: no header, no count; with one, the conventions' count (this delivery too)."""
+    without = delivered(received_message("m-1", data=b"{}", delivery_count=None), "orders")
+    counted = delivered(received_message("m-1", data=b"{}", delivery_count=2), "orders")
+
+    assert (without.delivery_count, counted.delivery_count) == (None, 3)
