@@ -965,14 +965,18 @@ class FakeDecisionFeed:
 # --- Billing and shipping over the fake containers (the saga's unit tests share them) --------
 
 
-def billing_over(inbox: FakeFencedDocuments, payments: FakePaymentGateway, orders: Any) -> Any:
-    """Billing over the fake inbox (its records) and orders (the saga's order documents)."""
+def billing_over(
+    inbox: FakeFencedDocuments, payments: FakePaymentGateway, orders: Any, **options: Any
+) -> Any:
+    """Billing over the fake inbox (its records) and orders (the saga's order documents);
+    `options` are BillingConsumer's."""
     return BillingConsumer(
         billing_stores(inbox),
         payments,
         OrderSaga(FakeDocumentStore(orders), LAYOUT),
         LAYOUT,
         lease_seconds=60,
+        **options,
     )
 
 
