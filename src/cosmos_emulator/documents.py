@@ -32,7 +32,7 @@ from .query.computed import compile_definitions
 from .query.evaluator import check_order_by_index, run, validate
 from .query.parser import parse_query
 from .query.planner import needs_plan, query_plan
-from .ranges import MAX_EPK
+from .ranges import COMPLETING_SPLIT_OR_MERGE, MAX_EPK, PARTITION_KEY_RANGE_GONE
 from .store import Container, Item, Store, pk_key
 from .untrusted_json import parse_json
 
@@ -147,25 +147,26 @@ class Documents:
         except CosmosError:  # a malformed header was refused: the answer spans no one range
             served = None
         lsns = coll.range_lsns
+        ids = coll.ranges.ids()
         if served is None:
             lsn = max(lsns)
-            token = ",".join(f"{i}:-1#{n}" for i, n in enumerate(lsns))
+            token = ",".join(f"{i}:-1#{n}" for i, n in zip(ids, lsns, strict=True))
             served = 0
         else:
             lsn = lsns[served]
-            token = f"{served}:-1#{lsn}"
+            token = f"{ids[served]}:-1#{lsn}"
         return {
             "lsn": str(lsn),
             "x-ms-session-token": token,
             "x-ms-alt-content-path": _header_safe(f"dbs/{db_name}/colls/{coll.props['id']}"),
             "x-ms-content-path": coll.rid,
-            RANGE_ID: str(served),
+            RANGE_ID: ids[served],
         }
 
     def _bulk(self, request: Request, coll: Container, operations: object) -> Response:
         """A non-atomic batch by partition key range, as the JavaScript SDK's bulk sends it."""
         h = request.headers
-        named = _named_range(request, coll)
+        named = _named_range(request, coll, follows_merges=True)
         status, results = items.run_bulk(
             self.store,
             coll,
@@ -252,7 +253,8 @@ class Documents:
         `If-Modified-Since` (start from a point in time) keeps items written at or after it.
         """
         h = request.headers
-        _named_range(request, coll)  # a range that does not exist is refused before anything
+        # a range that does not exist (or no longer does) is refused before anything
+        _named_range(request, coll, follows_merges=True)
         after = _change_feed_position(h.get("if-none-match"), self.store.lsn)
         since = _http_date(h.get("if-modified-since"))
         raw_size = h.get("x-ms-max-item-count", "")
@@ -391,34 +393,52 @@ class Documents:
         return response
 
     def partition_key_ranges(self, request: Request, coll: Container) -> Response:
-        """The container's ranges; a repeat request with its ETag gets 304, which ends the
-        SDK's drain (the ranges never change: no split is modelled)."""
-        etag = f'"{coll.rid}-ranges-1"'
-        if request.headers.get("if-none-match") == etag:
-            return Response(304, b"", {"etag": etag})
-        bounds = coll.ranges.bounds
-        ranges = [
+        """The container's ranges, read as the SDKs read them: a feed whose ETag is the range
+        map's generation. Without `If-None-Match` (or with one this container never issued)
+        every live range; with an earlier generation's ETag only the ranges made since (a
+        split's children, a merge's range, each naming its ancestors in `parents`, which the
+        SDKs' incremental routing-map refresh combines with what they had); with the current
+        one 304, which ends the SDKs' drain."""
+        ranges = coll.ranges
+        etag = _ranges_etag(coll, ranges.generation)
+        listed = ranges.live
+        asked = request.headers.get("if-none-match")
+        if asked is not None:
+            if asked == etag:
+                return Response(304, b"", {"etag": etag})
+            since = next(
+                (g for g in range(ranges.generation) if asked == _ranges_etag(coll, g)), None
+            )
+            if since is not None:
+                listed = ranges.made_after(since)
+        by_id = {r.id: i for i, r in enumerate(ranges.live)}
+        payload = [
             {
-                "_rid": range_rid(coll.rid, index),
-                "id": range_id,
-                "_etag": etag,
-                "minInclusive": bounds[index],
-                "maxExclusive": bounds[index + 1],
-                "ridPrefix": index,
-                "_self": f"{coll.props['_self']}pkranges/{range_rid(coll.rid, index)}/",
-                "throughputFraction": 1 / coll.range_count,
+                "_rid": range_rid(coll.rid, int(r.id)),
+                "id": r.id,
+                "_etag": f'"{coll.rid}-range-{r.id}"',
+                "minInclusive": r.min,
+                "maxExclusive": r.max,
+                "ridPrefix": int(r.id),
+                "_self": f"{coll.props['_self']}pkranges/{range_rid(coll.rid, int(r.id))}/",
+                "throughputFraction": 1 / ranges.count,
                 "status": "online",
-                "parents": [],
+                "parents": list(r.parents),
                 "_ts": coll.props["_ts"],
-                "lsn": coll.range_lsns[index],
+                "lsn": coll.range_lsns[by_id[r.id]],
             }
-            for index, range_id in enumerate(coll.ranges.ids())
+            for r in listed
         ]
         return json_response(
             200,
-            {"_rid": coll.rid, "PartitionKeyRanges": ranges, "_count": len(ranges)},
-            {"etag": etag, "x-ms-item-count": str(len(ranges))},
+            {"_rid": coll.rid, "PartitionKeyRanges": payload, "_count": len(payload)},
+            {"etag": etag, "x-ms-item-count": str(len(payload))},
         )
+
+
+def _ranges_etag(coll: Container, generation: int) -> str:
+    # Generation 0 keeps the ETag the emulator gave before ranges could change.
+    return f'"{coll.rid}-ranges-{generation + 1}"'
 
 
 def range_rid(container_rid: str, index: int) -> str:
@@ -427,20 +447,37 @@ def range_rid(container_rid: str, index: int) -> str:
     return RidAllocator.child_with(container_rid, 0x02_000000 + index, 4)
 
 
-def _named_range(request: Request, coll: Container) -> int | None:
+def _named_range(request: Request, coll: Container, *, follows_merges: bool = False) -> int | None:
     """The range `x-ms-documentdb-partitionkeyrangeid` names, None without the header; 400
-    for one the container does not have."""
+    for one the container never had, 410 Gone for one split or merged away.
+
+    A split's parent answers substatus 1002 (PartitionKeyRangeGone) to every request. A
+    merge's sources answer 1007 (CompletingSplit, "split or merge") to the requests whose SDK
+    code handles it as a range change, the change feed and bulk (`follows_merges`), and 1002
+    to the rest (queries), whose SDK code refreshes its routing map on 1002 alone."""
     range_id = request.headers.get(RANGE_ID)
     if range_id is None:
         return None
-    index = coll.ranges.index_of_id(range_id.strip())
-    if index is None:
-        raise bad_request(
-            f"Partition key range {range_id[:40]!r} does not exist: the container's ranges "
-            f"are {', '.join(repr(i) for i in coll.ranges.ids()[:10])}"
-            f"{' ...' if coll.range_count > 10 else ''}."
+    range_id = range_id.strip()
+    index = coll.ranges.index_of_id(range_id)
+    if index is not None:
+        return index
+    gone = coll.ranges.gone_substatus(range_id)
+    if gone is not None:
+        merged = gone == COMPLETING_SPLIT_OR_MERGE
+        raise CosmosError(
+            410,
+            "Gone",
+            f"The partition key range {range_id[:40]!r} is gone: it was "
+            f"{'merged' if merged else 'split'} (read /pkranges again for the ranges that "
+            "replace it).",
+            substatus=gone if follows_merges or not merged else PARTITION_KEY_RANGE_GONE,
         )
-    return index
+    ids = coll.ranges.ids()
+    raise bad_request(
+        f"Partition key range {range_id[:40]!r} does not exist: the container's ranges "
+        f"are {', '.join(repr(i) for i in ids[:10])}{' ...' if len(ids) > 10 else ''}."
+    )
 
 
 def _epk_bounds(request: Request, coll: Container) -> tuple[str, str]:
