@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -17,6 +18,8 @@ from .http11 import Request, Response
 from .ids import MAX_ITEM_BYTES, RidAllocator, too_large
 from .protocol import (
     DEFAULT_PAGE_SIZE,
+    Resume,
+    Span,
     cosmos_token_rid,
     fingerprint,
     is_query,
@@ -28,6 +31,7 @@ from .protocol import (
     query_text,
 )
 from .query import metrics
+from .query.ast import Expr, Query
 from .query.computed import compile_definitions
 from .query.evaluator import check_order_by_index, run, validate
 from .query.parser import parse_query
@@ -362,21 +366,39 @@ class Documents:
                 substatus=QUERY_PLAN_NEEDED,
                 extra={"additionalErrorInfo": json.dumps(query_plan(query, params))},
             )
-        # A continuation belongs to the partition, range or EPK range it was served from.
-        scope = "|".join(
-            h.get(name, "")
-            for name in ("x-ms-documentdb-partitionkey", RANGE_ID, "x-ms-start-epk", "x-ms-end-epk")
-        ).rstrip("|")
+        computed = compile_definitions(coll.props.get("computedProperties"))
+        # A continuation belongs to the partition, range or EPK range it was served from. A
+        # per-range one records its span, so that the children of a range that split since
+        # resume it (the SDKs hand a parent's continuation to each child).
+        span: Span | None = None
+        resume: Resume | None = None
+        if per_range and not scoped:
+            named = _named_range(request, coll)
+            low, high = _epk_bounds(request, coll)
+            span = (coll.ranges.ids()[named] if named is not None else "", low, high)
+            scope = "per-range"
+            resume = functools.cache(
+                functools.partial(_resume_in_child, coll, query, params, computed, span)
+            )
+        else:
+            scope = "|".join(
+                h.get(name, "")
+                for name in (
+                    "x-ms-documentdb-partitionkey",
+                    RANGE_ID,
+                    "x-ms-start-epk",
+                    "x-ms-end-epk",
+                )
+            ).rstrip("|")
         bound_to = fingerprint(text, params, scope)
-        start, size = page_window(request, bound_to)
+        start, size = page_window(request, bound_to, span, resume)
         # One past the page tells whether a continuation token is due; a Cosmos-format
         # token's position is known only once the results are (`page` finds it).
         needed = None if cosmos_token_rid(request) is not None else start + size + 1
         candidates = self._candidates(request, coll, indexed_only=True)
-        computed = compile_definitions(coll.props.get("computedProperties"))
         began = time.perf_counter()
         results = run(query, candidates, params, needed=needed, computed=computed)
-        chunk, headers = page(request, results, bound_to)
+        chunk, headers = page(request, results, bound_to, span, resume)
         evaluated = time.perf_counter()
         response = json_response(
             200, {"_rid": coll.rid, "Documents": chunk, "_count": len(chunk)}, headers
@@ -434,6 +456,41 @@ class Documents:
             {"_rid": coll.rid, "PartitionKeyRanges": payload, "_count": len(payload)},
             {"etag": etag, "x-ms-item-count": str(len(payload))},
         )
+
+
+def _resume_in_child(
+    coll: Container,
+    query: Query,
+    params: dict[str, Any],
+    computed: Mapping[str, Expr],
+    span: Span,
+    issued: Span,
+    offset: int,
+) -> int | None:
+    """Where a per-range query's continuation, issued `offset` results into `issued`,
+    resumes in `span`: a child of the range that issued it (after a split) or a part of it.
+
+    The child's results are the parent's that come from the child's items, in the same
+    order, so the position is how many of the parent's first `offset` rows are the child's
+    leading rows. None when `span` is not within `issued` (not a continuation for here)."""
+    issued_id, issued_low, issued_high = issued
+    range_id, low, high = span
+    if not (issued_low <= low and high <= issued_high):
+        return None
+    if issued_id and issued_id != range_id:
+        index = coll.ranges.index_of_id(range_id)
+        if index is None or issued_id not in coll.ranges.live[index].parents:
+            return None
+    now = time.time()
+    before = run(
+        query, _epk_candidates(coll, issued_low, issued_high, now, True), params, computed=computed
+    )[:offset]
+    mine = run(query, _epk_candidates(coll, low, high, now, True), params, computed=computed)
+    position = 0
+    for row in before:
+        if position < len(mine) and mine[position] == row:
+            position += 1
+    return position
 
 
 def _ranges_etag(coll: Container, generation: int) -> str:

@@ -222,6 +222,22 @@ def test_a_cross_partition_query_pages_across_a_split(
     assert got == [f"i{n:02}" for n in range(ITEMS)]
 
 
+def test_a_feed_range_query_resumes_its_parents_continuation_on_the_children(
+    emulator: RunningCosmosEmulator, database: DatabaseProxy
+) -> None:
+    """Over two ranges the SDK keeps a continuation per range; when one splits it hands that
+    range's continuation to each child, which resume where the parent was (before: 400)."""
+    two = database.create_container(unique("c"), PartitionKey("/pk"), offer_throughput=20000)
+    for n in range(ITEMS):
+        two.create_item({"id": f"i{n:02}", "pk": f"p{n}", "n": n})
+    whole = {"Range": {"min": "", "max": "FF", "isMinInclusive": True, "isMaxInclusive": False}}
+    pages = two.query_items("SELECT * FROM c", feed_range=whole, max_item_count=4).by_page()
+    got = [d["id"] for d in next(pages)]
+    emulator.split_range(*_names(two), "0")
+    got += [d["id"] for page in pages for d in page]
+    assert sorted(got) == [f"i{n:02}" for n in range(ITEMS)]
+
+
 def test_an_order_by_query_across_a_split_repeats_only_what_the_sdk_restarts(
     emulator: RunningCosmosEmulator, database: DatabaseProxy
 ) -> None:
