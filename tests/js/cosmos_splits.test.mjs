@@ -6,8 +6,9 @@ import assert from "node:assert/strict";
 import { randomBytes, randomUUID } from "node:crypto";
 import { after, before, test } from "node:test";
 
-import { ChangeFeedStartFrom, CosmosClient, StatusCodes } from "@azure/cosmos";
+import { ChangeFeedStartFrom, CosmosClient } from "@azure/cosmos";
 
+import { drain } from "./change_feed.mjs";
 import { startCosmos } from "./emulators.mjs";
 
 const ITEMS = 30;
@@ -51,15 +52,6 @@ async function changeRanges(container, change) {
   });
   assert.equal(response.status, 200, await response.clone().text());
   return (await response.json()).made;
-}
-
-async function drain(iterator) {
-  const seen = [];
-  for (;;) {
-    const page = await iterator.readNext();
-    if (page.statusCode === StatusCodes.NotModified) return seen;
-    seen.push(...page.result.map((d) => d.id));
-  }
 }
 
 const ids = (count) => Array.from({ length: count }, (_, n) => `i${String(n).padStart(2, "0")}`);
