@@ -11,6 +11,8 @@ and a restart keeps the ranges. The JavaScript SDK's side is in tests/js/cosmos_
 
 from __future__ import annotations
 
+import json
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,9 +21,11 @@ import httpx
 import pytest
 from azure.cosmos import ContainerProxy, CosmosClient, DatabaseProxy, PartitionKey
 from azure.cosmos._change_feed.change_feed_state import ChangeFeedStateV2
+from azure.cosmos.aio import CosmosClient as AioCosmosClient
 from cosmos_rest import call, unique
 
 from cosmos_emulator import RunningCosmosEmulator, start_in_background
+from cosmos_emulator.journal import JOURNAL_NAME, JournalError
 
 ITEMS = 30
 
@@ -333,3 +337,96 @@ def test_a_restart_keeps_the_ranges_their_parents_and_what_is_gone(tmp_path: Pat
             assert sum(1 for _ in coll.query_items_change_feed(start_time="Beginning")) == ITEMS
     with start_in_background(data_dir=data) as emu:
         assert emu.split_range("d", "c", "1") == ["6", "7"]  # ids go on from where they were
+
+
+def _kr(range_id: str, low: str, high: str) -> dict[str, object]:
+    return {"id": range_id, "min": low, "max": high, "parents": ["0"], "g": 1}
+
+
+def _journal_line(record: object) -> bytes:
+    text = json.dumps(record, separators=(",", ":")).encode()
+    return b"%08x " % zlib.crc32(text) + text + b"\n"
+
+
+_MID = f"{1 << 125:032X}"
+HOSTILE_RANGE_MAPS: list[tuple[str, object]] = [
+    ("not an object", [1]),
+    ("a gap", {"live": [_kr("1", "", _MID)], "gone": {"0": 1002}, "next": 2, "g": 1}),
+    (
+        "an overlap",
+        {"live": [_kr("1", "", "FF"), _kr("2", _MID, "FF")], "gone": {}, "next": 3, "g": 1},
+    ),
+    ("live and gone", {"live": [_kr("1", "", "FF")], "gone": {"1": 1002}, "next": 2, "g": 1}),
+    ("an id not below next", {"live": [_kr("7", "", "FF")], "gone": {}, "next": 2, "g": 1}),
+    ("a foreign substatus", {"live": [_kr("1", "", "FF")], "gone": {"0": 500}, "next": 2, "g": 1}),
+    ("no ranges", {"live": [], "gone": {}, "next": 2, "g": 1}),
+    (
+        "parents not a list",
+        {"live": [{**_kr("1", "", "FF"), "parents": "0"}], "gone": {}, "next": 2, "g": 1},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "ranges"), HOSTILE_RANGE_MAPS, ids=[n for n, _ in HOSTILE_RANGE_MAPS]
+)
+def test_a_hostile_range_map_in_the_journal_refuses_the_start(
+    tmp_path: Path, name: str, ranges: object
+) -> None:
+    data = tmp_path / "cosmos"
+    with start_in_background(data_dir=data) as emu, CosmosClient(emu.url, emu.key) as cosmos:
+        rid = cosmos.create_database("d").create_container("c", PartitionKey("/pk")).read()["_rid"]
+    journal = data / JOURNAL_NAME
+    with journal.open("ab") as fh:
+        fh.write(_journal_line({"ops": [{"o": "r", "c": rid, "m": ranges}]}))
+        fh.write(_journal_line({"ops": []}))  # a good line after it: not a torn tail
+    before = journal.read_bytes()
+    with pytest.raises(JournalError, match="is invalid"):
+        start_in_background(data_dir=data)
+    assert journal.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{not json",
+        b"[]",
+        b'{"database": "d", "container": "c"}',
+        b'{"database": "d", "container": "c", "split": 0}',
+        b'{"database": "d", "container": "c", "split": "0", "merge": ["1", "2"]}',
+        b'{"database": "d", "container": "c", "merge": ["1", "2", "3"]}',
+        b'{"database": "d", "container": "c", "merge": "12"}',
+        b'{"database": "d", "container": "c", "split": "' + b"9" * 100 + b'"}',
+        b'{"database": 5, "container": "c", "split": "0"}',
+        b'{"database": "d", "container": "c", "split": "0", "extra": 1}',
+        b"[" * 5000 + b"]" * 5000,
+    ],
+)
+def test_the_ranges_switch_answers_a_bad_change_with_400_and_changes_nothing(
+    emulator: RunningCosmosEmulator, body: bytes
+) -> None:
+    with CosmosClient(emulator.url, emulator.key) as cosmos:
+        cosmos.create_database("d").create_container("c", PartitionKey("/pk"))
+    headers = {
+        "Authorization": f"Bearer {emulator.fault_token}",
+        "Content-Type": "application/json",
+    }
+    answer = httpx.post(emulator.url + "_emulator/ranges", content=body, headers=headers)
+    assert answer.status_code == 400 and answer.json()["code"] == "BadRequest"
+    assert emulator.partition_key_range_ids("d", "c") == ["0"]
+
+
+# -- the aio SDK -----------------------------------------------------------------------------
+async def test_the_aio_change_feed_continues_across_a_split(
+    emulator: RunningCosmosEmulator, container: ContainerProxy
+) -> None:
+    database, name = _names(container)
+    async with AioCosmosClient(emulator.url, emulator.key) as cosmos:
+        aio = cosmos.get_database_client(database).get_container_client(name)
+        pages = aio.query_items_change_feed(start_time="Beginning", max_item_count=8).by_page()
+        seen = [d["id"] async for d in await pages.__anext__()]
+        emulator.split_range(database, name, "0")
+        await aio.create_item({"id": "late", "pk": "late"})
+        async for page in pages:
+            seen += [d["id"] async for d in page]
+    assert sorted(seen) == sorted([f"i{n:02}" for n in range(ITEMS)] + ["late"])
