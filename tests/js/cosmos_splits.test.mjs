@@ -146,3 +146,22 @@ test(
     assert.deepEqual(got, Array.from({ length: ITEMS }, (_, n) => n));
   },
 );
+
+test("bulk operations addressed to a range that split are re-routed to its children", async () => {
+  const container = await newContainer();
+  // The client's routing map names range 0: bulk groups its operations by it.
+  await container.items.bulk([{ operationType: "Read", id: "i00", partitionKey: "p0" }]);
+  await changeRanges(container, { split: "0" });
+  const operations = Array.from({ length: 10 }, (_, n) => ({
+    operationType: "Create",
+    partitionKey: `b${n}`,
+    resourceBody: { id: `b${n}`, pk: `b${n}` },
+  }));
+  const results = await container.items.bulk(operations);
+  assert.deepEqual(
+    results.map((r) => r.statusCode),
+    operations.map(() => 201),
+  );
+  const { resources: count } = await container.items.query("SELECT VALUE COUNT(1) FROM c").fetchAll();
+  assert.deepEqual(count, [ITEMS + 10]);
+});
