@@ -132,7 +132,7 @@ class Outcome:
 def _check_body(ctx: ItemContext, body: object, expected_id: str | None = None) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise bad_request("The item must be a JSON object.")
-    item_id = validate_id(body.get("id"))
+    item_id = validate_id(body.get("id"), item=True)
     if expected_id is not None and item_id != expected_id:
         raise bad_request(
             f"The id '{item_id}' in the body does not match the id '{expected_id}' in the request."

@@ -453,7 +453,7 @@ class _Replay:
         key, doc = op["k"], op["d"]
         if not isinstance(doc, dict) or not isinstance(key, str):
             raise ValueError("an item record needs a partition key string and a document")
-        validate_id(doc.get("id"))
+        validate_id(doc.get("id"), item=True)
         for name in ("_rid", "_self", "_etag"):
             if not isinstance(doc.get(name), str):
                 raise ValueError(f"the item's {name} must be a string")
