@@ -89,9 +89,12 @@ class Documents:
             return None
         values = parse_partition_key_header(raw)
         if required and len(values) != len(coll.pk_paths):
+            # Cosmos's words (the azure-cosmos SDK's own batch tests match them), then ours.
             raise bad_request(
-                "The partition key supplied has a different number of components "
-                "than the container's partition key definition."
+                "Partition key provided either doesn't correspond to definition in the "
+                "collection or doesn't match partition key field values specified in the "
+                f"document. (It has {len(values)} components; the container's key has "
+                f"{len(coll.pk_paths)}.)"
             )
         return values
 

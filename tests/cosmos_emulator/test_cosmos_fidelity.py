@@ -191,6 +191,39 @@ def test_not_found_and_conflict_are_cosmos_texts(
     assert "Resource with specified id or name already exists." in str(same_name.value.message)
 
 
+def test_a_batch_with_too_few_key_components_is_cosmoss_text(database: DatabaseProxy) -> None:
+    """Issue 44: the words the azure-cosmos SDK's `test_batch_subpartition` matches."""
+    container = database.create_container(
+        unique("c"), PartitionKey(path=["/state", "/city", "/zipcode"], kind="MultiHash")
+    )
+    item = {"id": "1", "state": "WA", "city": "Redmond", "zipcode": "98052"}
+    with pytest.raises(exceptions.CosmosHttpResponseError) as err:
+        container.execute_item_batch([("create", (item,))], partition_key=["WA", "Redmond"])
+    assert err.value.status_code == 400
+    assert (
+        "Partition key provided either doesn't correspond to definition in the collection or "
+        "doesn't match partition key field values specified in the document." in err.value.message
+    )
+    batch = [("create", (item,))]
+    assert len(container.execute_item_batch(batch, partition_key=["WA", "Redmond", "98052"])) == 1
+
+
+def test_invalid_computed_properties_are_cosmoss_text(
+    database: DatabaseProxy, container: ContainerProxy
+) -> None:
+    """Issue 44: the words the azure-cosmos SDK's computed-property tests match (a single
+    definition where a list belongs), and for every other refusal too."""
+    one = {"name": "cp_lower", "query": "SELECT VALUE LOWER(c.db_group) FROM c"}
+    for definitions in (one, [{**one, "query": "SELECT VALUE c.a FROM c WHERE c.a"}]):
+        with pytest.raises(exceptions.CosmosHttpResponseError) as err:
+            database.replace_container(
+                container, PartitionKey("/pk"), computed_properties=definitions
+            )
+        assert err.value.status_code == 400
+        assert "One of the specified inputs is invalid" in err.value.http_error_message
+    database.replace_container(container, PartitionKey("/pk"), computed_properties=[one])
+
+
 # -- 7. container-read headers -----------------------------------------------------------------
 def test_a_container_read_reports_index_progress_quota_and_statistics(
     container: ContainerProxy,
