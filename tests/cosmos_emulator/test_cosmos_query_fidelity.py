@@ -54,6 +54,27 @@ def test_distinct_order_by_offset_limit_across_partitions(
     assert across(grouped, text, max_item_count=2) == expected
 
 
+@pytest.mark.parametrize("descending", [False, True])
+def test_distinct_rows_wider_than_the_order_by_on_three_ranges(
+    database: DatabaseProxy, descending: bool
+) -> None:
+    """Issue 44: rows that DISTINCT makes one but ORDER BY does not put side by side (each
+    `(v, w)` pair on several items, over three ranges, ordered by `v` alone) came back twice:
+    the plan said "Ordered", so the SDK dropped only a row equal to the one before it. It
+    says "Unordered" for them now, and the SDK remembers every row."""
+    three = database.create_container(unique("c"), PartitionKey("/pk"), offer_throughput=30000)
+    docs = [{"id": f"i{n}", "pk": f"p{n % 11}", "v": n % 7, "w": n % 3} for n in range(60)]
+    for doc in docs:
+        three.create_item(doc)
+    order = "DESC" if descending else "ASC"
+    text = f"SELECT DISTINCT c.v, c.w FROM c ORDER BY c.v {order} OFFSET 2 LIMIT 12"
+    pairs = sorted({(d["v"], d["w"]) for d in docs}, reverse=descending)  # 21 distinct pairs
+    for page_size in (None, 2):
+        rows = across(three, text, max_item_count=page_size)
+        assert len({(r["v"], r["w"]) for r in rows}) == len(rows) == 12
+        assert [r["v"] for r in rows] == [v for v, _ in pairs][2:14]
+
+
 def last_headers(container: ContainerProxy) -> dict[str, Any]:
     return dict(container.client_connection.last_response_headers)
 
