@@ -409,13 +409,15 @@ class Documents:
         )
         if is_true(h, metrics.ASK_QUERY_METRICS):
             response.headers[metrics.HEADER_QUERY_METRICS] = metrics.query_metrics(
-                retrieved=candidates,
+                retrieved=[] if metrics.answered_from_the_index(query) else candidates,
                 output=chunk,
                 elapsed_ms=(evaluated - began) * 1000,
                 write_ms=(time.perf_counter() - evaluated) * 1000,
             )
         if is_true(h, metrics.ASK_INDEX_METRICS):
-            response.headers[metrics.HEADER_INDEX_UTILIZATION] = metrics.index_utilization(query)
+            response.headers[metrics.HEADER_INDEX_UTILIZATION] = metrics.index_utilization(
+                query, coll.pk_paths if scoped else ()
+            )
         return response
 
     def partition_key_ranges(self, request: Request, coll: Container) -> Response:

@@ -114,6 +114,38 @@ def test_query_metrics_across_partitions_through_the_plan(grouped: ContainerProx
     assert int(metrics["retrievedDocumentCount"]) == len(GROUPED)
 
 
+def test_a_partition_scoped_query_uses_the_key_index_and_a_count_loads_no_document(
+    grouped: ContainerProxy,
+) -> None:
+    """Issue 44, as the azure-cosmos SDK's own `test_populate_index_metrics` expects of
+    Cosmos: `SELECT * FROM c` in a partition lists the key's index, whole, and nothing else;
+    and a COUNT without a filter is answered from the index, retrieving no document."""
+    list(grouped.query_items("SELECT * FROM c", partition_key="p0", populate_index_metrics=True))
+    assert last_headers(grouped)["x-ms-cosmos-index-utilization"] == {
+        "UtilizedSingleIndexes": [
+            {
+                "FilterExpression": "",
+                "IndexSpec": "/pk/?",
+                "FilterPreciseSet": True,
+                "IndexPreciseSet": True,
+                "IndexImpactScore": "High",
+            }
+        ],
+        "PotentialSingleIndexes": [],
+        "UtilizedCompositeIndexes": [],
+        "PotentialCompositeIndexes": [],
+    }
+    counted = list(
+        grouped.query_items(
+            "SELECT VALUE COUNT(1) FROM c", partition_key="p0", populate_query_metrics=True
+        )
+    )
+    assert counted == [len([d for d in GROUPED if d["pk"] == "p0"])]
+    metrics = parsed_query_metrics(last_headers(grouped)["x-ms-documentdb-query-metrics"])
+    assert (metrics["retrievedDocumentCount"], metrics["retrievedDocumentSize"]) == ("0", "0")
+    assert metrics["outputDocumentCount"] == "1"
+
+
 def test_no_metrics_unless_asked(grouped: ContainerProxy) -> None:
     list(grouped.query_items("SELECT * FROM c", partition_key="p0"))
     headers = last_headers(grouped)
@@ -135,7 +167,13 @@ def test_index_metrics_name_the_paths_the_filter_uses(grouped: ContainerProxy) -
     )
     info = last_headers(grouped)["x-ms-cosmos-index-utilization"]
     assert isinstance(info, dict)
-    assert [i["IndexSpec"] for i in info["UtilizedSingleIndexes"]] == ["/group/?", "/n/?", "/id/?"]
+    # The partition key scope first (see the next test), then the filter's and ORDER BY's paths.
+    assert [i["IndexSpec"] for i in info["UtilizedSingleIndexes"]] == [
+        "/pk/?",
+        "/group/?",
+        "/n/?",
+        "/id/?",
+    ]
     assert info["UtilizedSingleIndexes"][0]["IndexImpactScore"] == "High"
     assert info["PotentialSingleIndexes"] == []
     assert info["UtilizedCompositeIndexes"] == []
@@ -162,7 +200,7 @@ def test_index_metrics_name_the_composite_index_an_order_by_uses(database: Datab
     )
     assert rows == ["1"]
     info = last_headers(container)["x-ms-cosmos-index-utilization"]
-    assert info["UtilizedSingleIndexes"] == []
+    assert [i["IndexSpec"] for i in info["UtilizedSingleIndexes"]] == ["/pk/?"]  # the scope
     assert [i["IndexSpecs"] for i in info["UtilizedCompositeIndexes"]] == [
         ["/group ASC", "/n DESC"]
     ]
