@@ -31,11 +31,12 @@ from .protocol import (
     query_text,
 )
 from .query import metrics
-from .query.ast import Expr, Query
+from .query.ast import Binary, Expr, Literal, Param, Query
 from .query.computed import compile_definitions
-from .query.evaluator import check_order_by_index, run, validate
+from .query.evaluator import check_order_by_index, property_path, run, validate
 from .query.parser import parse_query
 from .query.planner import needs_plan, query_plan
+from .query.values import UNDEFINED
 from .ranges import COMPLETING_SPLIT_OR_MERGE, MAX_EPK, PARTITION_KEY_RANGE_GONE
 from .store import Container, Item, Store, pk_key
 from .untrusted_json import parse_json
@@ -353,14 +354,17 @@ class Documents:
                 "The partition key supplied in x-ms-documentdb-partitionkey is an empty "
                 "array: name a key value, a prefix of a hierarchical key, or none."
             )
-        if not scoped and not per_range and not is_true(h, CROSS_PARTITION):
+        # A query whose WHERE pins the whole partition key is routed to that partition, as
+        # Cosmos's gateway routes it: it needs neither a key header nor the cross-partition flag.
+        pinned = None if scoped or per_range else pinned_partition_key(query, params, coll)
+        if not scoped and not per_range and pinned is None and not is_true(h, CROSS_PARTITION):
             # Cosmos's words: the SDKs set the header themselves where they mean to fan out.
             raise bad_request(
                 "Cross partition query is required but disabled. Please set "
                 "x-ms-documentdb-query-enablecrosspartition to true, specify "
                 "x-ms-documentdb-partitionkey, or revise your query to avoid this exception."
             )
-        if not scoped and not per_range and needs_plan(query):
+        if not scoped and not per_range and pinned is None and needs_plan(query):
             # What a Cosmos gateway answers: the SDK fetches the plan and merges itself.
             raise CosmosError(
                 400,
@@ -394,12 +398,18 @@ class Documents:
                     "x-ms-end-epk",
                 )
             ).rstrip("|")
+            if pinned is not None:
+                scope += f"|pinned:{pk_key(pinned)}"
         bound_to = fingerprint(text, params, scope)
         start, size = page_window(request, bound_to, span, resume)
         # One past the page tells whether a continuation token is due; a Cosmos-format
         # token's position is known only once the results are (`page` finds it).
         needed = None if cosmos_token_rid(request) is not None else start + size + 1
-        candidates = self._candidates(request, coll, indexed_only=True)
+        candidates = (
+            self._candidates(request, coll, indexed_only=True)
+            if pinned is None
+            else coll.live_items(pk_key(pinned), time.time(), indexed_only=True)
+        )
         began = time.perf_counter()
         results = run(query, candidates, params, needed=needed, computed=computed)
         chunk, headers = page(request, results, bound_to, span, resume)
@@ -462,6 +472,39 @@ class Documents:
             {"_rid": coll.rid, "PartitionKeyRanges": payload, "_count": len(payload)},
             {"etag": etag, "x-ms-item-count": str(len(payload))},
         )
+
+
+def pinned_partition_key(query: Query, params: dict[str, Any], coll: Container) -> list[Any] | None:
+    """The partition key values a query's WHERE pins with equalities ANDed at its top
+    (`c.pk = 'a'`, `@t = c.tenant AND c.user = 'u' AND ...`), one per key path; None unless
+    every path of the container's key is pinned to a value a key can have."""
+    if query.where is None:
+        return None
+    pinned: dict[str, Any] = {}
+    conjuncts: list[Expr] = [query.where]
+    while conjuncts:
+        node = conjuncts.pop()
+        if isinstance(node, Binary) and node.op == "AND":
+            conjuncts += [node.left, node.right]
+            continue
+        if not (isinstance(node, Binary) and node.op == "="):
+            continue
+        for side, other in ((node.left, node.right), (node.right, node.left)):
+            path = property_path(side, query.alias)
+            if isinstance(other, Literal):
+                value = other.value
+            elif isinstance(other, Param):
+                value = params.get(other.name, UNDEFINED)
+            else:
+                continue
+            if path is not None and _is_key_value(value):
+                pinned.setdefault(path, value)
+    values = [pinned.get(path, UNDEFINED) for path in coll.pk_paths]
+    return None if any(v is UNDEFINED for v in values) else values
+
+
+def _is_key_value(value: Any) -> bool:
+    return value is None or isinstance(value, str | bool | int | float)
 
 
 def _resume_in_child(

@@ -310,6 +310,31 @@ def test_a_replace_whose_body_changes_the_id_renames_the_item(container: Contain
         container.replace_item("new", {"id": "taken", "pk": "a"})
 
 
+def test_a_query_whose_where_pins_the_key_is_routed_without_the_flag(
+    database: DatabaseProxy,
+) -> None:
+    """Issue 44: Cosmos's gateway routes a query whose WHERE pins the whole partition key (a
+    hierarchical one too) to that partition, so the sync SDK's query without the
+    cross-partition flag is answered, ORDER BY included; a prefix alone still needs the flag."""
+    three = database.create_container(
+        unique("h"),
+        PartitionKey(path=["/t", "/u"], kind="MultiHash"),
+        offer_throughput=30000,
+    )
+    for n in range(30):
+        three.create_item({"id": f"i{n}", "t": f"t{n % 3}", "u": f"u{n % 5}", "n": n})
+    text = "SELECT VALUE c.n FROM c WHERE c.u = @u AND 't1' = c.t AND c.n > 0 ORDER BY c.n DESC"
+    rows = three.query_items(text, parameters=[{"name": "@u", "value": "u1"}])
+    assert values(rows) == [16, 1]
+    with pytest.raises(exceptions.CosmosHttpResponseError) as err:
+        list(three.query_items("SELECT VALUE c.n FROM c WHERE c.t = 't1'"))
+    assert err.value.status_code == 400
+    flagged = three.query_items(
+        "SELECT VALUE c.n FROM c WHERE c.t = 't1' ORDER BY c.n", enable_cross_partition_query=True
+    )
+    assert values(flagged) == list(range(1, 30, 3))
+
+
 def test_a_query_without_key_or_cross_partition_flag_is_400(container: ContainerProxy) -> None:
     container.create_item({"id": "o1", "pk": "a"})
     with pytest.raises(exceptions.CosmosHttpResponseError) as err:
