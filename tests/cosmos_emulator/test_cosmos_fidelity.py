@@ -214,7 +214,8 @@ def test_invalid_computed_properties_are_cosmoss_text(
     """Issue 44: the words the azure-cosmos SDK's computed-property tests match (a single
     definition where a list belongs), and for every other refusal too."""
     one = {"name": "cp_lower", "query": "SELECT VALUE LOWER(c.db_group) FROM c"}
-    for definitions in (one, [{**one, "query": "SELECT VALUE c.a FROM c WHERE c.a"}]):
+    refused: list[Any] = [one, [{**one, "query": "SELECT VALUE c.a FROM c WHERE c.a"}]]
+    for definitions in refused:
         with pytest.raises(exceptions.CosmosHttpResponseError) as err:
             database.replace_container(
                 container, PartitionKey("/pk"), computed_properties=definitions

@@ -135,7 +135,7 @@ def test_a_partition_scoped_query_uses_the_key_index_and_a_count_loads_no_docume
         "UtilizedCompositeIndexes": [],
         "PotentialCompositeIndexes": [],
     }
-    counted = list(
+    counted: list[Any] = list(
         grouped.query_items(
             "SELECT VALUE COUNT(1) FROM c", partition_key="p0", populate_query_metrics=True
         )
