@@ -22,7 +22,7 @@ import pytest
 from azure.cosmos import ContainerProxy, CosmosClient, DatabaseProxy, PartitionKey
 from azure.cosmos._change_feed.change_feed_state import ChangeFeedStateV2
 from azure.cosmos.aio import CosmosClient as AioCosmosClient
-from cosmos_rest import call, unique
+from cosmos_rest import call, unique, values
 
 from cosmos_emulator import RunningCosmosEmulator, start_in_background
 from cosmos_emulator.journal import JOURNAL_NAME, JournalError
@@ -141,6 +141,30 @@ def test_a_change_feed_continues_across_a_merge(
     seen += [d["id"] for page in pages for d in page]
     assert gone.calls >= 1
     assert sorted(seen) == sorted([f"i{n:02}" for n in range(ITEMS)] + ["late"])
+
+
+def test_a_hierarchical_prefix_feed_and_queries_follow_two_splits(
+    emulator: RunningCosmosEmulator, database: DatabaseProxy
+) -> None:
+    """A MultiHash key's prefix is an EPK range that the splits cut through (bounds are one
+    hashed component long, item EPKs two)."""
+    tree = database.create_container(unique("h"), PartitionKey(path=["/t", "/u"], kind="MultiHash"))
+    for n in range(40):
+        tree.create_item({"id": f"i{n}", "t": f"t{n % 4}", "u": f"u{n % 5}", "n": n})
+    pages = tree.query_items_change_feed(
+        start_time="Beginning", partition_key=["t1"], max_item_count=3
+    ).by_page()
+    seen = [d["n"] for d in next(pages)]
+    first_child = emulator.split_range(*_names(tree), "0")[0]
+    emulator.split_range(*_names(tree), first_child)
+    seen += [d["n"] for page in pages for d in page]
+    assert sorted(seen) == list(range(1, 40, 4))
+    in_prefix = tree.query_items("SELECT VALUE c.n FROM c", partition_key=["t2"])
+    assert sorted(values(in_prefix)) == list(range(2, 40, 4))
+    ordered = tree.query_items(
+        "SELECT VALUE c.n FROM c ORDER BY c.n", enable_cross_partition_query=True
+    )
+    assert values(ordered) == list(range(40))
 
 
 # -- the wire: 410s, /pkranges -------------------------------------------------------------
