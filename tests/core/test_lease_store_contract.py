@@ -93,3 +93,29 @@ async def test_a_lease_just_written_is_live_by_the_clock_read_with_it(leases: Le
     [lease] = table.leases
     assert lease.is_live(table.database_now_ms)
     assert not lease.is_live(table.database_now_ms + 32_000)  # `_ts` second + 30 s, and past
+
+
+async def test_a_lease_created_with_a_continuation_keeps_it_and_a_second_create_changes_nothing(
+    leases: LeaseStore,
+) -> None:
+    """A split's child: created from its parent's continuation, once, whoever creates it."""
+    await leases.create(RANGE, 30.0, '"7"')
+    created = await the_lease(leases)
+    await leases.create(RANGE, 30.0, '"9"')
+
+    assert (created.owner, created.continuation) == (None, '"7"')
+    assert await the_lease(leases) == created
+
+
+async def test_a_delete_is_if_match_and_a_deleted_lease_is_gone(leases: LeaseStore) -> None:
+    await leases.create(RANGE, 30.0)
+    free = await the_lease(leases)
+    taken = await leases.acquire(free, "a", 30.0)
+
+    with pytest.raises(RecordChangedError):
+        await leases.delete(free)  # stale: written since
+    assert await the_lease(leases) == taken
+    await leases.delete(taken)
+    assert (await leases.read_all()).leases == []
+    with pytest.raises(RecordChangedError):
+        await leases.delete(taken)  # gone
