@@ -3,7 +3,8 @@
 Three instances as separate processes share the feed ranges; the one holding a lease is killed
 with SIGKILL and another instance is started: every change is handled (duplicates allowed, at
 least once), none skipped. In-process cases: a handler failure leaves the checkpoint where it
-was, and a clean stop releases the leases.
+was, a clean stop releases the leases, and an owner whose renewals the lease container throttles
+(a fault rule) stops handling its range while its lease is still live.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from azure.cosmos import PartitionKey
 from azure.cosmos.aio import ContainerProxy, CosmosClient, DatabaseProxy
@@ -260,3 +262,89 @@ async def test_a_lease_found_taken_when_balancing_is_logged_as_lost(
     assert holder.held_ranges() == []
     [lost] = [r.getMessage() for r in caplog.records if " lost " in r.getMessage()]
     assert lost.startswith("p1 lost feed range ") and lost.endswith(" to p2")
+
+
+def throttle_writes_of(server: CosmosServer, lease_id: str) -> None:
+    """Every replace of the lease document `lease_id` answers 429 (past the SDK's retries)."""
+    rule = {
+        "status": 429,
+        "count": 100_000,
+        "retry_after_ms": 1,
+        "operation": "Replace",
+        "path_contains": f"/docs/{lease_id}",
+    }
+    headers = {"Authorization": f"Bearer {server.fault_token}"}
+    httpx.post(f"{server.endpoint}_emulator/faults", json=rule, headers=headers).raise_for_status()
+
+
+def clear_faults(server: CosmosServer) -> None:
+    headers = {"Authorization": f"Bearer {server.fault_token}"}
+    httpx.delete(f"{server.endpoint}_emulator/faults", headers=headers).raise_for_status()
+
+
+async def test_an_owner_whose_renewals_are_throttled_stops_before_another_can_take_its_range(
+    python_cosmos: CosmosServer, database: DatabaseProxy
+) -> None:
+    changes = await new_container(database, "changes", "/pk")
+    leases = CosmosLeaseStore(await new_container(database, "leases", "/id"))
+    await write_changes(changes, ["one"])
+    handled: dict[str, list[str]] = {"old": [], "new": []}
+
+    def handler_of(owner: str) -> Any:
+        async def handle(page: list[dict[str, Any]]) -> None:
+            handled[owner] += [change["id"] for change in page]
+
+        return handle
+
+    def processor(owner: str) -> ChangeFeedProcessor:
+        # Stops 0.3 s (a tenth of the lease) before its lease could end.
+        return ChangeFeedProcessor(
+            CosmosChangeFeed(changes),
+            leases,
+            handler_of(owner),
+            owner=owner,
+            lease_seconds=3,
+            renew_seconds=1,
+            acquire_seconds=0.2,
+            poll_seconds=0.1,
+        )
+
+    old, stop_old = processor("old"), asyncio.Event()
+    running_old = asyncio.create_task(old.run(stop_old))
+
+    async def checkpointed() -> bool:
+        return [lease.continuation is not None for lease in (await leases.read_all()).leases] == [
+            True
+        ]
+
+    await poll(checkpointed, "the old owner handles and checkpoints the first change", within=10)
+    [lease] = (await leases.read_all()).leases
+    throttle_writes_of(python_cosmos, leases.lease_id(lease.feed_range))
+    try:
+
+        async def old_stopped() -> bool:
+            return old.stats.leases_stopped == 1
+
+        await poll(old_stopped, "the old owner gives its range up", within=10)
+        # At once: the lease is still the old owner's and live by the database's clock, so no
+        # instance could have taken it yet.
+        table = await leases.read_all()
+        [lease] = table.leases
+        assert lease.owner == "old" and lease.is_live(table.database_now_ms)
+        assert old.held_ranges() == []
+        await write_changes(changes, ["two"])
+    finally:
+        clear_faults(python_cosmos)
+    stop_old.set()
+    await running_old
+
+    new, stop_new = processor("new"), asyncio.Event()
+    running_new = asyncio.create_task(new.run(stop_new))
+
+    async def taken_over() -> bool:
+        return handled["new"] == ["two"]
+
+    await poll(taken_over, "the new owner resumes from the old one's checkpoint", within=10)
+    stop_new.set()
+    await running_new
+    assert handled["old"] == ["one"]  # nothing after it stopped
