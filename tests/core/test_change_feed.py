@@ -53,6 +53,15 @@ def handled_ids(folder: Path) -> list[str]:
     return [line for out in folder.glob("*.out") for line in out.read_text().splitlines()]
 
 
+def recorder(handled: dict[str, list[str]], owner: str) -> Any:
+    """A handler that appends each change's id to `handled[owner]`."""
+
+    async def handle(page: list[dict[str, Any]]) -> None:
+        handled[owner] += [change["id"] for change in page]
+
+    return handle
+
+
 async def poll(condition: Any, what: str, within: float = 60.0) -> None:
     """Until `condition()` (an async callable) is true; AssertionError at the deadline."""
     deadline = time.monotonic() + within
@@ -179,15 +188,9 @@ async def test_a_clean_stop_releases_the_leases_and_the_next_instance_resumes(
     await write_changes(changes, ["one"])
     handled: dict[str, list[str]] = {"p1": [], "p2": []}
 
-    def handler_of(owner: str) -> Any:
-        async def handle(page: list[dict[str, Any]]) -> None:
-            handled[owner] += [change["id"] for change in page]
-
-        return handle
-
     stop = asyncio.Event()
     first = ChangeFeedProcessor(
-        CosmosChangeFeed(changes), leases, handler_of("p1"), owner="p1", poll_seconds=0.05
+        CosmosChangeFeed(changes), leases, recorder(handled, "p1"), owner="p1", poll_seconds=0.05
     )
     running = asyncio.create_task(first.run(stop))
 
@@ -201,7 +204,9 @@ async def test_a_clean_stop_releases_the_leases_and_the_next_instance_resumes(
     [released] = (await leases.read_all()).leases
     assert released.owner is None and released.continuation is not None
     await write_changes(changes, ["two"])
-    second = ChangeFeedProcessor(CosmosChangeFeed(changes), leases, handler_of("p2"), owner="p2")
+    second = ChangeFeedProcessor(
+        CosmosChangeFeed(changes), leases, recorder(handled, "p2"), owner="p2"
+    )
     await second.run_once()  # no waiting the lease out: it is free
     assert handled == {"p1": ["one"], "p2": ["two"]}
 
@@ -290,18 +295,12 @@ async def test_an_owner_whose_renewals_are_throttled_stops_before_another_can_ta
     await write_changes(changes, ["one"])
     handled: dict[str, list[str]] = {"old": [], "new": []}
 
-    def handler_of(owner: str) -> Any:
-        async def handle(page: list[dict[str, Any]]) -> None:
-            handled[owner] += [change["id"] for change in page]
-
-        return handle
-
     def processor(owner: str) -> ChangeFeedProcessor:
         # Stops 0.3 s (a tenth of the lease) before its lease could end.
         return ChangeFeedProcessor(
             CosmosChangeFeed(changes),
             leases,
-            handler_of(owner),
+            recorder(handled, owner),
             owner=owner,
             lease_seconds=3,
             renew_seconds=1,
