@@ -487,7 +487,11 @@ class FakeLeaseStore:
             self._write(Lease(feed_range, None, lease_seconds, continuation))
 
     async def acquire(self, lease: Lease, owner: str, lease_seconds: float) -> Lease:
-        return self._replace(replace(lease, owner=owner, lease_seconds=lease_seconds))
+        taken = replace(lease, owner=owner, lease_seconds=lease_seconds, requested_by=None)
+        return self._replace(taken)
+
+    async def request(self, lease: Lease, owner: str) -> Lease:
+        return self._replace(replace(lease, requested_by=owner))
 
     async def renew(self, lease: Lease) -> Lease:
         return self._replace(lease)
@@ -496,7 +500,7 @@ class FakeLeaseStore:
         return self._replace(replace(lease, continuation=continuation))
 
     async def release(self, lease: Lease) -> Lease:
-        return self._replace(replace(lease, owner=None))
+        return self._replace(replace(lease, owner=None, requested_by=None))
 
     async def delete(self, lease: Lease) -> None:
         self._require_current(lease)

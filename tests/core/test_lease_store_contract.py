@@ -119,3 +119,18 @@ async def test_a_delete_is_if_match_and_a_deleted_lease_is_gone(leases: LeaseSto
     assert (await leases.read_all()).leases == []
     with pytest.raises(RecordChangedError):
         await leases.delete(taken)  # gone
+
+
+async def test_a_request_keeps_owner_and_continuation_and_the_next_owner_clears_it(
+    leases: LeaseStore,
+) -> None:
+    await leases.create(RANGE, 30.0, '"7"')
+    held = await leases.acquire(await the_lease(leases), "a", 30.0)
+    asked = await leases.request(held, "b")
+
+    assert (asked.owner, asked.continuation, asked.requested_by) == ("a", '"7"', "b")
+    with pytest.raises(RecordChangedError):
+        await leases.renew(held)  # the request moved the stamp
+    released = await leases.release(asked)
+    taken = await leases.acquire(released, "b", 30.0)
+    assert released.requested_by is None and (taken.owner, taken.requested_by) == ("b", None)

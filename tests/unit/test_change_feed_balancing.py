@@ -118,19 +118,48 @@ def processor(
     return ChangeFeedProcessor(feed, leases, handle, owner=owner, **options)
 
 
-async def test_two_instances_split_the_ranges_evenly() -> None:
+async def test_two_instances_split_the_ranges_evenly_by_asking_not_taking() -> None:
     feed, leases = PagesFeed(R1, R2, R3, R4), FakeLeaseStore()
     first = processor(feed, leases, "a", [])
     second = processor(feed, leases, "b", [])
 
     await first.balance()  # alone: it takes all four
-    await second.balance()  # one taken from a (one at a time)
-    await second.balance()  # and another: two each
-    await first.balance()  # a finds it lost two, and takes nothing back
+    for _ in range(2):  # one lease at a time
+        assert await second.balance() == []  # a's leases are live: b asks for one
+        await first.run_once()  # a hands it over between two pages
+        assert len(await second.balance()) == 1  # and b takes it, free
+    await first.balance()  # a takes nothing back
 
     owners = [str(stored.owner) for stored in leases.leases.values()]
     assert sorted(owners) == ["a", "a", "b", "b"]
     assert sorted(first.held_ranges() + second.held_ranges()) == sorted([R1, R2, R3, R4])
+    assert (first.stats.leases_handed_over, first.stats.leases_lost) == (2, 0)
+
+
+async def test_a_lease_asked_for_mid_page_is_checkpointed_then_handed_over() -> None:
+    """The asker's write moves the lease's ETag under a page in its handler: the owner's
+    checkpoint finds the lease still its own and writes again, then releases it; the asker
+    resumes after that page, which nobody handles twice."""
+    feed, leases = PagesFeed(R1, R2), FakeLeaseStore()
+    feed.changes = [{"id": "1"}, {"id": "2"}]
+    handled: dict[str, list[str]] = {"a": [], "b": []}
+    asker = processor(feed, leases, "b", handled["b"])
+
+    async def ask_while_handling(changes: list[dict[str, Any]]) -> None:
+        handled["a"].extend(change["id"] for change in changes)
+        assert await asker.balance() == []  # b asks for R1 while a is in its handler
+
+    owner = ChangeFeedProcessor(feed, leases, ask_while_handling, owner="a", page_size=1)
+    await owner.balance()  # a holds R1 and R2: more than its share once b is there
+    await owner.process_page(R1)  # "1", and its checkpoint written on the asked-for lease
+    assert (leases.leases[R1].requested_by, leases.leases[R1].continuation) == ("b", "1")
+    await owner.process_page(R1)  # no page: the lease handed over
+    assert await asker.balance() == [R1]
+    await asker.process_page(R1)
+
+    assert handled == {"a": ["1"], "b": ["2"]}
+    assert (owner.stats.leases_lost, owner.held_ranges()) == (0, [R2])
+    assert (leases.leases[R1].owner, leases.leases[R1].requested_by) == ("b", None)
 
 
 async def test_the_checkpoint_moves_only_after_the_handler_returns() -> None:

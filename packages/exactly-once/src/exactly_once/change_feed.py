@@ -10,7 +10,8 @@ the .NET processor's split into roles, in far fewer lines:
   container has, created unowned;
 - a **load balancer** (`leases_to_take`): which leases this instance takes, free or ended ones
   first, up to its fair share of the ranges among the live owners; an owner holding more than
-  its share gives one lease up to an instance with fewer;
+  its share is asked for one lease (`requested_by`) and hands it over between two pages, so
+  rebalancing never has two instances handle one page;
 - a **supervisor per lease**: reads the range's changes page by page, hands each page to the
   handler and checkpoints only after the handler returned, while a renewer keeps the lease.
 
@@ -168,6 +169,9 @@ class Lease:
     lease_seconds: float
     continuation: str | None = None
     stamp: Stamp | None = None
+    # Another instance that asked for it (the load balancer): its owner releases it after
+    # its current page, and the asker takes it free.
+    requested_by: str | None = None
 
     def is_live(self, database_now_ms: int) -> bool:
         """Held by its owner still, by the database's clock alone (`records.lease_is_live`,
@@ -248,6 +252,10 @@ class LeaseStore(Protocol):
         """`lease` free, its continuation kept: another instance may take it at once."""
         ...
 
+    async def request(self, lease: Lease, owner: str) -> Lease:
+        """`lease` as it is, asked for by `owner` (`requested_by`): its holder hands it over."""
+        ...
+
     async def delete(self, lease: Lease) -> None:
         """`lease` gone (a split's parent, once its children exist)."""
         ...
@@ -290,6 +298,7 @@ class _Held:
 
     lease: Lease
     handle_until: float
+    hand_over: bool = False  # asked for by another instance: released after the current page
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     renewed_at: float = field(default_factory=time.monotonic)  # when to renew, never whether
 
@@ -301,6 +310,7 @@ class ProcessorStats:
     leases_taken: int = 0
     leases_lost: int = 0
     leases_split: int = 0
+    leases_handed_over: int = 0
     # Given up before their end for want of a successful renewal.
     leases_stopped: int = 0
 
@@ -389,18 +399,28 @@ class ChangeFeedProcessor:
         table = await self.bootstrap()
         stored = {lease.feed_range: lease for lease in table.leases}
         for feed_range, mine in list(self._held.items()):
-            # Held here, owned by another in the store (ours ended, or was taken as more than
-            # our share) or gone (a split finished elsewhere): its supervisor stops, and what
-            # it handled since our last checkpoint the new owner handles again.
             lease = stored.get(feed_range)
-            if lease is None or lease.owner != self.owner:
-                # Said as a lost renewal says it: until this line, the old holder may still
-                # handle the range beside its new owner.
-                successor = "its children" if lease is None else lease.owner
-                logger.warning("%s lost %s to %s", self.owner, _shown(mine.lease), successor)
-                self._lose(feed_range)
+            if lease is not None and lease.owner == self.owner:
+                # Ours still; asked for by another instance, it is handed over after its page.
+                mine.hand_over = lease.requested_by not in (None, self.owner)
+                continue
+            # Held here, owned by another in the store (ours ended) or gone (a split finished
+            # elsewhere): its supervisor stops, and what it handled since our last checkpoint
+            # the new owner handles again. Said as a lost renewal says it: until this line,
+            # the old holder may still handle the range beside its new owner.
+            successor = "its children" if lease is None else lease.owner
+            logger.warning("%s lost %s to %s", self.owner, _shown(mine.lease), successor)
+            self._lose(feed_range)
         taken: list[str] = []
         for lease in leases_to_take(table, self.owner):
+            if lease.owner not in (None, self.owner) and lease.is_live(table.database_now_ms):
+                # A live owner's lease is asked for, never taken: it may be in the middle of a
+                # page, which we would handle again. It hands the lease over after that page.
+                if lease.requested_by != self.owner:
+                    with contextlib.suppress(RecordChangedError):
+                        await self._leases.request(lease, self.owner)
+                        logger.info("%s asked %s for %s", self.owner, lease.owner, _shown(lease))
+                continue
             sent = time.monotonic()
             try:
                 acquired = await self._leases.acquire(lease, self.owner, self._lease_seconds)
@@ -427,6 +447,9 @@ class ChangeFeedProcessor:
         range the last bootstrap found split is handed to its children instead."""
         held = self._held.get(feed_range)
         if held is None or self._out_of_time(feed_range, held):
+            return 0
+        if held.hand_over or held.lease.requested_by not in (None, self.owner):
+            await self._hand_over(feed_range, held)
             return 0
         children = self._children_of(held.lease)
         if children is not None:
@@ -491,6 +514,16 @@ class ChangeFeedProcessor:
                 # Its children tile it: the next bootstrap, ours or another's, deletes it.
                 logger.info("%s did not delete %s: %r", self.owner, _shown(parent), error)
 
+    async def _hand_over(self, feed_range: str, held: _Held) -> None:
+        """Release a lease another instance asked for, between two pages: it resumes from
+        our last checkpoint, which covers every page we handled."""
+        asker = held.lease.requested_by
+        await self._write(feed_range, held, self._leases.release)
+        if self._held.get(feed_range) is held:
+            self._held.pop(feed_range)
+            self.stats.leases_handed_over += 1
+            logger.info("%s handed %s over to %s", self.owner, _shown(held.lease), asker)
+
     async def renew(self, feed_range: str) -> None:
         held = self._held.get(feed_range)
         if held is not None:
@@ -511,7 +544,15 @@ class ChangeFeedProcessor:
                 return  # lost or released meanwhile
             sent = time.monotonic()
             try:
-                held.lease = await write(held.lease)
+                try:
+                    held.lease = await write(held.lease)
+                except RecordChangedError:
+                    # Written since by another instance: one asking for it leaves it ours (we
+                    # write again on its stamp); one that took it, or a split, does not.
+                    current = await self._stored(held.lease)
+                    if current is None or current.owner != self.owner:
+                        raise
+                    held.lease = await write(current)
             except RecordChangedError:
                 # The lease ended and another instance took it: what we handled since our
                 # last checkpoint it handles again (at least once).
@@ -520,6 +561,11 @@ class ChangeFeedProcessor:
                 return
             held.renewed_at = time.monotonic()
             held.handle_until = self._handle_until(held.lease, sent)
+
+    async def _stored(self, lease: Lease) -> Lease | None:
+        """`lease` as stored now (None: gone)."""
+        table = await self._leases.read_all()
+        return next((item for item in table.leases if item.feed_range == lease.feed_range), None)
 
     def _handle_until(self, lease: Lease, sent: float) -> float:
         """Our monotonic time to stop handling `lease`, written by a request sent at `sent`.

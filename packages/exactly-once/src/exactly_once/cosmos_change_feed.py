@@ -2,10 +2,11 @@
 (`CosmosChangeFeed`) and the lease container (`CosmosLeaseStore`).
 
 A lease document: `id` (`<prefix>` and a digest of the feed range, which is a long JSON string
-with characters ids may not hold), `type`, `feedRange`, `owner` (null: free), `leaseSeconds`
-and `continuation`; its `_etag` fences every write and its `_ts` dates the lease. The lease
-container may be partitioned by `/id` (the layout the Functions trigger's own lease container
-uses) or by another top-level field, which then holds the id too.
+with characters ids may not hold), `type`, `feedRange`, `owner` (null: free), `leaseSeconds`,
+`continuation` and, while another instance asks for it, `requestedBy`; its `_etag` fences
+every write and its `_ts` dates the lease. The lease container may be partitioned by `/id` (the
+layout the Functions trigger's own lease container uses) or by another top-level field, which
+then holds the id too.
 
 A continuation is the SDK's change-feed continuation token (base64 JSON, the same across the
 SDKs): it names the feed range it resumes (`continuation.Range`) and a position per part of it
@@ -21,6 +22,7 @@ import contextlib
 import hashlib
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from azure.cosmos import exceptions as cosmos_errors
@@ -195,12 +197,14 @@ class CosmosLeaseStore:
         mine = Lease(lease.feed_range, owner, lease_seconds, lease.continuation, lease.stamp)
         return await self._replace(mine)
 
+    async def request(self, lease: Lease, owner: str) -> Lease:
+        return await self._replace(replace(lease, requested_by=owner))
+
     async def renew(self, lease: Lease) -> Lease:
         return await self._replace(lease)
 
     async def checkpoint(self, lease: Lease, continuation: str) -> Lease:
-        moved = Lease(lease.feed_range, lease.owner, lease.lease_seconds, continuation, lease.stamp)
-        return await self._replace(moved)
+        return await self._replace(replace(lease, continuation=continuation))
 
     async def release(self, lease: Lease) -> Lease:
         free = Lease(lease.feed_range, None, lease.lease_seconds, lease.continuation, lease.stamp)
@@ -223,7 +227,7 @@ class CosmosLeaseStore:
 
     def _document(self, lease: Lease) -> dict[str, Any]:
         lease_id = self.lease_id(lease.feed_range)
-        return {
+        document: dict[str, Any] = {
             "id": lease_id,
             self._pk: lease_id,
             "type": self._type,
@@ -232,6 +236,10 @@ class CosmosLeaseStore:
             "leaseSeconds": lease.lease_seconds,
             "continuation": lease.continuation,
         }
+        if lease.requested_by is not None:
+            # Only while asked for: a lease keeps the shape earlier versions stored.
+            document["requestedBy"] = lease.requested_by
+        return document
 
     def _lease(self, document: object) -> Lease:
         """A stored lease, read as untrusted input: a bad field is `CorruptRecordError`."""
@@ -252,6 +260,7 @@ class CosmosLeaseStore:
                 else fields.number("leaseSeconds")
             ),
             continuation=fields.optional_text("continuation"),
+            requested_by=fields.optional_text("requestedBy"),
             stamp=Stamp(etag=fields.text("_etag"), written_at_s=fields.integer("_ts")),
         )
 
