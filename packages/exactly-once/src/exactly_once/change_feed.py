@@ -10,8 +10,9 @@ the .NET processor's split into roles, in far fewer lines:
   container has, created unowned;
 - a **load balancer** (`leases_to_take`): which leases this instance takes, free or ended ones
   first, up to its fair share of the ranges among the live owners; an owner holding more than
-  its share is asked for one lease (`requested_by`) and hands it over between two pages, so
-  rebalancing never has two instances handle one page;
+  its share is asked for one lease (`requested_by`) and hands it over between two pages (it
+  writes the lease as the asker's, who takes it up), so rebalancing never has two instances
+  handle one page;
 - a **supervisor per lease**: reads the range's changes page by page, hands each page to the
   handler and checkpoints only after the handler returned, while a renewer keeps the lease.
 
@@ -411,8 +412,14 @@ class ChangeFeedProcessor:
             successor = "its children" if lease is None else lease.owner
             logger.warning("%s lost %s to %s", self.owner, _shown(mine.lease), successor)
             self._lose(feed_range)
+        # Stored as ours but not held here: handed over to us by their last owner.
+        handed = [
+            lease
+            for lease in table.leases
+            if lease.owner == self.owner and lease.feed_range not in self._held
+        ]
         taken: list[str] = []
-        for lease in leases_to_take(table, self.owner):
+        for lease in [*handed, *leases_to_take(table, self.owner)]:
             if lease.owner not in (None, self.owner) and lease.is_live(table.database_now_ms):
                 # A live owner's lease is asked for, never taken: it may be in the middle of a
                 # page, which we would handle again. It hands the lease over after that page.
@@ -515,10 +522,22 @@ class ChangeFeedProcessor:
                 logger.info("%s did not delete %s: %r", self.owner, _shown(parent), error)
 
     async def _hand_over(self, feed_range: str, held: _Held) -> None:
-        """Release a lease another instance asked for, between two pages: it resumes from
-        our last checkpoint, which covers every page we handled."""
+        """Give a lease another instance asked for to it, between two pages: it resumes from
+        our last checkpoint, which covers every page we handled. Written as the asker's (not
+        free, which we or a third might take first); an asker that died meanwhile leaves it
+        to end as any dead owner's lease does."""
         asker = held.lease.requested_by
-        await self._write(feed_range, held, self._leases.release)
+        if asker is None:  # seen asked for in the store, not yet on our stamp: read it
+            stored = await self._stored(held.lease)
+            asker = None if stored is None else stored.requested_by
+        if asker is None or asker == self.owner:
+            held.hand_over = False
+            return
+
+        async def give(lease: Lease) -> Lease:
+            return await self._leases.acquire(lease, asker, lease.lease_seconds)
+
+        await self._write(feed_range, held, give)
         if self._held.get(feed_range) is held:
             self._held.pop(feed_range)
             self.stats.leases_handed_over += 1

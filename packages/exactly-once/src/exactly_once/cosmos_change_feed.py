@@ -21,7 +21,7 @@ import binascii
 import contextlib
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -37,7 +37,7 @@ from exactly_once.change_feed import (
     LeaseTable,
 )
 from exactly_once.cosmos import RecordFields, if_match, if_match_write, store_errors
-from exactly_once.exceptions import CorruptRecordError
+from exactly_once.exceptions import CorruptRecordError, TransientStoreError
 from exactly_once.records import Stamp
 
 DEFAULT_LEASE_PREFIX = "lease-"
@@ -54,9 +54,10 @@ class CosmosChangeFeed:
 
     async def feed_ranges(self) -> list[str]:
         with store_errors():
-            # The SDK's partition map: read again by the SDK itself when a request meets a
-            # range that split or merged (410 with substatus 1002 or 1007).
-            ranges = self._container.read_feed_ranges()
+            # The partition map read afresh (one small request per balance): the balancer sees
+            # a split or a merge within `acquire_seconds`, whether or not this client's own
+            # requests met the 410 of a range gone (the SDK refreshes its map on a 1002 only).
+            ranges = self._container.read_feed_ranges(force_refresh=True)
             return [EpkRange.parse(json.dumps(feed_range)).text async for feed_range in ranges]
 
     async def read_changes(
@@ -71,28 +72,53 @@ class CosmosChangeFeed:
             responses.append(headers)
 
         with store_errors():
-            if continuation is None:
-                feed = self._container.query_items_change_feed(
-                    feed_range=json.loads(feed_range),
-                    start_time="Beginning",
-                    max_item_count=max_items,
-                    response_hook=keep,
-                )
-            else:
-                # The continuation names its feed range: the SDK refuses both together.
-                feed = self._container.query_items_change_feed(
-                    continuation=narrowed(continuation, EpkRange.parse(feed_range)),
-                    max_item_count=max_items,
-                    response_hook=keep,
-                )
-            changes: list[dict[str, Any]] = []
-            async for page in feed.by_page():
-                changes = [change async for change in page]
-                break
+            async with self._stale_partition_map_refreshed():
+                if continuation is None:
+                    feed = self._container.query_items_change_feed(
+                        feed_range=json.loads(feed_range),
+                        start_time="Beginning",
+                        max_item_count=max_items,
+                        response_hook=keep,
+                    )
+                else:
+                    # The continuation names its feed range: the SDK refuses both together.
+                    feed = self._container.query_items_change_feed(
+                        continuation=narrowed(continuation, EpkRange.parse(feed_range)),
+                        max_item_count=max_items,
+                        response_hook=keep,
+                    )
+                changes: list[dict[str, Any]] = []
+                async for page in feed.by_page():
+                    changes = [change async for change in page]
+                    break
         position = responses[-1].get("etag") if responses else None
         if not position:
             return ChangePage(changes, None)
         return ChangePage(changes, str(position), continuation_range(str(position)).text)
+
+    @contextlib.asynccontextmanager
+    async def _stale_partition_map_refreshed(self) -> AsyncIterator[None]:
+        """A read that met a range gone (410) leaves the SDK's partition map read again, so
+        that the next read is routed by the ranges there are now. azure-cosmos 4.17 follows a
+        1002 (split) by refreshing its map itself, but answers a 1007 (a merged range) with the
+        map it has: a client whose map predates the merge asks the gone range again and again,
+        until the interpreter's recursion limit ends it (RecursionError)."""
+        try:
+            yield
+        except (cosmos_errors.CosmosHttpResponseError, RecursionError) as error:
+            if (
+                isinstance(error, cosmos_errors.CosmosHttpResponseError)
+                and error.status_code != 410
+            ):
+                raise
+            async for _ in self._container.read_feed_ranges(force_refresh=True):
+                pass
+            if isinstance(error, RecursionError):
+                raise TransientStoreError(
+                    "the change feed asked a merged range until the recursion limit; "
+                    "its partition map is read again"
+                ) from error
+            raise
 
 
 def _token(continuation: str) -> dict[str, Any]:
