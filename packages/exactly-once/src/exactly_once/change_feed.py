@@ -6,8 +6,8 @@ the .NET processor's split into roles, in far fewer lines:
 - a **lease store** (`LeaseStore`): one lease per feed range, holding its owner and its
   continuation; acquire, renew, checkpoint and release are each conditional on the lease's
   ETag, so of two instances that move at once one wins and the other learns it lost;
-- a **bootstrapper** (`ChangeFeedProcessor.bootstrap`): a lease per feed range the monitored
-  container has, created unowned;
+- a **bootstrapper** (`ChangeFeedProcessor.bootstrap`): a free lease for each part of the
+  monitored container's key space that no lease covers;
 - a **load balancer** (`leases_to_take`): which leases this instance takes, free or ended ones
   first, up to its fair share of the ranges among the live owners; an owner holding more than
   its share is asked for one lease (`requested_by`) and hands it over between two pages (it
@@ -34,10 +34,10 @@ but for the moment of a split:
   lease (one per physical range it lies in), read from the beginning; a range a lease covers
   never gets another;
 - a **split** is the end of a lease's life, as in the .NET processor. Its holder, between two
-  pages, finds its range spread over several physical ranges (the SDK follows the store's
-  410/1002 by reading the partition map again, which the next bootstrap reads), creates a lease
-  per child carrying the parent's continuation (deterministic ids: a second attempt creates
-  nothing twice), stops handling the parent, and deletes it. A crash between the children and
+  pages, finds its range spread over several physical ranges (each bootstrap reads the
+  partition map afresh), creates a lease per child carrying the parent's continuation
+  (deterministic ids: a second attempt creates nothing twice), stops handling the parent, and
+  deletes it. A crash between the children and
   the deletion leaves a parent its children tile: the next bootstrap of any instance deletes it,
   and nobody reads it again. A crash halfway through the children leaves the parent held by
   nobody; its next holder finishes the split before it reads a page;
@@ -46,7 +46,7 @@ but for the moment of a split:
 
 A checkpoint is written only with a continuation of the lease's own range: the feed says which
 range a continuation resumes (`ChangePage.continuation_range`), and another answer raises
-`ForeignContinuationError` rather than send a range's reading somewhere else.
+`ForeignContinuationError`, before the handler, rather than send a range's reading elsewhere.
 
 An instance stops handling a range once it has gone `lease_seconds - stop_margin_seconds`
 without a successful write to its lease (renewals throttled or timing out), measured from the
