@@ -217,7 +217,7 @@ def test_the_bicep_deploys_its_subscription_role_setting_and_output() -> None:
         r for r in roles if str(r.body.get("scope", "")).startswith("consumerSubscriptions[")
     ]
     assert [r.body["scope"] for r in receivers][-1] == "consumerSubscriptions[2]"
-    assert {r.condition for r in receivers} == {"grantUser"}
+    assert {r.condition for r in receivers} == {"grantUserSubscriptions"}
     scopes = [r.body["name"] for r in roles if r.type == SUBSCRIPTION and r.existing]
     assert resolve("modules/roles.bicep", scopes[-1]) == "notifications"
     output = resolve(

@@ -379,4 +379,4 @@ def test_the_bicep_subscriptions_are_the_registrys() -> None:
     assert [r.body["scope"] for r in receivers] == [
         f"consumerSubscriptions[{i}]" for i in range(len(array))
     ]
-    assert {r.condition for r in receivers} == {"grantUser"}
+    assert {r.condition for r in receivers} == {"grantUserSubscriptions"}
