@@ -54,7 +54,7 @@ async def counted(python_cosmos: CosmosServer) -> AsyncIterator[tuple[CosmosStor
         await warm.inbox(unique("p"), [{"id": "x"}])
         await warm.inbox(unique("p"), [])
         await warm.inbox(warm.key_partition, [])
-        await warm.two_phase(unique("p"), answer)
+        await warm.two_phase(answer)
         await warm.apply_version(unique("p"), "doc", 1, lambda _: {})
         yield store, log
 
@@ -116,8 +116,8 @@ async def test_each_mechanism_costs_what_the_readme_says(
         Outcome.DUPLICATE,
         costs["inbox"][1],
     )
-    first, first_count = await requests_of(log, effects.two_phase(partition, answer))
-    again, again_count = await requests_of(log, effects.two_phase(partition, answer))
+    first, first_count = await requests_of(log, effects.two_phase(answer))
+    again, again_count = await requests_of(log, effects.two_phase(answer))
     assert (first.outcome, first_count) == (Outcome.PROCESSED, costs["two_phase"][0])
     assert (again.outcome, again_count) == (Outcome.DUPLICATE, costs["two_phase"][1])
     assert await requests_of(log, effects.apply_version(partition, "v", 2, lambda _: {})) == (
@@ -177,6 +177,15 @@ class FoundOnConflict:
         created: Sequence[JsonMapping],
     ) -> None:
         await self.store.replace_and_create(partition, document, etag=etag, created=created)
+
+    async def replace_all_and_create(
+        self,
+        partition: str,
+        replaced: Sequence[tuple[JsonMapping, str]],
+        *,
+        created: Sequence[JsonMapping],
+    ) -> None:
+        await self.store.replace_all_and_create(partition, replaced, created=created)
 
 
 async def test_a_conflict_that_carries_the_entity_is_judged_without_another_read(
