@@ -15,7 +15,6 @@ import datetime
 import json
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -30,7 +29,7 @@ import pytest
 from azure.cosmos.aio import ContainerProxy, CosmosClient
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
-from core_support import QUEUE, unique
+from core_support import QUEUE, guide_blocks, run_guide, unique
 from servers import CosmosServer
 
 from exactly_once import (
@@ -48,27 +47,12 @@ from servicebus_emulator import RunningEmulator
 
 REPO = Path(__file__).resolve().parents[2]
 CORE_SOURCE = REPO / "packages" / "exactly-once" / "src"
-GUIDE = CORE_SOURCE / "exactly_once" / "README.md"
-BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 T = TypeVar("T")
 # A Service Bus endpoint where nothing listens: the guide's client must not reach it at import.
 NOWHERE = (
     "Endpoint=sb://127.0.0.1:9;SharedAccessKeyName=RootManageSharedAccessKey;"
     "SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;"
 )
-
-
-def guide_blocks() -> list[str]:
-    return BLOCK.findall(GUIDE.read_text())
-
-
-def run_guide(namespace: dict[str, Any]) -> None:
-    """Every block, in order, in `namespace`, compiled as a reader's module would be: without
-    this file's `from __future__ import annotations` (which `compile` would otherwise pass on,
-    turning the guide's annotations into strings a reader's module never has)."""
-    for number, block in enumerate(guide_blocks(), start=1):
-        code = compile(block, f"{GUIDE.name} python block {number}", "exec", dont_inherit=True)
-        exec(code, namespace)
 
 
 def test_the_guide_has_the_blocks_this_test_runs() -> None:
