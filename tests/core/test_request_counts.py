@@ -4,7 +4,7 @@ SDK sends is counted (an azure-core raw request hook), once the client is warm."
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, cast
 
 import pytest
@@ -18,6 +18,7 @@ from exactly_once import (
     DocumentExistsError,
     Effects,
     JsonMapping,
+    JsonObject,
     LocalCache,
     Outcome,
     PayloadMismatchError,
@@ -127,6 +128,32 @@ async def test_each_mechanism_costs_what_the_readme_says(
     assert await requests_of(log, effects.apply_version(partition, "v", 2, lambda _: {})) == (
         Outcome.STALE,
         1,
+    )
+
+
+@pytest.mark.parametrize(
+    ("in_the_keys_home", "costs"),
+    [(True, (1 + 2, 2 + 2)), (False, (2 + 2, 4 + 2))],
+    ids=["in-the-keys-home", "elsewhere"],
+)
+async def test_an_adjustment_of_two_documents_costs_what_the_readme_says(
+    counted: tuple[CosmosStore, RequestLog], in_the_keys_home: bool, costs: tuple[int, int]
+) -> None:
+    store, log = counted
+    effects = bound(store, f"m-{uuid.uuid4().hex[:8]}")
+    partition = effects.key_partition if in_the_keys_home else unique("p")
+    await store.create_all(partition, [{"id": "a", "n": 1}, {"id": "b", "n": 1}])
+
+    def add_one(items: Mapping[str, JsonObject]) -> list[JsonMapping]:
+        return [{**item, "n": cast(int, item["n"]) + 1} for item in items.values()]
+
+    assert await requests_of(log, effects.adjust(partition, ["a", "b"], add_one)) == (
+        Outcome.PROCESSED,
+        costs[0],
+    )
+    assert await requests_of(log, effects.adjust(partition, ["a", "b"], add_one)) == (
+        Outcome.DUPLICATE,
+        costs[1],
     )
 
 
