@@ -23,12 +23,15 @@ from orders.entrypoints.functions import (  # noqa: E402
     configure_function_monitoring,
     dispatch_outbox_changes,
     hold_function_budgets,
+    log_functions_worker,
     process_event_message,
 )
 
 # First, before anything else of ours runs: in its OpenTelemetry mode the host forwards no worker
 # logs, so only our own exporter carries them, and it must exist before the first one.
 configure_function_monitoring()
+# Then the worker release this app runs on, before the host's indexing can refuse it.
+log_functions_worker()
 
 from orders.entrypoints.http_api import create_app  # noqa: E402
 from orders.service.registry import CONSUMERS, ConsumerSpec  # noqa: E402

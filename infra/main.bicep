@@ -18,6 +18,9 @@ param principalId string = ''
 @description('Grant principalId data-plane access (Service Bus queue, Cosmos DB, telemetry) so `orders load` / `orders verify` run from a laptop. Off by default, as in the official azd templates.')
 param allowUserIdentityPrincipal bool = false
 
+@description('Grant principalId Service Bus Data Receiver on the subscriptions, for `orders dlq` on billing\'s and shipping\'s dead letters. It can take and complete live events too (Service Bus RBAC cannot scope to a dead-letter sub-queue), so it is off by default and apart from allowUserIdentityPrincipal.')
+param allowUserSubscriptionDeadLetters bool = false
+
 @allowed(['User', 'ServicePrincipal'])
 @description('Kind of principalId: User for a person, ServicePrincipal for a CI pipeline.')
 param principalType string = 'User'
@@ -76,6 +79,9 @@ param authAudience string = ''
 
 @description('Base URL of the payment service billing charges through (it must honour Idempotency-Key; see src/payments_standin/README.md); empty: not configured.')
 param paymentsUrl string = ''
+
+@description('From when billing and shipping refuse an event published under its bare eventId (before the MessageId nonce): an ISO 8601 time with its offset, e.g. 2026-12-31T00:00:00Z; empty: still accepted. Set it once every event published before the nonce has been consumed (docs/operations.md).')
+param bareEventIdCutover string = ''
 
 @description('Status updates through the session queue `order-status-sessions` (SessionId = orderId: strict FIFO per order, one consumer per order at a time) instead of the plain `order-status` (versions decide, any order). Both queues always exist, so this is a setting, not a migration.')
 param statusSessions bool = false
@@ -232,6 +238,7 @@ module roles 'modules/roles.bicep' = {
     userPrincipalId: principalId
     userPrincipalType: principalType
     allowUserIdentityPrincipal: allowUserIdentityPrincipal
+    allowUserSubscriptionDeadLetters: allowUserSubscriptionDeadLetters
     serviceBusNamespaceName: messaging.outputs.namespaceName
     queueName: messaging.outputs.queueName
     topicName: messaging.outputs.topicName
@@ -280,6 +287,7 @@ module functionApp 'modules/functionapp.bicep' = {
     authClientId: authClientId
     authAudience: authAudience
     paymentsUrl: paymentsUrl
+    bareEventIdCutover: bareEventIdCutover
     billingEnabled: billingEnabled
     duplicateWindowSeconds: duplicateWindowSeconds
     lockDurationSeconds: messaging.outputs.lockDurationSeconds

@@ -506,12 +506,18 @@ class FakeLeaseStore:
     async def read_all(self) -> LeaseTable:
         return LeaseTable(list(self.leases.values()), self.database_now_ms)
 
-    async def create(self, feed_range: str, lease_seconds: float) -> None:
+    async def create(
+        self, feed_range: str, lease_seconds: float, continuation: str | None = None
+    ) -> None:
         if feed_range not in self.leases:
-            self._write(Lease(feed_range, None, lease_seconds))
+            self._write(Lease(feed_range, None, lease_seconds, continuation))
 
     async def acquire(self, lease: Lease, owner: str, lease_seconds: float) -> Lease:
-        return self._replace(replace(lease, owner=owner, lease_seconds=lease_seconds))
+        taken = replace(lease, owner=owner, lease_seconds=lease_seconds, requested_by=None)
+        return self._replace(taken)
+
+    async def request(self, lease: Lease, owner: str) -> Lease:
+        return self._replace(replace(lease, requested_by=owner))
 
     async def renew(self, lease: Lease) -> Lease:
         return self._replace(lease)
@@ -520,13 +526,20 @@ class FakeLeaseStore:
         return self._replace(replace(lease, continuation=continuation))
 
     async def release(self, lease: Lease) -> Lease:
-        return self._replace(replace(lease, owner=None))
+        return self._replace(replace(lease, owner=None, requested_by=None))
+
+    async def delete(self, lease: Lease) -> None:
+        self._require_current(lease)
+        del self.leases[lease.feed_range]
 
     def _replace(self, lease: Lease) -> Lease:
+        self._require_current(lease)
+        return self._write(lease)
+
+    def _require_current(self, lease: Lease) -> None:
         current = self.leases.get(lease.feed_range)
         if current is None or current.stamp != lease.stamp:
             raise RecordChangedError(f"lease of {lease.feed_range!r} changed since it was read")
-        return self._write(lease)
 
     def _write(self, lease: Lease) -> Lease:
         stamp = Stamp(etag=f'"{next(_ETAGS)}"', written_at_s=self.database_now_ms // 1000)
@@ -995,14 +1008,18 @@ class FakeDecisionFeed:
 # --- Billing and shipping over the fake containers (the saga's unit tests share them) --------
 
 
-def billing_over(inbox: FakeFencedDocuments, payments: FakePaymentGateway, orders: Any) -> Any:
-    """Billing over the fake inbox (its records) and orders (the saga's order documents)."""
+def billing_over(
+    inbox: FakeFencedDocuments, payments: FakePaymentGateway, orders: Any, **options: Any
+) -> Any:
+    """Billing over the fake inbox (its records) and orders (the saga's order documents);
+    `options` are BillingConsumer's."""
     return BillingConsumer(
         billing_stores(inbox),
         payments,
         OrderSaga(FakeDocumentStore(orders), LAYOUT),
         LAYOUT,
         lease_seconds=60,
+        **options,
     )
 
 

@@ -64,6 +64,9 @@ param authAudience string = ''
 @description('Base URL of the payment service (PAYMENTS_URL); empty: not configured.')
 param paymentsUrl string = ''
 
+@description('BARE_EVENT_ID_CUTOVER: from when an event under its bare eventId is refused (ISO 8601 with offset); empty: accepted.')
+param bareEventIdCutover string = ''
+
 @description('Whether the billing trigger runs; false (no payment service yet) deploys `bill_order` disabled on purpose, so its deliveries wait in the subscription instead of dead-lettering.')
 param billingEnabled bool = !empty(paymentsUrl)
 
@@ -155,6 +158,8 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
         { name: 'COSMOS_INBOX_CONTAINER', value: cosmosInboxContainerName }
         { name: 'COSMOS_LEASES_CONTAINER', value: cosmosLeasesContainerName }
         { name: 'PAYMENTS_URL', value: paymentsUrl }
+        // Billing and shipping refuse an event under its bare eventId from this time on.
+        { name: 'BARE_EVENT_ID_CUTOVER', value: bareEventIdCutover }
         // The host skips a disabled function's trigger: with no payment service, billing events
         // stay in the `billing` subscription (up to their TTL) instead of failing ten times into
         // its dead-letter queue; they are billed once PAYMENTS_URL is set and this is 'false'.

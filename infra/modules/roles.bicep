@@ -7,8 +7,8 @@
 //                  | topic order-events: Data Owner             |                     |                   |
 //                  | status queues: Data Owner                  |                     |                   |
 //   deploying user | queue `orders`: Receiver + Sender          | Data Contributor    | -                 | Metrics Publisher
-//                  | subscriptions: Receiver                    |                     |                   |
 //                  | status queues: Receiver + Sender           |                     |                   |
+//   (its own opt-in) subscriptions: Receiver                    | -                   | -                 | -
 //
 // Every Service Bus grant is scoped to one entity (a queue's scope includes its dead-letter
 // sub-queue, a topic's its subscriptions and theirs); nothing is namespace-wide.
@@ -30,8 +30,15 @@
 // is needed (and none would be allowed to run concurrently with these two, see below).
 //
 // The deploying user's grants are opt-in (allowUserIdentityPrincipal, as in the official azd
-// templates): they let `orders load` / `orders verify`, the dead-letter tools (`orders dlq` on
-// the queues and subscriptions) and telemetry export run from a laptop.
+// templates): they let `orders load` / `orders verify`, the dead-letter tools on the queues
+// (`orders dlq`) and telemetry export run from a laptop.
+//
+// Receiver on the subscriptions is an opt-in of its own (allowUserSubscriptionDeadLetters), for
+// the time an operator works through billing's or shipping's dead letters. Service Bus RBAC
+// cannot narrow it: a subscription's dead-letter sub-queue is no resource a role can be scoped
+// to, and peeking is the same data action as receiving, so the dead-letter tools' grant also
+// takes and completes live events, which billing or shipping then never see. Laptop tooling
+// never needs it, so it no longer comes with allowUserIdentityPrincipal (docs/security.md).
 param appPrincipalId string
 
 @description('Deploying user or CI principal; empty: no user grants.')
@@ -42,6 +49,9 @@ param userPrincipalType string = 'User'
 
 @description('Grant userPrincipalId data-plane access (laptop tooling). Off by default.')
 param allowUserIdentityPrincipal bool = false
+
+@description('Grant userPrincipalId Receiver on the subscriptions, for `orders dlq` on their dead letters: it can take live events too (no narrower role exists). Off by default; independent of allowUserIdentityPrincipal.')
+param allowUserSubscriptionDeadLetters bool = false
 
 param serviceBusNamespaceName string
 param queueName string
@@ -65,6 +75,7 @@ var monitoringMetricsPublisher = '3913510d-42f4-4e42-8a64-420c390055eb'
 var cosmosDataContributor = '00000000-0000-0000-0000-000000000002'
 
 var grantUser = allowUserIdentityPrincipal && !empty(userPrincipalId)
+var grantUserSubscriptions = allowUserSubscriptionDeadLetters && !empty(userPrincipalId)
 
 resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' existing = {
   name: serviceBusNamespaceName
@@ -222,10 +233,11 @@ resource userQueueSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = 
   }
 }
 
-// `orders dlq` on the subscriptions (browse, purge; resubmitting to a topic is refused by the tool).
-// One per subscription, with the name (a guid of the subscription's id) each had when they were
-// declared one by one, so existing assignments are kept.
-resource userSubscriptionReceivers 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (consumer, i) in (grantUser ? subscriptions : []): {
+// `orders dlq` on the subscriptions (browse, purge; resubmitting to a topic is refused by the tool),
+// on its own opt-in: see the header. One per subscription, with the name (a guid of the
+// subscription's id) each had when they were declared one by one, so existing assignments are
+// kept. Switching the opt-in off does not delete them (ARM never deletes): infra/README.md.
+resource userSubscriptionReceivers 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (consumer, i) in (grantUserSubscriptions ? subscriptions : []): {
   name: guid(consumerSubscriptions[i].id, userPrincipalId, serviceBusDataReceiver)
   scope: consumerSubscriptions[i]
   properties: {

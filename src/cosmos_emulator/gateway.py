@@ -12,6 +12,7 @@ import traceback
 import urllib.parse
 import uuid
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from .account import account_metadata
@@ -157,7 +158,7 @@ class Gateway:
         try:
             if name == "health":
                 return json_response(200, {"status": "ok"})
-            if name == "faults":
+            if name in ("faults", "ranges"):
                 refusal = fault_request_refusal(
                     self.fault_token,
                     self.hosts,
@@ -176,11 +177,37 @@ class Gateway:
                 return json_response(204, None)
             if name == "faults" and request.method == "GET":
                 return json_response(200, {"faults": self.faults.describe()})
+            if name == "ranges" and request.method == "POST":
+                change = parse_json(request.body or b"{}", "The range change")
+                return json_response(200, self.change_ranges(change))
         except CosmosError as err:
             return error_response(err)
         except ValueError as exc:
             return error_response(bad_request(str(exc)))
         return json_response(404, {"code": "NotFound", "message": f"no admin endpoint {path}"})
+
+    def change_ranges(self, change: object) -> dict[str, Any]:
+        """Split or merge partition key ranges of a container, as Cosmos does them live:
+        `{"database", "container", "split": "<range id>"}` or `..., "merge": ["<id>", "<id>"]`
+        (two adjacent ranges). Made durable before it is answered; answers the container's
+        live range ids and the ids made. ValueError (a 400) for a change that cannot be made."""
+        spec = range_change_from(change)
+        with self.store.lock:
+            try:
+                try:
+                    if spec.split is not None:
+                        made = list(
+                            self.store.split_range(spec.database, spec.container, spec.split)
+                        )
+                    else:
+                        assert spec.merge is not None
+                        made = [self.store.merge_ranges(spec.database, spec.container, *spec.merge)]
+                finally:
+                    self.store.commit()
+            except JournalError as exc:  # undone: the ranges are as they were
+                raise not_durable(str(exc)) from exc
+            coll = self.store.find_container(spec.database, spec.container)
+            return {"ranges": coll.ranges.ids(), "made": made}
 
     # -- routing ---------------------------------------------------------------------------
     def _route(self, request: Request, seg: list[str]) -> Response:
@@ -378,6 +405,40 @@ def _fault_error(rule: FaultRule) -> CosmosError:
     return CosmosError(
         status, names.get(status, "Error"), f"Injected fault {status} (cosmos-emulator)."
     )
+
+
+@dataclass(frozen=True)
+class RangeChange:
+    database: str
+    container: str
+    split: str | None = None
+    merge: tuple[str, str] | None = None
+
+
+def range_change_from(spec: object) -> RangeChange:
+    """A split or merge from the admin endpoint's JSON; a wrong field is a ValueError."""
+    if not isinstance(spec, dict):
+        raise ValueError("A range change must be a JSON object.")
+    unknown = set(spec) - {"database", "container", "split", "merge"}
+    if unknown:
+        raise ValueError(f"unknown range change fields: {sorted(unknown)}")
+    database, container = _text_field(spec, "database"), _text_field(spec, "container")
+    if database is None or container is None:
+        raise ValueError("a range change names its 'database' and 'container'")
+    split, merge = spec.get("split"), spec.get("merge")
+    if (split is None) == (merge is None):
+        raise ValueError("a range change has either 'split' (a range id) or 'merge' (two ids)")
+    if split is not None:
+        if not isinstance(split, str) or len(split) > 40:
+            raise ValueError("'split' is the id of the range to split, a string")
+        return RangeChange(database, container, split=split)
+    if (
+        not isinstance(merge, list)
+        or len(merge) != 2
+        or not all(isinstance(i, str) and len(i) <= 40 for i in merge)
+    ):
+        raise ValueError("'merge' is a list of the ids of two adjacent ranges")
+    return RangeChange(database, container, merge=(merge[0], merge[1]))
 
 
 def fault_rule_from(spec: object) -> FaultRule:

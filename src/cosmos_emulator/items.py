@@ -132,7 +132,7 @@ class Outcome:
 def _check_body(ctx: ItemContext, body: object, expected_id: str | None = None) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise bad_request("The item must be a JSON object.")
-    item_id = validate_id(body.get("id"))
+    item_id = validate_id(body.get("id"), item=True)
     if expected_id is not None and item_id != expected_id:
         raise bad_request(
             f"The id '{item_id}' in the body does not match the id '{expected_id}' in the request."
@@ -147,8 +147,8 @@ def _check_body(ctx: ItemContext, body: object, expected_id: str | None = None) 
         )
     if "ttl" in body:
         _check_ttl(body["ttl"])
-    # Cosmos measures an item in UTF-8 bytes: a 1.2 MB item of CJK text fits, although the
-    # SDK sends it twice as long (every such character escaped as \uXXXX).
+    # The request body was judged as sent (documents.py); a stored item is measured in UTF-8
+    # too, which catches an item a patch or a batch's operations grew past the limit.
     size = len(check_document(body, "The item").encode("utf-8", "surrogatepass"))
     if size > MAX_ITEM_BYTES:
         raise too_large(size)

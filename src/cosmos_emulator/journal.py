@@ -10,12 +10,15 @@ replayed whole or not at all:
 
 Operations (`o`): `db` a database is created (its properties and throughput), `db-` deleted (by
 `_rid`); `c` a container is created in database `d` (its properties, indexing policy and
-computed properties included, and `n` its partition key range count when not 1), `c~` replaced,
-`c-` deleted; `t` an offer's throughput changes; `i` an item version is stored (container `c`
-by `_rid`, partition `k`, the document with its `_etag` / `_ts` / `_lsn`, its exact write time
-`w`, creation order `s`, and `n: false` when it is left out of queries: written with
-`x-ms-indexing-directive: exclude`, or without `include` under a non-automatic indexing
-policy); `x` an item is dropped (deleted, expired and purged, or an expired leftover replaced).
+computed properties included, and `n` its partition key range count when not 1, or `m` its
+whole range map once it has split or merged), `c~` replaced, `c-` deleted; `r` a container's
+partition key ranges split or merged (`m`: its whole range map after that, as
+`ranges.RangeMap.to_record` writes it); `t` an offer's throughput changes; `i` an item version
+is stored (container `c` by `_rid`, partition `k`, the document with its `_etag` / `_ts` /
+`_lsn`, its exact write time `w`, creation order `s`, and `n: false` when it is left out of
+queries: written with `x-ms-indexing-directive: exclude`, or without `include` under a
+non-automatic indexing policy); `x` an item is dropped (deleted, expired and purged, or an
+expired leftover replaced).
 
 The gateway commits after every request, before the response is handed to the connection:
 the line is written with one `os.write` (and `fsync` with `--fsync`), so nothing is
@@ -420,6 +423,8 @@ class _Replay:
             coll = Container(
                 props, throughput=_throughput(op["t"]), range_count=_range_count(op.get("n", 1))
             )
+            if "m" in op:  # split or merged since it was created
+                coll.restore_ranges(op["m"])
             db.containers[props["id"]] = coll
             self.containers[props["_rid"]] = (db, coll)
         elif kind == "c~":
@@ -432,6 +437,9 @@ class _Replay:
             db, coll = self._container(op["r"])
             del db.containers[coll.props["id"]]
             del self.containers[coll.rid]
+        elif kind == "r":  # a split or merge: the container's whole range map after it
+            _, coll = self._container(op["c"])
+            coll.restore_ranges(op["m"])
         elif kind == "t":
             rid = op["r"]
             if rid not in self.databases and rid not in self.containers:
@@ -445,7 +453,7 @@ class _Replay:
         key, doc = op["k"], op["d"]
         if not isinstance(doc, dict) or not isinstance(key, str):
             raise ValueError("an item record needs a partition key string and a document")
-        validate_id(doc.get("id"))
+        validate_id(doc.get("id"), item=True)
         for name in ("_rid", "_self", "_etag"):
             if not isinstance(doc.get(name), str):
                 raise ValueError(f"the item's {name} must be a string")

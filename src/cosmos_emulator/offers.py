@@ -74,6 +74,8 @@ def handle_offers(request: Request, seg: list[str], store: Store) -> Response:
     if not isinstance(throughput, int) or throughput < MIN_THROUGHPUT:
         raise bad_request(f"content.offerThroughput must be an integer >= {MIN_THROUGHPUT}.")
     store.set_throughput(offer["id"], throughput)
+    # Past 10,000 RU/s per physical partition the container's ranges split (ranges.py).
+    store.split_for_throughput(offer["id"], throughput)
     return json_response(
         200, {**offer, "content": {**offer["content"], "offerThroughput": throughput}}
     )

@@ -6,6 +6,7 @@ import base64
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from .errors import CosmosError, bad_request
@@ -89,10 +90,20 @@ def cosmos_token_rid(request: Request) -> str | None:
     return match["rid"] if match else None
 
 
-def page_window(request: Request, bound_to: str) -> tuple[int, int]:
+# Where a page was served from: (range id or "", start EPK, end EPK) of a per-range query.
+Span = tuple[str, str, str]
+# Maps a token's offset from the span it was issued in to the span asked now (a split's child
+# resuming its parent's token); None when the token cannot apply there.
+Resume = Callable[[Span, int], int | None]
+
+
+def page_window(
+    request: Request, bound_to: str, span: Span | None = None, resume: Resume | None = None
+) -> tuple[int, int]:
     """(first result index, page size) asked for by `x-ms-continuation` and max item count.
 
-    A token in Cosmos's format starts at 0 here: `page` finds where it resumes."""
+    A token in Cosmos's format starts at 0 here: `page` finds where it resumes. A token issued
+    in another `span` than `span` (a range that has split since) is mapped by `resume`."""
     raw_size = request.headers.get("x-ms-max-item-count", "")
     try:
         size = int(raw_size) if raw_size else -1
@@ -108,17 +119,35 @@ def page_window(request: Request, bound_to: str) -> tuple[int, int]:
             start = state["offset"]
             if not isinstance(start, int) or start < 0 or state["fp"] != bound_to:
                 raise ValueError
+            issued = state.get("span")
+            if issued is not None and (
+                not isinstance(issued, list)
+                or len(issued) != 3
+                or not all(isinstance(part, str) for part in issued)
+            ):
+                raise ValueError
+            if issued is not None and span is not None and tuple(issued) != span:
+                moved = None if resume is None else resume((issued[0], issued[1], issued[2]), start)
+                if moved is None:
+                    raise ValueError
+                start = moved
         except (CosmosError, ValueError, KeyError, TypeError):
             raise bad_request("Invalid continuation token for this query.") from None
     return start, size
 
 
-def page(request: Request, results: list[Any], bound_to: str) -> tuple[list[Any], dict[str, str]]:
+def page(
+    request: Request,
+    results: list[Any],
+    bound_to: str,
+    span: Span | None = None,
+    resume: Resume | None = None,
+) -> tuple[list[Any], dict[str, str]]:
     """One page of `results`; `results` must hold at least one past the page when more exist.
 
     A Cosmos-format token resumes at the document with its `_rid`; a token naming none of
     the results (another container's, say) starts from the beginning, as Cosmos does."""
-    start, size = page_window(request, bound_to)
+    start, size = page_window(request, bound_to, span, resume)
     resume_at = cosmos_token_rid(request)
     if resume_at is not None:
         start = next(
@@ -132,7 +161,9 @@ def page(request: Request, results: list[Any], bound_to: str) -> tuple[list[Any]
     chunk = results[start : start + size]
     headers = {"x-ms-item-count": str(len(chunk))}
     if start + size < len(results):
-        state = {"offset": start + size, "fp": bound_to}
+        state: dict[str, Any] = {"offset": start + size, "fp": bound_to}
+        if span is not None:
+            state["span"] = list(span)
         headers["x-ms-continuation"] = base64.urlsafe_b64encode(json.dumps(state).encode()).decode()
     return chunk, headers
 

@@ -184,6 +184,32 @@ class RunningCosmosEmulator:
     def pending_faults(self) -> list[dict[str, Any]]:
         return self._core.faults.describe()
 
+    def split_range(self, database: str, container: str, range_id: str) -> list[str]:
+        """Split a container's partition key range `range_id` in two at its EPK midpoint, as
+        Cosmos splits a physical partition; the children's ids. From then on a request naming
+        `range_id` is answered 410 Gone, substatus 1002, and `/pkranges` lists the children
+        with `parents`. Journaled before it returns. ValueError when the range is not live
+        (or the container is on hash V1); CosmosError (404) for an unknown container."""
+        return list(
+            self._core.gateway.change_ranges(
+                {"database": database, "container": container, "split": range_id}
+            )["made"]
+        )
+
+    def merge_ranges(self, database: str, container: str, first_id: str, second_id: str) -> str:
+        """Merge two adjacent partition key ranges into one; its id. The two ids are gone
+        (410: substatus 1007 to the change feed and bulk, 1002 to queries)."""
+        made = self._core.gateway.change_ranges(
+            {"database": database, "container": container, "merge": [first_id, second_id]}
+        )["made"]
+        return str(made[0])
+
+    def partition_key_range_ids(self, database: str, container: str) -> list[str]:
+        """The ids of a container's live partition key ranges, in EPK order."""
+        store = self._core.store
+        with store.lock:
+            return store.find_container(database, container).ranges.ids()
+
     def stats(self) -> dict[str, int]:
         """Counts of what is stored, including expired items not yet purged."""
         store = self._core.store

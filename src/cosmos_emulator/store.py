@@ -19,7 +19,7 @@ from .ids import RidAllocator, new_etag, validate_id
 from .lsn_index import LsnIndex
 from .query.computed import check_definitions
 from .query.values import UNDEFINED
-from .ranges import RangeMap
+from .ranges import RangeMap, range_width, ranges_for_throughput
 
 ChangeLog = list[dict[str, Any]]
 
@@ -48,8 +48,8 @@ class Container:
     scoped_feeds: dict[str, LsnIndex[Item]] = field(default_factory=dict)
     _scopes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     log: ChangeLog | None = None
-    # How many partition key ranges (physical partitions) split the EPK space; fixed at
-    # creation (no splits are modelled).
+    # How many partition key ranges (physical partitions) split the EPK space at creation;
+    # later splits and merges change `ranges` (and this count with it).
     range_count: int = 1
     # Each partition key range's log sequence number, as Cosmos keeps one per range: one step
     # per committed write request in that range (a transactional batch is one step), so `lsn`
@@ -65,9 +65,47 @@ class Container:
         self.ranges = RangeMap(
             self.range_count, definition.get("kind", "Hash"), definition.get("version", 1) == 2
         )
+        self._range_ids = self.ranges.ids()
         self.range_lsns = [0] * self.range_count
         if self.range_count > 1:
             self.range_feeds = [LsnIndex() for _ in range(self.range_count)]
+
+    # -- splits and merges (the range map changes; each range's feed and LSN follow) ---------
+    def split_range(self, range_id: str) -> tuple[str, str]:
+        """Split live range `range_id` in two (RangeError when it cannot be); the children's
+        ids. They start at their parent's LSN, so session tokens and `lsn` stay monotonic."""
+        parent_lsn = self.range_lsns[self.ranges.live_index(range_id)]
+        children = self.ranges.split(range_id)
+        self._ranges_changed({child: parent_lsn for child in children})
+        return children
+
+    def merge_ranges(self, first_id: str, second_id: str) -> str:
+        """Merge two adjacent live ranges (RangeError when they are not); the new range's id."""
+        lsn = max(self.range_lsns[self.ranges.live_index(i)] for i in (first_id, second_id))
+        merged = self.ranges.merge(first_id, second_id)
+        self._ranges_changed({merged: lsn})
+        return merged
+
+    def restore_ranges(self, record: object) -> None:
+        """The range map a journal recorded (ValueError when invalid); feeds rebuilt."""
+        self.ranges.restore(record)
+        self._ranges_changed({})
+
+    def _ranges_changed(self, new_lsns: dict[str, int]) -> None:
+        old = {r: lsn for r, lsn in zip(self._range_ids, self.range_lsns, strict=False)}
+        old.update(new_lsns)
+        self._range_ids = self.ranges.ids()
+        self.range_count = self.ranges.count
+        self.range_lsns = [old.get(r, 0) for r in self._range_ids]
+        self.range_feeds = []
+        if self.range_count > 1:
+            self.range_feeds = [LsnIndex() for _ in range(self.range_count)]
+            for key, part in self.partitions.items():
+                feed = self.range_feeds[self.range_of_partition(key)]
+                for item in part.values():
+                    feed.add(_lsn_of(item), item)
+        if self.log is not None:
+            self.log.append({"o": "r", "c": self.rid, "m": self.ranges.to_record()})
 
     def range_of_partition(self, key: str) -> int:
         """The range holding stored partition `key` (its EPK is cached with its scopes)."""
@@ -283,7 +321,9 @@ def container_record(database_rid: str, coll: Container) -> dict[str, Any]:
         "p": coll.props,
         "t": coll.throughput,
     }
-    if coll.range_count != 1:  # only the exception is written, as with items' `n`
+    if coll.ranges.generation:  # split or merged since: the whole map
+        record["m"] = coll.ranges.to_record()
+    elif coll.range_count != 1:  # only the exception is written, as with items' `n`
         record["n"] = coll.range_count
     return record
 
@@ -364,6 +404,28 @@ class Store:
                     coll.throughput = throughput
         self.touch()
         self.record({"o": "t", "r": rid, "t": throughput})
+
+    def split_range(self, db_name: str, coll_name: str, range_id: str) -> tuple[str, str]:
+        """Split a container's live range (RangeError when it cannot be); the children's ids."""
+        return self.find_container(db_name, coll_name).split_range(range_id)
+
+    def merge_ranges(self, db_name: str, coll_name: str, first: str, second: str) -> str:
+        """Merge two adjacent live ranges of a container (RangeError when they are not)."""
+        return self.find_container(db_name, coll_name).merge_ranges(first, second)
+
+    def split_for_throughput(self, rid: str, throughput: int) -> list[str]:
+        """Split the container `rid`'s widest ranges until it has one per 10,000 RU/s of
+        `throughput`, as Cosmos adds physical partitions when throughput outgrows them (it
+        never merges when throughput falls); the ids of the ranges split."""
+        split: list[str] = []
+        coll = next((c for c in self.containers() if c.rid == rid), None)
+        if coll is None or not coll.ranges.hashed:
+            return split
+        while coll.range_count < ranges_for_throughput(throughput):
+            widest = max(coll.ranges.live, key=lambda r: range_width(r))
+            coll.split_range(widest.id)
+            split.append(widest.id)
+        return split
 
     # -- databases -----------------------------------------------------------------------
     def find_database(self, name: str) -> Database:

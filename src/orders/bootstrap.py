@@ -140,7 +140,11 @@ async def build_console_runtime(
         folder = settings.decisions_folder
         payments = None
         if settings.payments_url:
-            payments = HttpPaymentGateway(settings.payments_url, settings.payments_timeout_seconds)
+            payments = HttpPaymentGateway(
+                settings.payments_url,
+                settings.payments_timeout_seconds,
+                token=settings.payments_token,
+            )
             stack.push_async_callback(payments.close)
         # Every page peeks: the console's receivers stay open (one per entity and sub-queue).
         peeks = PeekReceivers(servicebus)
@@ -207,7 +211,11 @@ class _Wiring:
 
     def payments(self) -> PaymentGateway:
         settings = self.settings
-        gateway = HttpPaymentGateway(settings.require_payments(), settings.payments_timeout_seconds)
+        gateway = HttpPaymentGateway(
+            settings.require_payments(),
+            settings.payments_timeout_seconds,
+            token=settings.payments_token,
+        )
         self.stack.push_async_callback(gateway.close)
         return gateway
 

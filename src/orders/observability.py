@@ -30,6 +30,8 @@ from exactly_once.telemetry import Delivered, Destination, Telemetry
 from orders.domain.received import ReceivedOrderMessage
 
 INSTRUMENTATION_NAME = "orders.consumer"
+# A decision's log line when the host's binding did not carry the delivery count.
+UNKNOWN = "unknown"
 
 logger = logging.getLogger("orders.consumer")
 
@@ -117,7 +119,7 @@ class ConsumerTelemetry:
             "dedup_key": dedup_key,
             "message_id": message.message_id,
             "correlation_id": message.correlation_id,
-            "delivery_count": message.delivery_count,
+            "delivery_count": UNKNOWN if message.delivery_count is None else message.delivery_count,
             "dead_letter_reason": decision.dead_letter_reason,
         }
         text = " ".join(
@@ -303,8 +305,9 @@ def delivered_of(
     return Delivered(
         message.message_id,
         destination,
-        # Earlier attempts as the SDK reports them; the conventions count this one too.
-        delivery_count=message.delivery_count + 1,
+        # Earlier attempts as the SDK reports them; the conventions count this one too. Not
+        # carried by the binding: no attribute, never a count of 1.
+        delivery_count=None if message.delivery_count is None else message.delivery_count + 1,
         trace_context=message.trace_context,
     )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 
 from exactly_once.exceptions import RetentionError
 from exactly_once.retention import Retention
@@ -54,6 +55,9 @@ APP_SETTING_NAMES = frozenset(
         "ORDERS_LOCK_DURATION_SECONDS",
         "ORDERS_MAX_DELIVERY_COUNT",
         "ORDERS_MESSAGE_TTL_SECONDS",
+        # When billing and shipping stop taking an event under its bare eventId (issue 46): an
+        # ISO 8601 time with its offset, empty until the operator sets it (docs/operations.md).
+        "BARE_EVENT_ID_CUTOVER",
     }
 )
 # Only for the emulators: keys and connection strings never appear in the Azure deployment.
@@ -63,7 +67,10 @@ EMULATOR_COSMOS_KEY = (
 )
 # `CosmosConnection` (an emulator connection string) is read by the Functions host's Cosmos DB
 # trigger under `func start`; in Azure its identity-based `CosmosConnection__*` form is set.
-EMULATOR_ONLY_SETTING_NAMES = frozenset({"ServiceBusConnection", "COSMOS_KEY", "CosmosConnection"})
+# `PAYMENTS_TOKEN` is what the payment stand-in's money routes ask for (`orders up` draws it).
+EMULATOR_ONLY_SETTING_NAMES = frozenset(
+    {"ServiceBusConnection", "COSMOS_KEY", "CosmosConnection", "PAYMENTS_TOKEN"}
+)
 # Optional tuning with defaults in code.
 OPTIONAL_SETTING_NAMES = frozenset(
     {
@@ -152,6 +159,9 @@ class Settings:
     # Base URL of the payment service (`POST /payments` with Idempotency-Key); locally the
     # stand-in `orders payments` serves it.
     payments_url: str | None = None
+    # Sent as `Authorization: Bearer` to the payment service: the stand-in's money token, which
+    # `orders up` draws and hands over (a web page or a local process without it moves no money).
+    payments_token: str | None = None
     # How long a billing record's owner may take before another delivery takes over (by the
     # database's clock); it must outlast the payment call's timeout.
     billing_lease_seconds: float = 60.0
@@ -164,6 +174,9 @@ class Settings:
     record_retention: Retention = DEFAULT_RECORD_RETENTION
     decisions_folder: str | None = None
     allowed_hosts: tuple[str, ...] = ()
+    # From when billing and shipping refuse an event under its bare eventId (published before
+    # the nonce): `BARE_EVENT_ID_CUTOVER`; None accepts it (domain/events.BareEventIdCutover).
+    bare_event_id_cutover: datetime | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -227,6 +240,7 @@ class Settings:
             appinsights_connection_string=optional("APPLICATIONINSIGHTS_CONNECTION_STRING"),
             appinsights_authentication_string=optional("APPLICATIONINSIGHTS_AUTHENTICATION_STRING"),
             payments_url=optional("PAYMENTS_URL"),
+            payments_token=optional("PAYMENTS_TOKEN"),
             billing_lease_seconds=billing_lease,
             payments_timeout_seconds=min(10.0, billing_lease / 2),
             idempotency_ttl_seconds=ttl,
@@ -242,6 +256,7 @@ class Settings:
             duplicate_window_seconds=window,
             record_retention=record_retention(optional),
             decisions_folder=optional("ORDERS_DECISIONS_DIR"),
+            bare_event_id_cutover=cutover_time(optional("BARE_EVENT_ID_CUTOVER")),
             allowed_hosts=tuple(
                 entry.strip()
                 for entry in (optional("ORDERS_ALLOWED_HOSTS") or "").split(",")
@@ -320,6 +335,22 @@ def _positive_whole(name: str, text: str) -> int:
     if not (text.isascii() and text.isdigit()) or len(text) > 9 or int(text) == 0:
         raise SettingsError(f"{name} must be a positive whole number: {text!r}")
     return int(text)
+
+
+def cutover_time(text: str | None) -> datetime | None:
+    """`BARE_EVENT_ID_CUTOVER`: an ISO 8601 time with its UTC offset (`2026-12-31T00:00:00Z`),
+    or None when unset. A time without an offset would mean another instant on every host."""
+    if text is None:
+        return None
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise SettingsError(
+            f"BARE_EVENT_ID_CUTOVER must be an ISO 8601 time such as 2026-12-31T00:00:00Z: {text!r}"
+        ) from exc
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise SettingsError(f"BARE_EVENT_ID_CUTOVER needs its UTC offset (Z or +01:00): {text!r}")
+    return when
 
 
 def record_retention(optional: Callable[[str], str | None]) -> Retention:

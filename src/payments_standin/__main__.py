@@ -1,9 +1,10 @@
 """`python -m payments_standin --host 127.0.0.1 --port 0 [--data DIR] [--fault JSON]...
-[--allowed-host NAME[:PORT]]... [--fault-token TOKEN]`.
+[--allowed-host NAME[:PORT]]... [--fault-token TOKEN] [--token TOKEN]`.
 
 The fault token comes from `--fault-token`, else from PAYMENTS_STANDIN_FAULT_TOKEN (better: a
 command line is visible to every local user), else it is drawn at random and printed once, on
-the line after the ready line."""
+the line after the ready line. The money routes' token (`POST /payments`, `POST /refunds`) comes
+the same way from `--token` or PAYMENTS_STANDIN_TOKEN."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import sys
 import threading
 from pathlib import Path
 
-from .fault_access import FAULT_TOKEN_ENV, checked_fault_token
+from .fault_access import FAULT_TOKEN_ENV, MONEY_TOKEN_ENV, checked_fault_token, checked_money_token
 from .faults import FaultRule, fault_rule_from
 from .standin import PaymentStandin
 from .validation import InvalidInput, json_body
@@ -31,6 +32,13 @@ def _fault(text: str) -> FaultRule:
 def _fault_token(text: str) -> str:
     try:
         return checked_fault_token(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _money_token(text: str) -> str:
+    try:
+        return checked_money_token(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -75,6 +83,14 @@ def main(argv: list[str] | None = None) -> None:
         f"${FAULT_TOKEN_ENV}, else a random one, printed at start)",
     )
     parser.add_argument(
+        "--token",
+        type=_money_token,
+        default=os.environ.get(MONEY_TOKEN_ENV) or None,
+        metavar="TOKEN",
+        help="what POST /payments and POST /refunds send as `Authorization: Bearer` (default: "
+        f"${MONEY_TOKEN_ENV}, else a random one, printed at start)",
+    )
+    parser.add_argument(
         "--log-requests", action="store_true", help="one line per request on stderr"
     )
     args = parser.parse_args(argv)
@@ -91,6 +107,7 @@ def main(argv: list[str] | None = None) -> None:
             log_requests=args.log_requests,
             allowed_hosts=args.allowed_host,
             fault_token=args.fault_token,
+            money_token=args.token,
         )
     except (OSError, ValueError, sqlite3.Error) as exc:  # busy port, unusable data directory
         print(f"payments-standin: {exc}", file=sys.stderr, flush=True)
@@ -99,6 +116,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"payments-standin listening on {standin.host}:{standin.port}", flush=True)
     if args.fault_token is None:  # drawn here: whoever started it has no other way to know it
         print(f"payments-standin fault token: {standin.fault_token}", flush=True)
+    if args.token is None:
+        print(f"payments-standin payments token: {standin.money_token}", flush=True)
     stop.wait()
     standin.stop()
 

@@ -1,4 +1,7 @@
-"""Who may use the fault switches (`/faults`): a caller holding the token, never a web page.
+"""Who may use the fault switches (`/faults`) and move money (`POST /payments`, `POST /refunds`):
+a caller holding the route's token, never a web page. Each has a token of its own: the payment
+client of the app holds the money token (`orders up` hands it over as `PAYMENTS_TOKEN`), the
+operator the fault token, so neither can do the other's part.
 
 Any page open in the developer's browser can send a "simple" cross-site request (a form post,
 or `fetch` with `mode: 'no-cors'` and `Content-Type: text/plain`) to 127.0.0.1; the browser
@@ -23,6 +26,7 @@ from .hosts import AllowedHosts, authority
 from .validation import InvalidInput
 
 FAULT_TOKEN_ENV = "PAYMENTS_STANDIN_FAULT_TOKEN"
+MONEY_TOKEN_ENV = "PAYMENTS_STANDIN_TOKEN"
 # What fits `Authorization: Bearer` (RFC 6750 token68), long enough not to be guessed.
 TOKEN_SHAPE = re.compile(r"[A-Za-z0-9._~+/=-]{16,256}")
 JSON_MEDIA_TYPE = "application/json"
@@ -35,11 +39,17 @@ def new_fault_token() -> str:
 
 def checked_fault_token(text: str) -> str:
     """`text` when it can be a token; ValueError saying what one looks like otherwise."""
+    return _checked_token(text, f"a fault token ({FAULT_TOKEN_ENV} or --fault-token)")
+
+
+def checked_money_token(text: str) -> str:
+    """`text` when it can be the money routes' token; ValueError otherwise."""
+    return _checked_token(text, f"a payments token ({MONEY_TOKEN_ENV} or --token)")
+
+
+def _checked_token(text: str, what: str) -> str:
     if TOKEN_SHAPE.fullmatch(text) is None:
-        raise ValueError(
-            "a fault token is 16 to 256 characters of A-Z a-z 0-9 . _ ~ + / = -"
-            f" ({FAULT_TOKEN_ENV} or --fault-token)"
-        )
+        raise ValueError(f"{what} is 16 to 256 characters of A-Z a-z 0-9 . _ ~ + / = -")
     return text
 
 
@@ -51,7 +61,36 @@ class FaultRefusal:
     headers: dict[str, str]
 
 
-def fault_request_refusal(
+@dataclass(frozen=True)
+class GuardedRoutes:
+    """What a set of guarded routes is called in refusals, and where its token comes from."""
+
+    what: str  # "a fault request", "a charge or refund"
+    token_slug: str  # the problem type of a missing or wrong token
+    token_source: str  # where the caller finds the token
+    realm: str
+    body: str  # what the request's body is, for the media-type refusal
+
+
+FAULT_ROUTES = GuardedRoutes(
+    "a fault request",
+    "fault-token-required",
+    f"the token the stand-in was started with ({FAULT_TOKEN_ENV}), or the one it printed at start",
+    "faults",
+    "a fault rule",
+)
+MONEY_ROUTES = GuardedRoutes(
+    "a charge or refund",
+    "payments-token-required",
+    f"the token the stand-in was started with ({MONEY_TOKEN_ENV}; the app's PAYMENTS_TOKEN under "
+    "`orders up`), or the one it printed at start",
+    "payments",
+    "a charge or refund",
+)
+
+
+def request_refusal(
+    routes: GuardedRoutes,
     token: str,
     hosts: AllowedHosts,
     *,
@@ -59,24 +98,23 @@ def fault_request_refusal(
     authorizations: list[str],
     content_types: list[str] | None,
 ) -> FaultRefusal | None:
-    """Why this request may not touch the fault switches, or None when it may.
+    """Why this request may not use `routes`, or None when it may (the module's three checks).
 
     `content_types` is None for a request without a body (GET, DELETE)."""
     if origins and not (len(origins) == 1 and _own_origin(origins[0].strip(), hosts)):
         return FaultRefusal(
             403,
             "foreign-origin",
-            "a fault request from a web page of another origin is refused; "
+            f"{routes.what} from a web page of another origin is refused; "
             "send it from a tool, without Origin",
             {},
         )
     if len(authorizations) != 1 or not _bearer_matches(authorizations[0], token):
         return FaultRefusal(
             401,
-            "fault-token-required",
-            "the fault switches need `Authorization: Bearer <token>`: the token the stand-in "
-            f"was started with ({FAULT_TOKEN_ENV}), or the one it printed at start",
-            {"WWW-Authenticate": 'Bearer realm="faults"'},
+            routes.token_slug,
+            f"{routes.what} needs `Authorization: Bearer <token>`: {routes.token_source}",
+            {"WWW-Authenticate": f'Bearer realm="{routes.realm}"'},
         )
     if content_types is not None and not (
         len(content_types) == 1 and _media_type(content_types[0]) == JSON_MEDIA_TYPE
@@ -84,7 +122,7 @@ def fault_request_refusal(
         return FaultRefusal(
             415,
             "unsupported-media-type",
-            f"a fault rule is sent as `Content-Type: {JSON_MEDIA_TYPE}`",
+            f"{routes.body} is sent as `Content-Type: {JSON_MEDIA_TYPE}`",
             {},
         )
     return None

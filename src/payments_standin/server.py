@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from socket import socket
 from typing import Any, TypeVar
 
-from .fault_access import fault_request_refusal
+from .fault_access import FAULT_ROUTES, MONEY_ROUTES, GuardedRoutes, request_refusal
 from .faults import FaultInjector, FaultRule, fault_rule_from
 from .hosts import AllowedHosts
 from .store import Ledger, RefundRefused, RefundResult
@@ -90,10 +90,13 @@ class PaymentsServer(ThreadingHTTPServer):
         log_requests: bool,
         fault_token: str,
         allowed_hosts: list[str] | None = None,
+        *,
+        money_token: str,
     ) -> None:
         self.ledger = ledger
         self.faults = faults
         self.fault_token = fault_token
+        self.money_token = money_token
         self.limits = limits
         self.log_requests = log_requests
         self.stopping = threading.Event()
@@ -223,6 +226,7 @@ class PaymentsHandler(BaseHTTPRequestHandler):
             ) from None
 
     def _charge(self) -> None:
+        self._check_access(MONEY_ROUTES, self.server.money_token, with_body=True)
         raw = self._read_body(MAX_BODY_BYTES)
         key = self._idempotency_key()
         request = _valid(lambda: charge_request(key, raw))
@@ -247,6 +251,7 @@ class PaymentsHandler(BaseHTTPRequestHandler):
             self._send_json(200, result.payment.to_json(), {"Idempotent-Replayed": "true"})
 
     def _refund(self) -> None:
+        self._check_access(MONEY_ROUTES, self.server.money_token, with_body=True)
         raw = self._read_body(MAX_BODY_BYTES)
         key = self._idempotency_key()
         request = _valid(lambda: refund_request(key, raw))
@@ -329,9 +334,14 @@ class PaymentsHandler(BaseHTTPRequestHandler):
         self.end_headers()
 
     def _check_fault_access(self, *, with_body: bool) -> None:
-        """A Problem unless the caller holds the token and is no web page (fault_access.py)."""
-        refusal = fault_request_refusal(
-            self.server.fault_token,
+        self._check_access(FAULT_ROUTES, self.server.fault_token, with_body=with_body)
+
+    def _check_access(self, routes: GuardedRoutes, token: str, *, with_body: bool) -> None:
+        """A Problem unless the caller holds the routes' token and is no web page
+        (fault_access.py)."""
+        refusal = request_refusal(
+            routes,
+            token,
             self.server.hosts,
             origins=self.headers.get_all("Origin") or [],
             authorizations=self.headers.get_all("Authorization") or [],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from .fault_access import checked_fault_token, new_fault_token
+from .fault_access import checked_fault_token, checked_money_token, new_fault_token
 from .faults import FaultInjector, FaultRule
 from .server import PaymentsServer, ServerLimits
 from .store import Ledger
@@ -25,13 +25,18 @@ class PaymentStandin:
         log_requests: bool = False,
         allowed_hosts: list[str] | None = None,
         fault_token: str | None = None,
+        money_token: str | None = None,
     ) -> None:
         """`allowed_hosts`: `NAME[:PORT]` entries (the bound port when none is given) served
         besides the bound address, `localhost` and `127.0.0.1` with the bound port; a request
         naming any other host is refused (421). `fault_token`: what `/faults` requests must
-        send as `Authorization: Bearer` (None: a new random one, see `.fault_token`)."""
+        send as `Authorization: Bearer` (None: a new random one, see `.fault_token`);
+        `money_token` the same for `POST /payments` and `POST /refunds` (`.money_token`)."""
         self.fault_token = checked_fault_token(
             new_fault_token() if fault_token is None else fault_token
+        )
+        self.money_token = checked_money_token(
+            new_fault_token() if money_token is None else money_token
         )
         self.ledger = Ledger(data_dir)
         self.faults = FaultInjector()
@@ -46,6 +51,7 @@ class PaymentStandin:
                 log_requests,
                 self.fault_token,
                 allowed_hosts,
+                money_token=self.money_token,
             )
         except BaseException:
             self.ledger.close()

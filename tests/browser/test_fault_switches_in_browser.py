@@ -5,6 +5,12 @@ can, with requests the browser sends without asking anyone: `fetch` in `no-cors`
 (403, for the page's Origin), and install nothing: checked through their own state, with the
 token.
 
+Issue 46, item 5: the same page tries to move money through the stand-in (`POST /payments`, and
+`POST /refunds` of a real payment) the same two ways, and with a CORS `fetch` carrying the
+headers a charge needs (`Idempotency-Key`, JSON, a guessed token), which the browser sends only
+after a preflight the stand-in never grants. Nothing is charged or refunded: checked through the
+stand-in's own listing.
+
 The page is served by a tiny http.server as `localhost`, the targets as `127.0.0.1`: another
 site, as a page on the internet would be, and both on loopback, so no Private Network Access
 rule of the browser's stands in the way.
@@ -32,16 +38,16 @@ pytestmark = [pytest.mark.xdist_group("browser"), pytest.mark.timeout(120)]
 PAYMENTS_RULE: dict[str, object] = {"kind": "refuse", "count": 1000}
 COSMOS_RULE: dict[str, object] = {"status": 503, "count": 1000}
 
-PAGE = """<!doctype html>
+# The page's script, around the fetches it makes (FETCHES: a list of promises of a result): once
+# they settled, it posts each target's `field` as a text/plain form into an iframe of its own.
+SCRIPT = """<!doctype html>
 <html><head><title>a page of another site</title></head><body>
 <script>
 const targets = TARGETS;
 window.fetched = null;
 window.loaded = [];
-Promise.all(targets.map(t => fetch(t.url, {
-  method: 'POST', mode: 'no-cors', headers: {'Content-Type': 'text/plain'},
-  body: JSON.stringify(t.rule),
-}).then(() => 'answered', e => 'failed: ' + e))).then(results => {
+HELPERS
+Promise.all(FETCHES).then(results => {
   window.fetched = results;
   for (const t of targets) {
     const frame = document.createElement('iframe');
@@ -64,6 +70,12 @@ Promise.all(targets.map(t => fetch(t.url, {
 });
 </script></body></html>
 """
+# A simple request: the browser sends it without asking, and hides the answer.
+SIMPLE = """const simple = t => fetch(t.url, {
+  method: 'POST', mode: 'no-cors', headers: {'Content-Type': 'text/plain'},
+  body: JSON.stringify(t.rule),
+}).then(() => 'answered', e => 'failed: ' + e);"""
+PAGE = SCRIPT.replace("HELPERS", SIMPLE).replace("FETCHES", "targets.map(simple)")
 
 
 @dataclass(frozen=True)
@@ -173,3 +185,87 @@ def test_a_cross_site_page_cannot_switch_faults_on(
     with httpx.Client(headers=standin.fault_headers()) as operator:
         assert operator.get(f"{standin.url}/faults").json() == {"faults": []}
     assert emulator.pending_faults() == []
+
+
+# --- money: a page cannot charge or refund through the stand-in (issue 46) --------------------
+
+# Besides the simple request, one with a charge's headers: sent only after a CORS preflight.
+PREFLIGHTED = """const preflighted = t => fetch(t.url, {
+  method: 'POST',
+  headers: {'Content-Type': 'application/json', 'Idempotency-Key': 'page-' + t.name,
+            'Authorization': 'Bearer guessed-token-of-enough-length'},
+  body: JSON.stringify(t.rule),
+}).then(r => 'read ' + r.status, e => 'refused');"""
+MONEY_PAGE = SCRIPT.replace("HELPERS", SIMPLE + "\n" + PREFLIGHTED).replace(
+    "FETCHES", "targets.flatMap(t => [simple(t), preflighted(t)])"
+)
+
+
+@dataclass(frozen=True)
+class MoneySite:
+    url: str
+    order_id: str  # the order the page tries to charge
+    paid_order_id: str  # the order whose real payment it tries to refund
+
+
+@pytest.fixture
+def money_site(standin: StandinProcess) -> Iterator[MoneySite]:
+    with httpx.Client(base_url=standin.url, auth=standin.auth()) as app:
+        paid = app.post(
+            "/payments",
+            json={"orderId": "o-paid-by-the-app", "amount": "12.50", "currency": "EUR"},
+            headers={"Idempotency-Key": "billing:o-paid-by-the-app"},
+        )
+        assert paid.status_code == 201, paid.text
+    payment_id = paid.json()["paymentId"]
+    targets = [
+        Target(
+            "payments",
+            f"{standin.url}/payments",
+            {"orderId": "o-charged-by-a-page", "amount": "12.50", "currency": "EUR"},
+            "note",
+        ),
+        Target(
+            "refunds",
+            f"{standin.url}/refunds",
+            {"paymentId": payment_id, "amount": "12.50", "currency": "EUR"},
+            "note",
+        ),
+    ]
+    page = MONEY_PAGE.replace("TARGETS", json.dumps([t.as_page_sees_it() for t in targets]))
+    server = serve_page(page)
+    try:
+        yield MoneySite(
+            f"http://localhost:{server.server_address[1]}/",
+            "o-charged-by-a-page",
+            "o-paid-by-the-app",
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_cross_site_page_cannot_charge_or_refund_through_the_stand_in(
+    browser: Any, money_site: MoneySite, standin: StandinProcess
+) -> None:
+    browser.get(money_site.url)
+
+    # The simple requests are sent and answered (opaquely); the ones with a charge's headers
+    # never leave the browser: their preflight is refused.
+    fetched = poll_until(
+        lambda: browser.execute_script("return window.fetched"), 30.0, "the page's fetches"
+    )
+    assert fetched == ["answered", "refused", "answered", "refused"]
+    poll_until(
+        lambda: len(browser.execute_script("return window.loaded")) == 2,
+        30.0,
+        "the answers to the page's forms",
+    )
+    # The forms are refused for the page's origin, not for a detail the page could get right.
+    assert "foreign-origin" in answer_in_frame(browser, "payments")
+    assert "foreign-origin" in answer_in_frame(browser, "refunds")
+    # No money moved: nothing charged for the page's order, the app's payment not refunded.
+    with httpx.Client(base_url=standin.url, auth=standin.auth()) as operator:
+        charged = operator.get("/payments", params={"orderId": money_site.order_id})
+        refunded = operator.get("/refunds", params={"orderId": money_site.paid_order_id})
+    assert charged.json()["payments"] == [] and refunded.json()["refunds"] == []

@@ -54,6 +54,7 @@ async def main(
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    logging.getLogger("azure").setLevel(logging.WARNING)  # not a line per HTTP request
     url, key, database, container, leases, owner, out = sys.argv[1:8]
     with open(out, "a", encoding="utf-8") as handled:
         asyncio.run(main(url, key, database, container, leases, owner, handled))

@@ -2,26 +2,35 @@
 
 Three instances as separate processes share the feed ranges; the one holding a lease is killed
 with SIGKILL and another instance is started: every change is handled (duplicates allowed, at
-least once), none skipped. In-process cases: a handler failure leaves the checkpoint where it
-was, and a clean stop releases the leases.
+least once), none skipped. The split drill: three instances under a steady write load through
+a live split of a range, a SIGKILL, a merge and a restart: every change handled, only the
+killed instance's last pages twice, nothing from before the split again. In-process cases: a
+handler failure leaves the checkpoint where it was, a clean stop releases the leases, and an
+owner whose renewals the lease container throttles (a fault rule) stops handling its range
+while its lease is still live.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from azure.cosmos import PartitionKey
 from azure.cosmos.aio import ContainerProxy, CosmosClient, DatabaseProxy
+from change_feed_instance import PAGE_SIZE
 from servers import CosmosServer, stop_process
 
 from exactly_once import ChangeFeedProcessor, CosmosChangeFeed, CosmosLeaseStore, Lease
@@ -47,8 +56,21 @@ async def write_changes(container: ContainerProxy, ids: list[str]) -> None:
         await container.create_item({"id": change_id, "pk": change_id[-1]})
 
 
+def instance_logs(folder: Path) -> str:
+    return "".join(log.read_text() for log in folder.glob("*.log"))
+
+
 def handled_ids(folder: Path) -> list[str]:
     return [line for out in folder.glob("*.out") for line in out.read_text().splitlines()]
+
+
+def recorder(handled: dict[str, list[str]], owner: str) -> Any:
+    """A handler that appends each change's id to `handled[owner]`."""
+
+    async def handle(page: list[dict[str, Any]]) -> None:
+        handled[owner] += [change["id"] for change in page]
+
+    return handle
 
 
 async def poll(condition: Any, what: str, within: float = 60.0) -> None:
@@ -177,15 +199,9 @@ async def test_a_clean_stop_releases_the_leases_and_the_next_instance_resumes(
     await write_changes(changes, ["one"])
     handled: dict[str, list[str]] = {"p1": [], "p2": []}
 
-    def handler_of(owner: str) -> Any:
-        async def handle(page: list[dict[str, Any]]) -> None:
-            handled[owner] += [change["id"] for change in page]
-
-        return handle
-
     stop = asyncio.Event()
     first = ChangeFeedProcessor(
-        CosmosChangeFeed(changes), leases, handler_of("p1"), owner="p1", poll_seconds=0.05
+        CosmosChangeFeed(changes), leases, recorder(handled, "p1"), owner="p1", poll_seconds=0.05
     )
     running = asyncio.create_task(first.run(stop))
 
@@ -199,7 +215,9 @@ async def test_a_clean_stop_releases_the_leases_and_the_next_instance_resumes(
     [released] = (await leases.read_all()).leases
     assert released.owner is None and released.continuation is not None
     await write_changes(changes, ["two"])
-    second = ChangeFeedProcessor(CosmosChangeFeed(changes), leases, handler_of("p2"), owner="p2")
+    second = ChangeFeedProcessor(
+        CosmosChangeFeed(changes), leases, recorder(handled, "p2"), owner="p2"
+    )
     await second.run_once()  # no waiting the lease out: it is free
     assert handled == {"p1": ["one"], "p2": ["two"]}
 
@@ -260,3 +278,203 @@ async def test_a_lease_found_taken_when_balancing_is_logged_as_lost(
     assert holder.held_ranges() == []
     [lost] = [r.getMessage() for r in caplog.records if " lost " in r.getMessage()]
     assert lost.startswith("p1 lost feed range ") and lost.endswith(" to p2")
+
+
+def throttle_writes_of(server: CosmosServer, lease_id: str) -> None:
+    """Every replace of the lease document `lease_id` answers 429 (past the SDK's retries)."""
+    rule = {
+        "status": 429,
+        "count": 100_000,
+        "retry_after_ms": 1,
+        "operation": "Replace",
+        "path_contains": f"/docs/{lease_id}",
+    }
+    headers = {"Authorization": f"Bearer {server.fault_token}"}
+    httpx.post(f"{server.endpoint}_emulator/faults", json=rule, headers=headers).raise_for_status()
+
+
+def clear_faults(server: CosmosServer) -> None:
+    headers = {"Authorization": f"Bearer {server.fault_token}"}
+    httpx.delete(f"{server.endpoint}_emulator/faults", headers=headers).raise_for_status()
+
+
+async def test_an_owner_whose_renewals_are_throttled_stops_before_another_can_take_its_range(
+    python_cosmos: CosmosServer, database: DatabaseProxy
+) -> None:
+    changes = await new_container(database, "changes", "/pk")
+    leases = CosmosLeaseStore(await new_container(database, "leases", "/id"))
+    await write_changes(changes, ["one"])
+    handled: dict[str, list[str]] = {"old": [], "new": []}
+
+    def processor(owner: str) -> ChangeFeedProcessor:
+        # Stops 0.3 s (a tenth of the lease) before its lease could end.
+        return ChangeFeedProcessor(
+            CosmosChangeFeed(changes),
+            leases,
+            recorder(handled, owner),
+            owner=owner,
+            lease_seconds=3,
+            renew_seconds=1,
+            acquire_seconds=0.2,
+            poll_seconds=0.1,
+        )
+
+    old, stop_old = processor("old"), asyncio.Event()
+    running_old = asyncio.create_task(old.run(stop_old))
+
+    async def checkpointed() -> bool:
+        return [lease.continuation is not None for lease in (await leases.read_all()).leases] == [
+            True
+        ]
+
+    await poll(checkpointed, "the old owner handles and checkpoints the first change", within=10)
+    [lease] = (await leases.read_all()).leases
+    throttle_writes_of(python_cosmos, leases.lease_id(lease.feed_range))
+    try:
+
+        async def old_stopped() -> bool:
+            return old.stats.leases_stopped == 1
+
+        await poll(old_stopped, "the old owner gives its range up", within=10)
+        # At once: the lease is still the old owner's and live by the database's clock, so no
+        # instance could have taken it yet.
+        table = await leases.read_all()
+        [lease] = table.leases
+        assert lease.owner == "old" and lease.is_live(table.database_now_ms)
+        assert old.held_ranges() == []
+        await write_changes(changes, ["two"])
+    finally:
+        clear_faults(python_cosmos)
+    stop_old.set()
+    await running_old
+
+    new, stop_new = processor("new"), asyncio.Event()
+    running_new = asyncio.create_task(new.run(stop_new))
+
+    async def taken_over() -> bool:
+        return handled["new"] == ["two"]
+
+    await poll(taken_over, "the new owner resumes from the old one's checkpoint", within=10)
+    stop_new.set()
+    await running_new
+    assert handled["old"] == ["one"]  # nothing after it stopped
+
+
+def change_ranges(server: CosmosServer, container: str, **change: Any) -> dict[str, Any]:
+    """Split or merge the container's partition key ranges live (our emulator's switch)."""
+    response = httpx.post(
+        f"{server.endpoint}_emulator/ranges",
+        json={"database": DATABASE, "container": container, **change},
+        headers={"Authorization": f"Bearer {server.fault_token}"},
+    )
+    response.raise_for_status()
+    return dict(response.json())
+
+
+class SteadyWrites:
+    """Writes `w-00000`, `w-00001`, ... one every `every` seconds until stopped, spread over
+    the partition keys; `written` is what was acknowledged, in order."""
+
+    def __init__(self, container: ContainerProxy, every: float = 0.02) -> None:
+        self._container = container
+        self._every = every
+        self._stop = asyncio.Event()
+        self.written: list[str] = []
+        self._task = asyncio.create_task(self._write())
+
+    async def _write(self) -> None:
+        while not self._stop.is_set():
+            change_id = f"w-{len(self.written):05d}"
+            await self._container.create_item({"id": change_id, "pk": f"k{len(self.written)}"})
+            self.written.append(change_id)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self._every)
+
+    async def stop(self) -> list[str]:
+        self._stop.set()
+        await self._task
+        return self.written
+
+
+@pytest.mark.slow
+async def test_three_instances_through_a_split_a_sigkill_a_merge_and_a_restart(
+    python_cosmos: CosmosServer, database: DatabaseProxy, tmp_path: Path
+) -> None:
+    # Two physical partitions (20,000 RU/s): after the split, a range for each instance.
+    changes = await database.create_container(
+        id=f"changes-{uuid.uuid4().hex[:8]}",
+        partition_key=PartitionKey("/pk"),
+        offer_throughput=20_000,
+    )
+    lease_container = await new_container(database, "leases", "/id")
+    leases = CosmosLeaseStore(lease_container)
+    instances = Instances(python_cosmos, changes.id, lease_container.id, tmp_path)
+
+    async def settled(count: int) -> bool:
+        """`count` leases tile the key space, each held by a running instance, none asked for."""
+        table = await leases.read_all()
+        return tiles(table.leases, count) and all(
+            lease.owner in instances.running
+            and lease.is_live(table.database_now_ms)
+            and lease.requested_by is None
+            for lease in table.leases
+        )
+
+    try:
+        for owner in ("a", "b", "c"):
+            instances.start(owner)
+        await poll(lambda: settled(2), "the two ranges' leases held", within=30)
+        writes = SteadyWrites(changes)
+
+        async def handled_at_least(count: int) -> bool:
+            return len(set(handled_ids(tmp_path))) >= count
+
+        await poll(lambda: handled_at_least(30), "changes handled before the split")
+        ranges = change_ranges(python_cosmos, changes.id, split="0")["ranges"]
+        before_split = list(writes.written)
+        await poll(lambda: settled(3), "the children's leases held", within=30)
+
+        async def all_handled(ids: list[str]) -> bool:
+            return set(ids) <= set(handled_ids(tmp_path))
+
+        await poll(lambda: all_handled(before_split), "every change from before the split")
+
+        table = await leases.read_all()
+        victim = sorted(str(lease.owner) for lease in table.leases)[0]
+        victim_leases = sum(lease.owner == victim for lease in table.leases)
+        instances.kill(victim)
+        first, second = ranges[-2], ranges[-1]  # in key order: adjacent
+        change_ranges(python_cosmos, changes.id, merge=[first, second])
+        instances.start("d")  # the restart
+        after_restart = len(writes.written)
+        await poll(lambda: handled_at_least(after_restart + 30), "changes handled after it")
+        await poll(lambda: settled(3), "the leases held again", within=30)
+        written = await writes.stop()
+        await poll(lambda: all_handled(written), "every change handled")
+    finally:
+        codes = instances.stop_all()
+    assert set(codes.values()) == {0}, codes
+
+    handled = Counter(handled_ids(tmp_path))
+    assert set(handled) == set(written)  # none skipped, nothing invented
+    twice = {change for change, count in handled.items() if count > 1}
+    # Handled twice: only what the killed instance handled and had not checkpointed, a page
+    # (PAGE_SIZE changes) per lease it held at most; handled at most twice.
+    killed = set((tmp_path / f"{victim}.out").read_text().splitlines())
+    assert twice <= killed and max(handled.values()) <= 2, twice - killed
+    assert len(twice) <= victim_leases * PAGE_SIZE, sorted(twice)
+    assert not twice & set(before_split)  # nothing from before the split handled again
+    # The merge kept the three leases (each reads its part of the merged range): no overlap.
+    assert tiles((await leases.read_all()).leases, 3)
+    assert instance_logs(tmp_path).count(" split feed range ") == 1
+
+
+def tiles(stored: Sequence[Lease], count: int) -> bool:
+    """Whether `count` leases cover the whole key space, end to end, without overlap."""
+    bounds = sorted((lease.keys.min, lease.keys.max) for lease in stored)
+    return (
+        len(bounds) == count
+        and bounds[0][0] == ""
+        and bounds[-1][1] == "FF"
+        and all(low[1] == high[0] for low, high in itertools.pairwise(bounds))
+    )

@@ -93,3 +93,44 @@ async def test_a_lease_just_written_is_live_by_the_clock_read_with_it(leases: Le
     [lease] = table.leases
     assert lease.is_live(table.database_now_ms)
     assert not lease.is_live(table.database_now_ms + 32_000)  # `_ts` second + 30 s, and past
+
+
+async def test_a_lease_created_with_a_continuation_keeps_it_and_a_second_create_changes_nothing(
+    leases: LeaseStore,
+) -> None:
+    """A split's child: created from its parent's continuation, once, whoever creates it."""
+    await leases.create(RANGE, 30.0, '"7"')
+    created = await the_lease(leases)
+    await leases.create(RANGE, 30.0, '"9"')
+
+    assert (created.owner, created.continuation) == (None, '"7"')
+    assert await the_lease(leases) == created
+
+
+async def test_a_delete_is_if_match_and_a_deleted_lease_is_gone(leases: LeaseStore) -> None:
+    await leases.create(RANGE, 30.0)
+    free = await the_lease(leases)
+    taken = await leases.acquire(free, "a", 30.0)
+
+    with pytest.raises(RecordChangedError):
+        await leases.delete(free)  # stale: written since
+    assert await the_lease(leases) == taken
+    await leases.delete(taken)
+    assert (await leases.read_all()).leases == []
+    with pytest.raises(RecordChangedError):
+        await leases.delete(taken)  # gone
+
+
+async def test_a_request_keeps_owner_and_continuation_and_the_next_owner_clears_it(
+    leases: LeaseStore,
+) -> None:
+    await leases.create(RANGE, 30.0, '"7"')
+    held = await leases.acquire(await the_lease(leases), "a", 30.0)
+    asked = await leases.request(held, "b")
+
+    assert (asked.owner, asked.continuation, asked.requested_by) == ("a", '"7"', "b")
+    with pytest.raises(RecordChangedError):
+        await leases.renew(held)  # the request moved the stamp
+    released = await leases.release(asked)
+    taken = await leases.acquire(released, "b", 30.0)
+    assert released.requested_by is None and (taken.owner, taken.requested_by) == ("b", None)

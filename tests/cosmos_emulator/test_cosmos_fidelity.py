@@ -191,6 +191,40 @@ def test_not_found_and_conflict_are_cosmos_texts(
     assert "Resource with specified id or name already exists." in str(same_name.value.message)
 
 
+def test_a_batch_with_too_few_key_components_is_cosmoss_text(database: DatabaseProxy) -> None:
+    """Issue 44: the words the azure-cosmos SDK's `test_batch_subpartition` matches."""
+    container = database.create_container(
+        unique("c"), PartitionKey(path=["/state", "/city", "/zipcode"], kind="MultiHash")
+    )
+    item = {"id": "1", "state": "WA", "city": "Redmond", "zipcode": "98052"}
+    with pytest.raises(exceptions.CosmosHttpResponseError) as err:
+        container.execute_item_batch([("create", (item,))], partition_key=["WA", "Redmond"])
+    assert err.value.status_code == 400
+    assert (
+        "Partition key provided either doesn't correspond to definition in the collection or "
+        "doesn't match partition key field values specified in the document." in err.value.message
+    )
+    batch = [("create", (item,))]
+    assert len(container.execute_item_batch(batch, partition_key=["WA", "Redmond", "98052"])) == 1
+
+
+def test_invalid_computed_properties_are_cosmoss_text(
+    database: DatabaseProxy, container: ContainerProxy
+) -> None:
+    """Issue 44: the words the azure-cosmos SDK's computed-property tests match (a single
+    definition where a list belongs), and for every other refusal too."""
+    one = {"name": "cp_lower", "query": "SELECT VALUE LOWER(c.db_group) FROM c"}
+    refused: list[Any] = [one, [{**one, "query": "SELECT VALUE c.a FROM c WHERE c.a"}]]
+    for definitions in refused:
+        with pytest.raises(exceptions.CosmosHttpResponseError) as err:
+            database.replace_container(
+                container, PartitionKey("/pk"), computed_properties=definitions
+            )
+        assert err.value.status_code == 400
+        assert "One of the specified inputs is invalid" in err.value.http_error_message
+    database.replace_container(container, PartitionKey("/pk"), computed_properties=[one])
+
+
 # -- 7. container-read headers -----------------------------------------------------------------
 def test_a_container_read_reports_index_progress_quota_and_statistics(
     container: ContainerProxy,
@@ -236,20 +270,32 @@ def test_lsn_header_moves_once_per_write_and_once_per_batch(container: Container
     assert int(_headers(container)["lsn"]) == lsn + 3
 
 
-# -- 10. item size in UTF-8 bytes -------------------------------------------------------------
-def test_size_is_measured_in_utf8_bytes_not_escaped_json(container: ContainerProxy) -> None:
+# -- 10. item size: the request body as sent (issue 44) ----------------------------------------
+def test_size_is_judged_on_the_request_body_as_sent(
+    container: ContainerProxy, cosmos_emulator: RunningCosmosEmulator
+) -> None:
+    """As the azure-cosmos SDK's own tests expect of Cosmos: the SDK's default body escapes
+    CJK text (six bytes a character), so an item of 1.2 MB of UTF-8 is 2.4 MB as sent and
+    refused, while a client sending compact UTF-8 writes the same item."""
     cjk = "\u4e2d\u6587" * 200_000  # 400,000 characters: 1.2 MB of UTF-8, 2.4 MB escaped
-    created = container.create_item({"id": "big", "pk": "a", "text": cjk})
-    assert container.read_item("big", partition_key="a")["text"] == cjk == created["text"]
     with pytest.raises(exceptions.CosmosHttpResponseError) as err:
-        container.create_item({"id": "bigger", "pk": "a", "text": "\u4e2d" * 720_000})  # 2.16 MB
+        container.create_item({"id": "big", "pk": "a", "text": cjk})
     assert err.value.status_code == 413
-    # A batch's 2 MB are UTF-8 bytes too.
     batch = [("upsert", ({"id": "in-batch", "pk": "a", "text": cjk},))]
-    assert container.execute_item_batch(batch, partition_key="a")[0]["statusCode"] == 201
     with pytest.raises(exceptions.CosmosHttpResponseError) as err:
-        container.execute_item_batch([*batch, ("create", ({"id": "x", "pk": "a", "t": cjk},))], "a")
+        container.execute_item_batch(batch, partition_key="a")
     assert err.value.status_code == 413
+    database, name = container.container_link.split("/")[1::2]
+    with CosmosClient(
+        cosmos_emulator.url, cosmos_emulator.key, enable_compact_utf8_item_writes=True
+    ) as compact:
+        same = compact.get_database_client(database).get_container_client(name)
+        assert same.create_item({"id": "big", "pk": "a", "text": cjk})["text"] == cjk
+        assert same.execute_item_batch(batch, partition_key="a")[0]["statusCode"] == 201
+        with pytest.raises(exceptions.CosmosHttpResponseError) as err:  # 2.16 MB of UTF-8
+            same.create_item({"id": "bigger", "pk": "a", "text": "\u4e2d" * 720_000})
+        assert err.value.status_code == 413
+    assert container.read_item("big", partition_key="a")["text"] == cjk
 
 
 # -- 11. smaller divergences ------------------------------------------------------------------
@@ -263,6 +309,31 @@ def test_a_replace_whose_body_changes_the_id_renames_the_item(container: Contain
         container.read_item("old", partition_key="a")
     with pytest.raises(exceptions.CosmosResourceExistsError):
         container.replace_item("new", {"id": "taken", "pk": "a"})
+
+
+def test_a_query_whose_where_pins_the_key_is_routed_without_the_flag(
+    database: DatabaseProxy,
+) -> None:
+    """Issue 44: Cosmos's gateway routes a query whose WHERE pins the whole partition key (a
+    hierarchical one too) to that partition, so the sync SDK's query without the
+    cross-partition flag is answered, ORDER BY included; a prefix alone still needs the flag."""
+    three = database.create_container(
+        unique("h"),
+        PartitionKey(path=["/t", "/u"], kind="MultiHash"),
+        offer_throughput=30000,
+    )
+    for n in range(30):
+        three.create_item({"id": f"i{n}", "t": f"t{n % 3}", "u": f"u{n % 5}", "n": n})
+    text = "SELECT VALUE c.n FROM c WHERE c.u = @u AND 't1' = c.t AND c.n > 0 ORDER BY c.n DESC"
+    rows = three.query_items(text, parameters=[{"name": "@u", "value": "u1"}])
+    assert values(rows) == [16, 1]
+    with pytest.raises(exceptions.CosmosHttpResponseError) as err:
+        list(three.query_items("SELECT VALUE c.n FROM c WHERE c.t = 't1'"))
+    assert err.value.status_code == 400
+    flagged = three.query_items(
+        "SELECT VALUE c.n FROM c WHERE c.t = 't1' ORDER BY c.n", enable_cross_partition_query=True
+    )
+    assert values(flagged) == list(range(1, 30, 3))
 
 
 def test_a_query_without_key_or_cross_partition_flag_is_400(container: ContainerProxy) -> None:

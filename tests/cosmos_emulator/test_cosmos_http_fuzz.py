@@ -37,6 +37,7 @@ PATHS = [
     "/offers",
     "/_emulator/health",
     "/_emulator/faults",
+    "/_emulator/ranges",
     "/dbs/%ff/colls/%00",
     "http://[broken/",
 ]

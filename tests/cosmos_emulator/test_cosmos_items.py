@@ -6,7 +6,7 @@ import time
 
 import pytest
 from azure.core import MatchConditions
-from azure.cosmos import ContainerProxy, exceptions
+from azure.cosmos import ContainerProxy, CosmosClient, DatabaseProxy, PartitionKey, exceptions
 from cosmos_rest import call
 
 from cosmos_emulator import RunningCosmosEmulator
@@ -152,7 +152,7 @@ def test_if_none_match_on_read_is_304(
     assert status == 200 and body["id"] == "o1"
 
 
-@pytest.mark.parametrize("bad_id", ["a/b", "a\\b", "a?b", "a#b", "x" * 256, ""])
+@pytest.mark.parametrize("bad_id", ["a/b", "a\\b", "a?b", "a#b", "x" * 1024, "\u00e9" * 512, ""])
 def test_invalid_ids_are_400(
     cosmos_emulator: RunningCosmosEmulator, container: ContainerProxy, bad_id: str
 ) -> None:
@@ -168,10 +168,34 @@ def test_invalid_ids_are_400(
     assert body["code"] == "BadRequest"
 
 
-def test_id_of_255_characters_is_accepted(container: ContainerProxy) -> None:
-    long_id = "x" * 255
-    container.create_item({"id": long_id, "pk": "a"})
-    assert container.read_item(long_id, partition_key="a")["id"] == long_id
+def test_an_item_id_of_1023_bytes_is_accepted(container: ContainerProxy) -> None:
+    """Cosmos's quota for an item id is 1,023 bytes (255 characters is the one for names)."""
+    for long_id in ("x" * 1023, "\u00e9" * 511 + "x"):
+        container.create_item({"id": long_id, "pk": "a"})
+        assert container.read_item(long_id, partition_key="a")["id"] == long_id
+
+
+def test_over_long_ids_are_refused_with_cosmoss_text(
+    client: CosmosClient, database: DatabaseProxy, container: ContainerProxy
+) -> None:
+    """The words the azure-cosmos SDK's own `test_create_illegal_characters` matches."""
+    name = "ID_with_more_than_255" + "_add" * 255
+    for create in (
+        lambda: client.create_database(name),
+        lambda: database.create_container(name, PartitionKey("/pk")),
+    ):
+        with pytest.raises(exceptions.CosmosHttpResponseError) as err:
+            create()
+        assert err.value.status_code == 400
+        assert "Ensure to provide a unique non-empty string less than '255' characters." in (
+            err.value.message
+        )
+    with pytest.raises(exceptions.CosmosHttpResponseError) as err:
+        container.create_item({"id": name, "pk": "a"})
+    assert err.value.status_code == 400
+    assert "Ensure to provide a unique non-empty string less than '1024' characters." in (
+        err.value.message
+    )
 
 
 def test_items_over_2_mb_are_413(container: ContainerProxy) -> None:

@@ -54,6 +54,27 @@ def test_distinct_order_by_offset_limit_across_partitions(
     assert across(grouped, text, max_item_count=2) == expected
 
 
+@pytest.mark.parametrize("descending", [False, True])
+def test_distinct_rows_wider_than_the_order_by_on_three_ranges(
+    database: DatabaseProxy, descending: bool
+) -> None:
+    """Issue 44: rows that DISTINCT makes one but ORDER BY does not put side by side (each
+    `(v, w)` pair on several items, over three ranges, ordered by `v` alone) came back twice:
+    the plan said "Ordered", so the SDK dropped only a row equal to the one before it. It
+    says "Unordered" for them now, and the SDK remembers every row."""
+    three = database.create_container(unique("c"), PartitionKey("/pk"), offer_throughput=30000)
+    docs = [{"id": f"i{n}", "pk": f"p{n % 11}", "v": n % 7, "w": n % 3} for n in range(60)]
+    for doc in docs:
+        three.create_item(doc)
+    order = "DESC" if descending else "ASC"
+    text = f"SELECT DISTINCT c.v, c.w FROM c ORDER BY c.v {order} OFFSET 2 LIMIT 12"
+    pairs = sorted({(d["v"], d["w"]) for d in docs}, reverse=descending)  # 21 distinct pairs
+    for page_size in (None, 2):
+        rows = across(three, text, max_item_count=page_size)
+        assert len({(r["v"], r["w"]) for r in rows}) == len(rows) == 12
+        assert [r["v"] for r in rows] == [v for v, _ in pairs][2:14]
+
+
 def last_headers(container: ContainerProxy) -> dict[str, Any]:
     return dict(container.client_connection.last_response_headers)
 
@@ -93,6 +114,38 @@ def test_query_metrics_across_partitions_through_the_plan(grouped: ContainerProx
     assert int(metrics["retrievedDocumentCount"]) == len(GROUPED)
 
 
+def test_a_partition_scoped_query_uses_the_key_index_and_a_count_loads_no_document(
+    grouped: ContainerProxy,
+) -> None:
+    """Issue 44, as the azure-cosmos SDK's own `test_populate_index_metrics` expects of
+    Cosmos: `SELECT * FROM c` in a partition lists the key's index, whole, and nothing else;
+    and a COUNT without a filter is answered from the index, retrieving no document."""
+    list(grouped.query_items("SELECT * FROM c", partition_key="p0", populate_index_metrics=True))
+    assert last_headers(grouped)["x-ms-cosmos-index-utilization"] == {
+        "UtilizedSingleIndexes": [
+            {
+                "FilterExpression": "",
+                "IndexSpec": "/pk/?",
+                "FilterPreciseSet": True,
+                "IndexPreciseSet": True,
+                "IndexImpactScore": "High",
+            }
+        ],
+        "PotentialSingleIndexes": [],
+        "UtilizedCompositeIndexes": [],
+        "PotentialCompositeIndexes": [],
+    }
+    counted: list[Any] = list(
+        grouped.query_items(
+            "SELECT VALUE COUNT(1) FROM c", partition_key="p0", populate_query_metrics=True
+        )
+    )
+    assert counted == [len([d for d in GROUPED if d["pk"] == "p0"])]
+    metrics = parsed_query_metrics(last_headers(grouped)["x-ms-documentdb-query-metrics"])
+    assert (metrics["retrievedDocumentCount"], metrics["retrievedDocumentSize"]) == ("0", "0")
+    assert metrics["outputDocumentCount"] == "1"
+
+
 def test_no_metrics_unless_asked(grouped: ContainerProxy) -> None:
     list(grouped.query_items("SELECT * FROM c", partition_key="p0"))
     headers = last_headers(grouped)
@@ -114,7 +167,13 @@ def test_index_metrics_name_the_paths_the_filter_uses(grouped: ContainerProxy) -
     )
     info = last_headers(grouped)["x-ms-cosmos-index-utilization"]
     assert isinstance(info, dict)
-    assert [i["IndexSpec"] for i in info["UtilizedSingleIndexes"]] == ["/group/?", "/n/?", "/id/?"]
+    # The partition key scope first (see the next test), then the filter's and ORDER BY's paths.
+    assert [i["IndexSpec"] for i in info["UtilizedSingleIndexes"]] == [
+        "/pk/?",
+        "/group/?",
+        "/n/?",
+        "/id/?",
+    ]
     assert info["UtilizedSingleIndexes"][0]["IndexImpactScore"] == "High"
     assert info["PotentialSingleIndexes"] == []
     assert info["UtilizedCompositeIndexes"] == []
@@ -141,7 +200,7 @@ def test_index_metrics_name_the_composite_index_an_order_by_uses(database: Datab
     )
     assert rows == ["1"]
     info = last_headers(container)["x-ms-cosmos-index-utilization"]
-    assert info["UtilizedSingleIndexes"] == []
+    assert [i["IndexSpec"] for i in info["UtilizedSingleIndexes"]] == ["/pk/?"]  # the scope
     assert [i["IndexSpecs"] for i in info["UtilizedCompositeIndexes"]] == [
         ["/group ASC", "/n DESC"]
     ]

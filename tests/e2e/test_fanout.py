@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 from azure.cosmos import CosmosClient
 from e2e_support import FAST_QUEUE, new_plan, orders_cli, poll_until, send
@@ -138,6 +139,61 @@ def test_every_order_is_charged_and_shipped_once_on_three_partition_key_ranges(
         )
         outbox = _outbox_counts(stack)
         assert outbox["dispatched"] == outbox["all"] == published >= plan.orders
+
+
+def test_every_order_is_charged_and_shipped_once_through_a_split_of_the_orders_container(
+    tmp_path: Path,
+) -> None:
+    """The orders container's range splits while the dispatchers publish its outbox (our
+    emulator's switch): the split range's lease is handed to its two children from where it
+    was, so each outbox event is still published once, none from before the split again."""
+    with local_stack(FAST_QUEUE, tmp_path, cosmos_partition_ranges=2) as stack:
+        settings = stack.settings()
+        asyncio.run(prepare_local_cosmos(settings))
+        plan = new_plan(40, LoadMix(), seed=7)
+        stack.start_payments()
+        stack.start_worker()
+        dispatchers = [stack.start_dispatcher(), stack.start_dispatcher()]
+        for subscriber in ("billing", "shipping", "status"):
+            stack.start_subscriber(subscriber)
+        poll_until(
+            lambda: len({m[1] for d in dispatchers for m in LEASE_TAKEN.finditer(d.log())}) == 2,
+            60,
+            "the dispatchers to hold the two leases",
+        )
+
+        send(stack, plan)
+        poll_until(lambda: _outbox_counts(stack)["dispatched"] > 0, 60, "a first publish")
+        before_split = _outbox_counts(stack)["dispatched"]
+        response = httpx.post(
+            f"{settings.cosmos_endpoint}_emulator/ranges",
+            json={
+                "database": settings.cosmos_database,
+                "container": settings.cosmos_container,
+                "split": "0",
+            },
+            headers={"Authorization": f"Bearer {stack.fault_token}"},
+        )
+        response.raise_for_status()
+        report = wait_for_fanout(stack, plan, BOTH)
+
+        assert report.ok, report.violations
+        for consumer in ("billing", "shipping"):
+            found = report.fanout[consumer]
+            assert found["expected"] == plan.orders == found["effects"], consumer
+            assert found["doubled"] == found["missing"] == found["stuck_in_progress"] == 0
+        assert sum(" split feed range " in d.log() for d in dispatchers) == 1
+        assert [dispatcher.stop() for dispatcher in dispatchers] == [0, 0]
+        published = sum(
+            int(match[1])
+            for dispatcher in dispatchers
+            for match in PUBLISHED.finditer(dispatcher.log())
+        )
+        outbox = _outbox_counts(stack)
+        # Each outbox event published once: a child read from the beginning would publish
+        # the events from before the split again.
+        assert outbox["dispatched"] == outbox["all"] == published >= plan.orders
+        assert before_split < plan.orders, before_split  # the split came mid-stream
 
 
 LEASE_TAKEN = re.compile(r"owns the lease of feed range ([0-9a-f]{12})")

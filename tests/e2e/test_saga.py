@@ -270,7 +270,10 @@ def test_a_charge_refused_for_good_ends_the_order_payment_failed_and_it_never_sh
     taken = httpx.post(
         f"{stack.payments_url}/payments",
         json={"orderId": f"elsewhere-{victim}", "amount": "0.01", "currency": "EUR"},
-        headers={"Idempotency-Key": f"billing:{victim}"},
+        headers={
+            "Idempotency-Key": f"billing:{victim}",
+            "Authorization": f"Bearer {stack.payments_token}",
+        },
         timeout=10,
     )
     assert taken.status_code == 201, taken.text

@@ -63,7 +63,8 @@ EXPECTED_RBAC = {
     ("app", "Monitoring Metrics Publisher", (APP_INSIGHTS, "")),
     ("user", RECEIVER, ORDERS),
     ("user", SENDER, ORDERS),
-    # `orders dlq` on the subscriptions and the status queues; status updates from a laptop.
+    # `orders dlq` on the subscriptions (their own opt-in) and the status queues; status updates
+    # from a laptop.
     ("user", RECEIVER, BILLING),
     ("user", RECEIVER, SHIPPING),
     ("user", RECEIVER, STATUS),
@@ -130,7 +131,8 @@ def test_the_apps_identity_alone_may_send_to_the_events_topic_at_the_topics_scop
     """Who may publish an order event (issue 37, the README's security notes): a send right on
     `order-events` is Data Sender or Data Owner granted at the topic or at the namespace. The
     app's identity alone holds one, Data Owner scoped to the topic; the subscriptions (which
-    nobody sends to: the topic fills them) grant Receiver to the opted-in user and no more."""
+    nobody sends to: the topic fills them) grant Receiver to the user who opted in to their
+    dead letters and no more."""
     grants = [(who, role, scope) for who, role, scope, _, _ in _rbac_assignments()]
     may_publish = {
         (who, role, scope)
@@ -214,9 +216,11 @@ def test_assignment_names_are_deterministic_per_scope_principal_and_role(princip
 
 
 def test_user_grants_are_conditional_and_app_grants_are_not() -> None:
-    for who, _, _, res, props in _rbac_assignments():
+    for who, _, scope, res, props in _rbac_assignments():
         if who == "user":
-            assert res.condition == "grantUser", res.symbol
+            # Receiver on a subscription has an opt-in of its own (below).
+            expected = "grantUserSubscriptions" if scope[0] == SUBSCRIPTION else "grantUser"
+            assert res.condition == expected, res.symbol
             assert props["principalType"] == "userPrincipalType"
         else:
             assert res.condition is None, res.symbol
@@ -244,6 +248,37 @@ def test_user_grants_are_conditional_and_app_grants_are_not() -> None:
             },
         }
     }
+
+
+def test_the_subscriptions_receiver_is_an_opt_in_of_its_own_never_laptop_tooling() -> None:
+    """Issue 46: Receiver on a subscription (what `orders dlq` needs on billing's and shipping's
+    dead letters) can also take and complete live events, and Service Bus RBAC has nothing
+    narrower: a dead-letter sub-queue is no scope, peeking is receiving. So laptop tooling
+    (`ALLOW_USER_IDENTITY_PRINCIPAL`) grants nothing on the subscriptions; only
+    `ALLOW_USER_SUBSCRIPTION_DEAD_LETTERS`, off by default, does (docs/security.md)."""
+    on_subscriptions = [
+        res for who, _, scope, res, _ in _rbac_assignments() if scope[0] == SUBSCRIPTION
+    ]
+    assert on_subscriptions and all(
+        res.condition == "grantUserSubscriptions" for res in on_subscriptions
+    )
+    grant = parse(ROLES)["variables"]["grantUserSubscriptions"]["value"]["operator"]
+    assert grant["type"] == "and"
+    assert grant["operands"]["operand_1"] == "allowUserSubscriptionDeadLetters"
+    assert "userPrincipalId" in str(grant["operands"]["operand_2"])
+    assert "allowUserIdentityPrincipal" not in str(grant)
+    for path in (ROLES, MAIN):
+        declared = parse(path)["parameters"]["allowUserSubscriptionDeadLetters"]
+        assert declared["type"] == "bool" and declared["default"] is False, path
+    (roles_call,) = [c for c in module_calls(parse(MAIN)).values() if c["detail"]["path"] == ROLES]
+    assert roles_call["config"]["params"]["allowUserSubscriptionDeadLetters"] == (
+        "allowUserSubscriptionDeadLetters"
+    )
+    import json
+
+    mapped = json.loads((INFRA / "main.parameters.json").read_text(encoding="utf-8"))
+    value = mapped["parameters"]["allowUserSubscriptionDeadLetters"]["value"]
+    assert value == "${ALLOW_USER_SUBSCRIPTION_DEAD_LETTERS=false}"
 
 
 def test_user_grants_are_off_unless_the_deployment_opts_in() -> None:

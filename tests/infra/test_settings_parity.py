@@ -68,8 +68,12 @@ ISSUE_23_SETTINGS = frozenset({"ORDERS_DUPLICATE_WINDOW_SECONDS"})
 ISSUE_34_SETTINGS = frozenset(
     {"ORDERS_LOCK_DURATION_SECONDS", "ORDERS_MAX_DELIVERY_COUNT", "ORDERS_MESSAGE_TTL_SECONDS"}
 )
+# What issue 46 adds: from when a bare eventId (published before the nonce) is refused.
+ISSUE_46_SETTINGS = frozenset({"BARE_EVENT_ID_CUTOVER"})
 # Local only: keys and connection strings exist for the emulators, never in Azure.
-EMULATOR_ONLY = frozenset({"COSMOS_KEY", "ServiceBusConnection", "CosmosConnection"})
+EMULATOR_ONLY = frozenset(
+    {"COSMOS_KEY", "ServiceBusConnection", "CosmosConnection", "PAYMENTS_TOKEN"}
+)
 # Read with defaults by the HTTP API, billing and the console; Azure may leave them unset.
 OPTIONAL = frozenset(
     {
@@ -129,13 +133,14 @@ def code_setting_names() -> frozenset[str]:
     return names
 
 
-def test_bicep_sets_the_settings_issues_4_13_14_23_and_34_list() -> None:
+def test_bicep_sets_the_settings_issues_4_13_14_23_34_and_46_list() -> None:
     expected = (
         ISSUE_SETTINGS
         | ISSUE_13_SETTINGS
         | ISSUE_14_SETTINGS
         | ISSUE_23_SETTINGS
         | ISSUE_34_SETTINGS
+        | ISSUE_46_SETTINGS
     )
     assert set(bicep_app_settings()) - HOST_ONLY == expected
 

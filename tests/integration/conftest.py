@@ -10,21 +10,9 @@ from azure.servicebus.aio import ServiceBusClient
 from orders.entrypoints.localstack import QueueOptions
 from servicebus_emulator import RunningEmulator, start_in_background
 
-# The local stack's entities, with a duplicate-detection window wide enough that every send of
-# a test falls inside it, however slow the machine.
-EVENTS_OPTIONS = QueueOptions(duplicate_window_seconds=300)
-
-
-@pytest.fixture
-async def events_client() -> AsyncIterator[ServiceBusClient]:
-    """A client of our Service Bus emulator with the local stack's entities (`EVENTS_OPTIONS`):
-    the events topic (`EVENTS_OPTIONS.events_topic`) and its subscriptions among them."""
-    running = start_in_background(config=EVENTS_OPTIONS.config())
-    try:
-        async with ServiceBusClient.from_connection_string(running.connection_string) as opened:
-            yield opened
-    finally:
-        running.stop()
+# The demo's entities with a duplicate-detection window wide enough that every send of a test
+# falls inside it, however slow the machine: what a forgery sent first needs.
+WIDE_WINDOW = QueueOptions(duplicate_window_seconds=300)
 
 
 @pytest.fixture
@@ -48,3 +36,22 @@ def orders_queue_emulator() -> Iterator[RunningEmulator]:
     )
     yield running
     running.stop()
+
+
+@pytest.fixture
+def wide_window_emulator() -> Iterator[RunningEmulator]:
+    """Our Service Bus emulator with the demo's entities (`WIDE_WINDOW`)."""
+    running = start_in_background(config=WIDE_WINDOW.config())
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+async def wide_window_client(
+    wide_window_emulator: RunningEmulator,
+) -> AsyncIterator[ServiceBusClient]:
+    """An SDK client of `wide_window_emulator`, closed after the test."""
+    async with ServiceBusClient.from_connection_string(
+        wide_window_emulator.connection_string
+    ) as opened:
+        yield opened

@@ -17,7 +17,7 @@ from orders.adapters.servicebus_publisher import ServiceBusEventPublisher
 from orders.entrypoints.localstack import QueueOptions
 from orders.service.dispatcher import OutboxDispatcher
 
-TOPIC = QueueOptions().events_topic  # the events_client fixture's
+TOPIC = QueueOptions().events_topic  # the wide_window_client fixture's
 
 
 class UnmarkedFeed(NoChangesFeed):
@@ -47,39 +47,39 @@ async def received_on(
 
 
 async def test_a_retried_dispatch_of_one_outbox_entry_reaches_the_subscription_once(
-    events_client: ServiceBusClient,
+    wide_window_client: ServiceBusClient,
 ) -> None:
     entry = outbox_entry(f"retry-{uuid.uuid4().hex[:10]}")
-    events = ServiceBusEventPublisher(events_client, TOPIC)
+    events = ServiceBusEventPublisher(wide_window_client, TOPIC)
     dispatcher = OutboxDispatcher(UnmarkedFeed(), events, FakeLeaseStore(), LAYOUT)
 
     for _ in range(3):  # the first publish and two retries of the same entry
         assert await dispatcher.dispatch([entry]) == 1
     await events.close()
 
-    delivered = await received_on(events_client, "shipping")
+    delivered = await received_on(wide_window_client, "shipping")
     assert [m.message_id for m in delivered] == [entry["messageId"]]
     assert json.loads(b"".join(delivered[0].body))["eventId"] == entry["id"]
 
 
 async def test_a_forgery_sent_first_under_the_guessable_id_does_not_shadow_the_event(
-    events_client: ServiceBusClient,
+    wide_window_client: ServiceBusClient,
 ) -> None:
     order_id = f"forged-{uuid.uuid4().hex[:10]}"
     entry = outbox_entry(order_id)
     guessable = f"{order_id}:outbox:OrderAccepted"  # what the MessageId used to be
     forged_body = {**entry["event"], "totalAmount": "0"}
-    async with events_client.get_topic_sender(TOPIC) as hostile:
+    async with wide_window_client.get_topic_sender(TOPIC) as hostile:
         await hostile.send_messages(
             ServiceBusMessage(json.dumps(forged_body), message_id=guessable)
         )
-    events = ServiceBusEventPublisher(events_client, TOPIC)
+    events = ServiceBusEventPublisher(wide_window_client, TOPIC)
     dispatcher = OutboxDispatcher(UnmarkedFeed(), events, FakeLeaseStore(), LAYOUT)
 
     assert await dispatcher.dispatch([entry]) == 1
     await events.close()
 
-    delivered = await received_on(events_client, "billing")
+    delivered = await received_on(wide_window_client, "billing")
     assert [m.message_id for m in delivered] == [guessable, entry["messageId"]]
     real = json.loads(b"".join(delivered[1].body))
     assert real == entry["event"]

@@ -20,7 +20,7 @@ from orders.exceptions import TransientPublishError
 from orders.service.dispatcher import OutboxDispatcher, ParkReason
 from orders.service.ports import PendingEvent
 
-TOPIC = QueueOptions().events_topic  # the events_client fixture's
+TOPIC = QueueOptions().events_topic  # the wide_window_client fixture's
 
 
 class ParkingFeed(NoChangesFeed):
@@ -71,12 +71,12 @@ async def subscription_message_ids(client: ServiceBusClient) -> list[str]:
 
 
 async def test_an_event_the_broker_refuses_for_good_is_parked_and_the_rest_published(
-    events_client: ServiceBusClient,
+    wide_window_client: ServiceBusClient,
 ) -> None:
     run = uuid.uuid4().hex[:8]
     poison, first, last = (outbox_entry(f"{run}-{name}") for name in ("big", "a", "b"))
     feed = ParkingFeed()
-    events = ServiceBusEventPublisher(events_client, TOPIC)
+    events = ServiceBusEventPublisher(wide_window_client, TOPIC)
     dispatcher = OutboxDispatcher(
         feed,
         events,
@@ -95,7 +95,10 @@ async def test_an_event_the_broker_refuses_for_good_is_parked_and_the_rest_publi
     assert (parked["reason"], parked["attempts"]) == (ParkReason.REFUSED, 3)
     assert "refused the message" in parked["description"]
     assert dispatcher.stats.parked == 1
-    assert await subscription_message_ids(events_client) == [first["messageId"], last["messageId"]]
+    assert await subscription_message_ids(wide_window_client) == [
+        first["messageId"],
+        last["messageId"],
+    ]
 
 
 class Unavailable:

@@ -31,7 +31,7 @@ async def gateway(
     if request.param == "fake":
         yield FakePaymentGateway()
         return
-    async with HttpPaymentGateway(standin.url, timeout_seconds=5) as http:
+    async with HttpPaymentGateway(standin.url, timeout_seconds=5, token=standin.token) as http:
         yield http
 
 

@@ -42,7 +42,9 @@ def faults(standin: StandinProcess) -> Iterator[Callable[..., None]]:
 
 @pytest.fixture
 async def gateway(standin: StandinProcess) -> AsyncIterator[HttpPaymentGateway]:
-    async with HttpPaymentGateway(standin.url, timeout_seconds=5) as open_gateway:
+    async with HttpPaymentGateway(
+        standin.url, timeout_seconds=5, token=standin.token
+    ) as open_gateway:
         yield open_gateway
 
 
@@ -134,7 +136,9 @@ async def test_an_answer_later_than_the_timeout_is_unavailable_and_the_retry_get
     request = request_for()
     faults(kind="delay", delay_seconds=5, order_id=request.order_id)
 
-    async with HttpPaymentGateway(standin.url, timeout_seconds=0.5) as impatient:
+    async with HttpPaymentGateway(
+        standin.url, timeout_seconds=0.5, token=standin.token
+    ) as impatient:
         with pytest.raises(PaymentUnavailableError, match="did not answer"):
             await impatient.charge(request)
     recorded = await poll_charges(gateway, request.order_id)
@@ -347,7 +351,7 @@ async def test_the_session_comes_from_the_factory_and_is_closed(standin: Standin
         made.append(aiohttp.ClientSession(headers={"User-Agent": "billing-test"}))
         return made[-1]
 
-    gateway = HttpPaymentGateway(standin.url, 5, factory)
+    gateway = HttpPaymentGateway(standin.url, 5, factory, token=standin.token)
     await gateway.charges_for("o-none")
     await gateway.charges_for("o-none")
     await gateway.close()
@@ -402,7 +406,9 @@ async def test_a_refund_answered_later_than_the_timeout_is_unavailable_and_the_r
     charge, request = await charged(gateway)
     faults(kind="delay", operation="refund", delay_seconds=5, order_id=charge.order_id)
 
-    async with HttpPaymentGateway(standin.url, timeout_seconds=0.5) as impatient:
+    async with HttpPaymentGateway(
+        standin.url, timeout_seconds=0.5, token=standin.token
+    ) as impatient:
         with pytest.raises(PaymentUnavailableError, match="did not answer"):
             await impatient.refund(request)
     recorded: list[Refund] = []

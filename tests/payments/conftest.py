@@ -18,9 +18,9 @@ def standin() -> Iterator[StandinProcess]:
 
 @pytest.fixture(scope="module")
 def module_client(standin: StandinProcess) -> Iterator[httpx.Client]:
-    # The operator's client: it holds the fault token (a web page's requests are in
-    # test_standin_fault_access.py).
-    with httpx.Client(base_url=standin.url, timeout=10, headers=standin.fault_headers()) as http:
+    # The operator's and the app's client: it holds the fault token and the money token (a
+    # web page's requests are in test_standin_fault_access.py and test_standin_money_access.py).
+    with httpx.Client(base_url=standin.url, timeout=10, auth=standin.auth()) as http:
         yield http
 
 

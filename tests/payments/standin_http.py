@@ -41,13 +41,18 @@ def refunds_of(client: httpx.Client, **query: str) -> list[dict[str, Any]]:
     return refunds
 
 
-def raw_exchange(url: str, request: bytes, *, half_close: bool = False) -> tuple[int, Any]:
+def raw_exchange(
+    url: str, request: bytes, *, half_close: bool = False, token: str = ""
+) -> tuple[int, Any]:
     """Send bytes as they are, but for `{host}`, which becomes the stand-in's own address (the
-    one Host it serves); (status, JSON body) of the answer, read until the server closes the
-    connection (every refusal of a malformed request closes it) or Content-Length is met."""
+    one Host it serves), and `{token}`, which becomes `token` (the money routes' own);
+    (status, JSON body) of the answer, read until the server closes the connection (every
+    refusal of a malformed request closes it) or Content-Length is met."""
     parts = urlsplit(url)
     with socket.create_connection((parts.hostname or "", parts.port or 80), timeout=10) as sock:
-        sock.sendall(request.replace(b"{host}", parts.netloc.encode()))
+        sock.sendall(
+            request.replace(b"{host}", parts.netloc.encode()).replace(b"{token}", token.encode())
+        )
         if half_close:
             sock.shutdown(socket.SHUT_WR)
         received = b""

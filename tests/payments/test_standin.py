@@ -89,7 +89,7 @@ def test_twenty_concurrent_requests_with_one_key_make_one_charge(
 
     def attempt(_: int) -> httpx.Response:
         # A client per thread: twenty connections, released together.
-        with httpx.Client(base_url=standin.url, timeout=30) as own:
+        with httpx.Client(base_url=standin.url, timeout=30, auth=standin.auth()) as own:
             start.wait(timeout=30)
             return charge(own, key, order_id)
 
@@ -99,7 +99,7 @@ def test_twenty_concurrent_requests_with_one_key_make_one_charge(
     statuses = sorted(r.status_code for r in responses)
     assert statuses == [200] * 19 + [201]
     assert len({r.json()["paymentId"] for r in responses}) == 1
-    with httpx.Client(base_url=standin.url) as client:
+    with httpx.Client(base_url=standin.url, auth=standin.auth()) as client:
         assert len(charges_of(client, order_id)) == 1
 
 

@@ -59,7 +59,7 @@ def test_delay_answers_after_the_callers_timeout_but_the_charge_is_made(
     key = f"billing:{order_id}"
 
     with (
-        httpx.Client(base_url=client.base_url, timeout=0.5) as impatient,
+        httpx.Client(base_url=client.base_url, timeout=0.5, auth=client.auth) as impatient,
         pytest.raises(httpx.ReadTimeout),
     ):
         charge(impatient, key, order_id)
@@ -230,7 +230,7 @@ def test_delay_for_a_refund_answers_after_the_callers_timeout_but_the_refund_is_
     key = f"refund:{order_id}"
 
     with (
-        httpx.Client(base_url=client.base_url, timeout=0.5) as impatient,
+        httpx.Client(base_url=client.base_url, timeout=0.5, auth=client.auth) as impatient,
         pytest.raises(httpx.ReadTimeout),
     ):
         refund(impatient, key, payment_id)

@@ -95,7 +95,10 @@ def test_a_bad_key_is_a_400_problem(client: httpx.Client, headers: list[tuple[st
         "POST",
         "/payments",
         content=json.dumps(GOOD).encode(),
-        headers=[(n.encode(), v.encode("latin-1")) for n, v in headers],
+        headers=[
+            (b"Content-Type", b"application/json"),
+            *((n.encode(), v.encode("latin-1")) for n, v in headers),
+        ],
     )
 
     response = client.send(request)
@@ -109,6 +112,7 @@ def post_raw(body: bytes, extra_headers: str = "", length: int | None = None) ->
     length_header = "" if length is None else f"Content-Length: {length}\r\n"
     return (
         f"POST /payments HTTP/1.1\r\nHost: {{host}}\r\nIdempotency-Key: raw\r\n{length_header}"
+        "Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
         f"{extra_headers}\r\n"
     ).encode() + body
 
@@ -165,7 +169,7 @@ def test_malformed_http_is_a_problem_and_the_server_keeps_serving(
     status: int,
     slug: str | None,
 ) -> None:
-    answered, problem = raw_exchange(standin.url, request_bytes)
+    answered, problem = raw_exchange(standin.url, request_bytes, token=standin.token)
 
     assert answered == status
     assert problem["status"] == status
@@ -177,7 +181,9 @@ def test_malformed_http_is_a_problem_and_the_server_keeps_serving(
 def test_a_body_shorter_than_its_content_length_is_refused(
     standin: StandinProcess, client: httpx.Client
 ) -> None:
-    answered, problem = raw_exchange(standin.url, post_raw(b"{}", length=100), half_close=True)
+    answered, problem = raw_exchange(
+        standin.url, post_raw(b"{}", length=100), half_close=True, token=standin.token
+    )
 
     assert answered == 400
     assert problem["type"] == PROBLEM + "incomplete-body"

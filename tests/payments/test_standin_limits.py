@@ -55,6 +55,8 @@ def test_a_client_that_stops_sending_loses_its_connection_not_the_server(
     with socket.create_connection((small.host, small.port)) as stalled:
         stalled.sendall(
             f"POST /payments HTTP/1.1\r\nHost: {small.host}:{small.port}\r\n".encode()
+            + f"Authorization: Bearer {small.money_token}\r\n".encode()
+            + b"Content-Type: application/json\r\n"
             + b"Idempotency-Key: k\r\nContent-Length: 100\r\n\r\n{"
         )
         stalled.settimeout(10)

@@ -19,12 +19,15 @@ from standin_http import charge, charges_of, refund, refunds_of
 def test_charges_survive_sigkill_and_a_restart_on_the_same_data(tmp_path: Path) -> None:
     first = start_standin(tmp_path)
     try:
-        with httpx.Client(base_url=first.url) as client:
+        with httpx.Client(base_url=first.url, auth=first.auth()) as client:
             made = charge(client, "billing:o-durable", "o-durable").json()
     finally:
         assert first.signal(signal.SIGKILL) == -signal.SIGKILL
 
-    with running_standin(tmp_path) as second, httpx.Client(base_url=second.url) as client:
+    with (
+        running_standin(tmp_path) as second,
+        httpx.Client(base_url=second.url, auth=second.auth()) as client,
+    ):
         listed = charges_of(client, "o-durable")
         replay = charge(client, "billing:o-durable", "o-durable")
         reused = charge(client, "billing:o-durable", "o-durable", amount="99")
@@ -38,13 +41,16 @@ def test_charges_survive_sigkill_and_a_restart_on_the_same_data(tmp_path: Path) 
 def test_refunds_survive_sigkill_and_a_restart_on_the_same_data(tmp_path: Path) -> None:
     first = start_standin(tmp_path)
     try:
-        with httpx.Client(base_url=first.url) as client:
+        with httpx.Client(base_url=first.url, auth=first.auth()) as client:
             payment_id = charge(client, "billing:o-back", "o-back").json()["paymentId"]
             made = refund(client, "refund:o-back", payment_id).json()
     finally:
         assert first.signal(signal.SIGKILL) == -signal.SIGKILL
 
-    with running_standin(tmp_path) as second, httpx.Client(base_url=second.url) as client:
+    with (
+        running_standin(tmp_path) as second,
+        httpx.Client(base_url=second.url, auth=second.auth()) as client,
+    ):
         listed = refunds_of(client, orderId="o-back")
         replay = refund(client, "refund:o-back", payment_id)
         another = refund(client, "refund-again:o-back", payment_id, "0.01")
@@ -59,18 +65,20 @@ def test_two_processes_sharing_one_data_directory_never_refund_more_than_paid(
     tmp_path: Path,
 ) -> None:
     with running_standin(tmp_path) as one, running_standin(tmp_path) as two:
-        with httpx.Client(base_url=one.url) as client:
+        with httpx.Client(base_url=one.url, auth=one.auth()) as client:
             payment_id = charge(client, "billing:o-split", "o-split", "10").json()["paymentId"]
         start = threading.Barrier(20)
 
         def attempt(n: int) -> httpx.Response:
-            with httpx.Client(base_url=(one, two)[n % 2].url, timeout=60) as client:
+            with httpx.Client(
+                base_url=(one, two)[n % 2].url, timeout=60, auth=(one, two)[n % 2].auth()
+            ) as client:
                 start.wait(timeout=30)
                 return refund(client, f"refund-{n}:o-split", payment_id, "1")
 
         with ThreadPoolExecutor(max_workers=20) as pool:
             responses = list(pool.map(attempt, range(20)))
-        with httpx.Client(base_url=two.url) as client:
+        with httpx.Client(base_url=two.url, auth=two.auth()) as client:
             listed = refunds_of(client, paymentId=payment_id)
 
     assert sorted(r.status_code for r in responses) == [201] * 10 + [409] * 10
@@ -92,13 +100,15 @@ def test_two_processes_sharing_one_data_directory_charge_a_key_once(tmp_path: Pa
         start = threading.Barrier(20)
 
         def attempt(n: int) -> httpx.Response:
-            with httpx.Client(base_url=(one, two)[n % 2].url, timeout=60) as client:
+            with httpx.Client(
+                base_url=(one, two)[n % 2].url, timeout=60, auth=(one, two)[n % 2].auth()
+            ) as client:
                 start.wait(timeout=30)
                 return charge(client, key, order_id)
 
         with ThreadPoolExecutor(max_workers=20) as pool:
             responses = list(pool.map(attempt, range(20)))
-        with httpx.Client(base_url=two.url) as client:
+        with httpx.Client(base_url=two.url, auth=two.auth()) as client:
             listed = charges_of(client, order_id)
 
     assert sorted(r.status_code for r in responses) == [200] * 19 + [201]
@@ -107,9 +117,12 @@ def test_two_processes_sharing_one_data_directory_charge_a_key_once(tmp_path: Pa
 
 
 def test_without_data_the_ledger_lives_in_memory_only(tmp_path: Path) -> None:
-    with running_standin() as first, httpx.Client(base_url=first.url) as client:
+    with running_standin() as first, httpx.Client(base_url=first.url, auth=first.auth()) as client:
         assert charge(client, "k", "o-memory").status_code == 201
-    with running_standin() as second, httpx.Client(base_url=second.url) as client:
+    with (
+        running_standin() as second,
+        httpx.Client(base_url=second.url, auth=second.auth()) as client,
+    ):
         assert charges_of(client, "o-memory") == []
         assert charge(client, "k", "o-memory").status_code == 201
     assert list(tmp_path.iterdir()) == []
@@ -127,7 +140,7 @@ def test_fault_flags_apply_from_the_start() -> None:
     rule = '{"kind": "refuse", "count": 1}'
     with (
         running_standin(None, "--fault", rule) as standin,
-        httpx.Client(base_url=standin.url, headers=standin.fault_headers()) as client,
+        httpx.Client(base_url=standin.url, auth=standin.auth()) as client,
     ):
         assert [r["kind"] for r in client.get("/faults").json()["faults"]] == ["refuse"]
         assert charge(client, "k", "o-flag").status_code == 503
@@ -146,6 +159,7 @@ def test_fault_flags_apply_from_the_start() -> None:
         ["--allowed-host", "host:70000"],
         ["--fault-token", "short"],
         ["--fault-token", "has space in the middle"],
+        ["--token", "short"],
     ],
 )
 def test_bad_arguments_exit_2_without_serving(args: list[str], tmp_path: Path) -> None:
@@ -165,18 +179,20 @@ def test_bad_arguments_exit_2_without_serving(args: list[str], tmp_path: Path) -
 
 
 def test_orders_payments_runs_the_stand_in_and_forwards_sigterm(tmp_path: Path) -> None:
+    token = "t-" + "x" * 30  # the app's PAYMENTS_TOKEN, which the stand-in's money routes ask for
     process = subprocess.Popen(
         [sys.executable, "-m", "orders", "payments", "--port", "0", "--data", str(tmp_path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
+        env={**os.environ, "PAYMENTS_TOKEN": token},
     )
     try:
         assert process.stdout is not None
         line = process.stdout.readline().strip()
         url = line.removeprefix("payments service listening on ")
         assert url.startswith("http://127.0.0.1:"), line
-        with httpx.Client(base_url=url) as client:
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as client:
             assert charge(client, "k-cli", "o-cli").status_code == 201
         os.kill(process.pid, signal.SIGTERM)
         assert process.wait(timeout=20) == 0
@@ -187,7 +203,10 @@ def test_orders_payments_runs_the_stand_in_and_forwards_sigterm(tmp_path: Path) 
         if process.stdout is not None:
             process.stdout.close()
     # The child stopped with it (nothing holds the ledger), and the charge is on disk.
-    with running_standin(tmp_path) as again, httpx.Client(base_url=again.url) as client:
+    with (
+        running_standin(tmp_path) as again,
+        httpx.Client(base_url=again.url, auth=again.auth()) as client,
+    ):
         assert [c["idempotencyKey"] for c in charges_of(client, "o-cli")] == ["k-cli"]
 
 

@@ -195,12 +195,12 @@ def test_a_bad_refund_body_is_a_400_problem_and_refunds_nothing(
 def test_concurrent_refunds_under_different_keys_never_exceed_the_payment(
     standin: StandinProcess, order_id: str
 ) -> None:
-    with httpx.Client(base_url=standin.url) as client:
+    with httpx.Client(base_url=standin.url, auth=standin.auth()) as client:
         payment_id = charge(client, f"billing:{order_id}", order_id, "10").json()["paymentId"]
     start = threading.Barrier(20)
 
     def attempt(n: int) -> httpx.Response:
-        with httpx.Client(base_url=standin.url, timeout=30) as own:
+        with httpx.Client(base_url=standin.url, timeout=30, auth=standin.auth()) as own:
             start.wait(timeout=30)
             return refund(own, f"refund-{n}:{order_id}", payment_id, "1")
 
@@ -208,7 +208,7 @@ def test_concurrent_refunds_under_different_keys_never_exceed_the_payment(
         responses = list(pool.map(attempt, range(20)))
 
     assert sorted(r.status_code for r in responses) == [201] * 10 + [409] * 10
-    with httpx.Client(base_url=standin.url) as client:
+    with httpx.Client(base_url=standin.url, auth=standin.auth()) as client:
         assert len(refunds_of(client, paymentId=payment_id)) == 10
 
 

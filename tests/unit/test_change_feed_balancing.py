@@ -12,6 +12,7 @@ from fakes import FakeLeaseStore
 from exactly_once.change_feed import (
     ChangeFeedProcessor,
     ChangePage,
+    EpkRange,
     Lease,
     LeaseTable,
     leases_to_take,
@@ -79,6 +80,15 @@ def test_an_instance_at_its_share_takes_nothing() -> None:
     assert leases_to_take(table, "b") == []
 
 
+# Four feed ranges, a quarter of the key space each (the processor names ranges by their keys).
+R1, R2, R3, R4 = (
+    EpkRange(low, high).text
+    for low, high in zip(["", "40", "80", "C0"], ["40", "80", "C0", "FF"], strict=True)
+)
+
+ALL = EpkRange("", "FF").text
+
+
 class PagesFeed:
     """One feed range over a list; the continuation is an index into it."""
 
@@ -108,39 +118,68 @@ def processor(
     return ChangeFeedProcessor(feed, leases, handle, owner=owner, **options)
 
 
-async def test_two_instances_split_the_ranges_evenly() -> None:
-    feed, leases = PagesFeed("r1", "r2", "r3", "r4"), FakeLeaseStore()
+async def test_two_instances_split_the_ranges_evenly_by_asking_not_taking() -> None:
+    feed, leases = PagesFeed(R1, R2, R3, R4), FakeLeaseStore()
     first = processor(feed, leases, "a", [])
     second = processor(feed, leases, "b", [])
 
     await first.balance()  # alone: it takes all four
-    await second.balance()  # one taken from a (one at a time)
-    await second.balance()  # and another: two each
-    await first.balance()  # a finds it lost two, and takes nothing back
+    for _ in range(2):  # one lease at a time
+        assert await second.balance() == []  # a's leases are live: b asks for one
+        await first.run_once()  # a hands it over between two pages
+        assert len(await second.balance()) == 1  # and b takes it, free
+    await first.balance()  # a takes nothing back
 
     owners = [str(stored.owner) for stored in leases.leases.values()]
     assert sorted(owners) == ["a", "a", "b", "b"]
-    assert sorted(first.held_ranges() + second.held_ranges()) == ["r1", "r2", "r3", "r4"]
+    assert sorted(first.held_ranges() + second.held_ranges()) == sorted([R1, R2, R3, R4])
+    assert (first.stats.leases_handed_over, first.stats.leases_lost) == (2, 0)
+
+
+async def test_a_lease_asked_for_mid_page_is_checkpointed_then_handed_over() -> None:
+    """The asker's write moves the lease's ETag under a page in its handler: the owner's
+    checkpoint finds the lease still its own and writes again, then releases it; the asker
+    resumes after that page, which nobody handles twice."""
+    feed, leases = PagesFeed(R1, R2), FakeLeaseStore()
+    feed.changes = [{"id": "1"}, {"id": "2"}]
+    handled: dict[str, list[str]] = {"a": [], "b": []}
+    asker = processor(feed, leases, "b", handled["b"])
+
+    async def ask_while_handling(changes: list[dict[str, Any]]) -> None:
+        handled["a"].extend(change["id"] for change in changes)
+        assert await asker.balance() == []  # b asks for R1 while a is in its handler
+
+    owner = ChangeFeedProcessor(feed, leases, ask_while_handling, owner="a", page_size=1)
+    await owner.balance()  # a holds R1 and R2: more than its share once b is there
+    await owner.process_page(R1)  # "1", and its checkpoint written on the asked-for lease
+    assert (leases.leases[R1].requested_by, leases.leases[R1].continuation) == ("b", "1")
+    await owner.process_page(R1)  # no page: the lease handed over
+    assert await asker.balance() == [R1]
+    await asker.process_page(R1)
+
+    assert handled == {"a": ["1"], "b": ["2"]}
+    assert (owner.stats.leases_lost, owner.held_ranges()) == (0, [R2])
+    assert (leases.leases[R1].owner, leases.leases[R1].requested_by) == ("b", None)
 
 
 async def test_the_checkpoint_moves_only_after_the_handler_returns() -> None:
-    feed, leases, handled = PagesFeed("r1"), FakeLeaseStore(), list[str]()
+    feed, leases, handled = PagesFeed(ALL), FakeLeaseStore(), list[str]()
     feed.changes = [{"id": "1"}, {"id": "2", "poison": True}]
     instance = processor(feed, leases, "a", handled, page_size=1)
 
     await instance.run_once()  # "1" handled and checkpointed
     with pytest.raises(RuntimeError):
         await instance.run_once()  # "2" fails: the checkpoint stays after "1"
-    assert leases.leases["r1"].continuation == "1"
+    assert leases.leases[ALL].continuation == "1"
     feed.changes[1] = {"id": "2"}
     await instance.run_once()
 
     assert handled == ["1", "2"]
-    assert leases.leases["r1"].continuation == "2"
+    assert leases.leases[ALL].continuation == "2"
 
 
 async def test_a_lease_taken_over_is_given_up_by_its_old_holder() -> None:
-    feed, leases = PagesFeed("r1"), FakeLeaseStore()
+    feed, leases = PagesFeed(ALL), FakeLeaseStore()
     feed.changes = [{"id": "1"}]
     old_handled: list[str] = []
     old = processor(feed, leases, "a", old_handled, lease_seconds=10, renew_seconds=3)
@@ -150,24 +189,13 @@ async def test_a_lease_taken_over_is_given_up_by_its_old_holder() -> None:
     feed.changes.append({"id": "2"})
     await processor(feed, leases, "b", new_handled).run_once()
 
-    await old.renew("r1")  # a wakes up: its renewal finds the ETag moved
+    await old.renew(ALL)  # a wakes up: its renewal finds the ETag moved
 
     assert old.held_ranges() == [] and old.stats.leases_lost == 1
     assert (old_handled, new_handled) == (["1"], ["2"])  # b resumed from a's checkpoint
-    assert leases.leases["r1"].owner == "b"
+    assert leases.leases[ALL].owner == "b"
 
 
 def test_a_renewal_slower_than_the_lease_is_refused() -> None:
     with pytest.raises(ValueError, match="renew_seconds"):
-        processor(PagesFeed("r1"), FakeLeaseStore(), "a", [], lease_seconds=10, renew_seconds=10)
-
-
-async def test_a_feed_range_that_appears_later_gets_a_lease_at_the_next_balance() -> None:
-    """A split's new ranges: bootstrapped on the next balance (the parent's lease is kept)."""
-    feed, leases = PagesFeed("r1"), FakeLeaseStore()
-    instance = processor(feed, leases, "a", [])
-    await instance.balance()
-    feed.ranges = ["r1", "r1a", "r1b"]
-
-    assert await instance.balance() == ["r1a", "r1b"]
-    assert sorted(leases.leases) == ["r1", "r1a", "r1b"]
+        processor(PagesFeed(ALL), FakeLeaseStore(), "a", [], lease_seconds=10, renew_seconds=10)

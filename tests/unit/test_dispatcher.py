@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 from fakes import LAYOUT, FakeLeaseStore, new_write
 
-from exactly_once.change_feed import ChangePage
+from exactly_once.change_feed import ChangePage, EpkRange
 from orders.domain.events import OrderEvent, message_id_names_event
 from orders.exceptions import TransientPublishError
 from orders.service.dispatcher import OutboxDispatcher
 
-RANGE = '{"range": "all"}'
+RANGE = EpkRange("", "FF").text
 
 
 class ListFeed:

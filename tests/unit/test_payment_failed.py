@@ -70,6 +70,23 @@ async def test_a_refused_charge_ends_the_order_payment_failed_and_it_never_ships
     assert view(orders)["status"] == "payment_failed"  # what GET answers
 
 
+async def test_payment_failed_is_in_the_order_history_when_the_refusal_ended_it() -> None:
+    """GET's `statusHistory` (and so `orders show` and the console timeline) names the end the
+    order came to: placed, then payment_failed at the time billing recorded the refusal."""
+    orders, inbox, payments = stored_orders("o-1"), FakeFencedDocuments(), FakePaymentGateway()
+    payments.fail_next(refused())
+
+    await billing_over(inbox, payments, orders).handle(event_message())
+
+    shown = view(orders)
+    [order_document] = [d for d in orders.documents.values() if d.get("type") == "order"]
+    assert [(c["status"], c["version"]) for c in shown["statusHistory"]] == [
+        ("placed", 1),
+        ("payment_failed", 2),
+    ]
+    assert shown["statusHistory"][-1]["at"] == order_document["fulfilment"]["at"]
+
+
 async def test_a_charge_made_after_the_cause_was_fixed_reopens_the_order_and_it_ships() -> None:
     orders, inbox, payments = stored_orders("o-1"), FakeFencedDocuments(), FakePaymentGateway()
     payments.fail_next(refused())
@@ -82,6 +99,7 @@ async def test_a_charge_made_after_the_cause_was_fixed_reopens_the_order_and_it_
 
     assert again.outcome is Outcome.PROCESSED
     assert fulfilment_of(orders) is Fulfilment.SHIPPING
+    assert "payment_failed" not in [c["status"] for c in view(orders)["statusHistory"]]
     assert shipped.outcome is Outcome.PROCESSED and len(shipments_in(inbox)) == 1
 
 

@@ -209,6 +209,15 @@ async def test_any_order_with_duplicates_ends_at_the_highest_version(
     assert changes(documents) == [("paid", 2), ("shipped", 3), ("delivered", 4)]
 
 
+PAID_2 = b'{"orderId": "o-1", "status": "paid", "version": 2, "changedAt": "x"}'
+
+
+@pytest.mark.parametrize("message_id", ["o-1:status:2", "o-1:status:2:" + "0123456789abcdef" * 2])
+def test_an_update_is_named_by_its_bare_id_alone_or_with_a_nonce(message_id: str) -> None:
+    update = parse_status_changed(ReceivedOrderMessage(body=PAID_2, message_id=message_id))
+    assert (update.order_id, update.version) == ("o-1", 2)
+
+
 @pytest.mark.parametrize(
     ("body", "message_id"),
     [
@@ -217,6 +226,11 @@ async def test_any_order_with_duplicates_ends_at_the_highest_version(
         (b'{"orderId": "o-1", "status": "lost", "version": 2, "changedAt": "x"}', "o-1:status:2"),
         (b'{"orderId": "o-1", "status": "paid", "version": 0, "changedAt": "x"}', "o-1:status:0"),
         (b'{"orderId": "o-1", "status": "paid", "version": 2, "changedAt": "x"}', "o-1"),
+        # a nonce that is not 32 lowercase hex digits, or another update's id with one
+        (PAID_2, "o-1:status:2:" + "A" * 32),
+        (PAID_2, "o-1:status:2:" + "0" * 31),
+        (PAID_2, "o-1:status:2:" + "0" * 32 + ":x"),
+        (PAID_2, "o-1:status:20:" + "0" * 32),
         (
             json.dumps(
                 {

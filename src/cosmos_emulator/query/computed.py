@@ -31,8 +31,22 @@ _NONDETERMINISTIC = frozenset(
 )
 
 
+# Cosmos's words for a container definition it refuses; clients (the azure-cosmos SDK's own
+# computed-property tests among them) match on them, so every refusal here opens with them.
+INVALID_INPUT_TEXT = "One of the specified inputs is invalid"
+
+
 def check_definitions(raw: object) -> list[dict[str, str]]:
-    """The container's `computedProperties`, checked as Cosmos checks them at create/replace."""
+    """The container's `computedProperties`, checked as Cosmos checks them at create/replace;
+    a refusal is a 400 whose message opens with Cosmos's "One of the specified inputs is
+    invalid" and then says which property and why."""
+    try:
+        return _checked_definitions(raw)
+    except CosmosError as err:
+        raise bad_request(f"{INVALID_INPUT_TEXT}: {err.message}") from None
+
+
+def _checked_definitions(raw: object) -> list[dict[str, str]]:
     if raw is None:
         return []
     if not isinstance(raw, list):

@@ -9,24 +9,41 @@ reported as 0.00 because nothing here does them separately.
 
 `x-ms-cosmos-populateindexmetrics: true` -> `x-ms-cosmos-index-utilization`: base64 of the JSON
 object Cosmos sends (the Python SDK decodes it into a dict). No index is modelled, and the
-default policy indexes every path (`/*`), so the "utilized" single indexes are the property
-paths the WHERE clause reads (and a single ORDER BY path), and the composite index an ORDER BY
-of several paths needs; no "potential" indexes are suggested.
+default policy indexes every path (`/*`), so the "utilized" single indexes are the partition key
+paths of a query scoped to a key, the property paths the WHERE clause reads (and a single ORDER
+BY path), and the composite index an ORDER BY of several paths needs; no "potential" indexes
+are suggested. A filterless `SELECT VALUE COUNT(...)` is answered from the index as Cosmos
+answers it: no document retrieved.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Sequence
 from typing import Any
 
-from .ast import Expr, Member, Query, children
+from .ast import Call, Expr, Member, Query, SelectValue, children
 from .evaluator import property_path
 
 HEADER_QUERY_METRICS = "x-ms-documentdb-query-metrics"
 HEADER_INDEX_UTILIZATION = "x-ms-cosmos-index-utilization"
 ASK_QUERY_METRICS = "x-ms-documentdb-populatequerymetrics"
 ASK_INDEX_METRICS = "x-ms-cosmos-populateindexmetrics"
+
+
+def answered_from_the_index(query: Query) -> bool:
+    """A `SELECT VALUE COUNT(...)` with no filter: Cosmos counts the index's entries and
+    loads no document, so its metrics report nothing retrieved."""
+    select = query.select
+    return (
+        query.where is None
+        and not query.order_by
+        and not query.distinct
+        and isinstance(select, SelectValue)
+        and isinstance(select.expr, Call)
+        and select.expr.name == "COUNT"
+    )
 
 
 def query_metrics(
@@ -54,9 +71,17 @@ def query_metrics(
     return ";".join(f"{name}={value}" for name, value in fields)
 
 
-def index_utilization(query: Query) -> str:
-    """The `x-ms-cosmos-index-utilization` value: base64 of Cosmos's JSON shape."""
-    paths = filtered_paths(query.where, query.alias) if query.where is not None else []
+def index_utilization(query: Query, key_paths: Sequence[str] = ()) -> str:
+    """The `x-ms-cosmos-index-utilization` value: base64 of Cosmos's JSON shape.
+
+    `key_paths` are the container's partition key paths when the query is scoped to a key:
+    Cosmos applies that scope through the key's index, so it lists them first (the
+    azure-cosmos SDK's own `test_populate_index_metrics` expects `/pk/?` for a plain
+    `SELECT * FROM c` in a partition)."""
+    paths = list(key_paths)
+    for path in filtered_paths(query.where, query.alias) if query.where is not None else []:
+        if path not in paths:
+            paths.append(path)
     if len(query.order_by) == 1:
         # One ORDER BY path is served by its range index, a single index like a filter's.
         ordered = property_path(query.order_by[0].expr, query.alias)

@@ -39,6 +39,23 @@ FULL_RANGE = {"min": "", "max": "FF", "isMinInclusive": True, "isMaxInclusive": 
 _AGGREGATE_NAMES = {"COUNT": "Count", "SUM": "Sum", "MIN": "Min", "MAX": "Max", "AVG": "Average"}
 
 
+def _equal_rows_are_adjacent(query: Query) -> bool:
+    """Whether the merged ORDER BY puts equal DISTINCT rows next to each other: every
+    projected expression is one the query orders by. Only then may the plan say "Ordered",
+    for which the SDKs drop a row equal to the one before it and nothing else; otherwise
+    (`SELECT DISTINCT c.v, c.w ... ORDER BY c.v`, whose equal rows interleave across
+    ranges) it says "Unordered", and the SDKs remember every row they have returned."""
+    ordered = {print_expr(o.expr) for o in query.order_by}
+    if not ordered:
+        return False
+    select = query.select
+    if isinstance(select, SelectValue):
+        return print_expr(select.expr) in ordered
+    if isinstance(select, SelectList):
+        return all(print_expr(item.expr) in ordered for item in select.items)
+    return False
+
+
 def needs_plan(query: Query) -> bool:
     return bool(
         query.order_by
@@ -63,7 +80,7 @@ def query_plan(query: Query, params: Params) -> dict[str, Any]:
         rewritten = print_query(query, offset_limit=(0, (offset or 0) + (limit or 0)))
     distinct = "None"
     if query.distinct:
-        distinct = "Ordered" if query.order_by else "Unordered"
+        distinct = "Ordered" if _equal_rows_are_adjacent(query) else "Unordered"
     return {
         "partitionedQueryExecutionInfoVersion": 2,
         "queryInfo": {

@@ -183,6 +183,9 @@ def saga_order(document: Mapping[str, Any] | None) -> SagaOrder | None:
         cancelled_at=found.get("cancelledAt"),
         owner=stored_owner(document),
         charged=(document.get("payment") or {}).get("state") == CHARGED,
+        payment_failed_at=(
+            found.get("at") if found.get("state") == Fulfilment.PAYMENT_FAILED.value else None
+        ),
     )
 
 

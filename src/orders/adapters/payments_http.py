@@ -50,7 +50,11 @@ class HttpPaymentGateway:
         base_url: str,
         timeout_seconds: float,
         session_factory: SessionFactory = aiohttp.ClientSession,
+        *,
+        token: str | None = None,
     ) -> None:
+        """`token`: sent as `Authorization: Bearer` on every request (the stand-in's money
+        routes ask for it; None sends none)."""
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname or parts.query:
             raise ValueError(
@@ -62,6 +66,7 @@ class HttpPaymentGateway:
         self._timeout = aiohttp.ClientTimeout(total=timeout_seconds)
         self._session_factory = session_factory
         self._session: aiohttp.ClientSession | None = None
+        self._auth = {} if token is None else {"Authorization": f"Bearer {token}"}
 
     async def __aenter__(self) -> HttpPaymentGateway:
         return self
@@ -190,7 +195,7 @@ class HttpPaymentGateway:
                 self._base_url + path,
                 json=json,
                 params=params,
-                headers=headers,
+                headers={**self._auth, **(headers or {})},
                 timeout=self._timeout,
                 allow_redirects=False,
             ) as response:

@@ -57,11 +57,12 @@ def to_received_order_message(message: ServiceBusReceivedMessage) -> ReceivedOrd
     return ReceivedOrderMessage(
         body=message_body_bytes(message),
         message_id=str(message_id) if message_id is not None else None,
-        delivery_count=message.delivery_count or 0,
+        delivery_count=message.delivery_count,  # None: the binding did not carry it
         correlation_id=str(correlation_id) if correlation_id is not None else None,
         body_kind=BODY_KINDS.get(message.body_type, BodyKind.VALUE),
         trace_context=trace_context,
         owner_property=owner,
+        enqueued_time=message.enqueued_time_utc,
     )
 
 

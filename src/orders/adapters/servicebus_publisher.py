@@ -32,7 +32,7 @@ from opentelemetry.trace import Span, TracerProvider
 from orders.domain.events import OrderEvent
 from orders.domain.model import OrderPlaced
 from orders.domain.ownership import OWNER_PROPERTY
-from orders.domain.status import OrderStatusChanged
+from orders.domain.status import OrderStatusChanged, new_status_message_id
 from orders.exceptions import PublishError, PublishRefusedError, TransientPublishError
 from orders.tracing import context_from, current_trace_id, current_trace_properties
 
@@ -158,10 +158,11 @@ class ServiceBusStatusPublisher(_OneSender):
         self._sessions = sessions
 
     async def publish_status(self, change: OrderStatusChanged) -> None:
-        with self._send_span(change.message_id):
+        message_id = new_status_message_id(change)
+        with self._send_span(message_id):
             message = ServiceBusMessage(
                 change.body(),
-                message_id=change.message_id,
+                message_id=message_id,
                 content_type="application/json",
                 subject="OrderStatusChanged",
                 correlation_id=change.order_id,

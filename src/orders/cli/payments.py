@@ -22,6 +22,9 @@ from orders.cli.shared import err
 READY_PREFIX = "payments-standin listening on "
 # Where the stand-in reads the token its fault switches (`/faults`) need.
 FAULT_TOKEN_ENV = "PAYMENTS_STANDIN_FAULT_TOKEN"
+# Where it reads the token its money routes need; the app sends the same as PAYMENTS_TOKEN.
+MONEY_TOKEN_ENV = "PAYMENTS_STANDIN_TOKEN"
+APP_TOKEN_SETTING = "PAYMENTS_TOKEN"
 
 
 def payments(
@@ -43,9 +46,18 @@ def payments(
             "(default: a random one, printed at start)",
         ),
     ] = None,
+    payments_token: Annotated[
+        str | None,
+        typer.Option(
+            envvar=APP_TOKEN_SETTING,
+            help="What POST /payments and POST /refunds must send as `Authorization: Bearer`, "
+            "the app's PAYMENTS_TOKEN (default: a random one, printed at start)",
+        ),
+    ] = None,
 ) -> None:
     """Serve the payment service stand-in (POST /payments with Idempotency-Key) until Ctrl-C."""
     token = fault_token or secrets.token_urlsafe(32)
+    money_token = payments_token or secrets.token_urlsafe(32)
     command = [sys.executable, "-m", "payments_standin", "--host", host, "--port", str(port)]
     if data is not None:
         command += ["--data", str(data)]
@@ -53,7 +65,10 @@ def payments(
         command += ["--fault", rule]
     # In the child's environment, not on its command line, which every local user can read.
     child = subprocess.Popen(
-        command, stdout=subprocess.PIPE, text=True, env={**os.environ, FAULT_TOKEN_ENV: token}
+        command,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, FAULT_TOKEN_ENV: token, MONEY_TOKEN_ENV: money_token},
     )
 
     def forward(signum: int, frame: FrameType | None) -> None:
@@ -70,7 +85,12 @@ def payments(
         raise typer.Exit(code or 2)
     address = line.removeprefix(READY_PREFIX)
     print(f"payments service listening on http://{address}", flush=True)
-    err.print(f"PAYMENTS_URL=http://{address} points the app at it; Ctrl-C stops it.")
+    shown_token = "" if payments_token else f" {APP_TOKEN_SETTING}={money_token}"
+    err.print(
+        f"PAYMENTS_URL=http://{address}{shown_token} points the app at it; Ctrl-C stops it.",
+        highlight=False,
+        soft_wrap=True,
+    )
     if fault_token is None:  # drawn here: the operator learns it only from this line
         err.print(
             f"{FAULT_TOKEN_ENV}={token} opens its fault switches (/faults, as "

@@ -22,14 +22,14 @@ Cosmos adapter's (`adapters/cosmos_layout.py`), which hands the dispatcher the e
 from __future__ import annotations
 
 import re
-import secrets
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Final, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, StrictInt
 
-from orders.domain.ids import MAX_ID_LENGTH
+from orders.domain.ids import MAX_ID_LENGTH, nonce_after, with_nonce
 from orders.domain.messages import (
     DeadLetterReason,
     MessageRejected,
@@ -55,26 +55,39 @@ def order_event_id(order_id: str, event_type: str = ORDER_ACCEPTED) -> str:
     return f"{order_id}:outbox:{event_type}"
 
 
-# Hex digits of the nonce after the event id in a MessageId: 128 random bits.
-MESSAGE_ID_NONCE_HEX_DIGITS: Final = 32
-_MESSAGE_ID_NONCE = re.compile(rf":[0-9a-f]{{{MESSAGE_ID_NONCE_HEX_DIGITS}}}")
-
-
 def new_event_message_id(event_id: str) -> str:
     """A MessageId for the event `event_id` that no other sender can guess: the event id (so the
     dead-letter tools and logs still name the event) and a fresh random 128-bit nonce. Drawn
     once per outbox document; at most 88 + 33 characters, inside Service Bus's 128."""
-    return f"{event_id}:{secrets.token_hex(MESSAGE_ID_NONCE_HEX_DIGITS // 2)}"
+    return with_nonce(event_id)
 
 
-def message_id_names_event(message_id: str | None, event_id: str) -> bool:
+def message_id_names_event(
+    message_id: str | None, event_id: str, *, bare_allowed: bool = True
+) -> bool:
     """Whether `message_id` is one the dispatcher publishes `event_id` under: the event id and a
-    nonce, or the bare event id (outbox documents written before the nonce, see
-    `adapters/cosmos_layout.pending_event`)."""
-    if message_id is None or not message_id.startswith(event_id):
-        return False
-    rest = message_id[len(event_id) :]
-    return rest == "" or _MESSAGE_ID_NONCE.fullmatch(rest) is not None
+    nonce, or, while `bare_allowed`, the bare event id (outbox documents written before the
+    nonce, see `adapters/cosmos_layout.pending_event`)."""
+    named = nonce_after(message_id, event_id)
+    return named is True or (named is False and bare_allowed)
+
+
+@dataclass(frozen=True)
+class BareEventIdCutover:
+    """From when an event under its bare eventId is refused. Before the nonce, the dispatcher
+    published every event under its bare eventId, which anyone can guess; outbox documents
+    written then still are (and copies of them wait in subscriptions). Once they are all
+    consumed, the operator sets the cut-over (`BARE_EVENT_ID_CUTOVER`): an event the broker
+    took in at or after it must carry the nonce. None: bare eventIds are still accepted."""
+
+    refused_from: datetime | None = None
+
+    def allows_bare(self, enqueued_at: datetime) -> bool:
+        """Whether an event taken in at `enqueued_at` may still come under its bare eventId."""
+        return self.refused_from is None or enqueued_at < self.refused_from
+
+
+NO_CUTOVER = BareEventIdCutover()
 
 
 def require_amount_text(value: str) -> str:
@@ -175,15 +188,17 @@ def parse_order_accepted(message: ReceivedOrderMessage) -> OrderAccepted:
     return event
 
 
-def parse_order_event(message: ReceivedOrderMessage) -> OrderEvent:
+def parse_order_event(message: ReceivedOrderMessage, *, bare_allowed: bool = True) -> OrderEvent:
     """Validate a received order event of either type, told apart by its `eventType`.
 
     Total and bounded like `parse_order`: decoded once, then validated as the one model its
-    `eventType` names (an unknown type fails as an `OrderAccepted`, naming the field).
+    `eventType` names (an unknown type fails as an `OrderAccepted`, naming the field). Its
+    MessageId must be its eventId and a nonce, or the bare eventId while `bare_allowed`
+    (`BareEventIdCutover`).
     """
     document = decode_small_message(message, max_bytes=MAX_EVENT_BODY_BYTES, what="events")
     event = _event_of(document)
-    _require_message_id(message, event)
+    _require_message_id(message, event, bare_allowed=bare_allowed)
     return event
 
 
@@ -201,11 +216,18 @@ def _event_of(decoded: object) -> OrderEvent:
     return validate_document(OrderAccepted, decoded)
 
 
-def _require_message_id(message: ReceivedOrderMessage, event: OrderEvent) -> None:
-    if not message_id_names_event(message.message_id, event.event_id):
+def _require_message_id(
+    message: ReceivedOrderMessage, event: OrderEvent, *, bare_allowed: bool = True
+) -> None:
+    if not message_id_names_event(message.message_id, event.event_id, bare_allowed=bare_allowed):
+        after_cutover = (
+            " (a bare eventId is refused after the cut-over, BARE_EVENT_ID_CUTOVER)"
+            if message.message_id == event.event_id
+            else ""
+        )
         raise MessageRejected(
             DeadLetterReason.MESSAGE_ID_MISMATCH,
             f"MessageId {message.message_id!r} is not eventId {event.event_id!r} "
-            "followed by ':' and 32 lowercase hex digits",
+            f"followed by ':' and 32 lowercase hex digits{after_cutover}",
             order_id=event.order_id,
         )

@@ -19,6 +19,8 @@ producer's MessageId must equal it.
 from __future__ import annotations
 
 import re
+import secrets
+from typing import Final
 
 from pydantic_core import PydanticCustomError
 
@@ -81,3 +83,26 @@ def validate_entity_id(value: object) -> str:
         raise PydanticCustomError(ID_ERROR_TYPE, "{rule}", {"rule": problem})
     assert isinstance(value, str)
     return value
+
+
+# Hex digits of the nonce a MessageId carries after the id it names: 128 random bits. Events and
+# status updates are published under such ids (`domain/events.py`, `domain/status.py`), so no
+# other sender can send first under the id and have the broker's duplicate detection drop ours.
+MESSAGE_ID_NONCE_HEX_DIGITS: Final = 32
+_MESSAGE_ID_NONCE = re.compile(rf":[0-9a-f]{{{MESSAGE_ID_NONCE_HEX_DIGITS}}}")
+
+
+def with_nonce(named: str) -> str:
+    """`named` followed by ':' and a fresh random 128-bit nonce (32 lowercase hex digits)."""
+    return f"{named}:{secrets.token_hex(MESSAGE_ID_NONCE_HEX_DIGITS // 2)}"
+
+
+def nonce_after(message_id: str | None, named: str) -> bool | None:
+    """Whether `message_id` is `named` with a nonce (True) or bare (False); None when it is
+    neither."""
+    if message_id is None or not message_id.startswith(named):
+        return None
+    rest = message_id[len(named) :]
+    if rest == "":
+        return False
+    return True if _MESSAGE_ID_NONCE.fullmatch(rest) is not None else None

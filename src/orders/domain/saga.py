@@ -65,6 +65,7 @@ class SagaOrder:
     # Who may see and cancel it through the API (`domain/ownership.py`); set once, at creation.
     owner: StoredOwner = NO_OWNER
     charged: bool = False  # billing recorded the provider's charge on the order document
+    payment_failed_at: str | None = None  # when billing's refusal ended it (payment_failed)
 
 
 @dataclass(frozen=True)

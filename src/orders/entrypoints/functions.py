@@ -8,8 +8,10 @@ process's one set of clients.
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,7 @@ __all__ = [
     "function_retrier",
     "function_subscriber_runtimes",
     "hold_function_budgets",
+    "log_functions_worker",
     "process_event_message",
     "use_function_consumer",
 ]
@@ -57,6 +60,59 @@ def configure_function_monitoring(env: Mapping[str, str] | None = None) -> bool:
     except Exception:
         logger.exception("Azure Monitor OpenTelemetry export could not be configured")
         return False
+
+
+# The Python worker's distributions (Python <= 3.12, then 3.13+) and the first release of each
+# that indexes a parameter typed as the binding extension's `ServiceBusMessageActions` (a
+# settlement client with no binding): an older worker refuses to index the app at all, HTTP
+# included (infra/README.md, "The Functions host this app needs").
+SETTLEMENT_CLIENT_WORKERS: dict[str, tuple[int, int, int]] = {
+    "azure-functions-worker": (4, 40, 0),
+    "azure-functions-runtime": (1, 3, 0),
+}
+SERVICEBUS_BINDING = "azurefunctions-extensions-bindings-servicebus"
+UNKNOWN_RELEASE = "unknown"
+_RELEASE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
+
+
+def installed_release(distributions: Iterable[str]) -> tuple[str, str] | None:
+    """The first of `distributions` installed in this process, with its version, from its
+    distribution metadata; None when none is (the worker may run without metadata)."""
+    for name in distributions:
+        try:
+            return name, importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def log_functions_worker() -> str:
+    """One log line at import of function_app.py naming the Python worker release the app runs
+    on (`unknown` without its metadata) and the Service Bus binding extension's; a warning when
+    the worker is older than the first that indexes the settlement-client parameter. Returns
+    the worker as logged."""
+    worker = installed_release(SETTLEMENT_CLIENT_WORKERS)
+    binding = installed_release([SERVICEBUS_BINDING])
+    named = UNKNOWN_RELEASE if worker is None else f"{worker[0]} {worker[1]}"
+    logger.info(
+        "Functions Python worker: %s; Service Bus binding extension: %s",
+        named,
+        UNKNOWN_RELEASE if binding is None else f"{binding[0]} {binding[1]}",
+    )
+    if worker is not None:
+        # Plain X.Y.Z releases: their three numbers are what is compared.
+        found = _RELEASE.match(worker[1])
+        needed = SETTLEMENT_CLIENT_WORKERS[worker[0]]
+        if found is not None and tuple(int(part) for part in found.groups()) < needed:
+            logger.warning(
+                "Functions Python worker %s is older than %s %s, the first that indexes the "
+                "Service Bus triggers' message_actions parameter: the host will index no "
+                "function of this app (infra/README.md)",
+                named,
+                worker[0],
+                ".".join(str(part) for part in needed),
+            )
+    return named
 
 
 def _subscriber_from_env(spec: ConsumerSpec) -> Callable[[], Awaitable[SubscriberRuntime]]:

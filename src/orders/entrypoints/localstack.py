@@ -35,6 +35,8 @@ PAYMENTS_READY = re.compile(r"payments-standin listening on (\S+):(\d+)")
 # Where the Cosmos emulator and the payment stand-in read the token their fault switches need.
 COSMOS_FAULT_TOKEN_ENV = "COSMOS_EMULATOR_FAULT_TOKEN"
 PAYMENTS_FAULT_TOKEN_ENV = "PAYMENTS_STANDIN_FAULT_TOKEN"
+# Where the stand-in reads the token its money routes need; the app reads it as PAYMENTS_TOKEN.
+PAYMENTS_MONEY_TOKEN_ENV = "PAYMENTS_STANDIN_TOKEN"
 STARTUP_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 30.0
 
@@ -252,6 +254,10 @@ class LocalStack:
     # `Authorization: Bearer`: one per stack, handed to them in their environment (a command
     # line is readable by every local user), never to the workers.
     fault_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    # What the stand-in's money routes (`POST /payments`, `POST /refunds`) need as
+    # `Authorization: Bearer`: the app's processes get it as PAYMENTS_TOKEN, so a web page or a
+    # local process without it moves no money.
+    payments_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     # A user's own queues, topics and containers (`orders up --entities`), beside the app's.
     entities: LocalEntities | None = None
     # Partition key ranges each Cosmos container gets (`--partition-ranges`): 1 is fastest;
@@ -318,7 +324,11 @@ class LocalStack:
             "STATUS_SESSIONS": "true" if self.queue.status_sessions else "false",
             # The window the stack's queues were created with: the tools wait it out by this.
             "ORDERS_DUPLICATE_WINDOW_SECONDS": str(self.queue.duplicate_window_seconds),
-            **({"PAYMENTS_URL": self.payments_url} if self.payments_url else {}),
+            **(
+                {"PAYMENTS_URL": self.payments_url, "PAYMENTS_TOKEN": self.payments_token}
+                if self.payments_url
+                else {}
+            ),
         }
 
     def fault_environment(self) -> dict[str, str]:
@@ -368,7 +378,10 @@ class LocalStack:
             "payments-standin",
             ["-m", "payments_standin", "--host", "127.0.0.1", "--port", "0",
              "--data", str(self.workdir / "payments"), *(extra_args or [])],
-            env={PAYMENTS_FAULT_TOKEN_ENV: self.fault_token},
+            env={
+                PAYMENTS_FAULT_TOKEN_ENV: self.fault_token,
+                PAYMENTS_MONEY_TOKEN_ENV: self.payments_token,
+            },
         )  # fmt: skip
         host, port = _wait_for_line(payments, PAYMENTS_READY).groups()
         self.payments_url = f"http://{host}:{port}"

@@ -97,7 +97,9 @@ async def verify_run(
             records = replace(records, inbox=inbox)
         if BILLING in fanout:
             async with HttpPaymentGateway(
-                settings.require_payments(), settings.payments_timeout_seconds
+                settings.require_payments(),
+                settings.payments_timeout_seconds,
+                token=settings.payments_token,
             ) as payments:
                 records = replace(
                     records,

@@ -125,7 +125,11 @@ def write_settings(
             ),
         },
     }
-    (directory / LOCAL_SETTINGS_FILE).write_text(json.dumps(local_settings, indent=2) + "\n")
+    # Owner-only too: it holds PAYMENTS_TOKEN, which moves money through the stand-in.
+    settings_file = directory / LOCAL_SETTINGS_FILE
+    settings_file.touch(mode=0o600)
+    os.chmod(settings_file, 0o600)
+    settings_file.write_text(json.dumps(local_settings, indent=2) + "\n")
 
 
 def entities_for(directory: Path, given: Path | None) -> tuple[LocalEntities | None, Path | None]:

@@ -59,7 +59,9 @@ from exactly_once.ports import Store
 from exactly_once.records import JsonMapping, Record, RecordStatus
 from exactly_once.retention import DEFAULT_RETENTION, Retention
 from orders.domain.events import (
+    NO_CUTOVER,
     ORDER_ACCEPTED,
+    BareEventIdCutover,
     OrderAccepted,
     OrderCancelled,
     OrderEvent,
@@ -132,7 +134,9 @@ class BillingConsumer:
         after_refund: AfterRefund | None = None,
         status: StatusPublisher | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        bare_event_ids: BareEventIdCutover = NO_CUTOVER,
     ) -> None:
+        self._bare_event_ids = bare_event_ids
         self._records = records
         self._payments = payments
         self._saga = saga
@@ -148,7 +152,9 @@ class BillingConsumer:
         self._clock = clock
 
     async def handle(self, message: ReceivedOrderMessage) -> Decision:
-        return await handle_event(message, self._on_event, consumer="billing")
+        return await handle_event(
+            message, self._on_event, consumer="billing", cutover=self._bare_event_ids
+        )
 
     async def _on_event(self, event: OrderEvent) -> Decision:
         order = (await self._saga.verified(event, consumer="billing")).order

@@ -26,11 +26,17 @@ class OrderLookupResult:
     body: dict[str, Any] | None = None
 
 
+# The version `payment_failed` is shown at in an order's history: `paid`'s, whose place it takes.
+PAYMENT_FAILED_VERSION = PRODUCER_VERSIONS[OrderStatus.PAID]
+
+
 def order_history(partition: OrderPartition) -> list[dict[str, object]]:
     """An order's one history, oldest first: what GET, `orders show` and the console's
     timeline all show. The status document's changes (each kept with its version and time,
-    late ones in their place), after `placed` (the order document's time) and, while its
-    status update is still queued, the cancel the order document already holds."""
+    late ones in their place), after `placed` (the order document's time); `payment_failed`
+    when billing's refusal ended the order (the order document's word alone: no status update
+    carries it) and, while its status update is still queued, the cancel the order document
+    already holds."""
     changes = [
         {"status": entry.get("status"), "version": entry.get("version"), "at": entry.get("at")}
         for entry in partition.status.history
@@ -44,8 +50,15 @@ def order_history(partition: OrderPartition) -> list[dict[str, object]]:
         changes.insert(
             0, {"status": OrderStatus.PLACED.value, "version": placed, "at": stored.processed_at}
         )
-    cancelled = PRODUCER_VERSIONS[OrderStatus.CANCELLED]
     order = stored.order
+    if order.fulfilment is Fulfilment.PAYMENT_FAILED:
+        # No status update carries it (the order document alone does): it takes the place of
+        # the `paid` its refused charge would have been, and ends the order.
+        at = order.payment_failed_at or stored.processed_at
+        changes.append(
+            {"status": Fulfilment.PAYMENT_FAILED.value, "version": PAYMENT_FAILED_VERSION, "at": at}
+        )
+    cancelled = PRODUCER_VERSIONS[OrderStatus.CANCELLED]
     if order.fulfilment is Fulfilment.CANCELLED and partition.status.version < cancelled:
         at = order.cancelled_at or stored.processed_at
         changes.append({"status": OrderStatus.CANCELLED.value, "version": cancelled, "at": at})

@@ -384,8 +384,9 @@ class EventPublisher(Protocol):
 
 class StatusPublisher(Protocol):
     async def publish_status(self, change: OrderStatusChanged) -> None:
-        """Send the update to the status queue, MessageId = orderId:status:version (and
-        SessionId = orderId on a session queue). Raises `TransientPublishError` /
+        """Send the update to the status queue, MessageId = orderId:status:version and a
+        fresh nonce (`domain/status.new_status_message_id`; SessionId = orderId on a session
+        queue). Raises `TransientPublishError` /
         `PublishError` like the order publisher."""
         ...
 

@@ -22,6 +22,7 @@ from typing import Protocol
 
 from exactly_once import Store
 from exactly_once.ports import DocumentCreator, DocumentStore
+from orders.domain.events import BareEventIdCutover
 from orders.domain.payments import Charge
 from orders.observability import ConsumerTelemetry
 from orders.service.billing import AfterCharge, AfterRefund, BillingConsumer, BillingStores
@@ -173,7 +174,11 @@ def _orders(wiring: ConsumerWiring) -> MessageHandler:
 
 def _shipping(wiring: ConsumerWiring) -> MessageHandler:
     return ShippingConsumer(
-        wiring.inbox_store(), wiring.saga(), wiring.layout, wiring.status_publisher()
+        wiring.inbox_store(),
+        wiring.saga(),
+        wiring.layout,
+        wiring.status_publisher(),
+        bare_event_ids=BareEventIdCutover(wiring.settings.bare_event_id_cutover),
     )
 
 
@@ -188,6 +193,7 @@ def _billing(wiring: ConsumerWiring) -> MessageHandler:
         after_charge=wiring.after_charge,
         after_refund=wiring.after_refund,
         status=wiring.status_publisher(),
+        bare_event_ids=BareEventIdCutover(wiring.settings.bare_event_id_cutover),
     )
 
 

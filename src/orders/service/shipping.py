@@ -20,7 +20,7 @@ from exactly_once.decisions import Decision, Outcome, Settlement
 from exactly_once.exceptions import DocumentExistsError
 from exactly_once.orchestrator import inbox_batch
 from exactly_once.ports import DocumentStore
-from orders.domain.events import OrderAccepted, OrderEvent
+from orders.domain.events import NO_CUTOVER, BareEventIdCutover, OrderAccepted, OrderEvent
 from orders.domain.order_outcomes import OrderOutcome
 from orders.domain.received import ReceivedOrderMessage
 from orders.domain.saga import ShipVerdict
@@ -50,7 +50,9 @@ class ShippingConsumer:
         *,
         charge_wait_seconds: float = DEFAULT_CHARGE_WAIT_SECONDS,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        bare_event_ids: BareEventIdCutover = NO_CUTOVER,
     ) -> None:
+        self._bare_event_ids = bare_event_ids
         self._documents = inbox
         self._saga = saga
         self._layout = layout
@@ -60,7 +62,9 @@ class ShippingConsumer:
         self._sleep = sleep
 
     async def handle(self, message: ReceivedOrderMessage) -> Decision:
-        return await handle_event(message, self._ship, consumer="shipping")
+        return await handle_event(
+            message, self._ship, consumer="shipping", cutover=self._bare_event_ids
+        )
 
     async def _ship(self, event: OrderEvent) -> Decision:
         # Every event is verified, a cancel too: a forged one is dead-lettered and alerted on

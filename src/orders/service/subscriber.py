@@ -4,10 +4,15 @@ reading the event and announcing the status their effect produced."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import UTC, datetime
 
 from exactly_once.decisions import Decision, Outcome, Settlement, decision_for_error
-from orders.domain.events import OrderEvent, parse_order_event
+from orders.domain.events import (
+    NO_CUTOVER,
+    BareEventIdCutover,
+    OrderEvent,
+    parse_order_event,
+)
 from orders.domain.ids import is_entity_id
 from orders.domain.messages import MessageRejected
 from orders.domain.received import ReceivedOrderMessage
@@ -30,10 +35,15 @@ class EventRejected(Exception):
         self.decision = decision
 
 
-def read_event(message: ReceivedOrderMessage) -> OrderEvent:
-    """The event, or `EventRejected` with a dead-letter decision naming the reason."""
+def read_event(
+    message: ReceivedOrderMessage, cutover: BareEventIdCutover = NO_CUTOVER
+) -> OrderEvent:
+    """The event, or `EventRejected` with a dead-letter decision naming the reason. A bare
+    eventId is judged against `cutover` by when the broker took the message in (now, when the
+    host does not say)."""
+    taken_in = message.enqueued_time or datetime.now(UTC)
     try:
-        return parse_order_event(message)
+        return parse_order_event(message, bare_allowed=cutover.allows_bare(taken_in))
     except MessageRejected as rejection:
         order_id = rejection.order_id
         raise EventRejected(
@@ -102,11 +112,13 @@ async def handle_event(
     effect: Callable[[OrderEvent], Awaitable[Decision]],
     *,
     consumer: str,
+    cutover: BareEventIdCutover = NO_CUTOVER,
 ) -> Decision:
-    """One subscriber's decision for one message: a malformed event is dead-lettered, and so
-    is one no stored order vouches for; the effect decides otherwise, through `decided`."""
+    """One subscriber's decision for one message: a malformed event is dead-lettered (a bare
+    eventId after the `cutover` too), and so is one no stored order vouches for; the effect
+    decides otherwise, through `decided`."""
     try:
-        event = read_event(message)
+        event = read_event(message, cutover)
     except EventRejected as rejected:
         return rejected.decision
     return await decided(lambda: effect(event), consumer=consumer, order_id=event.order_id)
