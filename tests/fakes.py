@@ -141,12 +141,23 @@ class FakeOrderStore:
         etag: str,
         created: Sequence[JsonMapping],
     ) -> None:
+        await self.replace_all_and_create(partition, [(document, etag)], created=created)
+
+    async def replace_all_and_create(
+        self,
+        partition: str,
+        replaced: Sequence[tuple[JsonMapping, str]],
+        *,
+        created: Sequence[JsonMapping],
+    ) -> None:
         await asyncio.sleep(0)
-        self._check_etag(document, partition, etag)
-        stored = self.partitions[partition]
+        for document, etag in replaced:
+            self._check_etag(document, partition, etag)
+        stored = self.partitions.setdefault(partition, {})
         written = [{**copy.deepcopy(dict(each)), "orderId": partition} for each in created]
         refuse_conflicts(written, lambda document_id: document_id in stored)
-        self._replaced(document, partition)  # no await in between: the batch is atomic
+        for document, _ in replaced:  # no await in between: the batch is atomic
+            self._replaced(document, partition)
         for each in written:
             stored[str(each["id"])] = each
 
@@ -653,8 +664,17 @@ class FakeShapedRecords:
         etag: str,
         created: Sequence[JsonMapping],
     ) -> None:
-        await FakeDocumentStore(self.documents).replace_and_create(
-            partition, document, etag=etag, created=created
+        await self.replace_all_and_create(partition, [(document, etag)], created=created)
+
+    async def replace_all_and_create(
+        self,
+        partition: str,
+        replaced: Sequence[tuple[JsonMapping, str]],
+        *,
+        created: Sequence[JsonMapping],
+    ) -> None:
+        await FakeDocumentStore(self.documents).replace_all_and_create(
+            partition, replaced, created=created
         )
 
 
@@ -702,13 +722,23 @@ class FakeDocumentStore:
         etag: str,
         created: Sequence[JsonMapping],
     ) -> None:
-        replaced = self._in(partition, document)
+        await self.replace_all_and_create(partition, [(document, etag)], created=created)
+
+    async def replace_all_and_create(
+        self,
+        partition: str,
+        replaced: Sequence[tuple[JsonMapping, str]],
+        *,
+        created: Sequence[JsonMapping],
+    ) -> None:
+        fenced = [self._in(partition, document) for document, _ in replaced]
         written = [self._in(partition, each) for each in created]
-        self._check_etag(replaced, etag)
+        for document, (_, etag) in zip(fenced, replaced, strict=True):
+            self._check_etag(document, etag)
         refuse_conflicts(
             written, lambda document_id: (partition, document_id) in self.container.documents
         )
-        for each in (replaced, *written):  # no await in between: the batch is atomic
+        for each in (*fenced, *written):  # no await in between: the batch is atomic
             self.container._stored(each)
 
     def _check_etag(self, document: dict[str, Any], etag: str) -> None:

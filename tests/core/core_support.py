@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSubQueue
@@ -15,6 +17,22 @@ from exactly_once.records import lease_is_live
 from servicebus_emulator import RunningEmulator
 
 QUEUE = "greetings"
+GUIDE = Path(__file__).resolve().parents[2] / "packages/exactly-once/src/exactly_once/README.md"
+BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
+
+
+def guide_blocks() -> list[str]:
+    """The guide's ```python blocks, in order."""
+    return BLOCK.findall(GUIDE.read_text())
+
+
+def run_guide(namespace: dict[str, Any]) -> None:
+    """Every block, in order, in `namespace`, compiled as a reader's module would be: without
+    this file's `from __future__ import annotations` (which `compile` would otherwise pass on,
+    turning the guide's annotations into strings a reader's module never has)."""
+    for number, block in enumerate(guide_blocks(), start=1):
+        code = compile(block, f"{GUIDE.name} python block {number}", "exec", dont_inherit=True)
+        exec(code, namespace)
 
 
 def queue_config(

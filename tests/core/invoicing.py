@@ -64,9 +64,7 @@ def invoice_consumers(
         async def call(downstream_key: str) -> str:
             return await mailer.send(downstream_key, invoice.customer_id, mail_text(invoice))
 
-        done = await effects.two_phase(
-            invoice.customer_id, call, downstream_key=mail_key(invoice.invoice_id)
-        )
+        done = await effects.two_phase(call, downstream_key=mail_key(invoice.invoice_id))
         return done.outcome
 
     return issue_invoice, email_invoice

@@ -228,7 +228,7 @@ async def test_a_reuse_naming_another_partition_is_a_mismatch_for_each_mechanism
             return await effects.inbox(partition, [{"id": f"invoice-{partition}"}])
         if mechanism == "create_entity":
             return await effects.create_entity(partition, {"id": f"invoice-{partition}"})
-        return (await effects.two_phase(partition, answer)).outcome
+        return (await effects.two_phase(answer)).outcome
 
     assert await run(bound(store, message_id, "hash-1"), first) is Outcome.PROCESSED
     assert await run(bound(store, message_id, "hash-1"), first) is Outcome.DUPLICATE
@@ -331,7 +331,7 @@ async def test_every_record_carries_the_consumers_ttl_and_no_business_document_d
 
     await effects.inbox(customer, [{"id": "invoice"}])
     await effects.create_entity(customer, {"id": "account"})
-    await effects.two_phase(customer, answer)
+    await effects.two_phase(answer)
     await at_home.inbox(at_home.key_partition, [{"id": "note"}])
 
     documents = [

@@ -137,7 +137,7 @@ def paying(provider: Provider) -> Callable[[dict[str, Any], Effects], Awaitable[
         async def call(downstream_key: str) -> str:
             return await provider.charge(downstream_key, payment["amount"])
 
-        done = await effects.two_phase(payment["customer"], call)
+        done = await effects.two_phase(call)
         return done.outcome
 
     return pay

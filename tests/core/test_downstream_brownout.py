@@ -82,7 +82,7 @@ def texting(store: CosmosStore, provider: TextProvider) -> ExactlyOnceConsumer[d
         async def call(downstream_key: str) -> str:
             return await provider.send(downstream_key, text["text"])
 
-        done = await effects.two_phase(text["user"], call)
+        done = await effects.two_phase(call)
         return done.outcome
 
     return text_user

@@ -70,21 +70,19 @@ class Downstream:
 
 
 async def test_two_phases_call_once_and_replay_the_recorded_answer(store: CosmosStore) -> None:
-    message, partition, downstream = unique("message"), unique("order"), Downstream()
+    message, downstream = unique("message"), Downstream()
 
-    first = await effects(store, message).two_phase(partition, downstream)
-    again = await effects(store, message, owner="worker-b").two_phase(partition, downstream)
+    first = await effects(store, message).two_phase(downstream)
+    again = await effects(store, message, owner="worker-b").two_phase(downstream)
 
     assert (first.outcome, first.result) == (Outcome.PROCESSED, "answer-1")
     assert (again.outcome, again.result) == (Outcome.DUPLICATE, "answer-1")
     assert downstream.calls == [f"billing:{message}"]
 
 
-def wanted(bound: Effects, partition: str, *, lease_seconds: float) -> Record:
-    """The record `two_phase` claims for `bound` (in the key's home, whatever `partition` the
-    effect names): claimed directly, it is an owner that crashed between its claim and its
-    completion."""
-    del partition  # the effect's partition places no two-phase record
+def wanted(bound: Effects, *, lease_seconds: float) -> Record:
+    """The record `two_phase` claims for `bound` (in the key's home): claimed directly, it is
+    an owner that crashed between its claim and its completion."""
     return Record(
         key=safe_id(f"two-phase:{bound.consumer}:{bound.message_id}"),
         partition=bound.key_partition,
@@ -99,17 +97,17 @@ def wanted(bound: Effects, partition: str, *, lease_seconds: float) -> Record:
 async def test_a_crashed_owner_is_left_alone_while_its_lease_lives_then_taken_over(
     store: CosmosStore,
 ) -> None:
-    message, partition, downstream = unique("message"), unique("order"), Downstream()
+    message, downstream = unique("message"), Downstream()
     crashed = effects(store, message, owner="worker-a")
-    claim = await crashed.own(wanted(crashed, partition, lease_seconds=1))
+    claim = await crashed.own(wanted(crashed, lease_seconds=1))
 
     # Live by the database's clock (1 s past the end of its write's second): left alone.
     with pytest.raises(InProgressElsewhereError) as elsewhere:
-        await effects(store, message, owner="worker-b").two_phase(partition, downstream)
+        await effects(store, message, owner="worker-b").two_phase(downstream)
     assert elsewhere.value.existing.owner == "worker-a" and downstream.calls == []
 
     await lease_ended(store, claim)
-    taken = await effects(store, message, owner="worker-b").two_phase(partition, downstream)
+    taken = await effects(store, message, owner="worker-b").two_phase(downstream)
 
     assert taken.outcome is Outcome.PROCESSED
     assert downstream.calls == [f"billing:{message}"]  # the key the crashed owner had
@@ -119,19 +117,19 @@ async def test_a_crashed_owner_is_left_alone_while_its_lease_lives_then_taken_ov
 
 
 async def test_the_owners_own_live_claim_is_taken_over_at_once(store: CosmosStore) -> None:
-    message, partition, downstream = unique("message"), unique("order"), Downstream()
+    message, downstream = unique("message"), Downstream()
     crashed = effects(store, message, owner="worker-a")
-    await crashed.own(wanted(crashed, partition, lease_seconds=30))
+    await crashed.own(wanted(crashed, lease_seconds=30))
 
-    again = await effects(store, message, owner="worker-a").two_phase(partition, downstream)
+    again = await effects(store, message, owner="worker-a").two_phase(downstream)
 
     assert again.outcome is Outcome.PROCESSED and len(downstream.calls) == 1
 
 
 async def test_a_live_claim_is_waited_for_and_found_completed(store: CosmosStore) -> None:
-    message, partition, downstream = unique("message"), unique("order"), Downstream()
+    message, downstream = unique("message"), Downstream()
     owner = effects(store, message, owner="worker-a")
-    claim = await owner.own(wanted(owner, partition, lease_seconds=30))
+    claim = await owner.own(wanted(owner, lease_seconds=30))
     pauses: list[float] = []
 
     async def owner_finishes_while_we_wait(seconds: float) -> None:
@@ -141,7 +139,7 @@ async def test_a_live_claim_is_waited_for_and_found_completed(store: CosmosStore
     waiting = effects(
         store, message, owner="worker-b", max_wait_seconds=5, sleep=owner_finishes_while_we_wait
     )
-    found = await waiting.two_phase(partition, downstream)
+    found = await waiting.two_phase(downstream)
 
     assert (found.outcome, found.result) == (Outcome.DUPLICATE, "answer-of-a")
     assert len(pauses) == 1 and downstream.calls == []
@@ -150,9 +148,9 @@ async def test_a_live_claim_is_waited_for_and_found_completed(store: CosmosStore
 async def test_a_live_claim_is_waited_for_up_to_the_bound_however_many_polls_that_takes(
     store: CosmosStore,
 ) -> None:
-    message, partition, downstream = unique("message"), unique("order"), Downstream()
+    message, downstream = unique("message"), Downstream()
     owner = effects(store, message, owner="worker-a")
-    await owner.own(wanted(owner, partition, lease_seconds=30))
+    await owner.own(wanted(owner, lease_seconds=30))
     pauses: list[float] = []
 
     async def pause(seconds: float) -> None:
@@ -160,7 +158,7 @@ async def test_a_live_claim_is_waited_for_up_to_the_bound_however_many_polls_tha
 
     waiting = effects(store, message, owner="worker-b", max_wait_seconds=4, sleep=pause)
     with pytest.raises(InProgressElsewhereError):
-        await waiting.two_phase(partition, downstream)
+        await waiting.two_phase(downstream)
 
     assert sum(pauses) == pytest.approx(4.0) and len(pauses) == 8  # more polls than races
     assert downstream.calls == []
@@ -169,7 +167,7 @@ async def test_a_live_claim_is_waited_for_up_to_the_bound_however_many_polls_tha
 async def test_a_failed_call_releases_the_claim_and_a_refusal_is_kept(
     store: CosmosStore,
 ) -> None:
-    message, partition = unique("message"), unique("order")
+    message = unique("message")
 
     async def broken(key: str) -> str:
         raise ConnectionError("downstream unreachable")
@@ -178,15 +176,15 @@ async def test_a_failed_call_releases_the_claim_and_a_refusal_is_kept(
         raise Refused("card declined", reason="PaymentRefused")
 
     with pytest.raises(ConnectionError):
-        await effects(store, message).two_phase(partition, broken)
+        await effects(store, message).two_phase(broken)
     key = safe_id(f"two-phase:billing:{message}")
     home = effects(store, message).key_partition
     assert (await store.read(key, home)).record is None  # released: a retry claims anew
 
     with pytest.raises(Refused):
-        await effects(store, message).two_phase(partition, refusing)
+        await effects(store, message).two_phase(refusing)
     with pytest.raises(PreviouslyFailedError) as failed:
-        await effects(store, message, owner="worker-b").two_phase(partition, Downstream())
+        await effects(store, message, owner="worker-b").two_phase(Downstream())
     assert failed.value.existing.result == {
         "reason": "PaymentRefused",
         "description": "card declined",
@@ -200,15 +198,15 @@ class ProviderBusy(Exception):
 async def test_an_error_named_transient_propagates_as_retry_later_and_releases_the_claim(
     store: CosmosStore,
 ) -> None:
-    message, partition = unique("message"), unique("order")
+    message = unique("message")
 
     async def busy(key: str) -> str:
         raise ProviderBusy("the provider sheds load")
 
     with pytest.raises(RetryLater) as later:
-        await effects(store, message).two_phase(partition, busy, transient=(ProviderBusy,))
+        await effects(store, message).two_phase(busy, transient=(ProviderBusy,))
     with pytest.raises(ProviderBusy):  # without `transient=` it propagates as it is
-        await effects(store, message).two_phase(partition, busy)
+        await effects(store, message).two_phase(busy)
 
     assert isinstance(later.value.__cause__, ProviderBusy)
     decision = decision_for_error(later.value, consumer="billing", message_id=message)
@@ -220,15 +218,15 @@ async def test_an_error_named_transient_propagates_as_retry_later_and_releases_t
 async def test_an_answer_whose_record_was_not_completed_is_recorded_by_the_next_attempt(
     store: CosmosStore,
 ) -> None:
-    message, partition, downstream = unique("message"), unique("order"), Downstream()
+    message, downstream = unique("message"), Downstream()
     bound = effects(store, message)
     # The first attempt's completion write fails after the downstream answered.
     failing = FailingCompletion(store)
     with one_delivery():
         with pytest.raises(TransientStoreError):
-            await effects(failing, message).two_phase(partition, downstream)  # type: ignore[arg-type]
+            await effects(failing, message).two_phase(downstream)  # type: ignore[arg-type]
         # The next attempt of the same delivery (the same owner) finds its own claim at once.
-        done = await bound.two_phase(partition, downstream)
+        done = await bound.two_phase(downstream)
 
     assert done.outcome is Outcome.PROCESSED and done.result == "answer-1"
     assert len(downstream.calls) == 1  # the answer was kept, not asked for again
@@ -253,14 +251,14 @@ async def test_a_claim_kept_on_error_stays_with_its_lease_ended_and_is_taken_ove
     """The downstream's answer was lost (it may have acted): the record stays, so a reader
     deciding whether there is anything to undo sees it; the next attempt does not wait out the
     30 s lease, and calls again with the same key."""
-    message, partition = unique("message"), unique("order")
+    message = unique("message")
 
     async def answer_lost(key: str) -> str:
         raise ConnectionError("the answer was lost")
 
     first = effects(store, message, lease_seconds=30.0)
     with pytest.raises(ConnectionError):
-        await first.two_phase(partition, answer_lost, keep_claim_on_error=True)
+        await first.two_phase(answer_lost, keep_claim_on_error=True)
     key = safe_id(f"two-phase:billing:{message}")
     kept = (await store.read(key, first.key_partition)).record
     assert kept is not None
@@ -279,7 +277,7 @@ async def test_a_claim_kept_on_error_stays_with_its_lease_ended_and_is_taken_ove
 
     downstream = Downstream()
     next_attempt = effects(store, message, owner="worker-b", max_wait_seconds=5, sleep=pause)
-    done = await next_attempt.two_phase(partition, downstream)
+    done = await next_attempt.two_phase(downstream)
 
     assert done.outcome is Outcome.PROCESSED and downstream.calls == [f"billing:{message}"]
     # At most the rest of the write's second (the database's clock has whole seconds).
@@ -289,11 +287,10 @@ async def test_a_claim_kept_on_error_stays_with_its_lease_ended_and_is_taken_ove
 async def test_a_record_named_by_the_application_carries_the_claims_data(
     store: CosmosStore,
 ) -> None:
-    message, partition, downstream = unique("message"), unique("order"), Downstream()
+    message, downstream = unique("message"), Downstream()
     bound = effects(store, message)
 
     done = await bound.two_phase(
-        partition,
         downstream,
         record_key=f"charge:{message}",
         downstream_key=f"pay:{message}",
@@ -317,17 +314,17 @@ async def test_a_record_named_by_the_application_carries_the_claims_data(
 async def test_effects_whose_refusals_are_not_final_call_again_on_the_next_attempt(
     store: CosmosStore,
 ) -> None:
-    message, partition = unique("message"), unique("order")
+    message = unique("message")
 
     async def refusing(key: str) -> str:
         raise Refused("card declined", reason="PaymentRefused")
 
     with pytest.raises(Refused):
-        await effects(store, message).two_phase(partition, refusing)
+        await effects(store, message).two_phase(refusing)
     downstream = Downstream()
     retried = effects(store, message, owner="worker-b", failed_is_final=False)
 
-    done = await retried.two_phase(partition, downstream)
+    done = await retried.two_phase(downstream)
 
     assert done.outcome is Outcome.PROCESSED and downstream.calls == [f"billing:{message}"]
 
@@ -335,13 +332,13 @@ async def test_effects_whose_refusals_are_not_final_call_again_on_the_next_attem
 async def test_a_refusal_may_be_retried_where_the_downstream_allows_it(
     store: CosmosStore,
 ) -> None:
-    message, partition = unique("message"), unique("order")
+    message = unique("message")
     first = effects(store, message)
-    refused = await first.own(wanted(first, partition, lease_seconds=30))
+    refused = await first.own(wanted(first, lease_seconds=30))
     await store.complete(refused, {"reason": "No"}, RecordStatus.FAILED)
     retrying = Claims(store, owner="worker-b", failed_is_final=False)
 
-    again = await retrying.own(wanted(first, partition, lease_seconds=30))
+    again = await retrying.own(wanted(first, lease_seconds=30))
 
     assert (again.status, again.owner, again.attempts) == (RecordStatus.IN_PROGRESS, "worker-b", 2)
     with pytest.raises(PreviouslyFailedError):
@@ -351,11 +348,11 @@ async def test_a_refusal_may_be_retried_where_the_downstream_allows_it(
 
 
 async def test_a_claim_with_another_payload_is_a_mismatch(store: CosmosStore) -> None:
-    message, partition = unique("message"), unique("order")
-    await effects(store, message).two_phase(partition, Downstream())
+    message = unique("message")
+    await effects(store, message).two_phase(Downstream())
 
     with pytest.raises(PayloadMismatchError):
-        await effects(store, message, request_hash="hash-2").two_phase(partition, Downstream())
+        await effects(store, message, request_hash="hash-2").two_phase(Downstream())
 
 
 async def test_inbox_records_are_scoped_by_consumer(store: CosmosStore) -> None:

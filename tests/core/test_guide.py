@@ -15,7 +15,6 @@ import datetime
 import json
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -30,7 +29,7 @@ import pytest
 from azure.cosmos.aio import ContainerProxy, CosmosClient
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
-from core_support import QUEUE, unique
+from core_support import QUEUE, guide_blocks, run_guide, unique
 from servers import CosmosServer
 
 from exactly_once import (
@@ -48,27 +47,12 @@ from servicebus_emulator import RunningEmulator
 
 REPO = Path(__file__).resolve().parents[2]
 CORE_SOURCE = REPO / "packages" / "exactly-once" / "src"
-GUIDE = CORE_SOURCE / "exactly_once" / "README.md"
-BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 T = TypeVar("T")
 # A Service Bus endpoint where nothing listens: the guide's client must not reach it at import.
 NOWHERE = (
     "Endpoint=sb://127.0.0.1:9;SharedAccessKeyName=RootManageSharedAccessKey;"
     "SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;"
 )
-
-
-def guide_blocks() -> list[str]:
-    return BLOCK.findall(GUIDE.read_text())
-
-
-def run_guide(namespace: dict[str, Any]) -> None:
-    """Every block, in order, in `namespace`, compiled as a reader's module would be: without
-    this file's `from __future__ import annotations` (which `compile` would otherwise pass on,
-    turning the guide's annotations into strings a reader's module never has)."""
-    for number, block in enumerate(guide_blocks(), start=1):
-        code = compile(block, f"{GUIDE.name} python block {number}", "exec", dont_inherit=True)
-        exec(code, namespace)
 
 
 def test_the_guide_has_the_blocks_this_test_runs() -> None:
@@ -82,6 +66,7 @@ def test_the_guide_has_the_blocks_this_test_runs() -> None:
     keyed = "\n".join(blocks)
     for option in ("key=from_message(", "key=cloud_event_key", "payload=", "cache="):
         assert option in keyed, option
+    assert "effects.adjust(" in keyed and 'partition_key_field="warehouse"' in keyed
 
 
 @pytest.mark.slow
@@ -136,6 +121,7 @@ async def guide(
     run_guide(namespace)
     try:
         await namespace["create_container"]()
+        await namespace["create_stock_container"]()
         yield namespace
     finally:
         await namespace["cosmos"].close()
@@ -757,3 +743,97 @@ async def test_the_outbox_relay_sends_each_entry_and_releases_its_lease_when_sto
     leases = [item async for item in guide["outbox_leases"].query_items("SELECT * FROM c")]
     assert leases, "a lease per feed range"
     assert all(lease["owner"] is None and lease["continuation"] for lease in leases)
+
+
+# --- "Apply an amount once: adjust" --------------------------------------------------------
+
+
+async def stock_levels(guide: dict[str, Any], warehouse: str, **levels: int) -> None:
+    """Items of one warehouse, written as the guide's container holds them (by /warehouse)."""
+    for item_id, available in levels.items():
+        item = {"id": item_id, "warehouse": warehouse, "available": available}
+        await guide["stock"].create_item(item)
+
+
+async def decide_together(servicebus: RunningEmulator, consumer: Any, count: int) -> list[Decision]:
+    """Receive `count` messages and decide them all at once (copies beside each other)."""
+    async with (
+        ServiceBusClient.from_connection_string(servicebus.connection_string) as client,
+        client.get_queue_receiver(QUEUE) as receiver,
+    ):
+        received: list[ServiceBusReceivedMessage] = []
+        while len(received) < count:
+            batch = await receiver.receive_messages(max_message_count=count, max_wait_time=5)
+            assert batch, f"{count - len(received)} messages did not arrive"
+            received += batch
+        return list(await asyncio.gather(*(consumer.with_receiver(m, receiver) for m in received)))
+
+
+def event(guide: dict[str, Any], source: str, event_id: str, data: Any, message_id: str) -> Any:
+    message = guide["binary_event"](source, event_id, data)
+    message.message_id = message_id
+    return message
+
+
+async def test_a_reservation_takes_stock_once_and_a_refusal_writes_nothing(
+    guide: dict[str, Any], servicebus: RunningEmulator
+) -> None:
+    """The store on /warehouse (`partition_key_field`), a CloudEvents key holding `/`."""
+    warehouse = unique("eu-west")
+    source = f"/warehouse/{warehouse}"
+    await stock_levels(guide, warehouse, a=5, b=2, c=1)
+    untouched = await guide["stock"].read_item("c", partition_key=warehouse)
+    reservation = guide["Reservation"]
+    fits = reservation(warehouse=warehouse, lines={"a": 3, "b": 2})
+    short = reservation(warehouse=warehouse, lines={"c": 1, "a": 9})
+    await send(
+        servicebus,
+        event(guide, source, "e1", fits, "copy-1"),
+        event(guide, source, "e1", fits, "copy-2"),
+        event(guide, source, "e2", short, "short"),
+    )
+
+    decided = await decide_together(servicebus, guide["reserve_stock"], 3)
+    reused = reservation(warehouse=warehouse, lines={"a": 1})
+    await send(servicebus, event(guide, source, "e1", reused, "reused"))
+    [mismatch] = await decide_together(servicebus, guide["reserve_stock"], 1)
+
+    assert sorted(str(d.outcome) for d in decided) == ["duplicate", "processed", "refused"]
+    assert mismatch.outcome == "mismatch"
+    letters = await dead_letters(servicebus)
+    assert {m: reason for m, (reason, _) in letters.items()} == {
+        "short": "OutOfStock",
+        "reused": "RequestHashMismatch",
+    }
+    documents = await stored(guide["stock"], warehouse)
+    assert {i: documents[i]["available"] for i in "abc"} == {"a": 2, "b": 0, "c": 1}
+    after = await guide["stock"].read_item("c", partition_key=warehouse)
+    assert after["_etag"] == untouched["_etag"]  # the refusal wrote nothing to the items
+    markers = [d for d in documents.values() if d.get("type") == "exactlyOnceAdjustment"]
+    assert sorted("refused" in m for m in markers) == [False, True]
+    assert all("/" not in m["id"] and m["key"].startswith('["/warehouse/') for m in markers)
+
+
+async def test_a_shipment_refused_in_one_warehouse_gives_the_others_back(
+    guide: dict[str, Any], servicebus: RunningEmulator
+) -> None:
+    north, south = unique("north"), unique("south")
+    await stock_levels(guide, north, a=5)
+    await stock_levels(guide, south, b=1)
+    shipment = guide["Shipment"](picks={north: {"a": 2}, south: {"b": 1}})
+
+    await send(servicebus, event(guide, "/shipments", "s1", shipment, "s1"))
+    [first] = await decide_together(servicebus, guide["reserve_shipment"], 1)
+    await send(servicebus, event(guide, "/shipments", "s2", shipment, "s2"))
+    [second] = await decide_together(servicebus, guide["reserve_shipment"], 1)
+    await send(servicebus, event(guide, "/shipments", "s2", shipment, "s2-again"))
+    [again] = await decide_together(servicebus, guide["reserve_shipment"], 1)
+
+    assert first.outcome == Outcome.PROCESSED
+    assert (second.outcome, second.dead_letter_reason) == ("refused", "OutOfStock")
+    assert (again.outcome, again.dead_letter_reason) == ("refused", "OutOfStock")
+    north_items, south_items = (
+        await stored(guide["stock"], north),
+        await stored(guide["stock"], south),
+    )
+    assert (north_items["a"]["available"], south_items["b"]["available"]) == (3, 0)

@@ -420,7 +420,7 @@ async def test_a_corrupt_record_is_a_store_error_and_its_message_is_dead_lettere
             calls.append(downstream_key)
             return "charged"
 
-        return (await effects.two_phase(PARTITION, call)).outcome
+        return (await effects.two_phase(call)).outcome
 
     consumer = exactly_once(consumer=CONSUMER, parse=core_parse, store=store)(charge)
 

@@ -4,7 +4,7 @@ SDK sends is counted (an azure-core raw request hook), once the client is warm."
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, cast
 
 import pytest
@@ -18,6 +18,7 @@ from exactly_once import (
     DocumentExistsError,
     Effects,
     JsonMapping,
+    JsonObject,
     LocalCache,
     Outcome,
     PayloadMismatchError,
@@ -54,7 +55,7 @@ async def counted(python_cosmos: CosmosServer) -> AsyncIterator[tuple[CosmosStor
         await warm.inbox(unique("p"), [{"id": "x"}])
         await warm.inbox(unique("p"), [])
         await warm.inbox(warm.key_partition, [])
-        await warm.two_phase(unique("p"), answer)
+        await warm.two_phase(answer)
         await warm.apply_version(unique("p"), "doc", 1, lambda _: {})
         yield store, log
 
@@ -116,8 +117,8 @@ async def test_each_mechanism_costs_what_the_readme_says(
         Outcome.DUPLICATE,
         costs["inbox"][1],
     )
-    first, first_count = await requests_of(log, effects.two_phase(partition, answer))
-    again, again_count = await requests_of(log, effects.two_phase(partition, answer))
+    first, first_count = await requests_of(log, effects.two_phase(answer))
+    again, again_count = await requests_of(log, effects.two_phase(answer))
     assert (first.outcome, first_count) == (Outcome.PROCESSED, costs["two_phase"][0])
     assert (again.outcome, again_count) == (Outcome.DUPLICATE, costs["two_phase"][1])
     assert await requests_of(log, effects.apply_version(partition, "v", 2, lambda _: {})) == (
@@ -127,6 +128,32 @@ async def test_each_mechanism_costs_what_the_readme_says(
     assert await requests_of(log, effects.apply_version(partition, "v", 2, lambda _: {})) == (
         Outcome.STALE,
         1,
+    )
+
+
+@pytest.mark.parametrize(
+    ("in_the_keys_home", "costs"),
+    [(True, (1 + 2, 2 + 2)), (False, (2 + 2, 4 + 2))],
+    ids=["in-the-keys-home", "elsewhere"],
+)
+async def test_an_adjustment_of_two_documents_costs_what_the_readme_says(
+    counted: tuple[CosmosStore, RequestLog], in_the_keys_home: bool, costs: tuple[int, int]
+) -> None:
+    store, log = counted
+    effects = bound(store, f"m-{uuid.uuid4().hex[:8]}")
+    partition = effects.key_partition if in_the_keys_home else unique("p")
+    await store.create_all(partition, [{"id": "a", "n": 1}, {"id": "b", "n": 1}])
+
+    def add_one(items: Mapping[str, JsonObject]) -> list[JsonMapping]:
+        return [{**item, "n": cast(int, item["n"]) + 1} for item in items.values()]
+
+    assert await requests_of(log, effects.adjust(partition, ["a", "b"], add_one)) == (
+        Outcome.PROCESSED,
+        costs[0],
+    )
+    assert await requests_of(log, effects.adjust(partition, ["a", "b"], add_one)) == (
+        Outcome.DUPLICATE,
+        costs[1],
     )
 
 
@@ -177,6 +204,15 @@ class FoundOnConflict:
         created: Sequence[JsonMapping],
     ) -> None:
         await self.store.replace_and_create(partition, document, etag=etag, created=created)
+
+    async def replace_all_and_create(
+        self,
+        partition: str,
+        replaced: Sequence[tuple[JsonMapping, str]],
+        *,
+        created: Sequence[JsonMapping],
+    ) -> None:
+        await self.store.replace_all_and_create(partition, replaced, created=created)
 
 
 async def test_a_conflict_that_carries_the_entity_is_judged_without_another_read(

@@ -1,16 +1,17 @@
 """One contract for the core's document store as the app uses it, four stores: the two fakes,
 our Cosmos emulator and @vercel/cosmosdb-server.
 
-The order consumer, shipping and status write their documents through the `exactly_once`
-core's `DocumentStore` (`CosmosStore` over the orders and inbox containers, partitioned by
-`/orderId`), and so does the saga, whose cancel replaces the order If-Match and creates its
-event in one batch (`replace_and_create`). The unit tests stand in for it with `FakeOrderStore`
-(the orders container) and `FakeDocumentStore` (a view of `FakeFencedDocuments`); every case
-runs against both and against the real adapter over real Cosmos wire servers through the SDK,
-so the fakes cannot drift from it: a batch writes all or nothing in its partition, a conflict
-names the first document that exists and its position, a replace fails on a moved ETag and
-hands back the new one. Gaps of the third-party server are declared here (strict xfail: if it
-gets fixed, the test says so).
+The order consumer, shipping and status write their documents through the `exactly_once` core's
+`DocumentStore` (`CosmosStore` over the orders and inbox containers, partitioned by `/orderId`),
+and so does the saga, whose cancel replaces the order If-Match and creates its event in one
+batch (`replace_and_create`), and the core's `Effects.adjust`, whose batch replaces several
+documents and creates the message's marker (`replace_all_and_create`). The unit tests stand in
+for it with `FakeOrderStore` (the orders container) and `FakeDocumentStore` (a view of
+`FakeFencedDocuments`); every case runs against both and against the real adapter over real
+Cosmos wire servers through the SDK, so the fakes cannot drift from it: a batch writes all or
+nothing in its partition, a conflict names the first document that exists and its position, a
+replace fails on a moved ETag and hands back the new one. Gaps of the third-party server are
+declared here (strict xfail: if it gets fixed, the test says so).
 """
 
 from __future__ import annotations
@@ -56,6 +57,15 @@ KNOWN_GAPS: KnownGaps = {
     ("vercel", "test_replace_and_create_writes_all_in_one_batch"): _NO_REPLACE_IN_BATCH,
     ("vercel", "test_replace_and_create_with_a_stale_etag_writes_nothing"): _NO_REPLACE_IN_BATCH,
     ("vercel", "test_replace_and_create_with_an_existing_id_writes_nothing"): _NO_REPLACE_IN_BATCH,
+    ("vercel", "test_replace_all_and_create_writes_every_document_in_one_batch"): (
+        _NO_REPLACE_IN_BATCH
+    ),
+    ("vercel", "test_replace_all_and_create_with_one_stale_etag_writes_nothing"): (
+        _NO_REPLACE_IN_BATCH
+    ),
+    ("vercel", "test_replace_all_and_create_with_an_existing_id_writes_nothing"): (
+        _NO_REPLACE_IN_BATCH
+    ),
 }
 
 
@@ -317,3 +327,85 @@ async def test_replace_and_create_with_an_existing_id_writes_nothing(store: Docu
         "orderId": partition,
         "n": 0,
     }
+
+
+# --- replace_all_and_create: several documents changed and a marker, one batch ----------------
+
+
+async def two_stocked(store: DocumentStore) -> tuple[str, list[str], list[str]]:
+    """A partition with two documents: (partition, their ids, their ETags)."""
+    partition, ids = unique_id("warehouse"), [unique_id(), unique_id()]
+    await store.create_all(partition, [{"id": each, "available": 5} for each in ids])
+    found = [await store.get(each, partition) for each in ids]
+    assert found[0] is not None and found[1] is not None
+    return partition, ids, [found[0].etag, found[1].etag]
+
+
+async def test_replace_all_and_create_writes_every_document_in_one_batch(
+    store: DocumentStore,
+) -> None:
+    partition, ids, etags = await two_stocked(store)
+    marker: dict[str, Any] = {"id": unique_id("marker")}
+
+    await store.replace_all_and_create(
+        partition,
+        [({"id": ids[0], "available": 4}, etags[0]), ({"id": ids[1], "available": 3}, etags[1])],
+        created=[marker],
+    )
+
+    for each, left in zip(ids, (4, 3), strict=True):
+        after = await store.get(each, partition)
+        assert after is not None and after.body["available"] == left
+        assert after.etag not in etags
+    assert await body_of(store, marker["id"], partition) == {**marker, "orderId": partition}
+
+
+async def test_replace_all_and_create_with_one_stale_etag_writes_nothing(
+    store: DocumentStore,
+) -> None:
+    partition, ids, etags = await two_stocked(store)
+    await store.replace({"id": ids[1], "available": 1}, partition, etag=etags[1])
+    marker: dict[str, Any] = {"id": unique_id("marker")}
+
+    with pytest.raises(RecordChangedError, match=ids[1]):
+        await store.replace_all_and_create(
+            partition,
+            [
+                ({"id": ids[0], "available": 4}, etags[0]),
+                ({"id": ids[1], "available": 4}, etags[1]),
+            ],
+            created=[marker],
+        )
+
+    first = await store.get(ids[0], partition)
+    assert first is not None and (first.body["available"], first.etag) == (5, etags[0])
+    assert await body_of(store, ids[1], partition) == {
+        "id": ids[1],
+        "orderId": partition,
+        "available": 1,
+    }
+    assert await store.get(marker["id"], partition) is None
+
+
+async def test_replace_all_and_create_with_an_existing_id_writes_nothing(
+    store: DocumentStore,
+) -> None:
+    partition, ids, etags = await two_stocked(store)
+    existing: dict[str, Any] = {"id": unique_id("marker"), "n": 0}
+    await store.create_all(partition, [existing])
+
+    with pytest.raises(DocumentExistsError) as exists:
+        await store.replace_all_and_create(
+            partition,
+            [
+                ({"id": ids[0], "available": 4}, etags[0]),
+                ({"id": ids[1], "available": 4}, etags[1]),
+            ],
+            created=[{"id": existing["id"], "n": 1}],
+        )
+
+    assert (exists.value.document_id, exists.value.index) == (existing["id"], 0)
+    for each, etag in zip(ids, etags, strict=True):
+        after = await store.get(each, partition)
+        assert after is not None and (after.body["available"], after.etag) == (5, etag)
+    assert await body_of(store, existing["id"], partition) == {**existing, "orderId": partition}

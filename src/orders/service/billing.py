@@ -330,7 +330,6 @@ class BillingConsumer:
         `refused`) the dead-letter decision, with an ALERT line."""
         try:
             done = await effects.two_phase(
-                effects.key_partition,
                 call,
                 downstream_key=downstream_key,
                 record_key=record_key,

@@ -69,6 +69,7 @@ if TYPE_CHECKING:
         message_id_key,
     )
     from exactly_once.orchestrator import (
+        AdjustmentRule,
         Effects,
         TwoPhaseResult,
         apply_version,
@@ -181,6 +182,7 @@ _MODULE_OF: dict[str, str] = {
     "Worker": "worker",
     "WorkerOptions": "worker",
     "WorkerStats": "worker",
+    "AdjustmentRule": "orchestrator",
     "apply_version": "orchestrator",
     "cloud_event_key": "message_keys",
     "create_entity": "orchestrator",
@@ -202,6 +204,7 @@ _MODULE_OF: dict[str, str] = {
 }
 
 __all__ = [
+    "AdjustmentRule",
     "Backoff",
     "BudgetError",
     "ChangeFeed",

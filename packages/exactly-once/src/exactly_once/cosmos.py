@@ -228,13 +228,24 @@ class CosmosStore:
         etag: str,
         created: Sequence[JsonMapping],
     ) -> None:
-        replaced = self._in_partition(document, partition)
+        await self.replace_all_and_create(partition, [(document, etag)], created=created)
+
+    async def replace_all_and_create(
+        self,
+        partition: str,
+        replaced: Sequence[tuple[JsonMapping, str]],
+        *,
+        created: Sequence[JsonMapping],
+    ) -> None:
+        fenced = [(self._in_partition(each, partition), etag) for each, etag in replaced]
         new = [self._in_partition(each, partition) for each in created]
         operations: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
-            ("replace", (replaced["id"], replaced), {"if_match_etag": etag}),
+            *(("replace", (each["id"], each), {"if_match_etag": etag}) for each, etag in fenced),
             *(("create", (each,), {}) for each in new),
         ]
-        await self._batch(partition, operations, new, replaced=str(replaced["id"]))
+        await self._batch(
+            partition, operations, new, replaced=[str(each["id"]) for each, _ in fenced]
+        )
 
     # --- the one batch, and its one translation ---------------------------------------------
 
@@ -244,14 +255,15 @@ class CosmosStore:
         operations: list[tuple[str, tuple[Any, ...], dict[str, Any]]],
         created: Sequence[JsonMapping],
         *,
-        replaced: str | None = None,
+        replaced: Sequence[str] = (),
     ) -> None:
-        """One transactional batch: the creates of `created`, after the If-Match replace of
-        `replaced` when there is one. A 409 is `DocumentExistsError` naming the created document
-        and its position among `created` (the first, where the store does not say which); a
-        moved ETag or a missing document (412, 404) of the replace is `RecordChangedError`;
-        anything else as `store_error_for` says. Nothing of a failed batch is written."""
-        first_created = 0 if replaced is None else 1
+        """One transactional batch: the creates of `created`, after the If-Match replaces of
+        `replaced` when there are any. A 409 is `DocumentExistsError` naming the created
+        document and its position among `created` (the first, where the store does not say
+        which); a moved ETag or a missing document (412, 404) of a replace is
+        `RecordChangedError` naming it; anything else as `store_error_for` says. Nothing of a
+        failed batch is written."""
+        first_created = len(replaced)
         with store_errors():
             try:
                 await self._container.execute_item_batch(
@@ -262,8 +274,9 @@ class CosmosStore:
                 if status == 409 and created:
                     position = max(index - first_created, 0)
                     raise DocumentExistsError(str(created[position].get("id")), position) from exc
-                if replaced is not None and status in (404, 412):
-                    raise RecordChangedError(f"{replaced!r} changed since it was read") from exc
+                if replaced and status in (404, 412):
+                    moved = replaced[min(index, len(replaced) - 1)]
+                    raise RecordChangedError(f"{moved!r} changed since it was read") from exc
                 why = failed_operation_message(exc)
                 raise store_error_for(status, f"batch operation {index} failed: {why}") from exc
 

@@ -18,6 +18,9 @@ batch (one request); one written elsewhere writes the key record first (`Effects
 then its batch. A two-phase record always lives there.
 - `apply_version`: natural idempotency. A versioned document replaced If-Match; an older or
   equal version changes nothing.
+- `adjust`: existing documents of one partition changed by the user's rule (an amount taken
+  from a stock level, added to a balance), replaced If-Match in one batch with the key's
+  marker; a race lost re-reads and applies the rule again; a refusal is recorded alone.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ import asyncio
 import hashlib
 import json
 import unicodedata
-from collections.abc import Awaitable, Callable, Sequence
+import warnings
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -56,6 +60,8 @@ from exactly_once.transient import Transient, transient_check
 # A versioned document that keeps moving under us is given back to the broker after this many.
 MAX_RACES = 5
 INBOX_TYPE = "exactlyOnceInbox"
+# The marker of an adjustment: in the batch that changed the documents, or alone (a refusal).
+ADJUSTMENT_TYPE = "exactlyOnceAdjustment"
 # A message's key record in the key's home, written first when the effect's partition is another.
 KEY_TYPE = "exactlyOnceKey"
 # Characters Cosmos DB ids may not hold, and its id length limit.
@@ -71,6 +77,9 @@ R = TypeVar("R")
 DownstreamCall = Callable[[str], Awaitable[JsonInput]]
 # A versioned update: the stored document (None when there is none) -> the new document.
 VersionedChange = Callable[[JsonObject | None], JsonMapping]
+# An adjustment's rule: the documents as read, by id (one that does not exist is absent) ->
+# the documents it changes, each with its id; or `Refused` with the reason.
+AdjustmentRule = Callable[[Mapping[str, JsonObject]], Sequence[JsonMapping]]
 
 
 def _is_safe_id(text: str) -> bool:
@@ -121,7 +130,9 @@ class Effects:
     `owner` names this delivery in them, the same on each of its in-place attempts
     (`exactly_once.attempts.delivery_owner`), so a retry takes its own claim back at once.
 
-    `key` is the message's key (its MessageId when None); `key_partition` is the key's home (by
+    `key` is the message's key (its MessageId when None), as the producer spelt it; `safe_key`
+    is the same key as an id Cosmos DB takes (`safe_id`: itself when it is one), for a document
+    of yours named by the message. `key_partition` is the key's home (by
     default one partition per (consumer, key)); every record carries `retention`'s ttl, and no
     business document is given one. `failed_is_final=False` lets a later attempt take over a
     two-phase record the downstream refused and call again (see `Claims`)."""
@@ -148,6 +159,9 @@ class Effects:
         self.key = message_id if key is None else key
         self.request_hash = request_hash
         self.owner = owner
+        # The key as an id any store takes (itself when it already is one): a CloudEvents
+        # key, `source` and `id`, holds the `/` Cosmos DB refuses in ids.
+        self.safe_key = safe_id(self.key)
         self.key_partition = key_partition or key_partition_of(consumer, self.key)
         self.ttl_seconds = retention.ttl_seconds
         self._documents = documents
@@ -274,9 +288,8 @@ class Effects:
 
     async def two_phase(
         self,
-        partition: str,
         call: DownstreamCall,
-        *,
+        *deprecated_call: DownstreamCall,
         downstream_key: str | None = None,
         record_key: str | None = None,
         data: JsonMapping | None = None,
@@ -286,8 +299,10 @@ class Effects:
         """Claim the work, call the downstream with a key that never changes for this message,
         record its answer: `PROCESSED`; or find it recorded: `DUPLICATE` with that answer.
 
-        The record lives in the key's home, whatever `partition` the effect concerns (no
-        document rides with it, so only the key decides where it is). A live claim of another
+        The record lives in the key's home (no document rides with it, so only the key decides
+        where it is). The downstream key is `downstream_key`, or the consumer and the message's
+        key as an id any store takes (`safe_id`). 0.1's `two_phase(partition, call)` still runs,
+        with a `DeprecationWarning`: the partition was never used. A live claim of another
         attempt (another delivery, in this process or another) is waited for (bounded), then
         `InProgressElsewhereError`; an ended one is taken over (If-Match) and the call made
         again with the same key. A `Refused` from the call marks the record failed, for good;
@@ -312,7 +327,7 @@ class Effects:
         deciding whether there is anything to undo (a refund after a cancel) finishes the
         work first; the next attempt takes it over within a second (the database's clock has
         whole seconds) and calls again with the same key."""
-        del partition  # kept in the signature: callers name the effect's partition
+        call = _without_partition(call, deprecated_call)
         wanted = Record(
             key=record_key or safe_id(f"two-phase:{self.consumer}:{self.key}"),
             partition=self.key_partition,
@@ -320,7 +335,7 @@ class Effects:
             status=RecordStatus.IN_PROGRESS,
             owner=self.owner,
             lease_seconds=self._lease_seconds,
-            downstream_key=downstream_key or f"{self.consumer}:{self.key}",
+            downstream_key=downstream_key or safe_id(f"{self.consumer}:{self.key}"),
             data=json.loads(json.dumps(data)) if data is not None else None,
             expires_after_seconds=self.ttl_seconds,
         )
@@ -394,6 +409,43 @@ class Effects:
         again (bounded), then `RecordChangedError`."""
         return await apply_version(
             self._documents, partition, document_id, version, change, version_field=version_field
+        )
+
+    # --- existing documents changed by a rule, the key's marker in the same batch ------------
+
+    async def adjust(
+        self,
+        partition: str,
+        document_ids: Sequence[str],
+        rule: AdjustmentRule,
+        *,
+        step: str = "",
+    ) -> Outcome:
+        """Change existing documents of `partition` once for this message: read them, call
+        `rule` on them (by id; a missing one is absent), and write what it returns, each
+        document If-Match the ETag it was read with, in one transactional batch with this
+        message's marker: `PROCESSED`; or find the marker with the same hash: `DUPLICATE`,
+        nothing written.
+
+        `rule` is pure (it may run more than once): a batch that lost a race to another writer
+        reads again and calls it again, at most `MAX_RACES` times, then `RecordChangedError`
+        (transient: the message backs off). A rule that raises `Refused` changes nothing: the
+        marker is written alone with the refusal, so every redelivery of the message is refused
+        alike (an operator who restocks sends a new message, not the dead letter again), and
+        `Refused` propagates. Raises `PayloadMismatchError` when the key holds another hash.
+
+        `step` names one of several adjustments a message makes in one partition (a
+        reservation and its give-back): each has its own marker. In the key's home the marker
+        is the key record; elsewhere the key record is written first, as `inbox` does."""
+        kind = f"adjust-{step}" if step else "adjust"
+        if partition != self.key_partition:
+            await self.hold_key(kind, partition)
+        return await adjust_documents(
+            self._documents,
+            partition,
+            document_ids,
+            rule,
+            marker=self._marker(kind, ADJUSTMENT_TYPE),
         )
 
 
@@ -556,6 +608,94 @@ async def apply_version(
         return Outcome.PROCESSED
 
     return await update_fenced(read, write, name=document_id, max_races=max_races)
+
+
+async def adjust_documents(
+    documents: DocumentStore,
+    partition: str,
+    document_ids: Sequence[str],
+    rule: AdjustmentRule,
+    *,
+    marker: JsonMapping,
+    hash_field: str = "requestHash",
+    max_races: int = MAX_RACES,
+) -> Outcome:
+    """`Effects.adjust` on any `DocumentStore`, with a `marker` of the caller's (its id names
+    the key, `hash_field` holds the request hash): the documents changed by `rule` and the
+    marker created in one batch; `DUPLICATE` when the marker is there with the same hash,
+    `Refused` again when it recorded a refusal, `PayloadMismatchError` when another hash."""
+    wanted = list(dict.fromkeys(document_ids))
+
+    async def read() -> dict[str, StoredDocument]:
+        found = await asyncio.gather(*(documents.get(each, partition) for each in wanted))
+        return {each: stored for each, stored in zip(wanted, found, strict=True) if stored}
+
+    async def write(found: dict[str, StoredDocument]) -> Outcome:
+        try:
+            changed = rule({each: stored.body for each, stored in found.items()})
+        except Refused as refused:
+            refusal = {"reason": refused.reason, "description": refused.description}
+            written = {**marker, "refused": refusal}
+            try:
+                await documents.create_all(partition, [written])
+            except DocumentExistsError as exists:
+                return await _judge_marker(documents, partition, marker, exists, hash_field)
+            raise
+        replaced: list[tuple[JsonMapping, str]] = []
+        for document in changed:
+            stored = found.get(str(document.get("id")))
+            if stored is None:
+                raise ValueError(f"the rule changed {document.get('id')!r}, which it was not given")
+            replaced.append((document, stored.etag))
+        try:
+            await documents.replace_all_and_create(partition, replaced, created=[marker])
+        except DocumentExistsError as exists:
+            return await _judge_marker(documents, partition, marker, exists, hash_field)
+        return Outcome.PROCESSED
+
+    return await update_fenced(read, write, name=str(marker["id"]), max_races=max_races)
+
+
+async def _judge_marker(
+    documents: DocumentCreator,
+    partition: str,
+    marker: JsonMapping,
+    exists: DocumentExistsError,
+    hash_field: str,
+) -> Outcome:
+    """An adjustment's marker found where this delivery meant to create it: an earlier
+    delivery's (`DUPLICATE`, or its recorded refusal raised again) or another payload's."""
+    marker_id = str(marker["id"])
+    stored = exists.existing or await documents.get(marker_id, partition)
+    if stored is None:
+        raise RecordChangedError(f"{marker_id!r} vanished after its create conflicted")
+    stored_hash = stored.body.get(hash_field)
+    if stored_hash != marker[hash_field]:
+        raise PayloadMismatchError(marker_id, str(stored_hash), str(marker[hash_field]))
+    refusal = stored.body.get("refused")
+    if isinstance(refusal, dict):
+        reason, description = refusal.get("reason"), refusal.get("description")
+        raise Refused(str(description), reason=str(reason))
+    return Outcome.DUPLICATE
+
+
+def _without_partition(
+    call: DownstreamCall | str, deprecated_call: Sequence[DownstreamCall]
+) -> DownstreamCall:
+    """`two_phase`'s call, from 0.2's `two_phase(call)` or 0.1's `two_phase(partition, call)`
+    (with a `DeprecationWarning`: the partition was never used)."""
+    if isinstance(call, str):
+        if len(deprecated_call) == 1:
+            warnings.warn(
+                "two_phase(partition, call) is deprecated: the partition was never used; "
+                "call two_phase(call)",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+            return deprecated_call[0]
+    elif not deprecated_call:
+        return call
+    raise TypeError("two_phase takes one call: two_phase(call, downstream_key=..., ...)")
 
 
 async def update_fenced(

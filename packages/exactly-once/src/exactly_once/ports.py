@@ -99,6 +99,23 @@ class DocumentStore(DocumentCreator, Protocol):
         written either way."""
         ...
 
+    async def replace_all_and_create(
+        self,
+        partition: str,
+        replaced: Sequence[tuple[JsonMapping, str]],
+        *,
+        created: Sequence[JsonMapping],
+    ) -> None:
+        """`replace_and_create` for several documents: one transactional batch that replaces
+        each `(document, etag)` of `replaced` If-Match its ETag and creates every one of
+        `created` (several stock levels and the marker of the message that changed them), all
+        or nothing.
+
+        Raises `RecordChangedError` when any replaced document moved or is gone,
+        `DocumentExistsError` naming the first of `created` that exists and its position among
+        them; nothing is written either way."""
+        ...
+
 
 class Store(RecordStore, DocumentStore, Protocol):
     """Both ports over one store (`CosmosStore`): what an inbox batch needs."""
