@@ -9,6 +9,13 @@ prefetch, one transactional batch per message, complete, nothing else) drains th
 too: worker/bare is what our pipeline costs on top of the SDKs.
 
     python scripts/bench_consumer.py [--orders 400] [--workers 1 2 4]
+
+`ratio` runs only `orders worker` and the bare loop, back to back in each round (which goes
+first alternates), for `--rounds` rounds, and prints each round's rates, each side's CPU time
+per message (the worker processes' own, read from /proc just before they are stopped: what
+the machine's other jobs move least) and the median of the per-round ratios:
+
+    python scripts/bench_consumer.py ratio [--orders 1000] [--workers 1 2] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -16,11 +23,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import re
+import statistics
 import sys
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -132,8 +142,21 @@ def bare_worker() -> None:
 WORKER_KINDS = {"naive": "naive-worker", "bare": "bare-worker"}
 
 
-def one_run(orders: int, workers: int, mix: LoadMix, kind: str) -> float:
-    """Messages settled per second by `workers` processes of `kind` draining a backlog."""
+@dataclass(frozen=True)
+class Drain:
+    rate: float
+    """Messages settled per second."""
+    cpu_ms_per_message: float
+    """The worker processes' CPU time (user + system) while draining, per message."""
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def one_run(orders: int, workers: int, mix: LoadMix, kind: str) -> Drain:
+    """How `workers` processes of `kind` drained a backlog."""
     queue = QueueOptions(duplicate_window_seconds=2)
     with local_stack(queue) as stack:
         asyncio.run(prepare_local_cosmos(stack.settings()))
@@ -155,13 +178,40 @@ def one_run(orders: int, workers: int, mix: LoadMix, kind: str) -> float:
         while not any(READY.search(w.log()) for w in started):
             time.sleep(0.01)
         began = time.perf_counter()
+        cpu_before = sum(cpu_seconds(w.process.pid) for w in started)
         while not queue_empty(stack):
             time.sleep(0.05)
         elapsed = time.perf_counter() - began
+        cpu = sum(cpu_seconds(w.process.pid) for w in started) - cpu_before
         stack.stop_workers()
         for worker in started:
             worker.stop()
-    return delivered / elapsed
+    return Drain(delivered / elapsed, 1000 * cpu / delivered)
+
+
+def ratio_rounds(orders: int, workers: int, rounds: int) -> None:
+    """`orders worker` against the bare loop, back to back, `rounds` times; the medians."""
+    ratios: list[float] = []
+    cpu: dict[str, list[float]] = {"idempotent": [], "bare": []}
+    for number in range(rounds):
+        order = ("idempotent", "bare") if number % 2 == 0 else ("bare", "idempotent")
+        drains = {kind: one_run(orders, workers, NO_DUPLICATES, kind) for kind in order}
+        ratios.append(drains["idempotent"].rate / drains["bare"].rate)
+        for kind, drain in drains.items():
+            cpu[kind].append(drain.cpu_ms_per_message)
+        print(
+            f"workers {workers} round {number + 1}: worker {drains['idempotent'].rate:.0f} msg/s "
+            f"({drains['idempotent'].cpu_ms_per_message:.2f} ms CPU/msg), bare "
+            f"{drains['bare'].rate:.0f} msg/s ({drains['bare'].cpu_ms_per_message:.2f} ms CPU/msg)"
+            f", worker/bare {ratios[-1]:.2f}",
+            flush=True,
+        )
+    worker_cpu, bare_cpu = (statistics.median(cpu[kind]) for kind in ("idempotent", "bare"))
+    print(
+        f"workers {workers} median: worker/bare {statistics.median(ratios):.2f}, CPU/msg worker "
+        f"{worker_cpu:.2f} ms, bare {bare_cpu:.2f} ms",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -169,10 +219,14 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument(
-        "mode", nargs="?", default="bench", choices=["bench", "naive-worker", "bare-worker"]
+        "mode",
+        nargs="?",
+        default="bench",
+        choices=["bench", "ratio", "naive-worker", "bare-worker"],
     )
-    parser.add_argument("--orders", type=int, default=400)
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--orders", type=int, default=None, help="400; 1000 for ratio")
+    parser.add_argument("--workers", type=int, nargs="+", default=None, help="1 2 4; 1 2 for ratio")
+    parser.add_argument("--rounds", type=int, default=5, help="ratio's rounds")
     args = parser.parse_args()
     if args.mode == "naive-worker":
         naive_worker()
@@ -180,20 +234,25 @@ def main() -> None:
     if args.mode == "bare-worker":
         bare_worker()
         return
+    if args.mode == "ratio":
+        for workers in args.workers or [1, 2]:
+            ratio_rounds(args.orders or 1000, workers, args.rounds)
+        return
+    orders = args.orders or 400
     rows = []
     print("{:>7} {:>10} {:>17} {:>12} {:>6}".format(
         "workers", "duplicates", "idempotent msg/s", "naive msg/s", "ratio"))  # fmt: skip
-    for workers in args.workers:
+    for workers in args.workers or [1, 2, 4]:
         for label, mix in (("0%", NO_DUPLICATES), ("30%", DUPLICATE_MIX)):
-            idempotent = one_run(args.orders, workers, mix, "idempotent")
-            naive = one_run(args.orders, workers, mix, "naive")
+            idempotent = one_run(orders, workers, mix, "idempotent").rate
+            naive = one_run(orders, workers, mix, "naive").rate
             print(
                 f"{workers:>7} {label:>10} {idempotent:>17.0f} {naive:>12.0f} "
                 f"{idempotent / naive:>6.2f}",
                 flush=True,
             )
             if label == "0%":
-                rows.append((workers, idempotent, one_run(args.orders, workers, mix, "bare")))
+                rows.append((workers, idempotent, one_run(orders, workers, mix, "bare").rate))
     print()
     print(
         "{:>7} {:>13} {:>13} {:>12}".format("workers", "worker msg/s", "bare msg/s", "worker/bare")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from azure.core.pipeline.transport import AioHttpTransport
 from azure.cosmos import PartitionKey
 
 # Re-exported: the composition root names these types without importing the SDK itself.
@@ -21,7 +23,8 @@ from orders.settings import Settings
 def create_cosmos_client(
     settings: Settings, identity: ProcessCredential | None = None, **client_options: Any
 ) -> CosmosClient:
-    """A key for emulators; otherwise Entra ID through the process's credential."""
+    """A key for emulators; otherwise Entra ID through the process's credential. The
+    environment's proxy settings are read here, once (see below)."""
     credential: Any
     if settings.cosmos_key:
         credential = settings.cosmos_key
@@ -29,6 +32,15 @@ def create_cosmos_client(
         credential = identity.get()
     else:
         raise ValueError("without COSMOS_KEY the client needs the process's ProcessCredential")
+    # An azure-core transport that trusts the environment (the default) has aiohttp look up
+    # netrc and the proxy for every request, each in a thread of the loop's executor: two
+    # thread hand-offs per request, the largest per-message cost a worker had over a bare SDK
+    # loop (docs/running.md). The environment does not change while the process runs, so ask
+    # once: with no proxy configured, nothing is looked up per request (netrc credentials have
+    # no use here: every Cosmos request carries its own Authorization header). With a proxy
+    # configured, the default transport keeps honouring it.
+    if "transport" not in client_options and not urllib.request.getproxies():
+        client_options["transport"] = AioHttpTransport(use_env_settings=False)
     return CosmosClient(settings.cosmos_endpoint, credential=credential, **client_options)
 
 
