@@ -6,10 +6,12 @@ Emulators differ from Azure in settings only, never in code paths: a connection 
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from exactly_once.delayed_retries import MAX_RETRIES, DelayedRetries
 from exactly_once.exceptions import RetentionError
 from exactly_once.retention import Retention
 from orders.exceptions import OrdersError
@@ -54,6 +56,10 @@ APP_SETTING_NAMES = frozenset(
         "ORDERS_LOCK_DURATION_SECONDS",
         "ORDERS_MAX_DELIVERY_COUNT",
         "ORDERS_MESSAGE_TTL_SECONDS",
+        # Delayed retries (issue 43): how many scheduled copies a message whose in-place backoff
+        # was spent gets, and the delay unit between them (retry n comes n units later).
+        "ORDERS_DELAYED_RETRIES",
+        "ORDERS_DELAYED_RETRY_SECONDS",
     }
 )
 # Only for the emulators: keys and connection strings never appear in the Azure deployment.
@@ -162,6 +168,9 @@ class Settings:
     # How long the consumers' exactly-once records (shipping's inbox records, billing's charge
     # and refund records) are kept: their ttl, past every redelivery of their message.
     record_retention: Retention = DEFAULT_RECORD_RETENTION
+    # What becomes of a message once its in-place backoff is spent: scheduled copies, this many
+    # and this far apart, then a `RetriesExhausted` dead letter (every consumer, both hosts).
+    delayed_retries: DelayedRetries = field(default_factory=DelayedRetries)
     decisions_folder: str | None = None
     allowed_hosts: tuple[str, ...] = ()
 
@@ -241,6 +250,7 @@ class Settings:
             console_subscriptions=parse_subscriptions(optional("ORDERS_CONSOLE_SUBSCRIPTIONS")),
             duplicate_window_seconds=window,
             record_retention=record_retention(optional),
+            delayed_retries=delayed_retries(optional),
             decisions_folder=optional("ORDERS_DECISIONS_DIR"),
             allowed_hosts=tuple(
                 entry.strip()
@@ -345,3 +355,28 @@ def record_retention(optional: Callable[[str], str | None]) -> Retention:
         )
     except RetentionError as exc:
         raise SettingsError(str(exc)) from exc
+
+
+def delayed_retries(optional: Callable[[str], str | None]) -> DelayedRetries:
+    """The consumers' delayed retries from ORDERS_DELAYED_RETRIES (0 to 100; 0 turns them off)
+    and ORDERS_DELAYED_RETRY_SECONDS (a positive number of seconds), each defaulting to the
+    core's (3 retries, 60 s); a malformed value is a `SettingsError` at start-up."""
+    default = DelayedRetries()
+    retries = default.retries
+    if (text := optional("ORDERS_DELAYED_RETRIES")) is not None:
+        if not (text.isascii() and text.isdigit()) or len(text) > 3 or int(text) > MAX_RETRIES:
+            raise SettingsError(
+                f"ORDERS_DELAYED_RETRIES must be a whole number from 0 to {MAX_RETRIES}: {text!r}"
+            )
+        retries = int(text)
+    delay = default.delay_seconds
+    if (text := optional("ORDERS_DELAYED_RETRY_SECONDS")) is not None:
+        try:
+            delay = float(text)
+        except ValueError:
+            delay = math.nan
+        if not 0 < delay <= 24 * 60 * 60:
+            raise SettingsError(
+                f"ORDERS_DELAYED_RETRY_SECONDS must be seconds above 0, at most a day: {text!r}"
+            )
+    return DelayedRetries(retries=retries, delay_seconds=delay)

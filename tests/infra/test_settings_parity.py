@@ -68,6 +68,9 @@ ISSUE_23_SETTINGS = frozenset({"ORDERS_DUPLICATE_WINDOW_SECONDS"})
 ISSUE_34_SETTINGS = frozenset(
     {"ORDERS_LOCK_DURATION_SECONDS", "ORDERS_MAX_DELIVERY_COUNT", "ORDERS_MESSAGE_TTL_SECONDS"}
 )
+# What issue 43 adds: the consumers' delayed retries (how many, how far apart), set where the
+# Bicep's parameters say, so a deployment can change them without a release.
+ISSUE_43_SETTINGS = frozenset({"ORDERS_DELAYED_RETRIES", "ORDERS_DELAYED_RETRY_SECONDS"})
 # Local only: keys and connection strings exist for the emulators, never in Azure.
 EMULATOR_ONLY = frozenset({"COSMOS_KEY", "ServiceBusConnection", "CosmosConnection"})
 # Read with defaults by the HTTP API, billing and the console; Azure may leave them unset.
@@ -129,13 +132,14 @@ def code_setting_names() -> frozenset[str]:
     return names
 
 
-def test_bicep_sets_the_settings_issues_4_13_14_23_and_34_list() -> None:
+def test_bicep_sets_the_settings_issues_4_13_14_23_34_and_43_list() -> None:
     expected = (
         ISSUE_SETTINGS
         | ISSUE_13_SETTINGS
         | ISSUE_14_SETTINGS
         | ISSUE_23_SETTINGS
         | ISSUE_34_SETTINGS
+        | ISSUE_43_SETTINGS
     )
     assert set(bicep_app_settings()) - HOST_ONLY == expected
 

@@ -8,6 +8,7 @@ from typing import cast
 import pytest
 from azure.cosmos.aio import CosmosClient
 
+from exactly_once.delayed_retries import DelayedRetries
 from orders import bootstrap
 from orders.adapters.cosmos_client import Containers
 from orders.adapters.cosmos_layout import CosmosLayout
@@ -79,6 +80,41 @@ def test_the_records_retention_comes_from_the_entities_settings() -> None:
 )
 def test_a_malformed_entity_setting_fails_at_start(env: dict[str, str]) -> None:
     with pytest.raises(SettingsError, match="must be a positive whole number"):
+        Settings.from_env({"COSMOS_ENDPOINT": "x", **env})
+
+
+def test_delayed_retries_come_from_settings_with_the_cores_defaults() -> None:
+    default = Settings.from_env({"COSMOS_ENDPOINT": "x"})
+    shortened = Settings.from_env(
+        {
+            "COSMOS_ENDPOINT": "x",
+            "ORDERS_DELAYED_RETRIES": "5",
+            "ORDERS_DELAYED_RETRY_SECONDS": "0.5",
+        }
+    )
+    off = Settings.from_env({"COSMOS_ENDPOINT": "x", "ORDERS_DELAYED_RETRIES": "0"})
+
+    assert default.delayed_retries == DelayedRetries(retries=3, delay_seconds=60.0)
+    assert shortened.delayed_retries == DelayedRetries(retries=5, delay_seconds=0.5)
+    assert off.delayed_retries.retries == 0
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"ORDERS_DELAYED_RETRIES": "three"}, "ORDERS_DELAYED_RETRIES must be a whole number"),
+        ({"ORDERS_DELAYED_RETRIES": "101"}, "ORDERS_DELAYED_RETRIES must be a whole number"),
+        ({"ORDERS_DELAYED_RETRIES": "-1"}, "ORDERS_DELAYED_RETRIES must be a whole number"),
+        ({"ORDERS_DELAYED_RETRY_SECONDS": "0"}, "ORDERS_DELAYED_RETRY_SECONDS must be seconds"),
+        ({"ORDERS_DELAYED_RETRY_SECONDS": "nan"}, "ORDERS_DELAYED_RETRY_SECONDS must be seconds"),
+        ({"ORDERS_DELAYED_RETRY_SECONDS": "1e9"}, "ORDERS_DELAYED_RETRY_SECONDS must be seconds"),
+        ({"ORDERS_DELAYED_RETRY_SECONDS": "soon"}, "ORDERS_DELAYED_RETRY_SECONDS must be seconds"),
+    ],
+)
+def test_a_malformed_delayed_retry_setting_fails_at_start(
+    env: dict[str, str], message: str
+) -> None:
+    with pytest.raises(SettingsError, match=message):
         Settings.from_env({"COSMOS_ENDPOINT": "x", **env})
 
 

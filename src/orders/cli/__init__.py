@@ -87,7 +87,10 @@ def worker(
     configure_logging()
     settings = settings_or_exit()
     options = WorkerOptions(
-        concurrency=concurrency, prefetch=prefetch, shutdown_grace_seconds=grace
+        concurrency=concurrency,
+        prefetch=prefetch,
+        shutdown_grace_seconds=grace,
+        delayed_retries=settings.delayed_retries,  # ORDERS_DELAYED_RETRIES / _SECONDS
     )
     run_until_signalled(settings, options, decisions=decisions, subscriber=spec)
 

@@ -1,0 +1,169 @@
+"""The Functions consumers' delayed retries (issue 43) over our Service Bus emulator through
+the real SDK: a failure the in-place backoff did not fix comes back later as a copy scheduled
+on the consumer's own entity through the app's shared Service Bus client, and the trigger
+completes the delivery it copied; after the configured retries it is dead-lettered
+`RetriesExhausted`. The Functions host cannot run here: the trigger is called as the host
+calls it, with the messages the broker delivered and a fake of the host's message actions.
+
+A "10-minute" store brownout at seconds, by settings: ORDERS_DELAYED_RETRIES=2,
+ORDERS_DELAYED_RETRY_SECONDS=0.2 and an in-place budget of 0.2 s. The order store is faked
+(down or up); the broker is the emulator.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+import pytest
+from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusReceiveMode
+from azure.servicebus.aio import ServiceBusClient
+from fakes import LAYOUT, FakeMessageActions, FakeOrderStore, order_payload
+
+import function_app
+from exactly_once import Backoff, Retrier
+from exactly_once.delayed_retries import (
+    ORIGINAL_MESSAGE_ID_PROPERTY,
+    RETRY_PROPERTY,
+    copy_message_id,
+)
+from exactly_once.exceptions import TransientStoreError
+from orders.adapters import process_clients
+from orders.entrypoints import functions
+from orders.entrypoints.functions import function_later_retries, use_function_consumer
+from orders.entrypoints.localstack import QueueOptions
+from orders.service.consumer import OrderConsumer
+from orders.service.registry import ORDERS
+from servicebus_emulator import RunningEmulator, start_in_background
+
+QUEUE = "orders"
+RETRIES = 2
+
+
+class BrownoutStore(FakeOrderStore):
+    """The order store, refusing every write (a 503) while `down`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = True
+
+    async def create_all(self, partition: str, documents: Sequence[Any]) -> None:
+        if self.down:
+            self.create_calls += 1
+            raise TransientStoreError("503 Service Unavailable")
+        await super().create_all(partition, documents)
+
+
+@pytest.fixture
+def emulator() -> Iterator[RunningEmulator]:
+    running = start_in_background(config=QueueOptions(name=QUEUE, lock_seconds=30).config())
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+async def store(
+    emulator: RunningEmulator, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[BrownoutStore]:
+    """The Functions host's app settings (the emulator's Service Bus, delayed retries shortened
+    by settings), the order consumer over a store that is down, a backoff of 0.2 s."""
+    for name, value in {
+        "ServiceBusConnection": emulator.connection_string,
+        "COSMOS_ENDPOINT": "http://127.0.0.1:9",  # never reached: the order store is faked
+        "ORDERS_QUEUE": QUEUE,
+        "ORDERS_DELAYED_RETRIES": str(RETRIES),
+        "ORDERS_DELAYED_RETRY_SECONDS": "0.2",
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(process_clients, "_shared_clients", None)
+    backoff = Backoff(first_delay_seconds=0.02, max_delay_seconds=0.05, budget_seconds=0.2)
+    monkeypatch.setattr(functions, "function_retrier", Retrier(backoff))
+    fake = BrownoutStore()
+    use_function_consumer(OrderConsumer(fake, LAYOUT))
+    try:
+        yield fake
+    finally:
+        use_function_consumer(None)
+        await function_later_retries[ORDERS].close()
+        await process_clients.shared_process_clients().close()
+
+
+async def send_order(emulator: RunningEmulator, order_id: str) -> None:
+    async with (
+        ServiceBusClient.from_connection_string(emulator.connection_string) as client,
+        client.get_queue_sender(QUEUE) as sender,
+    ):
+        await sender.send_messages(
+            ServiceBusMessage(json.dumps(order_payload(order_id)), message_id=order_id)
+        )
+
+
+async def next_delivery(emulator: RunningEmulator) -> ServiceBusReceivedMessage:
+    """The next message the broker delivers on the queue (taken off it: the fake actions
+    settle nothing), within 15 s."""
+    async with (
+        ServiceBusClient.from_connection_string(emulator.connection_string) as client,
+        client.get_queue_receiver(
+            QUEUE, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE
+        ) as receiver,
+    ):
+        [message] = await receiver.receive_messages(max_message_count=1, max_wait_time=15)
+        return message
+
+
+async def trigger(message: ServiceBusReceivedMessage) -> list[tuple[str, Any, dict[str, Any]]]:
+    actions = FakeMessageActions()
+    await function_app.consumer_triggers[ORDERS](received_message=message, message_actions=actions)
+    return actions.calls
+
+
+def retry_of(message: ServiceBusReceivedMessage) -> tuple[str | None, object, object]:
+    properties = {
+        (name.decode() if isinstance(name, bytes) else name): value
+        for name, value in (message.application_properties or {}).items()
+    }
+    original = properties.get(ORIGINAL_MESSAGE_ID_PROPERTY)
+    if isinstance(original, bytes):
+        original = original.decode()
+    return message.message_id, original, properties.get(RETRY_PROPERTY)
+
+
+async def test_a_brownout_past_the_backoff_comes_back_as_copies_and_is_stored_once(
+    emulator: RunningEmulator, store: BrownoutStore
+) -> None:
+    order_id = "o-brownout-1"
+    await send_order(emulator, order_id)
+
+    # The store is down through the first delivery and the first copy: each is completed once
+    # its copy is scheduled, never abandoned (no delivery spent).
+    first = await next_delivery(emulator)
+    assert [name for name, _, _ in await trigger(first)] == ["complete"]
+    copy_1 = await next_delivery(emulator)
+    assert retry_of(copy_1) == (copy_message_id(order_id, 1), order_id, 1)
+    assert [name for name, _, _ in await trigger(copy_1)] == ["complete"]
+    copy_2 = await next_delivery(emulator)
+    assert retry_of(copy_2) == (copy_message_id(order_id, 2), order_id, 2)
+
+    # The brownout ends before the last copy: it is stored under the original's MessageId.
+    store.down = False
+    assert [name for name, _, _ in await trigger(copy_2)] == ["complete"]
+    assert store.order_ids() == [order_id]
+
+
+async def test_a_store_that_never_comes_back_is_dead_lettered_after_the_delayed_retries(
+    emulator: RunningEmulator, store: BrownoutStore
+) -> None:
+    order_id = "o-brownout-2"
+    await send_order(emulator, order_id)
+    delivery = await next_delivery(emulator)
+    for _ in range(RETRIES):
+        assert [name for name, _, _ in await trigger(delivery)] == ["complete"]
+        delivery = await next_delivery(emulator)
+
+    [(name, _, reason)] = await trigger(delivery)
+
+    assert name == "deadletter"
+    assert reason["deadletter_reason"] == "RetriesExhausted"
+    assert "transient_failure after 2 delayed retries" in reason["deadletter_error_description"]
+    assert store.order_ids() == []
