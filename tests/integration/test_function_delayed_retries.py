@@ -20,9 +20,12 @@ import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusReceiveMode
 from azure.servicebus.aio import ServiceBusClient
 from fakes import LAYOUT, FakeMessageActions, FakeOrderStore, order_payload
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import function_app
-from exactly_once import Backoff, Retrier
+from exactly_once import Backoff, Retrier, Telemetry
 from exactly_once.delayed_retries import (
     ORIGINAL_MESSAGE_ID_PROPERTY,
     RETRY_PROPERTY,
@@ -39,6 +42,7 @@ from servicebus_emulator import RunningEmulator, start_in_background
 
 QUEUE = "orders"
 RETRIES = 2
+SPANS = InMemorySpanExporter()
 
 
 class BrownoutStore(FakeOrderStore):
@@ -78,7 +82,11 @@ async def store(
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(process_clients, "_shared_clients", None)
     backoff = Backoff(first_delay_seconds=0.02, max_delay_seconds=0.05, budget_seconds=0.2)
-    monkeypatch.setattr(functions, "function_retrier", Retrier(backoff))
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(SPANS))
+    SPANS.clear()
+    telemetry = Telemetry(tracer_provider=tracer_provider)
+    monkeypatch.setattr(functions, "function_retrier", Retrier(backoff, telemetry=telemetry))
     fake = BrownoutStore()
     use_function_consumer(OrderConsumer(fake, LAYOUT))
     try:
@@ -149,6 +157,20 @@ async def test_a_brownout_past_the_backoff_comes_back_as_copies_and_is_stored_on
     store.down = False
     assert [name for name, _, _ in await trigger(copy_2)] == ["complete"]
     assert store.order_ids() == [order_id]
+    # Each delivery's span says what was settled: two completed as delayed retries (not
+    # processed: error.type names why), then the copy that stored it.
+    assert [
+        (
+            (span.attributes or {}).get("exactly_once.settlement"),
+            (span.attributes or {}).get("messaging.servicebus.disposition_status"),
+            (span.attributes or {}).get("error.type"),
+        )
+        for span in SPANS.get_finished_spans()
+    ] == [
+        ("retry_later", "complete", "transient_failure"),
+        ("retry_later", "complete", "transient_failure"),
+        ("complete", "complete", None),
+    ]
 
 
 async def test_a_store_that_never_comes_back_is_dead_lettered_after_the_delayed_retries(

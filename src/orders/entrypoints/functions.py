@@ -176,8 +176,11 @@ async def process_event_message(
     later_retries = await _later_retries(consumer)
     scheduler = later_retries.scheduler if later_retries is not None else None
     message, settler = from_functions_host(received_message, message_actions, scheduler)
-    with delivery_span(message, function_retrier.telemetry):
+    with delivery_span(message, function_retrier.telemetry) as span:
         decision = await _decided(consumer, received_message, message, later_retries)
+        # The span's disposition is what is settled: a delayed retry completes the delivery,
+        # whatever its last attempt decided.
+        function_retrier.telemetry.record(span, None, decision)
         await settle(decision, settler)
     return decision
 

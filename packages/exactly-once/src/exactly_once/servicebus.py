@@ -390,14 +390,17 @@ class ExactlyOnceConsumer(Generic[Message]):
             subscription = Destination.of_entity(destination).subscription
         with self._telemetry.message_span(
             self.consumer, None, delivered=delivered(message, destination)
-        ):
-            return await self._process(
+        ) as span:
+            decision = await self._process(
                 message,
                 settler,
                 back_off=back_off,
                 subscription=subscription,
                 delayed_retries=self._delayed_retries if retry_later else None,
             )
+            # What was settled, which a delayed retry makes other than its last attempt's.
+            self._telemetry.record(span, self.consumer, decision)
+            return decision
 
     async def _process(
         self,
