@@ -9,9 +9,8 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from exactly_once.delayed_retries import MAX_RETRIES, DelayedRetries
 from exactly_once.exceptions import RetentionError
 from exactly_once.retention import Retention
 from orders.exceptions import OrdersError
@@ -91,6 +90,8 @@ CONSOLE_ENABLED = "ORDERS_CONSOLE_ENABLED"
 SUBSCRIPTION_SUFFIX = "_SUBSCRIPTION"
 
 DEFAULT_IDEMPOTENCY_TTL_SECONDS = 24 * 60 * 60
+# The most delayed retries a setting may ask for (`exactly_once.delayed_retries.MAX_RETRIES`).
+MAX_DELAYED_RETRIES = 100
 # Azure's default for a queue's duplicate-detection history (ARM's PT10M).
 DEFAULT_DUPLICATE_WINDOW_SECONDS = 10 * 60
 # What infra/modules/messaging.bicep gives every entity by default (lockDuration PT2M,
@@ -168,9 +169,12 @@ class Settings:
     # How long the consumers' exactly-once records (shipping's inbox records, billing's charge
     # and refund records) are kept: their ttl, past every redelivery of their message.
     record_retention: Retention = DEFAULT_RECORD_RETENTION
-    # What becomes of a message once its in-place backoff is spent: scheduled copies, this many
-    # and this far apart, then a `RetriesExhausted` dead letter (every consumer, both hosts).
-    delayed_retries: DelayedRetries = field(default_factory=DelayedRetries)
+    # What becomes of a message once its in-place backoff is spent (every consumer, both hosts):
+    # this many scheduled copies, retry n after n x the seconds, then a `RetriesExhausted` dead
+    # letter (`exactly_once.DelayedRetries`, whose defaults these are; numbers here, as the core's
+    # module loads the Service Bus SDK, which the command line does not).
+    delayed_retries: int = 3
+    delayed_retry_seconds: float = 60.0
     decisions_folder: str | None = None
     allowed_hosts: tuple[str, ...] = ()
 
@@ -225,8 +229,11 @@ class Settings:
             )
             if value is not None
         }
+        retries, retry_seconds = delayed_retries(optional)
         return cls(
             cosmos_endpoint=endpoint,
+            delayed_retries=retries,
+            delayed_retry_seconds=retry_seconds,
             cosmos_key=optional("COSMOS_KEY"),
             platform_auth_enabled=(optional("WEBSITE_AUTH_ENABLED") or "").lower() == "true",
             status_sessions=status_sessions_enabled(env),
@@ -250,7 +257,6 @@ class Settings:
             console_subscriptions=parse_subscriptions(optional("ORDERS_CONSOLE_SUBSCRIPTIONS")),
             duplicate_window_seconds=window,
             record_retention=record_retention(optional),
-            delayed_retries=delayed_retries(optional),
             decisions_folder=optional("ORDERS_DECISIONS_DIR"),
             allowed_hosts=tuple(
                 entry.strip()
@@ -357,26 +363,27 @@ def record_retention(optional: Callable[[str], str | None]) -> Retention:
         raise SettingsError(str(exc)) from exc
 
 
-def delayed_retries(optional: Callable[[str], str | None]) -> DelayedRetries:
-    """The consumers' delayed retries from ORDERS_DELAYED_RETRIES (0 to 100; 0 turns them off)
-    and ORDERS_DELAYED_RETRY_SECONDS (a positive number of seconds), each defaulting to the
-    core's (3 retries, 60 s); a malformed value is a `SettingsError` at start-up."""
-    default = DelayedRetries()
-    retries = default.retries
+def delayed_retries(optional: Callable[[str], str | None]) -> tuple[int, float]:
+    """The consumers' delayed retries, (how many, the delay unit in seconds), from
+    ORDERS_DELAYED_RETRIES (0 to 100; 0 turns them off) and ORDERS_DELAYED_RETRY_SECONDS
+    (above 0, at most a day), each defaulting to the `Settings` field's; a malformed value is
+    a `SettingsError` at start-up."""
+    retries, seconds = Settings.delayed_retries, Settings.delayed_retry_seconds
     if (text := optional("ORDERS_DELAYED_RETRIES")) is not None:
-        if not (text.isascii() and text.isdigit()) or len(text) > 3 or int(text) > MAX_RETRIES:
+        digits = text.isascii() and text.isdigit() and len(text) <= 3
+        if not digits or int(text) > MAX_DELAYED_RETRIES:
             raise SettingsError(
-                f"ORDERS_DELAYED_RETRIES must be a whole number from 0 to {MAX_RETRIES}: {text!r}"
+                "ORDERS_DELAYED_RETRIES must be a whole number from 0 to "
+                f"{MAX_DELAYED_RETRIES}: {text!r}"
             )
         retries = int(text)
-    delay = default.delay_seconds
     if (text := optional("ORDERS_DELAYED_RETRY_SECONDS")) is not None:
         try:
-            delay = float(text)
+            seconds = float(text)
         except ValueError:
-            delay = math.nan
-        if not 0 < delay <= 24 * 60 * 60:
+            seconds = math.nan
+        if not 0 < seconds <= 24 * 60 * 60:
             raise SettingsError(
                 f"ORDERS_DELAYED_RETRY_SECONDS must be seconds above 0, at most a day: {text!r}"
             )
-    return DelayedRetries(retries=retries, delay_seconds=delay)
+    return retries, seconds

@@ -8,13 +8,13 @@ from typing import cast
 import pytest
 from azure.cosmos.aio import CosmosClient
 
-from exactly_once.delayed_retries import DelayedRetries
+from exactly_once.delayed_retries import MAX_RETRIES, DelayedRetries
 from orders import bootstrap
 from orders.adapters.cosmos_client import Containers
 from orders.adapters.cosmos_layout import CosmosLayout
 from orders.adapters.monitoring import configure_monitoring
 from orders.service.subscribers import Source
-from orders.settings import Settings, SettingsError
+from orders.settings import MAX_DELAYED_RETRIES, Settings, SettingsError
 
 
 def test_defaults_and_emulator_mode() -> None:
@@ -94,9 +94,14 @@ def test_delayed_retries_come_from_settings_with_the_cores_defaults() -> None:
     )
     off = Settings.from_env({"COSMOS_ENDPOINT": "x", "ORDERS_DELAYED_RETRIES": "0"})
 
-    assert default.delayed_retries == DelayedRetries(retries=3, delay_seconds=60.0)
-    assert shortened.delayed_retries == DelayedRetries(retries=5, delay_seconds=0.5)
-    assert off.delayed_retries.retries == 0
+    # The core's defaults and bound, as numbers (the core's module loads the Service Bus SDK).
+    assert (default.delayed_retries, default.delayed_retry_seconds) == (
+        DelayedRetries().retries,
+        DelayedRetries().delay_seconds,
+    )
+    assert (shortened.delayed_retries, shortened.delayed_retry_seconds) == (5, 0.5)
+    assert off.delayed_retries == 0
+    assert MAX_DELAYED_RETRIES == MAX_RETRIES
 
 
 @pytest.mark.parametrize(

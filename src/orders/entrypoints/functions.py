@@ -129,9 +129,9 @@ def _later_retries_from_env(spec: ConsumerSpec) -> Callable[[], Awaitable[LaterR
     async def build() -> LaterRetries:
         clients = shared_process_clients()
         source = str(spec.source(clients.settings))
-        return LaterRetries(
-            CopyScheduler(clients.servicebus(), source), clients.settings.delayed_retries
-        )
+        settings = clients.settings
+        policy = DelayedRetries(settings.delayed_retries, settings.delayed_retry_seconds)
+        return LaterRetries(CopyScheduler(clients.servicebus(), source), policy)
 
     return build
 

@@ -516,6 +516,8 @@ class ExactlyOnceConsumer(Generic[Message]):
         if isinstance(identified, Decision):
             return identified
         key, request_hash = identified
+        if (opened := current_delivery()) is not None:
+            opened.key = key  # for the lines the delivery's claims log
         if self._cache is not None and self._cache.completed(self.key_scope, key, request_hash):
             return Decision.duplicate().about(key, request_hash)
         decision = (await self._run(parsed, key, request_hash, message_id, sent.delivery_id)).about(
