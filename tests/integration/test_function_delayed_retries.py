@@ -23,6 +23,7 @@ from fakes import LAYOUT, FakeMessageActions, FakeOrderStore, order_payload
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from poison_corpus import core_hostile_retry_properties
 
 import function_app
 from exactly_once import Backoff, Retrier, Telemetry
@@ -189,3 +190,34 @@ async def test_a_store_that_never_comes_back_is_dead_lettered_after_the_delayed_
     assert reason["deadletter_reason"] == "RetriesExhausted"
     assert "transient_failure after 2 delayed retries" in reason["deadletter_error_description"]
     assert store.order_ids() == []
+
+
+async def test_forged_retry_properties_are_dead_lettered_by_the_trigger_and_never_stored(
+    emulator: RunningEmulator, store: BrownoutStore
+) -> None:
+    """The poison corpus's forged delayed-retry properties, through the Functions trigger as
+    the worker takes them: `InvalidRetryProperties` on the first delivery, the order consumer
+    never run."""
+    store.down = False
+    cases = core_hostile_retry_properties()
+    async with (
+        ServiceBusClient.from_connection_string(emulator.connection_string) as client,
+        client.get_queue_sender(QUEUE) as sender,
+    ):
+        for number, (_, properties) in enumerate(cases):
+            order_id = f"o-forged-{number}"
+            await sender.send_messages(
+                ServiceBusMessage(
+                    json.dumps(order_payload(order_id)),
+                    message_id=order_id,
+                    application_properties=dict(properties),
+                )
+            )
+
+    reasons = []
+    for _ in cases:
+        [(name, _, reason)] = await trigger(await next_delivery(emulator))
+        reasons.append((name, reason.get("deadletter_reason")))
+
+    assert reasons == [("deadletter", "InvalidRetryProperties")] * len(cases)
+    assert store.order_ids() == [] and store.create_calls == 0

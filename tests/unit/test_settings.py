@@ -200,3 +200,34 @@ async def test_the_consumers_lay_their_records_out_with_the_settings_retention()
 
     assert isinstance(layout, CosmosLayout)
     assert layout.record_ttl_seconds == settings.record_ttl_seconds == 120 * 3 + 21 * 86400
+
+
+def test_orders_worker_takes_its_delayed_retries_from_the_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`orders worker` (and `orders up`'s workers, which run it) shortens its delayed retries
+    by settings, as the Functions consumers do: what a test or an operator sets is what runs."""
+    from typer.testing import CliRunner
+
+    from exactly_once.worker import WorkerOptions
+    from orders.cli import app
+    from orders.entrypoints import worker
+
+    ran: list[WorkerOptions] = []
+    monkeypatch.setattr(
+        worker, "run_until_signalled", lambda settings, options, **_: ran.append(options)
+    )
+    result = CliRunner().invoke(
+        app,
+        ["worker"],
+        env={
+            "COSMOS_ENDPOINT": "http://127.0.0.1:1",
+            "ServiceBusConnection": "Endpoint=sb://127.0.0.1:1;UseDevelopmentEmulator=true;",
+            "ORDERS_DELAYED_RETRIES": "2",
+            "ORDERS_DELAYED_RETRY_SECONDS": "1.5",
+        },
+    )
+
+    assert result.exit_code == 0, result.output
+    [options] = ran
+    assert options.delayed_retries == DelayedRetries(retries=2, delay_seconds=1.5)
