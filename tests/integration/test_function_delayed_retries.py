@@ -27,21 +27,31 @@ from poison_corpus import core_hostile_retry_properties
 
 import function_app
 from exactly_once import Backoff, Retrier, Telemetry
+from exactly_once.decisions import Decision
 from exactly_once.delayed_retries import (
     ORIGINAL_MESSAGE_ID_PROPERTY,
     RETRY_PROPERTY,
+    SUBSCRIPTION_PROPERTY,
     copy_message_id,
 )
 from exactly_once.exceptions import TransientStoreError
 from orders.adapters import process_clients
+from orders.bootstrap import SubscriberRuntime
+from orders.domain.received import ReceivedOrderMessage
 from orders.entrypoints import functions
-from orders.entrypoints.functions import function_later_retries, use_function_consumer
+from orders.entrypoints.functions import (
+    function_later_retries,
+    function_subscriber_runtimes,
+    use_function_consumer,
+)
 from orders.entrypoints.localstack import QueueOptions
 from orders.service.consumer import OrderConsumer
-from orders.service.registry import ORDERS
+from orders.service.registry import BILLING, ORDERS, SHIPPING
+from orders.service.subscribers import Source
 from servicebus_emulator import RunningEmulator, start_in_background
 
 QUEUE = "orders"
+TOPIC = QueueOptions().events_topic
 RETRIES = 2
 SPANS = InMemorySpanExporter()
 
@@ -221,3 +231,53 @@ async def test_forged_retry_properties_are_dead_lettered_by_the_trigger_and_neve
 
     assert reasons == [("deadletter", "InvalidRetryProperties")] * len(cases)
     assert store.order_ids() == [] and store.create_calls == 0
+
+
+class Recording:
+    """A consumer that records what it was given (none of it should reach it here)."""
+
+    def __init__(self) -> None:
+        self.seen: list[str | None] = []
+
+    async def handle(self, message: ReceivedOrderMessage) -> Decision:
+        self.seen.append(message.message_id)
+        return Decision.complete()
+
+
+async def test_a_copy_for_a_sibling_subscription_is_completed_by_the_trigger_unrun(
+    emulator: RunningEmulator, store: BrownoutStore
+) -> None:
+    """A delayed retry's copy scheduled on the topic for shipping that reaches billing's
+    trigger anyway (its subscription's filter is what keeps it out): completed as `not_ours`,
+    billing's consumer never run."""
+    billing = Recording()
+    function_subscriber_runtimes[BILLING].use(
+        SubscriberRuntime(Source(topic=TOPIC, subscription=BILLING), billing)
+    )
+    copy = ServiceBusMessage(
+        b"{}",
+        message_id=copy_message_id("e-1", 1),
+        application_properties={
+            ORIGINAL_MESSAGE_ID_PROPERTY: "e-1",
+            RETRY_PROPERTY: 1,
+            SUBSCRIPTION_PROPERTY: SHIPPING,
+        },
+    )
+    try:
+        async with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
+            async with client.get_topic_sender(TOPIC) as sender:
+                await sender.send_messages(copy)
+            async with client.get_subscription_receiver(
+                TOPIC, SHIPPING, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE
+            ) as receiver:
+                [delivered] = await receiver.receive_messages(max_message_count=1, max_wait_time=15)
+        actions = FakeMessageActions()
+        await function_app.consumer_triggers[BILLING](
+            received_message=delivered, message_actions=actions
+        )
+    finally:
+        function_subscriber_runtimes[BILLING].use(None)
+        await function_later_retries[BILLING].close()
+
+    assert [name for name, _, _ in actions.calls] == ["complete"]
+    assert billing.seen == []
