@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from exactly_once.attempts import current_delivery
 from exactly_once.backoff import Retrier
 from exactly_once.budgets import LockRenewal
 from exactly_once.decisions import Decision, Outcome, settle
@@ -210,6 +211,9 @@ async def _decided(
     async def attempt() -> Decision:
         nonlocal attempts
         attempts += 1
+        delivery = current_delivery()
+        if delivery is not None:
+            delivery.consumer = consumer  # named on the delivery's backoff and retry lines
         try:
             runtime = await function_subscriber_runtimes[consumer].get()
         except ServiceNotReadyError as exc:
