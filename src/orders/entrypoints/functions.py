@@ -113,6 +113,17 @@ def hold_function_budgets(host_json: Path) -> LockRenewal:
     return renewal
 
 
+async def _built_and_handled(consumer: str, message: ReceivedOrderMessage) -> Decision:
+    """The consumer's runtime built (its first use, or after a failed build), then its
+    decision; a build that fails is a transient failure (`Lazy` logged why), built again by
+    the next attempt."""
+    try:
+        runtime = await function_subscriber_runtimes[consumer].get()
+    except ServiceNotReadyError as exc:
+        return Decision.abandon(Outcome.TRANSIENT_FAILURE, str(exc))
+    return await runtime.handler.handle(message)
+
+
 class LaterRetries:
     """Where a Functions consumer's delayed retries go (a `CopyScheduler` on its queue or its
     topic, over the process's one Service Bus client: managed identity in Azure, which holds
@@ -208,18 +219,17 @@ async def _decided(
         return not_ours()
     attempts = 0
 
-    async def attempt() -> Decision:
+    def attempt() -> Awaitable[Decision]:
         nonlocal attempts
         attempts += 1
         delivery = current_delivery()
         if delivery is not None:
             delivery.consumer = consumer  # named on the delivery's backoff and retry lines
-        try:
-            runtime = await function_subscriber_runtimes[consumer].get()
-        except ServiceNotReadyError as exc:
-            # `Lazy` logged why; the next attempt builds again.
-            return Decision.abandon(Outcome.TRANSIENT_FAILURE, str(exc))
-        return await runtime.handler.handle(message)
+        runtime = function_subscriber_runtimes[consumer].built
+        if runtime is not None:
+            # The consumer's own coroutine: the backoff awaits it, no step of ours between.
+            return runtime.handler.handle(message)
+        return _built_and_handled(consumer, message)
 
     def settled(decision: Decision) -> Decision:
         if later_retries is None:
