@@ -85,6 +85,19 @@ param maxDeliveryCount int = 10
 @description('The entities\' message TTL in seconds (ORDERS_MESSAGE_TTL_SECONDS).')
 param messageTimeToLiveSeconds int = 1209600
 
+// Delayed retries (issue 43): a message whose in-place backoff was spent comes back as a
+// scheduled copy, retry n after n x delayedRetrySeconds, up to delayedRetries times, and only
+// then is dead-lettered RetriesExhausted. The identity schedules the copies with the Data Owner
+// it holds on each consumer's queue and on the topic (roles.bicep).
+@minValue(0)
+@maxValue(100)
+@description('Delayed retries per message once its in-place backoff is spent (ORDERS_DELAYED_RETRIES; 0 turns them off).')
+param delayedRetries int = 3
+@minValue(1)
+@maxValue(86400)
+@description('The delay unit of delayed retries in seconds (ORDERS_DELAYED_RETRY_SECONDS): retry n comes n units later.')
+param delayedRetrySeconds int = 60
+
 var authEnabled = !empty(authClientId)
 
 resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
@@ -170,6 +183,9 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
         { name: 'ORDERS_LOCK_DURATION_SECONDS', value: string(lockDurationSeconds) }
         { name: 'ORDERS_MAX_DELIVERY_COUNT', value: string(maxDeliveryCount) }
         { name: 'ORDERS_MESSAGE_TTL_SECONDS', value: string(messageTimeToLiveSeconds) }
+        // What becomes of a message once its in-place backoff is spent (every consumer).
+        { name: 'ORDERS_DELAYED_RETRIES', value: string(delayedRetries) }
+        { name: 'ORDERS_DELAYED_RETRY_SECONDS', value: string(delayedRetrySeconds) }
         // DefaultAzureCredential in the app picks the user-assigned identity through this.
         { name: 'AZURE_CLIENT_ID', value: identityClientId }
         { name: 'APPLICATIONINSIGHTS_CONNECTION_STRING', value: applicationInsightsConnectionString }

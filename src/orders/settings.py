@@ -6,6 +6,7 @@ Emulators differ from Azure in settings only, never in code paths: a connection 
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -58,6 +59,10 @@ APP_SETTING_NAMES = frozenset(
         # When billing and shipping stop taking an event under its bare eventId (issue 46): an
         # ISO 8601 time with its offset, empty until the operator sets it (docs/operations.md).
         "BARE_EVENT_ID_CUTOVER",
+        # Delayed retries (issue 43): how many scheduled copies a message whose in-place backoff
+        # was spent gets, and the delay unit between them (retry n comes n units later).
+        "ORDERS_DELAYED_RETRIES",
+        "ORDERS_DELAYED_RETRY_SECONDS",
     }
 )
 # Only for the emulators: keys and connection strings never appear in the Azure deployment.
@@ -92,6 +97,8 @@ CONSOLE_ENABLED = "ORDERS_CONSOLE_ENABLED"
 SUBSCRIPTION_SUFFIX = "_SUBSCRIPTION"
 
 DEFAULT_IDEMPOTENCY_TTL_SECONDS = 24 * 60 * 60
+# The most delayed retries a setting may ask for (`exactly_once.delayed_retries.MAX_RETRIES`).
+MAX_DELAYED_RETRIES = 100
 # Azure's default for a queue's duplicate-detection history (ARM's PT10M).
 DEFAULT_DUPLICATE_WINDOW_SECONDS = 10 * 60
 # What infra/modules/messaging.bicep gives every entity by default (lockDuration PT2M,
@@ -172,6 +179,12 @@ class Settings:
     # How long the consumers' exactly-once records (shipping's inbox records, billing's charge
     # and refund records) are kept: their ttl, past every redelivery of their message.
     record_retention: Retention = DEFAULT_RECORD_RETENTION
+    # What becomes of a message once its in-place backoff is spent (every consumer, both hosts):
+    # this many scheduled copies, retry n after n x the seconds, then a `RetriesExhausted` dead
+    # letter (`exactly_once.DelayedRetries`, whose defaults these are; numbers here, as the core's
+    # module loads the Service Bus SDK, which the command line does not).
+    delayed_retries: int = 3
+    delayed_retry_seconds: float = 60.0
     decisions_folder: str | None = None
     allowed_hosts: tuple[str, ...] = ()
     # From when billing and shipping refuse an event under its bare eventId (published before
@@ -229,8 +242,11 @@ class Settings:
             )
             if value is not None
         }
+        retries, retry_seconds = delayed_retries(optional)
         return cls(
             cosmos_endpoint=endpoint,
+            delayed_retries=retries,
+            delayed_retry_seconds=retry_seconds,
             cosmos_key=optional("COSMOS_KEY"),
             platform_auth_enabled=(optional("WEBSITE_AUTH_ENABLED") or "").lower() == "true",
             status_sessions=status_sessions_enabled(env),
@@ -376,3 +392,29 @@ def record_retention(optional: Callable[[str], str | None]) -> Retention:
         )
     except RetentionError as exc:
         raise SettingsError(str(exc)) from exc
+
+
+def delayed_retries(optional: Callable[[str], str | None]) -> tuple[int, float]:
+    """The consumers' delayed retries, (how many, the delay unit in seconds), from
+    ORDERS_DELAYED_RETRIES (0 to 100; 0 turns them off) and ORDERS_DELAYED_RETRY_SECONDS
+    (above 0, at most a day), each defaulting to the `Settings` field's; a malformed value is
+    a `SettingsError` at start-up."""
+    retries, seconds = Settings.delayed_retries, Settings.delayed_retry_seconds
+    if (text := optional("ORDERS_DELAYED_RETRIES")) is not None:
+        digits = text.isascii() and text.isdigit() and len(text) <= 3
+        if not digits or int(text) > MAX_DELAYED_RETRIES:
+            raise SettingsError(
+                "ORDERS_DELAYED_RETRIES must be a whole number from 0 to "
+                f"{MAX_DELAYED_RETRIES}: {text!r}"
+            )
+        retries = int(text)
+    if (text := optional("ORDERS_DELAYED_RETRY_SECONDS")) is not None:
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = math.nan
+        if not 0 < seconds <= 24 * 60 * 60:
+            raise SettingsError(
+                f"ORDERS_DELAYED_RETRY_SECONDS must be seconds above 0, at most a day: {text!r}"
+            )
+    return retries, seconds

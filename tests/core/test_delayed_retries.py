@@ -26,6 +26,9 @@ from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, Servi
 from azure.servicebus.aio import ServiceBusClient
 from azure.servicebus.exceptions import ServiceBusError
 from core_support import RunningWorker, poll, unique
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from poison_corpus import core_hostile_retry_properties
 
 from exactly_once import (
@@ -36,10 +39,12 @@ from exactly_once import (
     DelayedRetries,
     Effects,
     Outcome,
+    Telemetry,
     WorkerOptions,
     exactly_once,
     original_message_id,
 )
+from exactly_once.decisions import Settlement
 from exactly_once.delayed_retries import SUBSCRIPTION_PROPERTY
 from servicebus_emulator import RunningEmulator, start_in_background
 
@@ -461,3 +466,36 @@ async def test_a_forged_original_message_id_is_judged_as_that_message_and_gains_
 
     assert [str(decision.outcome) for decision in decided] == ["processed", "duplicate", "mismatch"]
     assert list(provider.charged.values()) == [1]
+
+
+async def test_a_delayed_retry_is_a_completed_delivery_on_its_span(
+    emulator: RunningEmulator, store: CosmosStore
+) -> None:
+    """The span of a delivery retried later says what was settled: the delivery completed
+    (its copy scheduled), not the abandon its last attempt decided, and why it was not
+    processed (error.type, the outcome)."""
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    provider = Provider()
+    consumer = exactly_once(
+        consumer="payments",
+        parse=parse_payment,
+        store=store,
+        telemetry=Telemetry(tracer_provider=tracer_provider),
+        delayed_retries=DelayedRetries(retries=3, delay_seconds=60.0),
+    )(paying(provider))
+    await send(emulator, QUEUE, [payment(1)])
+    async with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
+        scheduler = CopyScheduler(client, QUEUE)
+        async with client.get_queue_receiver(QUEUE) as receiver:
+            [message] = await receiver.receive_messages(max_message_count=1, max_wait_time=10)
+            decision = await consumer.with_receiver(message, receiver, scheduler=scheduler)
+        await scheduler.close()
+
+    assert decision.settlement == Settlement.RETRY_LATER
+    [span] = spans.get_finished_spans()
+    attributes = dict(span.attributes or {})
+    assert attributes["exactly_once.settlement"] == "retry_later"
+    assert attributes["messaging.servicebus.disposition_status"] == "complete"
+    assert attributes["error.type"] == "transient_failure"

@@ -10,6 +10,11 @@ The brownout is 20 s at the default backoff, both scaled by 1/4 by settings (5 s
 delays of 0.125 s doubling up to 3.75 s, a budget of 30 s): the same waits, a quarter of the
 time. tests/core/test_downstream_brownout.py runs the same for a consumer written from the
 guide.
+
+The "10-minute" brownout runs past the in-place budget (both, and the delayed retries' delays,
+at a sixtieth of their defaults by settings: `tests/brownouts.py`): the worker schedules each
+event's copy on the topic for the billing subscription and completes the delivery, so nothing
+is dead-lettered and each order is charged once, through delayed retries.
 """
 
 from __future__ import annotations
@@ -27,7 +32,13 @@ import httpx
 import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient
-from brownouts import BROWNOUT_SECONDS, SCALED_BACKOFF
+from brownouts import (
+    BROWNOUT_SECONDS,
+    LONG_BROWNOUT_SECONDS,
+    LONG_SCALED_BACKOFF,
+    LONG_SCALED_DELAYED_RETRIES,
+    SCALED_BACKOFF,
+)
 from e2e_support import FAST_QUEUE, fault_token_header, poll_until, store_order
 from poison_corpus import valid_event_document, valid_order_document
 
@@ -44,9 +55,11 @@ ORDERS = 5
 
 
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[LocalStack]:
-    """The local stack with MaxDeliveryCount 5: five quick abandons dead-letter a message."""
-    with local_stack(replace(FAST_QUEUE, max_delivery_count=5), tmp_path) as running:
+def stack(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[LocalStack]:
+    """The local stack with MaxDeliveryCount 5 (or the test's indirect parameter): five quick
+    abandons dead-letter a message."""
+    deliveries = getattr(request, "param", 5)
+    with local_stack(replace(FAST_QUEUE, max_delivery_count=deliveries), tmp_path) as running:
         asyncio.run(prepare_local_cosmos(running.settings()))
         yield running
     assert not [p.name for p in running.processes if p.running], "processes left running"
@@ -88,7 +101,9 @@ async def billing_dead_letters(stack: LocalStack) -> int:
         return len(await receiver.peek_messages(max_message_count=100, sequence_number=1))
 
 
-async def bill_until_charged(stack: LocalStack, order_ids: list[str]) -> tuple[int, int]:
+async def bill_until_charged(
+    stack: LocalStack, order_ids: list[str], options: WorkerOptions, brownout_seconds: float
+) -> tuple[int, int]:
     """Billing on the core's worker until every order has a payment, the brownout ended after
     its length; (messages received, waits announced)."""
     settings = stack.settings()
@@ -104,16 +119,16 @@ async def bill_until_charged(stack: LocalStack, order_ids: list[str]) -> tuple[i
                     client,
                     runtime.source,
                     runtime.handler,
-                    WorkerOptions(concurrency=ORDERS, backoff=SCALED_BACKOFF),
+                    options,
                     stop,
                     on_retry=waits.append,
                 )
             )
             began = time.monotonic()
             # The brownout lasts its length on the wall clock: that is what is outlasted.
-            await asyncio.sleep(BROWNOUT_SECONDS)
+            await asyncio.sleep(brownout_seconds)
             refused_charges = await asyncio.to_thread(end_brownout, stack)
-            assert time.monotonic() - began >= BROWNOUT_SECONDS
+            assert time.monotonic() - began >= brownout_seconds
             await asyncio.to_thread(
                 poll_until,
                 lambda: all(payments_of(stack, order_id) for order_id in order_ids),
@@ -128,11 +143,8 @@ async def bill_until_charged(stack: LocalStack, order_ids: list[str]) -> tuple[i
     return stats.received, len(waits)
 
 
-def test_a_20_s_payment_brownout_dead_letters_nothing_and_charges_each_order_once(
-    stack: LocalStack,
-) -> None:
-    run = f"pb{uuid.uuid4().hex[:6]}"
-    order_ids = [f"{run}-{number}" for number in range(ORDERS)]
+def start_brownout_and_publish(stack: LocalStack, order_ids: list[str]) -> None:
+    """The stand-in refuses every charge from now on; then each order and its event."""
     stack.start_payments()
     httpx.post(
         f"{stack.payments_url}/faults",
@@ -155,9 +167,46 @@ def test_a_20_s_payment_brownout_dead_letters_nothing_and_charges_each_order_onc
                 )
 
     asyncio.run(publish())
-    received, waits = asyncio.run(bill_until_charged(stack, order_ids))
+
+
+def test_a_20_s_payment_brownout_dead_letters_nothing_and_charges_each_order_once(
+    stack: LocalStack,
+) -> None:
+    run = f"pb{uuid.uuid4().hex[:6]}"
+    order_ids = [f"{run}-{number}" for number in range(ORDERS)]
+    start_brownout_and_publish(stack, order_ids)
+
+    options = WorkerOptions(concurrency=ORDERS, backoff=SCALED_BACKOFF)
+    received, waits = asyncio.run(bill_until_charged(stack, order_ids, options, BROWNOUT_SECONDS))
 
     assert asyncio.run(billing_dead_letters(stack)) == 0
     assert [len(payments_of(stack, order_id)) for order_id in order_ids] == [1] * ORDERS
     assert received == ORDERS  # one delivery each: no abandon spent one
     assert waits >= ORDERS
+
+
+# MaxDeliveryCount 2: the brownout outlasts two in-place budgets, so two abandons (delayed
+# retries off) would dead-letter every event; nothing dead-lettered shows none was abandoned.
+@pytest.mark.parametrize("stack", [2], indirect=True)
+def test_a_10_minute_payment_brownout_is_outlasted_by_delayed_retries(
+    stack: LocalStack,
+) -> None:
+    """Longer than the in-place budget: each delivery that spent it is completed once its copy
+    is scheduled on the topic (for the billing subscription), so no delivery is spent on an
+    abandon; the copies come back until the stand-in charges again, once per order."""
+    run = f"pl{uuid.uuid4().hex[:6]}"
+    order_ids = [f"{run}-{number}" for number in range(ORDERS)]
+    assert 3 * LONG_SCALED_BACKOFF.budget_seconds < LONG_BROWNOUT_SECONDS
+    start_brownout_and_publish(stack, order_ids)
+
+    options = WorkerOptions(
+        concurrency=ORDERS,
+        backoff=LONG_SCALED_BACKOFF,
+        delayed_retries=LONG_SCALED_DELAYED_RETRIES,
+    )
+    received, _ = asyncio.run(bill_until_charged(stack, order_ids, options, LONG_BROWNOUT_SECONDS))
+
+    assert asyncio.run(billing_dead_letters(stack)) == 0
+    assert [len(payments_of(stack, order_id)) for order_id in order_ids] == [1] * ORDERS
+    # Every event outlived its first delivery's budget: each came back at least as one copy.
+    assert received >= 2 * ORDERS

@@ -149,7 +149,8 @@ def test_every_trigger_can_scale_on_its_entitys_length() -> None:
     """Target-based scaling for every Service Bus trigger of function_app.py: the app holds Data
     Owner on each entity a trigger listens to, and for a topic trigger at TOPIC scope (Owner on a
     subscription alone cannot read the topic's metrics). The app gets no Receiver or Sender
-    grant at all: Owner covers both wherever it needs them."""
+    grant at all: Owner covers both wherever it needs them, the send that schedules a delayed
+    retry's copy on the trigger's own queue or topic included (issue 43)."""
     app = {(role, scope) for who, role, scope, _, _ in _rbac_assignments() if who == "app"}
     owned = {scope for role, scope in app if role == OWNER}
     triggers = _service_bus_triggers()

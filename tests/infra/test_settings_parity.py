@@ -70,6 +70,10 @@ ISSUE_34_SETTINGS = frozenset(
 )
 # What issue 46 adds: from when a bare eventId (published before the nonce) is refused.
 ISSUE_46_SETTINGS = frozenset({"BARE_EVENT_ID_CUTOVER"})
+
+# What issue 43 adds: the consumers' delayed retries (how many, how far apart), set where the
+# Bicep's parameters say, so a deployment can change them without a release.
+ISSUE_43_SETTINGS = frozenset({"ORDERS_DELAYED_RETRIES", "ORDERS_DELAYED_RETRY_SECONDS"})
 # Local only: keys and connection strings exist for the emulators, never in Azure.
 EMULATOR_ONLY = frozenset(
     {"COSMOS_KEY", "ServiceBusConnection", "CosmosConnection", "PAYMENTS_TOKEN"}
@@ -133,7 +137,7 @@ def code_setting_names() -> frozenset[str]:
     return names
 
 
-def test_bicep_sets_the_settings_issues_4_13_14_23_34_and_46_list() -> None:
+def test_bicep_sets_the_settings_issues_4_13_14_23_34_43_and_46_list() -> None:
     expected = (
         ISSUE_SETTINGS
         | ISSUE_13_SETTINGS
@@ -141,6 +145,7 @@ def test_bicep_sets_the_settings_issues_4_13_14_23_34_and_46_list() -> None:
         | ISSUE_23_SETTINGS
         | ISSUE_34_SETTINGS
         | ISSUE_46_SETTINGS
+        | ISSUE_43_SETTINGS
     )
     assert set(bicep_app_settings()) - HOST_ONLY == expected
 

@@ -134,10 +134,10 @@ async def test_messages_that_outlive_the_grace_period_are_abandoned(
 
 
 async def test_a_handler_that_raises_gets_its_message_abandoned_at_once(
-    emulator: RunningEmulator,
+    emulator: RunningEmulator, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
-        await send(client, 1)
+        [message_id] = await send(client, 1)
         handler, stop = FailingHandler(), asyncio.Event()
         async with client.get_queue_receiver(QUEUE) as receiver, AutoLockRenewer() as renewer:
             worker = Worker(order_handle(handler), receiver, renewer, WorkerOptions(concurrency=1))
@@ -149,6 +149,12 @@ async def test_a_handler_that_raises_gets_its_message_abandoned_at_once(
             await asyncio.wait_for(running, 20)
 
         assert worker.stats.settled >= 2 and worker.stats.settlement_failures == 0
+        # The line names where it was received and the message (its key: no consumer decided).
+        assert any(
+            record.getMessage()
+            == f"handling failed; abandoning it: consumer={QUEUE} key={message_id}"
+            for record in caplog.records
+        )
 
 
 @pytest.mark.slow

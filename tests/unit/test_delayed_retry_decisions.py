@@ -5,6 +5,7 @@ tests/core/test_delayed_retries.py."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from poison_corpus import core_hostile_retry_properties
 from sdk_messages import received_message
 
 from exactly_once import Decision, DelayedRetries, Outcome, Settlement, settle
+from exactly_once.attempts import one_delivery
 from exactly_once.decisions import DeadLetterReason
 from exactly_once.delayed_retries import (
     MAX_MESSAGE_ID_CHARS,
@@ -139,3 +141,22 @@ async def test_without_a_scheduler_the_functions_settler_abandons() -> None:
     message = received_message("m-1", data=b"{}")
     await MessageActionsSettler(actions, message).retry_later(retry=1, delay_seconds=60)
     assert [call for call, _, _ in actions.calls] == ["abandon"]
+
+
+def test_the_delayed_retry_lines_name_the_consumer_and_the_key(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    policy = DelayedRetries(retries=1, delay_seconds=10)
+    with caplog.at_level(logging.WARNING, "exactly_once"), one_delivery() as delivery:
+        delivery.consumer = "billing"
+        later(transient(), Redelivery("m-1"), policy, attempts=4)
+        later(transient(), Redelivery("m-1", 1), policy, attempts=2)
+
+    retried, exhausted = (record.getMessage() for record in caplog.records)
+    assert retried == (
+        "consumer=billing key=k message_id=m-1: transient_failure after 4 attempt(s), "
+        'delayed retry 1 of 1 in 10 s: "ConnectionError: down"'
+    )
+    assert exhausted.startswith(
+        'consumer=billing key=k message_id=m-1: "transient_failure after 1 delayed retries'
+    )

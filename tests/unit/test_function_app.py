@@ -38,6 +38,7 @@ from sdk_messages import received_message
 import function_app
 from exactly_once import Backoff, Retrier, Telemetry
 from exactly_once.change_feed import ChangePage
+from exactly_once.decisions import Outcome
 from exactly_once.exceptions import TransientStoreError
 from orders.bootstrap import DispatcherRuntime, SubscriberRuntime
 from orders.domain.events import OrderEvent
@@ -47,6 +48,7 @@ from orders.entrypoints.functions import (
     function_subscriber_runtimes,
     use_function_consumer,
 )
+from orders.entrypoints.lazy_runtime import Lazy
 from orders.observability import ConsumerTelemetry
 from orders.service.consumer import OrderConsumer
 from orders.service.dispatcher import OutboxDispatcher
@@ -195,9 +197,14 @@ async def test_a_transient_store_failure_backs_off_and_is_stored_in_the_same_del
     assert function_store.order_ids() == [order_id]
 
 
-async def test_a_transient_failure_that_outlasts_the_backoff_is_abandoned(
-    function_store: FakeOrderStore, short_backoff: Backoff
+async def test_a_transient_failure_that_outlasts_the_backoff_is_abandoned_without_a_scheduler(
+    function_store: FakeOrderStore, short_backoff: Backoff, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """No Service Bus to schedule a delayed retry's copy on (its settings unset here): the
+    message is abandoned, never lost. With one, it comes back later as a copy:
+    tests/integration/test_function_delayed_retries.py."""
+    monkeypatch.delenv("ServiceBusConnection", raising=False)
+    monkeypatch.delenv("ServiceBusConnection__fullyQualifiedNamespace", raising=False)
     order_id = f"o-{uuid.uuid4().hex[:8]}"
     function_store.fail_next(TransientStoreError("503"), times=1000)
 
@@ -205,6 +212,57 @@ async def test_a_transient_failure_that_outlasts_the_backoff_is_abandoned(
 
     assert [name for name, _, _ in calls] == ["abandon"]
     assert function_store.order_ids() == []
+
+
+def flaky_runtime_build(
+    failures: int, consumer: OrderConsumer
+) -> tuple[Lazy[SubscriberRuntime], list[int]]:
+    """The order consumer's runtime, whose build fails `failures` times (a role assignment not
+    yet effective, the store unreachable at start) before it succeeds; and the builds tried."""
+    builds: list[int] = []
+
+    async def build() -> SubscriberRuntime:
+        builds.append(len(builds) + 1)
+        if len(builds) <= failures:
+            raise ConnectionError("the store is unreachable")
+        return SubscriberRuntime(Source(queue=ORDERS), consumer)
+
+    return Lazy(build, "orders consumer"), builds
+
+
+async def test_a_runtime_that_fails_to_build_backs_off_in_place_and_is_built_again(
+    short_backoff: Backoff, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ServiceNotReadyError` never leaves the function (the host would abandon at once,
+    spending a delivery): the build is tried again after a backoff, in the same delivery."""
+    store = FakeOrderStore()
+    lazy, builds = flaky_runtime_build(2, OrderConsumer(store, LAYOUT))
+    monkeypatch.setitem(function_subscriber_runtimes, ORDERS, lazy)
+    order_id = f"o-{uuid.uuid4().hex[:8]}"
+
+    calls = await invoke(received(json.dumps(order_payload(order_id)).encode(), order_id))
+
+    assert [name for name, _, _ in calls] == ["complete"]
+    assert builds == [1, 2, 3]
+    assert store.order_ids() == [order_id]
+
+
+async def test_a_runtime_that_never_builds_is_handed_back_after_the_backoff_not_raised(
+    short_backoff: Backoff, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lazy, builds = flaky_runtime_build(1_000, OrderConsumer(FakeOrderStore(), LAYOUT))
+    monkeypatch.setitem(function_subscriber_runtimes, ORDERS, lazy)
+    order_id = f"o-{uuid.uuid4().hex[:8]}"
+
+    decision = await functions.process_event_message(
+        ORDERS,
+        received(json.dumps(order_payload(order_id)).encode(), order_id),
+        actions := FakeMessageActions(),
+    )
+
+    assert [name for name, _, _ in actions.calls] == ["abandon"]
+    assert decision.outcome == Outcome.TRANSIENT_FAILURE
+    assert len(builds) > 2  # backed off and tried again, not abandoned at the first failure
 
 
 async def test_a_delivery_backed_off_in_the_host_is_one_process_span_settled_once(

@@ -8,19 +8,24 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 
 import pytest
-from fakes import FakeMessageActions
+from fakes import FakeIdempotencyStore, FakeMessageActions
 from sdk_messages import received_message
 
 from exactly_once import (
     Backoff,
+    Claims,
     Effects,
     ExactlyOnceConsumer,
     Outcome,
+    Record,
+    RecordStatus,
     cloud_event_key,
     exactly_once,
 )
+from exactly_once.attempts import current_delivery, one_delivery
 
 EVENT = json.dumps(
     {"specversion": "1.0", "source": "/stock", "id": "e-42", "type": "reserved", "data": {}}
@@ -113,3 +118,60 @@ async def test_a_decision_outside_a_retrier_logs_its_line_at_once(
         outcome.getMessage()
     )
     assert "attempts=" not in outcome.getMessage()
+
+
+class Clock:
+    """The fake store's database time, moved on by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_takeover_line_names_the_consumer_and_the_key_of_the_delivery(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The record id is a hash an operator cannot search for; the delivery's consumer and key
+    (a CloudEvent's source and id) are what the line leads with."""
+    clock = Clock()
+    store = FakeIdempotencyStore(database_clock=clock)
+    wanted = Record("rec-1", "rec-1", "hash", RecordStatus.IN_PROGRESS, owner="a", lease_seconds=5)
+    await Claims(store, owner="a", lease_seconds=5).own(wanted)
+    clock.now += 60  # the first owner's lease ended
+
+    with caplog.at_level(logging.WARNING, logger="exactly_once"), one_delivery() as delivery:
+        delivery.consumer, delivery.message_id, delivery.key = "stock", "m-9", '["/stock","e-9"]'
+        taken = await Claims(store, owner="b").own(replace(wanted, owner="b"))
+
+    assert taken.owner == "b"
+    [line] = [record for record in caplog.records if "took over" in record.getMessage()]
+    assert line.getMessage() == (
+        "took over a claim whose owner's lease ended: "
+        'consumer=stock key="[\\"/stock\\",\\"e-9\\"]" message_id=m-9 record=rec-1 from=a '
+        "attempt=2"
+    )
+
+
+async def test_the_consumer_names_the_key_it_found_on_the_delivery(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """What the takeover line reads: the key, set on the open delivery once it is known."""
+    seen: list[tuple[str | None, str | None]] = []
+
+    async def effect(event: bytes, effects: Effects) -> Outcome:
+        delivery = current_delivery()
+        assert delivery is not None
+        seen.append((delivery.consumer, delivery.key))
+        return Outcome.PROCESSED
+
+    consumer = exactly_once(
+        consumer="stock",
+        parse=bytes,
+        store=None,  # type: ignore[arg-type]
+        key=cloud_event_key,
+    )(effect)
+    await consumer.with_message_actions(received_message("m-4", data=EVENT), FakeMessageActions())
+
+    assert seen == [("stock", '["/stock","e-42"]')]

@@ -8,12 +8,13 @@ from typing import cast
 import pytest
 from azure.cosmos.aio import CosmosClient
 
+from exactly_once.delayed_retries import MAX_RETRIES, DelayedRetries
 from orders import bootstrap
 from orders.adapters.cosmos_client import Containers
 from orders.adapters.cosmos_layout import CosmosLayout
 from orders.adapters.monitoring import configure_monitoring
 from orders.service.subscribers import Source
-from orders.settings import Settings, SettingsError
+from orders.settings import MAX_DELAYED_RETRIES, Settings, SettingsError
 
 
 def test_defaults_and_emulator_mode() -> None:
@@ -79,6 +80,46 @@ def test_the_records_retention_comes_from_the_entities_settings() -> None:
 )
 def test_a_malformed_entity_setting_fails_at_start(env: dict[str, str]) -> None:
     with pytest.raises(SettingsError, match="must be a positive whole number"):
+        Settings.from_env({"COSMOS_ENDPOINT": "x", **env})
+
+
+def test_delayed_retries_come_from_settings_with_the_cores_defaults() -> None:
+    default = Settings.from_env({"COSMOS_ENDPOINT": "x"})
+    shortened = Settings.from_env(
+        {
+            "COSMOS_ENDPOINT": "x",
+            "ORDERS_DELAYED_RETRIES": "5",
+            "ORDERS_DELAYED_RETRY_SECONDS": "0.5",
+        }
+    )
+    off = Settings.from_env({"COSMOS_ENDPOINT": "x", "ORDERS_DELAYED_RETRIES": "0"})
+
+    # The core's defaults and bound, as numbers (the core's module loads the Service Bus SDK).
+    assert (default.delayed_retries, default.delayed_retry_seconds) == (
+        DelayedRetries().retries,
+        DelayedRetries().delay_seconds,
+    )
+    assert (shortened.delayed_retries, shortened.delayed_retry_seconds) == (5, 0.5)
+    assert off.delayed_retries == 0
+    assert MAX_DELAYED_RETRIES == MAX_RETRIES
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"ORDERS_DELAYED_RETRIES": "three"}, "ORDERS_DELAYED_RETRIES must be a whole number"),
+        ({"ORDERS_DELAYED_RETRIES": "101"}, "ORDERS_DELAYED_RETRIES must be a whole number"),
+        ({"ORDERS_DELAYED_RETRIES": "-1"}, "ORDERS_DELAYED_RETRIES must be a whole number"),
+        ({"ORDERS_DELAYED_RETRY_SECONDS": "0"}, "ORDERS_DELAYED_RETRY_SECONDS must be seconds"),
+        ({"ORDERS_DELAYED_RETRY_SECONDS": "nan"}, "ORDERS_DELAYED_RETRY_SECONDS must be seconds"),
+        ({"ORDERS_DELAYED_RETRY_SECONDS": "1e9"}, "ORDERS_DELAYED_RETRY_SECONDS must be seconds"),
+        ({"ORDERS_DELAYED_RETRY_SECONDS": "soon"}, "ORDERS_DELAYED_RETRY_SECONDS must be seconds"),
+    ],
+)
+def test_a_malformed_delayed_retry_setting_fails_at_start(
+    env: dict[str, str], message: str
+) -> None:
+    with pytest.raises(SettingsError, match=message):
         Settings.from_env({"COSMOS_ENDPOINT": "x", **env})
 
 
@@ -159,3 +200,34 @@ async def test_the_consumers_lay_their_records_out_with_the_settings_retention()
 
     assert isinstance(layout, CosmosLayout)
     assert layout.record_ttl_seconds == settings.record_ttl_seconds == 120 * 3 + 21 * 86400
+
+
+def test_orders_worker_takes_its_delayed_retries_from_the_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`orders worker` (and `orders up`'s workers, which run it) shortens its delayed retries
+    by settings, as the Functions consumers do: what a test or an operator sets is what runs."""
+    from typer.testing import CliRunner
+
+    from exactly_once.worker import WorkerOptions
+    from orders.cli import app
+    from orders.entrypoints import worker
+
+    ran: list[WorkerOptions] = []
+    monkeypatch.setattr(
+        worker, "run_until_signalled", lambda settings, options, **_: ran.append(options)
+    )
+    result = CliRunner().invoke(
+        app,
+        ["worker"],
+        env={
+            "COSMOS_ENDPOINT": "http://127.0.0.1:1",
+            "ServiceBusConnection": "Endpoint=sb://127.0.0.1:1;UseDevelopmentEmulator=true;",
+            "ORDERS_DELAYED_RETRIES": "2",
+            "ORDERS_DELAYED_RETRY_SECONDS": "1.5",
+        },
+    )
+
+    assert result.exit_code == 0, result.output
+    [options] = ran
+    assert options.delayed_retries == DelayedRetries(retries=2, delay_seconds=1.5)

@@ -16,7 +16,7 @@ from azure.servicebus import ServiceBusReceivedMessage as ServiceBusReceivedMess
 from azure.servicebus.aio import ServiceBusClient as ServiceBusClient
 from azure.servicebus.amqp import AmqpMessageBodyType
 
-from exactly_once.delayed_retries import original_message_id
+from exactly_once.delayed_retries import CopyScheduler, original_message_id
 from exactly_once.servicebus import FunctionsMessageActions as FunctionsMessageActions
 from exactly_once.servicebus import MessageActionsSettler, body_bytes
 from exactly_once.servicebus import ReceiverSettler as ReceiverSettler
@@ -67,12 +67,15 @@ def to_received_order_message(message: ServiceBusReceivedMessage) -> ReceivedOrd
 
 
 def from_functions_host(
-    received_message: ServiceBusReceivedMessage | Any, message_actions: FunctionsMessageActions
+    received_message: ServiceBusReceivedMessage | Any,
+    message_actions: FunctionsMessageActions,
+    scheduler: CopyScheduler | None = None,
 ) -> tuple[ReceivedOrderMessage, FunctionsSettler]:
-    """The Functions host's message and message actions as the core's message and settler."""
+    """The Functions host's message and message actions as the core's message and settler;
+    a delayed retry's copy is scheduled through `scheduler` (without one: abandoned)."""
     return (
         to_received_order_message(received_message),
-        FunctionsSettler(message_actions, received_message),
+        FunctionsSettler(message_actions, received_message, scheduler),
     )
 
 

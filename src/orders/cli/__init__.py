@@ -75,6 +75,7 @@ def worker(
     ] = None,
 ) -> None:
     """Competing consumer: the orders queue (or an events subscription) until SIGTERM / SIGINT."""
+    from exactly_once.delayed_retries import DelayedRetries
     from exactly_once.worker import WorkerOptions
     from orders.entrypoints.worker import run_until_signalled
 
@@ -87,7 +88,11 @@ def worker(
     configure_logging()
     settings = settings_or_exit()
     options = WorkerOptions(
-        concurrency=concurrency, prefetch=prefetch, shutdown_grace_seconds=grace
+        concurrency=concurrency,
+        prefetch=prefetch,
+        shutdown_grace_seconds=grace,
+        # ORDERS_DELAYED_RETRIES / ORDERS_DELAYED_RETRY_SECONDS
+        delayed_retries=DelayedRetries(settings.delayed_retries, settings.delayed_retry_seconds),
     )
     run_until_signalled(settings, options, decisions=decisions, subscriber=spec)
 

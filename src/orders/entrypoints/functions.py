@@ -15,9 +15,19 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from exactly_once.attempts import current_delivery
 from exactly_once.backoff import Retrier
 from exactly_once.budgets import LockRenewal
-from exactly_once.decisions import Decision, settle
+from exactly_once.decisions import Decision, Outcome, settle
+from exactly_once.delayed_retries import (
+    CopyScheduler,
+    DelayedRetries,
+    Redelivery,
+    later,
+    not_ours,
+    received_redelivery,
+)
+from exactly_once.logs import log_value
 from orders.adapters.monitoring import configure_monitoring
 from orders.adapters.servicebus import FunctionsMessageActions, from_functions_host
 from orders.bootstrap import (
@@ -29,6 +39,7 @@ from orders.bootstrap import (
 )
 from orders.domain.received import ReceivedOrderMessage
 from orders.entrypoints.lazy_runtime import Lazy
+from orders.exceptions import ServiceNotReadyError
 from orders.observability import delivery_span
 from orders.service.ports import MessageHandler
 from orders.service.registry import CONSUMERS, ORDERS, ConsumerSpec
@@ -41,6 +52,7 @@ __all__ = [
     "configure_function_monitoring",
     "dispatch_outbox_changes",
     "function_dispatcher_runtime",
+    "function_later_retries",
     "function_retrier",
     "function_subscriber_runtimes",
     "hold_function_budgets",
@@ -157,14 +169,56 @@ def hold_function_budgets(host_json: Path) -> LockRenewal:
     return renewal
 
 
-async def _decided_with_backoff(
-    decide: Callable[[ReceivedOrderMessage], Awaitable[Decision]],
-    message: ReceivedOrderMessage,
-    source: str,
-) -> Decision:
-    return await function_retrier.decide(
-        lambda: decide(message), message_id=message.message_id, source=source
-    )
+async def _built_and_handled(consumer: str, message: ReceivedOrderMessage) -> Decision:
+    """The consumer's runtime built (its first use, or after a failed build), then its
+    decision; a build that fails is a transient failure (`Lazy` logged why), built again by
+    the next attempt."""
+    try:
+        runtime = await function_subscriber_runtimes[consumer].get()
+    except ServiceNotReadyError as exc:
+        return Decision.abandon(Outcome.TRANSIENT_FAILURE, str(exc))
+    return await runtime.handler.handle(message)
+
+
+class LaterRetries:
+    """Where a Functions consumer's delayed retries go (a `CopyScheduler` on its queue or its
+    topic, over the process's one Service Bus client: managed identity in Azure, which holds
+    Data Owner there) and how many and how far apart (ORDERS_DELAYED_RETRIES / _SECONDS)."""
+
+    def __init__(self, scheduler: CopyScheduler, policy: DelayedRetries) -> None:
+        self.scheduler = scheduler
+        self.policy = policy
+
+    async def close(self) -> None:
+        await self.scheduler.close()
+
+
+def _later_retries_from_env(spec: ConsumerSpec) -> Callable[[], Awaitable[LaterRetries]]:
+    async def build() -> LaterRetries:
+        clients = shared_process_clients()
+        source = str(spec.source(clients.settings))
+        settings = clients.settings
+        policy = DelayedRetries(settings.delayed_retries, settings.delayed_retry_seconds)
+        return LaterRetries(CopyScheduler(clients.servicebus(), source), policy)
+
+    return build
+
+
+# One scheduler per consumer and process, built on first use like the runtimes (a sender's link
+# opens on its first schedule).
+function_later_retries: dict[str, Lazy[LaterRetries]] = {
+    spec.name: Lazy(_later_retries_from_env(spec), f"{spec.name} consumer's delayed retries")
+    for spec in CONSUMERS
+}
+
+
+async def _later_retries(consumer: str) -> LaterRetries | None:
+    """The consumer's delayed retries; None (its failure logged by `Lazy`) when even the
+    Service Bus client cannot be built: a failure then is abandoned, as without them."""
+    try:
+        return await function_later_retries[consumer].get()
+    except ServiceNotReadyError:
+        return None
 
 
 def use_function_consumer(consumer: MessageHandler | None) -> None:
@@ -179,13 +233,70 @@ async def process_event_message(
     consumer: str, received_message: Any, message_actions: FunctionsMessageActions
 ) -> Decision:
     """A registered consumer's trigger body (the order consumer's too): the host's message
-    through that consumer's core, settled explicitly."""
-    runtime = await function_subscriber_runtimes[consumer].get()
-    message, settler = from_functions_host(received_message, message_actions)
-    with delivery_span(message, function_retrier.telemetry):
-        decision = await _decided_with_backoff(runtime.handler.handle, message, consumer)
+    through that consumer's core, settled explicitly.
+
+    Nothing here leaves the function with an error (the host would abandon at once, spending a
+    delivery): a runtime that cannot be built yet (`ServiceNotReadyError`: a setting, a role
+    assignment, the store unreachable at start) is a transient failure, backed off in place
+    while the host renews the lock; what the backoff did not fix comes back later as a
+    scheduled copy (`exactly_once.delayed_retries`), and only after its delayed retries is it
+    dead-lettered `RetriesExhausted`."""
+    later_retries = await _later_retries(consumer)
+    scheduler = later_retries.scheduler if later_retries is not None else None
+    message, settler = from_functions_host(received_message, message_actions, scheduler)
+    with delivery_span(message, function_retrier.telemetry) as span:
+        decision = await _decided(consumer, received_message, message, later_retries)
+        # The span's disposition is what is settled: a delayed retry completes the delivery,
+        # whatever its last attempt decided.
+        function_retrier.telemetry.record(span, None, decision)
         await settle(decision, settler)
     return decision
+
+
+async def _decided(
+    consumer: str,
+    received_message: Any,
+    message: ReceivedOrderMessage,
+    later_retries: LaterRetries | None,
+) -> Decision:
+    redelivery = received_redelivery(received_message)
+    if not isinstance(redelivery, Redelivery):
+        # Malformed delayed-retry properties (a sender's own): dead-lettered on this delivery.
+        logger.warning(
+            "%s: message %s: %s",
+            consumer,
+            log_value(message.message_id or ""),
+            redelivery.dead_letter_description,
+        )
+        return redelivery
+    subscription = later_retries.scheduler.subscription if later_retries is not None else None
+    if not redelivery.is_for(subscription):
+        # A copy another subscription's consumer scheduled on the topic: not this one's.
+        return not_ours()
+    attempts = 0
+
+    def attempt() -> Awaitable[Decision]:
+        nonlocal attempts
+        attempts += 1
+        delivery = current_delivery()
+        if delivery is not None:
+            delivery.consumer = consumer  # named on the delivery's backoff and retry lines
+        runtime = function_subscriber_runtimes[consumer].built
+        if runtime is not None:
+            # The consumer's own coroutine: the backoff awaits it, no step of ours between.
+            return runtime.handler.handle(message)
+        return _built_and_handled(consumer, message)
+
+    def settled(decision: Decision) -> Decision:
+        if later_retries is None:
+            return decision
+        delayed = later(decision, redelivery, later_retries.policy, attempts=attempts)
+        assert isinstance(delayed, Decision)
+        return delayed
+
+    return await function_retrier.decide(
+        attempt, message_id=message.message_id, source=consumer, then=settled
+    )
 
 
 async def dispatch_outbox_changes(documents: list[dict[str, Any]]) -> int:

@@ -49,6 +49,11 @@ class Lazy(Generic[R]):
                         raise ServiceNotReadyError(f"{self._what} unavailable: {exc!r}") from exc
         return self._value
 
+    @property
+    def built(self) -> R | None:
+        """The runtime once built (None before, or after a failed build)."""
+        return self._value
+
     def use(self, value: R | None) -> None:
         """Put a runtime in place (tests); None makes the next use build again."""
         self._value = value

@@ -48,6 +48,11 @@ class DeliveryAttempts:
     """The latest attempt's outcome line, logged when the delivery's decision is final."""
     consumer: str | None = None
     """The consumer deciding it, once one has (for the backoff lines)."""
+    message_id: str | None = None
+    """The MessageId it is decided under (the original's, for a delayed retry's copy)."""
+    key: str | None = None
+    """The message's key as its consumer defines it, once the consumer found it (for the
+    lines its claims log)."""
 
 
 _current: ContextVar[DeliveryAttempts | None] = ContextVar("exactly_once_delivery", default=None)

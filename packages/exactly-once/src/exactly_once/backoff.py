@@ -172,6 +172,7 @@ class Retrier:
         `then` turns the last decision into the one settled (a delayed retry instead of an
         abandon): the outcome line names what is settled, not what the last attempt said."""
         with one_delivery() as attempts:
+            attempts.message_id = message_id
             final: Decided | None = None
             try:
                 final = await self._decide(decide, attempts, message_id, source, stop)

@@ -15,6 +15,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
+from exactly_once.attempts import current_delivery
+from exactly_once.decisions import naming
 from exactly_once.exceptions import (
     CompletionFailedError,
     InProgressElsewhereError,
@@ -24,6 +26,7 @@ from exactly_once.exceptions import (
     RecordExistsError,
     TransientStoreError,
 )
+from exactly_once.logs import log_value
 from exactly_once.ports import RecordStore
 from exactly_once.records import (
     DEFAULT_LEASE_SECONDS,
@@ -80,6 +83,15 @@ def pending_completions() -> frozenset[asyncio.Task[bool]]:
     host may await them when it shuts down; each ends True once its outcome is recorded."""
     loop = asyncio.get_running_loop()
     return frozenset(task for task in _finishing if task.get_loop() is loop and not task.done())
+
+
+def _claimed_for() -> str:
+    """The consumer and the key of the delivery claiming (`decisions.naming`), when a `Retrier`
+    opened one and the consumer said so; else only what the record id tells."""
+    delivery = current_delivery()
+    if delivery is None or delivery.consumer is None:
+        return "consumer=unknown"
+    return naming(delivery.consumer, delivery.message_id, delivery.key)
 
 
 class Claims:
@@ -151,9 +163,11 @@ class Claims:
                     if existing.owner != self.owner:
                         took_over()
                         logger.warning(
-                            "took over %s from %s (attempt %d)",
-                            existing.key,
-                            existing.owner,
+                            "took over a claim whose owner's lease ended: %s record=%s "
+                            "from=%s attempt=%d",
+                            _claimed_for(),
+                            log_value(existing.key),
+                            log_value(existing.owner or ""),
                             taken.attempts,
                         )
                     return taken

@@ -60,6 +60,7 @@ from azure.servicebus.aio import ServiceBusClient, ServiceBusSender
 from azure.servicebus.amqp import AmqpMessageBodyType
 from azure.servicebus.exceptions import ServiceBusError
 
+from exactly_once.attempts import current_delivery
 from exactly_once.decisions import (
     DeadLetterReason,
     Decision,
@@ -67,6 +68,7 @@ from exactly_once.decisions import (
     Settleable,
     Settlement,
     described,
+    naming,
     truncate,
 )
 from exactly_once.logs import log_value
@@ -216,13 +218,13 @@ def later(
     error = str(getattr(decision, "error", None) or "")
     key = getattr(decision, "key", None)
     request_hash = getattr(decision, "request_hash", None)
-    message_id = log_value(redelivery.message_id or "")
+    about = _naming(redelivery.message_id, key)
     if redelivery.retry < policy.retries:
         retry = redelivery.retry + 1
         delay = policy.delay(retry)
         logger.warning(
-            "message %s: %s after %d attempt(s), delayed retry %d of %d in %g s: %s",
-            message_id,
+            "%s: %s after %d attempt(s), delayed retry %d of %d in %g s: %s",
+            about,
             outcome,
             attempts,
             retry,
@@ -237,12 +239,23 @@ def later(
         f"{outcome} after {redelivery.retry} delayed retries and {attempts} attempt(s) in the "
         f"last delivery: {error}"
     )
-    logger.warning(
-        "message %s: %s, dead-lettering it", message_id, log_value(truncate(description, 300))
-    )
+    logger.warning("%s: %s, dead-lettering it", about, log_value(truncate(description, 300)))
     return Decision.dead_letter(
         Outcome(outcome), DeadLetterReason.RETRIES_EXHAUSTED, description
     ).about(key, request_hash)
+
+
+def _naming(message_id: str | None, key: object) -> str:
+    """The consumer and the key of the delivery deciding (`decisions.naming`) when a `Retrier`
+    opened one for a consumer that said its name; else the MessageId and the key."""
+    delivery = current_delivery()
+    key_text = key if isinstance(key, str) else None
+    if delivery is not None and delivery.consumer is not None:
+        return naming(delivery.consumer, message_id, key_text)
+    about = f"message {log_value(message_id or '')}"
+    if key_text is not None and key_text != message_id:
+        about += f" key={log_value(key_text)}"
+    return about
 
 
 def not_ours() -> Decision:

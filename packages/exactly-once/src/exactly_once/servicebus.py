@@ -390,14 +390,17 @@ class ExactlyOnceConsumer(Generic[Message]):
             subscription = Destination.of_entity(destination).subscription
         with self._telemetry.message_span(
             self.consumer, None, delivered=delivered(message, destination)
-        ):
-            return await self._process(
+        ) as span:
+            decision = await self._process(
                 message,
                 settler,
                 back_off=back_off,
                 subscription=subscription,
                 delayed_retries=self._delayed_retries if retry_later else None,
             )
+            # What was settled, which a delayed retry makes other than its last attempt's.
+            self._telemetry.record(span, self.consumer, decision)
+            return decision
 
     async def _process(
         self,
@@ -513,6 +516,8 @@ class ExactlyOnceConsumer(Generic[Message]):
         if isinstance(identified, Decision):
             return identified
         key, request_hash = identified
+        if (opened := current_delivery()) is not None:
+            opened.key = key  # for the lines the delivery's claims log
         if self._cache is not None and self._cache.completed(self.key_scope, key, request_hash):
             return Decision.duplicate().about(key, request_hash)
         decision = (await self._run(parsed, key, request_hash, message_id, sent.delivery_id)).about(

@@ -57,13 +57,14 @@ from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusError
 
 from exactly_once.backoff import Backoff, Retrier
 from exactly_once.budgets import DEFAULT_ATTEMPT_SECONDS, LockRenewal
-from exactly_once.decisions import Settleable, settle
+from exactly_once.decisions import Settleable, naming, settle
 from exactly_once.delayed_retries import (
     CopyScheduler,
     DelayedRetries,
     Redelivery,
     later,
     not_ours,
+    original_message_id,
     received_redelivery,
 )
 from exactly_once.logs import log_value
@@ -243,7 +244,10 @@ class Worker(Generic[Decided]):
         except Exception as exc:
             # The handler decides every outcome itself; reaching here is a bug around it. Hand
             # the message back at once rather than let its lock be renewed for minutes.
-            logger.exception("handling %s failed; abandoning it", log_value(message.message_id))
+            logger.exception(
+                "handling failed; abandoning it: %s",
+                naming(self._receiver.entity_path, original_message_id(message)),
+            )
             failed(exc)
             decision = None
         try:
