@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from exactly_once.records import DEFAULT_LEASE_SECONDS
@@ -106,12 +106,14 @@ def dispatcher(
 
 
 def progress_bar() -> Progress:
-    # Only on a terminal: elsewhere (a log, a pipe) rich prints the bar once, when it closes,
-    # which is after everything the command did next.
+    """Bars on stderr, one per task (its description names it: sending, draining, auditing).
+    Only on a terminal: elsewhere (a log, a pipe, a test) rich prints a bar once, when it
+    closes, which is after everything the command did next."""
     return Progress(
-        TextColumn("[bold]sending"),
+        TextColumn("[bold]{task.description:<9}"),
         BarColumn(),
         MofNCompleteColumn(),
+        TimeElapsedColumn(),
         console=err,
         transient=False,
         disable=not err.is_terminal,
@@ -207,7 +209,7 @@ def load(
         )
     )
     with progress_bar() as progress:
-        task = progress.add_task("send", total=len(plan.sends))
+        task = progress.add_task("sending", total=len(plan.sends) + len(plan.status_updates))
         result = asyncio.run(
             send_load(
                 settings,
@@ -459,11 +461,19 @@ def demo(
     signal.signal(signal.SIGINT, signal.default_int_handler)
     options = DemoOptions(orders=orders, workers=workers, seed=seed, cancels=cancels)
     with progress_bar() as progress:
-        task = progress.add_task("send", total=None)
+        sending = progress.add_task("sending", total=None)
+        # Its figure is what the audit has accounted for so far (`VerifyReport.accounted_for`).
+        draining = progress.add_task("draining", total=None)
         result = run_demo(
             options,
-            on_sent=lambda count: progress.advance(task, count),
+            on_planned=lambda plan: progress.update(
+                sending, total=len(plan.sends) + len(plan.status_updates)
+            ),
+            on_sent=lambda count: progress.advance(sending, count),
             on_stage=lambda stage: progress.console.print(f"[dim]{stage}[/dim]"),
+            on_drained=lambda found, expected: progress.update(
+                draining, completed=found, total=expected
+            ),
         )
     from orders.entrypoints.demo_report import render_report
 

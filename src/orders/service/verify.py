@@ -51,6 +51,20 @@ class VerifyReport:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    def accounted_for(self) -> tuple[int, int]:
+        """(found, expected): the orders stored, the dead letters expected and found, and each
+        audited consumer's effects, against what the run must lead to; the drain's progress."""
+        found = (
+            self.unique_orders
+            - self.missing_orders
+            + min(self.dead_lettered, self.expected_dead_letters)
+        )
+        expected = self.unique_orders + self.expected_dead_letters
+        for consumer in self.fanout.values():
+            found += min(consumer["effects"], consumer["expected"])
+            expected += consumer["expected"]
+        return found, expected
+
     def with_statuses(self, found: StatusAudit) -> VerifyReport:
         """This report with the status audit; `ok` covers it too."""
         violations = list(self.violations)
