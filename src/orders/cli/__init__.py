@@ -25,6 +25,7 @@ from orders.cli.shared import (
     exit_unreachable,
     exit_with,
     out,
+    require_reachable,
     require_ready,
     settings_or_exit,
     unreachable,
@@ -392,6 +393,7 @@ def verify(
 
     configure_logging(logging.WARNING)
     settings = settings_or_exit()
+    require_reachable(settings)  # a stopped stack first: the manifest is no use without it
     plan = read_manifest(manifest)
     # As `orders up` runs them: every registered consumer downstream of the order consumer.
     consumers = frozenset(spec.name for spec in downstream_consumers()) if fanout else frozenset()

@@ -98,7 +98,6 @@ async def wait_for_audit(
     """Poll the verifier until it passes, or until `within` seconds go by without anything new
     accounted for (`VerifyReport.accounted_for`, reported to `on_progress`): a big run drains
     for as long as it keeps draining. Returns the last report."""
-    deadline = time.monotonic() + within
     best: int | None = None
     while True:
         started = time.monotonic()
@@ -108,9 +107,9 @@ async def wait_for_audit(
         took = time.monotonic() - started
         found, expected = report.accounted_for()
         on_progress(found, expected)
-        if best is not None and found > best:
-            deadline = time.monotonic() + within
-        best = found if best is None else max(best, found)
+        if best is None or found > best:  # counted from the end of a poll: a big run's
+            deadline = time.monotonic() + within  # audit may itself take longer than `within`
+            best = found
         if report.ok or time.monotonic() >= deadline:
             return report
         await asyncio.sleep(max(VERIFY_POLL_SECONDS, VERIFY_POLL_SHARE * took))
