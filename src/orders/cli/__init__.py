@@ -402,7 +402,16 @@ def verify(
         entities.append(queue("STATUS_QUEUE", settings.status_queue))
     container_settings = ["COSMOS_CONTAINER"] + (["COSMOS_INBOX_CONTAINER"] if fanout else [])
     require_ready(settings, cosmos=containers(settings, *container_settings), servicebus=entities)
-    report = asyncio.run(verify_run(settings, plan, fanout=consumers))
+    with progress_bar() as progress:
+        reading = progress.add_task("auditing", total=None)
+        report = asyncio.run(
+            verify_run(
+                settings,
+                plan,
+                fanout=consumers,
+                on_read=lambda count: progress.advance(reading, count),
+            )
+        )
     print_report(report, as_json)
     raise typer.Exit(0 if report.ok else 1)
 
