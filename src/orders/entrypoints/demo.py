@@ -147,6 +147,34 @@ async def load_and_cancel(
     return results
 
 
+def start_pipeline(
+    stack: LocalStack,
+    options: DemoOptions,
+    *,
+    defer_shipping: bool = False,
+    on_stage: Callable[[str], None] = lambda stage: None,
+) -> None:
+    """The database and containers, the order workers and, as `options` ask, the payment
+    service, the dispatcher and every downstream consumer (shipping later when deferred)."""
+    asyncio.run(prepare_local_cosmos(stack.settings()))
+    for _ in range(options.workers):
+        stack.start_worker(concurrency=options.concurrency)
+    on_stage(f"{options.workers} workers started")
+    if options.fanout:
+        stack.start_payments()
+        stack.start_dispatcher()
+        # Every registered consumer of the events topic (shipping maybe later, see above).
+        for spec in downstream_consumers():
+            if spec.on_topic and not (defer_shipping and spec.name == SHIPPING):
+                stack.start_subscriber(spec.name)
+    if options.fanout or options.status_updates:
+        for spec in downstream_consumers():
+            if not spec.on_topic:
+                stack.start_subscriber(spec.name)
+        consumers = ", ".join(spec.name for spec in downstream_consumers())
+        on_stage(f"payment service, dispatcher and the {consumers} consumers started")
+
+
 def run_demo(
     options: DemoOptions,
     *,
@@ -170,26 +198,10 @@ def run_demo(
     on_planned(plan)
     with local_stack(options.queue, workdir) as stack:
         on_stage("emulators started")
-        asyncio.run(prepare_local_cosmos(stack.settings()))
-        for _ in range(options.workers):
-            stack.start_worker(concurrency=options.concurrency)
-        on_stage(f"{options.workers} workers started")
         # With cancels, shipping starts once the cancels meant to land before it have been
         # answered, so every point of the saga is reached in every run (not only by chance).
         defer_shipping = options.fanout and bool(plan.cancels)
-        if options.fanout:
-            stack.start_payments()
-            stack.start_dispatcher()
-            # Every registered consumer of the events topic (shipping maybe later, see above).
-            for spec in downstream_consumers():
-                if spec.on_topic and not (defer_shipping and spec.name == SHIPPING):
-                    stack.start_subscriber(spec.name)
-        if options.fanout or options.status_updates:
-            for spec in downstream_consumers():
-                if not spec.on_topic:
-                    stack.start_subscriber(spec.name)
-            consumers = ", ".join(spec.name for spec in downstream_consumers())
-            on_stage(f"payment service, dispatcher and the {consumers} consumers started")
+        start_pipeline(stack, options, defer_shipping=defer_shipping, on_stage=on_stage)
         cancel_results = asyncio.run(
             load_and_cancel(stack, plan, options, on_sent, on_stage, defer_shipping)
         )
