@@ -11,7 +11,7 @@ import asyncio
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,23 +96,41 @@ async def wait_for_audit(
     on_progress: Callable[[int, int], None] = lambda found, expected: None,
 ) -> VerifyReport:
     """Poll the verifier until it passes, or until `within` seconds go by without anything new
+    accounted for (`settle`). Returns the last report."""
+
+    def audit() -> Awaitable[VerifyReport]:
+        return verify_run(stack.settings(), plan, fanout=fanout, cancel_results=cancel_results)
+
+    return await settle(audit, within, on_progress)
+
+
+async def settle(
+    audit: Callable[[], Awaitable[VerifyReport]],
+    within: float,
+    on_progress: Callable[[int, int], None] = lambda found, expected: None,
+    *,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> VerifyReport:
+    """Audit until the report passes, or until `within` seconds go by with nothing new
     accounted for (`VerifyReport.accounted_for`, reported to `on_progress`): a big run drains
-    for as long as it keeps draining. Returns the last report."""
+    for as long as it keeps draining. The deadline counts from the end of a poll, since a big
+    run's audit may itself take longer than `within`; the next poll waits `VERIFY_POLL_SHARE`
+    times as long as the last one took."""
     best: int | None = None
+    deadline = clock() + within
     while True:
-        started = time.monotonic()
-        report = await verify_run(
-            stack.settings(), plan, fanout=fanout, cancel_results=cancel_results
-        )
-        took = time.monotonic() - started
+        started = clock()
+        report = await audit()
+        took = clock() - started
         found, expected = report.accounted_for()
         on_progress(found, expected)
-        if best is None or found > best:  # counted from the end of a poll: a big run's
-            deadline = time.monotonic() + within  # audit may itself take longer than `within`
+        if best is None or found > best:
+            deadline = clock() + within
             best = found
-        if report.ok or time.monotonic() >= deadline:
+        if report.ok or clock() >= deadline:
             return report
-        await asyncio.sleep(max(VERIFY_POLL_SECONDS, VERIFY_POLL_SHARE * took))
+        await sleep(max(VERIFY_POLL_SECONDS, VERIFY_POLL_SHARE * took))
 
 
 async def load_and_cancel(
