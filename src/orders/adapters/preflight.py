@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from azure.core.exceptions import AzureError, ClientAuthenticationError
 from azure.cosmos import exceptions as cosmos_errors
+from azure.servicebus import ServiceBusSubQueue
 from azure.servicebus.exceptions import (
     MessagingEntityNotFoundError,
     ServiceBusAuthenticationError,
@@ -44,6 +45,10 @@ class Needed:
     setting: str
     name: str
     topic: str | None = None  # a subscription's topic
+    # A queue the command sends to is checked by a sender's link; one it reads, by a peek on
+    # its dead-letter queue: that needs only the receive right an operator's identity may
+    # have, and a dead-letter queue has no sessions, so it is peeked on a session queue too.
+    sends: bool = False
 
     def described(self) -> str:
         if self.kind == "subscription":
@@ -62,12 +67,12 @@ def containers(settings: Settings, *settings_names: str) -> list[Needed]:
     return [Needed("container", name, by_setting[name]) for name in settings_names]
 
 
-def queue(setting: str, name: str) -> Needed:
-    return Needed("queue", setting, name)
+def queue(setting: str, name: str, *, sends: bool = False) -> Needed:
+    return Needed("queue", setting, name, sends=sends)
 
 
 def topic(setting: str, name: str) -> Needed:
-    return Needed("topic", setting, name)
+    return Needed("topic", setting, name, sends=True)
 
 
 def subscription(setting: str, topic_name: str, name: str) -> Needed:
@@ -170,19 +175,24 @@ async def servicebus_problem(clients: ProcessClients, needed: Sequence[Needed]) 
         )
 
     async def open_link(entity: Needed) -> str | None:
-        if entity.kind == "subscription":
-            assert entity.topic is not None
-            receiver = client.get_subscription_receiver(entity.topic, entity.name)
-            async with receiver:
-                await receiver.peek_messages(max_message_count=1)
-            return None
-        sender = (
-            client.get_queue_sender(entity.name)
-            if entity.kind == "queue"
-            else client.get_topic_sender(entity.name)
+        if entity.sends:
+            sender = (
+                client.get_queue_sender(entity.name)
+                if entity.kind == "queue"
+                else client.get_topic_sender(entity.name)
+            )
+            async with sender:
+                return None
+        receiver = (
+            client.get_subscription_receiver(
+                entity.topic or "", entity.name, sub_queue=ServiceBusSubQueue.DEAD_LETTER
+            )
+            if entity.kind == "subscription"
+            else client.get_queue_receiver(entity.name, sub_queue=ServiceBusSubQueue.DEAD_LETTER)
         )
-        async with sender:
-            return None
+        async with receiver:
+            await receiver.peek_messages(max_message_count=1)
+        return None
 
     async def check(entity: Needed) -> str | None:
         try:

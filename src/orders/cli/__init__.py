@@ -202,9 +202,9 @@ def load(
 
     configure_logging(logging.WARNING)
     settings = settings_or_exit()
-    entities = [queue("ORDERS_QUEUE", settings.orders_queue)]
+    entities = [queue("ORDERS_QUEUE", settings.orders_queue, sends=True)]
     if status_updates:
-        entities.append(queue("STATUS_QUEUE", settings.status_queue))
+        entities.append(queue("STATUS_QUEUE", settings.status_queue, sends=True))
     # The cancels go through the API's core: the orders, keys and inbox containers.
     needs_cosmos = (
         containers(
@@ -591,7 +591,7 @@ def serve(
         cosmos=containers(
             settings, "COSMOS_CONTAINER", "COSMOS_IDEMPOTENCY_CONTAINER", "COSMOS_INBOX_CONTAINER"
         ),
-        servicebus=[queue("ORDERS_QUEUE", settings.orders_queue)],
+        servicebus=[queue("ORDERS_QUEUE", settings.orders_queue, sends=True)],
         host=True,
     )
     with_console = console or settings.console_enabled
