@@ -145,7 +145,7 @@ async def cosmos_problem(
             credential = (
                 "COSMOS_KEY is not this account's key"
                 if settings.cosmos_key
-                else ("the identity's token was refused")
+                else "the identity's token was refused"
             )
             return f"{where} refused the credentials (401): {credential}"
         if exc.status_code == 403:
@@ -154,6 +154,11 @@ async def cosmos_problem(
                 "Contributor role (infra/ does for the app's identity)"
             )
         return f"{where} answered {exc.status_code}: {_short(exc)}"
+    except ClientAuthenticationError as exc:  # no key: Entra ID found no identity to sign in
+        return (
+            f"{where}: no identity could sign in ({_short(exc)}): `az login`, or set "
+            "COSMOS_KEY for an emulator"
+        )
     except (AzureError, OSError, ValueError) as exc:
         # Not an account's answer: an endpoint of something else, TLS against plain HTTP, ...
         scheme = urlsplit(endpoint).scheme
