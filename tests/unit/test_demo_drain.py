@@ -4,6 +4,7 @@ audit takes, and gives up after `within` seconds with nothing new (a clock the t
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 from orders.entrypoints.demo import settle
 from orders.service.verify import VerifyReport
@@ -88,3 +89,18 @@ async def test_no_deadline_is_one_audit() -> None:
     audits = SlowAudit([1, 2], seconds=1)
     last = await settle(audits.audit(), 0, sleep=audits.sleep, clock=audits.clock)
     assert audits.calls == 1 and not last.ok
+
+
+def test_status_updates_still_being_applied_count_as_progress() -> None:
+    def with_statuses(mismatches: int) -> VerifyReport:
+        statuses = {
+            "final_state_mismatches": mismatches,
+            "illegal_sent": 2,
+            "illegal_dead_lettered": 2,
+        }
+        return replace(report(ORDERS), ok=mismatches == 0, status_updates=statuses)
+
+    # Every order stored and every dead letter in: only the status consumer is still at work.
+    later, earlier = with_statuses(3).accounted_for(), with_statuses(7).accounted_for()
+    assert later[0] > earlier[0] and later[1] == earlier[1]
+    assert with_statuses(0).accounted_for() == (later[1], later[1])
