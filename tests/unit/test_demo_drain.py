@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-from orders.entrypoints.demo import settle
+from orders.entrypoints.demo import audit_until_drained
 from orders.service.verify import VerifyReport
 
 ORDERS = 10
@@ -63,7 +63,7 @@ async def test_an_audit_slower_than_the_deadline_still_waits_for_a_run_that_keep
 ):
     audits = SlowAudit([2, 4, 6, 8, 10], seconds=30)
     progress: list[tuple[int, int]] = []
-    last = await settle(
+    last = await audit_until_drained(
         audits.audit(),
         10,
         lambda found, expected: progress.append((found, expected)),
@@ -78,7 +78,7 @@ async def test_an_audit_slower_than_the_deadline_still_waits_for_a_run_that_keep
 
 async def test_a_run_with_nothing_new_accounted_for_gives_up_after_the_deadline() -> None:
     audits = SlowAudit([3, 5, 5], seconds=1)
-    last = await settle(audits.audit(), 10, sleep=audits.sleep, clock=audits.clock)
+    last = await audit_until_drained(audits.audit(), 10, sleep=audits.sleep, clock=audits.clock)
     assert not last.ok and last.orders_in_store == 5
     # The last new figure came with the poll that ended at 4 s; polls every 2 s after it (twice
     # the audit's second, each taking one) until the first one ending 10 s later, at 16 s.
@@ -87,7 +87,7 @@ async def test_a_run_with_nothing_new_accounted_for_gives_up_after_the_deadline(
 
 async def test_no_deadline_is_one_audit() -> None:
     audits = SlowAudit([1, 2], seconds=1)
-    last = await settle(audits.audit(), 0, sleep=audits.sleep, clock=audits.clock)
+    last = await audit_until_drained(audits.audit(), 0, sleep=audits.sleep, clock=audits.clock)
     assert audits.calls == 1 and not last.ok
 
 

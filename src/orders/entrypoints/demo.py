@@ -96,15 +96,15 @@ async def wait_for_audit(
     on_progress: Callable[[int, int], None] = lambda found, expected: None,
 ) -> VerifyReport:
     """Poll the verifier until it passes, or until `within` seconds go by without anything new
-    accounted for (`settle`). Returns the last report."""
+    accounted for (`audit_until_drained`). Returns the last report."""
 
     def audit() -> Awaitable[VerifyReport]:
         return verify_run(stack.settings(), plan, fanout=fanout, cancel_results=cancel_results)
 
-    return await settle(audit, within, on_progress)
+    return await audit_until_drained(audit, within, on_progress)
 
 
-async def settle(
+async def audit_until_drained(
     audit: Callable[[], Awaitable[VerifyReport]],
     within: float,
     on_progress: Callable[[int, int], None] = lambda found, expected: None,
