@@ -8,10 +8,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import typer
+from cli_support import commands
 from servers import free_port
 from typer.testing import CliRunner
 
@@ -99,17 +99,8 @@ def test_only_network_errors_count_as_unreachable() -> None:
     assert decided.value.exit_code == 1
 
 
-def commands(group: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
-    """Every command's path; typer's groups (its own click) are what has `commands`."""
-    found: list[tuple[str, ...]] = []
-    for name, command in group.commands.items():
-        path = (*prefix, name)
-        found += commands(command, path) if hasattr(command, "commands") else [path]
-    return found
-
-
 def test_help_shows_flags_without_a_type() -> None:
-    every = commands(typer.main.get_command(app))
+    every = commands()
     assert ("dlq", "list") in every and ("keys", "show") in every
     for path in every:
         result = CliRunner().invoke(app, [*path, "--help"])

@@ -21,7 +21,12 @@ from orders.domain.load_plan import (
     plan_to_json,
 )
 from orders.domain.status import OrderStatus, reachable
-from orders.service.load import SCHEDULE_LEAD_SECONDS, WINDOW_MARGIN_SECONDS, run_load
+from orders.service.load import (
+    SCHEDULE_LEAD_SECONDS,
+    SCHEDULE_SECONDS_PER_MESSAGE,
+    WINDOW_MARGIN_SECONDS,
+    run_load,
+)
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 WINDOW = 5.0
@@ -71,11 +76,18 @@ async def test_phases_wait_and_schedules() -> None:
     assert all(len(sends) <= 10 for kind, sends, _ in sender.events if kind == "send")
     # One wait, past the window (the fake sleep does not advance the monotonic clock).
     assert slept == [pytest.approx(WINDOW + WINDOW_MARGIN_SECONDS, abs=0.5)]
-    # Both copies of each concurrent duplicate appear at the same instant, after the wait.
+    # Both copies of each concurrent duplicate appear at the same instant, after the wait and
+    # the time their scheduling is allowed, in calls of at most the batch size.
     instants = {at for kind, _, at in sender.events if kind == "schedule"}
-    lead = WINDOW + WINDOW_MARGIN_SECONDS + SCHEDULE_LEAD_SECONDS
-    assert instants == {NOW + timedelta(seconds=lead)}
     scheduled = [s for kind, sends, _ in sender.events if kind == "schedule" for s in sends]
+    lead = (
+        WINDOW
+        + WINDOW_MARGIN_SECONDS
+        + SCHEDULE_LEAD_SECONDS
+        + len(scheduled) * SCHEDULE_SECONDS_PER_MESSAGE
+    )
+    assert instants == {NOW + timedelta(seconds=lead)}
+    assert all(len(sends) <= 10 for kind, sends, _ in sender.events if kind == "schedule")
     assert {s.message_id for s in scheduled if s.kind is SendKind.ORIGINAL} == {
         s.message_id for s in scheduled if s.kind is SendKind.CONCURRENT_DUPLICATE
     }

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from exactly_once.records import DEFAULT_LEASE_SECONDS
@@ -24,8 +24,10 @@ from orders.cli.shared import (
     connection_errors_exit,
     err,
     exit_unreachable,
+    exit_with,
     out,
     require_reachable,
+    require_ready,
     settings_or_exit,
     unreachable,
 )
@@ -33,12 +35,13 @@ from orders.cli.show import show
 from orders.domain.ids import InvalidIdError
 from orders.domain.load_plan import (
     LoadMix,
+    LoadPlan,
     check_run_id,
     plan_from_json,
     plan_load,
     plan_to_json,
 )
-from orders.service.registry import STATUS, consumer_named, downstream_consumers
+from orders.service.registry import CONSUMERS, STATUS, consumer_named, downstream_consumers
 from orders.service.verify import VerifyReport
 
 if TYPE_CHECKING:
@@ -87,6 +90,15 @@ def worker(
             raise typer.BadParameter(str(unknown), param_hint="--subscription") from unknown
     configure_logging()
     settings = settings_or_exit()
+    from orders.adapters.preflight import containers, entity
+
+    consumer = spec or CONSUMERS[0]  # the registry's first: the order consumer
+    require_ready(
+        settings,
+        cosmos=containers(settings, "COSMOS_CONTAINER", "COSMOS_INBOX_CONTAINER"),
+        servicebus=[entity(consumer.source(settings), consumer.setting)],
+        host=True,
+    )
     options = WorkerOptions(
         concurrency=concurrency,
         prefetch=prefetch,
@@ -104,20 +116,30 @@ def dispatcher(
     ] = DEFAULT_LEASE_SECONDS,
 ) -> None:
     """Outbox dispatcher: publish stored orders' events to the topic until SIGTERM / SIGINT."""
+    from orders.adapters.preflight import containers, topic
     from orders.entrypoints.dispatcher import run_dispatcher_until_signalled
 
     configure_logging()
-    stats = run_dispatcher_until_signalled(settings_or_exit(), lease_seconds=lease_seconds)
+    settings = settings_or_exit()
+    require_ready(
+        settings,
+        cosmos=containers(settings, "COSMOS_CONTAINER", "COSMOS_LEASES_CONTAINER"),
+        servicebus=[topic("ORDER_EVENTS_TOPIC", settings.order_events_topic)],
+        host=True,
+    )
+    stats = run_dispatcher_until_signalled(settings, lease_seconds=lease_seconds)
     err.print(f"dispatcher stopped: published {stats.published} event(s)")
 
 
 def progress_bar() -> Progress:
-    # Only on a terminal: elsewhere (a log, a pipe) rich prints the bar once, when it closes,
-    # which is after everything the command did next.
+    """Bars on stderr, one per task (its description names it: sending, draining, auditing).
+    Only on a terminal: elsewhere (a log, a pipe, a test) rich prints a bar once, when it
+    closes, which is after everything the command did next."""
     return Progress(
-        TextColumn("[bold]sending"),
+        TextColumn("[bold]{task.description:<9}"),
         BarColumn(),
         MofNCompleteColumn(),
+        TimeElapsedColumn(),
         console=err,
         transient=False,
         disable=not err.is_terminal,
@@ -182,9 +204,22 @@ def load(
             check_run_id(run_id)
         except InvalidIdError as invalid:
             raise typer.BadParameter(str(invalid), param_hint="--run-id") from None
+    from orders.adapters.preflight import containers, queue
+
     configure_logging(logging.WARNING)
     settings = settings_or_exit()
-    require_reachable(settings)
+    entities = [queue("ORDERS_QUEUE", settings.orders_queue, sends=True)]
+    if status_updates:
+        entities.append(queue("STATUS_QUEUE", settings.status_queue, sends=True))
+    # The cancels go through the API's core: the orders, keys and inbox containers.
+    needs_cosmos = (
+        containers(
+            settings, "COSMOS_CONTAINER", "COSMOS_IDEMPOTENCY_CONTAINER", "COSMOS_INBOX_CONTAINER"
+        )
+        if cancels
+        else None
+    )
+    require_ready(settings, cosmos=needs_cosmos, servicebus=entities)
     if duplicate_window is None:
         duplicate_window = float(settings.duplicate_window_seconds)
     mix = LoadMix(
@@ -213,7 +248,7 @@ def load(
         )
     )
     with progress_bar() as progress:
-        task = progress.add_task("send", total=len(plan.sends))
+        task = progress.add_task("sending", total=len(plan.sends) + len(plan.status_updates))
         result = asyncio.run(
             send_load(
                 settings,
@@ -231,6 +266,16 @@ def load(
         for point, counts in sorted(answered.items()):
             listed = ", ".join(f"{answer} {count}" for answer, count in sorted(counts.items()))
             err.print(f"cancels {point}: {listed}")
+
+
+def read_manifest(path: Path) -> LoadPlan:
+    """The plan `orders load` wrote, or one line and exit 2."""
+    try:
+        return plan_from_json(json.loads(path.read_text()))
+    except OSError as exc:
+        exit_with(f"cannot read the manifest {path}: {exc.strerror or exc}")
+    except (ValueError, KeyError, TypeError) as exc:
+        exit_with(f"{path} is not a manifest `orders load` wrote ({type(exc).__name__}: {exc})")
 
 
 def report_table(report: VerifyReport) -> Table:
@@ -349,15 +394,30 @@ def verify(
     ] = True,
 ) -> None:
     """Audit Cosmos DB and the dead-letter queue against a manifest; exit 1 on any violation."""
+    from orders.adapters.preflight import containers, queue
     from orders.entrypoints.runs import verify_run
 
     configure_logging(logging.WARNING)
     settings = settings_or_exit()
-    require_reachable(settings)
-    plan = plan_from_json(json.loads(manifest.read_text()))
+    require_reachable(settings)  # a stopped stack first: the manifest is no use without it
+    plan = read_manifest(manifest)
     # As `orders up` runs them: every registered consumer downstream of the order consumer.
     consumers = frozenset(spec.name for spec in downstream_consumers()) if fanout else frozenset()
-    report = asyncio.run(verify_run(settings, plan, fanout=consumers))
+    entities = [queue("ORDERS_QUEUE", settings.orders_queue)]
+    if plan.status_updates:
+        entities.append(queue("STATUS_QUEUE", settings.status_queue))
+    container_settings = ["COSMOS_CONTAINER"] + (["COSMOS_INBOX_CONTAINER"] if fanout else [])
+    require_ready(settings, cosmos=containers(settings, *container_settings), servicebus=entities)
+    with progress_bar() as progress:
+        reading = progress.add_task("auditing", total=None)
+        report = asyncio.run(
+            verify_run(
+                settings,
+                plan,
+                fanout=consumers,
+                on_read=lambda count: progress.advance(reading, count),
+            )
+        )
     print_report(report, as_json)
     raise typer.Exit(0 if report.ok else 1)
 
@@ -465,11 +525,19 @@ def demo(
     signal.signal(signal.SIGINT, signal.default_int_handler)
     options = DemoOptions(orders=orders, workers=workers, seed=seed, cancels=cancels)
     with progress_bar() as progress:
-        task = progress.add_task("send", total=None)
+        sending = progress.add_task("sending", total=None)
+        # Its figure is what the audit has accounted for so far (`VerifyReport.accounted_for`).
+        draining = progress.add_task("draining", total=None)
         result = run_demo(
             options,
-            on_sent=lambda count: progress.advance(task, count),
+            on_planned=lambda plan: progress.update(
+                sending, total=len(plan.sends) + len(plan.status_updates)
+            ),
+            on_sent=lambda count: progress.advance(sending, count),
             on_stage=lambda stage: progress.console.print(f"[dim]{stage}[/dim]"),
+            on_drained=lambda found, expected: progress.update(
+                draining, completed=found, total=expected
+            ),
         )
     from orders.entrypoints.demo_report import render_report
 
@@ -517,12 +585,21 @@ def serve(
     """Serve the HTTP API (POST/GET /api/orders, /api/docs) with uvicorn."""
     import uvicorn
 
+    from orders.adapters.preflight import containers, queue
     from orders.bootstrap import ProcessClients, build_console_runtime, build_http_runtime
     from orders.entrypoints.http_api import create_app
     from orders.entrypoints.http_hosts import AllowedHosts
 
     configure_logging()
     settings = settings_or_exit()  # fail at start, not on the first request
+    require_ready(
+        settings,
+        cosmos=containers(
+            settings, "COSMOS_CONTAINER", "COSMOS_IDEMPOTENCY_CONTAINER", "COSMOS_INBOX_CONTAINER"
+        ),
+        servicebus=[queue("ORDERS_QUEUE", settings.orders_queue, sends=True)],
+        host=True,
+    )
     with_console = console or settings.console_enabled
     try:
         allowed = AllowedHosts.parse([*settings.allowed_hosts, *(allow_host or [])])

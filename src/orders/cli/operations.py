@@ -11,7 +11,7 @@ import getpass
 import json
 import socket
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, TypeVar
@@ -22,14 +22,12 @@ from rich.text import Text
 
 from exactly_once.records import lease_end_s
 from orders.cli.shared import (
-    COSMOS_DB,
-    SERVICE_BUS,
     configure_logging,
     connection_errors_exit,
     err,
     iso_time,
     out,
-    require_reachable,
+    require_ready,
     settings_or_exit,
 )
 from orders.domain.dead_letters import (
@@ -48,6 +46,7 @@ from orders.service.subscribers import Source
 
 if TYPE_CHECKING:
     from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore as KeyTools
+    from orders.adapters.preflight import Needed
     from orders.adapters.servicebus_dead_letters import ServiceBusDeadLetters as DeadLetterTools
     from orders.settings import Settings
 
@@ -94,14 +93,18 @@ def source_or_exit(queue: str | None, topic: str | None, subscription: str | Non
 
 def run_with(
     tools: Callable[[], AbstractAsyncContextManager[Tools]],
-    needs: str,
     settings: Settings,
     action: Callable[[Tools], Awaitable[T]],
+    *,
+    cosmos: Sequence[Needed] | None = None,
+    servicebus: Sequence[Needed] | None = None,
 ) -> T:
-    """Run `action` over the tools that `tools` opens; the one service they `need` that cannot
-    be reached is one line on stderr and exit 2 (checked first, so a stopped stack does not
-    cost the SDKs' retries). The other service is neither checked nor touched."""
-    require_reachable(settings, frozenset({needs}))
+    """Run `action` over the tools that `tools` opens. What they need (`cosmos`, `servicebus`:
+    `require_ready`) is checked first, so a stopped stack, a wrong endpoint or a missing
+    entity is one line on stderr and exit 2, not the SDKs' retries and traceback; the service
+    they do not need is neither checked nor touched. Both None: checked already."""
+    if cosmos is not None or servicebus is not None:
+        require_ready(settings, cosmos=cosmos, servicebus=servicebus)
 
     async def run() -> T:
         async with tools() as opened:
@@ -111,26 +114,45 @@ def run_with(
         return asyncio.run(run())
 
 
+def dead_letter_source(source: Source | None, settings: Settings) -> Needed:
+    """The entity whose dead letters a command reads, with what names it."""
+    from orders.adapters.preflight import entity, queue
+
+    if source is None:
+        return queue("ORDERS_QUEUE", settings.orders_queue)
+    return entity(source, "--queue" if source.queue else "--topic/--subscription")
+
+
 def with_dead_letters(
     action: Callable[[DeadLetterTools], Awaitable[T]],
     source: Source | None = None,
     settings: Settings | None = None,
+    *,
+    checked: bool = False,
 ) -> T:
     """`action` over one dead-letter queue (`source`, default the orders queue): Service Bus
-    only, so the DLQ commands work while Cosmos DB is down."""
+    only, so the DLQ commands work while Cosmos DB is down. `checked`: a command's second
+    call, after its first checked the entity."""
     from orders.adapters.servicebus_dead_letters import dead_letter_tools
 
     configure_logging()
     chosen = settings or settings_or_exit()
-    return run_with(lambda: dead_letter_tools(chosen, source), SERVICE_BUS, chosen, action)
+    needed = None if checked else [dead_letter_source(source, chosen)]
+    return run_with(lambda: dead_letter_tools(chosen, source), chosen, action, servicebus=needed)
 
 
 def with_keys(action: Callable[[KeyTools], Awaitable[T]], settings: Settings) -> T:
     """`action` over the idempotency-key records: Cosmos DB only, so the key commands work
     while Service Bus is down (or not configured)."""
     from orders.adapters.cosmos_idempotency import idempotency_key_tools
+    from orders.adapters.preflight import containers
 
-    return run_with(lambda: idempotency_key_tools(settings), COSMOS_DB, settings, action)
+    return run_with(
+        lambda: idempotency_key_tools(settings),
+        settings,
+        action,
+        cosmos=containers(settings, "COSMOS_IDEMPOTENCY_CONTAINER"),
+    )
 
 
 def keys_settings() -> Settings:
@@ -300,6 +322,7 @@ def resubmit_dead_letters(
             lambda queue: queue.resubmit(selection, refusal, by=who, now=now, to_topic=to_topic),
             source,
             settings,
+            checked=True,
         )
     except ResubmitUnsupportedError as exc:
         err.print(f"[red]not resubmitted:[/red] {exc}")
@@ -339,7 +362,9 @@ def purge_dead_letters(
         with_dead_letters(lambda queue: queue.plan(selection, lambda dead: None), source, settings),
         confirmed=yes,
     )
-    outcome = with_dead_letters(lambda queue: queue.purge(selection), source, settings)
+    outcome = with_dead_letters(
+        lambda queue: queue.purge(selection), source, settings, checked=True
+    )
     out.print(f"purged {len(outcome.done)}: {sorted(outcome.done)}")
     report_passed_over(outcome)
 

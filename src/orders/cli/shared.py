@@ -3,20 +3,26 @@ for a service that cannot be reached."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import socket
+import ssl
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 from urllib.parse import urlsplit
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from orders.settings import Settings, SettingsError
+
+if TYPE_CHECKING:
+    from orders.adapters.preflight import Needed
 
 err = Console(stderr=True)
 out = Console()
@@ -25,6 +31,12 @@ out = Console()
 UNREACHABLE_EXIT = 2
 # A connect that takes longer than this is as good as down for an operator's command.
 CONNECT_TIMEOUT_SECONDS = 3.0
+# A Service Bus endpoint answers AMQP's protocol header at once; one that does not within this
+# is something else (an HTTP server waits for a request line that never comes, and the SDK with
+# it, retrying for minutes).
+PROTOCOL_TIMEOUT_SECONDS = 3.0
+AMQP_HEADER = b"AMQP"
+AMQP_SASL_HEADER = b"AMQP\x03\x01\x00\x00"  # what the SDK opens with
 # The services a command may need, as `endpoints` and the one-line reports name them.
 COSMOS_DB = "Cosmos DB"
 SERVICE_BUS = "Service Bus"
@@ -99,6 +111,71 @@ def unreachable_services(
 def unreachable(settings: Settings, services: frozenset[str] = BOTH_SERVICES) -> str | None:
     """Why the first of `services` that cannot be reached cannot be (one line), or None."""
     return next(iter(unreachable_services(settings, services).values()), None)
+
+
+def servicebus_protocol_problem(settings: Settings) -> str | None:
+    """Why the Service Bus endpoint the settings name is not an AMQP broker, or None: the
+    protocol header sent (over TLS unless it is the emulator's string), an AMQP header back."""
+    for service, host, port in endpoints(settings):
+        if service != SERVICE_BUS:
+            continue
+        tls = "usedevelopmentemulator=true" not in (
+            settings.servicebus_connection_string or ""
+        ).lower().replace(" ", "")
+        try:
+            with socket.create_connection((host, port), timeout=PROTOCOL_TIMEOUT_SECONDS) as raw:
+                raw.settimeout(PROTOCOL_TIMEOUT_SECONDS)
+                if tls:
+                    context = ssl.create_default_context()
+                    with context.wrap_socket(raw, server_hostname=host) as secure:
+                        secure.sendall(AMQP_SASL_HEADER)
+                        answer = secure.recv(8)
+                else:
+                    raw.sendall(AMQP_SASL_HEADER)
+                    answer = raw.recv(8)
+        except (OSError, ssl.SSLError) as exc:
+            answer = f"{type(exc).__name__}: {exc}".encode()
+        if not answer.startswith(AMQP_HEADER):
+            shown = answer[:40].decode("ascii", "replace") or "nothing"
+            return (
+                f"{SERVICE_BUS} at {host}:{port} does not answer as Service Bus (AMQP): it "
+                f"answered {shown!r}; is ServiceBusConnection's Endpoint the namespace?"
+            )
+    return None
+
+
+def exit_with(why: str, code: int = UNREACHABLE_EXIT) -> NoReturn:
+    """One line on stderr, whatever the terminal's width, and exit `code`."""
+    err.print(f"[red]{escape(why)}[/red]", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def require_ready(
+    settings: Settings,
+    *,
+    cosmos: Sequence[Needed] | None = None,
+    servicebus: Sequence[Needed] | None = None,
+    host: bool = False,
+) -> None:
+    """Exit with one line unless what a command needs is there: Cosmos DB when `cosmos` is
+    given (the database and those containers), Service Bus when `servicebus` is (those
+    entities). Reachability first (a connect), then the protocol, then the resources. A
+    `host` (worker, dispatcher, API) on an emulator's key creates its database and containers,
+    as it would on first use."""
+    from orders.adapters.preflight import problem
+
+    needs = frozenset(
+        service
+        for service, wanted in ((COSMOS_DB, cosmos), (SERVICE_BUS, servicebus))
+        if wanted is not None
+    )
+    require_reachable(settings, needs)
+    if SERVICE_BUS in needs and (wrong := servicebus_protocol_problem(settings)) is not None:
+        exit_with(wrong)
+    create_local = host and settings.uses_emulator_keys
+    found = asyncio.run(problem(settings, cosmos, servicebus, create_local=create_local))
+    if found is not None:
+        exit_with(found)
 
 
 def exit_unreachable(why: str) -> NoReturn:

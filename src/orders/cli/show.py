@@ -18,6 +18,7 @@ from orders.cli.shared import (
     err,
     exit_unreachable,
     out,
+    require_ready,
     settings_or_exit,
     unreachable_services,
 )
@@ -48,6 +49,15 @@ def show(
     down = unreachable_services(settings)
     if down.keys() == BOTH_SERVICES:
         exit_unreachable(down[COSMOS_DB])
+    from orders.adapters.preflight import consumer_entities, containers
+
+    require_ready(
+        settings,
+        cosmos=None
+        if COSMOS_DB in down
+        else containers(settings, "COSMOS_CONTAINER", "COSMOS_INBOX_CONTAINER"),
+        servicebus=None if SERVICE_BUS in down else consumer_entities(settings),
+    )
     with connection_errors_exit():
         found = without_store_fields(
             asyncio.run(

@@ -11,7 +11,7 @@ import asyncio
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,9 @@ from orders.service.registry import SHIPPING, downstream_consumers
 from orders.service.verify import VerifyReport
 
 VERIFY_POLL_SECONDS = 1.0
+# The audit reads the whole run each time: the next poll waits this many times as long as the
+# last one took, so that polling a big run leaves the workers most of the machine.
+VERIFY_POLL_SHARE = 2.0
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,7 @@ class DemoOptions:
     concurrency: int = 4
     seed: int = 7
     mix: LoadMix = field(default_factory=LoadMix)
+    # How long the audit may go on failing with nothing new accounted for.
     settle_timeout_seconds: float = 120.0
     queue: QueueOptions = field(default_factory=QueueOptions)
     # The fan-out after the order: dispatcher, billing (with the payment stand-in), shipping.
@@ -89,16 +93,44 @@ async def wait_for_audit(
     within: float,
     fanout: frozenset[str] = frozenset(),
     cancel_results: CancelResults | None = None,
+    on_progress: Callable[[int, int], None] = lambda found, expected: None,
 ) -> VerifyReport:
-    """Poll the verifier until it passes or the deadline comes; return the last report."""
-    deadline = time.monotonic() + within
+    """Poll the verifier until it passes, or until `within` seconds go by without anything new
+    accounted for (`audit_until_drained`). Returns the last report."""
+
+    def audit() -> Awaitable[VerifyReport]:
+        return verify_run(stack.settings(), plan, fanout=fanout, cancel_results=cancel_results)
+
+    return await audit_until_drained(audit, within, on_progress)
+
+
+async def audit_until_drained(
+    audit: Callable[[], Awaitable[VerifyReport]],
+    within: float,
+    on_progress: Callable[[int, int], None] = lambda found, expected: None,
+    *,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> VerifyReport:
+    """Audit until the report passes, or until `within` seconds go by with nothing new
+    accounted for (`VerifyReport.accounted_for`, reported to `on_progress`): a big run drains
+    for as long as it keeps draining. The deadline counts from the end of a poll, since a big
+    run's audit may itself take longer than `within`; the next poll waits `VERIFY_POLL_SHARE`
+    times as long as the last one took."""
+    best: int | None = None
+    deadline = clock() + within
     while True:
-        report = await verify_run(
-            stack.settings(), plan, fanout=fanout, cancel_results=cancel_results
-        )
-        if report.ok or time.monotonic() >= deadline:
+        started = clock()
+        report = await audit()
+        took = clock() - started
+        found, expected = report.accounted_for()
+        on_progress(found, expected)
+        if best is None or found > best:
+            deadline = clock() + within
+            best = found
+        if report.ok or clock() >= deadline:
             return report
-        await asyncio.sleep(VERIFY_POLL_SECONDS)
+        await sleep(max(VERIFY_POLL_SECONDS, VERIFY_POLL_SHARE * took))
 
 
 async def load_and_cancel(
@@ -133,11 +165,41 @@ async def load_and_cancel(
     return results
 
 
+def start_pipeline(
+    stack: LocalStack,
+    options: DemoOptions,
+    *,
+    defer_shipping: bool = False,
+    on_stage: Callable[[str], None] = lambda stage: None,
+) -> None:
+    """The database and containers, the order workers and, as `options` ask, the payment
+    service, the dispatcher and every downstream consumer (shipping later when deferred)."""
+    asyncio.run(prepare_local_cosmos(stack.settings()))
+    for _ in range(options.workers):
+        stack.start_worker(concurrency=options.concurrency)
+    on_stage(f"{options.workers} workers started")
+    if options.fanout:
+        stack.start_payments()
+        stack.start_dispatcher()
+        # Every registered consumer of the events topic (shipping maybe later, see above).
+        for spec in downstream_consumers():
+            if spec.on_topic and not (defer_shipping and spec.name == SHIPPING):
+                stack.start_subscriber(spec.name)
+    if options.fanout or options.status_updates:
+        for spec in downstream_consumers():
+            if not spec.on_topic:
+                stack.start_subscriber(spec.name)
+        consumers = ", ".join(spec.name for spec in downstream_consumers())
+        on_stage(f"payment service, dispatcher and the {consumers} consumers started")
+
+
 def run_demo(
     options: DemoOptions,
     *,
     on_sent: Callable[[int], None] = lambda count: None,
     on_stage: Callable[[str], None] = lambda stage: None,
+    on_drained: Callable[[int, int], None] = lambda found, expected: None,
+    on_planned: Callable[[LoadPlan], None] = lambda plan: None,
     workdir: Path | None = None,
 ) -> DemoResult:
     started = time.monotonic()
@@ -151,28 +213,13 @@ def run_demo(
         reorder=options.status_updates,
         cancels=options.cancels if options.fanout else 0,
     )
+    on_planned(plan)
     with local_stack(options.queue, workdir) as stack:
         on_stage("emulators started")
-        asyncio.run(prepare_local_cosmos(stack.settings()))
-        for _ in range(options.workers):
-            stack.start_worker(concurrency=options.concurrency)
-        on_stage(f"{options.workers} workers started")
         # With cancels, shipping starts once the cancels meant to land before it have been
         # answered, so every point of the saga is reached in every run (not only by chance).
         defer_shipping = options.fanout and bool(plan.cancels)
-        if options.fanout:
-            stack.start_payments()
-            stack.start_dispatcher()
-            # Every registered consumer of the events topic (shipping maybe later, see above).
-            for spec in downstream_consumers():
-                if spec.on_topic and not (defer_shipping and spec.name == SHIPPING):
-                    stack.start_subscriber(spec.name)
-        if options.fanout or options.status_updates:
-            for spec in downstream_consumers():
-                if not spec.on_topic:
-                    stack.start_subscriber(spec.name)
-            consumers = ", ".join(spec.name for spec in downstream_consumers())
-            on_stage(f"payment service, dispatcher and the {consumers} consumers started")
+        start_pipeline(stack, options, defer_shipping=defer_shipping, on_stage=on_stage)
         cancel_results = asyncio.run(
             load_and_cancel(stack, plan, options, on_sent, on_stage, defer_shipping)
         )
@@ -184,6 +231,7 @@ def run_demo(
                 options.settle_timeout_seconds,
                 options.audited_consumers,
                 cancel_results,
+                on_drained,
             )
         )
         exit_codes = stack.stop_workers()

@@ -83,17 +83,19 @@ async def verify_run(
     *,
     fanout: frozenset[str] = frozenset(),
     cancel_results: CancelResults | None = None,
+    on_read: Callable[[int], None] = lambda count: None,
 ) -> VerifyReport:
     """Read what the stores hold for the run (Cosmos, the dead-letter queues and, with billing
-    in `fanout`, the payment service) and audit it (`verify_run.audit_run`)."""
+    in `fanout`, the payment service) and audit it (`verify_run.audit_run`); `on_read` hears
+    how many documents were read, page by page."""
     async with AsyncExitStack() as stack:
         clients = _own_clients(stack, settings)
         cosmos = await clients.cosmos(create_local_resources=False)
         bus = clients.servicebus()
-        documents = await documents_of_run(orders_container(cosmos, settings), plan.run_id)
+        documents = await documents_of_run(orders_container(cosmos, settings), plan.run_id, on_read)
         records = RunRecords(documents, await peek_dead_letters(bus, settings.orders_queue))
         if fanout:
-            inbox = await documents_of_run(inbox_container(cosmos, settings), plan.run_id)
+            inbox = await documents_of_run(inbox_container(cosmos, settings), plan.run_id, on_read)
             records = replace(records, inbox=inbox)
         if BILLING in fanout:
             async with HttpPaymentGateway(

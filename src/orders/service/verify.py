@@ -51,6 +51,24 @@ class VerifyReport:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    def accounted_for(self) -> tuple[int, int]:
+        """(found, expected): the orders stored, the dead letters expected and found, each
+        audited consumer's effects and, with status updates, the orders at their final status
+        and the illegal updates dead-lettered, against what the run must lead to; the drain's
+        progress (a passed audit has found all it expects)."""
+        stored = self.unique_orders - self.missing_orders
+        found = stored + min(self.dead_lettered, self.expected_dead_letters)
+        expected = self.unique_orders + self.expected_dead_letters
+        for consumer in self.fanout.values():
+            found += min(consumer["effects"], consumer["expected"])
+            expected += consumer["expected"]
+        if self.status_updates is not None:
+            statuses = self.status_updates
+            found += max(0, stored - statuses["final_state_mismatches"])
+            found += min(statuses["illegal_dead_lettered"], statuses["illegal_sent"])
+            expected += self.unique_orders + statuses["illegal_sent"]
+        return (expected, expected) if self.ok else (min(found, expected), expected)
+
     def with_statuses(self, found: StatusAudit) -> VerifyReport:
         """This report with the status audit; `ok` covers it too."""
         violations = list(self.violations)
