@@ -78,6 +78,8 @@ MATRIX: dict[tuple[str, ...], Invocation | str] = {
     ("dlq", "purge"): Invocation(["--all", "--yes"], SERVICE_BUS),
     ("keys", "show"): Invocation(["k"], COSMOS),
     ("keys", "evict"): Invocation(["k", "--yes"], COSMOS),
+    ("outbox", "parked"): Invocation([], COSMOS),
+    ("outbox", "redrive"): Invocation(["o-1", "o-1:outbox:OrderAccepted"], COSMOS),
     ("up",): "starts its own emulators on free ports: no settings to get wrong",
     ("demo",): "starts its own emulators on free ports: no settings to get wrong",
     ("payments",): "serves the payment stand-in: neither Cosmos DB nor Service Bus",

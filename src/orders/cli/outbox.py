@@ -16,7 +16,7 @@ import typer
 from rich.table import Table
 
 from orders.cli.operations import AsJson, run_with
-from orders.cli.shared import COSMOS_DB, configure_logging, err, out, settings_or_exit
+from orders.cli.shared import configure_logging, err, out, settings_or_exit
 
 if TYPE_CHECKING:
     from orders.adapters.cosmos_outbox import CosmosOutboxFeed
@@ -33,10 +33,16 @@ outbox_app = typer.Typer(
 def _with_outbox(action: Callable[[CosmosOutboxFeed], Awaitable[T]]) -> T:
     """`action` over the orders container: Cosmos DB only."""
     from orders.adapters.cosmos_outbox import outbox_tools
+    from orders.adapters.preflight import containers
 
     configure_logging()
     settings = settings_or_exit(needs_servicebus=False)
-    return run_with(lambda: outbox_tools(settings), COSMOS_DB, settings, action)
+    return run_with(
+        lambda: outbox_tools(settings),
+        settings,
+        action,
+        cosmos=containers(settings, "COSMOS_CONTAINER"),
+    )
 
 
 @outbox_app.command("parked")
