@@ -1,6 +1,8 @@
 """Swagger UI and ReDoc in headless Chromium, from `orders serve` alone: the pages render the
 API's operations with every script and style served by the app (nothing from a CDN, so they
-work offline). The API needs no running stack to describe itself: its settings point nowhere.
+work offline). `orders serve` checks its stack before it starts (one line and exit 2 for a
+stopped one, issue 46), so it runs over our two emulators, started here; the pages read nothing
+from them.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import pytest
 from browser_support import poll_until, screenshot
 from servers import free_port, stop_process, wait_for_port
 
-from orders.settings import EMULATOR_COSMOS_KEY
+from cosmos_emulator import start_in_background as start_cosmos
+from orders.entrypoints.localstack import QueueOptions
+from servicebus_emulator import start_in_background as start_servicebus
 
 pytestmark = [pytest.mark.xdist_group("browser"), pytest.mark.timeout(120)]
 
@@ -23,15 +27,16 @@ pytestmark = [pytest.mark.xdist_group("browser"), pytest.mark.timeout(120)]
 @pytest.fixture(scope="module")
 def api_url() -> Iterator[str]:
     port = free_port()
-    nowhere = {
-        "COSMOS_ENDPOINT": f"http://127.0.0.1:{free_port()}/",
-        "COSMOS_KEY": EMULATOR_COSMOS_KEY,
-        "ServiceBusConnection": f"Endpoint=sb://127.0.0.1:{free_port()};SharedAccessKeyName="
-        "RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;",
+    cosmos = start_cosmos(host="127.0.0.1", port=0)
+    servicebus = start_servicebus(config=QueueOptions().config())
+    stack = {
+        "COSMOS_ENDPOINT": cosmos.url,
+        "COSMOS_KEY": cosmos.key,
+        "ServiceBusConnection": servicebus.connection_string,
     }
     process = subprocess.Popen(
         [sys.executable, "-m", "orders", "serve", "--port", str(port)],
-        env={**os.environ, **nowhere},
+        env={**os.environ, **stack},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -40,6 +45,8 @@ def api_url() -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         stop_process(process)
+        servicebus.stop()
+        cosmos.stop()
 
 
 def offline(driver: Any) -> None:

@@ -209,6 +209,7 @@ def test_orders_worker_takes_its_delayed_retries_from_the_settings(
     by settings, as the Functions consumers do: what a test or an operator sets is what runs."""
     from typer.testing import CliRunner
 
+    import orders.cli
     from exactly_once.worker import WorkerOptions
     from orders.cli import app
     from orders.entrypoints import worker
@@ -217,6 +218,9 @@ def test_orders_worker_takes_its_delayed_retries_from_the_settings(
     monkeypatch.setattr(
         worker, "run_until_signalled", lambda settings, options, **_: ran.append(options)
     )
+    # No stack here: the check of what the worker needs (tests/integration/test_cli_mistakes.py)
+    # is not what this test is about.
+    monkeypatch.setattr(orders.cli, "require_ready", lambda *_, **__: None)
     result = CliRunner().invoke(
         app,
         ["worker"],

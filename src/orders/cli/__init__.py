@@ -592,6 +592,12 @@ def serve(
 
     configure_logging()
     settings = settings_or_exit()  # fail at start, not on the first request
+    # The settings alone first: a bad host is named as such, whatever the stack's state.
+    try:
+        allowed = AllowedHosts.parse([*settings.allowed_hosts, *(allow_host or [])])
+    except ValueError as exc:
+        err.print(f"[red]ORDERS_ALLOWED_HOSTS / --allow-host: {exc}[/red]")
+        raise typer.Exit(2) from exc
     require_ready(
         settings,
         cosmos=containers(
@@ -601,11 +607,6 @@ def serve(
         host=True,
     )
     with_console = console or settings.console_enabled
-    try:
-        allowed = AllowedHosts.parse([*settings.allowed_hosts, *(allow_host or [])])
-    except ValueError as exc:
-        err.print(f"[red]ORDERS_ALLOWED_HOSTS / --allow-host: {exc}[/red]")
-        raise typer.Exit(2) from exc
     # The API and the console share the process's clients (made in uvicorn's loop, on use).
     clients = ProcessClients(settings)
     uvicorn.run(
