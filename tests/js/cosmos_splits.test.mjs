@@ -9,7 +9,7 @@ import { after, before, test } from "node:test";
 import { ChangeFeedStartFrom, CosmosClient } from "@azure/cosmos";
 
 import { drain } from "./change_feed.mjs";
-import { startCosmos } from "./emulators.mjs";
+import { changeRanges as changeEmulatorRanges, startCosmos } from "./emulators.mjs";
 
 const ITEMS = 30;
 const FAULT_TOKEN = randomBytes(24).toString("base64url");
@@ -44,15 +44,8 @@ async function newContainer(throughput) {
 }
 
 /** The operator switch: POST /_emulator/ranges with the fault token. */
-async function changeRanges(container, change) {
-  const response = await fetch(`${cosmos.endpoint}/_emulator/ranges`, {
-    method: "POST",
-    headers: { Authorization: `Bearer ${FAULT_TOKEN}`, "Content-Type": "application/json" },
-    body: JSON.stringify({ database: database.id, container: container.id, ...change }),
-  });
-  assert.equal(response.status, 200, await response.clone().text());
-  return (await response.json()).made;
-}
+const changeRanges = (container, change) =>
+  changeEmulatorRanges(cosmos.endpoint, FAULT_TOKEN, container, change);
 
 const ids = (count) => Array.from({ length: count }, (_, n) => `i${String(n).padStart(2, "0")}`);
 

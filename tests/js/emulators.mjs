@@ -90,3 +90,19 @@ export async function startCosmos(extraArgs = []) {
   );
   return { endpoint: match[1].replace(/\/$/, ""), key: COSMOS_KEY, stop: () => stop(child) };
 }
+
+/**
+ * The Cosmos emulator's split and merge switch (`POST /_emulator/ranges`, bearer fault token)
+ * for an @azure/cosmos `container`; `change` is `{split: id}` or `{merge: [id, id]}`. Answers
+ * the ids of the ranges it made; anything but 200 throws with the emulator's answer.
+ */
+export async function changeRanges(endpoint, faultToken, container, change) {
+  const response = await fetch(`${endpoint}/_emulator/ranges`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${faultToken}`, "Content-Type": "application/json" },
+    body: JSON.stringify({ database: container.database.id, container: container.id, ...change }),
+  });
+  const text = await response.text();
+  if (response.status !== 200) throw new Error(`range switch: ${response.status} ${text}`);
+  return JSON.parse(text).made;
+}
