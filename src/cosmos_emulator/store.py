@@ -29,13 +29,13 @@ ChangeLog = list[dict[str, Any]]
 # lone surrogates included, comes back as it went in), deflated at the fastest level, and
 # parsed where it is read: a parsed document costs about six times its text in Python objects,
 # and the store holds every live item of every container (the deflated text is about half the
-# text; inflating it costs a fraction of parsing it). The fields the store itself consults on each write or expiry check
-# are kept beside the text, so only reads, queries and feeds parse.
+# text; inflating it costs a fraction of parsing it). The fields the store itself consults on
+# each write or expiry check are kept beside the text, so only reads, queries and feeds parse.
 _encode_document = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
 
 
 class Item:
-    """One stored item version: its document as compact JSON text, and the write's facts."""
+    """One stored item version: its document as deflated JSON text, and the write's facts."""
 
     __slots__ = ("etag", "id", "indexed", "lsn", "seq", "text", "ttl", "written_at")
 
