@@ -37,12 +37,12 @@ _encode_document = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).en
 class Item:
     """One stored item version: its document as deflated JSON text, and the write's facts."""
 
-    __slots__ = ("etag", "id", "indexed", "lsn", "seq", "text", "ttl", "written_at")
+    __slots__ = ("deflated", "etag", "id", "indexed", "lsn", "seq", "ttl", "written_at")
 
     def __init__(
         self, doc: dict[str, Any], written_at: float, seq: int = 0, indexed: bool = True
     ) -> None:
-        self.text = zlib.compress(_encode_document(doc).encode("ascii"), 1)
+        self.deflated = zlib.compress(_encode_document(doc).encode("ascii"), 1)
         self.id: str = doc["id"]
         self.etag: str = doc["_etag"]
         lsn = doc.get("_lsn")
@@ -62,7 +62,7 @@ class Item:
     @property
     def doc(self) -> dict[str, Any]:
         """The document, parsed anew: a caller may change it without touching the store."""
-        parsed: dict[str, Any] = json.loads(zlib.decompress(self.text))
+        parsed: dict[str, Any] = json.loads(zlib.decompress(self.deflated))
         return parsed
 
     def __repr__(self) -> str:
