@@ -310,8 +310,7 @@ class Documents:
                 return coll.feed.after(after)
             scope = _indexed_scope(start, end, definition)
             if scope is not None:
-                index = coll.scoped_feeds.get(scope)
-                return index.after(after) if index is not None else iter(())
+                return coll.scope_feed_after(scope, after)
             kind = definition.get("kind", "Hash")
             return (
                 (lsn, item)
@@ -325,13 +324,7 @@ class Documents:
                 return coll.range_feeds[named].after(after)  # one range of several
             return coll.feed.after(after)
         if len(values) == len(coll.pk_paths):
-            part = coll.partitions.get(pk_key(values), {})
-            return iter(
-                sorted(
-                    ((lsn, i) for i in part.values() if (lsn := i.doc.get("_lsn", 0)) > after),
-                    key=lambda pair: pair[0],
-                )
-            )
+            return coll.partition_feed_after(pk_key(values), after)
         prefix_len = len(values)
         return (
             (lsn, item)

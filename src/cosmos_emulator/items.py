@@ -45,7 +45,7 @@ class LivePartition:
         return item
 
     def put(self, item_id: str, item: Item) -> None:
-        assert item.doc["id"] == item_id
+        assert item.id == item_id
         self.container.put_item(self.key, item, self.now)
 
     def remove(self, item_id: str) -> None:
@@ -195,7 +195,7 @@ def _stamp(ctx: ItemContext, body: dict[str, Any], previous: Item | None) -> Ite
 
 
 def _check_if_match(item: Item, if_match: str | None) -> None:
-    if if_match is not None and if_match != "*" and item.doc["_etag"] != if_match:
+    if if_match is not None and if_match != "*" and item.etag != if_match:
         raise precondition_failed()
 
 
@@ -249,7 +249,7 @@ def read(view: PartitionView, item_id: str, if_none_match: str | None = None) ->
     existing = view.get(item_id)
     if existing is None:
         raise item_not_found(item_id)
-    if if_none_match is not None and if_none_match in (existing.doc["_etag"], "*"):
+    if if_none_match is not None and if_none_match in (existing.etag, "*"):
         return Outcome(304, None)
     return Outcome(200, existing.doc)
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterable
+import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -24,17 +25,48 @@ from .ranges import RangeMap, range_width, ranges_for_throughput
 ChangeLog = list[dict[str, Any]]
 
 
-@dataclass
+# A stored document is kept as the compact JSON text of its body (ASCII, so any string,
+# lone surrogates included, comes back as it went in), deflated at the fastest level, and
+# parsed where it is read: a parsed document costs about six times its text in Python objects,
+# and the store holds every live item of every container (the deflated text is about half the
+# text; inflating it costs a fraction of parsing it). The fields the store itself consults on
+# each write or expiry check are kept beside the text, so only reads, queries and feeds parse.
+_encode_document = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
+
+
 class Item:
-    doc: dict[str, Any]
-    # Float write time: `_ts` is whole seconds, but expiry is timed from the exact write.
-    written_at: float
-    # Creation order across the container, kept by replaces: cross-partition feeds and
-    # queries without ORDER BY list items in it, like one physical partition does.
-    seq: int = 0
-    # False when written with `x-ms-indexing-directive: exclude` (or not included while the
-    # indexing policy is not automatic): queries skip it; reads and feeds still see it.
-    indexed: bool = True
+    """One stored item version: its document as deflated JSON text, and the write's facts."""
+
+    __slots__ = ("deflated", "etag", "id", "indexed", "lsn", "seq", "ttl", "written_at")
+
+    def __init__(
+        self, doc: dict[str, Any], written_at: float, seq: int = 0, indexed: bool = True
+    ) -> None:
+        self.deflated = zlib.compress(_encode_document(doc).encode("ascii"), 1)
+        self.id: str = doc["id"]
+        self.etag: str = doc["_etag"]
+        lsn = doc.get("_lsn")
+        self.lsn = lsn if isinstance(lsn, int) else 0
+        ttl = doc.get("ttl")
+        # The item's own `ttl` when it is an integer (a boolean is not), else None.
+        self.ttl: int | None = ttl if isinstance(ttl, int) and not isinstance(ttl, bool) else None
+        # Float write time: `_ts` is whole seconds, but expiry is timed from the exact write.
+        self.written_at = written_at
+        # Creation order across the container, kept by replaces: cross-partition feeds and
+        # queries without ORDER BY list items in it, like one physical partition does.
+        self.seq = seq
+        # False when written with `x-ms-indexing-directive: exclude` (or not included while
+        # the indexing policy is not automatic): queries skip it; reads and feeds still see it.
+        self.indexed = indexed
+
+    @property
+    def doc(self) -> dict[str, Any]:
+        """The document, parsed anew: a caller may change it without touching the store."""
+        parsed: dict[str, Any] = json.loads(zlib.decompress(self.deflated))
+        return parsed
+
+    def __repr__(self) -> str:
+        return f"Item(id={self.id!r}, lsn={self.lsn}, seq={self.seq})"
 
 
 @dataclass
@@ -45,8 +77,12 @@ class Container:
     # Every stored item version by `_lsn` (the change feed), also per effective partition key
     # and, for hierarchical keys, per EPK prefix: the scopes the SDK's feed ranges ask for.
     feed: LsnIndex[Item] = field(default_factory=LsnIndex)
+    # Only hierarchical-key prefixes have an index of their own: a whole key's EPK names one
+    # partition (`_epk_partitions`), whose few items are listed from the partition itself,
+    # rather than every partition holding an index (a few hundred bytes) of its own.
     scoped_feeds: dict[str, LsnIndex[Item]] = field(default_factory=dict)
     _scopes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    _epk_partitions: dict[str, str] = field(default_factory=dict)
     log: ChangeLog | None = None
     # How many partition key ranges (physical partitions) split the EPK space at creation;
     # later splits and merges change `ranges` (and this count with it).
@@ -131,9 +167,7 @@ class Container:
         default = self.default_ttl
         if default is None:
             return None
-        ttl = item.doc.get("ttl")
-        if not isinstance(ttl, int) or isinstance(ttl, bool):
-            ttl = default
+        ttl = default if item.ttl is None else item.ttl
         if ttl == -1:
             return None
         return item.written_at + ttl
@@ -179,7 +213,7 @@ class Container:
     # -- the only two ways an item is stored or dropped (they keep the LSN indexes) ---------
     def put_item(self, key: str, item: Item, now: float | None) -> None:
         """Store `item` in partition `key`; `now=None` (a journal replay) keeps dict order."""
-        item_id = item.doc["id"]
+        item_id = item.id
         old = self.partitions.get(key, {}).get(item_id)
         if old is not None and now is not None and not self.is_live(old, now):
             # Replacing an expired leftover must look like a fresh insert in iteration order;
@@ -192,7 +226,7 @@ class Container:
         part[item_id] = item
         lsn = _lsn_of(item)
         self.feed.add(lsn, item)
-        for scope in self._scope_keys(key, item.doc):
+        for scope in self._scope_keys(key, item)[:-1]:
             self.scoped_feeds.setdefault(scope, LsnIndex()).add(lsn, item)
         if self.range_feeds:
             self.range_feeds[self.range_of_partition(key)].add(lsn, item)
@@ -207,7 +241,9 @@ class Container:
         self._unindex(key, item)
         if not part:
             del self.partitions[key]
-            self._scopes.pop(key, None)
+            scopes = self._scopes.pop(key, ())
+            if scopes:
+                self._epk_partitions.pop(scopes[-1], None)
         if self.log is not None:
             self.log.append({"o": "x", "c": self.rid, "k": key, "id": item_id})
         return item
@@ -217,18 +253,33 @@ class Container:
         self.feed.discard(lsn, item)
         if self.range_feeds:
             self.range_feeds[self.range_of_partition(key)].discard(lsn, item)
-        for scope in self._scopes.get(key, ()):
+        for scope in self._scopes.get(key, ())[:-1]:
             index = self.scoped_feeds.get(scope)
             if index is not None:
                 index.discard(lsn, item)
                 if not index:
                     del self.scoped_feeds[scope]
 
-    def _scope_keys(self, key: str, doc: dict[str, Any]) -> tuple[str, ...]:
+    def _scope_keys(self, key: str, item: Item) -> tuple[str, ...]:
         scopes = self._scopes.get(key)
         if scopes is None:
-            scopes = self._scopes[key] = self._compute_scopes(doc)
+            scopes = self._scopes[key] = self._compute_scopes(item.doc)
+            if scopes:
+                self._epk_partitions[scopes[-1]] = key
         return scopes
+
+    def partition_feed_after(self, key: str, after: int) -> Iterator[tuple[int, Item]]:
+        """(lsn, item) of one stored partition above `after`, in LSN order."""
+        part = self.partitions.get(key, {})
+        return iter(sorted(((i.lsn, i) for i in part.values() if i.lsn > after), key=_first))
+
+    def scope_feed_after(self, scope: str, after: int) -> Iterator[tuple[int, Item]]:
+        """(lsn, item) above `after` of an EPK scope: a hierarchical prefix or a whole key."""
+        index = self.scoped_feeds.get(scope)
+        if index is not None:
+            return index.after(after)
+        key = self._epk_partitions.get(scope)
+        return self.partition_feed_after(key, after) if key is not None else iter(())
 
     def _compute_scopes(self, doc: dict[str, Any]) -> tuple[str, ...]:
         definition = self.props["partitionKey"]
@@ -328,9 +379,12 @@ def container_record(database_rid: str, coll: Container) -> dict[str, Any]:
     return record
 
 
+def _first(pair: tuple[int, Item]) -> int:
+    return pair[0]
+
+
 def _lsn_of(item: Item) -> int:
-    lsn = item.doc.get("_lsn")
-    return lsn if isinstance(lsn, int) else 0
+    return item.lsn
 
 
 def pk_key(values: list[Any]) -> str:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -15,6 +13,7 @@ from urllib.parse import urlparse
 from .config import QueueSettings, TopicSettings
 from .journal import Journal
 from .queue import Queue
+from .timers import Timer, TimerHeap
 from .topic import Topic
 
 _LOG = logging.getLogger("servicebus_emulator")
@@ -49,8 +48,7 @@ class Broker:
         for queue in [*self.queues.values(), *self._subscriptions.values()]:
             self._connect_forwarding(queue)
         self.journal: Journal | None = None  # with `--data` (see journal.py)
-        self._timers: list[tuple[int, int, Callable[..., None], tuple[Any, ...]]] = []
-        self._counter = itertools.count()
+        self.timers = TimerHeap()
         self._handle: asyncio.TimerHandle | None = None
         self._handle_when = 0
 
@@ -72,10 +70,11 @@ class Broker:
     def now_ms() -> int:
         return int(time.time() * 1000)
 
-    def call_at_ms(self, when_ms: int, callback: Callable[..., None], *args: Any) -> None:
-        heapq.heappush(self._timers, (when_ms, next(self._counter), callback, args))
+    def call_at_ms(self, when_ms: int, callback: Callable[..., None], *args: Any) -> Timer:
+        timer = self.timers.push(when_ms, callback, args)
         if self._handle is None or when_ms < self._handle_when:
             self._arm(when_ms)
+        return timer
 
     def _arm(self, when_ms: int) -> None:
         if self._handle is not None:
@@ -86,16 +85,16 @@ class Broker:
 
     def _fire(self) -> None:
         self._handle = None
-        timers = self._timers
         now = self.now_ms()
-        while timers and timers[0][0] <= now:
-            _, _, callback, args = heapq.heappop(timers)
+        while (due := self.timers.pop_due(now)) is not None:
+            callback, args = due
             try:
                 callback(*args)
             except Exception:  # a bug in one timer must not stop the others
                 _LOG.exception("timer callback failed")
-        if timers:
-            self._arm(timers[0][0])
+        next_due = self.timers.next_due_ms()
+        if next_due is not None:
+            self._arm(next_due)
 
     def resolve(self, path: str) -> Queue | None:
         """The queue or dead-letter sub-queue a path names (case-insensitive like Service Bus)."""

@@ -39,6 +39,7 @@ disk, or the reserve used up) stops the emulator's acknowledgements.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import contextlib
@@ -48,18 +49,15 @@ import logging
 import os
 import time
 import zlib
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 from .message import AVAILABLE, DEFERRED, LOCKED, SCHEDULED, StoredMessage
-
-if TYPE_CHECKING:
-    from .broker import Broker
-    from .queue import Queue
-    from .topic import Topic
+from .ports import MAX_SESSION_STATE_BYTES, Entity
+from .queue import Queue
+from .topic import Topic
 
 _LOG = logging.getLogger("servicebus_emulator")
 
@@ -79,11 +77,31 @@ COMPACT_RATIO = 4
 COMPACT_MIN_BYTES = 16 * 1024 * 1024
 DEAD_LETTER = "/$deadletterqueue"
 _STORED_STATES = (AVAILABLE, DEFERRED, SCHEDULED)
-# Service Bus bounds a session's state by the message size limit (256 KB, Standard tier and
-# the official emulator). The management link's transfer limit enforces it on the wire; the
-# queue and the replay check it again so no other path can hold more.
-MAX_SESSION_STATE_BYTES = 262144
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
+
+
+class Namespace(Protocol):
+    """The broker as the journal reads and rebuilds it (`broker.Broker`, which opens the
+    journal: a protocol here keeps the two modules out of a circle)."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    @property
+    def queues(self) -> dict[str, Queue]: ...
+
+    @property
+    def topics(self) -> dict[str, Topic]: ...
+
+    def subscription_queues(self) -> list[Queue]: ...
+
+    def now_ms(self) -> int: ...
+
+    def resolve(self, path: str) -> Queue | None: ...
+
+    def resolve_topic(self, path: str) -> Topic | None: ...
+
+    def topic_of(self, queue: Queue) -> Topic | None: ...
 
 
 class JournalError(Exception):
@@ -222,7 +240,7 @@ class Journal:
         self._reserve_fd = -1
         self._size = 0  # bytes of whole records in the file: a failed write is cut back to it
         self._compact_at = COMPACT_MIN_BYTES
-        self._broker: Broker | None = None
+        self._broker: Namespace | None = None
         self._failed: OSError | None = None
         # Why new messages are refused (the disk is full), None while they are accepted.
         self.disk_full: str | None = None
@@ -231,7 +249,7 @@ class Journal:
 
     # ------------------------------------------------------------------ opening
 
-    def open(self, broker: Broker) -> None:
+    def open(self, broker: Namespace) -> None:
         """Lock the directory, replay the journal into the broker and compact it.
 
         Replaying needs no free space: when the compaction cannot be written (a full disk)
@@ -493,22 +511,22 @@ class Journal:
 
     # ------------------------------------------------------------------ hooks
 
-    def record_added(self, queue: Queue, msg: StoredMessage, dedup: bool) -> None:
+    def record_added(self, queue: Entity, msg: StoredMessage, dedup: bool) -> None:
         record: dict[str, Any] = {"o": "a", "e": queue.name.lower(), "m": message_fields(msg)}
         if dedup:
             record["dd"] = 1
         self._append(record)
 
-    def record_removed(self, queue: Queue, msg: StoredMessage) -> None:
+    def record_removed(self, queue: Entity, msg: StoredMessage) -> None:
         self._append({"o": "d", "e": queue.name.lower(), "s": msg.seq})
 
-    def record_dead_lettered(self, queue: Queue, msg: StoredMessage) -> None:
+    def record_dead_lettered(self, queue: Entity, msg: StoredMessage) -> None:
         self._append({"o": "m", "e": queue.name.lower(), "m": message_fields(msg)})
 
-    def record_locked(self, queue: Queue, msg: StoredMessage) -> None:
+    def record_locked(self, queue: Entity, msg: StoredMessage) -> None:
         self._append({"o": "l", "e": queue.name.lower(), "s": msg.seq})
 
-    def record_updated(self, queue: Queue, msg: StoredMessage) -> None:
+    def record_updated(self, queue: Entity, msg: StoredMessage) -> None:
         state = DEFERRED if msg.state == DEFERRED else AVAILABLE
         record: dict[str, Any] = {
             "o": "u",
@@ -522,13 +540,13 @@ class Journal:
             record["apc"] = msg.app_count
         self._append(record)
 
-    def record_topic_send(self, topic: Topic, seq: int, message_id: str | None, at: int) -> None:
+    def record_topic_send(self, topic: Entity, seq: int, message_id: str | None, at: int) -> None:
         record: dict[str, Any] = {"o": "n", "e": topic.name.lower(), "n": seq + 1}
         self._append(record)
         if message_id is not None:
             self._append({"o": "dup", "e": topic.name.lower(), "id": message_id, "t": at})
 
-    def record_session_state(self, queue: Queue, session_id: str, state: bytes | None) -> None:
+    def record_session_state(self, queue: Entity, session_id: str, state: bytes | None) -> None:
         self._append(
             {
                 "o": "ss",
@@ -577,35 +595,14 @@ def _fsync_directory(directory: Path) -> None:
             os.close(fd)
 
 
-def remembered_ids(dedup: dict[str, int], window_ms: int, now: int) -> list[tuple[str, int]]:
-    """The (MessageId, accepted at) pairs of a duplicate-detection history still in its window."""
-    horizon = now - window_ms
-    return [(message_id, at) for message_id, at in dedup.items() if at > horizon]
-
-
-def remember_ids(
-    dedup: dict[str, int],
-    order: deque[tuple[int, str]],
-    entries: dict[str, int],
-    window_ms: int,
-    now: int,
-) -> None:
-    """Refill a duplicate-detection history (oldest first) with the entries inside its window."""
-    horizon = now - window_ms
-    for message_id, at in sorted(entries.items(), key=lambda item: item[1]):
-        if at > horizon:
-            dedup[message_id] = at
-            order.append((at, message_id))
-
-
-def _all_queues(broker: Broker) -> Iterator[Queue]:
+def _all_queues(broker: Namespace) -> Iterator[Queue]:
     for queue in [*broker.queues.values(), *broker.subscription_queues()]:
         yield queue
         if queue.dead_letter is not None:
             yield queue.dead_letter
 
 
-def snapshot(broker: Broker) -> Iterator[dict[str, Any]]:
+def snapshot(broker: Namespace) -> Iterator[dict[str, Any]]:
     """The records that rebuild the broker's live state."""
     now = broker.now_ms()
     for topic in broker.topics.values():
@@ -735,7 +732,7 @@ class JournalState:
         if seq not in self.messages.get(entity, {}):
             raise ValueError(f"no message {seq} in {entity!r} to change")
 
-    def install(self, broker: Broker) -> None:
+    def install(self, broker: Namespace) -> None:
         """Put the replayed state into a broker built from the configuration."""
         entities = set(self.messages) | set(self.next_seq) | set(self.dedup)
         entities |= set(self.session_states)

@@ -13,10 +13,10 @@ import random
 import uuid
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from .config import QueueSettings
-from .journal import MAX_SESSION_STATE_BYTES, remember_ids, remembered_ids
+from .dedup import DuplicateHistory
 from .message import (
     AVAILABLE,
     DEFERRED,
@@ -28,9 +28,8 @@ from .message import (
     forwarded_copy,
     header_ttl_ms,
 )
-
-if TYPE_CHECKING:
-    from .journal import Journal
+from .ports import MAX_SESSION_STATE_BYTES, EntityJournal
+from .timers import Timer
 
 MAX_DELIVERY_REASON = "MaxDeliveryCountExceeded"
 TTL_REASON = "TTLExpiredException"
@@ -89,7 +88,7 @@ class Destination(Protocol):
 class Timers(Protocol):
     def now_ms(self) -> int: ...
 
-    def call_at_ms(self, when_ms: int, callback: Callable[..., None], *args: Any) -> None: ...
+    def call_at_ms(self, when_ms: int, callback: Callable[..., None], *args: Any) -> Timer: ...
 
 
 class MessageSession:
@@ -121,12 +120,16 @@ class Queue:
         self._available: list[int] = []
         self._consumers: deque[Consumer] = deque()
         self.locks: dict[uuid.UUID, StoredMessage] = {}
-        self._dedup: dict[str, int] = {}
-        self._dedup_order: deque[tuple[int, str]] = deque()
+        # The armed timers of the messages held here, cancelled as a message leaves or its
+        # lock ends: a timer lets its message go then, not when it would have fired.
+        self._ttl_timers: dict[int, Timer] = {}
+        self._schedule_timers: dict[int, Timer] = {}
+        self._lock_timers: dict[uuid.UUID, Timer] = {}
+        self.dedup = DuplicateHistory(settings.duplicate_window_ms)
         self._next_seq = 1
         self._pumping = False
         # Set by the broker with `--data`: every change a client is told of is journaled.
-        self.journal: Journal | None = None
+        self.journal: EntityJournal | None = None
         self.dead_letter: Queue | None = None if parent else Queue(settings, timers, self)
         # Session id -> session, when the queue requires sessions (its dead-letter queue does not).
         self.sessions: dict[str, MessageSession] | None = (
@@ -159,11 +162,8 @@ class Queue:
         self.check_session(parsed)
         remembered = False
         if settings.requires_duplicate_detection and parsed.message_id is not None:
-            self._prune_dedup(now)
-            if parsed.message_id in self._dedup:
+            if not self.dedup.accept(parsed.message_id, now):
                 return None
-            self._dedup[parsed.message_id] = now
-            self._dedup_order.append((now, parsed.message_id))
             remembered = True
         ttl = header_ttl_ms(parsed.header)
         ttl = settings.default_ttl_ms if ttl is None else min(ttl, settings.default_ttl_ms)
@@ -176,15 +176,17 @@ class Queue:
         self.messages[msg.seq] = msg
         if msg.scheduled_ms is not None and msg.scheduled_ms > now:
             msg.state = SCHEDULED
-            self.timers.call_at_ms(msg.scheduled_ms, self._on_scheduled, msg.seq)
+            self._schedule_timers[msg.seq] = self.timers.call_at_ms(
+                msg.scheduled_ms, self._on_scheduled, msg.seq
+            )
         if self.journal is not None:
             self.journal.record_added(self, msg, remembered)
         if msg.state != SCHEDULED:
             self._make_available(msg)
         if msg.state != GONE:  # not forwarded at once
-            # Timers hold the sequence number, not the message, so a consumed message is freed
-            # at once rather than when its time-to-live would have run out.
-            self.timers.call_at_ms(msg.expires_ms, self._on_ttl, msg.seq)
+            self._ttl_timers[msg.seq] = self.timers.call_at_ms(
+                msg.expires_ms, self._on_ttl, msg.seq
+            )
         return msg
 
     def check_session(self, parsed: ParsedMessage) -> None:
@@ -195,14 +197,6 @@ class Queue:
         if self.forward_to is not None and self.parent is None:
             self.forward_to.check_session(parsed)
 
-    def _prune_dedup(self, now: int) -> None:
-        horizon = now - self.settings.duplicate_window_ms
-        order = self._dedup_order
-        while order and order[0][0] <= horizon:
-            accepted, message_id = order.popleft()
-            if self._dedup.get(message_id) == accepted:
-                del self._dedup[message_id]
-
     def cancel_scheduled(self, seq: int) -> None:
         msg = self.messages.get(seq)
         if msg is None or msg.state != SCHEDULED:
@@ -210,6 +204,7 @@ class Queue:
         self._remove(msg)
 
     def _on_scheduled(self, seq: int) -> None:
+        self._schedule_timers.pop(seq, None)
         msg = self.messages.get(seq)
         if msg is not None and msg.state == SCHEDULED:
             msg.enqueued_ms = self.timers.now_ms()  # Service Bus: enqueued when it activates
@@ -403,9 +398,7 @@ class Queue:
         for msg in list(self.locks.values()):
             if msg.lock_owner is owner and owner is not None:
                 msg.locked_until_ms = session.locked_until_ms
-                self.timers.call_at_ms(
-                    msg.locked_until_ms, self._on_lock_timer, msg, msg.lock_token
-                )
+                self._arm_lock_timer(msg)
         self.timers.call_at_ms(session.locked_until_ms, self._on_session_timer, session, owner)
         return session.locked_until_ms
 
@@ -480,7 +473,7 @@ class Queue:
         else:
             msg.locked_until_ms = self.timers.now_ms() + self.settings.lock_duration_ms
         self.locks[token] = msg
-        self.timers.call_at_ms(msg.locked_until_ms, self._on_lock_timer, msg, token)
+        self._arm_lock_timer(msg)
         if self.journal is not None:  # a lock lost to a restart counts as a delivery attempt
             self.journal.record_locked(self, msg)
         return token
@@ -506,10 +499,25 @@ class Queue:
     def _release_lock(self, msg: StoredMessage) -> None:
         if msg.lock_token is not None:
             self.locks.pop(msg.lock_token, None)
+            timer = self._lock_timers.pop(msg.lock_token, None)
+            if timer is not None:
+                timer.cancel()
         msg.lock_token = None
         msg.lock_owner = None
 
+    def _arm_lock_timer(self, msg: StoredMessage) -> None:
+        """(Re)arm the timer that ends a message's lock at its `locked_until_ms`."""
+        token = msg.lock_token
+        assert token is not None
+        timer = self._lock_timers.get(token)
+        if timer is not None:
+            timer.cancel()
+        self._lock_timers[token] = self.timers.call_at_ms(
+            msg.locked_until_ms, self._on_lock_timer, msg, token
+        )
+
     def _on_lock_timer(self, msg: StoredMessage, token: uuid.UUID) -> None:
+        self._lock_timers.pop(token, None)
         if msg.lock_token == token and msg.locked_until_ms <= self.timers.now_ms():
             self._lock_expired(msg)
 
@@ -551,7 +559,7 @@ class Queue:
     def renew(self, token: uuid.UUID) -> int:
         msg = self._locked(token)
         msg.locked_until_ms = self.timers.now_ms() + self.settings.lock_duration_ms
-        self.timers.call_at_ms(msg.locked_until_ms, self._on_lock_timer, msg, token)
+        self._arm_lock_timer(msg)
         return msg.locked_until_ms
 
     # ------------------------------------------------------------------ settlement
@@ -632,10 +640,15 @@ class Queue:
         msg.state = GONE
         if self.messages.get(msg.seq) is msg:
             del self.messages[msg.seq]
+            for timers in (self._ttl_timers, self._schedule_timers):
+                timer = timers.pop(msg.seq, None)
+                if timer is not None:
+                    timer.cancel()
 
     # ------------------------------------------------------------------ expiry
 
     def _on_ttl(self, seq: int) -> None:
+        self._ttl_timers.pop(seq, None)
         # A locked message expires when its lock ends (see _unlock), as in Service Bus.
         msg = self.messages.get(seq)
         if (
@@ -688,6 +701,23 @@ class Queue:
         self._remove(msg)
         return msg
 
+    # ------------------------------------------------------------------ what is kept
+
+    def held(self) -> dict[str, int]:
+        """How many entries each of the queue's structures keeps: each is bounded by the
+        messages queued, locked, scheduled or dead-lettered (and, for `dedup`, the ids inside
+        the duplicate-detection window), never by every message that passed through."""
+        return {
+            "messages": len(self.messages),
+            "available": len(self._available),
+            "locks": len(self.locks),
+            "lock_timers": len(self._lock_timers),
+            "ttl_timers": len(self._ttl_timers),
+            "schedule_timers": len(self._schedule_timers),
+            "dedup": len(self.dedup),
+            "sessions": len(self.sessions or {}),
+        }
+
     # ------------------------------------------------------------------ persistence
 
     @property
@@ -695,7 +725,7 @@ class Queue:
         return self._next_seq
 
     def dedup_entries(self, now: int) -> list[tuple[str, int]]:
-        return remembered_ids(self._dedup, self.settings.duplicate_window_ms, now)
+        return self.dedup.entries(now)
 
     def session_states(self) -> list[tuple[str, bytes]]:
         sessions = self.sessions or {}
@@ -729,7 +759,9 @@ class Queue:
         if self.messages.get(msg.seq) is not msg:
             return
         if self.parent is None:
-            self.timers.call_at_ms(msg.expires_ms, self._on_ttl, msg.seq)
+            self._ttl_timers[msg.seq] = self.timers.call_at_ms(
+                msg.expires_ms, self._on_ttl, msg.seq
+            )
         if lock_lost:
             msg.delivery_count += 1
             if msg.state != DEFERRED and self._dead_letter_if_exhausted(msg):
@@ -739,15 +771,16 @@ class Queue:
         if msg.state == SCHEDULED:
             assert msg.scheduled_ms is not None
             if msg.scheduled_ms > now:
-                self.timers.call_at_ms(msg.scheduled_ms, self._on_scheduled, msg.seq)
+                self._schedule_timers[msg.seq] = self.timers.call_at_ms(
+                    msg.scheduled_ms, self._on_scheduled, msg.seq
+                )
                 return
             msg.enqueued_ms = msg.scheduled_ms  # it activated while the emulator was down
         if msg.state != DEFERRED:
             self._make_available(msg)
 
     def restore_dedup(self, entries: dict[str, int], now: int) -> None:
-        window = self.settings.duplicate_window_ms
-        remember_ids(self._dedup, self._dedup_order, entries, window, now)
+        self.dedup.restore(entries, now)
 
     def restore_session_state(self, session_id: str, state: bytes) -> None:
         if self.sessions is not None:

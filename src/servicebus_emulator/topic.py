@@ -11,22 +11,19 @@ and a copy made by a rule action takes a number of its own.
 from __future__ import annotations
 
 import contextlib
-from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .config import SubscriptionSettings, TopicSettings
+from .dedup import DuplicateHistory
 from .filters import MessageView
-from .journal import remember_ids, remembered_ids
 from .message import SCHEDULED, ParsedMessage
+from .ports import EntityJournal
 from .queue import (
     MessageNotFoundError,
     Queue,
     Timers,
 )
-
-if TYPE_CHECKING:
-    from .journal import Journal
 
 
 class Subscription:
@@ -83,12 +80,11 @@ class Topic:
             s.name.lower(): Subscription(s, timers) for s in settings.subscriptions
         }
         self._needs_view = not all(s.takes_everything for s in self.subscriptions.values())
-        self._dedup: dict[str, int] = {}
-        self._dedup_order: deque[tuple[int, str]] = deque()
+        self.dedup = DuplicateHistory(settings.duplicate_window_ms)
         self._next_seq = 1
         # sequence number -> the subscription copies of a scheduled message (for cancelling)
         self._scheduled: dict[int, list[tuple[Queue, int]]] = {}
-        self.journal: Journal | None = None  # set by the broker with `--data`
+        self.journal: EntityJournal | None = None  # set by the broker with `--data`
 
     def _take_seq(self) -> int:
         seq = self._next_seq
@@ -110,16 +106,8 @@ class Topic:
         now = self.timers.now_ms()
         remembered: str | None = None
         if settings.requires_duplicate_detection and parsed.message_id is not None:
-            horizon = now - settings.duplicate_window_ms
-            order = self._dedup_order
-            while order and order[0][0] <= horizon:
-                accepted, message_id = order.popleft()
-                if self._dedup.get(message_id) == accepted:
-                    del self._dedup[message_id]
-            if parsed.message_id in self._dedup:
+            if not self.dedup.accept(parsed.message_id, now):
                 return None
-            self._dedup[parsed.message_id] = now
-            order.append((now, parsed.message_id))
             remembered = parsed.message_id
         view = (
             MessageView(parsed.properties, parsed.app_raw, parsed.app_count)
@@ -157,14 +145,13 @@ class Topic:
         return self._next_seq
 
     def dedup_entries(self, now: int) -> list[tuple[str, int]]:
-        return remembered_ids(self._dedup, self.settings.duplicate_window_ms, now)
+        return self.dedup.entries(now)
 
     def restore_next_seq(self, next_seq: int) -> None:
         self._next_seq = max(self._next_seq, next_seq)
 
     def restore_dedup(self, entries: dict[str, int], now: int) -> None:
-        window = self.settings.duplicate_window_ms
-        remember_ids(self._dedup, self._dedup_order, entries, window, now)
+        self.dedup.restore(entries, now)
 
     def restore_scheduled(self, queue: Queue) -> None:
         """Make a subscription's restored scheduled copies cancellable through the topic (by

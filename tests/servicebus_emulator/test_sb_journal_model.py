@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import heapq
 import itertools
 import json
 import os
@@ -40,7 +39,6 @@ from servicebus_emulator.config import load_namespace
 from servicebus_emulator.filters import MessageView
 from servicebus_emulator.journal import (
     JOURNAL_NAME,
-    MAX_SESSION_STATE_BYTES,
     JournalError,
     read_journal,
 )
@@ -52,7 +50,9 @@ from servicebus_emulator.message import (
     StoredMessage,
     parse_message,
 )
+from servicebus_emulator.ports import MAX_SESSION_STATE_BYTES
 from servicebus_emulator.queue import MessageSession, Queue
+from servicebus_emulator.timers import Timer, TimerHeap
 
 MAX_DELIVERIES = 2
 HOUR_MS = 3_600_000
@@ -143,21 +143,22 @@ class ClockedBroker(Broker):
 
     def __init__(self, clock: list[int], loop: asyncio.AbstractEventLoop) -> None:
         self.clock = clock  # shared across restarts: journal records hold absolute times
-        self._due: list[tuple[int, int, Callable[..., None], tuple[Any, ...]]] = []
-        self._order = itertools.count()
+        self._due = TimerHeap()
         super().__init__(NAMESPACE.queues, loop, NAMESPACE.topics)
 
     def now_ms(self) -> int:  # type: ignore[override]  # an instance's clock, not the wall's
         return self.clock[0]
 
-    def call_at_ms(self, when_ms: int, callback: Callable[..., None], *args: Any) -> None:
-        heapq.heappush(self._due, (when_ms, next(self._order), callback, args))
+    def call_at_ms(self, when_ms: int, callback: Callable[..., None], *args: Any) -> Timer:
+        return self._due.push(when_ms, callback, args)
 
     def advance(self, ms: int) -> None:
         target = self.clock[0] + ms
-        while self._due and self._due[0][0] <= target:
-            when, _, callback, args = heapq.heappop(self._due)
+        while (when := self._due.next_due_ms()) is not None and when <= target:
             self.clock[0] = max(self.clock[0], when)
+            due = self._due.pop_due(when)
+            assert due is not None
+            callback, args = due
             callback(*args)
         self.clock[0] = target
 

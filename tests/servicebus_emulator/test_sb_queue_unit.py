@@ -6,8 +6,6 @@ scheduled activation: each asserted at the millisecond before and after its boun
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +16,7 @@ from sb_raw_amqp import message_bytes
 from servicebus_emulator.config import QueueSettings
 from servicebus_emulator.message import StoredMessage, parse_message
 from servicebus_emulator.queue import MessageSession, Queue
+from servicebus_emulator.timers import Timer, TimerHeap
 
 
 class FakeTimers:
@@ -25,20 +24,21 @@ class FakeTimers:
 
     def __init__(self) -> None:
         self.now = 1_000_000
-        self._due: list[tuple[int, int, Callable[..., None], tuple[Any, ...]]] = []
-        self._order = itertools.count()
+        self._due = TimerHeap()
 
     def now_ms(self) -> int:
         return self.now
 
-    def call_at_ms(self, when_ms: int, callback: Callable[..., None], *args: Any) -> None:
-        heapq.heappush(self._due, (when_ms, next(self._order), callback, args))
+    def call_at_ms(self, when_ms: int, callback: Callable[..., None], *args: Any) -> Timer:
+        return self._due.push(when_ms, callback, args)
 
     def advance(self, ms: int) -> None:
         target = self.now + ms
-        while self._due and self._due[0][0] <= target:
-            when, _, callback, args = heapq.heappop(self._due)
+        while (when := self._due.next_due_ms()) is not None and when <= target:
             self.now = max(self.now, when)
+            due = self._due.pop_due(when)
+            assert due is not None
+            callback, args = due
             callback(*args)
         self.now = target
 
