@@ -1,7 +1,7 @@
 """The layering is enforced, not hoped for: `lint-imports` (run by `make lint`) passes on the
 code as it is and fails the moment a lower layer imports a higher one, the domain an SDK, two
-modules import each other (even only for the type checker; the Service Bus emulator's too), or the `exactly_once` core imports
-the app (or anything of ours but the app imports the core)."""
+modules import each other (even only for the type checker; the Service Bus emulator's too), or
+the `exactly_once` core imports the app (or anything of ours but the app imports the core)."""
 
 from __future__ import annotations
 
