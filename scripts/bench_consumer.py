@@ -36,7 +36,7 @@ from typing import Any
 
 from azure.cosmos.aio import ContainerProxy
 
-from exactly_once.records import JsonMapping, StoredDocument
+from exactly_once.store import JsonMapping, StoredDocument
 from orders.adapters.cosmos_client import prepare_local_cosmos
 from orders.adapters.servicebus import create_servicebus_client
 from orders.adapters.servicebus_load import count_active_messages

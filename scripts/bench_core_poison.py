@@ -36,9 +36,9 @@ from poison_corpus import (
     idempotency_key_header_cases,
 )
 
-from exactly_once import Effects, Outcome, exactly_once
-from exactly_once.idempotency_key import validate_key
-from exactly_once.records import body_fingerprint
+from exactly_once import ConsumerOptions, Effects, Outcome, exactly_once
+from exactly_once.http import validate_key
+from exactly_once.store import body_fingerprint
 from orders.domain.received import BodyKind
 
 
@@ -80,7 +80,7 @@ def rows_of(repeat: int) -> list[tuple[float, float, str, int]]:
         consumer="bench",
         parse=core_parse,
         store=NoStore(),
-        max_body_bytes=CORE_MAX_BODY_BYTES,
+        options=ConsumerOptions(max_body_bytes=CORE_MAX_BODY_BYTES),
     )(never)
     loop = asyncio.new_event_loop()
     rows: list[tuple[float, float, str, int]] = []

@@ -22,7 +22,6 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from exactly_once import StoredDocument
 from exactly_once.change_feed import ChangePage, Lease, LeaseTable
 from exactly_once.cosmos import RecordShape, user_fields
 from exactly_once.exceptions import (
@@ -39,6 +38,7 @@ from exactly_once.records import (
     RecordStatus,
     Stamp,
 )
+from exactly_once.store import StoredDocument
 from orders.adapters.cosmos_billing import ChargeRecordShape, RefundRecordShape
 from orders.adapters.cosmos_idempotency import (
     RECORD_DOCUMENT_TYPE,

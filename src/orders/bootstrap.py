@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from exactly_once.cosmos import CosmosStore
-from exactly_once.ports import DocumentCreator, DocumentStore
-from exactly_once.records import DEFAULT_LEASE_SECONDS
+from exactly_once.options import DEFAULT_LEASE_SECONDS
+from exactly_once.store import DocumentCreator, DocumentStore
 from orders.adapters.cosmos_billing import billing_stores
 from orders.adapters.cosmos_client import (
     Containers,

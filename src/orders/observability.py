@@ -23,10 +23,10 @@ from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
 from opentelemetry.util.types import AttributeValue
 
 from exactly_once.decisions import Decision, Outcome, Settlement
+from exactly_once.telemetry import BrokerDelivery, Destination, Telemetry
 
 # Log values the producer's bytes cannot forge: the core's rule, for the app's lines too.
-from exactly_once.logs import log_value as log_value
-from exactly_once.telemetry import Delivered, Destination, Telemetry
+from exactly_once.telemetry import log_value as log_value
 from orders.domain.received import ReceivedOrderMessage
 
 INSTRUMENTATION_NAME = "orders.consumer"
@@ -300,9 +300,9 @@ class MessagingSpans:
 
 def delivered_of(
     message: ReceivedOrderMessage, destination: Destination | None = None
-) -> Delivered:
+) -> BrokerDelivery:
     """What the core's telemetry records of a received order message."""
-    return Delivered(
+    return BrokerDelivery(
         message.message_id,
         destination,
         # Earlier attempts as the SDK reports them; the conventions count this one too. Not

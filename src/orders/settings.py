@@ -12,8 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from exactly_once.exceptions import RetentionError
-from exactly_once.retention import Retention
+from exactly_once import Retention, RetentionError
 from orders.exceptions import OrdersError
 
 # Every setting the Azure deployment (infra/) sets: tests/infra checks the Bicep sets exactly these.

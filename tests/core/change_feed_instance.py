@@ -16,7 +16,8 @@ from typing import Any, TextIO
 
 from azure.cosmos.aio import CosmosClient
 
-from exactly_once import ChangeFeedProcessor, CosmosChangeFeed, CosmosLeaseStore
+from exactly_once.change_feed import ChangeFeedProcessor
+from exactly_once.cosmos_change_feed import CosmosChangeFeed, CosmosLeaseStore
 
 # Short enough for a test: a killed holder's lease ends within about 4 s of its last renewal.
 LEASE_SECONDS = 3.0

@@ -12,8 +12,10 @@ from typing import Any
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient
 
-from exactly_once import CosmosStore, Record, WorkerStats, run_worker
+from exactly_once import CosmosStore
 from exactly_once.records import lease_is_live
+from exactly_once.store import Record
+from exactly_once.worker import WorkerStats, run_worker
 from servicebus_emulator import RunningEmulator
 
 QUEUE = "greetings"

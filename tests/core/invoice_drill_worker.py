@@ -31,7 +31,8 @@ from azure.servicebus import ServiceBusReceivedMessage
 from azure.servicebus.aio import ServiceBusClient
 from invoicing import INVOICE_EMAILS, INVOICING, invoice_consumers
 
-from exactly_once import CosmosStore, Decision, Retention, WorkerOptions, WorkerStats, run_worker
+from exactly_once import ConsumerOptions, CosmosStore, Decision, Retention
+from exactly_once.worker import WorkerOptions, WorkerStats, run_worker
 
 DATABASE, CONTAINER = "billing", "invoices"
 QUEUE_OF = {INVOICING: "invoices", INVOICE_EMAILS: "invoice-emails"}
@@ -90,8 +91,7 @@ async def serve(consumer_name: str, decisions: Path, mail_journal: Path) -> Work
         consumers = invoice_consumers(
             CosmosStore(container),
             JournalMailer(mail_journal),
-            retention=retention,
-            lease_seconds=LEASE_SECONDS,
+            ConsumerOptions(retention=retention, lease_seconds=LEASE_SECONDS),
         )
         consumer = {c.consumer: c for c in consumers}[consumer_name]
 

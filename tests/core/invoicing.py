@@ -7,11 +7,12 @@ the invoice through `two_phase` with a downstream key of its own."""
 from __future__ import annotations
 
 import json
-from typing import Any, Protocol
+from typing import Protocol
 
 from pydantic import BaseModel
 
-from exactly_once import Effects, ExactlyOnceConsumer, JsonMapping, Outcome, Store, exactly_once
+from exactly_once import ConsumerOptions, Effects, ExactlyOnceConsumer, Outcome, Store, exactly_once
+from exactly_once.store import JsonMapping
 
 INVOICING, INVOICE_EMAILS = "invoicing", "invoice-emails"
 
@@ -47,11 +48,11 @@ class Mailer(Protocol):
 
 
 def invoice_consumers(
-    store: Store, mailer: Mailer, **options: Any
+    store: Store, mailer: Mailer, options: ConsumerOptions[InvoiceIssued] | None = None
 ) -> tuple[ExactlyOnceConsumer[InvoiceIssued], ExactlyOnceConsumer[InvoiceIssued]]:
     """(the invoicing consumer, the e-mail consumer); `options` go to both `exactly_once`s."""
 
-    @exactly_once(consumer=INVOICING, parse=parse_invoice, store=store, **options)
+    @exactly_once(consumer=INVOICING, parse=parse_invoice, store=store, options=options)
     async def issue_invoice(invoice: InvoiceIssued, effects: Effects) -> Outcome:
         documents: list[JsonMapping] = [
             {"id": f"invoice-{invoice.invoice_id}", "amountCents": invoice.amount_cents},
@@ -59,7 +60,7 @@ def invoice_consumers(
         ]
         return await effects.inbox(invoice.customer_id, documents)
 
-    @exactly_once(consumer=INVOICE_EMAILS, parse=parse_invoice, store=store, **options)
+    @exactly_once(consumer=INVOICE_EMAILS, parse=parse_invoice, store=store, options=options)
     async def email_invoice(invoice: InvoiceIssued, effects: Effects) -> Outcome:
         async def call(downstream_key: str) -> str:
             return await mailer.send(downstream_key, invoice.customer_id, mail_text(invoice))

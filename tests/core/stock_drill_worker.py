@@ -24,7 +24,8 @@ from azure.servicebus.aio import ServiceBusClient
 from core_support import run_guide
 from invoice_drill_worker import append_line
 
-from exactly_once import Decision, WorkerOptions, WorkerStats, run_worker
+from exactly_once import Decision
+from exactly_once.worker import WorkerOptions, WorkerStats, run_worker
 
 QUEUE_NAME = "stock"
 READY_LINE = "stock drill worker: SIGTERM stops it gracefully"

@@ -12,16 +12,9 @@ from collections.abc import Mapping, Sequence
 import pytest
 from core_support import unique
 
-from exactly_once import (
-    CosmosStore,
-    Effects,
-    JsonMapping,
-    JsonObject,
-    Outcome,
-    PayloadMismatchError,
-    Refused,
-)
+from exactly_once import CosmosStore, Effects, Outcome, PayloadMismatchError, Refused
 from exactly_once.orchestrator import ADJUSTMENT_TYPE, AdjustmentRule
+from exactly_once.store import JsonMapping, JsonObject
 
 CLOUD_EVENT_KEY = 'stock:["/warehouse/eu-west","e1"]'
 UNSAFE_ID_CHARACTERS = set("/\\?#")

@@ -26,22 +26,20 @@ from core_support import queue_config, unique
 from invoicing import InvoiceIssued, invoice, invoice_consumers, parse_invoice
 
 from exactly_once import (
+    ConsumerOptions,
     CosmosStore,
     DeadLetterReason,
     Effects,
     Outcome,
     PayloadMismatchError,
-    Record,
-    RecordExistsError,
-    RecordRead,
     Retention,
     RetentionError,
-    Settlement,
-    WorkerOptions,
     exactly_once,
-    run_worker,
 )
+from exactly_once.decisions import Settlement
 from exactly_once.orchestrator import KEY_TYPE
+from exactly_once.store import Record, RecordExistsError, RecordRead
+from exactly_once.worker import WorkerOptions, run_worker
 from servicebus_emulator import RunningEmulator, start_in_background
 
 INVOICES, EMAILS = "invoices", "invoice-emails"
@@ -249,7 +247,7 @@ async def test_a_consumer_may_name_its_keys_home_and_keeps_one_batch_there(
         consumer="invoicing",
         parse=parse_invoice,
         store=store,
-        key_partition=lambda message_id: f"invoice:{message_id}",
+        options=ConsumerOptions(key_partition=lambda message_id: f"invoice:{message_id}"),
     )
     async def issue_invoice(invoice: InvoiceIssued, effects: Effects) -> Outcome:
         done = await effects.inbox(f"invoice:{invoice.invoice_id}", [{"id": "invoice"}])
@@ -298,7 +296,7 @@ async def test_a_second_copy_that_may_not_wait_defers_to_the_first(
 ) -> None:
     store, provider_may_answer = CosmosStore(container), asyncio.Event()
     mailer = Mailer(hold_first=provider_may_answer)
-    _, email_invoice = invoice_consumers(store, mailer, max_wait_seconds=0)
+    _, email_invoice = invoice_consumers(store, mailer, ConsumerOptions(max_wait_seconds=0))
     invoice_id = unique("invoice")
     body = invoice(invoice_id, unique("customer"))
 

@@ -19,16 +19,15 @@ from azure.servicebus.aio import ServiceBusClient
 from exactly_once import (
     Backoff,
     BudgetError,
+    ConsumerOptions,
     Decision,
     Effects,
-    LockRenewal,
     Outcome,
-    WorkerOptions,
-    WorkerStats,
     exactly_once,
-    run_session_worker,
 )
 from exactly_once.budgets import timespan_seconds
+from exactly_once.retries import LockRenewal
+from exactly_once.worker import WorkerOptions, WorkerStats, run_session_worker
 from servicebus_emulator import RunningEmulator, start_in_background
 
 SESSIONS = "busy-sessions"
@@ -47,7 +46,7 @@ def test_a_consumer_whose_backoff_cannot_fit_the_host_is_refused_naming_both_num
         consumer="invoices",
         parse=bytes,
         store=None,  # type: ignore[arg-type]  # never reached: refused at build
-        backoff=Backoff(budget_seconds=270),
+        options=ConsumerOptions(backoff=Backoff(budget_seconds=270)),
     )
     with pytest.raises(BudgetError) as refused:
         build(effect)
@@ -65,14 +64,15 @@ def test_the_attempt_bound_counts_and_a_longer_renewal_admits_the_budget() -> No
             consumer="slow",
             parse=bytes,
             store=None,  # type: ignore[arg-type]
-            lock_renewal=LockRenewal(attempt_seconds=200),
+            options=ConsumerOptions(lock_renewal=LockRenewal(attempt_seconds=200)),
         )(effect)
     admitted = exactly_once(
         consumer="slow",
         parse=bytes,
         store=None,  # type: ignore[arg-type]
-        backoff=Backoff(budget_seconds=270),
-        lock_renewal=LockRenewal(renewal_seconds=600),
+        options=ConsumerOptions(
+            backoff=Backoff(budget_seconds=270), lock_renewal=LockRenewal(renewal_seconds=600)
+        ),
     )(effect)
     assert admitted.consumer == "slow"
 

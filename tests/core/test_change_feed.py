@@ -33,7 +33,8 @@ from azure.cosmos.aio import ContainerProxy, CosmosClient, DatabaseProxy
 from change_feed_instance import PAGE_SIZE
 from servers import CosmosServer, stop_process
 
-from exactly_once import ChangeFeedProcessor, CosmosChangeFeed, CosmosLeaseStore, Lease
+from exactly_once.change_feed import ChangeFeedProcessor, Lease
+from exactly_once.cosmos_change_feed import CosmosChangeFeed, CosmosLeaseStore
 
 INSTANCE = Path(__file__).with_name("change_feed_instance.py")
 DATABASE = "change-feed"

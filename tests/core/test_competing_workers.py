@@ -16,7 +16,7 @@ import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
 
-from exactly_once import WorkerOptions, WorkerStats, run_session_worker, run_worker
+from exactly_once.worker import WorkerOptions, WorkerStats, run_session_worker, run_worker
 from servicebus_emulator import RunningEmulator, start_in_background
 
 TOPIC, SUBSCRIPTION, SESSIONS = "events", "audit", "by-user"

@@ -17,27 +17,23 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from exactly_once import (
+    ConsumerOptions,
     CosmosStore,
     Decision,
-    DocumentExistsError,
     Effects,
     InProgressElsewhereError,
-    MessageActionsSettler,
     Outcome,
     PayloadMismatchError,
-    Record,
-    RecordChangedError,
-    RecordStatus,
     Refused,
     Rejected,
-    Settlement,
-    Telemetry,
     TransientStoreError,
-    decision_for_error,
     exactly_once,
-    settle,
 )
+from exactly_once.decisions import Settlement, decision_for_error, settle
 from exactly_once.exceptions import PreviouslyFailedError, StoreError, StoreRefusedError
+from exactly_once.servicebus import MessageActionsSettler
+from exactly_once.store import DocumentExistsError, Record, RecordChangedError, RecordStatus
+from exactly_once.telemetry import Telemetry
 
 EXISTING = Record(
     key="k", partition="p", request_hash="h", status=RecordStatus.IN_PROGRESS, owner="other"
@@ -159,9 +155,12 @@ async def test_every_outcome_is_one_decision_one_span_and_one_count(
     telemetry: tuple[Telemetry, InMemoryMetricReader, InMemorySpanExporter],
 ) -> None:
     instruments, reader, exporter = telemetry
-    consumer = exactly_once(consumer="cases", parse=parse_case, store=store, telemetry=instruments)(
-        run_case
-    )
+    consumer = exactly_once(
+        consumer="cases",
+        parse=parse_case,
+        store=store,
+        options=ConsumerOptions(telemetry=instruments),
+    )(run_case)
 
     for number, (case, (_, (outcome, settlement, reason))) in enumerate(CASES.items()):
         body = json.dumps({"case": case}).encode()

@@ -33,19 +33,18 @@ from poison_corpus import core_hostile_retry_properties
 
 from exactly_once import (
     Backoff,
-    CopyScheduler,
+    ConsumerOptions,
     CosmosStore,
     Decision,
     DelayedRetries,
     Effects,
     Outcome,
-    Telemetry,
-    WorkerOptions,
     exactly_once,
-    original_message_id,
 )
 from exactly_once.decisions import Settlement
-from exactly_once.delayed_retries import SUBSCRIPTION_PROPERTY
+from exactly_once.delayed_retries import SUBSCRIPTION_PROPERTY, CopyScheduler, original_message_id
+from exactly_once.telemetry import Telemetry
+from exactly_once.worker import WorkerOptions
 from servicebus_emulator import RunningEmulator, start_in_background
 
 QUEUE, TOPIC = "payments", "events"
@@ -360,7 +359,7 @@ async def test_a_completion_that_fails_after_the_copy_was_scheduled_is_still_one
         consumer="payments",
         parse=parse_payment,
         store=store,
-        delayed_retries=DelayedRetries(retries=3, delay_seconds=1.0),
+        options=ConsumerOptions(delayed_retries=DelayedRetries(retries=3, delay_seconds=1.0)),
     )(paying(provider))
     [sent] = [payment(1)]
     await send(emulator, REDELIVERED, [sent])
@@ -482,8 +481,10 @@ async def test_a_delayed_retry_is_a_completed_delivery_on_its_span(
         consumer="payments",
         parse=parse_payment,
         store=store,
-        telemetry=Telemetry(tracer_provider=tracer_provider),
-        delayed_retries=DelayedRetries(retries=3, delay_seconds=60.0),
+        options=ConsumerOptions(
+            telemetry=Telemetry(tracer_provider=tracer_provider),
+            delayed_retries=DelayedRetries(retries=3, delay_seconds=60.0),
+        ),
     )(paying(provider))
     await send(emulator, QUEUE, [payment(1)])
     async with ServiceBusClient.from_connection_string(emulator.connection_string) as client:

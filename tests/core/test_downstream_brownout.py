@@ -34,16 +34,17 @@ from core_support import RunningWorker, dead_letters, poll, queue_config, send_b
 
 from cosmos_emulator import RunningCosmosEmulator, start_in_background
 from exactly_once import (
+    ConsumerOptions,
     CosmosStore,
     Decision,
     Effects,
     ExactlyOnceConsumer,
     Outcome,
-    RecordStatus,
-    WorkerOptions,
     exactly_once,
 )
 from exactly_once.orchestrator import key_partition_of, safe_id
+from exactly_once.store import RecordStatus
+from exactly_once.worker import WorkerOptions
 from servicebus_emulator import RunningEmulator
 from servicebus_emulator import start_in_background as start_servicebus
 
@@ -77,7 +78,12 @@ def parse_text(body: bytes) -> dict[str, str]:
 def texting(store: CosmosStore, provider: TextProvider) -> ExactlyOnceConsumer[dict[str, str]]:
     """The guide's two-phase consumer: the provider's errors propagate."""
 
-    @exactly_once(consumer=CONSUMER, parse=parse_text, store=store, owner="texts-host")
+    @exactly_once(
+        consumer=CONSUMER,
+        parse=parse_text,
+        store=store,
+        options=ConsumerOptions(owner="texts-host"),
+    )
     async def text_user(text: dict[str, str], effects: Effects) -> Outcome:
         async def call(downstream_key: str) -> str:
             return await provider.send(downstream_key, text["text"])

@@ -11,24 +11,26 @@ from core_support import lease_ended, unique
 
 from exactly_once import (
     CosmosStore,
-    DocumentExistsError,
     Effects,
     InProgressElsewhereError,
     Outcome,
     PayloadMismatchError,
     PreviouslyFailedError,
-    Record,
-    RecordStatus,
     Refused,
     RetryLater,
     TransientStoreError,
-    apply_version,
-    decision_for_error,
-    inbox_batch,
 )
 from exactly_once.attempts import one_delivery
 from exactly_once.claims import Claims
+from exactly_once.decisions import decision_for_error
 from exactly_once.orchestrator import safe_id
+from exactly_once.store import (
+    DocumentExistsError,
+    Record,
+    RecordStatus,
+    apply_version,
+    create_or_find,
+)
 
 
 def effects(
@@ -426,8 +428,8 @@ async def test_a_marker_without_a_hash_is_a_duplicate_by_its_id_alone(
     marker = {"id": unique("shipping"), "type": "inbox"}
     effect = [{"id": f"{partition}:shipment"}]
 
-    first = await inbox_batch(store, partition, marker, effect, request_hash=None)
-    again = await inbox_batch(store, partition, marker, effect, request_hash=None)
+    first, _ = await create_or_find(store, partition, marker, *effect, request_hash=None)
+    again, _ = await create_or_find(store, partition, marker, *effect, request_hash=None)
 
     assert (first, again) == (Outcome.PROCESSED, Outcome.DUPLICATE)
     stored = await store.get(str(marker["id"]), partition)

@@ -15,15 +15,9 @@ from azure.cosmos.aio import ContainerProxy
 from core_support import lease_ended, unique
 from pydantic import BaseModel
 
-from exactly_once import (
-    CosmosStore,
-    InProgressElsewhereError,
-    PayloadMismatchError,
-    Record,
-    RecordRead,
-    idempotent,
-)
+from exactly_once import CosmosStore, InProgressElsewhereError, PayloadMismatchError, idempotent
 from exactly_once.keys import key_record_id
+from exactly_once.store import Record, RecordRead
 
 
 class Receipt(BaseModel):

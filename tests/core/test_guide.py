@@ -34,15 +34,16 @@ from servers import CosmosServer
 
 from exactly_once import (
     Backoff,
+    ConsumerOptions,
     Decision,
     Effects,
     InProgressElsewhereError,
     Outcome,
-    Settlement,
     exactly_once,
-    fingerprint,
-    original_message_id,
 )
+from exactly_once.decisions import Settlement
+from exactly_once.delayed_retries import original_message_id
+from exactly_once.store import fingerprint
 from servicebus_emulator import RunningEmulator
 
 REPO = Path(__file__).resolve().parents[2]
@@ -413,7 +414,7 @@ async def test_a_failure_in_the_trigger_comes_back_later_as_a_scheduled_copy(
         consumer="greetings",
         parse=guide["parse_greeting"],
         store=guide["store"],
-        backoff=Backoff(budget_seconds=0),
+        options=ConsumerOptions(backoff=Backoff(budget_seconds=0)),
     )(downstream_down)
     monkeypatch.setitem(guide, "send_greeting", failing)
     greeting_id = unique("greeting")

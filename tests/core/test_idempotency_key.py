@@ -17,7 +17,7 @@ from idempotency_app import Endpoint, app_for
 
 from exactly_once import CosmosStore
 from exactly_once.idempotency_key import (
-    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_REQUEST_BYTES,
     HEADER,
     IdempotencyKeys,
     KeyClaim,
@@ -183,7 +183,7 @@ class CountedBody:
             yield piece
 
 
-BOUND = DEFAULT_MAX_BODY_BYTES
+BOUND = DEFAULT_MAX_REQUEST_BYTES
 
 
 async def test_a_content_length_over_the_limit_is_refused_before_a_byte_is_read(

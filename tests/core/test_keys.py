@@ -8,9 +8,10 @@ from dataclasses import replace
 import pytest
 from core_support import lease_ended, unique
 
-from exactly_once import CosmosStore, Record, RecordStatus
+from exactly_once import CosmosStore
 from exactly_once.exceptions import InProgressElsewhereError, PayloadMismatchError
 from exactly_once.keys import KeyedRequests, KeyFault, key_fault, key_record_id, retry_after_seconds
+from exactly_once.store import Record, RecordStatus
 
 
 @pytest.mark.parametrize(

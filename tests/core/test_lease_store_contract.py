@@ -13,7 +13,9 @@ from azure.cosmos.aio import CosmosClient
 from fakes import FakeLeaseStore
 from servers import CosmosServer
 
-from exactly_once import CosmosLeaseStore, Lease, LeaseStore, RecordChangedError
+from exactly_once.change_feed import Lease, LeaseStore
+from exactly_once.cosmos_change_feed import CosmosLeaseStore
+from exactly_once.store import RecordChangedError
 
 RANGE = '{"Range": {"isMaxInclusive": false, "isMinInclusive": true, "max": "FF", "min": ""}}'
 

@@ -26,23 +26,23 @@ from core_support import QUEUE, unique
 from pydantic import BaseModel
 
 from exactly_once import (
+    ConsumerOptions,
     CosmosStore,
     DeadLetterReason,
     Decision,
     Delivered,
     Effects,
     ExactlyOnceConsumer,
-    JsonInput,
-    JsonMapping,
     LocalCache,
     Outcome,
     Rejected,
-    Settlement,
     cloud_event_key,
     exactly_once,
     from_message,
 )
+from exactly_once.decisions import Settlement
 from exactly_once.orchestrator import KEY_TYPE, key_partition_of
+from exactly_once.store import JsonInput, JsonMapping
 from servicebus_emulator import RunningEmulator
 
 
@@ -80,7 +80,7 @@ def invoices(
     store: CosmosStore, consumer: str = "invoicing", **options: Any
 ) -> ExactlyOnceConsumer[Invoice]:
     consumer_of: Callable[[Any], ExactlyOnceConsumer[Invoice]] = exactly_once(
-        consumer=consumer, parse=parse_invoice, store=store, **options
+        consumer=consumer, parse=parse_invoice, store=store, options=ConsumerOptions(**options)
     )
     return consumer_of(write_invoice)
 
@@ -294,8 +294,7 @@ def signups(store: CosmosStore) -> ExactlyOnceConsumer[dict[str, Any]]:
         consumer="signups",
         parse=parse_event_data,
         store=store,
-        key=cloud_event_key,
-        payload=event_data,
+        options=ConsumerOptions(key=cloud_event_key, payload=event_data),
     )(welcome)
 
 
@@ -434,9 +433,12 @@ async def test_a_cached_repeat_of_a_versioned_update_is_a_duplicate_not_stale(
         )
 
     def consumer(cache: LocalCache | None) -> ExactlyOnceConsumer[Invoice]:
-        return exactly_once(consumer="totals", parse=parse_invoice, store=store, cache=cache)(
-            set_amount
-        )
+        return exactly_once(
+            consumer="totals",
+            parse=parse_invoice,
+            store=store,
+            options=ConsumerOptions(cache=cache),
+        )(set_amount)
 
     cached, uncached = consumer(LocalCache(ttl_seconds=60)), consumer(None)
     body, message_id = invoice_body(unique("invoice"), unique("customer")), unique("m")

@@ -33,21 +33,26 @@ from pydantic import BaseModel
 
 from exactly_once import (
     Backoff,
+    ConsumerOptions,
     CosmosStore,
     Decision,
     DelayedRetries,
     Effects,
     Outcome,
-    Retrier,
-    Telemetry,
-    WorkerOptions,
     exactly_once,
-    run_worker,
 )
 from exactly_once.claims import Claims
 from exactly_once.exceptions import TransientStoreError
 from exactly_once.records import Record, RecordStatus
-from exactly_once.telemetry import SCHEMA_URL, SEMCONV_VERSION, Delivered, Destination
+from exactly_once.retries import Retrier
+from exactly_once.telemetry import (
+    SCHEMA_URL,
+    SEMCONV_VERSION,
+    BrokerDelivery,
+    Destination,
+    Telemetry,
+)
+from exactly_once.worker import WorkerOptions, run_worker
 from servicebus_emulator import RunningEmulator, start_in_background
 
 TOPIC, SUBSCRIPTION = "greeting-events", "audit"
@@ -138,7 +143,7 @@ async def test_a_worker_on_a_subscription_exports_spans_and_metrics_by_the_conve
         consumer="greeter",
         parse=Greeting.model_validate_json,
         store=store,
-        telemetry=exported.telemetry,
+        options=ConsumerOptions(telemetry=exported.telemetry),
     )
     async def greet(greeting: Greeting, effects: Effects) -> Outcome:
         if failures_left.get(greeting.name, 0) > 0:
@@ -327,7 +332,9 @@ def test_every_name_the_core_emits_is_the_conventions_or_its_own() -> None:
     assert SCHEMA_URL in {schema.value for schema in Schemas}
     exported = Exported()
     enqueued = datetime(2026, 1, 2, tzinfo=UTC)
-    delivered = Delivered("m-1", Destination.of_entity("events/Subscriptions/audit"), 3, enqueued)
+    delivered = BrokerDelivery(
+        "m-1", Destination.of_entity("events/Subscriptions/audit"), 3, enqueued
+    )
     with exported.telemetry.message_span("c", "m-1", delivered=delivered) as span:
         exported.telemetry.record(span, "c", Decision.complete(Outcome.PROCESSED))
     with exported.telemetry.message_span("c", "m-2", delivered=delivered) as span:
@@ -375,7 +382,7 @@ class LockLost(Exception):
 
 def test_a_settlement_that_raises_is_the_error_type_and_no_disposition() -> None:
     exported = Exported()
-    delivered = Delivered("m-1", Destination("orders"), delivery_count=1)
+    delivered = BrokerDelivery("m-1", Destination("orders"), delivery_count=1)
 
     with (
         pytest.raises(LockLost),

@@ -51,21 +51,20 @@ from poison_corpus import (
 from sdk_messages import received_message
 
 from exactly_once import (
+    ConsumerOptions,
     CosmosStore,
     Decision,
     Effects,
     ExactlyOnceConsumer,
     Outcome,
-    Record,
-    RecordStatus,
-    Settlement,
     exactly_once,
 )
-from exactly_once.decisions import DeadLetterReason
+from exactly_once.decisions import DeadLetterReason, Settlement
 from exactly_once.exceptions import CorruptRecordError
 from exactly_once.idempotency_key import IdempotencyKeys, KeyClaim
 from exactly_once.orchestrator import key_partition_of, safe_id
 from exactly_once.records import body_fingerprint
+from exactly_once.store import Record, RecordStatus
 from orders.domain.received import BodyKind
 from servicebus_emulator import RunningEmulator
 
@@ -92,7 +91,10 @@ async def store_greeting(greeting: dict[str, Any], effects: Effects) -> Outcome:
 
 def consumer_over(store: CosmosStore, parse: CountingParser) -> ExactlyOnceConsumer[Any]:
     return exactly_once(
-        consumer=CONSUMER, parse=parse, store=store, max_body_bytes=CORE_MAX_BODY_BYTES
+        consumer=CONSUMER,
+        parse=parse,
+        store=store,
+        options=ConsumerOptions(max_body_bytes=CORE_MAX_BODY_BYTES),
     )(store_greeting)
 
 

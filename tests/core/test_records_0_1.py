@@ -19,7 +19,6 @@ from records_0_1.write import take
 from exactly_once import (
     CosmosStore,
     Effects,
-    JsonObject,
     Outcome,
     PayloadMismatchError,
     PreviouslyFailedError,
@@ -27,6 +26,7 @@ from exactly_once import (
     idempotent,
 )
 from exactly_once.records import RecordStatus, body_fingerprint
+from exactly_once.store import JsonObject
 
 FIXTURES = Path(__file__).parent / "records_0_1"
 OTHER_BODY = b'{"order": "o-1", "amount": 6}'

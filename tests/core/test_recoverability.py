@@ -29,16 +29,10 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 
 from cosmos_emulator import RunningCosmosEmulator, start_in_background
-from exactly_once import (
-    Backoff,
-    CosmosStore,
-    Effects,
-    Outcome,
-    Retrier,
-    Telemetry,
-    WorkerOptions,
-    exactly_once,
-)
+from exactly_once import Backoff, CosmosStore, Effects, Outcome, exactly_once
+from exactly_once.retries import Retrier
+from exactly_once.telemetry import Telemetry
+from exactly_once.worker import WorkerOptions
 from servicebus_emulator import RunningEmulator
 from servicebus_emulator import start_in_background as start_servicebus
 

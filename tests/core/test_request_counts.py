@@ -4,7 +4,7 @@ SDK sends is counted (an azure-core raw request hook), once the client is warm."
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from typing import Any, cast
 
 import pytest
@@ -14,20 +14,23 @@ from core_support import unique
 from servers import CosmosServer
 
 from exactly_once import (
+    ConsumerOptions,
     CosmosStore,
-    DocumentExistsError,
     Effects,
-    JsonMapping,
-    JsonObject,
     LocalCache,
     Outcome,
     PayloadMismatchError,
     Retention,
     RetentionError,
-    StoredDocument,
-    create_entity,
     exactly_once,
-    inbox_batch,
+)
+from exactly_once.store import (
+    DocumentExistsError,
+    Found,
+    JsonMapping,
+    JsonObject,
+    StoredDocument,
+    create_or_find,
 )
 
 
@@ -166,11 +169,15 @@ async def test_a_marker_named_by_its_id_alone_costs_one_request_when_duplicate(
     effect = [{"id": f"{partition}:shipment"}]
 
     assert await requests_of(
-        log, inbox_batch(store, partition, marker, effect, request_hash=None)
+        log, outcome_of(create_or_find(store, partition, marker, *effect, request_hash=None))
     ) == (Outcome.PROCESSED, 1)
     assert await requests_of(
-        log, inbox_batch(store, partition, marker, effect, request_hash=None)
+        log, outcome_of(create_or_find(store, partition, marker, *effect, request_hash=None))
     ) == (Outcome.DUPLICATE, 1)
+
+
+async def outcome_of(created: Awaitable[Found]) -> Outcome:
+    return (await created).outcome
 
 
 class FoundOnConflict:
@@ -220,14 +227,14 @@ async def test_a_conflict_that_carries_the_entity_is_judged_without_another_read
 ) -> None:
     store, _ = counted
     documents, partition = FoundOnConflict(store), unique("p")
-    entity = {"id": unique("entity")}
+    entity = {"id": unique("entity"), "requestHash": "h"}
 
-    first = await create_entity(documents, partition, entity, request_hash="h")
-    again = await create_entity(documents, partition, entity, request_hash="h")
+    first, _ = await create_or_find(documents, partition, entity, request_hash="h")
+    again, _ = await create_or_find(documents, partition, entity, request_hash="h")
 
     assert (first, again, documents.gets) == (Outcome.PROCESSED, Outcome.DUPLICATE, 0)
     with pytest.raises(PayloadMismatchError):
-        await create_entity(documents, partition, entity, request_hash="other")
+        await create_or_find(documents, partition, entity, request_hash="other")
     assert documents.gets == 0
 
 
@@ -252,9 +259,9 @@ async def test_a_duplicate_costs_two_requests_without_the_cache_and_none_with_it
     counted: tuple[CosmosStore, RequestLog], cache: LocalCache | None, duplicate_costs: int
 ) -> None:
     store, log = counted
-    consumer = exactly_once(consumer="cached", parse=parse_text, store=store, cache=cache)(
-        write_in_the_keys_home
-    )
+    consumer = exactly_once(
+        consumer="cached", parse=parse_text, store=store, options=ConsumerOptions(cache=cache)
+    )(write_in_the_keys_home)
     message_id = unique("m")
 
     new, new_costs = await requests_of(log, consumer.decide(b"hello", message_id))
@@ -277,9 +284,9 @@ async def test_a_duplicate_found_by_the_store_is_cached_for_the_next_one(
     elsewhere = exactly_once(consumer="cached", parse=parse_text, store=store)(
         write_in_the_keys_home
     )
-    here = exactly_once(consumer="cached", parse=parse_text, store=store, cache=cache)(
-        write_in_the_keys_home
-    )
+    here = exactly_once(
+        consumer="cached", parse=parse_text, store=store, options=ConsumerOptions(cache=cache)
+    )(write_in_the_keys_home)
     message_id = unique("m")
     await elsewhere.decide(b"hello", message_id)
 
@@ -299,6 +306,5 @@ def test_a_cache_that_outlives_the_records_is_refused_when_the_consumer_is_built
             consumer="cached",
             parse=parse_text,
             store=store,
-            retention=retention,
-            cache=LocalCache(ttl_seconds=999_999),
+            options=ConsumerOptions(retention=retention, cache=LocalCache(ttl_seconds=999_999)),
         )(write_in_the_keys_home)

@@ -14,21 +14,8 @@ from azure.cosmos.aio import ContainerProxy, CosmosClient
 from core_support import lease_ended, unique
 
 from cosmos_emulator import start_in_background
-from exactly_once import (
-    Claims,
-    CosmosStore,
-    DocumentExistsError,
-    Outcome,
-    Record,
-    RecordChangedError,
-    RecordExistsError,
-    RecordStatus,
-    Settlement,
-    StoreError,
-    StoreRefusedError,
-    TransientStoreError,
-    exactly_once,
-)
+from exactly_once import CosmosStore, Outcome, StoreError, TransientStoreError, exactly_once
+from exactly_once.claims import Claims
 from exactly_once.cosmos import (
     ErrorKinds,
     if_match,
@@ -40,7 +27,16 @@ from exactly_once.cosmos import (
     store_error_for,
     store_errors,
 )
+from exactly_once.decisions import Settlement
 from exactly_once.records import lease_is_live
+from exactly_once.store import (
+    DocumentExistsError,
+    Record,
+    RecordChangedError,
+    RecordExistsError,
+    RecordStatus,
+    StoreRefusedError,
+)
 
 
 def new_record(owner: str = "owner-a", lease_seconds: float = 30.0) -> Record:

@@ -42,7 +42,7 @@ from brownouts import (
 from e2e_support import FAST_QUEUE, fault_token_header, poll_until, store_order
 from poison_corpus import valid_event_document, valid_order_document
 
-from exactly_once import WorkerOptions
+from exactly_once.worker import WorkerOptions
 from orders.adapters.cosmos_client import prepare_local_cosmos
 from orders.adapters.servicebus_worker import run_worker_on
 from orders.bootstrap import build_subscriber_runtime

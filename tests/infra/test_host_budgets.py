@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from exactly_once import Backoff, BudgetError, LockRenewal
+from exactly_once import Backoff, BudgetError
 from exactly_once.budgets import DEFAULT_ATTEMPT_SECONDS, timespan_seconds
+from exactly_once.retries import LockRenewal
 from orders.entrypoints.functions import function_retrier, hold_function_budgets
 
 from .bicep_model import REPO_ROOT, named_resource, resolve

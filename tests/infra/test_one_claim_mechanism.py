@@ -3,7 +3,7 @@
 Each concern that decides "done before?" or "who moved first?" names the `exactly_once`
 primitive it runs on; the app keeps no mechanism of its own beside it: no loop of its own around
 an If-Match write (the core's `update_fenced` is the one race loop), no create-or-read of its own
-(the core's `create_or_compare`), no two phases of its own (the core's `Effects.two_phase`).
+(the core's `create_or_find`), no two phases of its own (the core's `Effects.two_phase`).
 `test_one_vocabulary.py` counts the exceptions, decisions and lease rules, and
 `test_one_document_port.py` the document ports.
 """
@@ -24,28 +24,28 @@ APP = Path(orders.__file__).resolve().parent
 MECHANISMS = {
     "an order message (the order document is its own marker)": (
         "service/consumer.py",
-        "exactly_once.orchestrator.create_entity",
+        "exactly_once.store.create_or_find",
     ),
     "an event's effect in the inbox (shipping)": (
         "service/shipping.py",
-        "exactly_once.orchestrator.inbox_batch",
+        "exactly_once.store.create_or_find",
     ),
-    "a versioned status update": ("service/status.py", "exactly_once.orchestrator.apply_version"),
+    "a versioned status update": ("service/status.py", "exactly_once.store.apply_version"),
     "a charge and a refund at the payment provider": (
         "service/billing.py",
-        "exactly_once.orchestrator.Effects.two_phase",
+        "exactly_once.Effects.two_phase",
     ),
     "the saga's moves on the order document (ship, cancel, charge)": (
         "service/saga.py",
-        "exactly_once.orchestrator.update_fenced",
+        "exactly_once.store.update_fenced",
     ),
     "an Idempotency-Key of the HTTP API": (
         "entrypoints/http_api.py",
-        "exactly_once.idempotency_key.IdempotencyKeys",
+        "exactly_once.http.IdempotencyKeys",
     ),
     "the HTTP API's orderId, claimed once per order": (
         "adapters/cosmos_idempotency.py",
-        "exactly_once.orchestrator.create_or_compare",
+        "exactly_once.store.create_or_find",
     ),
     "the outbox's feed ranges (the dispatcher's leases)": (
         "service/dispatcher.py",
@@ -55,7 +55,7 @@ MECHANISMS = {
 
 
 def core_object(dotted: str) -> object:
-    """`exactly_once.orchestrator.Effects.two_phase` -> the object itself."""
+    """`exactly_once.Effects.two_phase` -> the object itself."""
     module, _, rest = dotted.partition(".")
     found: object = importlib.import_module(module)
     for part in rest.split("."):
@@ -136,7 +136,7 @@ def test_the_race_loop_check_sees_a_race_loop() -> None:
     assert loops_writing_if_match(old_saga) == [2]
 
 
-@pytest.mark.parametrize("name", ["MAX_RACES", "two_phase", "create_or_compare", "update_fenced"])
+@pytest.mark.parametrize("name", ["MAX_RACES", "two_phase", "create_or_find", "update_fenced"])
 def test_the_app_defines_none_of_the_cores_mechanisms(name: str) -> None:
     defined = [
         str(path.relative_to(APP))

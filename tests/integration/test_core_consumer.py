@@ -14,7 +14,8 @@ from azure.cosmos import PartitionKey
 from azure.cosmos.aio import ContainerProxy, CosmosClient
 from servers import CosmosServer
 
-from exactly_once import CosmosStore, Decision, Effects, JsonMapping, Outcome, exactly_once
+from exactly_once import ConsumerOptions, CosmosStore, Decision, Effects, Outcome, exactly_once
+from exactly_once.store import JsonMapping
 from orders.domain.events import OrderAccepted, OrderCancelled, OrderEvent, parse_order_event_body
 from orders.domain.model import OrderPlaced
 from orders.domain.received import BodyKind, ReceivedOrderMessage
@@ -40,7 +41,7 @@ def notifications(container: ContainerProxy) -> CoreConsumer:
         consumer="notifications",
         parse=core_parser(parse_order_event_body),
         store=CosmosStore(container, partition_key_field="orderId"),
-        retention=DEFAULT_RECORD_RETENTION,
+        options=ConsumerOptions(retention=DEFAULT_RECORD_RETENTION),
     )
     async def notify(event: OrderEvent, effects: Effects) -> Outcome | Decision:
         if not isinstance(event, OrderAccepted):

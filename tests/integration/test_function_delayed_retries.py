@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from poison_corpus import core_hostile_retry_properties
 
 import function_app
-from exactly_once import Backoff, Retrier, Telemetry
+from exactly_once import Backoff
 from exactly_once.decisions import Decision
 from exactly_once.delayed_retries import (
     ORIGINAL_MESSAGE_ID_PROPERTY,
@@ -35,6 +35,8 @@ from exactly_once.delayed_retries import (
     copy_message_id,
 )
 from exactly_once.exceptions import TransientStoreError
+from exactly_once.retries import Retrier
+from exactly_once.telemetry import Telemetry
 from orders.adapters import process_clients
 from orders.bootstrap import SubscriberRuntime
 from orders.domain.received import ReceivedOrderMessage

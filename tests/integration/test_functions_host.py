@@ -31,8 +31,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from sdk_messages import received_message
 
 import function_app
-from exactly_once import Retrier, Telemetry
+from exactly_once.retries import Retrier
 from exactly_once.servicebus import delivered
+from exactly_once.telemetry import Telemetry
 from orders.entrypoints import functions
 from orders.entrypoints.functions import use_function_consumer
 from orders.observability import ConsumerTelemetry

@@ -24,22 +24,22 @@ from sdk_messages import received_message
 
 from exactly_once import (
     Backoff,
+    ConsumerOptions,
     Decision,
     Effects,
     ExactlyOnceConsumer,
-    MessageActionsSettler,
     Outcome,
-    Retrier,
-    Retry,
-    Telemetry,
     TransientStoreError,
-    WorkerOptions,
     exactly_once,
 )
 from exactly_once.backoff import is_retried
 from exactly_once.decisions import Decision as AppDecision
 from exactly_once.decisions import Outcome as AppOutcome
 from exactly_once.decisions import Settlement as AppSettlement
+from exactly_once.retries import Retrier, Retry
+from exactly_once.servicebus import MessageActionsSettler
+from exactly_once.telemetry import Telemetry
+from exactly_once.worker import WorkerOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -361,7 +361,7 @@ def flaky_consumer(effect: FlakyEffect) -> ExactlyOnceConsumer[bytes]:
         consumer="flaky",
         parse=bytes,
         store=None,  # type: ignore[arg-type]
-        backoff=short,
+        options=ConsumerOptions(backoff=short),
     )(effect)
 
 
@@ -384,8 +384,10 @@ async def test_the_functions_call_is_one_span_on_the_destination_it_is_given() -
         consumer="flaky",
         parse=bytes,
         store=None,  # type: ignore[arg-type]
-        backoff=Backoff(first_delay_seconds=0.01, max_delay_seconds=0.02, budget_seconds=1.0),
-        telemetry=Telemetry(tracer_provider=tracer_provider),
+        options=ConsumerOptions(
+            backoff=Backoff(first_delay_seconds=0.01, max_delay_seconds=0.02, budget_seconds=1.0),
+            telemetry=Telemetry(tracer_provider=tracer_provider),
+        ),
     )(effect)
 
     await consumer.with_message_actions(

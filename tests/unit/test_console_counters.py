@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exactly_once import Retry
 from exactly_once.decisions import Outcome, Settlement
+from exactly_once.retries import Retry
 from orders.adapters.decision_journals import JournalFolder, consumer_of
 from orders.domain.dead_letters import MAX_SEQUENCE_NUMBER, parse_sequence_number
 from orders.domain.decision_counters import (

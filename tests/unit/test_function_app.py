@@ -36,10 +36,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from sdk_messages import received_message
 
 import function_app
-from exactly_once import Backoff, Retrier, Telemetry
+from exactly_once import Backoff
 from exactly_once.change_feed import ChangePage
 from exactly_once.decisions import Outcome
 from exactly_once.exceptions import TransientStoreError
+from exactly_once.retries import Retrier
+from exactly_once.telemetry import Telemetry
 from orders.bootstrap import DispatcherRuntime, SubscriberRuntime
 from orders.domain.events import OrderEvent
 from orders.entrypoints import functions

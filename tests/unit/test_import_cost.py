@@ -29,7 +29,12 @@ def modules_loaded_by(statement: str, prefixes: tuple[str, ...]) -> list[str]:
     "statement",
     [
         "import exactly_once",
-        "from exactly_once import Decision, Outcome, Record, RecordStatus, Refused, settle",
+        "from exactly_once import Decision, Outcome, Refused",
+        "from exactly_once.store import Record, RecordStatus, create_or_find",
+        "from exactly_once.decisions import settle",
+        "from exactly_once.options import ConsumerOptions",
+        "from exactly_once.retries import Backoff, Retrier, delivery_owner",
+        "from exactly_once.keys import key_record_id",
         "import orders.domain.idempotency, orders.domain.dead_letters, orders.domain.messages",
         "import orders.cli",
     ],

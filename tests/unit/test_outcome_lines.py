@@ -16,16 +16,16 @@ from sdk_messages import received_message
 
 from exactly_once import (
     Backoff,
-    Claims,
+    ConsumerOptions,
     Effects,
     ExactlyOnceConsumer,
     Outcome,
-    Record,
-    RecordStatus,
     cloud_event_key,
     exactly_once,
 )
 from exactly_once.attempts import current_delivery, one_delivery
+from exactly_once.claims import Claims
+from exactly_once.store import Record, RecordStatus
 
 EVENT = json.dumps(
     {"specversion": "1.0", "source": "/stock", "id": "e-42", "type": "reserved", "data": {}}
@@ -51,8 +51,10 @@ def stock_consumer(effect: DownFor) -> ExactlyOnceConsumer[bytes]:
         consumer="stock",
         parse=bytes,
         store=None,  # type: ignore[arg-type]
-        key=cloud_event_key,
-        backoff=Backoff(first_delay_seconds=0.01, max_delay_seconds=0.02, budget_seconds=1.0),
+        options=ConsumerOptions(
+            key=cloud_event_key,
+            backoff=Backoff(first_delay_seconds=0.01, max_delay_seconds=0.02, budget_seconds=1.0),
+        ),
     )(effect)
 
 
@@ -170,7 +172,7 @@ async def test_the_consumer_names_the_key_it_found_on_the_delivery(
         consumer="stock",
         parse=bytes,
         store=None,  # type: ignore[arg-type]
-        key=cloud_event_key,
+        options=ConsumerOptions(key=cloud_event_key),
     )(effect)
     await consumer.with_message_actions(received_message("m-4", data=EVENT), FakeMessageActions())
 

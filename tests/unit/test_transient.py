@@ -36,8 +36,10 @@ from azure.servicebus.exceptions import (
 )
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from exactly_once import Outcome, RetryLater, TransientStoreError, decision_for_error, is_transient
+from exactly_once import Outcome, RetryLater, TransientStoreError
 from exactly_once.attempts import one_delivery
+from exactly_once.decisions import decision_for_error
+from exactly_once.retries import is_transient
 from exactly_once.transient import is_retried_status, transient_check
 
 

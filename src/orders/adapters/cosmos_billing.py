@@ -15,7 +15,7 @@ from typing import Any, TypedDict
 from azure.cosmos.aio import ContainerProxy
 
 from exactly_once.cosmos import CosmosStore
-from exactly_once.records import Record, RecordStatus
+from exactly_once.store import Record, RecordStatus
 from orders.adapters.cosmos_layout import (
     BILLING_DOCUMENT_TYPE,
     REFUND_DOCUMENT_TYPE,

@@ -15,7 +15,7 @@ from azure.cosmos.aio import ContainerProxy as ContainerProxy
 from azure.cosmos.aio import CosmosClient as CosmosClient
 
 from exactly_once.cosmos import CosmosStore
-from exactly_once.ports import DocumentCreator
+from exactly_once.store import DocumentCreator
 from orders.adapters.identity import ProcessCredential
 from orders.settings import Settings
 

@@ -3,7 +3,7 @@
 Key records run on the `exactly_once` core's one Cosmos implementation (`CosmosStore`): the
 create is the claim, every later write is If-Match the claimant's ETag, and a lease is judged
 by the database's clock (the record's `_ts` against `GetCurrentTimestamp()`). An orderId's
-claim is a document the core creates or compares (`create_or_compare`, through the store's
+claim is a document the core creates or compares (`create_or_find`, through the store's
 `create_all` and `get`). This module adds only the layout the console, `orders keys` and GET
 read (`IntakeRecordShape`), the orderId claim's document, and the lookups GET and operators
 need.
@@ -18,15 +18,9 @@ from typing import Any
 from azure.cosmos import exceptions as cosmos_errors
 from azure.cosmos.aio import ContainerProxy
 
-from exactly_once import (
-    CosmosStore,
-    DocumentCreator,
-    Record,
-    RecordRead,
-    RecordStatus,
-)
+from exactly_once import CosmosStore
 from exactly_once.cosmos import claim_fields, store_errors
-from exactly_once.orchestrator import create_or_compare
+from exactly_once.store import DocumentCreator, Record, RecordRead, RecordStatus, create_or_find
 from orders.adapters.cosmos_client import idempotency_container
 from orders.adapters.process_clients import given_or_own
 from orders.domain.idempotency import (
@@ -95,7 +89,7 @@ def order_claim_id(order_id: str) -> str:
 
 def order_claim_document(claim: OrderIdClaim) -> dict[str, Any]:
     """The claim as claims have always been stored; its `requestHash` is what the core's
-    `create_or_compare` compares."""
+    `create_or_find` compares."""
     return {
         "id": order_claim_id(claim.order_id),
         "type": ORDER_CLAIM_DOCUMENT_TYPE,
@@ -119,7 +113,7 @@ async def claim_order_id(documents: DocumentCreator, claim: OrderIdClaim) -> Ord
     create (a one-document batch in the claim's own partition), a point read on a conflict."""
     document_id = order_claim_id(claim.order_id)
     with core_store_errors():
-        first = await create_or_compare(
+        _, first = await create_or_find(
             documents, document_id, order_claim_document(claim), request_hash=claim.request_hash
         )
     return None if first is None else order_claim(first.body)

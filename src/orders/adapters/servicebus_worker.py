@@ -15,9 +15,9 @@ from collections.abc import Callable
 from azure.servicebus import ServiceBusReceivedMessage
 from azure.servicebus.aio import ServiceBusClient
 
-from exactly_once import Handle, WorkerOptions, WorkerStats, run_session_worker, run_worker
-from exactly_once.backoff import Retrier, Retry
 from exactly_once.decisions import Decision
+from exactly_once.retries import Retrier, Retry
+from exactly_once.worker import Handle, WorkerOptions, WorkerStats, run_session_worker, run_worker
 from orders.adapters.servicebus import to_received_order_message
 from orders.service.ports import MessageHandler
 from orders.service.subscribers import Source

@@ -15,7 +15,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from exactly_once.records import DEFAULT_LEASE_SECONDS
+from exactly_once.options import DEFAULT_LEASE_SECONDS
 from orders.cli.operations import dead_letters_app, keys_app
 from orders.cli.outbox import outbox_app
 from orders.cli.payments import payments
@@ -78,7 +78,7 @@ def worker(
     ] = None,
 ) -> None:
     """Competing consumer: the orders queue (or an events subscription) until SIGTERM / SIGINT."""
-    from exactly_once.delayed_retries import DelayedRetries
+    from exactly_once import DelayedRetries
     from exactly_once.worker import WorkerOptions
     from orders.entrypoints.worker import run_until_signalled
 

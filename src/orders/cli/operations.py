@@ -20,7 +20,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from exactly_once.records import lease_end_s
+from exactly_once.store import lease_end_s
 from orders.cli.shared import (
     configure_logging,
     connection_errors_exit,

@@ -15,12 +15,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from exactly_once.exceptions import RecordChangedError, TransientStoreError
+from exactly_once import TransientStoreError
 from exactly_once.keys import MAX_KEY_LENGTH, KeyFault, key_fault, key_record_id
-from exactly_once.records import (
+from exactly_once.store import (
     JsonObject,
     JsonValue,
     Record,
+    RecordChangedError,
     RecordStatus,
     lease_is_live,
     lease_seconds_left,

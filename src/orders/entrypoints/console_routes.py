@@ -28,7 +28,7 @@ from urllib.parse import parse_qs, urlsplit
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
-from exactly_once.exceptions import TransientStoreError
+from exactly_once import TransientStoreError
 from orders.bootstrap import ConsoleRuntime
 from orders.domain.dead_letters import parse_sequence_number
 from orders.domain.ids import ID_RULE, is_entity_id

@@ -11,7 +11,7 @@ import logging
 import os
 import signal
 
-from exactly_once.records import DEFAULT_LEASE_SECONDS
+from exactly_once.options import DEFAULT_LEASE_SECONDS
 from orders.bootstrap import build_dispatcher_runtime
 from orders.domain.events import OrderEvent
 from orders.service.dispatcher import DEFAULT_POLL_SECONDS, AfterPublish, DispatcherStats

@@ -15,19 +15,17 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from exactly_once.attempts import current_delivery
-from exactly_once.backoff import Retrier
-from exactly_once.budgets import LockRenewal
+from exactly_once import DelayedRetries
 from exactly_once.decisions import Decision, Outcome, settle
 from exactly_once.delayed_retries import (
     CopyScheduler,
-    DelayedRetries,
     Redelivery,
     later,
     not_ours,
     received_redelivery,
 )
-from exactly_once.logs import log_value
+from exactly_once.retries import LockRenewal, Retrier, current_delivery
+from exactly_once.telemetry import log_value
 from orders.adapters.monitoring import configure_monitoring
 from orders.adapters.servicebus import FunctionsMessageActions, from_functions_host
 from orders.bootstrap import (

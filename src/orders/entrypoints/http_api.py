@@ -29,13 +29,8 @@ from opentelemetry import propagate, trace
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
-from exactly_once.idempotency_key import (
-    DescribeRequest,
-    IdempotencyKeys,
-    KeyClaim,
-    KeyedRequest,
-)
-from exactly_once.records import JsonObject
+from exactly_once.http import DescribeRequest, IdempotencyKeys, KeyClaim, KeyedRequest
+from exactly_once.store import JsonObject
 from orders import __version__
 from orders.bootstrap import (
     ConsoleRuntime,

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from exactly_once.problems import REPLAYED_HEADER as CORE_REPLAYED_HEADER
-from exactly_once.records import JsonObject
+from exactly_once.http import REPLAYED_HEADER as CORE_REPLAYED_HEADER
+from exactly_once.store import JsonObject
 
 IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
 REPLAYED_HEADER = CORE_REPLAYED_HEADER  # the core's marking, so the two cannot drift

@@ -13,7 +13,7 @@ from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from exactly_once.problems import PROBLEM_JSON
+from exactly_once.http import PROBLEM_JSON
 from orders.domain.idempotency import MAX_KEY_LENGTH
 from orders.domain.ids import ID_PATTERN, ID_RULE, MAX_ID_LENGTH
 from orders.domain.messages import MAX_REPORTED_ERRORS

@@ -22,9 +22,8 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from exactly_once.exceptions import StoreError, TransientStoreError
-from exactly_once.idempotency_key import KeyProblem, problem_response
-from exactly_once.problems import PROBLEM_JSON, Problem
+from exactly_once import StoreError, TransientStoreError
+from exactly_once.http import PROBLEM_JSON, KeyProblem, Problem, problem_response
 from orders.domain.ids import id_problem
 from orders.domain.messages import MAX_REPORTED_ERRORS, DeadLetterReason, MessageRejected
 from orders.exceptions import (

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from exactly_once.records import DEFAULT_LEASE_SECONDS
+from exactly_once.options import DEFAULT_LEASE_SECONDS
 from orders.entrypoints.local_entities import LocalEntities, merged_servicebus_config
 from orders.service.registry import CONSUMERS
 from orders.settings import EMULATOR_COSMOS_KEY, Settings

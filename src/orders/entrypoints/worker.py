@@ -18,8 +18,8 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from exactly_once.backoff import Retry
 from exactly_once.decisions import Decision, Outcome
+from exactly_once.retries import Retry
 from exactly_once.worker import WorkerOptions, WorkerStats
 from orders.adapters.servicebus_worker import run_session_worker_on, run_worker_on
 from orders.bootstrap import ProcessClients, StoreFactory, build_subscriber_runtime

@@ -50,14 +50,11 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import TypeVar
 
-from exactly_once.attempts import delivery_owner
-from exactly_once.claims import DEFAULT_MAX_WAIT_SECONDS
+from exactly_once import Effects, Refused, Retention, RetryLater, Store
 from exactly_once.decisions import Decision, Outcome, Settlement
-from exactly_once.exceptions import Refused, RetryLater
-from exactly_once.orchestrator import DownstreamCall, Effects
-from exactly_once.ports import Store
-from exactly_once.records import JsonMapping, Record, RecordStatus
-from exactly_once.retention import DEFAULT_RETENTION, Retention
+from exactly_once.options import DEFAULT_MAX_WAIT_SECONDS, DEFAULT_RETENTION
+from exactly_once.retries import delivery_owner
+from exactly_once.store import DownstreamCall, JsonMapping, Record, RecordStatus
 from orders.domain.events import (
     NO_CUTOVER,
     ORDER_ACCEPTED,

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-from exactly_once.exceptions import TransientStoreError
-from exactly_once.ports import DocumentCreator
+from exactly_once import TransientStoreError
+from exactly_once.store import DocumentCreator
 from orders.domain.events import order_event_id
 from orders.domain.inbox import BillingStatus
 from orders.domain.load_plan import CancelPoint, PlannedCancel

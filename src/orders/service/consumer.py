@@ -2,7 +2,7 @@
 
 Write first, read only on conflict: the atomic create of the order document (id = orderId) IS
 the duplicate check, so a new order costs one store request and a duplicate at most two. The
-mechanism is the `exactly_once` core's `create_entity`, over the core's document store (the
+mechanism is the `exactly_once` core's `create_or_find`, over the core's document store (the
 orders container), so a conflict keeps one form from the store's 409 to the decision: the core's
 `DocumentExistsError`, then `PayloadMismatchError` when the stored hash differs. The error frame
 is the one every consumer shares (`subscriber.decided`).
@@ -15,10 +15,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from exactly_once import PayloadMismatchError
 from exactly_once.decisions import Decision, Outcome, Settlement, Settler, settle
-from exactly_once.exceptions import DocumentExistsError, PayloadMismatchError
-from exactly_once.orchestrator import create_entity
-from exactly_once.ports import DocumentCreator
+from exactly_once.store import DocumentCreator, DocumentExistsError, create_or_find
 from orders.domain.hashing import request_hash
 from orders.domain.ids import is_entity_id
 from orders.domain.messages import DeadLetterReason, MessageRejected, parse_received_order
@@ -124,11 +123,11 @@ class OrderConsumer:
         incoming_hash: str,
         documents: tuple[dict[str, Any], ...],
     ) -> Decision:
-        """The core's `create_entity`: the order document (id = orderId) is its own marker, its
+        """The core's `create_or_find`: the order document (id = orderId) is its own marker, its
         outbox event and lines ride in the same batch; a conflict compares the request hash."""
         order_document, *others = documents
         try:
-            done = await create_entity(
+            done, _ = await create_or_find(
                 self._documents, order_id, order_document, *others, request_hash=incoming_hash
             )
         except PayloadMismatchError as conflict:

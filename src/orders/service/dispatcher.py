@@ -36,8 +36,8 @@ from enum import StrEnum
 from typing import Any
 
 from exactly_once.change_feed import ChangeFeedProcessor, LeaseStore
-from exactly_once.logs import log_value
-from exactly_once.records import DEFAULT_LEASE_SECONDS
+from exactly_once.options import DEFAULT_LEASE_SECONDS
+from exactly_once.telemetry import log_value
 from orders.domain.events import OrderEvent
 from orders.exceptions import PublishRefusedError
 from orders.observability import DispatcherTelemetry

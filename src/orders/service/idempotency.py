@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from exactly_once.exceptions import PayloadMismatchError
-from exactly_once.records import DEFAULT_LEASE_SECONDS
+from exactly_once import PayloadMismatchError
+from exactly_once.options import DEFAULT_LEASE_SECONDS
 from orders.domain.idempotency import OrderIdClaim, core_store_errors, order_request_hash
 from orders.domain.model import OrderPlaced
 from orders.domain.ownership import may_act

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from exactly_once.change_feed import ChangeFeed
 from exactly_once.decisions import Decision
-from exactly_once.ports import RecordStore
+from exactly_once.store import RecordStore
 from orders.domain.dead_letters import DeadLetter, DeadLetterOutcome, DeadLetterPlan, Selection
 from orders.domain.decision_counters import DecisionCounters
 from orders.domain.events import OrderAccepted, OrderEvent
@@ -23,7 +23,7 @@ from orders.domain.status import HistoryEntry, OrderStatusChanged, StoredStatus
 from orders.service.subscribers import Source
 
 # --- Document layouts: how the store lays out what the consumers write ----------------------
-# The consumers hand documents to the `exactly_once` core (`create_entity`, `inbox_batch`,
+# The consumers hand documents to the `exactly_once` core (`create_or_find`,
 # `apply_version`) and read records by id; the shapes and ids are the store adapter's
 # (`adapters/cosmos_layout.CosmosLayout` implements them all), pure mapping with no I/O.
 

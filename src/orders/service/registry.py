@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from exactly_once import Store
-from exactly_once.ports import DocumentCreator, DocumentStore
+from exactly_once.store import DocumentCreator, DocumentStore
 from orders.domain.events import BareEventIdCutover
 from orders.domain.payments import Charge
 from orders.observability import ConsumerTelemetry
@@ -74,7 +74,7 @@ class ConsumerWiring(Protocol):
 
     def inbox_store(self) -> Store:
         """The inbox container as the core's store (`exactly_once.CosmosStore`): consumers'
-        records and effects, scoped by consumer (shipping's `inbox_batch`, and a consumer
+        records and effects, scoped by consumer (shipping's `create_or_find`, and a consumer
         written with `@exactly_once`)."""
         ...
 

@@ -22,10 +22,9 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from exactly_once import TransientStoreError
 from exactly_once.decisions import Decision, Outcome, Settlement
-from exactly_once.exceptions import RecordChangedError, TransientStoreError
-from exactly_once.orchestrator import update_fenced
-from exactly_once.ports import DocumentStore
+from exactly_once.store import DocumentStore, RecordChangedError, update_fenced
 from orders.domain.events import OrderCancelled, OrderEvent
 from orders.domain.saga import (
     CancelVerdict,

@@ -5,7 +5,7 @@ If-Match (a cancel that committed first wins: no shipment, `skipped_cancelled`).
 order ships: until billing has recorded the charge on the order document, shipping polls it
 (bounded), then hands the message back (`awaiting_charge`); an order whose charge was refused
 is never shipped (`skipped_payment_failed`). Then the inbox record and the shipment are one
-transactional batch (the `exactly_once` core's `inbox_batch`), so the record exists if and only
+transactional batch (the `exactly_once` core's `create_or_find`), so the record exists if and only
 if the effect does; a redelivery finds the reservation its own and the record, and stops.
 """
 
@@ -17,9 +17,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from exactly_once.decisions import Decision, Outcome, Settlement
-from exactly_once.exceptions import DocumentExistsError
-from exactly_once.orchestrator import inbox_batch
-from exactly_once.ports import DocumentStore
+from exactly_once.store import DocumentExistsError, DocumentStore, create_or_find
 from orders.domain.events import NO_CUTOVER, BareEventIdCutover, OrderAccepted, OrderEvent
 from orders.domain.order_outcomes import OrderOutcome
 from orders.domain.received import ReceivedOrderMessage
@@ -103,8 +101,8 @@ class ShippingConsumer:
         try:
             # The event's id names its payload for good (derived from the stored order): the
             # record's id alone decides, and a duplicate costs the one batch.
-            done = await inbox_batch(
-                self._documents, event.order_id, record, [shipment], request_hash=None
+            done, _ = await create_or_find(
+                self._documents, event.order_id, record, shipment, request_hash=None
             )
         except DocumentExistsError:
             # The order's one shipment exists without this message's record: it was requested

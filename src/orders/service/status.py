@@ -17,9 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from exactly_once.decisions import Decision, Outcome, Settlement
-from exactly_once.orchestrator import apply_version, update_fenced
-from exactly_once.ports import DocumentStore
-from exactly_once.records import StoredDocument
+from exactly_once.store import DocumentStore, StoredDocument, apply_version, update_fenced
 from orders.domain.ids import is_entity_id
 from orders.domain.messages import DeadLetterReason, MessageRejected
 from orders.domain.order_outcomes import OrderOutcome

@@ -72,6 +72,24 @@ from typing import Any, Protocol
 from exactly_once.exceptions import ExactlyOnceError, RecordChangedError
 from exactly_once.records import Stamp, lease_is_live
 
+__all__ = [
+    "DEFAULT_ACQUIRE_SECONDS",
+    "DEFAULT_FEED_LEASE_SECONDS",
+    "DEFAULT_PAGE_SIZE",
+    "DEFAULT_POLL_SECONDS",
+    "DEFAULT_RENEW_SECONDS",
+    "Change",
+    "ChangeFeed",
+    "ChangeFeedProcessor",
+    "ChangeHandler",
+    "ChangePage",
+    "Lease",
+    "LeaseStore",
+    "LeaseTable",
+    "ProcessorStats",
+    "leases_to_take",
+]
+
 logger = logging.getLogger("exactly_once.change_feed")
 
 # The .NET processor's defaults (ChangeFeedProcessorOptions).

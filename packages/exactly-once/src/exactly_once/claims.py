@@ -43,7 +43,8 @@ logger = logging.getLogger("exactly_once")
 # How long a delivery waits for another owner's live lease before handing the message back.
 DEFAULT_MAX_WAIT_SECONDS = 30.0
 POLL_SECONDS = 0.5
-# A record that keeps moving under us is given back to the broker after this many races.
+# A record or document that keeps moving under us (every write fenced by the ETag it read
+# loses a race) is given back to the caller's retry after this many races.
 MAX_RACES = 5
 
 

@@ -53,6 +53,32 @@ from exactly_once.records import (
     StoredDocument,
 )
 
+__all__ = [
+    "BATCH_ERRORS",
+    "CORE_ERRORS",
+    "NETWORK_ERRORS",
+    "NOT_REFUSAL_STATUS_CODES",
+    "RECORD_TYPE",
+    "TRANSIENT_STATUS_CODES",
+    "CoreRecordShape",
+    "CosmosStore",
+    "ErrorKinds",
+    "RecordFields",
+    "RecordShape",
+    "claim_fields",
+    "failed_operation",
+    "failed_operation_message",
+    "if_match",
+    "if_match_write",
+    "is_refusal_status",
+    "is_transient_status",
+    "point_read",
+    "read_with_clock",
+    "store_error_for",
+    "store_errors",
+    "user_fields",
+]
+
 RECORD_TYPE = "exactlyOnceRecord"
 # Throttling, timeouts, "retry with" and every server-side failure may succeed later.
 TRANSIENT_STATUS_CODES = frozenset({408, 410, 429, 449})

@@ -40,6 +40,13 @@ from exactly_once.cosmos import RecordFields, if_match, if_match_write, store_er
 from exactly_once.exceptions import CorruptRecordError, TransientStoreError
 from exactly_once.records import Stamp
 
+__all__ = [
+    "DEFAULT_LEASE_PREFIX",
+    "DEFAULT_LEASE_TYPE",
+    "CosmosChangeFeed",
+    "CosmosLeaseStore",
+]
+
 DEFAULT_LEASE_PREFIX = "lease-"
 DEFAULT_LEASE_TYPE = "changeFeedLease"
 # Every lease of one processor, each with the database's time, in one request.

@@ -27,6 +27,17 @@ from exactly_once.exceptions import (
 from exactly_once.logs import log_value
 from exactly_once.transient import Transient, transient_check
 
+__all__ = [
+    "DeadLetterReason",
+    "Decision",
+    "Outcome",
+    "Settleable",
+    "Settlement",
+    "Settler",
+    "decision_for_error",
+    "settle",
+]
+
 logger = logging.getLogger("exactly_once")
 
 # Service Bus limits a dead-letter description; ours stay well inside it.

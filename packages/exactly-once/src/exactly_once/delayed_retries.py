@@ -74,6 +74,21 @@ from exactly_once.decisions import (
 from exactly_once.logs import log_value
 from exactly_once.telemetry import Destination
 
+__all__ = [
+    "ORIGINAL_MESSAGE_ID_PROPERTY",
+    "RETRY_PROPERTY",
+    "SUBSCRIPTION_PROPERTY",
+    "CopyScheduler",
+    "DelayedRetries",
+    "Redelivery",
+    "later",
+    "not_ours",
+    "original_message_id",
+    "received_redelivery",
+    "redelivery_of",
+    "subscription_filter",
+]
+
 logger = logging.getLogger("exactly_once.delayed_retries")
 
 ORIGINAL_MESSAGE_ID_PROPERTY = "ExactlyOnceOriginalMessageId"

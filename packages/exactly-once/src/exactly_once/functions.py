@@ -49,6 +49,7 @@ from exactly_once.exceptions import CorruptRecordError
 from exactly_once.keys import key_record_id
 from exactly_once.ports import RecordStore
 from exactly_once.records import (
+    DEFAULT_EXPIRES_AFTER_SECONDS,
     DEFAULT_LEASE_SECONDS,
     JsonInput,
     JsonValue,
@@ -62,8 +63,6 @@ R = TypeVar("R")
 
 logger = logging.getLogger("exactly_once")
 
-# How long a completed call is replayed when nothing says otherwise: a day, as the HTTP keys.
-DEFAULT_EXPIRES_AFTER_SECONDS = 24 * 3600
 # The stored result holds the value under this name, so a stored `null` is told from no result.
 _VALUE = "value"
 

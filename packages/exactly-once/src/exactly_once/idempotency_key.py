@@ -82,6 +82,7 @@ from exactly_once.problems import (
     response_not_recorded,
 )
 from exactly_once.records import (
+    DEFAULT_EXPIRES_AFTER_SECONDS,
     DEFAULT_LEASE_SECONDS,
     JsonInput,
     JsonValue,
@@ -93,7 +94,7 @@ from exactly_once.records import (
 
 __all__ = [
     "DEFAULT_EXPIRES_AFTER_SECONDS",
-    "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MAX_REQUEST_BYTES",
     "HEADER",
     "DescribeRequest",
     "IdempotencyKeys",
@@ -106,11 +107,10 @@ __all__ = [
     "validate_key",
 ]
 
-# How long a completed key is replayed: a day, as the payment APIs that made the header common.
-DEFAULT_EXPIRES_AFTER_SECONDS = 24 * 3600
-# A body above this is refused (413) before it is hashed: the request hash decodes JSON, and
-# no request may cost more than its size allows. Raise it with the endpoint's own limit.
-DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+# An HTTP request body above this is refused (413) before it is hashed: the request hash decodes
+# JSON, and no request may cost more than its size allows. Raise it with the endpoint's own
+# limit. (A Service Bus message body has its own bound: `DEFAULT_MAX_MESSAGE_BYTES`.)
+DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -231,7 +231,7 @@ class IdempotencyKeys:
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         expires_after_seconds: int = DEFAULT_EXPIRES_AFTER_SECONDS,
         owner: str | None = None,
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        max_body_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
         problem_type_prefix: str = DEFAULT_TYPE_PREFIX,
         describe: DescribeRequest | None = None,
         retry_after_cap: int = MAX_RETRY_AFTER_SECONDS,

@@ -18,6 +18,17 @@ from exactly_once.claims import Claims, CompletionRetries
 from exactly_once.ports import RecordStore
 from exactly_once.records import JsonInput, Record
 
+__all__ = [
+    "HEADER",
+    "MAX_KEY_LENGTH",
+    "MAX_RETRY_AFTER_SECONDS",
+    "KeyFault",
+    "KeyedRequests",
+    "key_fault",
+    "key_record_id",
+    "retry_after_seconds",
+]
+
 # The request header field of draft-ietf-httpapi-idempotency-key-header.
 HEADER = "Idempotency-Key"
 MAX_KEY_LENGTH = 255

@@ -32,10 +32,10 @@ import unicodedata
 import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from exactly_once.attempts import current_delivery
-from exactly_once.claims import DEFAULT_MAX_WAIT_SECONDS, Claims
+from exactly_once.claims import DEFAULT_MAX_WAIT_SECONDS, MAX_RACES, Claims
 from exactly_once.decisions import Outcome
 from exactly_once.exceptions import (
     DocumentExistsError,
@@ -57,8 +57,6 @@ from exactly_once.records import (
 from exactly_once.retention import DEFAULT_RETENTION, Retention
 from exactly_once.transient import Transient, transient_check
 
-# A versioned document that keeps moving under us is given back to the broker after this many.
-MAX_RACES = 5
 INBOX_TYPE = "exactlyOnceInbox"
 # The marker of an adjustment: in the batch that changed the documents, or alone (a refusal).
 ADJUSTMENT_TYPE = "exactlyOnceAdjustment"
@@ -230,37 +228,37 @@ class Effects:
         marked = {**entity, hash_field: self.request_hash}
         if partition != self.key_partition:
             await self.hold_key("entity", partition)
-            return await _create_marked(
-                self._documents,
-                partition,
-                marked,
-                others,
-                request_hash=self.request_hash,
-                hash_field=hash_field,
-            )
+            return await self._create_entity(partition, marked, others, hash_field)
         key = self._marker("entity", KEY_TYPE)
         try:
-            return await _create_marked(
-                self._documents,
-                partition,
-                key,
-                [marked, *others],
-                request_hash=self.request_hash,
-                hash_field="requestHash",
+            created = await create_or_find(
+                self._documents, partition, key, marked, *others, request_hash=self.request_hash
             )
+            return created.outcome
         except DocumentExistsError as exists:
             if exists.index != 1:
                 raise
         # The entity exists without this message's key: another message created it (a resend
         # under a new MessageId): the entity's own hash decides, as it does elsewhere.
-        return await _create_marked(
+        return await self._create_entity(partition, marked, others, hash_field)
+
+    async def _create_entity(
+        self,
+        partition: str,
+        marked: JsonMapping,
+        others: Sequence[JsonMapping],
+        hash_field: str,
+    ) -> Outcome:
+        """The entity (stamped) as its own marker, its hash compared in `hash_field`."""
+        created = await create_or_find(
             self._documents,
             partition,
             marked,
-            others,
+            *others,
             request_hash=self.request_hash,
             hash_field=hash_field,
         )
+        return created.outcome
 
     # --- (2) an inbox record in the effect's batch --------------------------------------------
 
@@ -276,13 +274,14 @@ class Effects:
         if partition != self.key_partition:
             judged = not await self.hold_key("inbox", partition)
         # A key found with this hash was judged in its home: the marker's id decides alone.
-        return await inbox_batch(
+        created = await create_or_find(
             self._documents,
             partition,
             marker,
-            documents,
+            *documents,
             request_hash=None if judged else self.request_hash,
         )
+        return created.outcome
 
     # --- (3) two phases around an external call -----------------------------------------------
 
@@ -451,117 +450,55 @@ class Effects:
 
 # --- The mechanisms that need no record store, on any `DocumentCreator` / `DocumentStore` -----
 # `Effects` binds them to one message; an application whose documents already have a shape of
-# their own (an entity id, an inbox record's fields) calls them directly.
+# their own (an entity id, an inbox record's fields) calls them directly (`exactly_once.store`).
 
 
-async def create_entity(
-    documents: DocumentCreator,
-    partition: str,
-    entity: JsonMapping,
-    *others: JsonMapping,
-    request_hash: str,
-    hash_field: str = "requestHash",
-) -> Outcome:
-    """Create `entity` (stamped with `request_hash` in `hash_field`) and `others` in one batch
-    of `documents`: `PROCESSED`; or find the entity with the same hash: `DUPLICATE`.
+class Found(NamedTuple):
+    """What `create_or_find` did: `PROCESSED` (it created the marker; `stored` is None) or
+    `DUPLICATE` (the marker was there with the same hash; `stored` is it, None when the hash
+    was not compared)."""
 
-    One request for a new entity; a conflict costs one more (the point read), none when the
-    store's `DocumentExistsError` carries the document it found. Raises `PayloadMismatchError`
-    when the entity holds another hash, `DocumentExistsError` when one of `others` exists
-    without the entity, `RecordChangedError` when the entity vanished after its conflict."""
-    marked = {**entity, hash_field: request_hash}
-    return await _create_marked(
-        documents, partition, marked, others, request_hash=request_hash, hash_field=hash_field
-    )
+    outcome: Outcome
+    stored: StoredDocument | None
 
 
-async def create_or_compare(
-    documents: DocumentCreator,
-    partition: str,
-    entity: JsonMapping,
-    *others: JsonMapping,
-    request_hash: str,
-    hash_field: str = "requestHash",
-) -> StoredDocument | None:
-    """`create_entity` for a caller that needs the first writer's entity: None when this call
-    created it; the stored entity when it was there with the same hash (what else it holds,
-    such as who wrote it first, is the first writer's). Raises as `create_entity` does."""
-    marked = {**entity, hash_field: request_hash}
-    _, stored = await _create_or_find(
-        documents, partition, marked, others, request_hash=request_hash, hash_field=hash_field
-    )
-    return stored
-
-
-async def inbox_batch(
+async def create_or_find(
     documents: DocumentCreator,
     partition: str,
     marker: JsonMapping,
-    effect_documents: Sequence[JsonMapping],
-    *,
+    *others: JsonMapping,
     request_hash: str | None,
     hash_field: str = "requestHash",
-) -> Outcome:
-    """Create `marker` (an inbox record, first) and `effect_documents` in one batch of
-    `documents`: `PROCESSED`; or find the marker: `DUPLICATE` when it holds `request_hash` in
-    `hash_field`, `PayloadMismatchError` when it holds another.
+) -> Found:
+    """The one write-first mechanism, for documents of your own shape: create `marker` (first)
+    and `others` in one batch of `documents`; or find the marker already there.
 
+    `marker` carries the request hash in `hash_field` (the business entity as its own marker,
+    or an inbox record). A marker found holding `request_hash` is a duplicate (`stored`: the
+    first writer's, whatever else it holds); another hash raises `PayloadMismatchError`.
     `request_hash=None` lets the marker's id alone decide (a message whose id names its payload
-    for good, such as an event derived from a stored entity): a found marker is a duplicate
-    without a read, so a duplicate costs one request. Raises `DocumentExistsError` when one of
-    `effect_documents` exists without the marker."""
-    return await _create_marked(
-        documents,
-        partition,
-        marker,
-        effect_documents,
-        request_hash=request_hash,
-        hash_field=hash_field,
-    )
+    for good): a found marker is a duplicate without a read. One request for a new marker; a
+    conflict costs one more (the point read), none when the store's `DocumentExistsError`
+    carries the document it found. Raises `DocumentExistsError` when one of `others` exists
+    without the marker, `RecordChangedError` when the marker vanished after its conflict.
 
-
-async def _create_marked(
-    documents: DocumentCreator,
-    partition: str,
-    marker: JsonMapping,
-    others: Sequence[JsonMapping],
-    *,
-    request_hash: str | None,
-    hash_field: str,
-) -> Outcome:
-    """The one write-first mechanism: the marker first in one batch with `others`; a conflict
-    on the marker is a duplicate or a mismatch, a conflict on any other document propagates."""
-    outcome, _ = await _create_or_find(
-        documents, partition, marker, others, request_hash=request_hash, hash_field=hash_field
-    )
-    return outcome
-
-
-async def _create_or_find(
-    documents: DocumentCreator,
-    partition: str,
-    marker: JsonMapping,
-    others: Sequence[JsonMapping],
-    *,
-    request_hash: str | None,
-    hash_field: str,
-) -> tuple[Outcome, StoredDocument | None]:
-    """`_create_marked`, with the marker a duplicate found (None when none was read)."""
+    `Effects.create_entity` and `Effects.inbox` are this, with the marker named by the
+    message's key."""
     marker_id = str(marker["id"])
     try:
         await documents.create_all(partition, [marker, *others])
-        return Outcome.PROCESSED, None
+        return Found(Outcome.PROCESSED, None)
     except DocumentExistsError as exists:
         if exists.index != 0:
             raise
         if request_hash is None:
-            return Outcome.DUPLICATE, None
+            return Found(Outcome.DUPLICATE, None)
         stored = exists.existing or await documents.get(marker_id, partition)
     if stored is None:
         raise RecordChangedError(f"{marker_id!r} vanished after its create conflicted")
     stored_hash = stored.body.get(hash_field)
     if stored_hash == request_hash:
-        return Outcome.DUPLICATE, stored
+        return Found(Outcome.DUPLICATE, stored)
     raise PayloadMismatchError(marker_id, str(stored_hash), request_hash)
 
 

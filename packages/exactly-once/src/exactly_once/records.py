@@ -25,6 +25,10 @@ JsonMapping = Mapping[str, JsonInput]
 # How long a claim outlives its owner's last write when nothing says otherwise: long enough for
 # an external call through an SDK's own retries; a crashed owner blocks its work this long.
 DEFAULT_LEASE_SECONDS = 30.0
+# How long a completed call (`@idempotent`) or HTTP key (`IdempotencyKeys`) is replayed when
+# nothing says otherwise: a day, as the payment APIs that made the `Idempotency-Key` common.
+# (A message consumer's records live as long as its `Retention` says.)
+DEFAULT_EXPIRES_AFTER_SECONDS = 24 * 3600
 
 
 def fingerprint(value: JsonInput) -> str:

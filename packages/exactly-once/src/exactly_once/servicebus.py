@@ -23,10 +23,7 @@ from azure.servicebus.aio import ServiceBusReceiver
 from azure.servicebus.amqp import AmqpMessageBodyType
 
 from exactly_once.attempts import current_delivery, delivery_owner
-from exactly_once.backoff import Backoff, Retrier
-from exactly_once.budgets import FUNCTIONS_LOCK_RENEWAL, LockRenewal
-from exactly_once.cache import LocalCache
-from exactly_once.claims import DEFAULT_MAX_WAIT_SECONDS
+from exactly_once.backoff import Retrier
 from exactly_once.decisions import (
     DeadLetterReason,
     Decision,
@@ -46,16 +43,25 @@ from exactly_once.delayed_retries import (
     not_ours,
     received_redelivery,
 )
-from exactly_once.exceptions import Rejected, RetentionError
+from exactly_once.exceptions import Rejected
 from exactly_once.logs import log_outcome, log_value
-from exactly_once.message_keys import Delivered, KeyOf, PayloadOf, message_id_key
+from exactly_once.message_keys import Delivered, KeyOf, message_id_key
+from exactly_once.options import ConsumerOptions
 from exactly_once.orchestrator import Effects
 from exactly_once.ports import DocumentStore, RecordStore, Store
-from exactly_once.records import DEFAULT_LEASE_SECONDS, body_fingerprint, fingerprint
-from exactly_once.retention import DEFAULT_RETENTION, Retention
-from exactly_once.telemetry import Delivered as Delivery
+from exactly_once.records import body_fingerprint, fingerprint
+from exactly_once.telemetry import BrokerDelivery as Delivery
 from exactly_once.telemetry import Destination, Telemetry
-from exactly_once.transient import Transient
+
+__all__ = [
+    "ExactlyOnceConsumer",
+    "FunctionsMessageActions",
+    "MessageActionsSettler",
+    "ReceiverSettler",
+    "body_bytes",
+    "delivered",
+    "exactly_once",
+]
 
 logger = logging.getLogger("exactly_once.delayed_retries")
 
@@ -64,13 +70,6 @@ Message = TypeVar("Message")
 Effect = Callable[[Message, Effects], Awaitable[Outcome | Decision]]
 # Your parser: the body's bytes -> your message model (raise anything to reject it).
 Parser = Callable[[bytes], Message]
-# A body above this is dead-lettered before your parser sees it: the Standard tier's maximum
-# message size (256 KB, headers included), so no body the broker can deliver is larger. On
-# Premium (1 MiB by default, up to 100 MB) raise `max_body_bytes` with the entity's limit.
-DEFAULT_MAX_BODY_BYTES = 256 * 1024
-# The key's home of a message, from its key (the MessageId by default; see
-# `Effects.key_partition`).
-KeyPartition = Callable[[str], str]
 
 
 class FunctionsMessageActions(Protocol):
@@ -236,52 +235,32 @@ class ExactlyOnceConsumer(Generic[Message]):
         parse: Parser[Message],
         records: RecordStore,
         documents: DocumentStore,
-        owner: str | None = None,
-        lease_seconds: float = DEFAULT_LEASE_SECONDS,
-        max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS,
-        telemetry: Telemetry | None = None,
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-        retention: Retention = DEFAULT_RETENTION,
-        key_partition: KeyPartition | None = None,
-        backoff: Backoff | None = None,
-        key: KeyOf[Message] | None = None,
-        key_prefix: str | None = None,
-        payload: PayloadOf[Message] | None = None,
-        cache: LocalCache | None = None,
-        lock_renewal: LockRenewal = FUNCTIONS_LOCK_RENEWAL,
-        transient: Transient | None = None,
-        delayed_retries: DelayedRetries | None = None,
+        options: ConsumerOptions[Message] | None = None,
     ) -> None:
-        if key_prefix is not None and not key_prefix:
-            raise ValueError("key_prefix must not be empty: leave it None to scope by consumer")
-        if cache is not None and cache.ttl_seconds >= retention.ttl_seconds:
-            raise RetentionError(
-                f"the cache's ttl_seconds={cache.ttl_seconds:g} is not below the records' ttl "
-                f"of {retention.ttl_seconds} s: it could call a message a duplicate after the "
-                "store forgot its record"
-            )
+        options = options or ConsumerOptions()
+        self.options = options
         self.consumer = consumer
         # The scope of the consumer's keys in every record id: a fixed prefix keeps them when
         # the consumer is renamed (Powertools' `key_prefix`).
-        self.key_scope = key_prefix or consumer
-        self.max_body_bytes = max_body_bytes
-        self.retention = retention
-        self._key_partition = key_partition
-        self._key: KeyOf[Message] = key or message_id_key
-        self._payload = payload
-        self._cache = cache
+        self.key_scope = options.key_prefix or consumer
+        self.max_body_bytes = options.max_body_bytes
+        self.retention = options.retention
+        self._key_partition = options.key_partition
+        self._key: KeyOf[Message] = options.key or message_id_key
+        self._payload = options.payload
+        self._cache = options.cache
         self._effect = effect
         self._parse = parse
         self._records = records
         self._documents = documents
-        self._owner = owner or f"{consumer}-{uuid.uuid4().hex[:12]}"
-        self._lease_seconds = lease_seconds
-        self._max_wait_seconds = max_wait_seconds
-        self._telemetry = telemetry or Telemetry()
-        self._retrier = Retrier(backoff, telemetry=self._telemetry)
-        lock_renewal.check(self._retrier.backoff, what=f"consumer {consumer!r}")
-        self._transient = transient
-        self._delayed_retries = delayed_retries or DelayedRetries()
+        self._owner = options.owner or f"{consumer}-{uuid.uuid4().hex[:12]}"
+        self._lease_seconds = options.lease_seconds
+        self._max_wait_seconds = options.max_wait_seconds
+        self._telemetry = options.telemetry or Telemetry()
+        self._retrier = Retrier(options.backoff, telemetry=self._telemetry)
+        options.lock_renewal.check(self._retrier.backoff, what=f"consumer {consumer!r}")
+        self._transient = options.transient
+        self._delayed_retries = options.delayed_retries or DelayedRetries()
 
     async def decide(
         self,
@@ -636,38 +615,13 @@ def exactly_once(
     consumer: str,
     parse: Parser[Message],
     store: Store,
-    owner: str | None = None,
-    lease_seconds: float = DEFAULT_LEASE_SECONDS,
-    max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS,
-    telemetry: Telemetry | None = None,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-    retention: Retention = DEFAULT_RETENTION,
-    key_partition: KeyPartition | None = None,
-    backoff: Backoff | None = None,
-    key: KeyOf[Message] | None = None,
-    key_prefix: str | None = None,
-    payload: PayloadOf[Message] | None = None,
-    cache: LocalCache | None = None,
-    lock_renewal: LockRenewal = FUNCTIONS_LOCK_RENEWAL,
-    transient: Transient | None = None,
-    delayed_retries: DelayedRetries | None = None,
+    options: ConsumerOptions[Message] | None = None,
 ) -> Callable[[Effect[Message]], ExactlyOnceConsumer[Message]]:
     """Decorate your effect (`async def effect(message, effects) -> Outcome`) into the
-    `ExactlyOnceConsumer` a trigger calls; `store` holds its records and documents.
-
-    `retention` sets the ttl of every record it writes (checked here, at start-up);
-    `key_partition` the key's home from the key (one partition per key by default). `key`
-    names a message's records (its MessageId by default; `from_message`, `cloud_event_key`),
-    scoped by `key_prefix` when given, else by `consumer`; `payload` is the part of the parsed
-    message a resend must match (the whole body by default); `cache` answers an exact repeat
-    of a completed key without the store (its ttl must be below the retention's); `transient`
-    adds exceptions of yours (types, or a predicate) to those backed off in place as
-    `transient_failure` (`exactly_once.transient`; raising `RetryLater` says the same);
-    `lock_renewal` the host's lock-renewal horizon and your attempt's bound, which `backoff`'s
-    budget must fit (`exactly_once.budgets`, checked here: `BudgetError` at start-up);
-    `delayed_retries` how often and how much later a failure the backoff did not fix comes
-    back (`DelayedRetries()`: 3 times, 1, 2 and 3 minutes later) where the host can schedule
-    it (`with_message_actions(..., scheduler=...)`)."""
+    `ExactlyOnceConsumer` a trigger calls; `store` holds its records and documents, `options`
+    (`ConsumerOptions`) every other setting: retention, keys, backoff, lock renewal, delayed
+    retries (checked here, at start-up: `RetentionError`, `BudgetError`). Delayed retries run
+    where the host can schedule them (`with_message_actions(..., scheduler=...)`)."""
 
     def wrap(effect: Effect[Message]) -> ExactlyOnceConsumer[Message]:
         return ExactlyOnceConsumer(
@@ -676,21 +630,7 @@ def exactly_once(
             parse=parse,
             records=store,
             documents=store,
-            owner=owner,
-            lease_seconds=lease_seconds,
-            max_wait_seconds=max_wait_seconds,
-            telemetry=telemetry,
-            max_body_bytes=max_body_bytes,
-            retention=retention,
-            key_partition=key_partition,
-            backoff=backoff,
-            key=key,
-            key_prefix=key_prefix,
-            payload=payload,
-            cache=cache,
-            lock_renewal=lock_renewal,
-            transient=transient,
-            delayed_retries=delayed_retries,
+            options=options,
         )
 
     return wrap

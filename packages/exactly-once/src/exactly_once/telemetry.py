@@ -27,6 +27,19 @@ from opentelemetry.context import Context
 from opentelemetry.util.types import AttributeValue
 
 from exactly_once.decisions import Outcome, Settleable, Settlement
+from exactly_once.logs import log_value
+
+__all__ = [
+    "INSTRUMENTATION_NAME",
+    "SCHEMA_URL",
+    "SEMCONV_VERSION",
+    "BrokerDelivery",
+    "Destination",
+    "Telemetry",
+    "failed",
+    "log_value",
+    "took_over",
+]
 
 INSTRUMENTATION_NAME = "exactly_once"
 SEMCONV_VERSION = "1.40.0"
@@ -81,7 +94,7 @@ class Destination:
 
 
 @dataclass(frozen=True)
-class Delivered:
+class BrokerDelivery:
     """What the broker said of one delivery, in broker-neutral terms (the adapter fills it)."""
 
     message_id: str | None
@@ -106,7 +119,7 @@ class _Delivery:
     error_type: str | None = None
     """Set when the delivery failed around its decision (the handler raised, settling did)."""
 
-    def joined(self, consumer: str | None, delivered: Delivered | None) -> None:
+    def joined(self, consumer: str | None, delivered: BrokerDelivery | None) -> None:
         """A decision of `consumer` joins this delivery; a destination it knows and the host
         did not (the Functions binding names none) names the span."""
         if consumer is not None:
@@ -172,7 +185,11 @@ class Telemetry:
 
     @contextmanager
     def message_span(
-        self, consumer: str | None, message_id: str | None, *, delivered: Delivered | None = None
+        self,
+        consumer: str | None,
+        message_id: str | None,
+        *,
+        delivered: BrokerDelivery | None = None,
     ) -> Iterator[trace.Span]:
         """The `process` span of one delivery; inside one already open, that one (a decision
         made again after a backoff belongs to the same delivery)."""
@@ -181,7 +198,7 @@ class Telemetry:
             open_delivery.joined(consumer, delivered)
             yield open_delivery.span
             return
-        delivered = delivered or Delivered(message_id)
+        delivered = delivered or BrokerDelivery(message_id)
         destination = delivered.destination
         name = f"{PROCESS} {destination.name}" if destination is not None else PROCESS
         attributes = self._span_attributes(delivered)
@@ -237,7 +254,7 @@ class Telemetry:
         """Count one claim taken over from an owner whose lease ended (`exactly_once.claims`)."""
         self._takeovers.add(1)
 
-    def _span_attributes(self, delivered: Delivered) -> dict[str, AttributeValue]:
+    def _span_attributes(self, delivered: BrokerDelivery) -> dict[str, AttributeValue]:
         attributes: dict[str, AttributeValue] = {
             "messaging.system": MESSAGING_SYSTEM,
             "messaging.operation.name": PROCESS,

@@ -26,7 +26,7 @@ No client library is imported here: a library's exception can only have been rai
 module is loaded, so each check looks the module up in `sys.modules` and is skipped when it is
 not there. An exception group is transient when every exception in it is.
 
-`transient=` on `exactly_once(...)` and on `Effects.two_phase` adds exceptions of your own
+`ConsumerOptions(transient=...)` and on `Effects.two_phase` adds exceptions of your own
 (`Transient`: a tuple of types, or a predicate); raising `exactly_once.RetryLater` says the same
 from inside an effect.
 """

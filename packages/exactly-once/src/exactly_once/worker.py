@@ -71,6 +71,15 @@ from exactly_once.logs import log_value
 from exactly_once.servicebus import ReceiverSettler, delivered
 from exactly_once.telemetry import Destination, failed
 
+__all__ = [
+    "Handle",
+    "Worker",
+    "WorkerOptions",
+    "WorkerStats",
+    "run_session_worker",
+    "run_worker",
+]
+
 logger = logging.getLogger("exactly_once.worker")
 RECEIVE_BACKOFF_SECONDS = 5.0
 SESSION_RENEW_MARGIN_SECONDS = 10.0
