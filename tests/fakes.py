@@ -687,7 +687,7 @@ def billing_stores(inbox: FakeFencedDocuments) -> BillingStores:
 
 class FakeDocumentStore:
     """The core's `DocumentStore` over a `FakeFencedDocuments` (an inbox or orders container):
-    shipping's `inbox_batch`, status's `apply_version` and the saga's fenced writes. As
+    shipping's `create_or_find`, status's `apply_version` and the saga's fenced writes. As
     `CosmosStore` does, every document is written in the partition it is given. Held to
     `CosmosStore` by tests/integration/test_document_store_contract.py."""
 

@@ -59,7 +59,7 @@ class RecordStore(Protocol):
 
 
 class DocumentCreator(Protocol):
-    """What creating an effect's documents needs (`create_entity`, `inbox_batch`): a batch
+    """What creating an effect's documents needs (`create_or_find`): a batch
     and, on a conflict, a point read. A store whose documents are never replaced (an entity
     written once) implements only this."""
 
