@@ -126,7 +126,7 @@ def test_what_the_app_imports_is_named_in_the_guide() -> None:
     ("source", "why"),
     [
         ("from exactly_once.claims import Claims", "exactly_once.claims is not a public module"),
-        ("from exactly_once.store import Claims", "exactly_once.store.Claims is not in"),
+        ("from exactly_once.store import Effects", "exactly_once.store.Effects is not in"),
         ("from exactly_once import Retrier", "exactly_once.Retrier is not in"),
         ("import exactly_once.orchestrator", "exactly_once.orchestrator is not a public"),
     ],
@@ -152,3 +152,19 @@ def test_a_name_moved_off_the_top_level_still_imports_with_a_warning() -> None:
         assert exactly_once.Retrier is Retrier
     with pytest.raises(AttributeError, match="create_or_find"):
         exactly_once.inbox_batch  # noqa: B018  (the attribute access is what is tested)
+
+
+def test_the_consumers_settings_are_written_once_in_consumer_options() -> None:
+    """`exactly_once(...)`, `ExactlyOnceConsumer(...)` and the decorator's `wrap` take the
+    settings as one `ConsumerOptions`, not a copy of its fields each (issue 45, item 5)."""
+    import dataclasses
+    import inspect
+
+    from exactly_once import ConsumerOptions, ExactlyOnceConsumer
+
+    settings = {field.name for field in dataclasses.fields(ConsumerOptions)}
+    assert len(settings) >= 15
+    for function in (exactly_once.exactly_once, ExactlyOnceConsumer.__init__):
+        parameters = set(inspect.signature(function).parameters)
+        assert "options" in parameters
+        assert not parameters & settings, function

@@ -157,6 +157,7 @@ _MOVED: dict[str, str] = {
     **dict.fromkeys(["CompletionRetries", "KeyOf", "PayloadOf"], "options"),
     **dict.fromkeys(
         [
+            "Claims",
             "CompletionFailedError",
             "DocumentCreator",
             "DocumentExistsError",
@@ -187,7 +188,6 @@ _REMOVED: dict[str, str] = {
     "create_entity": "exactly_once.store.create_or_find (the entity, stamped, as the marker)",
     "create_or_compare": "exactly_once.store.create_or_find (its `stored`)",
     "inbox_batch": "exactly_once.store.create_or_find (the inbox record as the marker)",
-    "Claims": "exactly_once.claims.Claims (internal: Effects.two_phase and @idempotent use it)",
 }
 
 

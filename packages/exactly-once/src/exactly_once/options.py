@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from exactly_once.budgets import FUNCTIONS_LOCK_RENEWAL, LockRenewal
-from exactly_once.claims import DEFAULT_MAX_WAIT_SECONDS, CompletionRetries
+from exactly_once.claims import DEFAULT_MAX_WAIT_SECONDS, CompletionRetries, pending_completions
 from exactly_once.exceptions import RetentionError
 from exactly_once.message_keys import KeyOf, PayloadOf
 from exactly_once.records import DEFAULT_EXPIRES_AFTER_SECONDS, DEFAULT_LEASE_SECONDS
@@ -46,6 +46,7 @@ __all__ = [
     "KeyOf",
     "KeyPartition",
     "PayloadOf",
+    "pending_completions",
 ]
 
 Message = TypeVar("Message")

@@ -9,6 +9,8 @@ mechanisms that need no message (on documents of your own shape).
 - The records: `Record`, its `RecordStatus`, its `Stamp`, a `RecordRead` with the database's
   clock, a lease's end (`lease_end_s`, `lease_is_live`, `lease_seconds_left`), the request
   hash (`fingerprint`, `body_fingerprint`) and JSON as the store keeps it.
+- The claim state machine on records of your own shape (`Claims`: own, finish, release), which
+  `two_phase` and `@idempotent` run on.
 - The mechanisms on your own documents (an entity id, an inbox record's fields of yours):
   `create_or_find` (write first, compare on a conflict), `apply_version`, `adjust_documents`,
   `update_fenced`; `Effects` binds the same to one message.
@@ -16,6 +18,7 @@ mechanisms that need no message (on documents of your own shape).
 
 from __future__ import annotations
 
+from exactly_once.claims import Claims
 from exactly_once.exceptions import (
     CompletionFailedError,
     CorruptRecordError,
@@ -52,6 +55,7 @@ from exactly_once.records import (
 )
 
 __all__ = [
+    "Claims",
     "CompletionFailedError",
     "CorruptRecordError",
     "DocumentCreator",
