@@ -22,14 +22,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from exactly_once.change_feed import ChangePage, Lease, LeaseTable
-from exactly_once.cosmos import RecordShape, user_fields
-from exactly_once.exceptions import (
-    DocumentExistsError,
-    RecordChangedError,
-    RecordExistsError,
-)
-from exactly_once.records import (
+from exactly_once._records import (
     JsonInput,
     JsonMapping,
     JsonValue,
@@ -37,6 +30,13 @@ from exactly_once.records import (
     RecordRead,
     RecordStatus,
     Stamp,
+)
+from exactly_once.change_feed import ChangePage, Lease, LeaseTable
+from exactly_once.cosmos import RecordShape, user_fields
+from exactly_once.exceptions import (
+    DocumentExistsError,
+    RecordChangedError,
+    RecordExistsError,
 )
 from exactly_once.store import StoredDocument
 from orders.adapters.cosmos_billing import ChargeRecordShape, RefundRecordShape

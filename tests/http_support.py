@@ -22,8 +22,8 @@ from fakes import (
     RecordingPublisher,
 )
 
-from exactly_once.ports import DocumentStore, RecordStore
-from exactly_once.records import Record, lease_is_live
+from exactly_once._ports import DocumentStore, RecordStore
+from exactly_once._records import Record, lease_is_live
 from exactly_once.worker import WorkerOptions, WorkerStats
 from orders.bootstrap import HttpRuntime
 from orders.entrypoints.http_api import create_app

@@ -13,7 +13,7 @@ from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, Servi
 from azure.servicebus.aio import ServiceBusClient
 
 from exactly_once import CosmosStore
-from exactly_once.records import lease_is_live
+from exactly_once._records import lease_is_live
 from exactly_once.store import Record
 from exactly_once.worker import WorkerStats, run_worker
 from servicebus_emulator import RunningEmulator

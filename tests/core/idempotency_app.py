@@ -11,7 +11,7 @@ from typing import Annotated
 from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse
 
-from exactly_once.idempotency_key import IdempotencyKeys, KeyClaim, answer_problems
+from exactly_once._idempotency_key import IdempotencyKeys, KeyClaim, answer_problems
 
 
 def app_for(

@@ -13,7 +13,7 @@ import pytest
 from core_support import unique
 
 from exactly_once import CosmosStore, Effects, Outcome, PayloadMismatchError, Refused
-from exactly_once.orchestrator import ADJUSTMENT_TYPE, AdjustmentRule
+from exactly_once._orchestrator import ADJUSTMENT_TYPE, AdjustmentRule
 from exactly_once.store import JsonMapping, JsonObject
 
 CLOUD_EVENT_KEY = 'stock:["/warehouse/eu-west","e1"]'

@@ -36,8 +36,8 @@ from exactly_once import (
     RetentionError,
     exactly_once,
 )
+from exactly_once._orchestrator import KEY_TYPE
 from exactly_once.decisions import Settlement
-from exactly_once.orchestrator import KEY_TYPE
 from exactly_once.store import Record, RecordExistsError, RecordRead
 from exactly_once.worker import WorkerOptions, run_worker
 from servicebus_emulator import RunningEmulator, start_in_background

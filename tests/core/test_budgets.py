@@ -1,4 +1,4 @@
-"""Budgets that fit the host (`exactly_once.budgets`): a backoff that cannot fit the host's
+"""Budgets that fit the host (`exactly_once._budgets`): a backoff that cannot fit the host's
 lock-renewal horizon is refused when the consumer or the worker is built, and a busy session
 keeps its lock past the renewal horizon, on our Service Bus emulator through the real SDK."""
 
@@ -25,7 +25,7 @@ from exactly_once import (
     Outcome,
     exactly_once,
 )
-from exactly_once.budgets import timespan_seconds
+from exactly_once._budgets import timespan_seconds
 from exactly_once.retries import LockRenewal
 from exactly_once.worker import WorkerOptions, WorkerStats, run_session_worker
 from servicebus_emulator import RunningEmulator, start_in_background

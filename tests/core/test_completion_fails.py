@@ -23,11 +23,11 @@ from idempotency_app import Endpoint, app_for
 from servers import CosmosServer, clear_faults, fail_replaces
 
 from exactly_once import CosmosStore, InProgressElsewhereError, TransientStoreError, idempotent
-from exactly_once.claims import pending_completions
-from exactly_once.idempotency_key import HEADER, IdempotencyKeys
+from exactly_once._claims import pending_completions
+from exactly_once._idempotency_key import HEADER, IdempotencyKeys
+from exactly_once._problems import PROBLEM_JSON, REPLAYED_HEADER
 from exactly_once.keys import key_record_id
 from exactly_once.options import CompletionRetries
-from exactly_once.problems import PROBLEM_JSON, REPLAYED_HEADER
 from exactly_once.store import CompletionFailedError, RecordStatus
 
 # 408 (a timeout) is not retried by the SDK on a write: one fault is one failed attempt of ours.

@@ -42,7 +42,7 @@ from exactly_once import (
     Outcome,
     exactly_once,
 )
-from exactly_once.orchestrator import key_partition_of, safe_id
+from exactly_once._orchestrator import key_partition_of, safe_id
 from exactly_once.store import RecordStatus
 from exactly_once.worker import WorkerOptions
 from servicebus_emulator import RunningEmulator

@@ -20,10 +20,10 @@ from exactly_once import (
     RetryLater,
     TransientStoreError,
 )
-from exactly_once.attempts import one_delivery
-from exactly_once.claims import Claims
+from exactly_once._attempts import one_delivery
+from exactly_once._claims import Claims
+from exactly_once._orchestrator import safe_id
 from exactly_once.decisions import decision_for_error
-from exactly_once.orchestrator import safe_id
 from exactly_once.store import (
     DocumentExistsError,
     Record,

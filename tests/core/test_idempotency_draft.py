@@ -35,8 +35,9 @@ from fakes import (
 from idempotency_app import Endpoint, app_for
 from servers import CosmosServer
 
-from exactly_once import CosmosStore, problems
-from exactly_once.idempotency_key import IdempotencyKeys
+from exactly_once import CosmosStore
+from exactly_once import _problems as problems
+from exactly_once._idempotency_key import IdempotencyKeys
 from exactly_once.keys import key_record_id
 from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
 from orders.bootstrap import HttpRuntime

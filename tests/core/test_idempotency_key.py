@@ -16,15 +16,15 @@ from fastapi.responses import JSONResponse
 from idempotency_app import Endpoint, app_for
 
 from exactly_once import CosmosStore
-from exactly_once.idempotency_key import (
+from exactly_once._idempotency_key import (
     DEFAULT_MAX_REQUEST_BYTES,
     HEADER,
     IdempotencyKeys,
     KeyClaim,
     KeyedRequest,
 )
+from exactly_once._problems import REPLAYED_HEADER
 from exactly_once.keys import key_record_id
-from exactly_once.problems import REPLAYED_HEADER
 
 
 @pytest.fixture

@@ -40,8 +40,8 @@ from exactly_once import (
     exactly_once,
     from_message,
 )
+from exactly_once._orchestrator import KEY_TYPE, key_partition_of
 from exactly_once.decisions import Settlement
-from exactly_once.orchestrator import KEY_TYPE, key_partition_of
 from exactly_once.store import JsonInput, JsonMapping
 from servicebus_emulator import RunningEmulator
 

@@ -41,9 +41,9 @@ from exactly_once import (
     Outcome,
     exactly_once,
 )
-from exactly_once.claims import Claims
+from exactly_once._claims import Claims
+from exactly_once._records import Record, RecordStatus
 from exactly_once.exceptions import TransientStoreError
-from exactly_once.records import Record, RecordStatus
 from exactly_once.retries import Retrier
 from exactly_once.telemetry import (
     SCHEMA_URL,

@@ -37,7 +37,7 @@ else:
     [
         (
             ("fastapi", "starlette"),
-            "from exactly_once.idempotency_key import IdempotencyKeys",
+            "from exactly_once.http import IdempotencyKeys",
             "fastapi",
         ),
         (("pydantic", "pydantic_core"), "from exactly_once import idempotent", "pydantic"),

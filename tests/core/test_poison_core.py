@@ -59,11 +59,11 @@ from exactly_once import (
     Outcome,
     exactly_once,
 )
+from exactly_once._idempotency_key import IdempotencyKeys, KeyClaim
+from exactly_once._orchestrator import key_partition_of, safe_id
+from exactly_once._records import body_fingerprint
 from exactly_once.decisions import DeadLetterReason, Settlement
 from exactly_once.exceptions import CorruptRecordError
-from exactly_once.idempotency_key import IdempotencyKeys, KeyClaim
-from exactly_once.orchestrator import key_partition_of, safe_id
-from exactly_once.records import body_fingerprint
 from exactly_once.store import Record, RecordStatus
 from orders.domain.received import BodyKind
 from servicebus_emulator import RunningEmulator

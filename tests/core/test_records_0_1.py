@@ -25,7 +25,7 @@ from exactly_once import (
     Refused,
     idempotent,
 )
-from exactly_once.records import RecordStatus, body_fingerprint
+from exactly_once._records import RecordStatus, body_fingerprint
 from exactly_once.store import JsonObject
 
 FIXTURES = Path(__file__).parent / "records_0_1"

@@ -15,7 +15,8 @@ from core_support import lease_ended, unique
 
 from cosmos_emulator import start_in_background
 from exactly_once import CosmosStore, Outcome, StoreError, TransientStoreError, exactly_once
-from exactly_once.claims import Claims
+from exactly_once._claims import Claims
+from exactly_once._records import lease_is_live
 from exactly_once.cosmos import (
     ErrorKinds,
     if_match,
@@ -28,7 +29,6 @@ from exactly_once.cosmos import (
     store_errors,
 )
 from exactly_once.decisions import Settlement
-from exactly_once.records import lease_is_live
 from exactly_once.store import (
     DocumentExistsError,
     Record,

@@ -24,7 +24,7 @@ from fakes import order_payload
 from http_support import RunningWorker, lease_over
 from servers import free_port, stop_process, wait_for_port
 
-from exactly_once.records import Record
+from exactly_once._records import Record
 from orders.adapters.cosmos_client import create_cosmos_client, idempotency_container
 from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
 from orders.adapters.servicebus import create_servicebus_client

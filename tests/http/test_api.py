@@ -27,8 +27,8 @@ from http_support import (
     runtime_over,
 )
 
+from exactly_once._records import Record
 from exactly_once.exceptions import StoreError, TransientStoreError
-from exactly_once.records import Record
 from orders.bootstrap import HttpRuntime
 from orders.domain.hashing import request_hash
 from orders.domain.idempotency import RecordStatus, key_claim, record_id

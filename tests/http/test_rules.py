@@ -10,7 +10,7 @@ from decimal import Decimal
 import pytest
 from fakes import order_payload
 
-from exactly_once.records import Record
+from exactly_once._records import Record
 from orders.adapters.cosmos_idempotency import IntakeRecordShape
 from orders.adapters.servicebus_publisher import order_message_body
 from orders.domain.hashing import request_hash

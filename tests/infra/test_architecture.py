@@ -62,8 +62,8 @@ VIOLATIONS = {
         TYPE_CHECKING_IMPORT.format("orders.service.verify"),
         "No import cycles",
     ),
-    "exactly_once/orchestrator.py": ("import orders.domain.model", "core never imports the app"),
-    "servicebus_emulator/config.py": ("import exactly_once.records", "only the app imports"),
+    "exactly_once/_orchestrator.py": ("import orders.domain.model", "core never imports the app"),
+    "servicebus_emulator/config.py": ("import exactly_once._records", "only the app imports"),
     "servicebus_emulator/ports.py": (
         TYPE_CHECKING_IMPORT.format("servicebus_emulator.queue"),
         "the Service Bus emulator's modules",
@@ -117,7 +117,7 @@ CORE_FOR_THE_APP_ONLY = "only the app imports"
     [
         ("exactly_once/cosmos.py", "import orders.settings", CORE_STANDS_ALONE),
         (
-            "exactly_once/records.py",
+            "exactly_once/_records.py",
             TYPE_CHECKING_IMPORT.format("orders.domain.model"),
             CORE_STANDS_ALONE,
         ),

@@ -100,12 +100,16 @@ def test_the_guides_layout_lists_each_public_modules_all(module: str) -> None:
 
 
 def test_every_module_of_the_package_is_public_or_named_the_implementation() -> None:
+    """The layout shows the groups: a public module's name is plain, the implementation's
+    starts with an underscore, and the guide lists each."""
     modules = {
         f"exactly_once.{path.stem}" for path in PACKAGE.glob("*.py") if path.stem != "__init__"
     }
     public, implementation = set(PUBLIC) - {"exactly_once"}, implementation_modules()
     assert not public & implementation
     assert modules == public | implementation
+    assert all(module.split(".")[1].startswith("_") for module in implementation)
+    assert not any(module.split(".")[1].startswith("_") for module in public)
 
 
 def test_what_the_app_imports_from_the_core_is_all_public() -> None:
@@ -125,10 +129,10 @@ def test_what_the_app_imports_is_named_in_the_guide() -> None:
 @pytest.mark.parametrize(
     ("source", "why"),
     [
-        ("from exactly_once.claims import Claims", "exactly_once.claims is not a public module"),
+        ("from exactly_once._claims import Claims", "exactly_once._claims is not a public module"),
         ("from exactly_once.store import Effects", "exactly_once.store.Effects is not in"),
         ("from exactly_once import Retrier", "exactly_once.Retrier is not in"),
-        ("import exactly_once.orchestrator", "exactly_once.orchestrator is not a public"),
+        ("import exactly_once._orchestrator", "exactly_once._orchestrator is not a public"),
     ],
 )
 def test_the_check_refuses_an_import_past_the_surface(source: str, why: str) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from exactly_once import Backoff, BudgetError
-from exactly_once.budgets import DEFAULT_ATTEMPT_SECONDS, timespan_seconds
+from exactly_once._budgets import DEFAULT_ATTEMPT_SECONDS, timespan_seconds
 from exactly_once.retries import LockRenewal
 from orders.entrypoints.functions import function_retrier, hold_function_budgets
 

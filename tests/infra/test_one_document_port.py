@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import exactly_once.cosmos
-from exactly_once.ports import DocumentCreator, DocumentStore
+from exactly_once._ports import DocumentCreator, DocumentStore
 from orders.service import ports
 from orders.service.consumer import OrderConsumer
 from orders.service.saga import OrderSaga

@@ -44,20 +44,20 @@ CORE_CLASSES = {
 }
 # Functions the app must not define (at any depth): the core's one mechanism for each.
 CORE_FUNCTIONS = {
-    "lease_is_live": "exactly_once.records.lease_is_live",
-    "lease_seconds_left": "exactly_once.records.lease_seconds_left",
+    "lease_is_live": "exactly_once.store.lease_is_live",
+    "lease_seconds_left": "exactly_once.store.lease_seconds_left",
     "settle": "exactly_once.decisions.settle",
     "decision_for_error": "exactly_once.decisions.decision_for_error",
     "from_core": "the core's Decision is the app's: there is nothing to bridge",
 }
 # Module-level names the app must not bind: the core's constants.
 CORE_CONSTANTS = {
-    "DEFAULT_LEASE_SECONDS": "exactly_once.records.DEFAULT_LEASE_SECONDS",
+    "DEFAULT_LEASE_SECONDS": "exactly_once.options.DEFAULT_LEASE_SECONDS",
 }
 # Names defined exactly once across the core and the app together (`module:name`).
 DEFINED_ONCE = {
-    "DEFAULT_LEASE_SECONDS": "records.py",
-    "lease_is_live": "records.py",
+    "DEFAULT_LEASE_SECONDS": "_records.py",
+    "lease_is_live": "_records.py",
 }
 
 
@@ -143,7 +143,7 @@ def test_each_lease_name_is_defined_once_in_the_core_and_the_app(name: str, home
 
 def test_one_lease_formula_reads_a_writes_time() -> None:
     """A lease ends `lease_seconds` after the end of its write's second: one function says
-    so (`exactly_once.records.lease_end_s`); everything else asks it."""
+    so (`exactly_once._records.lease_end_s`); everything else asks it."""
     readers = []
     for root in (CORE, APP):
         for where, tree in parsed(root):
@@ -159,7 +159,7 @@ def test_one_lease_formula_reads_a_writes_time() -> None:
                 if reads:
                     readers.append(f"{where}:{function.name}")
 
-    assert readers == [f"{(CORE / 'records.py').relative_to(ROOT)}:lease_end_s"]
+    assert readers == [f"{(CORE / '_records.py').relative_to(ROOT)}:lease_end_s"]
 
 
 def app_enums() -> Iterator[tuple[str, str, list[str]]]:

@@ -26,8 +26,8 @@ from azure.cosmos.aio import CosmosClient
 from fakes import FakeDocumentStore, FakeOrderStore, new_write
 from servers import CosmosServer, KnownGaps, expect_known_gap
 
+from exactly_once._ports import DocumentStore
 from exactly_once.exceptions import DocumentExistsError, RecordChangedError, TransientStoreError
-from exactly_once.ports import DocumentStore
 from orders.adapters.cosmos_client import order_partitioned_store
 from orders.domain.messages import MAX_LINES_PER_ORDER
 

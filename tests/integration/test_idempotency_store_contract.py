@@ -17,8 +17,8 @@ from azure.cosmos import PartitionKey
 from azure.cosmos.aio import CosmosClient
 from fakes import FakeIdempotencyStore
 
+from exactly_once._records import Record, lease_is_live
 from exactly_once.exceptions import PayloadMismatchError, RecordChangedError, RecordExistsError
-from exactly_once.records import Record, lease_is_live
 from orders.adapters.cosmos_idempotency import CosmosIdempotencyStore
 from orders.domain.idempotency import (
     CANCEL_OPERATION,

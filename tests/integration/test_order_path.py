@@ -144,9 +144,9 @@ async def test_an_order_message_goes_from_the_trigger_to_its_settlement_in_at_mo
 # between the consumer and the core's CosmosStore.
 NATURAL_PATH = [
     "orders.entrypoints.functions",  # the trigger's body: the host's message as the core's
-    "exactly_once.backoff",  # a transient failure decided again after a backoff
+    "exactly_once._backoff",  # a transient failure decided again after a backoff
     "orders.service.consumer",  # parse, hash, lay out the order's documents
-    "exactly_once.orchestrator",  # create_or_find: the order document is its own marker
+    "exactly_once._orchestrator",  # create_or_find: the order document is its own marker
     "exactly_once.cosmos",  # the core's CosmosStore: one transactional batch
     "exactly_once.decisions",  # settle(): the decision's one mapping to the broker
     "exactly_once.servicebus",  # the core's settler over the host's message actions

@@ -22,8 +22,8 @@ from fakes import FakeFencedDocuments, FakeShapedRecords
 from servers import CosmosServer
 
 from exactly_once import CosmosStore
+from exactly_once._records import RecordStatus, lease_is_live
 from exactly_once.exceptions import RecordChangedError, RecordExistsError
-from exactly_once.records import RecordStatus, lease_is_live
 from exactly_once.store import Record, RecordStore
 from orders.adapters.cosmos_billing import ChargeRecordShape, billing_stores
 

@@ -1,4 +1,4 @@
-"""Backing off in place (`exactly_once.backoff`), on a fake clock: the default budget outlasts
+"""Backing off in place (`exactly_once._backoff`), on a fake clock: the default budget outlasts
 a 60 s store outage within one delivery, whatever the jitter draws and however long the SDK's
 own retries make each failed attempt; a longer outage costs one delivery per budget; transient
 decisions wait, an unexpected failure gets a few immediate retries, each wait is logged (as a
@@ -32,7 +32,7 @@ from exactly_once import (
     TransientStoreError,
     exactly_once,
 )
-from exactly_once.backoff import is_retried
+from exactly_once._backoff import is_retried
 from exactly_once.decisions import Decision as AppDecision
 from exactly_once.decisions import Outcome as AppOutcome
 from exactly_once.decisions import Settlement as AppSettlement

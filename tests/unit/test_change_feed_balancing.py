@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from fakes import FakeLeaseStore
 
+from exactly_once._records import Stamp
 from exactly_once.change_feed import (
     ChangeFeedProcessor,
     ChangePage,
@@ -17,7 +18,6 @@ from exactly_once.change_feed import (
     LeaseTable,
     leases_to_take,
 )
-from exactly_once.records import Stamp
 
 NOW_MS = 1_800_000_000_000
 NOW_S = NOW_MS // 1000

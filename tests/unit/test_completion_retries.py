@@ -13,9 +13,9 @@ import pytest
 from fakes import FakeIdempotencyStore
 
 from exactly_once import TransientStoreError
-from exactly_once.claims import Claims, pending_completions
+from exactly_once._claims import Claims, pending_completions
+from exactly_once._records import JsonInput
 from exactly_once.options import CompletionRetries
-from exactly_once.records import JsonInput
 from exactly_once.store import CompletionFailedError, Record, RecordStatus
 
 OWNER = "http-first"

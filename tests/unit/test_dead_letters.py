@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from exactly_once.records import Record, Stamp
+from exactly_once._records import Record, Stamp
 from orders.domain.dead_letters import (
     DeadLetter,
     Selection,

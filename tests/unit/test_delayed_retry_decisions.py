@@ -14,7 +14,7 @@ from poison_corpus import core_hostile_retry_properties
 from sdk_messages import received_message
 
 from exactly_once import Decision, DelayedRetries, Outcome
-from exactly_once.attempts import one_delivery
+from exactly_once._attempts import one_delivery
 from exactly_once.decisions import DeadLetterReason, Settlement, settle
 from exactly_once.delayed_retries import (
     MAX_MESSAGE_ID_CHARS,

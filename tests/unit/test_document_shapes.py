@@ -3,7 +3,7 @@ and the service layer works on what the ports hand over.
 
 Cosmos adds `_etag`, `_ts`, `_rid`, ... to every document and expires one by its `ttl`; the
 adapters (and the fakes that stand in for them) read and write those, and hand the domain a
-document's own fields with its version apart (`exactly_once.records.StoredDocument`). A domain
+document's own fields with its version apart (`exactly_once._records.StoredDocument`). A domain
 or service module that names one of them, or strips them by their leading underscore, has taken
 the storage shape back in.
 

@@ -3,13 +3,13 @@ signals first, then the core's frame, whose decisions are the app's, naming the 
 
 from __future__ import annotations
 
+from exactly_once._records import Record, RecordStatus
 from exactly_once.decisions import Decision, Outcome, Settlement
 from exactly_once.exceptions import (
     InProgressElsewhereError,
     PayloadMismatchError,
     StoreRefusedError,
 )
-from exactly_once.records import Record, RecordStatus
 from orders.exceptions import TransientPublishError
 from orders.service.subscriber import decided
 

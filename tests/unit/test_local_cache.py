@@ -1,4 +1,4 @@
-"""The in-process cache of completed keys (`exactly_once.cache.LocalCache`), on a clock the test
+"""The in-process cache of completed keys (`exactly_once._cache.LocalCache`), on a clock the test
 moves: bounded in size (the least recently used go first) and in time, scoped, and answering
 only an exact repeat (another hash is for the store to judge). tests/core/test_request_counts.py
 counts what it saves on the wire."""

@@ -23,8 +23,8 @@ from exactly_once import (
     cloud_event_key,
     exactly_once,
 )
-from exactly_once.attempts import current_delivery, one_delivery
-from exactly_once.claims import Claims
+from exactly_once._attempts import current_delivery, one_delivery
+from exactly_once._claims import Claims
 from exactly_once.store import Record, RecordStatus
 
 EVENT = json.dumps(

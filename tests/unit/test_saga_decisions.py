@@ -22,11 +22,11 @@ from fakes import (
     stored_orders,
 )
 
-from exactly_once.claims import MAX_RACES
+from exactly_once._claims import MAX_RACES
+from exactly_once._ports import DocumentStore
+from exactly_once._records import JsonMapping, StoredDocument
 from exactly_once.decisions import Decision, Outcome, Settlement
 from exactly_once.exceptions import RecordChangedError, TransientStoreError
-from exactly_once.ports import DocumentStore
-from exactly_once.records import JsonMapping, StoredDocument
 from orders.domain.order_outcomes import OrderOutcome
 from orders.domain.payments import Charge, ChargeRequest
 from orders.domain.saga import Fulfilment

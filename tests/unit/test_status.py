@@ -11,8 +11,8 @@ from fakes import LAYOUT, FakeDocumentStore, FakeFencedDocuments
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from exactly_once._records import JsonMapping, StoredDocument
 from exactly_once.decisions import Outcome, Settlement
-from exactly_once.records import JsonMapping, StoredDocument
 from orders.domain.messages import MessageRejected
 from orders.domain.order_outcomes import OrderOutcome
 from orders.domain.received import ReceivedOrderMessage

@@ -1,4 +1,4 @@
-"""The classifier of transient failures (`exactly_once.transient`) and the one error frame that
+"""The classifier of transient failures (`exactly_once._transient`) and the one error frame that
 uses it (`decision_for_error`): what each client library raises when its service is unreachable
 or busy is `transient_failure` (backed off in place); a 401/403, a 404 or a bug is
 `unexpected_failure`; `transient=` and `RetryLater` add the caller's own.
@@ -37,10 +37,10 @@ from azure.servicebus.exceptions import (
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from exactly_once import Outcome, RetryLater, TransientStoreError
-from exactly_once.attempts import one_delivery
+from exactly_once._attempts import one_delivery
+from exactly_once._transient import is_retried_status, transient_check
 from exactly_once.decisions import decision_for_error
 from exactly_once.retries import is_transient
-from exactly_once.transient import is_retried_status, transient_check
 
 
 def closed_port() -> int:
@@ -237,7 +237,7 @@ def test_the_classifier_imports_no_client_library() -> None:
         import sys
         for name in ("aiohttp", "httpx", "azure.core", "azure.core.exceptions"):
             sys.modules[name] = None
-        from exactly_once.transient import is_transient
+        from exactly_once._transient import is_transient
         assert is_transient(ConnectionResetError()) and is_transient(TimeoutError())
         assert not is_transient(ValueError())
         """
@@ -247,7 +247,7 @@ def test_the_classifier_imports_no_client_library() -> None:
         [
             sys.executable,
             "-c",
-            "import sys; from exactly_once.transient import is_transient; "
+            "import sys; from exactly_once._transient import is_transient; "
             "is_transient(ConnectionError()); "
             "print(sorted(m for m in ('aiohttp', 'httpx', 'azure.core') if m in sys.modules))",
         ],

@@ -1,7 +1,7 @@
 """Idempotency-Key rules: key syntax, record ids, what a key's record carries, and when an
 operator may evict one.
 
-A key's record is the `exactly_once` core's record (`exactly_once.records.Record`): creating it
+A key's record is the `exactly_once` core's record (`exactly_once.store.Record`): creating it
 claims the key, its stamp fences every later write, and its lease (judged by the database's
 clock) lets a retry take over a claim whose owner crashed. The core's claim state machine
 judges it; this module says what the intake puts in it. Nothing here talks to a store or

@@ -9,7 +9,7 @@ order in `payment_failed`, on that document too, and shipping reserves only a ch
 
 Each of these is a read-decide-write under the read's ETag, run by the core's `update_fenced`:
 a write that lost its race reads the order again and decides anew, within the core's bound
-(`exactly_once.orchestrator.MAX_RACES`), past which the caller retries later (the broker, or
+(`exactly_once.store.MAX_RACES`), past which the caller retries later (the broker, or
 the client with its key).
 """
 

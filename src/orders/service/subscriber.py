@@ -23,7 +23,7 @@ from orders.service.saga import EventRefused
 
 # What the core cannot know is transient: the app's publish port wraps the broker's SDK errors
 # (ports.py). The store's, the payment provider's (billing raises the core's `RetryLater`) and
-# every client library's are the core's own classification (`exactly_once.transient`).
+# every client library's are the core's own classification (`exactly_once.retries.is_transient`).
 APP_TRANSIENT = (TransientPublishError,)
 
 

@@ -23,7 +23,7 @@ from azure.cosmos.aio import ContainerProxy, CosmosClient
 
 from cosmos_emulator import start_in_background
 from exactly_once import CosmosStore, Effects, Refused, idempotent
-from exactly_once.records import body_fingerprint
+from exactly_once._records import body_fingerprint
 from exactly_once.store import JsonObject
 
 HERE = Path(__file__).parent

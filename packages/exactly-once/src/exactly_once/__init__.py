@@ -7,10 +7,11 @@ The top level holds what a consumer needs: the decorator and its options, the me
 outcomes, the errors, the store. The rest is grouped by task in public submodules, each with
 its own `__all__`: `servicebus` (hosts and settlers), `worker` (a worker of your own),
 `retries` and `delayed_retries`, `decisions` (settling a decision yourself), `options`,
+`exceptions` (every error),
 `store` (the port for a store of your own, the records, the mechanisms on documents of your
 own shape), `cosmos`, `keys` and `http` (`Idempotency-Key`), `change_feed` and
-`cosmos_change_feed`, `telemetry`. Every other module is the implementation and may change in
-any release (the guide's "Layout" lists both).
+`cosmos_change_feed`, `telemetry`. The modules whose names start with an underscore are the
+implementation and may change in any release (the guide's "Layout" lists both).
 
 Importing the package is cheap: each public name is imported from its module on first use (PEP
 562), so a program that needs the records, decisions or exceptions alone never loads the Azure
@@ -24,8 +25,13 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from exactly_once.backoff import Backoff
-    from exactly_once.cache import LocalCache
+    from exactly_once._backoff import Backoff
+    from exactly_once._cache import LocalCache
+    from exactly_once._functions import idempotent
+    from exactly_once._message_keys import Delivered, cloud_event_key, from_message, message_id_key
+    from exactly_once._orchestrator import AdjustmentRule, Effects, TwoPhaseResult
+    from exactly_once._ports import Store
+    from exactly_once._retention import Retention
     from exactly_once.cosmos import CosmosStore
     from exactly_once.decisions import DeadLetterReason, Decision, Outcome
     from exactly_once.delayed_retries import DelayedRetries
@@ -42,12 +48,7 @@ if TYPE_CHECKING:
         StoreError,
         TransientStoreError,
     )
-    from exactly_once.functions import idempotent
-    from exactly_once.message_keys import Delivered, cloud_event_key, from_message, message_id_key
     from exactly_once.options import ConsumerOptions
-    from exactly_once.orchestrator import AdjustmentRule, Effects, TwoPhaseResult
-    from exactly_once.ports import Store
-    from exactly_once.retention import Retention
     from exactly_once.servicebus import ExactlyOnceConsumer, exactly_once
 
 # Public name -> the module of the package that defines it.
@@ -57,17 +58,17 @@ _MODULE_OF: dict[str, str] = {
     "ExactlyOnceConsumer": "servicebus",
     "ConsumerOptions": "options",
     # The mechanisms, bound to one message, and what they return.
-    "Effects": "orchestrator",
-    "TwoPhaseResult": "orchestrator",
-    "AdjustmentRule": "orchestrator",
+    "Effects": "_orchestrator",
+    "TwoPhaseResult": "_orchestrator",
+    "AdjustmentRule": "_orchestrator",
     "Outcome": "decisions",
     "Decision": "decisions",
     "DeadLetterReason": "decisions",
     # A message's key.
-    "Delivered": "message_keys",
-    "message_id_key": "message_keys",
-    "from_message": "message_keys",
-    "cloud_event_key": "message_keys",
+    "Delivered": "_message_keys",
+    "message_id_key": "_message_keys",
+    "from_message": "_message_keys",
+    "cloud_event_key": "_message_keys",
     # The errors: what an effect raises, what the core raises.
     "ExactlyOnceError": "exceptions",
     "Refused": "exceptions",
@@ -82,13 +83,13 @@ _MODULE_OF: dict[str, str] = {
     "BudgetError": "exceptions",
     # The store, how long it keeps records, and the options' other values.
     "CosmosStore": "cosmos",
-    "Store": "ports",
-    "Retention": "retention",
-    "Backoff": "backoff",
+    "Store": "_ports",
+    "Retention": "_retention",
+    "Backoff": "_backoff",
     "DelayedRetries": "delayed_retries",
-    "LocalCache": "cache",
+    "LocalCache": "_cache",
     # Any async function made idempotent.
-    "idempotent": "functions",
+    "idempotent": "_functions",
 }
 
 __all__ = [

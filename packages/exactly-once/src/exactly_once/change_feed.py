@@ -17,7 +17,7 @@ the .NET processor's split into roles, in far fewer lines:
   handler and checkpoints only after the handler returned, while a renewer keeps the lease.
 
 A lease is live while the database's time is within `leaseSeconds` of the `_ts` of its last
-write, read in the same request (`exactly_once.records.lease_is_live`, the rule records
+write, read in the same request (`exactly_once._records.lease_is_live`, the rule records
 follow too). An instance whose clock is wrong can neither steal a live lease nor keep a dead one.
 
 Delivery is at least once: a handler that raises leaves the continuation where it was, so the
@@ -69,8 +69,8 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from exactly_once._records import Stamp, lease_is_live
 from exactly_once.exceptions import ExactlyOnceError, RecordChangedError
-from exactly_once.records import Stamp, lease_is_live
 
 __all__ = [
     "DEFAULT_ACQUIRE_SECONDS",

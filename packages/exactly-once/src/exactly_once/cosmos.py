@@ -32,16 +32,7 @@ from azure.core.exceptions import ServiceRequestError, ServiceResponseError
 from azure.cosmos import exceptions as cosmos_errors
 from azure.cosmos.aio import ContainerProxy
 
-from exactly_once.exceptions import (
-    CorruptRecordError,
-    DocumentExistsError,
-    RecordChangedError,
-    RecordExistsError,
-    StoreError,
-    StoreRefusedError,
-    TransientStoreError,
-)
-from exactly_once.records import (
+from exactly_once._records import (
     JsonInput,
     JsonMapping,
     JsonObject,
@@ -51,6 +42,15 @@ from exactly_once.records import (
     RecordStatus,
     Stamp,
     StoredDocument,
+)
+from exactly_once.exceptions import (
+    CorruptRecordError,
+    DocumentExistsError,
+    RecordChangedError,
+    RecordExistsError,
+    StoreError,
+    StoreRefusedError,
+    TransientStoreError,
 )
 
 __all__ = [

@@ -28,6 +28,7 @@ from typing import Any
 from azure.cosmos import exceptions as cosmos_errors
 from azure.cosmos.aio import ContainerProxy
 
+from exactly_once._records import Stamp
 from exactly_once.change_feed import (
     DEFAULT_FEED_LEASE_SECONDS,
     ChangePage,
@@ -38,7 +39,6 @@ from exactly_once.change_feed import (
 )
 from exactly_once.cosmos import RecordFields, if_match, if_match_write, store_errors
 from exactly_once.exceptions import CorruptRecordError, TransientStoreError
-from exactly_once.records import Stamp
 
 __all__ = [
     "DEFAULT_LEASE_PREFIX",

@@ -11,7 +11,9 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Protocol
 
-from exactly_once.attempts import current_delivery
+from exactly_once._attempts import current_delivery
+from exactly_once._logs import log_value
+from exactly_once._transient import Transient, transient_check
 from exactly_once.exceptions import (
     CorruptRecordError,
     DocumentExistsError,
@@ -24,8 +26,6 @@ from exactly_once.exceptions import (
     StoreRefusedError,
     TransientStoreError,
 )
-from exactly_once.logs import log_value
-from exactly_once.transient import Transient, transient_check
 
 __all__ = [
     "DeadLetterReason",
@@ -244,7 +244,7 @@ def decision_for_error(
     - refused: no attempt can succeed (`Refused`, a reused key, a write the store refuses):
       dead-lettered at once;
     - transient: the store or a downstream is unreachable or busy for now (`RetryLater`,
-      `TransientStoreError`, a lost race, what `exactly_once.transient.is_transient` knows of
+      `TransientStoreError`, a lost race, what `exactly_once._transient.is_transient` knows of
       the standard library, aiohttp, httpx and the Azure SDKs, and what `transient` adds):
       `TRANSIENT_FAILURE`, decided again after a backoff;
     - unexpected: anything else (a bug, a 401/403 from a missing role): `UNEXPECTED_FAILURE`,

@@ -1,7 +1,7 @@
 """Delayed retries: when backing off in place has not fixed a failure, the message comes back
 later as a scheduled copy, a bounded number of times, and only then is it dead-lettered.
 
-Why: a delivery that spent its in-place budget (`exactly_once.backoff`) and is abandoned comes
+Why: a delivery that spent its in-place budget (`exactly_once._backoff`) and is abandoned comes
 back at once, so a downstream that is down for ten minutes spends MaxDeliveryCount deliveries
 in a few budgets and the message is dead-lettered (`MaxDeliveryCountExceeded`) although nothing
 was wrong with it. NServiceBus and MassTransit answer with delayed retries (on Service Bus, a
@@ -60,7 +60,8 @@ from azure.servicebus.aio import ServiceBusClient, ServiceBusSender
 from azure.servicebus.amqp import AmqpMessageBodyType
 from azure.servicebus.exceptions import ServiceBusError
 
-from exactly_once.attempts import current_delivery
+from exactly_once._attempts import current_delivery
+from exactly_once._logs import log_value
 from exactly_once.decisions import (
     DeadLetterReason,
     Decision,
@@ -71,7 +72,6 @@ from exactly_once.decisions import (
     naming,
     truncate,
 )
-from exactly_once.logs import log_value
 from exactly_once.telemetry import Destination
 
 __all__ = [

@@ -2,7 +2,28 @@
 
 from __future__ import annotations
 
-from exactly_once.records import Record, StoredDocument
+from exactly_once._records import Record, StoredDocument
+
+# Every error of the core, under one root (`ExactlyOnceError`).
+__all__ = [
+    "BudgetError",
+    "CompletionFailedError",
+    "CorruptRecordError",
+    "DocumentExistsError",
+    "ExactlyOnceError",
+    "InProgressElsewhereError",
+    "PayloadMismatchError",
+    "PreviouslyFailedError",
+    "RecordChangedError",
+    "RecordExistsError",
+    "Refused",
+    "Rejected",
+    "RetentionError",
+    "RetryLater",
+    "StoreError",
+    "StoreRefusedError",
+    "TransientStoreError",
+]
 
 
 class ExactlyOnceError(Exception):
@@ -35,7 +56,7 @@ class RetentionError(ExactlyOnceError, ValueError):
 
 class BudgetError(ExactlyOnceError, ValueError):
     """A backoff budget plus the longest attempt that does not fit under the host's
-    lock-renewal horizon (`exactly_once.budgets`): raised when the consumer or worker is built."""
+    lock-renewal horizon (`exactly_once._budgets`): raised when the consumer or worker is built."""
 
 
 class RecordExistsError(ExactlyOnceError):

@@ -7,12 +7,12 @@ bounds, the problem type; the key's own limits and validation, which need no Fas
     keys = IdempotencyKeys(store, scope="greetings")
     answer_problems(app)
 
-See `exactly_once.idempotency_key` for the flow; this module is its public face.
+See `exactly_once._idempotency_key` for the flow; this module is its public face.
 """
 
 from __future__ import annotations
 
-from exactly_once.idempotency_key import (
+from exactly_once._idempotency_key import (
     DEFAULT_MAX_REQUEST_BYTES,
     DescribeRequest,
     IdempotencyKeys,
@@ -24,7 +24,7 @@ from exactly_once.idempotency_key import (
     request_fingerprint,
     validate_key,
 )
-from exactly_once.problems import PROBLEM_JSON, REPLAYED_HEADER, Problem
+from exactly_once._problems import PROBLEM_JSON, REPLAYED_HEADER, Problem
 
 __all__ = [
     "DEFAULT_MAX_REQUEST_BYTES",

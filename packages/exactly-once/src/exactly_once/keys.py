@@ -1,7 +1,7 @@
 """Idempotency keys without a web framework: the key's rules, its record's id, and the claim of
 one request under it.
 
-`exactly_once.idempotency_key.IdempotencyKeys` is the FastAPI dependency built on this module.
+`exactly_once._idempotency_key.IdempotencyKeys` is the FastAPI dependency built on this module.
 A host that is not a FastAPI route, or whose records carry more than the dependency writes (a
 request hash of its own, data its lookups need), uses `KeyedRequests` directly: the same claim
 state machine and the same rules, so a fix in one reaches the other.
@@ -14,9 +14,9 @@ import json
 import math
 from enum import StrEnum
 
-from exactly_once.claims import Claims, CompletionRetries
-from exactly_once.ports import RecordStore
-from exactly_once.records import JsonInput, Record
+from exactly_once._claims import Claims, CompletionRetries
+from exactly_once._ports import RecordStore
+from exactly_once._records import JsonInput, Record
 
 __all__ = [
     "HEADER",

@@ -19,19 +19,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
 
-from exactly_once.budgets import FUNCTIONS_LOCK_RENEWAL, LockRenewal
-from exactly_once.claims import DEFAULT_MAX_WAIT_SECONDS, CompletionRetries, pending_completions
+from exactly_once._budgets import FUNCTIONS_LOCK_RENEWAL, LockRenewal
+from exactly_once._claims import DEFAULT_MAX_WAIT_SECONDS, CompletionRetries, pending_completions
+from exactly_once._message_keys import KeyOf, PayloadOf
+from exactly_once._records import DEFAULT_EXPIRES_AFTER_SECONDS, DEFAULT_LEASE_SECONDS
+from exactly_once._retention import DEFAULT_RETENTION, Retention
 from exactly_once.exceptions import RetentionError
-from exactly_once.message_keys import KeyOf, PayloadOf
-from exactly_once.records import DEFAULT_EXPIRES_AFTER_SECONDS, DEFAULT_LEASE_SECONDS
-from exactly_once.retention import DEFAULT_RETENTION, Retention
 
 if TYPE_CHECKING:
-    from exactly_once.backoff import Backoff
-    from exactly_once.cache import LocalCache
+    from exactly_once._backoff import Backoff
+    from exactly_once._cache import LocalCache
+    from exactly_once._transient import Transient
     from exactly_once.delayed_retries import DelayedRetries
     from exactly_once.telemetry import Telemetry
-    from exactly_once.transient import Transient
 
 # The options of a consumer (and of `@idempotent`, `IdempotencyKeys`: `CompletionRetries`), the
 # types of the functions they take, and their defaults.
@@ -85,7 +85,7 @@ class ConsumerOptions(Generic[Message]):
     - `lock_renewal`: the host's lock-renewal horizon, which `backoff`'s budget must fit
       (checked when the consumer is built: `BudgetError`).
     - `transient`: exceptions of yours (types, or a predicate) backed off in place as
-      `transient_failure` (`exactly_once.transient`; raising `RetryLater` says the same).
+      `transient_failure` (`exactly_once._transient`; raising `RetryLater` says the same).
     - `delayed_retries`: how often and how much later a failure the backoff did not fix comes
       back, where the host can schedule it (`DelayedRetries()`: 3 times, 1, 2 and 3 minutes
       later).

@@ -10,10 +10,10 @@ them for you (`ConsumerOptions(backoff=..., delayed_retries=..., lock_renewal=..
 
 from __future__ import annotations
 
-from exactly_once.attempts import current_delivery, delivery_owner, one_delivery
-from exactly_once.backoff import Backoff, Retrier, Retry
-from exactly_once.budgets import FUNCTIONS_LOCK_RENEWAL, LockRenewal
-from exactly_once.transient import Transient, is_transient
+from exactly_once._attempts import current_delivery, delivery_owner, one_delivery
+from exactly_once._backoff import Backoff, Retrier, Retry
+from exactly_once._budgets import FUNCTIONS_LOCK_RENEWAL, LockRenewal
+from exactly_once._transient import Transient, is_transient
 
 __all__ = [
     "FUNCTIONS_LOCK_RENEWAL",

@@ -22,8 +22,13 @@ from azure.servicebus import ServiceBusReceivedMessage
 from azure.servicebus.aio import ServiceBusReceiver
 from azure.servicebus.amqp import AmqpMessageBodyType
 
-from exactly_once.attempts import current_delivery, delivery_owner
-from exactly_once.backoff import Retrier
+from exactly_once._attempts import current_delivery, delivery_owner
+from exactly_once._backoff import Retrier
+from exactly_once._logs import log_outcome, log_value
+from exactly_once._message_keys import Delivered, KeyOf, message_id_key
+from exactly_once._orchestrator import Effects
+from exactly_once._ports import DocumentStore, RecordStore, Store
+from exactly_once._records import body_fingerprint, fingerprint
 from exactly_once.decisions import (
     DeadLetterReason,
     Decision,
@@ -44,12 +49,7 @@ from exactly_once.delayed_retries import (
     received_redelivery,
 )
 from exactly_once.exceptions import Rejected
-from exactly_once.logs import log_outcome, log_value
-from exactly_once.message_keys import Delivered, KeyOf, message_id_key
 from exactly_once.options import ConsumerOptions
-from exactly_once.orchestrator import Effects
-from exactly_once.ports import DocumentStore, RecordStore, Store
-from exactly_once.records import body_fingerprint, fingerprint
 from exactly_once.telemetry import BrokerDelivery as Delivery
 from exactly_once.telemetry import Destination, Telemetry
 

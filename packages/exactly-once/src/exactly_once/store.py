@@ -18,16 +18,8 @@ mechanisms that need no message (on documents of your own shape).
 
 from __future__ import annotations
 
-from exactly_once.claims import Claims
-from exactly_once.exceptions import (
-    CompletionFailedError,
-    CorruptRecordError,
-    DocumentExistsError,
-    RecordChangedError,
-    RecordExistsError,
-    StoreRefusedError,
-)
-from exactly_once.orchestrator import (
+from exactly_once._claims import MAX_RACES, Claims
+from exactly_once._orchestrator import (
     DownstreamCall,
     Found,
     VersionedChange,
@@ -36,8 +28,8 @@ from exactly_once.orchestrator import (
     create_or_find,
     update_fenced,
 )
-from exactly_once.ports import DocumentCreator, DocumentStore, RecordStore, Store
-from exactly_once.records import (
+from exactly_once._ports import DocumentCreator, DocumentStore, RecordStore, Store
+from exactly_once._records import (
     JsonInput,
     JsonMapping,
     JsonObject,
@@ -53,8 +45,17 @@ from exactly_once.records import (
     lease_is_live,
     lease_seconds_left,
 )
+from exactly_once.exceptions import (
+    CompletionFailedError,
+    CorruptRecordError,
+    DocumentExistsError,
+    RecordChangedError,
+    RecordExistsError,
+    StoreRefusedError,
+)
 
 __all__ = [
+    "MAX_RACES",
     "Claims",
     "CompletionFailedError",
     "CorruptRecordError",

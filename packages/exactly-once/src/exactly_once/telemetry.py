@@ -26,8 +26,8 @@ from opentelemetry import metrics, propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.util.types import AttributeValue
 
+from exactly_once._logs import log_value
 from exactly_once.decisions import Outcome, Settleable, Settlement
-from exactly_once.logs import log_value
 
 __all__ = [
     "INSTRUMENTATION_NAME",
@@ -244,14 +244,14 @@ class Telemetry:
             self._count(decision, consumer)
 
     def count_backoff(self, outcome: str, source: str) -> None:
-        """Count one wait before a message is decided again (see `exactly_once.backoff`)."""
+        """Count one wait before a message is decided again (see `exactly_once._backoff`)."""
         attributes = {"exactly_once.outcome": outcome}
         if source:
             attributes["messaging.destination.name"] = source
         self._backoffs.add(1, attributes)
 
     def count_takeover(self) -> None:
-        """Count one claim taken over from an owner whose lease ended (`exactly_once.claims`)."""
+        """Count one claim taken over from an owner whose lease ended (`exactly_once._claims`)."""
         self._takeovers.add(1)
 
     def _span_attributes(self, delivered: BrokerDelivery) -> dict[str, AttributeValue]:

@@ -55,8 +55,9 @@ from azure.servicebus.aio import (
 )
 from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusError
 
-from exactly_once.backoff import Backoff, Retrier
-from exactly_once.budgets import DEFAULT_ATTEMPT_SECONDS, LockRenewal
+from exactly_once._backoff import Backoff, Retrier
+from exactly_once._budgets import DEFAULT_ATTEMPT_SECONDS, LockRenewal
+from exactly_once._logs import log_value
 from exactly_once.decisions import Settleable, naming, settle
 from exactly_once.delayed_retries import (
     CopyScheduler,
@@ -67,7 +68,6 @@ from exactly_once.delayed_retries import (
     original_message_id,
     received_redelivery,
 )
-from exactly_once.logs import log_value
 from exactly_once.servicebus import ReceiverSettler, delivered
 from exactly_once.telemetry import Destination, failed
 
@@ -113,9 +113,9 @@ class WorkerOptions:
     """After `stop`, how long messages in flight may finish before they are abandoned."""
     backoff: Backoff = field(default_factory=Backoff)
     """How long a transient decision is decided again, the message held under lock renewal,
-    before it is abandoned (`exactly_once.backoff`)."""
+    before it is abandoned (`exactly_once._backoff`)."""
     attempt_seconds: float = DEFAULT_ATTEMPT_SECONDS
-    """The longest one attempt of `handle` may take (your bound; `exactly_once.budgets`)."""
+    """The longest one attempt of `handle` may take (your bound; `exactly_once._budgets`)."""
     delayed_retries: DelayedRetries = field(default_factory=DelayedRetries)
     """How often, and how much later, a failure the backoff did not fix comes back as a
     scheduled copy before it is dead-lettered (`exactly_once.delayed_retries`); `run_worker`

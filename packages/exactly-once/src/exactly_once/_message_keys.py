@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from exactly_once.records import JsonInput
+from exactly_once._records import JsonInput
 
 Message = TypeVar("Message")
 

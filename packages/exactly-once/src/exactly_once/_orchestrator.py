@@ -34,18 +34,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, TypeVar
 
-from exactly_once.attempts import current_delivery
-from exactly_once.claims import DEFAULT_MAX_WAIT_SECONDS, MAX_RACES, Claims
-from exactly_once.decisions import Outcome
-from exactly_once.exceptions import (
-    DocumentExistsError,
-    PayloadMismatchError,
-    RecordChangedError,
-    Refused,
-    RetryLater,
-)
-from exactly_once.ports import DocumentCreator, DocumentStore, RecordStore
-from exactly_once.records import (
+from exactly_once._attempts import current_delivery
+from exactly_once._claims import DEFAULT_MAX_WAIT_SECONDS, MAX_RACES, Claims
+from exactly_once._ports import DocumentCreator, DocumentStore, RecordStore
+from exactly_once._records import (
     DEFAULT_LEASE_SECONDS,
     JsonInput,
     JsonMapping,
@@ -54,8 +46,16 @@ from exactly_once.records import (
     RecordStatus,
     StoredDocument,
 )
-from exactly_once.retention import DEFAULT_RETENTION, Retention
-from exactly_once.transient import Transient, transient_check
+from exactly_once._retention import DEFAULT_RETENTION, Retention
+from exactly_once._transient import Transient, transient_check
+from exactly_once.decisions import Outcome
+from exactly_once.exceptions import (
+    DocumentExistsError,
+    PayloadMismatchError,
+    RecordChangedError,
+    Refused,
+    RetryLater,
+)
 
 INBOX_TYPE = "exactlyOnceInbox"
 # The marker of an adjustment: in the batch that changed the documents, or alone (a refusal).
@@ -126,7 +126,7 @@ class Effects:
     """The mechanisms, bound to one unit of work: the consumer (the scope of its keys: its
     name, or its `key_prefix`), the message's key and its request hash name the records;
     `owner` names this delivery in them, the same on each of its in-place attempts
-    (`exactly_once.attempts.delivery_owner`), so a retry takes its own claim back at once.
+    (`exactly_once._attempts.delivery_owner`), so a retry takes its own claim back at once.
 
     `key` is the message's key (its MessageId when None), as the producer spelt it; `safe_key`
     is the same key as an id Cosmos DB takes (`safe_id`: itself when it is one), for a document
@@ -309,9 +309,9 @@ class Effects:
         and propagates.
 
         `transient` adds exceptions of the call's (types, or a predicate) to those that mean
-        "unreachable or busy for now" (`exactly_once.transient`): such an error propagates as
+        "unreachable or busy for now" (`exactly_once._transient`): such an error propagates as
         `RetryLater` (raised from it), so the message backs off in place whatever consumer
-        decides it. Within one delivery (`exactly_once.attempts`), an attempt that got the
+        decides it. Within one delivery (`exactly_once._attempts`), an attempt that got the
         call's answer but could not record it leaves the answer for the next attempt, which
         takes its own claim back at once and records it without calling again.
 

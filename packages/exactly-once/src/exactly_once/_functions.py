@@ -12,7 +12,7 @@ next call runs again.
 Once the function has returned, its effect may have happened, and nothing releases the claim:
 recording the return value is retried in place when the store fails transiently, and if it
 still fails the call raises `CompletionFailedError` (a `TransientStoreError`) with the record
-kept in progress and a background write still trying (`exactly_once.claims.CompletionRetries`).
+kept in progress and a background write still trying (`exactly_once._claims.CompletionRetries`).
 A later call with the key waits for it (or is refused in progress) and then gets the replay.
 
     @idempotent(store=store, scope="webhooks", key=lambda event: event.id)
@@ -39,16 +39,13 @@ try:
     from pydantic_core import PydanticSerializationError, to_jsonable_python
 except ModuleNotFoundError as missing:  # an extra, not a dependency: say which to install
     raise ModuleNotFoundError(
-        "@idempotent (exactly_once.functions) needs pydantic: "
-        "pip install 'exactly-once-azure[pydantic]'",
+        "@idempotent needs pydantic: pip install 'exactly-once-azure[pydantic]'",
         name=missing.name,
     ) from missing
 
-from exactly_once.claims import DEFAULT_MAX_WAIT_SECONDS, Claims, CompletionRetries
-from exactly_once.exceptions import CorruptRecordError
-from exactly_once.keys import key_record_id
-from exactly_once.ports import RecordStore
-from exactly_once.records import (
+from exactly_once._claims import DEFAULT_MAX_WAIT_SECONDS, Claims, CompletionRetries
+from exactly_once._ports import RecordStore
+from exactly_once._records import (
     DEFAULT_EXPIRES_AFTER_SECONDS,
     DEFAULT_LEASE_SECONDS,
     JsonInput,
@@ -57,6 +54,8 @@ from exactly_once.records import (
     RecordStatus,
     fingerprint,
 )
+from exactly_once.exceptions import CorruptRecordError
+from exactly_once.keys import key_record_id
 
 P = ParamSpec("P")
 R = TypeVar("R")

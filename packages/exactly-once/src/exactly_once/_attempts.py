@@ -1,4 +1,4 @@
-"""One delivery of a message across its in-place attempts (`exactly_once.backoff.Retrier`).
+"""One delivery of a message across its in-place attempts (`exactly_once._backoff.Retrier`).
 
 A delivery may be decided several times before it is settled: after a transient failure, or
 an unexpected one retried at once. What must stay the same across those attempts, and what
@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
-from exactly_once.records import JsonInput
+from exactly_once._records import JsonInput
 
 # Logs one outcome line, given how many attempts the delivery took and, when the delivery's
 # settled decision differs from its last attempt's (a delayed retry instead of an abandon), that.

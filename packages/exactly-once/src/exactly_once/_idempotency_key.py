@@ -9,7 +9,7 @@ arrives while the first still runs gets 409 with `Retry-After`; one whose first 
 Once the endpoint calls `claim.complete`, its effect may have happened, and nothing releases the
 claim: a completion write the store fails is retried in place, and if it still fails the request
 is answered 503 (`response-not-recorded`, with `Retry-After`) while the record stays in progress
-and a background write keeps trying (`exactly_once.claims.CompletionRetries`). Only an
+and a background write keeps trying (`exactly_once._claims.CompletionRetries`). Only an
 exception the endpoint raises before it completes releases the claim.
 
 The body is read by the dependency, at most `max_body_bytes` of it: a `Content-Length` over the
@@ -18,7 +18,7 @@ endpoint parses `claim.body`; a body parameter would make FastAPI read the whole
 any dependency runs.
 
 Every refusal is a `KeyProblem` (a FastAPI `HTTPException`) carrying its problem from
-`exactly_once.problems`; `answer_problems(app)` installs the handler that answers it as
+`exactly_once._problems`; `answer_problems(app)` installs the handler that answers it as
 `application/problem+json` (RFC 9457), as draft-ietf-httpapi-idempotency-key-header-07 §2.7
 asks. A replay carries `Idempotent-Replayed: true`.
 
@@ -47,12 +47,36 @@ try:
     from fastapi.responses import JSONResponse, Response
 except ModuleNotFoundError as missing:  # an extra, not a dependency: say which to install
     raise ModuleNotFoundError(
-        "IdempotencyKeys (exactly_once.idempotency_key) needs FastAPI: "
+        "IdempotencyKeys (exactly_once.http) needs FastAPI: "
         "pip install 'exactly-once-azure[fastapi]'",
         name=missing.name,
     ) from missing
 
-from exactly_once.claims import CompletionRetries
+from exactly_once._claims import CompletionRetries
+from exactly_once._ports import RecordStore
+from exactly_once._problems import (
+    DEFAULT_TYPE_PREFIX,
+    PROBLEM_JSON,
+    REPLAYED_HEADER,
+    Problem,
+    body_too_large,
+    invalid_content_length,
+    invalid_key,
+    key_fault_problem,
+    key_reused,
+    request_in_progress,
+    response_not_recorded,
+)
+from exactly_once._records import (
+    DEFAULT_EXPIRES_AFTER_SECONDS,
+    DEFAULT_LEASE_SECONDS,
+    JsonInput,
+    JsonValue,
+    Record,
+    RecordStatus,
+    body_fingerprint,
+    fingerprint,
+)
 from exactly_once.exceptions import (
     CompletionFailedError,
     CorruptRecordError,
@@ -66,30 +90,6 @@ from exactly_once.keys import (
     key_fault,
     key_record_id,
     retry_after_seconds,
-)
-from exactly_once.ports import RecordStore
-from exactly_once.problems import (
-    DEFAULT_TYPE_PREFIX,
-    PROBLEM_JSON,
-    REPLAYED_HEADER,
-    Problem,
-    body_too_large,
-    invalid_content_length,
-    invalid_key,
-    key_fault_problem,
-    key_reused,
-    request_in_progress,
-    response_not_recorded,
-)
-from exactly_once.records import (
-    DEFAULT_EXPIRES_AFTER_SECONDS,
-    DEFAULT_LEASE_SECONDS,
-    JsonInput,
-    JsonValue,
-    Record,
-    RecordStatus,
-    body_fingerprint,
-    fingerprint,
 )
 
 __all__ = [

@@ -9,12 +9,12 @@ message spends time rather than deliveries.
 
 What is retried: a decision that abandons with the outcome `transient_failure` (the store or a
 downstream may answer later: timeouts, 408, 429, 449, 5xx, connection errors; see
-`exactly_once.transient`) or `in_progress_elsewhere` (another delivery holds the work), within
+`exactly_once._transient`) or `in_progress_elsewhere` (another delivery holds the work), within
 the budget; and `unexpected_failure` (a bug, a 401/403 from a missing role), a few times at once
 (`immediate_retries`, short delays), since a glitch may pass while a bug will not. Everything
 else is settled at once: a dead letter is final.
 
-Each attempt of one delivery runs in one `exactly_once.attempts.DeliveryAttempts`: its claims
+Each attempt of one delivery runs in one `exactly_once._attempts.DeliveryAttempts`: its claims
 keep one owner, and only its final decision gets an outcome line; each wait is one INFO line
 that says so ("backing off, deciding again in 2.0 s"), never an abandon that did not happen.
 
@@ -36,9 +36,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from exactly_once.attempts import DeliveryAttempts, one_delivery
+from exactly_once._attempts import DeliveryAttempts, one_delivery
+from exactly_once._logs import log_value
 from exactly_once.decisions import Outcome, Settleable, Settlement
-from exactly_once.logs import log_value
 from exactly_once.telemetry import Telemetry
 
 logger = logging.getLogger("exactly_once.backoff")
@@ -167,7 +167,7 @@ class Retrier:
     ) -> Decided:
         """The first decision that is not retried, or the last one when the budget (or the
         immediate retries) are spent or `stop` is set: the caller settles it. All attempts run
-        in one delivery (`exactly_once.attempts`), whose final outcome line is logged here.
+        in one delivery (`exactly_once._attempts`), whose final outcome line is logged here.
 
         `then` turns the last decision into the one settled (a delayed retry instead of an
         abandon): the outcome line names what is settled, not what the last attempt said."""

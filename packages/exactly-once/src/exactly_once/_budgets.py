@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from exactly_once.backoff import Backoff
+from exactly_once._backoff import Backoff
 from exactly_once.exceptions import BudgetError
 
 # The Functions host's `maxAutoLockRenewalDuration` when host.json does not set it.

@@ -15,7 +15,17 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
-from exactly_once.attempts import current_delivery
+from exactly_once._attempts import current_delivery
+from exactly_once._logs import log_value
+from exactly_once._ports import RecordStore
+from exactly_once._records import (
+    DEFAULT_LEASE_SECONDS,
+    JsonInput,
+    Record,
+    RecordStatus,
+    lease_is_live,
+    lease_seconds_left,
+)
 from exactly_once.decisions import naming
 from exactly_once.exceptions import (
     CompletionFailedError,
@@ -25,16 +35,6 @@ from exactly_once.exceptions import (
     RecordChangedError,
     RecordExistsError,
     TransientStoreError,
-)
-from exactly_once.logs import log_value
-from exactly_once.ports import RecordStore
-from exactly_once.records import (
-    DEFAULT_LEASE_SECONDS,
-    JsonInput,
-    Record,
-    RecordStatus,
-    lease_is_live,
-    lease_seconds_left,
 )
 from exactly_once.telemetry import took_over
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from exactly_once.records import (
+from exactly_once._records import (
     JsonInput,
     JsonMapping,
     Record,

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from exactly_once._records import JsonObject
 from exactly_once.keys import HEADER, MAX_KEY_LENGTH, KeyFault
-from exactly_once.records import JsonObject
 
 PROBLEM_JSON = "application/problem+json"
 # Marks a replayed response, as Stripe does (the draft leaves the marking to the server).

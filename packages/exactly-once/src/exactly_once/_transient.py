@@ -20,7 +20,7 @@ deliveries:
 A retried status is 408, 429 or a 5xx other than 501 and 505 (no retry makes a server
 implement a method or an HTTP version). A 401 or 403 (a missing role after a deploy) is not
 transient: it is an unexpected failure, retried a few times at once and then handed back
-(`exactly_once.backoff`), so that no message waits minutes for a setting an operator fixes.
+(`exactly_once._backoff`), so that no message waits minutes for a setting an operator fixes.
 
 No client library is imported here: a library's exception can only have been raised if its
 module is loaded, so each check looks the module up in `sys.modules` and is skipped when it is
