@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from azure.servicebus import ServiceBusReceivedMessage
 from azure.servicebus.aio import ServiceBusReceiver
@@ -64,6 +64,10 @@ Message = TypeVar("Message")
 Effect = Callable[[Message, Effects], Awaitable[Outcome | Decision]]
 # Your parser: the body's bytes -> your message model (raise anything to reject it).
 Parser = Callable[[bytes], Message]
+# Your reader: the whole received message -> your model, for a consumer that needs more than
+# the body's bytes (application properties, the enqueued time, the body's section) and decides
+# itself what a body it cannot take earns (`exactly_once(read=...)`).
+Reader = Callable[[ServiceBusReceivedMessage], Message]
 # A body above this is dead-lettered before your parser sees it: the Standard tier's maximum
 # message size (256 KB, headers included), so no body the broker can deliver is larger. On
 # Premium (1 MiB by default, up to 100 MB) raise `max_body_bytes` with the entity's limit.
@@ -233,9 +237,9 @@ class ExactlyOnceConsumer(Generic[Message]):
         effect: Effect[Message],
         *,
         consumer: str,
-        parse: Parser[Message],
-        records: RecordStore,
-        documents: DocumentStore,
+        parse: Parser[Message] | None = None,
+        records: RecordStore | None = None,
+        documents: DocumentStore | None = None,
         owner: str | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS,
@@ -251,7 +255,10 @@ class ExactlyOnceConsumer(Generic[Message]):
         lock_renewal: LockRenewal = FUNCTIONS_LOCK_RENEWAL,
         transient: Transient | None = None,
         delayed_retries: DelayedRetries | None = None,
+        read: Reader[Message] | None = None,
     ) -> None:
+        if (parse is None) == (read is None):
+            raise ValueError("give the consumer one of parse= (the body's bytes) or read=")
         if key_prefix is not None and not key_prefix:
             raise ValueError("key_prefix must not be empty: leave it None to scope by consumer")
         if cache is not None and cache.ttl_seconds >= retention.ttl_seconds:
@@ -272,8 +279,10 @@ class ExactlyOnceConsumer(Generic[Message]):
         self._cache = cache
         self._effect = effect
         self._parse = parse
-        self._records = records
-        self._documents = documents
+        self._read = read
+        # Without a store the effect keeps its own records: `effects`' mechanisms refuse.
+        self._records = records or cast(RecordStore, _NoStore(consumer))
+        self._documents = documents or cast(DocumentStore, _NoStore(consumer))
         self._owner = owner or f"{consumer}-{uuid.uuid4().hex[:12]}"
         self._lease_seconds = lease_seconds
         self._max_wait_seconds = max_wait_seconds
@@ -293,7 +302,13 @@ class ExactlyOnceConsumer(Generic[Message]):
     ) -> Decision:
         """Parse, run the effect, and decide; no settlement (any host can settle it).
         `properties` (application properties) and `content_type` are what a key function may
-        read besides the body (`cloud_event_key` in binary mode)."""
+        read besides the body (`cloud_event_key` in binary mode). A consumer made with `read=`
+        decides on received messages only (`decide_message`)."""
+        if self._read is not None:
+            raise TypeError(
+                f"consumer {self.consumer!r} reads whole received messages (read=): "
+                "call decide_message, with_message_actions or with_receiver"
+            )
         sent = _Sent(body, message_id, properties or {}, content_type)
         return await self._observed(message_id, self._decide(sent))
 
@@ -305,7 +320,7 @@ class ExactlyOnceConsumer(Generic[Message]):
             message_id = str(message.message_id) if message.message_id is not None else None
             return await self._observed(message_id, _decided(redelivery), delivered(message))
         message_id = redelivery.message_id
-        if message.body_type is not AmqpMessageBodyType.DATA:
+        if self._read is None and message.body_type is not AmqpMessageBodyType.DATA:
             # A value or sequence section is not the bytes a parser expects (the SDK would hand
             # a value's bytes over as if they were data); no delivery will make it so.
             kind = getattr(message.body_type, "value", message.body_type)
@@ -326,6 +341,7 @@ class ExactlyOnceConsumer(Generic[Message]):
             application_properties(message),
             message.content_type,
             delivery_id=_lock_token(message),
+            received=message,
         )
         return await self._observed(message_id, self._decide(sent), delivered(message))
 
@@ -487,6 +503,8 @@ class ExactlyOnceConsumer(Generic[Message]):
 
     async def _decide(self, sent: _Sent) -> Decision:
         body, message_id = sent.body, sent.message_id
+        if sent.received is not None and self._read is not None:
+            return await self._decide_read(self._read, sent.received, sent)
         if not message_id:
             return Decision.dead_letter(
                 Outcome.REJECTED,
@@ -501,6 +519,7 @@ class ExactlyOnceConsumer(Generic[Message]):
                 f"the body has {len(body)} bytes; this consumer takes at most "
                 f"{self.max_body_bytes}",
             )
+        assert self._parse is not None  # one of the two, checked at construction
         try:
             parsed = self._parse(body)
         except Rejected as rejected:
@@ -520,9 +539,7 @@ class ExactlyOnceConsumer(Generic[Message]):
             opened.key = key  # for the lines the delivery's claims log
         if self._cache is not None and self._cache.completed(self.key_scope, key, request_hash):
             return Decision.duplicate().about(key, request_hash)
-        decision = (await self._run(parsed, key, request_hash, message_id, sent.delivery_id)).about(
-            key, request_hash
-        )
+        decision = await self._run(parsed, key, request_hash, message_id, sent.delivery_id)
         if (
             self._cache is not None
             and decision.settlement is Settlement.COMPLETE
@@ -530,6 +547,35 @@ class ExactlyOnceConsumer(Generic[Message]):
         ):
             self._cache.remember(self.key_scope, key, request_hash)
         return decision
+
+    async def _decide_read(
+        self, read: Reader[Message], received: ServiceBusReceivedMessage, sent: _Sent
+    ) -> Decision:
+        """A reader's consumer: the whole message read (its MessageId, body section, size and
+        content are the reader's and the effect's to judge), the effect run, and a `Decision`
+        it returns settled as it is: its key and request hash are the effect's to name. A
+        message without a key reaches the effect too, with `effects` that have no mechanism
+        (they name records by the key)."""
+        message_id = sent.message_id or ""
+        try:
+            parsed = read(received)
+        except Rejected as rejected:
+            return Decision.dead_letter(
+                Outcome.REJECTED, str(rejected.reason), str(rejected.description)
+            )
+        except Exception as exc:
+            return Decision.dead_letter(
+                Outcome.REJECTED, DeadLetterReason.INVALID_MESSAGE, described(exc)
+            )
+        identified = self._identify(parsed, sent, message_id)
+        if isinstance(identified, Decision):
+            if identified.dead_letter_reason != DeadLetterReason.MISSING_IDEMPOTENCY_KEY:
+                return identified
+            return await self._run(parsed, "", "", message_id, sent.delivery_id, keyed=False)
+        key, request_hash = identified
+        if (opened := current_delivery()) is not None:
+            opened.key = key
+        return await self._run(parsed, key, request_hash, message_id, sent.delivery_id)
 
     def _identify(
         self, parsed: Message, sent: _Sent, message_id: str
@@ -567,15 +613,20 @@ class ExactlyOnceConsumer(Generic[Message]):
         request_hash: str,
         message_id: str,
         delivery_id: str | None,
+        *,
+        keyed: bool = True,
     ) -> Decision:
-        """Run the effect with the mechanisms bound to the message's key and hash."""
+        """Run the effect with the mechanisms bound to the message's key and hash (none for
+        a reader's message without a key); the decision names them, but for a reader's
+        consumer a `Decision` of the effect's is its own."""
+        unkeyed = _NoStore(self.consumer, "this message has no key")
         effects = Effects(
             consumer=self.key_scope,
             message_id=message_id,
             key=key,
             request_hash=request_hash,
-            records=self._records,
-            documents=self._documents,
+            records=self._records if keyed else cast(RecordStore, unkeyed),
+            documents=self._documents if keyed else cast(DocumentStore, unkeyed),
             # A claim belongs to one delivery (its lock token, or one id for all its attempts),
             # not to this process: a second copy of the message (here or elsewhere) waits for
             # this one, while a retry of this delivery takes its own claim back at once.
@@ -588,23 +639,28 @@ class ExactlyOnceConsumer(Generic[Message]):
         try:
             done = await self._effect(parsed, effects)
         except Exception as exc:
-            return self._failure(message_id, key, exc)
+            return self._failure(message_id, key, exc).about(key, request_hash)
         if isinstance(done, Decision):
-            return done
-        if done is Outcome.DUPLICATE:
-            return Decision.duplicate()
-        if done in (Outcome.PROCESSED, Outcome.STALE):
-            return Decision.complete(done)
-        # Any other outcome names a failure: completing the message on it would lose it.
-        return Decision.abandon(
-            Outcome.UNEXPECTED_FAILURE,
-            f"the effect returned {done.value!r}; return a Decision (or raise) for a failure",
-        )
+            return done if self._read is not None else done.about(key, request_hash)
+        return _outcome_decision(done).about(key, request_hash)
 
     def _failure(self, message_id: str, key: str | None, exc: Exception) -> Decision:
         return decision_for_error(
             exc, consumer=self.consumer, message_id=message_id, key=key, transient=self._transient
         )
+
+
+def _outcome_decision(done: Outcome) -> Decision:
+    """What an effect's returned outcome settles."""
+    if done is Outcome.DUPLICATE:
+        return Decision.duplicate()
+    if done in (Outcome.PROCESSED, Outcome.STALE):
+        return Decision.complete(done)
+    # Any other outcome names a failure: completing the message on it would lose it.
+    return Decision.abandon(
+        Outcome.UNEXPECTED_FAILURE,
+        f"the effect returned {done.value!r}; return a Decision (or raise) for a failure",
+    )
 
 
 def _lock_token(message: ServiceBusReceivedMessage) -> str | None:
@@ -629,13 +685,30 @@ class _Sent:
     properties: Mapping[str, object]
     content_type: str | None
     delivery_id: str | None = None  # the lock token: one delivery, across its attempts
+    received: ServiceBusReceivedMessage | None = None  # the whole message, for a reader
+
+
+class _NoStore:
+    """The store of `effects` without mechanisms (a consumer made without `store=`, whose
+    effect keeps its own records; a reader's message without a key): a mechanism used anyway
+    says why rather than guess."""
+
+    def __init__(self, consumer: str, why: str = "it was made without store=") -> None:
+        self._consumer = consumer
+        self._why = why
+
+    def __getattr__(self, name: str) -> Any:
+        raise TypeError(
+            f"consumer {self._consumer!r}: {self._why}, so its effect cannot use effects' "
+            f"mechanisms (the store's {name!r})"
+        )
 
 
 def exactly_once(
     *,
     consumer: str,
-    parse: Parser[Message],
-    store: Store,
+    parse: Parser[Message] | None = None,
+    store: Store | None = None,
     owner: str | None = None,
     lease_seconds: float = DEFAULT_LEASE_SECONDS,
     max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS,
@@ -651,6 +724,7 @@ def exactly_once(
     lock_renewal: LockRenewal = FUNCTIONS_LOCK_RENEWAL,
     transient: Transient | None = None,
     delayed_retries: DelayedRetries | None = None,
+    read: Reader[Message] | None = None,
 ) -> Callable[[Effect[Message]], ExactlyOnceConsumer[Message]]:
     """Decorate your effect (`async def effect(message, effects) -> Outcome`) into the
     `ExactlyOnceConsumer` a trigger calls; `store` holds its records and documents.
@@ -667,7 +741,14 @@ def exactly_once(
     budget must fit (`exactly_once.budgets`, checked here: `BudgetError` at start-up);
     `delayed_retries` how often and how much later a failure the backoff did not fix comes
     back (`DelayedRetries()`: 3 times, 1, 2 and 3 minutes later) where the host can schedule
-    it (`with_message_actions(..., scheduler=...)`)."""
+    it (`with_message_actions(..., scheduler=...)`).
+
+    `read`, instead of `parse`, hands the reader the whole received message (its application
+    properties, enqueued time and body section): such a consumer decides on received messages
+    only (`decide_message`, `with_message_actions`, `with_receiver`, `run_worker`), judges the
+    body itself (no `max_body_bytes` or body-section check of the core's: a reader sees both),
+    and a `Decision` its effect returns is settled as it is, key included. Without `store` the
+    effect keeps its own records (`effects`' mechanisms refuse with a `TypeError`)."""
 
     def wrap(effect: Effect[Message]) -> ExactlyOnceConsumer[Message]:
         return ExactlyOnceConsumer(
@@ -691,6 +772,7 @@ def exactly_once(
             lock_renewal=lock_renewal,
             transient=transient,
             delayed_retries=delayed_retries,
+            read=read,
         )
 
     return wrap
