@@ -520,17 +520,9 @@ class ExactlyOnceConsumer(Generic[Message]):
                 f"{self.max_body_bytes}",
             )
         assert self._parse is not None  # one of the two, checked at construction
-        try:
-            parsed = self._parse(body)
-        except Rejected as rejected:
-            return Decision.dead_letter(
-                Outcome.REJECTED, str(rejected.reason), str(rejected.description)
-            )
-        except Exception as exc:
-            # A parser is a pure function of the body: what fails now fails on every delivery.
-            return Decision.dead_letter(
-                Outcome.REJECTED, DeadLetterReason.INVALID_MESSAGE, described(exc)
-            )
+        parsed = _parsed(self._parse, body)
+        if isinstance(parsed, _Refused):
+            return parsed.decision
         identified = self._identify(parsed, sent, message_id)
         if isinstance(identified, Decision):
             return identified
@@ -557,16 +549,9 @@ class ExactlyOnceConsumer(Generic[Message]):
         message without a key reaches the effect too, with `effects` that have no mechanism
         (they name records by the key)."""
         message_id = sent.message_id or ""
-        try:
-            parsed = read(received)
-        except Rejected as rejected:
-            return Decision.dead_letter(
-                Outcome.REJECTED, str(rejected.reason), str(rejected.description)
-            )
-        except Exception as exc:
-            return Decision.dead_letter(
-                Outcome.REJECTED, DeadLetterReason.INVALID_MESSAGE, described(exc)
-            )
+        parsed = _parsed(read, received)
+        if isinstance(parsed, _Refused):
+            return parsed.decision
         identified = self._identify(parsed, sent, message_id)
         if isinstance(identified, Decision):
             if identified.dead_letter_reason != DeadLetterReason.MISSING_IDEMPOTENCY_KEY:
@@ -647,6 +632,31 @@ class ExactlyOnceConsumer(Generic[Message]):
     def _failure(self, message_id: str, key: str | None, exc: Exception) -> Decision:
         return decision_for_error(
             exc, consumer=self.consumer, message_id=message_id, key=key, transient=self._transient
+        )
+
+
+@dataclass(frozen=True)
+class _Refused:
+    """A body the parser (or the reader) refused: the dead letter it earned."""
+
+    decision: Decision
+
+
+Read = TypeVar("Read")
+
+
+def _parsed(parse: Callable[[Read], Message], delivered: Read) -> Message | _Refused:
+    """The parser's (or the reader's) model of a delivered message, or its refusal."""
+    try:
+        return parse(delivered)
+    except Rejected as rejected:
+        return _Refused(
+            Decision.dead_letter(Outcome.REJECTED, str(rejected.reason), str(rejected.description))
+        )
+    except Exception as exc:
+        # A parser is a pure function of the message: what fails now fails on every delivery.
+        return _Refused(
+            Decision.dead_letter(Outcome.REJECTED, DeadLetterReason.INVALID_MESSAGE, described(exc))
         )
 
 
