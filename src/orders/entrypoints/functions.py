@@ -21,8 +21,8 @@ from exactly_once.backoff import Retrier
 from exactly_once.budgets import LockRenewal
 from exactly_once.decisions import Decision
 from exactly_once.delayed_retries import CopyScheduler, DelayedRetries
+from exactly_once.servicebus import FunctionsMessageActions
 from orders.adapters.monitoring import configure_monitoring
-from orders.adapters.servicebus import FunctionsMessageActions
 from orders.adapters.servicebus_consumers import DoorConsumer, door_consumer
 from orders.bootstrap import (
     DispatcherRuntime,
