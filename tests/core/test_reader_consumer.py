@@ -12,7 +12,7 @@ from azure.servicebus import ServiceBusReceivedMessage
 from fakes import FakeMessageActions
 from sdk_messages import received_message
 
-from exactly_once import Effects, Rejected, exactly_once
+from exactly_once import Backoff, Effects, LocalCache, Rejected, exactly_once
 from exactly_once.decisions import Decision, Outcome, Settlement
 from exactly_once.servicebus import DEFAULT_MAX_BODY_BYTES, ExactlyOnceConsumer
 
@@ -106,3 +106,36 @@ async def test_a_readers_consumer_decides_on_received_messages_only() -> None:
         exactly_once(consumer="both", read=read_whole, parse=bytes.decode)(effect)
     with pytest.raises(ValueError, match="one of parse="):
         exactly_once(consumer="neither")(effect)
+    with pytest.raises(ValueError, match="cache= answers for a parser's consumer only"):
+        exactly_once(consumer="cached", read=read_whole, cache=LocalCache())(effect)
+
+
+class NotReadyYet(Exception):
+    """The effect's dependencies cannot be built yet (a setting, a role, a store at start)."""
+
+
+async def test_a_dependency_built_on_first_use_that_fails_for_now_backs_off_in_place() -> None:
+    builds: list[int] = []
+
+    async def dependency() -> str:
+        builds.append(len(builds) + 1)
+        if len(builds) < 3:
+            raise NotReadyYet("the store is unreachable")
+        return "ready"
+
+    @exactly_once(
+        consumer="lazy",
+        read=read_whole,
+        transient=(NotReadyYet,),
+        backoff=Backoff(first_delay_seconds=0.01, max_delay_seconds=0.02, budget_seconds=1.0),
+    )
+    async def decide(message: ServiceBusReceivedMessage, effects: Effects) -> Decision:
+        await dependency()
+        return Decision(Outcome.PROCESSED, Settlement.COMPLETE, key="built")
+
+    actions = FakeMessageActions()
+    decision = await decide.with_message_actions(received_message("m-7", data=b"{}"), actions)
+
+    assert builds == [1, 2, 3]  # built again by each attempt, in the one delivery
+    assert decision.key == "built"
+    assert [name for name, _, _ in actions.calls] == ["complete"]

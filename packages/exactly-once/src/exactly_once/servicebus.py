@@ -259,6 +259,9 @@ class ExactlyOnceConsumer(Generic[Message]):
     ) -> None:
         if (parse is None) == (read is None):
             raise ValueError("give the consumer one of parse= (the body's bytes) or read=")
+        if read is not None and cache is not None:
+            # A reader's effect names its own decisions, which the cache could not replay.
+            raise ValueError("cache= answers for a parser's consumer only, not a reader's")
         if key_prefix is not None and not key_prefix:
             raise ValueError("key_prefix must not be empty: leave it None to scope by consumer")
         if cache is not None and cache.ttl_seconds >= retention.ttl_seconds:
@@ -757,8 +760,9 @@ def exactly_once(
     properties, enqueued time and body section): such a consumer decides on received messages
     only (`decide_message`, `with_message_actions`, `with_receiver`, `run_worker`), judges the
     body itself (no `max_body_bytes` or body-section check of the core's: a reader sees both),
-    and a `Decision` its effect returns is settled as it is, key included. Without `store` the
-    effect keeps its own records (`effects`' mechanisms refuse with a `TypeError`)."""
+    and a `Decision` its effect returns is settled as it is, key included (so no `cache`).
+    Without `store` the effect keeps its own records (`effects`' mechanisms refuse with a
+    `TypeError`)."""
 
     def wrap(effect: Effect[Message]) -> ExactlyOnceConsumer[Message]:
         return ExactlyOnceConsumer(
