@@ -607,14 +607,17 @@ class ExactlyOnceConsumer(Generic[Message]):
         """Run the effect with the mechanisms bound to the message's key and hash (none for
         a reader's message without a key); the decision names them, but for a reader's
         consumer a `Decision` of the effect's is its own."""
-        unkeyed = _NoStore(self.consumer, "this message has no key")
+        records, documents = self._records, self._documents
+        if not keyed:
+            unkeyed = _NoStore(self.consumer, "this message has no key")
+            records, documents = cast(RecordStore, unkeyed), cast(DocumentStore, unkeyed)
         effects = Effects(
             consumer=self.key_scope,
             message_id=message_id,
             key=key,
             request_hash=request_hash,
-            records=self._records if keyed else cast(RecordStore, unkeyed),
-            documents=self._documents if keyed else cast(DocumentStore, unkeyed),
+            records=records,
+            documents=documents,
             # A claim belongs to one delivery (its lock token, or one id for all its attempts),
             # not to this process: a second copy of the message (here or elsewhere) waits for
             # this one, while a retry of this delivery takes its own claim back at once.
@@ -622,7 +625,7 @@ class ExactlyOnceConsumer(Generic[Message]):
             lease_seconds=self._lease_seconds,
             max_wait_seconds=self._max_wait_seconds,
             retention=self.retention,
-            key_partition=self._key_partition(key) if self._key_partition else None,
+            key_partition=self._key_partition(key) if self._key_partition and keyed else None,
         )
         try:
             done = await self._effect(parsed, effects)
