@@ -310,12 +310,3 @@ def delivered_of(
         delivery_count=None if message.delivery_count is None else message.delivery_count + 1,
         trace_context=message.trace_context,
     )
-
-
-@contextmanager
-def delivery_span(message: ReceivedOrderMessage, telemetry: Telemetry) -> Iterator[Span]:
-    """One `process` span around a delivery's attempts and its settlement, for a host that
-    backs off in place (the Functions triggers): the consumer's own span joins it, and names it
-    by the destination it knows."""
-    with telemetry.message_span(None, message.message_id, delivered=delivered_of(message)) as span:
-        yield span

@@ -45,7 +45,6 @@ def test_a_consumer_whose_backoff_cannot_fit_the_host_is_refused_naming_both_num
     build = exactly_once(
         consumer="invoices",
         parse=bytes,
-        store=None,  # type: ignore[arg-type]  # never reached: refused at build
         options=ConsumerOptions(backoff=Backoff(budget_seconds=270)),
     )
     with pytest.raises(BudgetError) as refused:
@@ -63,13 +62,11 @@ def test_the_attempt_bound_counts_and_a_longer_renewal_admits_the_budget() -> No
         exactly_once(
             consumer="slow",
             parse=bytes,
-            store=None,  # type: ignore[arg-type]
             options=ConsumerOptions(lock_renewal=LockRenewal(attempt_seconds=200)),
         )(effect)
     admitted = exactly_once(
         consumer="slow",
         parse=bytes,
-        store=None,  # type: ignore[arg-type]
         options=ConsumerOptions(
             backoff=Backoff(budget_seconds=270), lock_renewal=LockRenewal(renewal_seconds=600)
         ),

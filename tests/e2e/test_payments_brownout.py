@@ -122,6 +122,7 @@ async def bill_until_charged(
                     options,
                     stop,
                     on_retry=waits.append,
+                    consumer=BILLING,
                 )
             )
             began = time.monotonic()

@@ -33,7 +33,7 @@ from orders.service.registry import ORDERS
 
 # Whose modules count: the app's and the core's.
 COUNTED = ("orders", "exactly_once")
-MAX_STEPS = 8
+MAX_STEPS = 10
 
 
 def module_of(frame: FrameType | None) -> str:
@@ -129,7 +129,7 @@ async def the_path_of_one_order(order_id: str) -> list[str]:
     return path_of(stacks[WRITE], stacks[SETTLEMENT])
 
 
-async def test_an_order_message_goes_from_the_trigger_to_its_settlement_in_at_most_8_steps(
+async def test_an_order_message_goes_from_the_trigger_to_its_settlement_in_at_most_10_steps(
     functions_host: None,
 ) -> None:
     path = await the_path_of_one_order(f"o-{uuid.uuid4().hex[:8]}")
@@ -137,14 +137,19 @@ async def test_an_order_message_goes_from_the_trigger_to_its_settlement_in_at_mo
     assert path[0] == "orders.entrypoints.functions"
     assert path[-1] == "exactly_once.servicebus"  # the core's settler, handing off to the host
     assert len(path) <= MAX_STEPS, path
-    assert len(set(path)) == len(path), f"a module entered twice: {path}"
+    # Only the door is entered again: its backoff calls back into it, and its settler settles.
+    again = {module for module in path if path.count(module) > 1}
+    assert again <= {"exactly_once.servicebus"}, f"a module entered twice: {path}"
 
 
-# The order consumer writes through the core's document store directly: no adapter of the app
-# between the consumer and the core's CosmosStore.
+# The guide's door, then the order consumer, which writes through the core's document store
+# directly: no adapter of the app between the consumer and the core's CosmosStore.
 NATURAL_PATH = [
-    "orders.entrypoints.functions",  # the trigger's body: the host's message as the core's
+    "orders.entrypoints.functions",  # the trigger's body: the guide's one call
+    "exactly_once.servicebus",  # the door: with_message_actions, one span per delivery
     "exactly_once._backoff",  # a transient failure decided again after a backoff
+    "exactly_once.servicebus",  # the door decides: the message read whole, the error frame
+    "orders.adapters.servicebus_consumers",  # the door's effect: the consumer's core
     "orders.service.consumer",  # parse, hash, lay out the order's documents
     "exactly_once._orchestrator",  # create_or_find: the order document is its own marker
     "exactly_once.cosmos",  # the core's CosmosStore: one transactional batch

@@ -1,4 +1,4 @@
-"""The worker's loop (the core's, with the app's handler adapter) against our Service Bus
+"""The worker's loop (the core's, over the app's consumers' door) against our Service Bus
 emulator through the real SDK (store faked)."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import AutoLockRenewer, ServiceBusClient
 
 from exactly_once.decisions import Decision, Outcome, Settlement
-from exactly_once.worker import Worker, WorkerOptions
-from orders.adapters.servicebus_worker import order_handle
+from exactly_once.worker import Handle, Worker, WorkerOptions
+from orders.adapters.servicebus_consumers import built, door_consumer
+from orders.adapters.servicebus_worker import door_handle
 from orders.domain.received import ReceivedOrderMessage
 from orders.entrypoints.localstack import QueueOptions
 from orders.service.ports import MessageHandler
@@ -29,18 +30,31 @@ def emulator() -> Iterator[RunningEmulator]:
     running.stop()
 
 
-class FailingHandler:
-    """A bug around the core: `handle` raises instead of deciding."""
+class CompletingHandler:
+    """Completes every message."""
+
+    async def handle(self, message: ReceivedOrderMessage) -> Decision:
+        return Decision(Outcome.PROCESSED, Settlement.COMPLETE, key=message.message_id)
+
+
+class FailingHook:
+    """A bug around the consumer: the worker's `after_decision` hook raises."""
 
     def __init__(self) -> None:
         self.calls = 0
         self.retried = asyncio.Event()
 
-    async def handle(self, message: ReceivedOrderMessage) -> Decision:
+    def __call__(self, decision: Decision) -> None:
         self.calls += 1
         if self.calls >= 2:
             self.retried.set()
         raise RuntimeError("boom")
+
+
+def through_the_door(
+    handler: MessageHandler, after_decision: FailingHook | None = None
+) -> Handle[Decision]:
+    return door_handle(door_consumer(QUEUE, built(handler)), after_decision)
 
 
 class GatedHandler:
@@ -96,7 +110,7 @@ async def run_until_stopped(
     client: ServiceBusClient, handler: MessageHandler, options: WorkerOptions, stop: asyncio.Event
 ) -> None:
     async with client.get_queue_receiver(QUEUE) as receiver, AutoLockRenewer() as renewer:
-        await Worker(order_handle(handler), receiver, renewer, options).run(stop)
+        await Worker(through_the_door(handler), receiver, renewer, options).run(stop)
 
 
 async def test_stop_lets_in_flight_messages_finish(emulator: RunningEmulator) -> None:
@@ -133,18 +147,19 @@ async def test_messages_that_outlive_the_grace_period_are_abandoned(
         assert await remaining(client) == [(message_id, 1)]
 
 
-async def test_a_handler_that_raises_gets_its_message_abandoned_at_once(
+async def test_a_hook_that_raises_gets_its_message_abandoned_at_once(
     emulator: RunningEmulator, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with ServiceBusClient.from_connection_string(emulator.connection_string) as client:
         [message_id] = await send(client, 1)
-        handler, stop = FailingHandler(), asyncio.Event()
+        hook, stop = FailingHook(), asyncio.Event()
+        handle = through_the_door(CompletingHandler(), hook)
         async with client.get_queue_receiver(QUEUE) as receiver, AutoLockRenewer() as renewer:
-            worker = Worker(order_handle(handler), receiver, renewer, WorkerOptions(concurrency=1))
+            worker = Worker(handle, receiver, renewer, WorkerOptions(concurrency=1))
             running = asyncio.create_task(worker.run(stop))
 
             # Redelivered within seconds: abandoned, not left to its 30 s lock.
-            await asyncio.wait_for(handler.retried.wait(), 10)
+            await asyncio.wait_for(hook.retried.wait(), 10)
             stop.set()
             await asyncio.wait_for(running, 20)
 

@@ -360,7 +360,6 @@ def flaky_consumer(effect: FlakyEffect) -> ExactlyOnceConsumer[bytes]:
     return exactly_once(
         consumer="flaky",
         parse=bytes,
-        store=None,  # type: ignore[arg-type]
         options=ConsumerOptions(backoff=short),
     )(effect)
 
@@ -383,7 +382,6 @@ async def test_the_functions_call_is_one_span_on_the_destination_it_is_given() -
     consumer = exactly_once(
         consumer="flaky",
         parse=bytes,
-        store=None,  # type: ignore[arg-type]
         options=ConsumerOptions(
             backoff=Backoff(first_delay_seconds=0.01, max_delay_seconds=0.02, budget_seconds=1.0),
             telemetry=Telemetry(tracer_provider=tracer_provider),

@@ -50,7 +50,6 @@ def stock_consumer(effect: DownFor) -> ExactlyOnceConsumer[bytes]:
     return exactly_once(
         consumer="stock",
         parse=bytes,
-        store=None,  # type: ignore[arg-type]
         options=ConsumerOptions(
             key=cloud_event_key,
             backoff=Backoff(first_delay_seconds=0.01, max_delay_seconds=0.02, budget_seconds=1.0),
@@ -171,7 +170,6 @@ async def test_the_consumer_names_the_key_it_found_on_the_delivery(
     consumer = exactly_once(
         consumer="stock",
         parse=bytes,
-        store=None,  # type: ignore[arg-type]
         options=ConsumerOptions(key=cloud_event_key),
     )(effect)
     await consumer.with_message_actions(received_message("m-4", data=EVENT), FakeMessageActions())

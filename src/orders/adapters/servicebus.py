@@ -1,33 +1,28 @@
-"""Service Bus: turning received messages into the core's view, and settling them.
+"""Service Bus: the app's view of a received message, and the process's client.
 
-Two hosts settle through the core's one `Settler` port (`exactly_once.decisions`): the
-Functions SDK-type binding's `ServiceBusMessageActions` and the SDK's own `ServiceBusReceiver`
-(the standalone worker). The settlers are the `exactly_once` core's, under the names the app
-has always used.
+Both hosts settle through the core's door (`adapters/servicebus_consumers.py`), whose reader is
+`to_received_order_message`: the SDK's message as the app's consumers read it.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 
 # Re-exported: the composition root names these types without importing the SDK itself.
 from azure.servicebus import ServiceBusReceivedMessage as ServiceBusReceivedMessage
 from azure.servicebus.aio import ServiceBusClient as ServiceBusClient
 from azure.servicebus.amqp import AmqpMessageBodyType
 
-from exactly_once.delayed_retries import CopyScheduler, original_message_id
+from exactly_once.delayed_retries import original_message_id
 from exactly_once.servicebus import FunctionsMessageActions as FunctionsMessageActions
-from exactly_once.servicebus import MessageActionsSettler, body_bytes
-from exactly_once.servicebus import ReceiverSettler as ReceiverSettler
+from exactly_once.servicebus import body_bytes
 from orders.adapters.identity import ProcessCredential
 from orders.domain.ownership import OWNER_PROPERTY
 from orders.domain.received import BodyKind, ReceivedOrderMessage
 from orders.settings import Settings
 from orders.tracing import CARRIED
 
-# The core's settler and body reader, under the names the app's hosts have always used.
-FunctionsSettler = MessageActionsSettler
+# The core's body reader, under the name the app's adapters have always used.
 message_body_bytes = body_bytes
 
 BODY_KINDS = {
@@ -63,19 +58,6 @@ def to_received_order_message(message: ServiceBusReceivedMessage) -> ReceivedOrd
         trace_context=trace_context,
         owner_property=owner,
         enqueued_time=message.enqueued_time_utc,
-    )
-
-
-def from_functions_host(
-    received_message: ServiceBusReceivedMessage | Any,
-    message_actions: FunctionsMessageActions,
-    scheduler: CopyScheduler | None = None,
-) -> tuple[ReceivedOrderMessage, FunctionsSettler]:
-    """The Functions host's message and message actions as the core's message and settler;
-    a delayed retry's copy is scheduled through `scheduler` (without one: abandoned)."""
-    return (
-        to_received_order_message(received_message),
-        FunctionsSettler(message_actions, received_message, scheduler),
     )
 
 

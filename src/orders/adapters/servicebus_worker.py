@@ -1,9 +1,9 @@
 """The app's standalone workers on the core's worker loop (`exactly_once.worker`).
 
 The loop itself (PeekLock, slots refilled one at a time, the wire lock, lock renewal, the
-graceful stop, sessions) is the core's; what is the app's is the handler: its consumers take a
-`ReceivedOrderMessage` and return its own `Decision`, so each received message is converted
-first, and the worker's `after_decision` hook (the decision journal, fault injection) sees the
+graceful stop, sessions) is the core's, and so is the handler: the consumer's door
+(`adapters/servicebus_consumers.py`), whose `decide_message` the guide gives a worker. What is
+the app's is the `after_decision` hook (the decision journal, fault injection), which sees each
 decision before it is settled.
 """
 
@@ -18,20 +18,20 @@ from azure.servicebus.aio import ServiceBusClient
 from exactly_once.decisions import Decision
 from exactly_once.retries import Retrier, Retry
 from exactly_once.worker import Handle, WorkerOptions, WorkerStats, run_session_worker, run_worker
-from orders.adapters.servicebus import to_received_order_message
+from orders.adapters.servicebus_consumers import DoorConsumer, built, door_consumer
 from orders.service.ports import MessageHandler
 from orders.service.subscribers import Source
 
 
-def order_handle(
-    handler: MessageHandler, after_decision: Callable[[Decision], None] | None = None
+def door_handle(
+    consumer: DoorConsumer, after_decision: Callable[[Decision], None] | None = None
 ) -> Handle[Decision]:
-    """The core worker's handler for one of the app's consumers: the SDK message converted to
-    a `ReceivedOrderMessage`, decided, and shown to `after_decision` before it is settled (a
-    hook that raises gets the message abandoned, as a handler that raises does)."""
+    """The core worker's handler for one of the app's consumers: the consumer's door decides
+    (`decide_message`), and `after_decision` sees the decision before it is settled (a hook
+    that raises gets the message abandoned, as a handler that raises does)."""
 
     async def handle(message: ServiceBusReceivedMessage) -> Decision:
-        decision = await handler.handle(to_received_order_message(message))
+        decision = await consumer.decide_message(message)
         if after_decision is not None:
             after_decision(decision)
         return decision
@@ -53,11 +53,15 @@ async def run_worker_on(
     stop: asyncio.Event,
     after_decision: Callable[[Decision], None] | None = None,
     on_retry: Callable[[Retry], None] | None = None,
+    *,
+    consumer: str,
 ) -> WorkerStats:
-    """Compete for `source` (a queue or a subscription) in PeekLock until `stop` is set."""
+    """Compete for `source` (a queue or a subscription) in PeekLock until `stop` is set, each
+    message decided through the door of the registered consumer `consumer` over `handler`."""
+    door = door_consumer(consumer, built(handler))
     return await run_worker(
         client,
-        handle=order_handle(handler, after_decision),
+        handle=door_handle(door, after_decision),
         stop=stop,
         queue_name=source.queue,
         topic_name=source.topic,
@@ -75,12 +79,16 @@ async def run_session_worker_on(
     stop: asyncio.Event,
     after_decision: Callable[[Decision], None] | None = None,
     on_retry: Callable[[Retry], None] | None = None,
+    *,
+    consumer: str,
 ) -> WorkerStats:
-    """Compete for the sessions of a session-enabled queue until `stop` is set."""
+    """Compete for the sessions of a session-enabled queue until `stop` is set, each message
+    decided through the door of the registered consumer `consumer` over `handler`."""
     assert source.queue is not None, "sessions are consumed from a queue here"
+    door = door_consumer(consumer, built(handler))
     return await run_session_worker(
         client,
-        handle=order_handle(handler, after_decision),
+        handle=door_handle(door, after_decision),
         stop=stop,
         queue_name=source.queue,
         options=options,

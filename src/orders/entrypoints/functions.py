@@ -1,13 +1,15 @@
 """The Azure Functions triggers' bodies (function_app.py only declares the bindings).
 
-Each body turns the host's input into the core's (`adapters.servicebus.from_functions_host`, a
-route the import contracts name) and runs it through a runtime built on first use (never at
-import: the host imports function_app.py before any setting or network is needed) over the
-process's one set of clients.
+Each Service Bus trigger's body is the guide's one call: the consumer's door
+(`adapters.servicebus_consumers`, a route the import contracts name) `with_message_actions`, its
+delayed retries scheduled by a `CopyScheduler` on its entity. The consumer's core is built on
+first use (never at import: the host imports function_app.py before any setting or network is
+needed) over the process's one set of clients.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import logging
 import re
@@ -15,19 +17,12 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from exactly_once import DelayedRetries
-from exactly_once.decisions import Decision, Outcome, settle
-from exactly_once.delayed_retries import (
-    CopyScheduler,
-    Redelivery,
-    later,
-    not_ours,
-    received_redelivery,
-)
-from exactly_once.retries import LockRenewal, Retrier, current_delivery
-from exactly_once.telemetry import log_value
+from exactly_once.decisions import Decision
+from exactly_once.delayed_retries import CopyScheduler, DelayedRetries
+from exactly_once.retries import LockRenewal, Retrier
+from exactly_once.servicebus import FunctionsMessageActions
 from orders.adapters.monitoring import configure_monitoring
-from orders.adapters.servicebus import FunctionsMessageActions, from_functions_host
+from orders.adapters.servicebus_consumers import DoorConsumer, door_consumer
 from orders.bootstrap import (
     DispatcherRuntime,
     SubscriberRuntime,
@@ -35,10 +30,8 @@ from orders.bootstrap import (
     build_subscriber_runtime,
     shared_process_clients,
 )
-from orders.domain.received import ReceivedOrderMessage
 from orders.entrypoints.lazy_runtime import Lazy
 from orders.exceptions import ServiceNotReadyError
-from orders.observability import delivery_span
 from orders.service.ports import MessageHandler
 from orders.service.registry import CONSUMERS, ORDERS, ConsumerSpec
 from orders.service.subscribers import Source
@@ -167,25 +160,15 @@ def hold_function_budgets(host_json: Path) -> LockRenewal:
     return renewal
 
 
-async def _built_and_handled(consumer: str, message: ReceivedOrderMessage) -> Decision:
-    """The consumer's runtime built (its first use, or after a failed build), then its
-    decision; a build that fails is a transient failure (`Lazy` logged why), built again by
-    the next attempt."""
-    try:
-        runtime = await function_subscriber_runtimes[consumer].get()
-    except ServiceNotReadyError as exc:
-        return Decision.abandon(Outcome.TRANSIENT_FAILURE, str(exc))
-    return await runtime.handler.handle(message)
-
-
 class LaterRetries:
     """Where a Functions consumer's delayed retries go (a `CopyScheduler` on its queue or its
     topic, over the process's one Service Bus client: managed identity in Azure, which holds
     Data Owner there) and how many and how far apart (ORDERS_DELAYED_RETRIES / _SECONDS)."""
 
-    def __init__(self, scheduler: CopyScheduler, policy: DelayedRetries) -> None:
+    def __init__(self, scheduler: CopyScheduler, policy: DelayedRetries, source: str) -> None:
         self.scheduler = scheduler
         self.policy = policy
+        self.source = source  # the entity's path: the delivery span's destination
 
     async def close(self) -> None:
         await self.scheduler.close()
@@ -197,7 +180,7 @@ def _later_retries_from_env(spec: ConsumerSpec) -> Callable[[], Awaitable[LaterR
         source = str(spec.source(clients.settings))
         settings = clients.settings
         policy = DelayedRetries(settings.delayed_retries, settings.delayed_retry_seconds)
-        return LaterRetries(CopyScheduler(clients.servicebus(), source), policy)
+        return LaterRetries(CopyScheduler(clients.servicebus(), source), policy, source)
 
     return build
 
@@ -230,70 +213,45 @@ def use_function_consumer(consumer: MessageHandler | None) -> None:
 async def process_event_message(
     consumer: str, received_message: Any, message_actions: FunctionsMessageActions
 ) -> Decision:
-    """A registered consumer's trigger body (the order consumer's too): the host's message
-    through that consumer's core, settled explicitly.
+    """A registered consumer's trigger body (the order consumer's too): the guide's one call,
+    the consumer's door `with_message_actions`, settled explicitly.
 
     Nothing here leaves the function with an error (the host would abandon at once, spending a
-    delivery): a runtime that cannot be built yet (`ServiceNotReadyError`: a setting, a role
+    delivery): a core that cannot be built yet (`ServiceNotReadyError`: a setting, a role
     assignment, the store unreachable at start) is a transient failure, backed off in place
     while the host renews the lock; what the backoff did not fix comes back later as a
     scheduled copy (`exactly_once.delayed_retries`), and only after its delayed retries is it
-    dead-lettered `RetriesExhausted`."""
+    dead-lettered `RetriesExhausted`. Without a scheduler (no Service Bus client to build one)
+    it is abandoned instead."""
     later_retries = await _later_retries(consumer)
-    scheduler = later_retries.scheduler if later_retries is not None else None
-    message, settler = from_functions_host(received_message, message_actions, scheduler)
-    with delivery_span(message, function_retrier.telemetry) as span:
-        decision = await _decided(consumer, received_message, message, later_retries)
-        # The span's disposition is what is settled: a delayed retry completes the delivery,
-        # whatever its last attempt decided.
-        function_retrier.telemetry.record(span, None, decision)
-        await settle(decision, settler)
-    return decision
+    door = _function_door(
+        consumer, function_retrier, later_retries.policy if later_retries is not None else None
+    )
+    return await door.with_message_actions(
+        received_message,
+        message_actions,
+        destination=later_retries.source if later_retries is not None else None,
+        scheduler=later_retries.scheduler if later_retries is not None else None,
+    )
 
 
-async def _decided(
-    consumer: str,
-    received_message: Any,
-    message: ReceivedOrderMessage,
-    later_retries: LaterRetries | None,
-) -> Decision:
-    redelivery = received_redelivery(received_message)
-    if not isinstance(redelivery, Redelivery):
-        # Malformed delayed-retry properties (a sender's own): dead-lettered on this delivery.
-        logger.warning(
-            "%s: message %s: %s",
-            consumer,
-            log_value(message.message_id or ""),
-            redelivery.dead_letter_description,
-        )
-        return redelivery
-    subscription = later_retries.scheduler.subscription if later_retries is not None else None
-    if not redelivery.is_for(subscription):
-        # A copy another subscription's consumer scheduled on the topic: not this one's.
-        return not_ours()
-    attempts = 0
+@functools.cache
+def _function_door(
+    consumer: str, retrier: Retrier, delayed_retries: DelayedRetries | None
+) -> DoorConsumer:
+    """The consumer's door under the Functions host: its core built on first use, backed off
+    in place by `retrier`'s backoff (`function_retrier`, which the lock renewal of host.json
+    holds) and retried later by `delayed_retries`; one per process (per backoff and policy)."""
 
-    def attempt() -> Awaitable[Decision]:
-        nonlocal attempts
-        attempts += 1
-        delivery = current_delivery()
-        if delivery is not None:
-            delivery.consumer = consumer  # named on the delivery's backoff and retry lines
-        runtime = function_subscriber_runtimes[consumer].built
-        if runtime is not None:
-            # The consumer's own coroutine: the backoff awaits it, no step of ours between.
-            return runtime.handler.handle(message)
-        return _built_and_handled(consumer, message)
+    async def core() -> MessageHandler:
+        return (await function_subscriber_runtimes[consumer].get()).handler
 
-    def settled(decision: Decision) -> Decision:
-        if later_retries is None:
-            return decision
-        delayed = later(decision, redelivery, later_retries.policy, attempts=attempts)
-        assert isinstance(delayed, Decision)
-        return delayed
-
-    return await function_retrier.decide(
-        attempt, message_id=message.message_id, source=consumer, then=settled
+    return door_consumer(
+        consumer,
+        core,
+        delayed_retries=delayed_retries,
+        backoff=retrier.backoff,
+        telemetry=retrier.telemetry,
     )
 
 

@@ -182,6 +182,7 @@ async def run_subscriber(
             stop,
             after_decision,
             on_retry,
+            consumer=spec.name,
         )
 
 

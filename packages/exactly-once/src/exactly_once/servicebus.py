@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from azure.servicebus import ServiceBusReceivedMessage
 from azure.servicebus.aio import ServiceBusReceiver
@@ -70,6 +70,10 @@ Message = TypeVar("Message")
 Effect = Callable[[Message, Effects], Awaitable[Outcome | Decision]]
 # Your parser: the body's bytes -> your message model (raise anything to reject it).
 Parser = Callable[[bytes], Message]
+# Your reader: the whole received message -> your model, for a consumer that needs more than
+# the body's bytes (application properties, the enqueued time, the body's section) and decides
+# itself what a body it cannot take earns (`exactly_once(read=...)`).
+Reader = Callable[[ServiceBusReceivedMessage], Message]
 
 
 class FunctionsMessageActions(Protocol):
@@ -232,13 +236,19 @@ class ExactlyOnceConsumer(Generic[Message]):
         effect: Effect[Message],
         *,
         consumer: str,
-        parse: Parser[Message],
-        records: RecordStore,
-        documents: DocumentStore,
+        parse: Parser[Message] | None = None,
+        records: RecordStore | None = None,
+        documents: DocumentStore | None = None,
         options: ConsumerOptions[Message] | None = None,
+        read: Reader[Message] | None = None,
     ) -> None:
         options = options or ConsumerOptions()
         self.options = options
+        if (parse is None) == (read is None):
+            raise ValueError("give the consumer one of parse= (the body's bytes) or read=")
+        if read is not None and options.cache is not None:
+            # A reader's effect names its own decisions, which the cache could not replay.
+            raise ValueError("cache= answers for a parser's consumer only, not a reader's")
         self.consumer = consumer
         # The scope of the consumer's keys in every record id: a fixed prefix keeps them when
         # the consumer is renamed (Powertools' `key_prefix`).
@@ -251,8 +261,10 @@ class ExactlyOnceConsumer(Generic[Message]):
         self._cache = options.cache
         self._effect = effect
         self._parse = parse
-        self._records = records
-        self._documents = documents
+        self._read = read
+        # Without a store the effect keeps its own records: `effects`' mechanisms refuse.
+        self._records = records or cast(RecordStore, _NoStore(consumer))
+        self._documents = documents or cast(DocumentStore, _NoStore(consumer))
         self._owner = options.owner or f"{consumer}-{uuid.uuid4().hex[:12]}"
         self._lease_seconds = options.lease_seconds
         self._max_wait_seconds = options.max_wait_seconds
@@ -272,7 +284,13 @@ class ExactlyOnceConsumer(Generic[Message]):
     ) -> Decision:
         """Parse, run the effect, and decide; no settlement (any host can settle it).
         `properties` (application properties) and `content_type` are what a key function may
-        read besides the body (`cloud_event_key` in binary mode)."""
+        read besides the body (`cloud_event_key` in binary mode). A consumer made with `read=`
+        decides on received messages only (`decide_message`)."""
+        if self._read is not None:
+            raise TypeError(
+                f"consumer {self.consumer!r} reads whole received messages (read=): "
+                "call decide_message, with_message_actions or with_receiver"
+            )
         sent = _Sent(body, message_id, properties or {}, content_type)
         return await self._observed(message_id, self._decide(sent))
 
@@ -284,7 +302,7 @@ class ExactlyOnceConsumer(Generic[Message]):
             message_id = str(message.message_id) if message.message_id is not None else None
             return await self._observed(message_id, _decided(redelivery), delivered(message))
         message_id = redelivery.message_id
-        if message.body_type is not AmqpMessageBodyType.DATA:
+        if self._read is None and message.body_type is not AmqpMessageBodyType.DATA:
             # A value or sequence section is not the bytes a parser expects (the SDK would hand
             # a value's bytes over as if they were data); no delivery will make it so.
             kind = getattr(message.body_type, "value", message.body_type)
@@ -305,6 +323,7 @@ class ExactlyOnceConsumer(Generic[Message]):
             application_properties(message),
             message.content_type,
             delivery_id=_lock_token(message),
+            received=message,
         )
         return await self._observed(message_id, self._decide(sent), delivered(message))
 
@@ -466,6 +485,8 @@ class ExactlyOnceConsumer(Generic[Message]):
 
     async def _decide(self, sent: _Sent) -> Decision:
         body, message_id = sent.body, sent.message_id
+        if sent.received is not None and self._read is not None:
+            return await self._decide_read(self._read, sent.received, sent)
         if not message_id:
             return Decision.dead_letter(
                 Outcome.REJECTED,
@@ -480,17 +501,10 @@ class ExactlyOnceConsumer(Generic[Message]):
                 f"the body has {len(body)} bytes; this consumer takes at most "
                 f"{self.max_body_bytes}",
             )
-        try:
-            parsed = self._parse(body)
-        except Rejected as rejected:
-            return Decision.dead_letter(
-                Outcome.REJECTED, str(rejected.reason), str(rejected.description)
-            )
-        except Exception as exc:
-            # A parser is a pure function of the body: what fails now fails on every delivery.
-            return Decision.dead_letter(
-                Outcome.REJECTED, DeadLetterReason.INVALID_MESSAGE, described(exc)
-            )
+        assert self._parse is not None  # one of the two, checked at construction
+        parsed = _parsed(self._parse, body)
+        if isinstance(parsed, _Refused):
+            return parsed.decision
         identified = self._identify(parsed, sent, message_id)
         if isinstance(identified, Decision):
             return identified
@@ -499,9 +513,7 @@ class ExactlyOnceConsumer(Generic[Message]):
             opened.key = key  # for the lines the delivery's claims log
         if self._cache is not None and self._cache.completed(self.key_scope, key, request_hash):
             return Decision.duplicate().about(key, request_hash)
-        decision = (await self._run(parsed, key, request_hash, message_id, sent.delivery_id)).about(
-            key, request_hash
-        )
+        decision = await self._run(parsed, key, request_hash, message_id, sent.delivery_id)
         if (
             self._cache is not None
             and decision.settlement is Settlement.COMPLETE
@@ -509,6 +521,28 @@ class ExactlyOnceConsumer(Generic[Message]):
         ):
             self._cache.remember(self.key_scope, key, request_hash)
         return decision
+
+    async def _decide_read(
+        self, read: Reader[Message], received: ServiceBusReceivedMessage, sent: _Sent
+    ) -> Decision:
+        """A reader's consumer: the whole message read (its MessageId, body section, size and
+        content are the reader's and the effect's to judge), the effect run, and a `Decision`
+        it returns settled as it is: its key and request hash are the effect's to name. A
+        message without a key reaches the effect too, with `effects` that have no mechanism
+        (they name records by the key)."""
+        message_id = sent.message_id or ""
+        parsed = _parsed(read, received)
+        if isinstance(parsed, _Refused):
+            return parsed.decision
+        identified = self._identify(parsed, sent, message_id)
+        if isinstance(identified, Decision):
+            if identified.dead_letter_reason != DeadLetterReason.MISSING_IDEMPOTENCY_KEY:
+                return identified
+            return await self._run(parsed, "", "", message_id, sent.delivery_id, keyed=False)
+        key, request_hash = identified
+        if (opened := current_delivery()) is not None:
+            opened.key = key
+        return await self._run(parsed, key, request_hash, message_id, sent.delivery_id)
 
     def _identify(
         self, parsed: Message, sent: _Sent, message_id: str
@@ -546,15 +580,23 @@ class ExactlyOnceConsumer(Generic[Message]):
         request_hash: str,
         message_id: str,
         delivery_id: str | None,
+        *,
+        keyed: bool = True,
     ) -> Decision:
-        """Run the effect with the mechanisms bound to the message's key and hash."""
+        """Run the effect with the mechanisms bound to the message's key and hash (none for
+        a reader's message without a key); the decision names them, but for a reader's
+        consumer a `Decision` of the effect's is its own."""
+        records, documents = self._records, self._documents
+        if not keyed:
+            unkeyed = _NoStore(self.consumer, "this message has no key")
+            records, documents = cast(RecordStore, unkeyed), cast(DocumentStore, unkeyed)
         effects = Effects(
             consumer=self.key_scope,
             message_id=message_id,
             key=key,
             request_hash=request_hash,
-            records=self._records,
-            documents=self._documents,
+            records=records,
+            documents=documents,
             # A claim belongs to one delivery (its lock token, or one id for all its attempts),
             # not to this process: a second copy of the message (here or elsewhere) waits for
             # this one, while a retry of this delivery takes its own claim back at once.
@@ -562,28 +604,58 @@ class ExactlyOnceConsumer(Generic[Message]):
             lease_seconds=self._lease_seconds,
             max_wait_seconds=self._max_wait_seconds,
             retention=self.retention,
-            key_partition=self._key_partition(key) if self._key_partition else None,
+            key_partition=self._key_partition(key) if self._key_partition and keyed else None,
         )
         try:
             done = await self._effect(parsed, effects)
         except Exception as exc:
-            return self._failure(message_id, key, exc)
+            return self._failure(message_id, key, exc).about(key, request_hash)
         if isinstance(done, Decision):
-            return done
-        if done is Outcome.DUPLICATE:
-            return Decision.duplicate()
-        if done in (Outcome.PROCESSED, Outcome.STALE):
-            return Decision.complete(done)
-        # Any other outcome names a failure: completing the message on it would lose it.
-        return Decision.abandon(
-            Outcome.UNEXPECTED_FAILURE,
-            f"the effect returned {done.value!r}; return a Decision (or raise) for a failure",
-        )
+            return done if self._read is not None else done.about(key, request_hash)
+        return _outcome_decision(done).about(key, request_hash)
 
     def _failure(self, message_id: str, key: str | None, exc: Exception) -> Decision:
         return decision_for_error(
             exc, consumer=self.consumer, message_id=message_id, key=key, transient=self._transient
         )
+
+
+@dataclass(frozen=True)
+class _Refused:
+    """A body the parser (or the reader) refused: the dead letter it earned."""
+
+    decision: Decision
+
+
+Read = TypeVar("Read")
+
+
+def _parsed(parse: Callable[[Read], Message], delivered: Read) -> Message | _Refused:
+    """The parser's (or the reader's) model of a delivered message, or its refusal."""
+    try:
+        return parse(delivered)
+    except Rejected as rejected:
+        return _Refused(
+            Decision.dead_letter(Outcome.REJECTED, str(rejected.reason), str(rejected.description))
+        )
+    except Exception as exc:
+        # A parser is a pure function of the message: what fails now fails on every delivery.
+        return _Refused(
+            Decision.dead_letter(Outcome.REJECTED, DeadLetterReason.INVALID_MESSAGE, described(exc))
+        )
+
+
+def _outcome_decision(done: Outcome) -> Decision:
+    """What an effect's returned outcome settles."""
+    if done is Outcome.DUPLICATE:
+        return Decision.duplicate()
+    if done in (Outcome.PROCESSED, Outcome.STALE):
+        return Decision.complete(done)
+    # Any other outcome names a failure: completing the message on it would lose it.
+    return Decision.abandon(
+        Outcome.UNEXPECTED_FAILURE,
+        f"the effect returned {done.value!r}; return a Decision (or raise) for a failure",
+    )
 
 
 def _lock_token(message: ServiceBusReceivedMessage) -> str | None:
@@ -608,20 +680,46 @@ class _Sent:
     properties: Mapping[str, object]
     content_type: str | None
     delivery_id: str | None = None  # the lock token: one delivery, across its attempts
+    received: ServiceBusReceivedMessage | None = None  # the whole message, for a reader
+
+
+class _NoStore:
+    """The store of `effects` without mechanisms (a consumer made without `store=`, whose
+    effect keeps its own records; a reader's message without a key): a mechanism used anyway
+    says why rather than guess."""
+
+    def __init__(self, consumer: str, why: str = "it was made without store=") -> None:
+        self._consumer = consumer
+        self._why = why
+
+    def __getattr__(self, name: str) -> Any:
+        raise TypeError(
+            f"consumer {self._consumer!r}: {self._why}, so its effect cannot use effects' "
+            f"mechanisms (the store's {name!r})"
+        )
 
 
 def exactly_once(
     *,
     consumer: str,
-    parse: Parser[Message],
-    store: Store,
+    parse: Parser[Message] | None = None,
+    store: Store | None = None,
     options: ConsumerOptions[Message] | None = None,
+    read: Reader[Message] | None = None,
 ) -> Callable[[Effect[Message]], ExactlyOnceConsumer[Message]]:
     """Decorate your effect (`async def effect(message, effects) -> Outcome`) into the
     `ExactlyOnceConsumer` a trigger calls; `store` holds its records and documents, `options`
     (`ConsumerOptions`) every other setting: retention, keys, backoff, lock renewal, delayed
     retries (checked here, at start-up: `RetentionError`, `BudgetError`). Delayed retries run
-    where the host can schedule them (`with_message_actions(..., scheduler=...)`)."""
+    where the host can schedule them (`with_message_actions(..., scheduler=...)`).
+
+    `read`, instead of `parse`, hands the reader the whole received message (its application
+    properties, enqueued time and body section): such a consumer decides on received messages
+    only (`decide_message`, `with_message_actions`, `with_receiver`, `run_worker`), judges the
+    body itself (no `max_body_bytes` or body-section check of the core's: a reader sees both),
+    and a `Decision` its effect returns is settled as it is, key included (so no `cache`).
+    Without `store` the effect keeps its own records (`effects`' mechanisms refuse with a
+    `TypeError`)."""
 
     def wrap(effect: Effect[Message]) -> ExactlyOnceConsumer[Message]:
         return ExactlyOnceConsumer(
@@ -631,6 +729,7 @@ def exactly_once(
             records=store,
             documents=store,
             options=options,
+            read=read,
         )
 
     return wrap
