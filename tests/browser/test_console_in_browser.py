@@ -466,11 +466,16 @@ def test_the_timeline_is_gets_history_and_the_counters_are_the_decision_logs(
     assert {"skipped_cancelled", "nothing_to_refund", "refunded", "decisions"} <= set(counters)
 
     def rows_match_the_logs() -> dict[str, dict[str, int]] | None:
+        from selenium.common.exceptions import StaleElementReferenceException
+
         rows: dict[str, dict[str, int]] = defaultdict(dict)
-        for cell in browser.find_elements(By.CSS_SELECTOR, "#by-consumer td[data-consumer]"):
-            consumer = str(cell.get_attribute("data-consumer"))
-            if consumer != "all":
-                rows[consumer][str(cell.get_attribute("data-counter"))] = int(cell.text)
+        try:
+            for cell in browser.find_elements(By.CSS_SELECTOR, "#by-consumer td[data-consumer]"):
+                consumer = str(cell.get_attribute("data-consumer"))
+                if consumer != "all":
+                    rows[consumer][str(cell.get_attribute("data-counter"))] = int(cell.text)
+        except StaleElementReferenceException:
+            return None  # the page's refresh (every 2 s) replaced the table while it was read
         logs = journal_counts(console)
         settlements = ("dead_lettered", "abandoned")
         seen = {
