@@ -16,6 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from exactly_once import ExactlyOnceConsumer
 from exactly_once.cosmos import CosmosStore
 from exactly_once.options import DEFAULT_LEASE_SECONDS
 from exactly_once.store import DocumentCreator, DocumentStore
@@ -232,7 +233,8 @@ async def build_subscriber_runtime(
     **cosmos_client_options: Any,
 ) -> SubscriberRuntime:
     """A registered consumer (its registry entry's factory) and where it competes, under its
-    spans and `orders.<consumer>.*` counters unless it instruments itself."""
+    spans and `orders.<consumer>.*` counters unless it instruments itself or is a door of its
+    own."""
     configure_monitoring(settings)
     async with AsyncExitStack() as stack:
         shared = given_or_own(stack, settings, clients, **cosmos_client_options)
@@ -240,11 +242,12 @@ async def build_subscriber_runtime(
         stores = store_factory or order_store
         containers = Containers(cosmos, settings)
         wiring = _Wiring(stack, shared, containers, after_charge, after_refund, stores)
-        source, handler = spec.source(settings), spec.factory(wiring)
-        if not spec.instruments_itself:
+        source, consumer = spec.source(settings), spec.factory(wiring)
+        # A door of its own (`@exactly_once`) records its own spans and counts.
+        if not spec.instruments_itself and not isinstance(consumer, ExactlyOnceConsumer):
             telemetry = SubscriberTelemetry(spec.name, destination=str(source))
-            handler = InstrumentedHandler(handler, telemetry)
-        return SubscriberRuntime(source, handler, resources=stack.pop_all())
+            consumer = InstrumentedHandler(consumer, telemetry)
+        return SubscriberRuntime(source, consumer, resources=stack.pop_all())
 
 
 async def build_dispatcher_runtime(

@@ -179,6 +179,39 @@ def test_the_registry_lists_it_with_its_setting(copy: Copy) -> None:
     assert "NOTIFICATIONS_SUBSCRIPTION" in settings
 
 
+DOOR_OF_ITS_OWN = """
+import json
+from types import SimpleNamespace
+from exactly_once import ExactlyOnceConsumer
+from orders.adapters.servicebus_consumers import registered_door
+from orders.service.registry import consumer_named
+from orders.settings import DEFAULT_RECORD_RETENTION
+
+
+class Wiring:  # what the entry's factory reads of the process's wiring
+    settings = SimpleNamespace(record_retention=DEFAULT_RECORD_RETENTION)
+
+    def inbox_store(self):
+        return object()  # never used: nothing is decided here
+
+
+built = consumer_named("notifications").factory(Wiring())
+print(json.dumps({
+    "door": isinstance(built, ExactlyOnceConsumer),
+    "consumer": getattr(built, "consumer", None),
+    "driven_as_it_is": registered_door("notifications", built) is built,
+}))
+"""
+
+
+def test_its_entry_builds_a_door_of_its_own_that_the_hosts_drive_as_it_is(copy: Copy) -> None:
+    """The entry builds the user's `ExactlyOnceConsumer` itself (no adapter around it), and the
+    hosts' `registered_door` hands that very object to the trigger and the worker loop
+    (tests/integration/test_consumers_through_the_door.py runs it in both hosts)."""
+    found = copy.python(DOOR_OF_ITS_OWN)
+    assert found == {"door": True, "consumer": "notifications", "driven_as_it_is": True}
+
+
 def test_the_function_app_indexes_a_trigger_for_it(copy: Copy) -> None:
     functions = indexed_functions(copy.root, copy.env)
     (binding,) = functions["notify_customer"]

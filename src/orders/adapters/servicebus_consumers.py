@@ -1,19 +1,24 @@
-"""The app's consumers through the core's door: the one module that calls `exactly_once(...)`.
+"""The app's consumers through the core's door: for the built-in ones, the one module that
+calls `exactly_once(...)`.
 
-Every registered consumer (orders, billing, shipping, status) is driven as a user of the core
-drives theirs: an `ExactlyOnceConsumer` made by `@exactly_once`, whose `with_message_actions`
-the Functions triggers call and whose `decide_message` the core's worker loop runs
-(`adapters/servicebus_worker.py`). The door parses, frames every exception, backs off, retries
-later, records the span and the counts, logs the outcome line and settles; each consumer's own
-core (`service/`) reads the message whole (`read=`: the app's `ReceivedOrderMessage`, with its
-owner property, trace context and enqueued time), decides over its own stores and mechanisms
-(no `store=`: billing's two phases, shipping's inbox batch, the order's entity, the status's
-versioned replace) and names its own key in its `Decision`.
+Every registered consumer is driven as a user of the core drives theirs: an
+`ExactlyOnceConsumer` made by `@exactly_once`, whose `with_message_actions` the Functions
+triggers call and whose `decide_message` the core's worker loop runs
+(`adapters/servicebus_worker.py`). A consumer added as docs/new-consumer.md shows is one already
+(its registry entry builds the user's own door; `registered_door` hands it over as it is). The
+four built-in ones (orders, billing, shipping, status) are cores, each made a door here: the
+door parses, frames every exception, backs off, retries later, records the span and the
+counts, logs the outcome line and settles; each consumer's own core (`service/`) reads the
+message whole (`read=`: the app's `ReceivedOrderMessage`, with its owner property, trace
+context and enqueued time), decides over its own stores and mechanisms (no `store=`: billing's
+two phases, shipping's inbox batch, the order's entity, the status's versioned replace) and
+names its own key in its `Decision`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from exactly_once import Backoff, ConsumerOptions, DelayedRetries, Effects, exactly_once
 from exactly_once.decisions import Decision
@@ -22,7 +27,7 @@ from exactly_once.telemetry import Telemetry
 from orders.adapters.servicebus import to_received_order_message
 from orders.domain.received import ReceivedOrderMessage
 from orders.exceptions import ServiceNotReadyError
-from orders.service.ports import MessageHandler
+from orders.service.ports import MessageHandler, RegisteredConsumer
 
 # The consumer's core, or the build of it on first use (the Functions host imports the app
 # before any setting or network is there): a build that fails raises `ServiceNotReadyError`,
@@ -73,3 +78,12 @@ def built(handler: MessageHandler) -> HandlerBuild:
         return handler
 
     return ready
+
+
+def registered_door(name: str, registered: RegisteredConsumer) -> ExactlyOnceConsumer[Any]:
+    """What the registry's entry `name` built, as the door a host drives: a consumer that is a
+    door of its own (made with `@exactly_once`, docs/new-consumer.md) as it is, its own options
+    (backoff, delayed retries, key, telemetry) deciding; a core made a door by `door_consumer`."""
+    if isinstance(registered, ExactlyOnceConsumer):
+        return registered
+    return door_consumer(name, built(registered))

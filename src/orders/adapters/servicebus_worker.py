@@ -11,20 +11,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 from azure.servicebus import ServiceBusReceivedMessage
 from azure.servicebus.aio import ServiceBusClient
 
 from exactly_once.decisions import Decision
 from exactly_once.retries import Retrier, Retry
+from exactly_once.servicebus import ExactlyOnceConsumer
 from exactly_once.worker import Handle, WorkerOptions, WorkerStats, run_session_worker, run_worker
-from orders.adapters.servicebus_consumers import DoorConsumer, built, door_consumer
-from orders.service.ports import MessageHandler
+from orders.adapters.servicebus_consumers import registered_door
+from orders.service.ports import RegisteredConsumer
 from orders.service.subscribers import Source
 
 
 def door_handle(
-    consumer: DoorConsumer, after_decision: Callable[[Decision], None] | None = None
+    consumer: ExactlyOnceConsumer[Any], after_decision: Callable[[Decision], None] | None = None
 ) -> Handle[Decision]:
     """The core worker's handler for one of the app's consumers: the consumer's door decides
     (`decide_message`), and `after_decision` sees the decision before it is settled (a hook
@@ -48,7 +50,7 @@ def retrier_for(options: WorkerOptions, on_retry: Callable[[Retry], None] | None
 async def run_worker_on(
     client: ServiceBusClient,
     source: Source,
-    handler: MessageHandler,
+    registered: RegisteredConsumer,
     options: WorkerOptions,
     stop: asyncio.Event,
     after_decision: Callable[[Decision], None] | None = None,
@@ -57,8 +59,9 @@ async def run_worker_on(
     consumer: str,
 ) -> WorkerStats:
     """Compete for `source` (a queue or a subscription) in PeekLock until `stop` is set, each
-    message decided through the door of the registered consumer `consumer` over `handler`."""
-    door = door_consumer(consumer, built(handler))
+    message decided through the door of the registered consumer `consumer` (`registered`: its
+    own door, or its core made one)."""
+    door = registered_door(consumer, registered)
     return await run_worker(
         client,
         handle=door_handle(door, after_decision),
@@ -74,7 +77,7 @@ async def run_worker_on(
 async def run_session_worker_on(
     client: ServiceBusClient,
     source: Source,
-    handler: MessageHandler,
+    registered: RegisteredConsumer,
     options: WorkerOptions,
     stop: asyncio.Event,
     after_decision: Callable[[Decision], None] | None = None,
@@ -83,9 +86,10 @@ async def run_session_worker_on(
     consumer: str,
 ) -> WorkerStats:
     """Compete for the sessions of a session-enabled queue until `stop` is set, each message
-    decided through the door of the registered consumer `consumer` over `handler`."""
+    decided through the door of the registered consumer `consumer` (`registered`: its own
+    door, or its core made one)."""
     assert source.queue is not None, "sessions are consumed from a queue here"
-    door = door_consumer(consumer, built(handler))
+    door = registered_door(consumer, registered)
     return await run_session_worker(
         client,
         handle=door_handle(door, after_decision),

@@ -17,10 +17,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from exactly_once.decisions import Decision
+from exactly_once.decisions import Decision, Outcome
 from exactly_once.delayed_retries import CopyScheduler, DelayedRetries
 from exactly_once.retries import LockRenewal, Retrier
-from exactly_once.servicebus import FunctionsMessageActions
+from exactly_once.servicebus import ExactlyOnceConsumer, FunctionsMessageActions
 from orders.adapters.monitoring import configure_monitoring
 from orders.adapters.servicebus_consumers import DoorConsumer, door_consumer
 from orders.bootstrap import (
@@ -30,6 +30,7 @@ from orders.bootstrap import (
     build_subscriber_runtime,
     shared_process_clients,
 )
+from orders.domain.received import ReceivedOrderMessage
 from orders.entrypoints.lazy_runtime import Lazy
 from orders.exceptions import ServiceNotReadyError
 from orders.service.ports import MessageHandler
@@ -151,7 +152,9 @@ def hold_function_budgets(host_json: Path) -> LockRenewal:
     """At import of function_app.py: the registered consumers' in-place backoff plus their
     longest attempt must stay under the lock renewal of the host that runs them (host.json's
     `maxAutoLockRenewalDuration`); else `BudgetError`, naming both numbers, and the app does
-    not start. Every registered consumer shares `function_retrier`, so one check covers all."""
+    not start. Every built-in consumer shares `function_retrier`, so one check covers them; a
+    consumer that is a door of its own checks its backoff when it is made (`exactly_once(...)`,
+    against its `ConsumerOptions.lock_renewal`: by default the Functions host's 5 minutes)."""
     renewal = LockRenewal.from_host_json(host_json)
     renewal.check(
         function_retrier.backoff,
@@ -222,9 +225,13 @@ async def process_event_message(
     while the host renews the lock; what the backoff did not fix comes back later as a
     scheduled copy (`exactly_once.delayed_retries`), and only after its delayed retries is it
     dead-lettered `RetriesExhausted`. Without a scheduler (no Service Bus client to build one)
-    it is abandoned instead."""
+    it is abandoned instead.
+
+    A consumer added as docs/new-consumer.md shows is a door of its own (`@exactly_once`): once
+    built, it is called as it is, and its own options (backoff, delayed retries, key, telemetry)
+    decide; until it can be built, the core's door above backs the build off as for any other."""
     later_retries = await _later_retries(consumer)
-    door = _function_door(
+    door = await _own_door(consumer) or _function_door(
         consumer, function_retrier, later_retries.policy if later_retries is not None else None
     )
     return await door.with_message_actions(
@@ -233,6 +240,31 @@ async def process_event_message(
         destination=later_retries.source if later_retries is not None else None,
         scheduler=later_retries.scheduler if later_retries is not None else None,
     )
+
+
+async def _own_door(consumer: str) -> ExactlyOnceConsumer[Any] | None:
+    """The registered consumer when it is a door of its own (`@exactly_once`), built on first
+    use; None for a core (the app's door is made over it) or while it cannot be built."""
+    try:
+        registered = (await function_subscriber_runtimes[consumer].get()).handler
+    except ServiceNotReadyError:
+        return None
+    return registered if isinstance(registered, ExactlyOnceConsumer) else None
+
+
+class HandedToItsOwnDoor:
+    """The core of a consumer whose own door was built while the app's door was backing its
+    build off: gives the message back (`not_ours`, not retried in place), whose redelivery its
+    own door decides."""
+
+    def __init__(self, consumer: str) -> None:
+        self.consumer = consumer
+
+    async def handle(self, message: ReceivedOrderMessage) -> Decision:
+        del message
+        return Decision.abandon(
+            Outcome.NOT_OURS, f"consumer {self.consumer!r} is built now: its own door decides"
+        )
 
 
 @functools.cache
@@ -244,7 +276,12 @@ def _function_door(
     holds) and retried later by `delayed_retries`; one per process (per backoff and policy)."""
 
     async def core() -> MessageHandler:
-        return (await function_subscriber_runtimes[consumer].get()).handler
+        registered = (await function_subscriber_runtimes[consumer].get()).handler
+        if isinstance(registered, ExactlyOnceConsumer):
+            # Built during this delivery's backoff, and a door of its own: not this door's to
+            # decide. Handed back, the redelivery goes through its own door.
+            return HandedToItsOwnDoor(consumer)
+        return registered
 
     return door_consumer(
         consumer,

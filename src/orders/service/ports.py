@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from exactly_once.change_feed import ChangeFeed
 from exactly_once.decisions import Decision
@@ -21,6 +21,9 @@ from orders.domain.rejections import FiledRejection, OrderRejection
 from orders.domain.saga import SagaOrder
 from orders.domain.status import HistoryEntry, OrderStatusChanged, StoredStatus
 from orders.service.subscribers import Source
+
+if TYPE_CHECKING:
+    from exactly_once import ExactlyOnceConsumer
 
 # --- Document layouts: how the store lays out what the consumers write ----------------------
 # The consumers hand documents to the `exactly_once` core (`create_or_find`,
@@ -306,6 +309,13 @@ class MessageHandler(Protocol):
     """Decides (and performs the store effect) for one message; `OrderConsumer` is the one."""
 
     async def handle(self, message: ReceivedOrderMessage) -> Decision: ...
+
+
+# What a registry entry builds: a consumer's core, which the hosts make a door
+# (`adapters/servicebus_consumers.door_consumer`), or a consumer that is a door of its own, made
+# with the core's `@exactly_once` as docs/new-consumer.md shows, which they drive as it is. A
+# name for type checkers only: the command line loads no Azure SDK (tests/unit/test_import_cost).
+RegisteredConsumer: TypeAlias = "MessageHandler | ExactlyOnceConsumer[Any]"
 
 
 class IdempotencyStore(RecordStore, Protocol):

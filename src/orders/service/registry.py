@@ -32,6 +32,7 @@ from orders.service.ports import (
     DocumentLayout,
     InboxPartition,
     MessageHandler,
+    RegisteredConsumer,
     StatusPublisher,
 )
 from orders.service.saga import OrderSaga
@@ -119,8 +120,10 @@ class ConsumerSpec:
     """One consumer: its name, where it competes, how it is built and how it is audited."""
 
     name: str
-    # Builds the consumer's core; the registry wraps it in spans and `orders.<name>.*` counters.
-    factory: Callable[[ConsumerWiring], MessageHandler]
+    # Builds the consumer: its core, which the pipeline wraps in spans and `orders.<name>.*`
+    # counters and the hosts make a door; or a door of its own (an `ExactlyOnceConsumer` made
+    # with `@exactly_once`, docs/new-consumer.md), which the hosts drive as it is.
+    factory: Callable[[ConsumerWiring], RegisteredConsumer]
     # The Functions trigger's name (deployed apps keep it, and its `AzureWebJobs.<name>.Disabled`).
     function_name: str
     # What the trigger does, in one line (its docstring in the Functions app).

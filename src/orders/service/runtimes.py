@@ -15,7 +15,7 @@ from orders.service.console import OperationsConsole
 from orders.service.dispatcher import OutboxDispatcher
 from orders.service.idempotency import IdempotentOrderIntake
 from orders.service.order_lookup import OrderLookup
-from orders.service.ports import MessageHandler
+from orders.service.ports import RegisteredConsumer
 from orders.service.subscribers import Source
 
 
@@ -55,7 +55,7 @@ class SubscriberRuntime(Runtime):
     """One registered consumer and where it competes."""
 
     source: Source
-    handler: MessageHandler
+    handler: RegisteredConsumer  # its core, or a door of its own
 
 
 @dataclass
