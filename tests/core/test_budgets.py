@@ -117,6 +117,7 @@ def emulator() -> Iterator[RunningEmulator]:
     running.stop()
 
 
+@pytest.mark.slow
 async def test_a_busy_session_keeps_its_lock_past_the_renewal_horizon(
     emulator: RunningEmulator,
 ) -> None:

@@ -194,6 +194,7 @@ def options(delayed: DelayedRetries) -> WorkerOptions:
     return WorkerOptions(concurrency=4, backoff=IN_PLACE, delayed_retries=delayed)
 
 
+@pytest.mark.slow
 async def test_a_brownout_longer_than_the_budget_is_outlasted_by_delayed_retries(
     emulator: RunningEmulator, store: CosmosStore
 ) -> None:
@@ -238,6 +239,7 @@ async def test_a_brownout_longer_than_the_budget_is_outlasted_by_delayed_retries
     assert stats.received == stats.settled >= 3 * len(sent)  # the original and two copies
 
 
+@pytest.mark.slow
 async def test_a_downstream_that_never_returns_is_dead_lettered_after_the_retries_with_why(
     emulator: RunningEmulator, store: CosmosStore
 ) -> None:
@@ -282,6 +284,7 @@ async def test_a_downstream_that_never_returns_is_dead_lettered_after_the_retrie
         assert letter.message_id != original.message_id
 
 
+@pytest.mark.slow
 async def test_a_copy_on_a_subscription_does_not_reach_a_sibling_subscriptions_effect(
     emulator: RunningEmulator, store: CosmosStore
 ) -> None:
@@ -351,6 +354,7 @@ async def test_a_copy_on_a_subscription_does_not_reach_a_sibling_subscriptions_e
         assert await peeked(emulator, subscription=name, dead=True) == []
 
 
+@pytest.mark.slow
 async def test_a_completion_that_fails_after_the_copy_was_scheduled_is_still_one_effect(
     emulator: RunningEmulator, store: CosmosStore
 ) -> None:

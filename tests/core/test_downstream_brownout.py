@@ -126,6 +126,7 @@ def bodies(count: int) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow
 async def test_a_20_s_downstream_brownout_dead_letters_nothing_and_sends_each_text_once(
     records: ContainerProxy, servicebus: RunningEmulator, caplog: pytest.LogCaptureFixture
 ) -> None:

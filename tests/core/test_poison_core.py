@@ -220,6 +220,7 @@ async def test_every_core_poison_message_is_rejected_as_the_functions_binding_de
         assert parse.bodies == []
 
 
+@pytest.mark.slow
 async def test_a_valid_message_with_a_hostile_message_id_is_processed_once(
     store: CosmosStore, servicebus: RunningEmulator, container: ContainerProxy
 ) -> None:

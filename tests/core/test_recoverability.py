@@ -148,6 +148,7 @@ async def test_a_write_the_store_refuses_is_dead_lettered_on_its_first_delivery_
     assert not [record for record in caplog.records if record.name == "exactly_once.backoff"]
 
 
+@pytest.mark.slow
 async def test_a_store_outage_is_waited_out_with_the_lock_renewed_and_nothing_dead_lettered(
     cosmos: RunningCosmosEmulator, invoices: ContainerProxy, caplog: pytest.LogCaptureFixture
 ) -> None:

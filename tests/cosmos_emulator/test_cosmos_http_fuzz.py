@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from email.utils import formatdate
 from typing import Any
 
+import pytest
 from azure.cosmos import CosmosClient, PartitionKey
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -238,6 +239,7 @@ def send(port: int, request: Fuzzed) -> bytes:
         return read_until_closed(sock, deadline_s=10)
 
 
+@pytest.mark.slow
 def test_fuzzed_requests_get_well_formed_answers_and_the_sdk_is_served_after() -> None:
     # The fuzzed requests name the host `x`: served here, so they reach the code behind it.
     with start_in_background("127.0.0.1", 0, allowed_hosts=["x"], fault_token=FAULT_TOKEN) as emu:

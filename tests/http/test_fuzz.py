@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import schemathesis
 from fakes import (
     FakeIdempotencyStore,
@@ -46,6 +47,7 @@ rejections = schema.config.checks.negative_data_rejection
 rejections.expected_statuses = [*rejections.expected_statuses, "413"]
 
 
+@pytest.mark.slow
 @schema.parametrize()
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 def test_api_never_answers_5xx_and_matches_its_description(case: schemathesis.Case[Any]) -> None:

@@ -81,6 +81,7 @@ async def one_dead_letter(connection_string: str, message_id: str) -> None:
             await receiver.dead_letter_message(message, reason="InvalidJson")
 
 
+@pytest.mark.slow
 async def test_orders_dlq_lists_and_purges_with_cosmos_stopped(
     orders_queue_emulator: RunningEmulator,
 ) -> None:

@@ -20,6 +20,7 @@ HERE = Path(__file__).resolve().parent
 NODE_TIMEOUT_SECONDS = 300
 
 
+@pytest.mark.slow
 def test_javascript_sdks_against_our_emulators() -> None:
     node = shutil.which("node")
     if node is None:

@@ -14,6 +14,7 @@ from azure.servicebus.exceptions import MessageLockLostError
 from servicebus_emulator import RunningEmulator
 
 
+@pytest.mark.slow
 async def test_async_iteration_with_auto_lock_renewal(
     make_emulator: Callable[..., RunningEmulator], queue_name: str
 ) -> None:

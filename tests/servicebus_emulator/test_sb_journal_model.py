@@ -566,6 +566,8 @@ JournalModel.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 test_journal_replays_to_the_model = JournalModel.TestCase
+# Slow (about 15 s): handed out first, with the other slow tests (tests/conftest.py).
+test_journal_replays_to_the_model.pytestmark = [pytest.mark.slow]  # type: ignore[attr-defined]
 
 
 # Paths the random search reaches only now and then, replayed on every run.

@@ -13,6 +13,7 @@ import time
 import uuid
 from typing import Any
 
+import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiver
 from sb_support import queue_entry, subscription_entry, topic_config, topic_entry
 
@@ -62,6 +63,7 @@ def _kept(broker: Broker) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_messages_that_passed_through_leave_nothing_behind() -> None:
     window = f"PT{WINDOW_S}S"
     config = topic_config(

@@ -92,6 +92,7 @@ async def test_aio_session_receivers_fifo_peek_state_and_one_lock_holder(
             )
 
 
+@pytest.mark.slow
 async def test_aio_session_lock_renewal_and_expiry(session_emulator: RunningEmulator) -> None:
     async with ServiceBusClient.from_connection_string(
         session_emulator.connection_string, retry_total=0

@@ -8,6 +8,7 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Any
 
+import pytest
 from fakes import LAYOUT, FakeOrderStore
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -61,6 +62,7 @@ def render(value: Any, draw_order: st.DataObject, style: int) -> str:
     return json.dumps(value)
 
 
+@pytest.mark.slow
 @given(order=orders, data=st.data(), style_a=st.integers(0, 11), style_b=st.integers(0, 11))
 @settings(max_examples=150, deadline=None)
 def test_hash_ignores_key_order_whitespace_and_number_spelling(
@@ -72,6 +74,7 @@ def test_hash_ignores_key_order_whitespace_and_number_spelling(
     assert request_hash(first.canonical_payload()) == request_hash(second.canonical_payload())
 
 
+@pytest.mark.slow
 @given(order=orders, other_price=prices, data=st.data())
 @settings(max_examples=100, deadline=None)
 def test_hash_changes_exactly_when_a_price_changes(
