@@ -585,8 +585,9 @@ class ChangeFeedProcessor:
             try:
                 held.lease = await self._write_while_ours(held, write)
             except RecordChangedError:
-                # The lease ended and another instance took it: what we handled since our
-                # last checkpoint it handles again (at least once).
+                # The lease ended and another instance took it (or askers kept moving it till
+                # our time to handle it was up): what we handled since our last checkpoint
+                # its next holder handles again (at least once).
                 logger.warning("%s lost %s", self.owner, _shown(held.lease))
                 self._lose(feed_range)
                 return
@@ -797,4 +798,3 @@ def _shown(lease: Lease) -> str:
     """A lease's feed range for a log line, cut short."""
     text = lease.feed_range
     return "feed range " + (text if len(text) <= 80 else text[:77] + "...")
-
