@@ -196,6 +196,69 @@ async def test_a_lease_taken_over_is_given_up_by_its_old_holder() -> None:
     assert leases.leases[ALL].owner == "b"
 
 
+async def test_a_lease_asked_for_is_left_to_its_asker_by_a_second_one() -> None:
+    """Two newcomers want the same lease of the richest owner (its first): the second leaves
+    it to the first asker rather than ask in its stead, which would move its ETag under the
+    owner's checkpoint each round; it asks once the lease has changed hands."""
+    feed, leases = PagesFeed(R1, R2), FakeLeaseStore()
+    owner = processor(feed, leases, "a", [])
+    await owner.balance()  # a holds R1 and R2
+    first, second = processor(feed, leases, "b", []), processor(feed, leases, "c", [])
+
+    assert await first.balance() == []  # b asks a for R1
+    asked = leases.leases[R1]
+    assert await second.balance() == []  # c leaves R1 to b: not written
+    assert leases.leases[R1] == asked and asked.requested_by == "b"
+    await owner.run_once()  # a hands R1 over to b
+    assert await first.balance() == [R1]
+
+
+class AskedBetweenReadAndWrite(FakeLeaseStore):
+    """Two instances asking for the same lease in turn, as two newcomers do (the load balancer
+    names each the richest owner's first lease): while armed, each read of the table is
+    followed by the other asker's request, before the reader's next write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.askers: list[str] = []  # in turn, one per read
+        self.asked = 0
+
+    async def read_all(self) -> LeaseTable:
+        table = await super().read_all()
+        if self.askers:
+            asker = self.askers.pop(0)
+            stored = self.leases[R1]
+            await self.request(stored, asker)
+            self.asked += 1
+        return table
+
+
+async def test_a_checkpoint_outlasts_two_instances_asking_for_the_lease_in_turn() -> None:
+    """Asking for a lease moves its ETag without taking it: however often askers move it
+    between the owner's re-read and its write, the owner's checkpoint lands (the lease is
+    still its own), nothing is given up as lost and no page is handled twice."""
+    feed, leases = PagesFeed(R1, R2), AskedBetweenReadAndWrite()
+    feed.changes = [{"id": "1"}, {"id": "2"}, {"id": "3"}]
+    handled: list[str] = []
+
+    async def asked_in_turn(changes: list[dict[str, Any]]) -> None:
+        handled.extend(change["id"] for change in changes)
+        await leases.request(leases.leases[R1], "b")  # b asks while a is in its handler
+        leases.askers = ["c", "b", "c"]  # and c and b in turn, each after a's re-read
+
+    owner = ChangeFeedProcessor(feed, leases, asked_in_turn, owner="a", page_size=1)
+    await owner.balance()  # a holds R1 and R2
+    await owner.process_page(R1)  # "1", its checkpoint through three moves of the ETag
+    assert leases.asked == 3
+    assert (owner.stats.leases_lost, owner.held_ranges()) == (0, [R1, R2])
+    assert (leases.leases[R1].owner, leases.leases[R1].continuation) == ("a", "1")
+    await owner.balance()  # nothing to take up again: it never let R1 go
+    await owner.process_page(R1)  # asked for: handed over to the last asker, "2" unread
+    assert (leases.leases[R1].owner, leases.leases[R1].continuation) == ("c", "1")
+
+    assert handled == ["1"]
+
+
 def test_a_renewal_slower_than_the_lease_is_refused() -> None:
     with pytest.raises(ValueError, match="renew_seconds"):
         processor(PagesFeed(ALL), FakeLeaseStore(), "a", [], lease_seconds=10, renew_seconds=10)

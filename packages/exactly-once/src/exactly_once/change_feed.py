@@ -441,7 +441,9 @@ class ChangeFeedProcessor:
             if lease.owner not in (None, self.owner) and lease.is_live(table.database_now_ms):
                 # A live owner's lease is asked for, never taken: it may be in the middle of a
                 # page, which we would handle again. It hands the lease over after that page.
-                if lease.requested_by != self.owner:
+                # Asked for by another instance already: left to it. Two askers asking in turn
+                # would move its ETag under the owner's checkpoint round after round.
+                if lease.requested_by is None:
                     with contextlib.suppress(RecordChangedError):
                         await self._leases.request(lease, self.owner)
                         logger.info("%s asked %s for %s", self.owner, lease.owner, _shown(lease))
@@ -581,23 +583,37 @@ class ChangeFeedProcessor:
                 return  # lost or released meanwhile
             sent = time.monotonic()
             try:
-                try:
-                    held.lease = await write(held.lease)
-                except RecordChangedError:
-                    # Written since by another instance: one asking for it leaves it ours (we
-                    # write again on its stamp); one that took it, or a split, does not.
-                    current = await self._stored(held.lease)
-                    if current is None or current.owner != self.owner:
-                        raise
-                    held.lease = await write(current)
+                held.lease = await self._write_while_ours(held, write)
             except RecordChangedError:
-                # The lease ended and another instance took it: what we handled since our
-                # last checkpoint it handles again (at least once).
+                # The lease ended and another instance took it (or askers kept moving it till
+                # our time to handle it was up): what we handled since our last checkpoint
+                # its next holder handles again (at least once).
                 logger.warning("%s lost %s", self.owner, _shown(held.lease))
                 self._lose(feed_range)
                 return
             held.renewed_at = time.monotonic()
             held.handle_until = self._handle_until(held.lease, sent)
+
+    async def _write_while_ours(
+        self, held: _Held, write: Callable[[Lease], Awaitable[Lease]]
+    ) -> Lease:
+        """`write` on `held`'s lease; when another instance wrote it since, again on the stored
+        stamp for as long as the lease is still ours there and ours to handle. An instance
+        asking for it (`request`) moves its ETag without taking it, and two askers, each asking
+        every `acquire_seconds` in turn, can move it between our read and our write more than
+        once: a checkpoint given up then would leave its page to be handled again, with nobody
+        dead. `RecordChangedError` once the lease is another's or gone (taken, split)."""
+        lease = held.lease
+        while True:
+            try:
+                return await write(lease)
+            except RecordChangedError:
+                current = await self._stored(lease)
+                if current is None or current.owner != self.owner:
+                    raise
+                if time.monotonic() >= held.handle_until:
+                    raise  # stopped retrying where handling stops: `_out_of_time` gives it up
+                lease = current
 
     async def _stored(self, lease: Lease) -> Lease | None:
         """`lease` as stored now (None: gone)."""
