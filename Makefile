@@ -84,9 +84,8 @@ demo: $(BIN)/.installed
 # minutes one after the other, mostly waiting on installs), each one's output kept together; any
 # failure stops the run before pytest. Then the suite in three xdist workers on the two cores
 # (most of a drill's time is waiting: on its workers and emulators, on a lease to end, on a 60 s
-# outage; a third worker fills those waits: 7.1 min instead of 9.5 with two, same tests), the
-# slow tests handed out first (tests/conftest.py). The slowest tests and the suite's wall time are
-# printed last. No coverage here: measuring it costs the tests that run in this process tree
+# outage; a third worker fills those waits: 7.1 min instead of 9.5 with two, same tests). The
+# slowest tests and the suite's wall time are printed last (tests/conftest.py). No coverage here: measuring it costs the tests that run in this process tree
 # about 40% more CPU, which a suite at its 10-minute target on two cores cannot pay; `make
 # coverage` runs the same suite with branch coverage of the five packages.
 # The suite starts hundreds of Python processes (emulators, workers, the CLI) from src/: compiled

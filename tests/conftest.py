@@ -58,13 +58,6 @@ def reaped_env() -> Iterator[dict[str, str]]:
 _SESSION_STARTED = time.monotonic()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The slow tests first (a stable sort: otherwise in collection order). xdist hands tests
-    out in this order, so the long drills start while the short tests fill the other workers,
-    rather than one of them starting last and running alone at the end."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """The wall time of the whole run and the cores it had, last: the suite must stay under
     10 minutes on 2 cores (docs/development.md says what it took), and this is the number to
