@@ -38,72 +38,6 @@ def processes_mentioning(text: str) -> list[int]:
     return found
 
 
-def test_up_serves_the_whole_stack_and_ctrl_c_stops_every_process(
-    tmp_path: Path, reaped_env: dict[str, str]
-) -> None:
-    directory = tmp_path / "local"
-    port = free_port()
-    log = tmp_path / "up.log"
-    with log.open("wb") as output:
-        up = subprocess.Popen(
-            [sys.executable, "-m", "orders", "up", "--workers", "1", "--port", str(port),
-             "--dir", str(directory)],
-            stdout=output, stderr=subprocess.STDOUT, start_new_session=True, env=reaped_env,
-        )  # fmt: skip
-    try:
-        poll_until(lambda: "ready" in log.read_text(), 120, "orders up to report ready")
-        exports = subprocess.run(
-            [sys.executable, "-m", "orders", "env", "--dir", str(directory)],
-            capture_output=True, text=True, timeout=60, check=True,
-        ).stdout  # fmt: skip
-        settings = json.loads((directory / "local.settings.json").read_text())["Values"]
-        api = f"http://127.0.0.1:{port}"
-        order_id = f"o-up-{port}"
-        posted = httpx.post(
-            f"{api}/api/orders", json=order_payload(order_id), headers={"Idempotency-Key": "k"}
-        )
-        poll_until(
-            lambda: httpx.get(f"{api}/api/orders/{order_id}").status_code == 200,
-            60,
-            "the order to be stored by the worker",
-        )
-        # After the order: the dispatcher, billing (the payment stand-in), shipping and the
-        # status consumer all run, so the order moves on to `shipped` (version 3).
-        poll_until(
-            lambda: httpx.get(f"{api}/api/orders/{order_id}").json()["statusVersion"] == 3,
-            60,
-            "billing and shipping to move the order on through the status consumer",
-        )
-        # The console: its URL printed, its pages served, the worker's decision counted.
-        console_page = httpx.get(f"{api}/console")
-        poll_until(
-            lambda: httpx.get(f"{api}/console/api/counters").json()["totals"]["processed"] >= 1,
-            30,
-            "the console to count the worker's decision",
-        )
-        started = processes_mentioning(str(directory)) + processes_mentioning(f"--port {port}")
-    finally:
-        os.kill(up.pid, signal.SIGINT)
-        exit_code = up.wait(timeout=90)
-
-    assert posted.status_code == 202
-    assert f"operations console: {api}/console" in log.read_text()
-    assert console_page.status_code == 200 and "<td>queue</td>" in console_page.text
-    assert "export ServiceBusConnection=" in exports and "export COSMOS_ENDPOINT=" in exports
-    assert settings["ORDERS_QUEUE"] == "orders" and settings["COSMOS_KEY"]
-    assert settings["CosmosConnection"].startswith("AccountEndpoint=http://127.0.0.1:")
-    assert settings["PAYMENTS_URL"].startswith("http://127.0.0.1:")
-    # Those naming the folder or port: `orders up`, the Service Bus emulator (its config), the
-    # payment stand-in (its data), the order worker, the billing, shipping and status consumers
-    # (their journals) and the HTTP API (the port).
-    assert len(set(started)) >= 8
-    assert exit_code == 0, log.read_text()[-2000:]
-    assert processes_mentioning(str(directory)) == []
-    # The broker journaled its messages under the folder: a restart of `orders up` resumes them.
-    assert (directory / "servicebus-data" / "servicebus-journal.jsonl").stat().st_size > 0
-    assert processes_mentioning(f"--port {port}") == []
-
-
 def start_up(
     directory: Path, port: int, log: Path, env: dict[str, str], *extra: str
 ) -> subprocess.Popen[bytes]:
@@ -136,9 +70,11 @@ def peeked(directory: Path, entity: str, sub_queue: ServiceBusSubQueue | None) -
         return [str(m.message_id) for m in receiver.peek_messages(50, sequence_number=1)]
 
 
-def test_a_restart_keeps_orders_messages_and_dead_letters_and_fresh_starts_empty(
+def test_up_serves_the_stack_ctrl_c_stops_it_all_a_restart_keeps_its_state_fresh_forgets_it(
     tmp_path: Path, reaped_env: dict[str, str]
 ) -> None:
+    """One stack through its life (each `orders up` costs two cores about ten seconds of CPU):
+    served, stopped, restarted with what it held, restarted fresh."""
     directory, port = tmp_path / "local", free_port()
     api = f"http://127.0.0.1:{port}"
     order_id = f"o-restart-{port}"
@@ -146,15 +82,30 @@ def test_a_restart_keeps_orders_messages_and_dead_letters_and_fresh_starts_empty
     # Given a stack with a stored order, a scheduled message and a dead letter
     first = start_up(directory, port, tmp_path / "first.log", reaped_env)
     try:
-        httpx.post(
+        exports = subprocess.run(
+            [sys.executable, "-m", "orders", "env", "--dir", str(directory)],
+            capture_output=True, text=True, timeout=60, check=True,
+        ).stdout  # fmt: skip
+        settings = json.loads((directory / "local.settings.json").read_text())["Values"]
+        posted = httpx.post(
             f"{api}/api/orders", json=order_payload(order_id), headers={"Idempotency-Key": "k"}
         )
+        # The worker stores it; the dispatcher, billing (the payment stand-in), shipping and the
+        # status consumer all run, so the order moves on to `shipped` (version 3).
         poll_until(
             lambda: httpx.get(f"{api}/api/orders/{order_id}").json().get("statusVersion") == 3,
             90,
             "the order to be stored, paid and shipped",
         )
         stored = httpx.get(f"{api}/api/orders/{order_id}").json()
+        # The console: its URL printed, its pages served, the worker's decision counted.
+        console_page = httpx.get(f"{api}/console")
+        poll_until(
+            lambda: httpx.get(f"{api}/console/api/counters").json()["totals"]["processed"] >= 1,
+            30,
+            "the console to count the worker's decision",
+        )
+        started = processes_mentioning(str(directory)) + processes_mentioning(f"--port {port}")
         connection = json.loads((directory / "env.json").read_text())["ServiceBusConnection"]
         with (
             ServiceBusClient.from_connection_string(connection) as client,
@@ -177,6 +128,8 @@ def test_a_restart_keeps_orders_messages_and_dead_letters_and_fresh_starts_empty
         )  # fmt: skip
     finally:
         stopping = ctrl_c(first, tmp_path / "first.log")
+    left_running = processes_mentioning(str(directory)) + processes_mentioning(f"--port {port}")
+    journaled = (directory / "servicebus-data" / "servicebus-journal.jsonl").stat().st_size
 
     # When it is stopped with Ctrl-C and started again
     second = start_up(directory, port, tmp_path / "second.log", reaped_env)
@@ -195,6 +148,20 @@ def test_a_restart_keeps_orders_messages_and_dead_letters_and_fresh_starts_empty
     finally:
         ctrl_c(third, tmp_path / "third.log")
 
+    assert posted.status_code == 202
+    assert f"operations console: {api}/console" in (tmp_path / "first.log").read_text()
+    assert console_page.status_code == 200 and "<td>queue</td>" in console_page.text
+    assert "export ServiceBusConnection=" in exports and "export COSMOS_ENDPOINT=" in exports
+    assert settings["ORDERS_QUEUE"] == "orders" and settings["COSMOS_KEY"]
+    assert settings["CosmosConnection"].startswith("AccountEndpoint=http://127.0.0.1:")
+    assert settings["PAYMENTS_URL"].startswith("http://127.0.0.1:")
+    # Those naming the folder or port: `orders up`, the Service Bus emulator (its config), the
+    # payment stand-in (its data), the order worker, the billing, shipping and status consumers
+    # (their journals) and the HTTP API (the port); none is left after Ctrl-C.
+    assert len(set(started)) >= 8
+    assert left_running == []
+    # The broker journaled its messages under the folder: the restart below resumes them.
+    assert journaled > 0
     assert rebound.status_code == 421
     assert rebound.headers["content-type"].startswith("application/problem+json")
     # Ctrl-C says what it stops, each process as it stops, services before the emulators.
