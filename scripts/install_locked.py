@@ -78,19 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--editable", action="append", default=[], help="a folder to install editable, no deps"
     )
-    parser.add_argument(
-        "--no-compile",
-        action="store_true",
-        help="leave bytecode to the first import (for a tool run once, not hundreds of processes)",
-    )
     args = parser.parse_args(argv)
     uv = args.uv or install_uv(args.python, args.lock)
     editables = [arg for folder in args.editable for arg in ("-e", folder)]
     # `install`, not `sync`: sync would remove what the lock does not name (pip among them).
     with_uv = [uv, "pip", "install", "--quiet", "--python", args.python]
-    compile_bytecode = [] if args.no_compile else ["--compile-bytecode"]
     if subprocess.run(
-        [*with_uv, "--require-hashes", *compile_bytecode, "-r", str(args.lock)]
+        [*with_uv, "--require-hashes", "--compile-bytecode", "-r", str(args.lock)]
     ).returncode == 0 and (
         not editables or subprocess.run([*with_uv, "--no-deps", *editables]).returncode == 0
     ):
@@ -101,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     pip = [args.python, "-m", "pip", "install", "--quiet"]
     subprocess.run([*pip, "--upgrade", "pip"], check=True)
-    pip_install(args.python, args.lock, *(["--no-compile"] if args.no_compile else []))
+    pip_install(args.python, args.lock)
     if editables:
         subprocess.run([*pip, "--no-deps", *editables], check=True)
     return 0
