@@ -85,23 +85,25 @@ demo: $(BIN)/.installed
 	$(BIN)/orders demo
 
 # The preparations run side by side (on a fresh clone the venvs, npm and lint take about a
-# minute, mostly waiting on installs), each one's output kept together; any failure stops the run
-# before pytest. Then the suite in three xdist workers on the two cores (most of a drill's time is
-# waiting: on its workers and emulators, on a lease to end, on a 60 s outage; a third worker fills
-# those waits: 7.1 min instead of 9.5 with two, same tests). The slowest tests and the suite's wall
-# time are printed last (tests/conftest.py). No coverage here: measuring it costs the tests that
-# run in this process tree about 40% more CPU, which a suite at its 10-minute target on two cores
-# cannot pay; `make coverage` runs the same suite with branch coverage of the five packages.
+# minute), each one's output kept together; any failure stops the run before pytest. Then the
+# suite in four xdist workers on the two cores: most of a drill's time is waiting (on its workers
+# and emulators, on a lease to end, on a 60 s outage), and the extra workers fill those waits
+# (clean-clone runs: 10.9 min in pytest with three workers, 9.2 with four; earlier, 9.5 with two
+# and 7.1 with three, on fewer tests; docs/development.md). The slowest tests and the suite's
+# wall time are printed last (tests/conftest.py). No coverage here: measuring it costs the tests
+# that run in this process tree about 40% more CPU, which a suite at its 10-minute target on two
+# cores cannot pay; `make coverage` runs the same suite with branch coverage of the five packages.
 test:
 	@$(MAKE) --no-print-directory -j4 --output-sync=target \
 		lint bytecode $(CHECKOV_VENV)/.installed node-crosscheck browser
-	$(BIN)/python -m pytest -n 3 --dist loadgroup --durations=15
+	$(BIN)/python -m pytest -n 4 --dist loadgroup --durations=15
 
 # The suite starts hundreds of Python processes (emulators, workers, the CLI) from src/, and each
 # xdist worker imports every test module, which pytest rewrites for its assertions: where the
 # environment sets PYTHONDONTWRITEBYTECODE, each process would compile src/ again and each worker
-# rewrite the tests again (13 s of CPU per worker). Compiled and rewritten once here, beside lint,
-# they are read from __pycache__ (as Python and pytest read them whatever that variable says).
+# rewrite the tests again (21 s of CPU to collect per worker, 9 with the rewrites cached).
+# Compiled and rewritten once here, beside lint, they are read from __pycache__ (as Python and
+# pytest read them whatever that variable says).
 bytecode: $(BIN)/.installed
 	$(BIN)/python -m compileall -q src $(CORE)/src
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest --collect-only -q -p no:cacheprovider \
@@ -112,7 +114,7 @@ bytecode: $(BIN)/.installed
 coverage:
 	@$(MAKE) --no-print-directory -j4 --output-sync=target \
 		bytecode $(CHECKOV_VENV)/.installed node-crosscheck browser
-	$(BIN)/python -m pytest -n 3 --dist loadgroup --cov --cov-report=term --durations=15
+	$(BIN)/python -m pytest -n 4 --dist loadgroup --cov --cov-report=term --durations=15
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
