@@ -466,17 +466,18 @@ def test_the_timeline_is_gets_history_and_the_counters_are_the_decision_logs(
     assert {"skipped_cancelled", "nothing_to_refund", "refunded", "decisions"} <= set(counters)
 
     def rows_match_the_logs() -> dict[str, dict[str, int]] | None:
-        from selenium.common.exceptions import StaleElementReferenceException
-
+        # The whole table in one call, as the page has it between two of its refreshes (every
+        # 2 s): read cell by cell, three WebDriver calls a cell, a loaded machine took longer
+        # than a refresh, so the table was always replaced while it was read.
+        cells = browser.execute_script(
+            "return Array.from(document.querySelectorAll('#by-consumer td[data-consumer]'))"
+            ".map((td) => [td.dataset.consumer, td.dataset.counter, td.textContent]);"
+        )
         rows: dict[str, dict[str, int]] = defaultdict(dict)
-        try:
-            for cell in browser.find_elements(By.CSS_SELECTOR, "#by-consumer td[data-consumer]"):
-                consumer = str(cell.get_attribute("data-consumer"))
-                if consumer != "all":
-                    rows[consumer][str(cell.get_attribute("data-counter"))] = int(cell.text)
-        except StaleElementReferenceException:
-            return None  # the page's refresh (every 2 s) replaced the table while it was read
-        logs = journal_counts(console)
+        for consumer, counter, text in cells:
+            if consumer != "all":
+                rows[str(consumer)][str(counter)] = int(text)
+        logs = {c: dict(kinds) for c, kinds in journal_counts(console).items()}
         settlements = ("dead_lettered", "abandoned")
         seen = {
             consumer: {
@@ -484,8 +485,14 @@ def test_the_timeline_is_gets_history_and_the_counters_are_the_decision_logs(
             }
             for consumer, row in rows.items()
         }
-        return rows if seen == {c: dict(kinds) for c, kinds in logs.items()} else None
+        last_compared[:] = [seen, logs]
+        return rows if seen == logs else None
 
-    rows = poll_until(rows_match_the_logs, 30.0, "the counters to equal the decision logs")
+    last_compared: list[dict[str, dict[str, int]]] = []
+    try:
+        rows = poll_until(rows_match_the_logs, 30.0, "the counters to equal the decision logs")
+    except AssertionError as timed_out:
+        page, logs = last_compared or [{}, {}]
+        raise AssertionError(f"{timed_out}: the page showed {page}, the logs held {logs}") from None
     assert rows["status"]["stale"] >= 1 and rows["status"]["processed"] >= 1
     screenshot(browser, "counters-equal-logs")
