@@ -84,30 +84,44 @@ derived-config: $(BIN)/.installed
 demo: $(BIN)/.installed
 	$(BIN)/orders demo
 
-# The preparations run side by side (on a fresh clone the venvs, npm and lint take about a
-# minute), each one's output kept together; any failure stops the run before pytest. Then the
-# suite in four xdist workers on the two cores: most of a drill's time is waiting (on its workers
-# and emulators, on a lease to end, on a 60 s outage), and the extra workers fill those waits
+# The preparations run side by side (on a fresh clone the venvs and npm take under a minute),
+# each one's output kept together; any failure stops the run before pytest. Then the suite in
+# four xdist workers on the two cores: most of a drill's time is waiting (on its workers and
+# emulators, on a lease to end, on a 60 s outage), and the extra workers fill those waits
 # (clean-clone runs: 10.9 min in pytest with three workers, 9.2 with four; earlier, 9.5 with two
-# and 7.1 with three, on fewer tests; docs/development.md). The slowest tests and the suite's
-# wall time are printed last (tests/conftest.py). No coverage here: measuring it costs the tests
-# that run in this process tree about 40% more CPU, which a suite at its 10-minute target on two
-# cores cannot pay; `make coverage` runs the same suite with branch coverage of the five packages.
+# and 7.1 with three, on fewer tests; docs/development.md). ruff and mypy run beside the suite,
+# niced, on what CPU the suite leaves idle (about a seventh of it), their output printed after
+# the suite's: either failing fails `make test` (`make lint` alone is quicker for lint). The
+# slowest tests and the suite's wall time are printed last (tests/conftest.py). No coverage here:
+# measuring it costs the tests that run in this process tree about 40% more CPU, which a suite
+# at its 10-minute target on two cores cannot pay; `make coverage` runs the same suite with
+# branch coverage of the five packages.
 test:
 	@$(MAKE) --no-print-directory -j4 --output-sync=target \
-		lint bytecode $(CHECKOV_VENV)/.installed node-crosscheck browser
-	$(BIN)/python -m pytest -n 4 --dist loadgroup --durations=15
+		bytecode $(CHECKOV_VENV)/.installed node-crosscheck browser
+	@echo "lint (ruff, mypy, import contracts) runs beside the suite; its output follows the suite's"
+	@lint_log=$$(mktemp); \
+	{ nice -n 10 $(MAKE) --no-print-directory lint > $$lint_log 2>&1; echo $$? >> $$lint_log.rc; } & \
+	$(BIN)/python -m pytest -n 4 --dist loadgroup --durations=15; tests=$$?; \
+	wait; cat $$lint_log; linted=$$(cat $$lint_log.rc); rm -f $$lint_log $$lint_log.rc; \
+	if [ "$$linted" != 0 ]; then echo "make test: lint failed (its output above)"; fi; \
+	[ $$tests = 0 ] && [ "$$linted" = 0 ]
 
 # The suite starts hundreds of Python processes (emulators, workers, the CLI) from src/, and each
 # xdist worker imports every test module, which pytest rewrites for its assertions: where the
 # environment sets PYTHONDONTWRITEBYTECODE, each process would compile src/ again and each worker
 # rewrite the tests again (21 s of CPU to collect per worker, 9 with the rewrites cached).
-# Compiled and rewritten once here, beside lint, they are read from __pycache__ (as Python and
-# pytest read them whatever that variable says).
+# Compiled and rewritten once here, the test folders in two halves side by side, they are read
+# from __pycache__ (as Python and pytest read them whatever that variable says).
 bytecode: $(BIN)/.installed
 	$(BIN)/python -m compileall -q src $(CORE)/src
+	@folders=$$(ls -d tests/*/ | grep -v __pycache__); \
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest --collect-only -q -p no:cacheprovider \
-		> /dev/null
+		$$(echo "$$folders" | awk 'NR % 2') > /dev/null & first=$$!; \
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest --collect-only -q -p no:cacheprovider \
+		$$(echo "$$folders" | awk '!(NR % 2)') > /dev/null; second=$$?; \
+	wait $$first && [ $$second = 0 ] || \
+		{ echo "make bytecode: collecting the tests failed (pytest --collect-only says why)"; exit 1; }
 
 # The suite as `make test` runs it, with branch coverage of the five packages (what runs in this
 # process tree; emulators and workers started as processes are not counted): slower, see above.
