@@ -2,30 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from itertools import takewhile
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from .scripts_support import load_script
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "install_locked", REPO / "scripts" / "install_locked.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-INSTALL_LOCKED = _load_script()
+INSTALL_LOCKED = load_script("install_locked")
 
 
 def test_the_uv_pin_is_taken_with_all_its_hashes_and_nothing_after_them() -> None:

@@ -6,14 +6,11 @@ so does a lock that leaves a declared dependency out, pins it outside its bound 
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
-import sys
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -21,22 +18,14 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from .scripts_support import load_script
+
 REPO = Path(__file__).resolve().parents[2]
 # The idempotency core, a distribution of its own that the app depends on.
 CORE = REPO / "packages" / "exactly-once"
 
 
-def _load_lock_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("lock_script", REPO / "scripts" / "lock.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    # Registered before it runs: its dataclasses look their module up by name.
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-LOCK = _load_lock_script()
+LOCK = load_script("lock")
 LOCKS: tuple[Any, ...] = LOCK.LOCKS
 declared_inputs: Callable[..., list[str]] = LOCK.declared_inputs
 local_packages: Callable[..., dict[str, Path]] = LOCK.local_packages
