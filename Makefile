@@ -89,10 +89,10 @@ demo: $(BIN)/.installed
 # four xdist workers on the two cores: most of a drill's time is waiting (on its workers and
 # emulators, on a lease to end, on a 60 s outage), and the extra workers fill those waits
 # (clean-clone runs: 10.9 min in pytest with three workers, 9.2 with four; earlier, 9.5 with two
-# and 7.1 with three, on fewer tests; docs/development.md). ruff and mypy run beside the suite,
-# niced, on what CPU the suite leaves idle (about a seventh of it), their output printed after
-# the suite's: either failing fails `make test` (`make lint` alone is quicker for lint). The
-# slowest tests and the suite's wall time are printed last (tests/conftest.py). No coverage here:
+# and 7.1 with three, on fewer tests; docs/development.md). ruff and mypy run beside the suite
+# at the lowest priority (nice 19), on the CPU the suite leaves idle (about a ninth of it), their
+# output printed after the suite's: either failing fails `make test` (`make lint` alone is
+# quicker for lint). The slowest tests and the suite's wall time are printed last (tests/conftest.py). No coverage here:
 # measuring it costs the tests that run in this process tree about 40% more CPU, which a suite
 # at its 10-minute target on two cores cannot pay; `make coverage` runs the same suite with
 # branch coverage of the five packages.
@@ -101,7 +101,7 @@ test:
 		bytecode $(CHECKOV_VENV)/.installed node-crosscheck browser
 	@echo "lint (ruff, mypy, import contracts) runs beside the suite; its output follows the suite's"
 	@lint_log=$$(mktemp); \
-	{ nice -n 10 $(MAKE) --no-print-directory lint > $$lint_log 2>&1; echo $$? >> $$lint_log.rc; } & \
+	{ nice -n 19 $(MAKE) --no-print-directory lint > $$lint_log 2>&1; echo $$? >> $$lint_log.rc; } & \
 	$(BIN)/python -m pytest -n 4 --dist loadgroup --durations=15; tests=$$?; \
 	wait; cat $$lint_log; linted=$$(cat $$lint_log.rc); rm -f $$lint_log $$lint_log.rc; \
 	if [ "$$linted" != 0 ]; then echo "make test: lint failed (its output above)"; fi; \
