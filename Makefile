@@ -92,10 +92,10 @@ demo: $(BIN)/.installed
 # and 7.1 with three, on fewer tests; docs/development.md). ruff and mypy run beside the suite
 # at the lowest priority (nice 19), on the CPU the suite leaves idle (about a ninth of it), their
 # output printed after the suite's: either failing fails `make test` (`make lint` alone is
-# quicker for lint). The slowest tests and the suite's wall time are printed last (tests/conftest.py). No coverage here:
-# measuring it costs the tests that run in this process tree about 40% more CPU, which a suite
-# at its 10-minute target on two cores cannot pay; `make coverage` runs the same suite with
-# branch coverage of the five packages.
+# quicker for lint). The slowest tests and the suite's wall time are printed last
+# (tests/conftest.py). No coverage here: measuring it costs the tests that run in this process
+# tree about 40% more CPU, which a suite at its 10-minute target on two cores cannot pay; `make
+# coverage` runs the same suite with branch coverage of the five packages.
 test:
 	@$(MAKE) --no-print-directory -j4 --output-sync=target \
 		bytecode $(CHECKOV_VENV)/.installed node-crosscheck browser
@@ -113,13 +113,13 @@ test:
 # rewrite the tests again (21 s of CPU to collect per worker, 9 with the rewrites cached).
 # Compiled and rewritten once here, the test folders in two halves side by side, they are read
 # from __pycache__ (as Python and pytest read them whatever that variable says).
+COLLECT_WRITING_BYTECODE := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest \
+	--collect-only -q -p no:cacheprovider
 bytecode: $(BIN)/.installed
 	$(BIN)/python -m compileall -q src $(CORE)/src
 	@folders=$$(ls -d tests/*/ | grep -v __pycache__); \
-	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest --collect-only -q -p no:cacheprovider \
-		$$(echo "$$folders" | awk 'NR % 2') > /dev/null & first=$$!; \
-	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest --collect-only -q -p no:cacheprovider \
-		$$(echo "$$folders" | awk '!(NR % 2)') > /dev/null; second=$$?; \
+	$(COLLECT_WRITING_BYTECODE) $$(echo "$$folders" | awk 'NR % 2') > /dev/null & first=$$!; \
+	$(COLLECT_WRITING_BYTECODE) $$(echo "$$folders" | awk '!(NR % 2)') > /dev/null; second=$$?; \
 	wait $$first && [ $$second = 0 ] || \
 		{ echo "make bytecode: collecting the tests failed (pytest --collect-only says why)"; exit 1; }
 

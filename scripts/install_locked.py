@@ -44,21 +44,13 @@ def pinned_block(lock_text: str, pin_prefix: str) -> str:
     return "\n".join(block) + "\n"
 
 
+def pip(python: str) -> list[str]:
+    return [python, "-m", "pip", "install", "--quiet"]
+
+
 def pip_install(python: str, requirements: Path, *extra: str) -> None:
-    subprocess.run(
-        [
-            python,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--require-hashes",
-            *extra,
-            "-r",
-            str(requirements),
-        ],
-        check=True,
-    )
+    command = [*pip(python), "--require-hashes", *extra, "-r", str(requirements)]
+    subprocess.run(command, check=True)
 
 
 def install_uv(python: str, lock: Path) -> str:
@@ -81,24 +73,26 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     uv = args.uv or install_uv(args.python, args.lock)
     editables = [arg for folder in args.editable for arg in ("-e", folder)]
-    # `install`, not `sync`: sync would remove what the lock does not name (pip among them).
-    with_uv = [uv, "pip", "install", "--quiet", "--python", args.python]
-    if subprocess.run(
-        [*with_uv, "--require-hashes", "--compile-bytecode", "-r", str(args.lock)]
-    ).returncode == 0 and (
-        not editables or subprocess.run([*with_uv, "--no-deps", *editables]).returncode == 0
-    ):
+    if installed_with_uv(uv, args.python, args.lock, editables):
         return 0
     print(
         f"install_locked: uv could not install {args.lock} (see above); installing with pip",
         file=sys.stderr,
     )
-    pip = [args.python, "-m", "pip", "install", "--quiet"]
-    subprocess.run([*pip, "--upgrade", "pip"], check=True)
+    subprocess.run([*pip(args.python), "--upgrade", "pip"], check=True)
     pip_install(args.python, args.lock)
     if editables:
-        subprocess.run([*pip, "--no-deps", *editables], check=True)
+        subprocess.run([*pip(args.python), "--no-deps", *editables], check=True)
     return 0
+
+
+def installed_with_uv(uv: str, python: str, lock: Path, editables: list[str]) -> bool:
+    # `install`, not `sync`: sync would remove what the lock does not name (pip among them).
+    with_uv = [uv, "pip", "install", "--quiet", "--python", python]
+    locked = [*with_uv, "--require-hashes", "--compile-bytecode", "-r", str(lock)]
+    if subprocess.run(locked).returncode != 0:
+        return False
+    return not editables or subprocess.run([*with_uv, "--no-deps", *editables]).returncode == 0
 
 
 if __name__ == "__main__":
